@@ -1,0 +1,64 @@
+# ironlink: `make` builds the device bitcode for one arch, `make test` runs everything CI runs.
+# Both install what they need themselves (rustup components, a project-local Python venv).
+
+CUDA_ARCH ?= sm_90
+ARCHS     := sm_80 sm_90 sm_100
+# Pinned stable toolchain; RUSTC_BOOTSTRAP=1 unlocks -Z build-std and the nvptx features on it,
+# so the LLVM that writes our bitcode stays fixed (Triton 3.6 must be able to read it).
+TOOLCHAIN := 1.95.0
+CARGO     := RUSTC_BOOTSTRAP=1 cargo +$(TOOLCHAIN)
+PYTHON    ?= python3
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
+BC         = build/ironlink_$(subst _,,$(CUDA_ARCH)).bc
+STAMP     := build/.stamps
+
+.PHONY: all all-archs toolchain venv abi test test-rust test-python lint demo wheel test-gpu clean
+all: $(BC)
+
+all-archs:
+	@for a in $(ARCHS); do $(MAKE) --no-print-directory CUDA_ARCH=$$a || exit 1; done
+
+toolchain: $(STAMP)/toolchain
+$(STAMP)/toolchain:
+	@mkdir -p $(STAMP)
+	rustup toolchain install $(TOOLCHAIN) --profile minimal --component rust-src,llvm-tools,rustfmt,clippy
+	@touch $@
+
+venv: $(STAMP)/venv
+$(STAMP)/venv: requirements-dev.txt
+	@mkdir -p $(STAMP)
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements-dev.txt
+	@touch $@
+
+DEVICE_SRC := $(shell find device/src -name '*.rs') device/Cargo.toml Cargo.toml
+# One cargo target dir per arch so switching CUDA_ARCH does not rebuild core each time.
+build/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
+	@mkdir -p build
+	CARGO_TARGET_DIR=target/device-$* $(CARGO) rustc -q -p ironlink-device -Z build-std=core \
+	  --target nvptx64-nvidia-cuda --profile device --crate-type cdylib -- \
+	  --emit=llvm-bc -C target-cpu=$(subst sm,sm_,$*) -C linker=/bin/true
+	cp target/device-$*/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@
+	@echo "built $@"
+
+# Regenerates triton/ironlink/_abi.py from device/src (build.rs does it on every host build).
+abi: $(STAMP)/toolchain
+	$(CARGO) build -q
+
+test: all-archs venv abi test-rust test-python lint
+
+test-rust: $(STAMP)/toolchain
+	$(CARGO) test -q --workspace
+
+test-python: venv
+	IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=triton $(VPY) -m pytest -q tests
+
+lint: $(STAMP)/toolchain
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
+
+clean:
+	rm -rf build target $(VENV)

@@ -1,0 +1,229 @@
+//! The ABI shared by the device library, the host crate and the Python package.
+//!
+//! This file is the single source of truth for every number that crosses a boundary: status codes,
+//! reduce ops, dtypes, backend kinds, the `SymmContext` layout and the layout of the signal region.
+//! The host crate uses these types directly; `build.rs` at the top of the workspace projects them
+//! into `triton/ironlink/_abi.py`; a test checks that the checked-in Python file is up to date.
+//!
+//! Values that PyTorch's `torch_symm` extern library also defines (status codes -1..-4,
+//! `REDUCE_OP_SUM = 0`, `DTYPE_FLOAT32 = 0`, backend kinds 1 and 2, signal ops, compare ops,
+//! fence scopes) keep PyTorch's numbers so kernels written against that API read the same.
+
+/// Defines `pub mod $group` with one `pub const` per entry and `ALL`, the (name, value) table
+/// that `build.rs` projects into Python.
+macro_rules! const_group {
+    ($(#[$gm:meta])* $group:ident : $ty:ty { $($(#[$m:meta])* $name:ident = $val:expr;)* }) => {
+        $(#[$gm])*
+        pub mod $group {
+            $($(#[$m])* pub const $name: $ty = $val;)*
+            /// Every constant of this group as (name, value).
+            pub const ALL: &[(&str, i64)] = &[$((stringify!($name), $name as i64)),*];
+        }
+    };
+}
+
+/// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
+pub const CTX_MAGIC: u32 = 0x4b4c_5249;
+/// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
+pub const ABI_VERSION: u32 = 1;
+
+/// Most ranks one context can address (one HGX node).
+pub const MAX_RANKS: usize = 8;
+/// Most CTAs per rank that a collective may be launched with (two waves on an H200's 132 SMs fit).
+pub const MAX_CTAS: usize = 256;
+
+const_group! {
+/// Status codes returned by every `i32` device function. 0 is success; errors are negative.
+status: i32 {
+    OK = 0;
+    /// The context pointer is 0.
+    NULL_CONTEXT = -1;
+    /// The context's magic word is not ironlink's, or its backend kind is not one this build serves.
+    UNKNOWN_CONTEXT = -2;
+    UNSUPPORTED_OP = -3;
+    UNSUPPORTED_DTYPE = -4;
+    /// A region lies (partly) outside the symmetric heap.
+    OUT_OF_BOUNDS = -5;
+    /// A region is not aligned to its element size.
+    MISALIGNED = -6;
+    /// A peer did not arrive within the context's timeout; also recorded in the context.
+    TIMEOUT = -7;
+    /// The context was built for another ABI version of this library.
+    ABI_MISMATCH = -8;
+    /// An argument is out of its documented range (peer index, count, grid larger than `MAX_CTAS`).
+    INVALID_ARGUMENT = -9;
+}}
+
+const_group! {
+/// Reduce operations (`REDUCE_OP_SUM = 0` as in torch_symm).
+reduce_op: i32 {
+    SUM = 0;
+    MAX = 1;
+    MIN = 2;
+    PROD = 3;
+    AVG = 4;
+}}
+
+const_group! {
+/// Element types (`DTYPE_FLOAT32 = 0` as in torch_symm).
+dtype: i32 {
+    FLOAT32 = 0;
+    FLOAT16 = 1;
+    BFLOAT16 = 2;
+}}
+
+/// Size in bytes of one element of `dtype`, or 0 for an unknown dtype.
+pub const fn dtype_size(dtype: i32) -> usize {
+    match dtype {
+        dtype::FLOAT32 => 4,
+        dtype::FLOAT16 | dtype::BFLOAT16 => 2,
+        _ => 0,
+    }
+}
+
+const_group! {
+/// Backend kinds stored in `SymmContext::backend` (NCCL = 1 and NVSHMEM = 2 as in torch_symm).
+backend: u32 {
+    NCCL = 1;
+    NVSHMEM = 2;
+    /// ironlink's own peer-to-peer heap: every peer's memory is mapped into this process.
+    P2P = 3;
+}}
+
+const_group! {
+/// Signal operations for `symm_signal` (as in torch_symm).
+signal_op: i32 {
+    SET = 0;
+    ADD = 1;
+}}
+
+const_group! {
+/// Compare operations for `symm_signal_wait` (as in torch_symm / NVSHMEM).
+cmp: i32 {
+    EQ = 1;
+    NE = 2;
+    GT = 3;
+    GE = 4;
+    LT = 5;
+    LE = 6;
+}}
+
+const_group! {
+/// Fence scopes for `symm_fence` (as in torch_symm).
+fence_scope: i32 {
+    CTA = 0;
+    GPU = 1;
+    SYSTEM = 2;
+}}
+
+/// Default for `SymmContext::timeout_ns`: a wait on a peer gives up after this long.
+pub const DEFAULT_TIMEOUT_NS: u64 = 5_000_000_000;
+
+/// What a kernel reaches through its one context pointer. Lives in device memory of its rank.
+///
+/// Written once by the host when the heap is built; afterwards the device only writes `error`
+/// (first error wins) and `error_detail`. Addresses are virtual addresses valid in this process
+/// (for the P2P backend every peer's regions are mapped here).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SymmContext {
+    pub magic: u32,
+    pub version: u32,
+    pub backend: u32,
+    pub rank: i32,
+    pub world_size: i32,
+    /// First error status a device function recorded (0 = none); the host reads and clears it.
+    pub error: i32,
+    /// Which function recorded `error` (its index in the export table), for the host's message.
+    pub error_detail: i32,
+    pub _pad0: u32,
+    /// Bytes in each rank's user-buffer region.
+    pub heap_size: u64,
+    /// Bytes in each rank's signal region (see `signal` below for its layout).
+    pub signal_size: u64,
+    /// Bytes in each rank's scratch region (packet buffers of the collectives).
+    pub scratch_size: u64,
+    /// A wait on a peer gives up after this many nanoseconds of `%globaltimer`.
+    pub timeout_ns: u64,
+    /// Base of each rank's user-buffer region, as mapped in this process; 0 past `world_size`.
+    pub peer_heap: [u64; MAX_RANKS],
+    /// Base of each rank's signal region, as mapped in this process.
+    pub peer_signal: [u64; MAX_RANKS],
+    /// Base of each rank's scratch region, as mapped in this process.
+    pub peer_scratch: [u64; MAX_RANKS],
+}
+
+impl SymmContext {
+    /// A context with no peers mapped; the host fills in the addresses.
+    pub const fn new(rank: i32, world_size: i32) -> Self {
+        SymmContext {
+            magic: CTX_MAGIC,
+            version: ABI_VERSION,
+            backend: backend::P2P,
+            rank,
+            world_size,
+            error: 0,
+            error_detail: 0,
+            _pad0: 0,
+            heap_size: 0,
+            signal_size: 0,
+            scratch_size: 0,
+            timeout_ns: DEFAULT_TIMEOUT_NS,
+            peer_heap: [0; MAX_RANKS],
+            peer_signal: [0; MAX_RANKS],
+            peer_scratch: [0; MAX_RANKS],
+        }
+    }
+}
+
+const_group! {
+/// Layout of each rank's signal region, in bytes from the region's base. Peers write into it;
+/// the host zeroes it when the heap is built.
+signal: usize {
+    /// Barrier flags: `[MAX_CTAS][MAX_RANKS]` u32; slot `[cta][p]` is written by rank `p`.
+    BARRIER_OFFSET = 0;
+    BARRIER_BYTES = super::MAX_CTAS * super::MAX_RANKS * 4;
+    /// Per-CTA call counters (epochs), local to the rank: `[MAX_CTAS]` u32.
+    EPOCH_OFFSET = BARRIER_OFFSET + BARRIER_BYTES;
+    EPOCH_BYTES = super::MAX_CTAS * 4;
+    /// Per-CTA, per-source-rank progress flags of the bandwidth collectives: `[MAX_CTAS][MAX_RANKS]` u32.
+    FLAG_OFFSET = EPOCH_OFFSET + EPOCH_BYTES;
+    FLAG_BYTES = super::MAX_CTAS * super::MAX_RANKS * 4;
+    /// User signal slots for `symm_signal` / `symm_signal_wait`: `[USER_SLOTS]` u64.
+    USER_OFFSET = FLAG_OFFSET + FLAG_BYTES;
+    USER_SLOTS = 1024;
+    USER_BYTES = USER_SLOTS * 8;
+    /// The smallest signal region a context may carry.
+    MIN_BYTES = USER_OFFSET + USER_BYTES;
+}}
+
+
+/// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.
+pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
+    ("magic", core::mem::offset_of!(SymmContext, magic), 4),
+    ("version", core::mem::offset_of!(SymmContext, version), 4),
+    ("backend", core::mem::offset_of!(SymmContext, backend), 4),
+    ("rank", core::mem::offset_of!(SymmContext, rank), 4),
+    ("world_size", core::mem::offset_of!(SymmContext, world_size), 4),
+    ("error", core::mem::offset_of!(SymmContext, error), 4),
+    ("error_detail", core::mem::offset_of!(SymmContext, error_detail), 4),
+    ("heap_size", core::mem::offset_of!(SymmContext, heap_size), 8),
+    ("signal_size", core::mem::offset_of!(SymmContext, signal_size), 8),
+    ("scratch_size", core::mem::offset_of!(SymmContext, scratch_size), 8),
+    ("timeout_ns", core::mem::offset_of!(SymmContext, timeout_ns), 8),
+    ("peer_heap", core::mem::offset_of!(SymmContext, peer_heap), 8 * MAX_RANKS),
+    ("peer_signal", core::mem::offset_of!(SymmContext, peer_signal), 8 * MAX_RANKS),
+    ("peer_scratch", core::mem::offset_of!(SymmContext, peer_scratch), 8 * MAX_RANKS),
+];
+pub const CONTEXT_SIZE: usize = core::mem::size_of::<SymmContext>();
+
+/// One exported device function: its C name, argument names and types, and return type,
+/// as LLVM type names (`i32`, `i64`). Generated by the `exports!` macro from the functions
+/// themselves, so it cannot drift from them.
+#[derive(Clone, Copy, Debug)]
+pub struct FnSig {
+    pub name: &'static str,
+    pub args: &'static [(&'static str, &'static str)],
+    pub ret: &'static str,
+    pub doc: &'static str,
+}

@@ -1,0 +1,57 @@
+//! Validating the context pointer that every device function receives, and recording errors in it.
+
+use crate::abi::{backend, status, SymmContext, ABI_VERSION, CTX_MAGIC, MAX_RANKS};
+use crate::hw;
+
+/// Checks `ctx` and returns the context it points to, or the status code that explains why not.
+///
+/// A null pointer gives `NULL_CONTEXT`; a pointer to something that is not an ironlink P2P context
+/// (wrong magic, or a backend kind this build does not serve) gives `UNKNOWN_CONTEXT`; a context
+/// from another ABI version gives `ABI_MISMATCH`.
+#[inline(always)]
+pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
+    if ctx == 0 {
+        return Err(status::NULL_CONTEXT);
+    }
+    // SAFETY: the caller passes the device address of a context it obtained from the host crate
+    // (or a foreign context whose first words we only compare). The context is immutable while
+    // kernels run, except `error`, which is only accessed atomically.
+    let c = unsafe { &*(ctx as *const SymmContext) };
+    if c.magic != CTX_MAGIC {
+        return Err(status::UNKNOWN_CONTEXT);
+    }
+    if c.version != ABI_VERSION {
+        return Err(status::ABI_MISMATCH);
+    }
+    if c.backend != backend::P2P || c.world_size < 1 || c.world_size as usize > MAX_RANKS {
+        return Err(status::UNKNOWN_CONTEXT);
+    }
+    Ok(c)
+}
+
+/// Records `code` in the context (the first error wins) so the host can raise it after the kernel.
+#[inline(always)]
+pub fn record_error(c: &SymmContext, code: i32, which: i32) {
+    let err = &c.error as *const i32 as *mut u32;
+    // SAFETY: `error` is a 4-byte aligned field of a live context; only accessed atomically.
+    if unsafe { hw::atomic_cas_u32(err, 0, code as u32) } == 0 {
+        let detail = &c.error_detail as *const i32 as *mut u32;
+        // SAFETY: as above.
+        unsafe { hw::store_relaxed_u32(detail, which as u32) };
+    }
+}
+
+/// The local address `ptr` translated to the same byte in `peer`'s user-buffer region, if
+/// `[ptr, ptr + len)` lies inside this rank's region.
+#[inline(always)]
+pub fn peer_address(c: &SymmContext, ptr: u64, len: u64, peer: i32) -> Result<u64, i32> {
+    if peer < 0 || peer >= c.world_size {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    let base = c.peer_heap[c.rank as usize];
+    let off = ptr.wrapping_sub(base);
+    if ptr < base || off > c.heap_size || len > c.heap_size - off {
+        return Err(status::OUT_OF_BOUNDS);
+    }
+    Ok(c.peer_heap[peer as usize] + off)
+}

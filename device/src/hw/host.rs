@@ -1,0 +1,301 @@
+//! Host implementation of the hardware layer: the CPU simulator.
+//!
+//! Each simulated GPU thread is an OS thread. A thread-local record holds its thread and block
+//! indices and its CTA's barrier; `launch` creates ranks x CTAs x threads of them over shared host
+//! memory and runs one body per thread. Every memory operation is a std atomic, so concurrent
+//! access between simulated threads and ranks is defined behaviour.
+//!
+//! What this can and cannot catch: wrong indexing, missing or mismatched barriers (the CTA barrier
+//! times out and panics with the thread counts), epochs that drift, waits that never end (the
+//! device code's own timeout fires, `now_ns` is wall time here), out-of-bounds writes (into
+//! guarded host buffers). The host's memory model is stronger than the GPU's (x86 is TSO, and
+//! every access here is an atomic), so a missing release/acquire pair or fence that only matters
+//! on weak hardware is NOT caught; those are checked by reading the PTX and on the GPUs.
+//! Setting `IRONLINK_SIM_YIELD=1` adds random yields at every memory operation and barrier to
+//! shake out orderings the OS scheduler would rarely produce.
+
+extern crate std;
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::boxed::Box;
+use std::cell::Cell;
+use std::string::String;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a simulated CTA barrier waits for all its threads before declaring a deadlock.
+const BARRIER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A CTA barrier that names the deadlock instead of hanging: `wait` panics after a timeout.
+pub struct CtaBarrier {
+    threads: u32,
+    state: Mutex<(u32, u64)>, // (arrived in this generation, generation)
+    cv: Condvar,
+    label: String,
+}
+
+impl CtaBarrier {
+    fn new(threads: u32, label: String) -> Self {
+        CtaBarrier { threads, state: Mutex::new((0, 0)), cv: Condvar::new(), label }
+    }
+
+    fn wait(&self) {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = guard.1;
+        guard.0 += 1;
+        if guard.0 == self.threads {
+            *guard = (0, generation + 1);
+            self.cv.notify_all();
+            return;
+        }
+        let deadline = Instant::now() + BARRIER_TIMEOUT;
+        while guard.1 == generation {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let arrived = guard.0;
+                drop(guard);
+                panic!(
+                    "simulated CTA barrier deadlock in {}: {} of {} threads arrived",
+                    self.label, arrived, self.threads
+                );
+            }
+            guard = self.cv.wait_timeout(guard, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct ThreadHw {
+    tid: u32,
+    ntid: u32,
+    ctaid: u32,
+    nctaid: u32,
+    barrier: *const CtaBarrier,
+    rng: u64,
+}
+
+std::thread_local! {
+    static HW: Cell<Option<ThreadHw>> = const { Cell::new(None) };
+}
+
+fn hw() -> ThreadHw {
+    HW.with(|h| h.get()).expect("hardware-layer call outside a simulated launch")
+}
+
+fn yield_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("IRONLINK_SIM_YIELD").is_ok_and(|v| v != "0"))
+}
+
+/// Randomly yields the OS thread (one time in four) when `IRONLINK_SIM_YIELD` is set.
+#[inline]
+fn maybe_yield() {
+    if !yield_enabled() {
+        return;
+    }
+    HW.with(|h| {
+        if let Some(mut t) = h.get() {
+            t.rng ^= t.rng << 13;
+            t.rng ^= t.rng >> 7;
+            t.rng ^= t.rng << 17;
+            h.set(Some(t));
+            if t.rng & 3 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+}
+
+/// Runs `body(rank)` on `ranks` x `ctas` x `threads` simulated threads and waits for all of them.
+/// A panic in any simulated thread (a barrier deadlock, a failed assertion) is re-raised here
+/// with the first panic's message.
+pub fn launch<F>(label: &str, ranks: usize, ctas: u32, threads: u32, body: F)
+where
+    F: Fn(usize) + Sync,
+{
+    let barriers: std::vec::Vec<CtaBarrier> = (0..ranks * ctas as usize)
+        .map(|i| {
+            let l = std::format!("{label}: rank {} cta {}", i / ctas as usize, i % ctas as usize);
+            CtaBarrier::new(threads, l)
+        })
+        .collect();
+    let first_panic: Mutex<Option<String>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for rank in 0..ranks {
+            for cta in 0..ctas {
+                for tid in 0..threads {
+                    let barrier = &barriers[rank * ctas as usize + cta as usize];
+                    let body = &body;
+                    let first_panic = &first_panic;
+                    let seed = 0x9e37_79b9_7f4a_7c15u64
+                        ^ ((rank as u64) << 40 | (cta as u64) << 20 | tid as u64).wrapping_mul(31)
+                        | 1;
+                    std::thread::Builder::new()
+                        .stack_size(256 * 1024)
+                        .spawn_scoped(s, move || {
+                            HW.with(|h| {
+                                h.set(Some(ThreadHw {
+                                    tid,
+                                    ntid: threads,
+                                    ctaid: cta,
+                                    nctaid: ctas,
+                                    barrier: barrier as *const CtaBarrier,
+                                    rng: seed,
+                                }))
+                            });
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                body(rank)
+                            }));
+                            HW.with(|h| h.set(None));
+                            if let Err(e) = r {
+                                let msg = panic_message(&e);
+                                let mut first = first_panic.lock().unwrap_or_else(|e| e.into_inner());
+                                if first.is_none() {
+                                    *first = Some(msg);
+                                }
+                            }
+                        })
+                        .expect("spawn simulated thread");
+                }
+            }
+        }
+    });
+    if let Some(msg) = first_panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        panic!("{label}: {msg}");
+    }
+}
+
+fn panic_message(e: &Box<dyn core::any::Any + Send>) -> String {
+    if let Some(s) = e.downcast_ref::<&str>() {
+        String::from(*s)
+    } else if let Some(s) = e.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        String::from("panic with a non-string payload")
+    }
+}
+
+pub fn thread_idx() -> (u32, u32, u32) {
+    (hw().tid, 0, 0)
+}
+
+pub fn block_dim() -> (u32, u32, u32) {
+    (hw().ntid, 1, 1)
+}
+
+pub fn block_idx() -> (u32, u32, u32) {
+    (hw().ctaid, 0, 0)
+}
+
+pub fn grid_dim() -> (u32, u32, u32) {
+    (hw().nctaid, 1, 1)
+}
+
+pub fn sync_threads() {
+    maybe_yield();
+    // SAFETY: the barrier outlives every simulated thread (`launch` joins them before dropping it).
+    unsafe { (*hw().barrier).wait() }
+    maybe_yield();
+}
+
+pub fn now_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+// The memory operations mirror nvptx.rs; SeqCst where the device uses acquire/release is a
+// strengthening (see the module comment for what that hides).
+
+pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
+    maybe_yield();
+    AtomicU32::from_ptr(p as *mut u32).load(Ordering::Acquire)
+}
+
+pub unsafe fn load_relaxed_u32(p: *const u32) -> u32 {
+    maybe_yield();
+    AtomicU32::from_ptr(p as *mut u32).load(Ordering::Relaxed)
+}
+
+pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
+    maybe_yield();
+    AtomicU32::from_ptr(p).store(v, Ordering::Release)
+}
+
+pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
+    maybe_yield();
+    AtomicU32::from_ptr(p).store(v, Ordering::Relaxed)
+}
+
+pub unsafe fn load_acquire_u64(p: *const u64) -> u64 {
+    maybe_yield();
+    AtomicU64::from_ptr(p as *mut u64).load(Ordering::Acquire)
+}
+
+pub unsafe fn store_release_u64(p: *mut u64, v: u64) {
+    maybe_yield();
+    AtomicU64::from_ptr(p).store(v, Ordering::Release)
+}
+
+pub unsafe fn atomic_add_release_u64(p: *mut u64, v: u64) -> u64 {
+    maybe_yield();
+    AtomicU64::from_ptr(p).fetch_add(v, Ordering::Release)
+}
+
+pub unsafe fn atomic_cas_u32(p: *mut u32, current: u32, new: u32) -> u32 {
+    maybe_yield();
+    match AtomicU32::from_ptr(p).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+/// Emulates an untearable 16-byte store: words are released in order 0..3 and `load_v4_volatile`
+/// reads word 3 first with acquire, so a reader that sees word 3 new sees words 0..2 new as well.
+/// LL packets put a flag in the last word, which is all the protocol needs.
+pub unsafe fn store_v4_volatile(p: *mut [u32; 4], v: [u32; 4]) {
+    maybe_yield();
+    let w = p as *mut u32;
+    for (i, x) in v.iter().enumerate() {
+        AtomicU32::from_ptr(w.add(i)).store(*x, Ordering::Release);
+    }
+}
+
+pub unsafe fn load_v4_volatile(p: *const [u32; 4]) -> [u32; 4] {
+    maybe_yield();
+    let w = p as *mut u32;
+    let mut out = [0u32; 4];
+    for i in (0..4).rev() {
+        out[i] = AtomicU32::from_ptr(w.add(i)).load(Ordering::Acquire);
+    }
+    out
+}
+
+pub unsafe fn load_v4(p: *const [u32; 4]) -> [u32; 4] {
+    let w = p as *mut u32;
+    let mut out = [0u32; 4];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = AtomicU32::from_ptr(w.add(i)).load(Ordering::Relaxed);
+    }
+    out
+}
+
+pub unsafe fn store_v4(p: *mut [u32; 4], v: [u32; 4]) {
+    let w = p as *mut u32;
+    for (i, x) in v.iter().enumerate() {
+        AtomicU32::from_ptr(w.add(i)).store(*x, Ordering::Relaxed);
+    }
+}
+
+pub fn fence_system() {
+    maybe_yield();
+    core::sync::atomic::fence(Ordering::SeqCst)
+}
+
+pub fn fence_gpu() {
+    core::sync::atomic::fence(Ordering::SeqCst)
+}
+
+/// Lets other simulated threads run while one spins (the host has far fewer cores than threads).
+pub fn spin_pause() {
+    std::thread::yield_now()
+}

@@ -1,0 +1,182 @@
+//! nvptx implementation of the hardware layer: intrinsics and inline PTX, one instruction each.
+//!
+//! Safety contract shared by every pointer-taking function here: the caller passes an address
+//! that is valid, mapped in this process (local or peer memory) and aligned to the access size.
+
+use core::arch::asm;
+use core::arch::nvptx;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+#[inline(always)]
+pub fn thread_idx() -> (u32, u32, u32) {
+    // SAFETY: reading special registers has no preconditions.
+    unsafe {
+        (
+            nvptx::_thread_idx_x() as u32,
+            nvptx::_thread_idx_y() as u32,
+            nvptx::_thread_idx_z() as u32,
+        )
+    }
+}
+
+#[inline(always)]
+pub fn block_dim() -> (u32, u32, u32) {
+    // SAFETY: reading special registers has no preconditions.
+    unsafe {
+        (
+            nvptx::_block_dim_x() as u32,
+            nvptx::_block_dim_y() as u32,
+            nvptx::_block_dim_z() as u32,
+        )
+    }
+}
+
+#[inline(always)]
+pub fn block_idx() -> (u32, u32, u32) {
+    // SAFETY: reading special registers has no preconditions.
+    unsafe {
+        (
+            nvptx::_block_idx_x() as u32,
+            nvptx::_block_idx_y() as u32,
+            nvptx::_block_idx_z() as u32,
+        )
+    }
+}
+
+#[inline(always)]
+pub fn grid_dim() -> (u32, u32, u32) {
+    // SAFETY: reading special registers has no preconditions.
+    unsafe {
+        (
+            nvptx::_grid_dim_x() as u32,
+            nvptx::_grid_dim_y() as u32,
+            nvptx::_grid_dim_z() as u32,
+        )
+    }
+}
+
+/// CTA barrier (`bar.sync 0`). Every thread of the CTA must reach it: device functions are
+/// called by all threads of the CTA (Triton's scalar extern semantics).
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: all threads of the CTA execute every exported function, so all reach this barrier.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// Nanoseconds of the global timer (`%globaltimer`), for timeouts.
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
+    t
+}
+
+#[inline(always)]
+pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
+    AtomicU32::from_ptr(p as *mut u32).load(Ordering::Acquire)
+}
+
+#[inline(always)]
+pub unsafe fn load_relaxed_u32(p: *const u32) -> u32 {
+    AtomicU32::from_ptr(p as *mut u32).load(Ordering::Relaxed)
+}
+
+#[inline(always)]
+pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
+    AtomicU32::from_ptr(p).store(v, Ordering::Release)
+}
+
+#[inline(always)]
+pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
+    AtomicU32::from_ptr(p).store(v, Ordering::Relaxed)
+}
+
+#[inline(always)]
+pub unsafe fn load_acquire_u64(p: *const u64) -> u64 {
+    AtomicU64::from_ptr(p as *mut u64).load(Ordering::Acquire)
+}
+
+#[inline(always)]
+pub unsafe fn store_release_u64(p: *mut u64, v: u64) {
+    AtomicU64::from_ptr(p).store(v, Ordering::Release)
+}
+
+#[inline(always)]
+pub unsafe fn atomic_add_release_u64(p: *mut u64, v: u64) -> u64 {
+    AtomicU64::from_ptr(p).fetch_add(v, Ordering::Release)
+}
+
+#[inline(always)]
+pub unsafe fn atomic_cas_u32(p: *mut u32, current: u32, new: u32) -> u32 {
+    match AtomicU32::from_ptr(p).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+/// 16-byte volatile load (`ld.volatile.global.v4.u32`): one transaction, never torn.
+#[inline(always)]
+pub unsafe fn load_v4_volatile(p: *const [u32; 4]) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!(
+        "ld.volatile.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+        p = in(reg64) p,
+        a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+        options(nostack, readonly)
+    );
+    [a, b, c, d]
+}
+
+/// 16-byte volatile store (`st.volatile.global.v4.u32`): a peer sees all of it or none of it.
+#[inline(always)]
+pub unsafe fn store_v4_volatile(p: *mut [u32; 4], v: [u32; 4]) {
+    asm!(
+        "st.volatile.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+        p = in(reg64) p,
+        a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+        options(nostack)
+    );
+}
+
+/// Plain 16-byte load for bulk data (`ld.global.v4.u32`, L1 bypass not needed: data is read once).
+#[inline(always)]
+pub unsafe fn load_v4(p: *const [u32; 4]) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!(
+        "ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+        p = in(reg64) p,
+        a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+        options(nostack, readonly, preserves_flags)
+    );
+    [a, b, c, d]
+}
+
+/// Plain 16-byte store for bulk data.
+#[inline(always)]
+pub unsafe fn store_v4(p: *mut [u32; 4], v: [u32; 4]) {
+    asm!(
+        "st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+        p = in(reg64) p,
+        a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+        options(nostack, preserves_flags)
+    );
+}
+
+/// System-scope fence (`fence.sc.sys`): orders this thread's accesses to peers' memory.
+#[inline(always)]
+pub fn fence_system() {
+    // SAFETY: a fence has no operands.
+    unsafe { asm!("fence.sc.sys;", options(nostack)) }
+}
+
+/// GPU-scope fence (`fence.acq_rel.gpu`).
+#[inline(always)]
+pub fn fence_gpu() {
+    // SAFETY: a fence has no operands.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) }
+}
+
+/// Hint to back off inside a spin loop (`nanosleep` exists from sm_70).
+#[inline(always)]
+pub fn spin_pause() {}
