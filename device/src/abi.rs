@@ -197,23 +197,58 @@ signal: usize {
     MIN_BYTES = USER_OFFSET + USER_BYTES;
 }}
 
-
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.
 pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
     ("magic", core::mem::offset_of!(SymmContext, magic), 4),
     ("version", core::mem::offset_of!(SymmContext, version), 4),
     ("backend", core::mem::offset_of!(SymmContext, backend), 4),
     ("rank", core::mem::offset_of!(SymmContext, rank), 4),
-    ("world_size", core::mem::offset_of!(SymmContext, world_size), 4),
+    (
+        "world_size",
+        core::mem::offset_of!(SymmContext, world_size),
+        4,
+    ),
     ("error", core::mem::offset_of!(SymmContext, error), 4),
-    ("error_detail", core::mem::offset_of!(SymmContext, error_detail), 4),
-    ("heap_size", core::mem::offset_of!(SymmContext, heap_size), 8),
-    ("signal_size", core::mem::offset_of!(SymmContext, signal_size), 8),
-    ("scratch_size", core::mem::offset_of!(SymmContext, scratch_size), 8),
-    ("timeout_ns", core::mem::offset_of!(SymmContext, timeout_ns), 8),
-    ("peer_heap", core::mem::offset_of!(SymmContext, peer_heap), 8 * MAX_RANKS),
-    ("peer_signal", core::mem::offset_of!(SymmContext, peer_signal), 8 * MAX_RANKS),
-    ("peer_scratch", core::mem::offset_of!(SymmContext, peer_scratch), 8 * MAX_RANKS),
+    (
+        "error_detail",
+        core::mem::offset_of!(SymmContext, error_detail),
+        4,
+    ),
+    (
+        "heap_size",
+        core::mem::offset_of!(SymmContext, heap_size),
+        8,
+    ),
+    (
+        "signal_size",
+        core::mem::offset_of!(SymmContext, signal_size),
+        8,
+    ),
+    (
+        "scratch_size",
+        core::mem::offset_of!(SymmContext, scratch_size),
+        8,
+    ),
+    (
+        "timeout_ns",
+        core::mem::offset_of!(SymmContext, timeout_ns),
+        8,
+    ),
+    (
+        "peer_heap",
+        core::mem::offset_of!(SymmContext, peer_heap),
+        8 * MAX_RANKS,
+    ),
+    (
+        "peer_signal",
+        core::mem::offset_of!(SymmContext, peer_signal),
+        8 * MAX_RANKS,
+    ),
+    (
+        "peer_scratch",
+        core::mem::offset_of!(SymmContext, peer_scratch),
+        8 * MAX_RANKS,
+    ),
 ];
 pub const CONTEXT_SIZE: usize = core::mem::size_of::<SymmContext>();
 

@@ -23,7 +23,12 @@ pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     if c.version != ABI_VERSION {
         return Err(status::ABI_MISMATCH);
     }
-    if c.backend != backend::P2P || c.world_size < 1 || c.world_size as usize > MAX_RANKS {
+    if c.backend != backend::P2P
+        || c.world_size < 1
+        || c.world_size as usize > MAX_RANKS
+        || c.rank < 0
+        || c.rank >= c.world_size
+    {
         return Err(status::UNKNOWN_CONTEXT);
     }
     Ok(c)

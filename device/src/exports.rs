@@ -1,19 +1,129 @@
 //! The exported device functions: the whole C ABI of the bitcode library.
 //!
 //! Every function is called by every thread of the CTA (Triton's scalar extern semantics) and is
-//! CTA-cooperative: it elects threads and synchronizes by itself. Status-returning functions give
-//! 0 on success and a negative `abi::status` code otherwise.
+//! CTA-cooperative: it elects threads and synchronizes by itself. All ranks must launch the same
+//! grid and make the same sequence of calls. Status-returning functions give 0 on success and a
+//! negative `abi::status` code otherwise; arguments are checked before anything is written.
+//! Pointers are device addresses (Triton passes a tensor pointer as i64).
 
-use crate::abi::{status, ABI_VERSION};
-use crate::ctx;
+use crate::abi::{dtype, dtype_size, status, SymmContext, ABI_VERSION};
+use crate::elem::{op_supported, Bf16, F16, F32};
+use crate::region::{overlap, Region};
+use crate::sync::Call;
+use crate::{all_reduce, collectives, ctx, hw, primitives};
 
-/// Packs a status into an i64 return: a valid value is >= 0; an error is the negative status.
-#[inline(always)]
-fn or_status(r: Result<u64, i32>) -> i64 {
-    match r {
-        Ok(v) => v as i64,
-        Err(e) => e as i64,
+/// Runs `body` with the element type for `dtype` bound to `$E`.
+macro_rules! with_elem {
+    ($dtype:expr, $E:ident => $body:expr) => {
+        match $dtype {
+            dtype::FLOAT32 => {
+                type $E = F32;
+                $body
+            }
+            dtype::FLOAT16 => {
+                type $E = F16;
+                $body
+            }
+            dtype::BFLOAT16 => {
+                type $E = Bf16;
+                $body
+            }
+            _ => Err(status::UNSUPPORTED_DTYPE),
+        }
+    };
+}
+
+/// The position of `name` in `EXPORTS` (recorded with errors so the host can name the function).
+macro_rules! which {
+    ($name:ident) => {{
+        const W: i32 = export_index(stringify!($name));
+        const _: () = assert!(W >= 0, "which! names a function that is not exported");
+        W
+    }};
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
     }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn export_index(name: &str) -> i32 {
+    let mut i = 0;
+    while i < EXPORTS.len() {
+        if str_eq(EXPORTS[i].name, name) {
+            return i as i32;
+        }
+        i += 1;
+    }
+    -1
+}
+
+fn code(r: Result<(), i32>) -> i32 {
+    match r {
+        Ok(()) => status::OK,
+        Err(e) => e,
+    }
+}
+
+/// The shape shared by every collective: check the context, check the arguments (`prepare`,
+/// which must not touch memory), then run `body` inside a call (epoch advanced, CTA synced).
+#[inline(always)]
+fn collective<P>(
+    ctx: i64,
+    which: i32,
+    prepare: impl FnOnce(&SymmContext) -> Result<P, i32>,
+    body: impl FnOnce(&Call, P) -> Result<(), i32>,
+) -> i32 {
+    let r = ctx::context(ctx).and_then(|c| {
+        let p = prepare(c)?;
+        let call = Call::begin(c, which)?;
+        let r = body(&call, p);
+        call.end(0);
+        r
+    });
+    code(r)
+}
+
+fn check_op_dtype(op: i32, dt: i32) -> Result<usize, i32> {
+    if !op_supported(op) {
+        return Err(status::UNSUPPORTED_OP);
+    }
+    match dtype_size(dt) {
+        0 => Err(status::UNSUPPORTED_DTYPE),
+        s => Ok(s),
+    }
+}
+
+fn check_dtype(dt: i32) -> Result<usize, i32> {
+    match dtype_size(dt) {
+        0 => Err(status::UNSUPPORTED_DTYPE),
+        s => Ok(s),
+    }
+}
+
+fn check_root(c: &SymmContext, root: i32) -> Result<usize, i32> {
+    if root < 0 || root >= c.world_size {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok(root as usize)
+}
+
+/// A region of `world` blocks of `count` elements.
+fn blocks(c: &SymmContext, ptr: i64, count: i64, esize: usize) -> Result<Region, i32> {
+    let n = count
+        .checked_mul(c.world_size as i64)
+        .ok_or(status::OUT_OF_BOUNDS)?;
+    Region::new(c, ptr, 0, n, esize)
 }
 
 exports! {
@@ -49,8 +159,20 @@ exports! {
         }
     }
 
-    /// The first error a device function recorded in the context (0 if none), or a negative status
-    /// for a bad context. The host clears it; kernels may read it to bail out early.
+    /// Like `symm_peer_ptr`, but returns the negative status instead of 0 on failure
+    /// (`OUT_OF_BOUNDS` when `[ptr, ptr + nbytes)` leaves the heap, `INVALID_ARGUMENT` for a bad peer).
+    fn symm_peer_ptr_checked(ctx: i64, ptr: i64, nbytes: i64, peer: i32) -> i64 {
+        if nbytes < 0 {
+            return status::INVALID_ARGUMENT as i64;
+        }
+        match ctx::context(ctx).and_then(|c| ctx::peer_address(c, ptr as u64, nbytes as u64, peer)) {
+            Ok(a) => a as i64,
+            Err(e) => e as i64,
+        }
+    }
+
+    /// The first error a device function recorded in the context (0 if none), or a negative
+    /// status for a bad context. The host clears it.
     fn symm_last_error(ctx: i64) -> i32 {
         match ctx::context(ctx) {
             Ok(c) => c.error,
@@ -58,12 +180,185 @@ exports! {
         }
     }
 
-    /// Like `symm_peer_ptr`, but returns the negative status instead of 0 on failure
-    /// (`OUT_OF_BOUNDS` when `[ptr, ptr + nbytes)` leaves the heap, `INVALID_ARGUMENT` for a bad peer).
-    fn symm_peer_ptr_checked(ctx: i64, ptr: i64, nbytes: i64, peer: i32) -> i64 {
-        if nbytes < 0 {
-            return status::INVALID_ARGUMENT as i64;
+    /// In-place all-reduce of `num_elements` elements at `local_ptr + byte_offset` (torch_symm's
+    /// signature). Result bitwise identical on all ranks; fp16/bf16 accumulate in fp32.
+    fn symm_all_reduce(ctx: i64, local_ptr: i64, byte_offset: i64, num_elements: i64, reduce_op: i32, dtype: i32) -> i32 {
+        collective(
+            ctx,
+            which!(symm_all_reduce),
+            |c| Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?),
+            |call, r| with_elem!(dtype, E => all_reduce::all_reduce::<E>(call, &r, reduce_op)),
+        )
+    }
+
+    /// Reduce-scatter: `out_ptr` (num_elements) gets the reduction over ranks of block `rank` of
+    /// `in_ptr` (world * num_elements). `out` may be this rank's block of `in`; no other overlap.
+    fn symm_reduce_scatter(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, reduce_op: i32, dtype: i32) -> i32 {
+        collective(
+            ctx,
+            which!(symm_reduce_scatter),
+            |c| {
+                let es = check_op_dtype(reduce_op, dtype)?;
+                let input = blocks(c, in_ptr, num_elements, es)?;
+                let out = Region::new(c, out_ptr, 0, num_elements, es)?;
+                let mine = input.sub(c.rank as usize * out.bytes, out.bytes);
+                if overlap(&input, &out) && out.offset != mine.offset {
+                    return Err(status::INVALID_ARGUMENT);
+                }
+                Ok((input, out))
+            },
+            |call, (input, out)| with_elem!(dtype, E => collectives::reduce_scatter::<E>(call, &input, &out, reduce_op)),
+        )
+    }
+
+    /// All-gather: block p of `out_ptr` (world * num_elements) gets rank p's `in_ptr`
+    /// (num_elements). In place when `in_ptr` is this rank's block of `out_ptr`.
+    fn symm_all_gather(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, dtype: i32) -> i32 {
+        collective(
+            ctx,
+            which!(symm_all_gather),
+            |c| {
+                let es = check_dtype(dtype)?;
+                let input = Region::new(c, in_ptr, 0, num_elements, es)?;
+                let out = blocks(c, out_ptr, num_elements, es)?;
+                let mine = out.sub(c.rank as usize * input.bytes, input.bytes);
+                if overlap(&input, &out) && input.offset != mine.offset {
+                    return Err(status::INVALID_ARGUMENT);
+                }
+                Ok((input, out))
+            },
+            |call, (input, out)| collectives::all_gather(call, &input, &out),
+        )
+    }
+
+    /// Broadcast in place: every rank's `ptr` (num_elements) gets `root`'s.
+    fn symm_broadcast(ctx: i64, ptr: i64, num_elements: i64, dtype: i32, root: i32) -> i32 {
+        collective(
+            ctx,
+            which!(symm_broadcast),
+            |c| Ok((Region::new(c, ptr, 0, num_elements, check_dtype(dtype)?)?, check_root(c, root)?)),
+            |call, (r, root)| collectives::broadcast(call, &r, root),
+        )
+    }
+
+    /// Reduce to `root`: root's `out_ptr` gets the reduction over ranks of `in_ptr`
+    /// (num_elements each; `out` may equal `in`). Other ranks' `out` is not written.
+    fn symm_reduce(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, reduce_op: i32, dtype: i32, root: i32) -> i32 {
+        collective(
+            ctx,
+            which!(symm_reduce),
+            |c| {
+                let es = check_op_dtype(reduce_op, dtype)?;
+                let input = Region::new(c, in_ptr, 0, num_elements, es)?;
+                let out = Region::new(c, out_ptr, 0, num_elements, es)?;
+                if overlap(&input, &out) && input.offset != out.offset {
+                    return Err(status::INVALID_ARGUMENT);
+                }
+                Ok((input, out, check_root(c, root)?))
+            },
+            |call, (input, out, root)| with_elem!(dtype, E => collectives::reduce::<E>(call, &input, &out, reduce_op, root)),
+        )
+    }
+
+    /// All-to-all with equal splits: block p of `out_ptr` gets block `rank` of rank p's `in_ptr`
+    /// (both world * num_elements; they must not overlap).
+    fn symm_all_to_all(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, dtype: i32) -> i32 {
+        collective(
+            ctx,
+            which!(symm_all_to_all),
+            |c| {
+                let es = check_dtype(dtype)?;
+                let input = blocks(c, in_ptr, num_elements, es)?;
+                let out = blocks(c, out_ptr, num_elements, es)?;
+                if overlap(&input, &out) {
+                    return Err(status::INVALID_ARGUMENT);
+                }
+                Ok((input, out))
+            },
+            |call, (input, out)| collectives::all_to_all(call, &input, &out),
+        )
+    }
+
+    /// Barrier among the same-index CTAs of all ranks; memory written before it by this CTA is
+    /// visible to the peers' CTAs after it.
+    fn symm_barrier(ctx: i64) -> i32 {
+        collective(ctx, which!(symm_barrier), |_| Ok(()), |call, ()| call.barrier(0))
+    }
+
+    /// CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric
+    /// `dst_ptr`. Not ordered with the peer: follow with `symm_signal` or `symm_barrier`.
+    fn symm_put(ctx: i64, dst_ptr: i64, src_ptr: i64, nbytes: i64, peer: i32) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            if nbytes < 0 {
+                return Err(status::INVALID_ARGUMENT);
+            }
+            let dst = ctx::peer_address(c, dst_ptr as u64, nbytes as u64, peer)?;
+            // SAFETY: dst checked inside the peer's heap; src is the caller's local memory.
+            unsafe { primitives::cta_copy(dst as usize, src_ptr as usize, nbytes as usize) };
+            Ok(())
+        });
+        code(r)
+    }
+
+    /// CTA-cooperative copy of `nbytes` from `peer`'s copy of the symmetric `src_ptr` to local
+    /// `dst_ptr`.
+    fn symm_get(ctx: i64, dst_ptr: i64, src_ptr: i64, nbytes: i64, peer: i32) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            if nbytes < 0 {
+                return Err(status::INVALID_ARGUMENT);
+            }
+            let src = ctx::peer_address(c, src_ptr as u64, nbytes as u64, peer)?;
+            // SAFETY: src checked inside the peer's heap; dst is the caller's local memory.
+            unsafe { primitives::cta_copy(dst_ptr as usize, src as usize, nbytes as usize) };
+            Ok(())
+        });
+        code(r)
+    }
+
+    /// Sets (`SIGNAL_OP_SET`) or adds to (`SIGNAL_OP_ADD`) `peer`'s user signal slot `slot`,
+    /// after this CTA's earlier writes (e.g. `symm_put`) are visible to that peer.
+    fn symm_signal(ctx: i64, slot: i64, value: i64, signal_op: i32, peer: i32) -> i32 {
+        match ctx::context(ctx) {
+            Ok(c) => primitives::signal(c, slot, value, signal_op, peer),
+            Err(e) => e,
         }
-        or_status(ctx::context(ctx).and_then(|c| ctx::peer_address(c, ptr as u64, nbytes as u64, peer)))
+    }
+
+    /// Waits until this rank's user signal slot `slot` compares (`CMP_*`) true against `value`;
+    /// gives TIMEOUT after the context's timeout (and records it).
+    fn symm_signal_wait(ctx: i64, slot: i64, cmp_op: i32, value: i64) -> i32 {
+        match ctx::context(ctx) {
+            Ok(c) => primitives::signal_wait(c, slot, cmp_op, value, which!(symm_signal_wait)),
+            Err(e) => e,
+        }
+    }
+
+    /// The current value of this rank's user signal slot `slot` (or a negative status for a bad
+    /// context or slot; slot values are the caller's, so reserve negatives if you need both).
+    fn symm_signal_read(ctx: i64, slot: i64) -> i64 {
+        match ctx::context(ctx).and_then(|c| primitives::signal_slot(c, c.rank as usize, slot)) {
+            // SAFETY: a checked slot of our own signal region.
+            Ok(p) => unsafe { hw::load_acquire_u64(p) as i64 },
+            Err(e) => e as i64,
+        }
+    }
+
+    /// Memory fence at `scope` (`FENCE_SCOPE_CTA` syncs the CTA; GPU and SYSTEM fence each thread).
+    fn symm_fence(scope: i32) -> i32 {
+        match scope {
+            crate::abi::fence_scope::CTA => {
+                hw::sync_threads();
+                status::OK
+            }
+            crate::abi::fence_scope::GPU => {
+                hw::fence_gpu();
+                status::OK
+            }
+            crate::abi::fence_scope::SYSTEM => {
+                hw::fence_system();
+                status::OK
+            }
+            _ => status::INVALID_ARGUMENT,
+        }
     }
 }

@@ -8,8 +8,15 @@
 #![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
 
 pub mod abi;
+pub mod all_reduce;
+pub mod collectives;
 pub mod ctx;
+pub mod elem;
 pub mod hw;
+pub mod mem;
+pub mod primitives;
+pub mod region;
+pub mod sync;
 #[macro_use]
 mod export_macro;
 pub mod exports;

@@ -29,6 +29,7 @@ const BARRIER_TIMEOUT: Duration = Duration::from_secs(20);
 /// A CTA barrier that names the deadlock instead of hanging: `wait` panics after a timeout.
 pub struct CtaBarrier {
     threads: u32,
+    or_acc: AtomicU32,
     state: Mutex<(u32, u64)>, // (arrived in this generation, generation)
     cv: Condvar,
     label: String,
@@ -36,7 +37,13 @@ pub struct CtaBarrier {
 
 impl CtaBarrier {
     fn new(threads: u32, label: String) -> Self {
-        CtaBarrier { threads, state: Mutex::new((0, 0)), cv: Condvar::new(), label }
+        CtaBarrier {
+            threads,
+            or_acc: AtomicU32::new(0),
+            state: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+            label,
+        }
     }
 
     fn wait(&self) {
@@ -59,7 +66,11 @@ impl CtaBarrier {
                     self.label, arrived, self.threads
                 );
             }
-            guard = self.cv.wait_timeout(guard, left).unwrap_or_else(|e| e.into_inner()).0;
+            guard = self
+                .cv
+                .wait_timeout(guard, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 }
@@ -79,7 +90,8 @@ std::thread_local! {
 }
 
 fn hw() -> ThreadHw {
-    HW.with(|h| h.get()).expect("hardware-layer call outside a simulated launch")
+    HW.with(|h| h.get())
+        .expect("hardware-layer call outside a simulated launch")
 }
 
 fn yield_enabled() -> bool {
@@ -115,7 +127,11 @@ where
 {
     let barriers: std::vec::Vec<CtaBarrier> = (0..ranks * ctas as usize)
         .map(|i| {
-            let l = std::format!("{label}: rank {} cta {}", i / ctas as usize, i % ctas as usize);
+            let l = std::format!(
+                "{label}: rank {} cta {}",
+                i / ctas as usize,
+                i % ctas as usize
+            );
             CtaBarrier::new(threads, l)
         })
         .collect();
@@ -149,7 +165,8 @@ where
                             HW.with(|h| h.set(None));
                             if let Err(e) = r {
                                 let msg = panic_message(&e);
-                                let mut first = first_panic.lock().unwrap_or_else(|e| e.into_inner());
+                                let mut first =
+                                    first_panic.lock().unwrap_or_else(|e| e.into_inner());
                                 if first.is_none() {
                                     *first = Some(msg);
                                 }
@@ -298,4 +315,118 @@ pub fn fence_gpu() {
 /// Lets other simulated threads run while one spins (the host has far fewer cores than threads).
 pub fn spin_pause() {
     std::thread::yield_now()
+}
+
+/// CTA barrier with an OR over the threads' predicates (`bar.red.or.pred` on the GPU).
+pub fn sync_threads_or(pred: bool) -> bool {
+    // A per-thread scratch flag would need CTA-shared state; the barrier object carries one.
+    maybe_yield();
+    // SAFETY: the barrier outlives every simulated thread (see `sync_threads`).
+    let b = unsafe { &*hw().barrier };
+    b.reduce_or(pred)
+}
+
+impl CtaBarrier {
+    /// Two barrier phases: everyone ORs into the accumulator, then everyone reads it; the
+    /// accumulator is cleared by the last reader so the next call starts fresh.
+    fn reduce_or(&self, pred: bool) -> bool {
+        if pred {
+            self.or_acc.store(1, Ordering::SeqCst);
+        }
+        self.wait();
+        let r = self.or_acc.load(Ordering::SeqCst) != 0;
+        self.wait();
+        // Everyone has read it; one thread resets it before anyone can reach the next reduction
+        // (which starts after a third barrier).
+        if thread_idx().0 == 0 {
+            self.or_acc.store(0, Ordering::SeqCst);
+        }
+        self.wait();
+        r
+    }
+}
+
+pub unsafe fn load_u16(p: *const u16) -> u16 {
+    core::sync::atomic::AtomicU16::from_ptr(p as *mut u16).load(Ordering::Relaxed)
+}
+
+pub unsafe fn store_u16(p: *mut u16, v: u16) {
+    core::sync::atomic::AtomicU16::from_ptr(p).store(v, Ordering::Relaxed)
+}
+
+pub unsafe fn load_u32(p: *const u32) -> u32 {
+    AtomicU32::from_ptr(p as *mut u32).load(Ordering::Relaxed)
+}
+
+pub unsafe fn store_u32(p: *mut u32, v: u32) {
+    AtomicU32::from_ptr(p).store(v, Ordering::Relaxed)
+}
+
+pub unsafe fn load_u8(p: *const u8) -> u8 {
+    core::sync::atomic::AtomicU8::from_ptr(p as *mut u8).load(Ordering::Relaxed)
+}
+
+pub unsafe fn store_u8(p: *mut u8, v: u8) {
+    core::sync::atomic::AtomicU8::from_ptr(p).store(v, Ordering::Relaxed)
+}
+
+/// f16 bits -> f32, exact (as `cvt.f32.f16`).
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    match exp {
+        0 => {
+            // Zero or subnormal: man * 2^-24, exact in f32.
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            f32::from_bits(v.to_bits() | sign)
+        }
+        0x1f => f32::from_bits(sign | 0x7f80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
+}
+
+/// f32 -> f16 bits, round to nearest even (as `cvt.rn.f16.f32`).
+pub fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 112; // f16 biased exponent
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rem = m & ((1u32 << shift) - 1);
+        let mut r = m >> shift;
+        if rem > half || (rem == half && r & 1 == 1) {
+            r += 1;
+        }
+        return sign | r as u16;
+    }
+    let mut r = ((e as u32) << 10) | (man >> 13);
+    let rem = man & 0x1fff;
+    if rem > 0x1000 || (rem == 0x1000 && r & 1 == 1) {
+        r += 1; // a carry into the exponent is the correct rounding (up to infinity)
+    }
+    sign | r as u16
+}
+
+/// f32 -> bf16 bits, round to nearest even (as `cvt.rn.bf16.f32`; NaN stays a quiet NaN).
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    let lsb = (b >> 16) & 1;
+    (b.wrapping_add(0x7fff + lsb) >> 16) as u16
 }

@@ -180,3 +180,86 @@ pub fn fence_gpu() {
 /// Hint to back off inside a spin loop (`nanosleep` exists from sm_70).
 #[inline(always)]
 pub fn spin_pause() {}
+
+/// CTA barrier that also ORs a predicate over all threads (`bar.red.or.pred`): how a CTA agrees
+/// that some thread saw a timeout without shared memory.
+#[inline(always)]
+pub fn sync_threads_or(pred: bool) -> bool {
+    let r: u32;
+    // SAFETY: all threads of the CTA reach every call site (see `sync_threads`).
+    unsafe {
+        asm!(
+            "{{ .reg .pred %p_in, %p_out;",
+            "setp.ne.u32 %p_in, {x}, 0;",
+            "bar.red.or.pred %p_out, 0, %p_in;",
+            "selp.u32 {r}, 1, 0, %p_out; }}",
+            x = in(reg32) pred as u32,
+            r = out(reg32) r,
+            options(nostack)
+        )
+    };
+    r != 0
+}
+
+#[inline(always)]
+pub unsafe fn load_u16(p: *const u16) -> u16 {
+    core::ptr::read_volatile(p)
+}
+
+#[inline(always)]
+pub unsafe fn store_u16(p: *mut u16, v: u16) {
+    core::ptr::write_volatile(p, v)
+}
+
+#[inline(always)]
+pub unsafe fn load_u32(p: *const u32) -> u32 {
+    core::ptr::read_volatile(p)
+}
+
+#[inline(always)]
+pub unsafe fn store_u32(p: *mut u32, v: u32) {
+    core::ptr::write_volatile(p, v)
+}
+
+#[inline(always)]
+pub unsafe fn load_u8(p: *const u8) -> u8 {
+    core::ptr::read_volatile(p)
+}
+
+#[inline(always)]
+pub unsafe fn store_u8(p: *mut u8, v: u8) {
+    core::ptr::write_volatile(p, v)
+}
+
+/// f16 bits -> f32 (`cvt.f32.f16`, exact).
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let f: f32;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        asm!("cvt.f32.f16 {f}, {h};", f = out(reg32) f, h = in(reg16) h, options(pure, nomem, nostack))
+    };
+    f
+}
+
+/// f32 -> f16 bits, round to nearest even (`cvt.rn.f16.f32`).
+#[inline(always)]
+pub fn f32_to_f16(f: f32) -> u16 {
+    let h: u16;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        asm!("cvt.rn.f16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(pure, nomem, nostack))
+    };
+    h
+}
+
+/// f32 -> bf16 bits, round to nearest even (`cvt.rn.bf16.f32`, sm_80+).
+#[inline(always)]
+pub fn f32_to_bf16(f: f32) -> u16 {
+    let h: u16;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        asm!("cvt.rn.bf16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(pure, nomem, nostack))
+    };
+    h
+}

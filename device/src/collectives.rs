@@ -1,0 +1,92 @@
+//! The pull-based collectives: each rank reads what it needs from its peers' symmetric buffers
+//! with 16-byte vector loads. A barrier among same-index CTAs before the reads makes the peers'
+//! inputs visible; one after keeps a rank from returning (and overwriting its input) while a
+//! peer still reads it. Work is split by 16-byte units: across CTAs, then across threads.
+
+use crate::all_reduce::{copy_units, reduce_units};
+use crate::elem::Elem;
+use crate::mem::split;
+use crate::region::Region;
+use crate::sync::Call;
+
+/// CTA `call.cta`'s share of a region of `bytes` bytes, in 16-byte units.
+#[inline(always)]
+fn my_units(call: &Call, bytes: usize) -> (usize, usize) {
+    split(bytes.div_ceil(16), call.ctas, call.cta)
+}
+
+/// `out = reduce over p of input@p[rank * n ..][.. n]`; `input` holds `world` blocks of `out.bytes`.
+pub fn reduce_scatter<E: Elem>(
+    call: &Call,
+    input: &Region,
+    out: &Region,
+    op: i32,
+) -> Result<(), i32> {
+    call.barrier(0)?;
+    let block = input.sub(call.rank * out.bytes, out.bytes);
+    let (lo, hi) = my_units(call, out.bytes);
+    reduce_units::<E>(call, &block, out, lo, hi, op);
+    call.barrier(1)
+}
+
+/// `out[p * n ..][.. n] = input@p` for every rank p. In place when `input` is this rank's block
+/// of `out` (its copy is then skipped).
+pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
+    call.barrier(0)?;
+    let n = input.bytes;
+    let (lo, hi) = my_units(call, n);
+    for k in 0..call.world {
+        let p = (call.rank + k) % call.world;
+        let dst = out.sub(p * n, n);
+        if p == call.rank && dst.offset == input.offset {
+            continue;
+        }
+        copy_units(call, input, p, &dst, lo, hi);
+    }
+    call.barrier(1)
+}
+
+/// `buf = buf@root` on every rank.
+pub fn broadcast(call: &Call, buf: &Region, root: usize) -> Result<(), i32> {
+    call.barrier(0)?;
+    if call.rank != root {
+        let (lo, hi) = my_units(call, buf.bytes);
+        copy_units(call, buf, root, buf, lo, hi);
+    }
+    call.barrier(1)
+}
+
+/// On `root`: `out = reduce over p of input@p`. Other ranks only take part in the barriers.
+pub fn reduce<E: Elem>(
+    call: &Call,
+    input: &Region,
+    out: &Region,
+    op: i32,
+    root: usize,
+) -> Result<(), i32> {
+    call.barrier(0)?;
+    if call.rank == root {
+        let (lo, hi) = my_units(call, input.bytes);
+        reduce_units::<E>(call, input, out, lo, hi, op);
+    }
+    call.barrier(1)
+}
+
+/// `out[p * n ..][.. n] = input@p[rank * n ..][.. n]` for every rank p (equal splits).
+pub fn all_to_all(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
+    call.barrier(0)?;
+    let n = out.bytes / call.world;
+    let (lo, hi) = my_units(call, n);
+    for k in 0..call.world {
+        let p = (call.rank + k) % call.world;
+        copy_units(
+            call,
+            &input.sub(call.rank * n, n),
+            p,
+            &out.sub(p * n, n),
+            lo,
+            hi,
+        );
+    }
+    call.barrier(1)
+}

@@ -1,0 +1,96 @@
+//! Building blocks for users who write their own algorithms in Triton: bulk put/get to and from
+//! a peer, signals and waits on signal slots, fences. Barriers are in `sync.rs`.
+
+use crate::abi::{cmp, signal, signal_op, status, SymmContext};
+use crate::hw;
+use crate::mem::copy_bytes;
+use crate::sync::wait_until;
+
+/// Address of user signal slot `slot` in `rank`'s signal region, or INVALID_ARGUMENT.
+pub fn signal_slot(c: &SymmContext, rank: usize, slot: i64) -> Result<*mut u64, i32> {
+    if slot < 0 || slot as usize >= signal::USER_SLOTS {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok((c.peer_signal[rank] as usize + signal::USER_OFFSET + slot as usize * 8) as *mut u64)
+}
+
+/// CTA-cooperative copy of `n` bytes; every thread takes a strided share, then the CTA syncs.
+///
+/// # Safety
+/// Both ranges are mapped in this process and do not overlap.
+pub unsafe fn cta_copy(dst: usize, src: usize, n: usize) {
+    copy_bytes(
+        dst,
+        src,
+        n,
+        hw::thread_rank() as usize,
+        hw::cta_threads() as usize,
+    );
+    hw::sync_threads();
+}
+
+/// Sets or adds `value` into `peer`'s slot after making this CTA's earlier writes visible there.
+pub fn signal(c: &SymmContext, slot: i64, value: i64, op: i32, peer: i32) -> i32 {
+    if peer < 0 || peer >= c.world_size {
+        return status::INVALID_ARGUMENT;
+    }
+    let p = match signal_slot(c, peer as usize, slot) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if op != signal_op::SET && op != signal_op::ADD {
+        return status::UNSUPPORTED_OP;
+    }
+    hw::sync_threads();
+    if hw::thread_rank() == 0 {
+        hw::fence_system();
+        // SAFETY: `p` is a user slot of a mapped peer signal region (checked above).
+        unsafe {
+            if op == signal_op::SET {
+                hw::store_release_u64(p, value as u64);
+            } else {
+                hw::atomic_add_release_u64(p, value as u64);
+            }
+        }
+    }
+    hw::sync_threads();
+    status::OK
+}
+
+/// Whether `v cmp target` holds (values compared as signed 64-bit integers).
+fn holds(op: i32, v: i64, target: i64) -> bool {
+    match op {
+        cmp::EQ => v == target,
+        cmp::NE => v != target,
+        cmp::GT => v > target,
+        cmp::GE => v >= target,
+        cmp::LT => v < target,
+        _ => v <= target,
+    }
+}
+
+/// Waits until this rank's slot satisfies `slot cmp value`; TIMEOUT (recorded) after the
+/// context's timeout. Thread 0 polls; the CTA learns the outcome through the barrier.
+pub fn signal_wait(c: &SymmContext, slot: i64, op: i32, value: i64, which: i32) -> i32 {
+    let p = match signal_slot(c, c.rank as usize, slot) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if !(cmp::EQ..=cmp::LE).contains(&op) {
+        return status::UNSUPPORTED_OP;
+    }
+    let mut late = false;
+    if hw::thread_rank() == 0 {
+        let deadline = hw::now_ns().saturating_add(c.timeout_ns);
+        // SAFETY: our own user slot (checked above).
+        late = !wait_until(deadline, || {
+            holds(op, unsafe { hw::load_acquire_u64(p) } as i64, value)
+        });
+        hw::fence_system();
+    }
+    if hw::sync_threads_or(late) {
+        crate::ctx::record_error(c, status::TIMEOUT, which);
+        return status::TIMEOUT;
+    }
+    status::OK
+}

@@ -1,0 +1,141 @@
+//! Cross-rank synchronization of same-index CTAs: per-call epochs, the barrier, and bounded waits.
+//!
+//! Every collective call on CTA `c` of rank `r` talks only to CTA `c` of the other ranks. Each
+//! CTA keeps a call counter (its epoch) in its rank's signal region; because all ranks make the
+//! same calls with the same grid, the counters of same-index CTAs stay equal, so a call can tag
+//! its flags with the epoch and never has to clear them (CUDA-graph safe: the state lives in
+//! device memory, not in kernel arguments).
+
+use crate::abi::{signal, status, SymmContext, MAX_RANKS};
+use crate::ctx;
+use crate::hw;
+
+/// Epochs live in 30 bits and skip 0, so that `epoch << 2 | phase` is never 0 (0 is what an
+/// untouched flag holds) and LL flags (`epoch`) are never 0 either.
+const EPOCH_MASK: u32 = (1 << 30) - 1;
+
+/// Barrier phases available within one call (`epoch << 2 | phase`).
+pub const MAX_PHASES: u32 = 4;
+
+/// The context and this CTA's coordinates for one call.
+pub struct Call<'a> {
+    pub c: &'a SymmContext,
+    pub rank: usize,
+    pub world: usize,
+    pub cta: usize,
+    pub ctas: usize,
+    pub tid: usize,
+    pub threads: usize,
+    pub epoch: u32,
+    /// Which exported function this is (its index in `EXPORTS`), for the error record.
+    pub which: i32,
+}
+
+fn epoch_word(c: &SymmContext, cta: usize) -> *mut u32 {
+    (c.peer_signal[c.rank as usize] as usize + signal::EPOCH_OFFSET + cta * 4) as *mut u32
+}
+
+impl<'a> Call<'a> {
+    /// Starts a call: every thread reads this CTA's epoch and one thread advances it.
+    ///
+    /// The barrier before the read keeps a thread from reading before the previous call's
+    /// increment; the one after keeps thread 0 from writing before everyone has read.
+    pub fn begin(c: &'a SymmContext, which: i32) -> Result<Self, i32> {
+        let cta = hw::cta_rank() as usize;
+        let ctas = hw::grid_ctas() as usize;
+        if ctas > crate::abi::MAX_CTAS {
+            return Err(status::INVALID_ARGUMENT);
+        }
+        let tid = hw::thread_rank() as usize;
+        let word = epoch_word(c, cta);
+        hw::sync_threads();
+        // SAFETY: `word` is inside this rank's signal region (cta < MAX_CTAS).
+        let mut epoch = unsafe { hw::load_relaxed_u32(word) }.wrapping_add(1) & EPOCH_MASK;
+        if epoch == 0 {
+            epoch = 1;
+        }
+        hw::sync_threads();
+        if tid == 0 {
+            // SAFETY: as above.
+            unsafe { hw::store_relaxed_u32(word, epoch) };
+        }
+        Ok(Call {
+            c,
+            rank: c.rank as usize,
+            world: c.world_size as usize,
+            cta,
+            ctas,
+            tid,
+            threads: hw::cta_threads() as usize,
+            epoch,
+            which,
+        })
+    }
+
+    /// Ends a call: no thread may start the next call on this CTA before all threads finished
+    /// this one (the next call reuses the scratch slots of the call before this one).
+    pub fn end(&self, result: i32) -> i32 {
+        hw::sync_threads();
+        result
+    }
+
+    /// Deadline for waits that start now.
+    pub fn deadline(&self) -> u64 {
+        hw::now_ns().saturating_add(self.c.timeout_ns)
+    }
+
+    /// Records a timeout in the context; returns the status to give back.
+    pub fn timed_out(&self) -> i32 {
+        ctx::record_error(self.c, status::TIMEOUT, self.which);
+        status::TIMEOUT
+    }
+
+    /// Barrier among CTA `self.cta` of every rank. `phase` < MAX_PHASES distinguishes the
+    /// barriers of one call. All memory accesses this CTA made before it are visible to the
+    /// same-index CTAs of every peer after it.
+    pub fn barrier(&self, phase: u32) -> Result<(), i32> {
+        let value = (self.epoch << 2) | phase;
+        let mut late = false;
+        hw::sync_threads();
+        if self.tid < self.world {
+            let p = self.tid;
+            let slot = |rank_base: u64, from: usize| {
+                (rank_base as usize + signal::BARRIER_OFFSET + (self.cta * MAX_RANKS + from) * 4)
+                    as *mut u32
+            };
+            // Thread p tells rank p that this rank arrived, then waits for rank p to arrive here.
+            hw::fence_system();
+            // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS.
+            unsafe { hw::store_release_u32(slot(self.c.peer_signal[p], self.rank), value) };
+            let mine = slot(self.c.peer_signal[self.rank], p);
+            late = !wait_until(self.deadline(), || {
+                // SAFETY: our own signal region, same index bounds as above.
+                unsafe { hw::load_acquire_u32(mine) == value }
+            });
+            hw::fence_system();
+        }
+        if hw::sync_threads_or(late) {
+            return Err(self.timed_out());
+        }
+        Ok(())
+    }
+}
+
+/// Spins until `ready()` or the deadline; false on timeout. Checks the clock only every few
+/// iterations: `%globaltimer` reads are not free.
+#[inline(always)]
+pub fn wait_until(deadline: u64, mut ready: impl FnMut() -> bool) -> bool {
+    let mut spins: u32 = 0;
+    loop {
+        if ready() {
+            return true;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            if hw::now_ns() > deadline {
+                return false;
+            }
+            hw::spin_pause();
+        }
+    }
+}

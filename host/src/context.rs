@@ -1,0 +1,359 @@
+//! The device-resident `SymmContext`: encoding it, writing it to its own small device allocation,
+//! and the few fields the host touches afterwards (`error`, `error_detail`, `timeout_ns`).
+//!
+//! The encoder writes the fields one by one in the order and widths the host believes in,
+//! independently of Rust's `repr(C)` layout computation; the layout test checks that this agrees
+//! with `abi::CONTEXT_FIELDS` (what the device reads), so a field reordered on one side fails CI.
+
+use crate::abi::{self, SymmContext, MAX_RANKS};
+use crate::driver::{Device, DeviceBuffer};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// (field name, byte offset, byte size), as the encoder writes them.
+pub type FieldLayout = Vec<(&'static str, usize, usize)>;
+
+struct Writer {
+    bytes: Vec<u8>,
+    fields: FieldLayout,
+}
+
+impl Writer {
+    fn field(&mut self, name: &'static str, data: &[u8]) {
+        self.fields.push((name, self.bytes.len(), data.len()));
+        self.bytes.extend_from_slice(data);
+    }
+
+    fn pad(&mut self, n: usize) {
+        self.bytes.resize(self.bytes.len() + n, 0);
+    }
+
+    fn array(&mut self, name: &'static str, a: &[u64; MAX_RANKS]) {
+        let v: Vec<u8> = a.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.field(name, &v);
+    }
+}
+
+/// Serializes `c` into the bytes the device reads, and the layout used.
+pub fn encode_with_layout(c: &SymmContext) -> (Vec<u8>, FieldLayout) {
+    let mut w = Writer {
+        bytes: Vec::with_capacity(abi::CONTEXT_SIZE),
+        fields: Vec::new(),
+    };
+    w.field("magic", &c.magic.to_le_bytes());
+    w.field("version", &c.version.to_le_bytes());
+    w.field("backend", &c.backend.to_le_bytes());
+    w.field("rank", &c.rank.to_le_bytes());
+    w.field("world_size", &c.world_size.to_le_bytes());
+    w.field("error", &c.error.to_le_bytes());
+    w.field("error_detail", &c.error_detail.to_le_bytes());
+    w.pad(4); // `_pad0`: aligns the u64 fields that follow.
+    w.field("heap_size", &c.heap_size.to_le_bytes());
+    w.field("signal_size", &c.signal_size.to_le_bytes());
+    w.field("scratch_size", &c.scratch_size.to_le_bytes());
+    w.field("timeout_ns", &c.timeout_ns.to_le_bytes());
+    w.array("peer_heap", &c.peer_heap);
+    w.array("peer_signal", &c.peer_signal);
+    w.array("peer_scratch", &c.peer_scratch);
+    (w.bytes, w.fields)
+}
+
+/// Serializes `c` into the bytes the device reads.
+pub fn encode(c: &SymmContext) -> Vec<u8> {
+    encode_with_layout(c).0
+}
+
+/// Byte offset of a context field, from the host encoder's layout.
+fn offset_of(name: &str) -> usize {
+    let (_, fields) = encode_with_layout(&SymmContext::new(0, 1));
+    fields
+        .iter()
+        .find(|f| f.0 == name)
+        .map(|f| f.1)
+        .expect("known context field")
+}
+
+/// A `SymmContext` in device memory (one small allocation), owned by a heap or external context.
+#[derive(Debug)]
+pub struct DeviceContext {
+    buf: DeviceBuffer,
+}
+
+impl DeviceContext {
+    /// Allocates device memory for `c` on `device` and writes it there.
+    pub fn create(device: &Arc<Device>, c: &SymmContext) -> Result<Self> {
+        let bytes = encode(c);
+        let buf = DeviceBuffer::new(device, bytes.len())?;
+        device.write(buf.ptr(), &bytes)?;
+        Ok(DeviceContext { buf })
+    }
+
+    /// Device address of the context: the `ctx` argument of every device function.
+    pub fn ptr(&self) -> u64 {
+        self.buf.ptr()
+    }
+
+    /// The context as the device sees it now.
+    pub fn read(&self) -> Result<Vec<u8>> {
+        let mut b = vec![0u8; self.buf.bytes()];
+        self.buf.device().read(self.buf.ptr(), &mut b)?;
+        Ok(b)
+    }
+
+    /// The first error a device function recorded, as `(status, detail)`; `(0, 0)` if none.
+    /// Waits for all work on the device first, so errors of kernels already launched are seen.
+    pub fn read_error(&self) -> Result<(i32, i32)> {
+        let dev = self.buf.device();
+        dev.synchronize()?;
+        let off = offset_of("error");
+        debug_assert_eq!(offset_of("error_detail"), off + 4);
+        let mut b = [0u8; 8];
+        dev.read(self.buf.ptr() + off as u64, &mut b)?;
+        let code = i32::from_le_bytes(b[0..4].try_into().unwrap());
+        let detail = i32::from_le_bytes(b[4..8].try_into().unwrap());
+        Ok((code, detail))
+    }
+
+    /// Resets `error` and `error_detail` to 0 (after the host has raised them).
+    pub fn clear_error(&self) -> Result<()> {
+        let dev = self.buf.device();
+        dev.synchronize()?;
+        dev.write(self.buf.ptr() + offset_of("error") as u64, &[0u8; 8])
+    }
+
+    /// Sets how long device-side waits on peers spin before giving up with `TIMEOUT`.
+    /// Must not race with running kernels of this context, so it waits for the device first.
+    pub fn set_timeout_ns(&self, ns: u64) -> Result<()> {
+        if ns == 0 {
+            return Err(Error::InvalidArgument(
+                "timeout must be positive (0 would fail every wait at once)".into(),
+            ));
+        }
+        let dev = self.buf.device();
+        dev.synchronize()?;
+        dev.write(
+            self.buf.ptr() + offset_of("timeout_ns") as u64,
+            &ns.to_le_bytes(),
+        )
+    }
+
+    /// Frees the device memory now, reporting a driver error.
+    pub fn release(self) -> Result<()> {
+        self.buf.release()
+    }
+}
+
+/// Checks rank/world arguments shared by heaps and external contexts.
+pub fn check_rank(rank: i32, world: i32) -> Result<()> {
+    if world < 1 || world as usize > MAX_RANKS {
+        return Err(Error::InvalidArgument(format!(
+            "world size {world} is outside 1..={MAX_RANKS} (one context addresses one node)"
+        )));
+    }
+    if rank < 0 || rank >= world {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank} is outside 0..{world}"
+        )));
+    }
+    Ok(())
+}
+
+/// Builds the `SymmContext` for memory that someone else allocated and mapped (PyTorch's
+/// symmetric memory): per-rank buffer bases, their common size, per-rank signal pads and their
+/// common size. There is no scratch region (`scratch_size = 0`, collectives that need scratch
+/// must use an ironlink heap).
+pub fn external_context(
+    rank: i32,
+    world: i32,
+    buffer_ptrs: &[u64],
+    buffer_size: u64,
+    signal_ptrs: &[u64],
+    signal_size: u64,
+) -> Result<SymmContext> {
+    check_rank(rank, world)?;
+    let w = world as usize;
+    if buffer_ptrs.len() != w || signal_ptrs.len() != w {
+        return Err(Error::InvalidArgument(format!(
+            "need one buffer and one signal pad pointer per rank: world size {world}, got {} \
+             buffer pointer(s) and {} signal pad pointer(s)",
+            buffer_ptrs.len(),
+            signal_ptrs.len()
+        )));
+    }
+    if let Some(r) = (0..w).find(|&r| buffer_ptrs[r] == 0 || signal_ptrs[r] == 0) {
+        return Err(Error::InvalidArgument(format!(
+            "rank {r}'s buffer or signal pad pointer is null"
+        )));
+    }
+    if buffer_size == 0 {
+        return Err(Error::InvalidArgument("buffer size is 0".into()));
+    }
+    let needed = abi::signal::MIN_BYTES as u64;
+    if signal_size < needed {
+        return Err(Error::SignalPadTooSmall {
+            size: signal_size,
+            needed,
+        });
+    }
+    let mut c = SymmContext::new(rank, world);
+    c.heap_size = buffer_size;
+    c.signal_size = signal_size;
+    c.scratch_size = 0;
+    c.peer_heap[..w].copy_from_slice(buffer_ptrs);
+    c.peer_signal[..w].copy_from_slice(signal_ptrs);
+    Ok(c)
+}
+
+/// A context over external memory, living in its own device allocation.
+#[derive(Debug)]
+pub struct ExternalContext {
+    ctx: Option<DeviceContext>,
+    rank: i32,
+    world: i32,
+}
+
+impl ExternalContext {
+    /// See [`external_context`] for the arguments; `device` is this process's CUDA ordinal.
+    pub fn create(
+        device: i32,
+        rank: i32,
+        world: i32,
+        buffer_ptrs: &[u64],
+        buffer_size: u64,
+        signal_ptrs: &[u64],
+        signal_size: u64,
+    ) -> Result<Self> {
+        let c = external_context(rank, world, buffer_ptrs, buffer_size, signal_ptrs, signal_size)?;
+        let dev = Device::open(device)?;
+        Ok(ExternalContext {
+            ctx: Some(DeviceContext::create(&dev, &c)?),
+            rank,
+            world,
+        })
+    }
+
+    pub fn context(&self) -> Result<&DeviceContext> {
+        self.ctx.as_ref().ok_or(Error::Closed("the external context"))
+    }
+
+    pub fn ctx_ptr(&self) -> Result<u64> {
+        Ok(self.context()?.ptr())
+    }
+
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+
+    pub fn world(&self) -> i32 {
+        self.world
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.ctx.is_none()
+    }
+
+    /// Frees the context's device memory; the external buffers are not ours. Idempotent.
+    pub fn close(&mut self) -> Result<()> {
+        match self.ctx.take() {
+            Some(c) => c.release(),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A context whose every field holds a distinct recognizable value.
+    fn sample() -> SymmContext {
+        let mut c = SymmContext::new(3, 8);
+        c.error = -7;
+        c.error_detail = 11;
+        c.heap_size = 0x1111_2222_3333_4444;
+        c.signal_size = 0x5555_6666;
+        c.scratch_size = 0x7777_8888_9999;
+        c.timeout_ns = 123_456_789;
+        for r in 0..MAX_RANKS as u64 {
+            c.peer_heap[r as usize] = 0x7f00_0000_0000 + r * 0x1000_0000;
+            c.peer_signal[r as usize] = 0x7e00_0000_0000 + r * 0x1000_0000;
+            c.peer_scratch[r as usize] = 0x7d00_0000_0000 + r * 0x1000_0000;
+        }
+        c
+    }
+
+    #[test]
+    fn host_layout_matches_device_abi() {
+        let c = sample();
+        let (bytes, fields) = encode_with_layout(&c);
+        assert_eq!(bytes.len(), abi::CONTEXT_SIZE, "context size");
+        assert_eq!(
+            fields.len(),
+            abi::CONTEXT_FIELDS.len(),
+            "field count: host {fields:?} vs device {:?}",
+            abi::CONTEXT_FIELDS
+        );
+        for &(name, off, size) in abi::CONTEXT_FIELDS {
+            let host = fields.iter().find(|f| f.0 == name);
+            assert_eq!(host, Some(&(name, off, size)), "field {name}");
+        }
+        // The bytes at each device offset hold the value the host meant for that field.
+        let at = |name: &str| {
+            let &(_, off, size) = abi::CONTEXT_FIELDS.iter().find(|f| f.0 == name).unwrap();
+            &bytes[off..off + size]
+        };
+        assert_eq!(at("magic"), abi::CTX_MAGIC.to_le_bytes());
+        assert_eq!(at("version"), abi::ABI_VERSION.to_le_bytes());
+        assert_eq!(at("backend"), abi::backend::P2P.to_le_bytes());
+        assert_eq!(at("rank"), 3i32.to_le_bytes());
+        assert_eq!(at("world_size"), 8i32.to_le_bytes());
+        assert_eq!(at("error"), (-7i32).to_le_bytes());
+        assert_eq!(at("error_detail"), 11i32.to_le_bytes());
+        assert_eq!(at("heap_size"), c.heap_size.to_le_bytes());
+        assert_eq!(at("signal_size"), c.signal_size.to_le_bytes());
+        assert_eq!(at("scratch_size"), c.scratch_size.to_le_bytes());
+        assert_eq!(at("timeout_ns"), c.timeout_ns.to_le_bytes());
+        assert_eq!(at("peer_heap")[8 * 5..8 * 6], c.peer_heap[5].to_le_bytes());
+        assert_eq!(at("peer_signal")[..8], c.peer_signal[0].to_le_bytes());
+        assert_eq!(at("peer_scratch")[8 * 7..], c.peer_scratch[7].to_le_bytes());
+    }
+
+    #[test]
+    fn encoding_equals_in_memory_struct() {
+        // What the device dereferences is the repr(C) struct; our bytes must be exactly it.
+        let c = sample();
+        // SAFETY: SymmContext is repr(C), Copy, and has no padding that is uninitialized (the
+        // only padding is the explicit `_pad0` field); reading it as bytes is sound.
+        let raw = unsafe {
+            std::slice::from_raw_parts(
+                (&c as *const SymmContext).cast::<u8>(),
+                std::mem::size_of::<SymmContext>(),
+            )
+        };
+        assert_eq!(encode(&c), raw);
+    }
+
+    #[test]
+    fn external_context_checks() {
+        let b = [0x1000, 0x2000];
+        let s = [0x3000, 0x4000];
+        let min = abi::signal::MIN_BYTES as u64;
+        let c = external_context(1, 2, &b, 1 << 20, &s, min).unwrap();
+        assert_eq!(c.peer_heap[..2], b);
+        assert_eq!(c.peer_signal[..2], s);
+        assert_eq!((c.scratch_size, c.peer_scratch), (0, [0; MAX_RANKS]));
+        let e = external_context(1, 2, &b, 1 << 20, &s, 2048).unwrap_err();
+        assert_eq!(
+            e,
+            Error::SignalPadTooSmall {
+                size: 2048,
+                needed: min
+            }
+        );
+        assert!(e.to_string().contains("set_signal_pad_size"), "{e}");
+        assert!(external_context(1, 2, &b[..1], 1 << 20, &s, min).is_err());
+        assert!(external_context(2, 2, &b, 1 << 20, &s, min).is_err());
+        assert!(external_context(0, 2, &[0, 1], 1 << 20, &s, min).is_err());
+        assert!(external_context(0, 9, &b, 1 << 20, &s, min).is_err());
+    }
+}

@@ -1,0 +1,120 @@
+"""`@ironlink.jit`: a Triton kernel that links ironlink's device bitcode at every launch.
+
+The wrapper is a Triton `KernelInterface` (like `triton.autotune`'s Autotuner): `kernel[grid](...)`
+and `kernel.warmup(...)` both end in `run`, which adds ``extern_libs={"ironlink": <bitcode for the
+current GPU>}`` and forwards to the wrapped kernel's `run`. Nothing global is patched and no
+post-compile hook runs: the device library keeps all its state behind the context pointer the
+kernel receives, so linking the bitcode is all that is needed.
+
+Triton puts `extern_libs` into the compile options, so the in-memory kernel cache (keyed on the
+launch options) and the on-disk cache (keyed on the bitcode file's hash) both tell two
+architectures, or a rebuilt bitcode file, apart.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Generic, Mapping, Optional, TypeVar, Union, overload
+
+import triton
+from triton.runtime.jit import KernelInterface
+
+from . import _lib
+
+T = TypeVar("T")
+
+# Name of our entry in `extern_libs`. Triton links by path and ignores the key, but the language
+# wrappers look for this key to name the library in the IR, and users may set it to override us.
+LIB_NAME = "ironlink"
+
+ExternLibs = Union[Mapping[str, str], tuple[tuple[str, str], ...], None]
+
+
+class IronlinkKernel(KernelInterface[T], Generic[T]):
+    """A Triton kernel whose launches link the ironlink bitcode; see the module docstring."""
+
+    def __init__(self, fn: KernelInterface[T], arch: Optional[_lib.ArchLike] = None) -> None:
+        # `.fn` is the wrapped kernel, as for Triton's Autotuner: code that walks `.fn` down to the
+        # Python function (autotune, heuristics, tooling) keeps working on top of us.
+        self.fn = fn
+        self.arch = None if arch is None else _lib.parse_arch(arch)
+        # (device index or pinned arch, $IRONLINK_BITCODE_DIR) -> bitcode path: the search touches
+        # the file system, and launches of small collectives are microseconds.
+        self._paths: dict[tuple[Any, Optional[str]], str] = {}
+
+    def bitcode_path(self) -> str:
+        """The bitcode this kernel links on the current device (or for its pinned arch)."""
+        env = os.environ.get(_lib.ENV_BITCODE_DIR)
+        if self.arch is not None:
+            key: tuple[Any, Optional[str]] = (self.arch, env)
+            if key not in self._paths:
+                self._paths[key] = _lib.bitcode_path(self.arch)
+            return self._paths[key]
+        from triton.runtime import driver  # the same driver JITFunction.run launches through
+
+        device = driver.active.get_current_device()
+        key = (device, env)
+        if key not in self._paths:
+            # The target Triton compiles for on this device: its arch is what our bitcode must match.
+            self._paths[key] = _lib.bitcode_path(driver.active.get_current_target().arch)
+        return self._paths[key]
+
+    def extern_libs(self, user: ExternLibs = None) -> dict[str, str]:
+        """`user`'s extern libraries plus ours; an explicit "ironlink" entry of the user's wins."""
+        libs = dict(user or {})
+        if LIB_NAME not in libs:
+            libs[LIB_NAME] = self.bitcode_path()
+        return libs
+
+    def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        kwargs["extern_libs"] = self.extern_libs(kwargs.get("extern_libs"))
+        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (arg_names, params, src, cache_key, device_caches, ...) is the kernel's.
+        # Only called for attributes not found normally; guard `fn` so a half-built object cannot loop.
+        if name == "fn":
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+    def __repr__(self) -> str:
+        return f"IronlinkKernel({self.fn!r}, arch={self.arch})"
+
+
+@overload
+def jit(fn: Callable[..., Any]) -> IronlinkKernel[Any]: ...
+
+
+@overload
+def jit(
+    fn: None = None, *, arch: Optional[_lib.ArchLike] = None, **triton_jit_kwargs: Any
+) -> Callable[[Callable[..., Any]], IronlinkKernel[Any]]: ...
+
+
+def jit(
+    fn: Optional[Callable[..., Any]] = None, *, arch: Optional[_lib.ArchLike] = None, **triton_jit_kwargs: Any
+) -> Any:
+    """Makes a kernel that links ironlink's bitcode at launch.
+
+    Use as ``@ironlink.jit`` over a ``@triton.jit`` kernel (or an autotuned one), or directly over
+    a plain function (then ``triton.jit`` is applied here, with any extra keyword arguments, e.g.
+    ``@ironlink.jit(do_not_specialize=["ctx"])``). ``arch="sm_90"`` pins the bitcode instead of
+    choosing it from the current GPU at each launch.
+
+    Device helpers that a kernel calls stay plain ``@triton.jit`` functions: linking happens per
+    launched kernel, and it covers everything the kernel inlines.
+    """
+
+    def wrap(f: Callable[..., Any]) -> IronlinkKernel[Any]:
+        if isinstance(f, KernelInterface):
+            if triton_jit_kwargs:
+                raise TypeError(
+                    f"ironlink.jit: {sorted(triton_jit_kwargs)} are triton.jit options, but {f!r} is "
+                    "already a Triton kernel; pass them to its @triton.jit"
+                )
+            kernel: KernelInterface[Any] = f
+        else:
+            kernel = triton.jit(f, **triton_jit_kwargs)
+        return IronlinkKernel(kernel, arch)
+
+    return wrap if fn is None else wrap(fn)
