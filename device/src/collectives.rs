@@ -30,18 +30,20 @@ pub fn reduce_scatter<E: Elem>(
 }
 
 /// `out[p * n ..][.. n] = input@p` for every rank p. In place when `input` is this rank's block
-/// of `out` (its copy is then skipped).
+/// of `out`: then every rank's input is its own block, which is where it is read from.
 pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
     call.barrier(0)?;
     let n = input.bytes;
+    let in_place = input.offset == out.offset + call.rank * n;
     let (lo, hi) = my_units(call, n);
-    for k in 0..call.world {
+    for k in 1..=call.world {
         let p = (call.rank + k) % call.world;
         let dst = out.sub(p * n, n);
-        if p == call.rank && dst.offset == input.offset {
+        if p == call.rank && in_place {
             continue;
         }
-        copy_units(call, input, p, &dst, lo, hi);
+        let src = if in_place { dst } else { *input };
+        copy_units(call, &src, p, &dst, lo, hi);
     }
     call.barrier(1)
 }

@@ -10,8 +10,9 @@ use crate::abi::{signal, status, SymmContext, MAX_RANKS};
 use crate::ctx;
 use crate::hw;
 
-/// Epochs live in 30 bits and skip 0, so that `epoch << 2 | phase` is never 0 (0 is what an
-/// untouched flag holds) and LL flags (`epoch`) are never 0 either.
+/// Epochs live in 30 bits and skip 0 (jumping to 2, so that parity keeps alternating), so that LL flags (`epoch`) are never 0 (what an untouched
+/// scratch word holds) and barrier values (`epoch << 2 | phase`) run through all of u32 in order,
+/// wrapping around with the epoch; barriers compare them in wrapping arithmetic.
 const EPOCH_MASK: u32 = (1 << 30) - 1;
 
 /// Barrier phases available within one call (`epoch << 2 | phase`).
@@ -52,7 +53,8 @@ impl<'a> Call<'a> {
         // SAFETY: `word` is inside this rank's signal region (cta < MAX_CTAS).
         let mut epoch = unsafe { hw::load_relaxed_u32(word) }.wrapping_add(1) & EPOCH_MASK;
         if epoch == 0 {
-            epoch = 1;
+            // Skip 0 but keep the parity alternating (LL scratch is double-buffered by parity).
+            epoch = 2;
         }
         hw::sync_threads();
         if tid == 0 {
@@ -108,9 +110,12 @@ impl<'a> Call<'a> {
             // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS.
             unsafe { hw::store_release_u32(slot(self.c.peer_signal[p], self.rank), value) };
             let mine = slot(self.c.peer_signal[self.rank], p);
+            // `>=` in wrapping arithmetic, not `==`: rank p may already have passed this barrier
+            // (it saw our arrival) and announced the next one before we looked.
             late = !wait_until(self.deadline(), || {
                 // SAFETY: our own signal region, same index bounds as above.
-                unsafe { hw::load_acquire_u32(mine) == value }
+                let seen = unsafe { hw::load_acquire_u32(mine) };
+                seen.wrapping_sub(value) as i32 >= 0
             });
             hw::fence_system();
         }

@@ -1,0 +1,453 @@
+//! The collectives on the CPU simulator: every dtype and op, world sizes 2, 3, 4 and 8, several
+//! grids and CTA sizes, odd element counts and unaligned starts, both all-reduce algorithms;
+//! results against an f64 reference, bitwise equal across ranks, nothing written outside.
+
+mod sim;
+use sim::*;
+
+/// Hands out heap regions with guard gaps, remembering them for the guard check.
+struct Layout {
+    next: usize,
+    used: Vec<(usize, usize)>,
+}
+
+impl Layout {
+    fn new() -> Self {
+        Layout {
+            next: 256,
+            used: Vec::new(),
+        }
+    }
+    /// A region of `bytes` starting `skew` bytes past a 256-byte boundary.
+    fn take(&mut self, bytes: usize, skew: usize) -> usize {
+        let off = self.next + skew;
+        self.used.push((off, off + bytes));
+        self.next = (off + bytes + 64).div_ceil(256) * 256;
+        off
+    }
+    /// Every byte outside the regions is still a guard byte on every rank.
+    fn check_guards(&self, node: &Node, what: &str) {
+        let mut lo = 0;
+        let mut used = self.used.clone();
+        used.sort();
+        for (a, b) in used {
+            assert_guard(node, what, lo, a);
+            lo = b;
+        }
+        assert_guard(node, what, lo, node.heap_bytes);
+    }
+}
+
+fn random_inputs(rng: &mut Rng, op: i32, n: usize) -> Vec<f32> {
+    // Products of 8 values stay tame near 1; the others get signed values of a few units.
+    (0..n)
+        .map(|_| {
+            if op == reduce_op::PROD {
+                rng.uniform(0.5, 1.5)
+            } else {
+                rng.uniform(-4.0, 4.0)
+            }
+        })
+        .collect()
+}
+
+/// Results are bitwise identical across ranks.
+fn assert_same_bytes(node: &Node, what: &str, offset: usize, bytes: usize) {
+    let first = &node.heap(0)[offset..offset + bytes];
+    for r in 1..node.world {
+        assert!(
+            first == &node.heap(r)[offset..offset + bytes],
+            "{what}: rank {r} differs from rank 0"
+        );
+    }
+}
+
+struct ArCase {
+    dt: Dt,
+    op: i32,
+    n: usize,
+    offset: usize,
+    want: Vec<f64>,
+}
+
+fn all_reduce_matrix(world: usize, ctas: u32, threads: u32, scratch: usize) {
+    let sizes = [1usize, 2, 7, 33, 100, 517, 3001];
+    let mut node = Node::new(world, 6 << 20, scratch);
+    let mut layout = Layout::new();
+    let mut rng = Rng::new(world as u64 * 1000 + ctas as u64);
+    let mut cases = Vec::new();
+    for dt in Dt::ALL {
+        for op in OPS {
+            for (k, n) in sizes.iter().enumerate() {
+                // Every other case starts off the 16-byte grid to exercise the narrow paths.
+                let offset = layout.take(n * dt.size(), if k % 2 == 1 { dt.size() } else { 0 });
+                let inputs: Vec<Vec<f64>> = (0..world)
+                    .map(|r| fill(&mut node, r, offset, dt, &random_inputs(&mut rng, op, *n)))
+                    .collect();
+                cases.push(ArCase {
+                    dt,
+                    op,
+                    n: *n,
+                    offset,
+                    want: reference(op, &inputs),
+                });
+            }
+        }
+    }
+    let label = format!("all_reduce world={world} ctas={ctas} threads={threads}");
+    let status = node.run(&label, ctas, threads, |rank, ctx| {
+        for c in &cases {
+            let s = exports::symm_all_reduce(
+                ctx,
+                node.addr(rank, 0),
+                c.offset as i64,
+                c.n as i64,
+                c.op,
+                c.dt.code(),
+            );
+            if s != status::OK {
+                return s;
+            }
+        }
+        status::OK
+    });
+    assert_eq!(status, vec![status::OK; world], "{label}");
+    for c in &cases {
+        let what = format!(
+            "{label} {:?} op={} n={} offset={}",
+            c.dt, c.op, c.n, c.offset
+        );
+        assert_same_bytes(&node, &what, c.offset, c.n * c.dt.size());
+        assert_close(&what, c.dt, &read(&node, 0, c.offset, c.dt, c.n), &c.want);
+    }
+    layout.check_guards(&node, &label);
+}
+
+#[test]
+fn all_reduce_world2() {
+    all_reduce_matrix(2, 1, 32, 1 << 20);
+    all_reduce_matrix(2, 4, 64, 1 << 20);
+}
+
+#[test]
+fn all_reduce_world3() {
+    all_reduce_matrix(3, 3, 32, 1 << 20);
+}
+
+#[test]
+fn all_reduce_world4() {
+    all_reduce_matrix(4, 2, 64, 1 << 20);
+}
+
+#[test]
+fn all_reduce_world8() {
+    all_reduce_matrix(8, 3, 32, 1 << 20);
+}
+
+/// With no scratch to speak of, every size takes the two-shot path.
+#[test]
+fn all_reduce_two_shot_only() {
+    all_reduce_matrix(4, 2, 32, 0);
+}
+
+/// Reduce-scatter, all-gather, broadcast, reduce and all-to-all, every dtype (and op where one
+/// applies), in one launch per configuration.
+fn pull_collectives(world: usize, ctas: u32, threads: u32) {
+    let sizes = [1usize, 5, 64, 301];
+    let mut node = Node::new(world, 4 << 20, 1 << 20);
+    let mut layout = Layout::new();
+    let mut rng = Rng::new(77 + world as u64);
+    type Check = Box<dyn Fn(&Node, &str) + Sync>;
+    type Call = Box<dyn Fn(usize, i64, &Node) -> i32 + Sync>;
+    let mut calls: Vec<(String, Call, Check)> = Vec::new();
+    for dt in Dt::ALL {
+        for (k, &n) in sizes.iter().enumerate() {
+            let skew = if k % 2 == 1 { dt.size() } else { 0 };
+            let bytes = n * dt.size();
+            for op in OPS {
+                // reduce_scatter: in = world blocks, out = n elements.
+                let inp = layout.take(world * bytes, skew);
+                let out = layout.take(bytes, 0);
+                let ins: Vec<Vec<f64>> = (0..world)
+                    .map(|r| {
+                        fill(
+                            &mut node,
+                            r,
+                            inp,
+                            dt,
+                            &random_inputs(&mut rng, op, world * n),
+                        )
+                    })
+                    .collect();
+                let wants: Vec<Vec<f64>> = (0..world)
+                    .map(|r| {
+                        reference(
+                            op,
+                            &ins.iter()
+                                .map(|v| v[r * n..(r + 1) * n].to_vec())
+                                .collect::<Vec<_>>(),
+                        )
+                    })
+                    .collect();
+                calls.push((
+                    format!("reduce_scatter {dt:?} op={op} n={n}"),
+                    Box::new(move |rank, ctx, node| {
+                        exports::symm_reduce_scatter(
+                            ctx,
+                            node.addr(rank, inp),
+                            node.addr(rank, out),
+                            n as i64,
+                            op,
+                            dt.code(),
+                        )
+                    }),
+                    Box::new(move |node, what| {
+                        for (r, want) in wants.iter().enumerate() {
+                            assert_close(
+                                &format!("{what} rank {r}"),
+                                dt,
+                                &read(node, r, out, dt, n),
+                                want,
+                            );
+                        }
+                    }),
+                ));
+                // reduce to a root.
+                let root = (n + op as usize) % world;
+                let inp = layout.take(bytes, skew);
+                let out = layout.take(bytes, 0);
+                let ins: Vec<Vec<f64>> = (0..world)
+                    .map(|r| fill(&mut node, r, inp, dt, &random_inputs(&mut rng, op, n)))
+                    .collect();
+                let want = reference(op, &ins);
+                calls.push((
+                    format!("reduce {dt:?} op={op} n={n} root={root}"),
+                    Box::new(move |rank, ctx, node| {
+                        exports::symm_reduce(
+                            ctx,
+                            node.addr(rank, inp),
+                            node.addr(rank, out),
+                            n as i64,
+                            op,
+                            dt.code(),
+                            root as i32,
+                        )
+                    }),
+                    Box::new(move |node, what| {
+                        assert_close(what, dt, &read(node, root, out, dt, n), &want);
+                        for r in (0..node.world).filter(|r| *r != root) {
+                            let untouched =
+                                node.heap(r)[out..out + bytes].iter().all(|b| *b == GUARD);
+                            assert!(
+                                untouched,
+                                "{what}: rank {r} (not the root) had its output written"
+                            );
+                        }
+                    }),
+                ));
+            }
+            // all_gather (out of place, and in place).
+            for in_place in [false, true] {
+                let out = layout.take(world * bytes, skew);
+                let mut ins = Vec::new();
+                let inp = if in_place {
+                    usize::MAX
+                } else {
+                    layout.take(bytes, skew)
+                };
+                for r in 0..world {
+                    let at = if in_place { out + r * bytes } else { inp };
+                    ins.push(fill(&mut node, r, at, dt, &random_inputs(&mut rng, 0, n)));
+                }
+                let want: Vec<f64> = ins.concat();
+                calls.push((
+                    format!("all_gather {dt:?} n={n} in_place={in_place}"),
+                    Box::new(move |rank, ctx, node| {
+                        let src = if in_place { out + rank * bytes } else { inp };
+                        exports::symm_all_gather(
+                            ctx,
+                            node.addr(rank, src),
+                            node.addr(rank, out),
+                            n as i64,
+                            dt.code(),
+                        )
+                    }),
+                    Box::new(move |node, what| {
+                        for r in 0..node.world {
+                            let got = read(node, r, out, dt, world * n);
+                            assert!(got == want, "{what}: rank {r} gathered the wrong values");
+                        }
+                    }),
+                ));
+            }
+            // broadcast.
+            let root = n % world;
+            let buf = layout.take(bytes, skew);
+            let mut want = Vec::new();
+            for r in 0..world {
+                let v = fill(&mut node, r, buf, dt, &random_inputs(&mut rng, 0, n));
+                if r == root {
+                    want = v;
+                }
+            }
+            calls.push((
+                format!("broadcast {dt:?} n={n} root={root}"),
+                Box::new(move |rank, ctx, node| {
+                    exports::symm_broadcast(
+                        ctx,
+                        node.addr(rank, buf),
+                        n as i64,
+                        dt.code(),
+                        root as i32,
+                    )
+                }),
+                Box::new(move |node, what| {
+                    for r in 0..node.world {
+                        assert!(
+                            read(node, r, buf, dt, n) == want,
+                            "{what}: rank {r} has the wrong values"
+                        );
+                    }
+                }),
+            ));
+            // all_to_all.
+            let inp = layout.take(world * bytes, skew);
+            let out = layout.take(world * bytes, skew);
+            let ins: Vec<Vec<f64>> = (0..world)
+                .map(|r| {
+                    fill(
+                        &mut node,
+                        r,
+                        inp,
+                        dt,
+                        &random_inputs(&mut rng, 0, world * n),
+                    )
+                })
+                .collect();
+            calls.push((
+                format!("all_to_all {dt:?} n={n}"),
+                Box::new(move |rank, ctx, node| {
+                    exports::symm_all_to_all(
+                        ctx,
+                        node.addr(rank, inp),
+                        node.addr(rank, out),
+                        n as i64,
+                        dt.code(),
+                    )
+                }),
+                Box::new(move |node, what| {
+                    for r in 0..node.world {
+                        let want: Vec<f64> = (0..node.world)
+                            .flat_map(|p| ins[p][r * n..(r + 1) * n].to_vec())
+                            .collect();
+                        assert!(
+                            read(node, r, out, dt, world * n) == want,
+                            "{what}: rank {r} has the wrong blocks"
+                        );
+                    }
+                }),
+            ));
+        }
+    }
+    let label = format!("pull collectives world={world} ctas={ctas} threads={threads}");
+    let failures = std::sync::Mutex::new(Vec::new());
+    let st = node.run(&label, ctas, threads, |rank, ctx| {
+        for (name, call, _) in &calls {
+            let s = call(rank, ctx, &node);
+            if s != status::OK {
+                failures
+                    .lock()
+                    .unwrap()
+                    .push(format!("{name}: rank {rank} status {s}"));
+                return s;
+            }
+        }
+        status::OK
+    });
+    assert_eq!(
+        st,
+        vec![status::OK; world],
+        "{label}: {:?}",
+        failures.lock().unwrap()
+    );
+    for (name, _, check) in &calls {
+        check(&node, &format!("{label} {name}"));
+    }
+    layout.check_guards(&node, &label);
+}
+
+#[test]
+fn pull_collectives_world2() {
+    pull_collectives(2, 2, 32);
+}
+
+#[test]
+fn pull_collectives_world3() {
+    pull_collectives(3, 1, 64);
+}
+
+#[test]
+fn pull_collectives_world4() {
+    pull_collectives(4, 3, 32);
+}
+
+#[test]
+fn pull_collectives_world8() {
+    pull_collectives(8, 2, 32);
+}
+
+/// Many calls in a row, alternating both all-reduce algorithms, starting just below the epoch
+/// counter's wrap-around so that it wraps in the middle.
+#[test]
+fn back_to_back_calls_across_epoch_wrap() {
+    for start in [0u32, (1 << 30) - 5] {
+        let world = 4;
+        let mut node = Node::new(world, 4 << 20, 1 << 20);
+        node.set_epochs(start);
+        let mut layout = Layout::new();
+        let mut rng = Rng::new(start as u64 + 5);
+        let mut cases = Vec::new();
+        for k in 0..24 {
+            let n = if k % 3 == 2 { 2000 } else { 40 + k };
+            let offset = layout.take(n * 4, 0);
+            let inputs: Vec<Vec<f64>> = (0..world)
+                .map(|r| {
+                    fill(
+                        &mut node,
+                        r,
+                        offset,
+                        Dt::F32,
+                        &random_inputs(&mut rng, 0, n),
+                    )
+                })
+                .collect();
+            cases.push((n, offset, reference(reduce_op::SUM, &inputs)));
+        }
+        let label = format!("back to back from epoch {start}");
+        let st = node.run(&label, 2, 32, |rank, ctx| {
+            for (n, offset, _) in &cases {
+                let s = exports::symm_all_reduce(
+                    ctx,
+                    node.addr(rank, *offset),
+                    0,
+                    *n as i64,
+                    reduce_op::SUM,
+                    dtype::FLOAT32,
+                );
+                if s != status::OK {
+                    return s;
+                }
+            }
+            status::OK
+        });
+        assert_eq!(st, vec![status::OK; world], "{label}");
+        for (k, (n, offset, want)) in cases.iter().enumerate() {
+            assert_close(
+                &format!("{label} call {k}"),
+                Dt::F32,
+                &read(&node, 1, *offset, Dt::F32, *n),
+                want,
+            );
+        }
+    }
+}
