@@ -16,6 +16,8 @@ pub mod hw;
 pub mod mem;
 pub mod primitives;
 pub mod region;
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod sim;
 pub mod sync;
 #[macro_use]
 mod export_macro;

@@ -1,133 +1,14 @@
-//! A simulated node for the device code: N ranks, each with a heap, a signal region and a scratch
-//! region in host memory, and a `SymmContext` that maps all of them, as the host crate would.
+//! Test helpers over the simulated node (`ironlink_device::sim`): test data in every dtype, a
+//! deterministic generator, the f64 reference and the checks.
 
 #![allow(dead_code)]
 
-use ironlink_device::abi::{signal, SymmContext, MAX_CTAS, MAX_RANKS};
-use ironlink_device::hw::host::{self, f16_to_f32, f32_to_bf16, f32_to_f16};
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use ironlink_device::hw::host::{f16_to_f32, f32_to_bf16, f32_to_f16};
 
 pub use ironlink_device::abi::{dtype, reduce_op, status};
 pub use ironlink_device::exports;
 
-/// Bytes poisoned around every region a test uses; a stray write shows up there.
-pub const GUARD: u8 = 0xA5;
-
-pub struct Node {
-    pub world: usize,
-    heaps: Vec<Vec<u128>>,
-    signals: Vec<Vec<u128>>,
-    scratch: Vec<Vec<u128>>,
-    ctxs: Vec<Box<SymmContext>>,
-    pub heap_bytes: usize,
-}
-
-impl Node {
-    /// A node of `world` ranks with `heap_bytes` of heap and `scratch_bytes` of scratch each.
-    pub fn new(world: usize, heap_bytes: usize, scratch_bytes: usize) -> Self {
-        let words = |b: usize| vec![0u128; b.div_ceil(16)];
-        let mut n = Node {
-            world,
-            heaps: (0..world).map(|_| words(heap_bytes)).collect(),
-            signals: (0..world).map(|_| words(signal::MIN_BYTES)).collect(),
-            scratch: (0..world).map(|_| words(scratch_bytes)).collect(),
-            ctxs: Vec::new(),
-            heap_bytes,
-        };
-        for r in 0..world {
-            let mut c = SymmContext::new(r as i32, world as i32);
-            c.heap_size = heap_bytes as u64;
-            c.signal_size = signal::MIN_BYTES as u64;
-            c.scratch_size = scratch_bytes as u64;
-            c.timeout_ns = 2_000_000_000;
-            for p in 0..world {
-                c.peer_heap[p] = n.heaps[p].as_ptr() as u64;
-                c.peer_signal[p] = n.signals[p].as_ptr() as u64;
-                c.peer_scratch[p] = n.scratch[p].as_ptr() as u64;
-            }
-            n.ctxs.push(Box::new(c));
-        }
-        for r in 0..world {
-            n.heap_mut(r).fill(GUARD);
-        }
-        n
-    }
-
-    pub fn ctx(&self, rank: usize) -> i64 {
-        &*self.ctxs[rank] as *const SymmContext as i64
-    }
-
-    pub fn ctx_mut(&mut self, rank: usize) -> &mut SymmContext {
-        &mut self.ctxs[rank]
-    }
-
-    /// The device address of byte `offset` of `rank`'s heap.
-    pub fn addr(&self, rank: usize, offset: usize) -> i64 {
-        self.heaps[rank].as_ptr() as i64 + offset as i64
-    }
-
-    pub fn heap(&self, rank: usize) -> &[u8] {
-        // SAFETY: u128 storage viewed as bytes; no simulated thread runs while tests inspect it.
-        unsafe {
-            std::slice::from_raw_parts(self.heaps[rank].as_ptr() as *const u8, self.heap_bytes)
-        }
-    }
-
-    pub fn heap_mut(&mut self, rank: usize) -> &mut [u8] {
-        let n = self.heap_bytes;
-        // SAFETY: as above, exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.heaps[rank].as_mut_ptr() as *mut u8, n) }
-    }
-
-    /// Puts every rank in the state it would be in after `epoch` calls on every CTA (epoch
-    /// counters and barrier slots), to test wrap-around without running 2^30 calls.
-    pub fn set_epochs(&mut self, epoch: u32) {
-        for r in 0..self.world {
-            let base = self.signals[r].as_mut_ptr() as *mut u8;
-            for cta in 0..MAX_CTAS {
-                // SAFETY: inside the signal region (EPOCH_OFFSET + MAX_CTAS * 4 <= MIN_BYTES).
-                unsafe { *(base.add(signal::EPOCH_OFFSET + cta * 4) as *mut u32) = epoch };
-                for p in 0..MAX_RANKS {
-                    let slot = signal::BARRIER_OFFSET + (cta * MAX_RANKS + p) * 4;
-                    // SAFETY: inside the barrier array.
-                    unsafe { *(base.add(slot) as *mut u32) = epoch << 2 | 3 };
-                }
-            }
-        }
-    }
-
-    /// The error recorded in `rank`'s context.
-    pub fn recorded_error(&self, rank: usize) -> i32 {
-        self.ctxs[rank].error
-    }
-
-    /// Runs `body(rank, ctx)` on every thread of `ctas` x `threads` per rank; returns each rank's
-    /// status, after checking that all threads of a rank returned the same one.
-    pub fn run(
-        &self,
-        label: &str,
-        ctas: u32,
-        threads: u32,
-        body: impl Fn(usize, i64) -> i32 + Sync,
-    ) -> Vec<i32> {
-        let results: Vec<AtomicI32> = (0..self.world).map(|_| AtomicI32::new(i32::MIN)).collect();
-        let disagree = AtomicU32::new(0);
-        let ctx: Vec<i64> = (0..self.world).map(|r| self.ctx(r)).collect();
-        host::launch(label, self.world, ctas, threads, |rank| {
-            let s = body(rank, ctx[rank]);
-            let prev = results[rank].swap(s, Ordering::SeqCst);
-            if prev != i32::MIN && prev != s {
-                disagree.fetch_add(1, Ordering::SeqCst);
-            }
-        });
-        assert_eq!(
-            disagree.load(Ordering::SeqCst),
-            0,
-            "{label}: threads of one rank returned different statuses"
-        );
-        results.iter().map(|a| a.load(Ordering::SeqCst)).collect()
-    }
-}
+pub use ironlink_device::sim::{Node, GUARD};
 
 /// Element codec for test data: write values of a dtype, read them back as f64.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,0 +1,383 @@
+"""GPU suite of the device collectives, one process per GPU (run under torchrun by run_collectives.sh).
+
+Every collective x dtype x op over sizes from 1 element to 256 MiB, grids of 1 to 132 CTAs,
+num_warps 4 and 8, fresh random data each case, outputs poisoned first, results against a
+float64 reference and bitwise equal on all ranks; 1000 back-to-back launches; CUDA graph capture
+and replay with new data; every error code. Prints one pytest-style summary line per rank-0 run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+import ironlink
+import ironlink.language as il
+from ironlink import _abi
+
+S = _abi.STATUS
+OPS = _abi.REDUCE_OP
+DT = {torch.float32: _abi.DTYPE["FLOAT32"], torch.float16: _abi.DTYPE["FLOAT16"], torch.bfloat16: _abi.DTYPE["BFLOAT16"]}
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@ironlink.jit
+@triton.jit
+def all_reduce_k(ctx, buf, off, n, op, dt, status):
+    s = il.symm_all_reduce(ctx, buf, off, n, op, dt)
+    tl.store(status + tl.program_id(0), s)
+
+
+@ironlink.jit
+@triton.jit
+def reduce_scatter_k(ctx, inp, out, n, op, dt, status):
+    tl.store(status + tl.program_id(0), il.symm_reduce_scatter(ctx, inp, out, n, op, dt))
+
+
+@ironlink.jit
+@triton.jit
+def all_gather_k(ctx, inp, out, n, dt, status):
+    tl.store(status + tl.program_id(0), il.symm_all_gather(ctx, inp, out, n, dt))
+
+
+@ironlink.jit
+@triton.jit
+def broadcast_k(ctx, buf, n, dt, root, status):
+    tl.store(status + tl.program_id(0), il.symm_broadcast(ctx, buf, n, dt, root))
+
+
+@ironlink.jit
+@triton.jit
+def reduce_k(ctx, inp, out, n, op, dt, root, status):
+    tl.store(status + tl.program_id(0), il.symm_reduce(ctx, inp, out, n, op, dt, root))
+
+
+@ironlink.jit
+@triton.jit
+def all_to_all_k(ctx, inp, out, n, dt, status):
+    tl.store(status + tl.program_id(0), il.symm_all_to_all(ctx, inp, out, n, dt))
+
+
+@ironlink.jit
+@triton.jit
+def barrier_k(ctx, status):
+    tl.store(status + tl.program_id(0), il.symm_barrier(ctx))
+
+
+class Suite:
+    def __init__(self, heap: "ironlink.SymmetricHeap") -> None:
+        self.heap = heap
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.passed = 0
+        self.failed: list[str] = []
+        self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
+        self.case = 0
+
+    # --- helpers -----------------------------------------------------------------------------
+    def launch_cfg(self) -> tuple[int, int]:
+        """Rotates grids (1..132 CTAs) and num_warps (4, 8) across cases; same on every rank."""
+        self.case += 1
+        grids = [1, 2, 7, 16, 32, 64, 132]
+        return grids[self.case % len(grids)], (4, 8)[self.case // len(grids) % 2]
+
+    def check_status(self, grid: int, want: int = 0) -> None:
+        got = self.status[:grid].tolist()
+        assert all(s == want for s in got), f"statuses {sorted(set(got))}, want {want}"
+
+    def same_on_all_ranks(self, t: torch.Tensor) -> None:
+        b = t.contiguous().view(torch.uint8).flatten()
+        gathered = [torch.empty_like(b) for _ in range(self.world)]
+        dist.all_gather(gathered, b)
+        for r, g in enumerate(gathered):
+            assert torch.equal(g, gathered[0]), f"rank {r}'s result differs bitwise from rank 0's"
+
+    def gather64(self, t: torch.Tensor) -> list[torch.Tensor]:
+        x = t.to(torch.float64)
+        out = [torch.empty_like(x) for _ in range(self.world)]
+        dist.all_gather(out, x)
+        return out
+
+    @staticmethod
+    def reduce_ref(xs: list[torch.Tensor], op: str) -> torch.Tensor:
+        st = torch.stack(xs)
+        if op == "SUM":
+            return st.sum(0)
+        if op == "AVG":
+            return st.mean(0)
+        if op == "PROD":
+            return st.prod(0)
+        if op == "MAX":
+            return st.max(0).values
+        return st.min(0).values
+
+    def close(self, what: str, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+        g = got.to(torch.float64)
+        assert not torch.isnan(g).any(), f"{what}: NaN in the output (an element was not written)"
+        scale = want.abs().max().clamp_min(1e-30)
+        err = ((g - want).abs().max() / scale).item()
+        assert err <= TOL[dtype], f"{what}: max rel error {err:.3e} > {TOL[dtype]}"
+
+    def data(self, n: int, dtype: torch.dtype, op: str = "SUM") -> torch.Tensor:
+        if op == "PROD":
+            return (torch.rand(n, device="cuda") + 0.5).to(dtype)
+        return (torch.randn(n, device="cuda") * 2).to(dtype)
+
+    def run(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+            ok = torch.tensor([1], device="cuda")
+        except Exception as e:  # noqa: BLE001 - a failed case is reported, the suite goes on
+            ok = torch.tensor([0], device="cuda")
+            if not isinstance(e, AssertionError):
+                traceback.print_exc()
+            print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if ok.item():
+            self.passed += 1
+        else:
+            self.failed.append(name)
+
+    # --- cases -------------------------------------------------------------------------------
+    def all_reduce(self, n: int, dtype: torch.dtype, op: str, skew: int = 0) -> None:
+        grid, warps = self.launch_cfg()
+        buf = self.heap.empty((n + skew,), dtype)
+        x = self.data(n, dtype, op)
+        buf[skew:].copy_(x)
+        ref = self.reduce_ref(self.gather64(x), op)
+        all_reduce_k[(grid,)](self.heap.ctx, buf, skew * buf.element_size(), n, OPS[op], DT[dtype], self.status, num_warps=warps)
+        torch.cuda.synchronize()
+        self.check_status(grid)
+        self.close(f"grid={grid} warps={warps}", buf[skew:], ref, dtype)
+        self.same_on_all_ranks(buf[skew:])
+        self.heap.free(buf)
+
+    def reduce_scatter(self, n: int, dtype: torch.dtype, op: str) -> None:
+        grid, warps = self.launch_cfg()
+        inp = self.heap.empty((self.world * n,), dtype)
+        out = self.heap.empty((n,), dtype)
+        inp.copy_(self.data(self.world * n, dtype, op))
+        out.fill_(float("nan"))
+        ref = self.reduce_ref(self.gather64(inp), op)[self.rank * n : (self.rank + 1) * n]
+        reduce_scatter_k[(grid,)](self.heap.ctx, inp, out, n, OPS[op], DT[dtype], self.status, num_warps=warps)
+        torch.cuda.synchronize()
+        self.check_status(grid)
+        self.close(f"grid={grid}", out, ref, dtype)
+        self.heap.free(out)
+        self.heap.free(inp)
+
+    def all_gather(self, n: int, dtype: torch.dtype, in_place: bool) -> None:
+        grid, warps = self.launch_cfg()
+        out = self.heap.empty((self.world * n,), dtype)
+        out.fill_(float("nan"))
+        x = self.data(n, dtype)
+        inp = out[self.rank * n : (self.rank + 1) * n] if in_place else self.heap.empty((n,), dtype)
+        inp.copy_(x)
+        want = torch.cat(self.gather64(x))
+        all_gather_k[(grid,)](self.heap.ctx, inp, out, n, DT[dtype], self.status, num_warps=warps)
+        torch.cuda.synchronize()
+        self.check_status(grid)
+        assert torch.equal(out.to(torch.float64), want), "gathered values differ"
+        if not in_place:
+            self.heap.free(inp)
+        self.heap.free(out)
+
+    def broadcast(self, n: int, dtype: torch.dtype, root: int) -> None:
+        grid, warps = self.launch_cfg()
+        buf = self.heap.empty((n,), dtype)
+        x = self.data(n, dtype)
+        buf.copy_(x)
+        want = self.gather64(x)[root]
+        broadcast_k[(grid,)](self.heap.ctx, buf, n, DT[dtype], root, self.status, num_warps=warps)
+        torch.cuda.synchronize()
+        self.check_status(grid)
+        assert torch.equal(buf.to(torch.float64), want), "broadcast values differ"
+        self.heap.free(buf)
+
+    def reduce(self, n: int, dtype: torch.dtype, op: str, root: int) -> None:
+        grid, warps = self.launch_cfg()
+        inp = self.heap.empty((n,), dtype)
+        out = self.heap.empty((n,), dtype)
+        x = self.data(n, dtype, op)
+        inp.copy_(x)
+        out.fill_(float("nan"))
+        ref = self.reduce_ref(self.gather64(x), op)
+        reduce_k[(grid,)](self.heap.ctx, inp, out, n, OPS[op], DT[dtype], root, self.status, num_warps=warps)
+        torch.cuda.synchronize()
+        self.check_status(grid)
+        if self.rank == root:
+            self.close("root", out, ref, dtype)
+        else:
+            assert torch.isnan(out.float()).all(), "a non-root rank's output was written"
+        self.heap.free(out)
+        self.heap.free(inp)
+
+    def all_to_all(self, n: int, dtype: torch.dtype) -> None:
+        grid, warps = self.launch_cfg()
+        inp = self.heap.empty((self.world * n,), dtype)
+        out = self.heap.empty((self.world * n,), dtype)
+        x = self.data(self.world * n, dtype)
+        inp.copy_(x)
+        out.fill_(float("nan"))
+        allx = self.gather64(x)
+        want = torch.cat([allx[p][self.rank * n : (self.rank + 1) * n] for p in range(self.world)])
+        all_to_all_k[(grid,)](self.heap.ctx, inp, out, n, DT[dtype], self.status, num_warps=warps)
+        torch.cuda.synchronize()
+        self.check_status(grid)
+        assert torch.equal(out.to(torch.float64), want), "all_to_all blocks differ"
+        self.heap.free(out)
+        self.heap.free(inp)
+
+    def back_to_back(self, launches: int) -> None:
+        """`launches` launches with no host sync, alternating one-shot and two-shot sizes."""
+        small = self.heap.empty((1000,), torch.bfloat16)
+        big = self.heap.empty((1 << 20,), torch.bfloat16)
+        xs, xb = self.data(1000, torch.bfloat16), self.data(1 << 20, torch.bfloat16)
+        small.copy_(xs)
+        big.copy_(xb)
+        # MAX is idempotent, so after any number of calls the result is the first call's.
+        ref_s = self.reduce_ref(self.gather64(xs), "MAX")
+        ref_b = self.reduce_ref(self.gather64(xb), "MAX")
+        st = torch.zeros(launches, 132, dtype=torch.int32, device="cuda")
+        for i in range(launches):
+            buf, n = (small, 1000) if i % 2 == 0 else (big, 1 << 20)
+            all_reduce_k[(32,)](self.heap.ctx, buf, 0, n, OPS["MAX"], DT[torch.bfloat16], st[i], num_warps=4)
+        torch.cuda.synchronize()
+        assert (st[:, :32] == 0).all(), f"statuses {st.unique().tolist()}"
+        self.close("small", small, ref_s, torch.bfloat16)
+        self.close("big", big, ref_b, torch.bfloat16)
+        self.heap.free(big)
+        self.heap.free(small)
+
+    def cuda_graph(self) -> None:
+        """Capture copy-in + all-reduce (one-shot and two-shot), replay with new data each time."""
+        sizes = (3000, 1 << 21)
+        bufs = [self.heap.empty((n,), torch.bfloat16) for n in sizes]
+        srcs = [torch.empty(n, dtype=torch.bfloat16, device="cuda") for n in sizes]
+        for s in srcs:
+            s.copy_(self.data(s.numel(), torch.bfloat16))
+        for b, s, n in zip(bufs, srcs, sizes):  # warm up (compile) outside the capture
+            b.copy_(s)
+            all_reduce_k[(16,)](self.heap.ctx, b, 0, n, OPS["SUM"], DT[torch.bfloat16], self.status, num_warps=8)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(g, stream=stream):
+                for b, s, n in zip(bufs, srcs, sizes):
+                    b.copy_(s)
+                    all_reduce_k[(16,)](self.heap.ctx, b, 0, n, OPS["SUM"], DT[torch.bfloat16], self.status, num_warps=8)
+        torch.cuda.current_stream().wait_stream(stream)
+        for replay in range(5):
+            for s in srcs:
+                s.copy_(self.data(s.numel(), torch.bfloat16))
+            refs = [self.reduce_ref(self.gather64(s), "SUM") for s in srcs]
+            self.heap.barrier()
+            g.replay()
+            torch.cuda.synchronize()
+            self.check_status(16)
+            for b, ref in zip(bufs, refs):
+                self.close(f"replay {replay}", b, ref, torch.bfloat16)
+                self.same_on_all_ranks(b)
+        del g
+        for b in bufs:
+            self.heap.free(b)
+
+    def errors(self) -> None:
+        buf = self.heap.empty((1024,), torch.float32)
+        buf.fill_(1.0)
+        before = buf.clone()
+        cases = [
+            ("null context", 0, buf, 0, 16, OPS["SUM"], DT[torch.float32], S["NULL_CONTEXT"]),
+            ("bad op", self.heap.ctx, buf, 0, 16, 99, DT[torch.float32], S["UNSUPPORTED_OP"]),
+            ("bad dtype", self.heap.ctx, buf, 0, 16, OPS["SUM"], 9, S["UNSUPPORTED_DTYPE"]),
+            ("past the heap", self.heap.ctx, buf, 0, 1 << 40, OPS["SUM"], DT[torch.float32], S["OUT_OF_BOUNDS"]),
+            ("misaligned", self.heap.ctx, buf, 2, 16, OPS["SUM"], DT[torch.float32], S["MISALIGNED"]),
+        ]
+        for what, ctx, b, off, n, op, dt, want in cases:
+            all_reduce_k[(4,)](ctx, b, off, n, op, dt, self.status, num_warps=4)
+            torch.cuda.synchronize()
+            got = self.status[:4].tolist()
+            assert got == [want] * 4, f"{what}: got {got}, want {want}"
+        foreign = torch.zeros(64, dtype=torch.int64, device="cuda")  # not an ironlink context
+        all_reduce_k[(4,)](foreign.data_ptr(), buf, 0, 16, OPS["SUM"], DT[torch.float32], self.status, num_warps=4)
+        torch.cuda.synchronize()
+        assert self.status[:4].tolist() == [S["UNKNOWN_CONTEXT"]] * 4, "foreign context"
+        assert torch.equal(buf, before), "a rejected call changed the buffer"
+        self.heap.check()  # argument errors are returned, not recorded
+        self.heap.free(buf)
+
+
+def timeout_case(suite: Suite) -> None:
+    """Rank 0 waits in a barrier nobody else joins: TIMEOUT, recorded, raised by heap.check()."""
+    heap = ironlink.SymmetricHeap(1 << 20, timeout_s=0.5)
+    try:
+        if suite.rank == 0:
+            t0 = time.time()
+            barrier_k[(2,)](heap.ctx, suite.status, num_warps=4)
+            torch.cuda.synchronize()
+            assert suite.status[:2].tolist() == [S["TIMEOUT"]] * 2, f"statuses {suite.status[:2].tolist()}"
+            assert time.time() - t0 < 5, "the timeout took too long"
+            try:
+                heap.check()
+            except ironlink.IronlinkError as e:
+                assert "TIMEOUT" in str(e), str(e)
+            else:
+                raise AssertionError("heap.check() did not raise after a device timeout")
+        dist.barrier()
+    finally:
+        heap.close()
+
+
+def main() -> int:
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    torch.manual_seed(1234 + rank)
+    full = os.environ.get("IRONLINK_GPU_FULL", "1") == "1"
+    heap = ironlink.SymmetricHeap(2 << 30)
+    s = Suite(heap)
+    t0 = time.time()
+    dtypes = (torch.float32, torch.float16, torch.bfloat16)
+    sizes = [1, 7, 1023, 4099, (1 << 16) + 3, 1 << 20] + ([1 << 23] if full else [])
+    for dtype in dtypes:
+        for op in OPS:
+            for i, n in enumerate(sizes):
+                skew = 1 if i == 2 else 0  # one case starts off the 16-byte grid
+                s.run(f"all_reduce {dtype} {op} n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
+    for dtype, n in [(torch.bfloat16, 128 << 20), (torch.float32, 64 << 20)] if full else []:  # 256 MiB
+        s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
+    for dtype in dtypes:
+        for n in (1, 5, 4097, 1 << 18):
+            for op in ("SUM", "MAX", "AVG"):
+                s.run(f"reduce_scatter {dtype} {op} n={n}", lambda: s.reduce_scatter(n, dtype, op))
+                s.run(f"reduce {dtype} {op} n={n}", lambda: s.reduce(n, dtype, op, n % world))
+            for in_place in (False, True):
+                s.run(f"all_gather {dtype} n={n} in_place={in_place}", lambda: s.all_gather(n, dtype, in_place))
+            s.run(f"broadcast {dtype} n={n}", lambda: s.broadcast(n, dtype, (n + 1) % world))
+            s.run(f"all_to_all {dtype} n={n}", lambda: s.all_to_all(n, dtype))
+    s.run("1000 back-to-back launches", lambda: s.back_to_back(1000))
+    s.run("cuda graph capture and replay", s.cuda_graph)
+    s.run("error codes", s.errors)
+    heap.close()
+    s.run("timeout", lambda: timeout_case(s))
+    if rank == 0:
+        summary = f"{s.passed} passed, {len(s.failed)} failed"
+        for f in s.failed:
+            print(f"FAILED {f}")
+        print(f"== world {world}: {summary} in {time.time() - t0:.1f}s ==", flush=True)
+    dist.destroy_process_group()
+    return 1 if s.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
