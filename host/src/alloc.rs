@@ -182,8 +182,10 @@ mod tests {
         // A fixed pseudo-random pattern (LCG): two allocators fed the same calls agree.
         let mut x: u64 = 12345;
         for _ in 0..1000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if live.len() < 20 && x % 3 != 0 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if live.len() < 20 && !x.is_multiple_of(3) {
                 let n = (x >> 33) % 100_000;
                 let oa = a.alloc(n).unwrap();
                 assert_eq!(oa, b.alloc(n).unwrap());

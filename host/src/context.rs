@@ -223,7 +223,14 @@ impl ExternalContext {
         signal_ptrs: &[u64],
         signal_size: u64,
     ) -> Result<Self> {
-        let c = external_context(rank, world, buffer_ptrs, buffer_size, signal_ptrs, signal_size)?;
+        let c = external_context(
+            rank,
+            world,
+            buffer_ptrs,
+            buffer_size,
+            signal_ptrs,
+            signal_size,
+        )?;
         let dev = Device::open(device)?;
         Ok(ExternalContext {
             ctx: Some(DeviceContext::create(&dev, &c)?),
@@ -233,7 +240,9 @@ impl ExternalContext {
     }
 
     pub fn context(&self) -> Result<&DeviceContext> {
-        self.ctx.as_ref().ok_or(Error::Closed("the external context"))
+        self.ctx
+            .as_ref()
+            .ok_or(Error::Closed("the external context"))
     }
 
     pub fn ctx_ptr(&self) -> Result<u64> {

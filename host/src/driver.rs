@@ -124,7 +124,9 @@ impl Device {
         }
         let mut dev: sys::CUdevice = 0;
         // SAFETY: driver initialized (device_count); `ordinal` is in range; valid out-pointer.
-        check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ordinal) })?;
+        check("cuDeviceGet", unsafe {
+            sys::cuDeviceGet(&mut dev, ordinal)
+        })?;
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: `dev` is a valid device; retaining its primary context is reference counted and
         // balanced by the release in `Drop`.
@@ -141,7 +143,9 @@ impl Device {
     fn scope(&self) -> Result<Scope> {
         // SAFETY: `self.ctx` is a retained (hence live) primary context; pushing it is undone by
         // `Scope::drop` on this same thread.
-        check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent_v2(self.ctx) })?;
+        check("cuCtxPushCurrent", unsafe {
+            sys::cuCtxPushCurrent_v2(self.ctx)
+        })?;
         Ok(Scope)
     }
 
@@ -153,14 +157,18 @@ impl Device {
             sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, self.dev)
         })?;
         // SAFETY: NUL-terminated by the driver within `buf` (zero-initialized as a backstop).
-        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
     }
 
     /// The GPU's UUID: identifies a physical GPU across processes whatever their device numbering.
     pub fn uuid(&self) -> Result<[u8; 16]> {
         let mut u = sys::CUuuid { bytes: [0; 16] };
         // SAFETY: valid device and out-pointer.
-        check("cuDeviceGetUuid", unsafe { sys::cuDeviceGetUuid_v2(&mut u, self.dev) })?;
+        check("cuDeviceGetUuid", unsafe {
+            sys::cuDeviceGetUuid_v2(&mut u, self.dev)
+        })?;
         Ok(u.bytes.map(|b| b as u8))
     }
 
@@ -168,7 +176,9 @@ impl Device {
     pub fn can_access_peer(&self, peer_ordinal: i32) -> Result<bool> {
         let mut peer: sys::CUdevice = 0;
         // SAFETY: driver initialized; valid out-pointer; the driver rejects a bad ordinal.
-        check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut peer, peer_ordinal) })?;
+        check("cuDeviceGet", unsafe {
+            sys::cuDeviceGet(&mut peer, peer_ordinal)
+        })?;
         let mut can = 0;
         // SAFETY: both are valid devices; valid out-pointer.
         check("cuDeviceCanAccessPeer", unsafe {
@@ -197,7 +207,9 @@ impl Device {
     pub fn memset(&self, ptr: u64, value: u8, bytes: usize) -> Result<()> {
         let _s = self.scope()?;
         // SAFETY: callers pass a range inside an allocation they own.
-        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(ptr, value, bytes) })?;
+        check("cuMemsetD8", unsafe {
+            sys::cuMemsetD8_v2(ptr, value, bytes)
+        })?;
         // cuMemsetD8 is asynchronous for device memory; callers rely on it having happened.
         // SAFETY: our context is current.
         check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
@@ -236,7 +248,9 @@ impl Device {
             reserved: [0; IPC_HANDLE_BYTES],
         };
         // SAFETY: our context is current; `ptr` is the base of a cuMemAlloc allocation.
-        check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut h, ptr) })?;
+        check("cuIpcGetMemHandle", unsafe {
+            sys::cuIpcGetMemHandle(&mut h, ptr)
+        })?;
         Ok(h.reserved.map(|b| b as u8))
     }
 
@@ -261,7 +275,9 @@ impl Device {
     pub fn ipc_close(&self, ptr: u64) -> Result<()> {
         let _s = self.scope()?;
         // SAFETY: callers pass a pointer from `ipc_open` on this device, closed once.
-        check("cuIpcCloseMemHandle", unsafe { sys::cuIpcCloseMemHandle(ptr) })
+        check("cuIpcCloseMemHandle", unsafe {
+            sys::cuIpcCloseMemHandle(ptr)
+        })
     }
 }
 

@@ -42,6 +42,8 @@ pub enum Error {
         peer_rank: i32,
         peer_gpu: String,
     },
+    /// `cause`, while doing `what` (e.g. "mapping the heap of rank 3 (GPU 0000:9a:00.0)").
+    Context { what: String, cause: Box<Error> },
     /// An external signal pad (PyTorch symmetric memory) is smaller than the ABI needs.
     SignalPadTooSmall { size: u64, needed: u64 },
 }
@@ -60,7 +62,10 @@ impl fmt::Display for Error {
                 code,
                 name,
                 description,
-            } => write!(f, "CUDA driver call {call} failed: {name} ({code}): {description}"),
+            } => write!(
+                f,
+                "CUDA driver call {call} failed: {name} ({code}): {description}"
+            ),
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             Error::OutOfMemory {
                 requested,
@@ -80,7 +85,10 @@ impl fmt::Display for Error {
             ),
             Error::Closed(what) => write!(f, "{what} is closed; it cannot be used any more"),
             Error::BadHandle { index, reason } => {
-                write!(f, "heap handle #{index} of the exchange is invalid: {reason}")
+                write!(
+                    f,
+                    "heap handle #{index} of the exchange is invalid: {reason}"
+                )
             }
             Error::Mismatch(msg) => write!(f, "symmetric heap exchange failed: {msg}"),
             Error::NoPeerAccess {
@@ -94,6 +102,7 @@ impl fmt::Display for Error {
                  peer-to-peer (cuDeviceCanAccessPeer = 0); ironlink needs every pair of GPUs \
                  of the group connected by NVLink or PCIe P2P"
             ),
+            Error::Context { what, cause } => write!(f, "{what}: {cause}"),
             Error::SignalPadTooSmall { size, needed } => write!(
                 f,
                 "the signal pad has {size} bytes but ironlink needs at least {needed}; with \
@@ -106,3 +115,17 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Adds what we were doing to an error, for messages like "allocating 1 GiB on GPU ...: ...".
+pub trait Context<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> Context<T> for Result<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|cause| Error::Context {
+            what: what(),
+            cause: Box::new(cause),
+        })
+    }
+}

@@ -1,0 +1,392 @@
+//! Symmetric heaps: one device allocation per rank, mapped into every other rank's process.
+//!
+//! # Layout
+//!
+//! Each rank makes ONE `cuMemAlloc` allocation holding three regions, each 4 KiB aligned:
+//!
+//! ```text
+//! [ user heap (tensors) | signal region (>= abi::signal::MIN_BYTES, zeroed) | scratch region ]
+//! ```
+//!
+//! The regions sit at the same offsets on every rank, so an address in my heap translates to a
+//! peer's by adding the difference of the two bases (what `symm_peer_ptr` does on the device).
+//!
+//! # Why legacy CUDA IPC and not the VMM API
+//!
+//! The peers' allocations are mapped with legacy IPC handles (`cuIpcGetMemHandle` /
+//! `cuIpcOpenMemHandle` with `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`):
+//!
+//! - A legacy handle is a plain 64-byte value. Any transport carries it: we hand the bytes to the
+//!   caller, who exchanges them however it likes (`torch.distributed.all_gather_object`, a store,
+//!   MPI). VMM's shareable handles are POSIX file descriptors (or fabric handles needing IMEX),
+//!   which must travel over Unix sockets with `SCM_RIGHTS`: more code, more failure modes
+//!   (socket paths, containers, seccomp), and a second transport next to the user's.
+//! - The VMM API's strength is mapping many allocations into one reserved range cheaply and
+//!   controlling granularity. We make exactly one allocation per heap and map it once per peer,
+//!   so per-allocation mapping cost does not matter.
+//! - The one thing only VMM can do is NVLink multicast (`cuMulticast*`, NVLS), which this project
+//!   must not use on its shared machines.
+//!
+//! Legacy IPC needs one process per GPU (a process cannot open its own handle), which is how
+//! `torchrun` runs anyway; `exchange::validate` reports a violation clearly.
+
+use crate::abi::{self, SymmContext, MAX_RANKS};
+use crate::alloc::{round_up, Allocator};
+use crate::context::{check_rank, DeviceContext};
+use crate::driver::{self, Device, DeviceBuffer, IpcMapping};
+use crate::error::{Context as _, Error, Result};
+use crate::exchange::{self, HandleInfo};
+use std::sync::Arc;
+
+/// Alignment of each region inside the allocation.
+pub const REGION_ALIGN: u64 = 4096;
+/// Scratch bytes when the caller does not choose: the packet buffers of the collectives.
+pub const DEFAULT_SCRATCH_BYTES: u64 = 32 << 20;
+/// Bytes of the signal region: the ABI's minimum, page aligned.
+pub const SIGNAL_BYTES: u64 = (abi::signal::MIN_BYTES as u64).div_ceil(REGION_ALIGN) * REGION_ALIGN;
+
+/// Sizes of the three regions (each a multiple of `REGION_ALIGN`), equal on every rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub heap: u64,
+    pub signal: u64,
+    pub scratch: u64,
+}
+
+impl Layout {
+    /// Rounds the requested sizes up to `REGION_ALIGN`. The user heap must not be empty.
+    pub fn new(heap_bytes: u64, scratch_bytes: u64) -> Result<Layout> {
+        if heap_bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "the heap needs at least 1 byte for tensors".into(),
+            ));
+        }
+        let too_big = || Error::InvalidArgument("heap or scratch size overflows".into());
+        let l = Layout {
+            heap: round_up(heap_bytes, REGION_ALIGN).ok_or_else(too_big)?,
+            signal: SIGNAL_BYTES,
+            scratch: round_up(scratch_bytes, REGION_ALIGN).ok_or_else(too_big)?,
+        };
+        l.heap
+            .checked_add(l.signal)
+            .and_then(|x| x.checked_add(l.scratch))
+            .filter(|&t| usize::try_from(t).is_ok())
+            .ok_or_else(too_big)?;
+        Ok(l)
+    }
+
+    pub fn signal_offset(&self) -> u64 {
+        self.heap
+    }
+
+    pub fn scratch_offset(&self) -> u64 {
+        self.heap + self.signal
+    }
+
+    pub fn total(&self) -> u64 {
+        self.heap + self.signal + self.scratch
+    }
+}
+
+/// This rank's heap before the exchange: allocated and zeroed, not yet connected to its peers.
+#[derive(Debug)]
+pub struct LocalHeap {
+    device: Arc<Device>,
+    mem: DeviceBuffer,
+    layout: Layout,
+    info: HandleInfo,
+}
+
+impl LocalHeap {
+    /// Allocates this rank's heap on CUDA device `device` (this process's ordinal).
+    ///
+    /// `heap_bytes` and `scratch_bytes` are rounded up to 4 KiB; every rank must pass the same
+    /// values (checked in [`LocalHeap::open_peers`]).
+    pub fn create(
+        device: i32,
+        heap_bytes: u64,
+        scratch_bytes: u64,
+        rank: i32,
+        world: i32,
+    ) -> Result<LocalHeap> {
+        check_rank(rank, world)?;
+        let layout = Layout::new(heap_bytes, scratch_bytes)?;
+        let dev = Device::open(device)?;
+        let bus = dev.pci_bus_id()?;
+        let total = layout.total() as usize;
+        let mem = DeviceBuffer::new(&dev, total)
+            .context(|| format!("allocating the {total}-byte symmetric heap on GPU {bus}"))?;
+        // Zero everything: the signal region must start at 0 (the device protocols rely on it),
+        // and zeroed scratch and heap make a fresh heap deterministic.
+        dev.memset(mem.ptr(), 0, total)?;
+        let info = HandleInfo {
+            abi_version: abi::ABI_VERSION,
+            rank,
+            world,
+            pid: std::process::id(),
+            heap_size: layout.heap,
+            signal_size: layout.signal,
+            scratch_size: layout.scratch,
+            node_id: exchange::node_id(),
+            process_token: exchange::process_token(),
+            uuid: dev.uuid()?,
+            pci_bus_id: bus,
+            ipc: dev.ipc_handle(mem.ptr())?,
+        };
+        Ok(LocalHeap {
+            device: dev,
+            mem,
+            layout,
+            info,
+        })
+    }
+
+    /// The bytes to send to every other rank (see `exchange` for the format).
+    pub fn handle_bytes(&self) -> Vec<u8> {
+        self.info.to_bytes()
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Maps every peer's heap from the gathered handles (`all`: one per rank, any order,
+    /// including this rank's own) and builds the device context.
+    ///
+    /// Fails, with the same message on every rank, if the handles disagree (world size, ranks,
+    /// sizes, node) or two ranks share a GPU or a process; fails if this GPU cannot reach a
+    /// peer's GPU peer-to-peer. On failure everything is released.
+    pub fn open_peers(self, all: &[Vec<u8>]) -> Result<SymmHeap> {
+        let (rank, world) = (self.info.rank, self.info.world);
+        let infos = exchange::validate(world, all)?;
+        if infos[rank as usize] != self.info {
+            return Err(Error::Mismatch(format!(
+                "the handle exchanged for rank {rank} is not the one this process created \
+                 (were handles from another heap mixed in?)"
+            )));
+        }
+        for p in infos.iter().filter(|p| p.rank != rank) {
+            // A GPU hidden from this process (CUDA_VISIBLE_DEVICES) cannot be queried; legacy IPC
+            // can still map its memory, and cuIpcOpenMemHandle reports if it cannot.
+            if let Some(ordinal) = driver::device_by_pci_bus_id(&p.pci_bus_id)? {
+                if !self.device.can_access_peer(ordinal)? {
+                    return Err(Error::NoPeerAccess {
+                        rank,
+                        gpu: self.info.pci_bus_id.clone(),
+                        peer_rank: p.rank,
+                        peer_gpu: p.pci_bus_id.clone(),
+                    });
+                }
+            }
+        }
+        let mut peers: Vec<Option<IpcMapping>> = Vec::with_capacity(world as usize);
+        let mut ctx = SymmContext::new(rank, world);
+        ctx.heap_size = self.layout.heap;
+        ctx.signal_size = self.layout.signal;
+        ctx.scratch_size = self.layout.scratch;
+        for p in &infos {
+            let base = if p.rank == rank {
+                peers.push(None);
+                self.mem.ptr()
+            } else {
+                // On error, the mappings opened so far are closed when `peers` drops.
+                let m = IpcMapping::open(&self.device, &p.ipc).context(|| {
+                    format!(
+                        "mapping the heap of rank {} (GPU {}, pid {}) into rank {rank}",
+                        p.rank, p.pci_bus_id, p.pid
+                    )
+                })?;
+                let b = m.ptr();
+                peers.push(Some(m));
+                b
+            };
+            let r = p.rank as usize;
+            ctx.peer_heap[r] = base;
+            ctx.peer_signal[r] = base + self.layout.signal_offset();
+            ctx.peer_scratch[r] = base + self.layout.scratch_offset();
+        }
+        let dctx = DeviceContext::create(&self.device, &ctx)?;
+        Ok(SymmHeap {
+            inner: Some(Inner {
+                ctx: dctx,
+                peers,
+                mem: self.mem,
+            }),
+            device: self.device.ordinal(),
+            rank,
+            world,
+            layout: self.layout,
+            peer_heap: ctx.peer_heap,
+            alloc: Allocator::new(self.layout.heap),
+        })
+    }
+}
+
+/// The resources of an open heap, released in field order: context, peer mappings, our memory.
+#[derive(Debug)]
+struct Inner {
+    ctx: DeviceContext,
+    peers: Vec<Option<IpcMapping>>,
+    mem: DeviceBuffer,
+}
+
+/// An open symmetric heap: every rank's regions mapped here, a device context describing them,
+/// and the allocator of the user region.
+#[derive(Debug)]
+pub struct SymmHeap {
+    inner: Option<Inner>,
+    device: i32,
+    rank: i32,
+    world: i32,
+    layout: Layout,
+    peer_heap: [u64; MAX_RANKS],
+    alloc: Allocator,
+}
+
+impl SymmHeap {
+    fn inner(&self) -> Result<&Inner> {
+        self.inner
+            .as_ref()
+            .ok_or(Error::Closed("the symmetric heap"))
+    }
+
+    /// Device address of the `SymmContext` to pass to kernels.
+    pub fn ctx_ptr(&self) -> Result<u64> {
+        Ok(self.inner()?.ctx.ptr())
+    }
+
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+
+    pub fn world(&self) -> i32 {
+        self.world
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Base of `rank`'s user region as mapped in this process (`rank == self.rank()`: ours).
+    pub fn peer_base(&self, rank: i32) -> Result<u64> {
+        self.inner()?;
+        if rank < 0 || rank >= self.world {
+            return Err(Error::InvalidArgument(format!(
+                "peer rank {rank} is outside 0..{}",
+                self.world
+            )));
+        }
+        Ok(self.peer_heap[rank as usize])
+    }
+
+    /// Allocates `bytes` in the user region; returns the offset (the same on every rank that
+    /// makes the same sequence of calls).
+    pub fn alloc(&mut self, bytes: u64) -> Result<u64> {
+        self.inner()?;
+        self.alloc.alloc(bytes)
+    }
+
+    /// Frees the allocation at `offset`.
+    pub fn free(&mut self, offset: u64) -> Result<()> {
+        self.inner()?;
+        self.alloc.free(offset).map(|_| ())
+    }
+
+    /// The live allocation containing user-region byte `offset`, as (start, length).
+    pub fn find(&self, offset: u64) -> Option<(u64, u64)> {
+        self.alloc.find(offset)
+    }
+
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// See [`DeviceContext::read_error`].
+    pub fn read_error(&self) -> Result<(i32, i32)> {
+        self.inner()?.ctx.read_error()
+    }
+
+    pub fn clear_error(&self) -> Result<()> {
+        self.inner()?.ctx.clear_error()
+    }
+
+    pub fn set_timeout_ns(&self, ns: u64) -> Result<()> {
+        self.inner()?.ctx.set_timeout_ns(ns)
+    }
+
+    /// The context bytes as the device holds them now.
+    pub fn read_context(&self) -> Result<Vec<u8>> {
+        self.inner()?.ctx.read()
+    }
+
+    /// Unmaps the peers and frees this rank's memory and context. Idempotent. Peers must not
+    /// be accessing this rank's memory any more (the Python layer synchronizes all ranks first).
+    pub fn close(&mut self) -> Result<()> {
+        let Some(inner) = self.inner.take() else {
+            return Ok(());
+        };
+        let mut first: Result<()> = Ok(());
+        let mut keep = |r: Result<()>| {
+            if first.is_ok() {
+                first = r;
+            }
+        };
+        keep(inner.ctx.release());
+        for m in inner.peers.into_iter().flatten() {
+            keep(m.release());
+        }
+        keep(inner.mem.release());
+        first
+    }
+}
+
+impl Drop for SymmHeap {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_rounds_and_aligns() {
+        let l = Layout::new(1000, 5000).unwrap();
+        assert_eq!((l.heap, l.scratch), (4096, 8192));
+        assert!(l.signal >= abi::signal::MIN_BYTES as u64);
+        assert_eq!(l.signal % REGION_ALIGN, 0);
+        assert_eq!(l.signal_offset() % REGION_ALIGN, 0);
+        assert_eq!(l.scratch_offset() % REGION_ALIGN, 0);
+        assert_eq!(l.total(), 4096 + l.signal + 8192);
+        assert!(Layout::new(0, 0).is_err());
+        assert!(Layout::new(u64::MAX - 10, 0).is_err());
+        assert_eq!(Layout::new(1, 0).unwrap().scratch, 0);
+    }
+
+    #[test]
+    fn create_without_driver_is_a_clean_error() {
+        // On a machine without libcuda this must be an error, not cudarc's panic. With a driver,
+        // device -1 is still invalid: either way an error, never a panic.
+        let e = LocalHeap::create(-1, 1 << 20, 0, 0, 1).unwrap_err();
+        if !driver::available() {
+            assert_eq!(e, Error::NoDriver);
+            assert!(e.to_string().contains("libcuda"), "{e}");
+            let e = crate::context::ExternalContext::create(0, 0, 1, &[1], 1, &[1], 1 << 20);
+            assert_eq!(e.unwrap_err(), Error::NoDriver);
+        }
+        assert!(
+            LocalHeap::create(0, 1 << 20, 0, 2, 2).is_err(),
+            "rank >= world"
+        );
+        assert!(LocalHeap::create(0, 0, 0, 0, 1).is_err(), "empty heap");
+    }
+}

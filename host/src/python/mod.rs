@@ -1,0 +1,343 @@
+//! `ironlink._native`: the Python face of the host library (cargo feature `python`).
+//!
+//! Thin on purpose: collectives over process groups, tensors and dtypes live in Python
+//! (`triton/ironlink/heap.py`); this module exposes the heap, the context and DLPack capsules.
+//! Every host error becomes `ironlink.errors.IronlinkError` with the host's message.
+
+mod dlpack;
+
+use crate::context::{encode_with_layout, ExternalContext};
+use crate::error::Error;
+use crate::heap::{self, LocalHeap, SymmHeap};
+use crate::{abi, alloc, driver, exchange};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyType};
+use std::sync::{Mutex, MutexGuard};
+
+/// Raises `IronlinkError` (defined in Python so users can import and catch it without the
+/// extension); falls back to `RuntimeError`, its base class, if that module cannot be imported.
+fn py_err(e: Error) -> PyErr {
+    let msg = e.to_string();
+    Python::attach(|py| {
+        let cls = py
+            .import("ironlink.errors")
+            .and_then(|m| m.getattr("IronlinkError"))
+            .ok()
+            .and_then(|c| c.cast_into::<PyType>().ok());
+        match cls {
+            Some(cls) => PyErr::from_type(cls, msg),
+            None => PyRuntimeError::new_err(msg),
+        }
+    })
+}
+
+trait IntoPy<T> {
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for crate::error::Result<T> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(py_err)
+    }
+}
+
+/// Locks ignoring poison: a panic inside one call must not make the heap unusable for close().
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// This rank's heap before the exchange (see `LocalHeap` in the Rust docs).
+#[pyclass(name = "LocalHeap", module = "ironlink._native")]
+struct PyLocalHeap {
+    inner: Mutex<Option<LocalHeap>>,
+}
+
+#[pymethods]
+impl PyLocalHeap {
+    #[staticmethod]
+    #[pyo3(signature = (device, heap_bytes, scratch_bytes, rank, world))]
+    fn create(
+        py: Python<'_>,
+        device: i32,
+        heap_bytes: u64,
+        scratch_bytes: u64,
+        rank: i32,
+        world: i32,
+    ) -> PyResult<Self> {
+        let h = py
+            .detach(|| LocalHeap::create(device, heap_bytes, scratch_bytes, rank, world))
+            .py()?;
+        Ok(PyLocalHeap {
+            inner: Mutex::new(Some(h)),
+        })
+    }
+
+    /// The bytes every other rank needs (send them with any transport).
+    fn handle_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let g = lock(&self.inner);
+        let h = g
+            .as_ref()
+            .ok_or_else(|| py_err(Error::Closed("this LocalHeap (already opened)")))?;
+        Ok(PyBytes::new(py, &h.handle_bytes()))
+    }
+
+    /// Maps every peer (`handles`: the bytes of all ranks) and returns the open `Heap`.
+    /// Consumes this object; on error its memory is freed.
+    fn open_peers(&self, py: Python<'_>, handles: Vec<Vec<u8>>) -> PyResult<PyHeap> {
+        let h = lock(&self.inner)
+            .take()
+            .ok_or_else(|| py_err(Error::Closed("this LocalHeap (already opened)")))?;
+        let heap = py.detach(|| h.open_peers(&handles)).py()?;
+        Ok(PyHeap {
+            inner: Mutex::new(heap),
+        })
+    }
+
+    /// Frees the memory without opening (e.g. when another rank failed). Idempotent.
+    fn close(&self) {
+        lock(&self.inner).take();
+    }
+}
+
+/// An open symmetric heap.
+#[pyclass(name = "Heap", module = "ironlink._native")]
+struct PyHeap {
+    inner: Mutex<SymmHeap>,
+}
+
+impl PyHeap {
+    fn with<T>(&self, f: impl FnOnce(&mut SymmHeap) -> crate::error::Result<T>) -> PyResult<T> {
+        f(&mut lock(&self.inner)).py()
+    }
+}
+
+#[pymethods]
+impl PyHeap {
+    /// Device address of the `SymmContext` (pass it to kernels as `ctx`).
+    #[getter]
+    fn ctx(&self) -> PyResult<u64> {
+        self.with(|h| h.ctx_ptr())
+    }
+
+    #[getter]
+    fn device(&self) -> i32 {
+        lock(&self.inner).device()
+    }
+
+    #[getter]
+    fn rank(&self) -> i32 {
+        lock(&self.inner).rank()
+    }
+
+    #[getter]
+    fn world(&self) -> i32 {
+        lock(&self.inner).world()
+    }
+
+    #[getter]
+    fn heap_size(&self) -> u64 {
+        lock(&self.inner).layout().heap
+    }
+
+    #[getter]
+    fn signal_size(&self) -> u64 {
+        lock(&self.inner).layout().signal
+    }
+
+    #[getter]
+    fn scratch_size(&self) -> u64 {
+        lock(&self.inner).layout().scratch
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.inner).is_closed()
+    }
+
+    /// Free bytes in the user region.
+    #[getter]
+    fn free_bytes(&self) -> u64 {
+        lock(&self.inner).allocator().free_bytes()
+    }
+
+    #[getter]
+    fn live_allocations(&self) -> usize {
+        lock(&self.inner).allocator().live_allocations()
+    }
+
+    /// Base address of `rank`'s user region as mapped in this process.
+    fn peer_base(&self, rank: i32) -> PyResult<u64> {
+        self.with(|h| h.peer_base(rank))
+    }
+
+    /// Allocates `nbytes` (256-byte aligned); returns the offset in the user region.
+    fn alloc(&self, nbytes: u64) -> PyResult<u64> {
+        self.with(|h| h.alloc(nbytes))
+    }
+
+    fn free(&self, offset: u64) -> PyResult<()> {
+        self.with(|h| h.free(offset))
+    }
+
+    /// The live allocation containing `offset`, as (start, length), or None.
+    fn find(&self, offset: u64) -> Option<(u64, u64)> {
+        lock(&self.inner).find(offset)
+    }
+
+    /// (status, detail) of the first device-side error, (0, 0) if none. Synchronizes the device.
+    fn read_error(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
+        py.detach(|| lock(&self.inner).read_error()).py()
+    }
+
+    fn clear_error(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).clear_error()).py()
+    }
+
+    fn set_timeout_ns(&self, py: Python<'_>, ns: u64) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).set_timeout_ns(ns)).py()
+    }
+
+    /// The context bytes as the device holds them.
+    fn read_context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let b = py.detach(|| lock(&self.inner).read_context()).py()?;
+        Ok(PyBytes::new(py, &b))
+    }
+
+    /// Unmaps peers, frees memory. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).close()).py()
+    }
+}
+
+/// A context over memory allocated by someone else (PyTorch symmetric memory).
+#[pyclass(name = "ExternalContext", module = "ironlink._native")]
+struct PyExternalContext {
+    inner: Mutex<ExternalContext>,
+}
+
+#[pymethods]
+impl PyExternalContext {
+    #[new]
+    #[pyo3(signature = (device, rank, world, buffer_ptrs, buffer_size, signal_pad_ptrs, signal_pad_size))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        device: i32,
+        rank: i32,
+        world: i32,
+        buffer_ptrs: Vec<u64>,
+        buffer_size: u64,
+        signal_pad_ptrs: Vec<u64>,
+        signal_pad_size: u64,
+    ) -> PyResult<Self> {
+        let c = py
+            .detach(|| {
+                ExternalContext::create(
+                    device,
+                    rank,
+                    world,
+                    &buffer_ptrs,
+                    buffer_size,
+                    &signal_pad_ptrs,
+                    signal_pad_size,
+                )
+            })
+            .py()?;
+        Ok(PyExternalContext {
+            inner: Mutex::new(c),
+        })
+    }
+
+    #[getter]
+    fn ctx(&self) -> PyResult<u64> {
+        lock(&self.inner).ctx_ptr().py()
+    }
+
+    #[getter]
+    fn rank(&self) -> i32 {
+        lock(&self.inner).rank()
+    }
+
+    #[getter]
+    fn world(&self) -> i32 {
+        lock(&self.inner).world()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.inner).is_closed()
+    }
+
+    fn read_error(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
+        py.detach(|| lock(&self.inner).context()?.read_error()).py()
+    }
+
+    fn clear_error(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).context()?.clear_error())
+            .py()
+    }
+
+    fn set_timeout_ns(&self, py: Python<'_>, ns: u64) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).context()?.set_timeout_ns(ns))
+            .py()
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).close()).py()
+    }
+}
+
+/// Whether the CUDA driver library can be loaded in this process.
+#[pyfunction]
+fn driver_available() -> bool {
+    driver::available()
+}
+
+/// Number of CUDA devices visible to this process (raises without a driver).
+#[pyfunction]
+fn device_count() -> PyResult<i32> {
+    driver::device_count().py()
+}
+
+/// A DLPack capsule over `nbytes` bytes at `ptr` (1-D uint8) on (`device_type`, `device_id`);
+/// `owner` stays alive while any consumer tensor does. 2 = kDLCUDA, 1 = kDLCPU.
+#[pyfunction]
+#[pyo3(signature = (ptr, nbytes, device_type, device_id, owner))]
+fn dlpack_capsule<'py>(
+    py: Python<'py>,
+    ptr: u64,
+    nbytes: u64,
+    device_type: i32,
+    device_id: i32,
+    owner: Py<PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    dlpack::capsule(py, ptr, nbytes, device_type, device_id, owner)
+}
+
+/// The context layout as the host writes it: [(field, offset, size)], for the Python ABI test.
+#[pyfunction]
+fn context_layout() -> Vec<(&'static str, usize, usize)> {
+    encode_with_layout(&abi::SymmContext::new(0, 1)).1
+}
+
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyLocalHeap>()?;
+    m.add_class::<PyHeap>()?;
+    m.add_class::<PyExternalContext>()?;
+    m.add_function(wrap_pyfunction!(driver_available, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack_capsule, m)?)?;
+    m.add_function(wrap_pyfunction!(context_layout, m)?)?;
+    m.add("ABI_VERSION", abi::ABI_VERSION)?;
+    m.add("CONTEXT_SIZE", abi::CONTEXT_SIZE)?;
+    m.add("HANDLE_BYTES", exchange::HANDLE_BYTES)?;
+    m.add("SIGNAL_BYTES", heap::SIGNAL_BYTES)?;
+    m.add("DEFAULT_SCRATCH_BYTES", heap::DEFAULT_SCRATCH_BYTES)?;
+    m.add("REGION_ALIGN", heap::REGION_ALIGN)?;
+    m.add("ALLOC_ALIGN", alloc::ALIGN)?;
+    m.add("MIN_SIGNAL_BYTES", abi::signal::MIN_BYTES)?;
+    Ok(())
+}

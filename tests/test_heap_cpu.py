@@ -1,0 +1,231 @@
+"""CPU tests of the symmetric-heap layer: no GPU, no torch needed.
+
+They cover the argument checks that run before anything touches a GPU, the pure helpers, and the
+compiled extension (`ironlink._native`): its context layout against the ABI projection, its
+constants, DLPack capsules over host memory (with numpy), and a clean IronlinkError (not a crash)
+when no CUDA driver is present. If the extension is not installed, it is built with cargo into
+target/pyext and loaded from a temporary directory appended to the package path, so the source
+tree stays clean.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+
+import ironlink
+from ironlink import _abi
+from ironlink.errors import IronlinkError, device_error, function_name, status_name
+from ironlink.heap import (
+    SymmetricHeap,
+    check_size,
+    check_timeout,
+    gather_failures,
+    normalize_shape,
+    same_requests,
+    span_bytes,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+try:
+    import torch  # noqa: F401
+
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+
+def _build_native(tmp_dir: Path):
+    """Builds the extension with cargo and makes `ironlink._native` importable from tmp_dir."""
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        pytest.skip("ironlink._native is not installed and cargo is not available to build it")
+    env = dict(os.environ, CARGO_TARGET_DIR=str(REPO / "target" / "pyext"), PYO3_PYTHON=sys.executable)
+    subprocess.run(
+        [cargo, "build", "-q", "--lib", "--features", "python,pyo3/extension-module"],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=900,
+    )
+    so = REPO / "target" / "pyext" / "debug" / "libironlink.so"
+    shutil.copy(so, tmp_dir / "_native.abi3.so")
+    ironlink.__path__.append(str(tmp_dir))
+    return importlib.import_module("ironlink._native")
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    try:
+        return importlib.import_module("ironlink._native")
+    except ImportError:
+        return _build_native(tmp_path_factory.mktemp("native"))
+
+
+# -- pure Python: no extension, no torch --------------------------------------------------
+
+
+def test_error_type_and_device_messages():
+    assert issubclass(IronlinkError, RuntimeError)
+    assert status_name(_abi.STATUS["TIMEOUT"]) == "TIMEOUT"
+    assert status_name(-1234) == "status -1234"
+    assert function_name(list(_abi.FUNCTIONS).index("symm_rank")) == "symm_rank"
+    e = device_error(_abi.STATUS["TIMEOUT"], list(_abi.FUNCTIONS).index("symm_peer_ptr"), rank=3)
+    assert e.status == _abi.STATUS["TIMEOUT"] and e.function == "symm_peer_ptr"
+    assert "symm_peer_ptr on rank 3 recorded TIMEOUT (-7)" in str(e)
+
+
+def test_argument_checks_need_no_gpu():
+    # These fail before torch, the extension or a GPU is touched.
+    with pytest.raises(ValueError, match="nbytes must be >= 1"):
+        SymmetricHeap(0)
+    with pytest.raises(TypeError, match="nbytes must be an int"):
+        SymmetricHeap(1.5)
+    with pytest.raises(TypeError, match="nbytes must be an int"):
+        SymmetricHeap(True)
+    with pytest.raises(ValueError, match="scratch_bytes"):
+        SymmetricHeap(1 << 20, scratch_bytes=-1)
+    with pytest.raises(ValueError, match="timeout_s"):
+        SymmetricHeap(1 << 20, timeout_s=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        SymmetricHeap(1 << 20, timeout_s=float("inf"))
+    assert check_size("n", 5, 1) == 5
+    assert check_timeout(2.5) == 2_500_000_000
+
+
+def test_shape_and_span_helpers():
+    assert normalize_shape(5) == (5,)
+    assert normalize_shape([2, 3]) == (2, 3)
+    with pytest.raises(ValueError):
+        normalize_shape((2, -1))
+    assert span_bytes((4, 3), (3, 1), 4) == 48
+    assert span_bytes((4, 3), (1, 4), 2) == 24  # transposed
+    assert span_bytes((2, 3), (6, 1), 4) == (6 + 2 + 1) * 4  # row slice of a wider buffer
+    assert span_bytes((0, 3), (3, 1), 4) == 0
+
+
+def test_collective_agreement_helpers():
+    assert same_requests([(10, 0), (10, 0)]) is None
+    msg = same_requests([(1 << 20, 0), (2 << 20, 0), (1 << 20, 0)])
+    assert "ranks 0, 2: nbytes=1048576" in msg and "rank 1: nbytes=2097152" in msg
+    assert gather_failures([("ok", 1), ("ok", 2)]) is None
+    assert gather_failures([("ok", 1), ("error", "boom")]) == "rank 1: boom"
+
+
+@pytest.mark.skipif(HAVE_TORCH, reason="checks the message shown when torch is missing")
+def test_heap_without_torch_is_a_clear_error(native):
+    with pytest.raises(IronlinkError, match="PyTorch"):
+        SymmetricHeap(1 << 20)
+
+
+# -- the compiled extension -------------------------------------------------------------
+
+
+def test_native_context_layout_matches_abi(native):
+    layout = {name: (off, size) for name, off, size in native.context_layout()}
+    assert layout == _abi.CONTEXT_FIELDS
+    assert native.CONTEXT_SIZE == _abi.CONTEXT_SIZE
+    assert native.ABI_VERSION == _abi.ABI_VERSION == ironlink.ABI_VERSION
+
+
+def test_native_constants(native):
+    min_bytes = _abi.SIGNAL_LAYOUT["MIN_BYTES"]
+    assert native.MIN_SIGNAL_BYTES == min_bytes
+    assert native.SIGNAL_BYTES >= min_bytes and native.SIGNAL_BYTES % native.REGION_ALIGN == 0
+    assert native.ALLOC_ALIGN == 256
+    assert native.DEFAULT_SCRATCH_BYTES == 32 << 20
+
+
+def test_no_driver_is_a_clean_error(native):
+    if native.driver_available():
+        pytest.skip("a CUDA driver is present; this checks the no-driver path")
+    with pytest.raises(IronlinkError, match="libcuda"):
+        native.LocalHeap.create(0, 1 << 20, 0, 0, 1)
+    with pytest.raises(IronlinkError, match="libcuda"):
+        native.device_count()
+
+
+def test_native_argument_errors(native):
+    with pytest.raises(IronlinkError, match="rank 2 is outside 0..2"):
+        native.LocalHeap.create(0, 1 << 20, 0, 2, 2)
+    with pytest.raises(IronlinkError, match="world size 9"):
+        native.LocalHeap.create(0, 1 << 20, 0, 0, 9)
+    with pytest.raises(IronlinkError, match="at least 1 byte"):
+        native.LocalHeap.create(0, 0, 0, 0, 1)
+
+
+def test_external_context_signal_pad_too_small(native):
+    with pytest.raises(IronlinkError, match=r"set_signal_pad_size\(25600\)"):
+        native.ExternalContext(0, 0, 2, [0x1000, 0x2000], 1 << 20, [0x3000, 0x4000], 2048)
+    with pytest.raises(IronlinkError, match="one buffer and one signal pad pointer per rank"):
+        native.ExternalContext(0, 0, 2, [0x1000], 1 << 20, [0x3000, 0x4000], 1 << 20)
+
+
+class _Owner:
+    """Host memory whose lifetime we observe through a weak reference."""
+
+    def __init__(self, n):
+        import numpy as np
+
+        self.buf = np.arange(n, dtype=np.uint8)
+
+
+class _Exporter:
+    """Hands our capsule to numpy through the DLPack protocol."""
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        cap, self.capsule = self.capsule, None
+        return cap
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def test_dlpack_capsule_shares_memory_and_keeps_owner_alive(native):
+    np = pytest.importorskip("numpy")
+    owner = _Owner(64)
+    alive = weakref.ref(owner)
+    cap = native.dlpack_capsule(owner.buf.ctypes.data + 8, 16, 1, 0, owner)
+    arr = np.from_dlpack(_Exporter(cap))
+    del owner, cap
+    gc.collect()
+    assert alive() is not None, "the array must keep the owner alive"
+    assert arr.dtype == np.uint8 and arr.shape == (16,)
+    assert list(arr[:3]) == [8, 9, 10]
+    alive().buf[8] = 200  # (numpy marks legacy-DLPack arrays read-only: write the owner's side)
+    assert arr[0] == 200, "the array must share the owner's memory"
+    del arr
+    gc.collect()
+    assert alive() is None, "dropping the last array must release the owner"
+
+
+def test_unconsumed_capsule_releases_owner(native):
+    pytest.importorskip("numpy")
+    owner = _Owner(8)
+    alive = weakref.ref(owner)
+    cap = native.dlpack_capsule(owner.buf.ctypes.data, 8, 1, 0, owner)
+    del owner
+    gc.collect()
+    assert alive() is not None
+    del cap
+    gc.collect()
+    assert alive() is None
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (the GPU tests cover the torch paths)")
+def test_torch_interop_constant():
+    from ironlink import torch_interop
+
+    assert torch_interop.MIN_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["MIN_BYTES"]

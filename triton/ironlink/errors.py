@@ -1,0 +1,54 @@
+"""ironlink's exception type, and turning device-side status codes into messages.
+
+`IronlinkError` lives in pure Python so that code can import and catch it without the compiled
+extension; the extension (`ironlink._native`) raises it with the host library's message.
+"""
+
+from __future__ import annotations
+
+from . import _abi
+
+
+class IronlinkError(RuntimeError):
+    """An ironlink operation failed. The message names the problem (ranks, GPUs, sizes).
+
+    Errors recorded by device functions carry ``status`` (the negative code from
+    ``ironlink._abi.STATUS``) and ``function`` (the device function that recorded it); both are
+    None for host-side errors.
+    """
+
+    def __init__(self, message: str, status: int | None = None, function: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.function = function
+
+
+def status_name(code: int) -> str:
+    """``-7`` -> ``"TIMEOUT"``; unknown codes are shown as numbers."""
+    for name, value in _abi.STATUS.items():
+        if value == code:
+            return name
+    return f"status {code}"
+
+
+def function_name(index: int) -> str:
+    """The device function with this index in the export table (what `error_detail` holds)."""
+    names = list(_abi.FUNCTIONS)
+    return names[index] if 0 <= index < len(names) else f"device function #{index}"
+
+
+def device_error(code: int, detail: int, rank: int | None = None) -> IronlinkError:
+    """The exception for a status a device function recorded in its context."""
+    where = "" if rank is None else f" on rank {rank}"
+    fn = function_name(detail)
+    hint = ""
+    if code == _abi.STATUS.get("TIMEOUT"):
+        hint = (
+            ": a peer did not arrive within the context's timeout (a rank skipped the call, "
+            "launched it with another grid, or is stuck)"
+        )
+    return IronlinkError(
+        f"device function {fn}{where} recorded {status_name(code)} ({code}){hint}",
+        status=code,
+        function=fn,
+    )

@@ -1,0 +1,350 @@
+"""`SymmetricHeap`: symmetric GPU memory across the ranks of a torch.distributed group.
+
+Every rank allocates one heap of the same size on its GPU; the heaps are mapped into every other
+rank's process (CUDA IPC), and a device-side context describes all of them, so Triton kernels can
+address any peer's copy of a tensor (``ironlink.language.symm_peer_ptr``). Tensors are carved out
+of the heap by a deterministic allocator: the same sequence of ``empty``/``free`` calls on every
+rank puts each tensor at the same offset everywhere.
+
+    heap = ironlink.SymmetricHeap(64 << 20)           # collective
+    x = heap.empty((1024,), torch.float32)            # collective (same order on all ranks)
+    my_kernel[grid](x, heap.ctx, ...)                 # the kernel reaches peers through ctx
+    heap.barrier(); heap.check()                      # wait for everyone; raise device errors
+    heap.close()                                      # collective
+
+torch is imported lazily (this module imports without it); the compiled extension
+``ironlink._native`` is needed to create a heap.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from .errors import IronlinkError, device_error
+
+DEFAULT_SCRATCH_BYTES = 32 << 20
+_KDL_CUDA = 2
+
+
+def load_native() -> Any:
+    """The compiled extension, or an IronlinkError saying how to build it."""
+    try:
+        from . import _native  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise IronlinkError(
+            "ironlink's compiled extension (ironlink._native) is not available: install the "
+            "package (`pip install .` or `make wheel` and install build/dist/*.whl) or build it "
+            f"in place with `maturin develop` ({e})"
+        ) from e
+    return _native
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - exercised only without torch
+        raise IronlinkError("ironlink.SymmetricHeap needs PyTorch (import torch failed)") from e
+    return torch
+
+
+def check_size(name: str, value: Any, minimum: int) -> int:
+    """`value` as an int >= minimum, or a ValueError/TypeError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int number of bytes, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_timeout(timeout_s: Any) -> int:
+    """Seconds -> nanoseconds, validated."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise TypeError(f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}")
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise ValueError(f"timeout_s must be positive and finite, got {timeout_s}")
+    return max(1, int(timeout_s * 1e9))
+
+
+def normalize_shape(shape: Union[int, Iterable[int]]) -> tuple[int, ...]:
+    """`5` or `(2, 3)` or `torch.Size` -> a tuple of non-negative ints."""
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise ValueError(f"shape must be non-negative ints, got {shape!r}")
+    return dims
+
+
+def span_bytes(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
+    """Bytes from a strided tensor's first element to just past its last one."""
+    if any(s == 0 for s in shape):
+        return 0
+    if any(st < 0 for st in strides):
+        raise ValueError("tensors with negative strides are not supported")
+    return (sum((n - 1) * st for n, st in zip(shape, strides)) + 1) * itemsize
+
+
+def same_requests(requests: Sequence[tuple[int, int]]) -> Optional[str]:
+    """None if every rank asked for the same (nbytes, scratch_bytes), else a message naming them."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for rank, req in enumerate(requests):
+        groups.setdefault(tuple(req), []).append(rank)
+    if len(groups) <= 1:
+        return None
+    parts = []
+    for (nbytes, scratch), ranks in groups.items():
+        who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+        parts.append(f"{who}: nbytes={nbytes}, scratch_bytes={scratch}")
+    return "ranks asked for different symmetric heap sizes (all must pass the same): " + "; ".join(parts)
+
+
+def gather_failures(gathered: Sequence[tuple[str, Any]]) -> Optional[str]:
+    """A message listing the ranks that reported ("error", message), or None."""
+    errs = [f"rank {r}: {m}" for r, (kind, m) in enumerate(gathered) if kind == "error"]
+    return "; ".join(errs) if errs else None
+
+
+class SymmetricHeap:
+    """Symmetric memory across `group` (default: the world group); see the module docstring.
+
+    Args:
+        nbytes: bytes of the user region that `empty` allocates from (same on every rank).
+        group: torch.distributed process group; one process per GPU, all on one node.
+        device: the CUDA device (int, "cuda:N", torch.device); default: the current device.
+        scratch_bytes: bytes of the scratch region the collectives use as packet buffers.
+        timeout_s: how long device-side waits on peers spin before recording TIMEOUT.
+    """
+
+    def __init__(
+        self,
+        nbytes: int,
+        group: Any = None,
+        device: Any = None,
+        scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self._native: Any = None
+        self._closed = True
+        check_size("nbytes", nbytes, 1)
+        check_size("scratch_bytes", scratch_bytes, 0)
+        timeout_ns = check_timeout(timeout_s)
+        native = load_native()
+        torch = _torch()
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise IronlinkError(
+                "SymmetricHeap is collective: call torch.distributed.init_process_group first "
+                "(e.g. under torchrun)"
+            )
+        self._group = group
+        self._rank = dist.get_rank(group)
+        self._world = dist.get_world_size(group)
+        dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        if dev.type != "cuda":
+            raise ValueError(f"device must be a CUDA device, got {dev}")
+        self._device = torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+        self._nccl = "nccl" in str(dist.get_backend(group)).lower()
+
+        with torch.cuda.device(self._device):
+            local = None
+            try:
+                local = native.LocalHeap.create(self._device.index, nbytes, scratch_bytes, self._rank, self._world)
+                mine: tuple[str, Any] = ("ok", ((nbytes, scratch_bytes), local.handle_bytes()))
+            except Exception as e:  # reported to every rank, so no rank waits for us forever
+                mine = ("error", str(e))
+            gathered = self._all_gather(mine)
+            failed = gather_failures(gathered)
+            mismatch = None if failed else same_requests([g[1][0] for g in gathered])
+            if failed or mismatch:
+                if local is not None:
+                    local.close()
+                raise IronlinkError(mismatch or f"creating the symmetric heap failed on {failed}")
+
+            # Opening can fail on one rank only (peer access, mapping): agree on the outcome.
+            heap = None
+            try:
+                heap = local.open_peers([g[1][1] for g in gathered])
+                heap.set_timeout_ns(timeout_ns)
+                mine = ("ok", None)
+            except Exception as e:
+                mine = ("error", str(e))
+            failed = gather_failures(self._all_gather(mine))
+            if failed:
+                if heap is not None:
+                    heap.close()
+                raise IronlinkError(f"mapping the symmetric heap failed on {failed}")
+        self._native = heap
+        self._closed = False
+
+    # -- collectives over the group ---------------------------------------------------------
+    def _all_gather(self, obj: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self._world
+        dist.all_gather_object(out, obj, group=self._group)
+        return out
+
+    def _group_barrier(self) -> None:
+        import torch.distributed as dist
+
+        if self._nccl:
+            dist.barrier(group=self._group, device_ids=[self._device.index])
+        else:
+            dist.barrier(group=self._group)
+
+    # -- state ----------------------------------------------------------------------------
+    def _open(self) -> Any:
+        if self._closed or self._native is None:
+            raise IronlinkError("the symmetric heap is closed; it cannot be used any more")
+        return self._native
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def ctx(self) -> int:
+        """Device address of the context: pass it to kernels calling ironlink functions."""
+        return int(self._open().ctx)
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world
+
+    @property
+    def device(self) -> Any:
+        return self._device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the user region (the request rounded up to 4 KiB)."""
+        return int(self._open().heap_size)
+
+    @property
+    def scratch_bytes(self) -> int:
+        return int(self._open().scratch_size)
+
+    @property
+    def free_bytes(self) -> int:
+        return int(self._open().free_bytes)
+
+    def set_timeout(self, timeout_s: float) -> None:
+        """Changes how long device-side waits on peers spin before recording TIMEOUT."""
+        self._open().set_timeout_ns(check_timeout(timeout_s))
+
+    # -- tensors --------------------------------------------------------------------------
+    def _view(self, rank: int, offset: int, nbytes: int) -> Any:
+        """A uint8 tensor over `nbytes` at `offset` of `rank`'s region, on this GPU."""
+        torch = _torch()
+        native = self._open()
+        ptr = native.peer_base(rank) + offset
+        from . import _native
+
+        cap = _native.dlpack_capsule(ptr, nbytes, _KDL_CUDA, self._device.index, native)
+        return torch.utils.dlpack.from_dlpack(cap)
+
+    def empty(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
+        """An uninitialized tensor in symmetric memory (collective: same order on all ranks).
+
+        The heap's memory stays valid while the tensor lives, even if the heap object is dropped;
+        after an explicit `close()` it must not be used."""
+        torch = _torch()
+        dtype = torch.float32 if dtype is None else dtype
+        dims = normalize_shape(shape)
+        nbytes = math.prod(dims) * dtype.itemsize
+        native = self._open()
+        offset = native.alloc(nbytes)
+        try:
+            return self._view(self._rank, offset, nbytes).view(dtype).view(dims)
+        except BaseException:
+            native.free(offset)
+            raise
+
+    def zeros(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
+        """Like `empty`, zero-filled (on the current stream)."""
+        return self.empty(shape, dtype).zero_()
+
+    def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
+        """(offset of t's first byte in our region, byte span), or IronlinkError."""
+        torch = _torch()
+        native = self._open()
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what} takes a torch.Tensor, got {type(t).__name__}")
+        base = native.peer_base(self._rank)
+        offset = t.data_ptr() - base
+        span = span_bytes(t.shape, t.stride(), t.element_size())
+        found = native.find(offset) if t.device == self._device and offset >= 0 else None
+        if found is None or offset + span > found[0] + found[1]:
+            raise IronlinkError(
+                f"{what}: the tensor (data_ptr {t.data_ptr():#x} on {t.device}) is not in a live "
+                f"allocation of this symmetric heap (rank {self._rank}'s region is "
+                f"[{base:#x}, {base + native.heap_size:#x}) on {self._device})"
+            )
+        return offset, span
+
+    def free(self, t: Any) -> None:
+        """Returns `t`'s memory to the heap (collective: same order on all ranks).
+
+        Peers may still be accessing it: put a `barrier()` before reusing the memory if so."""
+        offset, _ = self._local_offset(t, "free")
+        self._open().free(offset)
+
+    def peer_tensor(self, t: Any, rank: int) -> Any:
+        """A view of `rank`'s copy of `t` (same shape, strides, dtype), usable on this GPU."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self._world:
+            raise ValueError(f"rank must be an int in [0, {self._world}), got {rank!r}")
+        offset, span = self._local_offset(t, "peer_tensor")
+        if span == 0:
+            return t.new_empty(t.shape)
+        raw = self._view(rank, offset, span).view(t.dtype)
+        return raw.as_strided(t.shape, t.stride())
+
+    # -- synchronization and errors -------------------------------------------------------
+    def barrier(self) -> None:
+        """Waits for this GPU's work, then for every rank of the group to get here."""
+        torch = _torch()
+        self._open()
+        torch.cuda.synchronize(self._device)
+        self._group_barrier()
+
+    def check(self) -> None:
+        """Raises IronlinkError if a device function recorded an error in the context (and
+        clears it). Waits for this GPU's work first."""
+        native = self._open()
+        code, detail = native.read_error()
+        if code != 0:
+            native.clear_error()
+            raise device_error(code, detail, self._rank)
+
+    def close(self) -> None:
+        """Frees the heap (collective). Idempotent; tensors from it must not be used after."""
+        if self._closed:
+            return
+        self._closed = True
+        native, self._native = self._native, None
+        try:
+            # No rank may still access our memory, nor we theirs, when mappings go away.
+            torch = _torch()
+            torch.cuda.synchronize(self._device)
+            self._group_barrier()
+        finally:
+            native.close()
+        # Memory a peer still maps is released only when the peer unmaps it: after this
+        # barrier every rank's close() has unmapped and freed.
+        self._group_barrier()
+
+    def __enter__(self) -> "SymmetricHeap":
+        self._open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.nbytes} bytes"
+        return f"SymmetricHeap(rank {self._rank}/{self._world}, {self._device}, {state})"
