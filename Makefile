@@ -62,3 +62,16 @@ lint: $(STAMP)/toolchain
 
 clean:
 	rm -rf build target $(VENV)
+
+# The abi3 Python wheel (one build serves Python 3.9+): ironlink._native plus the bitcode of every
+# arch as package data (ironlink/lib/*.bc, copied in for the build and removed after). Output in
+# build/dist/.
+.PHONY: test-gpu-heap
+wheel: all-archs venv
+	rm -rf triton/ironlink/lib build/dist && mkdir -p triton/ironlink/lib
+	cp build/ironlink_sm*.bc triton/ironlink/lib/
+	$(VENV)/bin/maturin build --release -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
+
+# The symmetric-heap GPU suite (world sizes 2, 4, 8 as GPUs allow) and examples/peer_write.py.
+test-gpu-heap: wheel
+	tests/gpu/run_heap.sh

@@ -246,7 +246,7 @@ class SymmetricHeap:
         from . import _native
 
         cap = _native.dlpack_capsule(ptr, nbytes, _KDL_CUDA, self._device.index, native)
-        return torch.utils.dlpack.from_dlpack(cap)
+        return torch.from_dlpack(cap)
 
     def empty(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
         """An uninitialized tensor in symmetric memory (collective: same order on all ranks).

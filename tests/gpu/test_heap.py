@@ -1,0 +1,46 @@
+"""GPU tests of the symmetric heap: drives tests/gpu/heap_worker.py and examples/peer_write.py
+under torchrun for world sizes 2, 4 and 8 (those that fit the GPUs present).
+
+Skipped without torch or with fewer than 2 GPUs. `IRONLINK_HEAP_WORLDS="2 8"` picks the sizes.
+Run with `make test-gpu-heap` (or tests/gpu/run_heap.sh on a machine without Rust).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the GPU tests need torch")
+
+REPO = Path(__file__).resolve().parents[2]
+NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
+WORLDS = [int(w) for w in os.environ.get("IRONLINK_HEAP_WORLDS", "2 4 8").split()]
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+pytestmark = pytest.mark.skipif(NGPU < 2, reason=f"needs at least 2 GPUs, found {NGPU}")
+
+
+def torchrun(script: str, world: int, timeout: int) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **SAFE_ENV)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "triton"), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", script]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    print(p.stdout[-20000:], p.stderr[-8000:], sep="\n")
+    return p
+
+
+@pytest.mark.parametrize("world", [w for w in WORLDS if w <= NGPU] or [pytest.param(0, marks=pytest.mark.skip)])
+def test_heap_suite(world):
+    p = torchrun("tests/gpu/heap_worker.py", world, timeout=180)
+    assert p.returncode == 0 and f"HEAP SUITE world={world}:" in p.stdout, "see the worker output above"
+
+
+def test_peer_write_example():
+    world = max(w for w in [2, 4, 8] if w <= NGPU)
+    p = torchrun("examples/peer_write.py", world, timeout=120)
+    assert p.returncode == 0
+    assert p.stdout.count(", OK, received ranks") == world
