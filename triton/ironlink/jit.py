@@ -105,6 +105,9 @@ def jit(
     launched kernel, and it covers everything the kernel inlines.
     """
 
+    if arch is not None:
+        _lib.parse_arch(arch)  # a typo in `arch` fails at decoration, not at the first launch
+
     def wrap(f: Callable[..., Any]) -> IronlinkKernel[Any]:
         if isinstance(f, KernelInterface):
             if triton_jit_kwargs:

@@ -1,0 +1,243 @@
+"""Every device function compiles into a Triton kernel, inlined and without local memory, on every arch.
+
+No GPU is needed: Triton's wheel compiles for a named `GPUTarget` and ships ptxas. The function
+list comes from `_abi.FUNCTIONS`, so a function added on the Rust side is covered automatically.
+Also here: the argument coercion of `ironlink.language` and the `@ironlink.jit` launch path.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+from triton.compiler import ASTSource
+from triton.runtime import driver
+from triton.runtime.jit import KernelInterface, MockTensor
+
+import ironlink
+import ironlink.language as il
+from ironlink import _abi, _lib
+from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
+
+REPO = Path(__file__).resolve().parents[1]
+CAPABILITIES = (80, 90, 100)  # each compiled against its own bitcode: sm_80, sm_90, sm_100
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    # Triton's cache key covers the kernel source and the bitcode's hash, not our wrapper code:
+    # a private cache makes every run compile from scratch.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        yield
+
+
+def bitcode(cc: int) -> str:
+    path = REPO / "build" / _lib.bitcode_filename(divmod(cc, 10))
+    assert path.is_file(), f"{path} is missing: run `make all-archs` (make test does)"
+    return str(path)
+
+
+def compile_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[str, Any], **options: Any) -> Any:
+    options.setdefault("extern_libs", (("ironlink", bitcode(cc)),))
+    try:
+        return triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", cc, 32), options=options)
+    except ValueError as e:
+        if "Failed to parse library" not in str(e):
+            raise
+        pytest.fail(
+            f"{e}: the LLVM inside Triton 3.6 cannot read this bitcode "
+            "(see tests/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
+            pytrace=False,
+        )
+
+
+@triton.jit
+def _call_kernel(out_ptr, args, FN: tl.constexpr):
+    # Every thread runs FN (Triton's scalar semantics); one thread stores the scalar result.
+    tl.store(out_ptr, FN(*args))
+
+
+def kernel_signature(name: str) -> dict[str, Any]:
+    """Kernel parameter types for `name`: its declared types, with a real pointer for `*ptr` args."""
+    args, ret, _ = _abi.FUNCTIONS[name]
+    # The table's LLVM types ("i32", "i64") are also Triton's signature spellings.
+    arg_types = tuple("*fp32" if t == "i64" and a.endswith("ptr") else t for a, t in args)
+    return {"out_ptr": "*" + ret, "args": arg_types, "FN": "constexpr"}
+
+
+def ptxas_report(ptx: str, cc: int, tmp_path: Path) -> str:
+    """ptxas -v output for `ptx` with the ptxas and --gpu-name Triton itself uses for `cc`."""
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    cmd = [get_ptxas(cc).path, "-v", f"--gpu-name={sm_arch_from_capability(cc)}", str(src), "-o", str(src) + ".o"]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("cc", CAPABILITIES)
+@pytest.mark.parametrize("name", list(_abi.FUNCTIONS))
+def test_function_inlines_without_local_memory(name: str, cc: int, tmp_path: Path) -> None:
+    k = compile_for(cc, _call_kernel, kernel_signature(name), {"FN": getattr(il, name)})
+    ptx = k.asm["ptx"]
+    assert k.asm["cubin"], "no cubin"
+    # Inlined: neither a call to the symbol nor a separate .func of it is left in the PTX.
+    assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{re.escape(name)}\b", ptx), f"{name} was not inlined"
+    assert not re.search(rf"\.func\s+(\([^)]*\)\s*)?{re.escape(name)}\b", ptx), f"{name} left a .func"
+    # No local memory: no local depot, no ld.local/st.local (spills or stack arrays).
+    local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
+    assert not local, f"{name} uses local memory on sm_{cc}:\n" + "\n".join(local[:10])
+    report = ptxas_report(ptx, cc, tmp_path)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    stacks = re.findall(r"(\d+) bytes stack frame", report)
+    assert spills and stacks, f"unexpected ptxas -v output:\n{report}"
+    assert all(s == ("0", "0") for s in spills), f"{name} spills on sm_{cc}:\n{report}"
+    assert all(s == "0" for s in stacks), f"{name} needs a stack frame on sm_{cc}:\n{report}"
+
+
+# --- argument coercion ----------------------------------------------------------------------------
+
+
+@triton.jit
+def _coercion_kernel(out_ptr, ctx32, x_ptr, peer64, u32):
+    # ctx given as an i32 param (sign-extended), a tensor pointer for `ptr`, an i64 peer (truncated),
+    # Python literals, an unsigned value and ABI constants imported by name.
+    a = il.symm_peer_ptr(ctx32, x_ptr, peer64)
+    b = il.symm_peer_ptr_checked(ctx=0, ptr=x_ptr, nbytes=u32, peer=DTYPE_FLOAT32)
+    c = il.symm_rank(ctx32) + STATUS_OK
+    tl.store(out_ptr, a + b + c)
+
+
+def test_arguments_are_cast_to_declared_types() -> None:
+    sig = {"out_ptr": "*i64", "ctx32": "i32", "x_ptr": "*fp32", "peer64": "i64", "u32": "u32"}
+    k = compile_for(90, _coercion_kernel, sig, {})
+    ttir = k.asm["ttir"]
+    calls = re.findall(r"tt\.extern_elementwise .*? : \(([^)]*)\) -> (\w+)", ttir)
+    assert calls, ttir
+    declared = {name: tuple(t for _, t in args) for name, (args, _, _) in _abi.FUNCTIONS.items()}
+    for name in ("symm_peer_ptr", "symm_peer_ptr_checked", "symm_rank"):
+        assert re.search(rf'symbol = "{name}"', ttir)
+    for arg_types, _ in calls:
+        assert tuple(t.strip() for t in arg_types.split(",")) in declared.values()
+    assert "ptr_to_int" in ttir  # the pointer went in as its address
+
+
+@triton.jit
+def _block_arg_kernel(out_ptr):
+    ctx = tl.arange(0, 128).to(tl.int64)
+    tl.store(out_ptr, il.symm_rank(ctx))
+
+
+@triton.jit
+def _float_arg_kernel(out_ptr):
+    tl.store(out_ptr, il.ironlink_abi_version(1.5))
+
+
+@triton.jit
+def _pointer_for_i32_kernel(out_ptr):
+    tl.store(out_ptr, il.ironlink_abi_version(out_ptr))
+
+
+@pytest.mark.parametrize(
+    "kernel, message",
+    [
+        (_block_arg_kernel, "must be a scalar"),
+        (_float_arg_kernel, "convert it explicitly"),
+        (_pointer_for_i32_kernel, "cannot take a pointer"),
+    ],
+)
+def test_bad_arguments_are_rejected(kernel: Any, message: str) -> None:
+    with pytest.raises(triton.CompilationError, match=message):
+        compile_for(90, kernel, {"out_ptr": "*i32"}, {})
+
+
+def test_missing_bitcode_is_reported_at_trace_time() -> None:
+    with pytest.raises(triton.CompilationError, match="ironlink.jit"):
+        compile_for(90, _call_kernel, kernel_signature("symm_rank"), {"FN": il.symm_rank}, extern_libs=None)
+
+
+# --- @ironlink.jit ----------------------------------------------------------------------------------
+
+
+class _Recorder(KernelInterface[Any]):
+    """Stands in for a JITFunction: records what `run` receives."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        self.calls.append({"args": args, "grid": grid, "warmup": warmup, **kwargs})
+        return "ran"
+
+
+def test_jit_injects_bitcode_and_keeps_user_libs() -> None:
+    inner = _Recorder()
+    kernel = ironlink.jit(arch="sm_90")(inner)
+    assert kernel.fn is inner
+    assert kernel[(2,)](1, 2, extern_libs={"mine": "/x/mine.bc"}, num_warps=8) == "ran"
+    call = inner.calls[-1]
+    assert call["args"] == (1, 2) and call["grid"] == (2,) and call["warmup"] is False
+    assert call["num_warps"] == 8
+    assert call["extern_libs"] == {"mine": "/x/mine.bc", "ironlink": str(REPO / "build" / "ironlink_sm90.bc")}
+    # An explicit "ironlink" entry is the user's choice and wins; tuples of pairs are accepted too.
+    kernel[(1,)](extern_libs=(("ironlink", "/x/other.bc"),))
+    assert inner.calls[-1]["extern_libs"] == {"ironlink": "/x/other.bc"}
+    kernel.warmup(3, grid=(1,))
+    assert inner.calls[-1]["warmup"] is True and "ironlink" in inner.calls[-1]["extern_libs"]
+
+
+def test_jit_wraps_plain_functions_and_rejects_misplaced_options() -> None:
+    def plain(out_ptr):
+        pass
+
+    kernel = ironlink.jit(plain)
+    assert isinstance(kernel.fn, triton.runtime.JITFunction) and kernel.fn.fn is plain
+    assert kernel.arg_names == ["out_ptr"]  # delegated to the JITFunction
+    assert ironlink.jit(do_not_specialize=["out_ptr"])(plain).fn.do_not_specialize == ["out_ptr"]
+    with pytest.raises(TypeError, match="already a Triton kernel"):
+        ironlink.jit(do_not_specialize=["out_ptr"])(triton.jit(plain))
+    with pytest.raises(ValueError):
+        ironlink.jit(arch="gfx942")
+
+
+class _FakeCudaDriver:
+    """Just enough of Triton's driver for JITFunction.run(warmup=True) to compile without a GPU."""
+
+    def __init__(self, cc: int) -> None:
+        self.cc = cc
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self) -> GPUTarget:
+        return GPUTarget("cuda", self.cc, 32)
+
+
+@ironlink.jit
+def _warmup_kernel(out_ptr, ctx):
+    tl.store(out_ptr, il.symm_rank(ctx))
+
+
+@pytest.mark.parametrize("cc", CAPABILITIES)
+def test_jit_warmup_compiles_with_the_current_devices_bitcode(cc: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Triton's CPU-only install has no active driver; JITFunction.run reads `driver.active`, which
+    # returns `_active` when set. monkeypatch puts the original (None) back afterwards.
+    monkeypatch.setattr(driver, "_active", _FakeCudaDriver(cc))
+    # Fresh per-device caches: Triton's hold the target seen first, ours the bitcode path.
+    monkeypatch.setattr(_warmup_kernel.fn, "device_caches", defaultdict(_warmup_kernel.fn.create_binder))
+    monkeypatch.setattr(_warmup_kernel, "_paths", {})
+    compiled = _warmup_kernel.warmup(MockTensor(tl.int32), 2**40, grid=(1,))
+    expected = str(REPO / "build" / _lib.bitcode_filename(divmod(cc, 10)))
+    assert f'libpath = "{expected}"' in compiled.asm["ttir"]
+    assert not re.search(r"\bcall(\.uni)?\b[^;]*\bsymm_rank\b", compiled.asm["ptx"])
