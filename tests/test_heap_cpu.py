@@ -119,6 +119,8 @@ def test_collective_agreement_helpers():
     assert "ranks 0, 2: nbytes=1048576" in msg and "rank 1: nbytes=2097152" in msg
     assert gather_failures([("ok", 1), ("ok", 2)]) is None
     assert gather_failures([("ok", 1), ("error", "boom")]) == "rank 1: boom"
+    assert gather_failures([("error", "x"), ("error", "x")]) == "all ranks: x"
+    assert gather_failures([("error", "x"), ("ok", 0), ("error", "x"), ("error", "y")]) == "ranks 0, 2: x; rank 3: y"
 
 
 @pytest.mark.skipif(HAVE_TORCH, reason="checks the message shown when torch is missing")

@@ -349,6 +349,16 @@ class Suite:
         heap.close()
         return info
 
+    def same_gpu(self) -> str:
+        # Every rank asks for GPU 0: the exchange refuses it on all ranks, naming the ranks and GPU.
+        try:
+            SymmetricHeap(MiB, device=0, scratch_bytes=0)
+            raise AssertionError("two ranks on one GPU must raise")
+        except IronlinkError as e:
+            m = str(e)
+            assert "both use GPU" in m and "ranks 0 and 1" in m, m
+        return m
+
     def run(self) -> int:
         self.case("mapping", self.mapping)
         self.case("host_peer_writes", self.host_peer_writes)
@@ -359,6 +369,7 @@ class Suite:
         self.case("tensor_outlives_heap", self.tensor_outlives_heap)
         self.case("errors", self.errors)
         self.case("device_error", self.device_error)
+        self.case("same_gpu", self.same_gpu)  # last: it makes a context on GPU 0 in every process
         results = [None] * self.world
         dist.all_gather_object(results, (self.passed, self.failed))
         failed = sorted({f"{name}@rank{r}" for r, (_, fs) in enumerate(results) for name in fs})

@@ -29,6 +29,8 @@ name = next(n for n in z.namelist() if n.startswith("ironlink/_native"))
 open("triton/ironlink/" + name.split("/")[-1], "wb").write(z.read(name))
 print("extracted", name)
 PY
+# The installed wheel works on its own: extension, sources and packaged bitcode.
+PYTHONPATH=/tmp/ironlink-site $PY -c "import ironlink, ironlink._native, ironlink.heap; print('installed wheel ok:', ironlink.__file__, ironlink._lib.PACKAGE_LIB_DIR, sorted(p.name for p in ironlink._lib.PACKAGE_LIB_DIR.glob('*.bc')))" >> "$OUT/pip.log" 2>&1
 export PYTHONPATH=$PWD/triton${PYTHONPATH:+:$PYTHONPATH}
 $PY -c "import ironlink._native as n, ironlink.heap; print('native ok, driver', n.driver_available(), 'devices', n.device_count())" 2>&1 | tee -a "$OUT/env.txt"
 timeout 280 $PY -m pytest -q -s -rA tests/gpu/test_heap.py 2>&1 | tee "$OUT/pytest.log"

@@ -43,4 +43,4 @@ def test_peer_write_example():
     world = max(w for w in [2, 4, 8] if w <= NGPU)
     p = torchrun("examples/peer_write.py", world, timeout=120)
     assert p.returncode == 0
-    assert p.stdout.count(", OK, received ranks") == world
+    assert p.stdout.count(": OK, received ranks") == world

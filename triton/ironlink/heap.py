@@ -99,9 +99,21 @@ def same_requests(requests: Sequence[tuple[int, int]]) -> Optional[str]:
 
 
 def gather_failures(gathered: Sequence[tuple[str, Any]]) -> Optional[str]:
-    """A message listing the ranks that reported ("error", message), or None."""
-    errs = [f"rank {r}: {m}" for r, (kind, m) in enumerate(gathered) if kind == "error"]
-    return "; ".join(errs) if errs else None
+    """A message naming the ranks that reported ("error", message), grouped by message, or None."""
+    by_msg: dict[str, list[int]] = {}
+    for r, (kind, m) in enumerate(gathered):
+        if kind == "error":
+            by_msg.setdefault(str(m), []).append(r)
+    if not by_msg:
+        return None
+    parts = []
+    for m, ranks in by_msg.items():
+        if len(ranks) == len(gathered) > 1:
+            who = "all ranks"
+        else:
+            who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+        parts.append(f"{who}: {m}")
+    return "; ".join(parts)
 
 
 class SymmetricHeap:
@@ -146,36 +158,42 @@ class SymmetricHeap:
         self._device = torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
         self._nccl = "nccl" in str(dist.get_backend(group)).lower()
 
-        with torch.cuda.device(self._device):
-            local = None
-            try:
-                local = native.LocalHeap.create(self._device.index, nbytes, scratch_bytes, self._rank, self._world)
-                mine: tuple[str, Any] = ("ok", ((nbytes, scratch_bytes), local.handle_bytes()))
-            except Exception as e:  # reported to every rank, so no rank waits for us forever
-                mine = ("error", str(e))
-            gathered = self._all_gather(mine)
-            failed = gather_failures(gathered)
-            mismatch = None if failed else same_requests([g[1][0] for g in gathered])
-            if failed or mismatch:
-                if local is not None:
-                    local.close()
-                raise IronlinkError(mismatch or f"creating the symmetric heap failed on {failed}")
-
-            # Opening can fail on one rank only (peer access, mapping): agree on the outcome.
-            heap = None
-            try:
-                heap = local.open_peers([g[1][1] for g in gathered])
-                heap.set_timeout_ns(timeout_ns)
-                mine = ("ok", None)
-            except Exception as e:
-                mine = ("error", str(e))
-            failed = gather_failures(self._all_gather(mine))
-            if failed:
-                if heap is not None:
-                    heap.close()
-                raise IronlinkError(f"mapping the symmetric heap failed on {failed}")
-        self._native = heap
+        # The exchange runs on the caller's current device (the one its NCCL communicator uses),
+        # whatever device the heap lives on: the host library does not use torch's current device.
+        self._native = self._create(native, nbytes, scratch_bytes, timeout_ns)
         self._closed = False
+
+    def _create(self, native: Any, nbytes: int, scratch_bytes: int, timeout_ns: int) -> Any:
+        """Allocate, exchange handles, map peers. Every step's outcome is agreed by all ranks, so
+        a failure on one rank raises on every rank instead of leaving the others waiting."""
+        local = None
+        try:
+            local = native.LocalHeap.create(self._device.index, nbytes, scratch_bytes, self._rank, self._world)
+            mine: tuple[str, Any] = ("ok", ((nbytes, scratch_bytes), local.handle_bytes()))
+        except Exception as e:
+            mine = ("error", str(e))
+        gathered = self._all_gather(mine)
+        failed = gather_failures(gathered)
+        mismatch = None if failed else same_requests([g[1][0] for g in gathered])
+        if failed or mismatch:
+            if local is not None:
+                local.close()
+            raise IronlinkError(mismatch or f"creating the symmetric heap failed on {failed}")
+
+        # Opening can fail on one rank only (peer access, mapping): agree on the outcome.
+        heap = None
+        try:
+            heap = local.open_peers([g[1][1] for g in gathered])
+            heap.set_timeout_ns(timeout_ns)
+            mine = ("ok", None)
+        except Exception as e:
+            mine = ("error", str(e))
+        failed = gather_failures(self._all_gather(mine))
+        if failed:
+            if heap is not None:
+                heap.close()
+            raise IronlinkError(f"mapping the symmetric heap failed on {failed}")
+        return heap
 
     # -- collectives over the group ---------------------------------------------------------
     def _all_gather(self, obj: Any) -> list[Any]:
@@ -189,7 +207,9 @@ class SymmetricHeap:
         import torch.distributed as dist
 
         if self._nccl:
-            dist.barrier(group=self._group, device_ids=[self._device.index])
+            import torch
+
+            dist.barrier(group=self._group, device_ids=[torch.cuda.current_device()])
         else:
             dist.barrier(group=self._group)
 
