@@ -21,7 +21,6 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
-from ironlink.heap import SymmetricHeap
 
 SLOT = 1 << 16  # int32 elements per writer slot (256 KiB)
 BLOCK = 1024
@@ -47,7 +46,7 @@ def main() -> int:
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     rank, world = dist.get_rank(), dist.get_world_size()
     ok = False
-    with SymmetricHeap(world * SLOT * 4 + (1 << 20), scratch_bytes=0) as heap:
+    with ironlink.SymmetricHeap(world * SLOT * 4 + (1 << 20), scratch_bytes=0) as heap:
         buf = heap.empty((world, SLOT), torch.int32)
         buf.fill_(-1)
         heap.barrier()  # every rank's buffer is initialized before anyone writes into it
