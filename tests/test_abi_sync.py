@@ -37,8 +37,9 @@ def test_committed_abi_py_is_current() -> None:
     assert build.returncode == 0, f"cargo check failed:\n{build.stderr[-4000:]}"
     diff = subprocess.run(["git", "diff", "--exit-code", "--", ABI_PY], cwd=REPO, capture_output=True, text=True)
     assert diff.returncode == 0, (
-        f"{ABI_PY} is stale: device/src changed without committing the regenerated file "
-        f"(`make abi`, then commit it):\n{diff.stdout[-4000:]}"
+        f"{ABI_PY} differs from what build.rs generates from device/src (edited by hand, or "
+        f"device/src changed without committing the regenerated file; `make abi`, then commit it):"
+        f"\n{diff.stdout[-4000:]}"
     )
 
 

@@ -14,8 +14,8 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$(mktemp -d)}"
 {
   echo "# $(date -u +%FT%TZ) $(hostname)"
   nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || true
-  python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)'
-  ls -l build/*.bc
+  python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)' || true
+  ls -l build/*.bc || echo "no bitcode in build/: build it with 'make all-archs' where Rust is installed"
 } 2>&1 | tee "$OUT/gpu-tests.log"
 
 # A hung device function must not eat the whole session: give up after GPU_TEST_TIMEOUT seconds.

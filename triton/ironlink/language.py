@@ -37,7 +37,10 @@ def _lib_path(_semantic: Any) -> str:
     compiled with, and fail early, with a useful message, when no library is linked at all
     (otherwise ptxas reports "Unresolved extern function" much later).
     """
-    libs = dict(getattr(_semantic.builder.options, "extern_libs", None) or ())
+    options = getattr(getattr(_semantic, "builder", None), "options", None)
+    if options is None:  # a front end that does not say how it links (e.g. the interpreter)
+        return ""
+    libs = dict(getattr(options, "extern_libs", None) or ())
     if LIB_NAME in libs:
         return libs[LIB_NAME]
     if not [k for k in libs if k != "libdevice"]:
