@@ -177,3 +177,9 @@ def test_llvm_tool_error_names_the_variable(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=_lib.ENV_LLVM_BIN):
         _lib.llvm_tool("llvm-dis")
+
+
+def test_disassemble_reads_text_ir_as_is(tmp_path: Path) -> None:
+    ll = tmp_path / "ironlink_sm90.bc"  # text IR under a .bc name: Triton links it all the same
+    ll.write_text(IR)
+    assert _lib.disassemble(ll) == IR

@@ -147,8 +147,17 @@ def llvm_tool(name: str) -> str:
     )
 
 
+# Raw bitcode starts with "BC\xc0\xde"; the wrapper format (Darwin) with 0x0b17c0de.
+_BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
+
+
 def disassemble(path: str | os.PathLike[str]) -> str:
-    """Textual LLVM IR of a bitcode file (llvm-dis)."""
+    """Textual LLVM IR of a library file: llvm-dis for bitcode; a text `.ll` is returned as is
+    (Triton links either, whatever the file is called)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head not in _BITCODE_MAGICS:
+        return Path(path).read_text()
     return subprocess.run(
         [llvm_tool("llvm-dis"), str(path), "-o", "-"], check=True, capture_output=True, text=True
     ).stdout
