@@ -3,9 +3,9 @@
 
 CUDA_ARCH ?= sm_90
 ARCHS     := sm_80 sm_90 sm_100
-# Pinned stable toolchain; RUSTC_BOOTSTRAP=1 unlocks -Z build-std and the nvptx features on it,
-# so the LLVM that writes our bitcode stays fixed (Triton 3.6 must be able to read it).
-TOOLCHAIN := 1.95.0
+# The pinned toolchain of rust-toolchain.toml; RUSTC_BOOTSTRAP=1 unlocks -Z build-std and the
+# nvptx features on it. Its LLVM must stay one whose bitcode Triton 3.6's LLVM can read.
+TOOLCHAIN := $(shell sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
 CARGO     := RUSTC_BOOTSTRAP=1 cargo +$(TOOLCHAIN)
 PYTHON    ?= python3
 VENV      := .venv
@@ -21,7 +21,7 @@ all-archs:
 	@for a in $(ARCHS); do $(MAKE) --no-print-directory CUDA_ARCH=$$a || exit 1; done
 
 toolchain: $(STAMP)/toolchain
-$(STAMP)/toolchain:
+$(STAMP)/toolchain: rust-toolchain.toml
 	@mkdir -p $(STAMP)
 	rustup toolchain install $(TOOLCHAIN) --profile minimal --component rust-src,llvm-tools,rustfmt,clippy
 	@touch $@
@@ -38,7 +38,8 @@ DEVICE_SRC := $(shell find device/src -name '*.rs') device/Cargo.toml Cargo.toml
 # One cargo target dir per arch so switching CUDA_ARCH does not rebuild core each time.
 build/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
 	@mkdir -p build
-	CARGO_TARGET_DIR=target/device-$* $(CARGO) rustc -q -p ironlink-device -Z build-std=core \
+	CARGO_TARGET_DIR=target/device-$* CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$*)" \
+	  $(CARGO) rustc -q -p ironlink-device -Z build-std=core \
 	  --target nvptx64-nvidia-cuda --profile device --crate-type cdylib -- \
 	  --emit=llvm-bc -C target-cpu=$(subst sm,sm_,$*) -C linker=/bin/true
 	cp target/device-$*/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@

@@ -29,6 +29,7 @@ pub const ABI_VERSION: u32 = 1;
 
 /// Most ranks one context can address (one HGX node).
 pub const MAX_RANKS: usize = 8;
+const _: () = assert!(MAX_RANKS.is_power_of_two());
 /// Most CTAs per rank that a collective may be launched with (two waves on an H200's 132 SMs fit).
 pub const MAX_CTAS: usize = 256;
 
@@ -154,6 +155,26 @@ pub struct SymmContext {
 }
 
 impl SymmContext {
+    /// Base of `rank`'s user-buffer region. Masking the index (a no-op for the ranks
+    /// `ctx::context` admits) keeps a bounds-check panic, and the call it costs in SASS, out of
+    /// the device code.
+    #[inline(always)]
+    pub fn heap_base(&self, rank: usize) -> usize {
+        self.peer_heap[rank & (MAX_RANKS - 1)] as usize
+    }
+
+    /// Base of `rank`'s signal region (index masked as in `heap_base`).
+    #[inline(always)]
+    pub fn signal_base(&self, rank: usize) -> usize {
+        self.peer_signal[rank & (MAX_RANKS - 1)] as usize
+    }
+
+    /// Base of `rank`'s scratch region (index masked as in `heap_base`).
+    #[inline(always)]
+    pub fn scratch_base(&self, rank: usize) -> usize {
+        self.peer_scratch[rank & (MAX_RANKS - 1)] as usize
+    }
+
     /// A context with no peers mapped; the host fills in the addresses.
     pub const fn new(rank: i32, world_size: i32) -> Self {
         SymmContext {

@@ -4,8 +4,8 @@
 //! peer still reads it. Work is split by 16-byte units: across CTAs, then across threads.
 
 use crate::all_reduce::{copy_units, reduce_units};
-use crate::elem::Elem;
-use crate::mem::split;
+use crate::elem::Reduction;
+use crate::mem::{rotate, split};
 use crate::region::Region;
 use crate::sync::Call;
 
@@ -16,16 +16,16 @@ fn my_units(call: &Call, bytes: usize) -> (usize, usize) {
 }
 
 /// `out = reduce over p of input@p[rank * n ..][.. n]`; `input` holds `world` blocks of `out.bytes`.
-pub fn reduce_scatter<E: Elem>(
+pub fn reduce_scatter(
     call: &Call,
     input: &Region,
     out: &Region,
-    op: i32,
+    red: &Reduction,
 ) -> Result<(), i32> {
     call.barrier(0)?;
     let block = input.sub(call.rank * out.bytes, out.bytes);
     let (lo, hi) = my_units(call, out.bytes);
-    reduce_units::<E>(call, &block, out, lo, hi, op);
+    reduce_units(call, &block, out, lo, hi, red);
     call.barrier(1)
 }
 
@@ -37,7 +37,7 @@ pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> 
     let in_place = input.offset == out.offset + call.rank * n;
     let (lo, hi) = my_units(call, n);
     for k in 1..=call.world {
-        let p = (call.rank + k) % call.world;
+        let p = rotate(call.rank, k, call.world);
         let dst = out.sub(p * n, n);
         if p == call.rank && in_place {
             continue;
@@ -59,28 +59,27 @@ pub fn broadcast(call: &Call, buf: &Region, root: usize) -> Result<(), i32> {
 }
 
 /// On `root`: `out = reduce over p of input@p`. Other ranks only take part in the barriers.
-pub fn reduce<E: Elem>(
+pub fn reduce(
     call: &Call,
     input: &Region,
     out: &Region,
-    op: i32,
+    red: &Reduction,
     root: usize,
 ) -> Result<(), i32> {
     call.barrier(0)?;
     if call.rank == root {
         let (lo, hi) = my_units(call, input.bytes);
-        reduce_units::<E>(call, input, out, lo, hi, op);
+        reduce_units(call, input, out, lo, hi, red);
     }
     call.barrier(1)
 }
 
-/// `out[p * n ..][.. n] = input@p[rank * n ..][.. n]` for every rank p (equal splits).
-pub fn all_to_all(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
+/// `out[p * n ..][.. n] = input@p[rank * n ..][.. n]` for every rank p (blocks of `n` bytes).
+pub fn all_to_all(call: &Call, input: &Region, out: &Region, n: usize) -> Result<(), i32> {
     call.barrier(0)?;
-    let n = out.bytes / call.world;
     let (lo, hi) = my_units(call, n);
     for k in 0..call.world {
-        let p = (call.rank + k) % call.world;
+        let p = rotate(call.rank, k, call.world);
         copy_units(
             call,
             &input.sub(call.rank * n, n),

@@ -53,10 +53,10 @@ pub fn peer_address(c: &SymmContext, ptr: u64, len: u64, peer: i32) -> Result<u6
     if peer < 0 || peer >= c.world_size {
         return Err(status::INVALID_ARGUMENT);
     }
-    let base = c.peer_heap[c.rank as usize];
+    let base = c.heap_base(c.rank as usize) as u64;
     let off = ptr.wrapping_sub(base);
     if ptr < base || off > c.heap_size || len > c.heap_size - off {
         return Err(status::OUT_OF_BOUNDS);
     }
-    Ok(c.peer_heap[peer as usize] + off)
+    Ok(c.heap_base(peer as usize) as u64 + off)
 }

@@ -6,32 +6,11 @@
 //! negative `abi::status` code otherwise; arguments are checked before anything is written.
 //! Pointers are device addresses (Triton passes a tensor pointer as i64).
 
-use crate::abi::{dtype, dtype_size, status, SymmContext, ABI_VERSION};
-use crate::elem::{op_supported, Bf16, F16, F32};
+use crate::abi::{dtype_size, status, SymmContext, ABI_VERSION};
+use crate::elem::{op_supported, Reduction};
 use crate::region::{overlap, Region};
 use crate::sync::Call;
 use crate::{all_reduce, collectives, ctx, hw, primitives};
-
-/// Runs `body` with the element type for `dtype` bound to `$E`.
-macro_rules! with_elem {
-    ($dtype:expr, $E:ident => $body:expr) => {
-        match $dtype {
-            dtype::FLOAT32 => {
-                type $E = F32;
-                $body
-            }
-            dtype::FLOAT16 => {
-                type $E = F16;
-                $body
-            }
-            dtype::BFLOAT16 => {
-                type $E = Bf16;
-                $body
-            }
-            _ => Err(status::UNSUPPORTED_DTYPE),
-        }
-    };
-}
 
 /// The position of `name` in `EXPORTS` (recorded with errors so the host can name the function).
 macro_rules! which {
@@ -87,9 +66,7 @@ fn collective<P>(
     let r = ctx::context(ctx).and_then(|c| {
         let p = prepare(c)?;
         let call = Call::begin(c, which)?;
-        let r = body(&call, p);
-        call.end(0);
-        r
+        body(&call, p)
     });
     code(r)
 }
@@ -187,7 +164,7 @@ exports! {
             ctx,
             which!(symm_all_reduce),
             |c| Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?),
-            |call, r| with_elem!(dtype, E => all_reduce::all_reduce::<E>(call, &r, reduce_op)),
+            |call, r| all_reduce::all_reduce(call, &r, &Reduction { op: reduce_op, dtype }),
         )
     }
 
@@ -207,7 +184,7 @@ exports! {
                 }
                 Ok((input, out))
             },
-            |call, (input, out)| with_elem!(dtype, E => collectives::reduce_scatter::<E>(call, &input, &out, reduce_op)),
+            |call, (input, out)| collectives::reduce_scatter(call, &input, &out, &Reduction { op: reduce_op, dtype }),
         )
     }
 
@@ -256,7 +233,7 @@ exports! {
                 }
                 Ok((input, out, check_root(c, root)?))
             },
-            |call, (input, out, root)| with_elem!(dtype, E => collectives::reduce::<E>(call, &input, &out, reduce_op, root)),
+            |call, (input, out, root)| collectives::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
         )
     }
 
@@ -273,9 +250,9 @@ exports! {
                 if overlap(&input, &out) {
                     return Err(status::INVALID_ARGUMENT);
                 }
-                Ok((input, out))
+                Ok((input, out, num_elements as usize * es))
             },
-            |call, (input, out)| collectives::all_to_all(call, &input, &out),
+            |call, (input, out, n)| collectives::all_to_all(call, &input, &out, n),
         )
     }
 

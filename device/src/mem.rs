@@ -3,6 +3,7 @@
 //! the unit (such regions take the narrow path; nothing outside the region is read or written).
 
 use crate::hw;
+use core::num::NonZeroU32;
 
 /// Loads `valid` bytes (a multiple of 2, at most `4 * W`) at `addr` into `W` words, zero-padded.
 ///
@@ -96,12 +97,49 @@ pub fn unit_bytes(i: usize, unit: usize, bytes: usize) -> usize {
     }
 }
 
-/// The part `[lo, hi)` of `0..n` that worker `k` of `parts` gets (contiguous, balanced).
+// Division here is 32-bit on purpose: a 64-bit division is a subroutine call in SASS, and a call
+// makes ptxas spill the live registers around it. Counts are < 2^32 (`Region::MAX_BYTES`).
+
+// Divisors are never 0 (CTA counts, world sizes); `nonzero` says so to the compiler, which then
+// emits no divide-by-zero panic (another call).
+#[inline(always)]
+fn nonzero(b: usize) -> NonZeroU32 {
+    NonZeroU32::new(b as u32).unwrap_or(NonZeroU32::MIN)
+}
+
+/// `a / b` for `a < 2^32`, `0 < b < 2^32`.
+#[inline(always)]
+pub fn div32(a: usize, b: usize) -> usize {
+    (a as u32 / nonzero(b)) as usize
+}
+
+/// `ceil(a / b)` for `a < 2^32`, `0 < b < 2^32`.
+#[inline(always)]
+pub fn div_ceil32(a: usize, b: usize) -> usize {
+    let q = div32(a, b);
+    q + (q * b < a) as usize
+}
+
+/// The part `[lo, hi)` of `0..n` that worker `k` of `parts` gets (contiguous, balanced: the
+/// first `n % parts` workers get one more).
 #[inline(always)]
 pub fn split(n: usize, parts: usize, k: usize) -> (usize, usize) {
-    let lo = (n as u64 * k as u64 / parts as u64) as usize;
-    let hi = (n as u64 * (k as u64 + 1) / parts as u64) as usize;
-    (lo, hi)
+    let (n, p, k) = (n as u32, nonzero(parts), k as u32);
+    let (base, extra) = (n / p, n % p);
+    let lo = k * base + k.min(extra);
+    let hi = lo + base + (k < extra) as u32;
+    (lo as usize, hi as usize)
+}
+
+/// The rank `k` places after `rank` (for `k <= world`), without a division.
+#[inline(always)]
+pub fn rotate(rank: usize, k: usize, world: usize) -> usize {
+    let s = rank + k;
+    if s >= world {
+        s - world
+    } else {
+        s
+    }
 }
 
 /// Copies `n` bytes from `src` to `dst`, spread over `threads` threads (this is thread `tid`).

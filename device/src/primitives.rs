@@ -11,7 +11,7 @@ pub fn signal_slot(c: &SymmContext, rank: usize, slot: i64) -> Result<*mut u64, 
     if slot < 0 || slot as usize >= signal::USER_SLOTS {
         return Err(status::INVALID_ARGUMENT);
     }
-    Ok((c.peer_signal[rank] as usize + signal::USER_OFFSET + slot as usize * 8) as *mut u64)
+    Ok((c.signal_base(rank) + signal::USER_OFFSET + slot as usize * 8) as *mut u64)
 }
 
 /// CTA-cooperative copy of `n` bytes; every thread takes a strided share, then the CTA syncs.

@@ -10,6 +10,9 @@ pub struct Region {
 }
 
 impl Region {
+    /// Largest region: its count of 16-byte units fits 32 bits (see `mem::div32`).
+    pub const MAX_BYTES: u64 = (1 << 36) - 16;
+
     /// Checks `[ptr + byte_offset, + count * esize)`: non-negative arguments, element-aligned,
     /// entirely inside this rank's heap.
     pub fn new(
@@ -28,11 +31,14 @@ impl Region {
         let addr = (ptr as u64)
             .checked_add(byte_offset as u64)
             .ok_or(status::OUT_OF_BOUNDS)?;
-        let base = c.peer_heap[c.rank as usize];
+        let base = c.heap_base(c.rank as usize) as u64;
         if addr < base || addr - base > c.heap_size || bytes > c.heap_size - (addr - base) {
             return Err(status::OUT_OF_BOUNDS);
         }
-        if addr % esize as u64 != 0 {
+        if bytes > Self::MAX_BYTES {
+            return Err(status::INVALID_ARGUMENT);
+        }
+        if addr & (esize as u64 - 1) != 0 {
             return Err(status::MISALIGNED);
         }
         Ok(Region {
@@ -44,7 +50,7 @@ impl Region {
     /// The region's address in `rank`'s heap, as mapped in this process.
     #[inline(always)]
     pub fn at(&self, c: &SymmContext, rank: usize) -> usize {
-        c.peer_heap[rank] as usize + self.offset
+        c.heap_base(rank) + self.offset
     }
 
     /// A sub-region `[from, from + bytes)` of this one (callers stay inside it).

@@ -33,14 +33,17 @@ pub struct Call<'a> {
 }
 
 fn epoch_word(c: &SymmContext, cta: usize) -> *mut u32 {
-    (c.peer_signal[c.rank as usize] as usize + signal::EPOCH_OFFSET + cta * 4) as *mut u32
+    (c.signal_base(c.rank as usize) + signal::EPOCH_OFFSET + cta * 4) as *mut u32
 }
 
 impl<'a> Call<'a> {
     /// Starts a call: every thread reads this CTA's epoch and one thread advances it.
     ///
     /// The barrier before the read keeps a thread from reading before the previous call's
-    /// increment; the one after keeps thread 0 from writing before everyone has read.
+    /// increment, and keeps every thread out of this call until all threads of the CTA have
+    /// finished the previous one (whose scratch slots this call's successor reuses); the one
+    /// after keeps thread 0 from writing before everyone has read. So a call needs no barrier at
+    /// its end.
     pub fn begin(c: &'a SymmContext, which: i32) -> Result<Self, i32> {
         let cta = hw::cta_rank() as usize;
         let ctas = hw::grid_ctas() as usize;
@@ -57,7 +60,7 @@ impl<'a> Call<'a> {
             epoch = 2;
         }
         hw::sync_threads();
-        if tid == 0 {
+        if hw::thread_rank_fresh() == 0 {
             // SAFETY: as above.
             unsafe { hw::store_relaxed_u32(word, epoch) };
         }
@@ -72,13 +75,6 @@ impl<'a> Call<'a> {
             epoch,
             which,
         })
-    }
-
-    /// Ends a call: no thread may start the next call on this CTA before all threads finished
-    /// this one (the next call reuses the scratch slots of the call before this one).
-    pub fn end(&self, result: i32) -> i32 {
-        hw::sync_threads();
-        result
     }
 
     /// Deadline for waits that start now.
@@ -99,17 +95,17 @@ impl<'a> Call<'a> {
         let value = (self.epoch << 2) | phase;
         let mut late = false;
         hw::sync_threads();
-        if self.tid < self.world {
-            let p = self.tid;
-            let slot = |rank_base: u64, from: usize| {
-                (rank_base as usize + signal::BARRIER_OFFSET + (self.cta * MAX_RANKS + from) * 4)
-                    as *mut u32
+        let tid = hw::thread_rank_fresh() as usize;
+        if tid < self.world {
+            let p = tid;
+            let slot = |rank_base: usize, from: usize| {
+                (rank_base + signal::BARRIER_OFFSET + (self.cta * MAX_RANKS + from) * 4) as *mut u32
             };
             // Thread p tells rank p that this rank arrived, then waits for rank p to arrive here.
             hw::fence_system();
             // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS.
-            unsafe { hw::store_release_u32(slot(self.c.peer_signal[p], self.rank), value) };
-            let mine = slot(self.c.peer_signal[self.rank], p);
+            unsafe { hw::store_release_u32(slot(signal_base_fresh(self.c, p), self.rank), value) };
+            let mine = slot(signal_base_fresh(self.c, self.rank), p);
             // `>=` in wrapping arithmetic, not `==`: rank p may already have passed this barrier
             // (it saw our arrival) and announced the next one before we looked.
             late = !wait_until(self.deadline(), || {
@@ -124,6 +120,16 @@ impl<'a> Call<'a> {
         }
         Ok(())
     }
+}
+
+/// `c.signal_base(rank)`, re-read from the context: a barrier runs at both ends of a collective,
+/// and a base address the compiler kept from the first barrier would stay live (in two registers)
+/// across the whole data loop, pushing ptxas into spills on sm_80.
+#[inline(always)]
+fn signal_base_fresh(c: &SymmContext, rank: usize) -> usize {
+    let field = core::ptr::addr_of!(c.peer_signal[rank & (MAX_RANKS - 1)]);
+    // SAFETY: a field of a live context.
+    unsafe { core::ptr::read_volatile(field) as usize }
 }
 
 /// Spins until `ready()` or the deadline; false on timeout. Checks the clock only every few

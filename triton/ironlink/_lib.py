@@ -143,7 +143,7 @@ def llvm_tool(name: str) -> str:
         return found
     raise FileNotFoundError(
         f"{name} not found in ${ENV_LLVM_BIN} ({bin_dir or 'unset'}) or on PATH; set {ENV_LLVM_BIN} to "
-        "$(rustc +1.95.0 --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin"
+        "$(rustc --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin"
     )
 
 

@@ -430,3 +430,8 @@ pub fn f32_to_bf16(x: f32) -> u16 {
     let lsb = (b >> 16) & 1;
     (b.wrapping_add(0x7fff + lsb) >> 16) as u16
 }
+
+/// See the nvptx version: the same value, re-read.
+pub fn thread_rank_fresh() -> u32 {
+    hw().tid
+}

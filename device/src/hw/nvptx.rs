@@ -263,3 +263,19 @@ pub fn f32_to_bf16(f: f32) -> u16 {
     };
     h
 }
+
+/// `%tid.x` (+ y, z flattened) read by a volatile `mov`, so the compiler re-reads it instead of
+/// keeping it, or a predicate computed from it, live across a long region: ptxas spills such a
+/// long-lived predicate to local memory (seen in the barrier's `tid < world` test, CSE'd across
+/// the two barriers of a collective).
+#[inline(always)]
+pub fn thread_rank_fresh() -> u32 {
+    let (x, y, z): (u32, u32, u32);
+    // SAFETY: reads special registers.
+    unsafe {
+        asm!("mov.u32 {x}, %tid.x;", "mov.u32 {y}, %tid.y;", "mov.u32 {z}, %tid.z;",
+             x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, options(nomem, nostack))
+    };
+    let (nx, ny, _) = block_dim();
+    x + nx * (y + ny * z)
+}
