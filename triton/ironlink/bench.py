@@ -1,0 +1,234 @@
+"""Side-by-side benchmark: ironlink vs NCCL (torch.distributed) vs torch symm_mem, same GPUs, same run.
+
+    torchrun --nproc_per_node=8 -m ironlink.bench --out bench/results/allreduce-8xh200.json
+
+Each point: `ITERS` calls captured in one CUDA graph, the graph replayed `REPS` times, each replay
+timed with device events; the point is the median replay / ITERS, the maximum over ranks.
+Reported as us, algbw and busbw (nccl-tests conventions: all_reduce busbw = algbw * 2(n-1)/n,
+all_gather and reduce_scatter busbw = algbw * (n-1)/n) and the ratio to NCCL (NCCL time / ours).
+A benchmark, not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+import ironlink
+import ironlink.language as il
+from ironlink import _abi
+
+# Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
+def iters_reps(nbytes: int) -> tuple[int, int]:
+    return (20, 15) if nbytes <= (16 << 20) else (5, 7)
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30]
+# ironlink launch configurations tried at each size: (CTAs, num_warps).
+CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8)]
+
+
+@ironlink.jit
+@triton.jit
+def _all_reduce(ctx, buf, n, dt, status):
+    tl.store(status + tl.program_id(0), il.symm_all_reduce(ctx, buf, 0, n, 0, dt))
+
+
+@ironlink.jit
+@triton.jit
+def _all_gather(ctx, inp, out, n, dt, status):
+    tl.store(status + tl.program_id(0), il.symm_all_gather(ctx, inp, out, n, dt))
+
+
+@ironlink.jit
+@triton.jit
+def _reduce_scatter(ctx, inp, out, n, dt, status):
+    tl.store(status + tl.program_id(0), il.symm_reduce_scatter(ctx, inp, out, n, 0, dt))
+
+
+def time_graph(fn: Callable[[], None], nbytes: int) -> float:
+    """Median microseconds per call of `fn` under CUDA-graph replay, max over ranks."""
+    iters, reps = iters_reps(nbytes)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(iters):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / iters)
+    del g
+    t = torch.tensor([statistics.median(times)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def git_rev() -> str:
+    rev = os.environ.get("IRONLINK_GIT_REV")
+    if rev:
+        return rev
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+class Bench:
+    def __init__(self, max_bytes: int) -> None:
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.group_name = dist.group.WORLD.group_name
+        self.max_bytes = max_bytes
+        self.heap = ironlink.SymmetricHeap(3 * max_bytes + (64 << 20))
+        self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
+        self.rows: list[dict[str, Any]] = []
+
+    def record(self, coll: str, dt: str, nbytes: int, who: str, config: str, us: float) -> dict[str, Any]:
+        algbw = nbytes / us / 1e3  # GB/s
+        factor = 2 * (self.world - 1) / self.world if coll == "all_reduce" else (self.world - 1) / self.world
+        row = {"collective": coll, "dtype": dt, "bytes": nbytes, "contender": who, "config": config,
+               "us": round(us, 3), "algbw_GBs": round(algbw, 2), "busbw_GBs": round(algbw * factor, 2)}
+        self.rows.append(row)
+        return row
+
+    def check(self) -> None:
+        torch.cuda.synchronize()
+        bad = self.status[self.status != 0]
+        if bad.numel():
+            raise RuntimeError(f"ironlink returned statuses {bad.unique().tolist()}")
+
+    def all_reduce(self, dt: str, nbytes: int) -> None:
+        dtype = DTYPES[dt]
+        n = nbytes // torch.tensor([], dtype=dtype).element_size()
+        x = torch.randn(n, device="cuda").to(dtype)
+        code = _abi.DTYPE["BFLOAT16" if dtype == torch.bfloat16 else "FLOAT32"]
+        times: dict[str, tuple[str, float]] = {}
+        t = x.clone()
+        times["nccl"] = ("ring/auto", time_graph(lambda: dist.all_reduce(t), nbytes))
+        buf = self.heap.empty((n,), dtype)
+        buf.copy_(x)
+        best: Optional[tuple[str, float]] = None
+        for ctas, warps in CONFIGS:
+            us = time_graph(lambda: _all_reduce[(ctas,)](self.heap.ctx, buf, n, code, self.status, num_warps=warps), nbytes)
+            self.check()
+            self.record("all_reduce", dt, nbytes, "ironlink_cfg", f"{ctas}x{warps}", us)
+            if best is None or us < best[1]:
+                best = (f"{ctas}x{warps}", us)
+        assert best is not None
+        times["ironlink"] = best
+        self.heap.free(buf)
+        if nbytes <= (256 << 20):
+            import torch.distributed._symmetric_memory as symm_mem
+
+            s = symm_mem.empty(n, dtype=dtype, device="cuda")
+            symm_mem.rendezvous(s, self.group_name)
+            s.copy_(x)
+            if nbytes <= (16 << 20):
+                times["symm_one_shot"] = ("", time_graph(lambda: torch.ops.symm_mem.one_shot_all_reduce(s, "sum", self.group_name), nbytes))
+            times["symm_two_shot"] = ("", time_graph(lambda: torch.ops.symm_mem.two_shot_all_reduce_(s, "sum", self.group_name), nbytes))
+            del s
+        for who, (cfg, us) in times.items():
+            row = self.record("all_reduce", dt, nbytes, who, cfg, us)
+            row["vs_nccl"] = round(times["nccl"][1] / us, 3)
+
+    def gather_scatter(self, dt: str, nbytes: int) -> None:
+        """all_gather and reduce_scatter of `nbytes` total output / input per rank."""
+        dtype = DTYPES[dt]
+        esize = torch.tensor([], dtype=dtype).element_size()
+        n = nbytes // esize // self.world  # per-rank block
+        if n == 0:
+            return
+        code = _abi.DTYPE["BFLOAT16" if dtype == torch.bfloat16 else "FLOAT32"]
+        full = torch.randn(n * self.world, device="cuda").to(dtype)
+        part = full[:n].clone()
+        out = torch.empty_like(full)
+        t_ag = time_graph(lambda: dist.all_gather_into_tensor(out, part), nbytes)
+        red = torch.empty_like(part)
+        t_rs = time_graph(lambda: dist.reduce_scatter_tensor(red, full), nbytes)
+        big = self.heap.empty((n * self.world,), dtype)
+        small = self.heap.empty((n,), dtype)
+        big.copy_(full)
+        small.copy_(part)
+        best_ag = best_rs = None
+        for ctas, warps in CONFIGS:
+            us = time_graph(lambda: _all_gather[(ctas,)](self.heap.ctx, small, big, n, code, self.status, num_warps=warps), nbytes)
+            self.check()
+            best_ag = min(best_ag or (us, ""), (us, f"{ctas}x{warps}"))
+            us = time_graph(lambda: _reduce_scatter[(ctas,)](self.heap.ctx, big, small, n, code, self.status, num_warps=warps), nbytes)
+            self.check()
+            best_rs = min(best_rs or (us, ""), (us, f"{ctas}x{warps}"))
+        self.heap.free(small)
+        self.heap.free(big)
+        for coll, nccl, ours in (("all_gather", t_ag, best_ag), ("reduce_scatter", t_rs, best_rs)):
+            self.record(coll, dt, nbytes, "nccl", "", nccl)["vs_nccl"] = 1.0
+            self.record(coll, dt, nbytes, "ironlink", ours[1], ours[0])["vs_nccl"] = round(nccl / ours[0], 3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None, help="JSON file to write (rank 0)")
+    ap.add_argument("--max-bytes", type=int, default=1 << 30)
+    ap.add_argument("--dtypes", default="bf16,fp32")
+    ap.add_argument("--skip-gather-scatter", action="store_true")
+    args = ap.parse_args()
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    b = Bench(args.max_bytes)
+    sizes = [s for s in SIZES if s <= args.max_bytes]
+    for dt in args.dtypes.split(","):
+        for nbytes in sizes:
+            b.all_reduce(dt, nbytes)
+            if not args.skip_gather_scatter:
+                b.gather_scatter(dt, nbytes)
+            if b.rank == 0:
+                for r in b.rows:
+                    if r["bytes"] == nbytes and r["dtype"] == dt and r["contender"] != "ironlink_cfg":
+                        print(f"{r['collective']:>14} {dt} {nbytes:>11} {r['contender']:>14} {r['config']:>6} "
+                              f"{r['us']:>10.2f} us {r['busbw_GBs']:>8.1f} GB/s  x{r.get('vs_nccl', 0):.2f}", flush=True)
+    if b.rank == 0:
+        doc = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": torch.cuda.get_device_name(),
+            "world_size": b.world,
+            "git_rev": git_rev(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "method": "CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, median per call, max over ranks",
+            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+            "results": b.rows,
+        }
+        if args.out:
+            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+            with open(args.out, "w") as f:
+                json.dump(doc, f, indent=1)
+    b.heap.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
