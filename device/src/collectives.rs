@@ -3,9 +3,9 @@
 //! inputs visible; one after keeps a rank from returning (and overwriting its input) while a
 //! peer still reads it. Work is split by 16-byte units: across CTAs, then across threads.
 
-use crate::all_reduce::{copy_units, reduce_units};
+use crate::all_reduce::{copy_from_peers, reduce_units, Copy};
 use crate::elem::Reduction;
-use crate::mem::{rotate, split};
+use crate::mem::split;
 use crate::region::Region;
 use crate::sync::Call;
 
@@ -36,25 +36,33 @@ pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> 
     let n = input.bytes;
     let in_place = input.offset == out.offset + call.rank * n;
     let (lo, hi) = my_units(call, n);
-    for k in 1..=call.world {
-        let p = rotate(call.rank, k, call.world);
-        let dst = out.sub(p * n, n);
-        if p == call.rank && in_place {
-            continue;
-        }
-        let src = if in_place { dst } else { *input };
-        copy_units(call, &src, p, &dst, lo, hi);
-    }
+    copy_from_peers(call, |p| {
+        let dst = out.offset + p * n;
+        let src = if in_place { dst } else { input.offset };
+        (!(in_place && p == call.rank)).then_some(Copy {
+            src,
+            dst,
+            bytes: n,
+            lo,
+            hi,
+        })
+    });
     call.barrier(1)
 }
 
 /// `buf = buf@root` on every rank.
 pub fn broadcast(call: &Call, buf: &Region, root: usize) -> Result<(), i32> {
     call.barrier(0)?;
-    if call.rank != root {
-        let (lo, hi) = my_units(call, buf.bytes);
-        copy_units(call, buf, root, buf, lo, hi);
-    }
+    let (lo, hi) = my_units(call, buf.bytes);
+    copy_from_peers(call, |p| {
+        (p == root && call.rank != root).then_some(Copy {
+            src: buf.offset,
+            dst: buf.offset,
+            bytes: buf.bytes,
+            lo,
+            hi,
+        })
+    });
     call.barrier(1)
 }
 
@@ -78,16 +86,15 @@ pub fn reduce(
 pub fn all_to_all(call: &Call, input: &Region, out: &Region, n: usize) -> Result<(), i32> {
     call.barrier(0)?;
     let (lo, hi) = my_units(call, n);
-    for k in 0..call.world {
-        let p = rotate(call.rank, k, call.world);
-        copy_units(
-            call,
-            &input.sub(call.rank * n, n),
-            p,
-            &out.sub(p * n, n),
+    let src = input.offset + call.rank * n;
+    copy_from_peers(call, |p| {
+        Some(Copy {
+            src,
+            dst: out.offset + p * n,
+            bytes: n,
             lo,
             hi,
-        );
-    }
+        })
+    });
     call.barrier(1)
 }
