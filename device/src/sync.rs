@@ -102,7 +102,9 @@ impl<'a> Call<'a> {
                 (rank_base + signal::BARRIER_OFFSET + (self.cta * MAX_RANKS + from) * 4) as *mut u32
             };
             // Thread p tells rank p that this rank arrived, then waits for rank p to arrive here.
-            hw::fence_system();
+            // No separate fence: the release store is one (`fence.acq_rel.sys` + store), and it
+            // is cumulative over the CTA's earlier writes, which the CTA barrier above ordered
+            // before it; the acquire load below pairs with the peer's release in the same way.
             // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS.
             unsafe { hw::store_release_u32(slot(signal_base_fresh(self.c, p), self.rank), value) };
             let mine = slot(signal_base_fresh(self.c, self.rank), p);
@@ -113,7 +115,6 @@ impl<'a> Call<'a> {
                 let seen = unsafe { hw::load_acquire_u32(mine) };
                 seen.wrapping_sub(value) as i32 >= 0
             });
-            hw::fence_system();
         }
         if hw::sync_threads_or(late) {
             return Err(self.timed_out());

@@ -36,7 +36,7 @@ def iters_reps(nbytes: int) -> tuple[int, int]:
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30]
 # ironlink launch configurations tried at each size: (CTAs, num_warps).
-CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8)]
+CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8), (132, 16)]
 
 
 @ironlink.jit
