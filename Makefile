@@ -14,7 +14,7 @@ LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unk
 BC         = build/ironlink_$(subst _,,$(CUDA_ARCH)).bc
 STAMP     := build/.stamps
 
-.PHONY: all all-archs toolchain venv abi test test-rust test-python lint demo wheel test-gpu clean
+.PHONY: all all-archs toolchain venv abi test test-rust test-python lint demo wheel test-gpu bench clean
 all: $(BC)
 
 all-archs:
@@ -60,6 +60,19 @@ test-python: venv
 lint: $(STAMP)/toolchain
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -q --workspace --all-targets --features python -- -D warnings
+
+# An all-reduce across the local GPUs where there are two or more (and torch), else across 8
+# simulated ranks on the CPU, running the same device code.
+NGPU := $(shell nvidia-smi -L 2>/dev/null | wc -l)
+demo: $(STAMP)/toolchain
+	@if [ "$(NGPU)" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then \
+	  $(MAKE) --no-print-directory wheel && . tests/gpu/setup_native.sh && \
+	  torchrun --standalone --nproc_per_node=$(NGPU) examples/all_reduce.py; \
+	else \
+	  echo "no GPUs here: running the device code on 8 simulated ranks"; \
+	  $(CARGO) run -q --release -p ironlink-device --example sim_all_reduce; \
+	fi
 
 clean:
 	rm -rf build target $(VENV)
@@ -76,3 +89,12 @@ wheel: all-archs venv
 # The symmetric-heap GPU suite (world sizes 2, 4, 8 as GPUs allow) and examples/peer_write.py.
 test-gpu-heap: wheel
 	tests/gpu/run_heap.sh
+
+# On a GPU machine with Rust: every GPU suite (basics, heap, collectives for 2/4/8 GPUs) and the
+# benchmark. Without Rust there, run `make wheel` elsewhere, carry build/, run tests/gpu/run_all.sh.
+test-gpu: wheel
+	tests/gpu/run_all.sh
+
+# The side-by-side benchmark alone (JSON under bench/results/).
+bench: wheel
+	bench/run.sh

@@ -31,7 +31,7 @@ fn main() {
     });
     let elapsed = t.elapsed();
     let mut ok = statuses.iter().all(|s| *s == status::OK);
-    for r in 0..world {
+    for (r, st) in statuses.iter().enumerate() {
         let h = node.heap(r);
         let v: Vec<f32> = (0..n)
             .map(|i| f32::from_bits((u16::from_le_bytes([h[2 * i], h[2 * i + 1]]) as u32) << 16))
@@ -42,7 +42,7 @@ fn main() {
         ok &= bad == 0 && h[..2 * n] == node.heap(0)[..2 * n];
         println!(
             "rank {r}: status {:>2}  x[0..4] = {:?}  x[999] = {}  wrong: {bad}",
-            statuses[r],
+            st,
             &v[..4],
             v[n - 1]
         );

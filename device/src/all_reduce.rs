@@ -217,7 +217,7 @@ pub fn reduce_units(
 ) {
     let c = call.c;
     let out = dst.at(c, call.rank);
-    let aligned = (src.offset | dst.offset) % 16 == 0;
+    let aligned = (src.offset | dst.offset).is_multiple_of(16);
     let fast_hi = if aligned { hi.min(src.bytes / 16) } else { lo };
     let mut i = lo + call.tid;
     while i < fast_hi {
@@ -268,7 +268,7 @@ pub fn copy_from_peers(call: &Call, plan: impl Fn(usize) -> Option<Copy>) {
     let c = call.c;
     // Units of `cp` that take the batched path: full and 16-byte aligned.
     let fast_hi = |cp: &Copy| {
-        if (cp.src | cp.dst) % 16 == 0 {
+        if (cp.src | cp.dst).is_multiple_of(16) {
             cp.hi.min(cp.bytes / 16)
         } else {
             cp.lo

@@ -12,7 +12,7 @@ use core::num::NonZeroU32;
 #[inline(always)]
 pub unsafe fn load_unit<const W: usize>(addr: usize, valid: usize) -> [u32; W] {
     let mut out = [0u32; W];
-    if valid == 4 * W && addr % (4 * W) == 0 {
+    if valid == 4 * W && addr.is_multiple_of(4 * W) {
         if W == 4 {
             let v = hw::load_v4(addr as *const [u32; 4]);
             let mut i = 0;
@@ -33,7 +33,7 @@ pub unsafe fn load_unit<const W: usize>(addr: usize, valid: usize) -> [u32; W] {
     while i < W {
         let at = addr + 4 * i;
         let left = valid.saturating_sub(4 * i);
-        if left >= 4 && at % 4 == 0 {
+        if left >= 4 && at.is_multiple_of(4) {
             out[i] = hw::load_u32(at as *const u32);
         } else if left >= 2 {
             let lo = hw::load_u16(at as *const u16) as u32;
@@ -55,7 +55,7 @@ pub unsafe fn load_unit<const W: usize>(addr: usize, valid: usize) -> [u32; W] {
 /// `[addr, addr + valid)` is mapped and writable, `addr` is 2-byte aligned.
 #[inline(always)]
 pub unsafe fn store_unit<const W: usize>(addr: usize, valid: usize, words: [u32; W]) {
-    if valid == 4 * W && addr % (4 * W) == 0 {
+    if valid == 4 * W && addr.is_multiple_of(4 * W) {
         if W == 4 {
             hw::store_v4(
                 addr as *mut [u32; 4],
@@ -74,7 +74,7 @@ pub unsafe fn store_unit<const W: usize>(addr: usize, valid: usize, words: [u32;
     while i < W {
         let at = addr + 4 * i;
         let left = valid.saturating_sub(4 * i);
-        if left >= 4 && at % 4 == 0 {
+        if left >= 4 && at.is_multiple_of(4) {
             hw::store_u32(at as *mut u32, words[i]);
         } else if left >= 2 {
             hw::store_u16(at as *mut u16, words[i] as u16);
@@ -150,9 +150,9 @@ pub fn rotate(rank: usize, k: usize, world: usize) -> usize {
 /// Both ranges are mapped, `dst` writable, and they do not overlap.
 #[inline(always)]
 pub unsafe fn copy_bytes(dst: usize, src: usize, n: usize, tid: usize, threads: usize) {
-    let (head, width) = if dst % 16 == 0 && src % 16 == 0 {
+    let (head, width) = if dst.is_multiple_of(16) && src.is_multiple_of(16) {
         (n / 16 * 16, 16)
-    } else if dst % 4 == 0 && src % 4 == 0 {
+    } else if dst.is_multiple_of(4) && src.is_multiple_of(4) {
         (n / 4 * 4, 4)
     } else {
         (0, 1)

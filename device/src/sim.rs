@@ -7,7 +7,6 @@ extern crate std;
 use crate::abi::{signal, SymmContext, MAX_CTAS, MAX_RANKS};
 use crate::hw::host;
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
-use std::boxed::Box;
 use std::vec;
 use std::vec::Vec;
 
@@ -19,7 +18,7 @@ pub struct Node {
     heaps: Vec<Vec<u128>>,
     signals: Vec<Vec<u128>>,
     scratch: Vec<Vec<u128>>,
-    ctxs: Vec<Box<SymmContext>>,
+    ctxs: Vec<SymmContext>,
     pub heap_bytes: usize,
 }
 
@@ -46,7 +45,7 @@ impl Node {
                 c.peer_signal[p] = n.signals[p].as_ptr() as u64;
                 c.peer_scratch[p] = n.scratch[p].as_ptr() as u64;
             }
-            n.ctxs.push(Box::new(c));
+            n.ctxs.push(c);
         }
         for r in 0..world {
             n.heap_mut(r).fill(GUARD);
@@ -55,7 +54,7 @@ impl Node {
     }
 
     pub fn ctx(&self, rank: usize) -> i64 {
-        &*self.ctxs[rank] as *const SymmContext as i64
+        &self.ctxs[rank] as *const SymmContext as i64
     }
 
     pub fn ctx_mut(&mut self, rank: usize) -> &mut SymmContext {

@@ -143,7 +143,7 @@ pub fn wait_until(deadline: u64, mut ready: impl FnMut() -> bool) -> bool {
             return true;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             if hw::now_ns() > deadline {
                 return false;
             }

@@ -108,9 +108,9 @@ fn argument_errors_write_nothing() {
             "{what}"
         );
     }
-    for r in 0..2 {
+    for (r, before) in before.iter().enumerate() {
         assert!(
-            node.heap(r) == &before[r][..],
+            node.heap(r) == &before[..],
             "rank {r}'s heap changed after rejected calls"
         );
         assert_eq!(

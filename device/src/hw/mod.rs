@@ -14,12 +14,16 @@
 //!   or entirely new (the LL-packet guarantee of 16-byte aligned vector stores on NVLink).
 //! - `sync_threads` is a CTA barrier that also orders the CTA's memory accesses among its threads.
 
+// The pointer-taking functions of both implementations share one safety contract, stated at the
+// top of nvptx.rs: a valid, mapped address aligned to the access size.
 #[cfg(target_arch = "nvptx64")]
+#[allow(clippy::missing_safety_doc)]
 mod nvptx;
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx::*;
 
 #[cfg(not(target_arch = "nvptx64"))]
+#[allow(clippy::missing_safety_doc)]
 pub mod host;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::*;
