@@ -6,7 +6,8 @@
 - ``ironlink.bitcode_path(arch=None)``: the bitcode file for the current GPU or a named arch.
 
 Importing ironlink needs Triton but not torch (torch is imported only to ask which GPU is current).
-``ironlink.SymmetricHeap`` and ``ironlink.IronlinkError`` (host side) load on first use.
+``ironlink.SymmetricHeap``, ``ironlink.IronlinkError`` and the host-level collectives
+``ironlink.all_reduce/all_gather/reduce_scatter`` (host side) load on first use.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ _LAZY = {
     "IronlinkError": "errors",
     "SymmMemContext": "torch_interop",
     "context_from_symm_mem": "torch_interop",
+    # Host-level collectives on heap tensors (ironlink.ops): torch is imported when they run.
+    "all_reduce": "ops",
+    "all_gather": "ops",
+    "reduce_scatter": "ops",
 }
 
 

@@ -1,0 +1,302 @@
+"""GPU suite of the host-level collectives (ironlink.all_reduce / all_gather / reduce_scatter).
+
+    torchrun --standalone --nproc_per_node=8 tests/gpu/ops_worker.py
+
+One process per GPU. Each case fills heap tensors with fresh random data, runs the ironlink call
+and the same collective through torch.distributed (NCCL), and compares: all_gather bitwise (a
+copy), reductions against NCCL run on the inputs upcast to fp32 (NCCL reduces bf16 in bf16 step by
+step, ironlink in fp32 with one rounding, so their bf16 outputs may differ by an ulp). bf16 and
+fp32, messages of 1 KiB to 64 MiB plus an odd element count, in-place variants, all three calls
+captured in one CUDA graph and replayed with new data, and the argument errors. Rank 0 prints
+"== ops world N: X passed, Y failed =="; the exit status is non-zero on failure. Without torch,
+CUDA or torchrun it prints why it skipped and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+import ironlink  # torch-free: importable where the suite then skips
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:  # the CPU machines have no torch
+    torch = None  # type: ignore[assignment]
+
+MESSAGE_BYTES = [1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]  # 1 KiB .. 64 MiB
+ODD_ELEMENTS = 1003  # not a multiple of 16 bytes, of the world size or of a CTA's share
+
+
+def skip_reason() -> str | None:
+    if torch is None:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return "not under torchrun (RANK/WORLD_SIZE unset)"
+    return None
+
+
+class Suite:
+    def __init__(self, heap: Any) -> None:
+        self.heap = heap
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.passed = 0
+        self.failed: list[str] = []
+        # Max error relative to the largest magnitude: ironlink rounds once from fp32 (bf16: half an
+        # ulp), the fp32 reference differs from ironlink's fp32 sum only in summation order.
+        self.tol = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}
+
+    # --- helpers -----------------------------------------------------------------------------
+    def run(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+            ok = torch.tensor([1], device="cuda")
+        except Exception as e:  # noqa: BLE001 - a failed case is reported, the suite goes on
+            ok = torch.tensor([0], device="cuda")
+            if not isinstance(e, AssertionError):
+                traceback.print_exc()
+            print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # a case passes only if it passed on every rank
+        if ok.item():
+            self.passed += 1
+        else:
+            self.failed.append(name)
+
+    def alloc(self, n: int, dtype: Any) -> Any:
+        return self.heap.empty((n,), dtype)
+
+    def free(self, *ts: Any) -> None:
+        # Allocation order must stay the same on every rank even after a failed case, so every
+        # case frees in `finally`, newest first.
+        for t in ts:
+            if t is not None:
+                self.heap.free(t)
+
+    @staticmethod
+    def data(n: int, dtype: Any) -> Any:
+        return (torch.randn(n, device="cuda") * 2).to(dtype)
+
+    def close(self, what: str, got: Any, want: Any, dtype: Any) -> None:
+        g, w = got.double(), want.double()
+        assert not torch.isnan(g).any(), f"{what}: NaN in the output (an element was not written)"
+        scale = w.abs().max().clamp_min(1e-30)
+        err = ((g - w).abs().max() / scale).item()
+        assert err <= self.tol[dtype], f"{what}: max rel error {err:.3e} > {self.tol[dtype]}"
+
+    @staticmethod
+    def nccl_op(op: str) -> Any:
+        return {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}[op]
+
+    def ref_all_reduce(self, x: Any, op: str) -> Any:
+        r = x.float().clone()
+        dist.all_reduce(r, op=self.nccl_op(op))
+        return r
+
+    def ref_reduce_scatter(self, full: Any, n: int, op: str) -> Any:
+        r = torch.empty(n, dtype=torch.float32, device="cuda")
+        dist.reduce_scatter_tensor(r, full.float().contiguous(), op=self.nccl_op(op))
+        return r
+
+    def ref_all_gather(self, x: Any) -> Any:
+        r = torch.empty(self.world * x.numel(), dtype=x.dtype, device="cuda")
+        dist.all_gather_into_tensor(r, x.contiguous())
+        return r
+
+    # --- cases -------------------------------------------------------------------------------
+    def all_reduce(self, n: int, dtype: Any, op: str) -> None:
+        buf = None
+        try:
+            buf = self.alloc(n, dtype)
+            x = self.data(n, dtype)
+            buf.copy_(x)
+            want = self.ref_all_reduce(x, op)
+            ironlink.all_reduce(buf, op=op, check=True)
+            torch.cuda.synchronize()
+            if op == "max":  # exact in any dtype
+                assert torch.equal(buf.float(), want), "max differs from NCCL's"
+            else:
+                self.close(f"all_reduce {op}", buf, want, dtype)
+        finally:
+            self.free(buf)
+
+    def all_gather(self, n: int, dtype: Any, in_place: bool) -> None:
+        out = inp = None
+        try:
+            out = self.alloc(self.world * n, dtype)
+            out.fill_(float("nan"))
+            x = self.data(n, dtype)
+            if in_place:
+                view = out[self.rank * n : (self.rank + 1) * n]
+            else:
+                inp = view = self.alloc(n, dtype)
+            view.copy_(x)
+            want = self.ref_all_gather(x)
+            ironlink.all_gather(out, view, check=True)
+            torch.cuda.synchronize()
+            assert torch.equal(out, want), "all_gather differs from NCCL's"
+        finally:
+            self.free(inp, out)
+
+    def reduce_scatter(self, n: int, dtype: Any, op: str, in_place: bool) -> None:
+        inp = out = None
+        try:
+            inp = self.alloc(self.world * n, dtype)
+            full = self.data(self.world * n, dtype)
+            inp.copy_(full)
+            if in_place:
+                view = inp[self.rank * n : (self.rank + 1) * n]
+            else:
+                out = view = self.alloc(n, dtype)
+                view.fill_(float("nan"))
+            want = self.ref_reduce_scatter(full, n, op)
+            ironlink.reduce_scatter(view, inp, op=op, check=True)
+            torch.cuda.synchronize()
+            self.close(f"reduce_scatter {op}", view, want, dtype)
+        finally:
+            self.free(out, inp)
+
+    def cuda_graph(self, dtype: Any, n: int) -> None:
+        """All three calls captured once (after a warm-up outside capture), replayed with new data."""
+        w = self.world
+        ar = ag_out = ag_in = rs_in = rs_out = None
+        try:
+            ar, ag_out, ag_in = self.alloc(w * n, dtype), self.alloc(w * n, dtype), self.alloc(n, dtype)
+            rs_in, rs_out = self.alloc(w * n, dtype), self.alloc(n, dtype)
+            src_ar, src_ag, src_rs = (torch.empty(m, dtype=dtype, device="cuda") for m in (w * n, n, w * n))
+
+            def step() -> None:  # copy-ins are captured too: each replay reads the sources anew
+                ar.copy_(src_ar)
+                ag_in.copy_(src_ag)
+                rs_in.copy_(src_rs)
+                ironlink.all_reduce(ar)
+                ironlink.all_gather(ag_out, ag_in)
+                ironlink.reduce_scatter(rs_out, rs_in)
+
+            for s in (src_ar, src_ag, src_rs):
+                s.copy_(self.data(s.numel(), dtype))
+            step()  # warm-up: compiles the kernels for these exact arguments
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                with torch.cuda.graph(g, stream=stream):
+                    step()
+                    try:  # rejected before anything is launched, so the capture stays valid
+                        ironlink.all_reduce(ar, check=True)
+                        raise AssertionError("check=True was accepted during capture")
+                    except ValueError as e:
+                        assert "heap.check()" in str(e), str(e)
+            torch.cuda.current_stream().wait_stream(stream)
+            for replay in range(3):
+                for s in (src_ar, src_ag, src_rs):
+                    s.copy_(self.data(s.numel(), dtype))
+                wants = (self.ref_all_reduce(src_ar, "sum"), self.ref_all_gather(src_ag),
+                         self.ref_reduce_scatter(src_rs, n, "sum"))
+                self.heap.barrier()
+                g.replay()
+                torch.cuda.synchronize()
+                self.close(f"replay {replay} all_reduce", ar, wants[0], dtype)
+                assert torch.equal(ag_out, wants[1]), f"replay {replay}: all_gather differs"
+                self.close(f"replay {replay} reduce_scatter", rs_out, wants[2], dtype)
+            del g
+            self.heap.check()  # nothing recorded (no timeouts)
+        finally:
+            self.free(rs_out, rs_in, ag_in, ag_out, ar)
+
+    def argument_errors(self) -> None:
+        """Rejected on the host, before any launch (so no rank waits for the others)."""
+        foreign = torch.zeros(64, dtype=torch.bfloat16, device="cuda")
+        try:
+            ironlink.all_reduce(foreign)
+            raise AssertionError("a tensor outside the heap was accepted")
+        except ironlink.IronlinkError as e:
+            assert "knows of" in str(e) or "not in a live allocation" in str(e), str(e)
+        a = b = c = None
+        try:
+            a, b = self.alloc(8 * self.world, torch.bfloat16), self.alloc(7, torch.bfloat16)
+            c = self.heap.empty((16,), torch.int32)
+            for call, err, words in [
+                (lambda: ironlink.all_gather(a, b), ValueError, "world size x inp's elements"),
+                (lambda: ironlink.reduce_scatter(b, a), ValueError, "world size x out's elements"),
+                (lambda: ironlink.all_reduce(c), TypeError, "int32"),
+                (lambda: ironlink.all_reduce(a.view(2, -1).t()), ValueError, "contiguous"),
+                (lambda: ironlink.all_reduce(a, op="mean"), ValueError, "op must be one of"),
+            ]:
+                try:
+                    call()
+                    raise AssertionError(f"accepted; wanted {err.__name__} with {words!r}")
+                except err as e:
+                    assert words in str(e), str(e)
+        finally:
+            self.free(c, b, a)
+
+
+def main() -> int:
+    reason = skip_reason()
+    if reason:
+        print(f"== ops: skipped ({reason}) ==", flush=True)
+        return 0
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    torch.manual_seed(4321 + rank)
+    heap = ironlink.SymmetricHeap(320 << 20)
+    s = Suite(heap)
+    t0 = time.time()
+
+    def first_call_names_heap() -> None:
+        # No heap passed yet in this process: the error asks for heap=; then it is remembered.
+        x = heap.zeros((256,), torch.float32)
+        try:
+            try:
+                ironlink.all_reduce(x)
+                raise AssertionError("a heap no call had named was found")
+            except ironlink.IronlinkError as e:
+                assert "heap=" in str(e), str(e)
+            x.fill_(1.0)
+            ironlink.all_reduce(x, heap=heap, check=True)
+            ironlink.all_reduce(x, check=True)  # found from the tensor now
+            torch.cuda.synchronize()
+            assert torch.equal(x, torch.full_like(x, float(world * world))), "sum of sums"
+        finally:
+            heap.free(x)
+
+    s.run("first call needs heap=, later calls find it", first_call_names_heap)
+    for dtype in (torch.bfloat16, torch.float32):
+        esize = torch.tensor([], dtype=dtype).element_size()
+        counts = [b // esize for b in MESSAGE_BYTES] + [ODD_ELEMENTS * world]
+        for total in counts:
+            per_rank = total // world
+            label = f"{dtype} {total * esize} B"
+            s.run(f"all_reduce sum {label}", lambda: s.all_reduce(total, dtype, "sum"))
+            s.run(f"all_gather {label}", lambda: s.all_gather(per_rank, dtype, False))
+            s.run(f"reduce_scatter sum {label}", lambda: s.reduce_scatter(per_rank, dtype, "sum", False))
+        n = (1 << 20) // esize
+        for op in ("max", "avg"):
+            s.run(f"all_reduce {op} {dtype} 1 MiB", lambda: s.all_reduce(n, dtype, op))
+            s.run(f"reduce_scatter {op} {dtype} 1 MiB", lambda: s.reduce_scatter(n // world, dtype, op, False))
+        s.run(f"all_gather in place {dtype}", lambda: s.all_gather(4099, dtype, True))
+        s.run(f"reduce_scatter in place {dtype}", lambda: s.reduce_scatter(4099, dtype, "sum", True))
+        s.run(f"cuda graph {dtype} small", lambda: s.cuda_graph(dtype, 300))
+        s.run(f"cuda graph {dtype} 1 MiB per rank", lambda: s.cuda_graph(dtype, (1 << 20) // esize))
+    s.run("argument errors", s.argument_errors)
+    s.run("heap.check() is clean", heap.check)
+    heap.close()
+    if rank == 0:
+        for f in s.failed:
+            print(f"FAILED {f}")
+        print(f"ops suite took {time.time() - t0:.1f}s")
+        print(f"== ops world {world}: {s.passed} passed, {len(s.failed)} failed ==", flush=True)
+    dist.destroy_process_group()
+    return 1 if s.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""CPU tests of the host-level collectives (`ironlink.ops`) and their tuning: no GPU, no torch.
+
+The argument checks are pure functions over `TensorSpec`s; `ironlink.tuning.choose` and the
+generator `bench/make_tuning.py` are plain Python; the three kernels compile for sm_90.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import ironlink
+from ironlink import _abi, ops, tuning
+from ironlink.errors import IronlinkError
+from ironlink.ops import Plan, TensorSpec
+
+from test_triton_compile import compile_for
+from test_typed import _fresh_triton_cache, extern_calls  # noqa: F401 - the fixture applies here too
+
+REPO = Path(__file__).resolve().parents[1]
+DEV = "cuda:0"
+
+
+def spec(name: str, n: int, dtype: str = "bfloat16", ptr: int = 1 << 20, **kw: Any) -> TensorSpec:
+    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "float64": 8}[dtype]
+    fields = dict(shape=(n,), dtype=dtype, itemsize=itemsize, contiguous=True, device=DEV, data_ptr=ptr)
+    return TensorSpec(name, **{**fields, **kw})
+
+
+def test_host_functions_are_exported_lazily() -> None:
+    assert ironlink.all_reduce is ops.all_reduce
+    assert ironlink.all_gather is ops.all_gather
+    assert ironlink.reduce_scatter is ops.reduce_scatter
+
+
+# --- argument checks ------------------------------------------------------------------------------
+
+
+def test_reduce_ops() -> None:
+    assert ops.reduce_op_code("sum") == _abi.REDUCE_OP["SUM"]
+    assert ops.reduce_op_code("AVG") == _abi.REDUCE_OP["AVG"]
+    assert ops.reduce_op_code(_abi.REDUCE_OP["MAX"]) == _abi.REDUCE_OP["MAX"]
+    from ironlink.constants import REDUCE_OP_MIN
+
+    assert ops.reduce_op_code(REDUCE_OP_MIN) == _abi.REDUCE_OP["MIN"]  # a tl.constexpr
+    for bad in ("mean", 99, True, None):
+        with pytest.raises(ValueError, match="op must be one of 'sum', 'max', 'min', 'prod', 'avg'"):
+            ops.reduce_op_code(bad)  # type: ignore[arg-type]
+
+
+def test_all_reduce_plan_and_tensor_checks() -> None:
+    assert ops.plan_all_reduce(spec("t", 1000), DEV) == Plan(1000, _abi.DTYPE["BFLOAT16"], 2000)
+    assert ops.plan_all_reduce(spec("t", 10, "float32", shape=(2, 5)), DEV) == Plan(10, _abi.DTYPE["FLOAT32"], 40)
+    assert ops.plan_all_reduce(spec("t", 8, "float16"), DEV).dtype == _abi.DTYPE["FLOAT16"]
+    with pytest.raises(TypeError, match="t has dtype int32; ironlink collectives support float32, float16, bfloat16"):
+        ops.plan_all_reduce(spec("t", 8, "int32"), DEV)
+    with pytest.raises(ValueError, match="t must be contiguous"):
+        ops.plan_all_reduce(spec("t", 8, contiguous=False), DEV)
+    with pytest.raises(ValueError, match="t is on cuda:1, but the symmetric heap is on cuda:0"):
+        ops.plan_all_reduce(spec("t", 8, device="cuda:1"), DEV)
+
+
+def test_all_gather_plan() -> None:
+    world, rank = 4, 2
+    out, inp = spec("out", 4 * 100, ptr=0x10000), spec("inp", 100, ptr=0x90000)
+    # Message bytes are the whole output's, as the benchmark (and so the tuning table) counts them.
+    assert ops.plan_all_gather(out, inp, world, rank, DEV) == Plan(100, _abi.DTYPE["BFLOAT16"], 800)
+    in_place = spec("inp", 100, ptr=0x10000 + rank * 200)
+    assert ops.plan_all_gather(out, in_place, world, rank, DEV).n == 100
+    with pytest.raises(ValueError, match=r"out must have world size x inp's elements \(4 x 100 = 400\), got 399"):
+        ops.plan_all_gather(spec("out", 399), inp, world, rank, DEV)
+    with pytest.raises(TypeError, match="out is bfloat16 but inp is float32; they must match"):
+        ops.plan_all_gather(out, spec("inp", 100, "float32", ptr=0x90000), world, rank, DEV)
+    with pytest.raises(ValueError, match=r"inp overlaps out but is not its block for rank 2 \(out\[200:300\]\)"):
+        ops.plan_all_gather(out, spec("inp", 100, ptr=0x10000), world, rank, DEV)
+    with pytest.raises(ValueError, match="inp is on cuda:3"):
+        ops.plan_all_gather(out, spec("inp", 100, device="cuda:3"), world, rank, DEV)
+
+
+def test_reduce_scatter_plan() -> None:
+    world, rank = 8, 3
+    inp, out = spec("inp", 8 * 64, "float32", ptr=0x10000), spec("out", 64, "float32", ptr=0x90000)
+    assert ops.plan_reduce_scatter(out, inp, world, rank, DEV) == Plan(64, _abi.DTYPE["FLOAT32"], 8 * 64 * 4)
+    in_place = spec("out", 64, "float32", ptr=0x10000 + rank * 256)
+    assert ops.plan_reduce_scatter(in_place, inp, world, rank, DEV).n == 64
+    with pytest.raises(ValueError, match=r"inp must have world size x out's elements \(8 x 64 = 512\), got 500"):
+        ops.plan_reduce_scatter(out, spec("inp", 500, "float32"), world, rank, DEV)
+    with pytest.raises(ValueError, match=r"out overlaps inp but is not its block for rank 3"):
+        ops.plan_reduce_scatter(spec("out", 64, "float32", ptr=0x10000 + 4), inp, world, rank, DEV)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        ops.plan_reduce_scatter(spec("out", 64, "float32", contiguous=False), inp, world, rank, DEV)
+
+
+def test_statuses() -> None:
+    ops.check_statuses([0] * 64, "all_reduce", 0)
+    with pytest.raises(IronlinkError, match=r"ironlink.all_gather: symm_all_gather returned INVALID_ARGUMENT \(-9\), "
+                                            r"TIMEOUT \(-7\) on rank 5") as e:
+        ops.check_statuses([0, -7, -9, -9], "all_gather", 5)
+    assert e.value.status == -9 and e.value.function == "symm_all_gather"
+
+
+class _FakeHeap:
+    """Stands in for SymmetricHeap in the registry: holds the tensors named in `mine`."""
+
+    def __init__(self, mine: set[str]) -> None:
+        self.mine, self.closed = mine, False
+
+    def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
+        if t not in self.mine:
+            raise IronlinkError(f"{what}: not in this heap")
+        return 0, 0
+
+
+def test_heap_is_found_from_the_tensor_once_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ops, "_HEAPS", type(ops._HEAPS)())
+    a, b = _FakeHeap({"x"}), _FakeHeap({"y"})
+    with pytest.raises(IronlinkError, match=r"t is not in a symmetric heap ironlink knows of.*pass heap="):
+        ops._heap_for("x", "t", None, "all_reduce")
+    assert ops._heap_for("x", "t", a, "all_reduce") is a
+    assert ops._heap_for("y", "t", b, "all_reduce") is b
+    assert ops._heap_for("x", "t", None, "all_reduce") is a
+    assert ops._heap_for("y", "t", None, "all_reduce") is b
+    b.closed = True  # a closed heap is never chosen
+    with pytest.raises(IronlinkError, match="knows of"):
+        ops._heap_for("y", "t", None, "all_reduce")
+    with pytest.raises(IronlinkError, match=r"ironlink.all_gather\(inp\): not in this heap"):
+        ops._in_heap(a, "all_gather", ("x", "out"), ("z", "inp"))
+    del a, b  # held weakly: dropping the heaps empties the registry
+    import gc
+
+    gc.collect()
+    assert len(ops._HEAPS) == 0
+
+
+# --- the kernels ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_kernels_compile(collective: str) -> None:
+    kernel = getattr(ops, f"_{collective}_kernel")
+    types = {"ctx": "i64", "buf": "*bf16", "inp": "*bf16", "out": "*bf16", "n": "i64", "op": "i32", "status": "*i32"}
+    sig = {name: types[name] for name in kernel.arg_names}
+    ttir = compile_for(90, kernel.fn, sig, {}).asm["ttir"]
+    symbol = f"symm_{collective}"
+    (call,) = extern_calls(ttir)[symbol]
+    assert call["dtype"] == _abi.DTYPE["BFLOAT16"]
+
+
+# --- tuning ----------------------------------------------------------------------------------------
+
+
+def test_choose_follows_the_table() -> None:
+    table = tuning.TABLES["all_reduce"][8]
+    assert [b for b, _, _ in table] == sorted(b for b, _, _ in table)
+    smallest, largest = table[0], table[-1]
+    assert tuning.choose("all_reduce", 1, 8) == smallest[1:]
+    assert tuning.choose("all_reduce", smallest[0], 8) == smallest[1:]
+    assert tuning.choose("all_reduce", largest[0] * 16, 8) == largest[1:]
+    for (lo, *_), (hi, ctas, warps) in zip(table, table[1:]):
+        assert tuning.choose("all_reduce", lo + 1, 8) == (ctas, warps)  # between: the next measured size
+        assert tuning.choose("all_reduce", hi, 8) == (ctas, warps)
+    for c in ("all_gather", "reduce_scatter"):
+        for world in (2, 3, 4, 8, 16):  # only world 8 measured: the others use its table
+            assert tuning.choose(c, 1 << 20, world) == tuning.choose(c, 1 << 20, 8)
+    with pytest.raises(ValueError, match="no tuning for 'broadcast'"):
+        tuning.choose("broadcast", 1024, 8)
+
+
+def test_choose_clamps_ctas(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(tuning.TABLES, "all_reduce", {8: ((1024, 0, 4), (2048, 1000, 8)), 2: ((1 << 30, 16, 4),)})
+    assert tuning.choose("all_reduce", 10, 8) == (1, 4)
+    assert tuning.choose("all_reduce", 2000, 8) == (256, 8)
+    assert tuning.choose("all_reduce", 2000, 3) == (16, 4)  # nearest measured world
+    assert tuning.choose("all_reduce", 2000, 5) == (256, 8)  # tie between 2 and 8: the larger
+
+
+def _make_tuning() -> ModuleType:
+    spec_ = importlib.util.spec_from_file_location("make_tuning", REPO / "bench" / "make_tuning.py")
+    assert spec_ is not None and spec_.loader is not None
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    return mod
+
+
+def _row(coll: str, dt: str, nbytes: int, who: str, config: str, us: float) -> dict[str, Any]:
+    return {"collective": coll, "dtype": dt, "bytes": nbytes, "contender": who, "config": config, "us": us}
+
+
+def test_make_tuning_picks_the_fastest_config_per_size(tmp_path: Path) -> None:
+    rows = [
+        _row("all_reduce", "bf16", 1024, "nccl", "", 1.0),  # not ours: ignored
+        _row("all_reduce", "bf16", 1024, "ironlink_cfg", "8x4", 5.0),
+        _row("all_reduce", "bf16", 1024, "ironlink_cfg", "32x4", 6.0),
+        _row("all_reduce", "fp32", 1024, "ironlink_cfg", "32x4", 4.0),  # fastest over dtypes wins
+        _row("all_reduce", "bf16", 4096, "ironlink_cfg", "8x4", 5.0),
+        _row("all_reduce", "bf16", 4096, "ironlink_cfg", "32x4", 4.0),  # same as 1024: merged
+        _row("all_reduce", "bf16", 1 << 20, "ironlink_cfg", "8x4", 50.0),
+        _row("all_reduce", "bf16", 1 << 20, "ironlink_cfg", "300x16", 9.0),  # clamped to 256
+        _row("all_gather", "bf16", 1024, "ironlink", "", 7.0),  # "" is the first config tried: 8x4
+        _row("all_gather", "fp32", 1024, "ironlink", "64x8", 9.0),
+        _row("all_gather", "bf16", 1 << 20, "ironlink", "64x8", 20.0),
+        _row("reduce_scatter", "bf16", 1024, "ironlink", "132x8", 3.0),
+    ]
+    src = tmp_path / "b.json"
+    src.write_text(json.dumps({"world_size": 4, "git_rev": "abc1234", "gpu": "G", "results": rows}))
+    out = tmp_path / "tuning.py"
+    assert _make_tuning().main([str(src), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# Generated by bench/make_tuning.py (at git ")
+    assert re.search(r"^# from \S*b\.json \(benchmark at git abc1234, 4x G\)", text, re.M)
+    gen: dict[str, Any] = {}
+    exec(compile(text, str(out), "exec"), gen)
+    assert gen["TABLES"] == {
+        "all_reduce": {4: ((4096, 32, 4), (1 << 20, 256, 16))},
+        "all_gather": {4: ((1024, 8, 4), (1 << 20, 64, 8))},
+        "reduce_scatter": {4: ((1024, 132, 8),)},
+    }
+    assert gen["choose"]("all_reduce", 5000, 8) == (256, 16)
+
+
+def test_committed_tuning_matches_its_benchmark() -> None:
+    # The header names the JSON it came from; regenerating from it must give the same tables.
+    m = re.search(r"from (bench/results/\S+\.json)", (REPO / "triton" / "ironlink" / "tuning.py").read_text())
+    assert m, "tuning.py's header does not name its benchmark JSON"
+    mt = _make_tuning()
+    doc = json.loads((REPO / m.group(1)).read_text())
+    want = {c: {w: tuple(t) for w, t in by_world.items()} for c, by_world in mt.tables_from([doc]).items()}
+    assert tuning.TABLES == want, "triton/ironlink/tuning.py is stale: run `python bench/make_tuning.py`"
+
+
+# --- the host path, over a stand-in for torch ------------------------------------------------------
+
+
+class _FakeTensor:
+    """The few torch.Tensor methods ironlink.ops calls."""
+
+    def __init__(self, n: int, dtype: str = "bfloat16", ptr: int = 0x10000, contiguous: bool = True) -> None:
+        self.shape, self.dtype, self.ptr, self.contiguous = (n,), f"torch.{dtype}", ptr, contiguous
+        self.device, self.values = DEV, [0] * n
+
+    def element_size(self) -> int:
+        return 4 if self.dtype.endswith(("float32", "int32")) else 2
+
+    def is_contiguous(self) -> bool:
+        return self.contiguous
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def __getitem__(self, s: slice) -> "_FakeTensor":
+        t = _FakeTensor(0)
+        t.values = self.values[s]
+        return t
+
+    def tolist(self) -> list[int]:
+        return self.values
+
+
+@pytest.fixture()
+def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """sys.modules["torch"] replaced for one test (ops imports torch inside its functions)."""
+    import contextlib
+    import sys
+    import types
+
+    torch = types.ModuleType("torch")
+    torch.Tensor = _FakeTensor  # type: ignore[attr-defined]
+    torch.int32 = "int32"  # type: ignore[attr-defined]
+    torch.capturing = False  # type: ignore[attr-defined]
+    torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        is_current_stream_capturing=lambda: torch.capturing, device=lambda d: contextlib.nullcontext()
+    )
+    torch.zeros = lambda n, dtype, device: _FakeTensor(n, "int32", 0xDEAD)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(ops, "_STATUS", {})
+    monkeypatch.setattr(ops, "_HEAPS", type(ops._HEAPS)())
+    launches: list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = []
+
+    class Kernel:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __getitem__(self, grid: Any) -> Any:
+            return lambda *args, **kw: launches.append((self.name, grid, args, kw))
+
+    for c in ("all_reduce", "all_gather", "reduce_scatter"):
+        monkeypatch.setattr(ops, f"_{c}_kernel", Kernel(c))
+    torch.launches = launches  # type: ignore[attr-defined]
+    return torch
+
+
+class _Device:
+    index = 0
+
+    def __str__(self) -> str:
+        return DEV
+
+
+class _Heap:
+    closed, world_size, rank, ctx, device = False, 8, 3, 0x1234, _Device()
+
+    def __init__(self, *tensors: Any) -> None:
+        self.mine = {id(t) for t in tensors}
+
+    def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
+        if id(t) not in self.mine:
+            raise IronlinkError(f"{what}: not in this heap")
+        return 0, 0
+
+
+def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
+    x = _FakeTensor(4096)
+    heap = _Heap(x)
+    ironlink.all_reduce(x, heap=heap, check=True)
+    ironlink.all_reduce(x, op="max")  # the heap is remembered
+    ctas, warps = tuning.choose("all_reduce", 8192, 8)
+    assert fake_torch.launches == [
+        ("all_reduce", (ctas,), (0x1234, x, 4096, 0, ops._STATUS[0]), {"num_warps": warps}),
+        ("all_reduce", (ctas,), (0x1234, x, 4096, 1, ops._STATUS[0]), {"num_warps": warps}),
+    ]
+    out, inp = _FakeTensor(8 * 1024, ptr=0x20000), _FakeTensor(1024, ptr=0x20000 + 3 * 2048)  # in place
+    heap.mine |= {id(out), id(inp)}
+    ironlink.all_gather(out, inp)
+    ironlink.reduce_scatter(inp, out, op="avg")
+    ctas, warps = tuning.choose("all_gather", 16384, 8)
+    assert fake_torch.launches[-2][1:] == ((ctas,), (0x1234, inp, out, 1024, ops._STATUS[0]), {"num_warps": warps})
+    ctas, warps = tuning.choose("reduce_scatter", 16384, 8)
+    assert fake_torch.launches[-1][1:3] == ((ctas,), (0x1234, out, inp, 1024, 4, ops._STATUS[0]))
+    ironlink.all_reduce(_FakeTensor(0), heap=_Heap())  # empty: nothing to check in the heap or launch
+    assert len(fake_torch.launches) == 4
+
+
+def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
+    x = _FakeTensor(4096)
+    heap = _Heap(x)
+    fake_torch.capturing = True
+    with pytest.raises(IronlinkError, match="call each one once outside capture first"):
+        ironlink.all_reduce(x, heap=heap)  # the status buffer cannot be allocated while capturing
+    fake_torch.capturing = False
+    ironlink.all_reduce(x, check=True)
+    ops._STATUS[0].values[1] = -7  # a CTA's status
+    with pytest.raises(IronlinkError, match=r"symm_all_reduce returned TIMEOUT \(-7\) on rank 3"):
+        ironlink.all_reduce(x, check=True)
+    ironlink.all_reduce(x)  # not checked: no error
+    fake_torch.capturing = True
+    with pytest.raises(ValueError, match="capture forbids; call heap.check"):
+        ironlink.all_reduce(x, check=True)
+    ironlink.all_reduce(x)
+    assert len(fake_torch.launches) == 4
+    with pytest.raises(TypeError, match="t must be a torch.Tensor, got str"):
+        ironlink.all_reduce("x")
+    out = _FakeTensor(8, ptr=0x20000)
+    with pytest.raises(IronlinkError, match=r"ironlink.all_gather\(inp\): not in this heap"):
+        ironlink.all_gather(out, _FakeTensor(1, ptr=0x90000), heap=_Heap(out))

@@ -1,0 +1,284 @@
+"""Host-level collectives on tensors of an ``ironlink.SymmetricHeap``, for code that writes no Triton.
+
+    heap = ironlink.SymmetricHeap(1 << 30)
+    x = heap.empty((4096,), torch.bfloat16)
+    ironlink.all_reduce(x, heap=heap)                  # in place; later calls find the heap alone
+    ironlink.all_gather(out, inp)                      # out: world x inp.numel() elements
+    ironlink.reduce_scatter(out, inp, op="max")        # inp: world x out.numel() elements
+
+Each call is collective (every rank, same sizes, same order) and launches one small kernel on the
+current stream, with the grid and num_warps of ``ironlink.tuning`` for its size and world size.
+Nothing syncs the host unless ``check=True``, which waits for the kernel and raises IronlinkError
+on a non-zero device status; otherwise errors the device records (timeouts) are raised by
+``heap.check()``. The calls work inside CUDA graph capture (not with ``check=True``) once each
+collective has run outside capture on that device: the first call compiles its kernel and
+allocates the per-device status buffer, neither of which may happen while capturing.
+
+The argument checks are pure functions over `TensorSpec`s (shapes, dtype names, pointers), so they
+are testable without torch or a GPU.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, NamedTuple, Optional, Union
+
+import triton.language as tl
+
+from . import _abi, tuning
+from . import typed as ilt
+from .errors import IronlinkError, status_name
+from .jit import jit
+
+# torch dtype names (without "torch.") -> ironlink dtype codes.
+DTYPES: dict[str, int] = {name: _abi.DTYPE[key] for name, key in
+                          (("float32", "FLOAT32"), ("float16", "FLOAT16"), ("bfloat16", "BFLOAT16"))}
+REDUCE_OPS: dict[str, int] = {name.lower(): code for name, code in _abi.REDUCE_OP.items()}
+
+__all__ = ["TensorSpec", "Plan", "all_reduce", "all_gather", "reduce_scatter"]
+
+
+# --- pure checks ---------------------------------------------------------------------------------
+
+
+class TensorSpec(NamedTuple):
+    """What the checks need to know about a tensor; `from_tensor` builds one from torch."""
+
+    name: str  # the argument's name, for messages
+    shape: tuple[int, ...]
+    dtype: str  # torch's name without "torch.": "bfloat16"
+    itemsize: int
+    contiguous: bool
+    device: str  # "cuda:0"
+    data_ptr: int = 0
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @staticmethod
+    def from_tensor(t: Any, name: str) -> "TensorSpec":
+        import torch
+
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        return TensorSpec(name, tuple(t.shape), str(t.dtype).removeprefix("torch."), t.element_size(),
+                          t.is_contiguous(), str(t.device), t.data_ptr())
+
+
+class Plan(NamedTuple):
+    """What a launch needs: elements per call argument `n`, dtype code, message bytes for tuning."""
+
+    n: int
+    dtype: int
+    nbytes: int
+
+
+def dtype_code(t: TensorSpec) -> int:
+    code = DTYPES.get(t.dtype)
+    if code is None:
+        raise TypeError(f"{t.name} has dtype {t.dtype}; ironlink collectives support {', '.join(DTYPES)}")
+    return code
+
+
+def reduce_op_code(op: Union[str, int]) -> int:
+    """"sum"/"max"/"min"/"prod"/"avg" (any case) or a REDUCE_OP_* value -> the op code."""
+    if isinstance(op, str) and op.lower() in REDUCE_OPS:
+        return REDUCE_OPS[op.lower()]
+    value = getattr(op, "value", op)  # ironlink.constants are tl.constexpr
+    if isinstance(value, int) and not isinstance(value, bool) and value in REDUCE_OPS.values():
+        return value
+    raise ValueError(f"op must be one of {', '.join(map(repr, REDUCE_OPS))} (or a REDUCE_OP_* code), got {op!r}")
+
+
+def check_tensor(t: TensorSpec, device: str) -> int:
+    """`t`'s dtype code, after checking it is supported, contiguous and on the heap's `device`."""
+    code = dtype_code(t)
+    if not t.contiguous:
+        raise ValueError(f"{t.name} must be contiguous (the device functions take a flat range), shape {t.shape}")
+    if t.device != device:
+        raise ValueError(f"{t.name} is on {t.device}, but the symmetric heap is on {device}")
+    return code
+
+
+def _overlap(a: TensorSpec, b: TensorSpec) -> bool:
+    return a.nbytes > 0 and b.nbytes > 0 and a.data_ptr < b.data_ptr + b.nbytes and b.data_ptr < a.data_ptr + a.nbytes
+
+
+def plan_all_reduce(t: TensorSpec, device: str) -> Plan:
+    return Plan(t.numel, check_tensor(t, device), t.nbytes)
+
+
+def _plan_blocks(whole: TensorSpec, block: TensorSpec, world: int, rank: int, device: str) -> Plan:
+    """Shared by all_gather (whole = out) and reduce_scatter (whole = inp): `whole` is `world`
+    blocks of `block`'s size, same dtype, and `block` may overlap `whole` only as its rank-th block."""
+    code = check_tensor(whole, device)
+    if check_tensor(block, device) != code:
+        raise TypeError(f"{whole.name} is {whole.dtype} but {block.name} is {block.dtype}; they must match")
+    if whole.numel != world * block.numel:
+        raise ValueError(
+            f"{whole.name} must have world size x {block.name}'s elements ({world} x {block.numel} = "
+            f"{world * block.numel}), got {whole.numel} (shape {whole.shape})"
+        )
+    if _overlap(whole, block) and block.data_ptr != whole.data_ptr + rank * block.nbytes:
+        raise ValueError(
+            f"{block.name} overlaps {whole.name} but is not its block for rank {rank} "
+            f"({whole.name}[{rank * block.numel}:{(rank + 1) * block.numel}]), the only overlap allowed"
+        )
+    return Plan(block.numel, code, whole.nbytes)
+
+
+def plan_all_gather(out: TensorSpec, inp: TensorSpec, world: int, rank: int, device: str) -> Plan:
+    return _plan_blocks(out, inp, world, rank, device)
+
+
+def plan_reduce_scatter(out: TensorSpec, inp: TensorSpec, world: int, rank: int, device: str) -> Plan:
+    return _plan_blocks(inp, out, world, rank, device)
+
+
+def check_statuses(statuses: list[int], collective: str, rank: int) -> None:
+    """Raises IronlinkError for the first non-zero per-CTA status (all CTAs see the same arguments,
+    so they almost always agree; the message lists every distinct code)."""
+    bad = sorted({s for s in statuses if s != 0})
+    if bad:
+        names = ", ".join(f"{status_name(s)} ({s})" for s in bad)
+        fn = f"symm_{collective}"
+        raise IronlinkError(f"ironlink.{collective}: {fn} returned {names} on rank {rank}", status=bad[0], function=fn)
+
+
+# --- kernels -------------------------------------------------------------------------------------
+# One per collective; each CTA writes its status. ctx and n are not specialized: their values do
+# not change the code, and every specialization would be another multi-second compile.
+
+
+@jit(do_not_specialize=["ctx", "n"])
+def _all_reduce_kernel(ctx, buf, n, op, status):
+    tl.store(status + tl.program_id(0), ilt.all_reduce(ctx, buf, n, op))
+
+
+@jit(do_not_specialize=["ctx", "n"])
+def _all_gather_kernel(ctx, inp, out, n, status):
+    tl.store(status + tl.program_id(0), ilt.all_gather(ctx, inp, out, n))
+
+
+@jit(do_not_specialize=["ctx", "n"])
+def _reduce_scatter_kernel(ctx, inp, out, n, op, status):
+    tl.store(status + tl.program_id(0), ilt.reduce_scatter(ctx, inp, out, n, op))
+
+
+# --- host side -----------------------------------------------------------------------------------
+
+# Heaps seen through `heap=`: SymmetricHeap keeps no registry of its own, and holding heaps weakly
+# leaves their lifetime to the user.
+_HEAPS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# device index -> int32[MAX_CTAS] of per-CTA statuses. Allocated outside capture and kept, so a
+# captured graph's kernels write to memory that outlives the graph's private pool. Shared by all
+# calls on the device: `check=True` reads it right after its own launch on the same stream.
+_STATUS: dict[int, Any] = {}
+
+
+def _contains(heap: Any, t: Any) -> bool:
+    if heap.closed:
+        return False
+    try:
+        heap._local_offset(t, "")  # the heap's own check: t lies in one of its live allocations
+    except IronlinkError:
+        return False
+    return True
+
+
+def _heap_for(first: Any, name: str, heap: Any, collective: str) -> Any:
+    """`heap` if given (and remembered), else the remembered heap holding `first`."""
+    if heap is not None:
+        _HEAPS.add(heap)
+        return heap
+    found = next((h for h in list(_HEAPS) if _contains(h, first)), None)
+    if found is None:
+        raise IronlinkError(
+            f"ironlink.{collective}: {name} is not in a symmetric heap ironlink knows of; allocate it "
+            "with SymmetricHeap.empty and pass heap=<that heap> (ironlink remembers heaps passed "
+            "before, so once per heap is enough)"
+        )
+    return found
+
+
+def _in_heap(heap: Any, collective: str, *tensors: tuple[Any, str]) -> None:
+    for t, name in tensors:
+        heap._local_offset(t, f"ironlink.{collective}({name})")  # IronlinkError naming the tensor
+
+
+def _status_buffer(torch: Any, device: Any, capturing: bool, collective: str) -> Any:
+    buf = _STATUS.get(device.index)
+    if buf is None:
+        if capturing:
+            raise IronlinkError(
+                f"ironlink.{collective} is being captured into a CUDA graph before any ironlink collective ran "
+                f"on {device}: call each one once outside capture first (that compiles its kernel and "
+                "allocates the status buffer)"
+            )
+        buf = _STATUS[device.index] = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device=device)
+    return buf
+
+
+def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool) -> None:
+    import torch
+
+    capturing = torch.cuda.is_current_stream_capturing()
+    if check and capturing:
+        raise ValueError(f"ironlink.{collective}(check=True) reads statuses on the host, which capture forbids; "
+                         "call heap.check() after replaying instead")
+    ctas, warps = tuning.choose(collective, plan.nbytes, heap.world_size)
+    device = heap.device
+    status = _status_buffer(torch, device, capturing, collective)
+    # Triton launches on the current device's current stream; the heap's device is the one that must run it.
+    with torch.cuda.device(device):
+        kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps)
+        if check:
+            check_statuses(status[:ctas].tolist(), collective, heap.rank)
+
+
+def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False) -> Any:
+    """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
+    group; `op` is "sum", "max", "min", "prod" or "avg". Returns `t`."""
+    code = reduce_op_code(op)
+    spec = TensorSpec.from_tensor(t, "t")
+    h = _heap_for(t, "t", heap, "all_reduce")
+    plan = plan_all_reduce(spec, str(h.device))
+    if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
+        _in_heap(h, "all_reduce", (t, "t"))
+        _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check)
+    return t
+
+
+def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = False) -> Any:
+    """Block p of `out` (world x inp.numel() elements) gets rank p's `inp`, as
+    torch.distributed.all_gather_into_tensor. `inp` may be this rank's block of `out`. Returns `out`."""
+    specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
+    h = _heap_for(out, "out", heap, "all_gather")
+    plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
+    if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
+        _in_heap(h, "all_gather", (out, "out"), (inp, "inp"))
+        _launch("all_gather", _all_gather_kernel, h, plan, (inp, out, plan.n), check)
+    return out
+
+
+def reduce_scatter(
+    out: Any, inp: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False
+) -> Any:
+    """`out` gets the reduction over ranks of block `rank` of `inp` (world x out.numel() elements), as
+    torch.distributed.reduce_scatter_tensor. `out` may be this rank's block of `inp`. Returns `out`."""
+    code = reduce_op_code(op)
+    specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
+    h = _heap_for(inp, "inp", heap, "reduce_scatter")
+    plan = plan_reduce_scatter(*specs, h.world_size, h.rank, str(h.device))
+    if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
+        _in_heap(h, "reduce_scatter", (inp, "inp"), (out, "out"))
+        _launch("reduce_scatter", _reduce_scatter_kernel, h, plan, (inp, out, plan.n, code), check)
+    return out
