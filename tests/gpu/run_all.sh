@@ -18,6 +18,10 @@ if [ "${IRONLINK_SKIP_HEAP:-0}" != 1 ]; then
 fi
 echo "== collectives"
 tests/gpu/run_collectives.sh || rc=1
+echo "== host-level ops (ironlink.all_reduce / all_gather / reduce_scatter)"
+n=$(nvidia-smi -L | wc -l)
+timeout 240 torchrun --standalone --nproc_per_node="$n" tests/gpu/ops_worker.py > "$OUT/ops.log" 2>&1 || rc=1
+grep -E "^== ops|FAILED" "$OUT/ops.log" | head -20
 if [ "${IRONLINK_SKIP_BENCH:-0}" != 1 ]; then
   echo "== benchmark"
   OUT=$OUT timeout 300 bench/run.sh ${IRONLINK_BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || rc=1
