@@ -95,6 +95,36 @@ fn check_root(c: &SymmContext, root: i32) -> Result<usize, i32> {
     Ok(root as usize)
 }
 
+/// Which end of a put/get is the symmetric address on the peer.
+enum Side {
+    Src,
+    Dst,
+}
+
+/// `symm_put` (the destination is on `peer`) and `symm_get` (the source is): the symmetric end
+/// is checked inside the heap and translated to the peer; the other end is the caller's memory.
+fn peer_copy(
+    ctx: i64,
+    dst: i64,
+    src: i64,
+    nbytes: i64,
+    peer: i32,
+    remote: Side,
+) -> Result<(), i32> {
+    let c = ctx::context(ctx)?;
+    if nbytes < 0 {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    let (mut dst, mut src) = (dst as u64, src as u64);
+    match remote {
+        Side::Dst => dst = ctx::peer_address(c, dst, nbytes as u64, peer)?,
+        Side::Src => src = ctx::peer_address(c, src, nbytes as u64, peer)?,
+    }
+    // SAFETY: the remote end was checked inside the peer's heap; the local end is the caller's.
+    unsafe { primitives::cta_copy(dst as usize, src as usize, nbytes as usize) };
+    Ok(())
+}
+
 /// A region of `world` blocks of `count` elements.
 fn blocks(c: &SymmContext, ptr: i64, count: i64, esize: usize) -> Result<Region, i32> {
     let n = count
@@ -265,31 +295,13 @@ exports! {
     /// CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric
     /// `dst_ptr`. Not ordered with the peer: follow with `symm_signal` or `symm_barrier`.
     fn symm_put(ctx: i64, dst_ptr: i64, src_ptr: i64, nbytes: i64, peer: i32) -> i32 {
-        let r = ctx::context(ctx).and_then(|c| {
-            if nbytes < 0 {
-                return Err(status::INVALID_ARGUMENT);
-            }
-            let dst = ctx::peer_address(c, dst_ptr as u64, nbytes as u64, peer)?;
-            // SAFETY: dst checked inside the peer's heap; src is the caller's local memory.
-            unsafe { primitives::cta_copy(dst as usize, src_ptr as usize, nbytes as usize) };
-            Ok(())
-        });
-        code(r)
+        code(peer_copy(ctx, dst_ptr, src_ptr, nbytes, peer, Side::Dst))
     }
 
     /// CTA-cooperative copy of `nbytes` from `peer`'s copy of the symmetric `src_ptr` to local
     /// `dst_ptr`.
     fn symm_get(ctx: i64, dst_ptr: i64, src_ptr: i64, nbytes: i64, peer: i32) -> i32 {
-        let r = ctx::context(ctx).and_then(|c| {
-            if nbytes < 0 {
-                return Err(status::INVALID_ARGUMENT);
-            }
-            let src = ctx::peer_address(c, src_ptr as u64, nbytes as u64, peer)?;
-            // SAFETY: src checked inside the peer's heap; dst is the caller's local memory.
-            unsafe { primitives::cta_copy(dst_ptr as usize, src as usize, nbytes as usize) };
-            Ok(())
-        });
-        code(r)
+        code(peer_copy(ctx, dst_ptr, src_ptr, nbytes, peer, Side::Src))
     }
 
     /// Sets (`SIGNAL_OP_SET`) or adds to (`SIGNAL_OP_ADD`) `peer`'s user signal slot `slot`,

@@ -72,6 +72,21 @@ def barrier_k(ctx, status):
     tl.store(status + tl.program_id(0), il.symm_barrier(ctx))
 
 
+@ironlink.jit
+@triton.jit
+def ring_k(ctx, src, put_dst, get_dst, nbytes, right, left, slot0, expect, status):
+    # Put my block into my right neighbour, tell it so, wait for my left neighbour's put, then
+    # fetch my left neighbour's source block too; every CTA uses its own slot and area.
+    pid = tl.program_id(0)
+    off = pid * nbytes
+    s = il.symm_put(ctx, put_dst + off, src, nbytes, right)
+    s = tl.where(s == 0, il.symm_signal(ctx, slot0 + pid, 1, 1, right), s)
+    s = tl.where(s == 0, il.symm_signal_wait(ctx, slot0 + pid, 4, expect), s)
+    s = tl.where(s == 0, il.symm_get(ctx, get_dst + off, src, nbytes, left), s)
+    s = tl.where(s == 0, il.symm_barrier(ctx), s)
+    tl.store(status + pid, s)
+
+
 class Suite:
     def __init__(self, heap: "ironlink.SymmetricHeap") -> None:
         self.heap = heap
@@ -81,6 +96,7 @@ class Suite:
         self.failed: list[str] = []
         self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
         self.case = 0
+        self.slot_next = 0  # first user signal slot not used yet
 
     # --- helpers -----------------------------------------------------------------------------
     def launch_cfg(self) -> tuple[int, int]:
@@ -292,6 +308,30 @@ class Suite:
         for b in bufs:
             self.heap.free(b)
 
+    def primitives(self, nbytes: int, grid: int, rounds: int) -> None:
+        """put + signal(ADD) + signal_wait(GE) + get + barrier around a ring, `rounds` times."""
+        right, left = (self.rank + 1) % self.world, (self.rank - 1) % self.world
+        src = self.heap.empty((nbytes,), torch.uint8)
+        put_dst = self.heap.empty((grid * nbytes,), torch.uint8)
+        get_dst = self.heap.empty((grid * nbytes,), torch.uint8)
+        for r in range(rounds):
+            src.copy_(torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda"))
+            put_dst.fill_(0)
+            get_dst.fill_(0)
+            theirs = [torch.empty_like(src) for _ in range(self.world)]
+            dist.all_gather(theirs, src)
+            self.heap.barrier()
+            ring_k[(grid,)](self.heap.ctx, src, put_dst, get_dst, nbytes, right, left, self.slot_next, r + 1, self.status, num_warps=4)
+            torch.cuda.synchronize()
+            self.check_status(grid)
+            for g in range(grid):
+                assert torch.equal(put_dst[g * nbytes : (g + 1) * nbytes], theirs[left]), f"put, cta {g}, round {r}"
+                assert torch.equal(get_dst[g * nbytes : (g + 1) * nbytes], theirs[left]), f"get, cta {g}, round {r}"
+        self.slot_next += grid  # signal slots only grow (ADD): the next test takes fresh ones
+        self.heap.free(get_dst)
+        self.heap.free(put_dst)
+        self.heap.free(src)
+
     def errors(self) -> None:
         buf = self.heap.empty((1024,), torch.float32)
         buf.fill_(1.0)
@@ -365,6 +405,8 @@ def main() -> int:
                 s.run(f"all_gather {dtype} n={n} in_place={in_place}", lambda: s.all_gather(n, dtype, in_place))
             s.run(f"broadcast {dtype} n={n}", lambda: s.broadcast(n, dtype, (n + 1) % world))
             s.run(f"all_to_all {dtype} n={n}", lambda: s.all_to_all(n, dtype))
+    for nbytes, grid in ((1000, 3), (1 << 20, 16)):
+        s.run(f"put/signal/wait/get/barrier ring {nbytes} B x {grid} CTAs", lambda: s.primitives(nbytes, grid, 3))
     s.run("1000 back-to-back launches", lambda: s.back_to_back(1000))
     s.run("cuda graph capture and replay", s.cuda_graph)
     s.run("error codes", s.errors)
