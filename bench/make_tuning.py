@@ -1,4 +1,4 @@
-"""Writes triton/ironlink/tuning.py (launch configs of the host-level collectives) from benchmark JSON.
+"""Writes triton/ironlink/tuning_table.py (launch configs of the host-level collectives) from benchmark JSON.
 
     python bench/make_tuning.py                         # newest bench/results/*.json
     python bench/make_tuning.py bench/results/a.json    # one file per world size (later files win)
@@ -7,7 +7,7 @@ Input: what ``python -m ironlink.bench`` writes. ``all_reduce`` has one "ironlin
 (dtype, bytes, config "CTAsxWARPS"); ``all_gather``/``reduce_scatter`` have only the best config
 per (dtype, bytes), as "ironlink" rows. Per collective and size we keep the fastest config over
 all dtypes (the device code's work depends on bytes, not dtype), merge neighbouring sizes that
-chose the same config, and write a table per world size plus `choose()`.
+chose the same config, and write a table per world size (`ironlink.tuning.choose` reads it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-OUT = REPO / "triton" / "ironlink" / "tuning.py"
+OUT = REPO / "triton" / "ironlink" / "tuning_table.py"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 MAX_CTAS = 256  # _abi.MAX_CTAS; not imported so this runs without triton installed
 
@@ -116,22 +116,6 @@ MAX_CTAS = {max_ctas}
 
 TABLES: dict[str, dict[int, tuple[tuple[int, int, int], ...]]] = {tables}
 
-
-def choose(collective: str, nbytes: int, world: int) -> tuple[int, int]:
-    """(ctas, num_warps) for a `collective` of `nbytes` bytes over `world` ranks.
-
-    A size between two measured ones takes the next larger one's config (above the largest, the
-    largest's); an unmeasured world size takes the nearest measured one's table (larger on a tie).
-    The result depends only on the arguments, so every rank launches the same grid."""
-    by_world = TABLES.get(collective)
-    if by_world is None:
-        raise ValueError(f"no tuning for {{collective!r}}; known: {{', '.join(TABLES)}}")
-    w = min(by_world, key=lambda m: (abs(m - world), -m))
-    table = by_world[w]
-    for max_bytes, ctas, warps in table:
-        if nbytes <= max_bytes:
-            break
-    return max(1, min(MAX_CTAS, ctas)), warps
 '''
 
 
