@@ -407,6 +407,15 @@ def main() -> int:
             s.run(f"all_to_all {dtype} n={n}", lambda: s.all_to_all(n, dtype))
     for nbytes, grid in ((1000, 3), (1 << 20, 16)):
         s.run(f"put/signal/wait/get/barrier ring {nbytes} B x {grid} CTAs", lambda: s.primitives(nbytes, grid, 3))
+    if full:
+        # The large end for the other collectives: 256 MiB buffers (world blocks of n bf16 for
+        # reduce_scatter's input, all_gather's output and all_to_all; n for broadcast and reduce).
+        big = (128 << 20) // world
+        s.run("reduce_scatter bf16 SUM 256MiB input", lambda: s.reduce_scatter(big, torch.bfloat16, "SUM"))
+        s.run("all_gather bf16 256MiB output", lambda: s.all_gather(big, torch.bfloat16, False))
+        s.run("all_to_all bf16 256MiB", lambda: s.all_to_all(big, torch.bfloat16))
+        s.run("broadcast bf16 256MiB", lambda: s.broadcast(128 << 20, torch.bfloat16, world - 1))
+        s.run("reduce bf16 SUM 256MiB", lambda: s.reduce(128 << 20, torch.bfloat16, "SUM", 0))
     s.run("1000 back-to-back launches", lambda: s.back_to_back(1000))
     s.run("cuda graph capture and replay", s.cuda_graph)
     s.run("error codes", s.errors)
