@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -22,6 +20,8 @@ import triton.language as tl
 import ironlink
 import ironlink.language as il
 from ironlink import _abi
+
+from _cases import Cases  # tests/gpu/, the script's own directory
 
 S = _abi.STATUS
 OPS = _abi.REDUCE_OP
@@ -87,13 +87,11 @@ def ring_k(ctx, src, put_dst, get_dst, nbytes, right, left, slot0, expect, statu
     tl.store(status + pid, s)
 
 
-class Suite:
+class Suite(Cases):
     def __init__(self, heap: "ironlink.SymmetricHeap") -> None:
+        super().__init__()
         self.heap = heap
-        self.rank = dist.get_rank()
         self.world = dist.get_world_size()
-        self.passed = 0
-        self.failed: list[str] = []
         self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
         self.case = 0
         self.slot_next = 0  # first user signal slot not used yet
@@ -147,20 +145,6 @@ class Suite:
             return (torch.rand(n, device="cuda") + 0.5).to(dtype)
         return (torch.randn(n, device="cuda") * 2).to(dtype)
 
-    def run(self, name: str, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-            ok = torch.tensor([1], device="cuda")
-        except Exception as e:  # noqa: BLE001 - a failed case is reported, the suite goes on
-            ok = torch.tensor([0], device="cuda")
-            if not isinstance(e, AssertionError):
-                traceback.print_exc()
-            print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-        if ok.item():
-            self.passed += 1
-        else:
-            self.failed.append(name)
 
     # --- cases -------------------------------------------------------------------------------
     def all_reduce(self, n: int, dtype: torch.dtype, op: str, skew: int = 0) -> None:

@@ -17,16 +17,17 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
-from typing import Any, Callable
+from typing import Any
 
 import ironlink  # torch-free: importable where the suite then skips
 
 try:
     import torch
     import torch.distributed as dist
+    from _cases import Cases  # tests/gpu/, the script's own directory
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
+    Cases = object  # type: ignore[assignment,misc]
 
 MESSAGE_BYTES = [1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]  # 1 KiB .. 64 MiB
 ODD_ELEMENTS = 1003  # not a multiple of 16 bytes, of the world size or of a CTA's share
@@ -42,31 +43,16 @@ def skip_reason() -> str | None:
     return None
 
 
-class Suite:
+class Suite(Cases):
     def __init__(self, heap: Any) -> None:
+        super().__init__()
         self.heap = heap
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.passed = 0
-        self.failed: list[str] = []
+        self.world = dist.get_world_size()
         # Max error relative to the largest magnitude: ironlink rounds once from fp32 (bf16: half an
         # ulp), the fp32 reference differs from ironlink's fp32 sum only in summation order.
         self.tol = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}
 
     # --- helpers -----------------------------------------------------------------------------
-    def run(self, name: str, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-            ok = torch.tensor([1], device="cuda")
-        except Exception as e:  # noqa: BLE001 - a failed case is reported, the suite goes on
-            ok = torch.tensor([0], device="cuda")
-            if not isinstance(e, AssertionError):
-                traceback.print_exc()
-            print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # a case passes only if it passed on every rank
-        if ok.item():
-            self.passed += 1
-        else:
-            self.failed.append(name)
 
     def alloc(self, n: int, dtype: Any) -> Any:
         return self.heap.empty((n,), dtype)
