@@ -75,10 +75,7 @@ fn check_op_dtype(op: i32, dt: i32) -> Result<usize, i32> {
     if !op_supported(op) {
         return Err(status::UNSUPPORTED_OP);
     }
-    match dtype_size(dt) {
-        0 => Err(status::UNSUPPORTED_DTYPE),
-        s => Ok(s),
-    }
+    check_dtype(dt)
 }
 
 fn check_dtype(dt: i32) -> Result<usize, i32> {
