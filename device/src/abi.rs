@@ -25,7 +25,7 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Most ranks one context can address (one HGX node).
 pub const MAX_RANKS: usize = 8;
@@ -119,6 +119,10 @@ fence_scope: i32 {
 
 /// Default for `SymmContext::timeout_ns`: a wait on a peer gives up after this long.
 pub const DEFAULT_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Default for `SymmContext::ar_one_shot_max_bytes` (measured crossover on 8x H200).
+pub const DEFAULT_AR_ONE_SHOT_MAX_BYTES: u64 = 64 << 10;
+/// Default for `SymmContext::ar_ll_max_bytes` (measured crossover on 8x H200).
+pub const DEFAULT_AR_LL_MAX_BYTES: u64 = 2 << 20;
 
 /// What a kernel reaches through its one context pointer. Lives in device memory of its rank.
 ///
@@ -146,6 +150,11 @@ pub struct SymmContext {
     pub scratch_size: u64,
     /// A wait on a peer gives up after this many nanoseconds of `%globaltimer`.
     pub timeout_ns: u64,
+    /// All-reduce algorithm by message size, in bytes (all ranks must hold the same values):
+    /// one-shot LL up to this size, where its packets fit the CTA's scratch slice ...
+    pub ar_one_shot_max_bytes: u64,
+    /// ... then two-shot LL up to this size (where they fit), then two-shot over the buffers.
+    pub ar_ll_max_bytes: u64,
     /// Base of each rank's user-buffer region, as mapped in this process; 0 past `world_size`.
     pub peer_heap: [u64; MAX_RANKS],
     /// Base of each rank's signal region, as mapped in this process.
@@ -190,6 +199,8 @@ impl SymmContext {
             signal_size: 0,
             scratch_size: 0,
             timeout_ns: DEFAULT_TIMEOUT_NS,
+            ar_one_shot_max_bytes: DEFAULT_AR_ONE_SHOT_MAX_BYTES,
+            ar_ll_max_bytes: DEFAULT_AR_LL_MAX_BYTES,
             peer_heap: [0; MAX_RANKS],
             peer_signal: [0; MAX_RANKS],
             peer_scratch: [0; MAX_RANKS],
@@ -253,6 +264,16 @@ pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
     (
         "timeout_ns",
         core::mem::offset_of!(SymmContext, timeout_ns),
+        8,
+    ),
+    (
+        "ar_one_shot_max_bytes",
+        core::mem::offset_of!(SymmContext, ar_one_shot_max_bytes),
+        8,
+    ),
+    (
+        "ar_ll_max_bytes",
+        core::mem::offset_of!(SymmContext, ar_ll_max_bytes),
         8,
     ),
     (

@@ -1,179 +1,225 @@
-//! All-reduce, in place, two algorithms chosen by size (the same choice on every rank):
+//! All-reduce, in place, three algorithms chosen by message size (the same choice on every rank,
+//! from arguments and context fields that are equal on all ranks):
 //!
-//! - one-shot LL (small messages): every rank pushes its data to every peer as LL packets
-//!   (16 bytes = 8 data bytes + the call's epoch twice, one volatile vector store), then reduces
-//!   the packets it received. No barrier: a packet is ready when its flags equal the epoch.
-//!   Packets land in the receiver's scratch, in this CTA's slice, double-buffered by epoch
-//!   parity: a sender can only be one call ahead of a receiver's CTA, so it never overwrites
-//!   packets that have not been read.
-//! - two-shot (large messages): reduce-scatter then all-gather, both pulling 16-byte vectors
-//!   from the peers' buffers, with barriers among same-index CTAs around each phase.
+//! - one-shot LL (small messages): every rank pushes its data to every peer as LL packets (see
+//!   `ll_packet`), then reduces the packets it received. One hop, no barrier; `world - 1` copies
+//!   of the message cross each rank's links.
+//! - two-shot LL (mid sizes): rank p owns shard p of the message. Every rank sends its part of
+//!   shard p to rank p as packets; rank p reduces them and sends the result back to every rank as
+//!   packets. Two hops, no barrier; 2 x (world - 1) / world of the message crosses the links.
+//! - two-shot (large messages): rank p reduces shard p by loading it from every peer's buffer
+//!   with 16-byte vectors, then stores the result into every rank's buffer. Barriers among
+//!   same-index CTAs before (the inputs are ready) and after (every shard has arrived).
+//!
+//! Every rank computes each result element once, in rank order, so results are bitwise equal.
 
-use crate::abi::{SymmContext, MAX_CTAS, MAX_RANKS};
+use crate::abi::{SymmContext, MAX_RANKS};
 use crate::elem::{Acc, Reduction};
 use crate::hw;
-use crate::mem::{div32, div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
+use crate::ll_packet::{self, Mailboxes};
+use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::region::Region;
-use crate::sync::{wait_until, Call};
+use crate::sync::Call;
 
-/// Runs `$body` with `$p` bound to each constant 0..MAX_RANKS, unrolled by the macro itself.
-macro_rules! for_each_rank {
-    ($p:ident => $body:stmt) => {{
-        const _: () = assert!(crate::abi::MAX_RANKS == 8);
-        {
-            let $p: usize = 0;
-            $body
-        }
-        {
-            let $p: usize = 1;
-            $body
-        }
-        {
-            let $p: usize = 2;
-            $body
-        }
-        {
-            let $p: usize = 3;
-            $body
-        }
-        {
-            let $p: usize = 4;
-            $body
-        }
-        {
-            let $p: usize = 5;
-            $body
-        }
-        {
-            let $p: usize = 6;
-            $body
-        }
-        {
-            let $p: usize = 7;
-            $body
-        }
-    }};
+/// The LL algorithms index 8-byte units with 32-bit arithmetic; above this they are never chosen.
+const LL_HARD_MAX_BYTES: usize = 1 << 31;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    OneShotLl,
+    TwoShotLl,
+    TwoShot,
 }
 
-/// Messages up to this size may use the one-shot LL algorithm (when they fit the scratch).
-pub const LL_MAX_BYTES: usize = 256 * 1024;
-
-/// LL packets (of 16 bytes) that each (parity, source rank) pair gets in one CTA's scratch slice.
+/// The algorithm for a message of `bytes` on a grid of `ctas` CTAs: by the context's size
+/// limits, where the packets fit.
 #[inline(always)]
-fn ll_capacity(c: &SymmContext) -> usize {
-    let per_cta = c.scratch_size as usize / MAX_CTAS;
-    div32(
-        per_cta.min(u32::MAX as usize),
-        2 * c.world_size as usize * 16,
-    )
-}
-
-/// Which algorithm a call uses: a pure function of arguments that are equal on all ranks.
-#[inline(always)]
-pub fn use_one_shot(c: &SymmContext, bytes: usize, ctas: usize) -> bool {
+pub fn choose(c: &SymmContext, ctas: usize, bytes: usize) -> Algorithm {
+    if bytes > LL_HARD_MAX_BYTES {
+        return Algorithm::TwoShot;
+    }
+    let world = c.world_size as usize;
     let units = bytes.div_ceil(8);
-    bytes <= LL_MAX_BYTES && div_ceil32(units, ctas) <= ll_capacity(c)
+    let per_cta = |n: usize| div_ceil32(n, ctas);
+    if bytes as u64 <= c.ar_one_shot_max_bytes && per_cta(units) <= ll_packet::capacity(c, world) {
+        Algorithm::OneShotLl
+    } else if bytes as u64 <= c.ar_ll_max_bytes
+        && per_cta(div_ceil32(units, world)) <= ll_packet::capacity(c, 2 * world)
+    {
+        Algorithm::TwoShotLl
+    } else {
+        Algorithm::TwoShot
+    }
 }
 
 pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     if r.bytes == 0 {
         return Ok(());
     }
-    if use_one_shot(call.c, r.bytes, call.ctas) {
-        one_shot_ll(call, r, red)
-    } else {
-        two_shot(call, r, red)
+    match choose(call.c, call.ctas, r.bytes) {
+        Algorithm::OneShotLl => one_shot_ll(call, r, red),
+        Algorithm::TwoShotLl => two_shot_ll(call, r, red),
+        Algorithm::TwoShot => two_shot(call, r, red),
     }
 }
 
-/// This CTA's LL packet area in `dst`'s scratch for this call's parity: packets from source
-/// rank `src` start at `area + src * capacity * 16`.
+/// The reduction of one 8-byte unit over all ranks, in rank order: `mine` for this rank, the
+/// packets in `inbox(p)` for the others. None on timeout.
 #[inline(always)]
-fn packet_area(call: &Call, dst: usize, parity: usize) -> usize {
-    let c = call.c;
-    let per_cta = c.scratch_size as usize / MAX_CTAS;
-    c.scratch_base(dst) + call.cta * per_cta + parity * call.world * ll_capacity(c) * 16
-}
-
-/// Waits for the LL packet at `slot` to carry `flag` in both flag words; its data, or None on
-/// timeout.
-#[inline(always)]
-fn receive(slot: usize, flag: u32, deadline: u64) -> Option<[u32; 2]> {
-    let mut pkt = [0u32; 4];
-    // SAFETY: callers pass a packet slot inside this rank's scratch.
-    let ok = wait_until(deadline, || {
-        pkt = unsafe { hw::load_v4_volatile(slot as *const [u32; 4]) };
-        pkt[1] == flag && pkt[3] == flag
-    });
-    ok.then_some([pkt[0], pkt[2]])
-}
-
-fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
-    let units = r.bytes.div_ceil(8);
-    let (lo, hi) = split(units, call.ctas, call.cta);
-    let parity = (call.epoch & 1) as usize;
-    let flag = call.epoch;
-    let own = r.at(call.c, call.rank);
-    let src_stride = ll_capacity(call.c) * 16; // bytes between two source ranks' packets
-
-    // Push: one volatile 16-byte store per packet per peer, peers in rotated order.
-    let mut i = lo + call.tid;
-    while i < hi {
-        let valid = unit_bytes(i, 8, r.bytes);
-        // SAFETY: unit i lies inside the checked region; packet slots lie inside each peer's
-        // scratch (i - lo < capacity, checked by `use_one_shot`).
-        unsafe {
-            let d = load_unit::<2>(own + 8 * i, valid);
-            for k in 1..call.world {
-                let p = rotate(call.rank, k, call.world);
-                let slot = packet_area(call, p, parity) + call.rank * src_stride + (i - lo) * 16;
-                hw::store_v4_volatile(slot as *mut [u32; 4], [d[0], flag, d[1], flag]);
-            }
-        }
-        i += call.threads;
-    }
-
-    // Reduce in rank order (rank 0 first) so every rank computes bitwise the same result.
-    let deadline = call.deadline();
-    let inbox = packet_area(call, call.rank, parity);
-    let mut late = false;
-    let mut i = lo + call.tid;
-    while i < hi {
-        let valid = unit_bytes(i, 8, r.bytes);
-        // Rank p's data for unit i: our own from the buffer, a peer's from its packet.
-        let fetch = |p: usize| {
-            if p == call.rank {
-                // SAFETY: inside the checked region; only this thread writes unit i.
-                Some(unsafe { load_unit::<2>(own + 8 * i, valid) })
+fn reduce_packets(
+    call: &Call,
+    red: &Reduction,
+    mine: [u32; 2],
+    inbox: impl Fn(usize) -> usize,
+    deadline: u64,
+) -> Option<[u32; 2]> {
+    let mut acc = Acc::<2>::first(red, [0; 2]);
+    let ok = ll_packet::receive_each(
+        call,
+        mine,
+        |_| true,
+        inbox,
+        call.epoch,
+        deadline,
+        |p, d| {
+            if p == 0 {
+                acc = Acc::first(red, d);
             } else {
-                receive(inbox + p * src_stride + (i - lo) * 16, flag, deadline)
+                acc.add(red, d);
             }
-        };
-        let Some(first) = fetch(0) else {
-            late = true;
-            break;
-        };
-        let mut acc = Acc::<2>::first(red, first);
-        for p in 1..call.world {
-            match fetch(p) {
-                Some(words) => acc.add(red, words),
-                None => {
-                    late = true;
-                    break;
-                }
-            }
-        }
-        if late {
-            break;
-        }
-        // SAFETY: inside the checked region.
-        unsafe { store_unit::<2>(own + 8 * i, valid, acc.finish(red, call.world)) };
-        i += call.threads;
+        },
+    );
+    ok.then(|| acc.finish(red, call.world))
+}
+
+/// Sends `data` as a packet into box `b` at index `idx` of every peer, in rotated order.
+#[inline(always)]
+fn send_to_peers(call: &Call, mb: &Mailboxes, b: usize, idx: usize, data: [u32; 2]) {
+    for k in 1..call.world {
+        let p = rotate(call.rank, k, call.world);
+        // SAFETY: idx < mb.capacity (checked by `choose`), so the slot is in p's scratch.
+        unsafe { ll_packet::send(mb.slot(call, p, b, idx), data, call.epoch) };
     }
+}
+
+/// Ends an LL call: the CTA's threads agree whether any of them timed out.
+#[inline(always)]
+fn finish_ll(call: &Call, late: bool) -> Result<(), i32> {
     if hw::sync_threads_or(late) {
         return Err(call.timed_out());
     }
     Ok(())
+}
+
+fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
+    // Box p of every rank holds rank p's packets; this CTA sends its units [lo, hi).
+    let units = r.bytes.div_ceil(8);
+    let (lo, hi) = split(units, call.ctas, call.cta);
+    if lo == hi {
+        return Ok(()); // Nothing to send or receive, on any rank.
+    }
+    let mb = Mailboxes::open(call, call.world);
+    let own = r.at(call.c, call.rank);
+
+    let mut i = lo + call.tid;
+    while i < hi {
+        // SAFETY: unit i lies inside the checked region.
+        let d = unsafe { load_unit::<2>(own + 8 * i, unit_bytes(i, 8, r.bytes)) };
+        send_to_peers(call, &mb, call.rank, i - lo, d);
+        i += call.threads;
+    }
+
+    let deadline = call.deadline();
+    let mut late = false;
+    let mut i = lo + call.tid;
+    while i < hi {
+        let valid = unit_bytes(i, 8, r.bytes);
+        // SAFETY: inside the checked region; only this thread touches unit i.
+        let mine = unsafe { load_unit::<2>(own + 8 * i, valid) };
+        let inbox = |p: usize| mb.slot(call, call.rank, p, i - lo);
+        let Some(sum) = reduce_packets(call, red, mine, inbox, deadline) else {
+            late = true;
+            break;
+        };
+        // SAFETY: as above.
+        unsafe { store_unit::<2>(own + 8 * i, valid, sum) };
+        i += call.threads;
+    }
+    finish_ll(call, late)
+}
+
+fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
+    // Shard p = units [p * shard, (p + 1) * shard) (the last ones shorter or empty); this CTA
+    // handles index range [slo, shi) of every shard. Box p collects rank p's contributions to
+    // this rank's shard; box world + p collects rank p's reduced shard.
+    let units = r.bytes.div_ceil(8);
+    let shard = div_ceil32(units, call.world);
+    let (slo, shi) = split(shard, call.ctas, call.cta);
+    if slo == shi {
+        return Ok(()); // Nothing to send or receive, on any rank.
+    }
+    // Every rank exchanges packets with rank 0 (shard 0 is full), so the LL-call argument of
+    // `ll_packet` holds.
+    let mb = Mailboxes::open(call, 2 * call.world);
+    let own = r.at(call.c, call.rank);
+    let unit_of = |p: usize, i: usize| p * shard + i;
+
+    // Scatter: our part of each peer's shard goes to that peer.
+    let mut i = slo + call.tid;
+    while i < shi {
+        for k in 1..call.world {
+            let p = rotate(call.rank, k, call.world);
+            let u = unit_of(p, i);
+            if u < units {
+                // SAFETY: unit u lies inside the checked region.
+                let d = unsafe { load_unit::<2>(own + 8 * u, unit_bytes(u, 8, r.bytes)) };
+                // SAFETY: i - slo < capacity (checked by `choose`).
+                unsafe { ll_packet::send(mb.slot(call, p, call.rank, i - slo), d, call.epoch) };
+            }
+        }
+        i += call.threads;
+    }
+
+    // Reduce our shard and send the result to every peer.
+    let deadline = call.deadline();
+    let mut late = false;
+    let mut i = slo + call.tid;
+    while i < shi && unit_of(call.rank, i) < units {
+        let u = unit_of(call.rank, i);
+        let valid = unit_bytes(u, 8, r.bytes);
+        // SAFETY: inside the checked region; only this thread touches unit u.
+        let mine = unsafe { load_unit::<2>(own + 8 * u, valid) };
+        let inbox = |p: usize| mb.slot(call, call.rank, p, i - slo);
+        let Some(sum) = reduce_packets(call, red, mine, inbox, deadline) else {
+            late = true;
+            break;
+        };
+        send_to_peers(call, &mb, call.world + call.rank, i - slo, sum);
+        // SAFETY: as above.
+        unsafe { store_unit::<2>(own + 8 * u, valid, sum) };
+        i += call.threads;
+    }
+
+    // Gather: every peer's reduced shard.
+    let mut i = slo + call.tid;
+    while !late && i < shi {
+        let expect = |p: usize| unit_of(p, i) < units;
+        let inbox = |p: usize| mb.slot(call, call.rank, call.world + p, i - slo);
+        let ok =
+            ll_packet::receive_each(call, [0; 2], expect, inbox, call.epoch, deadline, |p, d| {
+                if p != call.rank {
+                    let u = unit_of(p, i);
+                    // SAFETY: unit u lies inside the checked region; only this thread touches it.
+                    unsafe { store_unit::<2>(own + 8 * u, unit_bytes(u, 8, r.bytes), d) };
+                }
+            });
+        if !ok {
+            late = true;
+            break;
+        }
+        i += call.threads;
+    }
+    finish_ll(call, late)
 }
 
 fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
@@ -182,27 +228,26 @@ fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     let units = r.bytes.div_ceil(16);
     let shard = div_ceil32(units, call.world);
     let (slo, shi) = split(shard, call.ctas, call.cta);
-    let slice = |p: usize| ((p * shard + slo).min(units), (p * shard + shi).min(units));
+    let lo = (call.rank * shard + slo).min(units);
+    let hi = (call.rank * shard + shi).min(units);
     call.barrier(0)?;
-    // Reduce-scatter: this rank reduces its slice of its own shard, in place.
-    let (lo, hi) = slice(call.rank);
-    reduce_units(call, r, r, lo, hi, red);
-    call.barrier(1)?;
-    // All-gather: pull every other shard's slice from its owner.
-    copy_from_peers(call, |p| {
-        let (lo, hi) = slice(p);
-        (p != call.rank).then_some(Copy {
-            src: r.offset,
-            dst: r.offset,
-            bytes: r.bytes,
-            lo,
-            hi,
-        })
-    });
-    call.barrier(2)
+    // Only this CTA of this rank reads units [lo, hi) of any rank's buffer, so it may overwrite
+    // them on every rank as soon as it has read them: no barrier between the two halves.
+    reduce_units(call, r, r, lo, hi, red, Deliver::ToAll);
+    call.barrier(1)
 }
 
-/// `dst[i] = reduce over ranks p of src@p[i]` for 16-byte units `lo..hi` (thread-strided).
+/// Where `reduce_units` stores its results.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Deliver {
+    /// Into this rank's `dst`.
+    Local,
+    /// Into `dst` on every rank (this one first, then the peers in rotated order).
+    ToAll,
+}
+
+/// `dst[i] = reduce over ranks p of src@p[i]` for 16-byte units `lo..hi` (thread-strided),
+/// stored where `to` says.
 ///
 /// Full, aligned units take the batched path: a thread loads its unit from every rank before
 /// combining any, so `world` loads are in flight per thread instead of one (NVLink latency is
@@ -214,9 +259,11 @@ pub fn reduce_units(
     lo: usize,
     hi: usize,
     red: &Reduction,
+    to: Deliver,
 ) {
     let c = call.c;
     let out = dst.at(c, call.rank);
+    let peers = if to == Deliver::ToAll { call.world } else { 1 };
     let aligned = (src.offset | dst.offset).is_multiple_of(16);
     let fast_hi = if aligned { hi.min(src.bytes / 16) } else { lo };
     let mut i = lo + call.tid;
@@ -231,8 +278,14 @@ pub fn reduce_units(
         for_each_rank!(p => if p > 0 && p < call.world {
             acc.add(red, v[p]);
         });
+        let sum = acc.finish(red, call.world);
         // SAFETY: inside `dst` (callers pass regions of at least `src.bytes`), 16-byte aligned.
-        unsafe { hw::store_v4((out + 16 * i) as *mut [u32; 4], acc.finish(red, call.world)) };
+        unsafe { hw::store_v4((out + 16 * i) as *mut [u32; 4], sum) };
+        for k in 1..peers {
+            let at = dst.at(c, rotate(call.rank, k, call.world)) + 16 * i;
+            // SAFETY: the same unit of `dst` on a peer (same offsets on every rank).
+            unsafe { hw::store_v4(at as *mut [u32; 4], sum) };
+        }
         i += call.threads;
     }
     // The narrow path: a partial last unit, or everything when the region is not 16-aligned.
@@ -245,7 +298,12 @@ pub fn reduce_units(
             for p in 1..call.world {
                 acc.add(red, load_unit::<4>(src.at(c, p) + 16 * i, valid));
             }
-            store_unit::<4>(out + 16 * i, valid, acc.finish(red, call.world));
+            let sum = acc.finish(red, call.world);
+            store_unit::<4>(out + 16 * i, valid, sum);
+            for k in 1..peers {
+                let at = dst.at(c, rotate(call.rank, k, call.world)) + 16 * i;
+                store_unit::<4>(at, valid, sum);
+            }
         }
         i += call.threads;
     }

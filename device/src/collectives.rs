@@ -3,7 +3,7 @@
 //! inputs visible; one after keeps a rank from returning (and overwriting its input) while a
 //! peer still reads it. Work is split by 16-byte units: across CTAs, then across threads.
 
-use crate::all_reduce::{copy_from_peers, reduce_units, Copy};
+use crate::all_reduce::{copy_from_peers, reduce_units, Copy, Deliver};
 use crate::elem::Reduction;
 use crate::mem::split;
 use crate::region::Region;
@@ -25,7 +25,7 @@ pub fn reduce_scatter(
     call.barrier(0)?;
     let block = input.sub(call.rank * out.bytes, out.bytes);
     let (lo, hi) = my_units(call, out.bytes);
-    reduce_units(call, &block, out, lo, hi, red);
+    reduce_units(call, &block, out, lo, hi, red, Deliver::Local);
     call.barrier(1)
 }
 
@@ -77,7 +77,7 @@ pub fn reduce(
     call.barrier(0)?;
     if call.rank == root {
         let (lo, hi) = my_units(call, input.bytes);
-        reduce_units(call, input, out, lo, hi, red);
+        reduce_units(call, input, out, lo, hi, red, Deliver::Local);
     }
     call.barrier(1)
 }

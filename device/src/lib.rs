@@ -7,12 +7,15 @@
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
 
+#[macro_use]
+mod unroll;
 pub mod abi;
 pub mod all_reduce;
 pub mod collectives;
 pub mod ctx;
 pub mod elem;
 pub mod hw;
+pub mod ll_packet;
 pub mod mem;
 pub mod primitives;
 pub mod region;

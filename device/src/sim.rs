@@ -39,7 +39,9 @@ impl Node {
             c.heap_size = heap_bytes as u64;
             c.signal_size = signal::MIN_BYTES as u64;
             c.scratch_size = scratch_bytes as u64;
-            c.timeout_ns = 2_000_000_000;
+            // Generous: hundreds of OS threads per node share a CI machine's few cores, and the
+            // test binaries run at the same time; a real hang still ends in 10 s.
+            c.timeout_ns = 10_000_000_000;
             for p in 0..world {
                 c.peer_heap[p] = n.heaps[p].as_ptr() as u64;
                 c.peer_signal[p] = n.signals[p].as_ptr() as u64;
@@ -55,6 +57,10 @@ impl Node {
 
     pub fn ctx(&self, rank: usize) -> i64 {
         &self.ctxs[rank] as *const SymmContext as i64
+    }
+
+    pub fn context(&self, rank: usize) -> &SymmContext {
+        &self.ctxs[rank]
     }
 
     pub fn ctx_mut(&mut self, rank: usize) -> &mut SymmContext {

@@ -10,10 +10,13 @@ use crate::abi::{signal, status, SymmContext, MAX_RANKS};
 use crate::ctx;
 use crate::hw;
 
-/// Epochs live in 30 bits and skip 0 (jumping to 2, so that parity keeps alternating), so that LL flags (`epoch`) are never 0 (what an untouched
+/// Epochs live in 30 bits and skip 0, so that LL flags (`epoch`) are never 0 (what an untouched
 /// scratch word holds) and barrier values (`epoch << 2 | phase`) run through all of u32 in order,
 /// wrapping around with the epoch; barriers compare them in wrapping arithmetic.
 const EPOCH_MASK: u32 = (1 << 30) - 1;
+/// Bit 30 of the epoch word: which half of its scratch slice the CTA's next LL exchange uses
+/// (see `ll_packet`).
+const LL_HALF_SHIFT: u32 = 30;
 
 /// Barrier phases available within one call (`epoch << 2 | phase`).
 pub const MAX_PHASES: u32 = 4;
@@ -28,6 +31,8 @@ pub struct Call<'a> {
     pub tid: usize,
     pub threads: usize,
     pub epoch: u32,
+    /// The scratch half (0 or 1) this CTA's next LL exchange uses.
+    pub ll_half: usize,
     /// Which exported function this is (its index in `EXPORTS`), for the error record.
     pub which: i32,
 }
@@ -54,15 +59,16 @@ impl<'a> Call<'a> {
         let word = epoch_word(c, cta);
         hw::sync_threads();
         // SAFETY: `word` is inside this rank's signal region (cta < MAX_CTAS).
-        let mut epoch = unsafe { hw::load_relaxed_u32(word) }.wrapping_add(1) & EPOCH_MASK;
+        let state = unsafe { hw::load_relaxed_u32(word) };
+        let ll_half = state >> LL_HALF_SHIFT & 1;
+        let mut epoch = state.wrapping_add(1) & EPOCH_MASK;
         if epoch == 0 {
-            // Skip 0 but keep the parity alternating (LL scratch is double-buffered by parity).
-            epoch = 2;
+            epoch = 1;
         }
         hw::sync_threads();
         if hw::thread_rank_fresh() == 0 {
             // SAFETY: as above.
-            unsafe { hw::store_relaxed_u32(word, epoch) };
+            unsafe { hw::store_relaxed_u32(word, epoch | ll_half << LL_HALF_SHIFT) };
         }
         Ok(Call {
             c,
@@ -73,8 +79,20 @@ impl<'a> Call<'a> {
             tid,
             threads: hw::cta_threads() as usize,
             epoch,
+            ll_half: ll_half as usize,
             which,
         })
+    }
+
+    /// Marks this call as one in which the CTA exchanges LL packets in half `ll_half`: the next
+    /// such call uses the other half. Every thread calls it (thread 0 writes).
+    pub fn flip_ll_half(&self) {
+        if hw::thread_rank_fresh() == 0 {
+            let next = self.epoch | ((self.ll_half as u32) ^ 1) << LL_HALF_SHIFT;
+            // SAFETY: this CTA's epoch word, inside this rank's signal region; only thread 0
+            // writes it, and readers pass a CTA barrier first (in the next `begin`).
+            unsafe { hw::store_relaxed_u32(epoch_word(self.c, self.cta), next) };
+        }
     }
 
     /// Deadline for waits that start now.

@@ -70,9 +70,29 @@ struct ArCase {
     want: Vec<f64>,
 }
 
-fn all_reduce_matrix(world: usize, ctas: u32, threads: u32, scratch: usize) {
+/// Runs every dtype x op x size through all-reduce. With `force`, the context's size limits are
+/// set so that every case takes that algorithm (and the test checks that it does); without, the
+/// defaults apply and the small scratch makes the algorithms alternate from call to call.
+fn all_reduce_matrix(
+    world: usize,
+    ctas: u32,
+    threads: u32,
+    scratch: usize,
+    force: Option<Algorithm>,
+) {
     let sizes = [1usize, 2, 7, 33, 100, 517, 3001];
     let mut node = Node::new(world, 6 << 20, scratch);
+    if let Some(algo) = force {
+        let (one_shot, ll) = match algo {
+            Algorithm::OneShotLl => (u64::MAX, u64::MAX),
+            Algorithm::TwoShotLl => (0, u64::MAX),
+            Algorithm::TwoShot => (0, 0),
+        };
+        for r in 0..world {
+            node.ctx_mut(r).ar_one_shot_max_bytes = one_shot;
+            node.ctx_mut(r).ar_ll_max_bytes = ll;
+        }
+    }
     let mut layout = Layout::new();
     let mut rng = Rng::new(world as u64 * 1000 + ctas as u64);
     let mut cases = Vec::new();
@@ -81,6 +101,15 @@ fn all_reduce_matrix(world: usize, ctas: u32, threads: u32, scratch: usize) {
             for (k, n) in sizes.iter().enumerate() {
                 // Every other case starts off the 16-byte grid to exercise the narrow paths.
                 let offset = layout.take(n * dt.size(), if k % 2 == 1 { dt.size() } else { 0 });
+                if let Some(algo) = force {
+                    let got = choose(node.context(0), ctas as usize, n * dt.size());
+                    assert_eq!(
+                        got,
+                        algo,
+                        "world {world}, {ctas} CTAs, {} bytes",
+                        n * dt.size()
+                    );
+                }
                 let inputs: Vec<Vec<f64>> = (0..world)
                     .map(|r| fill(&mut node, r, offset, dt, &random_inputs(&mut rng, op, *n)))
                     .collect();
@@ -125,29 +154,42 @@ fn all_reduce_matrix(world: usize, ctas: u32, threads: u32, scratch: usize) {
 
 #[test]
 fn all_reduce_world2() {
-    all_reduce_matrix(2, 1, 32, 1 << 20);
-    all_reduce_matrix(2, 4, 64, 1 << 20);
+    all_reduce_matrix(2, 1, 32, 1 << 20, None);
+    all_reduce_matrix(2, 4, 64, 1 << 20, None);
 }
 
 #[test]
 fn all_reduce_world3() {
-    all_reduce_matrix(3, 3, 32, 1 << 20);
+    all_reduce_matrix(3, 3, 32, 1 << 20, None);
 }
 
 #[test]
 fn all_reduce_world4() {
-    all_reduce_matrix(4, 2, 64, 1 << 20);
+    all_reduce_matrix(4, 2, 64, 1 << 20, None);
 }
 
 #[test]
 fn all_reduce_world8() {
-    all_reduce_matrix(8, 3, 32, 1 << 20);
+    all_reduce_matrix(8, 3, 32, 1 << 20, None);
 }
 
-/// With no scratch to speak of, every size takes the two-shot path.
+#[test]
+fn all_reduce_one_shot_ll_only() {
+    all_reduce_matrix(3, 2, 32, 32 << 20, Some(Algorithm::OneShotLl));
+    all_reduce_matrix(8, 3, 32, 32 << 20, Some(Algorithm::OneShotLl));
+}
+
+#[test]
+fn all_reduce_two_shot_ll_only() {
+    all_reduce_matrix(3, 2, 32, 32 << 20, Some(Algorithm::TwoShotLl));
+    all_reduce_matrix(8, 3, 32, 32 << 20, Some(Algorithm::TwoShotLl));
+}
+
+/// With no scratch to speak of, every size takes the two-shot path whatever the limits say.
 #[test]
 fn all_reduce_two_shot_only() {
-    all_reduce_matrix(4, 2, 32, 0);
+    all_reduce_matrix(4, 2, 32, 0, None);
+    all_reduce_matrix(8, 3, 32, 1 << 20, Some(Algorithm::TwoShot));
 }
 
 /// Reduce-scatter, all-gather, broadcast, reduce and all-to-all, every dtype (and op where one

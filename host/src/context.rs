@@ -52,6 +52,11 @@ pub fn encode_with_layout(c: &SymmContext) -> (Vec<u8>, FieldLayout) {
     w.field("signal_size", &c.signal_size.to_le_bytes());
     w.field("scratch_size", &c.scratch_size.to_le_bytes());
     w.field("timeout_ns", &c.timeout_ns.to_le_bytes());
+    w.field(
+        "ar_one_shot_max_bytes",
+        &c.ar_one_shot_max_bytes.to_le_bytes(),
+    );
+    w.field("ar_ll_max_bytes", &c.ar_ll_max_bytes.to_le_bytes());
     w.array("peer_heap", &c.peer_heap);
     w.array("peer_signal", &c.peer_signal);
     w.array("peer_scratch", &c.peer_scratch);
@@ -135,6 +140,20 @@ impl DeviceContext {
             self.buf.ptr() + offset_of("timeout_ns") as u64,
             &ns.to_le_bytes(),
         )
+    }
+
+    /// Sets the message sizes (bytes) up to which all-reduce uses one-shot LL and then two-shot
+    /// LL (see `SymmContext::ar_one_shot_max_bytes`). Every rank must set the same values: the
+    /// algorithm is chosen on each rank independently. Waits for the device first.
+    pub fn set_algorithm_limits(&self, one_shot_max: u64, ll_max: u64) -> Result<()> {
+        let dev = self.buf.device();
+        dev.synchronize()?;
+        let off = offset_of("ar_one_shot_max_bytes");
+        debug_assert_eq!(offset_of("ar_ll_max_bytes"), off + 8);
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&one_shot_max.to_le_bytes());
+        b[8..].copy_from_slice(&ll_max.to_le_bytes());
+        dev.write(self.buf.ptr() + off as u64, &b)
     }
 
     /// Frees the device memory now, reporting a driver error.
@@ -283,6 +302,8 @@ mod tests {
         c.signal_size = 0x5555_6666;
         c.scratch_size = 0x7777_8888_9999;
         c.timeout_ns = 123_456_789;
+        c.ar_one_shot_max_bytes = 0xaaaa_bbbb;
+        c.ar_ll_max_bytes = 0xcccc_dddd_eeee;
         for r in 0..MAX_RANKS as u64 {
             c.peer_heap[r as usize] = 0x7f00_0000_0000 + r * 0x1000_0000;
             c.peer_signal[r as usize] = 0x7e00_0000_0000 + r * 0x1000_0000;
@@ -322,6 +343,11 @@ mod tests {
         assert_eq!(at("signal_size"), c.signal_size.to_le_bytes());
         assert_eq!(at("scratch_size"), c.scratch_size.to_le_bytes());
         assert_eq!(at("timeout_ns"), c.timeout_ns.to_le_bytes());
+        assert_eq!(
+            at("ar_one_shot_max_bytes"),
+            c.ar_one_shot_max_bytes.to_le_bytes()
+        );
+        assert_eq!(at("ar_ll_max_bytes"), c.ar_ll_max_bytes.to_le_bytes());
         assert_eq!(at("peer_heap")[8 * 5..8 * 6], c.peer_heap[5].to_le_bytes());
         assert_eq!(at("peer_signal")[..8], c.peer_signal[0].to_le_bytes());
         assert_eq!(at("peer_scratch")[8 * 7..], c.peer_scratch[7].to_le_bytes());

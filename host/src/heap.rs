@@ -41,7 +41,7 @@ use std::sync::Arc;
 /// Alignment of each region inside the allocation.
 pub const REGION_ALIGN: u64 = 4096;
 /// Scratch bytes when the caller does not choose: the packet buffers of the collectives.
-pub const DEFAULT_SCRATCH_BYTES: u64 = 32 << 20;
+pub const DEFAULT_SCRATCH_BYTES: u64 = 64 << 20;
 /// Bytes of the signal region: the ABI's minimum, page aligned.
 pub const SIGNAL_BYTES: u64 = (abi::signal::MIN_BYTES as u64).div_ceil(REGION_ALIGN) * REGION_ALIGN;
 
@@ -320,6 +320,11 @@ impl SymmHeap {
 
     pub fn set_timeout_ns(&self, ns: u64) -> Result<()> {
         self.inner()?.ctx.set_timeout_ns(ns)
+    }
+
+    /// See [`DeviceContext::set_algorithm_limits`].
+    pub fn set_algorithm_limits(&self, one_shot_max: u64, ll_max: u64) -> Result<()> {
+        self.inner()?.ctx.set_algorithm_limits(one_shot_max, ll_max)
     }
 
     /// The context bytes as the device holds them now.

@@ -2,7 +2,7 @@
 # run `make abi` (or any cargo build) to regenerate.
 from __future__ import annotations
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 CTX_MAGIC = 0x4b4c5249
 MAX_RANKS = 8
 MAX_CTAS = 256
@@ -74,7 +74,7 @@ SIGNAL_LAYOUT = {
     "MIN_BYTES": 25600,
 }
 
-CONTEXT_SIZE = 256
+CONTEXT_SIZE = 272
 # field: (byte offset, size in bytes)
 CONTEXT_FIELDS = {
     "magic": (0, 4),
@@ -88,9 +88,11 @@ CONTEXT_FIELDS = {
     "signal_size": (40, 8),
     "scratch_size": (48, 8),
     "timeout_ns": (56, 8),
-    "peer_heap": (64, 64),
-    "peer_signal": (128, 64),
-    "peer_scratch": (192, 64),
+    "ar_one_shot_max_bytes": (64, 8),
+    "ar_ll_max_bytes": (72, 8),
+    "peer_heap": (80, 64),
+    "peer_signal": (144, 64),
+    "peer_scratch": (208, 64),
 }
 
 # name: (((arg, llvm type), ...), return llvm type, doc)

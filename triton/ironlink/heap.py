@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from .errors import IronlinkError, device_error
 
-DEFAULT_SCRATCH_BYTES = 32 << 20
+DEFAULT_SCRATCH_BYTES = 64 << 20
 _KDL_CUDA = 2
 
 
@@ -55,6 +55,16 @@ def check_size(name: str, value: Any, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def check_algorithm_limits(one_shot_max_bytes: Any, ll_max_bytes: Any) -> tuple[int, int]:
+    """The two all-reduce size limits, checked (non-negative ints below 2^63)."""
+    for name, v in (("one_shot_max_bytes", one_shot_max_bytes), ("ll_max_bytes", ll_max_bytes)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int number of bytes, got {type(v).__name__}")
+        if not 0 <= v < 1 << 63:
+            raise ValueError(f"{name} must be in [0, 2**63), got {v}")
+    return one_shot_max_bytes, ll_max_bytes
 
 
 def check_timeout(timeout_s: Any) -> int:
@@ -256,6 +266,12 @@ class SymmetricHeap:
     def set_timeout(self, timeout_s: float) -> None:
         """Changes how long device-side waits on peers spin before recording TIMEOUT."""
         self._open().set_timeout_ns(check_timeout(timeout_s))
+
+    def set_algorithm_limits(self, one_shot_max_bytes: int, ll_max_bytes: int) -> None:
+        """Message sizes up to which all-reduce uses one-shot LL, then two-shot LL (where the
+        packets fit the scratch region), then two-shot over the buffers. Every rank must set the
+        same values (each rank picks the algorithm on its own). Synchronizes the device."""
+        self._open().set_algorithm_limits(*check_algorithm_limits(one_shot_max_bytes, ll_max_bytes))
 
     # -- tensors --------------------------------------------------------------------------
     def _view(self, rank: int, offset: int, nbytes: int) -> Any:

@@ -198,6 +198,11 @@ impl PyHeap {
         py.detach(|| lock(&self.inner).set_timeout_ns(ns)).py()
     }
 
+    fn set_algorithm_limits(&self, py: Python<'_>, one_shot_max: u64, ll_max: u64) -> PyResult<()> {
+        py.detach(|| lock(&self.inner).set_algorithm_limits(one_shot_max, ll_max))
+            .py()
+    }
+
     /// The context bytes as the device holds them.
     fn read_context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let b = py.detach(|| lock(&self.inner).read_context()).py()?;
@@ -281,6 +286,15 @@ impl PyExternalContext {
     fn set_timeout_ns(&self, py: Python<'_>, ns: u64) -> PyResult<()> {
         py.detach(|| lock(&self.inner).context()?.set_timeout_ns(ns))
             .py()
+    }
+
+    fn set_algorithm_limits(&self, py: Python<'_>, one_shot_max: u64, ll_max: u64) -> PyResult<()> {
+        py.detach(|| {
+            lock(&self.inner)
+                .context()?
+                .set_algorithm_limits(one_shot_max, ll_max)
+        })
+        .py()
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {

@@ -1,0 +1,121 @@
+//! LL ("low latency") packets: 16 bytes = 8 data bytes + the call's epoch as a flag, twice,
+//! written with one volatile vector store, so a reader that sees both flags equal to the epoch
+//! has the data too. No fence and no barrier: a packet is ready when its flags say so.
+//!
+//! Packets land in the receiver's scratch region, in the slice of the same-index CTA
+//! (`scratch_size / MAX_CTAS` bytes, so a slice never depends on the grid), in one half of it.
+//! The halves alternate over the calls in which the CTA exchanges packets at all ("LL calls":
+//! its share of the message is not empty, the same on every rank); the CTA's epoch word keeps
+//! which half is next. Same-index CTAs of two ranks are never more than one LL call apart: a CTA
+//! finishes LL call k only after receiving a call-k packet that depends on every peer having
+//! entered call k, i.e. having finished LL call k-1 on every thread. So a sender in LL call k+1
+//! writes the other half than a receiver still reading LL call k. (Alternating by epoch parity
+//! instead would break when the CTA has nothing to do in a call: a sender could then pass
+//! through a call and reach the receiver's half two calls later, while the receiver still reads
+//! it.) Flags are epochs, which never repeat within the lifetime of a packet, so nothing is ever
+//! cleared.
+//!
+//! Every algorithm lays out its mailboxes inside the half, so algorithms can alternate from call
+//! to call.
+
+use crate::abi::{SymmContext, MAX_CTAS, MAX_RANKS};
+use crate::hw;
+use crate::mem::div32;
+use crate::sync::{wait_until, Call};
+
+/// Bytes per packet (8 of them data).
+pub const PACKET_BYTES: usize = 16;
+
+/// `boxes` mailboxes of `capacity` packets each, in this CTA's half of its scratch slice for
+/// this LL call. Box `b` of rank `dst` starts at `slot(dst, b, 0)`.
+pub struct Mailboxes {
+    offset: usize,
+    pub capacity: usize,
+}
+
+impl Mailboxes {
+    /// Makes this call an LL call of the CTA (every thread calls it; only CTAs that exchange
+    /// packets in this call may: the same CTAs on every rank).
+    #[inline(always)]
+    pub fn open(call: &Call, boxes: usize) -> Self {
+        call.flip_ll_half();
+        Mailboxes {
+            offset: call.cta * slice_bytes(call.c) + call.ll_half * half_bytes(call.c),
+            capacity: capacity(call.c, boxes),
+        }
+    }
+
+    /// Address of packet `idx` of box `b` in rank `dst`'s scratch.
+    #[inline(always)]
+    pub fn slot(&self, call: &Call, dst: usize, b: usize, idx: usize) -> usize {
+        call.c.scratch_base(dst) + self.offset + (b * self.capacity + idx) * PACKET_BYTES
+    }
+}
+
+#[inline(always)]
+fn slice_bytes(c: &SymmContext) -> usize {
+    (c.scratch_size as usize / MAX_CTAS).min(u32::MAX as usize)
+}
+
+#[inline(always)]
+fn half_bytes(c: &SymmContext) -> usize {
+    slice_bytes(c) / 2
+}
+
+/// Packets per mailbox when a half holds `boxes` of them (the same on every rank).
+#[inline(always)]
+pub fn capacity(c: &SymmContext, boxes: usize) -> usize {
+    div32(half_bytes(c), boxes * PACKET_BYTES)
+}
+
+/// Sends 8 bytes as one packet tagged with `flag`.
+///
+/// # Safety
+/// `slot` is a packet slot inside a mapped scratch region.
+#[inline(always)]
+pub unsafe fn send(slot: usize, data: [u32; 2], flag: u32) {
+    hw::store_v4_volatile(slot as *mut [u32; 4], [data[0], flag, data[1], flag]);
+}
+
+#[inline(always)]
+fn ready(pkt: &[u32; 4], flag: u32) -> bool {
+    pkt[1] == flag && pkt[3] == flag
+}
+
+/// Calls `take(p, data)` for every rank p < world in rank order: with `mine` for this rank, and
+/// for each peer p with `expect(p)` with the data of the packet at `slot(p)` once it carries
+/// `flag`. False on timeout (then `take` was not called for every rank).
+///
+/// All packets are loaded before waiting on any, so a thread has one round trip to memory in
+/// flight per peer instead of waiting on each in turn; each is consumed as soon as it is ready
+/// (and its registers freed).
+#[inline(always)]
+pub fn receive_each(
+    call: &Call,
+    mine: [u32; 2],
+    expect: impl Fn(usize) -> bool,
+    slot: impl Fn(usize) -> usize,
+    flag: u32,
+    deadline: u64,
+    mut take: impl FnMut(usize, [u32; 2]),
+) -> bool {
+    let wanted = |p: usize| p < call.world && p != call.rank && expect(p);
+    let mut pkt = [[0u32; 4]; MAX_RANKS];
+    // SAFETY (both loops): callers pass slots inside this rank's scratch.
+    for_each_rank!(p => if wanted(p) {
+        pkt[p] = unsafe { hw::load_v4_volatile(slot(p) as *const [u32; 4]) };
+    });
+    let mut ok = true;
+    for_each_rank!(p => if ok && p == call.rank {
+        take(p, mine);
+    } else if ok && wanted(p) {
+        if !ready(&pkt[p], flag) {
+            ok = wait_until(deadline, || {
+                pkt[p] = unsafe { hw::load_v4_volatile(slot(p) as *const [u32; 4]) };
+                ready(&pkt[p], flag)
+            });
+        }
+        take(p, [pkt[p][0], pkt[p][2]]);
+    });
+    ok
+}
