@@ -56,6 +56,10 @@ def best_per_size(rows: list[dict[str, Any]], collective: str) -> dict[int, tupl
     for r in rows:
         if r["collective"] != collective or r["contender"] != contender:
             continue
+        # The host-level op runs with the heap's default algorithm limits: only configs measured
+        # with the algorithm those defaults pick count (older files carry no algorithm).
+        if r.get("algorithm", "") != r.get("default_algorithm", ""):
+            continue
         config = r["config"]
         if not config:
             empty = empty or first_config(rows)

@@ -19,6 +19,10 @@ def newest() -> Path:
     return max(RESULTS.glob("*.json"), key=lambda p: (json.loads(p.read_text())["date"], p.name))
 
 
+# All-reduce algorithms as the config column names them.
+SHORT = {"one_shot_ll": "LL1", "two_shot_ll": "LL2", "two_shot": "2S"}
+
+
 def human(n: int) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
@@ -50,7 +54,8 @@ def tables(doc: dict) -> str:
             if not il or not nc:
                 continue
             one, two = get("all_reduce", dt, n, "symm_one_shot"), get("all_reduce", dt, n, "symm_two_shot")
-            out.append(f"| {human(n)} | {il['us']:.2f} | {il['busbw_GBs']:.1f} | {il['config']} | {nc['us']:.2f} | "
+            config = f"{SHORT.get(il.get('algorithm', ''), '')} {il['config']}".strip()
+            out.append(f"| {human(n)} | {il['us']:.2f} | {il['busbw_GBs']:.1f} | {config} | {nc['us']:.2f} | "
                        f"{nc['busbw_GBs']:.1f} | {il['vs_nccl']:.2f} | {fmt(one)} | {fmt(two)} |")
         out += ["", f"all_gather and reduce_scatter {dt} (size = the gathered / scattered buffer):", "",
                 "| size | all_gather ironlink us | NCCL us | x NCCL | reduce_scatter ironlink us | NCCL us | x NCCL |",

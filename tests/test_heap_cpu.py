@@ -231,3 +231,30 @@ def test_torch_interop_constant():
     from ironlink import torch_interop
 
     assert torch_interop.MIN_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["MIN_BYTES"]
+
+
+def test_all_reduce_algorithm_choice(native):
+    # The device's own rule, through the extension: by the limits, where the packets fit.
+    one, ll = native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, native.DEFAULT_AR_LL_MAX_BYTES
+    scratch = native.DEFAULT_SCRATCH_BYTES
+    assert one < ll
+    assert native.all_reduce_algorithm(8, scratch, one, ll, 64, 1 << 10) == "one_shot_ll"
+    assert native.all_reduce_algorithm(8, scratch, one, ll, 64, one) == "one_shot_ll"
+    assert native.all_reduce_algorithm(8, scratch, one, ll, 64, one + 2) == "two_shot_ll"
+    assert native.all_reduce_algorithm(8, scratch, one, ll, 64, ll) == "two_shot_ll"
+    assert native.all_reduce_algorithm(8, scratch, one, ll, 64, ll + 2) == "two_shot"
+    # Packets that do not fit the scratch fall through to the next algorithm.
+    assert native.all_reduce_algorithm(8, 0, one, ll, 64, 1 << 10) == "two_shot"
+    assert native.all_reduce_algorithm(8, scratch, 1 << 62, 1 << 62, 1, 1 << 30) == "two_shot"
+    with pytest.raises(IronlinkError, match="world size 9"):
+        native.all_reduce_algorithm(9, scratch, one, ll, 64, 1 << 10)
+
+
+def test_algorithm_limits_are_checked():
+    from ironlink.heap import check_algorithm_limits
+
+    assert check_algorithm_limits(0, 1 << 20) == (0, 1 << 20)
+    with pytest.raises(TypeError, match="one_shot_max_bytes"):
+        check_algorithm_limits(1.5, 0)
+    with pytest.raises(ValueError, match="ll_max_bytes"):
+        check_algorithm_limits(0, -1)

@@ -19,7 +19,7 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi
+from ironlink import _abi, _native
 
 from _cases import Cases  # tests/gpu/, the script's own directory
 
@@ -237,25 +237,34 @@ class Suite(Cases):
         self.heap.free(inp)
 
     def back_to_back(self, launches: int) -> None:
-        """`launches` launches with no host sync, alternating one-shot and two-shot sizes."""
-        small = self.heap.empty((1000,), torch.bfloat16)
-        big = self.heap.empty((1 << 20,), torch.bfloat16)
-        xs, xb = self.data(1000, torch.bfloat16), self.data(1 << 20, torch.bfloat16)
-        small.copy_(xs)
-        big.copy_(xb)
+        """`launches` launches with no host sync, cycling through a tiny message (one unit: most
+        CTAs idle), a one-shot size and a large size."""
+        sizes = (3, 1000, 1 << 20)
+        bufs = [self.heap.empty((n,), torch.bfloat16) for n in sizes]
+        xs = [self.data(n, torch.bfloat16) for n in sizes]
+        for b, x in zip(bufs, xs):
+            b.copy_(x)
         # MAX is idempotent, so after any number of calls the result is the first call's.
-        ref_s = self.reduce_ref(self.gather64(xs), "MAX")
-        ref_b = self.reduce_ref(self.gather64(xb), "MAX")
+        refs = [self.reduce_ref(self.gather64(x), "MAX") for x in xs]
         st = torch.zeros(launches, 132, dtype=torch.int32, device="cuda")
         for i in range(launches):
-            buf, n = (small, 1000) if i % 2 == 0 else (big, 1 << 20)
-            all_reduce_k[(32,)](self.heap.ctx, buf, 0, n, OPS["MAX"], DT[torch.bfloat16], st[i], num_warps=4)
+            k = i % len(sizes)
+            all_reduce_k[(32,)](self.heap.ctx, bufs[k], 0, sizes[k], OPS["MAX"], DT[torch.bfloat16], st[i], num_warps=4)
         torch.cuda.synchronize()
         assert (st[:, :32] == 0).all(), f"statuses {st.unique().tolist()}"
-        self.close("small", small, ref_s, torch.bfloat16)
-        self.close("big", big, ref_b, torch.bfloat16)
-        self.heap.free(big)
-        self.heap.free(small)
+        for n, b, ref in zip(sizes, bufs, refs):
+            self.close(f"n={n}", b, ref, torch.bfloat16)
+        for b in bufs:
+            self.heap.free(b)
+
+    def forced(self, alg: str, n: int, dtype: torch.dtype, op: str) -> None:
+        """One all-reduce with the context's limits set so that `alg` is chosen where it fits."""
+        limits = {"one_shot_ll": (1 << 62, 1 << 62), "two_shot_ll": (0, 1 << 62), "two_shot": (0, 0)}[alg]
+        self.heap.set_algorithm_limits(*limits)
+        try:
+            self.all_reduce(n, dtype, op)
+        finally:
+            self.heap.set_algorithm_limits(_native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, _native.DEFAULT_AR_LL_MAX_BYTES)
 
     def cuda_graph(self) -> None:
         """Capture copy-in + all-reduce (one-shot and two-shot), replay with new data each time."""
@@ -378,6 +387,10 @@ def main() -> int:
             for i, n in enumerate(sizes):
                 skew = 1 if i == 2 else 0  # one case starts off the 16-byte grid
                 s.run(f"all_reduce {dtype} {op} n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
+    for alg in ("one_shot_ll", "two_shot_ll", "two_shot"):
+        for dtype, op in ((torch.bfloat16, "SUM"), (torch.float32, "MAX"), (torch.float16, "AVG")):
+            for n in (1, 7, 4099, (1 << 16) + 3, 1 << 19):
+                s.run(f"all_reduce {alg} {dtype} {op} n={n}", lambda: s.forced(alg, n, dtype, op))
     for dtype, n in [(torch.bfloat16, 128 << 20), (torch.float32, 64 << 20)] if full else []:  # 256 MiB
         s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
     for dtype in dtypes:

@@ -26,7 +26,7 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi
+from ironlink import _abi, _native
 
 # Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
 def iters_reps(nbytes: int) -> tuple[int, int]:
@@ -37,6 +37,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30]
 # ironlink launch configurations tried at each size: (CTAs, num_warps).
 CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8), (132, 16)]
+# All-reduce algorithms, each forced through the context's size limits (one_shot_max, ll_max),
+# with the sizes at which it is worth measuring.
+FORCE = 1 << 62
+DEFAULT_LIMITS = (int(_native.DEFAULT_AR_ONE_SHOT_MAX_BYTES), int(_native.DEFAULT_AR_LL_MAX_BYTES))
+ALGORITHMS = {
+    "one_shot_ll": ((FORCE, FORCE), lambda n: n <= (1 << 20)),
+    "two_shot_ll": ((0, FORCE), lambda n: (16 << 10) <= n <= (16 << 20)),
+    "two_shot": ((0, 0), lambda n: n >= (64 << 10)),
+}
 
 
 @ironlink.jit
@@ -107,6 +116,10 @@ class Bench:
         self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
         self.rows: list[dict[str, Any]] = []
 
+    def algorithm(self, limits: tuple[int, int], ctas: int, nbytes: int) -> str:
+        """The all-reduce algorithm the device picks under `limits` (the device's own rule)."""
+        return str(_native.all_reduce_algorithm(self.world, self.heap.scratch_bytes, *limits, ctas, nbytes))
+
     def record(self, coll: str, dt: str, nbytes: int, who: str, config: str, us: float) -> dict[str, Any]:
         algbw = nbytes / us / 1e3  # GB/s
         factor = 2 * (self.world - 1) / self.world if coll == "all_reduce" else (self.world - 1) / self.world
@@ -131,15 +144,24 @@ class Bench:
         times["nccl"] = ("ring/auto", time_graph(lambda: dist.all_reduce(t), nbytes))
         buf = self.heap.empty((n,), dtype)
         buf.copy_(x)
-        best: Optional[tuple[str, float]] = None
-        for ctas, warps in CONFIGS:
-            us = time_graph(lambda: _all_reduce[(ctas,)](self.heap.ctx, buf, n, code, self.status, num_warps=warps), nbytes)
-            self.check()
-            self.record("all_reduce", dt, nbytes, "ironlink_cfg", f"{ctas}x{warps}", us)
-            if best is None or us < best[1]:
-                best = (f"{ctas}x{warps}", us)
+        best: Optional[tuple[str, float, str]] = None
+        for alg, (limits, worth) in ALGORITHMS.items():
+            if not worth(nbytes):
+                continue
+            self.heap.set_algorithm_limits(*limits)
+            for ctas, warps in CONFIGS:
+                if self.algorithm(limits, ctas, nbytes) != alg:
+                    continue  # its packets do not fit this grid's scratch
+                us = time_graph(lambda: _all_reduce[(ctas,)](self.heap.ctx, buf, n, code, self.status, num_warps=warps), nbytes)
+                self.check()
+                row = self.record("all_reduce", dt, nbytes, "ironlink_cfg", f"{ctas}x{warps}", us)
+                row["algorithm"] = alg
+                row["default_algorithm"] = self.algorithm(DEFAULT_LIMITS, ctas, nbytes)
+                if best is None or us < best[1]:
+                    best = (f"{ctas}x{warps}", us, alg)
+        self.heap.set_algorithm_limits(*DEFAULT_LIMITS)
         assert best is not None
-        times["ironlink"] = best
+        times["ironlink"] = best[:2]
         self.heap.free(buf)
         if nbytes <= (256 << 20):
             import torch.distributed._symmetric_memory as symm_mem
@@ -154,6 +176,8 @@ class Bench:
         for who, (cfg, us) in times.items():
             row = self.record("all_reduce", dt, nbytes, who, cfg, us)
             row["vs_nccl"] = round(times["nccl"][1] / us, 3)
+            if who == "ironlink":
+                row["algorithm"] = best[2]
 
     def gather_scatter(self, dt: str, nbytes: int) -> None:
         """all_gather and reduce_scatter of `nbytes` total output / input per rank."""

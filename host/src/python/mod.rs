@@ -335,6 +335,37 @@ fn context_layout() -> Vec<(&'static str, usize, usize)> {
     encode_with_layout(&abi::SymmContext::new(0, 1)).1
 }
 
+/// The all-reduce algorithm the device picks ("one_shot_ll", "two_shot_ll" or "two_shot") for a
+/// message of `nbytes` on `ctas` CTAs of `world` ranks, with the given scratch size and limits:
+/// the device's own `choose`, so the benchmark can label what it measured.
+#[pyfunction]
+fn all_reduce_algorithm(
+    world: i32,
+    scratch_bytes: u64,
+    one_shot_max: u64,
+    ll_max: u64,
+    ctas: usize,
+    nbytes: usize,
+) -> PyResult<&'static str> {
+    crate::context::check_rank(0, world).py()?;
+    if ctas == 0 || ctas > abi::MAX_CTAS {
+        return Err(PyRuntimeError::new_err(format!(
+            "ctas {ctas} is outside 1..={}",
+            abi::MAX_CTAS
+        )));
+    }
+    let mut c = abi::SymmContext::new(0, world);
+    c.scratch_size = scratch_bytes;
+    c.ar_one_shot_max_bytes = one_shot_max;
+    c.ar_ll_max_bytes = ll_max;
+    use ironlink_device::all_reduce::{choose, Algorithm};
+    Ok(match choose(&c, ctas, nbytes) {
+        Algorithm::OneShotLl => "one_shot_ll",
+        Algorithm::TwoShotLl => "two_shot_ll",
+        Algorithm::TwoShot => "two_shot",
+    })
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -345,6 +376,12 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(context_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(all_reduce_algorithm, m)?)?;
+    m.add(
+        "DEFAULT_AR_ONE_SHOT_MAX_BYTES",
+        abi::DEFAULT_AR_ONE_SHOT_MAX_BYTES,
+    )?;
+    m.add("DEFAULT_AR_LL_MAX_BYTES", abi::DEFAULT_AR_LL_MAX_BYTES)?;
     m.add("ABI_VERSION", abi::ABI_VERSION)?;
     m.add("CONTEXT_SIZE", abi::CONTEXT_SIZE)?;
     m.add("HANDLE_BYTES", exchange::HANDLE_BYTES)?;
