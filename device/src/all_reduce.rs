@@ -309,8 +309,8 @@ pub fn reduce_units(
     }
 }
 
-/// One rank's part of a `copy_from_peers`: 16-byte units `lo..hi` of the region at heap offset
-/// `src` on that rank (`bytes` long) go to the same units of the region at heap offset `dst` here.
+/// One rank's part of a `copy_between`: 16-byte units `lo..hi` of the region at heap offset
+/// `src` (`bytes` long) go to the same units of the region at heap offset `dst`.
 pub struct Copy {
     pub src: usize,
     pub dst: usize,
@@ -319,11 +319,25 @@ pub struct Copy {
     pub hi: usize,
 }
 
-/// Copies, for every rank p for which `plan(p)` is `Some`, its units into this rank's memory,
-/// spread over the CTA's threads. Full, aligned units move in batches: a thread loads unit `j`
-/// of every rank's range before storing any (see `reduce_units` for why).
-pub fn copy_from_peers(call: &Call, plan: impl Fn(usize) -> Option<Copy>) {
+/// Which side of a `copy_between` is the peer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Load from rank p, store here.
+    Pull,
+    /// Load here, store to rank p (NVLink writes are posted; reads wait for their reply).
+    Push,
+}
+
+/// Copies, for every rank p for which `plan(p)` is `Some`, its units between rank p and this
+/// rank in direction `dir`, spread over the CTA's threads. Full, aligned units move in batches:
+/// a thread loads unit `j` of every rank's range before storing any (see `reduce_units`).
+pub fn copy_between(call: &Call, dir: Direction, plan: impl Fn(usize) -> Option<Copy>) {
     let c = call.c;
+    // (source base, destination base) of rank p's copy.
+    let ends = |p: usize| match dir {
+        Direction::Pull => (c.heap_base(p), c.heap_base(call.rank)),
+        Direction::Push => (c.heap_base(call.rank), c.heap_base(p)),
+    };
     // Units of `cp` that take the batched path: full and 16-byte aligned.
     let fast_hi = |cp: &Copy| {
         if (cp.src | cp.dst).is_multiple_of(16) {
@@ -342,12 +356,12 @@ pub fn copy_from_peers(call: &Call, plan: impl Fn(usize) -> Option<Copy>) {
     while j < span {
         let mut v = [[0u32; 4]; MAX_RANKS];
         for_each_rank!(p => if let Some(cp) = plan(p).filter(|cp| p < call.world && cp.lo + j < fast_hi(cp)) {
-            // SAFETY: a full unit inside rank p's source region.
-            v[p] = unsafe { hw::load_v4((c.heap_base(p) + cp.src + 16 * (cp.lo + j)) as *const [u32; 4]) };
+            // SAFETY: a full unit inside the source region.
+            v[p] = unsafe { hw::load_v4((ends(p).0 + cp.src + 16 * (cp.lo + j)) as *const [u32; 4]) };
         });
         for_each_rank!(p => if let Some(cp) = plan(p).filter(|cp| p < call.world && cp.lo + j < fast_hi(cp)) {
-            let at = c.heap_base(call.rank) + cp.dst + 16 * (cp.lo + j);
-            // SAFETY: the same unit of the destination region here, 16-byte aligned.
+            let at = ends(p).1 + cp.dst + 16 * (cp.lo + j);
+            // SAFETY: the same unit of the destination region, 16-byte aligned.
             unsafe { hw::store_v4(at as *mut [u32; 4], v[p]) };
         });
         j += call.threads;
@@ -355,7 +369,8 @@ pub fn copy_from_peers(call: &Call, plan: impl Fn(usize) -> Option<Copy>) {
     // The narrow path: a partial last unit, or every unit of an unaligned range.
     for p in 0..call.world {
         if let Some(cp) = plan(p) {
-            let (a, b) = (c.heap_base(p) + cp.src, c.heap_base(call.rank) + cp.dst);
+            let (a, b) = ends(p);
+            let (a, b) = (a + cp.src, b + cp.dst);
             let mut i = cp.lo.max(fast_hi(&cp)) + call.tid;
             while i < cp.hi {
                 let valid = unit_bytes(i, 16, cp.bytes);

@@ -1,9 +1,11 @@
-//! The pull-based collectives: each rank reads what it needs from its peers' symmetric buffers
-//! with 16-byte vector loads. A barrier among same-index CTAs before the reads makes the peers'
-//! inputs visible; one after keeps a rank from returning (and overwriting its input) while a
-//! peer still reads it. Work is split by 16-byte units: across CTAs, then across threads.
+//! The bandwidth collectives over the symmetric buffers, with 16-byte vectors: reductions pull
+//! (each rank loads what it reduces from every peer); pure data movement pushes where every rank
+//! sends (all_gather, all_to_all: stores are posted, loads wait a round trip). A barrier among
+//! same-index CTAs before the transfers makes the peers' inputs visible and their outputs free;
+//! one after makes the results complete and keeps a rank from overwriting an input a peer still
+//! reads. Work is split by 16-byte units: across CTAs, then across threads.
 
-use crate::all_reduce::{copy_from_peers, reduce_units, Copy, Deliver};
+use crate::all_reduce::{copy_between, reduce_units, Copy, Deliver, Direction};
 use crate::elem::Reduction;
 use crate::mem::split;
 use crate::region::Region;
@@ -29,19 +31,18 @@ pub fn reduce_scatter(
     call.barrier(1)
 }
 
-/// `out[p * n ..][.. n] = input@p` for every rank p. In place when `input` is this rank's block
-/// of `out`: then every rank's input is its own block, which is where it is read from.
+/// `out[p * n ..][.. n] = input@p` for every rank p: every rank pushes its input into block
+/// `rank` of every rank's `out`. In place when `input` is this rank's block of `out` (then
+/// there is nothing to copy locally).
 pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
     call.barrier(0)?;
     let n = input.bytes;
     let in_place = input.offset == out.offset + call.rank * n;
     let (lo, hi) = my_units(call, n);
-    copy_from_peers(call, |p| {
-        let dst = out.offset + p * n;
-        let src = if in_place { dst } else { input.offset };
+    copy_between(call, Direction::Push, |p| {
         (!(in_place && p == call.rank)).then_some(Copy {
-            src,
-            dst,
+            src: input.offset,
+            dst: out.offset + call.rank * n,
             bytes: n,
             lo,
             hi,
@@ -54,7 +55,7 @@ pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> 
 pub fn broadcast(call: &Call, buf: &Region, root: usize) -> Result<(), i32> {
     call.barrier(0)?;
     let (lo, hi) = my_units(call, buf.bytes);
-    copy_from_peers(call, |p| {
+    copy_between(call, Direction::Pull, |p| {
         (p == root && call.rank != root).then_some(Copy {
             src: buf.offset,
             dst: buf.offset,
@@ -82,15 +83,15 @@ pub fn reduce(
     call.barrier(1)
 }
 
-/// `out[p * n ..][.. n] = input@p[rank * n ..][.. n]` for every rank p (blocks of `n` bytes).
+/// `out[p * n ..][.. n] = input@p[rank * n ..][.. n]` for every rank p (blocks of `n` bytes):
+/// every rank pushes its block p into block `rank` of rank p's `out`.
 pub fn all_to_all(call: &Call, input: &Region, out: &Region, n: usize) -> Result<(), i32> {
     call.barrier(0)?;
     let (lo, hi) = my_units(call, n);
-    let src = input.offset + call.rank * n;
-    copy_from_peers(call, |p| {
+    copy_between(call, Direction::Push, |p| {
         Some(Copy {
-            src,
-            dst: out.offset + p * n,
+            src: input.offset + p * n,
+            dst: out.offset + call.rank * n,
             bytes: n,
             lo,
             hi,
