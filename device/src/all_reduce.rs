@@ -266,27 +266,15 @@ pub fn reduce_units(
     let peers = if to == Deliver::ToAll { call.world } else { 1 };
     let aligned = (src.offset | dst.offset).is_multiple_of(16);
     let fast_hi = if aligned { hi.min(src.bytes / 16) } else { lo };
+    // Two units per thread per step while both are full (twice the loads in flight: measured
+    // 1-2% faster at 256 MiB on 4 H200s), then one.
     let mut i = lo + call.tid;
-    while i < fast_hi {
-        // Constant indices (not a loop the compiler may leave rolled) keep `v` in registers.
-        let mut v = [[0u32; 4]; MAX_RANKS];
-        for_each_rank!(p => if p < call.world {
-            // SAFETY: unit i is a full unit inside `src` on every rank (same offsets).
-            v[p] = unsafe { hw::load_v4((src.at(c, p) + 16 * i) as *const [u32; 4]) };
-        });
-        let mut acc = Acc::<4>::first(red, v[0]);
-        for_each_rank!(p => if p > 0 && p < call.world {
-            acc.add(red, v[p]);
-        });
-        let sum = acc.finish(red, call.world);
-        // SAFETY: inside `dst` (callers pass regions of at least `src.bytes`), 16-byte aligned.
-        unsafe { hw::store_v4((out + 16 * i) as *mut [u32; 4], sum) };
-        for k in 1..peers {
-            let at = dst.at(c, rotate(call.rank, k, call.world)) + 16 * i;
-            // SAFETY: the same unit of `dst` on a peer (same offsets on every rank).
-            unsafe { hw::store_v4(at as *mut [u32; 4], sum) };
-        }
-        i += call.threads;
+    while i + call.threads < fast_hi {
+        reduce_full_units::<2>(call, src, dst, i, red, peers);
+        i += 2 * call.threads;
+    }
+    if i < fast_hi {
+        reduce_full_units::<1>(call, src, dst, i, red, peers);
     }
     // The narrow path: a partial last unit, or everything when the region is not 16-aligned.
     let mut i = lo.max(fast_hi) + call.tid;
@@ -306,6 +294,65 @@ pub fn reduce_units(
             }
         }
         i += call.threads;
+    }
+}
+
+/// Runs `$body` with `$k` bound to each constant 0..$u (at most 2), unrolled by the macro:
+/// arrays indexed by a loop variable the compiler unrolls too late end up in local memory.
+macro_rules! for_each_unit {
+    ($u:expr, $k:ident => $body:stmt) => {{
+        {
+            let $k: usize = 0;
+            if $k < $u {
+                $body
+            }
+        }
+        {
+            let $k: usize = 1;
+            if $k < $u {
+                $body
+            }
+        }
+    }};
+}
+
+/// Reduces the full, 16-byte aligned units `i + k * threads` (k < U) over all ranks and stores
+/// the results into `dst` on the first `peers` ranks in rotated order (this one first). Every
+/// load is issued before any result is combined.
+#[inline(always)]
+fn reduce_full_units<const U: usize>(
+    call: &Call,
+    src: &Region,
+    dst: &Region,
+    i: usize,
+    red: &Reduction,
+    peers: usize,
+) {
+    const { assert!(U <= 2, "for_each_unit! unrolls two units") };
+    let c = call.c;
+    let unit = |k: usize| 16 * (i + k * call.threads);
+    let mut v = [[[0u32; 4]; MAX_RANKS]; U];
+    for_each_rank!(p => if p < call.world {
+        for_each_unit!(U, k => {
+            // SAFETY: a full unit inside `src` on every rank (same offsets).
+            v[k][p] = unsafe { hw::load_v4((src.at(c, p) + unit(k)) as *const [u32; 4]) };
+        });
+    });
+    let mut sum = [[0u32; 4]; U];
+    for_each_unit!(U, k => {
+        let mut acc = Acc::<4>::first(red, v[k][0]);
+        for_each_rank!(p => if p > 0 && p < call.world {
+            acc.add(red, v[k][p]);
+        });
+        sum[k] = acc.finish(red, call.world);
+    });
+    for j in 0..peers {
+        let at = dst.at(c, rotate(call.rank, j, call.world));
+        for_each_unit!(U, k => {
+            // SAFETY: the same full unit of `dst` on that rank (callers pass regions of at
+            // least `src.bytes`; offsets are the same on every rank); 16-byte aligned.
+            unsafe { hw::store_v4((at + unit(k)) as *mut [u32; 4], sum[k]) };
+        });
     }
 }
 

@@ -224,13 +224,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None, help="JSON file to write (rank 0)")
     ap.add_argument("--max-bytes", type=int, default=1 << 30)
+    ap.add_argument("--min-bytes", type=int, default=0)
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--skip-gather-scatter", action="store_true")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
     b = Bench(args.max_bytes)
-    sizes = [s for s in SIZES if s <= args.max_bytes]
+    sizes = [s for s in SIZES if args.min_bytes <= s <= args.max_bytes]
     for dt in args.dtypes.split(","):
         for nbytes in sizes:
             b.all_reduce(dt, nbytes)
