@@ -19,7 +19,7 @@ use crate::hw;
 use crate::ll_packet::{self, Mailboxes};
 use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::region::Region;
-use crate::sync::Call;
+use crate::sync::{Call, Deadline};
 
 /// The LL algorithms index 8-byte units with 32-bit arithmetic; above this they are never chosen.
 const LL_HARD_MAX_BYTES: usize = 1 << 31;
@@ -71,7 +71,7 @@ fn reduce_packets(
     red: &Reduction,
     mine: [u32; 2],
     inbox: impl Fn(usize) -> usize,
-    deadline: u64,
+    deadline: &mut Deadline,
 ) -> Option<[u32; 2]> {
     let mut acc = Acc::<2>::first(red, [0; 2]);
     let ok = ll_packet::receive_each(
@@ -129,7 +129,7 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         i += call.threads;
     }
 
-    let deadline = call.deadline();
+    let mut deadline = call.deadline();
     let mut late = false;
     let mut i = lo + call.tid;
     while i < hi {
@@ -137,7 +137,7 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         // SAFETY: inside the checked region; only this thread touches unit i.
         let mine = unsafe { load_unit::<2>(own + 8 * i, valid) };
         let inbox = |p: usize| mb.slot(call, call.rank, p, i - lo);
-        let Some(sum) = reduce_packets(call, red, mine, inbox, deadline) else {
+        let Some(sum) = reduce_packets(call, red, mine, inbox, &mut deadline) else {
             late = true;
             break;
         };
@@ -181,7 +181,7 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     }
 
     // Reduce our shard and send the result to every peer.
-    let deadline = call.deadline();
+    let mut deadline = call.deadline();
     let mut late = false;
     let mut i = slo + call.tid;
     while i < shi && unit_of(call.rank, i) < units {
@@ -190,7 +190,7 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         // SAFETY: inside the checked region; only this thread touches unit u.
         let mine = unsafe { load_unit::<2>(own + 8 * u, valid) };
         let inbox = |p: usize| mb.slot(call, call.rank, p, i - slo);
-        let Some(sum) = reduce_packets(call, red, mine, inbox, deadline) else {
+        let Some(sum) = reduce_packets(call, red, mine, inbox, &mut deadline) else {
             late = true;
             break;
         };
@@ -205,14 +205,21 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     while !late && i < shi {
         let expect = |p: usize| unit_of(p, i) < units;
         let inbox = |p: usize| mb.slot(call, call.rank, call.world + p, i - slo);
-        let ok =
-            ll_packet::receive_each(call, [0; 2], expect, inbox, call.epoch, deadline, |p, d| {
+        let ok = ll_packet::receive_each(
+            call,
+            [0; 2],
+            expect,
+            inbox,
+            call.epoch,
+            &mut deadline,
+            |p, d| {
                 if p != call.rank {
                     let u = unit_of(p, i);
                     // SAFETY: unit u lies inside the checked region; only this thread touches it.
                     unsafe { store_unit::<2>(own + 8 * u, unit_bytes(u, 8, r.bytes), d) };
                 }
-            });
+            },
+        );
         if !ok {
             late = true;
             break;

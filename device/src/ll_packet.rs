@@ -21,7 +21,7 @@
 use crate::abi::{SymmContext, MAX_CTAS, MAX_RANKS};
 use crate::hw;
 use crate::mem::div32;
-use crate::sync::{wait_until, Call};
+use crate::sync::{wait_until, Call, Deadline};
 
 /// Bytes per packet (8 of them data).
 pub const PACKET_BYTES: usize = 16;
@@ -96,7 +96,7 @@ pub fn receive_each(
     expect: impl Fn(usize) -> bool,
     slot: impl Fn(usize) -> usize,
     flag: u32,
-    deadline: u64,
+    deadline: &mut Deadline,
     mut take: impl FnMut(usize, [u32; 2]),
 ) -> bool {
     let wanted = |p: usize| p < call.world && p != call.rank && expect(p);

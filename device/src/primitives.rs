@@ -4,7 +4,7 @@
 use crate::abi::{cmp, signal, signal_op, status, SymmContext};
 use crate::hw;
 use crate::mem::copy_bytes;
-use crate::sync::wait_until;
+use crate::sync::{wait_until, Deadline};
 
 /// Address of user signal slot `slot` in `rank`'s signal region, or INVALID_ARGUMENT.
 pub fn signal_slot(c: &SymmContext, rank: usize, slot: i64) -> Result<*mut u64, i32> {
@@ -81,9 +81,9 @@ pub fn signal_wait(c: &SymmContext, slot: i64, op: i32, value: i64, which: i32) 
     }
     let mut late = false;
     if hw::thread_rank() == 0 {
-        let deadline = hw::now_ns().saturating_add(c.timeout_ns);
+        let mut deadline = Deadline::new(c.timeout_ns);
         // SAFETY: our own user slot (checked above).
-        late = !wait_until(deadline, || {
+        late = !wait_until(&mut deadline, || {
             holds(op, unsafe { hw::load_acquire_u64(p) } as i64, value)
         });
         hw::fence_system();

@@ -95,9 +95,9 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Deadline for waits that start now.
-    pub fn deadline(&self) -> u64 {
-        hw::now_ns().saturating_add(self.c.timeout_ns)
+    /// A deadline for this call's waits (the clock starts at the first wait that spins).
+    pub fn deadline(&self) -> Deadline {
+        Deadline::new(self.c.timeout_ns)
     }
 
     /// Records a timeout in the context; returns the status to give back.
@@ -128,7 +128,7 @@ impl<'a> Call<'a> {
             let mine = slot(signal_base_fresh(self.c, self.rank), p);
             // `>=` in wrapping arithmetic, not `==`: rank p may already have passed this barrier
             // (it saw our arrival) and announced the next one before we looked.
-            late = !wait_until(self.deadline(), || {
+            late = !wait_until(&mut self.deadline(), || {
                 // SAFETY: our own signal region, same index bounds as above.
                 let seen = unsafe { hw::load_acquire_u32(mine) };
                 seen.wrapping_sub(value) as i32 >= 0
@@ -151,10 +151,40 @@ fn signal_base_fresh(c: &SymmContext, rank: usize) -> usize {
     unsafe { core::ptr::read_volatile(field) as usize }
 }
 
+/// When a wait gives up: `timeout` ns after the clock was first read. The clock is read only once
+/// a wait has spun for a while, so waits that succeed quickly (the common case) never pay for a
+/// `%globaltimer` read on their critical path.
+pub struct Deadline {
+    timeout: u64,
+    /// 0 until started.
+    at: u64,
+}
+
+impl Deadline {
+    #[inline(always)]
+    pub fn new(timeout_ns: u64) -> Self {
+        Deadline {
+            timeout: timeout_ns,
+            at: 0,
+        }
+    }
+
+    /// Starts the clock on first use; true once it has run out.
+    #[inline(always)]
+    fn passed(&mut self) -> bool {
+        let now = hw::now_ns();
+        if self.at == 0 {
+            self.at = now.saturating_add(self.timeout).max(1);
+            return false;
+        }
+        now > self.at
+    }
+}
+
 /// Spins until `ready()` or the deadline; false on timeout. Checks the clock only every few
 /// iterations: `%globaltimer` reads are not free.
 #[inline(always)]
-pub fn wait_until(deadline: u64, mut ready: impl FnMut() -> bool) -> bool {
+pub fn wait_until(deadline: &mut Deadline, mut ready: impl FnMut() -> bool) -> bool {
     let mut spins: u32 = 0;
     loop {
         if ready() {
@@ -162,7 +192,7 @@ pub fn wait_until(deadline: u64, mut ready: impl FnMut() -> bool) -> bool {
         }
         spins = spins.wrapping_add(1);
         if spins.is_multiple_of(64) {
-            if hw::now_ns() > deadline {
+            if deadline.passed() {
                 return false;
             }
             hw::spin_pause();
