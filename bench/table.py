@@ -1,6 +1,6 @@
 """Prints the README's benchmark tables (markdown) from a benchmark JSON in bench/results.
 
-    python3 bench/table.py [bench/results/<file>.json]     # newest file by default
+    python3 bench/table.py [bench/results/<file>.json]     # default: newest at the largest world size
 
 tests/test_readme_bench.py checks that README.md carries exactly this output for the newest file,
 so the README cannot drift from the committed results.
@@ -16,7 +16,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def newest() -> Path:
-    return max(RESULTS.glob("*.json"), key=lambda p: (json.loads(p.read_text())["date"], p.name))
+    """The newest run at the largest world size (a 4-GPU run does not replace an 8-GPU table)."""
+    def key(p: Path) -> tuple[int, str, str]:
+        doc = json.loads(p.read_text())
+        return (int(doc["world_size"]), doc["date"], p.name)
+
+    return max(RESULTS.glob("*.json"), key=key)
 
 
 # All-reduce algorithms as the config column names them.
