@@ -48,17 +48,14 @@ def first_config(rows: list[dict[str, Any]]) -> str:
     raise ValueError("no ironlink_cfg rows: cannot tell which config an empty 'config' stands for")
 
 
-def best_per_size(rows: list[dict[str, Any]], collective: str) -> dict[int, tuple[float, str]]:
-    """bytes -> (us, config) of the fastest ironlink config measured for `collective`, any dtype."""
+def best_per_size(rows: list[dict[str, Any]], collective: str) -> dict[int, tuple[float, str, str]]:
+    """bytes -> (us, config, algorithm) of the fastest ironlink config measured for `collective`,
+    any dtype (algorithm "" where the file does not say)."""
     contender = "ironlink_cfg" if collective == "all_reduce" else "ironlink"
     best: dict[int, tuple[float, str]] = {}
     empty = None
     for r in rows:
         if r["collective"] != collective or r["contender"] != contender:
-            continue
-        # The host-level op runs with the heap's default algorithm limits: only configs measured
-        # with the algorithm those defaults pick count (older files carry no algorithm).
-        if r.get("algorithm", "") != r.get("default_algorithm", ""):
             continue
         config = r["config"]
         if not config:
@@ -66,11 +63,29 @@ def best_per_size(rows: list[dict[str, Any]], collective: str) -> dict[int, tupl
             config = empty
         nbytes, us = int(r["bytes"]), float(r["us"])
         if nbytes not in best or us < best[nbytes][0]:
-            best[nbytes] = (us, config)
+            best[nbytes] = (us, config, str(r.get("algorithm", "")))
     return best
 
 
-def make_table(best: dict[int, tuple[float, str]]) -> Table:
+def algorithm_limits(best: dict[int, tuple[float, str, str]]) -> tuple[int, int] | None:
+    """(one_shot_max, ll_max) for the heap's all-reduce limits: the largest measured sizes up to
+    which one-shot LL, then LL of either kind, won without interruption. None if the rows carry
+    no algorithm (older files)."""
+    if not best or any(not alg for _, _, alg in best.values()):
+        return None
+    sizes = sorted(best)
+    one_shot_max = ll_max = 0
+    i = 0
+    while i < len(sizes) and best[sizes[i]][2] == "one_shot_ll":
+        one_shot_max = ll_max = sizes[i]
+        i += 1
+    while i < len(sizes) and best[sizes[i]][2] == "two_shot_ll":
+        ll_max = sizes[i]
+        i += 1
+    return one_shot_max, ll_max
+
+
+def make_table(best: dict[int, tuple[float, str, str]]) -> Table:
     """Sorted (max_bytes, ctas, warps); runs of sizes with the same config keep only their largest."""
     table: Table = []
     for nbytes in sorted(best):
@@ -83,18 +98,22 @@ def make_table(best: dict[int, tuple[float, str]]) -> Table:
     return table
 
 
-def tables_from(docs: Iterable[dict[str, Any]]) -> dict[str, dict[int, Table]]:
+def tables_from(docs: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[int, Table]], dict[int, tuple[int, int]]]:
+    """Per collective and world size, the config table; per world size, the all-reduce limits."""
     out: dict[str, dict[int, Table]] = {c: {} for c in COLLECTIVES}
+    limits: dict[int, tuple[int, int]] = {}
     for doc in docs:
         world = int(doc["world_size"])
         for c in COLLECTIVES:
             best = best_per_size(doc["results"], c)
             if best:
                 out[c][world] = make_table(best)
+            if c == "all_reduce" and (lim := algorithm_limits(best)) is not None:
+                limits[world] = lim
     missing = [c for c, t in out.items() if not t]
     if missing:
         raise ValueError(f"no ironlink measurements of {', '.join(missing)} in the input")
-    return out
+    return out, limits
 
 
 def git_rev() -> str:
@@ -120,10 +139,15 @@ MAX_CTAS = {max_ctas}
 
 TABLES: dict[str, dict[int, tuple[tuple[int, int, int], ...]]] = {tables}
 
+# All-reduce algorithm limits per world size, (one_shot_max_bytes, ll_max_bytes): the heap sets
+# them at creation (see SymmetricHeap.set_algorithm_limits); the largest measured sizes up to
+# which one-shot LL, then two-shot LL, were fastest.
+ALGORITHM_LIMITS: dict[int, tuple[int, int]] = {limits}
+
 '''
 
 
-def render(tables: dict[str, dict[int, Table]], sources: list[str], rev: str) -> str:
+def render(tables: dict[str, dict[int, Table]], limits: dict[int, tuple[int, int]], sources: list[str], rev: str) -> str:
     lines = ["{"]
     for c, by_world in tables.items():
         lines.append(f"    {c!r}: {{")
@@ -133,7 +157,8 @@ def render(tables: dict[str, dict[int, Table]], sources: list[str], rev: str) ->
             lines.append("        ),")
         lines.append("    },")
     lines.append("}")
-    return TEMPLATE.format(rev=rev, sources="; ".join(sources), max_ctas=MAX_CTAS, tables="\n".join(lines))
+    lim = "{" + ", ".join(f"{w}: {limits[w]}" for w in sorted(limits)) + "}"
+    return TEMPLATE.format(rev=rev, sources="; ".join(sources), max_ctas=MAX_CTAS, tables="\n".join(lines), limits=lim)
 
 
 def describe(path: Path, doc: dict[str, Any]) -> str:
@@ -159,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         # Newest by the date the benchmark recorded (file times change with checkouts).
         paths = [max(found, key=lambda p: (json.loads(p.read_text()).get("date", ""), p.name))]
     docs = [json.loads(p.read_text()) for p in paths]
-    text = render(tables_from(docs), [describe(p, d) for p, d in zip(paths, docs)], git_rev())
+    tables, limits = tables_from(docs)
+    text = render(tables, limits, [describe(p, d) for p, d in zip(paths, docs)], git_rev())
     args.out.write_text(text)
     print(f"wrote {args.out} from {', '.join(map(str, paths))}")
     return 0

@@ -166,8 +166,9 @@ def test_choose_follows_the_table() -> None:
         assert tuning.choose("all_reduce", lo + 1, 8) == (ctas, warps)  # between: the next measured size
         assert tuning.choose("all_reduce", hi, 8) == (ctas, warps)
     for c in ("all_gather", "reduce_scatter"):
-        for world in (2, 3, 4, 8, 16):  # only world 8 measured: the others use its table
-            assert tuning.choose(c, 1 << 20, world) == tuning.choose(c, 1 << 20, 8)
+        largest_world = max(tuning.TABLES[c])
+        for world in (16, 32):  # beyond the measured world sizes: the largest one's table
+            assert tuning.choose(c, 1 << 20, world) == tuning.choose(c, 1 << 20, largest_world)
     with pytest.raises(ValueError, match="no tuning for 'broadcast'"):
         tuning.choose("broadcast", 1024, 8)
 
@@ -222,16 +223,41 @@ def test_make_tuning_picks_the_fastest_config_per_size(tmp_path: Path) -> None:
         "reduce_scatter": {4: ((1024, 132, 8),)},
     }
     assert tuning.choose("all_reduce", 5000, 8, gen["TABLES"]) == (256, 16)
+    assert gen["ALGORITHM_LIMITS"] == {}  # rows without an algorithm: the heap keeps its defaults
+
+
+def test_make_tuning_derives_algorithm_limits() -> None:
+    def r(nbytes: int, alg: str, us: float, config: str = "64x8") -> dict[str, Any]:
+        return {**_row("all_reduce", "bf16", nbytes, "ironlink_cfg", config, us), "algorithm": alg}
+
+    rows = [
+        r(1024, "one_shot_ll", 5.0), r(1024, "two_shot_ll", 7.0),
+        r(4096, "one_shot_ll", 5.0),
+        r(65536, "one_shot_ll", 8.0), r(65536, "two_shot_ll", 7.5, "32x4"),  # LL2 wins from here
+        r(1 << 20, "two_shot_ll", 14.0), r(1 << 20, "two_shot", 13.0),  # then two-shot
+        r(4 << 20, "two_shot_ll", 30.0), r(4 << 20, "two_shot", 40.0),  # a later LL win does not count
+        _row("all_gather", "bf16", 1024, "ironlink", "8x4", 7.0),
+        _row("reduce_scatter", "bf16", 1024, "ironlink", "8x4", 7.0),
+    ]
+    mt = _make_tuning()
+    tables, limits = mt.tables_from([{"world_size": 8, "results": rows}])
+    assert limits == {8: (4096, 65536)}
+    assert tables["all_reduce"][8][:2] == [(4096, 64, 8), (65536, 32, 4)]
+    assert tuning.algorithm_limits(8, limits) == (4096, 65536)
+    assert tuning.algorithm_limits(6, limits) == (4096, 65536)  # nearest measured world
+    assert tuning.algorithm_limits(8, {}) is None
 
 
 def test_committed_tuning_matches_its_benchmark() -> None:
-    # The header names the JSON it came from; regenerating from it must give the same tables.
-    m = re.search(r"from (bench/results/\S+\.json)", (REPO / "triton" / "ironlink" / "tuning_table.py").read_text())
-    assert m, "tuning.py's header does not name its benchmark JSON"
+    # The header names the JSONs it came from; regenerating from them must give the same tables.
+    names = re.findall(r"(bench/results/\S+\.json)", (REPO / "triton" / "ironlink" / "tuning_table.py").read_text())
+    assert names, "tuning_table.py's header does not name its benchmark JSON"
     mt = _make_tuning()
-    doc = json.loads((REPO / m.group(1)).read_text())
-    want = {c: {w: tuple(t) for w, t in by_world.items()} for c, by_world in mt.tables_from([doc]).items()}
-    assert tuning.TABLES == want, "triton/ironlink/tuning_table.py is stale: run `python bench/make_tuning.py`"
+    tables, limits = mt.tables_from([json.loads((REPO / n).read_text()) for n in names])
+    want = {c: {w: tuple(t) for w, t in by_world.items()} for c, by_world in tables.items()}
+    stale = "triton/ironlink/tuning_table.py is stale: run `python bench/make_tuning.py`"
+    assert tuning.TABLES == want, stale
+    assert tuning.ALGORITHM_LIMITS == limits, stale
 
 
 # --- the host path, over a stand-in for torch ------------------------------------------------------

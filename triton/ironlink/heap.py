@@ -195,6 +195,12 @@ class SymmetricHeap:
         try:
             heap = local.open_peers([g[1][1] for g in gathered])
             heap.set_timeout_ns(timeout_ns)
+            from .tuning import algorithm_limits
+
+            # The all-reduce algorithm crossovers measured for this world size (tuning_table.py).
+            limits = algorithm_limits(self._world)
+            if limits is not None:
+                heap.set_algorithm_limits(*limits)
             mine = ("ok", None)
         except Exception as e:
             mine = ("error", str(e))

@@ -6,9 +6,9 @@ this module only looks them up.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
-from .tuning_table import MAX_CTAS, TABLES
+from .tuning_table import ALGORITHM_LIMITS, MAX_CTAS, TABLES
 
 Tables = Mapping[str, Mapping[int, Sequence[tuple[int, int, int]]]]
 
@@ -30,4 +30,15 @@ def choose(collective: str, nbytes: int, world: int, tables: Tables = TABLES) ->
     return max(1, min(MAX_CTAS, ctas)), warps
 
 
-__all__ = ["MAX_CTAS", "TABLES", "choose"]
+def algorithm_limits(
+    world: int, limits: Mapping[int, tuple[int, int]] = ALGORITHM_LIMITS
+) -> Optional[tuple[int, int]]:
+    """The measured all-reduce limits (one_shot_max_bytes, ll_max_bytes) for `world` ranks: the
+    nearest measured world size's (larger on a tie); None if nothing was measured."""
+    if not limits:
+        return None
+    w = min(limits, key=lambda m: (abs(m - world), -m))
+    return limits[w]
+
+
+__all__ = ["ALGORITHM_LIMITS", "MAX_CTAS", "TABLES", "algorithm_limits", "choose"]
