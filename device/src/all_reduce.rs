@@ -238,11 +238,32 @@ fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     let lo = (call.rank * shard + slo).min(units);
     let hi = (call.rank * shard + shi).min(units);
     call.barrier(0)?;
-    // Only this CTA of this rank reads units [lo, hi) of any rank's buffer, so it may overwrite
-    // them on every rank as soon as it has read them: no barrier between the two halves.
-    reduce_units(call, r, r, lo, hi, red, Deliver::ToAll);
-    call.barrier(1)
+    if r.bytes < SEPARATE_PHASES_MIN_BYTES {
+        // Only this CTA of this rank reads units [lo, hi) of any rank's buffer, so it may
+        // overwrite them on every rank as soon as it has read them: no barrier in between.
+        reduce_units(call, r, r, lo, hi, red, Deliver::ToAll);
+        return call.barrier(1);
+    }
+    // Large messages: all loads first, then all stores (a barrier between), rather than each
+    // thread alternating between loading from and storing to the peers.
+    reduce_units(call, r, r, lo, hi, red, Deliver::Local);
+    call.barrier(1)?;
+    copy_between(call, Direction::Push, |p| {
+        (p != call.rank).then_some(Copy {
+            src: r.offset,
+            dst: r.offset,
+            bytes: r.bytes,
+            lo,
+            hi,
+        })
+    });
+    call.barrier(2)
 }
+
+/// From this size on, two-shot runs its two halves one after the other. Measured on 4 H200s
+/// (bf16, same session, fused vs separate): 16 MiB 88.0 vs 89.4 us, 64 MiB 331 vs 320 us,
+/// 256 MiB 1285 vs 1259 us, 1 GiB 5070 vs 4887 us.
+pub const SEPARATE_PHASES_MIN_BYTES: usize = 32 << 20;
 
 /// Where `reduce_units` stores its results.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -192,6 +192,51 @@ fn all_reduce_two_shot_only() {
     all_reduce_matrix(8, 3, 32, 1 << 20, Some(Algorithm::TwoShot));
 }
 
+/// Two-shot with its halves separated by a barrier (messages of `SEPARATE_PHASES_MIN_BYTES` and
+/// more), with an odd tail that takes the narrow path.
+#[test]
+fn all_reduce_two_shot_separate_phases() {
+    let world = 3;
+    let dt = Dt::F32;
+    let n = SEPARATE_PHASES_MIN_BYTES / dt.size() + 5;
+    let offset = 256;
+    let mut node = Node::new(world, offset + n * dt.size() + 256, 1 << 20);
+    let mut rng = Rng::new(4242);
+    let inputs: Vec<Vec<f64>> = (0..world)
+        .map(|r| {
+            fill(
+                &mut node,
+                r,
+                offset,
+                dt,
+                &random_inputs(&mut rng, reduce_op::SUM, n),
+            )
+        })
+        .collect();
+    assert_eq!(
+        choose(node.context(0), 2, n * dt.size()),
+        Algorithm::TwoShot
+    );
+    let status = node.run("all_reduce 32 MiB", 2, 64, |rank, ctx| {
+        exports::symm_all_reduce(
+            ctx,
+            node.addr(rank, 0),
+            offset as i64,
+            n as i64,
+            reduce_op::SUM,
+            dt.code(),
+        )
+    });
+    assert_eq!(status, vec![status::OK; world]);
+    assert_same_bytes(&node, "all_reduce 32 MiB", offset, n * dt.size());
+    assert_close(
+        "all_reduce 32 MiB",
+        dt,
+        &read(&node, 0, offset, dt, n),
+        &reference(reduce_op::SUM, &inputs),
+    );
+}
+
 /// Reduce-scatter, all-gather, broadcast, reduce and all-to-all, every dtype (and op where one
 /// applies), in one launch per configuration.
 fn pull_collectives(world: usize, ctas: u32, threads: u32) {
