@@ -1,6 +1,6 @@
 """Prints the README's benchmark tables (markdown) from a benchmark JSON in bench/results.
 
-    python3 bench/table.py [bench/results/<file>.json]     # default: newest at the largest world size
+    python3 bench/table.py [bench/results/<file>.json]     # default: the README block (newest run per world size)
 
 tests/test_readme_bench.py checks that README.md carries exactly this output for the newest file,
 so the README cannot drift from the committed results.
@@ -15,13 +15,22 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def newest() -> Path:
-    """The newest run at the largest world size (a 4-GPU run does not replace an 8-GPU table)."""
-    def key(p: Path) -> tuple[int, str, str]:
+def newest_per_world() -> list[Path]:
+    """The newest run at each world size, largest world first (a 4-GPU run does not replace an
+    8-GPU table)."""
+    best: dict[int, tuple[str, str, Path]] = {}
+    for p in RESULTS.glob("*.json"):
         doc = json.loads(p.read_text())
-        return (int(doc["world_size"]), doc["date"], p.name)
+        key = (doc["date"], p.name, p)
+        world = int(doc["world_size"])
+        if world not in best or key[:2] > best[world][:2]:
+            best[world] = key
+    return [best[w][2] for w in sorted(best, reverse=True)]
 
-    return max(RESULTS.glob("*.json"), key=key)
+
+def readme_block() -> str:
+    """What README.md carries between its bench markers: the tables of `newest_per_world()`."""
+    return "\n".join(tables(json.loads(p.read_text())) for p in newest_per_world())
 
 
 # All-reduce algorithms as the config column names them.
@@ -82,5 +91,7 @@ def tables(doc: dict) -> str:
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else newest()
-    sys.stdout.write(tables(json.loads(path.read_text())))
+    if len(sys.argv) > 1:
+        sys.stdout.write(tables(json.loads(Path(sys.argv[1]).read_text())))
+    else:
+        sys.stdout.write(readme_block())
