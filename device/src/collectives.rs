@@ -5,7 +5,7 @@
 //! one after makes the results complete and keeps a rank from overwriting an input a peer still
 //! reads. Work is split by 16-byte units: across CTAs, then across threads.
 
-use crate::all_reduce::{copy_between, reduce_units, Copy, Deliver, Direction};
+use crate::bulk::{copy_between, reduce_units, Copy, Deliver, Direction};
 use crate::elem::Reduction;
 use crate::mem::split;
 use crate::region::Region;

@@ -11,6 +11,7 @@
 mod unroll;
 pub mod abi;
 pub mod all_reduce;
+pub mod bulk;
 pub mod collectives;
 pub mod ctx;
 pub mod elem;

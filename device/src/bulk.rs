@@ -1,0 +1,204 @@
+//! Bulk transfers between the ranks' symmetric buffers in 16-byte vectors: reducing units over
+//! all ranks (`reduce_units`) and copying units between this rank and its peers, pulling or
+//! pushing (`copy_between`). The two-shot all-reduce and the other collectives are built from
+//! these; the caller splits the work across CTAs and places the barriers.
+//!
+//! Full, 16-byte aligned units take the batched path: a thread issues the loads of a unit from
+//! every rank before using any, so `world` loads are in flight per thread instead of one (NVLink
+//! latency is microseconds; one outstanding 16-byte load per thread leaves the links mostly
+//! idle). A partial last unit, or a region that is not 16-byte aligned, takes the narrow path.
+
+use crate::abi::MAX_RANKS;
+use crate::elem::{Acc, Reduction};
+use crate::hw;
+use crate::mem::{load_unit, rotate, store_unit, unit_bytes};
+use crate::region::Region;
+use crate::sync::Call;
+
+/// Where `reduce_units` stores its results.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Deliver {
+    /// Into this rank's `dst`.
+    Local,
+    /// Into `dst` on every rank (this one first, then the peers in rotated order).
+    ToAll,
+}
+
+/// `dst[i] = reduce over ranks p of src@p[i]` for 16-byte units `lo..hi` (thread-strided),
+/// stored where `to` says.
+pub fn reduce_units(
+    call: &Call,
+    src: &Region,
+    dst: &Region,
+    lo: usize,
+    hi: usize,
+    red: &Reduction,
+    to: Deliver,
+) {
+    let c = call.c;
+    let out = dst.at(c, call.rank);
+    let peers = if to == Deliver::ToAll { call.world } else { 1 };
+    let aligned = (src.offset | dst.offset).is_multiple_of(16);
+    let fast_hi = if aligned { hi.min(src.bytes / 16) } else { lo };
+    // Two units per thread per step while both are full (twice the loads in flight: measured
+    // 1-2% faster at 256 MiB on 4 H200s), then one.
+    let mut i = lo + call.tid;
+    while i + call.threads < fast_hi {
+        reduce_full_units::<2>(call, src, dst, i, red, peers);
+        i += 2 * call.threads;
+    }
+    if i < fast_hi {
+        reduce_full_units::<1>(call, src, dst, i, red, peers);
+    }
+    // The narrow path: a partial last unit, or everything when the region is not 16-aligned.
+    let mut i = lo.max(fast_hi) + call.tid;
+    while i < hi {
+        let valid = unit_bytes(i, 16, src.bytes);
+        // SAFETY: as above, with `valid` bytes of unit i inside the regions.
+        unsafe {
+            let mut acc = Acc::<4>::first(red, load_unit::<4>(src.at(c, 0) + 16 * i, valid));
+            for p in 1..call.world {
+                acc.add(red, load_unit::<4>(src.at(c, p) + 16 * i, valid));
+            }
+            let sum = acc.finish(red, call.world);
+            store_unit::<4>(out + 16 * i, valid, sum);
+            for k in 1..peers {
+                let at = dst.at(c, rotate(call.rank, k, call.world)) + 16 * i;
+                store_unit::<4>(at, valid, sum);
+            }
+        }
+        i += call.threads;
+    }
+}
+
+/// Runs `$body` with `$k` bound to each constant 0..$u (at most 2), unrolled by the macro:
+/// arrays indexed by a loop variable the compiler unrolls too late end up in local memory.
+macro_rules! for_each_unit {
+    ($u:expr, $k:ident => $body:stmt) => {{
+        {
+            let $k: usize = 0;
+            if $k < $u {
+                $body
+            }
+        }
+        {
+            let $k: usize = 1;
+            if $k < $u {
+                $body
+            }
+        }
+    }};
+}
+
+/// Reduces the full, 16-byte aligned units `i + k * threads` (k < U) over all ranks and stores
+/// the results into `dst` on the first `peers` ranks in rotated order (this one first). Every
+/// load is issued before any result is combined.
+#[inline(always)]
+fn reduce_full_units<const U: usize>(
+    call: &Call,
+    src: &Region,
+    dst: &Region,
+    i: usize,
+    red: &Reduction,
+    peers: usize,
+) {
+    const { assert!(U <= 2, "for_each_unit! unrolls two units") };
+    let c = call.c;
+    let unit = |k: usize| 16 * (i + k * call.threads);
+    let mut v = [[[0u32; 4]; MAX_RANKS]; U];
+    for_each_rank!(p => if p < call.world {
+        for_each_unit!(U, k => {
+            // SAFETY: a full unit inside `src` on every rank (same offsets).
+            v[k][p] = unsafe { hw::load_v4((src.at(c, p) + unit(k)) as *const [u32; 4]) };
+        });
+    });
+    let mut sum = [[0u32; 4]; U];
+    for_each_unit!(U, k => {
+        let mut acc = Acc::<4>::first(red, v[k][0]);
+        for_each_rank!(p => if p > 0 && p < call.world {
+            acc.add(red, v[k][p]);
+        });
+        sum[k] = acc.finish(red, call.world);
+    });
+    for j in 0..peers {
+        let at = dst.at(c, rotate(call.rank, j, call.world));
+        for_each_unit!(U, k => {
+            // SAFETY: the same full unit of `dst` on that rank (callers pass regions of at
+            // least `src.bytes`; offsets are the same on every rank); 16-byte aligned.
+            unsafe { hw::store_v4((at + unit(k)) as *mut [u32; 4], sum[k]) };
+        });
+    }
+}
+
+/// One rank's part of a `copy_between`: 16-byte units `lo..hi` of the region at heap offset
+/// `src` (`bytes` long) go to the same units of the region at heap offset `dst`.
+pub struct Copy {
+    pub src: usize,
+    pub dst: usize,
+    pub bytes: usize,
+    pub lo: usize,
+    pub hi: usize,
+}
+
+/// Which side of a `copy_between` is the peer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Load from rank p, store here.
+    Pull,
+    /// Load here, store to rank p (NVLink writes are posted; reads wait for their reply).
+    Push,
+}
+
+/// Copies, for every rank p for which `plan(p)` is `Some`, its units between rank p and this
+/// rank in direction `dir`, spread over the CTA's threads. Full, aligned units move in batches:
+/// a thread loads unit `j` of every rank's range before storing any.
+pub fn copy_between(call: &Call, dir: Direction, plan: impl Fn(usize) -> Option<Copy>) {
+    let c = call.c;
+    // (source base, destination base) of rank p's copy.
+    let ends = |p: usize| match dir {
+        Direction::Pull => (c.heap_base(p), c.heap_base(call.rank)),
+        Direction::Push => (c.heap_base(call.rank), c.heap_base(p)),
+    };
+    // Units of `cp` that take the batched path: full and 16-byte aligned.
+    let fast_hi = |cp: &Copy| {
+        if (cp.src | cp.dst).is_multiple_of(16) {
+            cp.hi.min(cp.bytes / 16)
+        } else {
+            cp.lo
+        }
+    };
+    let mut span = 0;
+    for p in 0..call.world {
+        if let Some(cp) = plan(p) {
+            span = span.max(fast_hi(&cp).saturating_sub(cp.lo));
+        }
+    }
+    let mut j = call.tid;
+    while j < span {
+        let mut v = [[0u32; 4]; MAX_RANKS];
+        for_each_rank!(p => if let Some(cp) = plan(p).filter(|cp| p < call.world && cp.lo + j < fast_hi(cp)) {
+            // SAFETY: a full unit inside the source region.
+            v[p] = unsafe { hw::load_v4((ends(p).0 + cp.src + 16 * (cp.lo + j)) as *const [u32; 4]) };
+        });
+        for_each_rank!(p => if let Some(cp) = plan(p).filter(|cp| p < call.world && cp.lo + j < fast_hi(cp)) {
+            let at = ends(p).1 + cp.dst + 16 * (cp.lo + j);
+            // SAFETY: the same unit of the destination region, 16-byte aligned.
+            unsafe { hw::store_v4(at as *mut [u32; 4], v[p]) };
+        });
+        j += call.threads;
+    }
+    // The narrow path: a partial last unit, or every unit of an unaligned range.
+    for p in 0..call.world {
+        if let Some(cp) = plan(p) {
+            let (a, b) = ends(p);
+            let (a, b) = (a + cp.src, b + cp.dst);
+            let mut i = cp.lo.max(fast_hi(&cp)) + call.tid;
+            while i < cp.hi {
+                let valid = unit_bytes(i, 16, cp.bytes);
+                // SAFETY: `valid` bytes of unit i lie inside both regions.
+                unsafe { store_unit::<4>(b + 16 * i, valid, load_unit::<4>(a + 16 * i, valid)) };
+                i += call.threads;
+            }
+        }
+    }
+}
