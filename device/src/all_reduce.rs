@@ -9,7 +9,8 @@
 //!   packets. Two hops, no barrier; 2 x (world - 1) / world of the message crosses the links.
 //! - two-shot (large messages): rank p reduces shard p by loading it from every peer's buffer
 //!   with 16-byte vectors, then stores the result into every rank's buffer. Barriers among
-//!   same-index CTAs before (the inputs are ready) and after (every shard has arrived).
+//!   same-index CTAs before (the inputs are ready) and after (every shard has arrived); from
+//!   `SEPARATE_PHASES_MIN_BYTES` on, also one between the loads and the stores.
 //!
 //! Every rank computes each result element once, in rank order, so results are bitwise equal.
 
