@@ -67,6 +67,22 @@ def best_per_size(rows: list[dict[str, Any]], collective: str) -> dict[int, tupl
     return best
 
 
+def gather_ll_max(*bests: dict[int, tuple[float, str, str]]) -> int:
+    """The largest measured size up to which LL won without interruption for every one of the
+    given collectives (all_gather, reduce_scatter); 0 if the rows carry no algorithm."""
+    limit = None
+    for best in bests:
+        if not best or any(not alg for _, _, alg in best.values()):
+            return 0
+        upto = 0
+        for nbytes in sorted(best):
+            if best[nbytes][2] != "ll":
+                break
+            upto = nbytes
+        limit = upto if limit is None else min(limit, upto)
+    return limit or 0
+
+
 def algorithm_limits(best: dict[int, tuple[float, str, str]]) -> tuple[int, int] | None:
     """(one_shot_max, ll_max) for the heap's all-reduce limits: the largest measured sizes up to
     which one-shot LL, then LL of either kind, won without interruption. None if the rows carry
@@ -98,18 +114,19 @@ def make_table(best: dict[int, tuple[float, str, str]]) -> Table:
     return table
 
 
-def tables_from(docs: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[int, Table]], dict[int, tuple[int, int]]]:
-    """Per collective and world size, the config table; per world size, the all-reduce limits."""
+def tables_from(docs: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[int, Table]], dict[int, tuple[int, int, int]]]:
+    """Per collective and world size, the config table; per world size, the algorithm limits
+    (one_shot_max, ll_max, gather_ll_max), where the file says which all-reduce algorithm won."""
     out: dict[str, dict[int, Table]] = {c: {} for c in COLLECTIVES}
-    limits: dict[int, tuple[int, int]] = {}
+    limits: dict[int, tuple[int, int, int]] = {}
     for doc in docs:
         world = int(doc["world_size"])
-        for c in COLLECTIVES:
-            best = best_per_size(doc["results"], c)
+        bests = {c: best_per_size(doc["results"], c) for c in COLLECTIVES}
+        for c, best in bests.items():
             if best:
                 out[c][world] = make_table(best)
-            if c == "all_reduce" and (lim := algorithm_limits(best)) is not None:
-                limits[world] = lim
+        if (lim := algorithm_limits(bests["all_reduce"])) is not None:
+            limits[world] = (*lim, gather_ll_max(bests["all_gather"], bests["reduce_scatter"]))
     missing = [c for c, t in out.items() if not t]
     if missing:
         raise ValueError(f"no ironlink measurements of {', '.join(missing)} in the input")
@@ -139,15 +156,16 @@ MAX_CTAS = {max_ctas}
 
 TABLES: dict[str, dict[int, tuple[tuple[int, int, int], ...]]] = {tables}
 
-# All-reduce algorithm limits per world size, (one_shot_max_bytes, ll_max_bytes): the heap sets
-# them at creation (see SymmetricHeap.set_algorithm_limits); the largest measured sizes up to
-# which one-shot LL, then two-shot LL, were fastest.
-ALGORITHM_LIMITS: dict[int, tuple[int, int]] = {limits}
+# Algorithm limits per world size, (one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes): the
+# heap sets them at creation (see SymmetricHeap.set_algorithm_limits); the largest measured
+# sizes up to which all-reduce's one-shot LL, then two-shot LL, and all_gather's and
+# reduce_scatter's LL (0: not measured, off) were fastest.
+ALGORITHM_LIMITS: dict[int, tuple[int, int, int]] = {limits}
 
 '''
 
 
-def render(tables: dict[str, dict[int, Table]], limits: dict[int, tuple[int, int]], sources: list[str], rev: str) -> str:
+def render(tables: dict[str, dict[int, Table]], limits: dict[int, tuple[int, int, int]], sources: list[str], rev: str) -> str:
     lines = ["{"]
     for c, by_world in tables.items():
         lines.append(f"    {c!r}: {{")

@@ -253,8 +253,19 @@ def test_all_reduce_algorithm_choice(native):
 def test_algorithm_limits_are_checked():
     from ironlink.heap import check_algorithm_limits
 
-    assert check_algorithm_limits(0, 1 << 20) == (0, 1 << 20)
+    assert check_algorithm_limits(0, 1 << 20, 5) == (0, 1 << 20, 5)
     with pytest.raises(TypeError, match="one_shot_max_bytes"):
-        check_algorithm_limits(1.5, 0)
+        check_algorithm_limits(1.5, 0, 0)
     with pytest.raises(ValueError, match="ll_max_bytes"):
-        check_algorithm_limits(0, -1)
+        check_algorithm_limits(0, -1, 0)
+    with pytest.raises(TypeError, match="gather_ll_max_bytes"):
+        check_algorithm_limits(0, 0, None)
+
+
+def test_gather_algorithm_choice(native):
+    scratch = native.DEFAULT_SCRATCH_BYTES
+    assert native.DEFAULT_GATHER_LL_MAX_BYTES == 0  # off until measured (the heap applies tuning)
+    assert native.gather_algorithm(8, scratch, 1 << 20, 32, 64 << 10, 8 << 10) == "ll"
+    assert native.gather_algorithm(8, scratch, 1 << 20, 32, 2 << 20, 256 << 10) == "bulk"  # over the limit
+    assert native.gather_algorithm(8, 0, 1 << 20, 32, 64 << 10, 8 << 10) == "bulk"  # no scratch
+    assert native.gather_algorithm(8, scratch, 0, 32, 1024, 128) == "bulk"

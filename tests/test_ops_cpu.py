@@ -236,15 +236,18 @@ def test_make_tuning_derives_algorithm_limits() -> None:
         r(65536, "one_shot_ll", 8.0), r(65536, "two_shot_ll", 7.5, "32x4"),  # LL2 wins from here
         r(1 << 20, "two_shot_ll", 14.0), r(1 << 20, "two_shot", 13.0),  # then two-shot
         r(4 << 20, "two_shot_ll", 30.0), r(4 << 20, "two_shot", 40.0),  # a later LL win does not count
-        _row("all_gather", "bf16", 1024, "ironlink", "8x4", 7.0),
-        _row("reduce_scatter", "bf16", 1024, "ironlink", "8x4", 7.0),
+        {**_row("all_gather", "bf16", 1024, "ironlink", "8x4", 7.0), "algorithm": "ll"},
+        {**_row("all_gather", "bf16", 4096, "ironlink", "8x4", 7.0), "algorithm": "ll"},
+        {**_row("all_gather", "bf16", 65536, "ironlink", "8x4", 9.0), "algorithm": "bulk"},
+        {**_row("reduce_scatter", "bf16", 1024, "ironlink", "8x4", 7.0), "algorithm": "ll"},
+        {**_row("reduce_scatter", "bf16", 4096, "ironlink", "8x4", 8.0), "algorithm": "bulk"},
     ]
     mt = _make_tuning()
     tables, limits = mt.tables_from([{"world_size": 8, "results": rows}])
-    assert limits == {8: (4096, 65536)}
+    assert limits == {8: (4096, 65536, 1024)}  # gather: LL won up to 4 KiB for AG, 1 KiB for RS
     assert tables["all_reduce"][8][:2] == [(4096, 64, 8), (65536, 32, 4)]
-    assert tuning.algorithm_limits(8, limits) == (4096, 65536)
-    assert tuning.algorithm_limits(6, limits) == (4096, 65536)  # nearest measured world
+    assert tuning.algorithm_limits(8, limits) == (4096, 65536, 1024)
+    assert tuning.algorithm_limits(6, limits) == (4096, 65536, 1024)  # nearest measured world
     assert tuning.algorithm_limits(8, {}) is None
 
 

@@ -123,6 +123,9 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 5_000_000_000;
 pub const DEFAULT_AR_ONE_SHOT_MAX_BYTES: u64 = 64 << 10;
 /// Default for `SymmContext::ar_ll_max_bytes` (measured crossover on 8x H200).
 pub const DEFAULT_AR_LL_MAX_BYTES: u64 = 2 << 20;
+/// Default for `SymmContext::gather_ll_max_bytes`: off. The heap turns it on where the benchmark
+/// measured it to win (`triton/ironlink/tuning_table.py`).
+pub const DEFAULT_GATHER_LL_MAX_BYTES: u64 = 0;
 
 /// What a kernel reaches through its one context pointer. Lives in device memory of its rank.
 ///
@@ -155,6 +158,9 @@ pub struct SymmContext {
     pub ar_one_shot_max_bytes: u64,
     /// ... then two-shot LL up to this size (where they fit), then two-shot over the buffers.
     pub ar_ll_max_bytes: u64,
+    /// all_gather (by output bytes) and reduce_scatter (by input bytes) use one-shot LL packets
+    /// up to this size, where they fit the CTA's scratch slice; pushes/pulls between barriers above.
+    pub gather_ll_max_bytes: u64,
     /// Base of each rank's user-buffer region, as mapped in this process; 0 past `world_size`.
     pub peer_heap: [u64; MAX_RANKS],
     /// Base of each rank's signal region, as mapped in this process.
@@ -201,6 +207,7 @@ impl SymmContext {
             timeout_ns: DEFAULT_TIMEOUT_NS,
             ar_one_shot_max_bytes: DEFAULT_AR_ONE_SHOT_MAX_BYTES,
             ar_ll_max_bytes: DEFAULT_AR_LL_MAX_BYTES,
+            gather_ll_max_bytes: DEFAULT_GATHER_LL_MAX_BYTES,
             peer_heap: [0; MAX_RANKS],
             peer_signal: [0; MAX_RANKS],
             peer_scratch: [0; MAX_RANKS],
@@ -274,6 +281,11 @@ pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
     (
         "ar_ll_max_bytes",
         core::mem::offset_of!(SymmContext, ar_ll_max_bytes),
+        8,
+    ),
+    (
+        "gather_ll_max_bytes",
+        core::mem::offset_of!(SymmContext, gather_ll_max_bytes),
         8,
     ),
     (

@@ -15,13 +15,12 @@
 //! Every rank computes each result element once, in rank order, so results are bitwise equal.
 
 use crate::abi::SymmContext;
-use crate::bulk::{copy_between, reduce_units, Copy, Deliver, Direction};
-use crate::elem::{Acc, Reduction};
-use crate::hw;
+use crate::bulk::{push_to_all, reduce_units, Deliver};
+use crate::elem::Reduction;
 use crate::ll_packet::{self, Mailboxes};
 use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::region::Region;
-use crate::sync::{Call, Deadline};
+use crate::sync::Call;
 
 /// The LL algorithms index 8-byte units with 32-bit arithmetic; above this they are never chosen.
 const LL_HARD_MAX_BYTES: usize = 1 << 31;
@@ -65,54 +64,6 @@ pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     }
 }
 
-/// The reduction of one 8-byte unit over all ranks, in rank order: `mine` for this rank, the
-/// packets in `inbox(p)` for the others. None on timeout.
-#[inline(always)]
-fn reduce_packets(
-    call: &Call,
-    red: &Reduction,
-    mine: [u32; 2],
-    inbox: impl Fn(usize) -> usize,
-    deadline: &mut Deadline,
-) -> Option<[u32; 2]> {
-    let mut acc = Acc::<2>::first(red, [0; 2]);
-    let ok = ll_packet::receive_each(
-        call,
-        mine,
-        |_| true,
-        inbox,
-        call.epoch,
-        deadline,
-        |p, d| {
-            if p == 0 {
-                acc = Acc::first(red, d);
-            } else {
-                acc.add(red, d);
-            }
-        },
-    );
-    ok.then(|| acc.finish(red, call.world))
-}
-
-/// Sends `data` as a packet into box `b` at index `idx` of every peer, in rotated order.
-#[inline(always)]
-fn send_to_peers(call: &Call, mb: &Mailboxes, b: usize, idx: usize, data: [u32; 2]) {
-    for k in 1..call.world {
-        let p = rotate(call.rank, k, call.world);
-        // SAFETY: idx < mb.capacity (checked by `choose`), so the slot is in p's scratch.
-        unsafe { ll_packet::send(mb.slot(call, p, b, idx), data, call.epoch) };
-    }
-}
-
-/// Ends an LL call: the CTA's threads agree whether any of them timed out.
-#[inline(always)]
-fn finish_ll(call: &Call, late: bool) -> Result<(), i32> {
-    if hw::sync_threads_or(late) {
-        return Err(call.timed_out());
-    }
-    Ok(())
-}
-
 fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     // Box p of every rank holds rank p's packets; this CTA sends its units [lo, hi).
     let units = r.bytes.div_ceil(8);
@@ -127,7 +78,8 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     while i < hi {
         // SAFETY: unit i lies inside the checked region.
         let d = unsafe { load_unit::<2>(own + 8 * i, unit_bytes(i, 8, r.bytes)) };
-        send_to_peers(call, &mb, call.rank, i - lo, d);
+        // SAFETY: i - lo < capacity (`choose` checked that the CTA's share fits); box rank < world.
+        unsafe { ll_packet::send_to_peers(call, &mb, call.rank, i - lo, d) };
         i += call.threads;
     }
 
@@ -139,7 +91,7 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         // SAFETY: inside the checked region; only this thread touches unit i.
         let mine = unsafe { load_unit::<2>(own + 8 * i, valid) };
         let inbox = |p: usize| mb.slot(call, call.rank, p, i - lo);
-        let Some(sum) = reduce_packets(call, red, mine, inbox, &mut deadline) else {
+        let Some(sum) = ll_packet::receive_reduced(call, red, mine, inbox, &mut deadline) else {
             late = true;
             break;
         };
@@ -147,7 +99,7 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         unsafe { store_unit::<2>(own + 8 * i, valid, sum) };
         i += call.threads;
     }
-    finish_ll(call, late)
+    ll_packet::finish(call, late)
 }
 
 fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
@@ -192,11 +144,12 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         // SAFETY: inside the checked region; only this thread touches unit u.
         let mine = unsafe { load_unit::<2>(own + 8 * u, valid) };
         let inbox = |p: usize| mb.slot(call, call.rank, p, i - slo);
-        let Some(sum) = reduce_packets(call, red, mine, inbox, &mut deadline) else {
+        let Some(sum) = ll_packet::receive_reduced(call, red, mine, inbox, &mut deadline) else {
             late = true;
             break;
         };
-        send_to_peers(call, &mb, call.world + call.rank, i - slo, sum);
+        // SAFETY: i - slo < capacity (checked by `choose`); box world + rank < 2 world.
+        unsafe { ll_packet::send_to_peers(call, &mb, call.world + call.rank, i - slo, sum) };
         // SAFETY: as above.
         unsafe { store_unit::<2>(own + 8 * u, valid, sum) };
         i += call.threads;
@@ -228,7 +181,7 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         }
         i += call.threads;
     }
-    finish_ll(call, late)
+    ll_packet::finish(call, late)
 }
 
 fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
@@ -250,15 +203,7 @@ fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     // thread alternating between loading from and storing to the peers.
     reduce_units(call, r, r, lo, hi, red, Deliver::Local);
     call.barrier(1)?;
-    copy_between(call, Direction::Push, |p| {
-        (p != call.rank).then_some(Copy {
-            src: r.offset,
-            dst: r.offset,
-            bytes: r.bytes,
-            lo,
-            hi,
-        })
-    });
+    push_to_all(call, r.offset, r.offset, r.bytes, lo, hi, false);
     call.barrier(2)
 }
 

@@ -202,3 +202,50 @@ pub fn copy_between(call: &Call, dir: Direction, plan: impl Fn(usize) -> Option<
         }
     }
 }
+
+/// Stores units `lo..hi` of this rank's region at heap offset `src` (`bytes` long) into the same
+/// units of the region at heap offset `dst` on every rank (this one too when `with_self`), peers
+/// in rotated order. Each unit is loaded once and stored `world` (or `world - 1`) times.
+pub fn push_to_all(
+    call: &Call,
+    src: usize,
+    dst: usize,
+    bytes: usize,
+    lo: usize,
+    hi: usize,
+    with_self: bool,
+) {
+    let c = call.c;
+    let from = c.heap_base(call.rank) + src;
+    let first = if with_self { 0 } else { 1 };
+    let fast_hi = if (src | dst).is_multiple_of(16) {
+        hi.min(bytes / 16)
+    } else {
+        lo
+    };
+    let mut i = lo + call.tid;
+    while i < fast_hi {
+        // SAFETY: a full unit inside the source region.
+        let v = unsafe { hw::load_v4((from + 16 * i) as *const [u32; 4]) };
+        for k in first..call.world {
+            let at = c.heap_base(rotate(call.rank, k, call.world)) + dst + 16 * i;
+            // SAFETY: the same unit of the destination region on that rank, 16-byte aligned.
+            unsafe { hw::store_v4(at as *mut [u32; 4], v) };
+        }
+        i += call.threads;
+    }
+    // The narrow path: a partial last unit, or every unit of an unaligned range.
+    let mut i = lo.max(fast_hi) + call.tid;
+    while i < hi {
+        let valid = unit_bytes(i, 16, bytes);
+        // SAFETY: `valid` bytes of unit i lie inside the source and every destination region.
+        unsafe {
+            let v = load_unit::<4>(from + 16 * i, valid);
+            for k in first..call.world {
+                let at = c.heap_base(rotate(call.rank, k, call.world)) + dst + 16 * i;
+                store_unit::<4>(at, valid, v);
+            }
+        }
+        i += call.threads;
+    }
+}

@@ -5,8 +5,9 @@
 //! one after makes the results complete and keeps a rank from overwriting an input a peer still
 //! reads. Work is split by 16-byte units: across CTAs, then across threads.
 
-use crate::bulk::{copy_between, reduce_units, Copy, Deliver, Direction};
+use crate::bulk::{copy_between, push_to_all, reduce_units, Copy, Deliver, Direction};
 use crate::elem::Reduction;
+use crate::ll_gather;
 use crate::mem::split;
 use crate::region::Region;
 use crate::sync::Call;
@@ -24,6 +25,9 @@ pub fn reduce_scatter(
     out: &Region,
     red: &Reduction,
 ) -> Result<(), i32> {
+    if ll_gather::use_ll(call.c, call.ctas, input.bytes, out.bytes) {
+        return ll_gather::reduce_scatter(call, input, out, red);
+    }
     call.barrier(0)?;
     let block = input.sub(call.rank * out.bytes, out.bytes);
     let (lo, hi) = my_units(call, out.bytes);
@@ -35,19 +39,22 @@ pub fn reduce_scatter(
 /// `rank` of every rank's `out`. In place when `input` is this rank's block of `out` (then
 /// there is nothing to copy locally).
 pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
+    if ll_gather::use_ll(call.c, call.ctas, out.bytes, input.bytes) {
+        return ll_gather::all_gather(call, input, out);
+    }
     call.barrier(0)?;
     let n = input.bytes;
     let in_place = input.offset == out.offset + call.rank * n;
     let (lo, hi) = my_units(call, n);
-    copy_between(call, Direction::Push, |p| {
-        (!(in_place && p == call.rank)).then_some(Copy {
-            src: input.offset,
-            dst: out.offset + call.rank * n,
-            bytes: n,
-            lo,
-            hi,
-        })
-    });
+    push_to_all(
+        call,
+        input.offset,
+        out.offset + call.rank * n,
+        n,
+        lo,
+        hi,
+        !in_place,
+    );
     call.barrier(1)
 }
 

@@ -16,6 +16,7 @@ pub mod collectives;
 pub mod ctx;
 pub mod elem;
 pub mod hw;
+pub mod ll_gather;
 pub mod ll_packet;
 pub mod mem;
 pub mod primitives;

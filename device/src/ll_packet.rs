@@ -19,8 +19,9 @@
 //! to call.
 
 use crate::abi::{SymmContext, MAX_CTAS, MAX_RANKS};
+use crate::elem::{Acc, Reduction};
 use crate::hw;
-use crate::mem::div32;
+use crate::mem::{div32, rotate};
 use crate::sync::{wait_until, Call, Deadline};
 
 /// Bytes per packet (8 of them data).
@@ -118,4 +119,55 @@ pub fn receive_each(
         take(p, [pkt[p][0], pkt[p][2]]);
     });
     ok
+}
+
+/// The reduction of one 8-byte unit over all ranks, in rank order: `mine` for this rank, the
+/// packets in `inbox(p)` for the others. None on timeout.
+#[inline(always)]
+pub fn receive_reduced(
+    call: &Call,
+    red: &Reduction,
+    mine: [u32; 2],
+    inbox: impl Fn(usize) -> usize,
+    deadline: &mut Deadline,
+) -> Option<[u32; 2]> {
+    let mut acc = Acc::<2>::first(red, [0; 2]);
+    let ok = receive_each(
+        call,
+        mine,
+        |_| true,
+        inbox,
+        call.epoch,
+        deadline,
+        |p, d| {
+            if p == 0 {
+                acc = Acc::first(red, d);
+            } else {
+                acc.add(red, d);
+            }
+        },
+    );
+    ok.then(|| acc.finish(red, call.world))
+}
+
+/// Sends `data` as a packet into box `b` at index `idx` of every peer, in rotated order.
+///
+/// # Safety
+/// `idx < mb.capacity` and `b` is one of the boxes `mb` was opened with.
+#[inline(always)]
+pub unsafe fn send_to_peers(call: &Call, mb: &Mailboxes, b: usize, idx: usize, data: [u32; 2]) {
+    for k in 1..call.world {
+        let p = rotate(call.rank, k, call.world);
+        // SAFETY: by the caller's guarantee the slot lies in p's scratch.
+        unsafe { send(mb.slot(call, p, b, idx), data, call.epoch) };
+    }
+}
+
+/// Ends an LL exchange: the CTA's threads agree whether any of them timed out.
+#[inline(always)]
+pub fn finish(call: &Call, late: bool) -> Result<(), i32> {
+    if hw::sync_threads_or(late) {
+        return Err(call.timed_out());
+    }
+    Ok(())
 }

@@ -238,10 +238,30 @@ fn all_reduce_two_shot_separate_phases() {
 }
 
 /// Reduce-scatter, all-gather, broadcast, reduce and all-to-all, every dtype (and op where one
-/// applies), in one launch per configuration.
-fn pull_collectives(world: usize, ctas: u32, threads: u32) {
+/// applies), in one launch per configuration. `gather_ll`: force all_gather / reduce_scatter
+/// over LL packets (true, with a scratch large enough for every size) or over the buffers
+/// (false); None keeps the default limit, so small cases go over LL and larger ones do not.
+fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<bool>) {
     let sizes = [1usize, 5, 64, 301];
-    let mut node = Node::new(world, 4 << 20, 1 << 20);
+    let scratch = if gather_ll == Some(true) {
+        32 << 20
+    } else {
+        1 << 20
+    };
+    let mut node = Node::new(world, 4 << 20, scratch);
+    if let Some(ll) = gather_ll {
+        for r in 0..world {
+            node.ctx_mut(r).gather_ll_max_bytes = if ll { u64::MAX } else { 0 };
+        }
+        for n in sizes {
+            let bytes = n * 4;
+            let got = use_ll(node.context(0), ctas as usize, world * bytes, bytes);
+            assert_eq!(
+                got, ll,
+                "world {world}, {ctas} CTAs, blocks of {bytes} bytes"
+            );
+        }
+    }
     let mut layout = Layout::new();
     let mut rng = Rng::new(77 + world as u64);
     type Check = Box<dyn Fn(&Node, &str) + Sync>;
@@ -465,22 +485,33 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32) {
 
 #[test]
 fn pull_collectives_world2() {
-    pull_collectives(2, 2, 32);
+    pull_collectives(2, 2, 32, None);
 }
 
 #[test]
 fn pull_collectives_world3() {
-    pull_collectives(3, 1, 64);
+    pull_collectives(3, 1, 64, None);
 }
 
 #[test]
 fn pull_collectives_world4() {
-    pull_collectives(4, 3, 32);
+    pull_collectives(4, 3, 32, None);
 }
 
 #[test]
 fn pull_collectives_world8() {
-    pull_collectives(8, 2, 32);
+    pull_collectives(8, 2, 32, None);
+}
+
+#[test]
+fn gather_scatter_ll_only() {
+    pull_collectives(3, 2, 32, Some(true));
+    pull_collectives(8, 3, 32, Some(true));
+}
+
+#[test]
+fn gather_scatter_bulk_only() {
+    pull_collectives(4, 2, 32, Some(false));
 }
 
 /// Many calls in a row, alternating both all-reduce algorithms, starting just below the epoch

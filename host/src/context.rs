@@ -57,6 +57,7 @@ pub fn encode_with_layout(c: &SymmContext) -> (Vec<u8>, FieldLayout) {
         &c.ar_one_shot_max_bytes.to_le_bytes(),
     );
     w.field("ar_ll_max_bytes", &c.ar_ll_max_bytes.to_le_bytes());
+    w.field("gather_ll_max_bytes", &c.gather_ll_max_bytes.to_le_bytes());
     w.array("peer_heap", &c.peer_heap);
     w.array("peer_signal", &c.peer_signal);
     w.array("peer_scratch", &c.peer_scratch);
@@ -76,6 +77,14 @@ fn offset_of(name: &str) -> usize {
         .find(|f| f.0 == name)
         .map(|f| f.1)
         .expect("known context field")
+}
+
+/// The context's algorithm size limits, in bytes (see `SymmContext::ar_one_shot_max_bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlgorithmLimits {
+    pub ar_one_shot_max: u64,
+    pub ar_ll_max: u64,
+    pub gather_ll_max: u64,
 }
 
 /// A `SymmContext` in device memory (one small allocation), owned by a heap or external context.
@@ -143,16 +152,19 @@ impl DeviceContext {
     }
 
     /// Sets the message sizes (bytes) up to which all-reduce uses one-shot LL and then two-shot
-    /// LL (see `SymmContext::ar_one_shot_max_bytes`). Every rank must set the same values: the
-    /// algorithm is chosen on each rank independently. Waits for the device first.
-    pub fn set_algorithm_limits(&self, one_shot_max: u64, ll_max: u64) -> Result<()> {
+    /// LL, and all_gather / reduce_scatter use LL (see `SymmContext::ar_one_shot_max_bytes`).
+    /// Every rank must set the same values: the algorithm is chosen on each rank independently.
+    /// Waits for the device first.
+    pub fn set_algorithm_limits(&self, limits: AlgorithmLimits) -> Result<()> {
         let dev = self.buf.device();
         dev.synchronize()?;
         let off = offset_of("ar_one_shot_max_bytes");
         debug_assert_eq!(offset_of("ar_ll_max_bytes"), off + 8);
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&one_shot_max.to_le_bytes());
-        b[8..].copy_from_slice(&ll_max.to_le_bytes());
+        debug_assert_eq!(offset_of("gather_ll_max_bytes"), off + 16);
+        let mut b = [0u8; 24];
+        b[..8].copy_from_slice(&limits.ar_one_shot_max.to_le_bytes());
+        b[8..16].copy_from_slice(&limits.ar_ll_max.to_le_bytes());
+        b[16..].copy_from_slice(&limits.gather_ll_max.to_le_bytes());
         dev.write(self.buf.ptr() + off as u64, &b)
     }
 
@@ -304,6 +316,7 @@ mod tests {
         c.timeout_ns = 123_456_789;
         c.ar_one_shot_max_bytes = 0xaaaa_bbbb;
         c.ar_ll_max_bytes = 0xcccc_dddd_eeee;
+        c.gather_ll_max_bytes = 0x1234_5678_9abc;
         for r in 0..MAX_RANKS as u64 {
             c.peer_heap[r as usize] = 0x7f00_0000_0000 + r * 0x1000_0000;
             c.peer_signal[r as usize] = 0x7e00_0000_0000 + r * 0x1000_0000;
@@ -348,6 +361,10 @@ mod tests {
             c.ar_one_shot_max_bytes.to_le_bytes()
         );
         assert_eq!(at("ar_ll_max_bytes"), c.ar_ll_max_bytes.to_le_bytes());
+        assert_eq!(
+            at("gather_ll_max_bytes"),
+            c.gather_ll_max_bytes.to_le_bytes()
+        );
         assert_eq!(at("peer_heap")[8 * 5..8 * 6], c.peer_heap[5].to_le_bytes());
         assert_eq!(at("peer_signal")[..8], c.peer_signal[0].to_le_bytes());
         assert_eq!(at("peer_scratch")[8 * 7..], c.peer_scratch[7].to_le_bytes());

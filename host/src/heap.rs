@@ -323,8 +323,8 @@ impl SymmHeap {
     }
 
     /// See [`DeviceContext::set_algorithm_limits`].
-    pub fn set_algorithm_limits(&self, one_shot_max: u64, ll_max: u64) -> Result<()> {
-        self.inner()?.ctx.set_algorithm_limits(one_shot_max, ll_max)
+    pub fn set_algorithm_limits(&self, limits: crate::context::AlgorithmLimits) -> Result<()> {
+        self.inner()?.ctx.set_algorithm_limits(limits)
     }
 
     /// The context bytes as the device holds them now.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -19,6 +20,7 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
+import ironlink.tuning
 from ironlink import _abi, _native
 
 from _cases import Cases  # tests/gpu/, the script's own directory
@@ -95,6 +97,9 @@ class Suite(Cases):
         self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
         self.case = 0
         self.slot_next = 0  # first user signal slot not used yet
+        # The limits the heap was created with (tuned for this world size, else the defaults).
+        self.limits0 = ironlink.tuning.algorithm_limits(self.world) or (
+            _native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, _native.DEFAULT_AR_LL_MAX_BYTES, _native.DEFAULT_GATHER_LL_MAX_BYTES)
 
     # --- helpers -----------------------------------------------------------------------------
     def launch_cfg(self) -> tuple[int, int]:
@@ -257,14 +262,23 @@ class Suite(Cases):
         for b in bufs:
             self.heap.free(b)
 
-    def forced(self, alg: str, n: int, dtype: torch.dtype, op: str) -> None:
-        """One all-reduce with the context's limits set so that `alg` is chosen where it fits."""
-        limits = {"one_shot_ll": (1 << 62, 1 << 62), "two_shot_ll": (0, 1 << 62), "two_shot": (0, 0)}[alg]
-        self.heap.set_algorithm_limits(*limits)
+    # Context limits (one_shot_max, ll_max, gather_ll_max) that make each algorithm the choice
+    # wherever its packets fit.
+    FORCE = {
+        "one_shot_ll": (1 << 62, 1 << 62, 0),
+        "two_shot_ll": (0, 1 << 62, 0),
+        "two_shot": (0, 0, 0),
+        "gather_ll": (0, 0, 1 << 62),
+        "gather_bulk": (0, 0, 0),
+    }
+
+    def forced(self, alg: str, case: Callable[[], None]) -> None:
+        """Runs `case` with the context's limits set so that `alg` is chosen where it fits."""
+        self.heap.set_algorithm_limits(*self.FORCE[alg])
         try:
-            self.all_reduce(n, dtype, op)
+            case()
         finally:
-            self.heap.set_algorithm_limits(_native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, _native.DEFAULT_AR_LL_MAX_BYTES)
+            self.heap.set_algorithm_limits(*self.limits0)
 
     def cuda_graph(self) -> None:
         """Capture copy-in + all-reduce (one-shot and two-shot), replay with new data each time."""
@@ -390,7 +404,16 @@ def main() -> int:
     for alg in ("one_shot_ll", "two_shot_ll", "two_shot"):
         for dtype, op in ((torch.bfloat16, "SUM"), (torch.float32, "MAX"), (torch.float16, "AVG")):
             for n in (1, 7, 4099, (1 << 16) + 3, 1 << 19):
-                s.run(f"all_reduce {alg} {dtype} {op} n={n}", lambda: s.forced(alg, n, dtype, op))
+                s.run(f"all_reduce {alg} {dtype} {op} n={n}", lambda: s.forced(alg, lambda: s.all_reduce(n, dtype, op)))
+    for alg in ("gather_ll", "gather_bulk"):
+        for dtype in dtypes:
+            for n in (1, 5, 4097):
+                for op in ("SUM", "AVG"):
+                    s.run(f"reduce_scatter {alg} {dtype} {op} n={n}",
+                          lambda: s.forced(alg, lambda: s.reduce_scatter(n, dtype, op)))
+                for in_place in (False, True):
+                    s.run(f"all_gather {alg} {dtype} n={n} in_place={in_place}",
+                          lambda: s.forced(alg, lambda: s.all_gather(n, dtype, in_place)))
     for dtype, n in [(torch.bfloat16, 128 << 20), (torch.float32, 64 << 20)] if full else []:  # 256 MiB
         s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
     for dtype in dtypes:

@@ -74,7 +74,7 @@ SIGNAL_LAYOUT = {
     "MIN_BYTES": 25600,
 }
 
-CONTEXT_SIZE = 272
+CONTEXT_SIZE = 280
 # field: (byte offset, size in bytes)
 CONTEXT_FIELDS = {
     "magic": (0, 4),
@@ -90,9 +90,10 @@ CONTEXT_FIELDS = {
     "timeout_ns": (56, 8),
     "ar_one_shot_max_bytes": (64, 8),
     "ar_ll_max_bytes": (72, 8),
-    "peer_heap": (80, 64),
-    "peer_signal": (144, 64),
-    "peer_scratch": (208, 64),
+    "gather_ll_max_bytes": (80, 8),
+    "peer_heap": (88, 64),
+    "peer_signal": (152, 64),
+    "peer_scratch": (216, 64),
 }
 
 # name: (((arg, llvm type), ...), return llvm type, doc)

@@ -40,12 +40,14 @@ CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8), (132, 16)]
 # All-reduce algorithms, each forced through the context's size limits (one_shot_max, ll_max),
 # with the sizes at which it is worth measuring.
 FORCE = 1 << 62
-DEFAULT_LIMITS = (int(_native.DEFAULT_AR_ONE_SHOT_MAX_BYTES), int(_native.DEFAULT_AR_LL_MAX_BYTES))
 ALGORITHMS = {
     "one_shot_ll": ((FORCE, FORCE), lambda n: n <= (1 << 20)),
     "two_shot_ll": ((0, FORCE), lambda n: (16 << 10) <= n <= (16 << 20)),
     "two_shot": ((0, 0), lambda n: n >= (64 << 10)),
 }
+# all_gather / reduce_scatter: over LL packets or over the buffers, forced through
+# gather_ll_max_bytes, with the sizes (of the whole buffer) at which each is worth measuring.
+GATHER_ALGORITHMS = {"ll": (FORCE, lambda n: n <= (4 << 20)), "bulk": (0, lambda n: True)}
 
 
 @ironlink.jit
@@ -156,7 +158,7 @@ class Bench:
         for alg, (limits, worth) in ALGORITHMS.items():
             if not worth(nbytes):
                 continue
-            self.heap.set_algorithm_limits(*limits)
+            self.heap.set_algorithm_limits(*limits, 0)
             for ctas, warps in CONFIGS:
                 if self.algorithm(limits, ctas, nbytes) != alg:
                     continue  # its packets do not fit this grid's scratch
@@ -164,10 +166,8 @@ class Bench:
                 self.check()
                 row = self.record("all_reduce", dt, nbytes, "ironlink_cfg", f"{ctas}x{warps}", us)
                 row["algorithm"] = alg
-                row["default_algorithm"] = self.algorithm(DEFAULT_LIMITS, ctas, nbytes)
                 if best is None or us < best[1]:
                     best = (f"{ctas}x{warps}", us, alg)
-        self.heap.set_algorithm_limits(*DEFAULT_LIMITS)
         assert best is not None
         times["ironlink"] = best[:2]
         self.heap.free(buf)
@@ -205,19 +205,31 @@ class Bench:
         small = self.heap.empty((n,), dtype)
         big.copy_(full)
         small.copy_(part)
-        best_ag = best_rs = None
-        for ctas, warps in CONFIGS:
-            us = time_graph(lambda: _all_gather[(ctas,)](self.heap.ctx, small, big, n, code, self.status, num_warps=warps), nbytes)
-            self.check()
-            best_ag = (us, f"{ctas}x{warps}") if best_ag is None or us < best_ag[0] else best_ag
-            us = time_graph(lambda: _reduce_scatter[(ctas,)](self.heap.ctx, big, small, n, code, self.status, num_warps=warps), nbytes)
-            self.check()
-            best_rs = (us, f"{ctas}x{warps}") if best_rs is None or us < best_rs[0] else best_rs
+        best_ag: Optional[tuple[float, str, str]] = None
+        best_rs: Optional[tuple[float, str, str]] = None
+        for alg, (gather_max, worth) in GATHER_ALGORITHMS.items():
+            if not worth(nbytes):
+                continue
+            self.heap.set_algorithm_limits(0, 0, gather_max)
+            for ctas, warps in CONFIGS:
+                got = _native.gather_algorithm(self.world, self.heap.scratch_bytes, gather_max, ctas, nbytes, n * esize)
+                if got != alg:
+                    continue  # its packets do not fit this grid's scratch
+                cfg = f"{ctas}x{warps}"
+                us = time_graph(lambda: _all_gather[(ctas,)](self.heap.ctx, small, big, n, code, self.status, num_warps=warps), nbytes)
+                self.check()
+                best_ag = (us, cfg, alg) if best_ag is None or us < best_ag[0] else best_ag
+                us = time_graph(lambda: _reduce_scatter[(ctas,)](self.heap.ctx, big, small, n, code, self.status, num_warps=warps), nbytes)
+                self.check()
+                best_rs = (us, cfg, alg) if best_rs is None or us < best_rs[0] else best_rs
         self.heap.free(small)
         self.heap.free(big)
+        assert best_ag is not None and best_rs is not None
         for coll, nccl, ours in (("all_gather", t_ag, best_ag), ("reduce_scatter", t_rs, best_rs)):
             self.record(coll, dt, nbytes, "nccl", "", nccl)["vs_nccl"] = 1.0
-            self.record(coll, dt, nbytes, "ironlink", ours[1], ours[0])["vs_nccl"] = round(nccl / ours[0], 3)
+            row = self.record(coll, dt, nbytes, "ironlink", ours[1], ours[0])
+            row["vs_nccl"] = round(nccl / ours[0], 3)
+            row["algorithm"] = ours[2]
 
 
 def main() -> None:

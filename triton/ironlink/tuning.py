@@ -31,10 +31,11 @@ def choose(collective: str, nbytes: int, world: int, tables: Tables = TABLES) ->
 
 
 def algorithm_limits(
-    world: int, limits: Mapping[int, tuple[int, int]] = ALGORITHM_LIMITS
-) -> Optional[tuple[int, int]]:
-    """The measured all-reduce limits (one_shot_max_bytes, ll_max_bytes) for `world` ranks: the
-    nearest measured world size's (larger on a tie); None if nothing was measured."""
+    world: int, limits: Mapping[int, tuple[int, int, int]] = ALGORITHM_LIMITS
+) -> Optional[tuple[int, int, int]]:
+    """The measured algorithm limits (one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes) for
+    `world` ranks: the nearest measured world size's (larger on a tie); None if nothing was
+    measured."""
     if not limits:
         return None
     w = min(limits, key=lambda m: (abs(m - world), -m))

@@ -9,6 +9,8 @@ pub use ironlink_device::abi::{dtype, reduce_op, status};
 #[allow(unused_imports)] // Not every test binary uses them.
 pub use ironlink_device::all_reduce::{choose, Algorithm, SEPARATE_PHASES_MIN_BYTES};
 pub use ironlink_device::exports;
+#[allow(unused_imports)] // Not every test binary uses it.
+pub use ironlink_device::ll_gather::use_ll;
 
 pub use ironlink_device::sim::{Node, GUARD};
 

@@ -6,7 +6,7 @@
 
 mod dlpack;
 
-use crate::context::{encode_with_layout, ExternalContext};
+use crate::context::{encode_with_layout, AlgorithmLimits, ExternalContext};
 use crate::error::Error;
 use crate::heap::{self, LocalHeap, SymmHeap};
 use crate::{abi, alloc, driver, exchange};
@@ -198,8 +198,19 @@ impl PyHeap {
         py.detach(|| lock(&self.inner).set_timeout_ns(ns)).py()
     }
 
-    fn set_algorithm_limits(&self, py: Python<'_>, one_shot_max: u64, ll_max: u64) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).set_algorithm_limits(one_shot_max, ll_max))
+    fn set_algorithm_limits(
+        &self,
+        py: Python<'_>,
+        ar_one_shot_max: u64,
+        ar_ll_max: u64,
+        gather_ll_max: u64,
+    ) -> PyResult<()> {
+        let limits = AlgorithmLimits {
+            ar_one_shot_max,
+            ar_ll_max,
+            gather_ll_max,
+        };
+        py.detach(|| lock(&self.inner).set_algorithm_limits(limits))
             .py()
     }
 
@@ -288,13 +299,20 @@ impl PyExternalContext {
             .py()
     }
 
-    fn set_algorithm_limits(&self, py: Python<'_>, one_shot_max: u64, ll_max: u64) -> PyResult<()> {
-        py.detach(|| {
-            lock(&self.inner)
-                .context()?
-                .set_algorithm_limits(one_shot_max, ll_max)
-        })
-        .py()
+    fn set_algorithm_limits(
+        &self,
+        py: Python<'_>,
+        ar_one_shot_max: u64,
+        ar_ll_max: u64,
+        gather_ll_max: u64,
+    ) -> PyResult<()> {
+        let limits = AlgorithmLimits {
+            ar_one_shot_max,
+            ar_ll_max,
+            gather_ll_max,
+        };
+        py.detach(|| lock(&self.inner).context()?.set_algorithm_limits(limits))
+            .py()
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
@@ -366,6 +384,32 @@ fn all_reduce_algorithm(
     })
 }
 
+/// Whether an all_gather / reduce_scatter over a buffer of `total_bytes` (blocks of
+/// `block_bytes`) on `ctas` CTAs goes over LL packets ("ll") or the buffers ("bulk"): the
+/// device's own rule.
+#[pyfunction]
+fn gather_algorithm(
+    world: i32,
+    scratch_bytes: u64,
+    gather_ll_max: u64,
+    ctas: usize,
+    total_bytes: usize,
+    block_bytes: usize,
+) -> PyResult<&'static str> {
+    crate::context::check_rank(0, world).py()?;
+    if ctas == 0 || ctas > abi::MAX_CTAS {
+        return Err(PyRuntimeError::new_err(format!(
+            "ctas {ctas} is outside 1..={}",
+            abi::MAX_CTAS
+        )));
+    }
+    let mut c = abi::SymmContext::new(0, world);
+    c.scratch_size = scratch_bytes;
+    c.gather_ll_max_bytes = gather_ll_max;
+    let ll = ironlink_device::ll_gather::use_ll(&c, ctas, total_bytes, block_bytes);
+    Ok(if ll { "ll" } else { "bulk" })
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -377,11 +421,16 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(context_layout, m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce_algorithm, m)?)?;
+    m.add_function(wrap_pyfunction!(gather_algorithm, m)?)?;
     m.add(
         "DEFAULT_AR_ONE_SHOT_MAX_BYTES",
         abi::DEFAULT_AR_ONE_SHOT_MAX_BYTES,
     )?;
     m.add("DEFAULT_AR_LL_MAX_BYTES", abi::DEFAULT_AR_LL_MAX_BYTES)?;
+    m.add(
+        "DEFAULT_GATHER_LL_MAX_BYTES",
+        abi::DEFAULT_GATHER_LL_MAX_BYTES,
+    )?;
     m.add("ABI_VERSION", abi::ABI_VERSION)?;
     m.add("CONTEXT_SIZE", abi::CONTEXT_SIZE)?;
     m.add("HANDLE_BYTES", exchange::HANDLE_BYTES)?;
