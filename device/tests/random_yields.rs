@@ -6,53 +6,90 @@ mod sim;
 use sim::*;
 
 #[test]
-fn all_reduce_under_random_yields() {
+fn collectives_under_random_yields() {
     std::env::set_var("IRONLINK_SIM_YIELD", "1");
-    let world = 3;
-    let mut node = Node::new(world, 1 << 16, 1 << 16);
-    let mut rng = Rng::new(99);
-    // One size for each algorithm: the one-shot LL path and the two-shot path.
-    let cases = [(24usize, 256usize), (3000, 16384)];
-    let mut wants = Vec::new();
-    for (n, offset) in cases {
-        let inputs: Vec<Vec<f64>> = (0..world)
-            .map(|r| {
-                fill(
-                    &mut node,
-                    r,
-                    offset,
-                    Dt::Bf16,
-                    &(0..n).map(|_| rng.uniform(-2.0, 2.0)).collect::<Vec<_>>(),
-                )
-            })
-            .collect();
-        wants.push(reference(reduce_op::SUM, &inputs));
+    let (world, ctas) = (3, 2);
+    let mut node = Node::new(world, 1 << 16, 1 << 20);
+    // Limits that give every algorithm a size below: one-shot LL up to 64 B, two-shot LL up to
+    // 1 KiB, two-shot above; all_gather / reduce_scatter over LL up to 4 KiB.
+    for r in 0..world {
+        let c = node.ctx_mut(r);
+        (
+            c.ar_one_shot_max_bytes,
+            c.ar_ll_max_bytes,
+            c.gather_ll_max_bytes,
+        ) = (64, 1024, 4096);
     }
-    let st = node.run("random yields", 2, 16, |rank, ctx| {
-        for (n, offset) in cases {
-            let s = exports::symm_all_reduce(
-                ctx,
-                node.addr(rank, offset),
-                0,
-                n as i64,
-                reduce_op::SUM,
-                dtype::BFLOAT16,
-            );
+    let mut rng = Rng::new(99);
+    let mut values = |n: usize| (0..n).map(|_| rng.uniform(-2.0, 2.0)).collect::<Vec<f32>>();
+    // All-reduce cases (elements, offset, algorithm), in call order; n = 1 leaves a CTA idle.
+    let ar = [
+        (24usize, 256usize, Algorithm::OneShotLl),
+        (1, 512, Algorithm::OneShotLl),
+        (200, 1024, Algorithm::TwoShotLl),
+        (3000, 16384, Algorithm::TwoShot),
+        (20, 2048, Algorithm::OneShotLl),
+    ];
+    let mut ar_want = Vec::new();
+    for (n, offset, alg) in ar {
+        assert_eq!(choose(node.context(0), ctas, 2 * n), alg, "n={n}");
+        let inputs: Vec<Vec<f64>> = (0..world)
+            .map(|r| fill(&mut node, r, offset, Dt::Bf16, &values(n)))
+            .collect();
+        ar_want.push(reference(reduce_op::SUM, &inputs));
+    }
+    // all_gather of 100 bf16 per rank into 32768.., reduce_scatter of 3 x 100 at 40960 into 49152.
+    let (n, ag_in, ag_out, rs_in, rs_out) =
+        (100usize, 30720usize, 32768usize, 40960usize, 49152usize);
+    assert!(use_ll(node.context(0), ctas, world * 2 * n, 2 * n));
+    let ag_inputs: Vec<Vec<f64>> = (0..world)
+        .map(|r| fill(&mut node, r, ag_in, Dt::Bf16, &values(n)))
+        .collect();
+    let rs_inputs: Vec<Vec<f64>> = (0..world)
+        .map(|r| fill(&mut node, r, rs_in, Dt::Bf16, &values(world * n)))
+        .collect();
+    let st = node.run("random yields", ctas as u32, 16, |rank, ctx| {
+        for (n, offset, _) in ar {
+            let at = node.addr(rank, offset);
+            let s = exports::symm_all_reduce(ctx, at, 0, n as i64, reduce_op::SUM, dtype::BFLOAT16);
             if s != status::OK {
                 return s;
             }
         }
-        status::OK
+        let (agi, ago) = (node.addr(rank, ag_in), node.addr(rank, ag_out));
+        let s = exports::symm_all_gather(ctx, agi, ago, n as i64, dtype::BFLOAT16);
+        if s != status::OK {
+            return s;
+        }
+        let (rsi, rso) = (node.addr(rank, rs_in), node.addr(rank, rs_out));
+        exports::symm_reduce_scatter(ctx, rsi, rso, n as i64, reduce_op::SUM, dtype::BFLOAT16)
     });
     assert_eq!(st, vec![status::OK; world]);
-    for ((n, offset), want) in cases.iter().zip(&wants) {
+    for ((n, offset, alg), want) in ar.iter().zip(&ar_want) {
         for r in 0..world {
+            let got = read(&node, r, *offset, Dt::Bf16, *n);
             assert_close(
-                &format!("rank {r} n={n}"),
+                &format!("all_reduce {alg:?} rank {r} n={n}"),
                 Dt::Bf16,
-                &read(&node, r, *offset, Dt::Bf16, *n),
+                &got,
                 want,
             );
         }
+    }
+    let gathered: Vec<f64> = ag_inputs.concat();
+    for r in 0..world {
+        let got = read(&node, r, ag_out, Dt::Bf16, world * n);
+        assert_close(&format!("all_gather rank {r}"), Dt::Bf16, &got, &gathered);
+        let blocks: Vec<Vec<f64>> = rs_inputs
+            .iter()
+            .map(|v| v[r * n..(r + 1) * n].to_vec())
+            .collect();
+        let got = read(&node, r, rs_out, Dt::Bf16, n);
+        assert_close(
+            &format!("reduce_scatter rank {r}"),
+            Dt::Bf16,
+            &got,
+            &reference(reduce_op::SUM, &blocks),
+        );
     }
 }
