@@ -57,7 +57,8 @@ test-rust: $(STAMP)/toolchain
 test-python: venv
 	IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=triton $(VPY) -m pytest -q tests
 
-lint: $(STAMP)/toolchain
+lint: $(STAMP)/toolchain venv
+	cd triton && ../$(VPY) -m mypy --ignore-missing-imports -p ironlink
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -q --workspace --all-targets --features python -- -D warnings

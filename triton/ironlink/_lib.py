@@ -169,7 +169,9 @@ _LOCAL_LINKAGES = {"internal", "private"}
 
 def _split_top_level(s: str) -> list[str]:
     """Splits on commas that are not inside (), <>, [] or {} (argument lists carry `range(i32 0, 8)`)."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch in "(<[{":
             depth += 1

@@ -100,7 +100,7 @@ def same_requests(requests: Sequence[tuple[int, int]]) -> Optional[str]:
     """None if every rank asked for the same (nbytes, scratch_bytes), else a message naming them."""
     groups: dict[tuple[int, int], list[int]] = {}
     for rank, req in enumerate(requests):
-        groups.setdefault(tuple(req), []).append(rank)
+        groups.setdefault((req[0], req[1]), []).append(rank)
     if len(groups) <= 1:
         return None
     parts = []
@@ -192,6 +192,7 @@ class SymmetricHeap:
                 local.close()
             raise IronlinkError(mismatch or f"creating the symmetric heap failed on {failed}")
 
+        assert local is not None  # no rank failed, this one included
         # Opening can fail on one rank only (peer access, mapping): agree on the outcome.
         heap = None
         try:

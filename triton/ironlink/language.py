@@ -109,3 +109,9 @@ def _generate() -> list[str]:
 
 
 __all__ = _generate()
+
+
+def __getattr__(name: str) -> Any:
+    # Only reached for names `_generate` did not define. Declared so that type checkers know
+    # this module's attributes are generated (from `_abi.FUNCTIONS`) rather than written out.
+    raise AttributeError(f"module 'ironlink.language' has no attribute {name!r}; its functions are {', '.join(__all__)}")
