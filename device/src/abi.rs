@@ -119,9 +119,10 @@ fence_scope: i32 {
 
 /// Default for `SymmContext::timeout_ns`: a wait on a peer gives up after this long.
 pub const DEFAULT_TIMEOUT_NS: u64 = 5_000_000_000;
-/// Default for `SymmContext::ar_one_shot_max_bytes` (measured crossover on 8x H200).
+/// Default for `SymmContext::ar_one_shot_max_bytes`, for contexts the benchmark's tuning table
+/// does not cover (the heap applies the measured crossovers, `triton/ironlink/tuning_table.py`).
 pub const DEFAULT_AR_ONE_SHOT_MAX_BYTES: u64 = 64 << 10;
-/// Default for `SymmContext::ar_ll_max_bytes` (measured crossover on 8x H200).
+/// Default for `SymmContext::ar_ll_max_bytes` (as above).
 pub const DEFAULT_AR_LL_MAX_BYTES: u64 = 2 << 20;
 /// Default for `SymmContext::gather_ll_max_bytes`: off. The heap turns it on where the benchmark
 /// measured it to win (`triton/ironlink/tuning_table.py`).
