@@ -22,9 +22,6 @@ use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::region::Region;
 use crate::sync::Call;
 
-/// The LL algorithms index 8-byte units with 32-bit arithmetic; above this they are never chosen.
-const LL_HARD_MAX_BYTES: usize = 1 << 31;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {
     OneShotLl,
@@ -36,16 +33,15 @@ pub enum Algorithm {
 /// limits, where the packets fit.
 #[inline(always)]
 pub fn choose(c: &SymmContext, ctas: usize, bytes: usize) -> Algorithm {
-    if bytes > LL_HARD_MAX_BYTES {
+    if bytes > ll_packet::LL_HARD_MAX_BYTES {
         return Algorithm::TwoShot;
     }
     let world = c.world_size as usize;
     let units = bytes.div_ceil(8);
-    let per_cta = |n: usize| div_ceil32(n, ctas);
-    if bytes as u64 <= c.ar_one_shot_max_bytes && per_cta(units) <= ll_packet::capacity(c, world) {
+    if bytes as u64 <= c.ar_one_shot_max_bytes && ll_packet::fits(c, ctas, units, world) {
         Algorithm::OneShotLl
     } else if bytes as u64 <= c.ar_ll_max_bytes
-        && per_cta(div_ceil32(units, world)) <= ll_packet::capacity(c, 2 * world)
+        && ll_packet::fits(c, ctas, div_ceil32(units, world), 2 * world)
     {
         Algorithm::TwoShotLl
     } else {
@@ -67,11 +63,9 @@ pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
 fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     // Box p of every rank holds rank p's packets; this CTA sends its units [lo, hi).
     let units = r.bytes.div_ceil(8);
-    let (lo, hi) = split(units, call.ctas, call.cta);
-    if lo == hi {
+    let Some((lo, hi, mb)) = Mailboxes::open_share(call, units, call.world) else {
         return Ok(()); // Nothing to send or receive, on any rank.
-    }
-    let mb = Mailboxes::open(call, call.world);
+    };
     let own = r.at(call.c, call.rank);
 
     let mut i = lo + call.tid;
@@ -108,13 +102,11 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     // this rank's shard; box world + p collects rank p's reduced shard.
     let units = r.bytes.div_ceil(8);
     let shard = div_ceil32(units, call.world);
-    let (slo, shi) = split(shard, call.ctas, call.cta);
-    if slo == shi {
-        return Ok(()); // Nothing to send or receive, on any rank.
-    }
     // Every rank exchanges packets with rank 0 (shard 0 is full), so the LL-call argument of
     // `ll_packet` holds.
-    let mb = Mailboxes::open(call, 2 * call.world);
+    let Some((slo, shi, mb)) = Mailboxes::open_share(call, shard, 2 * call.world) else {
+        return Ok(()); // Nothing to send or receive, on any rank.
+    };
     let own = r.at(call.c, call.rank);
     let unit_of = |p: usize, i: usize| p * shard + i;
 

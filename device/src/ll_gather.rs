@@ -9,19 +9,16 @@
 use crate::abi::SymmContext;
 use crate::elem::Reduction;
 use crate::ll_packet::{self, Mailboxes};
-use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
+use crate::mem::{load_unit, rotate, store_unit, unit_bytes};
 use crate::region::Region;
 use crate::sync::Call;
-
-/// The LL versions index 8-byte units with 32-bit arithmetic; above this they are never chosen.
-const LL_HARD_MAX_BYTES: usize = 1 << 31;
 
 /// Whether a gather/scatter over a buffer of `total` bytes (blocks of `n`) goes over LL packets.
 #[inline(always)]
 pub fn use_ll(c: &SymmContext, ctas: usize, total: usize, n: usize) -> bool {
-    total <= LL_HARD_MAX_BYTES
+    total <= ll_packet::LL_HARD_MAX_BYTES
         && total as u64 <= c.gather_ll_max_bytes
-        && div_ceil32(n.div_ceil(8), ctas) <= ll_packet::capacity(c, c.world_size as usize)
+        && ll_packet::fits(c, ctas, n.div_ceil(8), c.world_size as usize)
 }
 
 /// `out[p * n ..][.. n] = input@p` for every rank p (`n = input.bytes`); in place when `input`
@@ -29,11 +26,9 @@ pub fn use_ll(c: &SymmContext, ctas: usize, total: usize, n: usize) -> bool {
 pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
     let n = input.bytes;
     let units = n.div_ceil(8);
-    let (lo, hi) = split(units, call.ctas, call.cta);
-    if lo == hi {
+    let Some((lo, hi, mb)) = Mailboxes::open_share(call, units, call.world) else {
         return Ok(()); // Nothing to send or receive, on any rank.
-    }
-    let mb = Mailboxes::open(call, call.world);
+    };
     let (src, dst) = (input.at(call.c, call.rank), out.at(call.c, call.rank));
     let in_place = input.offset == out.offset + call.rank * n;
 
@@ -91,11 +86,9 @@ pub fn reduce_scatter(
 ) -> Result<(), i32> {
     let n = out.bytes;
     let units = n.div_ceil(8);
-    let (lo, hi) = split(units, call.ctas, call.cta);
-    if lo == hi {
+    let Some((lo, hi, mb)) = Mailboxes::open_share(call, units, call.world) else {
         return Ok(()); // Nothing to send or receive, on any rank.
-    }
-    let mb = Mailboxes::open(call, call.world);
+    };
     let (src, dst) = (input.at(call.c, call.rank), out.at(call.c, call.rank));
 
     // Block p of our input goes to rank p.

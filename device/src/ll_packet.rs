@@ -21,11 +21,14 @@
 use crate::abi::{SymmContext, MAX_CTAS, MAX_RANKS};
 use crate::elem::{Acc, Reduction};
 use crate::hw;
-use crate::mem::{div32, rotate};
+use crate::mem::{div32, div_ceil32, rotate, split};
 use crate::sync::{wait_until, Call, Deadline};
 
 /// Bytes per packet (8 of them data).
 pub const PACKET_BYTES: usize = 16;
+
+/// LL algorithms index 8-byte units with 32-bit arithmetic; above this size they are never chosen.
+pub const LL_HARD_MAX_BYTES: usize = 1 << 31;
 
 /// `boxes` mailboxes of `capacity` packets each, in this CTA's half of its scratch slice for
 /// this LL call. Box `b` of rank `dst` starts at `slot(dst, b, 0)`.
@@ -35,15 +38,22 @@ pub struct Mailboxes {
 }
 
 impl Mailboxes {
-    /// Makes this call an LL call of the CTA (every thread calls it; only CTAs that exchange
-    /// packets in this call may: the same CTAs on every rank).
+    /// This CTA's share `[lo, hi)` of `units` (split the same way on every rank) and its
+    /// mailboxes, making this call an LL call of the CTA; None when the share is empty (then the
+    /// CTA exchanges nothing on any rank, and the call is not an LL call for it). Every thread
+    /// calls it.
     #[inline(always)]
-    pub fn open(call: &Call, boxes: usize) -> Self {
+    pub fn open_share(call: &Call, units: usize, boxes: usize) -> Option<(usize, usize, Self)> {
+        let (lo, hi) = split(units, call.ctas, call.cta);
+        if lo == hi {
+            return None;
+        }
         call.flip_ll_half();
-        Mailboxes {
+        let mb = Mailboxes {
             offset: call.cta * slice_bytes(call.c) + call.ll_half * half_bytes(call.c),
             capacity: capacity(call.c, boxes),
-        }
+        };
+        Some((lo, hi, mb))
     }
 
     /// Address of packet `idx` of box `b` in rank `dst`'s scratch.
@@ -65,8 +75,15 @@ fn half_bytes(c: &SymmContext) -> usize {
 
 /// Packets per mailbox when a half holds `boxes` of them (the same on every rank).
 #[inline(always)]
-pub fn capacity(c: &SymmContext, boxes: usize) -> usize {
+fn capacity(c: &SymmContext, boxes: usize) -> usize {
     div32(half_bytes(c), boxes * PACKET_BYTES)
+}
+
+/// Whether a CTA's share of `units` packets, split over `ctas` CTAs, fits a mailbox when a half
+/// holds `boxes` of them (what `Mailboxes::open_share` callers must check first).
+#[inline(always)]
+pub fn fits(c: &SymmContext, ctas: usize, units: usize, boxes: usize) -> bool {
+    div_ceil32(units, ctas) <= capacity(c, boxes)
 }
 
 /// Sends 8 bytes as one packet tagged with `flag`.
