@@ -353,6 +353,21 @@ fn context_layout() -> Vec<(&'static str, usize, usize)> {
     encode_with_layout(&abi::SymmContext::new(0, 1)).1
 }
 
+/// A context with `world` ranks and `scratch_bytes` of scratch, for asking the device's own
+/// algorithm rules what a launch of `ctas` CTAs would do (nothing is mapped).
+fn choice_context(world: i32, scratch_bytes: u64, ctas: usize) -> PyResult<abi::SymmContext> {
+    crate::context::check_rank(0, world).py()?;
+    if ctas == 0 || ctas > abi::MAX_CTAS {
+        return Err(PyRuntimeError::new_err(format!(
+            "ctas {ctas} is outside 1..={}",
+            abi::MAX_CTAS
+        )));
+    }
+    let mut c = abi::SymmContext::new(0, world);
+    c.scratch_size = scratch_bytes;
+    Ok(c)
+}
+
 /// The all-reduce algorithm the device picks ("one_shot_ll", "two_shot_ll" or "two_shot") for a
 /// message of `nbytes` on `ctas` CTAs of `world` ranks, with the given scratch size and limits:
 /// the device's own `choose`, so the benchmark can label what it measured.
@@ -365,15 +380,7 @@ fn all_reduce_algorithm(
     ctas: usize,
     nbytes: usize,
 ) -> PyResult<&'static str> {
-    crate::context::check_rank(0, world).py()?;
-    if ctas == 0 || ctas > abi::MAX_CTAS {
-        return Err(PyRuntimeError::new_err(format!(
-            "ctas {ctas} is outside 1..={}",
-            abi::MAX_CTAS
-        )));
-    }
-    let mut c = abi::SymmContext::new(0, world);
-    c.scratch_size = scratch_bytes;
+    let mut c = choice_context(world, scratch_bytes, ctas)?;
     c.ar_one_shot_max_bytes = one_shot_max;
     c.ar_ll_max_bytes = ll_max;
     use ironlink_device::all_reduce::{choose, Algorithm};
@@ -396,15 +403,7 @@ fn gather_algorithm(
     total_bytes: usize,
     block_bytes: usize,
 ) -> PyResult<&'static str> {
-    crate::context::check_rank(0, world).py()?;
-    if ctas == 0 || ctas > abi::MAX_CTAS {
-        return Err(PyRuntimeError::new_err(format!(
-            "ctas {ctas} is outside 1..={}",
-            abi::MAX_CTAS
-        )));
-    }
-    let mut c = abi::SymmContext::new(0, world);
-    c.scratch_size = scratch_bytes;
+    let mut c = choice_context(world, scratch_bytes, ctas)?;
     c.gather_ll_max_bytes = gather_ll_max;
     let ll = ironlink_device::ll_gather::use_ll(&c, ctas, total_bytes, block_bytes);
     Ok(if ll { "ll" } else { "bulk" })
