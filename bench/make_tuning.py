@@ -67,38 +67,38 @@ def best_per_size(rows: list[dict[str, Any]], collective: str) -> dict[int, tupl
     return best
 
 
+def measured(best: dict[int, tuple[float, str, str]]) -> bool:
+    """Whether the rows say which algorithm won (older files do not)."""
+    return bool(best) and all(alg for _, _, alg in best.values())
+
+
+def winning_run(best: dict[int, tuple[float, str, str]], alg: str, start: int = 0) -> tuple[int, int]:
+    """From the `start`-th measured size on, the run of sizes at which `alg` won: its largest size
+    (0 if the run is empty) and the index just after it."""
+    sizes = sorted(best)
+    upto, i = 0, start
+    while i < len(sizes) and best[sizes[i]][2] == alg:
+        upto, i = sizes[i], i + 1
+    return upto, i
+
+
 def gather_ll_max(*bests: dict[int, tuple[float, str, str]]) -> int:
     """The largest measured size up to which LL won without interruption for every one of the
     given collectives (all_gather, reduce_scatter); 0 if the rows carry no algorithm."""
-    limit = None
-    for best in bests:
-        if not best or any(not alg for _, _, alg in best.values()):
-            return 0
-        upto = 0
-        for nbytes in sorted(best):
-            if best[nbytes][2] != "ll":
-                break
-            upto = nbytes
-        limit = upto if limit is None else min(limit, upto)
-    return limit or 0
+    if not all(measured(best) for best in bests):
+        return 0
+    return min(winning_run(best, "ll")[0] for best in bests)
 
 
 def algorithm_limits(best: dict[int, tuple[float, str, str]]) -> tuple[int, int] | None:
     """(one_shot_max, ll_max) for the heap's all-reduce limits: the largest measured sizes up to
     which one-shot LL, then LL of either kind, won without interruption. None if the rows carry
     no algorithm (older files)."""
-    if not best or any(not alg for _, _, alg in best.values()):
+    if not measured(best):
         return None
-    sizes = sorted(best)
-    one_shot_max = ll_max = 0
-    i = 0
-    while i < len(sizes) and best[sizes[i]][2] == "one_shot_ll":
-        one_shot_max = ll_max = sizes[i]
-        i += 1
-    while i < len(sizes) and best[sizes[i]][2] == "two_shot_ll":
-        ll_max = sizes[i]
-        i += 1
-    return one_shot_max, ll_max
+    one_shot_max, i = winning_run(best, "one_shot_ll")
+    two_shot_ll_max, _ = winning_run(best, "two_shot_ll", i)
+    return one_shot_max, two_shot_ll_max or one_shot_max
 
 
 def make_table(best: dict[int, tuple[float, str, str]]) -> Table:

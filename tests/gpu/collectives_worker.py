@@ -262,19 +262,9 @@ class Suite(Cases):
         for b in bufs:
             self.heap.free(b)
 
-    # Context limits (one_shot_max, ll_max, gather_ll_max) that make each algorithm the choice
-    # wherever its packets fit.
-    FORCE = {
-        "one_shot_ll": (1 << 62, 1 << 62, 0),
-        "two_shot_ll": (0, 1 << 62, 0),
-        "two_shot": (0, 0, 0),
-        "gather_ll": (0, 0, 1 << 62),
-        "gather_bulk": (0, 0, 0),
-    }
-
     def forced(self, alg: str, case: Callable[[], None]) -> None:
         """Runs `case` with the context's limits set so that `alg` is chosen where it fits."""
-        self.heap.set_algorithm_limits(*self.FORCE[alg])
+        self.heap.set_algorithm_limits(*ironlink.tuning.FORCED_LIMITS[alg])
         try:
             case()
         finally:

@@ -27,6 +27,7 @@ import triton.language as tl
 import ironlink
 import ironlink.language as il
 from ironlink import _abi, _native
+from ironlink.tuning import FORCED_LIMITS
 
 # Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
 def iters_reps(nbytes: int) -> tuple[int, int]:
@@ -37,17 +38,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30]
 # ironlink launch configurations tried at each size: (CTAs, num_warps).
 CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8), (132, 16)]
-# All-reduce algorithms, each forced through the context's size limits (one_shot_max, ll_max),
-# with the sizes at which it is worth measuring.
-FORCE = 1 << 62
-ALGORITHMS = {
-    "one_shot_ll": ((FORCE, FORCE), lambda n: n <= (1 << 20)),
-    "two_shot_ll": ((0, FORCE), lambda n: (16 << 10) <= n <= (16 << 20)),
-    "two_shot": ((0, 0), lambda n: n >= (64 << 10)),
+# The sizes at which each all-reduce algorithm is worth measuring (each is forced through the
+# context's limits, `tuning.FORCED_LIMITS`) ...
+ALGORITHMS: dict[str, Callable[[int], bool]] = {
+    "one_shot_ll": lambda n: n <= (1 << 20),
+    "two_shot_ll": lambda n: (16 << 10) <= n <= (16 << 20),
+    "two_shot": lambda n: n >= (64 << 10),
 }
-# all_gather / reduce_scatter: over LL packets or over the buffers, forced through
-# gather_ll_max_bytes, with the sizes (of the whole buffer) at which each is worth measuring.
-GATHER_ALGORITHMS = {"ll": (FORCE, lambda n: n <= (4 << 20)), "bulk": (0, lambda n: True)}
+# ... and all_gather / reduce_scatter over LL packets or over the buffers (size of the whole buffer).
+GATHER_ALGORITHMS: dict[str, Callable[[int], bool]] = {"ll": lambda n: n <= (4 << 20), "bulk": lambda n: True}
 
 
 @ironlink.jit
@@ -155,12 +154,13 @@ class Bench:
         buf = self.heap.empty((n,), dtype)
         buf.copy_(x)
         best: Optional[tuple[str, float, str]] = None
-        for alg, (limits, worth) in ALGORITHMS.items():
+        for alg, worth in ALGORITHMS.items():
             if not worth(nbytes):
                 continue
-            self.heap.set_algorithm_limits(*limits, 0)
+            limits = FORCED_LIMITS[alg]
+            self.heap.set_algorithm_limits(*limits)
             for ctas, warps in CONFIGS:
-                if self.algorithm(limits, ctas, nbytes) != alg:
+                if self.algorithm(limits[:2], ctas, nbytes) != alg:
                     continue  # its packets do not fit this grid's scratch
                 us = time_graph(lambda: _all_reduce[(ctas,)](self.heap.ctx, buf, n, code, self.status, num_warps=warps), nbytes)
                 self.check()
@@ -207,10 +207,12 @@ class Bench:
         small.copy_(part)
         best_ag: Optional[tuple[float, str, str]] = None
         best_rs: Optional[tuple[float, str, str]] = None
-        for alg, (gather_max, worth) in GATHER_ALGORITHMS.items():
+        for alg, worth in GATHER_ALGORITHMS.items():
             if not worth(nbytes):
                 continue
-            self.heap.set_algorithm_limits(0, 0, gather_max)
+            limits = FORCED_LIMITS["gather_" + alg]
+            gather_max = limits[2]
+            self.heap.set_algorithm_limits(*limits)
             for ctas, warps in CONFIGS:
                 got = _native.gather_algorithm(self.world, self.heap.scratch_bytes, gather_max, ctas, nbytes, n * esize)
                 if got != alg:

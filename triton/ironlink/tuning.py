@@ -30,6 +30,19 @@ def choose(collective: str, nbytes: int, world: int, tables: Tables = TABLES) ->
     return max(1, min(MAX_CTAS, ctas)), warps
 
 
+# Context limits (one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes) under which each
+# algorithm is the one chosen wherever its packets fit: how the benchmark and the GPU suite
+# measure and test every algorithm at every size.
+_ALWAYS = 1 << 62
+FORCED_LIMITS: dict[str, tuple[int, int, int]] = {
+    "one_shot_ll": (_ALWAYS, _ALWAYS, 0),
+    "two_shot_ll": (0, _ALWAYS, 0),
+    "two_shot": (0, 0, 0),
+    "gather_ll": (0, 0, _ALWAYS),
+    "gather_bulk": (0, 0, 0),
+}
+
+
 def algorithm_limits(
     world: int, limits: Mapping[int, tuple[int, int, int]] = ALGORITHM_LIMITS
 ) -> Optional[tuple[int, int, int]]:
@@ -42,4 +55,4 @@ def algorithm_limits(
     return limits[w]
 
 
-__all__ = ["ALGORITHM_LIMITS", "MAX_CTAS", "TABLES", "algorithm_limits", "choose"]
+__all__ = ["ALGORITHM_LIMITS", "FORCED_LIMITS", "MAX_CTAS", "TABLES", "algorithm_limits", "choose"]
