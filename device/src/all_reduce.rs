@@ -21,6 +21,11 @@ use crate::ll_packet::{self, Mailboxes};
 use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::region::Region;
 use crate::sync::Call;
+use crate::two_shot_push;
+
+/// EXPERIMENT: large two-shot through scratch by stores (`two_shot_push`) unless built with
+/// IRONLINK_AR_PULL set.
+const PUSH_ROUNDS: bool = option_env!("IRONLINK_AR_PULL").is_none();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {
@@ -177,6 +182,9 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
 }
 
 fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
+    if PUSH_ROUNDS && r.bytes >= SEPARATE_PHASES_MIN_BYTES && two_shot_push::usable(call.c, r) {
+        return two_shot_push::all_reduce(call, r, red);
+    }
     // Shards of `shard` units (the last one shorter); every CTA takes the same slice
     // `[slo, shi)` of every shard, so one split serves all ranks.
     let units = r.bytes.div_ceil(16);

@@ -20,10 +20,13 @@ pub mod ll_gather;
 pub mod ll_packet;
 pub mod mem;
 pub mod primitives;
+pub mod progress;
 pub mod region;
+pub mod scratch;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod sim;
 pub mod sync;
+pub mod two_shot_push;
 #[macro_use]
 mod export_macro;
 pub mod exports;

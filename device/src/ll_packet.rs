@@ -2,8 +2,8 @@
 //! written with one volatile vector store, so a reader that sees both flags equal to the epoch
 //! has the data too. No fence and no barrier: a packet is ready when its flags say so.
 //!
-//! Packets land in the receiver's scratch region, in the slice of the same-index CTA
-//! (`scratch_size / MAX_CTAS` bytes, so a slice never depends on the grid), in one half of it.
+//! Packets land in the receiver's scratch region, in the slice of the same-index CTA (see
+//! `scratch`; a slice never depends on the grid), in one half of it.
 //! The halves alternate over the calls in which the CTA exchanges packets at all ("LL calls":
 //! its share of the message is not empty, the same on every rank); the CTA's epoch word keeps
 //! which half is next. Same-index CTAs of two ranks are never more than one LL call apart: a CTA
@@ -18,10 +18,11 @@
 //! Every algorithm lays out its mailboxes inside the half, so algorithms can alternate from call
 //! to call.
 
-use crate::abi::{SymmContext, MAX_CTAS, MAX_RANKS};
+use crate::abi::{SymmContext, MAX_RANKS};
 use crate::elem::{Acc, Reduction};
 use crate::hw;
 use crate::mem::{div32, div_ceil32, rotate, split};
+use crate::scratch::slice_bytes;
 use crate::sync::{wait_until, Call, Deadline};
 
 /// Bytes per packet (8 of them data).
@@ -61,11 +62,6 @@ impl Mailboxes {
     pub fn slot(&self, call: &Call, dst: usize, b: usize, idx: usize) -> usize {
         call.c.scratch_base(dst) + self.offset + (b * self.capacity + idx) * PACKET_BYTES
     }
-}
-
-#[inline(always)]
-fn slice_bytes(c: &SymmContext) -> usize {
-    (c.scratch_size as usize / MAX_CTAS).min(u32::MAX as usize)
 }
 
 #[inline(always)]

@@ -1,8 +1,10 @@
 """Shared by the torchrun GPU workers: run named cases, count a case as passed only when it
-passed on every rank, and keep going after a failure so one run reports everything."""
+passed on every rank, and keep going after a failure so one run reports everything.
+$IRONLINK_GPU_ONLY (a substring of case names) runs only the matching cases."""
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import Callable
 
@@ -15,8 +17,11 @@ class Cases:
         self.rank = dist.get_rank()
         self.passed = 0
         self.failed: list[str] = []
+        self.only = os.environ.get("IRONLINK_GPU_ONLY", "")
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
+        if self.only not in name:
+            return
         try:
             fn()
             ok = torch.tensor([1], device="cuda")

@@ -1,0 +1,192 @@
+//! Two-shot all-reduce for large messages, moved by stores only, in rounds through scratch.
+//!
+//! Rank p owns shard p of the message. Per round, every rank pushes its part of each peer's
+//! shard into that peer's scratch ("scatter"), posts the round (see `progress`), and once every
+//! peer has posted it reduces its own shard from its input and the scratch (local loads) and
+//! stores the result into every rank's buffer ("reduce and broadcast"). Both halves cross
+//! NVLink as stores: on 4 H200s, SM stores to peers move 352 GB/s per GPU where loads from peers
+//! move 322 (`bench/nvlink_probe.py`), and the pull-based two-shot (`all_reduce::two_shot`)
+//! spends half its time in such loads.
+//!
+//! Each CTA works in its own slice of every rank's scratch (see `scratch`), cut into
+//! `BUFFERS` buffers that rounds use in turn; in buffer b of rank j, sender p has box
+//! `(p - j - 1) mod world` of `capacity` 16-byte units. A CTA pushes round r + 1 before it
+//! waits for round r, so the flags of round r have had a whole round to arrive. That needs
+//! four buffers: the push of round r + 1 reuses the buffer of round r - 3, which a receiver has
+//! finished reading once it posts round r - 1, and this CTA waited for round r - 1 before.
+//!
+//! Every result element is computed by one rank (its shard's owner), so results are bitwise
+//! equal on every rank.
+
+use crate::abi::{SymmContext, MAX_RANKS};
+use crate::elem::{Acc, Reduction};
+use crate::hw;
+use crate::mem::{div32, div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
+use crate::progress::Progress;
+use crate::region::Region;
+use crate::scratch::{slice_base, slice_bytes};
+use crate::sync::Call;
+
+/// Buffers per CTA slice (see the module docs for why four).
+const BUFFERS: usize = 4;
+
+/// Bytes in one buffer (a multiple of 16).
+#[inline(always)]
+fn buffer_bytes(c: &SymmContext) -> usize {
+    slice_bytes(c) / BUFFERS / 16 * 16
+}
+
+/// 16-byte units each sender has per receiver and round: 0 when the scratch is too small (or
+/// there are no peers), and then this algorithm is not used.
+#[inline(always)]
+pub fn capacity(c: &SymmContext, world: usize) -> usize {
+    if world < 2 {
+        return 0;
+    }
+    div32(buffer_bytes(c) / 16, world - 1)
+}
+
+/// Box of `sender`'s data in `receiver`'s buffers: `(sender - receiver - 1) mod world`.
+#[inline(always)]
+fn box_of(sender: usize, receiver: usize, world: usize) -> usize {
+    rotate(sender, world - 1 - receiver, world)
+}
+
+/// One call's geometry, the same on every rank.
+struct Plan<'a> {
+    call: &'a Call<'a>,
+    r: &'a Region,
+    /// 16-byte units in the message and in each shard (the last shard shorter or empty).
+    units: usize,
+    shard: usize,
+    /// This CTA's index range of every shard, and how much of it one round moves.
+    lo: usize,
+    hi: usize,
+    cap: usize,
+}
+
+impl Plan<'_> {
+    fn rounds(&self) -> usize {
+        div_ceil32(self.hi - self.lo, self.cap)
+    }
+
+    /// Shard indices of `round`.
+    fn window(&self, round: usize) -> (usize, usize) {
+        let lo = self.lo + round * self.cap;
+        (lo, (lo + self.cap).min(self.hi))
+    }
+
+    /// Address in `receiver`'s scratch of `sender`'s unit for shard index `i` of `round`.
+    fn scratch_unit(&self, receiver: usize, sender: usize, round: usize, i: usize) -> usize {
+        let c = self.call.c;
+        let buffer = slice_base(c, receiver, self.call.cta) + (round % BUFFERS) * buffer_bytes(c);
+        let start = self.window(round).0;
+        buffer + (box_of(sender, receiver, self.call.world) * self.cap + (i - start)) * 16
+    }
+
+    /// Pushes this rank's units of `round` of every peer's shard into that peer's scratch.
+    fn scatter(&self, round: usize) {
+        let call = self.call;
+        let own = self.r.at(call.c, call.rank);
+        let (lo, hi) = self.window(round);
+        let mut i = lo + call.tid;
+        while i < hi {
+            // One load and one store at a time: the loads are local, and enough threads are in
+            // flight to cover their latency (holding all peers' units at once costs registers
+            // that the reduce half needs).
+            for k in 1..call.world {
+                let p = rotate(call.rank, k, call.world);
+                let u = p * self.shard + i;
+                if u < self.units {
+                    // SAFETY: `valid` bytes of unit u lie inside the checked region.
+                    let v = unsafe { load_unit::<4>(own + 16 * u, unit_bytes(u, 16, self.r.bytes)) };
+                    let at = self.scratch_unit(p, call.rank, round, i);
+                    // SAFETY: a 16-byte unit inside box `box_of(rank, p)` of this CTA's buffer
+                    // in p's scratch (i - window start < cap); scratch is 16-byte aligned.
+                    unsafe { hw::store_v4(at as *mut [u32; 4], v) };
+                }
+            }
+            i += call.threads;
+        }
+    }
+
+    /// Reduces this rank's units of `round` of its own shard (input here, peers' parts in the
+    /// scratch) and stores the results into every rank's buffer. The order is rotated, starting
+    /// with this rank (the shard's owner, the only rank that computes these elements).
+    fn reduce_and_broadcast(&self, round: usize, red: &Reduction) {
+        let call = self.call;
+        let c = call.c;
+        let (lo, hi) = self.window(round);
+        // Peer rotate(rank, k)'s box is k - 1: its units are `stride` apart in our buffer.
+        let first_box = self.scratch_unit(call.rank, rotate(call.rank, 1, call.world), round, lo);
+        let stride = self.cap * 16;
+        let mut i = lo + call.tid;
+        while i < hi && call.rank * self.shard + i < self.units {
+            let u = call.rank * self.shard + i;
+            let valid = unit_bytes(u, 16, self.r.bytes);
+            let row = first_box + (i - lo) * 16;
+            let mut v = [[0u32; 4]; MAX_RANKS];
+            for_each_rank!(k => if k >= 1 && k < call.world {
+                // SAFETY: unit i - lo of box k - 1 of our own scratch, which peer
+                // rotate(rank, k) filled for this round.
+                v[k] = unsafe { hw::load_v4((row + (k - 1) * stride) as *const [u32; 4]) };
+            });
+            // SAFETY: `valid` bytes of unit u lie inside the checked region.
+            let mine = unsafe { load_unit::<4>(self.r.at(c, call.rank) + 16 * u, valid) };
+            let mut acc = Acc::<4>::first(red, mine);
+            for_each_rank!(k => if k >= 1 && k < call.world {
+                acc.add(red, v[k]);
+            });
+            let sum = acc.finish(red, call.world);
+            for k in 0..call.world {
+                let at = self.r.at(c, rotate(call.rank, k, call.world)) + 16 * u;
+                // SAFETY: the same `valid` bytes of the region on that rank (same offsets).
+                unsafe { store_unit::<4>(at, valid, sum) };
+            }
+            i += call.threads;
+        }
+    }
+}
+
+/// Whether this algorithm can run `r` here: 16-byte aligned (scratch boxes hold whole units)
+/// and a scratch slice with room for at least one unit per sender.
+#[inline(always)]
+pub fn usable(c: &SymmContext, r: &Region) -> bool {
+    r.offset.is_multiple_of(16) && capacity(c, c.world_size as usize) > 0
+}
+
+/// The all-reduce (callers check `usable` first).
+pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
+    let units = r.bytes.div_ceil(16);
+    let shard = div_ceil32(units, call.world);
+    let (lo, hi) = split(shard, call.ctas, call.cta);
+    let plan = Plan {
+        call,
+        r,
+        units,
+        shard,
+        lo,
+        hi,
+        cap: capacity(call.c, call.world),
+    };
+    let rounds = plan.rounds();
+    // Entry barrier: the same-index CTA of every peer has left its previous call, so nobody
+    // still reads the scratch slice this call writes (an LL call ends without a barrier).
+    call.barrier(0)?;
+    let progress = Progress::open(call);
+    if rounds > 0 {
+        plan.scatter(0);
+        progress.post(call, 0);
+    }
+    for round in 0..rounds {
+        if round + 1 < rounds {
+            plan.scatter(round + 1);
+            progress.post(call, round + 1);
+        }
+        progress.wait(call, round)?;
+        plan.reduce_and_broadcast(round, red);
+    }
+    progress.close(call, rounds);
+    // Every shard's result has arrived in every rank's buffer.
+    call.barrier(1)
+}
