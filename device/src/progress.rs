@@ -41,22 +41,29 @@ impl Progress {
         self.base.wrapping_add(round as u32 + 1)
     }
 
-    /// Tells every peer that this CTA's data for `round` is in its scratch. Every thread calls it,
-    /// after its last store of the round.
+    /// Tells every peer that this CTA's data for `round` is in its scratch. Every thread calls
+    /// it, right after a CTA barrier that follows every thread's last store of the round (`wait`
+    /// ends with one; `sync_and_post` places one). Only the posting threads wait for their
+    /// release to complete; the others go on.
     pub fn post(&self, call: &Call, round: usize) {
-        hw::sync_threads();
         let p = hw::thread_rank_fresh() as usize;
         if p < call.world && p != call.rank {
-            // The release store is cumulative over the CTA's stores that the CTA barrier above
-            // ordered before it (as in `Call::barrier`).
+            // The release store is cumulative over the CTA's stores that the CTA barrier before
+            // it ordered first (as in `Call::barrier`).
             // SAFETY: peer p's signal region is mapped; slot index < MAX_CTAS * MAX_RANKS.
             unsafe { hw::store_release_u32(slot(call.c.signal_base(p), call.cta, call.rank), self.value(round)) };
         }
     }
 
+    /// `post` after a CTA barrier of its own.
+    pub fn sync_and_post(&self, call: &Call, round: usize) {
+        hw::sync_threads();
+        self.post(call, round);
+    }
+
     /// Waits until every peer has posted `round` (or a later one); their data for it is then
-    /// visible to every thread of the CTA. Every thread calls it. Err(TIMEOUT) after the
-    /// context's timeout.
+    /// visible to every thread of the CTA. Every thread calls it; it ends with a CTA barrier.
+    /// Err(TIMEOUT) after the context's timeout.
     pub fn wait(&self, call: &Call, round: usize) -> Result<(), i32> {
         let want = self.value(round);
         let p = hw::thread_rank_fresh() as usize;

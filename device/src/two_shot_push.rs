@@ -10,10 +10,11 @@
 //!
 //! Each CTA works in its own slice of every rank's scratch (see `scratch`), cut into
 //! `BUFFERS` buffers that rounds use in turn; in buffer b of rank j, sender p has box
-//! `(p - j - 1) mod world` of `capacity` 16-byte units. A CTA pushes round r + 1 before it
-//! waits for round r, so the flags of round r have had a whole round to arrive. That needs
-//! four buffers: the push of round r + 1 reuses the buffer of round r - 3, which a receiver has
-//! finished reading once it posts round r - 1, and this CTA waited for round r - 1 before.
+//! `(p - j - 1) mod world` of `capacity` 16-byte units. A CTA pushes round r + 1, waits for
+//! round r, posts round r + 1 and then reduces round r, so the flags of round r have had a whole
+//! round to arrive. That needs four buffers: the push of round r + 1 reuses the buffer of round
+//! r - 3, which a receiver has finished reading once it posts round r - 1, and this CTA waited
+//! for round r - 1 before.
 //!
 //! Every result element is computed by one rank (its shard's owner), so results are bitwise
 //! equal on every rank.
@@ -176,14 +177,18 @@ pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     let progress = Progress::open(call);
     if rounds > 0 {
         plan.scatter(0);
-        progress.post(call, 0);
+        progress.sync_and_post(call, 0);
     }
     for round in 0..rounds {
         if round + 1 < rounds {
             plan.scatter(round + 1);
+        }
+        // One CTA barrier per round: the wait's, after which round + 1's stores are complete
+        // CTA-wide and can be posted; only the posting threads then wait for their release.
+        progress.wait(call, round)?;
+        if round + 1 < rounds {
             progress.post(call, round + 1);
         }
-        progress.wait(call, round)?;
         plan.reduce_and_broadcast(round, red);
     }
     progress.close(call, rounds);

@@ -408,7 +408,7 @@ def main() -> int:
         s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
     for dtype, n, op in [(torch.float16, (16 << 20) + 5, "MAX"), (torch.bfloat16, (24 << 20) + 3, "AVG")] if full else []:
         # Just past the large-message switch (32 MiB), with a partial last 16-byte unit.
-        s.run(f"all_reduce {dtype} {op} large n={n}", lambda: s.all_reduce(n, dtype, op))
+        s.run(f"all_reduce {dtype} {op} 32MiB+ n={n}", lambda: s.all_reduce(n, dtype, op))
     for dtype in dtypes:
         for n in (1, 5, 4097, 1 << 18):
             for op in ("SUM", "MAX", "AVG"):

@@ -27,6 +27,7 @@ import triton.language as tl
 import ironlink
 import ironlink.language as il
 from ironlink import _abi, _native
+from ironlink.heap import DEFAULT_SCRATCH_BYTES
 from ironlink.tuning import FORCED_LIMITS
 
 # Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
@@ -115,11 +116,11 @@ def git_rev() -> str:
 
 
 class Bench:
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, scratch_bytes: int) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.group_name = dist.group.WORLD.group_name
         self.max_bytes = max_bytes
-        self.heap = ironlink.SymmetricHeap(3 * max_bytes + (64 << 20))
+        self.heap = ironlink.SymmetricHeap(3 * max_bytes + (64 << 20), scratch_bytes=scratch_bytes)
         self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
         self.rows: list[dict[str, Any]] = []
 
@@ -241,10 +242,11 @@ def main() -> None:
     ap.add_argument("--min-bytes", type=int, default=0)
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--skip-gather-scatter", action="store_true")
+    ap.add_argument("--scratch-mib", type=int, default=DEFAULT_SCRATCH_BYTES >> 20, help="scratch region per rank")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
-    b = Bench(args.max_bytes)
+    b = Bench(args.max_bytes, args.scratch_mib << 20)
     sizes = [s for s in SIZES if args.min_bytes <= s <= args.max_bytes]
     for dt in args.dtypes.split(","):
         for nbytes in sizes:
@@ -267,6 +269,7 @@ def main() -> None:
             "nccl": ".".join(map(str, torch.cuda.nccl.version())),
             "method": "CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, median per call, max over ranks",
             "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+            "scratch_bytes": b.heap.scratch_bytes,
             "results": b.rows,
         }
         if args.out:
