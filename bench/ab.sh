@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B of device builds in one GPU session: the benchmark once per bitcode directory, same GPUs,
 # NCCL measured again in each run. JSON per directory under $OUT (default build/ab).
-#   bench/ab.sh build build/pull -- --min-bytes 16777216 --dtypes bf16 --skip-gather-scatter
-# (build a variant with e.g. `IRONLINK_AR_PULL=1` into its own directory first.)
+#   IRONLINK_GIT_REV=$(git rev-parse --short HEAD) bench/ab.sh build build/pull -- --min-bytes 16777216 --dtypes bf16 --skip-gather-scatter
+# (build the variant into its own directory first, e.g. from another checkout; $AB_TAG suffixes
+# the JSON names; pass IRONLINK_GIT_REV: the device copy of the tree may not know its revision.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tests/gpu/setup_native.sh || exit 1

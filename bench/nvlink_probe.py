@@ -17,6 +17,7 @@ the minimum over ranks. Peer addresses come from torch symmetric memory (multica
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -115,7 +116,10 @@ def main() -> None:
         print("best:", json.dumps(best, indent=1))
         if args.out:
             with open(args.out, "w") as f:
-                json.dump({"gpu": torch.cuda.get_device_name(), "world_size": world, "rows": rows, "best": best}, f, indent=1)
+                doc = {"date": datetime.date.today().isoformat(), "git_rev": os.environ.get("IRONLINK_GIT_REV", "unknown"),
+                       "gpu": torch.cuda.get_device_name(), "world_size": world, "egress_bytes_per_rank": args.egress,
+                       "best": best, "rows": rows}
+                json.dump(doc, f, indent=1)
     dist.barrier()
     dist.destroy_process_group()
 

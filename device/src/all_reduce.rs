@@ -9,8 +9,9 @@
 //!   packets. Two hops, no barrier; 2 x (world - 1) / world of the message crosses the links.
 //! - two-shot (large messages): rank p reduces shard p by loading it from every peer's buffer
 //!   with 16-byte vectors, then stores the result into every rank's buffer. Barriers among
-//!   same-index CTAs before (the inputs are ready) and after (every shard has arrived); from
-//!   `SEPARATE_PHASES_MIN_BYTES` on, also one between the loads and the stores.
+//!   same-index CTAs before (the inputs are ready) and after (every shard has arrived). From
+//!   `SEPARATE_PHASES_MIN_BYTES` on, by stores only through the scratch (`two_shot_push`), or,
+//!   where that cannot run, with a barrier between the loads and the stores.
 //!
 //! Every rank computes each result element once, in rank order, so results are bitwise equal.
 
@@ -22,10 +23,6 @@ use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::region::Region;
 use crate::sync::Call;
 use crate::two_shot_push;
-
-/// EXPERIMENT: large two-shot through scratch by stores (`two_shot_push`) unless built with
-/// IRONLINK_AR_PULL set.
-const PUSH_ROUNDS: bool = option_env!("IRONLINK_AR_PULL").is_none();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {
@@ -181,8 +178,32 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     ll_packet::finish(call, late)
 }
 
+/// How the two-shot algorithm runs a message (the same on every rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TwoShot {
+    /// Each thread loads a unit from every rank, reduces it and stores the result to every rank.
+    Fused,
+    /// All loads, a barrier, then all stores (large messages whose region is not 16-byte
+    /// aligned, or when the scratch is too small for `Push`).
+    Separate,
+    /// Stores only, in rounds through the scratch (`two_shot_push`): large messages.
+    Push,
+}
+
+#[inline(always)]
+pub fn two_shot_variant(c: &SymmContext, r: &Region) -> TwoShot {
+    if r.bytes < SEPARATE_PHASES_MIN_BYTES {
+        TwoShot::Fused
+    } else if two_shot_push::usable(c, r) {
+        TwoShot::Push
+    } else {
+        TwoShot::Separate
+    }
+}
+
 fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
-    if PUSH_ROUNDS && r.bytes >= SEPARATE_PHASES_MIN_BYTES && two_shot_push::usable(call.c, r) {
+    let variant = two_shot_variant(call.c, r);
+    if variant == TwoShot::Push {
         return two_shot_push::all_reduce(call, r, red);
     }
     // Shards of `shard` units (the last one shorter); every CTA takes the same slice
@@ -193,21 +214,23 @@ fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     let lo = (call.rank * shard + slo).min(units);
     let hi = (call.rank * shard + shi).min(units);
     call.barrier(0)?;
-    if r.bytes < SEPARATE_PHASES_MIN_BYTES {
+    if variant == TwoShot::Fused {
         // Only this CTA of this rank reads units [lo, hi) of any rank's buffer, so it may
         // overwrite them on every rank as soon as it has read them: no barrier in between.
         reduce_units(call, r, r, lo, hi, red, Deliver::ToAll);
         return call.barrier(1);
     }
-    // Large messages: all loads first, then all stores (a barrier between), rather than each
-    // thread alternating between loading from and storing to the peers.
+    // All loads first, then all stores (a barrier between), rather than each thread
+    // alternating between loading from and storing to the peers.
     reduce_units(call, r, r, lo, hi, red, Deliver::Local);
     call.barrier(1)?;
     push_to_all(call, r.offset, r.offset, r.bytes, lo, hi, false);
     call.barrier(2)
 }
 
-/// From this size on, two-shot runs its two halves one after the other. Measured on 4 H200s
-/// (bf16, same session, fused vs separate): 16 MiB 88.0 vs 89.4 us, 64 MiB 331 vs 320 us,
-/// 256 MiB 1285 vs 1259 us, 1 GiB 5070 vs 4887 us.
+/// From this size on, two-shot runs its two halves one after the other (`Push`, or `Separate`
+/// where push cannot run). Measured on 4 H200s (bf16, same session), fused vs separate:
+/// 16 MiB 88.0 vs 89.4 us, 64 MiB 331 vs 320 us, 256 MiB 1285 vs 1259 us, 1 GiB 5070 vs 4887 us;
+/// separate vs push (one run each): 64 MiB 317.5 vs 312.1 us, 256 MiB 1247 vs 1219 us,
+/// 1 GiB 4871 vs 4823 us.
 pub const SEPARATE_PHASES_MIN_BYTES: usize = 32 << 20;

@@ -51,7 +51,12 @@ impl Progress {
             // The release store is cumulative over the CTA's stores that the CTA barrier before
             // it ordered first (as in `Call::barrier`).
             // SAFETY: peer p's signal region is mapped; slot index < MAX_CTAS * MAX_RANKS.
-            unsafe { hw::store_release_u32(slot(call.c.signal_base(p), call.cta, call.rank), self.value(round)) };
+            unsafe {
+                hw::store_release_u32(
+                    slot(call.c.signal_base(p), call.cta, call.rank),
+                    self.value(round),
+                )
+            };
         }
     }
 

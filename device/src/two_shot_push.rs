@@ -29,7 +29,7 @@ use crate::scratch::{slice_base, slice_bytes};
 use crate::sync::Call;
 
 /// Buffers per CTA slice (see the module docs for why four).
-const BUFFERS: usize = 4;
+pub const BUFFERS: usize = 4;
 
 /// Bytes in one buffer (a multiple of 16).
 #[inline(always)]
@@ -100,7 +100,8 @@ impl Plan<'_> {
                 let u = p * self.shard + i;
                 if u < self.units {
                     // SAFETY: `valid` bytes of unit u lie inside the checked region.
-                    let v = unsafe { load_unit::<4>(own + 16 * u, unit_bytes(u, 16, self.r.bytes)) };
+                    let v =
+                        unsafe { load_unit::<4>(own + 16 * u, unit_bytes(u, 16, self.r.bytes)) };
                     let at = self.scratch_unit(p, call.rank, round, i);
                     // SAFETY: a 16-byte unit inside box `box_of(rank, p)` of this CTA's buffer
                     // in p's scratch (i - window start < cap); scratch is 16-byte aligned.

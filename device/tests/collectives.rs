@@ -193,13 +193,13 @@ fn all_reduce_two_shot_only() {
 }
 
 /// Two-shot with its halves separated by a barrier (messages of `SEPARATE_PHASES_MIN_BYTES` and
-/// more), with an odd tail that takes the narrow path.
+/// more that are not 16-byte aligned), with an odd tail.
 #[test]
 fn all_reduce_two_shot_separate_phases() {
     let world = 3;
     let dt = Dt::F32;
     let n = SEPARATE_PHASES_MIN_BYTES / dt.size() + 5;
-    let offset = 256;
+    let offset = 256 + 4; // off the 16-byte grid: not `Push`
     let mut node = Node::new(world, offset + n * dt.size() + 256, 1 << 20);
     let mut rng = Rng::new(4242);
     let inputs: Vec<Vec<f64>> = (0..world)
@@ -217,6 +217,19 @@ fn all_reduce_two_shot_separate_phases() {
         choose(node.context(0), 2, n * dt.size()),
         Algorithm::TwoShot
     );
+    let region = Region {
+        offset,
+        bytes: n * dt.size(),
+    };
+    assert_eq!(
+        two_shot_variant(node.context(0), &region),
+        TwoShot::Separate
+    );
+    let aligned = Region {
+        offset: 256,
+        ..region
+    };
+    assert_eq!(two_shot_variant(node.context(0), &aligned), TwoShot::Push);
     let status = node.run("all_reduce 32 MiB", 2, 64, |rank, ctx| {
         exports::symm_all_reduce(
             ctx,
@@ -568,4 +581,100 @@ fn back_to_back_calls_across_epoch_wrap() {
             );
         }
     }
+}
+
+/// `two_shot_push` on its own (the dispatcher uses it from `SEPARATE_PHASES_MIN_BYTES` on, too
+/// large to simulate often): scratch slices of a few units per sender, so calls take many rounds
+/// and every buffer is reused; one launch runs every case back to back, each followed by a
+/// one-shot LL all-reduce that writes the same scratch slices (the entry barrier must order the
+/// two).
+fn two_shot_push_matrix(world: usize, ctas: u32, threads: u32, units_per_box: usize) {
+    use ironlink_device::elem::Reduction;
+    use ironlink_device::sync::Call;
+    use ironlink_device::{ctx, two_shot_push};
+    // `BUFFERS` buffers per slice, `world - 1` boxes per buffer.
+    let scratch =
+        ironlink_device::abi::MAX_CTAS * two_shot_push::BUFFERS * 16 * (world - 1) * units_per_box;
+    let mut node = Node::new(world, 2 << 20, scratch);
+    assert_eq!(
+        two_shot_push::capacity(node.context(0), world),
+        units_per_box
+    );
+    let mut layout = Layout::new();
+    let ll = 64; // a small all-reduce after each case: one-shot LL
+    let ll_offset = layout.take(4 * ll as usize, 0);
+    let mut rng = Rng::new(world as u64 * 77 + ctas as u64);
+    let mut cases = Vec::new();
+    for dt in Dt::ALL {
+        for op in OPS {
+            for n in [1usize, 9, 100, 1001, 4099] {
+                let offset = layout.take(n * dt.size(), 0);
+                let inputs: Vec<Vec<f64>> = (0..world)
+                    .map(|r| fill(&mut node, r, offset, dt, &random_inputs(&mut rng, op, n)))
+                    .collect();
+                cases.push(ArCase {
+                    dt,
+                    op,
+                    n,
+                    offset,
+                    want: reference(op, &inputs),
+                });
+            }
+        }
+    }
+    assert!(two_shot_push::usable(
+        node.context(0),
+        &Region {
+            offset: cases[0].offset,
+            bytes: 16
+        }
+    ));
+    let label =
+        format!("two_shot_push world={world} ctas={ctas} threads={threads} box={units_per_box}");
+    let status = node.run(&label, ctas, threads, |rank, handle| {
+        for c in &cases {
+            let s = ctx::context(handle).and_then(|cx| {
+                let r = Region::new(
+                    cx,
+                    node.addr(rank, 0),
+                    c.offset as i64,
+                    c.n as i64,
+                    c.dt.size(),
+                )?;
+                let call = Call::begin(cx, 0)?;
+                two_shot_push::all_reduce(
+                    &call,
+                    &r,
+                    &Reduction {
+                        op: c.op,
+                        dtype: c.dt.code(),
+                    },
+                )
+            });
+            if s != Ok(()) {
+                return s.err().unwrap_or(status::OK);
+            }
+            let at = node.addr(rank, ll_offset);
+            let s = exports::symm_all_reduce(handle, at, 0, ll, reduce_op::SUM, dtype::FLOAT32);
+            if s != status::OK {
+                return s;
+            }
+        }
+        status::OK
+    });
+    assert_eq!(status, vec![status::OK; world], "{label}");
+    for c in &cases {
+        let what = format!("{label} {:?} op={} n={}", c.dt, c.op, c.n);
+        assert_same_bytes(&node, &what, c.offset, c.n * c.dt.size());
+        assert_close(&what, c.dt, &read(&node, 0, c.offset, c.dt, c.n), &c.want);
+    }
+    layout.check_guards(&node, &label);
+}
+
+#[test]
+fn two_shot_push_rounds() {
+    two_shot_push_matrix(2, 1, 32, 8);
+    two_shot_push_matrix(3, 2, 32, 5);
+    two_shot_push_matrix(4, 3, 64, 16);
+    two_shot_push_matrix(8, 2, 32, 3);
 }

@@ -48,7 +48,27 @@ fn collectives_under_random_yields() {
     let rs_inputs: Vec<Vec<f64>> = (0..world)
         .map(|r| fill(&mut node, r, rs_in, Dt::Bf16, &values(world * n)))
         .collect();
+    // Two-shot by stores in rounds (`two_shot_push`, called directly: the dispatcher takes it only
+    // from 32 MiB): 4000 bf16 at 53248 take 6 rounds of 16 units per box here, reusing buffers.
+    let (push_n, push_at) = (4000usize, 53248usize);
+    let push_inputs: Vec<Vec<f64>> = (0..world)
+        .map(|r| fill(&mut node, r, push_at, Dt::Bf16, &values(push_n)))
+        .collect();
+    let push_want = reference(reduce_op::SUM, &push_inputs);
     let st = node.run("random yields", ctas as u32, 16, |rank, ctx| {
+        use ironlink_device::{ctx::context, elem::Reduction, sync::Call, two_shot_push};
+        let push = context(ctx).and_then(|c| {
+            let r = Region::new(c, node.addr(rank, push_at), 0, push_n as i64, 2)?;
+            let call = Call::begin(c, 0)?;
+            let red = Reduction {
+                op: reduce_op::SUM,
+                dtype: dtype::BFLOAT16,
+            };
+            two_shot_push::all_reduce(&call, &r, &red)
+        });
+        if let Err(s) = push {
+            return s;
+        }
         for (n, offset, _) in ar {
             let at = node.addr(rank, offset);
             let s = exports::symm_all_reduce(ctx, at, 0, n as i64, reduce_op::SUM, dtype::BFLOAT16);
@@ -75,6 +95,15 @@ fn collectives_under_random_yields() {
                 want,
             );
         }
+    }
+    for r in 0..world {
+        let got = read(&node, r, push_at, Dt::Bf16, push_n);
+        assert_close(
+            &format!("two_shot_push rank {r}"),
+            Dt::Bf16,
+            &got,
+            &push_want,
+        );
     }
     let gathered: Vec<f64> = ag_inputs.concat();
     for r in 0..world {

@@ -7,10 +7,14 @@ use ironlink_device::hw::host::{f16_to_f32, f32_to_bf16, f32_to_f16};
 
 pub use ironlink_device::abi::{dtype, reduce_op, status};
 #[allow(unused_imports)] // Not every test binary uses them.
-pub use ironlink_device::all_reduce::{choose, Algorithm, SEPARATE_PHASES_MIN_BYTES};
+pub use ironlink_device::all_reduce::{
+    choose, two_shot_variant, Algorithm, TwoShot, SEPARATE_PHASES_MIN_BYTES,
+};
 pub use ironlink_device::exports;
 #[allow(unused_imports)] // Not every test binary uses it.
 pub use ironlink_device::ll_gather::use_ll;
+#[allow(unused_imports)]
+pub use ironlink_device::region::Region;
 
 pub use ironlink_device::sim::{Node, GUARD};
 
