@@ -3,12 +3,15 @@
     torchrun --standalone --nproc_per_node=4 bench/nvlink_probe.py --out probe.json
 
 A measurement tool for the large-message all-reduce work, not part of the library: plain Triton
-kernels (no ironlink code) copy `--egress` bytes per rank, all ranks at once, in four patterns:
+kernels (no ironlink code) move `--egress` bytes per rank, all ranks at once, in these patterns:
 
 - push_all: load here, store to every peer (what ironlink's all_gather / two-shot second half does)
 - push_one: load here, store to the next rank only (a ring's traffic pattern)
 - pull_all: load from every peer, store here (ironlink's reduce_scatter / two-shot first half)
 - pull_one: load from the next rank only
+- push_split: push_all's traffic, but each CTA stores to one peer only
+- reduce_push(_self): two-shot's second half: sum world local blocks (bf16 in fp32), store the
+  result to every peer (and locally)
 
 over grids and warps, and reports per-rank GB/s (bytes moved over NVLink by one rank / time),
 the minimum over ranks. Peer addresses come from torch symmetric memory (multicast off).
@@ -21,6 +24,7 @@ import datetime
 import json
 import os
 import statistics
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -56,9 +60,71 @@ def _probe(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.conste
                     tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
 
 
+@triton.jit
+def _split(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexpr, BLOCK: tl.constexpr):
+    # Like push_all, but each CTA stores to one peer only: CTA c serves peer rank + 1 + c % NPEERS.
+    pid = tl.program_id(0)
+    k = pid % NPEERS + 1
+    idx = pid // NPEERS
+    groups = tl.num_programs(0) // NPEERS
+    offs = tl.arange(0, BLOCK)
+    p = (rank + k) % world
+    dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+    for b in range(idx, n_per_peer // BLOCK, groups):
+        base = b * BLOCK + offs
+        v = tl.load(local + (k - 1) * n_per_peer + base)
+        tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+
+
+@triton.jit
+def _reduce_push(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexpr, BLOCK: tl.constexpr,
+                 SELF: tl.constexpr):
+    # The second half of a two-shot all-reduce: sum NPEERS + 1 local blocks (bf16 in fp32), store
+    # the result to every peer (and here when SELF).
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK)
+    for b in range(pid, n_per_peer // BLOCK, grid):
+        base = b * BLOCK + offs
+        acc = tl.load(local + base).to(tl.float32)
+        for k in tl.static_range(1, NPEERS + 1):
+            acc += tl.load(local + k * n_per_peer + base).to(tl.float32)
+        v = acc.to(tl.bfloat16)
+        for k in tl.static_range(1, NPEERS + 1):
+            p = (rank + k) % world
+            dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+            tl.store(dst + rank * slot + base, v)
+        if SELF:
+            tl.store(local + (NPEERS + 1) * n_per_peer + base, v)
+
+
+def measure(launch: Callable[[], None]) -> float:
+    """Median microseconds per launch, all ranks starting together, max over ranks."""
+    launch()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(7):
+        dist.barrier()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        launch()
+        launch()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / 2)
+    us = torch.tensor([statistics.median(times)], device="cuda")
+    dist.all_reduce(us, op=dist.ReduceOp.MAX)
+    return us.item()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--egress", type=int, default=192 << 20, help="bytes each rank moves per launch")
+    ap.add_argument("--patterns", default="push_all,push_one,pull_all,pull_one",
+                    help="also: push_split, reduce_push, reduce_push_self")
+    ap.add_argument("--grids", default="16,32,64,132,264")
+    ap.add_argument("--warps", default="4,8,16")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dist.init_process_group("nccl")
@@ -73,38 +139,36 @@ def main() -> None:
     # Peer buffers as element offsets from this rank's: pointer arithmetic on a 16-byte aligned
     # base keeps Triton's 16-byte vector accesses (an integer cast to a pointer loses them).
     deltas = torch.tensor([(p - buf.data_ptr()) // 2 for p in hdl.buffer_ptrs], dtype=torch.int64, device="cuda")
-    local = torch.ones(elems, dtype=torch.bfloat16, device="cuda")
+    # Local source data; reduce_push reads world blocks of it and writes one more.
+    local = torch.ones(elems + 2 * (elems // (world - 1)), dtype=torch.bfloat16, device="cuda")
     rows = []
-    patterns = {"push_all": (world - 1, False), "push_one": (1, False), "pull_all": (world - 1, True), "pull_one": (1, True)}
-    for name, (npeers, pull) in patterns.items():
+    npeers_of = {"push_one": 1, "pull_one": 1}
+    for name in args.patterns.split(","):
+        npeers = npeers_of.get(name, world - 1)
         n_per_peer = elems // npeers
-        for warps in (4, 8, 16):
-            for unroll in (1, 4):
+        for warps in map(int, args.warps.split(",")):
+            for unroll in ((1, 4) if name in ("push_all", "push_one", "pull_all", "pull_one") else (1,)):
                 block = warps * 32 * 8 * unroll
-                n_per_peer_b = n_per_peer // block * block
+                n = n_per_peer // block * block
                 for cs in ((False, True) if name == "push_all" and unroll == 1 else (False,)):
-                    for ctas in (16, 32, 64, 132, 264):
-                        def launch() -> None:
-                            _probe[(ctas,)](local, buf, deltas, elems, rank, world, n_per_peer_b, NPEERS=npeers, PULL=pull,
-                                            BLOCK=block, CS=cs, num_warps=warps)
-                        launch()
-                        torch.cuda.synchronize()
-                        times = []
-                        for _ in range(7):
-                            dist.barrier()
-                            torch.cuda.synchronize()
-                            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                            a.record()
-                            launch()
-                            launch()
-                            b.record()
-                            b.synchronize()
-                            times.append(a.elapsed_time(b) * 1000 / 2)
-                        us = torch.tensor([statistics.median(times)], device="cuda")
-                        dist.all_reduce(us, op=dist.ReduceOp.MAX)
-                        moved = npeers * n_per_peer_b * 2
+                    for ctas in map(int, args.grids.split(",")):
+                        if name == "push_split":
+                            ctas = ctas // npeers * npeers
+                            def launch() -> None:
+                                _split[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers, BLOCK=block,
+                                                num_warps=warps)
+                        elif name.startswith("reduce_push"):
+                            def launch() -> None:
+                                _reduce_push[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers,
+                                                      BLOCK=block, SELF=name.endswith("_self"), num_warps=warps)
+                        else:
+                            def launch() -> None:
+                                _probe[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers,
+                                                PULL=name.startswith("pull"), BLOCK=block, CS=cs, num_warps=warps)
+                        us = measure(launch)
+                        moved = npeers * n * 2
                         row = {"pattern": name, "ctas": ctas, "warps": warps, "unroll": unroll, "cs": cs,
-                               "us": round(us.item(), 1), "GBs": round(moved / us.item() / 1e3, 1)}
+                               "us": round(us, 1), "GBs": round(moved / us / 1e3, 1)}
                         rows.append(row)
                         if rank == 0:
                             print(json.dumps(row), flush=True)
