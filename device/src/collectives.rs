@@ -1,5 +1,6 @@
 //! The bandwidth collectives over the symmetric buffers, with 16-byte vectors: reductions pull
-//! (each rank loads what it reduces from every peer); pure data movement pushes where every rank
+//! (each rank loads what it reduces from every peer; large reduce-scatters push through the
+//! scratch instead, see `two_shot_push`); pure data movement pushes where every rank
 //! sends (all_gather, all_to_all: stores are posted, loads wait a round trip). A barrier among
 //! same-index CTAs before the transfers makes the peers' inputs visible and their outputs free;
 //! one after makes the results complete and keeps a rank from overwriting an input a peer still
@@ -11,6 +12,11 @@ use crate::ll_gather;
 use crate::mem::split;
 use crate::region::Region;
 use crate::sync::Call;
+use crate::two_shot_push;
+
+/// From this input size on, reduce_scatter moves its data by stores through the scratch
+/// (`two_shot_push`) where the blocks are whole 16-byte units.
+pub const PUSH_REDUCE_SCATTER_MIN_BYTES: usize = 32 << 20;
 
 /// CTA `call.cta`'s share of a region of `bytes` bytes, in 16-byte units.
 #[inline(always)]
@@ -27,6 +33,11 @@ pub fn reduce_scatter(
 ) -> Result<(), i32> {
     if ll_gather::use_ll(call.c, call.ctas, input.bytes, out.bytes) {
         return ll_gather::reduce_scatter(call, input, out, red);
+    }
+    if input.bytes >= PUSH_REDUCE_SCATTER_MIN_BYTES
+        && two_shot_push::usable_for_reduce_scatter(call.c, input, out)
+    {
+        return two_shot_push::reduce_scatter(call, input, out, red);
     }
     call.barrier(0)?;
     let block = input.sub(call.rank * out.bytes, out.bytes);

@@ -1,9 +1,11 @@
-//! Two-shot all-reduce for large messages, moved by stores only, in rounds through scratch.
+//! Two-shot all-reduce and reduce-scatter for large messages, moved by stores only, in rounds
+//! through scratch.
 //!
 //! Rank p owns shard p of the message. Per round, every rank pushes its part of each peer's
 //! shard into that peer's scratch ("scatter"), posts the round (see `progress`), and once every
 //! peer has posted it reduces its own shard from its input and the scratch (local loads) and
-//! stores the result into every rank's buffer ("reduce and broadcast"). Both halves cross
+//! stores the result into every rank's buffer ("reduce and broadcast"; the reduce-scatter stores
+//! it into its output only). Both halves cross
 //! NVLink as stores: on 4 H200s, SM stores to peers move 352 GB/s per GPU where loads from peers
 //! move 322 (`bench/nvlink_probe.py`), and the pull-based two-shot (`all_reduce::two_shot`)
 //! spends half its time in such loads.
@@ -53,10 +55,21 @@ fn box_of(sender: usize, receiver: usize, world: usize) -> usize {
     rotate(sender, world - 1 - receiver, world)
 }
 
+/// Where the reduced shard goes.
+#[derive(Clone, Copy)]
+enum Dest {
+    /// Into the message itself on every rank (all-reduce, in place).
+    Everyone,
+    /// Into this rank's region at this heap offset (reduce-scatter; may be its own shard).
+    Local(usize),
+}
+
 /// One call's geometry, the same on every rank.
 struct Plan<'a> {
     call: &'a Call<'a>,
+    /// The message: `world` shards (this rank's input).
     r: &'a Region,
+    dest: Dest,
     /// 16-byte units in the message and in each shard (the last shard shorter or empty).
     units: usize,
     shard: usize,
@@ -113,9 +126,9 @@ impl Plan<'_> {
     }
 
     /// Reduces this rank's units of `round` of its own shard (input here, peers' parts in the
-    /// scratch) and stores the results into every rank's buffer. The order is rotated, starting
+    /// scratch) and stores the results where `dest` says. The order is rotated, starting
     /// with this rank (the shard's owner, the only rank that computes these elements).
-    fn reduce_and_broadcast(&self, round: usize, red: &Reduction) {
+    fn reduce_and_deliver(&self, round: usize, red: &Reduction) {
         let call = self.call;
         let c = call.c;
         let (lo, hi) = self.window(round);
@@ -140,32 +153,69 @@ impl Plan<'_> {
                 acc.add(red, v[k]);
             });
             let sum = acc.finish(red, call.world);
-            for k in 0..call.world {
-                let at = self.r.at(c, rotate(call.rank, k, call.world)) + 16 * u;
-                // SAFETY: the same `valid` bytes of the region on that rank (same offsets).
-                unsafe { store_unit::<4>(at, valid, sum) };
+            match self.dest {
+                Dest::Everyone => {
+                    for k in 0..call.world {
+                        let at = self.r.at(c, rotate(call.rank, k, call.world)) + 16 * u;
+                        // SAFETY: the same `valid` bytes of the region on that rank (same offsets).
+                        unsafe { store_unit::<4>(at, valid, sum) };
+                    }
+                }
+                Dest::Local(out) => {
+                    let at = c.heap_base(call.rank) + out + 16 * i;
+                    // SAFETY: unit i of the output region (shard-sized, checked by the caller;
+                    // `valid` is 16: `usable_for_reduce_scatter` asks for whole units).
+                    unsafe { store_unit::<4>(at, valid, sum) };
+                }
             }
             i += call.threads;
         }
     }
 }
 
-/// Whether this algorithm can run `r` here: 16-byte aligned (scratch boxes hold whole units)
+/// Whether the all-reduce can run on `r` here: 16-byte aligned (scratch boxes hold whole units)
 /// and a scratch slice with room for at least one unit per sender.
 #[inline(always)]
 pub fn usable(c: &SymmContext, r: &Region) -> bool {
     r.offset.is_multiple_of(16) && capacity(c, c.world_size as usize) > 0
 }
 
-/// The all-reduce (callers check `usable` first).
+/// Whether the reduce-scatter can run: as `usable`, with blocks of whole units and an aligned
+/// output.
+#[inline(always)]
+pub fn usable_for_reduce_scatter(c: &SymmContext, input: &Region, out: &Region) -> bool {
+    usable(c, input) && (out.offset | out.bytes).is_multiple_of(16)
+}
+
+/// The all-reduce of `r`, in place (callers check `usable` first).
 pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     let units = r.bytes.div_ceil(16);
-    let shard = div_ceil32(units, call.world);
+    run(call, r, div_ceil32(units, call.world), Dest::Everyone, red)?;
+    // Every shard's result has arrived in every rank's buffer.
+    call.barrier(1)
+}
+
+/// `out` = the reduction over ranks of block `rank` of `input` (`world` blocks of `out.bytes`;
+/// `out` may be that block). Callers check `usable_for_reduce_scatter` first.
+pub fn reduce_scatter(
+    call: &Call,
+    input: &Region,
+    out: &Region,
+    red: &Reduction,
+) -> Result<(), i32> {
+    run(call, input, out.bytes / 16, Dest::Local(out.offset), red)?;
+    // Every peer has read its scratch: a next call without an entry barrier (LL) may write it.
+    call.barrier(1)
+}
+
+/// Scatter by stores and reduce, round by round, of `r` cut into shards of `shard` units.
+fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -> Result<(), i32> {
     let (lo, hi) = split(shard, call.ctas, call.cta);
     let plan = Plan {
         call,
         r,
-        units,
+        dest,
+        units: r.bytes.div_ceil(16),
         shard,
         lo,
         hi,
@@ -190,9 +240,8 @@ pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         if round + 1 < rounds {
             progress.post(call, round + 1);
         }
-        plan.reduce_and_broadcast(round, red);
+        plan.reduce_and_deliver(round, red);
     }
     progress.close(call, rounds);
-    // Every shard's result has arrived in every rank's buffer.
-    call.barrier(1)
+    Ok(())
 }

@@ -678,3 +678,119 @@ fn two_shot_push_rounds() {
     two_shot_push_matrix(4, 3, 64, 16);
     two_shot_push_matrix(8, 2, 32, 3);
 }
+
+/// `two_shot_push::reduce_scatter` on its own (the dispatcher uses it from 32 MiB of input),
+/// with the same tiny scratch as above: out of place and in place (output = own block), each
+/// case followed by a one-shot LL all-reduce on the same scratch slices.
+fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_box: usize) {
+    use ironlink_device::elem::Reduction;
+    use ironlink_device::sync::Call;
+    use ironlink_device::{ctx, two_shot_push};
+    let scratch =
+        ironlink_device::abi::MAX_CTAS * two_shot_push::BUFFERS * 16 * (world - 1) * units_per_box;
+    let mut node = Node::new(world, 2 << 20, scratch);
+    let mut layout = Layout::new();
+    let ll = 64;
+    let ll_offset = layout.take(4 * ll as usize, 0);
+    let mut rng = Rng::new(world as u64 * 91 + ctas as u64);
+    // (dtype, op, n per block, input offset, output offset, per-rank wanted output)
+    let mut cases = Vec::new();
+    for dt in Dt::ALL {
+        for op in OPS {
+            for (k, n) in [8usize, 96, 1000].into_iter().enumerate() {
+                let input = layout.take(world * n * dt.size(), 0);
+                let in_place = k % 2 == 1;
+                let out = if in_place {
+                    usize::MAX
+                } else {
+                    layout.take(n * dt.size(), 0)
+                };
+                let inputs: Vec<Vec<f64>> = (0..world)
+                    .map(|r| {
+                        fill(
+                            &mut node,
+                            r,
+                            input,
+                            dt,
+                            &random_inputs(&mut rng, op, world * n),
+                        )
+                    })
+                    .collect();
+                let want: Vec<Vec<f64>> = (0..world)
+                    .map(|r| {
+                        let blocks: Vec<Vec<f64>> = inputs
+                            .iter()
+                            .map(|v| v[r * n..(r + 1) * n].to_vec())
+                            .collect();
+                        reference(op, &blocks)
+                    })
+                    .collect();
+                cases.push((dt, op, n, input, out, want));
+            }
+        }
+    }
+    let label = format!(
+        "push reduce_scatter world={world} ctas={ctas} threads={threads} box={units_per_box}"
+    );
+    let status = node.run(&label, ctas, threads, |rank, handle| {
+        for (dt, op, n, input, out, _) in &cases {
+            let bytes = n * dt.size();
+            let out = if *out == usize::MAX {
+                input + rank * bytes
+            } else {
+                *out
+            };
+            let s = ctx::context(handle).and_then(|cx| {
+                let i = Region::new(
+                    cx,
+                    node.addr(rank, 0),
+                    *input as i64,
+                    (world * n) as i64,
+                    dt.size(),
+                )?;
+                let o = Region::new(cx, node.addr(rank, 0), out as i64, *n as i64, dt.size())?;
+                assert!(two_shot_push::usable_for_reduce_scatter(cx, &i, &o));
+                let call = Call::begin(cx, 0)?;
+                two_shot_push::reduce_scatter(
+                    &call,
+                    &i,
+                    &o,
+                    &Reduction {
+                        op: *op,
+                        dtype: dt.code(),
+                    },
+                )
+            });
+            if let Err(s) = s {
+                return s;
+            }
+            let at = node.addr(rank, ll_offset);
+            let s = exports::symm_all_reduce(handle, at, 0, ll, reduce_op::SUM, dtype::FLOAT32);
+            if s != status::OK {
+                return s;
+            }
+        }
+        status::OK
+    });
+    assert_eq!(status, vec![status::OK; world], "{label}");
+    for (dt, op, n, input, out, want) in &cases {
+        for (r, want) in want.iter().enumerate() {
+            let at = if *out == usize::MAX {
+                input + r * n * dt.size()
+            } else {
+                *out
+            };
+            let what = format!("{label} {dt:?} op={op} n={n} rank {r}");
+            assert_close(&what, *dt, &read(&node, r, at, *dt, *n), want);
+        }
+    }
+    layout.check_guards(&node, &label);
+}
+
+#[test]
+fn push_reduce_scatter_rounds() {
+    push_reduce_scatter_matrix(2, 1, 32, 8);
+    push_reduce_scatter_matrix(3, 2, 32, 5);
+    push_reduce_scatter_matrix(4, 3, 64, 16);
+    push_reduce_scatter_matrix(8, 2, 32, 3);
+}
