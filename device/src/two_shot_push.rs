@@ -5,10 +5,11 @@
 //! shard into that peer's scratch ("scatter"), posts the round (see `progress`), and once every
 //! peer has posted it reduces its own shard from its input and the scratch (local loads) and
 //! stores the result into every rank's buffer ("reduce and broadcast"; the reduce-scatter stores
-//! it into its output only). Both halves cross
-//! NVLink as stores: on 4 H200s, SM stores to peers move 352 GB/s per GPU where loads from peers
-//! move 322 (`bench/nvlink_probe.py`), and the pull-based two-shot (`all_reduce::two_shot`)
-//! spends half its time in such loads.
+//! it into its output only). Everything crosses NVLink as stores: on 4 H200s, SM stores to peers
+//! move 352 GB/s per GPU where loads from peers move 322 (`bench/nvlink_probe.py`).
+//!
+//! A call starts and ends with a barrier among same-index CTAs: a peer's previous call, or its
+//! next one, may be an LL call, which writes the same scratch slice without a barrier of its own.
 //!
 //! Each CTA works in its own slice of every rank's scratch (see `scratch`), cut into
 //! `BUFFERS` buffers that rounds use in turn; in buffer b of rank j, sender p has box
