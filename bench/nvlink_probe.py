@@ -147,7 +147,8 @@ def main() -> None:
         npeers = npeers_of.get(name, world - 1)
         n_per_peer = elems // npeers
         for warps in map(int, args.warps.split(",")):
-            for unroll in ((1, 4) if name in ("push_all", "push_one", "pull_all", "pull_one") else (1,)):
+            for unroll in ((1, 4) if name in ("push_all", "push_one", "pull_all", "pull_one")
+                           else (1, 2, 4) if name.startswith("reduce_push") else (1,)):
                 block = warps * 32 * 8 * unroll
                 n = n_per_peer // block * block
                 for cs in ((False, True) if name == "push_all" and unroll == 1 else (False,)):
