@@ -34,6 +34,25 @@ use crate::sync::Call;
 /// Buffers per CTA slice (see the module docs for why four).
 pub const BUFFERS: usize = 4;
 
+/// Peers whose units a thread holds at once: loads in flight without registers for all eight
+/// (the kernel's other paths need them; more spilled on sm_80 and sm_100).
+const GROUP: usize = 4;
+
+/// Runs `$body` with `$g` bound to 0 and 1: the two groups of `GROUP` ranks.
+macro_rules! for_each_group {
+    ($g:ident => $body:block) => {{
+        const _: () = assert!(GROUP * 2 == MAX_RANKS);
+        {
+            let $g: usize = 0;
+            $body
+        }
+        {
+            let $g: usize = 1;
+            $body
+        }
+    }};
+}
+
 /// Bytes in one buffer (a multiple of 16).
 #[inline(always)]
 fn buffer_bytes(c: &SymmContext) -> usize {
@@ -106,22 +125,27 @@ impl Plan<'_> {
         let (lo, hi) = self.window(round);
         let mut i = lo + call.tid;
         while i < hi {
-            // One load and one store at a time: the loads are local, and enough threads are in
-            // flight to cover their latency (holding all peers' units at once costs registers
-            // that the reduce half needs).
-            for k in 1..call.world {
-                let p = rotate(call.rank, k, call.world);
-                let u = p * self.shard + i;
-                if u < self.units {
-                    // SAFETY: `valid` bytes of unit u lie inside the checked region.
-                    let v =
-                        unsafe { load_unit::<4>(own + 16 * u, unit_bytes(u, 16, self.r.bytes)) };
-                    let at = self.scratch_unit(p, call.rank, round, i);
-                    // SAFETY: a 16-byte unit inside box `box_of(rank, p)` of this CTA's buffer
-                    // in p's scratch (i - window start < cap); scratch is 16-byte aligned.
-                    unsafe { hw::store_v4(at as *mut [u32; 4], v) };
-                }
-            }
+            // Loads before stores, four peers at a time: several local loads in flight per
+            // thread (each store waits for its load), with registers for four units only.
+            for_each_group!(g => {
+                let mut v = [[0u32; 4]; GROUP];
+                for_each_rank!(k => if k / GROUP == g && k >= 1 && k < call.world {
+                    let u = rotate(call.rank, k, call.world) * self.shard + i;
+                    if u < self.units {
+                        // SAFETY: `valid` bytes of unit u lie inside the checked region.
+                        v[k % GROUP] = unsafe { load_unit::<4>(own + 16 * u, unit_bytes(u, 16, self.r.bytes)) };
+                    }
+                });
+                for_each_rank!(k => if k / GROUP == g && k >= 1 && k < call.world {
+                    let p = rotate(call.rank, k, call.world);
+                    if p * self.shard + i < self.units {
+                        let at = self.scratch_unit(p, call.rank, round, i);
+                        // SAFETY: a 16-byte unit inside box `box_of(rank, p)` of this CTA's
+                        // buffer in p's scratch (i - window start < cap); scratch is 16-byte aligned.
+                        unsafe { hw::store_v4(at as *mut [u32; 4], v[k % GROUP]) };
+                    }
+                });
+            });
             i += call.threads;
         }
     }
@@ -139,19 +163,32 @@ impl Plan<'_> {
         let mut i = lo + call.tid;
         while i < hi && call.rank * self.shard + i < self.units {
             let u = call.rank * self.shard + i;
-            let valid = unit_bytes(u, 16, self.r.bytes);
+            // Reduce-scatter blocks are whole units (`usable_for_reduce_scatter`): no narrow path,
+            // which also keeps the loop from being duplicated per case (registers).
+            let valid = match self.dest {
+                Dest::Everyone => unit_bytes(u, 16, self.r.bytes),
+                Dest::Local(_) => 16,
+            };
             let row = first_box + (i - lo) * 16;
-            let mut v = [[0u32; 4]; MAX_RANKS];
-            for_each_rank!(k => if k >= 1 && k < call.world {
-                // SAFETY: unit i - lo of box k - 1 of our own scratch, which peer
-                // rotate(rank, k) filled for this round.
-                v[k] = unsafe { hw::load_v4((row + (k - 1) * stride) as *const [u32; 4]) };
-            });
-            // SAFETY: `valid` bytes of unit u lie inside the checked region.
-            let mine = unsafe { load_unit::<4>(self.r.at(c, call.rank) + 16 * u, valid) };
+            let own = self.r.at(c, call.rank) + 16 * u;
+            let mine = match self.dest {
+                // SAFETY: `valid` bytes of unit u lie inside the checked region.
+                Dest::Everyone => unsafe { load_unit::<4>(own, valid) },
+                // SAFETY: a whole, 16-byte aligned unit inside the checked region.
+                Dest::Local(_) => unsafe { hw::load_v4(own as *const [u32; 4]) },
+            };
             let mut acc = Acc::<4>::first(red, mine);
-            for_each_rank!(k => if k >= 1 && k < call.world {
-                acc.add(red, v[k]);
+            // Peers in rotated order, four at a time (all four loads before their adds).
+            for_each_group!(g => {
+                let mut v = [[0u32; 4]; GROUP];
+                for_each_rank!(k => if k / GROUP == g && k >= 1 && k < call.world {
+                    // SAFETY: unit i - lo of box k - 1 of our own scratch, which peer
+                    // rotate(rank, k) filled for this round.
+                    v[k % GROUP] = unsafe { hw::load_v4((row + (k - 1) * stride) as *const [u32; 4]) };
+                });
+                for_each_rank!(k => if k / GROUP == g && k >= 1 && k < call.world {
+                    acc.add(red, v[k % GROUP]);
+                });
             });
             let sum = acc.finish(red, call.world);
             match self.dest {
@@ -164,9 +201,9 @@ impl Plan<'_> {
                 }
                 Dest::Local(out) => {
                     let at = c.heap_base(call.rank) + out + 16 * i;
-                    // SAFETY: unit i of the output region (shard-sized, checked by the caller;
-                    // `valid` is 16: `usable_for_reduce_scatter` asks for whole units).
-                    unsafe { store_unit::<4>(at, valid, sum) };
+                    // SAFETY: whole unit i of the 16-byte aligned output region (shard-sized,
+                    // checked by the caller).
+                    unsafe { hw::store_v4(at as *mut [u32; 4], sum) };
                 }
             }
             i += call.threads;
