@@ -102,6 +102,21 @@ impl Node {
         }
     }
 
+    /// Puts every rank in the state it would be in after `rounds` rounds of `progress` flags on
+    /// every CTA (each CTA's counter and every peer's last posted value), to test wrap-around.
+    pub fn set_round_counters(&mut self, rounds: u32) {
+        for r in 0..self.world {
+            let base = self.signals[r].as_mut_ptr() as *mut u8;
+            for cta in 0..MAX_CTAS {
+                for p in 0..MAX_RANKS {
+                    let slot = signal::FLAG_OFFSET + (cta * MAX_RANKS + p) * 4;
+                    // SAFETY: inside the flag array (FLAG_OFFSET + FLAG_BYTES <= MIN_BYTES).
+                    unsafe { *(base.add(slot) as *mut u32) = rounds };
+                }
+            }
+        }
+    }
+
     /// The error recorded in `rank`'s context.
     pub fn recorded_error(&self, rank: usize) -> i32 {
         self.ctxs[rank].error

@@ -588,7 +588,13 @@ fn back_to_back_calls_across_epoch_wrap() {
 /// and every buffer is reused; one launch runs every case back to back, each followed by a
 /// one-shot LL all-reduce that writes the same scratch slices (the entry barrier must order the
 /// two).
-fn two_shot_push_matrix(world: usize, ctas: u32, threads: u32, units_per_box: usize) {
+fn two_shot_push_matrix(
+    world: usize,
+    ctas: u32,
+    threads: u32,
+    units_per_box: usize,
+    rounds_before: u32,
+) {
     use ironlink_device::elem::Reduction;
     use ironlink_device::sync::Call;
     use ironlink_device::{ctx, two_shot_push};
@@ -673,10 +679,17 @@ fn two_shot_push_matrix(world: usize, ctas: u32, threads: u32, units_per_box: us
 
 #[test]
 fn two_shot_push_rounds() {
-    two_shot_push_matrix(2, 1, 32, 8);
-    two_shot_push_matrix(3, 2, 32, 5);
-    two_shot_push_matrix(4, 3, 64, 16);
-    two_shot_push_matrix(8, 2, 32, 3);
+    two_shot_push_matrix(2, 1, 32, 8, 0);
+    two_shot_push_matrix(3, 2, 32, 5, 0);
+    two_shot_push_matrix(4, 3, 64, 16, 0);
+    two_shot_push_matrix(8, 2, 32, 3, 0);
+}
+
+/// The round counters wrap around u32 in the middle of the calls (flag waits compare in
+/// wrapping arithmetic).
+#[test]
+fn two_shot_push_across_counter_wrap() {
+    two_shot_push_matrix(3, 2, 32, 5, u32::MAX - 40);
 }
 
 /// `two_shot_push::reduce_scatter` on its own (the dispatcher uses it from 32 MiB of input),
