@@ -602,6 +602,7 @@ fn two_shot_push_matrix(
     let scratch =
         ironlink_device::abi::MAX_CTAS * two_shot_push::BUFFERS * 16 * (world - 1) * units_per_box;
     let mut node = Node::new(world, 2 << 20, scratch);
+    node.set_round_counters(rounds_before);
     assert_eq!(
         two_shot_push::capacity(node.context(0), world),
         units_per_box
