@@ -10,6 +10,7 @@ kernels (no ironlink code) move `--egress` bytes per rank, all ranks at once, in
 - pull_all: load from every peer, store here (ironlink's reduce_scatter / two-shot first half)
 - pull_one: load from the next rank only
 - push_split: push_all's traffic, but each CTA stores to one peer only
+- tma_push_all: push_all with TMA tile loads and stores (world 4 only)
 - reduce_push(_self): two-shot's second half: sum world local blocks (bf16 in fp32), store the
   result to every peer (and locally)
 
@@ -98,6 +99,29 @@ def _reduce_push(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.
             tl.store(local + (NPEERS + 1) * n_per_peer + base, v)
 
 
+@triton.jit
+def _tma_push(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexpr, ROWS: tl.constexpr):
+    # push_all through the tensor memory accelerator: tiles of ROWS x 256 bf16 loaded with TMA
+    # and stored with one TMA store per peer (descriptors over the peers' buffers).
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    rows = n_per_peer // 256
+    src = tl.make_tensor_descriptor(local, shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
+    d1 = tl.make_tensor_descriptor(mine + tl.multiple_of(tl.load(deltas + (rank + 1) % world), 8) + rank * slot,
+                                   shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
+    d2 = tl.make_tensor_descriptor(mine + tl.multiple_of(tl.load(deltas + (rank + 2) % world), 8) + rank * slot,
+                                   shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
+    d3 = tl.make_tensor_descriptor(mine + tl.multiple_of(tl.load(deltas + (rank + 3) % world), 8) + rank * slot,
+                                   shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
+    for b in range(pid, rows // ROWS, grid):
+        v = src.load([b * ROWS, 0])
+        d1.store([b * ROWS, 0], v)
+        if NPEERS >= 2:
+            d2.store([b * ROWS, 0], v)
+        if NPEERS >= 3:
+            d3.store([b * ROWS, 0], v)
+
+
 def measure(launch: Callable[[], None]) -> float:
     """Median microseconds per launch, all ranks starting together, max over ranks."""
     launch()
@@ -128,6 +152,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dist.init_process_group("nccl")
+    # Scratch for tensor descriptors made on the device (tma_push_all).
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     group = dist.group.WORLD.group_name
@@ -147,9 +173,9 @@ def main() -> None:
         npeers = npeers_of.get(name, world - 1)
         n_per_peer = elems // npeers
         for warps in map(int, args.warps.split(",")):
-            for unroll in ((1, 4) if name in ("push_all", "push_one", "pull_all", "pull_one")
+            for unroll in ((1, 4) if name in ("push_all", "push_one", "pull_all", "pull_one", "tma_push_all")
                            else (1, 2, 4) if name.startswith("reduce_push") else (1,)):
-                block = warps * 32 * 8 * unroll
+                block = warps * 32 * 8 * unroll if name != "tma_push_all" else 8 * unroll * 256
                 n = n_per_peer // block * block
                 for cs in ((False, True) if name == "push_all" and unroll == 1 else (False,)):
                     for ctas in map(int, args.grids.split(",")):
@@ -158,6 +184,11 @@ def main() -> None:
                             def launch() -> None:
                                 _split[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers, BLOCK=block,
                                                 num_warps=warps)
+                        elif name == "tma_push_all":
+                            # Tiles of `unroll` x 8 rows of 256 (4 KiB per row group of 8).
+                            def launch() -> None:
+                                _tma_push[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers,
+                                                   ROWS=8 * unroll, num_warps=warps)
                         elif name.startswith("reduce_push"):
                             def launch() -> None:
                                 _reduce_push[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers,
