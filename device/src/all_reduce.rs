@@ -95,7 +95,7 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         unsafe { store_unit::<2>(own + 8 * i, valid, sum) };
         i += call.threads;
     }
-    ll_packet::finish(call, late)
+    call.agree_on_timeout(late)
 }
 
 fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
@@ -175,7 +175,7 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         }
         i += call.threads;
     }
-    ll_packet::finish(call, late)
+    call.agree_on_timeout(late)
 }
 
 /// How the two-shot algorithm runs a message (the same on every rank).

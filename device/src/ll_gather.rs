@@ -73,7 +73,7 @@ pub fn all_gather(call: &Call, input: &Region, out: &Region) -> Result<(), i32> 
         }
         i += call.threads;
     }
-    ll_packet::finish(call, late)
+    call.agree_on_timeout(late)
 }
 
 /// `out = reduce over p of input@p[rank * n ..][.. n]` (`n = out.bytes`); `out` may be this
@@ -122,5 +122,5 @@ pub fn reduce_scatter(
         unsafe { store_unit::<2>(dst + 8 * i, valid, sum) };
         i += call.threads;
     }
-    ll_packet::finish(call, late)
+    call.agree_on_timeout(late)
 }

@@ -175,12 +175,3 @@ pub unsafe fn send_to_peers(call: &Call, mb: &Mailboxes, b: usize, idx: usize, d
         unsafe { send(mb.slot(call, p, b, idx), data, call.epoch) };
     }
 }
-
-/// Ends an LL exchange: the CTA's threads agree whether any of them timed out.
-#[inline(always)]
-pub fn finish(call: &Call, late: bool) -> Result<(), i32> {
-    if hw::sync_threads_or(late) {
-        return Err(call.timed_out());
-    }
-    Ok(())
-}

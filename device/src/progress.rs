@@ -15,7 +15,7 @@
 
 use crate::abi::{signal, MAX_RANKS};
 use crate::hw;
-use crate::sync::{wait_until, Call};
+use crate::sync::Call;
 
 fn slot(signal_base: usize, cta: usize, from: usize) -> *mut u32 {
     (signal_base + signal::FLAG_OFFSET + (cta * MAX_RANKS + from) * 4) as *mut u32
@@ -75,16 +75,10 @@ impl Progress {
         let mut late = false;
         if p < call.world && p != call.rank {
             let mine = slot(call.c.signal_base(call.rank), call.cta, p);
-            late = !wait_until(&mut call.deadline(), || {
-                // SAFETY: our own signal region, same bounds as above.
-                let seen = unsafe { hw::load_acquire_u32(mine) };
-                seen.wrapping_sub(want) as i32 >= 0
-            });
+            // SAFETY: our own signal region, same bounds as above.
+            late = !unsafe { call.wait_reached(mine, want) };
         }
-        if hw::sync_threads_or(late) {
-            return Err(call.timed_out());
-        }
-        Ok(())
+        call.agree_on_timeout(late)
     }
 
     /// Records that this call posted `rounds` rounds. Every thread calls it, at the end of the

@@ -126,14 +126,33 @@ impl<'a> Call<'a> {
             // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS.
             unsafe { hw::store_release_u32(slot(signal_base_fresh(self.c, p), self.rank), value) };
             let mine = slot(signal_base_fresh(self.c, self.rank), p);
-            // `>=` in wrapping arithmetic, not `==`: rank p may already have passed this barrier
-            // (it saw our arrival) and announced the next one before we looked.
-            late = !wait_until(&mut self.deadline(), || {
-                // SAFETY: our own signal region, same index bounds as above.
-                let seen = unsafe { hw::load_acquire_u32(mine) };
-                seen.wrapping_sub(value) as i32 >= 0
-            });
+            // Reached, not equal: rank p may already have passed this barrier (it saw our
+            // arrival) and announced the next one before we looked.
+            // SAFETY: our own signal region, same index bounds as above.
+            late = !unsafe { self.wait_reached(mine, value) };
         }
+        self.agree_on_timeout(late)
+    }
+
+    /// Spins until the u32 at `flag` (loaded with acquire) has reached `value`, counting in
+    /// wrapping arithmetic (flags only grow, and wrap around u32); false after the context's
+    /// timeout.
+    ///
+    /// # Safety
+    /// `flag` is a mapped, 4-byte aligned word.
+    #[inline(always)]
+    pub unsafe fn wait_reached(&self, flag: *const u32, value: u32) -> bool {
+        wait_until(&mut self.deadline(), || {
+            // SAFETY: by the caller's guarantee.
+            let seen = unsafe { hw::load_acquire_u32(flag) };
+            seen.wrapping_sub(value) as i32 >= 0
+        })
+    }
+
+    /// Ends a wait that some of the CTA's threads did: a CTA barrier at which they agree whether
+    /// any of them timed out (then the timeout is recorded and returned). Every thread calls it.
+    #[inline(always)]
+    pub fn agree_on_timeout(&self, late: bool) -> Result<(), i32> {
         if hw::sync_threads_or(late) {
             return Err(self.timed_out());
         }
