@@ -71,25 +71,6 @@ pub fn reduce_units(
     }
 }
 
-/// Runs `$body` with `$k` bound to each constant 0..$u (at most 2), unrolled by the macro:
-/// arrays indexed by a loop variable the compiler unrolls too late end up in local memory.
-macro_rules! for_each_unit {
-    ($u:expr, $k:ident => $body:stmt) => {{
-        {
-            let $k: usize = 0;
-            if $k < $u {
-                $body
-            }
-        }
-        {
-            let $k: usize = 1;
-            if $k < $u {
-                $body
-            }
-        }
-    }};
-}
-
 /// Reduces the full, 16-byte aligned units `i + k * threads` (k < U) over all ranks and stores
 /// the results into `dst` on the first `peers` ranks in rotated order (this one first). Every
 /// load is issued before any result is combined.
@@ -102,18 +83,18 @@ fn reduce_full_units<const U: usize>(
     red: &Reduction,
     peers: usize,
 ) {
-    const { assert!(U <= 2, "for_each_unit! unrolls two units") };
+    const { assert!(U <= 2, "unroll2! unrolls two units") };
     let c = call.c;
     let unit = |k: usize| 16 * (i + k * call.threads);
     let mut v = [[[0u32; 4]; MAX_RANKS]; U];
     for_each_rank!(p => if p < call.world {
-        for_each_unit!(U, k => {
+        unroll2!(U, k => {
             // SAFETY: a full unit inside `src` on every rank (same offsets).
             v[k][p] = unsafe { hw::load_v4((src.at(c, p) + unit(k)) as *const [u32; 4]) };
         });
     });
     let mut sum = [[0u32; 4]; U];
-    for_each_unit!(U, k => {
+    unroll2!(U, k => {
         let mut acc = Acc::<4>::first(red, v[k][0]);
         for_each_rank!(p => if p > 0 && p < call.world {
             acc.add(red, v[k][p]);
@@ -122,7 +103,7 @@ fn reduce_full_units<const U: usize>(
     });
     for j in 0..peers {
         let at = dst.at(c, rotate(call.rank, j, call.world));
-        for_each_unit!(U, k => {
+        unroll2!(U, k => {
             // SAFETY: the same full unit of `dst` on that rank (callers pass regions of at
             // least `src.bytes`; offsets are the same on every rank); 16-byte aligned.
             unsafe { hw::store_v4((at + unit(k)) as *mut [u32; 4], sum[k]) };

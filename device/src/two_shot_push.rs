@@ -37,21 +37,7 @@ pub const BUFFERS: usize = 4;
 /// Peers whose units a thread holds at once: loads in flight without registers for all eight
 /// (the kernel's other paths need them; more spilled on sm_80 and sm_100).
 const GROUP: usize = 4;
-
-/// Runs `$body` with `$g` bound to 0 and 1: the two groups of `GROUP` ranks.
-macro_rules! for_each_group {
-    ($g:ident => $body:block) => {{
-        const _: () = assert!(GROUP * 2 == MAX_RANKS);
-        {
-            let $g: usize = 0;
-            $body
-        }
-        {
-            let $g: usize = 1;
-            $body
-        }
-    }};
-}
+const _: () = assert!(GROUP * 2 == MAX_RANKS, "unroll2! runs two groups");
 
 /// Bytes in one buffer (a multiple of 16).
 #[inline(always)]
@@ -127,7 +113,7 @@ impl Plan<'_> {
         while i < hi {
             // Loads before stores, four peers at a time: several local loads in flight per
             // thread (each store waits for its load), with registers for four units only.
-            for_each_group!(g => {
+            unroll2!(MAX_RANKS / GROUP, g => {
                 let mut v = [[0u32; 4]; GROUP];
                 for_each_rank!(k => if k / GROUP == g && k >= 1 && k < call.world {
                     let u = rotate(call.rank, k, call.world) * self.shard + i;
@@ -179,7 +165,7 @@ impl Plan<'_> {
             };
             let mut acc = Acc::<4>::first(red, mine);
             // Peers in rotated order, four at a time (all four loads before their adds).
-            for_each_group!(g => {
+            unroll2!(MAX_RANKS / GROUP, g => {
                 let mut v = [[0u32; 4]; GROUP];
                 for_each_rank!(k => if k / GROUP == g && k >= 1 && k < call.world {
                     // SAFETY: unit i - lo of box k - 1 of our own scratch, which peer
