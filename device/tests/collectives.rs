@@ -583,6 +583,27 @@ fn back_to_back_calls_across_epoch_wrap() {
     }
 }
 
+/// A node whose scratch slices give `two_shot_push` `units_per_box` units per sender and round
+/// (so calls take many rounds and reuse every buffer), its round counters at `rounds_before`.
+fn push_node(world: usize, units_per_box: usize, rounds_before: u32) -> Node {
+    use ironlink_device::two_shot_push::{capacity, BUFFERS};
+    // `BUFFERS` buffers per slice, `world - 1` boxes per buffer.
+    let scratch = ironlink_device::abi::MAX_CTAS * BUFFERS * 16 * (world - 1) * units_per_box;
+    let mut node = Node::new(world, 2 << 20, scratch);
+    node.set_round_counters(rounds_before);
+    assert_eq!(capacity(node.context(0), world), units_per_box);
+    node
+}
+
+/// The one-shot LL all-reduce of `LL_AFTER` f32 at `offset` that the push tests run after every
+/// case: it writes the same scratch slices without an entry barrier of its own.
+fn ll_after(node: &Node, rank: usize, handle: i64, offset: usize) -> i32 {
+    let at = node.addr(rank, offset);
+    exports::symm_all_reduce(handle, at, 0, LL_AFTER, reduce_op::SUM, dtype::FLOAT32)
+}
+
+const LL_AFTER: i64 = 64;
+
 /// `two_shot_push` on its own (the dispatcher uses it from `SEPARATE_PHASES_MIN_BYTES` on, too
 /// large to simulate often): scratch slices of a few units per sender, so calls take many rounds
 /// and every buffer is reused; one launch runs every case back to back, each followed by a
@@ -598,18 +619,9 @@ fn two_shot_push_matrix(
     use ironlink_device::elem::Reduction;
     use ironlink_device::sync::Call;
     use ironlink_device::{ctx, two_shot_push};
-    // `BUFFERS` buffers per slice, `world - 1` boxes per buffer.
-    let scratch =
-        ironlink_device::abi::MAX_CTAS * two_shot_push::BUFFERS * 16 * (world - 1) * units_per_box;
-    let mut node = Node::new(world, 2 << 20, scratch);
-    node.set_round_counters(rounds_before);
-    assert_eq!(
-        two_shot_push::capacity(node.context(0), world),
-        units_per_box
-    );
+    let mut node = push_node(world, units_per_box, rounds_before);
     let mut layout = Layout::new();
-    let ll = 64; // a small all-reduce after each case: one-shot LL
-    let ll_offset = layout.take(4 * ll as usize, 0);
+    let ll_offset = layout.take(4 * LL_AFTER as usize, 0);
     let mut rng = Rng::new(world as u64 * 77 + ctas as u64);
     let mut cases = Vec::new();
     for dt in Dt::ALL {
@@ -658,11 +670,10 @@ fn two_shot_push_matrix(
                     },
                 )
             });
-            if s != Ok(()) {
-                return s.err().unwrap_or(status::OK);
+            if let Err(s) = s {
+                return s;
             }
-            let at = node.addr(rank, ll_offset);
-            let s = exports::symm_all_reduce(handle, at, 0, ll, reduce_op::SUM, dtype::FLOAT32);
+            let s = ll_after(&node, rank, handle, ll_offset);
             if s != status::OK {
                 return s;
             }
@@ -693,19 +704,17 @@ fn two_shot_push_across_counter_wrap() {
     two_shot_push_matrix(3, 2, 32, 5, u32::MAX - 40);
 }
 
-/// `two_shot_push::reduce_scatter` on its own (the dispatcher uses it from 32 MiB of input),
-/// with the same tiny scratch as above: out of place and in place (output = own block), each
-/// case followed by a one-shot LL all-reduce on the same scratch slices.
+/// `two_shot_push::reduce_scatter` on its own (the dispatcher uses it from
+/// `PUSH_REDUCE_SCATTER_MIN_BYTES` of input), with the same tiny scratch as above: out of place
+/// and in place (output = own block), each case followed by a one-shot LL all-reduce on the same
+/// scratch slices.
 fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_box: usize) {
     use ironlink_device::elem::Reduction;
     use ironlink_device::sync::Call;
     use ironlink_device::{ctx, two_shot_push};
-    let scratch =
-        ironlink_device::abi::MAX_CTAS * two_shot_push::BUFFERS * 16 * (world - 1) * units_per_box;
-    let mut node = Node::new(world, 2 << 20, scratch);
+    let mut node = push_node(world, units_per_box, 0);
     let mut layout = Layout::new();
-    let ll = 64;
-    let ll_offset = layout.take(4 * ll as usize, 0);
+    let ll_offset = layout.take(4 * LL_AFTER as usize, 0);
     let mut rng = Rng::new(world as u64 * 91 + ctas as u64);
     // (dtype, op, n per block, input offset, output offset, per-rank wanted output)
     let mut cases = Vec::new();
@@ -778,8 +787,7 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
             if let Err(s) = s {
                 return s;
             }
-            let at = node.addr(rank, ll_offset);
-            let s = exports::symm_all_reduce(handle, at, 0, ll, reduce_op::SUM, dtype::FLOAT32);
+            let s = ll_after(&node, rank, handle, ll_offset);
             if s != status::OK {
                 return s;
             }
