@@ -251,12 +251,12 @@ fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -> Re
     call.barrier(0)?;
     let progress = Progress::open(call);
     if rounds > 0 {
-        plan.scatter(0);
+        stage_scatter(&plan, 0);
         progress.sync_and_post(call, 0);
     }
     for round in 0..rounds {
         if round + 1 < rounds {
-            plan.scatter(round + 1);
+            stage_scatter(&plan, round + 1);
         }
         // One CTA barrier per round: the wait's, after which round + 1's stores are complete
         // CTA-wide and can be posted; only the posting threads then wait for their release.
@@ -264,8 +264,25 @@ fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -> Re
         if round + 1 < rounds {
             progress.post(call, round + 1);
         }
-        plan.reduce_and_deliver(round, red);
+        stage_reduce(&plan, round, red);
     }
     progress.close(call, rounds);
     Ok(())
+}
+
+// Timing diagnostics, never in a normal build: `--cfg ironlink_diag="no_scatter"`, `"no_reduce"`
+// or `"no_stages"` leaves that stage out (flags and barriers stay), so that each stage's time
+// comes out by difference (`bench/diag_build.sh`). The results of such a build are wrong.
+#[inline(always)]
+fn stage_scatter(plan: &Plan, round: usize) {
+    if !cfg!(ironlink_diag = "no_scatter") && !cfg!(ironlink_diag = "no_stages") {
+        plan.scatter(round);
+    }
+}
+
+#[inline(always)]
+fn stage_reduce(plan: &Plan, round: usize, red: &Reduction) {
+    if !cfg!(ironlink_diag = "no_reduce") && !cfg!(ironlink_diag = "no_stages") {
+        plan.reduce_and_deliver(round, red);
+    }
 }
