@@ -25,7 +25,7 @@
 use crate::abi::{SymmContext, MAX_RANKS};
 use crate::elem::{Acc, Reduction};
 use crate::hw;
-use crate::mem::{div32, div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
+use crate::mem::{div32, div_ceil32, load_unit, rotate, store_unit, unit_bytes};
 use crate::progress::Progress;
 use crate::region::Region;
 use crate::scratch::{slice_base, slice_bytes};
@@ -79,21 +79,19 @@ struct Plan<'a> {
     /// 16-byte units in the message and in each shard (the last shard shorter or empty).
     units: usize,
     shard: usize,
-    /// This CTA's index range of every shard, and how much of it one round moves.
-    lo: usize,
-    hi: usize,
+    /// Scratch units per sender and buffer (the box size).
     cap: usize,
+    /// Shard units one round of one CTA moves (<= cap): every shard is cut into chunks dealt to
+    /// the CTAs in turn, chunk j being round j / ctas of CTA j % ctas, so that at any time the
+    /// CTAs move neighbouring chunks.
+    chunk: usize,
 }
 
 impl Plan<'_> {
-    fn rounds(&self) -> usize {
-        div_ceil32(self.hi - self.lo, self.cap)
-    }
-
-    /// Shard indices of `round`.
+    /// Shard indices of `round` (empty past the shard's end).
     fn window(&self, round: usize) -> (usize, usize) {
-        let lo = self.lo + round * self.cap;
-        (lo, (lo + self.cap).min(self.hi))
+        let lo = ((round * self.call.ctas + self.call.cta) * self.chunk).min(self.shard);
+        (lo, (lo + self.chunk).min(self.shard))
     }
 
     /// Address in `receiver`'s scratch of `sender`'s unit for shard index `i` of `round`.
@@ -234,18 +232,19 @@ pub fn reduce_scatter(
 
 /// Scatter by stores and reduce, round by round, of `r` cut into shards of `shard` units.
 fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -> Result<(), i32> {
-    let (lo, hi) = split(shard, call.ctas, call.cta);
+    let cap = capacity(call.c, call.world);
+    // As few rounds as the boxes allow, every CTA the same number, each as full as an even
+    // split makes it (64-bit divisions: ctas * cap may pass 2^32; once per call).
+    let rounds = shard.div_ceil(call.ctas * cap);
     let plan = Plan {
         call,
         r,
         dest,
         units: r.bytes.div_ceil(16),
         shard,
-        lo,
-        hi,
-        cap: capacity(call.c, call.world),
+        cap,
+        chunk: shard.div_ceil(call.ctas * rounds.max(1)),
     };
-    let rounds = plan.rounds();
     // Entry barrier: the same-index CTA of every peer has left its previous call, so nobody
     // still reads the scratch slice this call writes (an LL call ends without a barrier).
     call.barrier(0)?;
