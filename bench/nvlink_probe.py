@@ -149,6 +149,8 @@ def main() -> None:
                     help="also: push_split, reduce_push, reduce_push_self")
     ap.add_argument("--grids", default="16,32,64,132,264")
     ap.add_argument("--warps", default="4,8,16")
+    ap.add_argument("--heap", choices=("torch", "ironlink"), default="torch",
+                    help="where the peers' buffers live: torch symmetric memory or an ironlink SymmetricHeap")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dist.init_process_group("nccl")
@@ -159,12 +161,19 @@ def main() -> None:
     group = dist.group.WORLD.group_name
     elems = args.egress // 2
     # Peer q's slot `rank` (elems long) receives / serves this rank's traffic.
-    buf = symm_mem.empty(world * elems, dtype=torch.bfloat16, device="cuda")
-    hdl = symm_mem.rendezvous(buf, group)
+    if args.heap == "ironlink":
+        import ironlink
+
+        heap = ironlink.SymmetricHeap(world * elems * 2 + (64 << 20))
+        buf = heap.empty((world * elems,), torch.bfloat16)
+        peer_ptrs = [heap.peer_tensor(buf, p).data_ptr() for p in range(world)]
+    else:
+        buf = symm_mem.empty(world * elems, dtype=torch.bfloat16, device="cuda")
+        peer_ptrs = list(symm_mem.rendezvous(buf, group).buffer_ptrs)
     buf.fill_(1)
     # Peer buffers as element offsets from this rank's: pointer arithmetic on a 16-byte aligned
     # base keeps Triton's 16-byte vector accesses (an integer cast to a pointer loses them).
-    deltas = torch.tensor([(p - buf.data_ptr()) // 2 for p in hdl.buffer_ptrs], dtype=torch.int64, device="cuda")
+    deltas = torch.tensor([(p - buf.data_ptr()) // 2 for p in peer_ptrs], dtype=torch.int64, device="cuda")
     # Local source data; reduce_push reads world blocks of it and writes one more.
     local = torch.ones(elems + 2 * (elems // (world - 1)), dtype=torch.bfloat16, device="cuda")
     rows = []
@@ -214,6 +223,7 @@ def main() -> None:
             with open(args.out, "w") as f:
                 doc = {"date": datetime.date.today().isoformat(), "git_rev": os.environ.get("IRONLINK_GIT_REV", "unknown"),
                        "gpu": torch.cuda.get_device_name(), "world_size": world, "egress_bytes_per_rank": args.egress,
+                       "heap": args.heap,
                        "best": best, "rows": rows}
                 json.dump(doc, f, indent=1)
     dist.barrier()

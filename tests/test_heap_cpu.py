@@ -144,7 +144,7 @@ def test_native_constants(native):
     assert native.MIN_SIGNAL_BYTES == min_bytes
     assert native.SIGNAL_BYTES >= min_bytes and native.SIGNAL_BYTES % native.REGION_ALIGN == 0
     assert native.ALLOC_ALIGN == 256
-    assert native.DEFAULT_SCRATCH_BYTES == 64 << 20
+    assert native.DEFAULT_SCRATCH_BYTES == ironlink.heap.DEFAULT_SCRATCH_BYTES == 256 << 20
 
 
 def test_no_driver_is_a_clean_error(native):

@@ -79,19 +79,21 @@ struct Plan<'a> {
     /// 16-byte units in the message and in each shard (the last shard shorter or empty).
     units: usize,
     shard: usize,
-    /// Scratch units per sender and buffer (the box size).
-    cap: usize,
-    /// Shard units one round of one CTA moves (<= cap): every shard is cut into chunks dealt to
-    /// the CTAs in turn, chunk j being round j / ctas of CTA j % ctas, so that at any time the
-    /// CTAs move neighbouring chunks.
-    chunk: usize,
+    /// Shard units one round of one CTA moves, and the size of a sender's box in a buffer
+    /// (<= `capacity`): every shard is cut into chunks dealt to the CTAs in turn, chunk j being
+    /// round j / ctas of CTA j % ctas, so that at any time the CTAs move neighbouring chunks.
+    /// (The integer widths here are ptxas's register allocation's: other shapes spilled.)
+    chunk: u32,
+    /// Where this CTA's first chunk starts, and how far its next one is.
+    first: usize,
+    step: usize,
 }
 
 impl Plan<'_> {
     /// Shard indices of `round` (empty past the shard's end).
     fn window(&self, round: usize) -> (usize, usize) {
-        let lo = ((round * self.call.ctas + self.call.cta) * self.chunk).min(self.shard);
-        (lo, (lo + self.chunk).min(self.shard))
+        let lo = (self.first + round * self.step).min(self.shard);
+        (lo, (lo + self.chunk as usize).min(self.shard))
     }
 
     /// Address in `receiver`'s scratch of `sender`'s unit for shard index `i` of `round`.
@@ -99,7 +101,8 @@ impl Plan<'_> {
         let c = self.call.c;
         let buffer = slice_base(c, receiver, self.call.cta) + (round % BUFFERS) * buffer_bytes(c);
         let start = self.window(round).0;
-        buffer + (box_of(sender, receiver, self.call.world) * self.cap + (i - start)) * 16
+        buffer
+            + (box_of(sender, receiver, self.call.world) * self.chunk as usize + (i - start)) * 16
     }
 
     /// Pushes this rank's units of `round` of every peer's shard into that peer's scratch.
@@ -125,7 +128,7 @@ impl Plan<'_> {
                     if p * self.shard + i < self.units {
                         let at = self.scratch_unit(p, call.rank, round, i);
                         // SAFETY: a 16-byte unit inside box `box_of(rank, p)` of this CTA's
-                        // buffer in p's scratch (i - window start < cap); scratch is 16-byte aligned.
+                        // buffer in p's scratch (i - window start < chunk); scratch is 16-byte aligned.
                         unsafe { hw::store_v4(at as *mut [u32; 4], v[k % GROUP]) };
                     }
                 });
@@ -143,7 +146,7 @@ impl Plan<'_> {
         let (lo, hi) = self.window(round);
         // Peer rotate(rank, k)'s box is k - 1: its units are `stride` apart in our buffer.
         let first_box = self.scratch_unit(call.rank, rotate(call.rank, 1, call.world), round, lo);
-        let stride = self.cap * 16;
+        let stride = self.chunk as usize * 16;
         let mut i = lo + call.tid;
         while i < hi && call.rank * self.shard + i < self.units {
             let u = call.rank * self.shard + i;
@@ -234,16 +237,18 @@ pub fn reduce_scatter(
 fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -> Result<(), i32> {
     let cap = capacity(call.c, call.world);
     // As few rounds as the boxes allow, every CTA the same number, each as full as an even
-    // split makes it (64-bit divisions: ctas * cap may pass 2^32; once per call).
-    let rounds = shard.div_ceil(call.ctas * cap);
+    // split makes it. ceil(ceil(a / b) / c) = ceil(a / (b c)), and ctas * cap may pass 2^32.
+    let rounds = div_ceil32(div_ceil32(shard, cap), call.ctas);
+    let chunk = div_ceil32(shard, call.ctas * rounds.max(1)) as u32;
     let plan = Plan {
         call,
         r,
         dest,
         units: r.bytes.div_ceil(16),
         shard,
-        cap,
-        chunk: shard.div_ceil(call.ctas * rounds.max(1)),
+        chunk,
+        first: call.cta * chunk as usize,
+        step: call.ctas * chunk as usize,
     };
     // Entry barrier: the same-index CTA of every peer has left its previous call, so nobody
     // still reads the scratch slice this call writes (an LL call ends without a barrier).

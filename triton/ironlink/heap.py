@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from .errors import IronlinkError, device_error
 
-DEFAULT_SCRATCH_BYTES = 64 << 20
+DEFAULT_SCRATCH_BYTES = 256 << 20  # host/src/heap.rs's (tests/test_heap_cpu.py checks)
 _KDL_CUDA = 2
 
 
