@@ -11,7 +11,11 @@ PYTHON    ?= python3
 VENV      := .venv
 VPY       := $(VENV)/bin/python
 LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
-BC         = build/ironlink_$(subst _,,$(CUDA_ARCH)).bc
+# DIAG=<variant> builds a timing-diagnostic bitcode (`--cfg ironlink_diag`, see
+# device/src/two_shot_push.rs) into build/diag/<variant>/ instead (bench/diag_build.sh).
+DIAG      ?=
+BCDIR      = build$(if $(DIAG),/diag/$(DIAG))
+BC         = $(BCDIR)/ironlink_$(subst _,,$(CUDA_ARCH)).bc
 STAMP     := build/.stamps
 
 .PHONY: all all-archs toolchain venv abi test test-rust test-python lint demo wheel test-gpu bench clean
@@ -35,14 +39,15 @@ $(STAMP)/venv: requirements-dev.txt
 	@touch $@
 
 DEVICE_SRC := $(shell find device/src -name '*.rs') device/Cargo.toml Cargo.toml
-# One cargo target dir per arch so switching CUDA_ARCH does not rebuild core each time.
-build/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
-	@mkdir -p build
-	CARGO_TARGET_DIR=target/device-$* CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$*)" \
+# One cargo target dir per arch (and diagnostic variant) so switching does not rebuild core.
+DEVTARGET  = target/device-$*$(if $(DIAG),-diag-$(DIAG))
+$(BCDIR)/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
+	@mkdir -p $(@D)
+	CARGO_TARGET_DIR=$(DEVTARGET) CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$*)$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\")" \
 	  $(CARGO) rustc -q -p ironlink-device -Z build-std=core \
 	  --target nvptx64-nvidia-cuda --profile device --crate-type cdylib -- \
 	  --emit=llvm-bc -C target-cpu=$(subst sm,sm_,$*) -C linker=/bin/true
-	cp target/device-$*/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@
+	cp $(DEVTARGET)/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@
 	@echo "built $@"
 
 # Regenerates triton/ironlink/_abi.py from device/src (build.rs does it on every host build).

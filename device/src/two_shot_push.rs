@@ -13,7 +13,8 @@
 //!
 //! Each CTA works in its own slice of every rank's scratch (see `scratch`), cut into
 //! `BUFFERS` buffers that rounds use in turn; in buffer b of rank j, sender p has box
-//! `(p - j - 1) mod world` of `capacity` 16-byte units. A CTA pushes round r + 1, waits for
+//! `(p - j - 1) mod world` of one chunk (at most `capacity` 16-byte units: see `Plan::chunk`
+//! for how shards are cut and dealt to CTAs). A CTA pushes round r + 1, waits for
 //! round r, posts round r + 1 and then reduces round r, so the flags of round r have had a whole
 //! round to arrive. That needs four buffers: the push of round r + 1 reuses the buffer of round
 //! r - 3, which a receiver has finished reading once it posts round r - 1, and this CTA waited
