@@ -13,6 +13,13 @@ kernels (no ironlink code) move `--egress` bytes per rank, all ranks at once, in
 - tma_push_all: push_all with TMA tile loads and stores (world 4 only)
 - reduce_push(_self): two-shot's second half: sum world local blocks (bf16 in fp32), store the
   result to every peer (and locally)
+- push_seq: push_all's bytes, but each rank sends a different part to each peer, peer after
+  peer: in rounds of `unroll` blocks per CTA, all of a round's data for rank + 1, then for
+  rank + 2, ... (two-shot's scatter, ordered so that at any moment the ranks form a permutation)
+- scatter_ring: two-shot's scatter (a different part to every peer) and a ring all-gather (three
+  more blocks to the next rank) interleaved block by block, half the bytes each
+- ring_step: a ring reduce-scatter step: sum two local blocks (bf16 in fp32), store the result
+  to the next rank only
 
 over grids and warps, and reports per-rank GB/s (bytes moved over NVLink by one rank / time),
 the minimum over ranks. Peer addresses come from torch symmetric memory (multicast off).
@@ -75,6 +82,48 @@ def _split(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.conste
         base = b * BLOCK + offs
         v = tl.load(local + (k - 1) * n_per_peer + base)
         tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+
+
+@triton.jit
+def _seq(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexpr, BLOCK: tl.constexpr,
+         ROUND: tl.constexpr):
+    # push_seq: per round of ROUND blocks per CTA, this rank's part for peer rank + 1 (all CTAs),
+    # then for rank + 2, ...
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK)
+    nblocks = n_per_peer // BLOCK
+    for r0 in range(0, nblocks, grid * ROUND):
+        for k in tl.static_range(1, NPEERS + 1):
+            p = (rank + k) % world
+            dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+            for j in range(ROUND):
+                b = r0 + j * grid + pid
+                if b < nblocks:
+                    base = b * BLOCK + offs
+                    v = tl.load(local + (k - 1) * n_per_peer + base)
+                    tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+
+
+@triton.jit
+def _scatter_ring(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexpr, BLOCK: tl.constexpr):
+    # scatter_ring: per block index, this rank's part for every peer (NPEERS stores to NPEERS
+    # peers), then NPEERS other blocks to the next rank (a ring all-gather's forwarding).
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK)
+    half = n_per_peer // 2
+    nxt = mine + tl.multiple_of(tl.load(deltas + (rank + 1) % world), 8)
+    for b in range(pid, half // BLOCK, grid):
+        base = b * BLOCK + offs
+        for k in tl.static_range(1, NPEERS + 1):
+            p = (rank + k) % world
+            dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+            v = tl.load(local + (k - 1) * n_per_peer + base)
+            tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+        for k in tl.static_range(1, NPEERS + 1):
+            v = tl.load(local + (k - 1) * n_per_peer + half + base)
+            tl.store(nxt + rank * slot + (k - 1) * n_per_peer + half + base, v)
 
 
 @triton.jit
@@ -146,7 +195,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--egress", type=int, default=192 << 20, help="bytes each rank moves per launch")
     ap.add_argument("--patterns", default="push_all,push_one,pull_all,pull_one",
-                    help="also: push_split, reduce_push, reduce_push_self")
+                    help="also: push_split, reduce_push, reduce_push_self, ring_step, push_seq, scatter_ring")
     ap.add_argument("--grids", default="16,32,64,132,264")
     ap.add_argument("--warps", default="4,8,16")
     ap.add_argument("--heap", choices=("torch", "ironlink"), default="torch",
@@ -174,17 +223,19 @@ def main() -> None:
     # Peer buffers as element offsets from this rank's: pointer arithmetic on a 16-byte aligned
     # base keeps Triton's 16-byte vector accesses (an integer cast to a pointer loses them).
     deltas = torch.tensor([(p - buf.data_ptr()) // 2 for p in peer_ptrs], dtype=torch.int64, device="cuda")
-    # Local source data; reduce_push reads world blocks of it and writes one more.
-    local = torch.ones(elems + 2 * (elems // (world - 1)), dtype=torch.bfloat16, device="cuda")
+    # Local source data; reduce_push reads world blocks of it and writes one more, ring_step reads two.
+    local = torch.ones(max(elems + 2 * (elems // (world - 1)), 2 * elems), dtype=torch.bfloat16, device="cuda")
     rows = []
-    npeers_of = {"push_one": 1, "pull_one": 1}
+    npeers_of = {"push_one": 1, "pull_one": 1, "ring_step": 1}
     for name in args.patterns.split(","):
         npeers = npeers_of.get(name, world - 1)
         n_per_peer = elems // npeers
         for warps in map(int, args.warps.split(",")):
             for unroll in ((1, 4) if name in ("push_all", "push_one", "pull_all", "pull_one", "tma_push_all")
-                           else (1, 2, 4) if name.startswith("reduce_push") else (1,)):
-                block = warps * 32 * 8 * unroll if name != "tma_push_all" else 8 * unroll * 256
+                           else (1, 2, 4) if name.startswith("reduce_push") or name == "ring_step"
+                           else (1, 4, 16, 64) if name == "push_seq" else (1,)):
+                block = (warps * 32 * 8 * (unroll if name != "push_seq" else 1) if name != "tma_push_all"
+                         else 8 * unroll * 256)
                 n = n_per_peer // block * block
                 for cs in ((False, True) if name == "push_all" and unroll == 1 else (False,)):
                     for ctas in map(int, args.grids.split(",")):
@@ -193,12 +244,20 @@ def main() -> None:
                             def launch() -> None:
                                 _split[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers, BLOCK=block,
                                                 num_warps=warps)
+                        elif name == "scatter_ring":
+                            def launch() -> None:
+                                _scatter_ring[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers,
+                                                       BLOCK=block, num_warps=warps)
+                        elif name == "push_seq":
+                            def launch() -> None:
+                                _seq[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers, BLOCK=block,
+                                              ROUND=unroll, num_warps=warps)
                         elif name == "tma_push_all":
                             # Tiles of `unroll` x 8 rows of 256 (4 KiB per row group of 8).
                             def launch() -> None:
                                 _tma_push[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers,
                                                    ROWS=8 * unroll, num_warps=warps)
-                        elif name.startswith("reduce_push"):
+                        elif name.startswith("reduce_push") or name == "ring_step":
                             def launch() -> None:
                                 _reduce_push[(ctas,)](local, buf, deltas, elems, rank, world, n, NPEERS=npeers,
                                                       BLOCK=block, SELF=name.endswith("_self"), num_warps=warps)
