@@ -602,6 +602,21 @@ fn ll_after(node: &Node, rank: usize, handle: i64, offset: usize) -> i32 {
     exports::symm_all_reduce(handle, at, 0, LL_AFTER, reduce_op::SUM, dtype::FLOAT32)
 }
 
+/// One case of a push test on one rank: `case` on the rank's context, then `ll_after`; the
+/// first failing status, or OK.
+fn case_then_ll(
+    node: &Node,
+    rank: usize,
+    handle: i64,
+    ll_offset: usize,
+    case: impl FnOnce(&ironlink_device::abi::SymmContext) -> Result<(), i32>,
+) -> i32 {
+    match ironlink_device::ctx::context(handle).and_then(case) {
+        Ok(()) => ll_after(node, rank, handle, ll_offset),
+        Err(s) => s,
+    }
+}
+
 const LL_AFTER: i64 = 64;
 
 /// `two_shot_push` on its own (the dispatcher uses it from `SEPARATE_PHASES_MIN_BYTES` on, too
@@ -618,7 +633,7 @@ fn two_shot_push_matrix(
 ) {
     use ironlink_device::elem::Reduction;
     use ironlink_device::sync::Call;
-    use ironlink_device::{ctx, two_shot_push};
+    use ironlink_device::two_shot_push;
     let mut node = push_node(world, units_per_box, rounds_before);
     let mut layout = Layout::new();
     let ll_offset = layout.take(4 * LL_AFTER as usize, 0);
@@ -652,7 +667,7 @@ fn two_shot_push_matrix(
         format!("two_shot_push world={world} ctas={ctas} threads={threads} box={units_per_box}");
     let status = node.run(&label, ctas, threads, |rank, handle| {
         for c in &cases {
-            let s = ctx::context(handle).and_then(|cx| {
+            let s = case_then_ll(&node, rank, handle, ll_offset, |cx| {
                 let r = Region::new(
                     cx,
                     node.addr(rank, 0),
@@ -670,10 +685,6 @@ fn two_shot_push_matrix(
                     },
                 )
             });
-            if let Err(s) = s {
-                return s;
-            }
-            let s = ll_after(&node, rank, handle, ll_offset);
             if s != status::OK {
                 return s;
             }
@@ -711,7 +722,7 @@ fn two_shot_push_across_counter_wrap() {
 fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_box: usize) {
     use ironlink_device::elem::Reduction;
     use ironlink_device::sync::Call;
-    use ironlink_device::{ctx, two_shot_push};
+    use ironlink_device::two_shot_push;
     let mut node = push_node(world, units_per_box, 0);
     let mut layout = Layout::new();
     let ll_offset = layout.take(4 * LL_AFTER as usize, 0);
@@ -763,7 +774,7 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
             } else {
                 *out
             };
-            let s = ctx::context(handle).and_then(|cx| {
+            let s = case_then_ll(&node, rank, handle, ll_offset, |cx| {
                 let i = Region::new(
                     cx,
                     node.addr(rank, 0),
@@ -784,10 +795,6 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
                     },
                 )
             });
-            if let Err(s) = s {
-                return s;
-            }
-            let s = ll_after(&node, rank, handle, ll_offset);
             if s != status::OK {
                 return s;
             }
