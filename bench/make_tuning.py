@@ -8,6 +8,8 @@ Input: what ``python -m ironlink.bench`` writes. ``all_reduce`` has one "ironlin
 per (dtype, bytes), as "ironlink" rows. Per collective and size we keep the fastest config over
 all dtypes (the device code's work depends on bytes, not dtype), merge neighbouring sizes that
 chose the same config, and write a table per world size (`ironlink.tuning.choose` reads it).
+A benchmark of older device code (device/src changed since its git revision) is refused: its
+best configs were the best for other algorithms.
 """
 
 from __future__ import annotations
@@ -133,6 +135,24 @@ def tables_from(docs: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[int, Tab
     return out, limits
 
 
+# What decides how fast a config runs: a benchmark of other device code says nothing about it.
+DEVICE_CODE = ("device/src", "device/Cargo.toml")
+
+
+def stale_reason(doc: dict[str, Any]) -> str | None:
+    """Why `doc`'s measurements may not describe the device code at HEAD (None: they do): its
+    revision is unknown here, or device code changed since."""
+    rev = str(doc.get("git_rev", ""))
+    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=REPO,
+                           capture_output=True, text=True)
+    if not rev or known.returncode != 0:
+        return f"its revision {rev!r} is not a commit of this repository"
+    changed = subprocess.run(["git", "diff", "--quiet", rev, "HEAD", "--", *DEVICE_CODE], cwd=REPO)
+    if changed.returncode != 0:
+        return f"the device code changed since its revision {rev}"
+    return None
+
+
 def git_rev() -> str:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return r.stdout.strip() or "unknown"
@@ -192,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", nargs="*", type=Path, help="benchmark JSON files (default: newest in bench/results)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--allow-stale", action="store_true",
+                    help="use benchmarks of older device code too (by default they are refused)")
     args = ap.parse_args(argv)
     paths: list[Path] = args.json
     if not paths:
@@ -202,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         # Newest by the date the benchmark recorded (file times change with checkouts).
         paths = [max(found, key=lambda p: (json.loads(p.read_text()).get("date", ""), p.name))]
     docs = [json.loads(p.read_text()) for p in paths]
+    if not args.allow_stale:
+        stale = [f"{p}: {why}" for p, d in zip(paths, docs) if (why := stale_reason(d)) is not None]
+        if stale:
+            print("refusing benchmarks that may not describe the current device code "
+                  "(--allow-stale to use them anyway):\n  " + "\n  ".join(stale), file=sys.stderr)
+            return 1
     tables, limits = tables_from(docs)
     text = render(tables, limits, [describe(p, d) for p, d in zip(paths, docs)], git_rev())
     args.out.write_text(text)
