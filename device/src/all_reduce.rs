@@ -10,8 +10,9 @@
 //! - two-shot (large messages): rank p reduces shard p by loading it from every peer's buffer
 //!   with 16-byte vectors, then stores the result into every rank's buffer. Barriers among
 //!   same-index CTAs before (the inputs are ready) and after (every shard has arrived). From
-//!   `SEPARATE_PHASES_MIN_BYTES` on, by stores only through the scratch (`two_shot_push`), or,
-//!   where that cannot run, with a barrier between the loads and the stores.
+//!   `PUSH_MIN_BYTES` on, by stores only through the scratch (`two_shot_push`), or, where that
+//!   cannot run, from `SEPARATE_PHASES_MIN_BYTES` on with a barrier between the loads and the
+//!   stores.
 //!
 //! Every rank computes each result element once, in rank order, so results are bitwise equal.
 
@@ -192,12 +193,12 @@ pub enum TwoShot {
 
 #[inline(always)]
 pub fn two_shot_variant(c: &SymmContext, r: &Region) -> TwoShot {
-    if r.bytes < SEPARATE_PHASES_MIN_BYTES {
-        TwoShot::Fused
-    } else if two_shot_push::usable(c, r) {
+    if r.bytes >= PUSH_MIN_BYTES && two_shot_push::usable(c, r) {
         TwoShot::Push
-    } else {
+    } else if r.bytes >= SEPARATE_PHASES_MIN_BYTES {
         TwoShot::Separate
+    } else {
+        TwoShot::Fused
     }
 }
 
@@ -228,9 +229,14 @@ fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     call.barrier(2)
 }
 
-/// From this size on, two-shot runs its two halves one after the other (`Push`, or `Separate`
-/// where push cannot run). Measured on 4 H200s (bf16, same session), fused vs separate:
-/// 16 MiB 88.0 vs 89.4 us, 64 MiB 331 vs 320 us, 256 MiB 1285 vs 1259 us, 1 GiB 5070 vs 4887 us;
-/// separate vs push (one run each): 64 MiB 317.5 vs 312.1 us, 256 MiB 1247 vs 1219 us,
-/// 1 GiB 4871 vs 4823 us.
+/// From this size on, two-shot runs as `Push` where it can. Measured on 4 H200s (bf16, A/B/B/A,
+/// same GPUs), fused vs push: 2 MiB 17.4 vs 21.1 us, 4 MiB 27.2 vs 30.3 us, 16 MiB 87.2 vs
+/// 84.0 us (8 MiB not measured).
+pub const PUSH_MIN_BYTES: usize = 16 << 20;
+
+/// From this size on, two-shot runs its two halves one after the other where `Push` cannot run.
+/// Measured on 4 H200s (bf16, same session), fused vs separate: 16 MiB 88.0 vs 89.4 us, 64 MiB
+/// 331 vs 320 us, 256 MiB 1285 vs 1259 us, 1 GiB 5070 vs 4887 us; separate vs push (one run
+/// each): 64 MiB 317.5 vs 312.1 us, 256 MiB 1247 vs 1219 us, 1 GiB 4871 vs 4823 us.
 pub const SEPARATE_PHASES_MIN_BYTES: usize = 32 << 20;
+const _: () = assert!(PUSH_MIN_BYTES <= SEPARATE_PHASES_MIN_BYTES);

@@ -230,6 +230,11 @@ fn all_reduce_two_shot_separate_phases() {
         ..region
     };
     assert_eq!(two_shot_variant(node.context(0), &aligned), TwoShot::Push);
+    // Between the two switches: push where it can run, else the fused loads-and-stores.
+    let mid = |offset, bytes| two_shot_variant(node.context(0), &Region { offset, bytes });
+    assert_eq!(mid(256, PUSH_MIN_BYTES), TwoShot::Push);
+    assert_eq!(mid(256, PUSH_MIN_BYTES - 16), TwoShot::Fused);
+    assert_eq!(mid(260, SEPARATE_PHASES_MIN_BYTES - 4), TwoShot::Fused);
     let status = node.run("all_reduce 32 MiB", 2, 64, |rank, ctx| {
         exports::symm_all_reduce(
             ctx,

@@ -406,10 +406,12 @@ def main() -> int:
                           lambda: s.forced(alg, lambda: s.all_gather(n, dtype, in_place)))
     for dtype, n in [(torch.bfloat16, 128 << 20), (torch.float32, 64 << 20)] if full else []:  # 256 MiB
         s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
-    for dtype, n, op, skew in [(torch.float16, (16 << 20) + 5, "MAX", 0), (torch.bfloat16, (24 << 20) + 3, "AVG", 1)] if full else []:
-        # Past the large-message switch (32 MiB), with a partial last 16-byte unit; 16-byte
-        # aligned (two-shot by stores through scratch) and not (loads, barrier, stores).
-        s.run(f"all_reduce {dtype} {op} 32MiB+ n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
+    for dtype, n, op, skew in [(torch.float16, (16 << 20) + 5, "MAX", 0), (torch.bfloat16, (24 << 20) + 3, "AVG", 1),
+                               (torch.float32, (4 << 20) + 3, "SUM", 0), (torch.float32, (6 << 20) + 1, "MIN", 1)] if full else []:
+        # Past the large-message switches (push from 16 MiB, separate halves from 32 MiB), with a
+        # partial last 16-byte unit; 16-byte aligned (two-shot by stores through scratch) and not
+        # (from 32 MiB loads, barrier, stores; below, loads and stores fused).
+        s.run(f"all_reduce {dtype} {op} past-switch n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
     for dtype in dtypes:
         for n in (1, 5, 4097, 1 << 18):
             for op in ("SUM", "MAX", "AVG"):
