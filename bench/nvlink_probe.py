@@ -69,6 +69,14 @@ def _probe(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.conste
 
 
 @triton.jit
+def _send_part(local, dst, slot, rank, n_per_peer, k, base):
+    # This rank's part k - 1 (n_per_peer elements each), elements `base`, into this rank's slot
+    # of `dst`, peer rank + k's buffer.
+    v = tl.load(local + (k - 1) * n_per_peer + base)
+    tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+
+
+@triton.jit
 def _split(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexpr, BLOCK: tl.constexpr):
     # Like push_all, but each CTA stores to one peer only: CTA c serves peer rank + 1 + c % NPEERS.
     pid = tl.program_id(0)
@@ -76,12 +84,9 @@ def _split(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.conste
     idx = pid // NPEERS
     groups = tl.num_programs(0) // NPEERS
     offs = tl.arange(0, BLOCK)
-    p = (rank + k) % world
-    dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+    dst = mine + tl.multiple_of(tl.load(deltas + (rank + k) % world), 8)
     for b in range(idx, n_per_peer // BLOCK, groups):
-        base = b * BLOCK + offs
-        v = tl.load(local + (k - 1) * n_per_peer + base)
-        tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+        _send_part(local, dst, slot, rank, n_per_peer, k, b * BLOCK + offs)
 
 
 @triton.jit
@@ -95,14 +100,11 @@ def _seq(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexp
     nblocks = n_per_peer // BLOCK
     for r0 in range(0, nblocks, grid * ROUND):
         for k in tl.static_range(1, NPEERS + 1):
-            p = (rank + k) % world
-            dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+            dst = mine + tl.multiple_of(tl.load(deltas + (rank + k) % world), 8)
             for j in range(ROUND):
                 b = r0 + j * grid + pid
                 if b < nblocks:
-                    base = b * BLOCK + offs
-                    v = tl.load(local + (k - 1) * n_per_peer + base)
-                    tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+                    _send_part(local, dst, slot, rank, n_per_peer, k, b * BLOCK + offs)
 
 
 @triton.jit
@@ -117,10 +119,8 @@ def _scatter_ring(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl
     for b in range(pid, half // BLOCK, grid):
         base = b * BLOCK + offs
         for k in tl.static_range(1, NPEERS + 1):
-            p = (rank + k) % world
-            dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
-            v = tl.load(local + (k - 1) * n_per_peer + base)
-            tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v)
+            dst = mine + tl.multiple_of(tl.load(deltas + (rank + k) % world), 8)
+            _send_part(local, dst, slot, rank, n_per_peer, k, base)
         for k in tl.static_range(1, NPEERS + 1):
             v = tl.load(local + (k - 1) * n_per_peer + half + base)
             tl.store(nxt + rank * slot + (k - 1) * n_per_peer + half + base, v)
