@@ -143,9 +143,9 @@ def stale_reason(doc: dict[str, Any]) -> str | None:
     """Why `doc`'s measurements may not describe the device code at HEAD (None: they do): its
     revision is unknown here, or device code changed since."""
     rev = str(doc.get("git_rev", ""))
-    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=REPO,
-                           capture_output=True, text=True)
-    if not rev or known.returncode != 0:
+    known = rev and subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=REPO,
+                                   capture_output=True).returncode == 0
+    if not known:
         return f"its revision {rev!r} is not a commit of this repository"
     changed = subprocess.run(["git", "diff", "--quiet", rev, "HEAD", "--", *DEVICE_CODE], cwd=REPO)
     if changed.returncode != 0:

@@ -624,7 +624,7 @@ fn case_then_ll(
 
 const LL_AFTER: i64 = 64;
 
-/// `two_shot_push` on its own (the dispatcher uses it from `SEPARATE_PHASES_MIN_BYTES` on, too
+/// `two_shot_push` on its own (the dispatcher uses it from `PUSH_MIN_BYTES` on, too
 /// large to simulate often): scratch slices of a few units per sender, so calls take many rounds
 /// and every buffer is reused; one launch runs every case back to back, each followed by a
 /// one-shot LL all-reduce that writes the same scratch slices (the entry barrier must order the
