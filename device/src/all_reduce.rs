@@ -230,9 +230,9 @@ fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
 }
 
 /// From this size on, two-shot runs as `Push` where it can. Measured on 4 H200s (bf16, A/B/B/A,
-/// same GPUs), fused vs push: 2 MiB 17.4 vs 21.1 us, 4 MiB 27.2 vs 30.3 us, 16 MiB 87.2 vs
-/// 84.0 us (8 MiB not measured).
-pub const PUSH_MIN_BYTES: usize = 16 << 20;
+/// same GPUs, best grid of each), fused vs push: 2 MiB 17.4 vs 21.1 us, 4 MiB 27.2 vs 30.3,
+/// 6 MiB 38.0 vs 40.0, 8 MiB 49.0 vs 48.9, 12 MiB 68.4 vs 66.0, 16 MiB 87.2 vs 84.0.
+pub const PUSH_MIN_BYTES: usize = 8 << 20;
 
 /// From this size on, two-shot runs its two halves one after the other where `Push` cannot run.
 /// Measured on 4 H200s (bf16, same session), fused vs separate: 16 MiB 88.0 vs 89.4 us, 64 MiB

@@ -407,8 +407,8 @@ def main() -> int:
     for dtype, n in [(torch.bfloat16, 128 << 20), (torch.float32, 64 << 20)] if full else []:  # 256 MiB
         s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
     for dtype, n, op, skew in [(torch.float16, (16 << 20) + 5, "MAX", 0), (torch.bfloat16, (24 << 20) + 3, "AVG", 1),
-                               (torch.float32, (4 << 20) + 3, "SUM", 0), (torch.float32, (6 << 20) + 1, "MIN", 1)] if full else []:
-        # Past the large-message switches (push from 16 MiB, separate halves from 32 MiB), with a
+                               (torch.float32, (3 << 20) + 3, "SUM", 0), (torch.float32, (6 << 20) + 1, "MIN", 1)] if full else []:
+        # Past the large-message switches (push from 8 MiB, separate halves from 32 MiB), with a
         # partial last 16-byte unit; 16-byte aligned (two-shot by stores through scratch) and not
         # (from 32 MiB loads, barrier, stores; below, loads and stores fused).
         s.run(f"all_reduce {dtype} {op} past-switch n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))

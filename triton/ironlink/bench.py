@@ -240,6 +240,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON file to write (rank 0)")
     ap.add_argument("--max-bytes", type=int, default=1 << 30)
     ap.add_argument("--min-bytes", type=int, default=0)
+    ap.add_argument("--sizes", default=None,
+                    help="comma-separated message sizes in bytes instead of the standard list (A/B runs)")
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--skip-gather-scatter", action="store_true")
     ap.add_argument("--scratch-mib", type=int, default=DEFAULT_SCRATCH_BYTES >> 20, help="scratch region per rank")
@@ -247,7 +249,8 @@ def main() -> None:
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
     b = Bench(args.max_bytes, args.scratch_mib << 20)
-    sizes = [s for s in SIZES if args.min_bytes <= s <= args.max_bytes]
+    listed = [int(s) for s in args.sizes.split(",")] if args.sizes else SIZES
+    sizes = [s for s in listed if args.min_bytes <= s <= args.max_bytes]
     for dt in args.dtypes.split(","):
         for nbytes in sizes:
             b.all_reduce(dt, nbytes)
