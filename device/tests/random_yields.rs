@@ -49,7 +49,8 @@ fn collectives_under_random_yields() {
         .map(|r| fill(&mut node, r, rs_in, Dt::Bf16, &values(world * n)))
         .collect();
     // Two-shot by stores in rounds (`two_shot_push`, called directly: the dispatcher takes it only
-    // from `PUSH_MIN_BYTES`): 4000 bf16 at 53248 take 6 rounds of 16 units per box here, reusing buffers.
+    // from `PUSH_MIN_BYTES`): 4000 bf16 at 53248 take 6 rounds of 16 units per box here, reusing
+    // buffers.
     // The round counters start 3 short of wrapping around u32, so the flags wrap mid-call.
     let (push_n, push_at) = (4000usize, 53248usize);
     node.set_round_counters(u32::MAX - 2);
