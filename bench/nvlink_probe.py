@@ -42,6 +42,13 @@ import triton.language as tl
 
 
 @triton.jit
+def _peer(mine, deltas, rank, world, k):
+    # Rank (rank + k) % world's buffer, from this rank's `mine` plus that peer's element offset
+    # (pointer arithmetic on a 16-byte aligned base keeps Triton's 16-byte vector accesses).
+    return mine + tl.multiple_of(tl.load(deltas + (rank + k) % world), 8)
+
+
+@triton.jit
 def _probe(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexpr, PULL: tl.constexpr,
            BLOCK: tl.constexpr, CS: tl.constexpr):
     # Each of NPEERS peers (rank+1, rank+2, ...) exchanges n_per_peer elements with this rank.
@@ -53,15 +60,13 @@ def _probe(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.conste
         base = b * BLOCK + offs
         if PULL:
             for k in tl.static_range(1, NPEERS + 1):
-                p = (rank + k) % world
-                src = mine + tl.multiple_of(tl.load(deltas + p), 8)
+                src = _peer(mine, deltas, rank, world, k)
                 v = tl.load(src + rank * slot + base)
                 tl.store(local + (k - 1) * n_per_peer + base, v)
         else:
             v = tl.load(local + base)
             for k in tl.static_range(1, NPEERS + 1):
-                p = (rank + k) % world
-                dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+                dst = _peer(mine, deltas, rank, world, k)
                 if CS:
                     tl.store(dst + rank * slot + (k - 1) * n_per_peer + base, v, cache_modifier=".cs")
                 else:
@@ -84,7 +89,7 @@ def _split(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.conste
     idx = pid // NPEERS
     groups = tl.num_programs(0) // NPEERS
     offs = tl.arange(0, BLOCK)
-    dst = mine + tl.multiple_of(tl.load(deltas + (rank + k) % world), 8)
+    dst = _peer(mine, deltas, rank, world, k)
     for b in range(idx, n_per_peer // BLOCK, groups):
         _send_part(local, dst, slot, rank, n_per_peer, k, b * BLOCK + offs)
 
@@ -100,7 +105,7 @@ def _seq(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.constexp
     nblocks = n_per_peer // BLOCK
     for r0 in range(0, nblocks, grid * ROUND):
         for k in tl.static_range(1, NPEERS + 1):
-            dst = mine + tl.multiple_of(tl.load(deltas + (rank + k) % world), 8)
+            dst = _peer(mine, deltas, rank, world, k)
             for j in range(ROUND):
                 b = r0 + j * grid + pid
                 if b < nblocks:
@@ -115,11 +120,11 @@ def _scatter_ring(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl
     grid = tl.num_programs(0)
     offs = tl.arange(0, BLOCK)
     half = n_per_peer // 2
-    nxt = mine + tl.multiple_of(tl.load(deltas + (rank + 1) % world), 8)
+    nxt = _peer(mine, deltas, rank, world, 1)
     for b in range(pid, half // BLOCK, grid):
         base = b * BLOCK + offs
         for k in tl.static_range(1, NPEERS + 1):
-            dst = mine + tl.multiple_of(tl.load(deltas + (rank + k) % world), 8)
+            dst = _peer(mine, deltas, rank, world, k)
             _send_part(local, dst, slot, rank, n_per_peer, k, base)
         for k in tl.static_range(1, NPEERS + 1):
             v = tl.load(local + (k - 1) * n_per_peer + half + base)
@@ -141,8 +146,7 @@ def _reduce_push(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.
             acc += tl.load(local + k * n_per_peer + base).to(tl.float32)
         v = acc.to(tl.bfloat16)
         for k in tl.static_range(1, NPEERS + 1):
-            p = (rank + k) % world
-            dst = mine + tl.multiple_of(tl.load(deltas + p), 8)
+            dst = _peer(mine, deltas, rank, world, k)
             tl.store(dst + rank * slot + base, v)
         if SELF:
             tl.store(local + (NPEERS + 1) * n_per_peer + base, v)
@@ -156,11 +160,11 @@ def _tma_push(local, mine, deltas, slot, rank, world, n_per_peer, NPEERS: tl.con
     grid = tl.num_programs(0)
     rows = n_per_peer // 256
     src = tl.make_tensor_descriptor(local, shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
-    d1 = tl.make_tensor_descriptor(mine + tl.multiple_of(tl.load(deltas + (rank + 1) % world), 8) + rank * slot,
+    d1 = tl.make_tensor_descriptor(_peer(mine, deltas, rank, world, 1) + rank * slot,
                                    shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
-    d2 = tl.make_tensor_descriptor(mine + tl.multiple_of(tl.load(deltas + (rank + 2) % world), 8) + rank * slot,
+    d2 = tl.make_tensor_descriptor(_peer(mine, deltas, rank, world, 2) + rank * slot,
                                    shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
-    d3 = tl.make_tensor_descriptor(mine + tl.multiple_of(tl.load(deltas + (rank + 3) % world), 8) + rank * slot,
+    d3 = tl.make_tensor_descriptor(_peer(mine, deltas, rank, world, 3) + rank * slot,
                                    shape=[rows, 256], strides=[256, 1], block_shape=[ROWS, 256])
     for b in range(pid, rows // ROWS, grid):
         v = src.load([b * ROWS, 0])
