@@ -20,6 +20,7 @@ STAMP     := build/.stamps
 
 .PHONY: all all-archs toolchain venv abi test test-rust test-python lint demo wheel test-gpu bench clean
 all: $(BC)
+	@echo "bitcode ready: $(BC)"
 
 all-archs:
 	@for a in $(ARCHS); do $(MAKE) --no-print-directory CUDA_ARCH=$$a || exit 1; done
@@ -27,12 +28,14 @@ all-archs:
 toolchain: $(STAMP)/toolchain
 $(STAMP)/toolchain: rust-toolchain.toml
 	@mkdir -p $(STAMP)
+	@echo "== installing Rust $(TOOLCHAIN) with rust-src, llvm-tools, rustfmt, clippy (rustup, once)"
 	rustup toolchain install $(TOOLCHAIN) --profile minimal --component rust-src,llvm-tools,rustfmt,clippy
 	@touch $@
 
 venv: $(STAMP)/venv
 $(STAMP)/venv: requirements-dev.txt
 	@mkdir -p $(STAMP)
+	@echo "== creating the project venv $(VENV) from requirements-dev.txt (once; Triton is the large download)"
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -r requirements-dev.txt
@@ -43,26 +46,31 @@ DEVICE_SRC := $(shell find device/src -name '*.rs') device/Cargo.toml Cargo.toml
 DEVTARGET  = target/device-$*$(if $(DIAG),-diag-$(DIAG))
 $(BCDIR)/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
 	@mkdir -p $(@D)
-	CARGO_TARGET_DIR=$(DEVTARGET) CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$*)$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\")" \
+	@echo "== building $@ (device crate for nvptx64 $*$(if $(DIAG),, diagnostic $(DIAG)); the first build also compiles core)"
+	@CARGO_TARGET_DIR=$(DEVTARGET) CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$*)$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\")" \
 	  $(CARGO) rustc -q -p ironlink-device -Z build-std=core \
 	  --target nvptx64-nvidia-cuda --profile device --crate-type cdylib -- \
 	  --emit=llvm-bc -C target-cpu=$(subst sm,sm_,$*) -C linker=/bin/true
-	cp $(DEVTARGET)/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@
-	@echo "built $@"
+	@cp $(DEVTARGET)/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@
 
 # Regenerates triton/ironlink/_abi.py from device/src (build.rs does it on every host build).
 abi: $(STAMP)/toolchain
-	$(CARGO) build -q
+	@echo "== generating triton/ironlink/_abi.py (cargo build of the host crate runs build.rs)"
+	@$(CARGO) build -q
 
 test: all-archs venv abi test-rust test-python lint
+	@echo "== make test: everything passed"
 
 test-rust: $(STAMP)/toolchain
-	$(CARGO) test -q --workspace
+	@echo "== Rust tests: the device code on simulated nodes (world 2 to 8), host crate units (cargo test)"
+	@$(CARGO) test -q --workspace
 
 test-python: venv
-	IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=triton $(VPY) -m pytest -q tests
+	@echo "== Python tests: bitcode symbols, Triton compile-to-cubin for sm_80/90/100, ABI sync, heap and ops checks (pytest)"
+	@IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=triton $(VPY) -m pytest -q tests
 
 lint: $(STAMP)/toolchain venv
+	@echo "== lint: mypy on the Python package, cargo fmt --check, clippy -D warnings"
 	cd triton && ../$(VPY) -m mypy --ignore-missing-imports -p ironlink
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
@@ -73,10 +81,11 @@ lint: $(STAMP)/toolchain venv
 NGPU := $(shell nvidia-smi -L 2>/dev/null | wc -l)
 demo: $(STAMP)/toolchain
 	@if [ "$(NGPU)" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then \
+	  echo "== $(NGPU) GPUs here: building the wheel, then examples/all_reduce.py on every GPU"; \
 	  $(MAKE) --no-print-directory wheel && . tests/gpu/setup_native.sh && \
 	  torchrun --standalone --nproc_per_node=$(NGPU) examples/all_reduce.py; \
 	else \
-	  echo "no GPUs here: running the device code on 8 simulated ranks"; \
+	  echo "== no GPUs here: running the device code on 8 simulated GPUs, CPU threads standing in for GPU threads"; \
 	  $(CARGO) run -q --release -p ironlink-device --example sim_all_reduce; \
 	fi
 
@@ -86,20 +95,16 @@ clean:
 # The abi3 Python wheel (one build serves Python 3.9+): ironlink._native plus the bitcode of every
 # arch as package data (ironlink/lib/*.bc, copied in for the build and removed after). Output in
 # build/dist/.
-.PHONY: test-gpu-heap
 wheel: all-archs venv
 	rm -rf triton/ironlink/lib build/dist && mkdir -p triton/ironlink/lib
 	cp build/ironlink_sm*.bc triton/ironlink/lib/
 	$(VENV)/bin/maturin build --release -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
 
-# The symmetric-heap GPU suite (world sizes 2, 4, 8 as GPUs allow) and examples/peer_write.py.
-test-gpu-heap: wheel
-	tests/gpu/run_heap.sh
-
-# On a GPU machine with Rust: every GPU suite (basics, heap, collectives for 2/4/8 GPUs) and the
-# benchmark. Without Rust there, run `make wheel` elsewhere, carry build/, run tests/gpu/run_all.sh.
+# On a GPU machine with Rust: every GPU suite and the benchmark (tests/gpu/run.sh; pass parts and
+# options with GPU_ARGS="collectives --worlds 4"). Without Rust there, run `make wheel` elsewhere,
+# carry build/, run tests/gpu/run.sh there.
 test-gpu: wheel
-	tests/gpu/run_all.sh
+	tests/gpu/run.sh $(GPU_ARGS)
 
 # The side-by-side benchmark alone (JSON under bench/results/).
 bench: wheel

@@ -1,6 +1,11 @@
-"""`make demo` on a machine with GPUs: a Triton kernel all-reduces a bf16 tensor in symmetric memory.
+"""`make demo` on a machine with GPUs: one Triton kernel computes a tensor and all-reduces it.
 
-    torchrun --standalone --nproc_per_node=8 examples/all_reduce.py
+    torchrun --standalone --nproc_per_node=4 examples/all_reduce.py
+
+Every rank fills a bf16 tensor in symmetric memory with its rank + 1; a Triton kernel doubles
+it and then calls ironlink's all-reduce inline, in the same kernel. Rank 0 says what it computes
+and which algorithm the library picks; every rank checks its result and that all ranks hold the
+same bits.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import triton.language as tl
 import ironlink
 import ironlink.language as il
 from ironlink.constants import DTYPE_BFLOAT16, REDUCE_OP_SUM
+
+N = 1 << 20  # elements: 2 MiB of bf16
+CTAS, WARPS = 1, 8
 
 
 @ironlink.jit
@@ -34,20 +42,36 @@ def main() -> None:
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    n = 1 << 20
     with ironlink.SymmetricHeap(64 << 20) as heap:
-        x = heap.empty((n,), torch.bfloat16)
+        x = heap.empty((N,), torch.bfloat16)
         x.fill_(rank + 1)
-        status = torch.zeros(8, dtype=torch.int32, device="cuda")
-        scale_then_all_reduce[(1,)](heap.ctx, x, n, 2.0, status, BLOCK=1024, num_warps=8)
+        want = float(sum(2 * (r + 1) for r in range(world)))
+        if rank == 0:
+            algorithm = heap.all_reduce_algorithm(N * 2, CTAS)
+            print(f"ironlink demo: {world} GPUs, one process each, a symmetric heap of 64 MiB per GPU.\n"
+                  f"  input:     rank r fills x ({N:,} bf16 elements, {N * 2 >> 20} MiB) with r + 1\n"
+                  f"  kernel:    doubles x, then calls il.symm_all_reduce(SUM) inline ({CTAS} CTA x {WARPS} warps)\n"
+                  f"  expected:  every element of x on every rank = 2 x (1 + ... + {world}) = {want:g}\n"
+                  f"  algorithm: {algorithm} (chosen on the device from the message size, the grid and "
+                  f"the heap's limits {heap.algorithm_limits[:2]})", flush=True)
+        status = torch.zeros(CTAS, dtype=torch.int32, device="cuda")
+        scale_then_all_reduce[(CTAS,)](heap.ctx, x, N, 2.0, status, BLOCK=1024, num_warps=WARPS)
         torch.cuda.synchronize()
         heap.check()
-        want = float(world * (world + 1))  # sum over ranks of 2 * (rank + 1)
-        ok = bool((status[:1] == 0).all()) and bool((x.float() == want).all())
-        print(f"rank {rank}/{world}: x[0] = {x[0].item()}, want {want}: {'OK' if ok else 'MISMATCH'}", flush=True)
+        # The same bits on every rank: compare a checksum of the raw bf16 words.
+        checksum = x.view(torch.int16).to(torch.int64).sum().reshape(1)
+        sums = [torch.zeros_like(checksum) for _ in range(world)]
+        dist.all_gather(sums, checksum)
+        ok = bool((status == 0).all()) and bool((x.float() == want).all())
+        same = all(bool((s == sums[0]).all()) for s in sums)
+        print(f"rank {rank}: status {status.tolist()}, x[0] = {x[0].item():g}, x[-1] = {x[-1].item():g}: "
+              f"{'OK' if ok else 'MISMATCH'}", flush=True)
         heap.barrier()
+        if rank == 0:
+            print(f"result: {'OK' if ok and same else 'FAILED'}: "
+                  f"{'every rank holds the same bits' if same else 'ranks differ'}", flush=True)
     dist.destroy_process_group()
-    if not ok:
+    if not (ok and same):
         raise SystemExit(1)
 
 

@@ -1,4 +1,4 @@
-"""GPU suite of the device collectives, one process per GPU (run under torchrun by run_collectives.sh).
+"""GPU suite of the device collectives, one process per GPU (run under torchrun by `tests/gpu/run.sh collectives`).
 
 Every collective x dtype x op over sizes from 1 element to 256 MiB, grids of 1 to 132 CTAs,
 num_warps 4 and 8, fresh random data each case, outputs poisoned first, results against a

@@ -1,27 +1,98 @@
 #!/usr/bin/env bash
-# Runs the GPU tests on a GPU machine (python3 with torch + triton; no Rust there: build/*.bc must
-# have been built elsewhere and carried along). The log goes to $OUT/gpu-tests.log.
-set -euo pipefail
+# The one GPU entry point: every GPU suite of ironlink, or the parts you name, on the local GPUs.
+#
+#   tests/gpu/run.sh                         # every part, world sizes 2 4 8 as the GPUs allow
+#   tests/gpu/run.sh collectives ops         # only these parts
+#   tests/gpu/run.sh --worlds "4 2" --quick  # options go anywhere
+#
+# Parts, in the order they run:
+#   wheel        the wheel from build/dist installs as is and imports (extension + bitcode)
+#   basics       single-GPU tests: bitcode links, context checks, error codes (tests/gpu/test_basic.py)
+#   heap         symmetric heap suite and examples/peer_write.py, per world size (tests/gpu/test_heap.py)
+#   collectives  every device collective and primitive, per world size (tests/gpu/collectives_worker.py)
+#   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
+#   examples     examples/all_reduce.py, the GPU `make demo`
+#   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
+# Options:
+#   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
+#                      GPU count are skipped)
+#   --only SUBSTR      collective and ops cases whose names contain SUBSTR
+#   --quick            collectives without the large (8 MiB and 256 MiB) cases
+#   --bench-args "..." arguments for `python -m ironlink.bench` (e.g. "--max-bytes 16777216")
+# Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_GIT_REV (the
+# revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR.
+#
+# Needs python3 with torch and triton, and build/ from a machine with Rust (`make wheel`: the
+# bitcode and the abi3 wheel). Prints one summary line per part; exits non-zero if any failed.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-# NVLink multicast stays off on the shared machines (see /work/shared/field-notes.md).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT="${OUT:-./build/gpu-out}"
+parts=() worlds="2 4 8" bench_args=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --worlds) worlds=$2; shift 2 ;;
+    --only) export IRONLINK_GPU_ONLY=$2; shift 2 ;;
+    --quick) export IRONLINK_GPU_FULL=0; shift ;;
+    --bench-args) bench_args=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    wheel|basics|heap|collectives|ops|examples|bench) parts+=("$1"); shift ;;
+    *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives ops examples bench)
+
+source tests/gpu/setup_native.sh || exit 1
+export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
 mkdir -p "$OUT"
-# A private Triton cache: a kernel compiled against another bitcode must not be reused.
-export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$(mktemp -d)}"
-
+ngpu=$(nvidia-smi -L | wc -l)
+fits=()
+for w in $worlds; do
+  if [ "$w" -le "$ngpu" ]; then fits+=("$w"); else echo "world $w: skipped ($ngpu GPUs)"; fi
+done
+largest=$(printf '%s\n' "${fits[@]:-1}" | sort -n | tail -1)
 {
-  echo "# $(date -u +%FT%TZ) $(hostname)"
-  nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || true
-  python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)' || true
-  ls -l build/*.bc || echo "no bitcode in build/: build it with 'make all-archs' where Rust is installed"
-} 2>&1 | tee "$OUT/gpu-tests.log"
+  echo "# $(date -u +%FT%TZ) parts: ${parts[*]}; worlds: ${fits[*]:-none}"
+  nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader
+  python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)'
+  ls -l build/*.bc build/dist/*.whl
+} > "$OUT/env.txt" 2>&1
+rc=0
+fail() { echo "$1: FAILED (log: $2)"; tail -20 "$2"; rc=1; }
 
-# A hung device function must not eat the whole session: give up after GPU_TEST_TIMEOUT seconds.
-if python3 -c 'import pytest' 2>/dev/null; then
-  PYTHONPATH=triton timeout "${GPU_TEST_TIMEOUT:-900}" python3 -m pytest -q -rs tests/gpu "$@" 2>&1 | tee -a "$OUT/gpu-tests.log"
-else
-  echo "pytest is not installed: running tests/gpu/test_basic.py directly" | tee -a "$OUT/gpu-tests.log"
-  PYTHONPATH=triton timeout "${GPU_TEST_TIMEOUT:-900}" python3 tests/gpu/test_basic.py 2>&1 | tee -a "$OUT/gpu-tests.log"
-fi
+for part in "${parts[@]}"; do
+  echo "== $part"
+  log="$OUT/$part.log"
+  case $part in
+    wheel)
+      rm -rf /tmp/ironlink-site
+      { python3 -m pip install -q --no-index --no-deps --target /tmp/ironlink-site build/dist/ironlink-*.whl &&
+        PYTHONPATH=/tmp/ironlink-site python3 -c "import ironlink, ironlink._native, ironlink._lib as l; print('installed wheel imports; bitcode:', sorted(p.name for p in l.PACKAGE_LIB_DIR.glob('*.bc')))"
+      } > "$log" 2>&1 && tail -1 "$log" || fail wheel "$log" ;;
+    basics)
+      timeout 180 python3 -m pytest -q tests/gpu/test_basic.py > "$log" 2>&1; r=$?
+      tail -1 "$log"; [ $r -eq 0 ] || fail basics "$log" ;;
+    heap)
+      [ ${#fits[@]} -gt 0 ] || { echo "no world size fits"; continue; }
+      IRONLINK_HEAP_WORLDS="${fits[*]}" timeout 400 python3 -m pytest -q -s tests/gpu/test_heap.py > "$log" 2>&1; r=$?
+      grep -hE "HEAP SUITE" "$log" | tail -3; tail -1 "$log"; [ $r -eq 0 ] || fail heap "$log" ;;
+    collectives)
+      for w in "${fits[@]}"; do
+        log="$OUT/collectives-w$w.log"
+        timeout 300 torchrun --standalone --nproc_per_node="$w" tests/gpu/collectives_worker.py > "$log" 2>&1; r=$?
+        grep -E "^== world|^FAILED" "$log" | head -30; [ $r -eq 0 ] || fail "collectives world $w" "$log"
+      done ;;
+    ops)
+      timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
+      grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;
+    examples)
+      timeout 120 torchrun --standalone --nproc_per_node="$largest" examples/all_reduce.py > "$log" 2>&1; r=$?
+      grep -vE "^(W|I)[0-9]{4}|^\*+$|OMP_NUM_THREADS|^$" "$log" | tail -12; [ $r -eq 0 ] || fail examples "$log" ;;
+    bench)
+      # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
+      NGPU=$largest timeout 300 bench/run.sh $bench_args > "$log" 2>&1; r=$?
+      grep -E "all_reduce|all_gather|reduce_scatter" "$log" | grep -v "symm_one_shot" | tail -70
+      [ $r -eq 0 ] || fail bench "$log" ;;
+  esac
+done
+echo "== done: $([ $rc -eq 0 ] && echo 'every part passed' || echo 'FAILURES above'); logs in $OUT"
+exit $rc

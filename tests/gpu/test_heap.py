@@ -2,7 +2,7 @@
 under torchrun for world sizes 2, 4 and 8 (those that fit the GPUs present).
 
 Skipped without torch or with fewer than 2 GPUs. `IRONLINK_HEAP_WORLDS="2 8"` picks the sizes.
-Run with `make test-gpu-heap` (or tests/gpu/run_heap.sh on a machine without Rust).
+Run with `tests/gpu/run.sh heap` (`--worlds "2 4"` picks the sizes).
 """
 
 from __future__ import annotations

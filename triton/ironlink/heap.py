@@ -149,6 +149,7 @@ class SymmetricHeap:
     ) -> None:
         self._native: Any = None
         self._closed = True
+        self._limits: Optional[tuple[int, int, int]] = None  # None: the device defaults
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
         timeout_ns = check_timeout(timeout_s)
@@ -204,6 +205,7 @@ class SymmetricHeap:
             limits = algorithm_limits(self._world)
             if limits is not None:
                 heap.set_algorithm_limits(*limits)
+                self._limits = limits
             mine = ("ok", None)
         except Exception as e:
             mine = ("error", str(e))
@@ -284,6 +286,26 @@ class SymmetricHeap:
         device."""
         limits = check_algorithm_limits(one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes)
         self._open().set_algorithm_limits(*limits)
+        self._limits = limits
+
+    @property
+    def algorithm_limits(self) -> tuple[int, int, int]:
+        """(one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes) this heap's context carries."""
+        self._open()
+        if self._limits is not None:
+            return self._limits
+        from . import _native
+
+        return (_native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, _native.DEFAULT_AR_LL_MAX_BYTES,
+                _native.DEFAULT_GATHER_LL_MAX_BYTES)
+
+    def all_reduce_algorithm(self, nbytes: int, ctas: int) -> str:
+        """Which algorithm `symm_all_reduce` runs for `nbytes` on a grid of `ctas` CTAs on this
+        heap: "one_shot_ll", "two_shot_ll" or "two_shot" (the device's own choice)."""
+        from . import _native
+
+        one_shot, ll, _ = self.algorithm_limits
+        return str(_native.all_reduce_algorithm(self._world, self.scratch_bytes, one_shot, ll, ctas, nbytes))
 
     # -- tensors --------------------------------------------------------------------------
     def _view(self, rank: int, offset: int, nbytes: int) -> Any:
