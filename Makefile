@@ -12,7 +12,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
 # DIAG=<variant> builds a timing-diagnostic bitcode (`--cfg ironlink_diag`, see
-# device/src/two_shot_push.rs) into build/diag/<variant>/ instead (bench/diag_build.sh).
+# device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/diag_build.sh).
 DIAG      ?=
 BCDIR      = build$(if $(DIAG),/diag/$(DIAG))
 BC         = $(BCDIR)/ironlink_$(subst _,,$(CUDA_ARCH)).bc
@@ -46,7 +46,7 @@ DEVICE_SRC := $(shell find device/src -name '*.rs') device/Cargo.toml Cargo.toml
 DEVTARGET  = target/device-$*$(if $(DIAG),-diag-$(DIAG))
 $(BCDIR)/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
 	@mkdir -p $(@D)
-	@echo "== building $@ (device crate for nvptx64 $*$(if $(DIAG),, diagnostic $(DIAG)); the first build also compiles core)"
+	@echo "== building $@ (the device crate for nvptx64 $*$(if $(DIAG), as diagnostic build $(DIAG)); the first build also compiles core)"
 	@CARGO_TARGET_DIR=$(DEVTARGET) CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$*)$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\")" \
 	  $(CARGO) rustc -q -p ironlink-device -Z build-std=core \
 	  --target nvptx64-nvidia-cuda --profile device --crate-type cdylib -- \

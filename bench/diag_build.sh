@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds timing-diagnostic variants of the sm_90 bitcode into build/diag/<variant>/ (the
 # Makefile's bitcode rule with DIAG=<variant>): each leaves a stage of the push all-reduce out
-# (device/src/two_shot_push.rs, `ironlink_diag`), so that a stage's time and the cost of running
+# (device/src/transport/store_rounds.rs, `ironlink_diag`), so that a stage's time and the cost of running
 # both stages together come out by difference. Results of these builds are wrong; the benchmark
 # only checks statuses. Then, on the GPUs:
 #   IRONLINK_GIT_REV=<rev> bench/ab.sh build build/diag/no_scatter build/diag/no_reduce build/diag/no_stages \

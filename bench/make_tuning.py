@@ -15,6 +15,7 @@ best configs were the best for other algorithms.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -25,7 +26,19 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 OUT = REPO / "triton" / "ironlink" / "tuning_table.py"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-MAX_CTAS = 256  # _abi.MAX_CTAS; not imported so this runs without triton installed
+
+
+def _load_abi() -> Any:
+    """triton/ironlink/_abi.py (generated from device/src), loaded by path: importing the
+    package would need triton, and this script runs without it."""
+    spec = importlib.util.spec_from_file_location("ironlink_abi", REPO / "triton" / "ironlink" / "_abi.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MAX_CTAS: int = _load_abi().MAX_CTAS
 
 Table = list[tuple[int, int, int]]  # (max_bytes, ctas, num_warps), ascending max_bytes
 
@@ -172,8 +185,6 @@ max_bytes (and above the previous entry's max_bytes).
 
 from __future__ import annotations
 
-MAX_CTAS = {max_ctas}
-
 TABLES: dict[str, dict[int, tuple[tuple[int, int, int], ...]]] = {tables}
 
 # Algorithm limits per world size, (one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes): the
@@ -196,7 +207,7 @@ def render(tables: dict[str, dict[int, Table]], limits: dict[int, tuple[int, int
         lines.append("    },")
     lines.append("}")
     lim = "{" + ", ".join(f"{w}: {limits[w]}" for w in sorted(limits)) + "}"
-    return TEMPLATE.format(rev=rev, sources="; ".join(sources), max_ctas=MAX_CTAS, tables="\n".join(lines), limits=lim)
+    return TEMPLATE.format(rev=rev, sources="; ".join(sources), tables="\n".join(lines), limits=lim)
 
 
 def describe(path: Path, doc: dict[str, Any]) -> str:

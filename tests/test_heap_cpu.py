@@ -144,7 +144,7 @@ def test_native_constants(native):
     assert native.MIN_SIGNAL_BYTES == min_bytes
     assert native.SIGNAL_BYTES >= min_bytes and native.SIGNAL_BYTES % native.REGION_ALIGN == 0
     assert native.ALLOC_ALIGN == 256
-    assert native.DEFAULT_SCRATCH_BYTES == ironlink.heap.DEFAULT_SCRATCH_BYTES == 256 << 20
+    assert ironlink.heap.DEFAULT_SCRATCH_BYTES == _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"] == 256 << 20
 
 
 def test_no_driver_is_a_clean_error(native):
@@ -235,8 +235,8 @@ def test_torch_interop_constant():
 
 def test_all_reduce_algorithm_choice(native):
     # The device's own rule, through the extension: by the limits, where the packets fit.
-    one, ll = native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, native.DEFAULT_AR_LL_MAX_BYTES
-    scratch = native.DEFAULT_SCRATCH_BYTES
+    one, ll = _abi.THRESHOLDS["DEFAULT_AR_ONE_SHOT_MAX_BYTES"], _abi.THRESHOLDS["DEFAULT_AR_LL_MAX_BYTES"]
+    scratch = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
     assert one < ll
     assert native.all_reduce_algorithm(8, scratch, one, ll, 64, 1 << 10) == "one_shot_ll"
     assert native.all_reduce_algorithm(8, scratch, one, ll, 64, one) == "one_shot_ll"
@@ -263,8 +263,8 @@ def test_algorithm_limits_are_checked():
 
 
 def test_gather_algorithm_choice(native):
-    scratch = native.DEFAULT_SCRATCH_BYTES
-    assert native.DEFAULT_GATHER_LL_MAX_BYTES == 0  # off until measured (the heap applies tuning)
+    scratch = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
+    assert _abi.THRESHOLDS["DEFAULT_GATHER_LL_MAX_BYTES"] == 0  # off until measured (the heap applies tuning)
     assert native.gather_algorithm(8, scratch, 1 << 20, 32, 64 << 10, 8 << 10) == "ll"
     assert native.gather_algorithm(8, scratch, 1 << 20, 32, 2 << 20, 256 << 10) == "bulk"  # over the limit
     assert native.gather_algorithm(8, 0, 1 << 20, 32, 64 << 10, 8 << 10) == "bulk"  # no scratch

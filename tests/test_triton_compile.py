@@ -7,6 +7,7 @@ Also here: the argument coercion of `ironlink.language` and the `@ironlink.jit` 
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 from collections import defaultdict
@@ -54,7 +55,7 @@ def compile_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[st
         if "Failed to parse library" not in str(e):
             raise
         pytest.fail(
-            f"{e}: the LLVM inside Triton 3.6 cannot read this bitcode "
+            f"{e}: the LLVM inside Triton {triton.__version__} cannot read this bitcode "
             "(see tests/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
             pytrace=False,
         )
@@ -78,7 +79,9 @@ def ptxas_report(ptx: str, cc: int, tmp_path: Path) -> str:
     """ptxas -v output for `ptx` with the ptxas and --gpu-name Triton itself uses for `cc`."""
     src = tmp_path / "k.ptx"
     src.write_text(ptx)
-    cmd = [get_ptxas(cc).path, "-v", f"--gpu-name={sm_arch_from_capability(cc)}", str(src), "-o", str(src) + ".o"]
+    # Triton 3.6 picks ptxas per arch (`get_ptxas(cc)`); 3.5 has one (`get_ptxas()`).
+    ptxas = get_ptxas(cc) if inspect.signature(get_ptxas).parameters else get_ptxas()
+    cmd = [ptxas.path, "-v", f"--gpu-name={sm_arch_from_capability(cc)}", str(src), "-o", str(src) + ".o"]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return r.stdout + r.stderr
 

@@ -2,12 +2,15 @@
 //!
 //! This file is the single source of truth for every number that crosses a boundary: status codes,
 //! reduce ops, dtypes, backend kinds, the `SymmContext` layout and the layout of the signal region.
+//! (Algorithm thresholds are not ABI facts: they live in `collectives::choice`.)
 //! The host crate uses these types directly; `build.rs` at the top of the workspace projects them
 //! into `triton/ironlink/_abi.py`; a test checks that the checked-in Python file is up to date.
 //!
 //! Values that PyTorch's `torch_symm` extern library also defines (status codes -1..-4,
 //! `REDUCE_OP_SUM = 0`, `DTYPE_FLOAT32 = 0`, backend kinds 1 and 2, signal ops, compare ops,
 //! fence scopes) keep PyTorch's numbers so kernels written against that API read the same.
+
+use crate::collectives::choice;
 
 /// Defines `pub mod $group` with one `pub const` per entry and `ALL`, the (name, value) table
 /// that `build.rs` projects into Python.
@@ -119,15 +122,6 @@ fence_scope: i32 {
 
 /// Default for `SymmContext::timeout_ns`: a wait on a peer gives up after this long.
 pub const DEFAULT_TIMEOUT_NS: u64 = 5_000_000_000;
-/// Default for `SymmContext::ar_one_shot_max_bytes`, for contexts the benchmark's tuning table
-/// does not cover (the heap applies the measured crossovers, `triton/ironlink/tuning_table.py`).
-pub const DEFAULT_AR_ONE_SHOT_MAX_BYTES: u64 = 64 << 10;
-/// Default for `SymmContext::ar_ll_max_bytes` (as above).
-pub const DEFAULT_AR_LL_MAX_BYTES: u64 = 2 << 20;
-/// Default for `SymmContext::gather_ll_max_bytes`: off. The heap turns it on where the benchmark
-/// measured it to win (`triton/ironlink/tuning_table.py`).
-pub const DEFAULT_GATHER_LL_MAX_BYTES: u64 = 0;
-
 /// What a kernel reaches through its one context pointer. Lives in device memory of its rank.
 ///
 /// Written once by the host when the heap is built; afterwards the device only writes `error`
@@ -191,7 +185,8 @@ impl SymmContext {
         self.peer_scratch[rank & (MAX_RANKS - 1)] as usize
     }
 
-    /// A context with no peers mapped; the host fills in the addresses.
+    /// A context with no peers mapped; the host fills in the addresses. The algorithm limits
+    /// start at their defaults, which live with every other threshold in `collectives::choice`.
     pub const fn new(rank: i32, world_size: i32) -> Self {
         SymmContext {
             magic: CTX_MAGIC,
@@ -206,9 +201,9 @@ impl SymmContext {
             signal_size: 0,
             scratch_size: 0,
             timeout_ns: DEFAULT_TIMEOUT_NS,
-            ar_one_shot_max_bytes: DEFAULT_AR_ONE_SHOT_MAX_BYTES,
-            ar_ll_max_bytes: DEFAULT_AR_LL_MAX_BYTES,
-            gather_ll_max_bytes: DEFAULT_GATHER_LL_MAX_BYTES,
+            ar_one_shot_max_bytes: choice::DEFAULT_AR_ONE_SHOT_MAX_BYTES as u64,
+            ar_ll_max_bytes: choice::DEFAULT_AR_LL_MAX_BYTES as u64,
+            gather_ll_max_bytes: choice::DEFAULT_GATHER_LL_MAX_BYTES as u64,
             peer_heap: [0; MAX_RANKS],
             peer_signal: [0; MAX_RANKS],
             peer_scratch: [0; MAX_RANKS],

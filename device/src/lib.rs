@@ -1,35 +1,32 @@
 //! ironlink's device library: collective communication that Triton kernels call inline.
 //!
 //! Built for `nvptx64-nvidia-cuda` this crate becomes LLVM bitcode (`build/ironlink_sm90.bc`)
-//! whose only exported symbols are the `extern "C"` functions of `exports.rs`. Built for the host
-//! it is the CPU simulator of those same functions (see `hw/host.rs`) and the ABI crate that the
-//! host library and `build.rs` read.
+//! whose only exported symbols are the `extern "C"` functions of `api`. Built for the host it is
+//! the CPU simulator of those same functions (see `hw/host.rs`) and the ABI crate that the host
+//! library and `build.rs` read.
+//!
+//! The layers, bottom up; each uses only the ones above it in this list:
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
 
-#[macro_use]
-mod unroll;
+/// Every number that crosses a boundary (status codes, dtypes, the context layout, ...).
 pub mod abi;
-pub mod all_reduce;
-pub mod bulk;
-pub mod collectives;
-pub mod ctx;
-pub mod elem;
+/// The hardware layer: thread indices, barriers, scoped memory operations (the only inline PTX).
 pub mod hw;
-pub mod ll_gather;
-pub mod ll_packet;
-pub mod mem;
+/// The runtime core: the context, regions, calls (epochs, barriers, waits), scratch, elements.
+#[macro_use]
+pub mod runtime;
+/// The exported C functions: the whole ABI of the bitcode.
+pub mod api;
+/// Collectives, one file per collective; `collectives::choice` holds every algorithm choice.
+pub mod collectives;
+/// Building blocks for user-written algorithms: put, get, signal, wait.
 pub mod primitives;
-pub mod progress;
-pub mod region;
-pub mod scratch;
+/// A simulated node for running the device code on the CPU.
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod sim;
-pub mod sync;
-pub mod two_shot_push;
-#[macro_use]
-mod export_macro;
-pub mod exports;
+/// Transports: LL packets, 16-byte bulk moves, per-round flags, store-only rounds.
+pub mod transport;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

@@ -3,8 +3,8 @@
 
 use crate::abi::{cmp, signal, signal_op, status, SymmContext};
 use crate::hw;
-use crate::mem::copy_bytes;
-use crate::sync::{wait_until, Deadline};
+use crate::runtime::mem::copy_bytes;
+use crate::runtime::sync::{wait_until, Deadline};
 
 /// Address of user signal slot `slot` in `rank`'s signal region, or INVALID_ARGUMENT.
 pub fn signal_slot(c: &SymmContext, rank: usize, slot: i64) -> Result<*mut u64, i32> {
@@ -89,7 +89,7 @@ pub fn signal_wait(c: &SymmContext, slot: i64, op: i32, value: i64, which: i32) 
         hw::fence_system();
     }
     if hw::sync_threads_or(late) {
-        crate::ctx::record_error(c, status::TIMEOUT, which);
+        crate::runtime::context::record_error(c, status::TIMEOUT, which);
         return status::TIMEOUT;
     }
     status::OK

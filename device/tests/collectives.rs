@@ -588,10 +588,10 @@ fn back_to_back_calls_across_epoch_wrap() {
     }
 }
 
-/// A node whose scratch slices give `two_shot_push` `units_per_box` units per sender and round
+/// A node whose scratch slices give `store_rounds` `units_per_box` units per sender and round
 /// (so calls take many rounds and reuse every buffer), its round counters at `rounds_before`.
 fn push_node(world: usize, units_per_box: usize, rounds_before: u32) -> Node {
-    use ironlink_device::two_shot_push::{capacity, BUFFERS};
+    use ironlink_device::transport::store_rounds::{capacity, BUFFERS};
     // `BUFFERS` buffers per slice, `world - 1` boxes per buffer.
     let scratch = ironlink_device::abi::MAX_CTAS * BUFFERS * 16 * (world - 1) * units_per_box;
     let mut node = Node::new(world, 2 << 20, scratch);
@@ -616,7 +616,7 @@ fn case_then_ll(
     ll_offset: usize,
     case: impl FnOnce(&ironlink_device::abi::SymmContext) -> Result<(), i32>,
 ) -> i32 {
-    match ironlink_device::ctx::context(handle).and_then(case) {
+    match ironlink_device::runtime::context::context(handle).and_then(case) {
         Ok(()) => ll_after(node, rank, handle, ll_offset),
         Err(s) => s,
     }
@@ -624,21 +624,22 @@ fn case_then_ll(
 
 const LL_AFTER: i64 = 64;
 
-/// `two_shot_push` on its own (the dispatcher uses it from `PUSH_MIN_BYTES` on, too
+/// `all_reduce::two_shot_by_stores` on its own (the dispatcher uses it from `PUSH_MIN_BYTES` on, too
 /// large to simulate often): scratch slices of a few units per sender, so calls take many rounds
 /// and every buffer is reused; one launch runs every case back to back, each followed by a
 /// one-shot LL all-reduce that writes the same scratch slices (the entry barrier must order the
 /// two).
-fn two_shot_push_matrix(
+fn two_shot_by_stores_matrix(
     world: usize,
     ctas: u32,
     threads: u32,
     units_per_box: usize,
     rounds_before: u32,
 ) {
-    use ironlink_device::elem::Reduction;
-    use ironlink_device::sync::Call;
-    use ironlink_device::two_shot_push;
+    use ironlink_device::collectives::all_reduce;
+    use ironlink_device::runtime::elem::Reduction;
+    use ironlink_device::runtime::sync::Call;
+    use ironlink_device::transport::store_rounds;
     let mut node = push_node(world, units_per_box, rounds_before);
     let mut layout = Layout::new();
     let ll_offset = layout.take(4 * LL_AFTER as usize, 0);
@@ -661,15 +662,16 @@ fn two_shot_push_matrix(
             }
         }
     }
-    assert!(two_shot_push::usable(
+    assert!(store_rounds::usable(
         node.context(0),
         &Region {
             offset: cases[0].offset,
             bytes: 16
         }
     ));
-    let label =
-        format!("two_shot_push world={world} ctas={ctas} threads={threads} box={units_per_box}");
+    let label = format!(
+        "two_shot_by_stores world={world} ctas={ctas} threads={threads} box={units_per_box}"
+    );
     let status = node.run(&label, ctas, threads, |rank, handle| {
         for c in &cases {
             let s = case_then_ll(&node, rank, handle, ll_offset, |cx| {
@@ -681,7 +683,7 @@ fn two_shot_push_matrix(
                     c.dt.size(),
                 )?;
                 let call = Call::begin(cx, 0)?;
-                two_shot_push::all_reduce(
+                all_reduce::two_shot_by_stores(
                     &call,
                     &r,
                     &Reduction {
@@ -706,28 +708,29 @@ fn two_shot_push_matrix(
 }
 
 #[test]
-fn two_shot_push_rounds() {
-    two_shot_push_matrix(2, 1, 32, 8, 0);
-    two_shot_push_matrix(3, 2, 32, 5, 0);
-    two_shot_push_matrix(4, 3, 64, 16, 0);
-    two_shot_push_matrix(8, 2, 32, 3, 0);
+fn two_shot_by_stores_rounds() {
+    two_shot_by_stores_matrix(2, 1, 32, 8, 0);
+    two_shot_by_stores_matrix(3, 2, 32, 5, 0);
+    two_shot_by_stores_matrix(4, 3, 64, 16, 0);
+    two_shot_by_stores_matrix(8, 2, 32, 3, 0);
 }
 
 /// The round counters wrap around u32 in the middle of the calls (flag waits compare in
 /// wrapping arithmetic).
 #[test]
-fn two_shot_push_across_counter_wrap() {
-    two_shot_push_matrix(3, 2, 32, 5, u32::MAX - 40);
+fn two_shot_by_stores_across_counter_wrap() {
+    two_shot_by_stores_matrix(3, 2, 32, 5, u32::MAX - 40);
 }
 
-/// `two_shot_push::reduce_scatter` on its own (the dispatcher uses it from
+/// `reduce_scatter::by_stores` on its own (the dispatcher uses it from
 /// `PUSH_REDUCE_SCATTER_MIN_BYTES` of input), with the same tiny scratch as above: out of place
 /// and in place (output = own block), each case followed by a one-shot LL all-reduce on the same
 /// scratch slices.
 fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_box: usize) {
-    use ironlink_device::elem::Reduction;
-    use ironlink_device::sync::Call;
-    use ironlink_device::two_shot_push;
+    use ironlink_device::collectives::reduce_scatter;
+    use ironlink_device::runtime::elem::Reduction;
+    use ironlink_device::runtime::sync::Call;
+    use ironlink_device::transport::store_rounds;
     let mut node = push_node(world, units_per_box, 0);
     let mut layout = Layout::new();
     let ll_offset = layout.take(4 * LL_AFTER as usize, 0);
@@ -788,9 +791,9 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
                     dt.size(),
                 )?;
                 let o = Region::new(cx, node.addr(rank, 0), out as i64, *n as i64, dt.size())?;
-                assert!(two_shot_push::usable_for_reduce_scatter(cx, &i, &o));
+                assert!(store_rounds::usable_for_reduce_scatter(cx, &i, &o));
                 let call = Call::begin(cx, 0)?;
-                two_shot_push::reduce_scatter(
+                reduce_scatter::by_stores(
                     &call,
                     &i,
                     &o,

@@ -48,7 +48,7 @@ fn collectives_under_random_yields() {
     let rs_inputs: Vec<Vec<f64>> = (0..world)
         .map(|r| fill(&mut node, r, rs_in, Dt::Bf16, &values(world * n)))
         .collect();
-    // Two-shot by stores in rounds (`two_shot_push`, called directly: the dispatcher takes it only
+    // Two-shot by stores in rounds (`two_shot_by_stores`, called directly: the dispatcher takes it only
     // from `PUSH_MIN_BYTES`): 4000 bf16 at 53248 take 6 rounds of 16 units per box here, reusing
     // buffers.
     // The round counters start 3 short of wrapping around u32, so the flags wrap mid-call.
@@ -59,7 +59,8 @@ fn collectives_under_random_yields() {
         .collect();
     let push_want = reference(reduce_op::SUM, &push_inputs);
     let st = node.run("random yields", ctas as u32, 16, |rank, ctx| {
-        use ironlink_device::{ctx::context, elem::Reduction, sync::Call, two_shot_push};
+        use ironlink_device::collectives::all_reduce::two_shot_by_stores;
+        use ironlink_device::runtime::{context::context, elem::Reduction, sync::Call};
         let push = context(ctx).and_then(|c| {
             let r = Region::new(c, node.addr(rank, push_at), 0, push_n as i64, 2)?;
             let call = Call::begin(c, 0)?;
@@ -67,7 +68,7 @@ fn collectives_under_random_yields() {
                 op: reduce_op::SUM,
                 dtype: dtype::BFLOAT16,
             };
-            two_shot_push::all_reduce(&call, &r, &red)
+            two_shot_by_stores(&call, &r, &red)
         });
         if let Err(s) = push {
             return s;
@@ -102,7 +103,7 @@ fn collectives_under_random_yields() {
     for r in 0..world {
         let got = read(&node, r, push_at, Dt::Bf16, push_n);
         assert_close(
-            &format!("two_shot_push rank {r}"),
+            &format!("two_shot_by_stores rank {r}"),
             Dt::Bf16,
             &got,
             &push_want,

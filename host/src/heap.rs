@@ -40,10 +40,9 @@ use std::sync::Arc;
 
 /// Alignment of each region inside the allocation.
 pub const REGION_ALIGN: u64 = 4096;
-/// Scratch bytes when the caller does not choose: the packet buffers of the collectives. The
-/// large all-reduce moves in rounds of one scratch buffer per CTA: on 4 H200s, 64 -> 256 MiB
-/// took 1 GiB from 0.95x to 1.00x NCCL (128 MiB did not help; 512 no further).
-pub const DEFAULT_SCRATCH_BYTES: u64 = 256 << 20;
+/// Scratch bytes when the caller does not choose (a tuning number: see its measurements there).
+pub const DEFAULT_SCRATCH_BYTES: u64 =
+    ironlink_device::collectives::choice::DEFAULT_SCRATCH_BYTES as u64;
 /// Bytes of the signal region: the ABI's minimum, page aligned.
 pub const SIGNAL_BYTES: u64 = (abi::signal::MIN_BYTES as u64).div_ceil(REGION_ALIGN) * REGION_ALIGN;
 

@@ -21,7 +21,7 @@ import triton.language as tl
 import ironlink
 import ironlink.language as il
 import ironlink.tuning
-from ironlink import _abi, _native
+from ironlink import _abi
 
 from _cases import Cases  # tests/gpu/, the script's own directory
 
@@ -94,12 +94,11 @@ class Suite(Cases):
         super().__init__()
         self.heap = heap
         self.world = dist.get_world_size()
-        self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
+        self.status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
         self.case = 0
         self.slot_next = 0  # first user signal slot not used yet
         # The limits the heap was created with (tuned for this world size, else the defaults).
-        self.limits0 = ironlink.tuning.algorithm_limits(self.world) or (
-            _native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, _native.DEFAULT_AR_LL_MAX_BYTES, _native.DEFAULT_GATHER_LL_MAX_BYTES)
+        self.limits0 = heap.algorithm_limits
 
     # --- helpers -----------------------------------------------------------------------------
     def launch_cfg(self) -> tuple[int, int]:
@@ -408,8 +407,8 @@ def main() -> int:
         s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
     for dtype, n, op, skew in [(torch.float16, (16 << 20) + 5, "MAX", 0), (torch.bfloat16, (24 << 20) + 3, "AVG", 1),
                                (torch.float32, (3 << 20) + 3, "SUM", 0), (torch.float32, (6 << 20) + 1, "MIN", 1)] if full else []:
-        # Past the large-message switches (push from 8 MiB, separate halves from 32 MiB), with a
-        # partial last 16-byte unit; 16-byte aligned (two-shot by stores through scratch) and not
+        # Past the large-message switches (THRESHOLDS PUSH_MIN_BYTES = 8 MiB, SEPARATE_PHASES_MIN_BYTES
+        # = 32 MiB; the sizes bracket them), with a partial last 16-byte unit; 16-byte aligned (two-shot by stores through scratch) and not
         # (from 32 MiB loads, barrier, stores; below, loads and stores fused).
         s.run(f"all_reduce {dtype} {op} past-switch n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
     for dtype in dtypes:

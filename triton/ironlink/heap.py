@@ -21,9 +21,10 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from . import _abi
 from .errors import IronlinkError, device_error
 
-DEFAULT_SCRATCH_BYTES = 256 << 20  # host/src/heap.rs's (tests/test_heap_cpu.py checks)
+DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 _KDL_CUDA = 2
 
 
@@ -294,10 +295,8 @@ class SymmetricHeap:
         self._open()
         if self._limits is not None:
             return self._limits
-        from . import _native
-
-        return (_native.DEFAULT_AR_ONE_SHOT_MAX_BYTES, _native.DEFAULT_AR_LL_MAX_BYTES,
-                _native.DEFAULT_GATHER_LL_MAX_BYTES)
+        t = _abi.THRESHOLDS
+        return (t["DEFAULT_AR_ONE_SHOT_MAX_BYTES"], t["DEFAULT_AR_LL_MAX_BYTES"], t["DEFAULT_GATHER_LL_MAX_BYTES"])
 
     def all_reduce_algorithm(self, nbytes: int, ctas: int) -> str:
         """Which algorithm `symm_all_reduce` runs for `nbytes` on a grid of `ctas` CTAs on this

@@ -17,7 +17,7 @@ import os
 from typing import Any, Callable, Generic, Mapping, Optional, TypeVar, Union, overload
 
 import triton
-from triton.runtime.jit import KernelInterface
+from triton.runtime.jit import KernelInterface, MockTensor
 
 from . import _lib
 
@@ -69,6 +69,11 @@ class IronlinkKernel(KernelInterface[T], Generic[T]):
     def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kwargs["extern_libs"] = self.extern_libs(kwargs.get("extern_libs"))
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
+        # Triton 3.6+'s KernelInterface has this; 3.5's does not, and `__getattr__` would then hand
+        # it to the inner JITFunction, whose warmup compiles without our bitcode.
+        return self.run(*map(MockTensor.wrap_dtype, args), grid=grid, warmup=True, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         # Everything else (arg_names, params, src, cache_key, device_caches, ...) is the kernel's.

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
-from .tuning_table import ALGORITHM_LIMITS, MAX_CTAS, TABLES
+from ._abi import MAX_CTAS
+from .tuning_table import ALGORITHM_LIMITS, TABLES
 
 Tables = Mapping[str, Mapping[int, Sequence[tuple[int, int, int]]]]
 

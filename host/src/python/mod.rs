@@ -383,7 +383,7 @@ fn all_reduce_algorithm(
     let mut c = choice_context(world, scratch_bytes, ctas)?;
     c.ar_one_shot_max_bytes = one_shot_max;
     c.ar_ll_max_bytes = ll_max;
-    use ironlink_device::all_reduce::{choose, Algorithm};
+    use ironlink_device::collectives::choice::{choose, Algorithm};
     Ok(match choose(&c, ctas, nbytes) {
         Algorithm::OneShotLl => "one_shot_ll",
         Algorithm::TwoShotLl => "two_shot_ll",
@@ -405,7 +405,7 @@ fn gather_algorithm(
 ) -> PyResult<&'static str> {
     let mut c = choice_context(world, scratch_bytes, ctas)?;
     c.gather_ll_max_bytes = gather_ll_max;
-    let ll = ironlink_device::ll_gather::use_ll(&c, ctas, total_bytes, block_bytes);
+    let ll = ironlink_device::collectives::choice::use_ll(&c, ctas, total_bytes, block_bytes);
     Ok(if ll { "ll" } else { "bulk" })
 }
 
@@ -421,20 +421,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(context_layout, m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce_algorithm, m)?)?;
     m.add_function(wrap_pyfunction!(gather_algorithm, m)?)?;
-    m.add(
-        "DEFAULT_AR_ONE_SHOT_MAX_BYTES",
-        abi::DEFAULT_AR_ONE_SHOT_MAX_BYTES,
-    )?;
-    m.add("DEFAULT_AR_LL_MAX_BYTES", abi::DEFAULT_AR_LL_MAX_BYTES)?;
-    m.add(
-        "DEFAULT_GATHER_LL_MAX_BYTES",
-        abi::DEFAULT_GATHER_LL_MAX_BYTES,
-    )?;
     m.add("ABI_VERSION", abi::ABI_VERSION)?;
     m.add("CONTEXT_SIZE", abi::CONTEXT_SIZE)?;
     m.add("HANDLE_BYTES", exchange::HANDLE_BYTES)?;
     m.add("SIGNAL_BYTES", heap::SIGNAL_BYTES)?;
-    m.add("DEFAULT_SCRATCH_BYTES", heap::DEFAULT_SCRATCH_BYTES)?;
     m.add("REGION_ALIGN", heap::REGION_ALIGN)?;
     m.add("ALLOC_ALIGN", alloc::ALIGN)?;
     m.add("MIN_SIGNAL_BYTES", abi::signal::MIN_BYTES)?;

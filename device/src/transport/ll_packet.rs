@@ -19,11 +19,11 @@
 //! to call.
 
 use crate::abi::{SymmContext, MAX_RANKS};
-use crate::elem::{Acc, Reduction};
 use crate::hw;
-use crate::mem::{div32, div_ceil32, rotate, split};
-use crate::scratch::slice_bytes;
-use crate::sync::{wait_until, Call, Deadline};
+use crate::runtime::elem::{Acc, Reduction};
+use crate::runtime::mem::{div32, div_ceil32, rotate, split};
+use crate::runtime::scratch::slice_bytes;
+use crate::runtime::sync::{wait_until, Call, Deadline};
 
 /// Bytes per packet (8 of them data).
 pub const PACKET_BYTES: usize = 16;

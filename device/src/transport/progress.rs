@@ -15,7 +15,7 @@
 
 use crate::abi::{signal, MAX_RANKS};
 use crate::hw;
-use crate::sync::Call;
+use crate::runtime::sync::Call;
 
 fn slot(signal_base: usize, cta: usize, from: usize) -> *mut u32 {
     (signal_base + signal::FLAG_OFFSET + (cta * MAX_RANKS + from) * 4) as *mut u32

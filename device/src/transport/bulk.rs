@@ -9,11 +9,11 @@
 //! idle). A partial last unit, or a region that is not 16-byte aligned, takes the narrow path.
 
 use crate::abi::MAX_RANKS;
-use crate::elem::{Acc, Reduction};
 use crate::hw;
-use crate::mem::{load_unit, rotate, store_unit, unit_bytes};
-use crate::region::Region;
-use crate::sync::Call;
+use crate::runtime::elem::{Acc, Reduction};
+use crate::runtime::mem::{load_unit, rotate, store_unit, unit_bytes};
+use crate::runtime::region::Region;
+use crate::runtime::sync::Call;
 
 /// Where `reduce_units` stores its results.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! The exported device functions: the whole C ABI of the bitcode library.
+//! The exported device functions: the whole C ABI of the bitcode library. Each checks its
+//! arguments and hands them to a collective (`crate::collectives`) or primitive.
 //!
 //! Every function is called by every thread of the CTA (Triton's scalar extern semantics) and is
 //! CTA-cooperative: it elects threads and synchronizes by itself. All ranks must launch the same
@@ -6,11 +7,16 @@
 //! negative `abi::status` code otherwise; arguments are checked before anything is written.
 //! Pointers are device addresses (Triton passes a tensor pointer as i64).
 
+#[macro_use]
+mod export_macro;
+
 use crate::abi::{dtype_size, status, SymmContext, ABI_VERSION};
-use crate::elem::{op_supported, Reduction};
-use crate::region::{overlap, Region};
-use crate::sync::Call;
-use crate::{all_reduce, collectives, ctx, hw, primitives};
+use crate::collectives::{all_gather, all_reduce, all_to_all, broadcast, reduce, reduce_scatter};
+use crate::runtime::context as ctx;
+use crate::runtime::elem::{op_supported, Reduction};
+use crate::runtime::region::{overlap, Region};
+use crate::runtime::sync::Call;
+use crate::{hw, primitives};
 
 /// The position of `name` in `EXPORTS` (recorded with errors so the host can name the function).
 macro_rules! which {
@@ -211,7 +217,7 @@ exports! {
                 }
                 Ok((input, out))
             },
-            |call, (input, out)| collectives::reduce_scatter(call, &input, &out, &Reduction { op: reduce_op, dtype }),
+            |call, (input, out)| reduce_scatter::reduce_scatter(call, &input, &out, &Reduction { op: reduce_op, dtype }),
         )
     }
 
@@ -231,7 +237,7 @@ exports! {
                 }
                 Ok((input, out))
             },
-            |call, (input, out)| collectives::all_gather(call, &input, &out),
+            |call, (input, out)| all_gather::all_gather(call, &input, &out),
         )
     }
 
@@ -241,7 +247,7 @@ exports! {
             ctx,
             which!(symm_broadcast),
             |c| Ok((Region::new(c, ptr, 0, num_elements, check_dtype(dtype)?)?, check_root(c, root)?)),
-            |call, (r, root)| collectives::broadcast(call, &r, root),
+            |call, (r, root)| broadcast::broadcast(call, &r, root),
         )
     }
 
@@ -260,7 +266,7 @@ exports! {
                 }
                 Ok((input, out, check_root(c, root)?))
             },
-            |call, (input, out, root)| collectives::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
+            |call, (input, out, root)| reduce::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
         )
     }
 
@@ -279,7 +285,7 @@ exports! {
                 }
                 Ok((input, out, num_elements as usize * es))
             },
-            |call, (input, out, n)| collectives::all_to_all(call, &input, &out, n),
+            |call, (input, out, n)| all_to_all::all_to_all(call, &input, &out, n),
         )
     }
 

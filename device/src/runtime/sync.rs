@@ -7,8 +7,8 @@
 //! device memory, not in kernel arguments).
 
 use crate::abi::{signal, status, SymmContext, MAX_RANKS};
-use crate::ctx;
 use crate::hw;
+use crate::runtime::context;
 
 /// Epochs live in 30 bits and skip 0, so that LL flags (`epoch`) are never 0 (what an untouched
 /// scratch word holds) and barrier values (`epoch << 2 | phase`) run through all of u32 in order,
@@ -102,7 +102,7 @@ impl<'a> Call<'a> {
 
     /// Records a timeout in the context; returns the status to give back.
     pub fn timed_out(&self) -> i32 {
-        ctx::record_error(self.c, status::TIMEOUT, self.which);
+        context::record_error(self.c, status::TIMEOUT, self.which);
         status::TIMEOUT
     }
 

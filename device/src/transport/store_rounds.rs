@@ -1,5 +1,6 @@
-//! Two-shot all-reduce and reduce-scatter for large messages, moved by stores only, in rounds
-//! through scratch.
+//! Store-only rounds: the transport of the large two-shot all-reduce and reduce-scatter
+//! (`collectives::all_reduce::two_shot_by_stores`, `collectives::reduce_scatter`), moving a
+//! message by stores only, in rounds through the receivers' scratch.
 //!
 //! Rank p owns shard p of the message. Per round, every rank pushes its part of each peer's
 //! shard into that peer's scratch ("scatter"), posts the round (see `progress`), and once every
@@ -23,14 +24,14 @@
 //! Every result element is computed by one rank (its shard's owner), so results are bitwise
 //! equal on every rank.
 
+use super::progress::Progress;
 use crate::abi::{SymmContext, MAX_RANKS};
-use crate::elem::{Acc, Reduction};
 use crate::hw;
-use crate::mem::{div32, div_ceil32, load_unit, rotate, store_unit, unit_bytes};
-use crate::progress::Progress;
-use crate::region::Region;
-use crate::scratch::{slice_base, slice_bytes};
-use crate::sync::Call;
+use crate::runtime::elem::{Acc, Reduction};
+use crate::runtime::mem::{div32, div_ceil32, load_unit, rotate, store_unit, unit_bytes};
+use crate::runtime::region::Region;
+use crate::runtime::scratch::{slice_base, slice_bytes};
+use crate::runtime::sync::Call;
 
 /// Buffers per CTA slice (see the module docs for why four).
 pub const BUFFERS: usize = 4;
@@ -64,7 +65,7 @@ fn box_of(sender: usize, receiver: usize, world: usize) -> usize {
 
 /// Where the reduced shard goes.
 #[derive(Clone, Copy)]
-enum Dest {
+pub enum Dest {
     /// Into the message itself on every rank (all-reduce, in place).
     Everyone,
     /// Into this rank's region at this heap offset (reduce-scatter; may be its own shard).
@@ -213,29 +214,10 @@ pub fn usable_for_reduce_scatter(c: &SymmContext, input: &Region, out: &Region) 
     usable(c, input) && (out.offset | out.bytes).is_multiple_of(16)
 }
 
-/// The all-reduce of `r`, in place (callers check `usable` first).
-pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
-    let units = r.bytes.div_ceil(16);
-    run(call, r, div_ceil32(units, call.world), Dest::Everyone, red)?;
-    // Every shard's result has arrived in every rank's buffer.
-    call.barrier(1)
-}
-
-/// `out` = the reduction over ranks of block `rank` of `input` (`world` blocks of `out.bytes`;
-/// `out` may be that block). Callers check `usable_for_reduce_scatter` first.
-pub fn reduce_scatter(
-    call: &Call,
-    input: &Region,
-    out: &Region,
-    red: &Reduction,
-) -> Result<(), i32> {
-    run(call, input, out.bytes / 16, Dest::Local(out.offset), red)?;
-    // Every peer has read its scratch: a next call without an entry barrier (LL) may write it.
-    call.barrier(1)
-}
-
-/// Scatter by stores and reduce, round by round, of `r` cut into shards of `shard` units.
-fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -> Result<(), i32> {
+/// Scatter by stores and reduce, round by round, of `r` cut into shards of `shard` units. Starts
+/// with a barrier among same-index CTAs; the caller ends the call with one (`barrier(1)`), so
+/// that a next call without an entry barrier (LL) may write the scratch again.
+pub fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -> Result<(), i32> {
     let cap = capacity(call.c, call.world);
     // As few rounds as the boxes allow, every CTA the same number, each as full as an even
     // split makes it. ceil(ceil(a / b) / c) = ceil(a / (b c)), and ctas * cap may pass 2^32.

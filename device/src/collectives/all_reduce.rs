@@ -10,47 +10,21 @@
 //! - two-shot (large messages): rank p reduces shard p by loading it from every peer's buffer
 //!   with 16-byte vectors, then stores the result into every rank's buffer. Barriers among
 //!   same-index CTAs before (the inputs are ready) and after (every shard has arrived). From
-//!   `PUSH_MIN_BYTES` on, by stores only through the scratch (`two_shot_push`), or, where that
-//!   cannot run, from `SEPARATE_PHASES_MIN_BYTES` on with a barrier between the loads and the
-//!   stores.
+//!   `PUSH_MIN_BYTES` on, by stores only, in rounds through the scratch (`store_rounds`), or,
+//!   where that cannot run, from `SEPARATE_PHASES_MIN_BYTES` on with a barrier between the loads
+//!   and the stores.
 //!
-//! Every rank computes each result element once, in rank order, so results are bitwise equal.
+//! The choice and its thresholds are in `choice`. Every rank computes each result element once,
+//! in rank order, so results are bitwise equal.
 
-use crate::abi::SymmContext;
-use crate::bulk::{push_to_all, reduce_units, Deliver};
-use crate::elem::Reduction;
-use crate::ll_packet::{self, Mailboxes};
-use crate::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
-use crate::region::Region;
-use crate::sync::Call;
-use crate::two_shot_push;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algorithm {
-    OneShotLl,
-    TwoShotLl,
-    TwoShot,
-}
-
-/// The algorithm for a message of `bytes` on a grid of `ctas` CTAs: by the context's size
-/// limits, where the packets fit.
-#[inline(always)]
-pub fn choose(c: &SymmContext, ctas: usize, bytes: usize) -> Algorithm {
-    if bytes > ll_packet::LL_HARD_MAX_BYTES {
-        return Algorithm::TwoShot;
-    }
-    let world = c.world_size as usize;
-    let units = bytes.div_ceil(8);
-    if bytes as u64 <= c.ar_one_shot_max_bytes && ll_packet::fits(c, ctas, units, world) {
-        Algorithm::OneShotLl
-    } else if bytes as u64 <= c.ar_ll_max_bytes
-        && ll_packet::fits(c, ctas, div_ceil32(units, world), 2 * world)
-    {
-        Algorithm::TwoShotLl
-    } else {
-        Algorithm::TwoShot
-    }
-}
+use super::choice::{choose, two_shot_variant, Algorithm, TwoShot};
+use crate::runtime::elem::Reduction;
+use crate::runtime::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
+use crate::runtime::region::Region;
+use crate::runtime::sync::Call;
+use crate::transport::bulk::{push_to_all, reduce_units, Deliver};
+use crate::transport::ll_packet::{self, Mailboxes};
+use crate::transport::store_rounds::{self, Dest};
 
 pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     if r.bytes == 0 {
@@ -179,33 +153,10 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     call.agree_on_timeout(late)
 }
 
-/// How the two-shot algorithm runs a message (the same on every rank).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TwoShot {
-    /// Each thread loads a unit from every rank, reduces it and stores the result to every rank.
-    Fused,
-    /// All loads, a barrier, then all stores (large messages whose region is not 16-byte
-    /// aligned, or when the scratch is too small for `Push`).
-    Separate,
-    /// Stores only, in rounds through the scratch (`two_shot_push`): large messages.
-    Push,
-}
-
-#[inline(always)]
-pub fn two_shot_variant(c: &SymmContext, r: &Region) -> TwoShot {
-    if r.bytes >= PUSH_MIN_BYTES && two_shot_push::usable(c, r) {
-        TwoShot::Push
-    } else if r.bytes >= SEPARATE_PHASES_MIN_BYTES {
-        TwoShot::Separate
-    } else {
-        TwoShot::Fused
-    }
-}
-
 fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     let variant = two_shot_variant(call.c, r);
     if variant == TwoShot::Push {
-        return two_shot_push::all_reduce(call, r, red);
+        return two_shot_by_stores(call, r, red);
     }
     // Shards of `shard` units (the last one shorter); every CTA takes the same slice
     // `[slo, shi)` of every shard, so one split serves all ranks.
@@ -229,14 +180,12 @@ fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     call.barrier(2)
 }
 
-/// From this size on, two-shot runs as `Push` where it can. Measured on 4 H200s (bf16, A/B/B/A,
-/// same GPUs, best grid of each), fused vs push: 2 MiB 17.4 vs 21.1 us, 4 MiB 27.2 vs 30.3,
-/// 6 MiB 38.0 vs 40.0, 8 MiB 49.0 vs 48.9, 12 MiB 68.4 vs 66.0, 16 MiB 87.2 vs 84.0.
-pub const PUSH_MIN_BYTES: usize = 8 << 20;
-
-/// From this size on, two-shot runs its two halves one after the other where `Push` cannot run.
-/// Measured on 4 H200s (bf16, same session), fused vs separate: 16 MiB 88.0 vs 89.4 us, 64 MiB
-/// 331 vs 320 us, 256 MiB 1285 vs 1259 us, 1 GiB 5070 vs 4887 us; separate vs push (one run
-/// each): 64 MiB 317.5 vs 312.1 us, 256 MiB 1247 vs 1219 us, 1 GiB 4871 vs 4823 us.
-pub const SEPARATE_PHASES_MIN_BYTES: usize = 32 << 20;
-const _: () = assert!(PUSH_MIN_BYTES <= SEPARATE_PHASES_MIN_BYTES);
+/// Two-shot by stores only: every rank stores its part of shard p into rank p's scratch in
+/// rounds, rank p reduces its shard there and stores the result into every rank's buffer
+/// (`store_rounds`). Callers check `store_rounds::usable` first.
+pub fn two_shot_by_stores(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
+    let units = r.bytes.div_ceil(16);
+    store_rounds::run(call, r, div_ceil32(units, call.world), Dest::Everyone, red)?;
+    // Every shard's result has arrived in every rank's buffer.
+    call.barrier(1)
+}

@@ -1,0 +1,13 @@
+//! The runtime core that every collective and primitive stands on: checking the context and the
+//! regions a call is given, a call's coordinates and cross-rank synchronization (epochs, the
+//! barrier, bounded waits), the per-CTA scratch slices, element types and reductions, and moving
+//! words in exact units.
+
+#[macro_use]
+mod unroll;
+pub mod context;
+pub mod elem;
+pub mod mem;
+pub mod region;
+pub mod scratch;
+pub mod sync;
