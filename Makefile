@@ -10,6 +10,13 @@ CARGO     := RUSTC_BOOTSTRAP=1 cargo +$(TOOLCHAIN)
 PYTHON    ?= python3
 VENV      := .venv
 VPY       := $(VENV)/bin/python
+# The Triton releases the package supports (pyproject.toml's range, which a test checks against
+# these): `make test` compile-tests the oldest and the newest in venvs of their own; the project
+# venv has the one the GPU machines run (requirements-dev.txt).
+TRITON_OLDEST := 3.5.0
+TRITON_NEWEST := 3.9.0
+# The wheel's platform tag: linked by zig against this glibc, so it installs where GPU users are.
+MANYLINUX := manylinux_2_28
 LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
 # DIAG=<variant> builds a timing-diagnostic bitcode (`--cfg ironlink_diag`, see
 # device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/diag_build.sh).
@@ -18,7 +25,7 @@ BCDIR      = build$(if $(DIAG),/diag/$(DIAG))
 BC         = $(BCDIR)/ironlink_$(subst _,,$(CUDA_ARCH)).bc
 STAMP     := build/.stamps
 
-.PHONY: all all-archs toolchain venv abi test test-rust test-python lint demo wheel test-gpu bench clean
+.PHONY: all all-archs toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench clean
 all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
@@ -58,7 +65,7 @@ abi: $(STAMP)/toolchain
 	@echo "== generating triton/ironlink/_abi.py (cargo build of the host crate runs build.rs)"
 	@$(CARGO) build -q
 
-test: all-archs venv abi test-rust test-python lint
+test: all-archs venv abi wheel test-rust test-python test-triton-range lint
 	@echo "== make test: everything passed"
 
 test-rust: $(STAMP)/toolchain
@@ -90,15 +97,32 @@ demo: $(STAMP)/toolchain
 	fi
 
 clean:
-	rm -rf build target $(VENV)
+	rm -rf build target $(VENV) .venv-triton-*
 
 # The abi3 Python wheel (one build serves Python 3.9+): ironlink._native plus the bitcode of every
 # arch as package data (ironlink/lib/*.bc, copied in for the build and removed after). Output in
 # build/dist/.
 wheel: all-archs venv
-	rm -rf triton/ironlink/lib build/dist && mkdir -p triton/ironlink/lib
-	cp build/ironlink_sm*.bc triton/ironlink/lib/
-	$(VENV)/bin/maturin build --release -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
+	@echo "== building the abi3 wheel (maturin, linked by zig for $(MANYLINUX)) into build/dist/"
+	@rm -rf triton/ironlink/lib build/dist && mkdir -p triton/ironlink/lib
+	@cp build/ironlink_sm*.bc triton/ironlink/lib/
+	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/maturin build -q --release --zig --compatibility $(MANYLINUX) \
+	  -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
+
+# The compile tests (link, inline, no local memory, sm_80/90/100) with the oldest and the newest
+# supported Triton, each in a venv of its own (.venv-triton-X, made once).
+TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_typed.py
+test-triton-range: all-archs $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
+	@for v in $(TRITON_OLDEST) $(TRITON_NEWEST); do \
+	  echo "== compile tests with Triton $$v"; \
+	  IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=triton .venv-triton-$$v/bin/python -m pytest -q $(TRITON_TESTS) || exit 1; \
+	done
+$(STAMP)/triton-%:
+	@mkdir -p $(STAMP)
+	@echo "== creating .venv-triton-$* (triton==$*, pytest, numpy; once)"
+	$(PYTHON) -m venv .venv-triton-$*
+	.venv-triton-$*/bin/python -m pip install -q triton==$* $$(grep -E '^(pytest|numpy)==' requirements-dev.txt)
+	@touch $@
 
 # On a GPU machine with Rust: every GPU suite and the benchmark (tests/gpu/run.sh; pass parts and
 # options with GPU_ARGS="collectives --worlds 4"). Without Rust there, run `make wheel` elsewhere,
