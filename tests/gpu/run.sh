@@ -19,7 +19,8 @@
 #   --only SUBSTR      collective and ops cases whose names contain SUBSTR
 #   --quick            collectives without the large (8 MiB and 256 MiB) cases
 #   --bench-args "..." arguments for `python -m ironlink.bench` (e.g. "--max-bytes 16777216")
-# Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_GIT_REV (the
+# Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
+# (seconds per collectives world, default 480: the first world compiles every kernel), IRONLINK_GIT_REV (the
 # revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR.
 #
 # Needs python3 with torch and triton, and build/ from a machine with Rust (`make wheel`: the
@@ -78,7 +79,7 @@ for part in "${parts[@]}"; do
     collectives)
       for w in "${fits[@]}"; do
         log="$OUT/collectives-w$w.log"
-        timeout 300 torchrun --standalone --nproc_per_node="$w" tests/gpu/collectives_worker.py > "$log" 2>&1; r=$?
+        timeout "${IRONLINK_WORLD_TIMEOUT:-480}" torchrun --standalone --nproc_per_node="$w" tests/gpu/collectives_worker.py > "$log" 2>&1; r=$?
         grep -E "^== world|^FAILED" "$log" | head -30; [ $r -eq 0 ] || fail "collectives world $w" "$log"
       done ;;
     ops)
