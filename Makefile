@@ -25,7 +25,7 @@ BCDIR      = build$(if $(DIAG),/diag/$(DIAG))
 BC         = $(BCDIR)/ironlink_$(subst _,,$(CUDA_ARCH)).bc
 STAMP     := build/.stamps
 
-.PHONY: all all-archs toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench clean
+.PHONY: all all-archs toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench docs clean
 all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
@@ -133,3 +133,9 @@ test-gpu: wheel
 # The side-by-side benchmark alone (JSON under bench/results/).
 bench: wheel
 	bench/run.sh
+
+# The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
+# the newest bench/results/*.json at each world size (tests/test_readme_bench.py checks them).
+docs: venv
+	$(VPY) bench/plot.py
+	$(VPY) bench/table.py --write

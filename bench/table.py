@@ -1,9 +1,13 @@
-"""Prints the README's benchmark tables (markdown) from a benchmark JSON in bench/results.
+"""The benchmark tables of README.md and docs/performance.md, made from bench/results/*.json.
 
-    python3 bench/table.py [bench/results/<file>.json]     # default: the README block (newest run per world size)
+    python3 bench/table.py              # print README.md's headline table (newest run)
+    python3 bench/table.py --full       # print docs/performance.md's tables (newest run per world size)
+    python3 bench/table.py FILE.json    # print the full tables of one result file
+    python3 bench/table.py --write      # rewrite both blocks in place (`make docs` does this)
 
-tests/test_readme_bench.py checks that README.md carries exactly this output for the newest file,
-so the README cannot drift from the committed results.
+Each file carries its block between `<!-- bench:begin -->` and `<!-- bench:end -->`.
+tests/test_readme_bench.py checks that both files carry exactly this output for the committed
+results, so neither can drift from them.
 """
 
 from __future__ import annotations
@@ -11,8 +15,24 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, Optional
 
-RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+README = REPO / "README.md"
+PERFORMANCE = REPO / "docs" / "performance.md"
+BEGIN, END = "<!-- bench:begin -->\n", "<!-- bench:end -->"
+
+# The headline table: bf16 all_reduce of the newest run at these sizes.
+HEADLINE_DTYPE = "bf16"
+HEADLINE_SIZES = (1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30)
+
+Row = dict[str, Any]
+
+
+def load(p: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(p.read_text())
+    return doc
 
 
 def newest_per_world() -> list[Path]:
@@ -20,7 +40,7 @@ def newest_per_world() -> list[Path]:
     8-GPU table)."""
     best: dict[int, tuple[str, str, Path]] = {}
     for p in RESULTS.glob("*.json"):
-        doc = json.loads(p.read_text())
+        doc = load(p)
         key = (doc["date"], p.name, p)
         world = int(doc["world_size"])
         if world not in best or key[:2] > best[world][:2]:
@@ -28,9 +48,64 @@ def newest_per_world() -> list[Path]:
     return [best[w][2] for w in sorted(best, reverse=True)]
 
 
+def newest() -> Path:
+    """The newest run of any world size (by its recorded date)."""
+    return max(newest_per_world(), key=lambda p: (load(p)["date"], p.name))
+
+
+def full_block() -> str:
+    """What docs/performance.md carries between its bench markers: the tables of `newest_per_world()`."""
+    return "\n".join(tables(load(p)) for p in newest_per_world())
+
+
 def readme_block() -> str:
-    """What README.md carries between its bench markers: the tables of `newest_per_world()`."""
-    return "\n".join(tables(json.loads(p.read_text())) for p in newest_per_world())
+    """What README.md carries between its bench markers: the headline table of `newest()`."""
+    return headline(load(newest()))
+
+
+def get(rows: list[Row], coll: str, dt: str, nbytes: int, who: str) -> Optional[Row]:
+    return next((r for r in rows if (r["collective"], r["dtype"], r["bytes"], r["contender"]) == (coll, dt, nbytes, who)), None)
+
+
+def symm_best(rows: list[Row], coll: str, dt: str, nbytes: int) -> Optional[Row]:
+    """torch symm_mem's faster of one-shot and two-shot at this size (None if neither ran)."""
+    got = [r for r in (get(rows, coll, dt, nbytes, "symm_one_shot"), get(rows, coll, dt, nbytes, "symm_two_shot")) if r]
+    return min(got, key=lambda r: float(r["us"])) if got else None
+
+
+def run_line(doc: dict[str, Any]) -> str:
+    return (f"{doc['world_size']}x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, torch {doc['torch']}, "
+            f"NCCL {doc['nccl']}; {doc['method']}.")
+
+
+def headline(doc: dict[str, Any]) -> str:
+    rows = doc["results"]
+    out = [f"all_reduce {HEADLINE_DTYPE}, sum, {run_line(doc)} "
+           "us per call (lower is better); x NCCL = NCCL time / ironlink time; torch symm_mem: the faster of "
+           "its one-shot and two-shot all-reduce (- where neither runs).",
+           "",
+           "| size | ironlink us | NCCL us | torch symm_mem us | x NCCL | ironlink busbw GB/s | NCCL busbw GB/s |",
+           "|---|---|---|---|---|---|---|"]
+    for n in HEADLINE_SIZES:
+        il, nc = get(rows, "all_reduce", HEADLINE_DTYPE, n, "ironlink"), get(rows, "all_reduce", HEADLINE_DTYPE, n, "nccl")
+        if not il or not nc:
+            continue
+        out.append(f"| {human(n)} | {il['us']:.2f} | {nc['us']:.2f} | {fmt(symm_best(rows, 'all_reduce', HEADLINE_DTYPE, n))} | "
+                   f"{il['vs_nccl']:.2f} | {il['busbw_GBs']:.1f} | {nc['busbw_GBs']:.1f} |")
+    return "\n".join(out) + "\n"
+
+
+def replace_block(text: str, block: str, where: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{where} lacks the {BEGIN.strip()} / {END} markers")
+    before, rest = text.split(BEGIN, 1)
+    return before + BEGIN + block + END + rest.split(END, 1)[1]
+
+
+def write() -> None:
+    for path, block in ((README, readme_block()), (PERFORMANCE, full_block())):
+        path.write_text(replace_block(path.read_text(), block, str(path.relative_to(REPO))))
+        print(f"wrote the bench block of {path.relative_to(REPO)}")
 
 
 # All-reduce algorithms as the config column names them.
@@ -44,19 +119,16 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def fmt(row: dict | None) -> str:
+def fmt(row: Optional[Row]) -> str:
     return f"{row['us']:.2f}" if row else "-"
 
 
-def tables(doc: dict) -> str:
-    rows = doc["results"]
-    out = [
-        f"{doc['world_size']}x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, torch {doc['torch']}, "
-        f"NCCL {doc['nccl']}; {doc['method']}. us per call; busbw in GB/s; x = NCCL time / ironlink time.",
-        "",
-    ]
-    def get(coll: str, dt: str, nbytes: int, who: str) -> dict | None:
-        return next((r for r in rows if (r["collective"], r["dtype"], r["bytes"], r["contender"]) == (coll, dt, nbytes, who)), None)
+def tables(doc: dict[str, Any]) -> str:
+    rows: list[Row] = doc["results"]
+    out = [f"{run_line(doc)} us per call; busbw in GB/s; x = NCCL time / ironlink time.", ""]
+
+    def at(coll: str, dt: str, nbytes: int, who: str) -> Optional[Row]:
+        return get(rows, coll, dt, nbytes, who)
 
     floor = [r for r in rows if r["contender"] == "empty_kernel"]
     if floor:
@@ -70,10 +142,10 @@ def tables(doc: dict) -> str:
                 "| size | ironlink us | busbw | config | NCCL us | busbw | x NCCL | symm one_shot us | symm two_shot us |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for n in sizes:
-            il, nc = get("all_reduce", dt, n, "ironlink"), get("all_reduce", dt, n, "nccl")
+            il, nc = at("all_reduce", dt, n, "ironlink"), at("all_reduce", dt, n, "nccl")
             if not il or not nc:
                 continue
-            one, two = get("all_reduce", dt, n, "symm_one_shot"), get("all_reduce", dt, n, "symm_two_shot")
+            one, two = at("all_reduce", dt, n, "symm_one_shot"), at("all_reduce", dt, n, "symm_two_shot")
             config = f"{SHORT.get(il.get('algorithm', ''), '')} {il['config']}".strip()
             out.append(f"| {human(n)} | {il['us']:.2f} | {il['busbw_GBs']:.1f} | {config} | {nc['us']:.2f} | "
                        f"{nc['busbw_GBs']:.1f} | {il['vs_nccl']:.2f} | {fmt(one)} | {fmt(two)} |")
@@ -81,8 +153,8 @@ def tables(doc: dict) -> str:
                 "| size | all_gather ironlink us | NCCL us | x NCCL | reduce_scatter ironlink us | NCCL us | x NCCL |",
                 "|---|---|---|---|---|---|---|"]
         for n in sizes:
-            ag, agn = get("all_gather", dt, n, "ironlink"), get("all_gather", dt, n, "nccl")
-            rs, rsn = get("reduce_scatter", dt, n, "ironlink"), get("reduce_scatter", dt, n, "nccl")
+            ag, agn = at("all_gather", dt, n, "ironlink"), at("all_gather", dt, n, "nccl")
+            rs, rsn = at("reduce_scatter", dt, n, "ironlink"), at("reduce_scatter", dt, n, "nccl")
             if ag and agn and rs and rsn:
                 out.append(f"| {human(n)} | {ag['us']:.2f} | {agn['us']:.2f} | {ag['vs_nccl']:.2f} | "
                            f"{rs['us']:.2f} | {rsn['us']:.2f} | {rs['vs_nccl']:.2f} |")
@@ -91,7 +163,12 @@ def tables(doc: dict) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        sys.stdout.write(tables(json.loads(Path(sys.argv[1]).read_text())))
+    args = sys.argv[1:]
+    if args == ["--write"]:
+        write()
+    elif args == ["--full"]:
+        sys.stdout.write(full_block())
+    elif args:
+        sys.stdout.write(tables(load(Path(args[0]))))
     else:
         sys.stdout.write(readme_block())

@@ -1,22 +1,67 @@
-"""README.md's benchmark tables are exactly what bench/table.py makes of the newest committed result per world size."""
+"""README.md's headline table and docs/performance.md's tables are exactly what bench/table.py makes
+of the committed results, and the plots the docs show exist (`make docs` regenerates all three)."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- bench:begin -->\n", "<!-- bench:end -->"
 
 
-def test_readme_tables_match_newest_results() -> None:
-    spec = importlib.util.spec_from_file_location("bench_table", REPO / "bench" / "table.py")
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
     assert spec and spec.loader
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
-    want = table.readme_block()
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _block(path: Path) -> str:
+    text = path.read_text()
+    assert BEGIN in text and END in text, f"{path.name} lacks the bench:begin/bench:end markers"
+    return text.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
+def test_readme_headline_matches_newest_results() -> None:
+    table = _module("table")
+    got = _block(REPO / "README.md")
+    assert got == table.readme_block(), (
+        f"README.md's benchmark table is stale ({table.newest().name}): run `make docs` "
+        "(or paste `python3 bench/table.py`)")
+
+
+def test_performance_tables_match_newest_results() -> None:
+    table = _module("table")
+    got = _block(REPO / "docs" / "performance.md")
     names = ", ".join(p.name for p in table.newest_per_world())
-    readme = (REPO / "README.md").read_text()
-    begin, end = "<!-- bench:begin -->\n", "<!-- bench:end -->"
-    assert begin in readme and end in readme, "README.md lacks the bench:begin/bench:end markers"
-    got = readme.split(begin, 1)[1].split(end, 1)[0]
-    assert got == want, f"README.md's benchmark tables are stale: paste the output of `python3 bench/table.py` ({names})"
+    assert got == table.full_block(), (
+        f"docs/performance.md's tables are stale ({names}): run `make docs` (or paste `python3 bench/table.py --full`)")
+
+
+def test_referenced_images_exist() -> None:
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    seen = 0
+    for doc in docs:
+        for ref in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", doc.read_text()):
+            seen += 1
+            assert (doc.parent / ref).is_file(), f"{doc.relative_to(REPO)} shows {ref}, which does not exist"
+    assert seen, "README.md and docs/ show no plot"
+
+
+def test_plots_of_newest_results_exist() -> None:
+    plot = _module("plot")
+    for doc in plot.newest_docs():
+        for png in plot.outputs(doc):
+            assert png.is_file(), f"{png.relative_to(REPO)} is missing: run `make docs`"
+
+
+def test_readme_headline_plot_is_the_newest_runs() -> None:
+    plot, table = _module("plot"), _module("table")
+    newest = table.load(table.newest())
+    want = f"docs/img/{plot.png_name(newest, 'all_reduce', table.HEADLINE_DTYPE)}"
+    assert re.search(r"!\[[^\]]*\]\(" + re.escape(want) + r"\)", (REPO / "README.md").read_text()), (
+        f"README.md should show {want}, the plot of the run its table comes from")

@@ -1,0 +1,134 @@
+"""Plots of a benchmark run: latency and bus bandwidth against message size, ironlink vs NCCL vs
+torch symm_mem, one PNG per collective and dtype, under docs/img/.
+
+    python3 bench/plot.py                  # the newest run at each world size (what `make docs` draws)
+    python3 bench/plot.py FILE.json ...    # these runs
+
+Needs matplotlib (requirements-dev.txt). The file names (`outputs`) depend only on the JSON, so
+tests/test_readme_bench.py can check that the committed PNGs exist without matplotlib.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+IMG = REPO / "docs" / "img"
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+Row = dict[str, Any]
+
+
+def _table() -> Any:
+    """bench/table.py as a module (it picks the newest runs)."""
+    spec = importlib.util.spec_from_file_location("bench_table", Path(__file__).with_name("table.py"))
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def gpu_short(gpu: str) -> str:
+    """'NVIDIA H200' -> 'H200'."""
+    return gpu.replace("NVIDIA", "").strip().replace(" ", "-")
+
+
+def png_name(doc: dict[str, Any], collective: str, dtype: str) -> str:
+    return f"{collective.replace('_', '')}-{dtype}-{doc['world_size']}x{gpu_short(doc['gpu'])}.png"
+
+
+def series(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(collective, dtype) pairs that have both ironlink and NCCL rows, in a fixed order."""
+    have = {(r["collective"], r["dtype"]) for r in doc["results"] if r["contender"] == "ironlink"}
+    return [(c, d) for c in COLLECTIVES for d in sorted({d for _, d in have}) if (c, d) in have]
+
+
+def outputs(doc: dict[str, Any]) -> list[Path]:
+    """The PNGs `draw(doc)` writes."""
+    return [IMG / png_name(doc, c, d) for c, d in series(doc)]
+
+
+def _line(rows: list[Row], collective: str, dtype: str, who: str) -> list[Row]:
+    return sorted((r for r in rows if (r["collective"], r["dtype"], r["contender"]) == (collective, dtype, who)),
+                  key=lambda r: int(r["bytes"]))
+
+
+def _symm_best(rows: list[Row], collective: str, dtype: str) -> list[Row]:
+    """torch symm_mem's faster of one-shot and two-shot at each size where either ran."""
+    best: dict[int, Row] = {}
+    for who in ("symm_one_shot", "symm_two_shot"):
+        for r in _line(rows, collective, dtype, who):
+            n = int(r["bytes"])
+            if n not in best or float(r["us"]) < float(best[n]["us"]):
+                best[n] = r
+    return [best[n] for n in sorted(best)]
+
+
+def _size_label(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def draw(doc: dict[str, Any]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    rows: list[Row] = doc["results"]
+    IMG.mkdir(parents=True, exist_ok=True)
+    written = []
+    for collective, dtype in series(doc):
+        lines = [("ironlink", _line(rows, collective, dtype, "ironlink"), "C0", "o"),
+                 ("NCCL", _line(rows, collective, dtype, "nccl"), "C1", "s")]
+        symm = _symm_best(rows, collective, dtype)
+        if symm:
+            lines.append(("torch symm_mem (best of one-/two-shot)", symm, "C2", "^"))
+        fig, (lat, bw) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+        sizes = sorted({int(r["bytes"]) for _, pts, _, _ in lines for r in pts})
+        for label, pts, color, marker in lines:
+            xs = [int(r["bytes"]) for r in pts]
+            lat.plot(xs, [float(r["us"]) for r in pts], marker=marker, color=color, label=label)
+            bw.plot(xs, [float(r["busbw_GBs"]) for r in pts], marker=marker, color=color, label=label)
+        for ax in (lat, bw):
+            ax.set_xscale("log", base=2)
+            # Ticks at powers of 4 only: neighbouring powers of 2 crowd the labels.
+            ax.xaxis.set_major_locator(FixedLocator([n for n in sizes if (n.bit_length() - 1) % 2 == 0]))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size_label(int(x))))
+            ax.set_xlabel("message size (bytes)" if collective == "all_reduce" else "gathered / scattered buffer (bytes)")
+            ax.grid(True, which="major", alpha=0.3)
+        lat.set_yscale("log")
+        lat.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        lat.set_ylabel("latency per call (us, log scale)")
+        lat.set_title("latency (lower is better)")
+        bw.set_ylabel("bus bandwidth (GB/s)")
+        bw.set_title("bus bandwidth (higher is better)")
+        lat.legend(loc="upper left")
+        fig.suptitle(f"{collective} {dtype}: {doc['world_size']}x {doc['gpu']}, {doc['date'][:10]}, "
+                     f"git {doc['git_rev']} (NCCL {doc['nccl']}, torch {doc['torch']})")
+        out = IMG / png_name(doc, collective, dtype)
+        fig.savefig(out, dpi=90)
+        plt.close(fig)
+        written.append(out)
+        print(f"wrote {out.relative_to(REPO)}")
+    return written
+
+
+def newest_docs() -> list[dict[str, Any]]:
+    """The runs `make docs` draws: the newest at each world size."""
+    table = _table()
+    return [table.load(p) for p in table.newest_per_world()]
+
+
+if __name__ == "__main__":
+    docs = [json.loads(Path(a).read_text()) for a in sys.argv[1:]] or newest_docs()
+    for d in docs:
+        draw(d)
