@@ -28,6 +28,7 @@ fn python_module() -> String {
     writeln!(o, "CTX_MAGIC = {:#x}", abi::CTX_MAGIC).unwrap();
     writeln!(o, "MAX_RANKS = {}", abi::MAX_RANKS).unwrap();
     writeln!(o, "MAX_CTAS = {}", abi::MAX_CTAS).unwrap();
+    writeln!(o, "MAX_TILES = {}", abi::MAX_TILES).unwrap();
     writeln!(o, "DEFAULT_TIMEOUT_NS = {}\n", abi::DEFAULT_TIMEOUT_NS).unwrap();
     group(&mut o, "STATUS", abi::status::ALL);
     group(&mut o, "REDUCE_OP", abi::reduce_op::ALL);

@@ -166,7 +166,7 @@ def test_native_argument_errors(native):
 
 
 def test_external_context_signal_pad_too_small(native):
-    with pytest.raises(IronlinkError, match=r"set_signal_pad_size\(25600\)"):
+    with pytest.raises(IronlinkError, match=rf"set_signal_pad_size\({_abi.SIGNAL_LAYOUT['MIN_BYTES']}\)"):
         native.ExternalContext(0, 0, 2, [0x1000, 0x2000], 1 << 20, [0x3000, 0x4000], 2048)
     with pytest.raises(IronlinkError, match="one buffer and one signal pad pointer per rank"):
         native.ExternalContext(0, 0, 2, [0x1000], 1 << 20, [0x3000, 0x4000], 1 << 20)

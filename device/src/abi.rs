@@ -28,13 +28,16 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Most ranks one context can address (one HGX node).
 pub const MAX_RANKS: usize = 8;
 const _: () = assert!(MAX_RANKS.is_power_of_two());
 /// Most CTAs per rank that a collective may be launched with (two waves on an H200's 132 SMs fit).
 pub const MAX_CTAS: usize = 256;
+/// Tile indices a tile-scoped call may name (`0..MAX_TILES`): each has its own call counter and
+/// barrier slots in the signal region.
+pub const MAX_TILES: usize = 4096;
 
 const_group! {
 /// Status codes returned by every `i32` device function. 0 is success; errors are negative.
@@ -54,7 +57,8 @@ status: i32 {
     TIMEOUT = -7;
     /// The context was built for another ABI version of this library.
     ABI_MISMATCH = -8;
-    /// An argument is out of its documented range (peer index, count, grid larger than `MAX_CTAS`).
+    /// An argument is out of its documented range (peer index, count, tile index, grid larger
+    /// than `MAX_CTAS`, a grid barrier's grid larger than the GPU).
     INVALID_ARGUMENT = -9;
 }}
 
@@ -228,8 +232,19 @@ signal: usize {
     USER_OFFSET = FLAG_OFFSET + FLAG_BYTES;
     USER_SLOTS = 1024;
     USER_BYTES = USER_SLOTS * 8;
+    /// The grid barrier of this rank's launches: arrival count (u32) and generation (u32),
+    /// alone on a 128-byte line.
+    GRID_OFFSET = USER_OFFSET + USER_BYTES;
+    GRID_BYTES = 128;
+    /// Per-tile call counters (epochs) of tile-scoped calls, local to the rank: `[MAX_TILES]` u32.
+    TILE_EPOCH_OFFSET = GRID_OFFSET + GRID_BYTES;
+    TILE_EPOCH_BYTES = super::MAX_TILES * 4;
+    /// Barrier flags of tile-scoped calls: `[MAX_TILES][MAX_RANKS]` u32; slot `[tile][p]` is
+    /// written by rank `p`.
+    TILE_BARRIER_OFFSET = TILE_EPOCH_OFFSET + TILE_EPOCH_BYTES;
+    TILE_BARRIER_BYTES = super::MAX_TILES * super::MAX_RANKS * 4;
     /// The smallest signal region a context may carry.
-    MIN_BYTES = USER_OFFSET + USER_BYTES;
+    MIN_BYTES = TILE_BARRIER_OFFSET + TILE_BARRIER_BYTES;
 }}
 
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.

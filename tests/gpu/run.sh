@@ -10,6 +10,7 @@
 #   basics       single-GPU tests: bitcode links, context checks, error codes (tests/gpu/test_basic.py)
 #   heap         symmetric heap suite and examples/peer_write.py, per world size (tests/gpu/test_heap.py)
 #   collectives  every device collective and primitive, per world size (tests/gpu/collectives_worker.py)
+#   fusion       grid barrier and tile all-reduce inside producer kernels, per world size (tests/gpu/fusion_worker.py)
 #   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
 #   examples     examples/all_reduce.py, the GPU `make demo`
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
@@ -36,11 +37,11 @@ while [ $# -gt 0 ]; do
     --quick) export IRONLINK_GPU_FULL=0; shift ;;
     --bench-args) bench_args=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    wheel|basics|heap|collectives|ops|examples|bench) parts+=("$1"); shift ;;
+    wheel|basics|heap|collectives|fusion|ops|examples|bench) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives ops examples bench)
+[ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives fusion ops examples bench)
 
 source tests/gpu/setup_native.sh || exit 1
 export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
@@ -81,6 +82,12 @@ for part in "${parts[@]}"; do
         log="$OUT/collectives-w$w.log"
         timeout "${IRONLINK_WORLD_TIMEOUT:-480}" torchrun --standalone --nproc_per_node="$w" tests/gpu/collectives_worker.py > "$log" 2>&1; r=$?
         grep -E "^== world|^FAILED" "$log" | head -30; [ $r -eq 0 ] || fail "collectives world $w" "$log"
+      done ;;
+    fusion)
+      for w in "${fits[@]}"; do
+        log="$OUT/fusion-w$w.log"
+        timeout 300 torchrun --standalone --nproc_per_node="$w" tests/gpu/fusion_worker.py > "$log" 2>&1; r=$?
+        grep -E "^== fusion|^FAILED" "$log" | head -30; [ $r -eq 0 ] || fail "fusion world $w" "$log"
       done ;;
     ops)
       timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?

@@ -3,10 +3,11 @@
 # run `make abi` (or any cargo build) to regenerate.
 from __future__ import annotations
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 CTX_MAGIC = 0x4b4c5249
 MAX_RANKS = 8
 MAX_CTAS = 256
+MAX_TILES = 4096
 DEFAULT_TIMEOUT_NS = 5000000000
 
 STATUS = {
@@ -72,7 +73,13 @@ SIGNAL_LAYOUT = {
     "USER_OFFSET": 17408,
     "USER_SLOTS": 1024,
     "USER_BYTES": 8192,
-    "MIN_BYTES": 25600,
+    "GRID_OFFSET": 25600,
+    "GRID_BYTES": 128,
+    "TILE_EPOCH_OFFSET": 25728,
+    "TILE_EPOCH_BYTES": 16384,
+    "TILE_BARRIER_OFFSET": 42112,
+    "TILE_BARRIER_BYTES": 131072,
+    "MIN_BYTES": 173184,
 }
 
 THRESHOLDS = {
@@ -122,6 +129,8 @@ FUNCTIONS = {
     "symm_reduce": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("num_elements", "i64"), ("reduce_op", "i32"), ("dtype", "i32"), ("root", "i32")), "i32", "Reduce to `root`: root's `out_ptr` gets the reduction over ranks of `in_ptr`"),
     "symm_all_to_all": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("num_elements", "i64"), ("dtype", "i32")), "i32", "All-to-all with equal splits: block p of `out_ptr` gets block `rank` of rank p's `in_ptr`"),
     "symm_barrier": ((("ctx", "i64"),), "i32", "Barrier among the same-index CTAs of all ranks; memory written before it by this CTA is"),
+    "symm_grid_barrier": ((("ctx", "i64"),), "i32", "Barrier among all CTAs of this rank's launch (not across ranks): what any CTA wrote before"),
+    "symm_tile_all_reduce": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "Tile all-reduce, in place, by this CTA alone: the `rows` x `cols` elements at `ptr`, rows"),
     "symm_put": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("nbytes", "i64"), ("peer", "i32")), "i32", "CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric"),
     "symm_get": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("nbytes", "i64"), ("peer", "i32")), "i32", "CTA-cooperative copy of `nbytes` from `peer`'s copy of the symmetric `src_ptr` to local"),
     "symm_signal": ((("ctx", "i64"), ("slot", "i64"), ("value", "i64"), ("signal_op", "i32"), ("peer", "i32")), "i32", "Sets (`SIGNAL_OP_SET`) or adds to (`SIGNAL_OP_ADD`) `peer`'s user signal slot `slot`,"),

@@ -11,7 +11,9 @@
 mod export_macro;
 
 use crate::abi::{dtype_size, status, SymmContext, ABI_VERSION};
-use crate::collectives::{all_gather, all_reduce, all_to_all, broadcast, reduce, reduce_scatter};
+use crate::collectives::{
+    all_gather, all_reduce, all_to_all, broadcast, reduce, reduce_scatter, tile,
+};
 use crate::runtime::context as ctx;
 use crate::runtime::elem::{op_supported, Reduction};
 use crate::runtime::region::{overlap, Region};
@@ -293,6 +295,26 @@ exports! {
     /// visible to the peers' CTAs after it.
     fn symm_barrier(ctx: i64) -> i32 {
         collective(ctx, which!(symm_barrier), |_| Ok(()), |call, ()| call.barrier(0))
+    }
+
+    /// Barrier among all CTAs of this rank's launch (not across ranks): what any CTA wrote before
+    /// it is visible to every CTA after it. The grid must be resident at once: more CTAs than the
+    /// GPU has SMs gives INVALID_ARGUMENT; CTAs that cannot all be resident give TIMEOUT.
+    fn symm_grid_barrier(ctx: i64) -> i32 {
+        code(ctx::context(ctx).and_then(|c| crate::runtime::grid::grid_barrier(c, which!(symm_grid_barrier))))
+    }
+
+    /// Tile all-reduce, in place, by this CTA alone: the `rows` x `cols` elements at `ptr`, rows
+    /// `row_stride` elements apart, with tile `tile` (< MAX_TILES) of every rank. Any CTA may run
+    /// any tile; every rank must call each tile index the same number of times.
+    fn symm_tile_all_reduce(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            let es = check_op_dtype(reduce_op, dtype)?;
+            let t = tile::Tile::new(c, ptr, rows, cols, row_stride, tile, es)?;
+            let call = Call::begin_tile(c, which!(symm_tile_all_reduce), tile as usize);
+            tile::all_reduce(&call, &t, &Reduction { op: reduce_op, dtype })
+        });
+        code(r)
     }
 
     /// CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric

@@ -17,6 +17,7 @@ pub mod broadcast;
 pub mod choice;
 pub mod reduce;
 pub mod reduce_scatter;
+pub mod tile;
 
 use crate::runtime::mem::split;
 use crate::runtime::sync::Call;

@@ -258,6 +258,19 @@ pub unsafe fn atomic_add_release_u64(p: *mut u64, v: u64) -> u64 {
     AtomicU64::from_ptr(p).fetch_add(v, Ordering::Release)
 }
 
+pub unsafe fn atomic_add_acq_rel_u32(p: *mut u32, v: u32) -> u32 {
+    maybe_yield();
+    AtomicU32::from_ptr(p).fetch_add(v, Ordering::AcqRel)
+}
+
+/// SMs of the simulated GPU: small, so that tests can launch a grid larger than the GPU (every
+/// simulated CTA runs at once whatever the grid; the device code only compares grids with it).
+pub const SIM_SM_COUNT: u32 = 16;
+
+pub fn sm_count() -> u32 {
+    SIM_SM_COUNT
+}
+
 pub unsafe fn atomic_cas_u32(p: *mut u32, current: u32, new: u32) -> u32 {
     maybe_yield();
     match AtomicU32::from_ptr(p).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)

@@ -108,6 +108,20 @@ pub unsafe fn atomic_add_release_u64(p: *mut u64, v: u64) -> u64 {
 }
 
 #[inline(always)]
+pub unsafe fn atomic_add_acq_rel_u32(p: *mut u32, v: u32) -> u32 {
+    AtomicU32::from_ptr(p).fetch_add(v, Ordering::AcqRel)
+}
+
+/// Number of SM identifiers of the GPU (`%nsmid`): at least the number of SMs.
+#[inline(always)]
+pub fn sm_count() -> u32 {
+    let n: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {n}, %nsmid;", n = out(reg32) n, options(nomem, nostack)) };
+    n
+}
+
+#[inline(always)]
 pub unsafe fn atomic_cas_u32(p: *mut u32, current: u32, new: u32) -> u32 {
     match AtomicU32::from_ptr(p).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     {

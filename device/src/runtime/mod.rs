@@ -7,6 +7,7 @@
 mod unroll;
 pub mod context;
 pub mod elem;
+pub mod grid;
 pub mod mem;
 pub mod region;
 pub mod scratch;

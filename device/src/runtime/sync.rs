@@ -5,6 +5,9 @@
 //! same calls with the same grid, the counters of same-index CTAs stay equal, so a call can tag
 //! its flags with the epoch and never has to clear them (CUDA-graph safe: the state lives in
 //! device memory, not in kernel arguments).
+//!
+//! A tile-scoped call does the same on a tile's slot instead of a CTA's: its own counter and
+//! barrier slots, matched with the same tile index on every rank, whichever CTA runs it.
 
 use crate::abi::{signal, status, SymmContext, MAX_RANKS};
 use crate::hw;
@@ -21,12 +24,32 @@ const LL_HALF_SHIFT: u32 = 30;
 /// Barrier phases available within one call (`epoch << 2 | phase`).
 pub const MAX_PHASES: u32 = 4;
 
+/// The slots a call synchronizes on: the CTAs' (whole-tensor calls) or the tiles' (tile calls).
+#[derive(Clone, Copy)]
+struct Slots {
+    /// Byte offsets in the signal region of the `[slot]` epoch words and `[slot][rank]` barrier flags.
+    epoch: usize,
+    barrier: usize,
+}
+
+const CTA_SLOTS: Slots = Slots {
+    epoch: signal::EPOCH_OFFSET,
+    barrier: signal::BARRIER_OFFSET,
+};
+const TILE_SLOTS: Slots = Slots {
+    epoch: signal::TILE_EPOCH_OFFSET,
+    barrier: signal::TILE_BARRIER_OFFSET,
+};
+
 /// The context and this CTA's coordinates for one call.
 pub struct Call<'a> {
     pub c: &'a SymmContext,
     pub rank: usize,
     pub world: usize,
+    /// The slot this call is matched on across ranks: the CTA index, or, for a tile call, the
+    /// tile index. Scratch slices and round flags (whole-tensor calls only) are per CTA slot too.
     pub cta: usize,
+    /// CTAs sharing the work: the grid, or 1 for a tile call (its CTA works alone).
     pub ctas: usize,
     pub tid: usize,
     pub threads: usize,
@@ -35,10 +58,11 @@ pub struct Call<'a> {
     pub ll_half: usize,
     /// Which exported function this is (its index in `EXPORTS`), for the error record.
     pub which: i32,
+    slots: Slots,
 }
 
-fn epoch_word(c: &SymmContext, cta: usize) -> *mut u32 {
-    (c.signal_base(c.rank as usize) + signal::EPOCH_OFFSET + cta * 4) as *mut u32
+fn epoch_word(c: &SymmContext, slots: Slots, slot: usize) -> *mut u32 {
+    (c.signal_base(c.rank as usize) + slots.epoch + slot * 4) as *mut u32
 }
 
 impl<'a> Call<'a> {
@@ -55,10 +79,21 @@ impl<'a> Call<'a> {
         if ctas > crate::abi::MAX_CTAS {
             return Err(status::INVALID_ARGUMENT);
         }
+        Ok(Self::start(c, which, CTA_SLOTS, cta, ctas))
+    }
+
+    /// Starts a tile call: this CTA alone, matched with tile `tile` on every rank (the caller
+    /// checked `tile < MAX_TILES`). Every thread calls it.
+    pub fn begin_tile(c: &'a SymmContext, which: i32, tile: usize) -> Self {
+        Self::start(c, which, TILE_SLOTS, tile, 1)
+    }
+
+    #[inline(always)]
+    fn start(c: &'a SymmContext, which: i32, slots: Slots, cta: usize, ctas: usize) -> Self {
         let tid = hw::thread_rank() as usize;
-        let word = epoch_word(c, cta);
+        let word = epoch_word(c, slots, cta);
         hw::sync_threads();
-        // SAFETY: `word` is inside this rank's signal region (cta < MAX_CTAS).
+        // SAFETY: `word` is inside this rank's signal region (cta < MAX_CTAS, or tile < MAX_TILES).
         let state = unsafe { hw::load_relaxed_u32(word) };
         let ll_half = state >> LL_HALF_SHIFT & 1;
         let mut epoch = state.wrapping_add(1) & EPOCH_MASK;
@@ -70,7 +105,7 @@ impl<'a> Call<'a> {
             // SAFETY: as above.
             unsafe { hw::store_relaxed_u32(word, epoch | ll_half << LL_HALF_SHIFT) };
         }
-        Ok(Call {
+        Call {
             c,
             rank: c.rank as usize,
             world: c.world_size as usize,
@@ -81,7 +116,8 @@ impl<'a> Call<'a> {
             epoch,
             ll_half: ll_half as usize,
             which,
-        })
+            slots,
+        }
     }
 
     /// Marks this call as one in which the CTA exchanges LL packets in half `ll_half`: the next
@@ -91,7 +127,7 @@ impl<'a> Call<'a> {
             let next = self.epoch | ((self.ll_half as u32) ^ 1) << LL_HALF_SHIFT;
             // SAFETY: this CTA's epoch word, inside this rank's signal region; only thread 0
             // writes it, and readers pass a CTA barrier first (in the next `begin`).
-            unsafe { hw::store_relaxed_u32(epoch_word(self.c, self.cta), next) };
+            unsafe { hw::store_relaxed_u32(epoch_word(self.c, self.slots, self.cta), next) };
         }
     }
 
@@ -117,13 +153,13 @@ impl<'a> Call<'a> {
         if tid < self.world {
             let p = tid;
             let slot = |rank_base: usize, from: usize| {
-                (rank_base + signal::BARRIER_OFFSET + (self.cta * MAX_RANKS + from) * 4) as *mut u32
+                (rank_base + self.slots.barrier + (self.cta * MAX_RANKS + from) * 4) as *mut u32
             };
             // Thread p tells rank p that this rank arrived, then waits for rank p to arrive here.
             // No separate fence: the release store is one (`fence.acq_rel.sys` + store), and it
             // is cumulative over the CTA's earlier writes, which the CTA barrier above ordered
             // before it; the acquire load below pairs with the peer's release in the same way.
-            // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS.
+            // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS (MAX_TILES * MAX_RANKS for tile slots).
             unsafe { hw::store_release_u32(slot(signal_base_fresh(self.c, p), self.rank), value) };
             let mine = slot(signal_base_fresh(self.c, self.rank), p);
             // Reached, not equal: rank p may already have passed this barrier (it saw our
