@@ -10,8 +10,6 @@
 //! `REDUCE_OP_SUM = 0`, `DTYPE_FLOAT32 = 0`, backend kinds 1 and 2, signal ops, compare ops,
 //! fence scopes) keep PyTorch's numbers so kernels written against that API read the same.
 
-use crate::collectives::choice;
-
 /// Defines `pub mod $group` with one `pub const` per entry and `ALL`, the (name, value) table
 /// that `build.rs` projects into Python.
 macro_rules! const_group {
@@ -189,8 +187,9 @@ impl SymmContext {
         self.peer_scratch[rank & (MAX_RANKS - 1)] as usize
     }
 
-    /// A context with no peers mapped; the host fills in the addresses. The algorithm limits
-    /// start at their defaults, which live with every other threshold in `collectives::choice`.
+    /// A context with no peers mapped; the host fills in the addresses and the algorithm limits
+    /// (0 here: `collectives::choice::with_default_limits` gives the defaults, which live with
+    /// every other threshold).
     pub const fn new(rank: i32, world_size: i32) -> Self {
         SymmContext {
             magic: CTX_MAGIC,
@@ -205,9 +204,9 @@ impl SymmContext {
             signal_size: 0,
             scratch_size: 0,
             timeout_ns: DEFAULT_TIMEOUT_NS,
-            ar_one_shot_max_bytes: choice::DEFAULT_AR_ONE_SHOT_MAX_BYTES as u64,
-            ar_ll_max_bytes: choice::DEFAULT_AR_LL_MAX_BYTES as u64,
-            gather_ll_max_bytes: choice::DEFAULT_GATHER_LL_MAX_BYTES as u64,
+            ar_one_shot_max_bytes: 0,
+            ar_ll_max_bytes: 0,
+            gather_ll_max_bytes: 0,
             peer_heap: [0; MAX_RANKS],
             peer_signal: [0; MAX_RANKS],
             peer_scratch: [0; MAX_RANKS],

@@ -5,6 +5,7 @@
 extern crate std;
 
 use crate::abi::{signal, SymmContext, MAX_CTAS, MAX_RANKS};
+use crate::collectives::choice::with_default_limits;
 use crate::hw::host;
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::vec;
@@ -35,7 +36,7 @@ impl Node {
             heap_bytes,
         };
         for r in 0..world {
-            let mut c = SymmContext::new(r as i32, world as i32);
+            let mut c = with_default_limits(SymmContext::new(r as i32, world as i32));
             c.heap_size = heap_bytes as u64;
             c.signal_size = signal::MIN_BYTES as u64;
             c.scratch_size = scratch_bytes as u64;

@@ -8,6 +8,7 @@
 use crate::abi::{self, SymmContext, MAX_RANKS};
 use crate::driver::{Device, DeviceBuffer};
 use crate::error::{Error, Result};
+use ironlink_device::collectives::choice::with_default_limits;
 use std::sync::Arc;
 
 /// (field name, byte offset, byte size), as the encoder writes them.
@@ -226,7 +227,7 @@ pub fn external_context(
             needed,
         });
     }
-    let mut c = SymmContext::new(rank, world);
+    let mut c = with_default_limits(SymmContext::new(rank, world));
     c.heap_size = buffer_size;
     c.signal_size = signal_size;
     c.scratch_size = 0;

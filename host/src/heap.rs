@@ -36,6 +36,7 @@ use crate::context::{check_rank, DeviceContext};
 use crate::driver::{self, Device, DeviceBuffer, IpcMapping};
 use crate::error::{Context as _, Error, Result};
 use crate::exchange::{self, HandleInfo};
+use ironlink_device::collectives::choice::with_default_limits;
 use std::sync::Arc;
 
 /// Alignment of each region inside the allocation.
@@ -181,7 +182,7 @@ impl LocalHeap {
             }
         }
         let mut peers: Vec<Option<IpcMapping>> = Vec::with_capacity(world as usize);
-        let mut ctx = SymmContext::new(rank, world);
+        let mut ctx = with_default_limits(SymmContext::new(rank, world));
         ctx.heap_size = self.layout.heap;
         ctx.signal_size = self.layout.signal;
         ctx.scratch_size = self.layout.scratch;

@@ -59,6 +59,14 @@ thresholds! {
 }
 const _: () = assert!(PUSH_MIN_BYTES <= SEPARATE_PHASES_MIN_BYTES);
 
+/// `c` with the default algorithm limits, for contexts the tuning table does not cover.
+pub const fn with_default_limits(mut c: SymmContext) -> SymmContext {
+    c.ar_one_shot_max_bytes = DEFAULT_AR_ONE_SHOT_MAX_BYTES as u64;
+    c.ar_ll_max_bytes = DEFAULT_AR_LL_MAX_BYTES as u64;
+    c.gather_ll_max_bytes = DEFAULT_GATHER_LL_MAX_BYTES as u64;
+    c
+}
+
 /// The all-reduce algorithms (see `collectives::all_reduce`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {

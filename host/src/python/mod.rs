@@ -363,7 +363,8 @@ fn choice_context(world: i32, scratch_bytes: u64, ctas: usize) -> PyResult<abi::
             abi::MAX_CTAS
         )));
     }
-    let mut c = abi::SymmContext::new(0, world);
+    let mut c =
+        ironlink_device::collectives::choice::with_default_limits(abi::SymmContext::new(0, world));
     c.scratch_size = scratch_bytes;
     Ok(c)
 }
