@@ -8,9 +8,9 @@
 //! tile's data must be complete before the call as seen by the calling CTA: written by it, or by
 //! an earlier kernel.
 //!
-//! all-reduce: the tile's 16-byte units are split among the ranks; after a barrier among the
-//! tile's CTAs (every rank's tile is written), rank p reduces its part from every rank's tile, in
-//! rank order, and stores the result into every rank's tile; a second barrier makes every part
+//! all-reduce: the tile is split among the ranks (by rows, or by columns when it has fewer rows
+//! than ranks); after a barrier among the tile's CTAs (every rank's tile is written), rank p
+//! reduces its part from every rank's tile, in rank order, and stores the result into every rank's tile; a second barrier makes every part
 //! arrive everywhere. As the whole-tensor two-shot: each element is computed by one rank, so the
 //! results are bitwise equal on every rank.
 
@@ -19,7 +19,7 @@ use crate::runtime::elem::Reduction;
 use crate::runtime::mem::split;
 use crate::runtime::region::Region;
 use crate::runtime::sync::Call;
-use crate::transport::bulk::{reduce_units, Deliver};
+use crate::transport::bulk::{reduce_units_one_by_one, Deliver};
 
 /// A checked 2-D tile of the symmetric heap: `rows` rows of `row_bytes` bytes, the first at heap
 /// offset `offset`, each `stride_bytes` after the previous one.
@@ -88,18 +88,21 @@ pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> 
     if tile.rows == 0 {
         return Ok(());
     }
-    // 16-byte units per row (the last one partial where a row is not a multiple of 16 bytes):
-    // rank p takes units [lo, hi) of the tile, counted row after row.
+    // Rank p takes rows split(rows, world, p) whole, or, with fewer rows than ranks, 16-byte
+    // units split(units per row, world, p) of every row (the last unit partial where a row is not
+    // a multiple of 16 bytes). Few live values across the loop: more spilled on sm_80.
     let per_row = tile.row_bytes.div_ceil(16);
-    let (lo, hi) = split(tile.rows * per_row, call.world, call.rank);
+    let (first, last, lo, hi) = if tile.rows >= call.world {
+        let (first, last) = split(tile.rows, call.world, call.rank);
+        (first, last, 0, per_row)
+    } else {
+        let (lo, hi) = split(per_row, call.world, call.rank);
+        (0, tile.rows, lo, hi)
+    };
     call.barrier(0)?;
-    let mut row = lo / per_row.max(1);
-    while row < tile.rows && row * per_row < hi {
-        let first = row * per_row;
-        let (a, b) = (lo.max(first) - first, hi.min(first + per_row) - first);
+    for row in first..last {
         let r = tile.row(row);
-        reduce_units(call, &r, &r, a, b, red, Deliver::ToAll);
-        row += 1;
+        reduce_units_one_by_one(call, &r, &r, lo, hi, red, Deliver::ToAll);
     }
     call.barrier(1)
 }
