@@ -8,18 +8,22 @@
 //! tile's data must be complete before the call as seen by the calling CTA: written by it, or by
 //! an earlier kernel.
 //!
-//! all-reduce: the tile is split among the ranks (by rows, or by columns when it has fewer rows
-//! than ranks); after a barrier among the tile's CTAs (every rank's tile is written), rank p
-//! reduces its part from every rank's tile, in rank order, and stores the result into every rank's tile; a second barrier makes every part
+//! all-reduce: the tile's 16-byte units are split among the ranks; after a barrier among the
+//! tile's CTAs (every rank's tile is written), rank p reduces its part from every rank's tile, in
+//! rank order, and stores the result into every rank's tile; a second barrier makes every part
 //! arrive everywhere. As the whole-tensor two-shot: each element is computed by one rank, so the
 //! results are bitwise equal on every rank.
 
-use crate::abi::{status, SymmContext, MAX_TILES};
-use crate::runtime::elem::Reduction;
-use crate::runtime::mem::split;
+use crate::abi::{status, SymmContext, MAX_RANKS, MAX_TILES};
+use crate::runtime::elem::{Acc, Reduction};
+use crate::runtime::mem::{load_unit, rotate, split, store_unit, unit_bytes};
 use crate::runtime::region::Region;
 use crate::runtime::sync::Call;
-use crate::transport::bulk::{reduce_units_one_by_one, Deliver};
+
+/// Peers whose units a thread holds at once (as in `transport::store_rounds`): a tile call runs
+/// inside the caller's compute loop, where registers for all eight spilled.
+const GROUP: usize = 4;
+const _: () = assert!(GROUP * 2 == MAX_RANKS, "unroll2! runs two groups");
 
 /// A checked 2-D tile of the symmetric heap: `rows` rows of `row_bytes` bytes, the first at heap
 /// offset `offset`, each `stride_bytes` after the previous one.
@@ -88,21 +92,48 @@ pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> 
     if tile.rows == 0 {
         return Ok(());
     }
-    // Rank p takes rows split(rows, world, p) whole, or, with fewer rows than ranks, 16-byte
-    // units split(units per row, world, p) of every row (the last unit partial where a row is not
-    // a multiple of 16 bytes). Few live values across the loop: more spilled on sm_80.
+    // 16-byte units per row (the last one partial where a row is not a multiple of 16 bytes):
+    // rank p takes units [lo, hi) of the tile, counted row after row.
     let per_row = tile.row_bytes.div_ceil(16);
-    let (first, last, lo, hi) = if tile.rows >= call.world {
-        let (first, last) = split(tile.rows, call.world, call.rank);
-        (first, last, 0, per_row)
-    } else {
-        let (lo, hi) = split(per_row, call.world, call.rank);
-        (0, tile.rows, lo, hi)
-    };
+    let (lo, hi) = split(tile.rows * per_row, call.world, call.rank);
     call.barrier(0)?;
-    for row in first..last {
+    let mut row = lo / per_row.max(1);
+    while row < tile.rows && row * per_row < hi {
+        let first = row * per_row;
+        let (a, b) = (lo.max(first) - first, hi.min(first + per_row) - first);
         let r = tile.row(row);
-        reduce_units_one_by_one(call, &r, &r, lo, hi, red, Deliver::ToAll);
+        reduce_and_deliver(call, &r, a, b, red);
+        row += 1;
     }
     call.barrier(1)
+}
+
+/// Units `[a, b)` of row `r` (thread-strided): the reduction over ranks in rank order, stored
+/// into the row on every rank (this one first).
+#[inline(always)]
+fn reduce_and_deliver(call: &Call, r: &Region, a: usize, b: usize, red: &Reduction) {
+    let c = call.c;
+    let mut i = a + call.tid;
+    while i < b {
+        let valid = unit_bytes(i, 16, r.bytes);
+        let at = |p: usize| r.at(c, p) + 16 * i;
+        // SAFETY (loads and stores): `valid` bytes of unit i lie inside the checked row, at the
+        // same offsets on every rank.
+        let mut acc = Acc::<4>::first(red, unsafe { load_unit::<4>(at(0), valid) });
+        // Peers four at a time, all four loads before their adds.
+        unroll2!(MAX_RANKS / GROUP, g => {
+            let mut v = [[0u32; 4]; GROUP];
+            for_each_rank!(p => if p / GROUP == g && p >= 1 && p < call.world {
+                v[p % GROUP] = unsafe { load_unit::<4>(at(p), valid) };
+            });
+            for_each_rank!(p => if p / GROUP == g && p >= 1 && p < call.world {
+                acc.add(red, v[p % GROUP]);
+            });
+        });
+        let sum = acc.finish(red, call.world);
+        for k in 0..call.world {
+            unsafe { store_unit::<4>(at(rotate(call.rank, k, call.world)), valid, sum) };
+        }
+        i += call.threads;
+    }
 }

@@ -35,33 +35,6 @@ pub fn reduce_units(
     red: &Reduction,
     to: Deliver,
 ) {
-    reduce_units_by::<true>(call, src, dst, lo, hi, red, to)
-}
-
-/// `reduce_units` with one unit per thread in flight: half the registers, for callers that run
-/// it inside a loop of their own (tile calls; with two, older ptxas spilled on sm_80).
-pub fn reduce_units_one_by_one(
-    call: &Call,
-    src: &Region,
-    dst: &Region,
-    lo: usize,
-    hi: usize,
-    red: &Reduction,
-    to: Deliver,
-) {
-    reduce_units_by::<false>(call, src, dst, lo, hi, red, to)
-}
-
-#[inline(always)]
-fn reduce_units_by<const PAIRS: bool>(
-    call: &Call,
-    src: &Region,
-    dst: &Region,
-    lo: usize,
-    hi: usize,
-    red: &Reduction,
-    to: Deliver,
-) {
     let c = call.c;
     let out = dst.at(c, call.rank);
     let peers = if to == Deliver::ToAll { call.world } else { 1 };
@@ -70,16 +43,12 @@ fn reduce_units_by<const PAIRS: bool>(
     // Two units per thread per step while both are full (twice the loads in flight: measured
     // 1-2% faster at 256 MiB on 4 H200s), then one.
     let mut i = lo + call.tid;
-    while PAIRS && i + call.threads < fast_hi {
+    while i + call.threads < fast_hi {
         reduce_full_units::<2>(call, src, dst, i, red, peers);
         i += 2 * call.threads;
     }
-    while i < fast_hi {
+    if i < fast_hi {
         reduce_full_units::<1>(call, src, dst, i, red, peers);
-        i += call.threads;
-        if PAIRS {
-            break; // at most one unit is left after the pairs
-        }
     }
     // The narrow path: a partial last unit, or everything when the region is not 16-aligned.
     let mut i = lo.max(fast_hi) + call.tid;
