@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import inspect
 import os
 import shutil
 import subprocess
@@ -144,7 +145,12 @@ def test_native_constants(native):
     assert native.MIN_SIGNAL_BYTES == min_bytes
     assert native.SIGNAL_BYTES >= min_bytes and native.SIGNAL_BYTES % native.REGION_ALIGN == 0
     assert native.ALLOC_ALIGN == 256
-    assert ironlink.heap.DEFAULT_SCRATCH_BYTES == _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"] == 256 << 20
+    assert ironlink.heap.DEFAULT_SCRATCH_BYTES == _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
+
+
+def test_default_timeout_is_the_device_default() -> None:
+    default = inspect.signature(SymmetricHeap).parameters["timeout_s"].default
+    assert check_timeout(default) == _abi.DEFAULT_TIMEOUT_NS
 
 
 def test_no_driver_is_a_clean_error(native):

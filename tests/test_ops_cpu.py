@@ -178,9 +178,9 @@ def test_choose_follows_the_table() -> None:
 def test_choose_clamps_ctas(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(tuning.TABLES, "all_reduce", {8: ((1024, 0, 4), (2048, 1000, 8)), 2: ((1 << 30, 16, 4),)})
     assert tuning.choose("all_reduce", 10, 8) == (1, 4)
-    assert tuning.choose("all_reduce", 2000, 8) == (256, 8)
+    assert tuning.choose("all_reduce", 2000, 8) == (_abi.MAX_CTAS, 8)
     assert tuning.choose("all_reduce", 2000, 3) == (16, 4)  # nearest measured world
-    assert tuning.choose("all_reduce", 2000, 5) == (256, 8)  # tie between 2 and 8: the larger
+    assert tuning.choose("all_reduce", 2000, 5) == (_abi.MAX_CTAS, 8)  # tie between 2 and 8: the larger
 
 
 def _make_tuning() -> ModuleType:
@@ -204,7 +204,7 @@ def test_make_tuning_picks_the_fastest_config_per_size(tmp_path: Path) -> None:
         _row("all_reduce", "bf16", 4096, "ironlink_cfg", "8x4", 5.0),
         _row("all_reduce", "bf16", 4096, "ironlink_cfg", "32x4", 4.0),  # same as 1024: merged
         _row("all_reduce", "bf16", 1 << 20, "ironlink_cfg", "8x4", 50.0),
-        _row("all_reduce", "bf16", 1 << 20, "ironlink_cfg", "300x16", 9.0),  # clamped to 256
+        _row("all_reduce", "bf16", 1 << 20, "ironlink_cfg", "300x16", 9.0),  # clamped to MAX_CTAS
         _row("all_gather", "bf16", 1024, "ironlink", "", 7.0),  # "" is the first config tried: 8x4
         _row("all_gather", "fp32", 1024, "ironlink", "64x8", 9.0),
         _row("all_gather", "bf16", 1 << 20, "ironlink", "64x8", 20.0),
@@ -223,11 +223,11 @@ def test_make_tuning_picks_the_fastest_config_per_size(tmp_path: Path) -> None:
     gen: dict[str, Any] = {}
     exec(compile(text, str(out), "exec"), gen)
     assert gen["TABLES"] == {
-        "all_reduce": {4: ((4096, 32, 4), (1 << 20, 256, 16))},
+        "all_reduce": {4: ((4096, 32, 4), (1 << 20, _abi.MAX_CTAS, 16))},
         "all_gather": {4: ((1024, 8, 4), (1 << 20, 64, 8))},
         "reduce_scatter": {4: ((1024, 132, 8),)},
     }
-    assert tuning.choose("all_reduce", 5000, 8, gen["TABLES"]) == (256, 16)
+    assert tuning.choose("all_reduce", 5000, 8, gen["TABLES"]) == (_abi.MAX_CTAS, 16)
     assert gen["ALGORITHM_LIMITS"] == {}  # rows without an algorithm: the heap keeps its defaults
 
 

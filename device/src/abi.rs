@@ -168,8 +168,8 @@ pub struct SymmContext {
 
 impl SymmContext {
     /// Base of `rank`'s user-buffer region. Masking the index (a no-op for the ranks
-    /// `ctx::context` admits) keeps a bounds-check panic, and the call it costs in SASS, out of
-    /// the device code.
+    /// `runtime::context::context` admits) keeps a bounds-check panic, and the call it costs in
+    /// SASS, out of the device code.
     #[inline(always)]
     pub fn heap_base(&self, rank: usize) -> usize {
         self.peer_heap[rank & (MAX_RANKS - 1)] as usize

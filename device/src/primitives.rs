@@ -1,5 +1,5 @@
 //! Building blocks for users who write their own algorithms in Triton: bulk put/get to and from
-//! a peer, signals and waits on signal slots, fences. Barriers are in `sync.rs`.
+//! a peer, signals and waits on signal slots, fences. Barriers are in `runtime::sync`.
 
 use crate::abi::{cmp, signal, signal_op, status, SymmContext};
 use crate::hw;

@@ -126,7 +126,7 @@ fn all_reduce_matrix(
     let label = format!("all_reduce world={world} ctas={ctas} threads={threads}");
     let status = node.run(&label, ctas, threads, |rank, ctx| {
         for c in &cases {
-            let s = exports::symm_all_reduce(
+            let s = api::symm_all_reduce(
                 ctx,
                 node.addr(rank, 0),
                 c.offset as i64,
@@ -236,7 +236,7 @@ fn all_reduce_two_shot_separate_phases() {
     assert_eq!(mid(256, PUSH_MIN_BYTES - 16), TwoShot::Fused);
     assert_eq!(mid(260, SEPARATE_PHASES_MIN_BYTES - 4), TwoShot::Fused);
     let status = node.run("all_reduce 32 MiB", 2, 64, |rank, ctx| {
-        exports::symm_all_reduce(
+        api::symm_all_reduce(
             ctx,
             node.addr(rank, 0),
             offset as i64,
@@ -317,7 +317,7 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
                 calls.push((
                     format!("reduce_scatter {dt:?} op={op} n={n}"),
                     Box::new(move |rank, ctx, node| {
-                        exports::symm_reduce_scatter(
+                        api::symm_reduce_scatter(
                             ctx,
                             node.addr(rank, inp),
                             node.addr(rank, out),
@@ -348,7 +348,7 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
                 calls.push((
                     format!("reduce {dt:?} op={op} n={n} root={root}"),
                     Box::new(move |rank, ctx, node| {
-                        exports::symm_reduce(
+                        api::symm_reduce(
                             ctx,
                             node.addr(rank, inp),
                             node.addr(rank, out),
@@ -389,7 +389,7 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
                     format!("all_gather {dt:?} n={n} in_place={in_place}"),
                     Box::new(move |rank, ctx, node| {
                         let src = if in_place { out + rank * bytes } else { inp };
-                        exports::symm_all_gather(
+                        api::symm_all_gather(
                             ctx,
                             node.addr(rank, src),
                             node.addr(rank, out),
@@ -418,13 +418,7 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
             calls.push((
                 format!("broadcast {dt:?} n={n} root={root}"),
                 Box::new(move |rank, ctx, node| {
-                    exports::symm_broadcast(
-                        ctx,
-                        node.addr(rank, buf),
-                        n as i64,
-                        dt.code(),
-                        root as i32,
-                    )
+                    api::symm_broadcast(ctx, node.addr(rank, buf), n as i64, dt.code(), root as i32)
                 }),
                 Box::new(move |node, what| {
                     for r in 0..node.world {
@@ -452,7 +446,7 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
             calls.push((
                 format!("all_to_all {dt:?} n={n}"),
                 Box::new(move |rank, ctx, node| {
-                    exports::symm_all_to_all(
+                    api::symm_all_to_all(
                         ctx,
                         node.addr(rank, inp),
                         node.addr(rank, out),
@@ -562,7 +556,7 @@ fn back_to_back_calls_across_epoch_wrap() {
         let label = format!("back to back from epoch {start}");
         let st = node.run(&label, 2, 32, |rank, ctx| {
             for (n, offset, _) in &cases {
-                let s = exports::symm_all_reduce(
+                let s = api::symm_all_reduce(
                     ctx,
                     node.addr(rank, *offset),
                     0,
@@ -604,7 +598,7 @@ fn push_node(world: usize, units_per_box: usize, rounds_before: u32) -> Node {
 /// case: it writes the same scratch slices without an entry barrier of its own.
 fn ll_after(node: &Node, rank: usize, handle: i64, offset: usize) -> i32 {
     let at = node.addr(rank, offset);
-    exports::symm_all_reduce(handle, at, 0, LL_AFTER, reduce_op::SUM, dtype::FLOAT32)
+    api::symm_all_reduce(handle, at, 0, LL_AFTER, reduce_op::SUM, dtype::FLOAT32)
 }
 
 /// One case of a push test on one rank: `case` on the rank's context, then `ll_after`; the

@@ -18,7 +18,7 @@ fn node() -> Node {
 /// Runs one all-reduce with the given arguments on both ranks and returns the statuses.
 fn all_reduce(node: &Node, ptr_off: i64, byte_offset: i64, n: i64, op: i32, dt: i32) -> Vec<i32> {
     node.run("errors", 2, 32, |rank, ctx| {
-        exports::symm_all_reduce(ctx, node.addr(rank, 0) + ptr_off, byte_offset, n, op, dt)
+        api::symm_all_reduce(ctx, node.addr(rank, 0) + ptr_off, byte_offset, n, op, dt)
     })
 }
 
@@ -131,17 +131,17 @@ fn argument_errors_write_nothing() {
 fn bad_contexts() {
     let node = node();
     let st = node.run("null", 1, 32, |rank, _| {
-        exports::symm_all_reduce(0, node.addr(rank, 1024), 0, N, 0, 0)
+        api::symm_all_reduce(0, node.addr(rank, 1024), 0, N, 0, 0)
     });
     assert_eq!(st, vec![status::NULL_CONTEXT; 2]);
-    let st = node.run("rank", 1, 32, |_, _| exports::symm_rank(0));
+    let st = node.run("rank", 1, 32, |_, _| api::symm_rank(0));
     assert_eq!(st, vec![status::NULL_CONTEXT; 2]);
 
     let mut foreign = SymmContext::new(0, 2);
     foreign.magic = 0x1234_5678;
     let fp = &foreign as *const SymmContext as i64;
     let st = node.run("foreign", 1, 32, |rank, _| {
-        exports::symm_all_reduce(fp, node.addr(rank, 1024), 0, N, 0, 0)
+        api::symm_all_reduce(fp, node.addr(rank, 1024), 0, N, 0, 0)
     });
     assert_eq!(st, vec![status::UNKNOWN_CONTEXT; 2]);
 
@@ -149,7 +149,7 @@ fn bad_contexts() {
     other_backend.backend = ironlink_device::abi::backend::NVSHMEM;
     let ob = &other_backend as *const SymmContext as i64;
     assert_eq!(
-        node.run("nvshmem", 1, 32, |_, _| exports::symm_world_size(ob)),
+        node.run("nvshmem", 1, 32, |_, _| api::symm_world_size(ob)),
         vec![status::UNKNOWN_CONTEXT; 2]
     );
 
@@ -158,7 +158,7 @@ fn bad_contexts() {
     assert_eq!(old.magic, CTX_MAGIC);
     let op = &old as *const SymmContext as i64;
     assert_eq!(
-        node.run("old", 1, 32, |_, _| exports::symm_rank(op)),
+        node.run("old", 1, 32, |_, _| api::symm_rank(op)),
         vec![status::ABI_MISMATCH; 2]
     );
 }
@@ -175,7 +175,7 @@ fn peer_that_never_arrives_times_out() {
             if rank == 1 {
                 return status::OK; // rank 1 never calls
             }
-            exports::symm_all_reduce(
+            api::symm_all_reduce(
                 ctx,
                 node.addr(rank, 1024),
                 0,
@@ -199,12 +199,10 @@ fn peer_pointer_translation() {
     let node = node();
     let st = node.run("peer_ptr", 1, 32, |rank, ctx| {
         let local = node.addr(rank, 100);
-        let ok =
-            (0..2).all(|p| exports::symm_peer_ptr(ctx, local, p) == node.addr(p as usize, 100));
-        let outside =
-            exports::symm_peer_ptr(ctx, node.addr(rank, 0) + node.heap_bytes as i64 + 1, 1);
-        let bad_peer = exports::symm_peer_ptr(ctx, local, 2);
-        let checked = exports::symm_peer_ptr_checked(ctx, local, node.heap_bytes as i64, 1);
+        let ok = (0..2).all(|p| api::symm_peer_ptr(ctx, local, p) == node.addr(p as usize, 100));
+        let outside = api::symm_peer_ptr(ctx, node.addr(rank, 0) + node.heap_bytes as i64 + 1, 1);
+        let bad_peer = api::symm_peer_ptr(ctx, local, 2);
+        let checked = api::symm_peer_ptr_checked(ctx, local, node.heap_bytes as i64, 1);
         (ok && outside == 0 && bad_peer == 0 && checked == status::OUT_OF_BOUNDS as i64) as i32
     });
     assert_eq!(st, vec![1, 1]);

@@ -41,7 +41,7 @@ fn grid_barrier_orders_every_cta_of_the_launch() {
                     word(&node, rank, BOARD + 4 * cta)
                         .store(round * 1000 + cta as u32, Ordering::Relaxed);
                 }
-                let s = exports::symm_grid_barrier(ctx);
+                let s = api::symm_grid_barrier(ctx);
                 if s != status::OK {
                     return s;
                 }
@@ -49,7 +49,7 @@ fn grid_barrier_orders_every_cta_of_the_launch() {
                     bad |= word(&node, rank, BOARD + 4 * other).load(Ordering::Relaxed)
                         != round * 1000 + other as u32;
                 }
-                let s = exports::symm_grid_barrier(ctx);
+                let s = api::symm_grid_barrier(ctx);
                 if s != status::OK {
                     return s;
                 }
@@ -58,7 +58,7 @@ fn grid_barrier_orders_every_cta_of_the_launch() {
             if bad {
                 word(&node, rank, FLAG).store(1, Ordering::Relaxed);
             }
-            let s = exports::symm_grid_barrier(ctx);
+            let s = api::symm_grid_barrier(ctx);
             if s != status::OK {
                 return s;
             }
@@ -76,7 +76,7 @@ fn grid_barrier_orders_every_cta_of_the_launch() {
 fn grid_barrier_rejects_a_grid_larger_than_the_gpu() {
     let node = Node::new(2, 1 << 16, 1 << 16);
     let st = node.run("grid too large", SIM_SM_COUNT + 1, 1, |_, ctx| {
-        exports::symm_grid_barrier(ctx)
+        api::symm_grid_barrier(ctx)
     });
     assert_eq!(st, vec![status::INVALID_ARGUMENT; 2]);
     assert_eq!(
@@ -96,7 +96,7 @@ fn grid_barrier_times_out_when_a_cta_never_arrives() {
             // Stands for a CTA that cannot become resident; it reports what the others will.
             return status::TIMEOUT;
         }
-        exports::symm_grid_barrier(ctx)
+        api::symm_grid_barrier(ctx)
     });
     assert_eq!(st, vec![status::TIMEOUT]);
     assert_eq!(node.recorded_error(0), status::TIMEOUT);
@@ -189,7 +189,7 @@ fn run_tiles(
             for &t in &mine {
                 let (i, j, r, c) = tiles[t];
                 let ptr = node.addr(rank, m.at(dt, i, j));
-                let s = exports::symm_tile_all_reduce(
+                let s = api::symm_tile_all_reduce(
                     ctx,
                     ptr,
                     r as i64,
@@ -390,7 +390,7 @@ fn tile_all_reduce_rejects_bad_tiles_and_writes_nothing() {
     ];
     for (what, off, rows, cols, stride, tile, op, dt, want) in cases {
         let st = node.run(what, 2, 32, |rank, ctx| {
-            exports::symm_tile_all_reduce(
+            api::symm_tile_all_reduce(
                 ctx,
                 node.addr(rank, 0) + off,
                 rows,
@@ -422,7 +422,7 @@ fn tile_all_reduce_times_out_when_a_peer_skips_the_tile() {
         if rank == 1 {
             return status::OK;
         }
-        exports::symm_tile_all_reduce(
+        api::symm_tile_all_reduce(
             ctx,
             node.addr(rank, BASE),
             2,

@@ -21,7 +21,7 @@ fn ring_put_signal_wait_get() {
             // Every CTA does the exchange once, into its own area (offset by CTA so they don't race).
             let cta = ironlink_device::hw::cta_rank() as usize;
             let area = 4096 + cta * 4096;
-            let s = exports::symm_put(
+            let s = api::symm_put(
                 ctx,
                 node.addr(rank, area),
                 node.addr(rank, 0),
@@ -31,16 +31,16 @@ fn ring_put_signal_wait_get() {
             if s != 0 {
                 return s;
             }
-            let s = exports::symm_signal(ctx, cta as i64, 1, signal_op::ADD, right);
+            let s = api::symm_signal(ctx, cta as i64, 1, signal_op::ADD, right);
             if s != 0 {
                 return s;
             }
-            let s = exports::symm_signal_wait(ctx, cta as i64, cmp::GE, 1);
+            let s = api::symm_signal_wait(ctx, cta as i64, cmp::GE, 1);
             if s != 0 {
                 return s;
             }
             // The left neighbour's data has arrived here; fetch its source block too.
-            let s = exports::symm_get(
+            let s = api::symm_get(
                 ctx,
                 node.addr(rank, area + 2048),
                 node.addr(rank, 0),
@@ -50,7 +50,7 @@ fn ring_put_signal_wait_get() {
             if s != 0 {
                 return s;
             }
-            exports::symm_barrier(ctx)
+            api::symm_barrier(ctx)
         });
         assert_eq!(st, vec![status::OK; world], "world {world}");
         for r in 0..world {
@@ -79,7 +79,7 @@ fn signal_wait_times_out() {
     node.ctx_mut(0).timeout_ns = 50_000_000;
     let st = node.run("wait", 1, 32, |rank, ctx| {
         if rank == 0 {
-            exports::symm_signal_wait(ctx, 3, cmp::EQ, 42)
+            api::symm_signal_wait(ctx, 3, cmp::EQ, 42)
         } else {
             status::OK
         }
@@ -87,7 +87,7 @@ fn signal_wait_times_out() {
     assert_eq!(st, vec![status::TIMEOUT, status::OK]);
     assert_eq!(node.recorded_error(0), status::TIMEOUT);
     let bad = node.run("slot", 1, 32, |_, ctx| {
-        exports::symm_signal(ctx, 1 << 20, 1, signal_op::SET, 0)
+        api::symm_signal(ctx, 1 << 20, 1, signal_op::SET, 0)
     });
     assert_eq!(bad, vec![status::INVALID_ARGUMENT; 2]);
 }

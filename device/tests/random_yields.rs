@@ -75,18 +75,18 @@ fn collectives_under_random_yields() {
         }
         for (n, offset, _) in ar {
             let at = node.addr(rank, offset);
-            let s = exports::symm_all_reduce(ctx, at, 0, n as i64, reduce_op::SUM, dtype::BFLOAT16);
+            let s = api::symm_all_reduce(ctx, at, 0, n as i64, reduce_op::SUM, dtype::BFLOAT16);
             if s != status::OK {
                 return s;
             }
         }
         let (agi, ago) = (node.addr(rank, ag_in), node.addr(rank, ag_out));
-        let s = exports::symm_all_gather(ctx, agi, ago, n as i64, dtype::BFLOAT16);
+        let s = api::symm_all_gather(ctx, agi, ago, n as i64, dtype::BFLOAT16);
         if s != status::OK {
             return s;
         }
         let (rsi, rso) = (node.addr(rank, rs_in), node.addr(rank, rs_out));
-        exports::symm_reduce_scatter(ctx, rsi, rso, n as i64, reduce_op::SUM, dtype::BFLOAT16)
+        api::symm_reduce_scatter(ctx, rsi, rso, n as i64, reduce_op::SUM, dtype::BFLOAT16)
     });
     assert_eq!(st, vec![status::OK; world]);
     for ((n, offset, alg), want) in ar.iter().zip(&ar_want) {

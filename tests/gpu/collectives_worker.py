@@ -405,11 +405,15 @@ def main() -> int:
                           lambda: s.forced(alg, lambda: s.all_gather(n, dtype, in_place)))
     for dtype, n in [(torch.bfloat16, 128 << 20), (torch.float32, 64 << 20)] if full else []:  # 256 MiB
         s.run(f"all_reduce {dtype} SUM 256MiB", lambda: s.all_reduce(n, dtype, "SUM"))
-    for dtype, n, op, skew in [(torch.float16, (16 << 20) + 5, "MAX", 0), (torch.bfloat16, (24 << 20) + 3, "AVG", 1),
-                               (torch.float32, (3 << 20) + 3, "SUM", 0), (torch.float32, (6 << 20) + 1, "MIN", 1)] if full else []:
-        # Past the large-message switches (THRESHOLDS PUSH_MIN_BYTES = 8 MiB, SEPARATE_PHASES_MIN_BYTES
-        # = 32 MiB; the sizes bracket them), with a partial last 16-byte unit; 16-byte aligned (two-shot by stores through scratch) and not
-        # (from 32 MiB loads, barrier, stores; below, loads and stores fused).
+    # Past the large-message switches of the two-shot all-reduce (the device's PUSH_MIN_BYTES and
+    # SEPARATE_PHASES_MIN_BYTES; the sizes bracket them), with a partial last 16-byte unit; 16-byte
+    # aligned (two-shot by stores through scratch) and not (from SEPARATE_PHASES_MIN_BYTES loads,
+    # barrier, stores; below, loads and stores fused). (dtype, bytes, extra elements, op, skew):
+    push, separate = _abi.THRESHOLDS["PUSH_MIN_BYTES"], _abi.THRESHOLDS["SEPARATE_PHASES_MIN_BYTES"]
+    past_switch = [(torch.float16, separate, 5, "MAX", 0), (torch.bfloat16, separate * 3 // 2, 3, "AVG", 1),
+                   (torch.float32, push * 3 // 2, 3, "SUM", 0), (torch.float32, push * 3, 1, "MIN", 1)]
+    for dtype, nbytes, extra, op, skew in past_switch if full else []:
+        n = nbytes // (torch.finfo(dtype).bits // 8) + extra
         s.run(f"all_reduce {dtype} {op} past-switch n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
     for dtype in dtypes:
         for n in (1, 5, 4097, 1 << 18):
@@ -424,9 +428,12 @@ def main() -> int:
         s.run(f"put/signal/wait/get/barrier ring {nbytes} B x {grid} CTAs", lambda: s.primitives(nbytes, grid, 3))
     if full:
         # The large end for the other collectives: 256 MiB buffers (world blocks of n bf16 for
-        # reduce_scatter's input, all_gather's output and all_to_all; n for broadcast and reduce).
+        # all_gather's output and all_to_all; n for broadcast and reduce).
         big = (128 << 20) // world
-        s.run("reduce_scatter bf16 SUM 256MiB input", lambda: s.reduce_scatter(big, torch.bfloat16, "SUM"))
+        # reduce_scatter by stores: its input from the device's PUSH_REDUCE_SCATTER_MIN_BYTES on.
+        rs_bytes = _abi.THRESHOLDS["PUSH_REDUCE_SCATTER_MIN_BYTES"]
+        s.run(f"reduce_scatter bf16 SUM {rs_bytes >> 20}MiB input",
+              lambda: s.reduce_scatter(rs_bytes // 2 // world, torch.bfloat16, "SUM"))
         s.run("all_gather bf16 256MiB output", lambda: s.all_gather(big, torch.bfloat16, False))
         s.run("all_to_all bf16 256MiB", lambda: s.all_to_all(big, torch.bfloat16))
         s.run("broadcast bf16 256MiB", lambda: s.broadcast(128 << 20, torch.bfloat16, world - 1))

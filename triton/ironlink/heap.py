@@ -25,6 +25,8 @@ from . import _abi
 from .errors import IronlinkError, device_error
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
+# The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
+DEFAULT_TIMEOUT_S: float = _abi.DEFAULT_TIMEOUT_NS / 1e9
 _KDL_CUDA = 2
 
 
@@ -146,7 +148,7 @@ class SymmetricHeap:
         group: Any = None,
         device: Any = None,
         scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
-        timeout_s: float = 5.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._native: Any = None
         self._closed = True

@@ -1,3 +1,6 @@
+//! The export table's macros: `exports!` defines the exported functions and their signature
+//! table, `which!` names a function by its index in that table.
+
 /// Defines the exported `extern "C"` device functions and, from the same tokens, the `EXPORTS`
 /// signature table (name, argument names and types, return type, doc line). The Python wrappers
 /// are generated from that table, so a function and its Python signature cannot drift apart.
@@ -28,4 +31,41 @@ macro_rules! exports {
     };
     (@ty i32) => { "i32" };
     (@ty i64) => { "i64" };
+}
+
+/// The position of `name` in `EXPORTS` (recorded with errors so the host can name the function).
+macro_rules! which {
+    ($name:ident) => {{
+        const W: i32 = $crate::api::export_macro::export_index(stringify!($name));
+        const _: () = assert!(W >= 0, "which! names a function that is not exported");
+        W
+    }};
+}
+
+/// `a == b` for `const` evaluation.
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The position of `name` in `EXPORTS`, or -1 (for `which!`, at compile time).
+pub(super) const fn export_index(name: &str) -> i32 {
+    let mut i = 0;
+    while i < super::EXPORTS.len() {
+        if str_eq(super::EXPORTS[i].name, name) {
+            return i as i32;
+        }
+        i += 1;
+    }
+    -1
 }

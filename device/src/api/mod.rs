@@ -9,51 +9,18 @@
 
 #[macro_use]
 mod export_macro;
+mod checks;
 
-use crate::abi::{dtype_size, status, SymmContext, ABI_VERSION};
+use crate::abi::{status, SymmContext, ABI_VERSION};
 use crate::collectives::{
     all_gather, all_reduce, all_to_all, broadcast, reduce, reduce_scatter, tile,
 };
 use crate::runtime::context as ctx;
-use crate::runtime::elem::{op_supported, Reduction};
+use crate::runtime::elem::Reduction;
 use crate::runtime::region::{overlap, Region};
 use crate::runtime::sync::Call;
 use crate::{hw, primitives};
-
-/// The position of `name` in `EXPORTS` (recorded with errors so the host can name the function).
-macro_rules! which {
-    ($name:ident) => {{
-        const W: i32 = export_index(stringify!($name));
-        const _: () = assert!(W >= 0, "which! names a function that is not exported");
-        W
-    }};
-}
-
-const fn str_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
-
-const fn export_index(name: &str) -> i32 {
-    let mut i = 0;
-    while i < EXPORTS.len() {
-        if str_eq(EXPORTS[i].name, name) {
-            return i as i32;
-        }
-        i += 1;
-    }
-    -1
-}
+use checks::{blocks, check_dtype, check_op_dtype, check_root};
 
 fn code(r: Result<(), i32>) -> i32 {
     match r {
@@ -77,27 +44,6 @@ fn collective<P>(
         body(&call, p)
     });
     code(r)
-}
-
-fn check_op_dtype(op: i32, dt: i32) -> Result<usize, i32> {
-    if !op_supported(op) {
-        return Err(status::UNSUPPORTED_OP);
-    }
-    check_dtype(dt)
-}
-
-fn check_dtype(dt: i32) -> Result<usize, i32> {
-    match dtype_size(dt) {
-        0 => Err(status::UNSUPPORTED_DTYPE),
-        s => Ok(s),
-    }
-}
-
-fn check_root(c: &SymmContext, root: i32) -> Result<usize, i32> {
-    if root < 0 || root >= c.world_size {
-        return Err(status::INVALID_ARGUMENT);
-    }
-    Ok(root as usize)
 }
 
 /// Which end of a put/get is the symmetric address on the peer.
@@ -128,14 +74,6 @@ fn peer_copy(
     // SAFETY: the remote end was checked inside the peer's heap; the local end is the caller's.
     unsafe { primitives::cta_copy(dst as usize, src as usize, nbytes as usize) };
     Ok(())
-}
-
-/// A region of `world` blocks of `count` elements.
-fn blocks(c: &SymmContext, ptr: i64, count: i64, esize: usize) -> Result<Region, i32> {
-    let n = count
-        .checked_mul(c.world_size as i64)
-        .ok_or(status::OUT_OF_BOUNDS)?;
-    Region::new(c, ptr, 0, n, esize)
 }
 
 exports! {

@@ -7,7 +7,7 @@ use ironlink_device::hw::host::{f16_to_f32, f32_to_bf16, f32_to_f16};
 
 pub use ironlink_device::abi::{dtype, reduce_op, status};
 #[allow(unused_imports)] // Not every test binary uses them.
-pub use ironlink_device::api as exports;
+pub use ironlink_device::api;
 #[allow(unused_imports)] // Not every test binary uses them.
 pub use ironlink_device::collectives::choice::{
     choose, two_shot_variant, use_ll, Algorithm, TwoShot, PUSH_MIN_BYTES, SEPARATE_PHASES_MIN_BYTES,
