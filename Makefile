@@ -4,7 +4,8 @@
 CUDA_ARCH ?= sm_90
 ARCHS     := sm_80 sm_90 sm_100
 # The pinned toolchain of rust-toolchain.toml; RUSTC_BOOTSTRAP=1 unlocks -Z build-std and the
-# nvptx features on it. Its LLVM must stay one whose bitcode Triton 3.6's LLVM can read.
+# nvptx features on it. Its LLVM must stay one whose bitcode the oldest supported Triton's LLVM
+# (TRITON_OLDEST below) can read.
 TOOLCHAIN := $(shell sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
 CARGO     := RUSTC_BOOTSTRAP=1 cargo +$(TOOLCHAIN)
 PYTHON    ?= python3
@@ -109,9 +110,10 @@ wheel: all-archs venv
 	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/maturin build -q --release --zig --compatibility $(MANYLINUX) \
 	  -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
 
-# The compile tests (link, inline, no local memory, sm_80/90/100) with the oldest and the newest
-# supported Triton, each in a venv of its own (.venv-triton-X, made once).
-TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_typed.py
+# The compile tests (link, inline, no local memory, sm_80/90/100; the fused GPU-test kernels too)
+# with the oldest and the newest supported Triton, each in a venv of its own (.venv-triton-X, made
+# once).
+TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_typed.py tests/test_fusion_compile.py
 test-triton-range: all-archs $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
 	@for v in $(TRITON_OLDEST) $(TRITON_NEWEST); do \
 	  echo "== compile tests with Triton $$v"; \

@@ -87,8 +87,9 @@ def test_no_externally_visible_globals(arch: str) -> None:
     assert not bad, f"{arch}: externally visible globals: {bad}"
 
 
-# Attributes that LLVM writes into bitcode but the LLVM inside Triton 3.6 (22.0.0git, f6ded0be) does
-# not know; its bitcode reader then rejects the whole file ("Failed to parse library at ...").
+# Attributes that LLVM writes into bitcode but the LLVMs inside Triton 3.5 and 3.6 (22.0.0git at
+# 7d5de303 and f6ded0be; 3.5 is the oldest supported) do not know; their bitcode reader then rejects
+# the whole file ("Failed to parse library at ...").
 # `nocreateundeforpoison` appeared in LLVM 22.1 on intrinsics such as llvm.umax, llvm.usub.sat,
 # llvm.umul.with.overflow and llvm.minnum; Rust code that lowers to those intrinsics brings it in.
 TOO_NEW_FOR_TRITON = ("nocreateundeforpoison",)
@@ -100,7 +101,7 @@ def test_no_attributes_tritons_llvm_cannot_read(arch: str) -> None:
     found = {a: sorted(g for g, body in groups.items() if re.search(rf"\b{a}\b", body)) for a in TOO_NEW_FOR_TRITON}
     found = {a: g for a, g in found.items() if g}
     assert not found, (
-        f"{arch}: attributes Triton 3.6's LLVM cannot read (it refuses the file): {found}; avoid the "
+        f"{arch}: attributes Triton 3.5/3.6's LLVM cannot read (it refuses the file): {found}; avoid the "
         "intrinsics that carry them (see the functions calling declarations with these attribute groups)"
     )
 
