@@ -4,7 +4,7 @@
 use crate::abi::{cmp, signal, signal_op, status, SymmContext};
 use crate::hw;
 use crate::runtime::mem::copy_bytes;
-use crate::runtime::sync::{wait_until, Deadline};
+use crate::runtime::sync::{agree_on_timeout, wait_until, Deadline};
 
 /// Address of user signal slot `slot` in `rank`'s signal region, or INVALID_ARGUMENT.
 pub fn signal_slot(c: &SymmContext, rank: usize, slot: i64) -> Result<*mut u64, i32> {
@@ -88,9 +88,8 @@ pub fn signal_wait(c: &SymmContext, slot: i64, op: i32, value: i64, which: i32) 
         });
         hw::fence_system();
     }
-    if hw::sync_threads_or(late) {
-        crate::runtime::context::record_error(c, status::TIMEOUT, which);
-        return status::TIMEOUT;
+    match agree_on_timeout(c, which, late) {
+        Ok(()) => status::OK,
+        Err(e) => e,
     }
-    status::OK
 }

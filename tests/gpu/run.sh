@@ -60,6 +60,16 @@ largest=$(printf '%s\n' "${fits[@]:-1}" | sort -n | tail -1)
 } > "$OUT/env.txt" 2>&1
 rc=0
 fail() { echo "$1: FAILED (log: $2)"; tail -20 "$2"; rc=1; }
+# Runs tests/gpu/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
+# each, printing the log lines that match `summary`.
+per_world() {
+  local part=$1 limit=$2 summary=$3 w log r
+  for w in "${fits[@]}"; do
+    log="$OUT/$part-w$w.log"
+    timeout "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/${part}_worker.py" > "$log" 2>&1; r=$?
+    grep -E "$summary" "$log" | head -30; [ $r -eq 0 ] || fail "$part world $w" "$log"
+  done
+}
 
 for part in "${parts[@]}"; do
   echo "== $part"
@@ -77,18 +87,8 @@ for part in "${parts[@]}"; do
       [ ${#fits[@]} -gt 0 ] || { echo "no world size fits"; continue; }
       IRONLINK_HEAP_WORLDS="${fits[*]}" timeout 400 python3 -m pytest -q -s tests/gpu/test_heap.py > "$log" 2>&1; r=$?
       grep -hE "HEAP SUITE" "$log" | tail -3; tail -1 "$log"; [ $r -eq 0 ] || fail heap "$log" ;;
-    collectives)
-      for w in "${fits[@]}"; do
-        log="$OUT/collectives-w$w.log"
-        timeout "${IRONLINK_WORLD_TIMEOUT:-480}" torchrun --standalone --nproc_per_node="$w" tests/gpu/collectives_worker.py > "$log" 2>&1; r=$?
-        grep -E "^== world|^FAILED" "$log" | head -30; [ $r -eq 0 ] || fail "collectives world $w" "$log"
-      done ;;
-    fusion)
-      for w in "${fits[@]}"; do
-        log="$OUT/fusion-w$w.log"
-        timeout 300 torchrun --standalone --nproc_per_node="$w" tests/gpu/fusion_worker.py > "$log" 2>&1; r=$?
-        grep -E "^== fusion|^FAILED" "$log" | head -30; [ $r -eq 0 ] || fail "fusion world $w" "$log"
-      done ;;
+    collectives) per_world collectives "${IRONLINK_WORLD_TIMEOUT:-480}" "^== world|^FAILED" ;;
+    fusion) per_world fusion 300 "^== fusion|^FAILED" ;;
     ops)
       timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;

@@ -10,8 +10,7 @@
 //! number of SMs (`INVALID_ARGUMENT` otherwise), and a grid that still cannot be resident (other
 //! work occupying the SMs) ends in `TIMEOUT`, never a hang. Rank-local: it does not wait for peers.
 
-use super::context::record_error;
-use super::sync::{wait_until, Deadline};
+use super::sync::{agree_on_timeout, wait_until, Deadline};
 use crate::abi::{signal, status, SymmContext, MAX_CTAS};
 use crate::hw;
 
@@ -44,9 +43,5 @@ pub fn grid_barrier(c: &SymmContext, which: i32) -> Result<(), i32> {
             });
         }
     }
-    if hw::sync_threads_or(late) {
-        record_error(c, status::TIMEOUT, which);
-        return Err(status::TIMEOUT);
-    }
-    Ok(())
+    agree_on_timeout(c, which, late)
 }

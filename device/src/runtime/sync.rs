@@ -136,12 +136,6 @@ impl<'a> Call<'a> {
         Deadline::new(self.c.timeout_ns)
     }
 
-    /// Records a timeout in the context; returns the status to give back.
-    pub fn timed_out(&self) -> i32 {
-        context::record_error(self.c, status::TIMEOUT, self.which);
-        status::TIMEOUT
-    }
-
     /// Barrier among CTA `self.cta` of every rank. `phase` < MAX_PHASES distinguishes the
     /// barriers of one call. All memory accesses this CTA made before it are visible to the
     /// same-index CTAs of every peer after it.
@@ -189,11 +183,20 @@ impl<'a> Call<'a> {
     /// any of them timed out (then the timeout is recorded and returned). Every thread calls it.
     #[inline(always)]
     pub fn agree_on_timeout(&self, late: bool) -> Result<(), i32> {
-        if hw::sync_threads_or(late) {
-            return Err(self.timed_out());
-        }
-        Ok(())
+        agree_on_timeout(self.c, self.which, late)
     }
+}
+
+/// Ends a wait that some of a CTA's threads did, outside a `Call` too (grid barrier, signal
+/// wait): a CTA barrier at which they agree whether any timed out; then `TIMEOUT` is recorded
+/// for function `which` and returned. Every thread calls it.
+#[inline(always)]
+pub fn agree_on_timeout(c: &SymmContext, which: i32, late: bool) -> Result<(), i32> {
+    if hw::sync_threads_or(late) {
+        context::record_error(c, status::TIMEOUT, which);
+        return Err(status::TIMEOUT);
+    }
+    Ok(())
 }
 
 /// `c.signal_base(rank)`, re-read from the context: a barrier runs at both ends of a collective,
