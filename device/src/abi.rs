@@ -26,7 +26,7 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Most ranks one context can address (one HGX node).
 pub const MAX_RANKS: usize = 8;
@@ -242,8 +242,12 @@ signal: usize {
     /// written by rank `p`.
     TILE_BARRIER_OFFSET = TILE_EPOCH_OFFSET + TILE_EPOCH_BYTES;
     TILE_BARRIER_BYTES = super::MAX_TILES * super::MAX_RANKS * 4;
+    /// Push-as-produced semaphores: `[MAX_TILES][MAX_RANKS]` u32; slot `[tile][p]` counts the
+    /// signals rank `p` sent for `tile` that this rank has not yet waited for.
+    TILE_SIGNAL_OFFSET = TILE_BARRIER_OFFSET + TILE_BARRIER_BYTES;
+    TILE_SIGNAL_BYTES = super::MAX_TILES * super::MAX_RANKS * 4;
     /// The smallest signal region a context may carry.
-    MIN_BYTES = TILE_BARRIER_OFFSET + TILE_BARRIER_BYTES;
+    MIN_BYTES = TILE_SIGNAL_OFFSET + TILE_SIGNAL_BYTES;
 }}
 
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.

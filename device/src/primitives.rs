@@ -1,7 +1,7 @@
 //! Building blocks for users who write their own algorithms in Triton: bulk put/get to and from
 //! a peer, signals and waits on signal slots, fences. Barriers are in `runtime::sync`.
 
-use crate::abi::{cmp, signal, signal_op, status, SymmContext};
+use crate::abi::{cmp, signal, signal_op, status, SymmContext, MAX_RANKS};
 use crate::hw;
 use crate::runtime::mem::copy_bytes;
 use crate::runtime::sync::{agree_on_timeout, wait_until, Deadline};
@@ -92,4 +92,43 @@ pub fn signal_wait(c: &SymmContext, slot: i64, op: i32, value: i64, which: i32) 
         Ok(()) => status::OK,
         Err(e) => e,
     }
+}
+
+/// Semaphore `[tile][from]` in `rank`'s signal region (see `abi::signal::TILE_SIGNAL_OFFSET`).
+fn tile_semaphore(c: &SymmContext, rank: usize, tile: usize, from: usize) -> *mut u32 {
+    let index = tile * MAX_RANKS + from;
+    (c.signal_base(rank) + signal::TILE_SIGNAL_OFFSET + index * 4) as *mut u32
+}
+
+/// Tells `peer` that this CTA's earlier writes for `tile` (e.g. `tile::put`, or stores through
+/// peer pointers) are visible to it: adds one to the peer's semaphore `[tile][rank]`.
+/// The caller checked `tile < MAX_TILES` and `peer < world`. Every thread calls it.
+pub fn tile_signal(c: &SymmContext, tile: usize, peer: usize) {
+    hw::sync_threads();
+    if hw::thread_rank_fresh() == 0 {
+        // No separate fence (as in `Call::barrier`): the release half of the add is cumulative
+        // over the CTA's earlier writes, which the CTA barrier above ordered before it.
+        // SAFETY: a semaphore of a mapped peer signal region (tile and peer checked).
+        unsafe { hw::atomic_add_acq_rel_u32(tile_semaphore(c, peer, tile, c.rank as usize), 1) };
+    }
+    hw::sync_threads();
+}
+
+/// Waits until `peer` has signalled `tile` once more than this rank has waited for, and takes
+/// that signal: the peer's writes before it are visible to the whole CTA after. TIMEOUT
+/// (recorded) after the context's timeout. The caller checked `tile` and `peer`. The acquire
+/// load and the CTA barrier after it order the CTA's later reads after the peer's writes.
+pub fn tile_wait(c: &SymmContext, tile: usize, peer: usize, which: i32) -> Result<(), i32> {
+    let mut late = false;
+    if hw::thread_rank_fresh() == 0 {
+        let sem = tile_semaphore(c, c.rank as usize, tile, peer);
+        let mut deadline = Deadline::new(c.timeout_ns);
+        // SAFETY: a semaphore of our own signal region; only this wait decrements it.
+        late = !wait_until(&mut deadline, || unsafe { hw::load_acquire_u32(sem) } != 0);
+        if !late {
+            // One consumer per semaphore: what we saw non-zero stays so until we take it.
+            unsafe { hw::atomic_add_acq_rel_u32(sem, u32::MAX) };
+        }
+    }
+    agree_on_timeout(c, which, late)
 }

@@ -9,7 +9,7 @@ mod sim;
 use core::sync::atomic::{AtomicU32, Ordering};
 use ironlink_device::abi::MAX_TILES;
 use ironlink_device::hw::host::SIM_SM_COUNT;
-use ironlink_device::hw::{cta_rank, grid_ctas, thread_rank};
+use ironlink_device::hw::{cta_rank, grid_ctas, sync_threads as hw_sync, thread_rank};
 use sim::*;
 
 /// The u32 at byte `offset` of `rank`'s heap, for CTAs that talk through it.
@@ -434,5 +434,478 @@ fn tile_all_reduce_times_out_when_a_peer_skips_the_tile() {
         )
     });
     assert_eq!(st, vec![status::TIMEOUT, status::OK]);
+    assert_eq!(node.recorded_error(0), status::TIMEOUT);
+}
+
+/// Writes `v` as the u32 at `offset` of `rank`'s heap, from inside a simulated CTA.
+fn put_word(node: &Node, rank: usize, offset: usize, v: u32) {
+    word(node, rank, offset).store(v, Ordering::Relaxed);
+}
+
+/// What rank `p` contributes to element (i, j) in round `k` of the all-gather test.
+fn gathered(p: usize, k: usize, i: usize, j: usize) -> u32 {
+    (p * 1_000_000 + k * 10_000 + i * 100 + j) as u32
+}
+
+/// Tile all-gather of u32 blocks, stacked (`block_stride` past the block) and interleaved (the
+/// blocks' rows side by side). Every round each rank writes new values into its block, right
+/// before the call, and checks every block right after it: a call that returned before a peer's
+/// block arrived (no tile matching, a stale per-tile epoch) reads the previous round's values.
+#[test]
+fn tile_all_gather_matches_tiles_by_index_and_keeps_per_tile_epochs() {
+    // (rows, cols, row stride, block stride, tile rows, tile cols), in 4-byte elements.
+    let layouts = [
+        (7, 10, 12, 84, 3, 4),
+        (5, 6, 40, 8, 2, 6),
+        (1, 33, 33, 40, 1, 16),
+    ];
+    for world in [2, 3, 4] {
+        for (k, &(rows, cols, stride, bstride, tr, tc)) in layouts.iter().enumerate() {
+            if (world - 1) * bstride + cols > stride && bstride < (rows - 1) * stride + cols {
+                continue; // interleaved blocks that do not fit this world's row stride
+            }
+            let m = Matrix {
+                rows,
+                cols,
+                stride,
+                tr,
+                tc,
+            };
+            let tiles = m.tiles();
+            let mut node = Node::new(world, 1 << 16, 1 << 16);
+            for r in 0..world {
+                node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
+            }
+            let at = |p: usize, i: usize, j: usize| BASE + 4 * (p * bstride + i * stride + j);
+            let what = format!("tile all_gather world={world} layout={k}");
+            let ctas = 3;
+            let st = node.run(&what, ctas, 32, |rank, ctx| {
+                let cta = cta_rank() as usize;
+                for round in 0..3 {
+                    for (t, &(i0, j0, r, c)) in tiles.iter().enumerate() {
+                        if (t + rank) % ctas as usize != cta {
+                            continue;
+                        }
+                        if thread_rank() == 0 {
+                            for (i, j) in
+                                (i0..i0 + r).flat_map(|i| (j0..j0 + c).map(move |j| (i, j)))
+                            {
+                                put_word(&node, rank, at(rank, i, j), gathered(rank, round, i, j));
+                            }
+                        }
+                        let s = api::symm_tile_all_gather(
+                            ctx,
+                            node.addr(rank, at(0, i0, j0)),
+                            r as i64,
+                            c as i64,
+                            stride as i64,
+                            bstride as i64,
+                            t as i64,
+                            dtype::FLOAT32,
+                        );
+                        if s != status::OK {
+                            return s;
+                        }
+                        for p in 0..world {
+                            for (i, j) in
+                                (i0..i0 + r).flat_map(|i| (j0..j0 + c).map(move |j| (i, j)))
+                            {
+                                if word(&node, rank, at(p, i, j)).load(Ordering::Relaxed)
+                                    != gathered(p, round, i, j)
+                                {
+                                    put_word(&node, rank, FLAG, 1);
+                                }
+                            }
+                        }
+                        // Every thread has checked before thread 0 writes the next round.
+                        hw_sync();
+                    }
+                }
+                status::OK
+            });
+            assert_eq!(st, vec![status::OK; world], "{what}");
+            for r in 0..world {
+                assert_eq!(
+                    word(&node, r, FLAG).load(Ordering::Relaxed),
+                    0,
+                    "{what}: rank {r} saw a stale block"
+                );
+            }
+            // Nothing outside the blocks' rows was written.
+            let mut inside = vec![false; 1 << 16];
+            for p in 0..world {
+                for i in 0..rows {
+                    inside[at(p, i, 0)..at(p, i, cols)].fill(true);
+                }
+            }
+            for r in 0..world {
+                let heap = node.heap(r);
+                for b in BASE..BASE + 4 * (world * bstride + rows * stride) {
+                    assert!(
+                        inside[b] || heap[b] == sim::GUARD,
+                        "{what}: rank {r} wrote heap byte {b}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Tile reduce-scatter: rank p's output tile gets block p of every rank's input, reduced in rank
+/// order; in place (the output is the rank's own block) and out of place, run twice.
+#[test]
+#[allow(clippy::needless_range_loop)] // ranks and blocks index the same tables: clearer by index
+fn tile_reduce_scatter_reduces_each_block_into_its_rank() {
+    let mut rng = Rng::new(11);
+    for world in [2, 3, 4] {
+        for in_place in [false, true] {
+            for dt in Dt::ALL {
+                let (rows, cols, stride) = (6, 21, 24);
+                let block = rows * stride; // stacked blocks
+                let out_base = BASE + (world + 1) * block * dt.size();
+                let m = Matrix {
+                    rows,
+                    cols,
+                    stride,
+                    tr: 4,
+                    tc: 16,
+                };
+                let tiles = m.tiles();
+                let op = OPS[world % OPS.len()];
+                let mut node = Node::new(world, 1 << 16, 1 << 16);
+                // inputs[r][p]: rank r's block p, row by row.
+                let inputs: Vec<Vec<Vec<f64>>> = (0..world)
+                    .map(|r| {
+                        (0..world)
+                            .map(|p| {
+                                let mut all = Vec::new();
+                                for i in 0..rows {
+                                    let vals: Vec<f32> =
+                                        (0..cols).map(|_| rng.uniform(-4.0, 4.0)).collect();
+                                    let off = BASE + (p * block + i * stride) * dt.size();
+                                    all.extend(fill(&mut node, r, off, dt, &vals));
+                                }
+                                all
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let what =
+                    format!("tile reduce_scatter world={world} in_place={in_place} {dt:?} op={op}");
+                let out_at = |rank: usize, i: usize, j: usize| {
+                    if in_place {
+                        BASE + (rank * block + i * stride + j) * dt.size()
+                    } else {
+                        out_base + (i * stride + j) * dt.size()
+                    }
+                };
+                let st = node.run(&what, 2, 32, |rank, ctx| {
+                    let cta = cta_rank() as usize;
+                    for (t, &(i0, j0, r, c)) in tiles.iter().enumerate() {
+                        if (t + rank) % 2 != cta {
+                            continue;
+                        }
+                        let s = api::symm_tile_reduce_scatter(
+                            ctx,
+                            node.addr(rank, BASE + (i0 * stride + j0) * dt.size()),
+                            node.addr(rank, out_at(rank, i0, j0)),
+                            r as i64,
+                            c as i64,
+                            stride as i64,
+                            block as i64,
+                            t as i64,
+                            op,
+                            dt.code(),
+                        );
+                        if s != status::OK {
+                            return s;
+                        }
+                    }
+                    status::OK
+                });
+                assert_eq!(st, vec![status::OK; world], "{what}");
+                for r in 0..world {
+                    let got: Vec<f64> = (0..rows)
+                        .flat_map(|i| read(&node, r, out_at(r, i, 0), dt, cols))
+                        .collect();
+                    let theirs: Vec<Vec<f64>> = (0..world).map(|p| inputs[p][r].clone()).collect();
+                    if op != reduce_op::PROD {
+                        assert_close(
+                            &format!("{what} rank {r}"),
+                            dt,
+                            &got,
+                            &reference(op, &theirs),
+                        );
+                    }
+                }
+                if !in_place {
+                    // The inputs are untouched.
+                    for r in 0..world {
+                        for p in 0..world {
+                            let got: Vec<f64> = (0..rows)
+                                .flat_map(|i| {
+                                    read(
+                                        &node,
+                                        r,
+                                        BASE + (p * block + i * stride) * dt.size(),
+                                        dt,
+                                        cols,
+                                    )
+                                })
+                                .collect();
+                            assert_eq!(
+                                got, inputs[r][p],
+                                "{what}: rank {r}'s input block {p} changed"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One rank's side of a call in a test: (rank, context) -> status.
+type Call<'a> = dyn Fn(usize, i64) -> i32 + Sync + 'a;
+
+/// Bad blocks and overlaps are rejected before anything is written.
+#[test]
+fn tile_gather_and_scatter_reject_overlapping_blocks() {
+    let node = Node::new(2, 1 << 16, 1 << 16);
+    let before: Vec<Vec<u8>> = (0..2).map(|r| node.heap(r).to_vec()).collect();
+    let f32 = dtype::FLOAT32;
+    let sum = reduce_op::SUM;
+    // (what, status of the call on every rank)
+    let cases: Vec<(&str, Box<Call>)> = vec![
+        (
+            "stacked blocks that overlap",
+            Box::new(|rank, ctx| {
+                api::symm_tile_all_gather(ctx, node.addr(rank, BASE), 4, 8, 8, 16, 0, f32)
+            }),
+        ),
+        (
+            "interleaved blocks wider than the row stride",
+            Box::new(|rank, ctx| {
+                api::symm_tile_all_gather(ctx, node.addr(rank, BASE), 4, 8, 12, 8, 0, f32)
+            }),
+        ),
+        (
+            "negative block stride",
+            Box::new(|rank, ctx| {
+                api::symm_tile_all_gather(ctx, node.addr(rank, BASE), 4, 8, 8, -32, 0, f32)
+            }),
+        ),
+        (
+            "reduce_scatter output over another rank's block",
+            Box::new(|rank, ctx| {
+                let other = node.addr(rank, BASE) + 4 * 32 * (1 - rank as i64);
+                api::symm_tile_reduce_scatter(
+                    ctx,
+                    node.addr(rank, BASE),
+                    other,
+                    4,
+                    8,
+                    8,
+                    32,
+                    0,
+                    sum,
+                    f32,
+                )
+            }),
+        ),
+        (
+            "reduce_scatter blocks past the heap",
+            Box::new(|rank, ctx| {
+                let end = node.addr(rank, 0) + node.heap_bytes as i64 - 4 * 40;
+                api::symm_tile_reduce_scatter(
+                    ctx,
+                    end,
+                    node.addr(rank, BASE),
+                    4,
+                    8,
+                    8,
+                    32,
+                    0,
+                    sum,
+                    f32,
+                )
+            }),
+        ),
+        (
+            "put to a peer out of range",
+            Box::new(|rank, ctx| {
+                api::symm_tile_put(
+                    ctx,
+                    node.addr(rank, BASE),
+                    node.addr(rank, BASE + 512),
+                    1,
+                    8,
+                    8,
+                    0,
+                    2,
+                    f32,
+                )
+            }),
+        ),
+        (
+            "put with a misaligned source",
+            Box::new(|rank, ctx| {
+                api::symm_tile_put(
+                    ctx,
+                    node.addr(rank, BASE),
+                    node.addr(rank, BASE + 514),
+                    1,
+                    8,
+                    8,
+                    0,
+                    1 - rank as i32,
+                    f32,
+                )
+            }),
+        ),
+        (
+            "signal a tile past MAX_TILES",
+            Box::new(|rank, ctx| api::symm_tile_signal(ctx, MAX_TILES as i64, 1 - rank as i32)),
+        ),
+        (
+            "wait on a negative peer",
+            Box::new(|_, ctx| api::symm_tile_wait(ctx, 0, -1)),
+        ),
+    ];
+    let want = [
+        status::INVALID_ARGUMENT,
+        status::INVALID_ARGUMENT,
+        status::INVALID_ARGUMENT,
+        status::INVALID_ARGUMENT,
+        status::OUT_OF_BOUNDS,
+        status::INVALID_ARGUMENT,
+        status::MISALIGNED,
+        status::INVALID_ARGUMENT,
+        status::INVALID_ARGUMENT,
+    ];
+    for ((what, call), want) in cases.iter().zip(want) {
+        let st = node.run(what, 1, 32, call);
+        assert_eq!(st, vec![want; 2], "{what}");
+    }
+    for (r, was) in before.iter().enumerate() {
+        assert!(
+            node.heap(r) == &was[..],
+            "rank {r}: a rejected call wrote to the heap"
+        );
+    }
+}
+
+/// Push-as-produced around a ring: for each tile and round, rank r puts its tile into rank
+/// r+1's inbox and waits for rank r-1's before reading its own inbox; the reader acknowledges
+/// with a signal on a second tile index so the writer does not overwrite an unread inbox.
+/// Rank r runs tile t on CTA (t + r) % ctas, so only matching by tile index pairs them up, and
+/// every round's data differs, so a wait that returned early (a lost count) reads stale values.
+#[test]
+fn tile_put_and_wait_deliver_each_tile_from_each_peer() {
+    const TILES: usize = 5;
+    const ROUNDS: u32 = 6;
+    let (rows, cols, stride) = (3usize, 10usize, 16usize);
+    let tile_bytes = rows * stride * 4;
+    let outbox = |t: usize| BASE + t * tile_bytes;
+    let inbox = |t: usize| BASE + (TILES + t) * tile_bytes;
+    for world in [2, 3, 4] {
+        let mut node = Node::new(world, 1 << 16, 1 << 16);
+        for r in 0..world {
+            node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
+        }
+        let what = format!("tile put ring world={world}");
+        let ctas = 3;
+        let st = node.run(&what, ctas, 32, |rank, ctx| {
+            let cta = cta_rank() as usize;
+            let (next, prev) = ((rank + 1) % world, (rank + world - 1) % world);
+            for round in 0..ROUNDS {
+                for t in (0..TILES).filter(|t| (t + rank) % ctas as usize == cta) {
+                    if round > 0 {
+                        // The next rank has read our previous tile.
+                        let s = api::symm_tile_wait(ctx, (TILES + t) as i64, next as i32);
+                        if s != status::OK {
+                            return s;
+                        }
+                    }
+                    if thread_rank() == 0 {
+                        for i in 0..rows {
+                            for j in 0..cols {
+                                let v = (rank as u32) << 24
+                                    | round << 16
+                                    | (t * 256 + i * 16 + j) as u32;
+                                put_word(&node, rank, outbox(t) + 4 * (i * stride + j), v);
+                            }
+                        }
+                    }
+                    hw_sync();
+                    let s = api::symm_tile_put(
+                        ctx,
+                        node.addr(rank, inbox(t)),
+                        node.addr(rank, outbox(t)),
+                        rows as i64,
+                        cols as i64,
+                        stride as i64,
+                        t as i64,
+                        next as i32,
+                        dtype::FLOAT32,
+                    );
+                    if s != status::OK {
+                        return s;
+                    }
+                    let s = api::symm_tile_wait(ctx, t as i64, prev as i32);
+                    if s != status::OK {
+                        return s;
+                    }
+                    for i in 0..rows {
+                        for j in 0..cols {
+                            let want =
+                                (prev as u32) << 24 | round << 16 | (t * 256 + i * 16 + j) as u32;
+                            if word(&node, rank, inbox(t) + 4 * (i * stride + j))
+                                .load(Ordering::Relaxed)
+                                != want
+                            {
+                                put_word(&node, rank, FLAG, 1);
+                            }
+                        }
+                    }
+                    if round + 1 < ROUNDS {
+                        let s = api::symm_tile_signal(ctx, (TILES + t) as i64, prev as i32);
+                        if s != status::OK {
+                            return s;
+                        }
+                    }
+                }
+            }
+            status::OK
+        });
+        assert_eq!(st, vec![status::OK; world], "{what}");
+        for r in 0..world {
+            assert_eq!(
+                word(&node, r, FLAG).load(Ordering::Relaxed),
+                0,
+                "{what}: rank {r} read a stale tile"
+            );
+            // The stride gaps of the inbox stay guard bytes.
+            for t in 0..TILES {
+                for i in 0..rows {
+                    let gap = inbox(t) + 4 * (i * stride + cols);
+                    assert_guard(&node, &what, gap, gap + 4 * (stride - cols));
+                }
+            }
+        }
+    }
+}
+
+/// A wait for a tile nobody signals gives TIMEOUT (recorded), not a hang.
+#[test]
+fn tile_wait_times_out_without_a_signal() {
+    let mut node = Node::new(2, 1 << 16, 1 << 16);
+    for r in 0..2 {
+        node.ctx_mut(r).timeout_ns = 200_000_000;
+    }
+    let st = node.run("unsignalled tile", 1, 32, |rank, ctx| {
+        api::symm_tile_wait(ctx, 7, 1 - rank as i32)
+    });
+    assert_eq!(st, vec![status::TIMEOUT; 2]);
     assert_eq!(node.recorded_error(0), status::TIMEOUT);
 }

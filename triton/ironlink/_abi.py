@@ -3,7 +3,7 @@
 # run `make abi` (or any cargo build) to regenerate.
 from __future__ import annotations
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 CTX_MAGIC = 0x4b4c5249
 MAX_RANKS = 8
 MAX_CTAS = 256
@@ -79,7 +79,9 @@ SIGNAL_LAYOUT = {
     "TILE_EPOCH_BYTES": 16384,
     "TILE_BARRIER_OFFSET": 42112,
     "TILE_BARRIER_BYTES": 131072,
-    "MIN_BYTES": 173184,
+    "TILE_SIGNAL_OFFSET": 173184,
+    "TILE_SIGNAL_BYTES": 131072,
+    "MIN_BYTES": 304256,
 }
 
 THRESHOLDS = {
@@ -131,6 +133,11 @@ FUNCTIONS = {
     "symm_barrier": ((("ctx", "i64"),), "i32", "Barrier among the same-index CTAs of all ranks; memory written before it by this CTA is"),
     "symm_grid_barrier": ((("ctx", "i64"),), "i32", "Barrier among all CTAs of this rank's launch (not across ranks): what any CTA wrote before"),
     "symm_tile_all_reduce": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "Tile all-reduce, in place, by this CTA alone: the `rows` x `cols` elements at `ptr`, rows"),
+    "symm_tile_all_gather": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("block_stride", "i64"), ("tile", "i64"), ("dtype", "i32")), "i32", "Tile all-gather, in place, by this CTA alone: `world` blocks of `rows` x `cols` elements"),
+    "symm_tile_reduce_scatter": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("block_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "Tile reduce-scatter by this CTA alone: `in_ptr` holds `world` blocks as in"),
+    "symm_tile_put": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("peer", "i32"), ("dtype", "i32")), "i32", "Push-as-produced: copies the `rows` x `cols` tile at local `src_ptr` (rows `row_stride`"),
+    "symm_tile_signal": ((("ctx", "i64"), ("tile", "i64"), ("peer", "i32")), "i32", "Push-as-produced: tells `peer` that this CTA's earlier writes for tile `tile` (stores"),
+    "symm_tile_wait": ((("ctx", "i64"), ("tile", "i64"), ("peer", "i32")), "i32", "Push-as-produced: waits for the next signal of tile `tile` from `peer` (signals are"),
     "symm_put": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("nbytes", "i64"), ("peer", "i32")), "i32", "CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric"),
     "symm_get": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("nbytes", "i64"), ("peer", "i32")), "i32", "CTA-cooperative copy of `nbytes` from `peer`'s copy of the symmetric `src_ptr` to local"),
     "symm_signal": ((("ctx", "i64"), ("slot", "i64"), ("value", "i64"), ("signal_op", "i32"), ("peer", "i32")), "i32", "Sets (`SIGNAL_OP_SET`) or adds to (`SIGNAL_OP_ADD`) `peer`'s user signal slot `slot`,"),

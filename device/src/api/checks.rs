@@ -19,11 +19,12 @@ pub(super) fn check_dtype(dt: i32) -> Result<usize, i32> {
     }
 }
 
-pub(super) fn check_root(c: &SymmContext, root: i32) -> Result<usize, i32> {
-    if root < 0 || root >= c.world_size {
+/// A root or peer argument: a rank of the context's group.
+pub(super) fn check_rank(c: &SymmContext, rank: i32) -> Result<usize, i32> {
+    if rank < 0 || rank >= c.world_size {
         return Err(status::INVALID_ARGUMENT);
     }
-    Ok(root as usize)
+    Ok(rank as usize)
 }
 
 /// A region of `world` blocks of `count` elements.

@@ -20,7 +20,8 @@ use crate::runtime::elem::Reduction;
 use crate::runtime::region::{overlap, Region};
 use crate::runtime::sync::Call;
 use crate::{hw, primitives};
-use checks::{blocks, check_dtype, check_op_dtype, check_root};
+use checks::{blocks, check_dtype, check_op_dtype, check_rank};
+use tile::{Shape, Tile};
 
 fn code(r: Result<(), i32>) -> i32 {
     match r {
@@ -42,6 +43,23 @@ fn collective<P>(
         let p = prepare(c)?;
         let call = Call::begin(c, which)?;
         body(&call, p)
+    });
+    code(r)
+}
+
+/// The shape of every tile collective: check the context, the tile index and the arguments
+/// (`prepare`, which must not touch memory and returns the body), then run the body in a tile call.
+#[inline(always)]
+fn tile_call<B: FnOnce(&Call) -> Result<(), i32>>(
+    ctx: i64,
+    which: i32,
+    tile: i64,
+    prepare: impl FnOnce(&SymmContext) -> Result<B, i32>,
+) -> i32 {
+    let r = ctx::context(ctx).and_then(|c| {
+        let index = tile::tile_index(tile)?;
+        let body = prepare(c)?;
+        body(&Call::begin_tile(c, which, index))
     });
     code(r)
 }
@@ -186,7 +204,7 @@ exports! {
         collective(
             ctx,
             which!(symm_broadcast),
-            |c| Ok((Region::new(c, ptr, 0, num_elements, check_dtype(dtype)?)?, check_root(c, root)?)),
+            |c| Ok((Region::new(c, ptr, 0, num_elements, check_dtype(dtype)?)?, check_rank(c, root)?)),
             |call, (r, root)| broadcast::broadcast(call, &r, root),
         )
     }
@@ -204,7 +222,7 @@ exports! {
                 if overlap(&input, &out) && input.offset != out.offset {
                     return Err(status::INVALID_ARGUMENT);
                 }
-                Ok((input, out, check_root(c, root)?))
+                Ok((input, out, check_rank(c, root)?))
             },
             |call, (input, out, root)| reduce::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
         )
@@ -246,11 +264,74 @@ exports! {
     /// `row_stride` elements apart, with tile `tile` (< MAX_TILES) of every rank. Any CTA may run
     /// any tile; every rank must call each tile index the same number of times.
     fn symm_tile_all_reduce(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
-        let r = ctx::context(ctx).and_then(|c| {
+        tile_call(ctx, which!(symm_tile_all_reduce), tile, |c| {
+            let t = Tile::new(c, ptr, Shape { rows, cols, row_stride }, check_op_dtype(reduce_op, dtype)?)?;
+            Ok(move |call: &Call| tile::all_reduce(call, &t, &Reduction { op: reduce_op, dtype }))
+        })
+    }
+
+    /// Tile all-gather, in place, by this CTA alone: `world` blocks of `rows` x `cols` elements
+    /// (rows `row_stride` apart), block p at `ptr + p * block_stride` elements; every rank's block
+    /// p gets rank p's. Blocks may be stacked or interleaved but must not overlap.
+    fn symm_tile_all_gather(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, block_stride: i64, tile: i64, dtype: i32) -> i32 {
+        tile_call(ctx, which!(symm_tile_all_gather), tile, |c| {
+            let shape = Shape { rows, cols, row_stride };
+            let (t, block) = Tile::with_blocks(c, ptr, shape, block_stride, c.world_size as usize, check_dtype(dtype)?)?;
+            Ok(move |call: &Call| tile::all_gather(call, &t, block))
+        })
+    }
+
+    /// Tile reduce-scatter by this CTA alone: `in_ptr` holds `world` blocks as in
+    /// `symm_tile_all_gather`; `out_ptr` (one block's shape) gets block `rank` reduced over ranks.
+    /// `out_ptr` may be this rank's block of the input; no other overlap.
+    fn symm_tile_reduce_scatter(ctx: i64, in_ptr: i64, out_ptr: i64, rows: i64, cols: i64, row_stride: i64, block_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
+        tile_call(ctx, which!(symm_tile_reduce_scatter), tile, |c| {
             let es = check_op_dtype(reduce_op, dtype)?;
-            let t = tile::Tile::new(c, ptr, rows, cols, row_stride, tile, es)?;
-            let call = Call::begin_tile(c, which!(symm_tile_all_reduce), tile as usize);
-            tile::all_reduce(&call, &t, &Reduction { op: reduce_op, dtype })
+            let (shape, world) = (Shape { rows, cols, row_stride }, c.world_size as usize);
+            let (input, block) = Tile::with_blocks(c, in_ptr, shape, block_stride, world, es)?;
+            let out = Tile::new(c, out_ptr, shape, es)?;
+            tile::check_scatter_overlap(&input, &out, block, c.rank as usize, world)?;
+            Ok(move |call: &Call| tile::reduce_scatter(call, &input, &out, block, &Reduction { op: reduce_op, dtype }))
+        })
+    }
+
+    /// Push-as-produced: copies the `rows` x `cols` tile at local `src_ptr` (rows `row_stride`
+    /// elements apart) to the symmetric `dst_ptr` (same layout) on `peer`, then signals tile
+    /// `tile` to that peer (as `symm_tile_signal`). `src_ptr` is not checked against the heap.
+    fn symm_tile_put(ctx: i64, dst_ptr: i64, src_ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, peer: i32, dtype: i32) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            let es = check_dtype(dtype)?;
+            let t = Tile::new(c, dst_ptr, Shape { rows, cols, row_stride }, es)?;
+            let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
+            if !(src_ptr as u64).is_multiple_of(es as u64) {
+                return Err(status::MISALIGNED);
+            }
+            // SAFETY: the destination tile was checked in the heap; the source is the caller's.
+            unsafe { tile::put(c, &t, src_ptr as usize, peer) };
+            primitives::tile_signal(c, index, peer);
+            Ok(())
+        });
+        code(r)
+    }
+
+    /// Push-as-produced: tells `peer` that this CTA's earlier writes for tile `tile` (stores
+    /// through `symm_peer_ptr`, `symm_put`) are visible to it. Pairs with one `symm_tile_wait`.
+    fn symm_tile_signal(ctx: i64, tile: i64, peer: i32) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
+            primitives::tile_signal(c, index, peer);
+            Ok(())
+        });
+        code(r)
+    }
+
+    /// Push-as-produced: waits for the next signal of tile `tile` from `peer` (signals are
+    /// counted: each wait takes one); what the peer wrote before it is then visible to this CTA.
+    /// TIMEOUT (recorded) after the context's timeout.
+    fn symm_tile_wait(ctx: i64, tile: i64, peer: i32) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
+            primitives::tile_wait(c, index, peer, which!(symm_tile_wait))
         });
         code(r)
     }

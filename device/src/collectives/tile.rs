@@ -8,22 +8,38 @@
 //! tile's data must be complete before the call as seen by the calling CTA: written by it, or by
 //! an earlier kernel.
 //!
-//! all-reduce: the tile's 16-byte units are split among the ranks; after a barrier among the
-//! tile's CTAs (every rank's tile is written), rank p reduces its part from every rank's tile, in
-//! rank order, and stores the result into every rank's tile; a second barrier makes every part
-//! arrive everywhere. As the whole-tensor two-shot: each element is computed by one rank, so the
-//! results are bitwise equal on every rank.
+//! Every call runs between two barriers among the tile's CTAs: the first makes every rank's
+//! input visible (and its output free), the second makes every result arrive before anyone
+//! returns (and keeps a rank from overwriting an input a peer still reads).
+//! - all_reduce: the tile's 16-byte units are split among the ranks; rank p reduces its part from
+//!   every rank's tile, in rank order, and stores the result into every rank's tile (the
+//!   whole-tensor two-shot, so results are bitwise equal on every rank).
+//! - all_gather: `world` blocks of the tile's shape, `block_stride` elements apart; rank p's
+//!   block p is its contribution, which it stores into every peer's block p.
+//! - reduce_scatter: rank p reduces block p of every rank's input, in rank order, into its
+//!   output tile.
+//!
+//! Work inside a tile is split by 16-byte units counted row after row, so that narrow tiles keep
+//! every thread busy.
 
 use crate::abi::{status, SymmContext, MAX_RANKS, MAX_TILES};
 use crate::runtime::elem::{Acc, Reduction};
-use crate::runtime::mem::{load_unit, rotate, split, store_unit, unit_bytes};
-use crate::runtime::region::Region;
+use crate::runtime::mem::{div32, load_unit, rotate, split, store_unit, unit_bytes};
+use crate::runtime::region::{overlap, Region};
 use crate::runtime::sync::Call;
 
 /// Peers whose units a thread holds at once (as in `transport::store_rounds`): a tile call runs
 /// inside the caller's compute loop, where registers for all eight spilled.
 const GROUP: usize = 4;
 const _: () = assert!(GROUP * 2 == MAX_RANKS, "unroll2! runs two groups");
+
+/// `tile` as a tile index, or INVALID_ARGUMENT.
+pub fn tile_index(tile: i64) -> Result<usize, i32> {
+    if tile < 0 || tile as u64 >= MAX_TILES as u64 {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok(tile as usize)
+}
 
 /// A checked 2-D tile of the symmetric heap: `rows` rows of `row_bytes` bytes, the first at heap
 /// offset `offset`, each `stride_bytes` after the previous one.
@@ -35,56 +51,152 @@ pub struct Tile {
     pub stride_bytes: usize,
 }
 
+/// A tile's shape as the caller gave it, in elements, before any check.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    pub rows: i64,
+    pub cols: i64,
+    pub row_stride: i64,
+}
+
 impl Tile {
     /// Checks the tile at `ptr` (`rows` x `cols` elements of `esize` bytes, rows `row_stride`
-    /// elements apart) and its index: non-negative counts, `row_stride >= cols` when there are
-    /// several rows, every row inside this rank's heap and element-aligned, `tile < MAX_TILES`.
-    pub fn new(
+    /// elements apart): non-negative counts, `row_stride >= cols` when there are several rows,
+    /// every row inside this rank's heap and element-aligned.
+    pub fn new(c: &SymmContext, ptr: i64, shape: Shape, esize: usize) -> Result<Self, i32> {
+        Self::with_blocks(c, ptr, shape, 0, 1, esize).map(|(t, _)| t)
+    }
+
+    /// Checks `blocks` tiles of `shape`, the first at `ptr`, each `block_stride` elements after
+    /// the previous one, that do not overlap each other (stacked: a block starts after the
+    /// previous one ends; or interleaved: the blocks' rows side by side within one row stride).
+    /// Returns block 0 and the blocks' distance in bytes.
+    pub fn with_blocks(
         c: &SymmContext,
         ptr: i64,
-        rows: i64,
-        cols: i64,
-        row_stride: i64,
-        tile: i64,
+        shape: Shape,
+        block_stride: i64,
+        blocks: usize,
         esize: usize,
-    ) -> Result<Self, i32> {
-        if rows < 0 || cols < 0 || tile < 0 || tile as u64 >= MAX_TILES as u64 {
+    ) -> Result<(Self, usize), i32> {
+        let Shape {
+            rows,
+            cols,
+            row_stride,
+        } = shape;
+        if rows < 0 || cols < 0 || block_stride < 0 || (rows > 1 && row_stride < cols) {
             return Err(status::INVALID_ARGUMENT);
         }
-        if rows > 1 && row_stride < cols {
-            return Err(status::INVALID_ARGUMENT);
-        }
-        // The span from the first element of the first row to the last of the last row.
-        let span = if rows == 0 || cols == 0 {
+        let too_big = status::OUT_OF_BOUNDS;
+        // The span of one block, from the first element of its first row to the last of its last.
+        let one = if rows == 0 || cols == 0 {
             0
         } else {
             (rows - 1)
                 .checked_mul(row_stride)
                 .and_then(|s| s.checked_add(cols))
-                .ok_or(status::OUT_OF_BOUNDS)?
+                .ok_or(too_big)?
+        };
+        let last = (blocks as i64 - 1)
+            .checked_mul(block_stride)
+            .ok_or(too_big)?;
+        let disjoint = blocks <= 1
+            || one == 0
+            || block_stride >= one
+            || (block_stride >= cols && last.checked_add(cols).is_some_and(|e| e <= row_stride));
+        if !disjoint {
+            return Err(status::INVALID_ARGUMENT);
+        }
+        let span = if one == 0 {
+            0
+        } else {
+            last.checked_add(one).ok_or(too_big)?
         };
         let r = Region::new(c, ptr, 0, span, esize)?;
         let row_bytes = cols as usize * esize;
-        // The tile's 16-byte units are counted in 32 bits (`mem::split`).
+        // The tile's 16-byte units are counted in 32 bits (`mem::split`, `mem::div32`).
         if rows as u64 * row_bytes.div_ceil(16) as u64 > u32::MAX as u64 {
             return Err(status::INVALID_ARGUMENT);
         }
-        Ok(Tile {
+        let tile = Tile {
             offset: r.offset,
             rows: if row_bytes == 0 { 0 } else { rows as usize },
             row_bytes,
             stride_bytes: row_stride as usize * esize,
-        })
+        };
+        Ok((tile, block_stride as usize * esize))
     }
 
-    /// Row `i` as a region.
+    /// The tile `bytes` further into the heap (another block of the same shape).
     #[inline(always)]
-    fn row(&self, i: usize) -> Region {
-        Region {
-            offset: self.offset + i * self.stride_bytes,
-            bytes: self.row_bytes,
+    pub fn shifted(&self, bytes: usize) -> Tile {
+        Tile {
+            offset: self.offset + bytes,
+            ..*self
         }
     }
+
+    /// The bytes from the tile's first element to its last, as a region (for overlap checks).
+    pub fn extent(&self) -> Region {
+        let bytes = if self.rows == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.stride_bytes + self.row_bytes
+        };
+        Region {
+            offset: self.offset,
+            bytes,
+        }
+    }
+
+    /// 16-byte units per row (the last one partial where a row is not a multiple of 16 bytes).
+    #[inline(always)]
+    fn units_per_row(&self) -> usize {
+        self.row_bytes.div_ceil(16)
+    }
+
+    /// The heap offset of unit `u` (counted row after row) and its valid bytes.
+    #[inline(always)]
+    fn unit(&self, u: usize) -> (usize, usize) {
+        let per_row = self.units_per_row();
+        let row = div32(u, per_row);
+        let i = u - row * per_row;
+        (
+            self.offset + row * self.stride_bytes + 16 * i,
+            unit_bytes(i, 16, self.row_bytes),
+        )
+    }
+}
+
+/// Calls `f(offset, valid)` for this thread's share (thread-strided) of units `[lo, hi)`.
+#[inline(always)]
+fn for_my_units(call: &Call, tile: &Tile, lo: usize, hi: usize, mut f: impl FnMut(usize, usize)) {
+    let mut u = lo + call.tid;
+    while u < hi {
+        let (offset, valid) = tile.unit(u);
+        f(offset, valid);
+        u += call.threads;
+    }
+}
+
+/// The unit at heap offset `offset` (`valid` bytes) of every rank, reduced in rank order.
+#[inline(always)]
+fn reduce_unit(call: &Call, offset: usize, valid: usize, red: &Reduction) -> [u32; 4] {
+    let c = call.c;
+    let at = |p: usize| c.heap_base(p) + offset;
+    // SAFETY (loads): the caller checked `valid` bytes at `offset` inside every rank's heap.
+    let mut acc = Acc::<4>::first(red, unsafe { load_unit::<4>(at(0), valid) });
+    // Peers four at a time, all four loads before their adds.
+    unroll2!(MAX_RANKS / GROUP, g => {
+        let mut v = [[0u32; 4]; GROUP];
+        for_each_rank!(p => if p / GROUP == g && p >= 1 && p < call.world {
+            v[p % GROUP] = unsafe { load_unit::<4>(at(p), valid) };
+        });
+        for_each_rank!(p => if p / GROUP == g && p >= 1 && p < call.world {
+            acc.add(red, v[p % GROUP]);
+        });
+    });
+    acc.finish(red, call.world)
 }
 
 /// In-place all-reduce of `tile` with the same tile on every rank (see the module docs).
@@ -92,48 +204,112 @@ pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> 
     if tile.rows == 0 {
         return Ok(());
     }
-    // 16-byte units per row (the last one partial where a row is not a multiple of 16 bytes):
-    // rank p takes units [lo, hi) of the tile, counted row after row.
-    let per_row = tile.row_bytes.div_ceil(16);
-    let (lo, hi) = split(tile.rows * per_row, call.world, call.rank);
+    let (lo, hi) = split(tile.rows * tile.units_per_row(), call.world, call.rank);
     call.barrier(0)?;
-    let mut row = lo / per_row.max(1);
-    while row < tile.rows && row * per_row < hi {
-        let first = row * per_row;
-        let (a, b) = (lo.max(first) - first, hi.min(first + per_row) - first);
-        let r = tile.row(row);
-        reduce_and_deliver(call, &r, a, b, red);
-        row += 1;
-    }
+    let c = call.c;
+    for_my_units(call, tile, lo, hi, |offset, valid| {
+        let sum = reduce_unit(call, offset, valid, red);
+        for k in 0..call.world {
+            let p = rotate(call.rank, k, call.world);
+            // SAFETY: inside the checked tile, at the same offset on every rank.
+            unsafe { store_unit::<4>(c.heap_base(p) + offset, valid, sum) };
+        }
+    });
     call.barrier(1)
 }
 
-/// Units `[a, b)` of row `r` (thread-strided): the reduction over ranks in rank order, stored
-/// into the row on every rank (this one first).
-#[inline(always)]
-fn reduce_and_deliver(call: &Call, r: &Region, a: usize, b: usize, red: &Reduction) {
+/// In-place all-gather of `world` blocks of `tile`'s shape, `block_bytes` apart, the first at
+/// `tile` (see the module docs).
+pub fn all_gather(call: &Call, tile: &Tile, block_bytes: usize) -> Result<(), i32> {
+    if tile.rows == 0 {
+        return Ok(());
+    }
+    let mine = tile.shifted(call.rank * block_bytes);
+    call.barrier(0)?;
     let c = call.c;
-    let mut i = a + call.tid;
-    while i < b {
-        let valid = unit_bytes(i, 16, r.bytes);
-        let at = |p: usize| r.at(c, p) + 16 * i;
-        // SAFETY (loads and stores): `valid` bytes of unit i lie inside the checked row, at the
-        // same offsets on every rank.
-        let mut acc = Acc::<4>::first(red, unsafe { load_unit::<4>(at(0), valid) });
-        // Peers four at a time, all four loads before their adds.
-        unroll2!(MAX_RANKS / GROUP, g => {
-            let mut v = [[0u32; 4]; GROUP];
-            for_each_rank!(p => if p / GROUP == g && p >= 1 && p < call.world {
-                v[p % GROUP] = unsafe { load_unit::<4>(at(p), valid) };
-            });
-            for_each_rank!(p => if p / GROUP == g && p >= 1 && p < call.world {
-                acc.add(red, v[p % GROUP]);
-            });
-        });
-        let sum = acc.finish(red, call.world);
-        for k in 0..call.world {
-            unsafe { store_unit::<4>(at(rotate(call.rank, k, call.world)), valid, sum) };
-        }
-        i += call.threads;
+    for_my_units(
+        call,
+        &mine,
+        0,
+        mine.rows * mine.units_per_row(),
+        |offset, valid| {
+            // SAFETY: inside the checked blocks, at the same offset on every rank.
+            let v = unsafe { load_unit::<4>(c.heap_base(call.rank) + offset, valid) };
+            for k in 1..call.world {
+                let p = rotate(call.rank, k, call.world);
+                unsafe { store_unit::<4>(c.heap_base(p) + offset, valid, v) };
+            }
+        },
+    );
+    call.barrier(1)
+}
+
+/// Reduce-scatter of `world` blocks of `out`'s shape, `block_bytes` apart, the first at `input`:
+/// `out` gets block `rank` reduced over every rank's input (see the module docs).
+pub fn reduce_scatter(
+    call: &Call,
+    input: &Tile,
+    out: &Tile,
+    block_bytes: usize,
+    red: &Reduction,
+) -> Result<(), i32> {
+    if out.rows == 0 {
+        return Ok(());
+    }
+    let mine = input.shifted(call.rank * block_bytes);
+    let to_out = out.offset.wrapping_sub(mine.offset);
+    call.barrier(0)?;
+    let local = call.c.heap_base(call.rank);
+    for_my_units(
+        call,
+        &mine,
+        0,
+        mine.rows * mine.units_per_row(),
+        |offset, valid| {
+            let sum = reduce_unit(call, offset, valid, red);
+            // SAFETY: `out` has the input blocks' shape and was checked inside the heap.
+            unsafe { store_unit::<4>(local + offset.wrapping_add(to_out), valid, sum) };
+        },
+    );
+    call.barrier(1)
+}
+
+/// `out` may be this rank's block of `input` (in place), but must not overlap anything else of it.
+pub fn check_scatter_overlap(
+    input: &Tile,
+    out: &Tile,
+    block_bytes: usize,
+    rank: usize,
+    world: usize,
+) -> Result<(), i32> {
+    let whole = Region {
+        offset: input.offset,
+        bytes: (world - 1) * block_bytes + input.extent().bytes,
+    };
+    if overlap(&whole, &out.extent()) && out.offset != input.offset + rank * block_bytes {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok(())
+}
+
+/// Push-as-produced, the data half: copies `tile` from this process's memory at `src` (the same
+/// layout: rows `stride_bytes` apart) into the same place in `peer`'s heap. CTA-cooperative; the
+/// caller signals the peer after it (`primitives::tile_signal`).
+///
+/// # Safety
+/// `[src, src + tile.extent().bytes)` is readable and 2-byte aligned; `peer` is a mapped rank.
+pub unsafe fn put(c: &SymmContext, tile: &Tile, src: usize, peer: usize) {
+    let (tid, threads) = (
+        crate::hw::thread_rank() as usize,
+        crate::hw::cta_threads() as usize,
+    );
+    let dst = c.heap_base(peer);
+    let mut u = tid;
+    while u < tile.rows * tile.units_per_row() {
+        let (offset, valid) = tile.unit(u);
+        // SAFETY: the source by the caller's guarantee; the destination inside the checked tile.
+        let v = unsafe { load_unit::<4>(src + (offset - tile.offset), valid) };
+        unsafe { store_unit::<4>(dst + offset, valid, v) };
+        u += threads;
     }
 }
