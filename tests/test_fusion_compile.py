@@ -1,6 +1,8 @@
-"""The fused-kernel GPU tests' kernels (tests/gpu/fusion_kernels.py: a producer, the grid barrier
-and a whole-tensor all-reduce in one kernel; a persistent kernel of tiles, each all-reduced as it
-is written) compile for sm_80/90/100 with the bitcode linked and inlined, no GPU needed."""
+"""The fused kernels compile for sm_80/90/100 with the bitcode linked and inlined, without local
+memory, no GPU needed: the GPU tests' kernels (tests/gpu/fusion_kernels.py: a producer, the grid
+barrier and a whole-tensor all-reduce in one kernel; persistent kernels of tiles, each
+all-reduced, all-gathered or reduce-scattered as it is written; push-as-produced around a ring)
+and the fused ops of `ironlink.fused` in both modes and at small and large tile shapes."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ironlink import _lib
+from ironlink import _lib, tuning
+from ironlink.fused import allreduce_rmsnorm_kernel, matmul_allreduce_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
@@ -33,20 +36,55 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
          "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
         {"dt": 2, "out_dt": triton.language.bfloat16, "TR": 32, "TC": 64},
     ),
+    "tiles_then_all_gather": (
+        fk.tiles_then_all_gather.fn,
+        {"ctx": "i64", "x": "*bf16", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "world": "i32",
+         "seed": "i32", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
+        {"out_dt": triton.language.bfloat16, "TR": 32, "TC": 64},
+    ),
+    "tiles_then_reduce_scatter": (
+        fk.tiles_then_reduce_scatter.fn,
+        {"ctx": "i64", "x": "*fp16", "out": "*fp16", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32",
+         "world": "i32", "seed": "i32", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
+        {"out_dt": triton.language.float16, "TR": 32, "TC": 64},
+    ),
+    "ring_push": (
+        fk.ring_push.fn,
+        {"ctx": "i64", "outbox": "*fp32", "inbox": "*fp32", "got": "*fp32", "n_tiles": "i32", "rank": "i32",
+         "world": "i32", "seed": "i32", "status": "*i32", "TE": "constexpr"},
+        {"TE": 1024},
+    ),
 }
+_RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "weight": "*bf16", "out": "*bf16", "T": "i32",
+                "H": "i32", "eps": "fp32", "status": "*i32", "WHOLE": "constexpr", "BLOCK_H": "constexpr"}
+for whole in (0, 1):
+    KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}"] = (
+        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG, {"WHOLE": whole, "BLOCK_H": 8192, "num_warps": 16})
+_MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+               "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
+               "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+for m in (16, 4096):
+    c = tuning.matmul_config(m, 8192, 2048, 4)
+    KERNELS[f"matmul_allreduce_m{m}"] = (
+        matmul_allreduce_kernel.fn, _MATMUL_SIG,
+        {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m,
+         "num_warps": c.warps, "num_stages": c.stages})
 
 
 @pytest.mark.parametrize("cc", (80, 90, 100))
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
-    fn, signature, constexprs = KERNELS[name]
+    fn, signature, given = KERNELS[name]
+    launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
+    constexprs = {k: v for k, v in given.items() if k not in launch}
     bc = REPO / "build" / _lib.bitcode_filename(divmod(cc, 10))
     assert bc.is_file(), f"{bc} is missing: run `make all-archs` (make test does)"
     k = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", cc, 32),
-                       options={"extern_libs": (("ironlink", str(bc)),)})
+                       options={"extern_libs": (("ironlink", str(bc)),), **launch})
     ptx = k.asm["ptx"]
     assert k.asm["cubin"]
-    for sym in ("symm_grid_barrier", "symm_all_reduce", "symm_tile_all_reduce"):
+    for sym in ("symm_grid_barrier", "symm_all_reduce", "symm_tile_all_reduce", "symm_tile_all_gather",
+                "symm_tile_reduce_scatter", "symm_tile_put", "symm_tile_signal", "symm_tile_wait"):
         assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{sym}\b", ptx), f"{sym} was not inlined"
     local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
     assert not local, f"{name} uses local memory on sm_{cc}:\n" + "\n".join(local[:10])

@@ -5,8 +5,13 @@
 - A persistent kernel that computes the tiles of a 2-D matrix (rows `stride` elements apart,
   edge tiles partial) and all-reduces each with `symm_tile_all_reduce` as soon as it is written;
   rank r runs tile t on CTA (t + r) % grid, so only matching by tile index pairs them.
+- The same for tile all-gather (stacked blocks) and tile reduce-scatter, and push-as-produced
+  around a ring (symm_tile_put, stores through peer pointers + symm_tile_signal, symm_tile_wait).
 - Back-to-back launches and a CUDA graph replayed (per-tile epochs), a grid larger than the GPU
   (INVALID_ARGUMENT), results against exact references and bitwise equal on all ranks.
+- The fused ops (ironlink.all_reduce_rmsnorm in both modes, ironlink.matmul_all_reduce) against a
+  float64 reference within the dtype's tolerance, bitwise equal on all ranks, eager and replayed
+  in a CUDA graph, at shapes that are not multiples of the tile.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import ironlink
 from ironlink import _abi
 
 from _cases import Cases  # tests/gpu/, the script's own directory
-from fusion_kernels import produce_then_all_reduce, tiles_then_all_reduce
+from fusion_kernels import (produce_then_all_reduce, ring_push, tiles_then_all_gather, tiles_then_all_reduce,
+                            tiles_then_reduce_scatter)
 
 DT = {torch.float32: _abi.DTYPE["FLOAT32"], torch.float16: _abi.DTYPE["FLOAT16"], torch.bfloat16: _abi.DTYPE["BFLOAT16"]}
 TL = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
@@ -98,6 +104,149 @@ class Suite:
         finally:
             self.heap.free(x)
 
+    def _ij(self, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.arange(rows, device="cuda")[:, None], torch.arange(cols, device="cuda")[None, :]
+
+    def tile_gather(self, rows: int, cols: int, stride: int, dtype: torch.dtype, grid: int) -> None:
+        w = self.world
+        x = self.heap.empty((w * rows * stride,), dtype)
+        try:
+            x.fill_(-1.0)
+            for seed in (1, 2, 7):
+                tiles_then_all_gather[(grid,)](self.heap.ctx, x, rows, cols, stride, self.rank, w, seed, TL[dtype],
+                                               self.status, TR=32, TC=64, num_warps=4)
+                torch.cuda.synchronize()
+                self.check_status(grid)
+                i, j = self._ij(rows, cols)
+                m = x.view(w, rows, stride)
+                for p in range(w):
+                    want = ((i * 5 + j * 3 + seed) % 11 + 16 * p).float()
+                    assert torch.equal(m[p, :, :cols].float(), want.to(dtype).float()), f"block {p} wrong"
+                assert bool((m[:, :, cols:] == -1).all()), "a stride gap was written"
+                self.same_on_all_ranks(x)
+        finally:
+            self.heap.free(x)
+
+    def tile_scatter(self, rows: int, cols: int, stride: int, dtype: torch.dtype, grid: int) -> None:
+        w = self.world
+        x = self.heap.empty((w * rows * stride,), dtype)
+        out = self.heap.empty((rows * stride,), dtype)
+        try:
+            out.fill_(-1.0)
+            for seed in (1, 4):
+                tiles_then_reduce_scatter[(grid,)](self.heap.ctx, x, out, rows, cols, stride, self.rank, w, seed,
+                                                   TL[dtype], self.status, TR=32, TC=64, num_warps=4)
+                torch.cuda.synchronize()
+                self.check_status(grid)
+                i, j = self._ij(rows, cols)
+                want = ((i * 5 + j * 3 + seed + self.rank) % 11).float() * (w * (w + 1) / 2)
+                o = out.view(rows, stride)
+                assert torch.equal(o[:, :cols].float(), want.to(dtype).float()), "wrong reduce-scatter tile"
+                assert bool((o[:, cols:] == -1).all()), "a stride gap was written"
+        finally:
+            self.heap.free(out)
+            self.heap.free(x)
+
+    def ring(self, n_tiles: int, grid: int, graph: bool) -> None:
+        w, te = self.world, 1024
+        outbox = self.heap.zeros((n_tiles * te,), torch.float32)
+        inbox = self.heap.zeros((n_tiles * te,), torch.float32)
+        got = torch.zeros(n_tiles * te, device="cuda")
+        try:
+            launch = lambda seed: ring_push[(grid,)](  # noqa: E731
+                self.heap.ctx, outbox, inbox, got, n_tiles, self.rank, w, seed, self.status, TE=te, num_warps=4)
+            seeds = (5, 5, 5) if graph else (1, 2, 3)
+            if graph:
+                launch(0)
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    launch(5)
+            for seed in seeds:
+                got.zero_()
+                g.replay() if graph else launch(seed)
+                torch.cuda.synchronize()
+                self.check_status(grid)
+                prev = (self.rank + w - 1) % w
+                e = torch.arange(te, device="cuda")[None, :]
+                t = torch.arange(n_tiles, device="cuda")[:, None]
+                want = (e * 7 + t * 3 + seed + 100 * prev).float()
+                assert torch.equal(got.view(n_tiles, te), want), "wrong tile received"
+        finally:
+            self.heap.free(inbox)
+            self.heap.free(outbox)
+
+    def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str, graph: bool) -> None:
+        w, r = self.world, self.rank
+        x = self.heap.empty((tokens, hidden), dtype)
+        gen = torch.Generator(device="cuda").manual_seed(1234)
+        parts = [torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype) for _ in range(w)]
+        res0 = torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype)
+        weight = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(dtype)
+        residual, out = res0.clone(), torch.empty_like(res0)
+        eps = 1e-6
+        try:
+            def run() -> None:
+                ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap, mode=mode)
+
+            reps = 1
+            if graph:
+                x.copy_(parts[r])
+                run()
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    run()
+                reps = 3
+            for _ in range(reps):
+                x.copy_(parts[r])
+                residual.copy_(res0)
+                g.replay() if graph else run()
+                torch.cuda.synchronize()
+                self.heap.check()
+                s64 = sum(p.double() for p in parts)
+                want_res = s64 + res0.double()
+                var = want_res.pow(2).mean(-1, keepdim=True)
+                want = want_res * torch.rsqrt(var + eps) * weight.double()
+                tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+                for name, got, ref in (("residual", residual, want_res), ("out", out, want)):
+                    err = ((got.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
+                    assert err <= tol, f"{name}: relative error {err:.3g} > {tol}"
+                self.same_on_all_ranks(out)
+                self.same_on_all_ranks(residual)
+        finally:
+            self.heap.free(x)
+
+    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool) -> None:
+        w, r = self.world, self.rank
+        gen = torch.Generator(device="cuda").manual_seed(99)
+        a_all = [torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(w)]
+        b_all = [(torch.randn(k, n, device="cuda", generator=gen) / k ** 0.5).to(dtype) for _ in range(w)]
+        a, b = a_all[r], b_all[r].t().contiguous().t()  # b column-major: strides are honoured
+        out = self.heap.empty((m, n), dtype)
+        try:
+            run = lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=self.heap)  # noqa: E731
+            reps = 1
+            if graph:
+                run()
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    run()
+                reps = 3
+            for _ in range(reps):
+                out.fill_(float("nan"))
+                g.replay() if graph else run()
+                torch.cuda.synchronize()
+                self.heap.check()
+                ref = sum(a_all[p].double() @ b_all[p].double() for p in range(w))
+                err = ((out.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
+                tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+                assert err <= tol, f"relative error {err:.3g} > {tol}"
+                self.same_on_all_ranks(out)
+        finally:
+            self.heap.free(out)
+
     def grid_too_large(self) -> None:
         x = self.heap.empty((1024,), torch.float32)
         try:
@@ -129,6 +278,24 @@ def main() -> int:
                       lambda: s.tiles(rows, cols, stride, dtype, grid, graph=False))
     cases.run("tile all_reduce in a CUDA graph", lambda: s.tiles(64, 1000, 1024, torch.bfloat16, 16, graph=True))
     cases.run("grid barrier: grid larger than the GPU", s.grid_too_large)
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows, cols, stride, grid in ((100, 300, 320, 8), (7, 4096, 4100, 32)):
+            cases.run(f"tile all_gather {dtype} {rows}x{cols} stride {stride} grid {grid}",
+                      lambda: s.tile_gather(rows, cols, stride, dtype, grid))
+            cases.run(f"tile reduce_scatter {dtype} {rows}x{cols} stride {stride} grid {grid}",
+                      lambda: s.tile_scatter(rows, cols, stride, dtype, grid))
+    for n_tiles, grid in ((9, 4), (64, 64)):
+        cases.run(f"push-as-produced ring {n_tiles} tiles grid {grid}", lambda: s.ring(n_tiles, grid, graph=False))
+    cases.run("push-as-produced ring in a CUDA graph", lambda: s.ring(16, 8, graph=True))
+    for dtype in (torch.bfloat16, torch.float16):
+        for tokens, hidden in ((1, 8192), (5, 4096), (33, 8192), (300, 5120), (1000, 16384)):
+            for mode in ("rows", "whole"):
+                cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
+                          lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
+        cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
+        for m, n, k in ((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)):
+            cases.run(f"matmul_all_reduce {dtype} {m}x{n}x{k}", lambda: s.matmul(m, n, k, dtype, graph=False))
+        cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))
     heap.close()
     if rank == 0:
         for f in cases.failed:

@@ -10,16 +10,19 @@
 #   basics       single-GPU tests: bitcode links, context checks, error codes (tests/gpu/test_basic.py)
 #   heap         symmetric heap suite and examples/peer_write.py, per world size (tests/gpu/test_heap.py)
 #   collectives  every device collective and primitive, per world size (tests/gpu/collectives_worker.py)
-#   fusion       grid barrier and tile all-reduce inside producer kernels, per world size (tests/gpu/fusion_worker.py)
+#   fusion       grid barrier, tile collectives, push-as-produced and the fused ops (ironlink.fused),
+#                per world size (tests/gpu/fusion_worker.py)
 #   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
 #   examples     examples/all_reduce.py, the GPU `make demo`
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
+#   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_fused.sh)
 # Options:
 #   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
 #                      GPU count are skipped)
 #   --only SUBSTR      collective and ops cases whose names contain SUBSTR
 #   --quick            collectives without the large (8 MiB and 256 MiB) cases
 #   --bench-args "..." arguments for `python -m ironlink.bench` (e.g. "--max-bytes 16777216")
+#   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
 # (seconds per collectives world, default 480: the first world compiles every kernel), IRONLINK_GIT_REV (the
 # revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR.
@@ -29,19 +32,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-parts=() worlds="2 4 8" bench_args=""
+parts=() worlds="2 4 8" bench_args="" fused_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --worlds) worlds=$2; shift 2 ;;
     --only) export IRONLINK_GPU_ONLY=$2; shift 2 ;;
     --quick) export IRONLINK_GPU_FULL=0; shift ;;
     --bench-args) bench_args=$2; shift 2 ;;
+    --fused-args) fused_args=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    wheel|basics|heap|collectives|fusion|ops|examples|bench) parts+=("$1"); shift ;;
+    wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives fusion ops examples bench)
+[ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives fusion ops examples bench fused-bench)
 
 source tests/gpu/setup_native.sh || exit 1
 export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
@@ -100,6 +104,11 @@ for part in "${parts[@]}"; do
       NGPU=$largest timeout 300 bench/run.sh $bench_args > "$log" 2>&1; r=$?
       grep -E "all_reduce|all_gather|reduce_scatter" "$log" | grep -v "symm_one_shot" | tail -70
       [ $r -eq 0 ] || fail bench "$log" ;;
+    fused-bench)
+      # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
+      NGPU=$largest timeout 540 bench/run_fused.sh $fused_args > "$log" 2>&1; r=$?
+      grep -E "allreduce_rmsnorm|matmul_allreduce" "$log" | tail -80
+      [ $r -eq 0 ] || fail fused-bench "$log" ;;
   esac
 done
 echo "== done: $([ $rc -eq 0 ] && echo 'every part passed' || echo 'FAILURES above'); logs in $OUT"

@@ -7,7 +7,8 @@
 
 Importing ironlink needs Triton but not torch (torch is imported only to ask which GPU is current).
 ``ironlink.SymmetricHeap``, ``ironlink.IronlinkError`` and the host-level collectives
-``ironlink.all_reduce/all_gather/reduce_scatter`` (host side) load on first use.
+``ironlink.all_reduce/all_gather/reduce_scatter`` (host side) and the fused ops
+``ironlink.all_reduce_rmsnorm/matmul_all_reduce`` load on first use.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ _LAZY = {
     "all_reduce": "ops",
     "all_gather": "ops",
     "reduce_scatter": "ops",
+    # Fused compute + communication (ironlink.fused).
+    "all_reduce_rmsnorm": "fused",
+    "matmul_all_reduce": "fused",
 }
 
 

@@ -143,13 +143,14 @@ def plan_reduce_scatter(out: TensorSpec, inp: TensorSpec, world: int, rank: int,
     return _plan_blocks(inp, out, world, rank, device)
 
 
-def check_statuses(statuses: list[int], collective: str, rank: int) -> None:
+def check_statuses(statuses: list[int], collective: str, rank: int, function: Optional[str] = None) -> None:
     """Raises IronlinkError for the first non-zero per-CTA status (all CTAs see the same arguments,
-    so they almost always agree; the message lists every distinct code)."""
+    so they almost always agree; the message lists every distinct code). `function` names the
+    device function(s) behind `collective` (default: symm_<collective>)."""
     bad = sorted({s for s in statuses if s != 0})
     if bad:
         names = ", ".join(f"{status_name(s)} ({s})" for s in bad)
-        fn = f"symm_{collective}"
+        fn = function or f"symm_{collective}"
         raise IronlinkError(f"ironlink.{collective}: {fn} returned {names} on rank {rank}", status=bad[0], function=fn)
 
 
@@ -194,7 +195,7 @@ def _contains(heap: Any, t: Any) -> bool:
     return True
 
 
-def _heap_for(first: Any, name: str, heap: Any, collective: str) -> Any:
+def heap_for(first: Any, name: str, heap: Any, collective: str) -> Any:
     """`heap` if given (and remembered), else the remembered heap holding `first`."""
     if heap is not None:
         _HEAPS.add(heap)
@@ -209,7 +210,7 @@ def _heap_for(first: Any, name: str, heap: Any, collective: str) -> Any:
     return found
 
 
-def _in_heap(heap: Any, collective: str, *tensors: tuple[Any, str]) -> None:
+def in_heap(heap: Any, collective: str, *tensors: tuple[Any, str]) -> None:
     for t, name in tensors:
         heap._local_offset(t, f"ironlink.{collective}({name})")  # IronlinkError naming the tensor
 
@@ -227,21 +228,28 @@ def _status_buffer(torch: Any, device: Any, capturing: bool, collective: str) ->
     return buf
 
 
-def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool) -> None:
+def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool, function: Optional[str] = None) -> None:
+    """Runs `launch(status)` (a kernel launch of `ctas` CTAs, each writing its status to
+    `status[pid]`) on the heap's device; with `check`, waits and raises on a bad status."""
     import torch
 
     capturing = torch.cuda.is_current_stream_capturing()
     if check and capturing:
-        raise ValueError(f"ironlink.{collective}(check=True) reads statuses on the host, which capture forbids; "
+        raise ValueError(f"ironlink.{name}(check=True) reads statuses on the host, which capture forbids; "
                          "call heap.check() after replaying instead")
-    ctas, warps = tuning.choose(collective, plan.nbytes, heap.world_size)
     device = heap.device
-    status = _status_buffer(torch, device, capturing, collective)
+    status = _status_buffer(torch, device, capturing, name)
     # Triton launches on the current device's current stream; the heap's device is the one that must run it.
     with torch.cuda.device(device):
-        kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps)
+        launch(status)
         if check:
-            check_statuses(status[:ctas].tolist(), collective, heap.rank)
+            check_statuses(status[:ctas].tolist(), name, heap.rank, function)
+
+
+def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool) -> None:
+    ctas, warps = tuning.choose(collective, plan.nbytes, heap.world_size)
+    launch_with_status(collective, heap, ctas,
+                       lambda status: kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps), check)
 
 
 def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False) -> Any:
@@ -249,10 +257,10 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     group; `op` is "sum", "max", "min", "prod" or "avg". Returns `t`."""
     code = reduce_op_code(op)
     spec = TensorSpec.from_tensor(t, "t")
-    h = _heap_for(t, "t", heap, "all_reduce")
+    h = heap_for(t, "t", heap, "all_reduce")
     plan = plan_all_reduce(spec, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
-        _in_heap(h, "all_reduce", (t, "t"))
+        in_heap(h, "all_reduce", (t, "t"))
         _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check)
     return t
 
@@ -261,10 +269,10 @@ def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = Fal
     """Block p of `out` (world x inp.numel() elements) gets rank p's `inp`, as
     torch.distributed.all_gather_into_tensor. `inp` may be this rank's block of `out`. Returns `out`."""
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
-    h = _heap_for(out, "out", heap, "all_gather")
+    h = heap_for(out, "out", heap, "all_gather")
     plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
-        _in_heap(h, "all_gather", (out, "out"), (inp, "inp"))
+        in_heap(h, "all_gather", (out, "out"), (inp, "inp"))
         _launch("all_gather", _all_gather_kernel, h, plan, (inp, out, plan.n), check)
     return out
 
@@ -276,9 +284,9 @@ def reduce_scatter(
     torch.distributed.reduce_scatter_tensor. `out` may be this rank's block of `inp`. Returns `out`."""
     code = reduce_op_code(op)
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
-    h = _heap_for(inp, "inp", heap, "reduce_scatter")
+    h = heap_for(inp, "inp", heap, "reduce_scatter")
     plan = plan_reduce_scatter(*specs, h.world_size, h.rank, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
-        _in_heap(h, "reduce_scatter", (inp, "inp"), (out, "out"))
+        in_heap(h, "reduce_scatter", (inp, "inp"), (out, "out"))
         _launch("reduce_scatter", _reduce_scatter_kernel, h, plan, (inp, out, plan.n, code), check)
     return out

@@ -6,9 +6,9 @@ this module only looks them up.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
-from ._abi import MAX_CTAS
+from ._abi import MAX_CTAS, MAX_TILES
 from .tuning_table import ALGORITHM_LIMITS, TABLES
 
 Tables = Mapping[str, Mapping[int, Sequence[tuple[int, int, int]]]]
@@ -56,4 +56,52 @@ def algorithm_limits(
     return limits[w]
 
 
-__all__ = ["ALGORITHM_LIMITS", "FORCED_LIMITS", "MAX_CTAS", "TABLES", "algorithm_limits", "choose"]
+# --- fused ops (ironlink.fused) ------------------------------------------------------------------
+
+# all_reduce_rmsnorm runs "whole" (every CTA all-reduces, a grid barrier, then the norm) up to this
+# many bytes of x, "rows" (each CTA all-reduces and normalizes its own rows) above.
+RMSNORM_WHOLE_MAX_BYTES = 512 << 10
+
+
+def rmsnorm_mode(tokens: int, row_bytes: int, world: int) -> str:
+    """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks."""
+    del world  # measured on 4 GPUs only so far
+    return "whole" if tokens * row_bytes <= RMSNORM_WHOLE_MAX_BYTES else "rows"
+
+
+class MatmulConfig(NamedTuple):
+    """A Triton GEMM tile configuration (of `matmul_all_reduce`)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    warps: int
+    stages: int
+
+
+# (largest M, config) in increasing M; past the last, the last. Small M is bound by reading B:
+# narrow tiles give every SM a share of it.
+MATMUL_CONFIGS: tuple[tuple[int, MatmulConfig], ...] = (
+    (16, MatmulConfig(16, 64, 128, 8, 4, 4)),
+    (32, MatmulConfig(32, 64, 128, 8, 4, 4)),
+    (64, MatmulConfig(64, 64, 64, 8, 4, 4)),
+    (256, MatmulConfig(64, 128, 64, 8, 4, 4)),
+    (1 << 62, MatmulConfig(128, 128, 64, 8, 8, 3)),
+)
+
+
+def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
+    """The tile configuration for an [m, k] x [k, n] matmul + all-reduce: from `MATMUL_CONFIGS`,
+    widened until the output has at most MAX_TILES tiles (each tile has its own slot)."""
+    del k, world
+    cfg = next((c for limit, c in MATMUL_CONFIGS if m <= limit), MATMUL_CONFIGS[-1][1])
+    while -(-m // cfg.block_m) * -(-n // cfg.block_n) > MAX_TILES and cfg.block_n < 256:
+        cfg = cfg._replace(block_n=cfg.block_n * 2)
+    while -(-m // cfg.block_m) * -(-n // cfg.block_n) > MAX_TILES and cfg.block_m < 256:
+        cfg = cfg._replace(block_m=cfg.block_m * 2)
+    return cfg
+
+
+__all__ = ["ALGORITHM_LIMITS", "FORCED_LIMITS", "MATMUL_CONFIGS", "MAX_CTAS", "MatmulConfig",
+           "RMSNORM_WHOLE_MAX_BYTES", "TABLES", "algorithm_limits", "choose", "matmul_config", "rmsnorm_mode"]

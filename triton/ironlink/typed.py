@@ -35,7 +35,8 @@ _CODES: dict[str, int] = {
 }
 _SUM = _abi.REDUCE_OP["SUM"]
 
-__all__ = ["all_gather", "all_reduce", "all_to_all", "broadcast", "dtype_code", "reduce", "reduce_scatter"]
+__all__ = ["all_gather", "all_reduce", "all_to_all", "broadcast", "dtype_code", "reduce", "reduce_scatter",
+           "tile_all_gather", "tile_all_reduce", "tile_put", "tile_reduce_scatter"]
 
 
 def _element_type(ptr: Any, what: str, _semantic: Any) -> core.dtype:
@@ -118,3 +119,39 @@ def all_to_all(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = Non
     """Block p of `out_ptr` = block `rank` of rank p's `in_ptr` (both world x n)."""
     dt = _pair_code(in_ptr, out_ptr, "all_to_all", _semantic)
     return il.symm_all_to_all(ctx, in_ptr, out_ptr, n, dt, _semantic=_semantic)
+
+
+@core.extern
+def tile_all_reduce(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, tile: Any, op: Any = _SUM,
+                    _semantic: Any = None) -> core.tensor:
+    """In-place all-reduce, by this CTA alone, of the `rows` x `cols` tile at `ptr` (rows
+    `row_stride` elements apart) with tile index `tile` of every rank (``symm_tile_all_reduce``)."""
+    dt = _code(_element_type(ptr, "ironlink.typed.tile_all_reduce(ptr)", _semantic), "ironlink.typed.tile_all_reduce(ptr)")
+    return il.symm_tile_all_reduce(ctx, ptr, rows, cols, row_stride, tile, op, dt, _semantic=_semantic)
+
+
+@core.extern
+def tile_all_gather(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, block_stride: Any, tile: Any,
+                    _semantic: Any = None) -> core.tensor:
+    """In-place all-gather of `world` tiles `block_stride` elements apart, by this CTA alone
+    (``symm_tile_all_gather``)."""
+    dt = _code(_element_type(ptr, "ironlink.typed.tile_all_gather(ptr)", _semantic), "ironlink.typed.tile_all_gather(ptr)")
+    return il.symm_tile_all_gather(ctx, ptr, rows, cols, row_stride, block_stride, tile, dt, _semantic=_semantic)
+
+
+@core.extern
+def tile_reduce_scatter(ctx: Any, in_ptr: Any, out_ptr: Any, rows: Any, cols: Any, row_stride: Any,
+                        block_stride: Any, tile: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
+    """`out_ptr` (one tile) = block `rank` of `in_ptr`'s `world` tiles reduced over ranks, by this
+    CTA alone (``symm_tile_reduce_scatter``)."""
+    dt = _pair_code(in_ptr, out_ptr, "tile_reduce_scatter", _semantic)
+    return il.symm_tile_reduce_scatter(ctx, in_ptr, out_ptr, rows, cols, row_stride, block_stride, tile, op, dt,
+                                       _semantic=_semantic)
+
+
+@core.extern
+def tile_put(ctx: Any, dst_ptr: Any, src_ptr: Any, rows: Any, cols: Any, row_stride: Any, tile: Any, peer: Any,
+             _semantic: Any = None) -> core.tensor:
+    """Copies the tile at `src_ptr` to `dst_ptr` on `peer` and signals `tile` there (``symm_tile_put``)."""
+    dt = _pair_code(src_ptr, dst_ptr, "tile_put", _semantic)
+    return il.symm_tile_put(ctx, dst_ptr, src_ptr, rows, cols, row_stride, tile, peer, dt, _semantic=_semantic)

@@ -1,0 +1,160 @@
+"""Fused ops against their unfused forms, same process, same GPUs, CUDA graphs:
+
+    torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_fused.sh)
+
+- allreduce_rmsnorm (tokens x hidden, bf16): ironlink_fused (ironlink.all_reduce_rmsnorm, its default
+  mode; ironlink_fused[rows] / [whole] each mode), nccl_torch (dist.all_reduce, residual add,
+  F.rms_norm), ironlink_torch (ironlink.all_reduce and the same torch ops).
+- matmul_allreduce ([M, K] x [K, N] per rank, K = 8192 / world): ironlink_fused
+  (ironlink.matmul_all_reduce), nccl_torch (torch.matmul, dist.all_reduce), ironlink_torch
+  (torch.matmul into a heap tensor, ironlink.all_reduce); and, to explain the others, the GEMMs
+  alone: torch_matmul and triton_gemm (ironlink's kernel without its all-reduces).
+Each point: ironlink.bench.time_graph (calls captured in one graph, median replay, max over ranks).
+A benchmark, not a test: nothing asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import triton
+
+import ironlink
+from ironlink import tuning
+from ironlink.bench import git_rev, time_graph
+from ironlink.fused.matmul_allreduce import matmul_allreduce_kernel
+
+TOKENS = [1, 8, 32, 128, 512, 2048]
+MS = [16, 128, 1024, 4096]
+
+
+class FusedBench:
+    def __init__(self, heap_bytes: int) -> None:
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.heap = ironlink.SymmetricHeap(heap_bytes)
+        self.rows: list[dict[str, Any]] = []
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def record(self, op: str, contender: str, shape: dict[str, int], dtype: str, fn: Callable[[], None],
+               nbytes: int, **extra: Any) -> None:
+        us = time_graph(fn, nbytes)
+        self.heap.check()
+        row = {"op": op, "contender": contender, **shape, "dtype": dtype, "us": round(us, 3), **extra}
+        self.rows.append(row)
+        if self.rank == 0:
+            print(f"{op:>18} {contender:>22} {shape} {dtype} {us:10.2f} us {extra or ''}", flush=True)
+
+    def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype) -> None:
+        shape = {"tokens": tokens, "hidden": hidden}
+        # Zeros: repeated all-reduces keep them finite (the values do not change the timings).
+        x = self.heap.zeros((tokens, hidden), dtype)
+        residual = torch.randn(tokens, hidden, device="cuda").to(dtype)
+        weight = torch.ones(hidden, device="cuda", dtype=dtype)
+        out = torch.empty_like(residual)
+        eps, nbytes, dt = 1e-6, x.nbytes, "bf16" if dtype == torch.bfloat16 else "fp16"
+
+        def torch_ops() -> None:
+            residual.add_(x)
+            F.rms_norm(residual, (hidden,), weight, eps)
+
+        default = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world)
+        for mode in ("rows", "whole"):
+            self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}]", shape, dt,
+                        lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
+                                                            mode=mode), nbytes)
+        best = next(r for r in reversed(self.rows) if r["contender"] == f"ironlink_fused[{default}]")
+        self.rows.append({**best, "contender": "ironlink_fused", "mode": default})
+        self.record("allreduce_rmsnorm", "nccl_torch", shape, dt, lambda: (dist.all_reduce(x), torch_ops()), nbytes)
+        self.record("allreduce_rmsnorm", "ironlink_torch", shape, dt,
+                    lambda: (ironlink.all_reduce(x, heap=self.heap), torch_ops()), nbytes)
+        self.record("allreduce_rmsnorm", "torch_ops", shape, dt, torch_ops, nbytes)
+        self.heap.free(x)
+
+    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, configs: list[tuning.MatmulConfig]) -> None:
+        shape = {"M": m, "N": n, "K": k}
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        b = (torch.randn(k, n, device="cuda") / k ** 0.5).to(dtype)
+        out = self.heap.empty((m, n), dtype)
+        c = torch.empty(m, n, device="cuda", dtype=dtype)
+        nbytes, dt = out.nbytes, "bf16" if dtype == torch.bfloat16 else "fp16"
+        default = tuning.matmul_config(m, n, k, self.world)
+        for cfg in [default] + [c for c in configs if c != default]:
+            tag = "ironlink_fused" if cfg == default else "ironlink_fused[cfg]"
+            self.record("matmul_allreduce", tag, shape, dt,
+                        lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=self.heap, config=cfg), nbytes,
+                        config=list(cfg))
+        self.record("matmul_allreduce", "nccl_torch", shape, dt,
+                    lambda: (torch.matmul(a, b, out=c), dist.all_reduce(c)), nbytes)
+        self.record("matmul_allreduce", "ironlink_torch", shape, dt,
+                    lambda: (torch.matmul(a, b, out=out), ironlink.all_reduce(out, heap=self.heap)), nbytes)
+        self.record("matmul_allreduce", "torch_matmul", shape, dt, lambda: torch.matmul(a, b, out=c), nbytes)
+        tiles = triton.cdiv(m, default.block_m) * triton.cdiv(n, default.block_n)
+        grid = (min(tiles, self.sms),)
+        status = torch.zeros(256, dtype=torch.int32, device="cuda")
+        self.record("matmul_allreduce", "triton_gemm", shape, dt,
+                    lambda: matmul_allreduce_kernel[grid](
+                        self.heap.ctx, a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), status,
+                        BLOCK_M=default.block_m, BLOCK_N=default.block_n, BLOCK_K=default.block_k,
+                        GROUP_M=default.group_m, COMMUNICATE=False, num_warps=default.warps,
+                        num_stages=default.stages), nbytes)
+        self.heap.free(out)
+
+
+def parse_configs(text: Optional[str]) -> list[tuning.MatmulConfig]:
+    """"128,256,64,8,8,3;64,128,64,8,4,4" -> extra matmul configs to measure."""
+    if not text:
+        return []
+    return [tuning.MatmulConfig(*map(int, c.split(","))) for c in text.split(";")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None, help="JSON file to write (rank 0)")
+    ap.add_argument("--ops", default="allreduce_rmsnorm,matmul_allreduce")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--ms", default=",".join(map(str, MS)))
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--k-total", type=int, default=8192, help="K before the split over ranks")
+    ap.add_argument("--matmul-configs", default=None, help="extra configs: 'BM,BN,BK,GROUP_M,warps,stages;...'")
+    args = ap.parse_args()
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    b = FusedBench(1 << 30)
+    ops = args.ops.split(",")
+    if "allreduce_rmsnorm" in ops:
+        for t in map(int, args.tokens.split(",")):
+            b.rmsnorm(t, args.hidden, torch.bfloat16)
+    if "matmul_allreduce" in ops:
+        for m in map(int, args.ms.split(",")):
+            b.matmul(m, args.n, args.k_total // b.world, torch.bfloat16, parse_configs(args.matmul_configs))
+    if b.rank == 0 and args.out:
+        doc = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": torch.cuda.get_device_name(),
+            "world_size": b.world,
+            "git_rev": git_rev(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "method": "ironlink.bench.time_graph: CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, "
+                      "median per call, max over ranks",
+            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+            "results": b.rows,
+        }
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+    b.heap.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs the fused-op benchmark (bench/fused.py) on the local GPUs and writes
+# $OUT/fused-<n>x<gpu>-<date>.json (default OUT: bench/results). Extra arguments go to bench/fused.py:
+#   bench/run_fused.sh --ops matmul_allreduce --ms 1024,4096
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source tests/gpu/setup_native.sh || exit 1
+OUT=${OUT:-bench/results}
+mkdir -p "$OUT"
+n=${NGPU:-$(nvidia-smi -L | wc -l)}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
+name="$OUT/fused-${n}x${gpu}-$(date -u +%Y%m%d-%H%M%S).json"
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
+torchrun --standalone --nproc_per_node="$n" bench/fused.py --out "$name" "$@"

@@ -1,0 +1,84 @@
+"""The fused ops' argument checks and launch choices (ironlink.fused.*.plan), without torch or a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from ironlink import _abi, tuning
+from ironlink.fused import allreduce_rmsnorm as arn
+from ironlink.fused import matmul_allreduce as mar
+from ironlink.ops import TensorSpec
+
+DEV = "cuda:0"
+
+
+def spec(name: str, shape: tuple[int, ...], dtype: str = "bfloat16", ptr: int = 0, contiguous: bool = True) -> TensorSpec:
+    size = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}[dtype]
+    return TensorSpec(name, shape, dtype, size, contiguous, DEV, ptr)
+
+
+def rms(tokens: int = 8, hidden: int = 8192, **kw: object) -> arn.Plan:
+    x = spec("x", (tokens, hidden), ptr=1 << 20)
+    args = {"x": x, "residual": spec("residual", (tokens, hidden), ptr=2 << 30),
+            "weight": spec("weight", (hidden,), ptr=3 << 30), "out": spec("out", (tokens, hidden), ptr=4 << 30)}
+    args.update(kw)  # type: ignore[arg-type]
+    return arn.plan(args["x"], args["residual"], args["weight"], args["out"], DEV, 4, 132)  # type: ignore[arg-type]
+
+
+def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
+    small, large = rms(1), rms(2048)
+    assert small.mode == "whole" and large.mode == "rows"
+    assert large.ctas == 132 and small.block_h == 8192
+    assert rms(3, 5000).block_h == 8192  # the next power of two
+
+
+@pytest.mark.parametrize("kw, err, text", [
+    ({"residual": spec("residual", (8, 4096))}, ValueError, "residual has shape"),
+    ({"out": spec("out", (8, 8192), "float16")}, TypeError, "out is float16"),
+    ({"weight": spec("weight", (4096,))}, ValueError, "weight must have shape"),
+    ({"x": spec("x", (8, 8192), "int32")}, TypeError, "x has dtype int32"),
+    ({"x": spec("x", (8, 8192), contiguous=False)}, ValueError, "x must be contiguous"),
+    ({"x": spec("x", (8192,))}, ValueError, "x must be 2-D"),
+    ({"residual": spec("residual", (8, 8192), ptr=1 << 20)}, ValueError, "residual must not be x"),
+])
+def test_rmsnorm_rejects_bad_tensors(kw: dict, err: type, text: str) -> None:
+    with pytest.raises(err, match=text):
+        rms(**kw)
+
+
+def test_rmsnorm_hidden_limit() -> None:
+    with pytest.raises(ValueError, match="hidden size must be in"):
+        rms(2, arn.MAX_HIDDEN + 1)
+
+
+def mm(m: int, n: int, k: int, a_dtype: str = "bfloat16", out_shape: tuple[int, int] | None = None) -> mar.Plan:
+    return mar.plan(spec("a", (m, k), a_dtype), spec("b", (k, n), contiguous=False),
+                    spec("out", out_shape or (m, n)), DEV, 4, 132)
+
+
+def test_matmul_plan_keeps_tiles_within_max_tiles() -> None:
+    for m in (1, 16, 100, 1024, 4096, 16384):
+        p = mm(m, 8192, 2048)
+        tiles = -(-m // p.config.block_m) * -(-8192 // p.config.block_n)
+        assert tiles <= _abi.MAX_TILES and p.ctas == min(tiles, 132)
+    assert tuning.matmul_config(16, 8192, 2048, 4).block_m == 16
+
+
+@pytest.mark.parametrize("args, err, text", [
+    ((16, 64, 32, "float32"), TypeError, "must have one dtype"),
+    ((16, 64, 32, "bfloat16", (16, 65)), ValueError, "out must have shape"),
+])
+def test_matmul_rejects_bad_operands(args: tuple, err: type, text: str) -> None:
+    with pytest.raises(err, match=text):
+        mm(*args)
+
+
+def test_matmul_rejects_mismatched_k() -> None:
+    with pytest.raises(ValueError, match="their K differ"):
+        mar.plan(spec("a", (16, 32)), spec("b", (33, 64)), spec("out", (16, 64)), DEV, 4, 132)
+
+
+def test_matmul_rejects_fp32() -> None:
+    with pytest.raises(TypeError, match="bfloat16 or float16"):
+        mar.plan(spec("a", (16, 32), "float32"), spec("b", (32, 64), "float32"), spec("out", (16, 64), "float32"),
+                 DEV, 4, 132)

@@ -1,0 +1,136 @@
+"""Matmul + all-reduce in one kernel: the row-parallel linear of tensor parallelism.
+
+    out = ironlink.matmul_all_reduce(a, b)      # a [M, K/world], b [K/world, N] -> out [M, N]
+
+`out` (a heap tensor) gets sum_over_ranks(a_r @ b_r). A persistent kernel: each CTA computes output
+tiles one after another, stores each into `out` and all-reduces it at once with
+`symm_tile_all_reduce` (tile index = the output tile's index), so one tile's communication runs
+while the other CTAs still compute theirs. Each tile is rounded to the output dtype before the
+all-reduce, which sums in fp32 in rank order: results are bitwise identical on every rank.
+
+Tiles per launch are at most `MAX_TILES`; the tile shape (`tuning.matmul_config`) grows for
+larger outputs to stay within it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import triton
+import triton.language as tl
+
+from .. import _abi
+from .. import tuning
+from .. import typed as ilt
+from ..jit import jit
+from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
+
+
+class Plan(NamedTuple):
+    m: int
+    n: int
+    k: int
+    config: tuning.MatmulConfig
+    ctas: int
+
+
+def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
+         config: Optional[tuning.MatmulConfig] = None) -> Plan:
+    """Checks the operands (pure: testable without a GPU) and chooses the launch."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError(f"a and b must be 2-D, got shapes {a.shape} and {b.shape}")
+    (m, k), (kb, n) = a.shape, b.shape
+    if kb != k:
+        raise ValueError(f"a is [M, K] = {list(a.shape)} and b is [K, N] = {list(b.shape)}: their K differ")
+    code = _code(a, device)
+    if _code(b, device) != code or check_tensor(out, device) != code:
+        raise TypeError(f"a ({a.dtype}), b ({b.dtype}) and out ({out.dtype}) must have one dtype")
+    if code == _abi.DTYPE["FLOAT32"]:
+        raise TypeError("matmul_all_reduce takes bfloat16 or float16 operands (fp32 accumulation inside)")
+    if out.shape != (m, n):
+        raise ValueError(f"out must have shape ({m}, {n}), got {out.shape}")
+    cfg = config or tuning.matmul_config(m, n, k, world)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    if tiles > _abi.MAX_TILES:
+        raise ValueError(f"{tiles} output tiles of {cfg.block_m}x{cfg.block_n}: at most {_abi.MAX_TILES} "
+                         "(a larger tile shape, or split the matmul)")
+    return Plan(m, n, k, cfg, max(1, min(tiles, sms)))
+
+
+def _code(t: TensorSpec, device: str) -> int:
+    """dtype code of an operand that may be strided (a and b are read with their strides)."""
+    return check_tensor(t._replace(contiguous=True), device)
+
+
+@triton.jit
+def _tile_coords(t, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    # Groups of GROUP_M tile rows walked column by column: neighbouring CTAs share B's columns in L2.
+    per_group = GROUP_M * tiles_n
+    group = t // per_group
+    first_m = group * GROUP_M
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (t % per_group) % rows, (t % per_group) // rows
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            GROUP_M: tl.constexpr, COMMUNICATE: tl.constexpr = True):
+    """out [M, N] (heap, contiguous) = all-reduce of a @ b, tile by tile (see the module docs).
+    COMMUNICATE=False leaves out the all-reduce: the GEMM alone, for the benchmark."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    worst = pid * 0
+    for t in range(pid, tiles_m * tiles_n, grid):
+        tm, tn = _tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ka = k0 + rk
+            x = tl.load(a + rm[:, None].to(tl.int64) * stride_am + ka[None, :] * stride_ak,
+                        mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+            y = tl.load(b + ka[:, None].to(tl.int64) * stride_bk + rn[None, :] * stride_bn,
+                        mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+        if COMMUNICATE:
+            m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+            s = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
+                                    tl.minimum(BLOCK_N, N - n0), N, t)
+            worst = tl.where(s != 0, s, worst)
+    tl.store(status + pid, worst)
+
+
+def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
+                      config: Optional[tuning.MatmulConfig] = None, check: bool = False) -> Any:
+    """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
+    tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
+    Collective; CUDA-graph capturable when `out` is given."""
+    import torch
+
+    if heap is None and out is None:
+        raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
+    h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
+    if out is None:
+        out = h.empty((a.shape[0], b.shape[-1]), a.dtype)
+    specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
+    sms = torch.cuda.get_device_properties(h.device).multi_processor_count
+    p = plan(*specs, str(h.device), h.world_size, sms, config)
+    if p.m == 0 or p.n == 0:
+        return out
+    in_heap(h, "matmul_all_reduce", (out, "out"))
+    c = p.config
+    kernel = matmul_allreduce_kernel[(p.ctas,)]
+    launch_with_status(
+        "matmul_all_reduce", h, p.ctas,
+        lambda status: kernel(h.ctx, a, b, out, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                              status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
+                              num_warps=c.warps, num_stages=c.stages),
+        check, function="symm_tile_all_reduce")
+    return out
+
+
+__all__ = ["matmul_all_reduce", "matmul_allreduce_kernel", "plan"]
