@@ -26,9 +26,9 @@ def rms(tokens: int = 8, hidden: int = 8192, **kw: object) -> arn.Plan:
 
 
 def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
-    small, large = rms(1), rms(2048)
-    assert small.mode == "whole" and large.mode == "rows"
-    assert large.ctas == 132 and small.block_h == 8192
+    one, some, many = rms(1), rms(512), rms(2048)
+    assert (one.mode, some.mode, many.mode) == ("whole", "rows", "whole")
+    assert some.ctas == 132 and one.block_h == 8192
     assert rms(3, 5000).block_h == 8192  # the next power of two
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 import traceback
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
 
 
 class Cases:
-    def __init__(self) -> None:
+    def __init__(self, before: Optional[Callable[[], None]] = None) -> None:
+        self.before = before  # run before every case, on every rank
         self.rank = dist.get_rank()
         self.passed = 0
         self.failed: list[str] = []
@@ -23,6 +24,8 @@ class Cases:
         if self.only not in name:
             return
         try:
+            if self.before:
+                self.before()
             fn()
             ok = torch.tensor([1], device="cuda")
         except Exception as e:  # noqa: BLE001 - a failed case is reported, the suite goes on

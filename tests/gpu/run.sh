@@ -92,7 +92,7 @@ for part in "${parts[@]}"; do
       IRONLINK_HEAP_WORLDS="${fits[*]}" timeout 400 python3 -m pytest -q -s tests/gpu/test_heap.py > "$log" 2>&1; r=$?
       grep -hE "HEAP SUITE" "$log" | tail -3; tail -1 "$log"; [ $r -eq 0 ] || fail heap "$log" ;;
     collectives) per_world collectives "${IRONLINK_WORLD_TIMEOUT:-480}" "^== world|^FAILED" ;;
-    fusion) per_world fusion 300 "^== fusion|^FAILED" ;;
+    fusion) per_world fusion "${IRONLINK_WORLD_TIMEOUT:-480}" "^== fusion|^FAILED" ;;
     ops)
       timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;

@@ -58,15 +58,20 @@ def algorithm_limits(
 
 # --- fused ops (ironlink.fused) ------------------------------------------------------------------
 
-# all_reduce_rmsnorm runs "whole" (every CTA all-reduces, a grid barrier, then the norm) up to this
-# many bytes of x, "rows" (each CTA all-reduces and normalizes its own rows) above.
-RMSNORM_WHOLE_MAX_BYTES = 512 << 10
+# all_reduce_rmsnorm runs "rows" (each CTA all-reduces and normalizes its own rows) for x of more
+# than RMSNORM_WHOLE_MAX_BYTES and less than RMSNORM_WHOLE_MIN_BYTES, "whole" (every CTA all-reduces,
+# a grid barrier, then the norm) otherwise. Measured on 4 H200s, hidden 8192 bf16
+# (bench/results/fused-4xNVIDIA-H200-20261122-125136.json): whole wins at 1 token (9.7 vs 12.0 us)
+# and 2048 (210 vs 222 us), rows from 8 to 512 tokens (12.9 vs 15.4 us at 8).
+RMSNORM_WHOLE_MAX_BYTES = 16 << 10
+RMSNORM_WHOLE_MIN_BYTES = 32 << 20
 
 
 def rmsnorm_mode(tokens: int, row_bytes: int, world: int) -> str:
     """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks."""
     del world  # measured on 4 GPUs only so far
-    return "whole" if tokens * row_bytes <= RMSNORM_WHOLE_MAX_BYTES else "rows"
+    nbytes = tokens * row_bytes
+    return "whole" if nbytes <= RMSNORM_WHOLE_MAX_BYTES or nbytes >= RMSNORM_WHOLE_MIN_BYTES else "rows"
 
 
 class MatmulConfig(NamedTuple):
@@ -104,4 +109,4 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "FORCED_LIMITS", "MATMUL_CONFIGS", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "TABLES", "algorithm_limits", "choose", "matmul_config", "rmsnorm_mode"]
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "TABLES", "algorithm_limits", "choose", "matmul_config", "rmsnorm_mode"]

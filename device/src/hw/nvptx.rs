@@ -102,14 +102,33 @@ pub unsafe fn store_release_u64(p: *mut u64, v: u64) {
     AtomicU64::from_ptr(p).store(v, Ordering::Release)
 }
 
+// The read-modify-write adds are written out in PTX: LLVM's NVPTX backend (Rust's, and the one
+// Triton links with) lowers `atomicrmw add` to a bare `atom.add` (relaxed, GPU scope), dropping
+// the ordering; a flag added that way can reach a peer before the data it announces.
+
+/// `atom.release.sys.add.u64`: adds `v`, after this thread's earlier accesses (cumulatively).
 #[inline(always)]
 pub unsafe fn atomic_add_release_u64(p: *mut u64, v: u64) -> u64 {
-    AtomicU64::from_ptr(p).fetch_add(v, Ordering::Release)
+    let old: u64;
+    asm!(
+        "atom.release.sys.add.u64 {old}, [{p}], {v};",
+        p = in(reg64) p, v = in(reg64) v, old = out(reg64) old,
+        options(nostack)
+    );
+    old
 }
 
+/// `atom.acq_rel.sys.add.u32`: adds `v`, ordered after this thread's earlier accesses and before
+/// its later ones.
 #[inline(always)]
 pub unsafe fn atomic_add_acq_rel_u32(p: *mut u32, v: u32) -> u32 {
-    AtomicU32::from_ptr(p).fetch_add(v, Ordering::AcqRel)
+    let old: u32;
+    asm!(
+        "atom.acq_rel.sys.add.u32 {old}, [{p}], {v};",
+        p = in(reg64) p, v = in(reg32) v, old = out(reg32) old,
+        options(nostack)
+    );
+    old
 }
 
 /// Number of SM identifiers of the GPU (`%nsmid`): at least the number of SMs.
