@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     paths: list[Path] = args.json
     if not paths:
-        found = list(RESULTS.glob("*.json"))
+        found = list(RESULTS.glob("allreduce-*.json"))
         if not found:
             print(f"no benchmark JSON in {RESULTS}", file=sys.stderr)
             return 1

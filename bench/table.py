@@ -39,7 +39,7 @@ def newest_per_world() -> list[Path]:
     """The newest run at each world size, largest world first (a 4-GPU run does not replace an
     8-GPU table)."""
     best: dict[int, tuple[str, str, Path]] = {}
-    for p in RESULTS.glob("*.json"):
+    for p in RESULTS.glob("allreduce-*.json"):
         doc = load(p)
         key = (doc["date"], p.name, p)
         world = int(doc["world_size"])
