@@ -145,3 +145,4 @@ bench-fused: wheel
 docs: venv
 	$(VPY) bench/plot.py
 	$(VPY) bench/table.py --write
+	$(VPY) bench/fused_table.py --write

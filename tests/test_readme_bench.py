@@ -42,6 +42,13 @@ def test_performance_tables_match_newest_results() -> None:
         f"docs/performance.md's tables are stale ({names}): run `make docs` (or paste `python3 bench/table.py --full`)")
 
 
+def test_fused_tables_match_newest_results() -> None:
+    fused = _module("fused_table")
+    text = (REPO / "docs" / "fused.md").read_text()
+    got = text.split(fused.BEGIN, 1)[1].split(fused.END, 1)[0]
+    assert got == fused.block(), f"docs/fused.md's tables are stale ({fused.newest().name}): run `make docs`"
+
+
 def test_referenced_images_exist() -> None:
     docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     seen = 0
