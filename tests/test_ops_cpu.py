@@ -122,16 +122,16 @@ def test_heap_is_found_from_the_tensor_once_passed(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(ops, "_HEAPS", type(ops._HEAPS)())
     a, b = _FakeHeap({"x"}), _FakeHeap({"y"})
     with pytest.raises(IronlinkError, match=r"t is not in a symmetric heap ironlink knows of.*pass heap="):
-        ops._heap_for("x", "t", None, "all_reduce")
-    assert ops._heap_for("x", "t", a, "all_reduce") is a
-    assert ops._heap_for("y", "t", b, "all_reduce") is b
-    assert ops._heap_for("x", "t", None, "all_reduce") is a
-    assert ops._heap_for("y", "t", None, "all_reduce") is b
+        ops.heap_for("x", "t", None, "all_reduce")
+    assert ops.heap_for("x", "t", a, "all_reduce") is a
+    assert ops.heap_for("y", "t", b, "all_reduce") is b
+    assert ops.heap_for("x", "t", None, "all_reduce") is a
+    assert ops.heap_for("y", "t", None, "all_reduce") is b
     b.closed = True  # a closed heap is never chosen
     with pytest.raises(IronlinkError, match="knows of"):
-        ops._heap_for("y", "t", None, "all_reduce")
+        ops.heap_for("y", "t", None, "all_reduce")
     with pytest.raises(IronlinkError, match=r"ironlink.all_gather\(inp\): not in this heap"):
-        ops._in_heap(a, "all_gather", ("x", "out"), ("z", "inp"))
+        ops.in_heap(a, "all_gather", ("x", "out"), ("z", "inp"))
     del a, b  # held weakly: dropping the heaps empties the registry
     import gc
 
