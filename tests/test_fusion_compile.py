@@ -62,12 +62,13 @@ for whole in (0, 1):
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG, {"WHOLE": whole, "BLOCK_H": 8192, "num_warps": 16})
 _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
-               "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+               "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+               "COMMUNICATE": "constexpr"}
 for m in (16, 4096):
     c = tuning.matmul_config(m, 8192, 2048, 4)
     KERNELS[f"matmul_allreduce_m{m}"] = (
         matmul_allreduce_kernel.fn, _MATMUL_SIG,
-        {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m,
+        {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
          "num_warps": c.warps, "num_stages": c.stages})
 
 
