@@ -16,7 +16,6 @@ A benchmark, not a test: nothing asserts a time.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 from typing import Any, Callable, Optional
@@ -28,7 +27,7 @@ import triton
 
 import ironlink
 from ironlink import tuning
-from ironlink.bench import git_rev, time_graph
+from ironlink.bench import run_info, time_graph
 from ironlink.fused.matmul_allreduce import matmul_allreduce_kernel
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
@@ -136,19 +135,7 @@ def main() -> None:
         for m in map(int, args.ms.split(",")):
             b.matmul(m, args.n, args.k_total // b.world, torch.bfloat16, parse_configs(args.matmul_configs))
     if b.rank == 0 and args.out:
-        doc = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(),
-            "world_size": b.world,
-            "git_rev": git_rev(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "method": "ironlink.bench.time_graph: CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, "
-                      "median per call, max over ranks",
-            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
-            "results": b.rows,
-        }
+        doc = {**run_info(b.world), "results": b.rows}
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)

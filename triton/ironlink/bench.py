@@ -115,6 +115,22 @@ def git_rev() -> str:
         return "unknown"
 
 
+def run_info(world: int) -> dict[str, Any]:
+    """What every benchmark JSON records about its run: date, GPU, world size, revision, versions,
+    method, environment."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(),
+        "world_size": world,
+        "git_rev": git_rev(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "method": "CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, median per call, max over ranks",
+        "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+    }
+
+
 class Bench:
     def __init__(self, max_bytes: int, scratch_bytes: int) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -262,19 +278,7 @@ def main() -> None:
                         print(f"{r['collective']:>14} {dt} {nbytes:>11} {r['contender']:>14} {r['config']:>6} "
                               f"{r['us']:>10.2f} us {r['busbw_GBs']:>8.1f} GB/s  x{r.get('vs_nccl', 0):.2f}", flush=True)
     if b.rank == 0:
-        doc = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(),
-            "world_size": b.world,
-            "git_rev": git_rev(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "method": "CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, median per call, max over ranks",
-            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
-            "scratch_bytes": b.heap.scratch_bytes,
-            "results": b.rows,
-        }
+        doc = {**run_info(b.world), "scratch_bytes": b.heap.scratch_bytes, "results": b.rows}
         if args.out:
             os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
             with open(args.out, "w") as f:
