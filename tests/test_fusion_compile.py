@@ -54,6 +54,12 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
          "world": "i32", "seed": "i32", "status": "*i32", "TE": "constexpr"},
         {"TE": 1024},
     ),
+    "exchange_with_all": (
+        fk.exchange_with_all.fn,
+        {"ctx": "i64", "board": "*fp32", "got": "*fp32", "n_tiles": "i32", "rank": "i32", "world": "i32",
+         "seed": "i32", "status": "*i32", "TE": "constexpr"},
+        {"TE": 1024},
+    ),
 }
 _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "weight": "*bf16", "out": "*bf16", "T": "i32",
                 "H": "i32", "eps": "fp32", "status": "*i32", "WHOLE": "constexpr", "BLOCK_H": "constexpr"}
@@ -85,7 +91,8 @@ def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
     ptx = k.asm["ptx"]
     assert k.asm["cubin"]
     for sym in ("symm_grid_barrier", "symm_all_reduce", "symm_tile_all_reduce", "symm_tile_all_gather",
-                "symm_tile_reduce_scatter", "symm_tile_put", "symm_tile_signal", "symm_tile_wait"):
+                "symm_tile_reduce_scatter", "symm_tile_put", "symm_tile_signal", "symm_tile_wait", "symm_tile_signal_others",
+                "symm_tile_wait_others"):
         assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{sym}\b", ptx), f"{sym} was not inlined"
     local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
     assert not local, f"{name} uses local memory on sm_{cc}:\n" + "\n".join(local[:10])

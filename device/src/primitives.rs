@@ -104,12 +104,25 @@ fn tile_semaphore(c: &SymmContext, rank: usize, tile: usize, from: usize) -> *mu
 /// peer pointers) are visible to it: adds one to the peer's semaphore `[tile][rank]`.
 /// The caller checked `tile < MAX_TILES` and `peer < world`. Every thread calls it.
 pub fn tile_signal(c: &SymmContext, tile: usize, peer: usize) {
+    tile_signal_where(c, tile, |p| p == peer);
+}
+
+/// `tile_signal` to every other rank at once (thread p signals rank p).
+pub fn tile_signal_others(c: &SymmContext, tile: usize) {
+    let me = c.rank as usize;
+    tile_signal_where(c, tile, |p| p != me);
+}
+
+/// Thread p (< world) adds one to rank p's semaphore `[tile][rank]` if `to(p)`.
+fn tile_signal_where(c: &SymmContext, tile: usize, to: impl Fn(usize) -> bool) {
     hw::sync_threads();
-    if hw::thread_rank_fresh() == 0 {
+    let p = hw::thread_rank_fresh() as usize;
+    if p < c.world_size as usize && to(p) {
         // No separate fence (as in `Call::barrier`): the release half of the add is cumulative
-        // over the CTA's earlier writes, which the CTA barrier above ordered before it.
-        // SAFETY: a semaphore of a mapped peer signal region (tile and peer checked).
-        unsafe { hw::atomic_add_acq_rel_u32(tile_semaphore(c, peer, tile, c.rank as usize), 1) };
+        // over the CTA's earlier writes, which the CTA barrier above ordered before it. A `red`
+        // is posted: the CTA does not wait for the round trip to the peer.
+        // SAFETY: a semaphore of a mapped peer signal region (tile checked, p < world).
+        unsafe { hw::red_add_release_u32(tile_semaphore(c, p, tile, c.rank as usize), 1) };
     }
     hw::sync_threads();
 }
@@ -119,15 +132,33 @@ pub fn tile_signal(c: &SymmContext, tile: usize, peer: usize) {
 /// (recorded) after the context's timeout. The caller checked `tile` and `peer`. The acquire
 /// load and the CTA barrier after it order the CTA's later reads after the peer's writes.
 pub fn tile_wait(c: &SymmContext, tile: usize, peer: usize, which: i32) -> Result<(), i32> {
+    tile_wait_where(c, tile, |p| p == peer, which)
+}
+
+/// `tile_wait` for every other rank at once (thread p waits for rank p).
+pub fn tile_wait_others(c: &SymmContext, tile: usize, which: i32) -> Result<(), i32> {
+    let me = c.rank as usize;
+    tile_wait_where(c, tile, |p| p != me, which)
+}
+
+/// Thread p (< world) takes one signal of `tile` from rank p if `from(p)`.
+fn tile_wait_where(
+    c: &SymmContext,
+    tile: usize,
+    from: impl Fn(usize) -> bool,
+    which: i32,
+) -> Result<(), i32> {
     let mut late = false;
-    if hw::thread_rank_fresh() == 0 {
-        let sem = tile_semaphore(c, c.rank as usize, tile, peer);
+    let p = hw::thread_rank_fresh() as usize;
+    if p < c.world_size as usize && from(p) {
+        let sem = tile_semaphore(c, c.rank as usize, tile, p);
         let mut deadline = Deadline::new(c.timeout_ns);
-        // SAFETY: a semaphore of our own signal region; only this wait decrements it.
+        // SAFETY: a semaphore of our own signal region; only this thread decrements it.
         late = !wait_until(&mut deadline, || unsafe { hw::load_acquire_u32(sem) } != 0);
         if !late {
-            // One consumer per semaphore: what we saw non-zero stays so until we take it.
-            unsafe { hw::atomic_add_acq_rel_u32(sem, u32::MAX) };
+            // One consumer per semaphore: what we saw non-zero stays so until we take it. The
+            // acquire load above already ordered our later reads; the take needs no ordering.
+            unsafe { hw::red_add_relaxed_u32(sem, u32::MAX) };
         }
     }
     agree_on_timeout(c, which, late)

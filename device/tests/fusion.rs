@@ -909,3 +909,88 @@ fn tile_wait_times_out_without_a_signal() {
     assert_eq!(st, vec![status::TIMEOUT; 2]);
     assert_eq!(node.recorded_error(0), status::TIMEOUT);
 }
+
+/// `symm_tile_signal_others` / `symm_tile_wait_others`: every rank writes a word into every
+/// peer's slot `[tile][rank]`, signals all, waits for all and checks every slot, then signals
+/// "read" on a second tile index before the next round overwrites. Tiles sit on different CTAs
+/// on different ranks and every round's values differ, so a wait that returned before some peer
+/// signalled (or a lost or doubled count) reads a stale word.
+#[test]
+fn tile_signal_and_wait_others_exchange_with_every_peer() {
+    const TILES: usize = 6;
+    const ROUNDS: u32 = 8;
+    let slot = |t: usize, from: usize| BASE + 4 * (t * 8 + from);
+    for world in [2, 3, 4] {
+        let mut node = Node::new(world, 1 << 16, 1 << 16);
+        for r in 0..world {
+            node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
+        }
+        let what = format!("tile exchange world={world}");
+        let ctas = 4;
+        let st = node.run(&what, ctas, 32, |rank, ctx| {
+            let cta = cta_rank() as usize;
+            for round in 0..ROUNDS {
+                for t in (0..TILES).filter(|t| (t + rank) % ctas as usize == cta) {
+                    let v = |from: usize| (from as u32) << 24 | round << 16 | t as u32;
+                    if thread_rank() == 0 {
+                        for p in 0..world {
+                            put_word(&node, p, slot(t, rank), v(rank));
+                        }
+                    }
+                    let s = api::symm_tile_signal_others(ctx, t as i64);
+                    let s = if s == status::OK {
+                        api::symm_tile_wait_others(ctx, t as i64)
+                    } else {
+                        s
+                    };
+                    if s != status::OK {
+                        return s;
+                    }
+                    for p in 0..world {
+                        if word(&node, rank, slot(t, p)).load(Ordering::Relaxed) != v(p) {
+                            put_word(&node, rank, FLAG, 1);
+                        }
+                    }
+                    let s = api::symm_tile_signal_others(ctx, (TILES + t) as i64);
+                    let s = if s == status::OK {
+                        api::symm_tile_wait_others(ctx, (TILES + t) as i64)
+                    } else {
+                        s
+                    };
+                    if s != status::OK {
+                        return s;
+                    }
+                }
+            }
+            status::OK
+        });
+        assert_eq!(st, vec![status::OK; world], "{what}");
+        for r in 0..world {
+            assert_eq!(
+                word(&node, r, FLAG).load(Ordering::Relaxed),
+                0,
+                "{what}: rank {r} read a stale slot"
+            );
+        }
+    }
+}
+
+/// A wait for every other rank times out when one of them never signals, and names itself.
+#[test]
+fn tile_wait_others_times_out_when_one_rank_is_missing() {
+    let mut node = Node::new(3, 1 << 16, 1 << 16);
+    for r in 0..3 {
+        node.ctx_mut(r).timeout_ns = 200_000_000;
+    }
+    let st = node.run("a rank that never signals", 1, 32, |rank, ctx| {
+        if rank != 2 {
+            let s = api::symm_tile_signal_others(ctx, 3);
+            if s != status::OK {
+                return s;
+            }
+        }
+        api::symm_tile_wait_others(ctx, 3)
+    });
+    assert_eq!(st, vec![status::TIMEOUT, status::TIMEOUT, status::OK]);
+    assert_eq!(node.recorded_error(0), status::TIMEOUT);
+}

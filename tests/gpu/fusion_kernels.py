@@ -124,3 +124,29 @@ def ring_push(ctx, outbox, inbox, got, n_tiles, rank, world, seed, status, TE: t
         s = il.symm_tile_wait(ctx, n_tiles + t, nxt)
         worst = tl.where(s != 0, s, worst)
     tl.store(status + pid, worst)
+
+
+@ironlink.jit
+@triton.jit
+def exchange_with_all(ctx, board, got, n_tiles, rank, world, seed, status, TE: tl.constexpr):
+    # Tile t: every rank stores its row into row [t][rank] of every rank's board (through peer
+    # pointers), symm_tile_signal_others, symm_tile_wait_others, copies its board's tile t (every
+    # rank's row) to `got`, then the same pair on tile n_tiles + t so the next launch's stores
+    # wait until every rank has read. Rank r runs tile t on CTA (t + r) % grid.
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    worst = pid * 0
+    e = tl.arange(0, TE)
+    for t in range((pid - rank) % grid, n_tiles, grid):
+        v = (e * 7 + t * 3 + seed + 100 * rank).to(tl.float32)
+        for p in range(0, world):
+            peer = il.symm_peer_ptr(ctx, board + (t * world + rank) * TE, p).to(tl.pointer_type(tl.float32))
+            tl.store(peer + e, v)
+        s = il.symm_tile_signal_others(ctx, t)
+        s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, t))
+        worst = tl.where(s != 0, s, worst)
+        for p in range(0, world):
+            tl.store(got + (t * world + p) * TE + e, tl.load(board + (t * world + p) * TE + e))
+        s = il.symm_tile_signal_others(ctx, n_tiles + t)
+        s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, n_tiles + t))
+        worst = tl.where(s != 0, s, worst)
+    tl.store(status + pid, worst)

@@ -9,7 +9,8 @@
   around a ring (symm_tile_put, stores through peer pointers + symm_tile_signal, symm_tile_wait).
 - Back-to-back launches and a CUDA graph replayed (per-tile epochs), a grid larger than the GPU
   (INVALID_ARGUMENT), results against exact references and bitwise equal on all ranks.
-- The fused ops (ironlink.all_reduce_rmsnorm in both modes, ironlink.matmul_all_reduce) against a
+- The fused ops (ironlink.all_reduce_rmsnorm in every mode, ironlink.matmul_all_reduce, also 8
+  launches back to back) against a
   float64 reference within the dtype's tolerance, bitwise equal on all ranks, eager and replayed
   in a CUDA graph, at shapes that are not multiples of the tile.
 """
@@ -26,10 +27,11 @@ import triton.language as tl
 
 import ironlink
 from ironlink import _abi
+from ironlink.fused.allreduce_rmsnorm import MODES
 
 from _cases import Cases  # tests/gpu/, the script's own directory
-from fusion_kernels import (produce_then_all_reduce, ring_push, tiles_then_all_gather, tiles_then_all_reduce,
-                            tiles_then_reduce_scatter)
+from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
+                            tiles_then_all_reduce, tiles_then_reduce_scatter)
 
 DT = {torch.float32: _abi.DTYPE["FLOAT32"], torch.float16: _abi.DTYPE["FLOAT16"], torch.bfloat16: _abi.DTYPE["BFLOAT16"]}
 TL = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
@@ -183,6 +185,24 @@ class Suite:
             self.heap.free(inbox)
             self.heap.free(outbox)
 
+    def exchange(self, n_tiles: int, grid: int) -> None:
+        w, te = self.world, 1024
+        board = self.heap.zeros((n_tiles * w * te,), torch.float32)
+        got = torch.zeros(n_tiles * w * te, device="cuda")
+        try:
+            for seed in (1, 2, 3):  # back to back: a wait that returned early reads an old row
+                exchange_with_all[(grid,)](self.heap.ctx, board, got, n_tiles, self.rank, w, seed, self.status,
+                                           TE=te, num_warps=4)
+            torch.cuda.synchronize()
+            self.check_status(grid)
+            e = torch.arange(te, device="cuda")[None, None, :]
+            t = torch.arange(n_tiles, device="cuda")[:, None, None]
+            p = torch.arange(w, device="cuda")[None, :, None]
+            want = (e * 7 + t * 3 + 3 + 100 * p).float()
+            assert torch.equal(got.view(n_tiles, w, te), want), "wrong row received"
+        finally:
+            self.heap.free(board)
+
     def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str, graph: bool) -> None:
         w, r = self.world, self.rank
         x = self.heap.empty((tokens, hidden), dtype)
@@ -224,15 +244,20 @@ class Suite:
         finally:
             self.heap.free(x)
 
-    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool) -> None:
+    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
         w, r = self.world, self.rank
         gen = torch.Generator(device="cuda").manual_seed(99)
         a_all = [torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(w)]
         b_all = [(torch.randn(k, n, device="cuda", generator=gen) / k ** 0.5).to(dtype) for _ in range(w)]
         a, b = a_all[r], b_all[r].t().contiguous().t()  # b column-major: strides are honoured
         out = self.heap.empty((m, n), dtype)
+        a_scaled = [a * (i + 1) for i in range(launches)]  # launches: 1 or a power of two (exact)
         try:
-            run = lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=self.heap)  # noqa: E731
+            def run() -> None:
+                # Back-to-back launches with different inputs: a tile summed late or read early
+                # shows in the last result.
+                for x in a_scaled:
+                    ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap)
             reps = 1
             if graph:
                 run()
@@ -246,7 +271,7 @@ class Suite:
                 g.replay() if graph else run()
                 torch.cuda.synchronize()
                 self.heap.check()
-                ref = sum(a_all[p].double() @ b_all[p].double() for p in range(w))
+                ref = sum(a_all[p].double() @ b_all[p].double() for p in range(w)) * launches
                 err = ((out.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
                 tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
                 assert err <= tol, f"relative error {err:.3g} > {tol}"
@@ -295,14 +320,18 @@ def main() -> int:
     for n_tiles, grid in ((9, 4), (64, 64)):
         cases.run(f"push-as-produced ring {n_tiles} tiles grid {grid}", lambda: s.ring(n_tiles, grid, graph=False))
     cases.run("push-as-produced ring in a CUDA graph", lambda: s.ring(16, 8, graph=True))
+    for n_tiles, grid in ((9, 4), (64, 64)):
+        cases.run(f"signal_others / wait_others exchange {n_tiles} tiles grid {grid}", lambda: s.exchange(n_tiles, grid))
     for dtype in (torch.bfloat16, torch.float16):
         for tokens, hidden in ((1, 8192), (5, 4096), (33, 8192), (300, 5120), (1000, 16384)):
-            for mode in ("rows", "whole"):
+            for mode in MODES:
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
                           lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
         for m, n, k in ((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)):
             cases.run(f"matmul_all_reduce {dtype} {m}x{n}x{k}", lambda: s.matmul(m, n, k, dtype, graph=False))
+        cases.run(f"matmul_all_reduce {dtype} 8 launches back to back",
+                  lambda: s.matmul(1030, 2050, 1024, dtype, graph=False, launches=8))
         cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))
     heap.close()
     if rank == 0:

@@ -336,6 +336,26 @@ exports! {
         code(r)
     }
 
+    /// `symm_tile_signal` to every other rank at once (one thread per rank): what a tile's
+    /// producer calls after storing it into every peer, or to announce a tile every peer reads.
+    fn symm_tile_signal_others(ctx: i64, tile: i64) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            primitives::tile_signal_others(c, tile::tile_index(tile)?);
+            Ok(())
+        });
+        code(r)
+    }
+
+    /// `symm_tile_wait` for every other rank at once (one thread per rank): returns when each has
+    /// signalled `tile` once more than this rank waited for it. TIMEOUT (recorded) as
+    /// `symm_tile_wait`.
+    fn symm_tile_wait_others(ctx: i64, tile: i64) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            primitives::tile_wait_others(c, tile::tile_index(tile)?, which!(symm_tile_wait_others))
+        });
+        code(r)
+    }
+
     /// CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric
     /// `dst_ptr`. Not ordered with the peer: follow with `symm_signal` or `symm_barrier`.
     fn symm_put(ctx: i64, dst_ptr: i64, src_ptr: i64, nbytes: i64, peer: i32) -> i32 {

@@ -263,6 +263,16 @@ pub unsafe fn atomic_add_acq_rel_u32(p: *mut u32, v: u32) -> u32 {
     AtomicU32::from_ptr(p).fetch_add(v, Ordering::AcqRel)
 }
 
+pub unsafe fn red_add_release_u32(p: *mut u32, v: u32) {
+    maybe_yield();
+    AtomicU32::from_ptr(p).fetch_add(v, Ordering::Release);
+}
+
+pub unsafe fn red_add_relaxed_u32(p: *mut u32, v: u32) {
+    maybe_yield();
+    AtomicU32::from_ptr(p).fetch_add(v, Ordering::Relaxed);
+}
+
 /// SMs of the simulated GPU: small, so that tests can launch a grid larger than the GPU (every
 /// simulated CTA runs at once whatever the grid; the device code only compares grids with it).
 pub const SIM_SM_COUNT: u32 = 16;

@@ -131,6 +131,28 @@ pub unsafe fn atomic_add_acq_rel_u32(p: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `red.release.sys.add.u32`: adds `v` after this thread's earlier accesses (cumulatively), without
+/// waiting for the result: to a peer's memory it is posted, not a round trip over NVLink.
+#[inline(always)]
+pub unsafe fn red_add_release_u32(p: *mut u32, v: u32) {
+    asm!(
+        "red.release.sys.add.u32 [{p}], {v};",
+        p = in(reg64) p, v = in(reg32) v,
+        options(nostack)
+    );
+}
+
+/// `red.relaxed.sys.add.u32`: an atomic add with no ordering (e.g. taking a semaphore count that
+/// an acquire load already synchronized with).
+#[inline(always)]
+pub unsafe fn red_add_relaxed_u32(p: *mut u32, v: u32) {
+    asm!(
+        "red.relaxed.sys.add.u32 [{p}], {v};",
+        p = in(reg64) p, v = in(reg32) v,
+        options(nostack)
+    );
+}
+
 /// Number of SM identifiers of the GPU (`%nsmid`): at least the number of SMs.
 #[inline(always)]
 pub fn sm_count() -> u32 {
