@@ -136,7 +136,7 @@ def exchange_with_all(ctx, board, got, n_tiles, rank, world, seed, status, TE: t
     pid, grid = tl.program_id(0), tl.num_programs(0)
     worst = pid * 0
     e = tl.arange(0, TE)
-    for t in range((pid - rank) % grid, n_tiles, grid):
+    for t in range((pid + grid - rank % grid) % grid, n_tiles, grid):  # Triton's % keeps the sign
         v = (e * 7 + t * 3 + seed + 100 * rank).to(tl.float32)
         for p in range(0, world):
             peer = il.symm_peer_ptr(ctx, board + (t * world + rank) * TE, p).to(tl.pointer_type(tl.float32))
