@@ -9,6 +9,12 @@
   (ironlink.matmul_all_reduce), nccl_torch (torch.matmul, dist.all_reduce), ironlink_torch
   (torch.matmul into a heap tensor, ironlink.all_reduce); and, to explain the others, the GEMMs
   alone: torch_matmul and triton_gemm (ironlink's kernel without its all-reduces).
+- allgather_matmul (a shard [M / world, K] x b [K, N / world], K = N = 8192): ironlink_fused
+  (ironlink.all_gather_matmul), nccl_torch (dist.all_gather_into_tensor, torch.matmul),
+  torch_symm_fused (torch.ops.symm_mem.fused_all_gather_matmul, where it runs).
+- matmul_reducescatter (a [M, K / world] x b [K / world, N], K = N = 8192): ironlink_fused
+  (ironlink.matmul_reduce_scatter), nccl_torch (torch.matmul, dist.reduce_scatter_tensor),
+  torch_symm_fused (torch.ops.symm_mem.fused_matmul_reduce_scatter, where it runs).
 Each point: ironlink.bench.time_graph (calls captured in one graph, median replay, max over ranks).
 A benchmark, not a test: nothing asserts a time.
 """
@@ -32,6 +38,7 @@ from ironlink.fused.matmul_allreduce import matmul_allreduce_kernel
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
 MS = [16, 128, 1024, 4096]
+SP_MS = [128, 1024, 4096, 16384]  # the sequence-parallel ops' M
 
 
 class FusedBench:
@@ -106,6 +113,63 @@ class FusedBench:
         self.heap.free(out)
 
 
+class SequenceParallelBench:
+    """all_gather + matmul and matmul + reduce_scatter against NCCL + torch.matmul and PyTorch's
+    fused ops (symmetric memory, async tensor parallelism)."""
+
+    def __init__(self, b: FusedBench) -> None:
+        self.b = b
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.symm_mem = symm_mem
+        self.group = dist.group.WORLD.group_name
+
+    def torch_fused(self, op: str, shape: dict[str, int], fn: Callable[[], Any], nbytes: int) -> None:
+        try:
+            fn()
+            torch.cuda.synchronize()
+            self.b.record(op, "torch_symm_fused", shape, "bf16", fn, nbytes)
+        except Exception as e:  # not every torch build runs them (or captures them): say why, go on
+            if self.b.rank == 0:
+                print(f"{op}: torch_symm_fused skipped: {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+    def gather_matmul(self, m: int, n: int, k: int) -> None:
+        w, op, dtype = self.b.world, "allgather_matmul", torch.bfloat16
+        shape = {"M": m, "N": n, "K": k}
+        shard = torch.randn(m // w, k, device="cuda").to(dtype)
+        bmat = (torch.randn(k, n // w, device="cuda") / k ** 0.5).to(dtype)
+        heap = self.b.heap
+        a_full = heap.empty((m, k), dtype)
+        out = torch.empty(m, n // w, device="cuda", dtype=dtype)
+        gathered = torch.empty(m, k, device="cuda", dtype=dtype)
+        self.b.record(op, "ironlink_fused", shape, "bf16",
+                      lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out), a_full.nbytes)
+        self.b.record(op, "nccl_torch", shape, "bf16",
+                      lambda: (dist.all_gather_into_tensor(gathered, shard), torch.matmul(gathered, bmat, out=out)),
+                      a_full.nbytes)
+        symm = self.symm_mem.empty(m // w, k, dtype=dtype, device="cuda")
+        symm.copy_(shard)
+        self.symm_mem.rendezvous(symm, self.group)
+        self.torch_fused(op, shape, lambda: torch.ops.symm_mem.fused_all_gather_matmul(symm, [bmat], 0, self.group),
+                         a_full.nbytes)
+        heap.free(a_full)
+
+    def matmul_scatter(self, m: int, n: int, k: int) -> None:
+        w, op, dtype = self.b.world, "matmul_reducescatter", torch.bfloat16
+        shape = {"M": m, "N": n, "K": k}
+        a = torch.randn(m, k // w, device="cuda").to(dtype)
+        bmat = (torch.randn(k // w, n, device="cuda") / k ** 0.5).to(dtype)
+        out = torch.empty(m // w, n, device="cuda", dtype=dtype)
+        full = torch.empty(m, n, device="cuda", dtype=dtype)
+        nbytes = full.nbytes
+        self.b.record(op, "ironlink_fused", shape, "bf16",
+                      lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out), nbytes)
+        self.b.record(op, "nccl_torch", shape, "bf16",
+                      lambda: (torch.matmul(a, bmat, out=full), dist.reduce_scatter_tensor(out, full)), nbytes)
+        self.torch_fused(op, shape,
+                         lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, bmat, "sum", 0, self.group), nbytes)
+
+
 def parse_configs(text: Optional[str]) -> list[tuning.MatmulConfig]:
     """"128,256,64,8,8,3;64,128,64,8,4,4" -> extra matmul configs to measure."""
     if not text:
@@ -116,7 +180,8 @@ def parse_configs(text: Optional[str]) -> list[tuning.MatmulConfig]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None, help="JSON file to write (rank 0)")
-    ap.add_argument("--ops", default="allreduce_rmsnorm,matmul_allreduce")
+    ap.add_argument("--ops", default="allreduce_rmsnorm,matmul_allreduce,allgather_matmul,matmul_reducescatter")
+    ap.add_argument("--sp-ms", default=",".join(map(str, SP_MS)), help="M of the sequence-parallel ops")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--ms", default=",".join(map(str, MS)))
@@ -126,7 +191,7 @@ def main() -> None:
     args = ap.parse_args()
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
-    b = FusedBench(1 << 30)
+    b = FusedBench(2 << 30)
     ops = args.ops.split(",")
     if "allreduce_rmsnorm" in ops:
         for t in map(int, args.tokens.split(",")):
@@ -134,6 +199,13 @@ def main() -> None:
     if "matmul_allreduce" in ops:
         for m in map(int, args.ms.split(",")):
             b.matmul(m, args.n, args.k_total // b.world, torch.bfloat16, parse_configs(args.matmul_configs))
+    if "allgather_matmul" in ops or "matmul_reducescatter" in ops:
+        sp = SequenceParallelBench(b)
+        for m in map(int, args.sp_ms.split(",")):
+            if "allgather_matmul" in ops:
+                sp.gather_matmul(m, args.n, args.k_total)
+            if "matmul_reducescatter" in ops:
+                sp.matmul_scatter(m, args.n, args.k_total)
     if b.rank == 0 and args.out:
         doc = {**run_info(b.world), "results": b.rows}
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

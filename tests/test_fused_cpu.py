@@ -6,7 +6,9 @@ import pytest
 
 from ironlink import _abi, tuning
 from ironlink.fused import allreduce_rmsnorm as arn
+from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_allreduce as mar
+from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.ops import TensorSpec
 
 DEV = "cuda:0"
@@ -81,4 +83,42 @@ def test_matmul_rejects_mismatched_k() -> None:
 def test_matmul_rejects_fp32() -> None:
     with pytest.raises(TypeError, match="bfloat16 or float16"):
         mar.plan(spec("a", (16, 32), "float32"), spec("b", (32, 64), "float32"), spec("out", (16, 64), "float32"),
+                 DEV, 4, 132)
+
+
+def rs(m: int, n: int, k: int, out_shape: tuple[int, int] | None = None, world: int = 4) -> mrs.Plan:
+    return mrs.plan(spec("a", (m, k)), spec("b", (k, n), contiguous=False), spec("out", out_shape or (m // world, n)),
+                    DEV, world, 132)
+
+
+def test_matmul_reduce_scatter_plan_sizes_the_workspace_per_destination_tile() -> None:
+    p = rs(4096, 8192, 2048)
+    c = p.config
+    assert p.tiles == -(-1024 // c.block_m) * -(-8192 // c.block_n)
+    assert p.workspace_bytes == p.tiles * 4 * c.block_m * c.block_n * 2
+    assert p.ctas == min(4 * p.tiles, 132)
+
+
+@pytest.mark.parametrize("args, text", [
+    ((4098, 64, 32), "split evenly over 4 ranks"),
+    ((16, 64, 32, (16, 64)), "out must have shape"),
+])
+def test_matmul_reduce_scatter_rejects_bad_shapes(args: tuple, text: str) -> None:
+    with pytest.raises(ValueError, match=text):
+        rs(*args)
+
+
+def ag(rows: int, n: int, k: int, full: tuple[int, int] | None = None, world: int = 4) -> agm.Plan:
+    return agm.plan(spec("a_shard", (rows, k), contiguous=False), spec("b", (k, n)),
+                    spec("a_full", full or (world * rows, k), ptr=1 << 20), spec("out", (world * rows, n)),
+                    DEV, world, 132)
+
+
+def test_all_gather_matmul_plan_checks_the_gathered_shape() -> None:
+    p = ag(1024, 2048, 8192)
+    assert (p.rows, p.n, p.k) == (1024, 2048, 8192) and p.ctas == 132
+    with pytest.raises(ValueError, match=r"a_full must have shape \(4096, 8192\)"):
+        ag(1024, 2048, 8192, full=(1024, 8192))
+    with pytest.raises(ValueError, match="their K differ"):
+        agm.plan(spec("a_shard", (8, 32)), spec("b", (33, 64)), spec("a_full", (32, 32)), spec("out", (32, 64)),
                  DEV, 4, 132)

@@ -17,7 +17,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from ironlink import _lib, tuning
-from ironlink.fused import allreduce_rmsnorm_kernel, matmul_allreduce_kernel
+from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
+                            matmul_reducescatter_kernel)
+from ironlink.fused.allgather_matmul import COPY_K
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
@@ -75,6 +77,24 @@ for m in (16, 4096):
     KERNELS[f"matmul_allreduce_m{m}"] = (
         matmul_allreduce_kernel.fn, _MATMUL_SIG,
         {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
+         "num_warps": c.warps, "num_stages": c.stages})
+
+_STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+            "BLOCK_K": "constexpr"}
+for m in (128, 16384):
+    c = tuning.matmul_config(m, 8192, 2048, 4)
+    KERNELS[f"matmul_reducescatter_m{m}"] = (
+        matmul_reducescatter_kernel.fn,
+        {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+         "stride_am": "i32", "stride_ak": "i32", **_STRIDES, "GROUP_M": "constexpr", "WORLD": "constexpr"},
+        {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "WORLD": 4,
+         "num_warps": c.warps, "num_stages": c.stages})
+    c = tuning.matmul_config(m, 2048, 8192, 4)
+    KERNELS[f"allgather_matmul_m{m}"] = (
+        allgather_matmul_kernel.fn,
+        {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32", "N": "i32",
+         "K": "i32", "stride_sm": "i32", "stride_sk": "i32", **_STRIDES, "COPY_K": "constexpr", "WORLD": "constexpr"},
+        {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "COPY_K": COPY_K, "WORLD": 4,
          "num_warps": c.warps, "num_stages": c.stages})
 
 

@@ -9,7 +9,8 @@
   around a ring (symm_tile_put, stores through peer pointers + symm_tile_signal, symm_tile_wait).
 - Back-to-back launches and a CUDA graph replayed (per-tile epochs), a grid larger than the GPU
   (INVALID_ARGUMENT), results against exact references and bitwise equal on all ranks.
-- The fused ops (ironlink.all_reduce_rmsnorm in every mode, ironlink.matmul_all_reduce, also 8
+- The fused ops (ironlink.all_reduce_rmsnorm in every mode, ironlink.matmul_all_reduce,
+  ironlink.matmul_reduce_scatter, ironlink.all_gather_matmul, each also 8
   launches back to back) against a
   float64 reference within the dtype's tolerance, bitwise equal on all ranks, eager and replayed
   in a CUDA graph, at shapes that are not multiples of the tile.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -244,40 +246,91 @@ class Suite:
         finally:
             self.heap.free(x)
 
-    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
-        w, r = self.world, self.rank
-        gen = torch.Generator(device="cuda").manual_seed(99)
-        a_all = [torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(w)]
-        b_all = [(torch.randn(k, n, device="cuda", generator=gen) / k ** 0.5).to(dtype) for _ in range(w)]
-        a, b = a_all[r], b_all[r].t().contiguous().t()  # b column-major: strides are honoured
-        out = self.heap.empty((m, n), dtype)
-        a_scaled = [a * (i + 1) for i in range(launches)]  # launches: 1 or a power of two (exact)
-        try:
-            def run() -> None:
-                # Back-to-back launches with different inputs: a tile summed late or read early
-                # shows in the last result.
-                for x in a_scaled:
-                    ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap)
-            reps = 1
-            if graph:
+    def replays(self, run: Callable[[], None], graph: bool, outputs: list[torch.Tensor],
+                check: Callable[[], None]) -> None:
+        """`run` once eagerly, or captured in a CUDA graph and replayed 3 times; before each, the
+        outputs are set to NaN (a tile never written shows), after each, `check`."""
+        reps = 1
+        if graph:
+            run()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
                 run()
-                torch.cuda.synchronize()
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    run()
-                reps = 3
-            for _ in range(reps):
-                out.fill_(float("nan"))
-                g.replay() if graph else run()
-                torch.cuda.synchronize()
-                self.heap.check()
-                ref = sum(a_all[p].double() @ b_all[p].double() for p in range(w)) * launches
-                err = ((out.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
-                tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
-                assert err <= tol, f"relative error {err:.3g} > {tol}"
-                self.same_on_all_ranks(out)
+            reps = 3
+        for _ in range(reps):
+            for t in outputs:
+                t.fill_(float("nan"))
+            g.replay() if graph else run()
+            torch.cuda.synchronize()
+            self.heap.check()
+            check()
+
+    def operands(self, m: int, n: int, k: int, dtype: torch.dtype, seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Every rank's a [m, k] and b [k, n] (same on all ranks: each computes its references)."""
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        a_all = [torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(self.world)]
+        b_all = [(torch.randn(k, n, device="cuda", generator=gen) / k ** 0.5).to(dtype) for _ in range(self.world)]
+        return a_all, b_all
+
+    @staticmethod
+    def close_to(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+        err = ((got.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
+        tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+        assert err <= tol, f"relative error {err:.3g} > {tol}"
+
+    # Back-to-back launches (`launches`, 1 or a power of two so the scaling is exact) take inputs
+    # scaled by 1, 2, ...: a tile summed late or read early shows in the last result.
+
+    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
+        a_all, b_all = self.operands(m, n, k, dtype, 99)
+        b = b_all[self.rank].t().contiguous().t()  # b column-major: strides are honoured
+        out = self.heap.empty((m, n), dtype)
+        a_scaled = [a_all[self.rank] * (i + 1) for i in range(launches)]
+
+        def check() -> None:
+            self.close_to(out, sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches, dtype)
+            self.same_on_all_ranks(out)
+
+        try:
+            self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap) for x in a_scaled],
+                         graph, [out], check)
         finally:
             self.heap.free(out)
+
+    def matmul_scatter(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
+        w, r = self.world, self.rank
+        a_all, b_all = self.operands(m, n, k, dtype, 98)
+        b = b_all[r].t().contiguous().t()
+        out = torch.empty(m // w, n, device="cuda", dtype=dtype)
+        a_scaled = [a_all[r] * (i + 1) for i in range(launches)]
+
+        def check() -> None:
+            ref = sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches
+            self.close_to(out, ref[r * m // w:(r + 1) * m // w], dtype)
+
+        self.replays(lambda: [ironlink.matmul_reduce_scatter(x, b, heap=self.heap, out=out) for x in a_scaled],
+                     graph, [out], check)
+
+    def gather_matmul(self, rows: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
+        w, r = self.world, self.rank
+        shards, b_all = self.operands(rows, n, k, dtype, 97)
+        b = b_all[r]
+        a_full = self.heap.empty((w * rows, k), dtype)
+        out = torch.empty(w * rows, n, device="cuda", dtype=dtype)
+        shard_t = shards[r].t().contiguous().t()  # a column-major shard: strides are honoured
+        a_scaled = [shard_t * (i + 1) for i in range(launches)]
+
+        def check() -> None:
+            want = torch.cat(shards) * launches
+            assert torch.equal(a_full, want), "a_full is not the shards in rank order"
+            self.close_to(out, want.double() @ b.double(), dtype)
+
+        try:
+            self.replays(lambda: [ironlink.all_gather_matmul(x, b, heap=self.heap, a_full=a_full, out=out)
+                                  for x in a_scaled], graph, [a_full, out], check)
+        finally:
+            self.heap.free(a_full)
 
     def grid_too_large(self) -> None:
         x = self.heap.empty((1024,), torch.float32)
@@ -332,6 +385,17 @@ def main() -> int:
             cases.run(f"matmul_all_reduce {dtype} {m}x{n}x{k}", lambda: s.matmul(m, n, k, dtype, graph=False))
         cases.run(f"matmul_all_reduce {dtype} 8 launches back to back",
                   lambda: s.matmul(1030, 2050, 1024, dtype, graph=False, launches=8))
+        for m, n, k in ((16 * world, 8192, 512), (100 * world, 1000, 300), (1030 * world, 2050, 1024)):
+            cases.run(f"matmul_reduce_scatter {dtype} {m}x{n}x{k}", lambda: s.matmul_scatter(m, n, k, dtype, graph=False))
+            cases.run(f"all_gather_matmul {dtype} {m // world}x{n}x{k}",
+                      lambda: s.gather_matmul(m // world, n, k, dtype, graph=False))
+        cases.run(f"matmul_reduce_scatter {dtype} 8 launches back to back",
+                  lambda: s.matmul_scatter(1030 * world, 2050, 1024, dtype, graph=False, launches=8))
+        cases.run(f"all_gather_matmul {dtype} 8 launches back to back",
+                  lambda: s.gather_matmul(1030, 2050, 1024, dtype, graph=False, launches=8))
+        cases.run(f"matmul_reduce_scatter {dtype} in a CUDA graph",
+                  lambda: s.matmul_scatter(200 * world, 4096, 512, dtype, graph=True))
+        cases.run(f"all_gather_matmul {dtype} in a CUDA graph", lambda: s.gather_matmul(200, 4096, 512, dtype, graph=True))
         cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))
     heap.close()
     if rank == 0:

@@ -8,7 +8,8 @@
 Importing ironlink needs Triton but not torch (torch is imported only to ask which GPU is current).
 ``ironlink.SymmetricHeap``, ``ironlink.IronlinkError`` and the host-level collectives
 ``ironlink.all_reduce/all_gather/reduce_scatter`` (host side) and the fused ops
-``ironlink.all_reduce_rmsnorm/matmul_all_reduce`` load on first use.
+``ironlink.all_reduce_rmsnorm/matmul_all_reduce/all_gather_matmul/matmul_reduce_scatter`` load on
+first use.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ _LAZY = {
     # Fused compute + communication (ironlink.fused).
     "all_reduce_rmsnorm": "fused",
     "matmul_all_reduce": "fused",
+    "all_gather_matmul": "fused",
+    "matmul_reduce_scatter": "fused",
 }
 
 

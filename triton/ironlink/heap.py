@@ -153,6 +153,7 @@ class SymmetricHeap:
         self._native: Any = None
         self._closed = True
         self._limits: Optional[tuple[int, int, int]] = None  # None: the device defaults
+        self._workspaces: dict[str, list[Any]] = {}  # fused ops' scratch tensors, by op name
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
         timeout_ns = check_timeout(timeout_s)
@@ -335,6 +336,17 @@ class SymmetricHeap:
         except BaseException:
             native.free(offset)
             raise
+
+    def workspace(self, name: str, nbytes: int) -> Any:
+        """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
+        (collective: every rank makes the same calls). A larger request allocates a larger one
+        (a power of two); the smaller ones stay allocated until `close()`, so CUDA graphs captured
+        with them stay valid."""
+        torch = _torch()
+        kept = self._workspaces.setdefault(name, [])
+        if not kept or kept[-1].numel() < nbytes:
+            kept.append(self.empty(1 << max(12, (nbytes - 1).bit_length()), torch.uint8))
+        return kept[-1]
 
     def zeros(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
         """Like `empty`, zero-filled (on the current stream)."""

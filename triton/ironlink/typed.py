@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import triton
+import triton.language as tl
 from triton.language import core
 
 from . import _abi
@@ -155,3 +157,15 @@ def tile_put(ctx: Any, dst_ptr: Any, src_ptr: Any, rows: Any, cols: Any, row_str
     """Copies the tile at `src_ptr` to `dst_ptr` on `peer` and signals `tile` there (``symm_tile_put``)."""
     dt = _pair_code(src_ptr, dst_ptr, "tile_put", _semantic)
     return il.symm_tile_put(ctx, dst_ptr, src_ptr, rows, cols, row_stride, tile, peer, dt, _semantic=_semantic)
+
+
+@triton.jit
+def peer_pointer(ctx, ptr, peer):
+    """`ptr` (into the heap) as `peer`'s address of the same element, typed like `ptr`, and known to
+    Triton to be as aligned as `ptr`, so loads and stores through it keep their vector width (a
+    bare ``symm_peer_ptr(...).to(pointer type)`` loses that: 2 bytes per instruction). The heaps'
+    bases are allocation bases (cuMemAlloc / cuIpcOpenMemHandle: 256-byte aligned), so the distance
+    is a multiple of 256; the divide and multiply tell Triton so (it ignores multiple_of on a
+    scalar)."""
+    distance = (il.symm_peer_ptr(ctx, ptr, peer) - ptr.to(tl.int64)) // 256 * 256
+    return (ptr.to(tl.pointer_type(tl.int8)) + distance).to(ptr.dtype)

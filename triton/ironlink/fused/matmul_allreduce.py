@@ -23,7 +23,8 @@ from .. import _abi
 from .. import tuning
 from .. import typed as ilt
 from ..jit import jit
-from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
+from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
+from .gemm import check_operands, check_output, gemm_tile, tile_coords
 
 
 class Plan(NamedTuple):
@@ -37,39 +38,14 @@ class Plan(NamedTuple):
 def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
          config: Optional[tuning.MatmulConfig] = None) -> Plan:
     """Checks the operands (pure: testable without a GPU) and chooses the launch."""
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ValueError(f"a and b must be 2-D, got shapes {a.shape} and {b.shape}")
-    (m, k), (kb, n) = a.shape, b.shape
-    if kb != k:
-        raise ValueError(f"a is [M, K] = {list(a.shape)} and b is [K, N] = {list(b.shape)}: their K differ")
-    code = _code(a, device)
-    if _code(b, device) != code or check_tensor(out, device) != code:
-        raise TypeError(f"a ({a.dtype}), b ({b.dtype}) and out ({out.dtype}) must have one dtype")
-    if code == _abi.DTYPE["FLOAT32"]:
-        raise TypeError("matmul_all_reduce takes bfloat16 or float16 operands (fp32 accumulation inside)")
-    if out.shape != (m, n):
-        raise ValueError(f"out must have shape ({m}, {n}), got {out.shape}")
+    m, k, n, code = check_operands(a, b, device, "matmul_all_reduce")
+    check_output(out, (m, n), code, device, "matmul_all_reduce")
     cfg = config or tuning.matmul_config(m, n, k, world)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if tiles > _abi.MAX_TILES:
         raise ValueError(f"{tiles} output tiles of {cfg.block_m}x{cfg.block_n}: at most {_abi.MAX_TILES} "
                          "(a larger tile shape, or split the matmul)")
     return Plan(m, n, k, cfg, max(1, min(tiles, sms)))
-
-
-def _code(t: TensorSpec, device: str) -> int:
-    """dtype code of an operand that may be strided (a and b are read with their strides)."""
-    return check_tensor(t._replace(contiguous=True), device)
-
-
-@triton.jit
-def _tile_coords(t, tiles_m, tiles_n, GROUP_M: tl.constexpr):
-    # Groups of GROUP_M tile rows walked column by column: neighbouring CTAs share B's columns in L2.
-    per_group = GROUP_M * tiles_n
-    group = t // per_group
-    first_m = group * GROUP_M
-    rows = tl.minimum(tiles_m - first_m, GROUP_M)
-    return first_m + (t % per_group) % rows, (t % per_group) // rows
 
 
 @jit(do_not_specialize=["ctx"])
@@ -82,18 +58,11 @@ def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, strid
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     worst = pid * 0
     for t in range(pid, tiles_m * tiles_n, grid):
-        tm, tn = _tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K)
         rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-        rk = tl.arange(0, BLOCK_K)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            ka = k0 + rk
-            x = tl.load(a + rm[:, None].to(tl.int64) * stride_am + ka[None, :] * stride_ak,
-                        mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
-            y = tl.load(b + ka[:, None].to(tl.int64) * stride_bk + rn[None, :] * stride_bn,
-                        mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
-            acc = tl.dot(x, y, acc)
         tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
                  mask=(rm[:, None] < M) & (rn[None, :] < N))
         if COMMUNICATE:

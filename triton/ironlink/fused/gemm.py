@@ -1,0 +1,67 @@
+"""The GEMM tile the fused matmul ops share: one [BLOCK_M, BLOCK_N] tile of a @ b in fp32.
+
+A plain Triton GEMM (software-pipelined by Triton's `num_stages`), written once so every fused
+op computes its tiles the same way and a faster tile loop lands in all of them.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .. import _abi
+from ..ops import TensorSpec, check_tensor
+
+
+@triton.jit
+def tile_coords(t, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(tile row, tile column) of tile `t`: groups of GROUP_M tile rows walked column by column,
+    so neighbouring CTAs share b's columns in L2."""
+    per_group = GROUP_M * tiles_n
+    group = t // per_group
+    first_m = group * GROUP_M
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (t % per_group) % rows, (t % per_group) // rows
+
+
+@triton.jit
+def gemm_tile(a, b, row0, row_end, col0, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N]: rows row0.. (those below row_end; others 0) of a [*, K] times
+    columns col0.. (below N) of b [K, N], both read with their strides."""
+    rm = row0 + tl.arange(0, BLOCK_M)
+    rn = col0 + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ka = k0 + rk
+        x = tl.load(a + rm[:, None].to(tl.int64) * stride_am + ka[None, :] * stride_ak,
+                    mask=(rm[:, None] < row_end) & (ka[None, :] < K), other=0.0)
+        y = tl.load(b + ka[:, None].to(tl.int64) * stride_bk + rn[None, :] * stride_bn,
+                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(x, y, acc)
+    return acc
+
+
+def check_operands(a: TensorSpec, b: TensorSpec, device: str, op: str) -> tuple[int, int, int, int]:
+    """(M, K, N, dtype code) of a [M, K] @ b [K, N], after checking both are 2-D, agree on K,
+    share a dtype, bf16 or fp16 (any strides: the kernels read them with their strides)."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError(f"{op}: a and b must be 2-D, got shapes {a.shape} and {b.shape}")
+    (m, k), (kb, n) = a.shape, b.shape
+    if kb != k:
+        raise ValueError(f"{op}: a is [M, K] = {list(a.shape)} and b is [K, N] = {list(b.shape)}: their K differ")
+    code = check_tensor(a._replace(contiguous=True), device)
+    if check_tensor(b._replace(contiguous=True), device) != code:
+        raise TypeError(f"{op}: a ({a.dtype}) and b ({b.dtype}) must have one dtype")
+    if code == _abi.DTYPE["FLOAT32"]:
+        raise TypeError(f"{op} takes bfloat16 or float16 operands (fp32 accumulation inside)")
+    return m, k, n, code
+
+
+def check_output(t: TensorSpec, shape: tuple[int, ...], code: int, device: str, op: str) -> None:
+    """`t` is contiguous, on `device`, of dtype `code` and `shape`."""
+    if check_tensor(t, device) != code:
+        raise TypeError(f"{op}: {t.name} ({t.dtype}) must have the operands' dtype")
+    if t.shape != shape:
+        raise ValueError(f"{op}: {t.name} must have shape {shape}, got {t.shape}")

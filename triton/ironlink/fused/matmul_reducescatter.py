@@ -1,0 +1,143 @@
+"""Matmul + reduce-scatter in one kernel: the row-parallel linear of sequence parallelism.
+
+    out = ironlink.matmul_reduce_scatter(a, b)   # a [M, K], b [K, N] -> out [M / world, N]
+
+Rank d's `out` gets rows d * M / world .. of sum_over_ranks(a_r @ b_r): PyTorch's
+`fused_matmul_reduce_scatter(a, b, "sum", scatter_dim=0)`. One persistent launch:
+- GEMM: each CTA computes output tiles, the destination ranks' row blocks in the order rank + 1,
+  rank + 2, ..., its own last (every destination gets its copies early), and stores each tile,
+  rounded to the output dtype, straight into its slot in the destination's workspace (stores to a
+  peer are posted) and signals the destination (tile index = the tile's index in its block).
+- Reduction: then every CTA takes its share of this rank's tiles: waits for every rank's copy,
+  sums them (fp32, rank order) into `out`, and signals each source that the slot is free (tile
+  index + tiles per block).
+- Before the launch ends, each CTA waits until the destinations freed the slots it wrote, so the
+  next launch cannot overwrite a slot still being read.
+Every rank signals and waits equally often per launch: back-to-back launches and CUDA-graph
+replays need no reset. The launch is persistent (at most one CTA per SM): its waits need every
+CTA resident.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import triton
+import triton.language as tl
+
+from .. import _abi
+from .. import language as il
+from .. import tuning
+from .. import typed as ilt
+from ..jit import jit
+from ..ops import TensorSpec, heap_for, launch_with_status
+from .gemm import check_operands, check_output, gemm_tile, tile_coords
+
+
+class Plan(NamedTuple):
+    m: int
+    n: int
+    k: int
+    config: tuning.MatmulConfig
+    tiles: int  # per destination rank
+    ctas: int
+    workspace_bytes: int
+
+
+def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
+         config: Optional[tuning.MatmulConfig] = None) -> Plan:
+    """Checks the operands (pure: testable without a GPU) and chooses the launch."""
+    op = "matmul_reduce_scatter"
+    m, k, n, code = check_operands(a, b, device, op)
+    if m % world:
+        raise ValueError(f"{op}: M = {m} rows must split evenly over {world} ranks")
+    check_output(out, (m // world, n), code, device, op)
+    cfg = config or tuning.matmul_config(m // world, n, k, world)
+    tiles = triton.cdiv(m // world, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    if 2 * tiles > _abi.MAX_TILES:
+        raise ValueError(f"{op}: {tiles} tiles of {cfg.block_m}x{cfg.block_n} per rank: at most "
+                         f"{_abi.MAX_TILES // 2} (a larger tile shape, or split the matmul)")
+    ws = tiles * world * cfg.block_m * cfg.block_n * a.itemsize
+    return Plan(m, n, k, cfg, tiles, max(1, min(world * tiles, sms)), ws)
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                GROUP_M: tl.constexpr, WORLD: tl.constexpr):
+    """out [M / WORLD, N] = this rank's rows of the reduce-scatter of a @ b (see the module docs).
+    ws: the workspace (heap), tiles per block x WORLD slots of BLOCK_M x BLOCK_N elements."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    rank = il.symm_rank(ctx)
+    rows = M // WORLD
+    tiles_m, tiles_n = tl.cdiv(rows, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n
+    SLOT: tl.constexpr = BLOCK_M * BLOCK_N
+    ri, rc = tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N)
+    worst = pid * 0
+    for o in range(pid, WORLD * tiles, grid):
+        dest = (rank + 1 + o // tiles) % WORLD
+        t = o % tiles
+        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        row0 = dest * rows + tm * BLOCK_M
+        acc = gemm_tile(a, b, row0, (dest + 1) * rows, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk,
+                        stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
+        slot = ilt.peer_pointer(ctx, ws, dest) + (tl.cast(t, tl.int64) * WORLD + rank) * SLOT
+        tl.store(slot + ri[:, None] * BLOCK_N + rc[None, :], acc.to(ws.dtype.element_ty))
+        s = il.symm_tile_signal(ctx, t, dest)
+        worst = tl.where(s != 0, s, worst)
+    ranks = tl.arange(0, triton.next_power_of_2(WORLD))
+    for t in range(pid, tiles, grid):
+        if worst == 0:
+            s = il.symm_tile_wait(ctx, t, rank)
+            s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, t))
+            worst = tl.where(s != 0, s, worst)
+        if worst == 0:
+            tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+            copies = ws + (tl.cast(t, tl.int64) * WORLD + ranks[:, None, None]) * SLOT \
+                + (ri[:, None] * BLOCK_N + rc[None, :])[None, :, :]
+            total = tl.sum(tl.load(copies, mask=ranks[:, None, None] < WORLD, other=0.0).to(tl.float32), axis=0)
+            rm, rn = tm * BLOCK_M + ri, tn * BLOCK_N + rc
+            tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], total.to(out.dtype.element_ty),
+                     mask=(rm[:, None] < rows) & (rn[None, :] < N))
+            s = il.symm_tile_signal_others(ctx, tiles + t)
+            worst = tl.where(s != 0, s, worst)
+    for o in range(pid, WORLD * tiles, grid):
+        dest = (rank + 1 + o // tiles) % WORLD
+        if (dest != rank) & (worst == 0):
+            s = il.symm_tile_wait(ctx, tiles + o % tiles, dest)
+            worst = tl.where(s != 0, s, worst)
+    tl.store(status + pid, worst)
+
+
+def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None,
+                          config: Optional[tuning.MatmulConfig] = None, check: bool = False) -> Any:
+    """`out` [M / world, N]: this rank's rows of sum over ranks of `a` [M, K] @ `b` [K, N] (bf16 or
+    fp16, any strides). `out` may be any CUDA tensor (default: a new one). Uses a workspace of
+    about M / world x N x world elements from `heap`, kept between calls (`heap.workspace`).
+    Collective; CUDA-graph capturable."""
+    import torch
+
+    if heap is None:
+        raise ValueError("matmul_reduce_scatter needs heap= (its workspace lives in the symmetric heap)")
+    h = heap_for(a, "a", heap, "matmul_reduce_scatter")
+    if out is None:
+        out = torch.empty((a.shape[0] // h.world_size, b.shape[-1]), device=a.device, dtype=a.dtype)
+    specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
+    sms = torch.cuda.get_device_properties(h.device).multi_processor_count
+    p = plan(*specs, str(h.device), h.world_size, sms, config)
+    if p.m == 0 or p.n == 0:
+        return out
+    ws = h.workspace("matmul_reduce_scatter", p.workspace_bytes).view(a.dtype)
+    c = p.config
+    kernel = matmul_reducescatter_kernel[(p.ctas,)]
+    launch_with_status(
+        "matmul_reduce_scatter", h, p.ctas,
+        lambda status: kernel(h.ctx, a, b, out, ws, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
+                              b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+                              GROUP_M=c.group_m, WORLD=h.world_size, num_warps=c.warps, num_stages=c.stages),
+        check, function="symm_tile_wait")
+    return out
+
+
+__all__ = ["matmul_reduce_scatter", "matmul_reducescatter_kernel", "plan"]
