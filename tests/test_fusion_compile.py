@@ -110,6 +110,8 @@ def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
                        options={"extern_libs": (("ironlink", str(bc)),), **launch})
     ptx = k.asm["ptx"]
     assert k.asm["cubin"]
+    smem = {80: 166912, 90: 232448, 100: 232448}[cc]  # bytes a CTA may use (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+    assert k.metadata.shared <= smem, f"{name} needs {k.metadata.shared} bytes of shared memory on sm_{cc}"
     for sym in ("symm_grid_barrier", "symm_all_reduce", "symm_tile_all_reduce", "symm_tile_all_gather",
                 "symm_tile_reduce_scatter", "symm_tile_put", "symm_tile_signal", "symm_tile_wait", "symm_tile_signal_others",
                 "symm_tile_wait_others"):

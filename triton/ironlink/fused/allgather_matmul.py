@@ -5,8 +5,10 @@
 
 a_full is every rank's shard stacked in rank order, out = a_full @ b: PyTorch's
 `fused_all_gather_matmul(a_shard, [b], gather_dim=0)`. One persistent launch:
-- Push: each CTA copies row blocks of this rank's shard into every rank's `a_full` (stores to a
-  peer are posted) and signals the other ranks once per CTA that will read the block there.
+- Push: each CTA that copies a row block first meets the same CTA of every other rank (a signal
+  and a wait each way: a rank may write a_full until its launch starts), then copies row blocks of
+  this rank's shard into every rank's `a_full` (stores to a peer are posted) and signals the other
+  ranks once per CTA that will read the block there.
 - GEMM: each CTA computes output tiles, this rank's own rows first (read from `a_shard`, nothing
   to wait for), then rank + 1's, and so on, each row block's column tiles one after another.
   Before a CTA's first tile of another rank's row block it waits for that block's signal; after
@@ -53,8 +55,8 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
     check_output(out, (world * rows, n), code, device, op)
     cfg = config or tuning.matmul_config(world * rows, n, k, world)
     blocks = triton.cdiv(rows, cfg.block_m)
-    if 2 * blocks > _abi.MAX_TILES:
-        raise ValueError(f"{op}: {blocks} row blocks of {cfg.block_m} per rank: at most {_abi.MAX_TILES // 2}")
+    if 3 * blocks > _abi.MAX_TILES:  # tile indices: pushes, acknowledgements, arrivals
+        raise ValueError(f"{op}: {blocks} row blocks of {cfg.block_m} per rank: at most {_abi.MAX_TILES // 3}")
     tiles = world * blocks * triton.cdiv(n, cfg.block_n)
     return Plan(rows, n, k, cfg, max(1, min(tiles, sms)))
 
@@ -72,6 +74,9 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm,
     ri, rk = tl.arange(0, BLOCK_M), tl.arange(0, COPY_K)
     worst = pid * 0
     mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
+    if pid < blocks:  # meet the other ranks' pushing CTA pid before writing into their a_full
+        s = il.symm_tile_signal_others(ctx, 2 * blocks + pid)
+        worst = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, 2 * blocks + pid))
     for j in range(pid, blocks, grid):
         rm = j * BLOCK_M + ri
         for k0 in range(0, K, COPY_K):

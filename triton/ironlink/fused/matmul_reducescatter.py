@@ -86,7 +86,9 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
         tl.store(slot + ri[:, None] * BLOCK_N + rc[None, :], acc.to(ws.dtype.element_ty))
         s = il.symm_tile_signal(ctx, t, dest)
         worst = tl.where(s != 0, s, worst)
-    ranks = tl.arange(0, triton.next_power_of_2(WORLD))
+    SLOTS: tl.constexpr = triton.next_power_of_2(WORLD)
+    ROWS: tl.constexpr = max(1, min(BLOCK_M, 8192 // (SLOTS * BLOCK_N)))  # rows summed per step
+    ranks, rr = tl.arange(0, SLOTS), tl.arange(0, ROWS)
     for t in range(pid, tiles, grid):
         if worst == 0:
             s = il.symm_tile_wait(ctx, t, rank)
@@ -94,12 +96,14 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
             worst = tl.where(s != 0, s, worst)
         if worst == 0:
             tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
-            copies = ws + (tl.cast(t, tl.int64) * WORLD + ranks[:, None, None]) * SLOT \
-                + (ri[:, None] * BLOCK_N + rc[None, :])[None, :, :]
-            total = tl.sum(tl.load(copies, mask=ranks[:, None, None] < WORLD, other=0.0).to(tl.float32), axis=0)
-            rm, rn = tm * BLOCK_M + ri, tn * BLOCK_N + rc
-            tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], total.to(out.dtype.element_ty),
-                     mask=(rm[:, None] < rows) & (rn[None, :] < N))
+            rn = tn * BLOCK_N + rc
+            for r0 in range(0, BLOCK_M, ROWS):
+                copies = ws + (tl.cast(t, tl.int64) * WORLD + ranks[:, None, None]) * SLOT \
+                    + ((r0 + rr)[:, None] * BLOCK_N + rc[None, :])[None, :, :]
+                total = tl.sum(tl.load(copies, mask=ranks[:, None, None] < WORLD, other=0.0).to(tl.float32), axis=0)
+                rm = tm * BLOCK_M + r0 + rr
+                tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], total.to(out.dtype.element_ty),
+                         mask=(rm[:, None] < rows) & (rn[None, :] < N))
             s = il.symm_tile_signal_others(ctx, tiles + t)
             worst = tl.where(s != 0, s, worst)
     for o in range(pid, WORLD * tiles, grid):
