@@ -4,20 +4,18 @@
                                                            # -> a_full [M, K], out [M, N]
 
 a_full is every rank's shard stacked in rank order, out = a_full @ b: PyTorch's
-`fused_all_gather_matmul(a_shard, [b], gather_dim=0)`. One persistent launch:
-- Push: each CTA that copies a row block first meets the same CTA of every other rank (a signal
-  and a wait each way: a rank may write a_full until its launch starts), then copies row blocks of
-  this rank's shard into every rank's `a_full` (stores to a peer are posted) and signals the other
-  ranks once per CTA that will read the block there.
-- GEMM: each CTA computes output tiles, this rank's own rows first (read from `a_shard`, nothing
-  to wait for), then rank + 1's, and so on, each row block's column tiles one after another.
-  Before a CTA's first tile of another rank's row block it waits for that block's signal; after
-  its last, it acknowledges to the source.
-- Before the launch ends, each CTA waits until every reader of the blocks it pushed has
-  acknowledged, so the next launch cannot overwrite rows still being read.
-So the GEMM of the first ranks' rows overlaps the copies of the later ones. Every rank signals and
-waits equally often per launch: back-to-back launches and CUDA-graph replays need no reset. The
-launch is persistent (at most one CTA per SM): its waits need every CTA resident.
+`fused_all_gather_matmul(a_shard, [b], gather_dim=0)`. One persistent launch; each CTA:
+1. meets the same CTA of every other rank (a signal and a wait each way: a rank may use its
+   a_full until its launch starts);
+2. copies its share of this rank's shard (pieces of COPY_COLS columns of a row, spread over all
+   CTAs) into every rank's `a_full` (stores to a peer are posted: they drain while it goes on);
+3. computes its output tiles of this rank's own rows, reading `a_shard` (nothing to wait for);
+4. tells the same CTA of every other rank that its copies are done and waits for theirs, then
+   passes a grid barrier: after it, every rank's rows are in this rank's a_full;
+5. computes its output tiles of the other ranks' rows.
+The copies overlap the GEMM of the own rows (1 / world of the work). Every rank signals and waits
+equally often per launch: back-to-back launches and CUDA-graph replays need no reset. The launch
+is persistent (at most one CTA per SM), as the grid barrier needs.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from typing import Any, NamedTuple, Optional
 import triton
 import triton.language as tl
 
-from .. import _abi
 from .. import language as il
 from .. import tuning
 from .. import typed as ilt
@@ -35,7 +32,7 @@ from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
 from .gemm import check_operands, check_output, gemm_tile
 
-COPY_K = 64  # columns of a row block copied per step of the push
+COPY_COLS = 1024  # elements of a row copied per piece of the push (pieces are spread over all CTAs)
 
 
 class Plan(NamedTuple):
@@ -54,73 +51,60 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
     check_output(a_full, (world * rows, k), code, device, op)
     check_output(out, (world * rows, n), code, device, op)
     cfg = config or tuning.matmul_config(world * rows, n, k, world)
-    blocks = triton.cdiv(rows, cfg.block_m)
-    if 3 * blocks > _abi.MAX_TILES:  # tile indices: pushes, acknowledgements, arrivals
-        raise ValueError(f"{op}: {blocks} row blocks of {cfg.block_m} per rank: at most {_abi.MAX_TILES // 3}")
-    tiles = world * blocks * triton.cdiv(n, cfg.block_n)
+    tiles = world * triton.cdiv(rows, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     return Plan(rows, n, k, cfg, max(1, min(tiles, sms)))
+
+
+@triton.jit
+def _gemm_rows_of(a, stride_am, stride_ak, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # This CTA's share of the output tiles of rank `src`'s rows, read from `a` (row 0 = the
+    # block's first row), from this CTA's index `first` on.
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    for t in range(first, tl.cdiv(ROWS, BLOCK_M) * tiles_n, grid):
+        tm, tn = t // tiles_n, t % tiles_n
+        acc = gemm_tile(a, b, tm * BLOCK_M, ROWS, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K)
+        rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(out + (src * ROWS + rm[:, None]).to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
+                 mask=(rm[:, None] < ROWS) & (rn[None, :] < N))
 
 
 @jit(do_not_specialize=["ctx"])
 def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk, stride_bn,
                             status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            COPY_K: tl.constexpr, WORLD: tl.constexpr):
+                            COPY_COLS: tl.constexpr, WORLD: tl.constexpr):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
     (see the module docs)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
-    blocks, tiles_n = tl.cdiv(ROWS, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    readers = tl.minimum(tiles_n, grid)  # CTAs reading a block: its tiles are consecutive in the walk
-    ri, rk = tl.arange(0, BLOCK_M), tl.arange(0, COPY_K)
-    worst = pid * 0
-    mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
-    if pid < blocks:  # meet the other ranks' pushing CTA pid before writing into their a_full
-        s = il.symm_tile_signal_others(ctx, 2 * blocks + pid)
-        worst = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, 2 * blocks + pid))
-    for j in range(pid, blocks, grid):
-        rm = j * BLOCK_M + ri
-        for k0 in range(0, K, COPY_K):
-            ka = k0 + rk
-            mask = (rm[:, None] < ROWS) & (ka[None, :] < K)
-            x = tl.load(a_shard + rm[:, None].to(tl.int64) * stride_sm + ka[None, :] * stride_sk, mask=mask)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    s = il.symm_tile_signal_others(ctx, pid)
+    worst = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, pid))
+    if worst == 0:
+        mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
+        cols = tl.arange(0, COPY_COLS)
+        pieces = tl.cdiv(K, COPY_COLS)
+        for u in range(pid, ROWS * pieces, grid):
+            row, c = u // pieces, (u % pieces) * COPY_COLS + cols
+            x = tl.load(a_shard + tl.cast(row, tl.int64) * stride_sm + c * stride_sk, mask=c < K)
             for p in tl.static_range(WORLD):
-                tl.store(ilt.peer_pointer(ctx, mine, p) + rm[:, None].to(tl.int64) * K + ka[None, :], x, mask=mask)
-        for _ in range(readers):
-            s = il.symm_tile_signal_others(ctx, j)
-            worst = tl.where(s != 0, s, worst)
-    per_rank = blocks * tiles_n
-    held = -1  # the other rank's row block (index in this CTA's walk) this CTA has waited for
-    held_src, held_j = rank, 0
-    for o in range(pid, WORLD * per_rank, grid):
-        src = (rank + o // per_rank) % WORLD
-        j = o % per_rank // tiles_n
-        tn = o % tiles_n
-        if o // tiles_n != held:
-            if held_src != rank:
-                s = il.symm_tile_signal(ctx, blocks + held_j, held_src)  # done reading that block
-                worst = tl.where(s != 0, s, worst)
-            if (src != rank) & (worst == 0):
-                s = il.symm_tile_wait(ctx, j, src)
-                worst = tl.where(s != 0, s, worst)
-            held, held_src, held_j = o // tiles_n, src, j
-        if src == rank:
-            acc = gemm_tile(a_shard, b, j * BLOCK_M, ROWS, tn * BLOCK_N, N, K, stride_sm, stride_sk, stride_bk,
-                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
-        else:
-            acc = gemm_tile(a_full, b, src * ROWS + j * BLOCK_M, (src + 1) * ROWS, tn * BLOCK_N, N, K, K, 1,
-                            stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
-        rm = src * ROWS + j * BLOCK_M + ri
-        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-        tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
-                 mask=(rm[:, None] < (src + 1) * ROWS) & (rn[None, :] < N))
-    if held_src != rank:
-        s = il.symm_tile_signal(ctx, blocks + held_j, held_src)
-        worst = tl.where(s != 0, s, worst)
-    for j in range(pid, blocks, grid):
-        for _ in range(readers):
-            if worst == 0:
-                s = il.symm_tile_wait_others(ctx, blocks + j)
-                worst = tl.where(s != 0, s, worst)
+                tl.store(ilt.peer_pointer(ctx, mine, p) + tl.cast(row, tl.int64) * K + c, x, mask=c < K)
+    _gemm_rows_of(a_shard, stride_sm, stride_sk, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                  BLOCK_M, BLOCK_N, BLOCK_K)
+    s = il.symm_tile_signal_others(ctx, grid + pid)
+    s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, grid + pid))
+    s = tl.where(s != 0, s, il.symm_grid_barrier(ctx))
+    worst = tl.where(worst != 0, worst, s)
+    if worst == 0:
+        # Other ranks' tiles continue this CTA's walk where its own-row tiles stopped (balance).
+        own = tl.cdiv(ROWS, BLOCK_M) * tiles_n
+        for i in tl.static_range(1, WORLD):
+            src = (rank + i) % WORLD
+            first = (pid + grid - (i * own) % grid) % grid
+            _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, src, first, b, out, ROWS, N, K,
+                          stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K)
     tl.store(status + pid, worst)
 
 
@@ -153,10 +137,10 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
         "all_gather_matmul", h, p.ctas,
         lambda status: kernel(h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1),
                               b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                              BLOCK_K=c.block_k, COPY_K=COPY_K, WORLD=h.world_size, num_warps=c.warps,
+                              BLOCK_K=c.block_k, COPY_COLS=COPY_COLS, WORLD=h.world_size, num_warps=c.warps,
                               num_stages=c.stages),
         check, function="symm_tile_wait")
     return a_full, out
 
 
-__all__ = ["COPY_K", "all_gather_matmul", "allgather_matmul_kernel", "plan"]
+__all__ = ["COPY_COLS", "all_gather_matmul", "allgather_matmul_kernel", "plan"]
