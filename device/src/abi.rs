@@ -58,6 +58,9 @@ status: i32 {
     /// An argument is out of its documented range (peer index, count, tile index, grid larger
     /// than `MAX_CTAS`, a grid barrier's grid larger than the GPU).
     INVALID_ARGUMENT = -9;
+    /// A variable all-to-all would deliver more rows to some rank than its output holds: every
+    /// rank returns it, nothing is written but the receive counts and offsets.
+    CAPACITY_EXCEEDED = -10;
 }}
 
 const_group! {

@@ -21,6 +21,7 @@ STATUS = {
     "TIMEOUT": -7,
     "ABI_MISMATCH": -8,
     "INVALID_ARGUMENT": -9,
+    "CAPACITY_EXCEEDED": -10,
 }
 
 REDUCE_OP = {
@@ -130,6 +131,7 @@ FUNCTIONS = {
     "symm_broadcast": ((("ctx", "i64"), ("ptr", "i64"), ("num_elements", "i64"), ("dtype", "i32"), ("root", "i32")), "i32", "Broadcast in place: every rank's `ptr` (num_elements) gets `root`'s."),
     "symm_reduce": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("num_elements", "i64"), ("reduce_op", "i32"), ("dtype", "i32"), ("root", "i32")), "i32", "Reduce to `root`: root's `out_ptr` gets the reduction over ranks of `in_ptr`"),
     "symm_all_to_all": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("num_elements", "i64"), ("dtype", "i32")), "i32", "All-to-all with equal splits: block p of `out_ptr` gets block `rank` of rank p's `in_ptr`"),
+    "symm_all_to_all_v": ((("ctx", "i64"), ("in_ptr", "i64"), ("send_counts_ptr", "i64"), ("out_ptr", "i64"), ("capacity", "i64"), ("recv_counts_ptr", "i64"), ("recv_offsets_ptr", "i64"), ("row_elements", "i64"), ("dtype", "i32")), "i32", "All-to-all with variable splits whose counts are in device memory (no host involvement)."),
     "symm_barrier": ((("ctx", "i64"),), "i32", "Barrier among the same-index CTAs of all ranks; memory written before it by this CTA is"),
     "symm_grid_barrier": ((("ctx", "i64"),), "i32", "Barrier among all CTAs of this rank's launch (not across ranks): what any CTA wrote before"),
     "symm_tile_all_reduce": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "Tile all-reduce, in place, by this CTA alone: the `rows` x `cols` elements at `ptr`, rows"),

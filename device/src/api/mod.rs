@@ -13,7 +13,7 @@ mod checks;
 
 use crate::abi::{status, SymmContext, ABI_VERSION};
 use crate::collectives::{
-    all_gather, all_reduce, all_to_all, broadcast, reduce, reduce_scatter, tile,
+    all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, reduce, reduce_scatter, tile,
 };
 use crate::runtime::context as ctx;
 use crate::runtime::elem::Reduction;
@@ -244,6 +244,54 @@ exports! {
                 Ok((input, out, num_elements as usize * es))
             },
             |call, (input, out, n)| all_to_all::all_to_all(call, &input, &out, n),
+        )
+    }
+
+    /// All-to-all with variable splits whose counts are in device memory (no host involvement).
+    /// `send_counts_ptr` ([world] i64, in the heap: the peers read it) gives the rows of `row_elements` elements this rank sends to
+    /// each rank, taken from `in_ptr` in rank order. Rank p's rows land in `out_ptr` (room for
+    /// `capacity` rows) in sender rank order; `recv_counts_ptr` / `recv_offsets_ptr` ([world]
+    /// i64 each, in the heap) get the rows received from each rank and where they start.
+    /// CAPACITY_EXCEEDED (every rank; recorded) when some rank would receive more than
+    /// `capacity` rows: then only the receive counts and offsets are written.
+    fn symm_all_to_all_v(ctx: i64, in_ptr: i64, send_counts_ptr: i64, out_ptr: i64, capacity: i64, recv_counts_ptr: i64, recv_offsets_ptr: i64, row_elements: i64, dtype: i32) -> i32 {
+        collective(
+            ctx,
+            which!(symm_all_to_all_v),
+            |c| {
+                let es = check_dtype(dtype)?;
+                let world = c.world_size as i64;
+                let send_counts = Region::new(c, send_counts_ptr, 0, world, 8)?;
+                let recv_counts = Region::new(c, recv_counts_ptr, 0, world, 8)?;
+                let recv_offsets = Region::new(c, recv_offsets_ptr, 0, world, 8)?;
+                if row_elements < 0 || capacity < 0 {
+                    return Err(status::INVALID_ARGUMENT);
+                }
+                let row_bytes = (row_elements as u64).checked_mul(es as u64).ok_or(status::OUT_OF_BOUNDS)?;
+                let out = Region::new(c, out_ptr, 0, capacity.checked_mul(row_elements).ok_or(status::OUT_OF_BOUNDS)?, es)?;
+                // This rank's own counts, written before the call (the peers' are read after the
+                // barrier): each is a row count >= 0, and the rows they name are the input.
+                let mut rows: i64 = 0;
+                for p in 0..world as usize {
+                    // SAFETY: entry p of the checked [world] i64 region.
+                    let n = unsafe { core::ptr::read_volatile((send_counts.at(c, c.rank as usize) as *const i64).add(p)) };
+                    if n < 0 {
+                        return Err(status::INVALID_ARGUMENT);
+                    }
+                    rows = rows.checked_add(n).ok_or(status::OUT_OF_BOUNDS)?;
+                }
+                let input = Region::new(c, in_ptr, 0, rows.checked_mul(row_elements).ok_or(status::OUT_OF_BOUNDS)?, es)?;
+                for r in [&send_counts, &recv_counts, &recv_offsets] {
+                    if overlap(&input, r) || overlap(&out, r) {
+                        return Err(status::INVALID_ARGUMENT);
+                    }
+                }
+                if overlap(&input, &out) || overlap(&recv_counts, &recv_offsets) || overlap(&send_counts, &recv_counts) || overlap(&send_counts, &recv_offsets) {
+                    return Err(status::INVALID_ARGUMENT);
+                }
+                Ok(all_to_all_v::Plan { input, send_counts, out, capacity: capacity as usize, recv_counts, recv_offsets, row_bytes: row_bytes as usize })
+            },
+            |call, plan| all_to_all_v::all_to_all_v(call, &plan),
         )
     }
 

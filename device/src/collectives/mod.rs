@@ -13,6 +13,7 @@
 pub mod all_gather;
 pub mod all_reduce;
 pub mod all_to_all;
+pub mod all_to_all_v;
 pub mod broadcast;
 pub mod choice;
 pub mod reduce;

@@ -243,6 +243,11 @@ pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
     AtomicU32::from_ptr(p).store(v, Ordering::Relaxed)
 }
 
+pub unsafe fn load_relaxed_u64(p: *const u64) -> u64 {
+    maybe_yield();
+    AtomicU64::from_ptr(p as *mut u64).load(Ordering::Relaxed)
+}
+
 pub unsafe fn load_acquire_u64(p: *const u64) -> u64 {
     maybe_yield();
     AtomicU64::from_ptr(p as *mut u64).load(Ordering::Acquire)

@@ -1,0 +1,231 @@
+//! The all-to-all with variable splits and device-side counts (`symm_all_to_all_v`): the count
+//! exchange, the layout of what each rank receives, back-to-back calls with other counts, the
+//! capacity error (every rank, nothing written but the counts) and bad counts.
+
+mod sim;
+use sim::*;
+
+const SEND_COUNTS: usize = 0;
+const RECV_COUNTS: usize = 64;
+const RECV_OFFSETS: usize = 128;
+const INPUT: usize = 256;
+
+fn put_i64(node: &mut Node, rank: usize, offset: usize, v: i64) {
+    node.heap_mut(rank)[offset..offset + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get_i64(node: &Node, rank: usize, offset: usize) -> i64 {
+    i64::from_le_bytes(node.heap(rank)[offset..offset + 8].try_into().unwrap())
+}
+
+fn get_f32(node: &Node, rank: usize, offset: usize) -> f32 {
+    f32::from_le_bytes(node.heap(rank)[offset..offset + 4].try_into().unwrap())
+}
+
+/// Element `e` of the `row`-th row rank `q` sends (exact in f32).
+fn value(q: usize, row: usize, e: usize) -> f32 {
+    (q * 100_000 + row * 16 + e) as f32
+}
+
+/// Sets up `counts[q][p]` (rows q sends p) on every rank and fills the inputs (at least
+/// `min_rows` rows each); returns where the output starts.
+fn setup(node: &mut Node, counts: &[Vec<usize>], row: usize, min_rows: usize) -> usize {
+    let mut out = INPUT;
+    for (q, c) in counts.iter().enumerate() {
+        for (p, &n) in c.iter().enumerate() {
+            put_i64(node, q, SEND_COUNTS + 8 * p, n as i64);
+        }
+        let rows: usize = c.iter().sum::<usize>().max(min_rows);
+        for r in 0..rows {
+            for e in 0..row {
+                let at = INPUT + 4 * (r * row + e);
+                node.heap_mut(q)[at..at + 4].copy_from_slice(&value(q, r, e).to_le_bytes());
+            }
+        }
+        out = out.max(INPUT + 4 * rows * row);
+    }
+    out.div_ceil(256) * 256
+}
+
+fn call(node: &Node, rank: usize, ctx: i64, out: usize, capacity: usize, row: usize) -> i32 {
+    api::symm_all_to_all_v(
+        ctx,
+        node.addr(rank, INPUT),
+        node.addr(rank, SEND_COUNTS),
+        node.addr(rank, out),
+        capacity as i64,
+        node.addr(rank, RECV_COUNTS),
+        node.addr(rank, RECV_OFFSETS),
+        row as i64,
+        dtype::FLOAT32,
+    )
+}
+
+/// Every rank's output, counts and offsets against the reference; with `guard`, the bytes past
+/// what it received stay guard bytes.
+fn check(
+    node: &Node,
+    what: &str,
+    counts: &[Vec<usize>],
+    row: usize,
+    out: usize,
+    capacity: usize,
+    guard: bool,
+) {
+    let world = node.world;
+    for p in 0..world {
+        let mut at = 0; // rows received so far
+        for (q, sent) in counts.iter().enumerate() {
+            let n = sent[p];
+            assert_eq!(
+                get_i64(node, p, RECV_COUNTS + 8 * q),
+                n as i64,
+                "{what}: rank {p} count from {q}"
+            );
+            assert_eq!(
+                get_i64(node, p, RECV_OFFSETS + 8 * q),
+                at as i64,
+                "{what}: rank {p} offset of {q}"
+            );
+            let first: usize = sent[..p].iter().sum(); // q's first row for p
+            for r in 0..n {
+                for e in 0..row {
+                    let got = get_f32(node, p, out + 4 * ((at + r) * row + e));
+                    assert_eq!(
+                        got,
+                        value(q, first + r, e),
+                        "{what}: rank {p}, row {r} from {q}, element {e}"
+                    );
+                }
+            }
+            at += n;
+        }
+        let end = out + 4 * at * row;
+        assert!(
+            !guard
+                || node.heap(p)[end..out + 4 * capacity * row]
+                    .iter()
+                    .all(|b| *b == GUARD),
+            "{what}: rank {p} wrote past its rows"
+        );
+    }
+}
+
+fn random_counts(rng: &mut Rng, world: usize, max: u64) -> Vec<Vec<usize>> {
+    (0..world)
+        .map(|_| {
+            (0..world)
+                .map(|_| (rng.next() % (max + 1)) as usize)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn delivers_every_row_in_sender_order_with_counts_and_offsets() {
+    let mut rng = Rng::new(18);
+    for (world, ctas, threads, row) in [(2, 1, 32, 5), (3, 3, 64, 8), (4, 2, 32, 7), (4, 5, 64, 24)]
+    {
+        for round in 0..3 {
+            let mut counts = random_counts(&mut rng, world, 9);
+            if round == 2 {
+                counts[world - 1] = vec![0; world]; // a rank that sends nothing
+                counts[0][1 % world] = 37; // one skewed destination
+            }
+            let mut node = Node::new(world, 1 << 18, 1 << 16);
+            let out = setup(&mut node, &counts, row, 0);
+            let capacity = (0..world)
+                .map(|p| (0..world).map(|q| counts[q][p]).sum::<usize>())
+                .max()
+                .unwrap()
+                + 3;
+            let what = format!("all_to_all_v world={world} ctas={ctas} row={row} round={round}");
+            let st = node.run(&what, ctas, threads, |rank, ctx| {
+                call(&node, rank, ctx, out, capacity, row)
+            });
+            assert_eq!(st, vec![status::OK; world], "{what}");
+            check(&node, &what, &counts, row, out, capacity, true);
+        }
+    }
+}
+
+/// Two calls in one launch with different counts (the second's counts are written between them
+/// by each rank, after a barrier): the count exchange reads each call's own counts.
+#[test]
+fn back_to_back_calls_read_their_own_counts() {
+    let (world, row) = (3, 6);
+    let mut rng = Rng::new(7);
+    let first = random_counts(&mut rng, world, 6);
+    let second = random_counts(&mut rng, world, 6);
+    let mut node = Node::new(world, 1 << 18, 1 << 16);
+    let out = setup(&mut node, &first, row, 6 * world);
+    let capacity = 3 * 6 + 1;
+    let st = node.run("two calls", 2, 32, |rank, ctx| {
+        let s = call(&node, rank, ctx, out, capacity, row);
+        if s != status::OK {
+            return s;
+        }
+        let s = api::symm_barrier(ctx); // every rank has read the first counts
+        if s != status::OK {
+            return s;
+        }
+        if ironlink_device::hw::thread_rank() == 0 && ironlink_device::hw::cta_rank() == 0 {
+            let at = node.addr(rank, SEND_COUNTS) as *mut i64;
+            for (p, &n) in second[rank].iter().enumerate() {
+                // SAFETY: entry p of this rank's count array, in its heap.
+                unsafe { core::ptr::write_volatile(at.add(p), n as i64) };
+            }
+        }
+        let s = api::symm_barrier(ctx); // and the new counts are written
+        if s != status::OK {
+            return s;
+        }
+        // The inputs are the same rows: only the counts (and so the layout) change.
+        call(&node, rank, ctx, out, capacity, row)
+    });
+    assert_eq!(st, vec![status::OK; world]);
+    // The same input rows, laid out by the second counts (the first call's rows may remain past
+    // them, so no guard check).
+    check(&node, "second call", &second, row, out, capacity, false);
+}
+
+/// One destination over capacity: every rank returns (and records) CAPACITY_EXCEEDED, no output
+/// row is written, the receive counts still are (so the host can say who got how many).
+#[test]
+fn over_capacity_is_an_error_on_every_rank_and_writes_no_row() {
+    let (world, row) = (4, 3);
+    let mut counts = vec![vec![2usize; world]; world];
+    counts[1][2] = 9; // rank 2 would receive 2 + 9 + 2 + 2 = 15 rows
+    let mut node = Node::new(world, 1 << 18, 1 << 16);
+    let out = setup(&mut node, &counts, row, 0);
+    let capacity = 14;
+    let st = node.run("over capacity", 2, 32, |rank, ctx| {
+        call(&node, rank, ctx, out, capacity, row)
+    });
+    assert_eq!(st, vec![status::CAPACITY_EXCEEDED; world]);
+    for (r, &n) in counts[1].iter().enumerate() {
+        assert_eq!(node.recorded_error(r), status::CAPACITY_EXCEEDED);
+        assert_eq!(get_i64(&node, r, RECV_COUNTS + 8), n as i64);
+    }
+    assert_guard(&node, "over capacity", out, out + 4 * capacity * row);
+}
+
+/// A negative count or a count past the heap is rejected before anything moves.
+#[test]
+fn bad_counts_are_rejected_before_the_call() {
+    for (bad, want) in [
+        (-1i64, status::INVALID_ARGUMENT),
+        (1 << 40, status::OUT_OF_BOUNDS),
+    ] {
+        let mut node = Node::new(2, 1 << 16, 1 << 16);
+        let out = setup(&mut node, &[vec![1, 1], vec![1, 1]], 4, 0);
+        for r in 0..2 {
+            put_i64(&mut node, r, SEND_COUNTS + 8, bad);
+        }
+        let st = node.run("bad counts", 1, 32, |rank, ctx| {
+            call(&node, rank, ctx, out, 8, 4)
+        });
+        assert_eq!(st, vec![want; 2], "count {bad}");
+        assert_guard(&node, "bad counts", out, out + 4 * 8 * 4);
+    }
+}
