@@ -230,3 +230,34 @@ pub fn push_to_all(
         i += call.threads;
     }
 }
+
+/// Stores units `lo..hi` of this rank's region at heap offset `src` (`bytes` long) into the same
+/// units of the region at heap offset `dst` on rank `p` (one peer: no per-rank batch to keep in
+/// registers, for callers that go over the peers one by one).
+pub fn push_to(call: &Call, p: usize, src: usize, dst: usize, bytes: usize, lo: usize, hi: usize) {
+    let c = call.c;
+    let (from, to) = (c.heap_base(call.rank) + src, c.heap_base(p) + dst);
+    let fast_hi = if (src | dst).is_multiple_of(16) {
+        hi.min(bytes / 16)
+    } else {
+        lo
+    };
+    let mut i = lo + call.tid;
+    while i < fast_hi {
+        // SAFETY: a full unit inside the source region; the same unit of the destination region
+        // on rank p, 16-byte aligned.
+        unsafe {
+            let v = hw::load_v4((from + 16 * i) as *const [u32; 4]);
+            hw::store_v4((to + 16 * i) as *mut [u32; 4], v);
+        }
+        i += call.threads;
+    }
+    // The narrow path: a partial last unit, or every unit of an unaligned range.
+    let mut i = lo.max(fast_hi) + call.tid;
+    while i < hi {
+        let valid = unit_bytes(i, 16, bytes);
+        // SAFETY: `valid` bytes of unit i lie inside both regions.
+        unsafe { store_unit::<4>(to + 16 * i, valid, load_unit::<4>(from + 16 * i, valid)) };
+        i += call.threads;
+    }
+}
