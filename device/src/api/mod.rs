@@ -248,13 +248,14 @@ exports! {
     }
 
     /// All-to-all with variable splits whose counts are in device memory (no host involvement).
-    /// `send_counts_ptr` ([world] i64, in the heap: the peers read it) gives the rows of `row_elements` elements this rank sends to
-    /// each rank, taken from `in_ptr` in rank order. Rank p's rows land in `out_ptr` (room for
-    /// `capacity` rows) in sender rank order; `recv_counts_ptr` / `recv_offsets_ptr` ([world]
-    /// i64 each, in the heap) get the rows received from each rank and where they start.
-    /// CAPACITY_EXCEEDED (every rank; recorded) when some rank would receive more than
-    /// `capacity` rows: then only the receive counts and offsets are written.
-    fn symm_all_to_all_v(ctx: i64, in_ptr: i64, send_counts_ptr: i64, out_ptr: i64, capacity: i64, recv_counts_ptr: i64, recv_offsets_ptr: i64, row_elements: i64, dtype: i32) -> i32 {
+    /// `send_counts_ptr` ([world] i64, in the heap: the peers read it) gives the rows of
+    /// `row_elements` elements this rank sends to each rank, taken from `in_ptr` (room for
+    /// `in_rows` rows; the counts must sum to at most that) in rank order. Rank p's rows land in
+    /// `out_ptr` (room for `out_rows` rows) in sender rank order; `recv_counts_ptr` /
+    /// `recv_offsets_ptr` ([world] i64 each, in the heap) get the rows received from each rank and
+    /// where they start. CAPACITY_EXCEEDED (every rank; recorded) when some rank would receive
+    /// more than `out_rows` rows: then only the receive counts and offsets are written.
+    fn symm_all_to_all_v(ctx: i64, in_ptr: i64, in_rows: i64, send_counts_ptr: i64, out_ptr: i64, out_rows: i64, recv_counts_ptr: i64, recv_offsets_ptr: i64, row_elements: i64, dtype: i32) -> i32 {
         collective(
             ctx,
             which!(symm_all_to_all_v),
@@ -264,32 +265,35 @@ exports! {
                 let send_counts = Region::new(c, send_counts_ptr, 0, world, 8)?;
                 let recv_counts = Region::new(c, recv_counts_ptr, 0, world, 8)?;
                 let recv_offsets = Region::new(c, recv_offsets_ptr, 0, world, 8)?;
-                if row_elements < 0 || capacity < 0 {
+                if row_elements < 0 || in_rows < 0 || out_rows < 0 {
                     return Err(status::INVALID_ARGUMENT);
                 }
-                let row_bytes = (row_elements as u64).checked_mul(es as u64).ok_or(status::OUT_OF_BOUNDS)?;
-                let out = Region::new(c, out_ptr, 0, capacity.checked_mul(row_elements).ok_or(status::OUT_OF_BOUNDS)?, es)?;
+                let rows = |n: i64| n.checked_mul(row_elements).ok_or(status::OUT_OF_BOUNDS);
+                let input = Region::new(c, in_ptr, 0, rows(in_rows)?, es)?;
+                let out = Region::new(c, out_ptr, 0, rows(out_rows)?, es)?;
                 // This rank's own counts, written before the call (the peers' are read after the
-                // barrier): each is a row count >= 0, and the rows they name are the input.
-                let mut rows: i64 = 0;
+                // barrier): each a row count >= 0, together at most the input's rows.
+                let mut sent: i64 = 0;
                 for p in 0..world as usize {
                     // SAFETY: entry p of the checked [world] i64 region.
                     let n = unsafe { core::ptr::read_volatile((send_counts.at(c, c.rank as usize) as *const i64).add(p)) };
                     if n < 0 {
                         return Err(status::INVALID_ARGUMENT);
                     }
-                    rows = rows.checked_add(n).ok_or(status::OUT_OF_BOUNDS)?;
+                    sent = sent.saturating_add(n);
                 }
-                let input = Region::new(c, in_ptr, 0, rows.checked_mul(row_elements).ok_or(status::OUT_OF_BOUNDS)?, es)?;
-                for r in [&send_counts, &recv_counts, &recv_offsets] {
-                    if overlap(&input, r) || overlap(&out, r) {
-                        return Err(status::INVALID_ARGUMENT);
-                    }
-                }
-                if overlap(&input, &out) || overlap(&recv_counts, &recv_offsets) || overlap(&send_counts, &recv_counts) || overlap(&send_counts, &recv_offsets) {
+                if sent > in_rows {
                     return Err(status::INVALID_ARGUMENT);
                 }
-                Ok(all_to_all_v::Plan { input, send_counts, out, capacity: capacity as usize, recv_counts, recv_offsets, row_bytes: row_bytes as usize })
+                let arrays = [&send_counts, &recv_counts, &recv_offsets];
+                let clash = arrays.iter().enumerate().any(|(i, a)| {
+                    overlap(a, &input) || overlap(a, &out) || arrays[i + 1..].iter().any(|b| overlap(a, b))
+                });
+                if clash || overlap(&input, &out) {
+                    return Err(status::INVALID_ARGUMENT);
+                }
+                let (capacity, row_bytes) = (out_rows as usize, row_elements as usize * es);
+                Ok(all_to_all_v::Plan { input, send_counts, out, capacity, recv_counts, recv_offsets, row_bytes })
             },
             |call, plan| all_to_all_v::all_to_all_v(call, &plan),
         )
