@@ -18,6 +18,7 @@ import pytest
 
 import ironlink
 from ironlink import _abi, ops, tuning
+from ironlink import variable_all_to_all as a2av
 from ironlink.errors import IronlinkError
 from ironlink.ops import Plan, TensorSpec
 
@@ -29,7 +30,7 @@ DEV = "cuda:0"
 
 
 def spec(name: str, n: int, dtype: str = "bfloat16", ptr: int = 1 << 20, **kw: Any) -> TensorSpec:
-    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "float64": 8}[dtype]
+    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "float64": 8, "int64": 8}[dtype]
     fields = dict(shape=(n,), dtype=dtype, itemsize=itemsize, contiguous=True, device=DEV, data_ptr=ptr)
     return TensorSpec(name, **{**fields, **kw})
 
@@ -151,6 +152,15 @@ def test_kernels_compile(collective: str) -> None:
     symbol = f"symm_{collective}"
     (call,) = extern_calls(ttir)[symbol]
     assert call["dtype"] == _abi.DTYPE["BFLOAT16"]
+
+
+def test_all_to_all_v_kernel_compiles_with_the_inputs_dtype() -> None:
+    kernel = a2av._all_to_all_v_kernel
+    types = {"ctx": "i64", "inp": "*fp16", "in_rows": "i64", "send_counts": "*i64", "out": "*fp16",
+             "out_rows": "i64", "recv_counts": "*i64", "recv_offsets": "*i64", "row": "i64", "status": "*i32"}
+    sig = {name: types[name] for name in kernel.arg_names}
+    (call,) = extern_calls(compile_for(90, kernel.fn, sig, {}).asm["ttir"])["symm_all_to_all_v"]
+    assert call["dtype"] == _abi.DTYPE["FLOAT16"]
 
 
 # --- tuning ----------------------------------------------------------------------------------------
@@ -403,3 +413,35 @@ def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
     out = _FakeTensor(8, ptr=0x20000)
     with pytest.raises(IronlinkError, match=r"ironlink.all_gather\(inp\): not in this heap"):
         ironlink.all_gather(out, _FakeTensor(1, ptr=0x90000), heap=_Heap(out))
+
+
+# --- all_to_all_v (ironlink.variable_all_to_all) ---------------------------------------------------
+
+def spec_of(name: str, shape: tuple[int, ...], dtype: str = "bfloat16") -> TensorSpec:
+    return spec(name, 0, dtype, shape=shape)
+
+
+def _a2av(**kw: TensorSpec) -> a2av.Plan:
+    args = {"inp": spec_of("inp", (10, 4, 3)), "send_counts": spec_of("send_counts", (4,), "int64"),
+            "out": spec_of("out", (16, 4, 3)), "recv_counts": spec_of("recv_counts", (4,), "int64"),
+            "recv_offsets": spec_of("recv_offsets", (4,), "int64")}
+    args.update(kw)
+    return a2av.plan(args["inp"], args["send_counts"], args["out"], args["recv_counts"], args["recv_offsets"],
+                     "cuda:0", 4)
+
+
+def test_all_to_all_v_plan_takes_rows_of_any_shape() -> None:
+    p = _a2av()
+    assert (p.in_rows, p.out_rows, p.row_elements) == (10, 16, 12)
+    assert (p.ctas, p.warps) == tuning.all_to_all_v_launch()
+
+
+@pytest.mark.parametrize("kw, err, text", [
+    ({"out": spec_of("out", (16, 4, 2))}, ValueError, "same row shape"),
+    ({"out": spec_of("out", (16, 4, 3), "float16")}, TypeError, "must match"),
+    ({"send_counts": spec_of("send_counts", (4,), "int32")}, ValueError, "send_counts must be a contiguous int64"),
+    ({"recv_offsets": spec_of("recv_offsets", (2,), "int64")}, ValueError, r"shape \(4,\)"),
+])
+def test_all_to_all_v_rejects_bad_tensors(kw: dict, err: type, text: str) -> None:
+    with pytest.raises(err, match=text):
+        _a2av(**kw)

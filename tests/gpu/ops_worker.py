@@ -224,6 +224,65 @@ class Suite(Cases):
             self.free(c, b, a)
 
 
+def counts_matrix(world: int, seed: int, most: int) -> Any:
+    """[world, world] int64 rows rank q sends rank p: the same on every rank (a shared seed)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, most + 1, (world, world), generator=g)
+
+
+def all_to_all_v_case(s: Suite, row: int, dtype: Any, seeds: tuple[int, ...], graph: bool, out_rows: int = 0) -> None:
+    """ironlink.all_to_all_v against dist.all_to_all_single with host splits (bit-exact), receive
+    counts and offsets exact; with `graph`, one capture replayed with every seed's counts (written
+    into send_counts between replays); `out_rows` too small: CAPACITY_EXCEEDED raised."""
+    world, me, heap = s.world, dist.get_rank(), s.heap
+    most = 40
+    in_rows = world * most
+    cap = out_rows or world * most
+    inp = heap.empty((in_rows, row), dtype)
+    out = heap.empty((cap, row), dtype)
+    send = heap.empty((world,), torch.int64)
+    rc, ro = heap.empty((world,), torch.int64), heap.empty((world,), torch.int64)
+    try:
+        run = lambda: ironlink.all_to_all_v(inp, send, out, rc, ro, heap=heap)  # noqa: E731
+        g = None
+        for i, seed in enumerate(seeds):
+            m = counts_matrix(world, seed, most)
+            send.copy_(m[me])
+            inp.copy_(torch.randn(in_rows, row, device="cuda").to(dtype))
+            out.fill_(float("nan"))
+            if graph and g is None:
+                run()
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    run()
+                out.fill_(float("nan"))
+            if out_rows:
+                run()
+                torch.cuda.synchronize()
+                try:
+                    heap.check()
+                    raise AssertionError("no CAPACITY_EXCEEDED for an output too small")
+                except ironlink.IronlinkError as e:
+                    assert "CAPACITY_EXCEEDED" in str(e), str(e)
+                assert rc.tolist() == m[:, me].tolist(), "receive counts not written on a capacity error"
+                return
+            g.replay() if graph else run()
+            torch.cuda.synchronize()
+            heap.check()
+            recv = m[:, me]
+            total = int(recv.sum())
+            want = torch.empty(total, row, device="cuda", dtype=dtype)
+            sent = int(m[me].sum())
+            dist.all_to_all_single(want, inp[:sent].contiguous(), recv.tolist(), m[me].tolist())
+            assert rc.tolist() == recv.tolist(), f"receive counts {rc.tolist()} != {recv.tolist()}"
+            assert ro.tolist() == (torch.cumsum(recv, 0) - recv).tolist(), "receive offsets"
+            assert torch.equal(out[:total], want), f"rows differ from all_to_all_single (seed {seed}, step {i})"
+    finally:
+        for t in (ro, rc, send, out, inp):
+            heap.free(t)
+
+
 def main() -> int:
     reason = skip_reason()
     if reason:
@@ -272,6 +331,12 @@ def main() -> int:
         s.run(f"reduce_scatter in place {dtype}", lambda: s.reduce_scatter(4099, dtype, "sum", True))
         s.run(f"cuda graph {dtype} small", lambda: s.cuda_graph(dtype, 300))
         s.run(f"cuda graph {dtype} 1 MiB per rank", lambda: s.cuda_graph(dtype, (1 << 20) // esize))
+    for dtype in (torch.bfloat16, torch.float32):
+        for row in (7, 4096):
+            s.run(f"all_to_all_v {dtype} row {row}", lambda: all_to_all_v_case(s, row, dtype, (1, 2, 3), graph=False))
+        s.run(f"all_to_all_v {dtype} in a CUDA graph, counts changed between replays",
+              lambda: all_to_all_v_case(s, 1000, dtype, (4, 5, 6), graph=True))
+    s.run("all_to_all_v over capacity", lambda: all_to_all_v_case(s, 64, torch.bfloat16, (7,), graph=False, out_rows=5))
     s.run("argument errors", s.argument_errors)
     s.run("heap.check() is clean", heap.check)
     heap.close()

@@ -56,6 +56,17 @@ def algorithm_limits(
     return limits[w]
 
 
+# all_to_all_v runs ALL_TO_ALL_V_CTAS CTAs of 16 warps whatever the sizes: its ranks send
+# different amounts, and the grid must be the same on every rank (CTAs are matched by index).
+# Not measured yet (the first GPU run of all_to_all_v is pending).
+ALL_TO_ALL_V_CTAS = 32
+
+
+def all_to_all_v_launch() -> tuple[int, int]:
+    """(ctas, num_warps) of every all_to_all_v."""
+    return ALL_TO_ALL_V_CTAS, 16
+
+
 # --- fused ops (ironlink.fused) ------------------------------------------------------------------
 
 # all_reduce_rmsnorm runs "rows" (each CTA all-reduces and normalizes its own rows) for x of more
@@ -110,5 +121,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     return cfg
 
 
-__all__ = ["ALGORITHM_LIMITS", "FORCED_LIMITS", "MATMUL_CONFIGS", "MAX_CTAS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MAX_CTAS", "MatmulConfig",
            "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "TABLES", "algorithm_limits", "choose", "matmul_config", "rmsnorm_mode"]

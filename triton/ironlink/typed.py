@@ -124,6 +124,16 @@ def all_to_all(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = Non
 
 
 @core.extern
+def all_to_all_v(ctx: Any, in_ptr: Any, in_rows: Any, send_counts_ptr: Any, out_ptr: Any, out_rows: Any,
+                 recv_counts_ptr: Any, recv_offsets_ptr: Any, row_elements: Any, _semantic: Any = None) -> core.tensor:
+    """Variable all-to-all with device-side counts (``symm_all_to_all_v``): rows of `row_elements`
+    elements, `send_counts_ptr[p]` of them to rank p; receive counts and offsets written."""
+    dt = _pair_code(in_ptr, out_ptr, "all_to_all_v", _semantic)
+    return il.symm_all_to_all_v(ctx, in_ptr, in_rows, send_counts_ptr, out_ptr, out_rows, recv_counts_ptr,
+                                recv_offsets_ptr, row_elements, dt, _semantic=_semantic)
+
+
+@core.extern
 def tile_all_reduce(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, tile: Any, op: Any = _SUM,
                     _semantic: Any = None) -> core.tensor:
     """In-place all-reduce, by this CTA alone, of the `rows` x `cols` tile at `ptr` (rows

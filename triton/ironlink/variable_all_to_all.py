@@ -1,0 +1,84 @@
+"""All-to-all with variable splits whose counts never leave the GPU (MoE token exchange):
+
+    out, recv_counts, recv_offsets = ironlink.all_to_all_v(inp, send_counts, out)
+
+`inp` [in_rows, ...] holds this rank's rows grouped by destination rank in rank order,
+`send_counts` (int64 [world], a heap tensor: peers read it) how many go to each rank. Rank p's
+`out` [out_rows, ...] gets them in sender rank order; `recv_counts[q]` / `recv_offsets[q]`
+(int64 [world], heap) say how many rows came from rank q and where they start. Everything is read
+and written on the GPU, so a CUDA graph replays correctly when the counts change between replays.
+If some rank would receive more than `out_rows` rows, every rank's call fails with
+CAPACITY_EXCEEDED (raised with `check=True`, else by `heap.check()`) and only the receive counts
+and offsets are written: read them to see who would have received how many.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional
+
+import triton.language as tl
+
+from . import typed as ilt
+from .jit import jit
+from .ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
+from .tuning import all_to_all_v_launch
+
+
+class Plan(NamedTuple):
+    in_rows: int
+    out_rows: int
+    row_elements: int
+    ctas: int
+    warps: int
+
+
+def plan(inp: TensorSpec, send_counts: TensorSpec, out: TensorSpec, recv_counts: TensorSpec,
+         recv_offsets: TensorSpec, device: str, world: int) -> Plan:
+    """Checks the tensors (pure: testable without a GPU) and chooses the launch."""
+    code = check_tensor(inp, device)
+    if check_tensor(out, device) != code:
+        raise TypeError(f"out is {out.dtype} but inp is {inp.dtype}; they must match")
+    if len(inp.shape) < 1 or len(out.shape) < 1 or inp.shape[1:] != out.shape[1:]:
+        raise ValueError(f"inp {inp.shape} and out {out.shape} must be [rows, ...] with the same row shape")
+    for t in (send_counts, recv_counts, recv_offsets):
+        if t.dtype != "int64" or t.shape != (world,) or not t.contiguous or t.device != device:
+            raise ValueError(f"{t.name} must be a contiguous int64 tensor of shape ({world},) on {device}, "
+                             f"got {t.dtype} {t.shape} on {t.device}")
+    row = math.prod(inp.shape[1:])
+    ctas, warps = all_to_all_v_launch()
+    return Plan(inp.shape[0], out.shape[0], row, ctas, warps)
+
+
+@jit(do_not_specialize=["ctx", "in_rows", "out_rows", "row"])
+def _all_to_all_v_kernel(ctx, inp, in_rows, send_counts, out, out_rows, recv_counts, recv_offsets, row, status):
+    s = ilt.all_to_all_v(ctx, inp, in_rows, send_counts, out, out_rows, recv_counts, recv_offsets, row)
+    tl.store(status + tl.program_id(0), s)
+
+
+def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, recv_offsets: Any = None,
+                 heap: Optional[Any] = None, check: bool = False) -> tuple[Any, Any, Any]:
+    """(out, recv_counts, recv_offsets); see the module docs. `recv_counts` / `recv_offsets` default
+    to new heap tensors (the caller frees them with heap.free). Collective; CUDA-graph capturable
+    once it has run outside capture (and with recv_counts / recv_offsets given)."""
+    import torch
+
+    h = heap_for(inp, "inp", heap, "all_to_all_v")
+    if recv_counts is None:
+        recv_counts = h.empty((h.world_size,), torch.int64)
+    if recv_offsets is None:
+        recv_offsets = h.empty((h.world_size,), torch.int64)
+    spec = TensorSpec.from_tensor
+    p = plan(spec(inp, "inp"), spec(send_counts, "send_counts"), spec(out, "out"), spec(recv_counts, "recv_counts"),
+             spec(recv_offsets, "recv_offsets"), str(h.device), h.world_size)
+    in_heap(h, "all_to_all_v", (inp, "inp"), (send_counts, "send_counts"), (out, "out"), (recv_counts, "recv_counts"),
+            (recv_offsets, "recv_offsets"))
+    launch_with_status(
+        "all_to_all_v", h, p.ctas,
+        lambda status: _all_to_all_v_kernel[(p.ctas,)](h.ctx, inp, p.in_rows, send_counts, out, p.out_rows, recv_counts,
+                                                       recv_offsets, p.row_elements, status, num_warps=p.warps),
+        check, function="symm_all_to_all_v")
+    return out, recv_counts, recv_offsets
+
+
+__all__ = ["all_to_all_v", "plan"]
