@@ -12,7 +12,8 @@
 //! every access here is an atomic), so a missing release/acquire pair or fence that only matters
 //! on weak hardware is NOT caught; those are checked by reading the PTX and on the GPUs.
 //! Setting `IRONLINK_SIM_YIELD=1` adds random yields at every memory operation and barrier to
-//! shake out orderings the OS scheduler would rarely produce.
+//! shake out orderings the OS scheduler would rarely produce; `sim_faults` drops, delays or
+//! reorders synchronizing stores for the fault-injection tests.
 
 extern crate std;
 
@@ -22,6 +23,8 @@ use std::cell::Cell;
 use std::string::String;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use super::sim_faults::{self, Kind};
 
 /// How long a simulated CTA barrier waits for all its threads before declaring a deadlock.
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -102,6 +105,7 @@ fn yield_enabled() -> bool {
 /// Randomly yields the OS thread (one time in four) when `IRONLINK_SIM_YIELD` is set.
 #[inline]
 fn maybe_yield() {
+    sim_faults::deliver_held();
     if !yield_enabled() {
         return;
     }
@@ -160,7 +164,8 @@ where
                                 }))
                             });
                             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                body(rank)
+                                body(rank);
+                                sim_faults::deliver_held(); // a thread's last packet, if held
                             }));
                             HW.with(|h| h.set(None));
                             if let Err(e) = r {
@@ -235,11 +240,17 @@ pub unsafe fn load_relaxed_u32(p: *const u32) -> u32 {
 
 pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
     maybe_yield();
+    if !sim_faults::proceed(Kind::FlagStore) {
+        return;
+    }
     AtomicU32::from_ptr(p).store(v, Ordering::Release)
 }
 
 pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
     maybe_yield();
+    if !sim_faults::proceed(Kind::FlagStore) {
+        return;
+    }
     AtomicU32::from_ptr(p).store(v, Ordering::Relaxed)
 }
 
@@ -255,26 +266,41 @@ pub unsafe fn load_acquire_u64(p: *const u64) -> u64 {
 
 pub unsafe fn store_release_u64(p: *mut u64, v: u64) {
     maybe_yield();
+    if !sim_faults::proceed(Kind::FlagStore) {
+        return;
+    }
     AtomicU64::from_ptr(p).store(v, Ordering::Release)
 }
 
 pub unsafe fn atomic_add_release_u64(p: *mut u64, v: u64) -> u64 {
     maybe_yield();
+    if !sim_faults::proceed(Kind::FlagAdd) {
+        return AtomicU64::from_ptr(p).load(Ordering::Acquire); // the add is lost
+    }
     AtomicU64::from_ptr(p).fetch_add(v, Ordering::Release)
 }
 
 pub unsafe fn atomic_add_acq_rel_u32(p: *mut u32, v: u32) -> u32 {
     maybe_yield();
+    if !sim_faults::proceed(Kind::FlagAdd) {
+        return AtomicU32::from_ptr(p).load(Ordering::Acquire); // the add is lost
+    }
     AtomicU32::from_ptr(p).fetch_add(v, Ordering::AcqRel)
 }
 
 pub unsafe fn red_add_release_u32(p: *mut u32, v: u32) {
     maybe_yield();
+    if !sim_faults::proceed(Kind::FlagAdd) {
+        return;
+    }
     AtomicU32::from_ptr(p).fetch_add(v, Ordering::Release);
 }
 
 pub unsafe fn red_add_relaxed_u32(p: *mut u32, v: u32) {
     maybe_yield();
+    if !sim_faults::proceed(Kind::FlagAdd) {
+        return;
+    }
     AtomicU32::from_ptr(p).fetch_add(v, Ordering::Relaxed);
 }
 
@@ -298,7 +324,22 @@ pub unsafe fn atomic_cas_u32(p: *mut u32, current: u32, new: u32) -> u32 {
 /// reads word 3 first with acquire, so a reader that sees word 3 new sees words 0..2 new as well.
 /// LL packets put a flag in the last word, which is all the protocol needs.
 pub unsafe fn store_v4_volatile(p: *mut [u32; 4], v: [u32; 4]) {
+    if sim_faults::hold_packet(p as usize, v) {
+        return; // delivered after this thread's next packet, or before its next other operation
+    }
+    let overtaken = sim_faults::take_held(); // stored after this one
     maybe_yield();
+    if sim_faults::proceed(Kind::Packet) {
+        store_v4_now(p, v);
+    }
+    if let Some((q, w)) = overtaken {
+        store_v4_now(q as *mut [u32; 4], w);
+        sim_faults::note_overtaken();
+    }
+}
+
+/// The 16-byte store itself (also how a held packet is delivered).
+pub(super) unsafe fn store_v4_now(p: *mut [u32; 4], v: [u32; 4]) {
     let w = p as *mut u32;
     for (i, x) in v.iter().enumerate() {
         AtomicU32::from_ptr(w.add(i)).store(*x, Ordering::Release);

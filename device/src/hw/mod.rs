@@ -27,6 +27,8 @@ pub use nvptx::*;
 pub mod host;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::*;
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod sim_faults;
 
 /// Thread index within the CTA, flattened over x, y, z.
 #[inline(always)]

@@ -125,6 +125,26 @@ impl Node {
 
     /// Runs `body(rank, ctx)` on every thread of `ctas` x `threads` per rank; returns each rank's
     /// status, after checking that all threads of a rank returned the same one.
+    /// Like `run`, for launches whose CTAs may legitimately disagree (a fault that only one CTA
+    /// of a rank notices): each rank's first non-OK status of any thread, else OK.
+    pub fn run_worst(
+        &self,
+        label: &str,
+        ctas: u32,
+        threads: u32,
+        body: impl Fn(usize, i64) -> i32 + Sync,
+    ) -> Vec<i32> {
+        let results: Vec<AtomicI32> = (0..self.world).map(|_| AtomicI32::new(0)).collect();
+        let ctx: Vec<i64> = (0..self.world).map(|r| self.ctx(r)).collect();
+        host::launch(label, self.world, ctas, threads, |rank| {
+            let s = body(rank, ctx[rank]);
+            if s != 0 {
+                let _ = results[rank].compare_exchange(0, s, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        });
+        results.iter().map(|a| a.load(Ordering::SeqCst)).collect()
+    }
+
     pub fn run(
         &self,
         label: &str,
