@@ -105,7 +105,7 @@ fn yield_enabled() -> bool {
 /// Randomly yields the OS thread (one time in four) when `IRONLINK_SIM_YIELD` is set.
 #[inline]
 fn maybe_yield() {
-    sim_faults::deliver_held();
+    deliver_held();
     if !yield_enabled() {
         return;
     }
@@ -165,7 +165,7 @@ where
                             });
                             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                 body(rank);
-                                sim_faults::deliver_held(); // a thread's last packet, if held
+                                deliver_held(); // a thread's last packet, if held
                             }));
                             HW.with(|h| h.set(None));
                             if let Err(e) = r {
@@ -338,8 +338,17 @@ pub unsafe fn store_v4_volatile(p: *mut [u32; 4], v: [u32; 4]) {
     }
 }
 
+/// Delivers the LL packet this thread holds back under `sim_faults::Fault::ReorderPackets`, if
+/// any: before the thread's next other operation, and when its body ends.
+fn deliver_held() {
+    if let Some((p, v)) = sim_faults::take_held() {
+        // SAFETY: the address and value of a packet store the device code issued, held back.
+        unsafe { store_v4_now(p as *mut [u32; 4], v) };
+    }
+}
+
 /// The 16-byte store itself (also how a held packet is delivered).
-pub(super) unsafe fn store_v4_now(p: *mut [u32; 4], v: [u32; 4]) {
+unsafe fn store_v4_now(p: *mut [u32; 4], v: [u32; 4]) {
     let w = p as *mut u32;
     for (i, x) in v.iter().enumerate() {
         AtomicU32::from_ptr(w.add(i)).store(*x, Ordering::Release);

@@ -7,7 +7,8 @@
 //! packets (`store_v4_volatile`). A plan (`set`) drops the n-th of a kind, delays every one of a
 //! kind, or lets each LL packet be overtaken by the same thread's next packet (it is stored after
 //! it; any other operation of the thread delivers a held packet first, so release ordering is
-//! kept). One plan per process: tests that use it hold `serial()` and run alone.
+//! kept; `host.rs` delivers held packets). One plan per process: tests that use it hold
+//! `serial()` and run alone.
 
 extern crate std;
 
@@ -126,14 +127,4 @@ pub(super) fn take_held() -> Option<(usize, [u32; 4])> {
         return None;
     }
     HELD.with(|h| h.take())
-}
-
-/// Delivers a packet this thread holds (before any other operation of the thread, and after the
-/// next packet).
-#[inline]
-pub(super) fn deliver_held() {
-    if let Some((p, v)) = take_held() {
-        // SAFETY: the address and value of a packet store the device code issued, held back.
-        unsafe { super::host::store_v4_now(p as *mut [u32; 4], v) };
-    }
 }
