@@ -1,9 +1,10 @@
-"""docs/fused.md's benchmark tables, made from the newest bench/results/fused-*.json that has both ops.
+"""docs/fused.md's benchmark tables, made from the newest bench/results/fused-*.json that has the ops.
 
     python3 bench/fused_table.py            # print the block
     python3 bench/fused_table.py --write    # rewrite it in docs/fused.md (`make docs` does this)
 
-The block sits between `<!-- fused:begin -->` and `<!-- fused:end -->`; tests/test_readme_bench.py
+The tensor-parallel ops' block sits between `<!-- fused:begin -->` and `<!-- fused:end -->`, the
+sequence-parallel ops' between `<!-- sp:begin -->` and `<!-- sp:end -->`; tests/test_readme_bench.py
 checks that docs/fused.md carries exactly this output.
 """
 
@@ -19,21 +20,26 @@ RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "fused.md"
 BEGIN, END = "<!-- fused:begin -->\n", "<!-- fused:end -->"
 OPS = ("allreduce_rmsnorm", "matmul_allreduce")
+SP_OPS = ("allgather_matmul", "matmul_reducescatter")
+SP_BEGIN, SP_END = "<!-- sp:begin -->\n", "<!-- sp:end -->"
 
 Row = dict[str, Any]
 
 
-def newest() -> Path:
+def newest(ops: tuple[str, ...] = OPS) -> Optional[Path]:
+    """The newest fused-*.json with rows of every op in `ops`."""
     runs = []
     for p in RESULTS.glob("fused-*.json"):
         doc = json.loads(p.read_text())
-        if all(any(r["op"] == op for r in doc["results"]) for op in OPS):
+        if all(any(r["op"] == op for r in doc["results"]) for op in ops):
             runs.append((doc["date"], p.name, p))
-    return max(runs)[2]
+    return max(runs)[2] if runs else None
 
 
 def block() -> str:
-    doc = json.loads(newest().read_text())
+    path = newest()
+    assert path is not None, "no bench/results/fused-*.json with the tensor-parallel ops"
+    doc = json.loads(path.read_text())
     rows: list[Row] = doc["results"]
 
     def us(op: str, who: str, **shape: int) -> Optional[float]:
@@ -68,17 +74,47 @@ def block() -> str:
     return "\n".join(out) + "\n"
 
 
+def sp_block() -> str:
+    """The sequence-parallel ops against NCCL + torch.matmul and PyTorch's fused ops."""
+    path = newest(SP_OPS)
+    if path is None:
+        return "No measurement committed yet (`tests/gpu/run.sh fused-bench`).\n"
+    doc = json.loads(path.read_text())
+    rows: list[Row] = doc["results"]
+
+    def us(op: str, who: str, m: int) -> Optional[float]:
+        return next((float(r["us"]) for r in rows if r["op"] == op and r["contender"] == who and r["M"] == m), None)
+
+    def f(v: Optional[float]) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    out = [f"{doc['world_size']} x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, bf16, CUDA graphs, "
+           "us per call (median, max over ranks), K = N = 8192; x = the other's time / fused time."]
+    for op, title in zip(SP_OPS, ("all-gather + matmul", "matmul + reduce-scatter")):
+        out += ["", f"{title}:", "", "| M | fused | NCCL + torch | PyTorch fused | x NCCL + torch | x PyTorch fused |",
+                "|---|---|---|---|---|---|"]
+        for m in sorted({r["M"] for r in rows if r["op"] == op}):
+            fused, nccl, symm = us(op, "ironlink_fused", m), us(op, "nccl_torch", m), us(op, "torch_symm_fused", m)
+            ratio = lambda other: f"{other / fused:.2f}" if other and fused else "-"  # noqa: E731
+            out.append(f"| {m} | {f(fused)} | {f(nccl)} | {f(symm)} | {ratio(nccl)} | {ratio(symm)} |")
+    return "\n".join(out) + "\n"
+
+
+def _replace(text: str, begin: str, end: str, body: str) -> str:
+    if begin not in text or end not in text:
+        raise SystemExit(f"docs/fused.md lacks the {begin.strip()} / {end} markers")
+    before, rest = text.split(begin, 1)
+    return before + begin + body + end + rest.split(end, 1)[1]
+
+
 def write() -> None:
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"docs/fused.md lacks the {BEGIN.strip()} / {END} markers")
-    before, rest = text.split(BEGIN, 1)
-    DOC.write_text(before + BEGIN + block() + END + rest.split(END, 1)[1])
-    print("wrote the fused block of docs/fused.md")
+    text = _replace(DOC.read_text(), BEGIN, END, block())
+    DOC.write_text(_replace(text, SP_BEGIN, SP_END, sp_block()))
+    print("wrote the fused blocks of docs/fused.md")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         write()
     else:
-        sys.stdout.write(block())
+        sys.stdout.write(block() + "\n" + sp_block())

@@ -46,7 +46,9 @@ def test_fused_tables_match_newest_results() -> None:
     fused = _module("fused_table")
     text = (REPO / "docs" / "fused.md").read_text()
     got = text.split(fused.BEGIN, 1)[1].split(fused.END, 1)[0]
-    assert got == fused.block(), f"docs/fused.md's tables are stale ({fused.newest().name}): run `make docs`"
+    assert got == fused.block(), f"docs/fused.md's tables are stale ({fused.newest()}): run `make docs`"
+    got = text.split(fused.SP_BEGIN, 1)[1].split(fused.SP_END, 1)[0]
+    assert got == fused.sp_block(), "docs/fused.md's sequence-parallel tables are stale: run `make docs`"
 
 
 def test_referenced_images_exist() -> None:
