@@ -283,6 +283,88 @@ def all_to_all_v_case(s: Suite, row: int, dtype: Any, seeds: tuple[int, ...], gr
             heap.free(t)
 
 
+def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0) -> None:
+    """ironlink.MoeExchange: dispatch against the rows every rank routes here (all_gather of x and
+    topk_idx, bit-exact, grouped by local expert), combine of y = recv_x * (global expert + 1)
+    against a float64 reference; with `graph`, one capture replayed with new routing; with
+    `capacity`, a too-small receive buffer gives CAPACITY_EXCEEDED."""
+    world, me, heap = s.world, dist.get_rank(), s.heap
+    hidden, k, experts = 256, 4, 2 * world
+    le = experts // world
+    moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None)
+    x = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    idx = torch.empty(tokens, k, device="cuda", dtype=torch.int64)
+    wts = torch.empty(tokens, k, device="cuda", dtype=torch.float32)
+    scale = torch.empty(moe.capacity, 1, device="cuda", dtype=torch.bfloat16)
+
+    def route(seed: int) -> None:
+        g = torch.Generator(device="cuda").manual_seed(seed * 100 + me)
+        x.copy_(torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16))
+        scores = torch.rand(tokens, experts, device="cuda", generator=g)
+        if skewed:
+            scores[:, 0] += 10  # expert 0 (on rank 0) is every token's first choice
+        idx.copy_(scores.topk(k, dim=1).indices)
+        wts.copy_(torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1))
+
+    def layer() -> Any:
+        recv_x, counts, offsets, handle = moe.dispatch(x, idx, wts, check=not graph and not capacity)
+        # Expert e of this rank scales its rows by (global expert id + 1).
+        e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
+        scale.copy_((me * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None])
+        out = moe.combine(recv_x * scale, handle, check=not graph)
+        return recv_x, counts, out
+
+    try:
+        if capacity:
+            route(1)
+            try:
+                moe.dispatch(x, idx, wts, check=True)
+                raise AssertionError("no CAPACITY_EXCEEDED for a receive buffer too small")
+            except ironlink.IronlinkError as e:
+                assert "CAPACITY_EXCEEDED" in str(e), str(e)
+            try:
+                heap.check()  # clears the recorded error for the cases after
+            except ironlink.IronlinkError:
+                pass
+            return
+        g = None
+        for seed in (1, 2, 3):
+            route(seed)
+            if graph and g is None:
+                layer()
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    captured = layer()
+                route(seed)
+            if graph:
+                g.replay()
+                recv_x, counts, out = captured
+            else:
+                recv_x, counts, out = layer()
+            torch.cuda.synchronize()
+            heap.check()
+            xs = [torch.empty_like(x) for _ in range(world)]
+            ids = [torch.empty_like(idx) for _ in range(world)]
+            dist.all_gather(xs, x)
+            dist.all_gather(ids, idx)
+            want = []
+            for e in range(me * le, (me + 1) * le):
+                for q in range(world):
+                    flat = ids[q].reshape(-1)
+                    want.append(xs[q][(flat == e).nonzero()[:, 0] // k])
+            want_rows = torch.cat(want)
+            n = want_rows.shape[0]
+            assert counts.sum().item() == n, f"{counts.tolist()} rows for {n} routed here"
+            assert torch.equal(recv_x[:n], want_rows), "dispatched rows differ from the routing"
+            ref = (x.double()[:, None, :] * (idx.double() + 1)[..., None] * wts.double()[..., None]).sum(1)
+            s.close("combine", out, ref, torch.bfloat16)
+            again = layer()[2] if not graph else out
+            assert torch.equal(again, out), "combine differs run to run"
+    finally:
+        moe.close()
+
+
 def main() -> int:
     reason = skip_reason()
     if reason:
@@ -336,6 +418,12 @@ def main() -> int:
             s.run(f"all_to_all_v {dtype} row {row}", lambda: all_to_all_v_case(s, row, dtype, (1, 2, 3), graph=False))
         s.run(f"all_to_all_v {dtype} in a CUDA graph, counts changed between replays",
               lambda: all_to_all_v_case(s, 1000, dtype, (4, 5, 6), graph=True))
+    for tokens, skewed in ((37, False), (256, True)):
+        s.run(f"moe dispatch/combine {tokens} tokens {'skewed' if skewed else 'uniform'}",
+              lambda: moe_case(s, tokens, skewed, graph=False))
+    s.run("moe dispatch/combine in a CUDA graph, routing changed between replays",
+          lambda: moe_case(s, 64, False, graph=True))
+    s.run("moe over capacity", lambda: moe_case(s, 64, True, graph=False, capacity=32))
     s.run("all_to_all_v over capacity", lambda: all_to_all_v_case(s, 64, torch.bfloat16, (7,), graph=False, out_rows=5))
     s.run("argument errors", s.argument_errors)
     s.run("heap.check() is clean", heap.check)

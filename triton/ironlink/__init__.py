@@ -34,6 +34,7 @@ _LAZY = {
     "all_gather": "ops",
     "reduce_scatter": "ops",
     "all_to_all_v": "variable_all_to_all",
+    "MoeExchange": "moe",
     # Fused compute + communication (ironlink.fused).
     "all_reduce_rmsnorm": "fused",
     "matmul_all_reduce": "fused",
