@@ -64,9 +64,11 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
 @jit(do_not_specialize=["ctx"])
 def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                GROUP_M: tl.constexpr, WORLD: tl.constexpr):
+                                GROUP_M: tl.constexpr, WORLD: tl.constexpr, SLOTS: tl.constexpr,
+                                ROWS: tl.constexpr):
     """out [M / WORLD, N] = this rank's rows of the reduce-scatter of a @ b (see the module docs).
-    ws: the workspace (heap), tiles per block x WORLD slots of BLOCK_M x BLOCK_N elements."""
+    ws: the workspace (heap), tiles per block x WORLD slots of BLOCK_M x BLOCK_N elements.
+    SLOTS: WORLD rounded up to a power of two; ROWS: rows of a tile summed per step (`reduce_rows`)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     rows = M // WORLD
@@ -86,8 +88,6 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
         tl.store(slot + ri[:, None] * BLOCK_N + rc[None, :], acc.to(ws.dtype.element_ty))
         s = il.symm_tile_signal(ctx, t, dest)
         worst = tl.where(s != 0, s, worst)
-    SLOTS: tl.constexpr = triton.next_power_of_2(WORLD)
-    ROWS: tl.constexpr = max(1, min(BLOCK_M, 8192 // (SLOTS * BLOCK_N)))  # rows summed per step
     ranks, rr = tl.arange(0, SLOTS), tl.arange(0, ROWS)
     for t in range(pid, tiles, grid):
         if worst == 0:
@@ -112,6 +112,13 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
             s = il.symm_tile_wait(ctx, tiles + o % tiles, dest)
             worst = tl.where(s != 0, s, worst)
     tl.store(status + pid, worst)
+
+
+def reduce_rows(config: tuning.MatmulConfig, world: int) -> int:
+    """Rows of a tile the reduction sums per step: every rank's copy of them, 8192 elements in
+    all, are in registers at once (a whole 128 x 256 tile from 4 ranks needed 256 KiB of shared
+    memory for the sum)."""
+    return max(1, min(config.block_m, 8192 // (triton.next_power_of_2(world) * config.block_n)))
 
 
 def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None,
@@ -139,9 +146,10 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None,
         "matmul_reduce_scatter", h, p.ctas,
         lambda status: kernel(h.ctx, a, b, out, ws, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
                               b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
-                              GROUP_M=c.group_m, WORLD=h.world_size, num_warps=c.warps, num_stages=c.stages),
+                              GROUP_M=c.group_m, WORLD=h.world_size, SLOTS=triton.next_power_of_2(h.world_size),
+                              ROWS=reduce_rows(c, h.world_size), num_warps=c.warps, num_stages=c.stages),
         check, function="symm_tile_wait")
     return out
 
 
-__all__ = ["matmul_reduce_scatter", "matmul_reducescatter_kernel", "plan"]
+__all__ = ["matmul_reduce_scatter", "matmul_reducescatter_kernel", "plan", "reduce_rows"]
