@@ -26,7 +26,7 @@ BCDIR      = build$(if $(DIAG),/diag/$(DIAG))
 BC         = $(BCDIR)/ironlink_$(subst _,,$(CUDA_ARCH)).bc
 STAMP     := build/.stamps
 
-.PHONY: all all-archs toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused docs clean
+.PHONY: all all-archs toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused bench-moe docs clean
 all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
@@ -138,7 +138,11 @@ bench: wheel
 
 # The fused-op benchmark alone (bench/results/fused-*.json).
 bench-fused: wheel
-	bench/run_fused.sh
+	bench/run_py.sh fused
+
+# The MoE dispatch / combine benchmark alone (bench/results/moe-*.json).
+bench-moe: wheel
+	bench/run_py.sh moe
 
 # The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
 # the newest bench/results/*.json at each world size (tests/test_readme_bench.py checks them).

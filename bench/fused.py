@@ -1,6 +1,6 @@
 """Fused ops against their unfused forms, same process, same GPUs, CUDA graphs:
 
-    torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_fused.sh)
+    torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_py.sh fused)
 
 - allreduce_rmsnorm (tokens x hidden, bf16): ironlink_fused (ironlink.all_reduce_rmsnorm, its default
   mode; ironlink_fused[rows] / [whole] each mode), nccl_torch (dist.all_reduce, residual add,

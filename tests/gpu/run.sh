@@ -15,7 +15,8 @@
 #   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
 #   examples     examples/all_reduce.py, the GPU `make demo`
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
-#   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_fused.sh)
+#   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
+#   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
 # Options:
 #   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
 #                      GPU count are skipped)
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --bench-args) bench_args=$2; shift 2 ;;
     --fused-args) fused_args=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench) parts+=("$1"); shift ;;
+    wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench|moe-bench) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -106,9 +107,13 @@ for part in "${parts[@]}"; do
       [ $r -eq 0 ] || fail bench "$log" ;;
     fused-bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
-      NGPU=$largest timeout 540 bench/run_fused.sh $fused_args > "$log" 2>&1; r=$?
-      grep -E "allreduce_rmsnorm|matmul_allreduce" "$log" | tail -80
+      NGPU=$largest timeout 540 bench/run_py.sh fused $fused_args > "$log" 2>&1; r=$?
+      grep -E "allreduce_rmsnorm|matmul_allreduce|allgather_matmul|matmul_reducescatter" "$log" | tail -100
       [ $r -eq 0 ] || fail fused-bench "$log" ;;
+    moe-bench)
+      NGPU=$largest timeout 540 bench/run_py.sh moe > "$log" 2>&1; r=$?
+      grep -E "dispatch|combine" "$log" | tail -60
+      [ $r -eq 0 ] || fail moe-bench "$log" ;;
   esac
 done
 echo "== done: $([ $rc -eq 0 ] && echo 'every part passed' || echo 'FAILURES above'); logs in $OUT"

@@ -105,6 +105,27 @@ def time_graph(fn: Callable[[], None], nbytes: int) -> float:
     return t.item()
 
 
+def time_eager(fn: Callable[[], None], reps: int = 20) -> float:
+    """Median microseconds per call of `fn` run eagerly (for contenders a CUDA graph cannot hold:
+    they read counts back to the host), max over ranks. Each call starts after a barrier."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000)
+    t = torch.tensor([statistics.median(times)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
 def git_rev() -> str:
     rev = os.environ.get("IRONLINK_GIT_REV")
     if rev:
