@@ -31,14 +31,9 @@ struct Outcome {
 
 fn run_case(what: &str, timeout_ns: u64) -> Outcome {
     let mut node = Node::new(WORLD, 1 << 16, 1 << 20);
+    small_algorithm_limits(&mut node);
     for r in 0..WORLD {
-        let c = node.ctx_mut(r);
-        (
-            c.ar_one_shot_max_bytes,
-            c.ar_ll_max_bytes,
-            c.gather_ll_max_bytes,
-        ) = (64, 1024, 4096);
-        c.timeout_ns = timeout_ns;
+        node.ctx_mut(r).timeout_ns = timeout_ns;
     }
     let mut rng = Rng::new(5);
     let mut values = |n: usize| (0..n).map(|_| rng.uniform(-2.0, 2.0)).collect::<Vec<f32>>();

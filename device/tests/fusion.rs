@@ -6,17 +6,11 @@
 //! twice per launch, over two launches).
 
 mod sim;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
 use ironlink_device::abi::MAX_TILES;
 use ironlink_device::hw::host::SIM_SM_COUNT;
 use ironlink_device::hw::{cta_rank, grid_ctas, sync_threads as hw_sync, thread_rank};
 use sim::*;
-
-/// The u32 at byte `offset` of `rank`'s heap, for CTAs that talk through it.
-fn word(node: &Node, rank: usize, offset: usize) -> &AtomicU32 {
-    // SAFETY: a 4-byte aligned word inside the rank's heap, which outlives the launch.
-    unsafe { AtomicU32::from_ptr(node.addr(rank, offset) as *mut u32) }
-}
 
 const BOARD: usize = 4096;
 const MISMATCH: i32 = 99;
@@ -29,9 +23,7 @@ const FLAG: usize = BOARD + 2048;
 fn grid_barrier_orders_every_cta_of_the_launch() {
     for (world, ctas, threads) in [(1, 8, 32), (2, SIM_SM_COUNT, 8), (3, 5, 64)] {
         let mut node = Node::new(world, 1 << 16, 1 << 16);
-        for r in 0..world {
-            node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
-        }
+        clear_flag(&mut node, FLAG);
         let label = format!("grid barrier world={world} ctas={ctas}");
         let st = node.run(&label, ctas, threads, |rank, ctx| {
             let (cta, n) = (cta_rank() as usize, grid_ctas() as usize);
@@ -438,10 +430,6 @@ fn tile_all_reduce_times_out_when_a_peer_skips_the_tile() {
 }
 
 /// Writes `v` as the u32 at `offset` of `rank`'s heap, from inside a simulated CTA.
-fn put_word(node: &Node, rank: usize, offset: usize, v: u32) {
-    word(node, rank, offset).store(v, Ordering::Relaxed);
-}
-
 /// What rank `p` contributes to element (i, j) in round `k` of the all-gather test.
 fn gathered(p: usize, k: usize, i: usize, j: usize) -> u32 {
     (p * 1_000_000 + k * 10_000 + i * 100 + j) as u32
@@ -473,9 +461,7 @@ fn tile_all_gather_matches_tiles_by_index_and_keeps_per_tile_epochs() {
             };
             let tiles = m.tiles();
             let mut node = Node::new(world, 1 << 16, 1 << 16);
-            for r in 0..world {
-                node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
-            }
+            clear_flag(&mut node, FLAG);
             let at = |p: usize, i: usize, j: usize| BASE + 4 * (p * bstride + i * stride + j);
             let what = format!("tile all_gather world={world} layout={k}");
             let ctas = 3;
@@ -524,13 +510,7 @@ fn tile_all_gather_matches_tiles_by_index_and_keeps_per_tile_epochs() {
                 status::OK
             });
             assert_eq!(st, vec![status::OK; world], "{what}");
-            for r in 0..world {
-                assert_eq!(
-                    word(&node, r, FLAG).load(Ordering::Relaxed),
-                    0,
-                    "{what}: rank {r} saw a stale block"
-                );
-            }
+            assert_flag_clear(&node, FLAG, &what, "saw a stale block");
             // Nothing outside the blocks' rows was written.
             let mut inside = vec![false; 1 << 16];
             for p in 0..world {
@@ -810,9 +790,7 @@ fn tile_put_and_wait_deliver_each_tile_from_each_peer() {
     let inbox = |t: usize| BASE + (TILES + t) * tile_bytes;
     for world in [2, 3, 4] {
         let mut node = Node::new(world, 1 << 16, 1 << 16);
-        for r in 0..world {
-            node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
-        }
+        clear_flag(&mut node, FLAG);
         let what = format!("tile put ring world={world}");
         let ctas = 3;
         let st = node.run(&what, ctas, 32, |rank, ctx| {
@@ -879,18 +857,12 @@ fn tile_put_and_wait_deliver_each_tile_from_each_peer() {
             status::OK
         });
         assert_eq!(st, vec![status::OK; world], "{what}");
-        for r in 0..world {
-            assert_eq!(
-                word(&node, r, FLAG).load(Ordering::Relaxed),
-                0,
-                "{what}: rank {r} read a stale tile"
-            );
-            // The stride gaps of the inbox stay guard bytes.
-            for t in 0..TILES {
-                for i in 0..rows {
-                    let gap = inbox(t) + 4 * (i * stride + cols);
-                    assert_guard(&node, &what, gap, gap + 4 * (stride - cols));
-                }
+        assert_flag_clear(&node, FLAG, &what, "read a stale tile");
+        // The stride gaps of the inbox stay guard bytes (on every rank: assert_guard checks all).
+        for t in 0..TILES {
+            for i in 0..rows {
+                let gap = inbox(t) + 4 * (i * stride + cols);
+                assert_guard(&node, &what, gap, gap + 4 * (stride - cols));
             }
         }
     }
@@ -922,9 +894,7 @@ fn tile_signal_and_wait_others_exchange_with_every_peer() {
     let slot = |t: usize, from: usize| BASE + 4 * (t * 8 + from);
     for world in [2, 3, 4] {
         let mut node = Node::new(world, 1 << 16, 1 << 16);
-        for r in 0..world {
-            node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
-        }
+        clear_flag(&mut node, FLAG);
         let what = format!("tile exchange world={world}");
         let ctas = 4;
         let st = node.run(&what, ctas, 32, |rank, ctx| {
@@ -965,13 +935,7 @@ fn tile_signal_and_wait_others_exchange_with_every_peer() {
             status::OK
         });
         assert_eq!(st, vec![status::OK; world], "{what}");
-        for r in 0..world {
-            assert_eq!(
-                word(&node, r, FLAG).load(Ordering::Relaxed),
-                0,
-                "{what}: rank {r} read a stale slot"
-            );
-        }
+        assert_flag_clear(&node, FLAG, &what, "read a stale slot");
     }
 }
 

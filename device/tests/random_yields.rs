@@ -10,16 +10,7 @@ fn collectives_under_random_yields() {
     std::env::set_var("IRONLINK_SIM_YIELD", "1");
     let (world, ctas) = (3, 2);
     let mut node = Node::new(world, 1 << 16, 1 << 20);
-    // Limits that give every algorithm a size below: one-shot LL up to 64 B, two-shot LL up to
-    // 1 KiB, two-shot above; all_gather / reduce_scatter over LL up to 4 KiB.
-    for r in 0..world {
-        let c = node.ctx_mut(r);
-        (
-            c.ar_one_shot_max_bytes,
-            c.ar_ll_max_bytes,
-            c.gather_ll_max_bytes,
-        ) = (64, 1024, 4096);
-    }
+    small_algorithm_limits(&mut node);
     let mut rng = Rng::new(99);
     let mut values = |n: usize| (0..n).map(|_| rng.uniform(-2.0, 2.0)).collect::<Vec<f32>>();
     // All-reduce cases (elements, offset, algorithm), in call order; n = 1 leaves a CTA idle.

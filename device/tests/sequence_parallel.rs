@@ -7,7 +7,7 @@
 //! free-slot waits or the arrival handshake fails these tests (checked).
 
 mod sim;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
 use ironlink_device::hw::{cta_rank, grid_ctas, thread_rank};
 use sim::*;
 
@@ -15,11 +15,6 @@ const WORDS: usize = 8; // words per tile
 const LAUNCHES: usize = 5;
 const FLAG: usize = 0; // set to 1 by a rank that saw a wrong word
 const DATA: usize = 4096;
-
-fn word(node: &Node, rank: usize, offset: usize) -> &AtomicU32 {
-    // SAFETY: a 4-byte aligned word inside the rank's heap, which outlives the launch.
-    unsafe { AtomicU32::from_ptr(node.addr(rank, offset) as *mut u32) }
-}
 
 /// Rank `src`'s partial of word `w` of tile `t` for destination `dest` in launch `k`.
 fn partial(src: usize, dest: usize, t: usize, w: usize, k: usize) -> u32 {
@@ -44,9 +39,7 @@ fn reduce_scatter_through_owner_slots_over_back_to_back_launches() {
         let ws = DATA;
         let out = ws + 4 * WORDS * tiles * world;
         let mut node = Node::new(world, 1 << 18, 1 << 16);
-        for r in 0..world {
-            node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
-        }
+        clear_flag(&mut node, FLAG);
         let what = format!("reduce-scatter pattern world={world} ctas={ctas} tiles={tiles}");
         let st = node.run(&what, ctas, 32, |rank, ctx| {
             let run = || -> Result<(), i32> {
@@ -109,13 +102,7 @@ fn reduce_scatter_through_owner_slots_over_back_to_back_launches() {
             run().err().unwrap_or(status::OK)
         });
         assert_eq!(st, vec![status::OK; world], "{what}");
-        for r in 0..world {
-            assert_eq!(
-                word(&node, r, FLAG).load(Ordering::Relaxed),
-                0,
-                "{what}: rank {r} summed a wrong slot"
-            );
-        }
+        assert_flag_clear(&node, FLAG, &what, "summed a wrong slot");
     }
 }
 
@@ -128,9 +115,7 @@ fn all_gather_by_pieces_pairwise_signals_and_a_grid_barrier() {
     for (world, ctas, rows) in [(2, 3, 10), (3, 4, 6), (4, 2, 13)] {
         let full = DATA;
         let mut node = Node::new(world, 1 << 18, 1 << 16);
-        for r in 0..world {
-            node.heap_mut(r)[FLAG..FLAG + 4].fill(0);
-        }
+        clear_flag(&mut node, FLAG);
         let what = format!("all-gather pattern world={world} ctas={ctas} rows={rows}");
         let st = node.run(&what, ctas, 32, |rank, ctx| {
             let run = || -> Result<(), i32> {
@@ -176,12 +161,6 @@ fn all_gather_by_pieces_pairwise_signals_and_a_grid_barrier() {
             run().err().unwrap_or(status::OK)
         });
         assert_eq!(st, vec![status::OK; world], "{what}");
-        for r in 0..world {
-            assert_eq!(
-                word(&node, r, FLAG).load(Ordering::Relaxed),
-                0,
-                "{what}: rank {r} read a row not yet pushed"
-            );
-        }
+        assert_flag_clear(&node, FLAG, &what, "read a row not yet pushed");
     }
 }

@@ -125,26 +125,6 @@ impl Node {
 
     /// Runs `body(rank, ctx)` on every thread of `ctas` x `threads` per rank; returns each rank's
     /// status, after checking that all threads of a rank returned the same one.
-    /// Like `run`, for launches whose CTAs may legitimately disagree (a fault that only one CTA
-    /// of a rank notices): each rank's first non-OK status of any thread, else OK.
-    pub fn run_worst(
-        &self,
-        label: &str,
-        ctas: u32,
-        threads: u32,
-        body: impl Fn(usize, i64) -> i32 + Sync,
-    ) -> Vec<i32> {
-        let results: Vec<AtomicI32> = (0..self.world).map(|_| AtomicI32::new(0)).collect();
-        let ctx: Vec<i64> = (0..self.world).map(|r| self.ctx(r)).collect();
-        host::launch(label, self.world, ctas, threads, |rank| {
-            let s = body(rank, ctx[rank]);
-            if s != 0 {
-                let _ = results[rank].compare_exchange(0, s, Ordering::SeqCst, Ordering::SeqCst);
-            }
-        });
-        results.iter().map(|a| a.load(Ordering::SeqCst)).collect()
-    }
-
     pub fn run(
         &self,
         label: &str,
@@ -154,9 +134,7 @@ impl Node {
     ) -> Vec<i32> {
         let results: Vec<AtomicI32> = (0..self.world).map(|_| AtomicI32::new(i32::MIN)).collect();
         let disagree = AtomicU32::new(0);
-        let ctx: Vec<i64> = (0..self.world).map(|r| self.ctx(r)).collect();
-        host::launch(label, self.world, ctas, threads, |rank| {
-            let s = body(rank, ctx[rank]);
+        self.launch(label, ctas, threads, body, |rank, s| {
             let prev = results[rank].swap(s, Ordering::SeqCst);
             if prev != i32::MIN && prev != s {
                 disagree.fetch_add(1, Ordering::SeqCst);
@@ -168,5 +146,39 @@ impl Node {
             "{label}: threads of one rank returned different statuses"
         );
         results.iter().map(|a| a.load(Ordering::SeqCst)).collect()
+    }
+
+    /// Like `run`, for launches whose CTAs may legitimately disagree (a fault that only one CTA
+    /// of a rank notices): each rank's first non-OK status of any thread, else OK.
+    pub fn run_worst(
+        &self,
+        label: &str,
+        ctas: u32,
+        threads: u32,
+        body: impl Fn(usize, i64) -> i32 + Sync,
+    ) -> Vec<i32> {
+        let results: Vec<AtomicI32> = (0..self.world).map(|_| AtomicI32::new(0)).collect();
+        self.launch(label, ctas, threads, body, |rank, s| {
+            if s != 0 {
+                let _ = results[rank].compare_exchange(0, s, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        });
+        results.iter().map(|a| a.load(Ordering::SeqCst)).collect()
+    }
+
+    /// Runs `body(rank, ctx)` on every simulated thread and hands each thread's status to
+    /// `status(rank, s)`.
+    fn launch(
+        &self,
+        label: &str,
+        ctas: u32,
+        threads: u32,
+        body: impl Fn(usize, i64) -> i32 + Sync,
+        status: impl Fn(usize, i32) + Sync,
+    ) {
+        let ctx: Vec<i64> = (0..self.world).map(|r| self.ctx(r)).collect();
+        host::launch(label, self.world, ctas, threads, |rank| {
+            status(rank, body(rank, ctx[rank]))
+        });
     }
 }

@@ -17,6 +17,50 @@ pub use ironlink_device::runtime::region::Region;
 
 pub use ironlink_device::sim::{Node, GUARD};
 
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// The u32 at byte `offset` of `rank`'s heap, for simulated threads that talk through it.
+pub fn word(node: &Node, rank: usize, offset: usize) -> &AtomicU32 {
+    // SAFETY: a 4-byte aligned word inside the rank's heap, which outlives the launch.
+    unsafe { AtomicU32::from_ptr(node.addr(rank, offset) as *mut u32) }
+}
+
+pub fn put_word(node: &Node, rank: usize, offset: usize, v: u32) {
+    word(node, rank, offset).store(v, Ordering::Relaxed);
+}
+
+/// Sets context limits that give every algorithm a size below: one-shot LL all-reduce up to 64 B,
+/// two-shot LL up to 1 KiB, two-shot above; all_gather / reduce_scatter over LL up to 4 KiB.
+pub fn small_algorithm_limits(node: &mut Node) {
+    for r in 0..node.world {
+        let c = node.ctx_mut(r);
+        (
+            c.ar_one_shot_max_bytes,
+            c.ar_ll_max_bytes,
+            c.gather_ll_max_bytes,
+        ) = (64, 1024, 4096);
+    }
+}
+
+/// Zeroes the u32 at `offset` of every rank's heap (which starts as guard bytes): a flag that a
+/// test's threads set when they see a wrong value.
+pub fn clear_flag(node: &mut Node, offset: usize) {
+    for r in 0..node.world {
+        node.heap_mut(r)[offset..offset + 4].fill(0);
+    }
+}
+
+/// Asserts that no rank set the flag at `offset`; `saw` says what setting it means.
+pub fn assert_flag_clear(node: &Node, offset: usize, what: &str, saw: &str) {
+    for r in 0..node.world {
+        assert_eq!(
+            word(node, r, offset).load(Ordering::Relaxed),
+            0,
+            "{what}: rank {r} {saw}"
+        );
+    }
+}
+
 /// Element codec for test data: write values of a dtype, read them back as f64.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Dt {
