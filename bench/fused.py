@@ -22,7 +22,6 @@ A benchmark, not a test: nothing asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any, Callable, Optional
 
@@ -33,7 +32,7 @@ import triton
 
 import ironlink
 from ironlink import tuning
-from ironlink.bench import run_info, time_graph
+from ironlink.bench import time_graph, write_results
 from ironlink.fused.matmul_allreduce import matmul_allreduce_kernel
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
@@ -206,11 +205,7 @@ def main() -> None:
                 sp.gather_matmul(m, args.n, args.k_total)
             if "matmul_reducescatter" in ops:
                 sp.matmul_scatter(m, args.n, args.k_total)
-    if b.rank == 0 and args.out:
-        doc = {**run_info(b.world), "results": b.rows}
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+    write_results(args.out, b.world, b.rows)
     b.heap.close()
     dist.destroy_process_group()
 

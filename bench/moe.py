@@ -12,7 +12,6 @@ topk, experts, routing (uniform; skewed: expert 0 is every token's first choice)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any, Callable
 
@@ -20,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink.bench import run_info, time_eager, time_graph
+from ironlink.bench import time_eager, time_graph, write_results
 
 TOKENS = [128, 512, 2048, 4096, 8192]
 
@@ -112,10 +111,7 @@ def main() -> None:
     for t in map(int, args.tokens.split(",")):
         for skewed in (False, True):
             b.run(t, skewed)
-    if b.rank == 0 and args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({**run_info(b.world), "results": b.rows}, f, indent=1)
+    write_results(args.out, b.world, b.rows)
     b.heap.close()
     dist.destroy_process_group()
 

@@ -214,44 +214,32 @@ class Suite:
         weight = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(dtype)
         residual, out = res0.clone(), torch.empty_like(res0)
         eps = 1e-6
-        try:
-            def run() -> None:
-                ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap, mode=mode)
 
-            reps = 1
-            if graph:
-                x.copy_(parts[r])
-                run()
-                torch.cuda.synchronize()
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    run()
-                reps = 3
-            for _ in range(reps):
-                x.copy_(parts[r])
-                residual.copy_(res0)
-                g.replay() if graph else run()
-                torch.cuda.synchronize()
-                self.heap.check()
-                s64 = sum(p.double() for p in parts)
-                want_res = s64 + res0.double()
-                var = want_res.pow(2).mean(-1, keepdim=True)
-                want = want_res * torch.rsqrt(var + eps) * weight.double()
-                tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
-                for name, got, ref in (("residual", residual, want_res), ("out", out, want)):
-                    err = ((got.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
-                    assert err <= tol, f"{name}: relative error {err:.3g} > {tol}"
-                self.same_on_all_ranks(out)
-                self.same_on_all_ranks(residual)
+        def prepare() -> None:
+            x.copy_(parts[r])
+            residual.copy_(res0)
+
+        def check() -> None:
+            want_res = sum(p.double() for p in parts) + res0.double()
+            var = want_res.pow(2).mean(-1, keepdim=True)
+            self.close_to(residual, want_res, dtype, "residual")
+            self.close_to(out, want_res * torch.rsqrt(var + eps) * weight.double(), dtype, "out")
+            self.same_on_all_ranks(out)
+            self.same_on_all_ranks(residual)
+
+        try:
+            self.replays(lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
+                                                             mode=mode), graph, prepare, check)
         finally:
             self.heap.free(x)
 
-    def replays(self, run: Callable[[], None], graph: bool, outputs: list[torch.Tensor],
+    def replays(self, run: Callable[[], object], graph: bool, prepare: Callable[[], None],
                 check: Callable[[], None]) -> None:
-        """`run` once eagerly, or captured in a CUDA graph and replayed 3 times; before each, the
-        outputs are set to NaN (a tile never written shows), after each, `check`."""
+        """`run` once eagerly, or captured in a CUDA graph and replayed 3 times; `prepare` before
+        each (and before the capture's warm-up), `check` after each."""
         reps = 1
         if graph:
+            prepare()
             run()
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
@@ -259,8 +247,7 @@ class Suite:
                 run()
             reps = 3
         for _ in range(reps):
-            for t in outputs:
-                t.fill_(float("nan"))
+            prepare()
             g.replay() if graph else run()
             torch.cuda.synchronize()
             self.heap.check()
@@ -274,10 +261,18 @@ class Suite:
         return a_all, b_all
 
     @staticmethod
-    def close_to(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    def nan_fill(*outputs: torch.Tensor) -> Callable[[], None]:
+        """A `prepare` that sets the outputs to NaN: a tile never written shows."""
+        def fill() -> None:
+            for t in outputs:
+                t.fill_(float("nan"))
+        return fill
+
+    @staticmethod
+    def close_to(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "result") -> None:
         err = ((got.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
         tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
-        assert err <= tol, f"relative error {err:.3g} > {tol}"
+        assert err <= tol, f"{what}: relative error {err:.3g} > {tol}"
 
     # Back-to-back launches (`launches`, 1 or a power of two so the scaling is exact) take inputs
     # scaled by 1, 2, ...: a tile summed late or read early shows in the last result.
@@ -294,7 +289,7 @@ class Suite:
 
         try:
             self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap) for x in a_scaled],
-                         graph, [out], check)
+                         graph, self.nan_fill(out), check)
         finally:
             self.heap.free(out)
 
@@ -310,7 +305,7 @@ class Suite:
             self.close_to(out, ref[r * m // w:(r + 1) * m // w], dtype)
 
         self.replays(lambda: [ironlink.matmul_reduce_scatter(x, b, heap=self.heap, out=out) for x in a_scaled],
-                     graph, [out], check)
+                     graph, self.nan_fill(out), check)
 
     def gather_matmul(self, rows: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
         w, r = self.world, self.rank
@@ -328,7 +323,7 @@ class Suite:
 
         try:
             self.replays(lambda: [ironlink.all_gather_matmul(x, b, heap=self.heap, a_full=a_full, out=out)
-                                  for x in a_scaled], graph, [a_full, out], check)
+                                  for x in a_scaled], graph, self.nan_fill(a_full, out), check)
         finally:
             self.heap.free(a_full)
 

@@ -126,6 +126,16 @@ def time_eager(fn: Callable[[], None], reps: int = 20) -> float:
     return t.item()
 
 
+def write_results(path: Optional[str], world: int, rows: list[dict[str, Any]], **extra: Any) -> None:
+    """Rank 0 writes the run header (`run_info`), `extra` fields and `rows` as JSON to `path`
+    (nothing when None)."""
+    if dist.get_rank() != 0 or not path:
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({**run_info(world), **extra, "results": rows}, f, indent=1)
+
+
 def git_rev() -> str:
     rev = os.environ.get("IRONLINK_GIT_REV")
     if rev:
@@ -298,12 +308,7 @@ def main() -> None:
                     if r["bytes"] == nbytes and r["dtype"] == dt and r["contender"] != "ironlink_cfg":
                         print(f"{r['collective']:>14} {dt} {nbytes:>11} {r['contender']:>14} {r['config']:>6} "
                               f"{r['us']:>10.2f} us {r['busbw_GBs']:>8.1f} GB/s  x{r.get('vs_nccl', 0):.2f}", flush=True)
-    if b.rank == 0:
-        doc = {**run_info(b.world), "scratch_bytes": b.heap.scratch_bytes, "results": b.rows}
-        if args.out:
-            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(doc, f, indent=1)
+    write_results(args.out, b.world, b.rows, scratch_bytes=b.heap.scratch_bytes)
     b.heap.close()
     dist.destroy_process_group()
 
