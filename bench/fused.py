@@ -142,7 +142,12 @@ class SequenceParallelBench:
         out = torch.empty(m, n // w, device="cuda", dtype=dtype)
         gathered = torch.empty(m, k, device="cuda", dtype=dtype)
         self.b.record(op, "ironlink_fused", shape, "bf16",
-                      lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out), a_full.nbytes)
+                      lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out), a_full.nbytes,
+                      method=tuning.sp_method("all_gather_matmul", m))
+        for method in tuning.SP_METHOD_NAMES:
+            self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
+                          lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
+                                                             method=method), a_full.nbytes)
         self.b.record(op, "nccl_torch", shape, "bf16",
                       lambda: (dist.all_gather_into_tensor(gathered, shard), torch.matmul(gathered, bmat, out=out)),
                       a_full.nbytes)
@@ -162,7 +167,12 @@ class SequenceParallelBench:
         full = torch.empty(m, n, device="cuda", dtype=dtype)
         nbytes = full.nbytes
         self.b.record(op, "ironlink_fused", shape, "bf16",
-                      lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out), nbytes)
+                      lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out), nbytes,
+                      method=tuning.sp_method("matmul_reduce_scatter", m))
+        for method in tuning.SP_METHOD_NAMES:
+            self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
+                          lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method=method),
+                          nbytes)
         self.b.record(op, "nccl_torch", shape, "bf16",
                       lambda: (torch.matmul(a, bmat, out=full), dist.reduce_scatter_tensor(out, full)), nbytes)
         self.torch_fused(op, shape,
@@ -190,7 +200,7 @@ def main() -> None:
     args = ap.parse_args()
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
-    b = FusedBench(2 << 30)
+    b = FusedBench(4 << 30)  # the sequence-parallel ops' workspaces at M = 16384: ~2 GiB
     ops = args.ops.split(",")
     if "allreduce_rmsnorm" in ops:
         for t in map(int, args.tokens.split(",")):

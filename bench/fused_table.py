@@ -91,12 +91,16 @@ def sp_block() -> str:
     out = [f"{doc['world_size']} x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, bf16, CUDA graphs, "
            "us per call (median, max over ranks), K = N = 8192; x = the other's time / fused time."]
     for op, title in zip(SP_OPS, ("all-gather + matmul", "matmul + reduce-scatter")):
-        out += ["", f"{title}:", "", "| M | fused | NCCL + torch | PyTorch fused | x NCCL + torch | x PyTorch fused |",
-                "|---|---|---|---|---|---|"]
+        out += ["", f"{title}:", "", "| M | fused (method) | kernel | collective | overlap | NCCL + torch | PyTorch fused "
+                "| x NCCL + torch | x PyTorch fused |", "|---|---|---|---|---|---|---|---|---|"]
         for m in sorted({r["M"] for r in rows if r["op"] == op}):
             fused, nccl, symm = us(op, "ironlink_fused", m), us(op, "nccl_torch", m), us(op, "torch_symm_fused", m)
+            method = next((r.get("method", "") for r in rows if r["op"] == op and r["contender"] == "ironlink_fused"
+                           and r["M"] == m), "")
+            each = " | ".join(f(us(op, f"ironlink_fused[{x}]", m)) for x in ("kernel", "collective", "overlap"))
             ratio = lambda other: f"{other / fused:.2f}" if other and fused else "-"  # noqa: E731
-            out.append(f"| {m} | {f(fused)} | {f(nccl)} | {f(symm)} | {ratio(nccl)} | {ratio(symm)} |")
+            label = f"{f(fused)} ({method})" if method else f(fused)
+            out.append(f"| {m} | {label} | {each} | {f(nccl)} | {f(symm)} | {ratio(nccl)} | {ratio(symm)} |")
     return "\n".join(out) + "\n"
 
 

@@ -122,3 +122,31 @@ def test_all_gather_matmul_plan_checks_the_gathered_shape() -> None:
     with pytest.raises(ValueError, match="their K differ"):
         agm.plan(spec("a_shard", (8, 32)), spec("b", (33, 64)), spec("a_full", (32, 32)), spec("out", (32, 64)),
                  DEV, 4, 132)
+
+
+def test_sequence_parallel_methods_follow_the_tuning_table() -> None:
+    for op, table in tuning.SP_METHODS.items():
+        limits = [limit for limit, _ in table]
+        assert limits == sorted(limits), f"{op}: SP_METHODS limits must increase"
+        assert {m for _, m in table} <= set(tuning.SP_METHOD_NAMES)
+        for limit, method in table:
+            assert tuning.sp_method(op, limit) == method
+    assert tuning.sp_method("matmul_reduce_scatter", 128) == "collective"
+    assert tuning.sp_method("matmul_reduce_scatter", 16384) == "overlap"
+
+
+def test_sequence_parallel_method_names_are_checked() -> None:
+    for name in tuning.SP_METHOD_NAMES:
+        assert tuning.check_sp_method(name) == name
+    with pytest.raises(ValueError, match="method must be one of"):
+        tuning.check_sp_method("fastest")
+
+
+def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:
+    # A product too large for the kernel's tile slots is still a valid "overlap" call.
+    big = mrs.check_shapes(spec("a", (65536, 2048)), spec("b", (2048, 65536)), spec("out", (16384, 65536)), DEV, 4)
+    assert big == (65536, 2048, 65536)
+    with pytest.raises(ValueError, match="split evenly"):
+        mrs.check_shapes(spec("a", (65537, 64)), spec("b", (64, 64)), spec("out", (16384, 64)), DEV, 4)
+    assert agm.check_shapes(spec("a_shard", (3, 64)), spec("b", (64, 5)), spec("a_full", (12, 64)),
+                            spec("out", (12, 5)), DEV, 4) == (3, 64, 5)

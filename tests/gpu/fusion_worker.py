@@ -28,7 +28,7 @@ import torch.distributed as dist
 import triton.language as tl
 
 import ironlink
-from ironlink import _abi
+from ironlink import _abi, tuning
 from ironlink.fused.allreduce_rmsnorm import MODES
 
 from _cases import Cases  # tests/gpu/, the script's own directory
@@ -293,7 +293,8 @@ class Suite:
         finally:
             self.heap.free(out)
 
-    def matmul_scatter(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
+    def matmul_scatter(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, method: str,
+                       launches: int = 1) -> None:
         w, r = self.world, self.rank
         a_all, b_all = self.operands(m, n, k, dtype, 98)
         b = b_all[r].t().contiguous().t()
@@ -304,10 +305,12 @@ class Suite:
             ref = sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches
             self.close_to(out, ref[r * m // w:(r + 1) * m // w], dtype)
 
-        self.replays(lambda: [ironlink.matmul_reduce_scatter(x, b, heap=self.heap, out=out) for x in a_scaled],
+        self.replays(lambda: [ironlink.matmul_reduce_scatter(x, b, heap=self.heap, out=out, method=method)
+                              for x in a_scaled],
                      graph, self.nan_fill(out), check)
 
-    def gather_matmul(self, rows: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
+    def gather_matmul(self, rows: int, n: int, k: int, dtype: torch.dtype, graph: bool, method: str,
+                      launches: int = 1) -> None:
         w, r = self.world, self.rank
         shards, b_all = self.operands(rows, n, k, dtype, 97)
         b = b_all[r]
@@ -319,10 +322,10 @@ class Suite:
         def check() -> None:
             want = torch.cat(shards) * launches
             assert torch.equal(a_full, want), "a_full is not the shards in rank order"
-            self.close_to(out, want.double() @ b.double(), dtype)
+            self.close_to(out, want.double() @ b.double(), dtype)  # out differs by rank: b is this rank's
 
         try:
-            self.replays(lambda: [ironlink.all_gather_matmul(x, b, heap=self.heap, a_full=a_full, out=out)
+            self.replays(lambda: [ironlink.all_gather_matmul(x, b, heap=self.heap, a_full=a_full, out=out, method=method)
                                   for x in a_scaled], graph, self.nan_fill(a_full, out), check)
         finally:
             self.heap.free(a_full)
@@ -340,6 +343,23 @@ class Suite:
             self.heap.check()  # an argument error is returned, not recorded
         finally:
             self.heap.free(x)
+
+
+def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str) -> None:
+    """all_gather_matmul and matmul_reduce_scatter by `method`: odd shapes, back to back, graphs."""
+    for m, n, k in ((16 * world, 8192, 512), (100 * world, 1000, 300), (1030 * world, 2050, 1024)):
+        cases.run(f"matmul_reduce_scatter {method} {dtype} {m}x{n}x{k}",
+                  lambda: s.matmul_scatter(m, n, k, dtype, False, method))
+        cases.run(f"all_gather_matmul {method} {dtype} {m // world}x{n}x{k}",
+                  lambda: s.gather_matmul(m // world, n, k, dtype, False, method))
+    cases.run(f"matmul_reduce_scatter {method} {dtype} 8 launches back to back",
+              lambda: s.matmul_scatter(1030 * world, 2050, 1024, dtype, False, method, launches=8))
+    cases.run(f"all_gather_matmul {method} {dtype} 8 launches back to back",
+              lambda: s.gather_matmul(1030, 2050, 1024, dtype, False, method, launches=8))
+    cases.run(f"matmul_reduce_scatter {method} {dtype} in a CUDA graph",
+              lambda: s.matmul_scatter(200 * world, 4096, 512, dtype, True, method))
+    cases.run(f"all_gather_matmul {method} {dtype} in a CUDA graph",
+              lambda: s.gather_matmul(200, 4096, 512, dtype, True, method))
 
 
 def main() -> int:
@@ -380,17 +400,8 @@ def main() -> int:
             cases.run(f"matmul_all_reduce {dtype} {m}x{n}x{k}", lambda: s.matmul(m, n, k, dtype, graph=False))
         cases.run(f"matmul_all_reduce {dtype} 8 launches back to back",
                   lambda: s.matmul(1030, 2050, 1024, dtype, graph=False, launches=8))
-        for m, n, k in ((16 * world, 8192, 512), (100 * world, 1000, 300), (1030 * world, 2050, 1024)):
-            cases.run(f"matmul_reduce_scatter {dtype} {m}x{n}x{k}", lambda: s.matmul_scatter(m, n, k, dtype, graph=False))
-            cases.run(f"all_gather_matmul {dtype} {m // world}x{n}x{k}",
-                      lambda: s.gather_matmul(m // world, n, k, dtype, graph=False))
-        cases.run(f"matmul_reduce_scatter {dtype} 8 launches back to back",
-                  lambda: s.matmul_scatter(1030 * world, 2050, 1024, dtype, graph=False, launches=8))
-        cases.run(f"all_gather_matmul {dtype} 8 launches back to back",
-                  lambda: s.gather_matmul(1030, 2050, 1024, dtype, graph=False, launches=8))
-        cases.run(f"matmul_reduce_scatter {dtype} in a CUDA graph",
-                  lambda: s.matmul_scatter(200 * world, 4096, 512, dtype, graph=True))
-        cases.run(f"all_gather_matmul {dtype} in a CUDA graph", lambda: s.gather_matmul(200, 4096, 512, dtype, graph=True))
+        for method in tuning.SP_METHOD_NAMES:
+            sp_cases(cases, s, world, dtype, method)
         cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))
     heap.close()
     if rank == 0:

@@ -85,6 +85,33 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int) -> str:
     return "whole" if nbytes <= RMSNORM_WHOLE_MAX_BYTES or nbytes >= RMSNORM_WHOLE_MIN_BYTES else "rows"
 
 
+# all_gather_matmul / matmul_reduce_scatter (ironlink.fused): how they run, by M (rows of the
+# whole product). "collective": one ironlink collective and one cuBLAS GEMM; "overlap": the GEMM
+# split by rank block, overlapped with copy-engine transfers; "kernel": the one-kernel Triton
+# version (fused/allgather_matmul.py, fused/matmul_reducescatter.py). (largest M, method) in
+# increasing M; past the last, the last. Measured on 4 H200s (K = N = 8192, bf16; docs/fused.md):
+# all_gather_matmul: collective fastest at M = 128..16384 (overlap pulled all peers at once then);
+# matmul_reduce_scatter: collective at M = 128, overlap from 1024 (89 against 104 us).
+SP_METHODS: dict[str, tuple[tuple[int, str], ...]] = {
+    "all_gather_matmul": ((1 << 62, "collective"),),
+    "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "overlap")),
+}
+SP_METHOD_NAMES = ("kernel", "collective", "overlap")
+
+
+def sp_method(op: str, m: int) -> str:
+    """How the sequence-parallel op `op` runs for an M-row product (see SP_METHODS)."""
+    table = SP_METHODS[op]
+    return next((method for limit, method in table if m <= limit), table[-1][1])
+
+
+def check_sp_method(method: str) -> str:
+    """`method` if it names a sequence-parallel method, else ValueError."""
+    if method not in SP_METHOD_NAMES:
+        raise ValueError(f"method must be one of {SP_METHOD_NAMES}, got {method!r}")
+    return method
+
+
 class MatmulConfig(NamedTuple):
     """A Triton GEMM tile configuration (of `matmul_all_reduce`)."""
 
@@ -122,4 +149,4 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "TABLES", "algorithm_limits", "choose", "matmul_config", "rmsnorm_mode"]
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "rmsnorm_mode", "sp_method"]

@@ -30,6 +30,7 @@ from .. import tuning
 from .. import typed as ilt
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
+from . import sp_streams
 from .gemm import check_operands, check_output, gemm_tile
 
 COPY_COLS = 1024  # elements of a row copied per piece of the push (pieces are spread over all CTAs)
@@ -43,13 +44,20 @@ class Plan(NamedTuple):
     ctas: int
 
 
-def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec, device: str, world: int,
-         sms: int, config: Optional[tuning.MatmulConfig] = None) -> Plan:
-    """Checks the operands (pure: testable without a GPU) and chooses the launch."""
+def check_shapes(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec, device: str,
+          world: int) -> tuple[int, int, int]:
+    """(rows per rank, K, N) after checking the operands and outputs (pure: testable without a GPU)."""
     op = "all_gather_matmul"
     rows, k, n, code = check_operands(a_shard, b, device, op)
     check_output(a_full, (world * rows, k), code, device, op)
     check_output(out, (world * rows, n), code, device, op)
+    return rows, k, n
+
+
+def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec, device: str, world: int,
+         sms: int, config: Optional[tuning.MatmulConfig] = None) -> Plan:
+    """Checks the operands (pure: testable without a GPU) and chooses the launch."""
+    rows, k, n = check_shapes(a_shard, b, a_full, out, device, world)
     cfg = config or tuning.matmul_config(world * rows, n, k, world)
     tiles = world * triton.cdiv(rows, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     return Plan(rows, n, k, cfg, max(1, min(tiles, sms)))
@@ -109,11 +117,15 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm,
 
 
 def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: Any = None,
-                      config: Optional[tuning.MatmulConfig] = None, check: bool = False) -> tuple[Any, Any]:
+                      config: Optional[tuning.MatmulConfig] = None, check: bool = False,
+                      method: Optional[str] = None) -> tuple[Any, Any]:
     """(a_full, out): `a_full` [M, K] = every rank's `a_shard` [M / world, K] in rank order, `out`
     [M, N] = a_full @ `b` [K, N] (bf16 or fp16; a_shard and b with any strides). `a_full` must be
     a heap tensor (default: allocated from `heap`, the caller frees it with heap.free); `out` any
-    CUDA tensor (default: a new one). Collective; CUDA-graph capturable when a_full is given."""
+    contiguous CUDA tensor (default: a new one). `method`: "kernel" (this module's one-kernel
+    Triton version; `config` its tiles), "collective" or "overlap" (cuBLAS GEMMs and ironlink
+    transfers, `fused.sp_streams`); default `tuning.sp_method`. Collective; CUDA-graph capturable
+    when a_full is given."""
     import torch
 
     if heap is None and a_full is None:
@@ -125,6 +137,14 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     if out is None:
         out = torch.empty((h.world_size * rows, n), device=a_shard.device, dtype=a_shard.dtype)
     spec = TensorSpec.from_tensor
+    method = tuning.check_sp_method(method) if method is not None else tuning.sp_method("all_gather_matmul", a_full.shape[0])
+    if method != "kernel":
+        rows, _, n = check_shapes(spec(a_shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"),
+                           str(h.device), h.world_size)
+        if rows and n:
+            in_heap(h, "all_gather_matmul", (a_full, "a_full"))
+            sp_streams.all_gather_matmul(a_shard, b, h, a_full, out, method, check)
+        return a_full, out
     sms = torch.cuda.get_device_properties(h.device).multi_processor_count
     p = plan(spec(a_shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(h.device),
              h.world_size, sms, config)
@@ -143,4 +163,4 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     return a_full, out
 
 
-__all__ = ["COPY_COLS", "all_gather_matmul", "allgather_matmul_kernel", "plan"]
+__all__ = ["COPY_COLS", "check_shapes", "all_gather_matmul", "allgather_matmul_kernel", "plan"]

@@ -31,6 +31,7 @@ from .. import tuning
 from .. import typed as ilt
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, launch_with_status
+from . import sp_streams
 from .gemm import check_operands, check_output, gemm_tile, tile_coords
 
 
@@ -44,14 +45,21 @@ class Plan(NamedTuple):
     workspace_bytes: int
 
 
-def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
-         config: Optional[tuning.MatmulConfig] = None) -> Plan:
-    """Checks the operands (pure: testable without a GPU) and chooses the launch."""
+def check_shapes(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int) -> tuple[int, int, int]:
+    """(M, K, N) after checking the operands and `out` (pure: testable without a GPU)."""
     op = "matmul_reduce_scatter"
     m, k, n, code = check_operands(a, b, device, op)
     if m % world:
         raise ValueError(f"{op}: M = {m} rows must split evenly over {world} ranks")
     check_output(out, (m // world, n), code, device, op)
+    return m, k, n
+
+
+def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
+         config: Optional[tuning.MatmulConfig] = None) -> Plan:
+    """Checks the operands (pure: testable without a GPU) and chooses the launch."""
+    op = "matmul_reduce_scatter"
+    m, k, n = check_shapes(a, b, out, device, world)
     cfg = config or tuning.matmul_config(m // world, n, k, world)
     tiles = triton.cdiv(m // world, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if 2 * tiles > _abi.MAX_TILES:
@@ -121,12 +129,14 @@ def reduce_rows(config: tuning.MatmulConfig, world: int) -> int:
     return max(1, min(config.block_m, 8192 // (triton.next_power_of_2(world) * config.block_n)))
 
 
-def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None,
-                          config: Optional[tuning.MatmulConfig] = None, check: bool = False) -> Any:
+def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Optional[tuning.MatmulConfig] = None,
+                          check: bool = False, method: Optional[str] = None) -> Any:
     """`out` [M / world, N]: this rank's rows of sum over ranks of `a` [M, K] @ `b` [K, N] (bf16 or
-    fp16, any strides). `out` may be any CUDA tensor (default: a new one). Uses a workspace of
-    about M / world x N x world elements from `heap`, kept between calls (`heap.workspace`).
-    Collective; CUDA-graph capturable."""
+    fp16, any strides). `out` may be any CUDA tensor (default: a new one, contiguous). Uses
+    workspaces of about M x N elements from `heap`, kept between calls (`heap.workspace`).
+    `method`: "kernel" (this module's one-kernel Triton version; `config` its tiles), "collective"
+    or "overlap" (cuBLAS GEMMs and ironlink transfers, `fused.sp_streams`); default
+    `tuning.sp_method`. Collective; CUDA-graph capturable."""
     import torch
 
     if heap is None:
@@ -135,6 +145,12 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None,
     if out is None:
         out = torch.empty((a.shape[0] // h.world_size, b.shape[-1]), device=a.device, dtype=a.dtype)
     specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
+    method = tuning.check_sp_method(method) if method is not None else tuning.sp_method("matmul_reduce_scatter", a.shape[0])
+    if method != "kernel":
+        m, _, n = check_shapes(*specs, str(h.device), h.world_size)
+        if m and n:
+            sp_streams.matmul_reduce_scatter(a, b, h, out, method, check)
+        return out
     sms = torch.cuda.get_device_properties(h.device).multi_processor_count
     p = plan(*specs, str(h.device), h.world_size, sms, config)
     if p.m == 0 or p.n == 0:
@@ -152,4 +168,4 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None,
     return out
 
 
-__all__ = ["matmul_reduce_scatter", "matmul_reducescatter_kernel", "plan", "reduce_rows"]
+__all__ = ["check_shapes", "matmul_reduce_scatter", "matmul_reducescatter_kernel", "plan", "reduce_rows"]

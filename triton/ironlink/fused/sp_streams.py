@@ -1,0 +1,128 @@
+"""The sequence-parallel ops as ironlink transfers around cuBLAS GEMMs (torch.matmul) on streams:
+what `all_gather_matmul` and `matmul_reduce_scatter` run unless `method="kernel"` asks for their
+one-kernel Triton versions. Two methods; `tuning.sp_method` picks one per op and M:
+
+- "collective": the whole exchange as one ironlink collective and one GEMM. Best while the GEMM
+  is small: one GEMM reads b once, a GEMM split by rank block reads it `world` times.
+- "overlap": the GEMM split by rank block, overlapped with copy-engine transfers over NVLink
+  (they take no SMs from the GEMM); device-side ironlink barriers order the ranks, so nothing
+  waits on the host and the whole op captures into a CUDA graph.
+  all_gather_matmul: barrier (peers are done reading this rank's block of a_full) - own shard into
+  a_full - barrier (every shard in place) - a side stream pulls the peers' blocks one after another
+  (rank + 1 first) while the main stream multiplies the own block, then each peer block once its
+  pull is done. (Pulling all peers at once on one stream each measured slower on 4 H200s: no block
+  arrives before the last, so no GEMM overlaps them.)
+  matmul_reduce_scatter: barrier (peers are done reading their slots) - the main stream computes
+  the partial products for ranks rank + 1, rank + 2, ... (a side stream pushes each into slot
+  `rank` of its owner as soon as it is done), then its own into its own slot - join - barrier
+  (every slot written) - sum of the slots in rank order (fp32 accumulation).
+
+Replicated results are bitwise identical across ranks: every rank runs the same GEMMs, of the
+same shapes, on the same data.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import triton.language as tl
+
+from .. import language as il
+from ..jit import jit
+from ..ops import _contains, all_gather, launch_with_status, reduce_scatter
+
+
+@jit(do_not_specialize=["ctx"])
+def _barrier_kernel(ctx, status):
+    tl.store(status + tl.program_id(0), il.symm_barrier(ctx))
+
+
+def device_barrier(heap: Any, check: bool) -> None:
+    """A barrier of the heap's ranks on the current stream (one CTA; nothing waits on the host)."""
+    launch_with_status("barrier", heap, 1, lambda status: _barrier_kernel[(1,)](heap.ctx, status), check,
+                       function="symm_barrier")
+
+
+@functools.lru_cache(maxsize=None)
+def _side_streams(device_index: int, count: int) -> tuple[Any, ...]:
+    """`count` streams for the copies on one GPU, made once per process (a stream per call would
+    cost a cudaStreamCreate each time)."""
+    import torch
+
+    return tuple(torch.cuda.Stream(device=device_index) for _ in range(count))
+
+
+def _block(t: Any, p: int, rows: int) -> Any:
+    """Rank p's block of rows of `t`."""
+    return t[p * rows:(p + 1) * rows]
+
+
+def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any, out: Any, method: str, check: bool) -> None:
+    """a_full <- every rank's a_shard, out = a_full @ b, by `method` (see the module docs)."""
+    import torch
+
+    w, r, rows = heap.world_size, heap.rank, a_shard.shape[0]
+    mine = _block(a_full, r, rows)
+    if method == "collective":
+        mine.copy_(a_shard)
+        all_gather(a_full, mine, heap=heap, check=check)
+        torch.matmul(a_full, b, out=out)
+        return
+    device_barrier(heap, check)
+    mine.copy_(a_shard)
+    device_barrier(heap, check)
+    main = torch.cuda.current_stream()
+    (side,) = _side_streams(heap.device.index, 1)
+    side.wait_stream(main)
+    pulled = []
+    for i in range(1, w):
+        p = (r + i) % w
+        with torch.cuda.stream(side):
+            _block(a_full, p, rows).copy_(_block(heap.peer_tensor(a_full, p), p, rows))
+        done = torch.cuda.Event()
+        done.record(side)
+        pulled.append((p, done))
+    torch.matmul(mine, b, out=_block(out, r, rows))
+    for p, done in pulled:
+        main.wait_event(done)
+        torch.matmul(_block(a_full, p, rows), b, out=_block(out, p, rows))
+    main.wait_stream(side)
+
+
+def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, check: bool) -> None:
+    """out = this rank's rows of the sum over ranks of a @ b, by `method` (see the module docs)."""
+    import torch
+
+    w, r = heap.world_size, heap.rank
+    m, n = a.shape[0], b.shape[1]
+    rows = m // w
+    nbytes = m * n * a.element_size()
+    partials = heap.workspace("matmul_reduce_scatter/partials", nbytes)[:nbytes].view(a.dtype).view(m, n)
+    if method == "collective":
+        torch.matmul(a, b, out=partials)
+        mine = _block(partials, r, rows)
+        if _contains(heap, out):
+            reduce_scatter(out, partials, heap=heap, check=check)
+        else:
+            reduce_scatter(mine, partials, heap=heap, check=check)
+            out.copy_(mine)
+        return
+    # `partials` holds the slots: block q = rank q's partial product of this rank's rows.
+    sends = heap.workspace("matmul_reduce_scatter/sends", nbytes)[:nbytes].view(a.dtype).view(m, n)
+    device_barrier(heap, check)
+    main = torch.cuda.current_stream()
+    (side,) = _side_streams(heap.device.index, 1)
+    for i in range(1, w):
+        p = (r + i) % w
+        torch.matmul(_block(a, p, rows), b, out=_block(sends, p, rows))
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            _block(heap.peer_tensor(partials, p), r, rows).copy_(_block(sends, p, rows))
+    torch.matmul(_block(a, r, rows), b, out=_block(partials, r, rows))
+    main.wait_stream(side)
+    device_barrier(heap, check)
+    torch.sum(partials.view(w, rows, n), 0, out=out)
+
+
+__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter"]
