@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "triton"))  # ironlink.tuning: the methods the docs call the default
+from ironlink import tuning  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "fused.md"
 BEGIN, END = "<!-- fused:begin -->\n", "<!-- fused:end -->"
 OPS = ("allreduce_rmsnorm", "matmul_allreduce")
 SP_OPS = ("allgather_matmul", "matmul_reducescatter")
+SP_FUNCTIONS = {"allgather_matmul": "all_gather_matmul", "matmul_reducescatter": "matmul_reduce_scatter"}
 SP_BEGIN, SP_END = "<!-- sp:begin -->\n", "<!-- sp:end -->"
 
 Row = dict[str, Any]
@@ -89,14 +92,16 @@ def sp_block() -> str:
         return "-" if v is None else f"{v:.1f}"
 
     out = [f"{doc['world_size']} x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, bf16, CUDA graphs, "
-           "us per call (median, max over ranks), K = N = 8192; x = the other's time / fused time."]
+           "us per call (median, max over ranks), K = N = 8192; fused = the method `ironlink.tuning.sp_method` "
+           "picks; x = the other's time / fused time."]
     for op, title in zip(SP_OPS, ("all-gather + matmul", "matmul + reduce-scatter")):
         out += ["", f"{title}:", "", "| M | fused (method) | kernel | collective | overlap | NCCL + torch | PyTorch fused "
                 "| x NCCL + torch | x PyTorch fused |", "|---|---|---|---|---|---|---|---|---|"]
         for m in sorted({r["M"] for r in rows if r["op"] == op}):
-            fused, nccl, symm = us(op, "ironlink_fused", m), us(op, "nccl_torch", m), us(op, "torch_symm_fused", m)
-            method = next((r.get("method", "") for r in rows if r["op"] == op and r["contender"] == "ironlink_fused"
-                           and r["M"] == m), "")
+            # "fused" is the method ironlink.tuning picks today, from the per-method rows.
+            method = tuning.sp_method(SP_FUNCTIONS[op], m)
+            fused = us(op, f"ironlink_fused[{method}]", m) or us(op, "ironlink_fused", m)
+            nccl, symm = us(op, "nccl_torch", m), us(op, "torch_symm_fused", m)
             each = " | ".join(f(us(op, f"ironlink_fused[{x}]", m)) for x in ("kernel", "collective", "overlap"))
             ratio = lambda other: f"{other / fused:.2f}" if other and fused else "-"  # noqa: E731
             label = f"{f(fused)} ({method})" if method else f(fused)

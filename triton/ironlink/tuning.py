@@ -89,11 +89,12 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int) -> str:
 # whole product). "collective": one ironlink collective and one cuBLAS GEMM; "overlap": the GEMM
 # split by rank block, overlapped with copy-engine transfers; "kernel": the one-kernel Triton
 # version (fused/allgather_matmul.py, fused/matmul_reducescatter.py). (largest M, method) in
-# increasing M; past the last, the last. Measured on 4 H200s (K = N = 8192, bf16; docs/fused.md):
-# all_gather_matmul: collective fastest at M = 128..16384 (overlap pulled all peers at once then);
-# matmul_reduce_scatter: collective at M = 128, overlap from 1024 (89 against 104 us).
+# increasing M; past the last, the last. Measured on 4 H200s, K = N = 8192, bf16
+# (bench/results/fused-4xNVIDIA-H200-20261122-183637.json): all_gather_matmul collective 96 /
+# overlap 109 us at M = 1024, 350 / 290 at 4096; matmul_reduce_scatter collective 28 / overlap 52
+# at M = 128, 102 / 89 at 1024. The kernel method was slowest at every M.
 SP_METHODS: dict[str, tuple[tuple[int, str], ...]] = {
-    "all_gather_matmul": ((1 << 62, "collective"),),
+    "all_gather_matmul": ((2048, "collective"), (1 << 62, "overlap")),
     "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "overlap")),
 }
 SP_METHOD_NAMES = ("kernel", "collective", "overlap")
