@@ -150,3 +150,4 @@ docs: venv
 	$(VPY) bench/plot.py
 	$(VPY) bench/table.py --write
 	$(VPY) bench/fused_table.py --write
+	$(VPY) bench/moe_table.py --write

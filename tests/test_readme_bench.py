@@ -51,6 +51,13 @@ def test_fused_tables_match_newest_results() -> None:
     assert got == fused.sp_block(), "docs/fused.md's sequence-parallel tables are stale: run `make docs`"
 
 
+def test_moe_table_matches_newest_results() -> None:
+    moe = _module("moe_table")
+    text = (REPO / "docs" / "moe.md").read_text()
+    got = text.split(moe.BEGIN, 1)[1].split(moe.END, 1)[0]
+    assert got == moe.block(), f"docs/moe.md's table is stale ({moe.newest()}): run `make docs`"
+
+
 def test_referenced_images_exist() -> None:
     docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     seen = 0

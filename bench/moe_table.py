@@ -1,0 +1,75 @@
+"""docs/moe.md's benchmark table, made from the newest bench/results/moe-*.json.
+
+    python3 bench/moe_table.py            # print the block
+    python3 bench/moe_table.py --write    # rewrite it in docs/moe.md (`make docs` does this)
+
+The block sits between `<!-- moe:begin -->` and `<!-- moe:end -->`; tests/test_readme_bench.py
+checks that docs/moe.md carries exactly this output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+DOC = REPO / "docs" / "moe.md"
+BEGIN, END = "<!-- moe:begin -->\n", "<!-- moe:end -->"
+
+Row = dict[str, Any]
+
+
+def newest() -> Optional[Path]:
+    """The newest moe-*.json (by the date it records)."""
+    runs = [(json.loads(p.read_text())["date"], p.name, p) for p in RESULTS.glob("moe-*.json")]
+    return max(runs)[2] if runs else None
+
+
+def block() -> str:
+    path = newest()
+    if path is None:
+        return "No measurement committed yet (`tests/gpu/run.sh moe-bench`).\n"
+    doc = json.loads(path.read_text())
+    rows: list[Row] = doc["results"]
+
+    def get(op: str, who: str, tokens: int, routing: str) -> Optional[Row]:
+        return next((r for r in rows if r["op"] == op and r["contender"] == who and r["tokens"] == tokens
+                     and r["routing"] == routing), None)
+
+    def us(r: Optional[Row]) -> str:
+        return "-" if r is None else f"{r['us']:.1f}"
+
+    first = rows[0]
+    out = [f"{doc['world_size']} x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, bf16, hidden "
+           f"{first['hidden']}, top-{first['topk']} of {first['experts']} experts; us per call (median, max over "
+           "ranks); ironlink in CUDA graphs, torch.distributed eagerly (it syncs with the host); GB/s = "
+           "dispatch + combine payload (tokens x top-k x hidden x 2 bytes, each way) per second; x = torch "
+           "time / ironlink time.", "",
+           "| tokens / rank | routing | dispatch | combine | dispatch + combine | GB/s | torch dispatch "
+           "| torch dispatch + combine | x |", "|---|---|---|---|---|---|---|---|---|"]
+    for routing in ("uniform", "skewed"):
+        for t in sorted({r["tokens"] for r in rows if r["routing"] == routing}):
+            both, torch_both = get("dispatch_combine", "ironlink", t, routing), get("dispatch_combine", "torch_a2a", t,
+                                                                                    routing)
+            x = f"{torch_both['us'] / both['us']:.2f}" if both and torch_both else "-"
+            gbps = f"{both['GBps']:.0f}" if both else "-"
+            out.append(f"| {t} | {routing} | {us(get('dispatch', 'ironlink', t, routing))} | "
+                       f"{us(get('combine', 'ironlink', t, routing))} | {us(both)} | {gbps} | "
+                       f"{us(get('dispatch', 'torch_a2a', t, routing))} | {us(torch_both)} | {x} |")
+    return "\n".join(out) + "\n"
+
+
+def write() -> None:
+    text = DOC.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit("docs/moe.md lacks the <!-- moe:begin --> / <!-- moe:end --> markers")
+    before, rest = text.split(BEGIN, 1)
+    DOC.write_text(before + BEGIN + block() + END + rest.split(END, 1)[1])
+    print("wrote the MoE block of docs/moe.md")
+
+
+if __name__ == "__main__":
+    write() if "--write" in sys.argv[1:] else print(block(), end="")
