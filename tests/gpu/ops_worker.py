@@ -289,7 +289,7 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
     against a float64 reference; with `graph`, one capture replayed with new routing; with
     `capacity`, a too-small receive buffer gives CAPACITY_EXCEEDED."""
     world, me, heap = s.world, dist.get_rank(), s.heap
-    hidden, k, experts = 256, 4, 2 * world
+    hidden, k, experts = 256, 4, max(2 * world, 8)
     le = experts // world
     moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None)
     x = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
@@ -317,15 +317,18 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
     try:
         if capacity:
             route(1)
+            ids = [torch.empty_like(idx) for _ in range(world)]
+            dist.all_gather(ids, idx)
+            here = [sum(int(((i == e).any(1)).sum()) for i in ids) for e in range(me * le, (me + 1) * le)]
             try:
                 moe.dispatch(x, idx, wts, check=True)
-                raise AssertionError("no CAPACITY_EXCEEDED for a receive buffer too small")
+                assert sum(here) <= capacity, f"no CAPACITY_EXCEEDED for {sum(here)} rows into {capacity}"
             except ironlink.IronlinkError as e:
+                crossing = next(e for e in range(le) if sum(here[:e + 1]) > capacity)
+                assert sum(here) > capacity, f"CAPACITY_EXCEEDED for {sum(here)} rows into {capacity}: {e}"
                 assert "CAPACITY_EXCEEDED" in str(e), str(e)
-            try:
-                heap.check()  # clears the recorded error for the cases after
-            except ironlink.IronlinkError:
-                pass
+                assert f"expert {me * le + crossing} ({here[crossing]} rows)" in str(e), str(e)
+            moe.check()  # the error was cleared
             return
         g = None
         for seed in (1, 2, 3):
@@ -343,7 +346,7 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             else:
                 recv_x, counts, out = layer()
             torch.cuda.synchronize()
-            heap.check()
+            moe.check()
             xs = [torch.empty_like(x) for _ in range(world)]
             ids = [torch.empty_like(idx) for _ in range(world)]
             dist.all_gather(xs, x)

@@ -6,28 +6,37 @@ when the routing changes between replays):
     y = experts(recv_x, expert_counts, expert_offsets)       # grouped GEMM over local experts
     out = moe.combine(y, handle)                               # [T, H], weighted sum over top-k
 
-Experts are split evenly: rank r holds experts r * E / world .. (r + 1) * E / world. Dispatch sorts
-this rank's (token, choice) pairs by expert (so by destination rank), gathers their rows into a
-heap send buffer and sends them with `ironlink.all_to_all_v` (the expert ids go along in a second,
-one-element-row exchange); the receiver orders what it got by local expert. `recv_x` rows
-`expert_offsets[e] ..` hold expert e's tokens; rows past the total are unspecified. Combine
-undoes both orders, sends each row back to its token's rank, and sums each token's k rows
-weighted by its top-k weights in fp32, in choice order (identical run to run).
+Experts are split evenly: rank r holds experts r * E / world .. (r + 1) * E / world.
 
-Buffers are sized at construction from a worst case: `recv_capacity` rows per rank (default
-world * max_tokens * topk: every choice of every rank lands here). Routing that would exceed it
-fails on every rank with CAPACITY_EXCEEDED (`IronlinkError` from `heap.check()`, or at once with
-`check=True`); `recv_counts` then holds how many rows each rank would have sent here. One
-dispatch / combine pair at a time per MoeExchange (combine reads dispatch's receive counts).
+Each token travels to each rank that holds one of its experts ONCE, however many of its top-k
+experts live there (about half the rows of sending one per choice at top-8 of 64 on 4 ranks):
+- dispatch packs, per destination rank, the tokens going there (in token order) with their expert
+  ids and weights beside the row, sends them with one `ironlink.all_to_all_v`, and the receiver
+  copies each received token to one row per local expert it chose: `recv_x` rows
+  `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order;
+- combine reduces, on the expert's rank, each received token's outputs of the local experts
+  weighted by its top-k weights (fp32, choice order, stored in the payload dtype), sends that one
+  row back with a second all_to_all_v, and the token's rank sums the per-rank rows in rank order
+  in fp32. Identical run to run; the rounding of the per-rank sums to bf16 is the one difference
+  from summing all k outputs in fp32 at once.
 
-Status: written against the simulator-tested `symm_all_to_all_v`; the GPU cases
-(`tests/gpu/run.sh ops`) have not run yet.
+Buffers are sized at construction: the heap holds world * max_tokens token rows each way (a token
+reaches a rank at most once, so the exchanges cannot overflow) and `recv_x` holds `recv_capacity`
+expert rows (default world * max_tokens * topk: every choice of every rank lands here). Routing
+that gives this rank's experts more rows than that writes only the first `recv_capacity` rows and
+flags it: `moe.check()` (or `dispatch(..., check=True)`) raises an IronlinkError with status
+CAPACITY_EXCEEDED naming the expert whose rows cross the limit and the counts. One dispatch /
+combine pair at a time per MoeExchange; `recv_x` is reused by the next dispatch.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+from . import _abi
+from . import moe_kernels as kernels
+from .errors import IronlinkError
+from .tuning import all_to_all_v_launch
 from .variable_all_to_all import all_to_all_v
 
 
@@ -39,14 +48,18 @@ def _count(values: Any, bins: int) -> Any:
     return torch.zeros(bins, dtype=torch.int64, device=values.device).scatter_add_(0, values, torch.ones_like(values))
 
 
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
 class Handle(NamedTuple):
     """What combine needs from a dispatch."""
 
     tokens: int
-    order: Any  # [T * k] int64: (token, choice) pairs sorted by expert
-    perm: Any  # [recv_capacity] int64: received rows sorted by local expert
-    recv_counts: Any  # [world] int64 heap: rows received from each rank (= rows to send back)
-    weights: Any  # [T, k] the top-k weights
+    send_row: Any  # [T, world] int64: the token's row in the send (and combine's receive) buffer, -1: not sent
+    slot: Any  # [world * max_tokens, topk] int64: recv_x row of each received token's choice, -1: not here
+    weight: Any  # [world * max_tokens, topk] fp32: the received tokens' top-k weights
+    received: Any  # [1] int64: tokens received
 
 
 class MoeExchange:
@@ -61,28 +74,41 @@ class MoeExchange:
             raise ValueError(f"num_experts = {num_experts} must split evenly over {world} ranks")
         if min(max_tokens, hidden, topk) <= 0:
             raise ValueError(f"max_tokens, hidden and topk must be positive, got {max_tokens}, {hidden}, {topk}")
+        if topk > num_experts:
+            raise ValueError(f"topk = {topk} exceeds num_experts = {num_experts}")
+        self.dtype = dtype or torch.bfloat16
+        if self.dtype not in (torch.bfloat16, torch.float16):
+            raise TypeError(f"MoeExchange moves bf16 or fp16 rows, got {self.dtype}")
         self.heap, self.world, self.rank = heap, world, heap.rank
         self.max_tokens, self.hidden, self.topk, self.num_experts = max_tokens, hidden, topk, num_experts
         self.local_experts = num_experts // world
-        self.dtype = dtype or torch.bfloat16
         self.capacity = recv_capacity or world * max_tokens * topk
-        rows = max_tokens * topk
+        if self.capacity <= 0:
+            raise ValueError(f"recv_capacity must be positive, got {recv_capacity}")
+        # A send row: the token (padded to 16 bytes), then its ids (int32) and weights (fp32).
+        self.meta_col = _round_up(hidden, 8)
+        self.meta_cols = _round_up(4 * topk, 8)
+        self.row = self.meta_col + self.meta_cols
+        rows = world * max_tokens  # a token reaches each rank at most once
+        dev = heap.device
         e = heap.empty
-        self.send_x = e((rows, hidden), self.dtype)
-        self.recv_x = e((self.capacity, hidden), self.dtype)
-        self.send_ids = e((rows, 1), torch.float32)  # expert ids (int32 bits) beside the rows
-        self.recv_ids = e((self.capacity, 1), torch.float32)
-        self.send_counts = e((world,), torch.int64)
-        self.recv_counts = e((world,), torch.int64)
-        self.recv_offsets = e((world,), torch.int64)
-        self.back_counts = e((world,), torch.int64)
-        self.back_offsets = e((world,), torch.int64)
-        self.back_y = e((self.capacity, hidden), self.dtype)  # combine's send buffer
-        self.back_x = e((rows, hidden), self.dtype)  # combine's receive buffer
+        self.send_buf = e((rows, self.row), self.dtype)
+        self.recv_buf = e((rows, self.row), self.dtype)
+        self.back_send = e((rows, hidden), self.dtype)  # combine: one reduced row per received token
+        self.back_recv = e((rows, hidden), self.dtype)
+        self.counts = [e((world,), torch.int64) for _ in range(5)]
+        self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
+        self.meta = torch.zeros(max_tokens, self.meta_cols, dtype=self.dtype, device=dev)
+        self.recv_x = torch.empty(self.capacity, hidden, dtype=self.dtype, device=dev)
+        self.overflow = torch.zeros(4, dtype=torch.int64, device=dev)  # flag, expert, its rows, all rows
+        # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
+        self.a2a_ctas = all_to_all_v_launch(rows * self.row * 2)[0]
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count if torch.device(dev).type == "cuda" else 2
+        self.programs = 4 * sms  # the grid of the kernels that stride over rows counted on the device
 
     def _check(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
         t = x.shape[0]
-        if x.shape != (t, self.hidden) or x.dtype != self.dtype:
+        if tuple(x.shape) != (t, self.hidden) or x.dtype != self.dtype:
             raise ValueError(f"x must be [tokens, {self.hidden}] {self.dtype}, got {tuple(x.shape)} {x.dtype}")
         if t > self.max_tokens:
             raise ValueError(f"{t} tokens: this MoeExchange holds at most {self.max_tokens}")
@@ -91,51 +117,120 @@ class MoeExchange:
                 raise ValueError(f"{name} must be [{t}, {self.topk}], got {tuple(v.shape)}")
         return t
 
+    def _routing(self, topk_idx: Any, t: int) -> Any:
+        """send_row [t, world]: where each token goes in the send buffer (rank-major, token order),
+        -1 where it does not go; fills send_counts."""
+        import torch
+
+        dest = topk_idx.to(torch.int64) // self.local_experts
+        goes = torch.zeros(t, self.world, dtype=torch.int64, device=dest.device).scatter_(1, dest, 1)
+        counts = goes.sum(0)
+        self.send_counts.copy_(counts)
+        first = torch.cumsum(counts, 0) - counts
+        return torch.where(goes > 0, first + torch.cumsum(goes, 0) - goes, -1)
+
+    def _layout(self) -> tuple[Any, Any, Any, Any, Any]:
+        """From the received tokens' ids: (expert counts, expert offsets, slot, weight, received),
+        recv_x filled, overflow set."""
+        import torch
+
+        rows, k, le = self.recv_buf.shape[0], self.topk, self.local_experts
+        ids = self.recv_buf[:, self.meta_col:self.meta_col + 2 * k].view(torch.int32)
+        weight = self.recv_buf[:, self.meta_col + 2 * k:self.meta_col + 4 * k].view(torch.float32).contiguous()
+        received = self.recv_counts.sum().reshape(1)
+        valid = torch.arange(rows, device=ids.device)[:, None] < received
+        local = ids.to(torch.int64) - self.rank * le
+        here = (valid & (local >= 0) & (local < le)).reshape(-1)
+        key = torch.where(here, local.reshape(-1), le)  # not for this rank's experts: last
+        order = torch.argsort(key, stable=True)  # by expert, then (source rank, token)
+        counts = _count(key, le + 1)[:le]
+        total = counts.sum().reshape(1)
+        kernels.gather_rows[(self.programs,)](self.recv_buf, self.row, order // k, total, self.capacity, self.recv_x,
+                                        self.hidden, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+        position = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
+        slot = torch.where(here & (position < self.capacity), position, -1).view(rows, k)
+        ends = torch.cumsum(counts, 0)
+        crossing = torch.searchsorted(ends, torch.full((1,), self.capacity, device=ends.device), right=True)
+        crossing = crossing.clamp(max=le - 1)
+        self.overflow.copy_(torch.cat([(total > self.capacity).to(torch.int64), crossing + self.rank * le,
+                                       counts[crossing], total]))
+        return counts, ends - counts, slot, weight, received
+
     def dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool = False) -> tuple[Any, Any, Any, Handle]:
         """(recv_x, expert_counts [local experts], expert_offsets, handle); see the module docs."""
+        t, send_row = self._pack(x, topk_idx, topk_weights)
+        self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
+        counts, offsets, slot, weight, received = self._layout()
+        if check:
+            self.check()
+        return self.recv_x, counts, offsets, Handle(t, send_row, slot, weight, received)
+
+    def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
+        """Fills the send buffer and send_counts; (tokens, send_row)."""
         import torch
 
         t = self._check(x, topk_idx, topk_weights)
-        n, w, le = t * self.topk, self.world, self.local_experts
-        experts = topk_idx.reshape(-1).to(torch.int64)
-        order = torch.argsort(experts, stable=True)  # by expert, so by destination rank
-        torch.index_select(x, 0, order // self.topk, out=self.send_x[:n])
-        self.send_ids[:n, 0].copy_(experts[order].to(torch.int32).view(torch.float32))
-        self.send_counts.copy_(_count(experts // le, w))
-        all_to_all_v(self.send_x[:n], self.send_counts, self.recv_x, self.recv_counts, self.recv_offsets,
-                     heap=self.heap, check=check)
-        all_to_all_v(self.send_ids[:n], self.send_counts, self.recv_ids, self.recv_counts, self.recv_offsets,
-                     heap=self.heap, check=check)
-        # Received rows by local expert; rows past the total (key le) last.
-        got = torch.arange(self.capacity, device=x.device) < self.recv_counts.sum()
-        local = self.recv_ids[:, 0].view(torch.int32).to(torch.int64) - self.rank * le
-        key = torch.where(got, local, le)
-        perm = torch.argsort(key, stable=True)
-        counts = _count(key, le + 1)[:le]
-        recv_x = self.recv_x[perm]
-        return recv_x, counts, torch.cumsum(counts, 0) - counts, Handle(t, order, perm, self.recv_counts, topk_weights)
+        send_row = self._routing(topk_idx, t)
+        meta = self.meta[:t].view(torch.int32)
+        meta[:, :self.topk].copy_(topk_idx)
+        meta.view(torch.float32)[:, self.topk:2 * self.topk].copy_(topk_weights)
+        if t:
+            kernels.pack_rows[(t,)](x.contiguous(), self.meta, send_row, self.send_buf, self.hidden, self.meta_col, self.meta_cols,
+                                    self.row, WORLD=self.world, BLOCK=kernels.BLOCK,
+                                    META_BLOCK=max(16, 1 << (self.meta_cols - 1).bit_length()),
+                                    num_warps=kernels.WARPS)
+        return t, send_row
+
+    def _exchange(self, inp: Any, send_counts: Any, out: Any, recv_counts: Any, recv_offsets: Any,
+                  check: bool) -> None:
+        """The collective step of dispatch and combine (a test runs it between simulated ranks)."""
+        all_to_all_v(inp, send_counts, out, recv_counts, recv_offsets, heap=self.heap, check=check,
+                     ctas=self.a2a_ctas)
 
     def combine(self, y: Any, handle: Handle, check: bool = False) -> Any:
         """[T, H]: each token's k expert outputs (rows of `y`, laid out as dispatch's recv_x)
-        weighted by its top-k weights and summed in fp32."""
+        weighted by its top-k weights and summed; see the module docs."""
         import torch
 
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
-        n = handle.tokens * self.topk
-        self.back_y.index_copy_(0, handle.perm, y.to(self.dtype))  # back to the order received
-        all_to_all_v(self.back_y, handle.recv_counts, self.back_x, self.back_counts, self.back_offsets,
-                     heap=self.heap, check=check)
-        rows = torch.empty_like(self.back_x[:n])
-        rows.index_copy_(0, handle.order, self.back_x[:n])  # back to (token, choice) order
-        k = self.topk
-        out = (rows.view(handle.tokens, k, self.hidden).float() * handle.weights.float()[..., None]).sum(1)
-        return out.to(self.dtype)
+        y = y.to(self.dtype).contiguous()
+        self._reduce_here(y, handle)
+        self._exchange(self.back_send, self.recv_counts, self.back_recv, self.back_counts, self.back_offsets, check)
+        return self._sum_ranks(handle)
+
+    def _reduce_here(self, y: Any, handle: Handle) -> None:
+        """back_send[r]: received token r's outputs of this rank's experts, weighted and summed."""
+        kernels.weighted_partial_sums[(self.programs,)](y, handle.slot, handle.weight, handle.received, self.back_send,
+                                                        self.hidden, K=self.topk, BLOCK=kernels.BLOCK,
+                                                        num_warps=kernels.WARPS)
+
+    def _sum_ranks(self, handle: Handle) -> Any:
+        """[T, H]: each token's per-rank sums (back from the ranks it went to) added in rank order."""
+        import torch
+
+        out = torch.empty(handle.tokens, self.hidden, dtype=self.dtype, device=self.back_recv.device)
+        if handle.tokens:
+            kernels.sum_rank_rows[(handle.tokens,)](self.back_recv, handle.send_row, out, self.hidden,
+                                                    WORLD=self.world, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+        return out
+
+    def check(self) -> None:
+        """Raises (and clears) a capacity overflow flagged by a dispatch on this rank; waits for
+        the GPU. Also raises what the heap recorded (`heap.check()`)."""
+        flag, expert, rows, total = self.overflow.tolist()
+        if flag:
+            self.overflow.zero_()
+            raise IronlinkError(
+                f"MoeExchange.dispatch on rank {self.rank}: CAPACITY_EXCEEDED: this rank's experts received "
+                f"{total} rows but recv_x holds {self.capacity} (recv_capacity); expert {expert} "
+                f"({rows} rows) crosses the limit and rows from there on were dropped",
+                status=_abi.STATUS["CAPACITY_EXCEEDED"], function="MoeExchange.dispatch")
+        self.heap.check()
 
     def close(self) -> None:
-        """Frees the buffers (collective: same order on every rank)."""
-        for t in (self.back_x, self.back_y, self.back_offsets, self.back_counts, self.recv_offsets, self.recv_counts,
-                  self.send_counts, self.recv_ids, self.send_ids, self.recv_x, self.send_x):
+        """Frees the heap buffers (collective: same order on every rank)."""
+        for t in (*reversed(self.counts), self.back_recv, self.back_send, self.recv_buf, self.send_buf):
             self.heap.free(t)
 
 

@@ -56,15 +56,20 @@ def algorithm_limits(
     return limits[w]
 
 
-# all_to_all_v runs ALL_TO_ALL_V_CTAS CTAs of 16 warps whatever the sizes: its ranks send
-# different amounts, and the grid must be the same on every rank (CTAs are matched by index).
-# Not measured yet (the first GPU run of all_to_all_v is pending).
-ALL_TO_ALL_V_CTAS = 32
+# all_to_all_v's grid, by a bound on the bytes it moves that is the same on every rank (its ranks
+# send different amounts, and CTAs are matched by index, so the grid cannot follow the counts):
+# (max_bytes, ctas), ascending; above the last, the last. ironlink.all_to_all_v called without
+# `ctas` takes the first (small exchanges); MoeExchange passes its buffers' size.
+ALL_TO_ALL_V_CTAS: tuple[tuple[int, int], ...] = ((1 << 20, 32), (1 << 62, 132))
 
 
-def all_to_all_v_launch() -> tuple[int, int]:
-    """(ctas, num_warps) of every all_to_all_v."""
-    return ALL_TO_ALL_V_CTAS, 16
+def all_to_all_v_launch(max_bytes: int = 0) -> tuple[int, int]:
+    """(ctas, num_warps) of an all_to_all_v moving at most `max_bytes` per rank."""
+    ctas = ALL_TO_ALL_V_CTAS[-1][1]
+    for limit, ctas in ALL_TO_ALL_V_CTAS:
+        if max_bytes <= limit:
+            break
+    return min(ctas, MAX_CTAS), 16
 
 
 # --- fused ops (ironlink.fused) ------------------------------------------------------------------

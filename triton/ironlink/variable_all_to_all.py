@@ -22,6 +22,7 @@ import triton.language as tl
 from . import typed as ilt
 from .jit import jit
 from .ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
+from ._abi import MAX_CTAS
 from .tuning import all_to_all_v_launch
 
 
@@ -34,7 +35,7 @@ class Plan(NamedTuple):
 
 
 def plan(inp: TensorSpec, send_counts: TensorSpec, out: TensorSpec, recv_counts: TensorSpec,
-         recv_offsets: TensorSpec, device: str, world: int) -> Plan:
+         recv_offsets: TensorSpec, device: str, world: int, ctas: Optional[int] = None) -> Plan:
     """Checks the tensors (pure: testable without a GPU) and chooses the launch."""
     code = check_tensor(inp, device)
     if check_tensor(out, device) != code:
@@ -46,8 +47,10 @@ def plan(inp: TensorSpec, send_counts: TensorSpec, out: TensorSpec, recv_counts:
             raise ValueError(f"{t.name} must be a contiguous int64 tensor of shape ({world},) on {device}, "
                              f"got {t.dtype} {t.shape} on {t.device}")
     row = math.prod(inp.shape[1:])
-    ctas, warps = all_to_all_v_launch()
-    return Plan(inp.shape[0], out.shape[0], row, ctas, warps)
+    default, warps = all_to_all_v_launch()
+    if ctas is not None and not 1 <= ctas <= MAX_CTAS:
+        raise ValueError(f"ctas must be in 1..{MAX_CTAS}, got {ctas}")
+    return Plan(inp.shape[0], out.shape[0], row, ctas or default, warps)
 
 
 @jit(do_not_specialize=["ctx", "in_rows", "out_rows", "row"])
@@ -57,10 +60,12 @@ def _all_to_all_v_kernel(ctx, inp, in_rows, send_counts, out, out_rows, recv_cou
 
 
 def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, recv_offsets: Any = None,
-                 heap: Optional[Any] = None, check: bool = False) -> tuple[Any, Any, Any]:
+                 heap: Optional[Any] = None, check: bool = False, ctas: Optional[int] = None) -> tuple[Any, Any, Any]:
     """(out, recv_counts, recv_offsets); see the module docs. `recv_counts` / `recv_offsets` default
-    to new heap tensors (the caller frees them with heap.free). Collective; CUDA-graph capturable
-    once it has run outside capture (and with recv_counts / recv_offsets given)."""
+    to new heap tensors (the caller frees them with heap.free). `ctas` (the same on every rank)
+    overrides the grid, e.g. `tuning.all_to_all_v_launch(bound)[0]` for a bound on the bytes
+    moved. Collective; CUDA-graph capturable once it has run outside capture (and with
+    recv_counts / recv_offsets given)."""
     import torch
 
     h = heap_for(inp, "inp", heap, "all_to_all_v")
@@ -70,7 +75,7 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
         recv_offsets = h.empty((h.world_size,), torch.int64)
     spec = TensorSpec.from_tensor
     p = plan(spec(inp, "inp"), spec(send_counts, "send_counts"), spec(out, "out"), spec(recv_counts, "recv_counts"),
-             spec(recv_offsets, "recv_offsets"), str(h.device), h.world_size)
+             spec(recv_offsets, "recv_offsets"), str(h.device), h.world_size, ctas)
     in_heap(h, "all_to_all_v", (inp, "inp"), (send_counts, "send_counts"), (out, "out"), (recv_counts, "recv_counts"),
             (recv_offsets, "recv_offsets"))
     launch_with_status(

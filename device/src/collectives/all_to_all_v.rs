@@ -5,7 +5,7 @@
 //! `sum_{s<q} counts@s[p]` of its output. After a barrier every rank reads the count matrix
 //! from the peers (`world`^2 values, a few microseconds), so all ranks agree on every offset and
 //! on whether every output holds what it would receive; then each pushes its rows straight into
-//! the receivers' outputs (stores are posted), one receiver after another, and a second barrier
+//! the receivers' outputs (stores are posted), to every receiver at once, and a second barrier
 //! makes the results complete.
 
 use super::my_units;
@@ -14,7 +14,8 @@ use crate::hw;
 use crate::runtime::context;
 use crate::runtime::region::Region;
 use crate::runtime::sync::Call;
-use crate::transport::bulk::push_to;
+use crate::abi::MAX_RANKS;
+use crate::transport::bulk::{copy_between, Copy, Direction};
 
 /// Where a variable all-to-all reads and writes. Counts are `i64` rows per rank.
 pub struct Plan {
@@ -79,16 +80,21 @@ pub fn all_to_all_v(call: &Call, plan: &Plan) -> Result<(), i32> {
     }
     let fits = (0..world).all(|p| counts.received(p) <= plan.capacity);
     if fits {
+        // Every receiver's share at once (the batched copy loads a unit for each before storing
+        // any), so no rank's links take every sender at the same time. The table is computed
+        // once: the counts live on the peers.
         let rb = plan.row_bytes;
+        let mut copies = [None; MAX_RANKS];
         let mut sent = 0; // rows for the ranks before p
-        for p in 0..world {
+        for_each_rank!(p => if p < world {
             let rows = counts.get(me, p);
             let bytes = rows * rb;
             let (lo, hi) = my_units(call, bytes);
             let dst = plan.out.offset + counts.recv_offset(me, p) * rb;
-            push_to(call, p, plan.input.offset + sent * rb, dst, bytes, lo, hi);
+            copies[p] = Some(Copy { src: plan.input.offset + sent * rb, dst, bytes, lo, hi });
             sent += rows;
-        }
+        });
+        copy_between(call, Direction::Push, |p| copies[p]);
     }
     call.barrier(1)?;
     if fits {

@@ -1,0 +1,23 @@
+"""MoeExchange on the CPU (tests/moe_interpreted.py): simulated ranks, Triton's interpreter.
+Needs torch, which the CI venv does not carry (its only PyPI wheel pulls in the CUDA libraries):
+skipped there; run on any machine with torch, and by the GPU suite's `basics` part."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_moe_exchange_interpreted() -> None:
+    pytest.importorskip("torch")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO / "triton")}
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "moe_interpreted.py")], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ok:") == 3, r.stdout
