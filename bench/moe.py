@@ -25,8 +25,9 @@ TOKENS = [128, 512, 2048, 4096, 8192]
 
 
 class MoeBench:
-    def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int) -> None:
+    def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.profile = profile
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
@@ -59,12 +60,26 @@ class MoeBench:
             self.record("combine", "ironlink", shape, time_graph(lambda: moe.combine(recv_x, handle), payload), payload)
             self.record("dispatch_combine", "ironlink", shape,
                         time_graph(lambda: self._ironlink_layer(moe, x, idx, w), payload), 2 * payload)
-            self.heap.check()
+            if self.profile:
+                self._profile(lambda: self._ironlink_layer(moe, x, idx, w), shape)
+            moe.check()
         finally:
             moe.close()
         d, c = self._torch_path(x, idx, w)
         self.record("dispatch", "torch_a2a", shape, time_eager(d), payload)
         self.record("dispatch_combine", "torch_a2a", shape, time_eager(c), 2 * payload)
+
+    def _profile(self, fn: Callable[[], None], shape: dict[str, Any]) -> None:
+        """Rank 0 prints the GPU time of each kernel of one call (after a warm-up), largest first."""
+        from torch.profiler import ProfilerActivity, profile
+
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        if self.rank == 0:
+            print(f"profile {shape}:\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25), flush=True)
 
     @staticmethod
     def _ironlink_layer(moe: Any, x: Any, idx: Any, w: Any) -> None:
@@ -104,10 +119,12 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--topk", type=int, default=8)
     ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--profile", action="store_true",
+                    help="also print the GPU time of each kernel of one ironlink layer per token count (torch.profiler)")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
-    b = MoeBench(24 << 30, args.hidden, args.topk, args.experts)
+    b = MoeBench(24 << 30, args.hidden, args.topk, args.experts, args.profile)
     for t in map(int, args.tokens.split(",")):
         for skewed in (False, True):
             b.run(t, skewed)

@@ -24,6 +24,7 @@
 #   --quick            collectives without the large (8 MiB and 256 MiB) cases
 #   --bench-args "..." arguments for `python -m ironlink.bench` (e.g. "--max-bytes 16777216")
 #   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
+#   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --profile")
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
 # (seconds per collectives world, default 480: the first world compiles every kernel), IRONLINK_GIT_REV (the
 # revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR.
@@ -33,7 +34,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-parts=() worlds="2 4 8" bench_args="" fused_args=""
+parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --worlds) worlds=$2; shift 2 ;;
@@ -41,6 +42,7 @@ while [ $# -gt 0 ]; do
     --quick) export IRONLINK_GPU_FULL=0; shift ;;
     --bench-args) bench_args=$2; shift 2 ;;
     --fused-args) fused_args=$2; shift 2 ;;
+    --moe-args) moe_args=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench|moe-bench) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
@@ -111,7 +113,8 @@ for part in "${parts[@]}"; do
       grep -E "allreduce_rmsnorm|matmul_allreduce|allgather_matmul|matmul_reducescatter" "$log" | tail -100
       [ $r -eq 0 ] || fail fused-bench "$log" ;;
     moe-bench)
-      NGPU=$largest timeout 540 bench/run_py.sh moe > "$log" 2>&1; r=$?
+      # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
+      NGPU=$largest timeout 540 bench/run_py.sh moe $moe_args > "$log" 2>&1; r=$?
       grep -E "dispatch|combine" "$log" | tail -60
       [ $r -eq 0 ] || fail moe-bench "$log" ;;
   esac

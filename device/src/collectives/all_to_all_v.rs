@@ -10,11 +10,11 @@
 
 use super::my_units;
 use crate::abi::status;
+use crate::abi::MAX_RANKS;
 use crate::hw;
 use crate::runtime::context;
 use crate::runtime::region::Region;
 use crate::runtime::sync::Call;
-use crate::abi::MAX_RANKS;
 use crate::transport::bulk::{copy_between, Copy, Direction};
 
 /// Where a variable all-to-all reads and writes. Counts are `i64` rows per rank.
