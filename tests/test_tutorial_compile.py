@@ -23,7 +23,6 @@ LESSONS = sorted(TUTORIAL.glob("[0-9][0-9]_*.py"))
 MAX_LINES = 130
 
 # (lesson file, kernel name) -> [(signature, constexprs)]: each configuration is compiled.
-F32 = {"ctx": "i64", "rank": "i32", "world": "i32", "status": "*i32"}
 KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]]]] = {
     ("01_peer_store.py", "store_into_peers"): [
         ({"ctx": "i64", "board": "*fp32", "rank": "i32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 2048})],
@@ -37,6 +36,28 @@ KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]]]] = {
         ({"ctx": "i64", "board": "*fp32", "out": "*fp32", "counters": "*i32", "epochs": "*i32", "rank": "i32",
           "world": "i32", "n": "i32", "status": "*i32", "BLOCK": "constexpr", "LIBRARY_BARRIER": "constexpr"},
          {"BLOCK": 4096, "LIBRARY_BARRIER": library}) for library in (False, True)],
+    ("04_ring_all_gather.py", "ring_all_gather"): [
+        ({"ctx": "i64", "out": "*fp32", "epochs": "*i32", "rank": "i32", "world": "i32", "n": "i32", "status": "*i32",
+          "CHUNK": "constexpr"}, {"CHUNK": 16384})],
+    ("05_ll_packets.py", "ll_all_gather"): [
+        ({"ctx": "i64", "inp": "*fp32", "out": "*fp32", "mailbox": "*i64", "epochs": "*i32", "rank": "i32",
+          "world": "i32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})],
+    ("05_ll_packets.py", "library_all_gather"): [
+        ({"ctx": "i64", "inp": "*fp32", "out": "*fp32", "n": "i32", "status": "*i32"}, {})],
+    ("06_all_reduce.py", "one_shot_all_reduce"): [
+        ({"ctx": "i64", "x": "*fp32", "out": "*fp32", "n": "i32", "world": "i32", "status": "*i32",
+          "BLOCK": "constexpr"}, {"BLOCK": 2048})],
+    ("06_all_reduce.py", "two_shot_all_reduce"): [
+        ({"ctx": "i64", "x": "*fp32", "out": "*fp32", "n": "i32", "rank": "i32", "world": "i32", "status": "*i32",
+          "BLOCK": "constexpr"}, {"BLOCK": 2048})],
+    ("07_fused_matmul_all_reduce.py", "matmul_all_reduce"): [
+        ({"ctx": "i64", "a": "*fp16", "b": "*fp16", "out": "*fp16", "M": "i32", "N": "i32", "K": "i32",
+          "status": "*i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}, {"BM": 64, "BN": 128, "BK": 64})],
+    ("08_all_to_all.py", "all_to_all"): [
+        ({"ctx": "i64", "inp": "*fp32", "out": "*fp32", "rank": "i32", "world": "i32", "n": "i32", "status": "*i32",
+          "BLOCK": "constexpr"}, {"BLOCK": 4096})],
+    ("08_all_to_all.py", "library_all_to_all"): [
+        ({"ctx": "i64", "inp": "*fp32", "out": "*fp32", "n": "i32", "status": "*i32"}, {})],
 }
 
 
