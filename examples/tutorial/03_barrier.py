@@ -17,7 +17,7 @@ under thread 0's release, and after the acquire hands the ordering on to the who
 The wrong version (sem="relaxed") fails rarely on a GPU, so it is shown failing in the CPU
 simulator instead: device/tests/tutorial_ordering.rs lets a plain store be overtaken by a later
 relaxed flag store (which the GPU may do) and the reader sums stale data; with release it never
-does. Run it: `RUSTC_BOOTSTRAP=1 cargo +1.93.0 test -q --test tutorial_ordering`.
+does. Run it: `RUSTC_BOOTSTRAP=1 cargo +1.93.0 test -q -p ironlink-device --test tutorial_ordering`.
 
 The barrier runs twice per call: at entry (every board row is written) and at exit (everyone
 has read its board, so the next call may overwrite it). It is per CTA index, as the library's
@@ -73,7 +73,7 @@ def all_reduce_by_stores(ctx, board, out, counters, epochs, rank, world, n, stat
         tl.store(status + pid, il.symm_barrier(ctx))
     else:
         barrier(ctx, counters, 2 * epoch * world, world)
-    tl.store(epochs + pid, epoch)
+        tl.store(epochs + pid, epoch)  # counts calls of OUR barrier only
 
 
 def main() -> None:

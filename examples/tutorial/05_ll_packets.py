@@ -39,7 +39,7 @@ def ll_all_gather(ctx, inp, out, mailbox, epochs, rank, world, n, BLOCK: tl.cons
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     flag = tl.load(epochs + pid) + 1  # this call's number: starts at 1, mailboxes start at 0
     box = mailbox + (flag % 2) * world * n  # [2 parities][world senders][n] int64 packets
-    bits = tl.load(inp + offs).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    bits = tl.load(inp + offs).to(tl.uint32, bitcast=True).to(tl.int64)  # zero-extended: high half free
     packet = bits | (flag.to(tl.int64) << 32)
     for p in range(world):  # send: one 8-byte store per element, into our row of p's mailbox
         tl.store(ilt.peer_pointer(ctx, box, p) + rank * n + offs, packet)

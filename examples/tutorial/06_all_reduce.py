@@ -35,8 +35,8 @@ CTAS = 32
 def one_shot_all_reduce(ctx, x, out, n, world, status, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     s = il.symm_barrier(ctx)  # every rank's x is complete
-    for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
+    for base in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = base + tl.arange(0, BLOCK)
         acc = tl.zeros((BLOCK,), tl.float32)
         for p in range(world):
             acc += tl.load(ilt.peer_pointer(ctx, x, p) + offs, mask=offs < n)
@@ -51,9 +51,9 @@ def two_shot_all_reduce(ctx, x, out, n, rank, world, status, BLOCK: tl.constexpr
     pid = tl.program_id(0)
     per_rank = tl.cdiv(n, world)  # block r: [r * per_rank, (r + 1) * per_rank)
     s = il.symm_barrier(ctx)
-    for start in range(pid * BLOCK, per_rank, tl.num_programs(0) * BLOCK):
-        offs = rank * per_rank + start + tl.arange(0, BLOCK)
-        mask = (offs < n) & (start + tl.arange(0, BLOCK) < per_rank)
+    for base in range(pid * BLOCK, per_rank, tl.num_programs(0) * BLOCK):
+        offs = rank * per_rank + base + tl.arange(0, BLOCK)
+        mask = (offs < n) & (base + tl.arange(0, BLOCK) < per_rank)
         acc = tl.zeros((BLOCK,), tl.float32)
         for p in range(world):  # (1) reduce-scatter: block `rank` from every rank
             acc += tl.load(ilt.peer_pointer(ctx, x, p) + offs, mask=mask)
