@@ -151,3 +151,4 @@ docs: venv
 	$(VPY) bench/table.py --write
 	$(VPY) bench/fused_table.py --write
 	$(VPY) bench/moe_table.py --write
+	$(VPY) bench/tutorial_table.py --write

@@ -1,12 +1,15 @@
 """README.md's headline table and docs/performance.md's tables are exactly what bench/table.py makes
-of the committed results, and the plots the docs show exist (`make docs` regenerates all three)."""
+of the committed results (docs/fused.md, moe.md and tutorial.md what their own scripts make), and
+the plots the docs show exist (`make docs` regenerates all of them)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench:begin -->\n", "<!-- bench:end -->"
@@ -56,6 +59,35 @@ def test_moe_table_matches_newest_results() -> None:
     text = (REPO / "docs" / "moe.md").read_text()
     got = text.split(moe.BEGIN, 1)[1].split(moe.END, 1)[0]
     assert got == moe.block(), f"docs/moe.md's table is stale ({moe.newest()}): run `make docs`"
+
+
+def test_tutorial_table_matches_newest_results() -> None:
+    tut = _module("tutorial_table")
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    got = text.split(tut.BEGIN, 1)[1].split(tut.END, 1)[0]
+    assert got == tut.block(), f"docs/tutorial.md's table is stale ({tut.newest()}): run `make docs`"
+
+
+def test_tutorial_table_takes_the_newest_four_rank_run(tmp_path: Path, monkeypatch: Any) -> None:
+    tut = _module("tutorial_table")
+    monkeypatch.setattr(tut, "RESULTS", tmp_path)
+    assert tut.block().startswith("No measurement yet")
+
+    def row(lesson: str, variant: str, world: int, us: float) -> dict[str, Any]:
+        return {"lesson": lesson, "title": "all-reduce", "variant": variant, "world": world, "bytes": 1 << 20,
+                "us": us, "library": "ironlink.all_reduce", "library_us": 10.0, "gpu": "NVIDIA H200",
+                "git_rev": "abc1234", "date": "2026-11-23T10:00:00+00:00"}
+
+    runs = {"tutorial-a.json": ("2026-11-23T10:00:00+00:00", [row("06", "one-shot", 4, 99.0)]),
+            "tutorial-b.json": ("2026-11-24T10:00:00+00:00", [row("06", "two-shot", 4, 20.0), row("06", "one-shot", 4, 12.5),
+                                                              row("01", "", 2, 1.0)]),
+            "tutorial-c.json": ("2026-11-25T10:00:00+00:00", [row("06", "one-shot", 2, 5.0)])}
+    for name, (date, rows) in runs.items():
+        (tmp_path / name).write_text(json.dumps({"date": date, "results": rows}))
+    lines = tut.block().splitlines()
+    assert "tutorial-b.json" in lines[0] and "4 x NVIDIA H200" in lines[0], lines[0]
+    assert lines[4:] == ["| 06 | all-reduce (one-shot) | 1 MiB | 12.5 | ironlink.all_reduce | 10.0 | 0.80 |",
+                         "| 06 | all-reduce (two-shot) | 1 MiB | 20.0 | ironlink.all_reduce | 10.0 | 0.50 |"]
 
 
 def test_referenced_images_exist() -> None:

@@ -17,6 +17,8 @@
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
+#   tutorial     every lesson of examples/tutorial/ at each world size, one line each; their
+#                timings go to $OUT/tutorial-<N>x<GPU>-<date>.json (bench/tutorial_table.py)
 # Options:
 #   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
 #                      GPU count are skipped)
@@ -44,7 +46,7 @@ while [ $# -gt 0 ]; do
     --fused-args) fused_args=$2; shift 2 ;;
     --moe-args) moe_args=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench|moe-bench) parts+=("$1"); shift ;;
+    wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -117,6 +119,19 @@ for part in "${parts[@]}"; do
       NGPU=$largest timeout 540 bench/run_py.sh moe $moe_args > "$log" 2>&1; r=$?
       grep -E "dispatch|combine" "$log" | tail -60
       [ $r -eq 0 ] || fail moe-bench "$log" ;;
+    tutorial)
+      # One JSON per world size (each lesson appends its rows); the docs table takes 4 GPUs' file.
+      gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-')
+      for w in "${fits[@]}"; do
+        export IRONLINK_TUTORIAL_JSON="$OUT/tutorial-${w}x${gpu}-$(date -u +%Y%m%d-%H%M%S).json"
+        for lesson in examples/tutorial/[0-9][0-9]_*.py; do
+          log="$OUT/tutorial-$(basename "$lesson" .py)-w$w.log"
+          timeout 180 torchrun --standalone --nproc_per_node="$w" "$lesson" > "$log" 2>&1; r=$?
+          grep -E "^[0-9]{2} " "$log" || echo "$(basename "$lesson") world $w: no result line"
+          [ $r -eq 0 ] || fail "tutorial $(basename "$lesson") world $w" "$log"
+        done
+      done
+      unset IRONLINK_TUTORIAL_JSON ;;
   esac
 done
 echo "== done: $([ $rc -eq 0 ] && echo 'every part passed' || echo 'FAILURES above'); logs in $OUT"

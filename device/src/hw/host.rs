@@ -247,11 +247,20 @@ pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
 }
 
 pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
+    // Under `ReorderStores` the data stores this thread issued before are overtaken: they land
+    // after this flag store (a relaxed store orders nothing before it).
+    let (overtaken, delay) = sim_faults::take_held_stores();
     maybe_yield();
-    if !sim_faults::proceed(Kind::FlagStore) {
-        return;
+    if sim_faults::proceed(Kind::FlagStore) {
+        AtomicU32::from_ptr(p).store(v, Ordering::Relaxed);
     }
-    AtomicU32::from_ptr(p).store(v, Ordering::Relaxed)
+    if !overtaken.is_empty() {
+        std::thread::sleep(delay);
+        for (q, w) in overtaken {
+            AtomicU32::from_ptr(q as *mut u32).store(w, Ordering::Relaxed);
+            sim_faults::note_overtaken();
+        }
+    }
 }
 
 pub unsafe fn load_relaxed_u64(p: *const u64) -> u64 {
@@ -345,6 +354,10 @@ fn deliver_held() {
         // SAFETY: the address and value of a packet store the device code issued, held back.
         unsafe { store_v4_now(p as *mut [u32; 4], v) };
     }
+    for (p, v) in sim_faults::take_held_stores().0 {
+        // SAFETY: the address and value of a plain store the device code issued, held back.
+        unsafe { AtomicU32::from_ptr(p as *mut u32).store(v, Ordering::Relaxed) };
+    }
 }
 
 /// The 16-byte store itself (also how a held packet is delivered).
@@ -387,6 +400,7 @@ pub fn fence_system() {
 }
 
 pub fn fence_gpu() {
+    deliver_held();
     core::sync::atomic::fence(Ordering::SeqCst)
 }
 
@@ -433,10 +447,14 @@ pub unsafe fn store_u16(p: *mut u16, v: u16) {
 }
 
 pub unsafe fn load_u32(p: *const u32) -> u32 {
+    deliver_held(); // a thread reads its own stores (only ever held under sim_faults)
     AtomicU32::from_ptr(p as *mut u32).load(Ordering::Relaxed)
 }
 
 pub unsafe fn store_u32(p: *mut u32, v: u32) {
+    if sim_faults::hold_store(p as usize, v) {
+        return; // stored after this thread's next relaxed flag store, or before its next other operation
+    }
     AtomicU32::from_ptr(p).store(v, Ordering::Relaxed)
 }
 

@@ -7,15 +7,20 @@
 //! packets (`store_v4_volatile`). A plan (`set`) drops the n-th of a kind, delays every one of a
 //! kind, or lets each LL packet be overtaken by the same thread's next packet (it is stored after
 //! it; any other operation of the thread delivers a held packet first, so release ordering is
-//! kept; `host.rs` delivers held packets). One plan per process: tests that use it hold
+//! kept; `host.rs` delivers held packets). `ReorderStores` does to plain 32-bit data stores
+//! (`store_u32`) what the GPU's weak memory model allows: a later relaxed flag store of the same
+//! thread (`store_relaxed_u32`) becomes visible first, the data `delay_us` later; a release
+//! store, fence, acquire or other flag operation delivers held data first, as release ordering
+//! requires (device/tests/tutorial_ordering.rs). One plan per process: tests that use it hold
 //! `serial()` and run alone.
 
 extern crate std;
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+use std::vec::Vec;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -33,6 +38,10 @@ pub enum Fault {
     /// Each LL packet is stored after the same thread's next packet (or before its next other
     /// operation).
     ReorderPackets,
+    /// Each plain 32-bit store is held until the same thread's next relaxed flag store has been
+    /// performed, then stored `delay_us` later; any other flag operation, fence or plain 32-bit
+    /// load of the thread delivers held stores first.
+    ReorderStores { delay_us: u64 },
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -44,6 +53,8 @@ static OVERTAKEN: AtomicU64 = AtomicU64::new(0);
 std::thread_local! {
     /// A packet this thread holds back under `ReorderPackets`: (address, value).
     static HELD: Cell<Option<(usize, [u32; 4])>> = const { Cell::new(None) };
+    /// Plain stores this thread holds back under `ReorderStores`: (address, value), in order.
+    static HELD_STORES: RefCell<Vec<(usize, u32)>> = const { RefCell::new(Vec::new()) };
     static RNG: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) };
 }
 
@@ -127,4 +138,35 @@ pub(super) fn take_held() -> Option<(usize, [u32; 4])> {
         return None;
     }
     HELD.with(|h| h.take())
+}
+
+/// Under `ReorderStores`: holds the plain store of `v` to `p` (true: the caller stores nothing now).
+#[inline]
+pub(super) fn hold_store(p: usize, v: u32) -> bool {
+    if !ON.load(Ordering::Relaxed) || !matches!(plan(), Some(Fault::ReorderStores { .. })) {
+        return false;
+    }
+    HELD_STORES.with(|h| h.borrow_mut().push((p, v)));
+    true
+}
+
+/// Takes the plain stores this thread holds, and how long after an overtaking flag store they
+/// land (empty when none are held).
+#[inline]
+pub(super) fn take_held_stores() -> (Vec<(usize, u32)>, Duration) {
+    if !ON.load(Ordering::Relaxed) {
+        return (Vec::new(), Duration::ZERO);
+    }
+    let delay = match plan() {
+        Some(Fault::ReorderStores { delay_us }) => Duration::from_micros(delay_us),
+        _ => Duration::ZERO,
+    };
+    (
+        HELD_STORES.with(|h| core::mem::take(&mut *h.borrow_mut())),
+        delay,
+    )
+}
+
+fn plan() -> Option<Fault> {
+    *PLAN.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,0 +1,116 @@
+"""What every lesson shares, so that each lesson file shows only its idea: starting the process
+group and the symmetric heap, timing, agreeing on the result and printing the lesson's one line.
+
+Each lesson runs as `torchrun --nproc_per_node=N examples/tutorial/0X_....py`. Rank 0 prints
+
+    04 ring all-gather: ok (world 4), 31.2 us; ironlink.all_gather 12.9 us
+
+and, when $IRONLINK_TUTORIAL_JSON names a file, appends one row per measured variant to it
+(bench/tutorial_table.py makes docs/tutorial.md's table from such files).
+
+torch is imported inside functions (and inside each lesson's main) so that CI, which has Triton
+but no torch, can import the lessons and compile their kernels (tests/test_tutorial_compile.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# NVLink multicast stays off for NCCL and torch alike (ironlink never uses it).
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+import ironlink  # noqa: E402
+
+
+@dataclass
+class Lesson:
+    rank: int
+    world: int
+    heap: Any  # ironlink.SymmetricHeap: every tensor a kernel reaches on a peer lives in it
+    status: Any  # torch.Tensor: one int32 per CTA: what each CTA's ironlink calls returned (0 = OK)
+
+
+def start(heap_bytes: int) -> Lesson:
+    """One process per GPU: the process group, then a symmetric heap of `heap_bytes` per rank."""
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    heap = ironlink.SymmetricHeap(heap_bytes)
+    status = torch.zeros(1024, dtype=torch.int32, device="cuda")
+    return Lesson(dist.get_rank(), dist.get_world_size(), heap, status)
+
+
+def time_us(fn: Callable[[], Any], nbytes: int) -> float:
+    """Median microseconds per call of `fn` replayed in a CUDA graph, the slowest rank's."""
+    from ironlink.bench import time_graph  # imports the compiled extension: only where it runs
+
+    return time_graph(fn, nbytes)
+
+
+def all_ranks_ok(ok: bool) -> bool:
+    """True only if every rank says ok."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([1 if ok else 0], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def finish(lesson: Lesson, number: str, title: str, ok: bool, nbytes: int, ours: dict[str, float],
+           library: str, library_us: float) -> None:
+    """Checks the statuses, prints rank 0's line, records the rows, closes everything; exits 1
+    unless every rank was right. `ours` names each variant the lesson timed ("" for one)."""
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.synchronize()
+    ok = ok and bool((lesson.status == 0).all())
+    try:
+        lesson.heap.check()
+    except ironlink.IronlinkError as e:
+        print(f"rank {lesson.rank}: {e}", flush=True)
+        ok = False
+    ok = all_ranks_ok(ok)
+    if lesson.rank == 0:
+        times = ", ".join(f"{name + ' ' if name else ''}{us:.1f} us" for name, us in ours.items())
+        print(f"{number} {title}: {'ok' if ok else 'FAILED'} (world {lesson.world}), {times}; "
+              f"{library} {library_us:.1f} us", flush=True)
+        record(lesson.world, number, title, nbytes, ours, library, library_us)
+    lesson.heap.close()
+    dist.destroy_process_group()
+    if not ok:
+        sys.exit(1)
+
+
+def record(world: int, number: str, title: str, nbytes: int, ours: dict[str, float], library: str,
+           library_us: float) -> None:
+    """Appends this lesson's rows to $IRONLINK_TUTORIAL_JSON (a JSON document with "results")."""
+    path = os.environ.get("IRONLINK_TUTORIAL_JSON")
+    if not path:
+        return
+    import torch
+    from ironlink.bench import git_rev
+
+    doc: dict[str, Any] = {"results": []}
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    doc.setdefault("date", now)
+    for variant, us in ours.items():
+        doc["results"].append({"lesson": number, "title": title, "variant": variant, "world": world, "bytes": nbytes,
+                               "us": round(us, 2), "library": library, "library_us": round(library_us, 2),
+                               "gpu": torch.cuda.get_device_name(), "git_rev": git_rev(), "date": now})
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
