@@ -275,3 +275,68 @@ def test_gather_algorithm_choice(native):
     assert native.gather_algorithm(8, scratch, 1 << 20, 32, 2 << 20, 256 << 10) == "bulk"  # over the limit
     assert native.gather_algorithm(8, 0, 1 << 20, 32, 64 << 10, 8 << 10) == "bulk"  # no scratch
     assert native.gather_algorithm(8, scratch, 0, 32, 1024, 128) == "bulk"
+
+
+# -- a heap outliving its close() or its process group ----------------------------------------
+
+
+class _FakeDist:
+    """torch.distributed's view of live groups, as `group_alive` reads it (the CPU venv has no torch)."""
+
+    def __init__(self) -> None:
+        self.initialized = True
+        world = type("World", (), {})()
+        world.pg_map = {}  # type: ignore[attr-defined]
+        self.distributed_c10d = type("C10d", (), {"_world": world})()
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def new_group(self) -> object:
+        pg = object()
+        self.distributed_c10d._world.pg_map[pg] = "gloo"
+        return pg
+
+    def destroy(self, pg: object) -> None:
+        del self.distributed_c10d._world.pg_map[pg]
+
+
+def test_group_alive_follows_the_groups_torch_holds() -> None:
+    from ironlink.heap import group_alive
+
+    dist = _FakeDist()
+    world, sub = dist.new_group(), dist.new_group()
+    assert group_alive(dist, world) and group_alive(dist, sub)
+    dist.destroy(sub)
+    assert not group_alive(dist, sub) and group_alive(dist, world)
+    dist.initialized = False
+    assert not group_alive(dist, world)
+    dist.initialized = True
+    dist.destroy(world)
+    dist.new_group()  # a new default group does not bring the old one back
+    assert not group_alive(dist, world)
+
+
+def test_heap_refuses_use_after_close_or_after_its_group_is_destroyed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    dist = _FakeDist()
+    fake_torch = types.ModuleType("torch")
+    fake_torch.distributed = dist  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    heap = SymmetricHeap.__new__(SymmetricHeap)  # the state __init__ leaves, without a GPU
+    native = object()
+    heap._closed, heap._native, heap._pg = False, native, dist.new_group()
+    heap._rank, heap._world, heap._device = 0, 2, "cuda:0"
+    assert heap._open("ironlink.all_reduce") is native
+    heap.usable("ironlink.all_reduce")
+    dist.destroy(heap._pg)
+    with pytest.raises(IronlinkError, match=r"^ironlink.all_gather: the symmetric heap's process group was destroyed"):
+        heap.usable("ironlink.all_gather")
+    with pytest.raises(IronlinkError, match=r"^the symmetric heap's process group was destroyed"):
+        heap.ctx  # noqa: B018 - what a user kernel's launch reads
+    heap._closed = True
+    with pytest.raises(IronlinkError, match=r"^ironlink.all_reduce: the symmetric heap is closed"):
+        heap.usable("ironlink.all_reduce")
+    assert "closed" in repr(heap)

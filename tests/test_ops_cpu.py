@@ -317,6 +317,16 @@ class _FakeTensor:
         return self.values
 
 
+class _Stream:
+    """Stands in for torch.cuda.Stream: compared by identity, records what it was made to wait for."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.waited = name, []  # type: ignore[var-annotated]
+
+    def wait_stream(self, other: "_Stream") -> None:
+        self.waited.append(other.name)
+
+
 @pytest.fixture()
 def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
     """sys.modules["torch"] replaced for one test (ops imports torch inside its functions)."""
@@ -328,8 +338,10 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
     torch.Tensor = _FakeTensor  # type: ignore[attr-defined]
     torch.int32 = "int32"  # type: ignore[attr-defined]
     torch.capturing = False  # type: ignore[attr-defined]
+    torch.stream = _Stream("default")  # type: ignore[attr-defined]  # the current stream
     torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        is_current_stream_capturing=lambda: torch.capturing, device=lambda d: contextlib.nullcontext()
+        is_current_stream_capturing=lambda: torch.capturing, device=lambda d: contextlib.nullcontext(),
+        current_stream=lambda device=None: torch.stream,
     )
     torch.zeros = lambda n, dtype, device: _FakeTensor(n, "int32", 0xDEAD)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", torch)
@@ -361,7 +373,15 @@ class _Heap:
     closed, world_size, rank, ctx, device = False, 8, 3, 0x1234, _Device()
 
     def __init__(self, *tensors: Any) -> None:
+        from ironlink.stream_order import StreamOrder
+
         self.mine = {id(t) for t in tensors}
+        self.stream_order = StreamOrder()
+        self.unusable = ""  # set: usable() raises it, as a closed SymmetricHeap does
+
+    def usable(self, what: str) -> None:
+        if self.unusable:
+            raise IronlinkError(f"{what}: {self.unusable}")
 
     def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
         if id(t) not in self.mine:
@@ -445,3 +465,43 @@ def test_all_to_all_v_plan_takes_rows_of_any_shape() -> None:
 def test_all_to_all_v_rejects_bad_tensors(kw: dict, err: type, text: str) -> None:
     with pytest.raises(err, match=text):
         _a2av(**kw)
+
+
+# --- stream order and unusable heaps (ops.launch_with_status) --------------------------------------
+
+
+def test_stream_order_waits_only_when_the_stream_changes() -> None:
+    from ironlink.stream_order import StreamOrder
+
+    order, a, b, c = StreamOrder(), _Stream("a"), _Stream("b"), _Stream("c")
+    order.before_call(a, capturing=False)
+    order.before_call(a, capturing=False)
+    assert a.waited == [] and order.last is a
+    order.before_call(b, capturing=False)  # another stream: waits for a's calls first
+    assert b.waited == ["a"] and order.last is b
+    order.before_call(c, capturing=True)  # capture: no wait recorded, c does not become the last
+    assert c.waited == [] and order.last is b
+    order.before_call(a, capturing=False)
+    assert a.waited == ["b"] and order.last is a
+
+
+def test_host_calls_order_a_heaps_calls_across_streams(fake_torch: Any) -> None:
+    x = _FakeTensor(4096)
+    heap, a, b = _Heap(x), fake_torch.stream, _Stream("b")
+    ironlink.all_reduce(x, heap=heap)
+    fake_torch.stream = b
+    ironlink.all_reduce(x)  # on another stream: b waits for a before the launch
+    ironlink.all_reduce(x)
+    assert len(fake_torch.launches) == 3 and b.waited == ["default"] and a.waited == []
+    fake_torch.stream, fake_torch.capturing = a, True
+    ironlink.all_reduce(x)  # captured: no wait, and the capture stream is not the last one
+    assert a.waited == [] and heap.stream_order.last is b
+
+
+def test_host_calls_refuse_a_closed_heap_before_launching(fake_torch: Any) -> None:
+    x = _FakeTensor(4096)
+    heap = _Heap(x)
+    heap.unusable = "the symmetric heap's process group was destroyed"
+    with pytest.raises(IronlinkError, match=r"ironlink.all_reduce: the symmetric heap's process group was destroyed"):
+        ironlink.all_reduce(x, heap=heap)
+    assert fake_torch.launches == [] and heap.stream_order.last is None

@@ -1,15 +1,35 @@
 """Shared by the torchrun GPU workers: run named cases, count a case as passed only when it
 passed on every rank, and keep going after a failure so one run reports everything.
-$IRONLINK_GPU_ONLY (a substring of case names) runs only the matching cases."""
+$IRONLINK_GPU_ONLY (a substring of case names) runs only the matching cases. $IRONLINK_GPU_SMALL=1
+(`tests/gpu/run.sh sanitize`) makes the workers run a short list of small cases (`small(...)`):
+every collective, primitive, fused op and MoE op still runs, at sizes that compute-sanitizer
+finishes in minutes. $IRONLINK_GPU_HEAP_TIMEOUT_S sets the wait timeout of the workers' heaps (a
+sanitized peer runs many times slower)."""
 
 from __future__ import annotations
 
 import os
 import traceback
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
+
+
+T = TypeVar("T")
+SMALL = os.environ.get("IRONLINK_GPU_SMALL", "0") == "1"
+
+
+def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
+    """`few` in small-case mode, else `full`."""
+    return few if SMALL else full
+
+
+def heap_timeout_s() -> float:
+    """The wait timeout for a worker's heaps: $IRONLINK_GPU_HEAP_TIMEOUT_S, else ironlink's default."""
+    from ironlink.heap import DEFAULT_TIMEOUT_S
+
+    return float(os.environ.get("IRONLINK_GPU_HEAP_TIMEOUT_S", DEFAULT_TIMEOUT_S))
 
 
 class Cases:

@@ -23,7 +23,7 @@ import ironlink.language as il
 import ironlink.tuning
 from ironlink import _abi
 
-from _cases import Cases  # tests/gpu/, the script's own directory
+from _cases import SMALL, Cases, heap_timeout_s, small  # tests/gpu/, the script's own directory
 
 S = _abi.STATUS
 OPS = _abi.REDUCE_OP
@@ -379,12 +379,12 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     torch.manual_seed(1234 + rank)
-    full = os.environ.get("IRONLINK_GPU_FULL", "1") == "1"
-    heap = ironlink.SymmetricHeap(2 << 30)
+    full = os.environ.get("IRONLINK_GPU_FULL", "1") == "1" and not SMALL
+    heap = ironlink.SymmetricHeap(2 << 30, timeout_s=heap_timeout_s())
     s = Suite(heap)
     t0 = time.time()
     dtypes = (torch.float32, torch.float16, torch.bfloat16)
-    sizes = [1, 7, 1023, 4099, (1 << 16) + 3, 1 << 20] + ([1 << 23] if full else [])
+    sizes = list(small([1, 7, 1023, 4099, (1 << 16) + 3, 1 << 20], [7, 4099])) + ([1 << 23] if full else [])
     for dtype in dtypes:
         for op in OPS:
             for i, n in enumerate(sizes):
@@ -392,11 +392,11 @@ def main() -> int:
                 s.run(f"all_reduce {dtype} {op} n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
     for alg in ("one_shot_ll", "two_shot_ll", "two_shot"):
         for dtype, op in ((torch.bfloat16, "SUM"), (torch.float32, "MAX"), (torch.float16, "AVG")):
-            for n in (1, 7, 4099, (1 << 16) + 3, 1 << 19):
+            for n in small((1, 7, 4099, (1 << 16) + 3, 1 << 19), (7, 4099)):
                 s.run(f"all_reduce {alg} {dtype} {op} n={n}", lambda: s.forced(alg, lambda: s.all_reduce(n, dtype, op)))
     for alg in ("gather_ll", "gather_bulk"):
         for dtype in dtypes:
-            for n in (1, 5, 4097):
+            for n in small((1, 5, 4097), (5,)):
                 for op in ("SUM", "AVG"):
                     s.run(f"reduce_scatter {alg} {dtype} {op} n={n}",
                           lambda: s.forced(alg, lambda: s.reduce_scatter(n, dtype, op)))
@@ -416,7 +416,7 @@ def main() -> int:
         n = nbytes // (torch.finfo(dtype).bits // 8) + extra
         s.run(f"all_reduce {dtype} {op} past-switch n={n} skew={skew}", lambda: s.all_reduce(n, dtype, op, skew))
     for dtype in dtypes:
-        for n in (1, 5, 4097, 1 << 18):
+        for n in small((1, 5, 4097, 1 << 18), (5, 4097)):
             for op in ("SUM", "MAX", "AVG"):
                 s.run(f"reduce_scatter {dtype} {op} n={n}", lambda: s.reduce_scatter(n, dtype, op))
                 s.run(f"reduce {dtype} {op} n={n}", lambda: s.reduce(n, dtype, op, n % world))
@@ -424,7 +424,7 @@ def main() -> int:
                 s.run(f"all_gather {dtype} n={n} in_place={in_place}", lambda: s.all_gather(n, dtype, in_place))
             s.run(f"broadcast {dtype} n={n}", lambda: s.broadcast(n, dtype, (n + 1) % world))
             s.run(f"all_to_all {dtype} n={n}", lambda: s.all_to_all(n, dtype))
-    for nbytes, grid in ((1000, 3), (1 << 20, 16)):
+    for nbytes, grid in small(((1000, 3), (1 << 20, 16)), ((1000, 3),)):
         s.run(f"put/signal/wait/get/barrier ring {nbytes} B x {grid} CTAs", lambda: s.primitives(nbytes, grid, 3))
     if full:
         # The large end for the other collectives: 256 MiB buffers (world blocks of n bf16 for
@@ -438,7 +438,8 @@ def main() -> int:
         s.run("all_to_all bf16 256MiB", lambda: s.all_to_all(big, torch.bfloat16))
         s.run("broadcast bf16 256MiB", lambda: s.broadcast(128 << 20, torch.bfloat16, world - 1))
         s.run("reduce bf16 SUM 256MiB", lambda: s.reduce(128 << 20, torch.bfloat16, "SUM", 0))
-    s.run("1000 back-to-back launches", lambda: s.back_to_back(1000))
+    launches = 50 if SMALL else 1000
+    s.run(f"{launches} back-to-back launches", lambda: s.back_to_back(launches))
     s.run("cuda graph capture and replay", s.cuda_graph)
     s.run("error codes", s.errors)
     heap.close()

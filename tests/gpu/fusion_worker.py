@@ -31,7 +31,7 @@ import ironlink
 from ironlink import _abi, tuning
 from ironlink.fused.allreduce_rmsnorm import MODES
 
-from _cases import Cases  # tests/gpu/, the script's own directory
+from _cases import Cases, heap_timeout_s, small  # tests/gpu/, the script's own directory
 from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
 
@@ -347,15 +347,17 @@ class Suite:
 
 def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str) -> None:
     """all_gather_matmul and matmul_reduce_scatter by `method`: odd shapes, back to back, graphs."""
-    for m, n, k in ((16 * world, 8192, 512), (100 * world, 1000, 300), (1030 * world, 2050, 1024)):
+    for m, n, k in small(((16 * world, 8192, 512), (100 * world, 1000, 300), (1030 * world, 2050, 1024)),
+                         ((16 * world, 8192, 512), (100 * world, 1000, 300))):
         cases.run(f"matmul_reduce_scatter {method} {dtype} {m}x{n}x{k}",
                   lambda: s.matmul_scatter(m, n, k, dtype, False, method))
         cases.run(f"all_gather_matmul {method} {dtype} {m // world}x{n}x{k}",
                   lambda: s.gather_matmul(m // world, n, k, dtype, False, method))
     cases.run(f"matmul_reduce_scatter {method} {dtype} 8 launches back to back",
-              lambda: s.matmul_scatter(1030 * world, 2050, 1024, dtype, False, method, launches=8))
+              lambda: s.matmul_scatter(*small((1030 * world, 2050, 1024), (100 * world, 1000, 300)), dtype, False, method,
+                                       launches=8))
     cases.run(f"all_gather_matmul {method} {dtype} 8 launches back to back",
-              lambda: s.gather_matmul(1030, 2050, 1024, dtype, False, method, launches=8))
+              lambda: s.gather_matmul(*small((1030, 2050, 1024), (100, 1000, 300)), dtype, False, method, launches=8))
     cases.run(f"matmul_reduce_scatter {method} {dtype} in a CUDA graph",
               lambda: s.matmul_scatter(200 * world, 4096, 512, dtype, True, method))
     cases.run(f"all_gather_matmul {method} {dtype} in a CUDA graph",
@@ -366,15 +368,17 @@ def main() -> int:
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    heap = ironlink.SymmetricHeap(256 << 20)
+    heap = ironlink.SymmetricHeap(256 << 20, timeout_s=heap_timeout_s())
     s = Suite(heap)
     cases = Cases(before=s.clear_errors)  # one failure's recorded error must not fail the cases after it
     t0 = time.time()
     for alg in ("one_shot_ll", "two_shot_ll", "two_shot"):
-        for dtype, n, grid in ((torch.bfloat16, 8191, 32), (torch.float32, 1 << 20, 132), (torch.float16, 3, 7)):
+        for dtype, n, grid in small(((torch.bfloat16, 8191, 32), (torch.float32, 1 << 20, 132), (torch.float16, 3, 7)),
+                                    ((torch.bfloat16, 8191, 32), (torch.float16, 3, 7))):
             cases.run(f"grid barrier + all_reduce {alg} {dtype} n={n} grid={grid}", lambda: s.grid_barrier(n, dtype, grid, alg))
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        for rows, cols, stride, grid in ((100, 300, 320, 8), (1, 8192, 8192, 4), (2048, 512, 512, 132)):
+        for rows, cols, stride, grid in small(((100, 300, 320, 8), (1, 8192, 8192, 4), (2048, 512, 512, 132)),
+                                              ((100, 300, 320, 8), (1, 8192, 8192, 4))):
             cases.run(f"tile all_reduce {dtype} {rows}x{cols} stride {stride} grid {grid}",
                       lambda: s.tiles(rows, cols, stride, dtype, grid, graph=False))
     cases.run("tile all_reduce in a CUDA graph", lambda: s.tiles(64, 1000, 1024, torch.bfloat16, 16, graph=True))
@@ -391,15 +395,15 @@ def main() -> int:
     for n_tiles, grid in ((9, 4), (64, 64)):
         cases.run(f"signal_others / wait_others exchange {n_tiles} tiles grid {grid}", lambda: s.exchange(n_tiles, grid))
     for dtype in (torch.bfloat16, torch.float16):
-        for tokens, hidden in ((1, 8192), (5, 4096), (33, 8192), (300, 5120), (1000, 16384)):
+        for tokens, hidden in small(((1, 8192), (5, 4096), (33, 8192), (300, 5120), (1000, 16384)), ((1, 8192), (33, 8192))):
             for mode in MODES:
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
                           lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
-        for m, n, k in ((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)):
+        for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)), ((16, 8192, 512), (100, 1000, 300))):
             cases.run(f"matmul_all_reduce {dtype} {m}x{n}x{k}", lambda: s.matmul(m, n, k, dtype, graph=False))
         cases.run(f"matmul_all_reduce {dtype} 8 launches back to back",
-                  lambda: s.matmul(1030, 2050, 1024, dtype, graph=False, launches=8))
+                  lambda: s.matmul(*small((1030, 2050, 1024), (100, 1000, 300)), dtype, graph=False, launches=8))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))

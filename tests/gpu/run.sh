@@ -19,6 +19,15 @@
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
 #   tutorial     every lesson of examples/tutorial/ at each world size, one line each; their
 #                timings go to $OUT/tutorial-<N>x<GPU>-<date>.json (bench/tutorial_table.py)
+#   misuse       misuse caught or made safe: two streams on one heap, a closed heap, a destroyed
+#                group, a call on some ranks, different grids; largest world (tests/gpu/misuse_worker.py)
+#   killed-rank  SIGKILL a rank mid all-reduce (large, small): TIMEOUT on the others, GPUs free, a
+#                new group works; largest world, JSON under $OUT (tests/gpu/killed_rank.py)
+#   soak         seeded random collectives for --minutes, each checked; largest world, JSON under
+#                $OUT (tests/gpu/soak.py)
+#   sanitize     compute-sanitizer (--tools) over the small cases of collectives, ops and fusion
+#                (IRONLINK_GPU_SMALL=1), per world size up to 4; logs and a report count per tool
+#   reliability  misuse killed-rank soak sanitize: everything of issue 20 (docs/reliability.md)
 # Options:
 #   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
 #                      GPU count are skipped)
@@ -27,16 +36,23 @@
 #   --bench-args "..." arguments for `python -m ironlink.bench` (e.g. "--max-bytes 16777216")
 #   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
 #   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --profile")
+#   --minutes M        how long the soak runs (default 5)
+#   --seed S           the soak's seed (default 20)
+#   --tools "T..."     sanitize: compute-sanitizer tools (default "memcheck racecheck synccheck initcheck")
+#   --suites "S..."    sanitize: workers to sanitize (default "collectives ops fusion")
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
 # (seconds per collectives world, default 480: the first world compiles every kernel), IRONLINK_GIT_REV (the
-# revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR.
+# revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR, SANITIZE_ARGS (extra
+# compute-sanitizer options, e.g. "--kernel-name-exclude kns=nccl"; none by default),
+# IRONLINK_SANITIZE_TIMEOUT (seconds per sanitized worker run, default 540).
 #
 # Needs python3 with torch and triton, and build/ from a machine with Rust (`make wheel`: the
 # bitcode and the abi3 wheel). Prints one summary line per part; exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args=""
+parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args="" minutes=5 seed=20
+tools="memcheck racecheck synccheck initcheck" suites="collectives ops fusion"
 while [ $# -gt 0 ]; do
   case "$1" in
     --worlds) worlds=$2; shift 2 ;;
@@ -45,6 +61,12 @@ while [ $# -gt 0 ]; do
     --bench-args) bench_args=$2; shift 2 ;;
     --fused-args) fused_args=$2; shift 2 ;;
     --moe-args) moe_args=$2; shift 2 ;;
+    --minutes) minutes=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --tools) tools=$2; shift 2 ;;
+    --suites) suites=$2; shift 2 ;;
+    reliability) parts+=(misuse killed-rank soak sanitize); shift ;;
+    misuse|killed-rank|soak|sanitize) parts+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
@@ -52,7 +74,10 @@ while [ $# -gt 0 ]; do
 done
 [ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives fusion ops examples bench fused-bench)
 
-source tests/gpu/setup_native.sh || exit 1
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "skipped: no GPU (nvidia-smi lists none)"; exit 0
+fi
+source tests/gpu/setup_native.sh || exit 1  # also exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
 mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
@@ -78,6 +103,20 @@ per_world() {
     timeout "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/${part}_worker.py" > "$log" 2>&1; r=$?
     grep -E "$summary" "$log" | head -30; [ $r -eq 0 ] || fail "$part world $w" "$log"
   done
+}
+# Runs `suite`'s worker under compute-sanitizer `tool` at world `w` on its small cases; prints the
+# number of reports over the ranks' logs (a log without its summary line counts as a failure).
+sanitize_one() {
+  local tool=$1 suite=$2 w=$3 prefix="$OUT/sanitize-$1-$2-w$3" r n logs
+  rm -f "$prefix"-rank*.log
+  SANITIZE_TOOL=$tool SANITIZE_LOG=$prefix IRONLINK_GPU_SMALL=1 IRONLINK_GPU_HEAP_TIMEOUT_S=120 \
+    timeout "${IRONLINK_SANITIZE_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" --no-python \
+    tests/gpu/sanitize_rank.sh "tests/gpu/${suite}_worker.py" > "$prefix.log" 2>&1; r=$?
+  logs=$(ls "$prefix"-rank*.log 2> /dev/null | wc -l)
+  n=$(cat "$prefix"-rank*.log 2> /dev/null | sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p' | awk '{s += $1} END {print s + 0}')
+  [ "$(cat "$prefix"-rank*.log 2> /dev/null | grep -c 'ERROR SUMMARY')" -eq "$w" ] || n="$n+ (a rank's log has no summary)"
+  echo "sanitize $tool $suite world $w: $n reports ($logs rank logs; $(grep -E '^== ' "$prefix.log" | tail -1))"
+  [ $r -eq 0 ] && [ "$n" = 0 ] || fail "sanitize $tool $suite world $w" "$prefix.log"
 }
 
 for part in "${parts[@]}"; do
@@ -132,6 +171,25 @@ for part in "${parts[@]}"; do
         done
       done
       unset IRONLINK_TUTORIAL_JSON ;;
+    misuse)
+      timeout 300 torchrun --standalone --nproc_per_node="$largest" tests/gpu/misuse_worker.py > "$log" 2>&1; r=$?
+      grep -E "^== misuse|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail misuse "$log" ;;
+    killed-rank)
+      timeout 900 python3 tests/gpu/killed_rank.py --world "$largest" --json "$OUT/killed-rank.json" > "$log" 2>&1; r=$?
+      grep -E "^killed-rank" "$log"; [ $r -eq 0 ] || fail killed-rank "$log" ;;
+    soak)
+      limit=$(awk -v m="$minutes" 'BEGIN {print int(m * 60 + 600)}')  # compiling and checking on top
+      timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/soak.py --minutes "$minutes" \
+        --seed "$seed" --json "$OUT/soak.json" > "$log" 2>&1; r=$?
+      grep -E "^soak|^MISMATCH|FAILED" "$log" | head -25; [ $r -eq 0 ] || fail soak "$log" ;;
+    sanitize)
+      command -v compute-sanitizer > /dev/null || { echo "sanitize: compute-sanitizer not found"; rc=1; continue; }
+      for w in "${fits[@]}"; do
+        [ "$w" -le 4 ] || { echo "sanitize world $w: skipped (worlds up to 4: a sanitized world 8 takes too long)"; continue; }
+        for tool in $tools; do
+          for suite in $suites; do sanitize_one "$tool" "$suite" "$w"; done
+        done
+      done ;;
   esac
 done
 echo "== done: $([ $rc -eq 0 ] && echo 'every part passed' || echo 'FAILURES above'); logs in $OUT"

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from . import _abi
 from .errors import IronlinkError, device_error
+from .stream_order import StreamOrder
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 # The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
@@ -113,6 +114,18 @@ def same_requests(requests: Sequence[tuple[int, int]]) -> Optional[str]:
     return "ranks asked for different symmetric heap sizes (all must pass the same): " + "; ".join(parts)
 
 
+def group_alive(dist: Any, group: Any) -> bool:
+    """Whether `group` (a ProcessGroup object) is still a live group of torch.distributed: false
+    once `destroy_process_group` destroyed it (or the whole default group), also after a new
+    `init_process_group` (that makes a new group object)."""
+    if not dist.is_initialized():
+        return False
+    # torch keeps its live groups in _world.pg_map; where a torch version lacks it, only whether
+    # torch.distributed is initialized can be checked.
+    pg_map = getattr(getattr(getattr(dist, "distributed_c10d", None), "_world", None), "pg_map", None)
+    return pg_map is None or group in pg_map
+
+
 def gather_failures(gathered: Sequence[tuple[str, Any]]) -> Optional[str]:
     """A message naming the ranks that reported ("error", message), grouped by message, or None."""
     by_msg: dict[str, list[int]] = {}
@@ -154,6 +167,7 @@ class SymmetricHeap:
         self._closed = True
         self._limits: Optional[tuple[int, int, int]] = None  # None: the device defaults
         self._workspaces: dict[str, list[Any]] = {}  # fused ops' scratch tensors, by op name
+        self._stream_order = StreamOrder()  # orders calls issued on different streams
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
         timeout_ns = check_timeout(timeout_s)
@@ -167,6 +181,9 @@ class SymmetricHeap:
                 "(e.g. under torchrun)"
             )
         self._group = group
+        # The group object itself (not None for the default group), so that a heap outliving its
+        # group is recognised even after init_process_group made a new default group.
+        self._pg = group if group is not None else dist.group.WORLD
         self._rank = dist.get_rank(group)
         self._world = dist.get_world_size(group)
         dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
@@ -239,10 +256,30 @@ class SymmetricHeap:
             dist.barrier(group=self._group)
 
     # -- state ----------------------------------------------------------------------------
-    def _open(self) -> Any:
+    def _open(self, what: str = "") -> Any:
+        """The native heap, or IronlinkError (prefixed with `what`) if it is closed or its process
+        group was destroyed (peers may have unmapped their memory: nothing may reach them)."""
+        prefix = f"{what}: " if what else ""
         if self._closed or self._native is None:
-            raise IronlinkError("the symmetric heap is closed; it cannot be used any more")
+            raise IronlinkError(f"{prefix}the symmetric heap is closed; it cannot be used any more")
+        import torch.distributed as dist
+
+        if not group_alive(dist, self._pg):
+            raise IronlinkError(
+                f"{prefix}the symmetric heap's process group was destroyed (torch.distributed."
+                "destroy_process_group); its peers may be gone: close() the heap and create a new one "
+                "in a live group"
+            )
         return self._native
+
+    def usable(self, what: str) -> None:
+        """Raises IronlinkError naming `what` if the heap is closed or its group destroyed."""
+        self._open(what)
+
+    @property
+    def stream_order(self) -> StreamOrder:
+        """The stream of this heap's last host-level call (see `ironlink.stream_order`)."""
+        return self._stream_order
 
     @property
     def closed(self) -> bool:
@@ -410,16 +447,23 @@ class SymmetricHeap:
             return
         self._closed = True
         native, self._native = self._native, None
+        import torch.distributed as dist
+
+        # Without its group (destroyed) there is no barrier to hold: free our side alone (memory a
+        # peer still maps is released only when the peer unmaps it).
+        alive = group_alive(dist, self._pg)
         try:
             # No rank may still access our memory, nor we theirs, when mappings go away.
             torch = _torch()
             torch.cuda.synchronize(self._device)
-            self._group_barrier()
+            if alive:
+                self._group_barrier()
         finally:
             native.close()
         # Memory a peer still maps is released only when the peer unmaps it: after this
         # barrier every rank's close() has unmapped and freed.
-        self._group_barrier()
+        if alive:
+            self._group_barrier()
 
     def __enter__(self) -> "SymmetricHeap":
         self._open()
@@ -429,5 +473,5 @@ class SymmetricHeap:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{self.nbytes} bytes"
+        state = "closed" if self._closed or self._native is None else f"{int(self._native.heap_size)} bytes"
         return f"SymmetricHeap(rank {self._rank}/{self._world}, {self._device}, {state})"

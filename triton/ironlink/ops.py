@@ -205,7 +205,8 @@ def heap_for(first: Any, name: str, heap: Any, collective: str) -> Any:
         raise IronlinkError(
             f"ironlink.{collective}: {name} is not in a symmetric heap ironlink knows of; allocate it "
             "with SymmetricHeap.empty and pass heap=<that heap> (ironlink remembers heaps passed "
-            "before, so once per heap is enough)"
+            "before, so once per heap is enough; a closed heap, or one whose process group was "
+            "destroyed, holds nothing)"
         )
     return found
 
@@ -230,9 +231,12 @@ def _status_buffer(torch: Any, device: Any, capturing: bool, collective: str) ->
 
 def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool, function: Optional[str] = None) -> None:
     """Runs `launch(status)` (a kernel launch of `ctas` CTAs, each writing its status to
-    `status[pid]`) on the heap's device; with `check`, waits and raises on a bad status."""
+    `status[pid]`) on the heap's device; with `check`, waits and raises on a bad status. Every
+    host-level call launches through here: it refuses a closed heap (or one whose group is gone)
+    and orders the call after the heap's last call if that ran on another stream."""
     import torch
 
+    heap.usable(f"ironlink.{name}")  # closed, or its process group destroyed: nothing is launched
     capturing = torch.cuda.is_current_stream_capturing()
     if check and capturing:
         raise ValueError(f"ironlink.{name}(check=True) reads statuses on the host, which capture forbids; "
@@ -241,6 +245,8 @@ def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool
     status = _status_buffer(torch, device, capturing, name)
     # Triton launches on the current device's current stream; the heap's device is the one that must run it.
     with torch.cuda.device(device):
+        # Two of the heap's calls must never run at once: after a call on another stream, wait for it.
+        heap.stream_order.before_call(torch.cuda.current_stream(device), capturing)
         launch(status)
         if check:
             check_statuses(status[:ctas].tolist(), name, heap.rank, function)

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# One torchrun rank under compute-sanitizer (tests/gpu/run.sh sanitize):
+#   torchrun --no-python ... tests/gpu/sanitize_rank.sh tests/gpu/<worker>.py
+# $SANITIZE_TOOL (memcheck, racecheck, synccheck, initcheck) checks the rank; its report goes to
+# $SANITIZE_LOG-rank$RANK.log ($RANK from torchrun); exit status 9 if the tool reported anything.
+# $SANITIZE_ARGS adds options (e.g. "--kernel-name-exclude kns=nccl"; none by default).
+set -u
+# shellcheck disable=SC2086 # the extra options are split on purpose
+exec compute-sanitizer --tool "$SANITIZE_TOOL" --print-limit 20 --error-exitcode 9 \
+  --log-file "$SANITIZE_LOG-rank$RANK.log" ${SANITIZE_ARGS:-} python3 "$@"
