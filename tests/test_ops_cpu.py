@@ -118,6 +118,10 @@ class _FakeHeap:
             raise IronlinkError(f"{what}: not in this heap")
         return 0, 0
 
+    def usable(self, what: str) -> None:
+        if self.closed:
+            raise IronlinkError(f"{what}: the symmetric heap is closed")
+
 
 def test_heap_is_found_from_the_tensor_once_passed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ops, "_HEAPS", type(ops._HEAPS)())

@@ -196,8 +196,10 @@ def _contains(heap: Any, t: Any) -> bool:
 
 
 def heap_for(first: Any, name: str, heap: Any, collective: str) -> Any:
-    """`heap` if given (and remembered), else the remembered heap holding `first`."""
+    """`heap` if given (and remembered), else the remembered heap holding `first`; IronlinkError
+    naming the call if that heap is closed or its process group destroyed."""
     if heap is not None:
+        heap.usable(f"ironlink.{collective}")
         _HEAPS.add(heap)
         return heap
     found = next((h for h in list(_HEAPS) if _contains(h, first)), None)
