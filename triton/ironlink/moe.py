@@ -104,7 +104,7 @@ class MoeExchange:
         # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
         self.a2a_ctas = all_to_all_v_launch(rows * self.row * 2)[0]
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if torch.device(dev).type == "cuda" else 2
-        self.programs = 4 * sms  # the grid of the kernels that stride over rows counted on the device
+        self.programs = kernels.PROGRAMS_PER_SM * sms
 
     def _check(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
         t = x.shape[0]
