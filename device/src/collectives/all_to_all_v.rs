@@ -94,6 +94,10 @@ pub fn all_to_all_v(call: &Call, plan: &Plan) -> Result<(), i32> {
             copies[p] = Some(Copy { src: plan.input.offset + sent * rb, dst, bytes, lo, hi });
             sent += rows;
         });
+        debug_assert!(
+            sent * rb <= plan.input.bytes,
+            "the senders checked their counts against their input"
+        );
         copy_between(call, Direction::Push, |p| copies[p]);
     }
     call.barrier(1)?;
