@@ -134,9 +134,9 @@ fn unmapped_peer_is_refused() {
         }
         let st = n.run("world_size", 1, 32, |_, c| api::symm_world_size(c));
         assert_eq!(st, vec![status::PEER_NOT_MAPPED; WORLD], "{missing:?}");
-        for r in 0..WORLD {
+        for (r, was) in before.iter().enumerate() {
             assert!(
-                n.heap(r) == before[r],
+                n.heap(r) == &was[..],
                 "{missing:?}: rank {r}'s heap was written"
             );
             assert_eq!(
