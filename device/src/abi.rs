@@ -43,7 +43,8 @@ status: i32 {
     OK = 0;
     /// The context pointer is 0.
     NULL_CONTEXT = -1;
-    /// The context's magic word is not ironlink's, or its backend kind is not one this build serves.
+    /// The context's magic word is not ironlink's, or its backend kind is not one this build
+    /// serves (NCCL), or its rank / world size is out of range.
     UNKNOWN_CONTEXT = -2;
     UNSUPPORTED_OP = -3;
     UNSUPPORTED_DTYPE = -4;
@@ -61,6 +62,10 @@ status: i32 {
     /// A variable all-to-all would deliver more rows to some rank than its output holds: every
     /// rank returns it, nothing is written but the receive counts and offsets.
     CAPACITY_EXCEEDED = -10;
+    /// An NVSHMEM context names a peer whose memory is not mapped into this process (NVSHMEM's
+    /// pointer to it is null: another node). Only peers reachable by loads and stores are served
+    /// until the cross-node path (put-with-signal) exists; every call on such a context returns it.
+    PEER_NOT_MAPPED = -11;
 }}
 
 const_group! {
@@ -94,6 +99,8 @@ const_group! {
 /// Backend kinds stored in `SymmContext::backend` (NCCL = 1 and NVSHMEM = 2 as in torch_symm).
 backend: u32 {
     NCCL = 1;
+    /// NVSHMEM symmetric memory (PyTorch's NVSHMEM backend): the same regions and layout as P2P,
+    /// every peer's address from `nvshmem_ptr`. Served when every peer is mapped (one node).
     NVSHMEM = 2;
     /// ironlink's own peer-to-peer heap: every peer's memory is mapped into this process.
     P2P = 3;
@@ -131,7 +138,8 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 5_000_000_000;
 ///
 /// Written once by the host when the heap is built; afterwards the device only writes `error`
 /// (first error wins) and `error_detail`. Addresses are virtual addresses valid in this process
-/// (for the P2P backend every peer's regions are mapped here).
+/// (for the P2P backend every peer's regions are mapped here; for NVSHMEM they are NVSHMEM's
+/// `nvshmem_ptr` of each peer, 0 for a peer this process cannot reach by loads and stores).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SymmContext {

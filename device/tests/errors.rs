@@ -145,13 +145,17 @@ fn bad_contexts() {
     });
     assert_eq!(st, vec![status::UNKNOWN_CONTEXT; 2]);
 
-    let mut other_backend = SymmContext::new(0, 2);
-    other_backend.backend = ironlink_device::abi::backend::NVSHMEM;
-    let ob = &other_backend as *const SymmContext as i64;
-    assert_eq!(
-        node.run("nvshmem", 1, 32, |_, _| api::symm_world_size(ob)),
-        vec![status::UNKNOWN_CONTEXT; 2]
-    );
+    // Backend kinds this build does not serve (NVSHMEM is served: tests/nvshmem_backend.rs).
+    for kind in [ironlink_device::abi::backend::NCCL, 0, 99] {
+        let mut other_backend = SymmContext::new(0, 2);
+        other_backend.backend = kind;
+        let ob = &other_backend as *const SymmContext as i64;
+        assert_eq!(
+            node.run("other backend", 1, 32, |_, _| api::symm_world_size(ob)),
+            vec![status::UNKNOWN_CONTEXT; 2],
+            "backend kind {kind}"
+        );
+    }
 
     let mut old = SymmContext::new(0, 2);
     old.version = 0;

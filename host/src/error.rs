@@ -46,6 +46,9 @@ pub enum Error {
     Context { what: String, cause: Box<Error> },
     /// An external signal pad (PyTorch symmetric memory) is smaller than the ABI needs.
     SignalPadTooSmall { size: u64, needed: u64 },
+    /// Memory someone else mapped (NVSHMEM) has no load/store address in this process for some
+    /// ranks: they are on another node, which only the (future) cross-node path reaches.
+    PeerNotMapped { rank: i32, peers: Vec<i32> },
 }
 
 impl fmt::Display for Error {
@@ -110,6 +113,14 @@ impl fmt::Display for Error {
                  torch.distributed._symmetric_memory.set_signal_pad_size({needed}) (or larger) \
                  before the first symmetric allocation"
             ),
+            Error::PeerNotMapped { rank, peers } => {
+                let list: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
+                write!(
+                    f,
+                    "rank {rank} has no load/store address for the symmetric memory of rank(s) {}                      (NVSHMEM gives none for a GPU on another node); ironlink's NVSHMEM backend                      serves the GPUs of one node so far (see docs/backends.md)",
+                    list.join(", ")
+                )
+            }
         }
     }
 }

@@ -208,28 +208,26 @@ impl LocalHeap {
             ctx.peer_scratch[r] = base + self.layout.scratch_offset();
         }
         let dctx = DeviceContext::create(&self.device, &ctx)?;
-        Ok(SymmHeap {
-            inner: Some(Inner {
+        Ok(SymmHeap::assemble(
+            Inner {
                 ctx: dctx,
                 peers,
-                mem: self.mem,
-            }),
-            device: self.device.ordinal(),
-            rank,
-            world,
-            layout: self.layout,
-            peer_heap: ctx.peer_heap,
-            alloc: Allocator::new(self.layout.heap),
-        })
+                mem: Some(self.mem),
+            },
+            &ctx,
+            self.device.ordinal(),
+            self.layout,
+        ))
     }
 }
 
 /// The resources of an open heap, released in field order: context, peer mappings, our memory.
+/// A heap over someone else's memory (`external_heap`) owns only its context.
 #[derive(Debug)]
-struct Inner {
-    ctx: DeviceContext,
-    peers: Vec<Option<IpcMapping>>,
-    mem: DeviceBuffer,
+pub(crate) struct Inner {
+    pub(crate) ctx: DeviceContext,
+    pub(crate) peers: Vec<Option<IpcMapping>>,
+    pub(crate) mem: Option<DeviceBuffer>,
 }
 
 /// An open symmetric heap: every rank's regions mapped here, a device context describing them,
@@ -246,6 +244,19 @@ pub struct SymmHeap {
 }
 
 impl SymmHeap {
+    /// An open heap from its resources and the context they were described by.
+    pub(crate) fn assemble(inner: Inner, ctx: &SymmContext, device: i32, layout: Layout) -> Self {
+        SymmHeap {
+            inner: Some(inner),
+            device,
+            rank: ctx.rank,
+            world: ctx.world_size,
+            layout,
+            peer_heap: ctx.peer_heap,
+            alloc: Allocator::new(layout.heap),
+        }
+    }
+
     fn inner(&self) -> Result<&Inner> {
         self.inner
             .as_ref()
@@ -350,7 +361,9 @@ impl SymmHeap {
         for m in inner.peers.into_iter().flatten() {
             keep(m.release());
         }
-        keep(inner.mem.release());
+        if let Some(mem) = inner.mem {
+            keep(mem.release());
+        }
         first
     }
 }

@@ -7,7 +7,8 @@
 //! 3. [`LocalHeap::open_peers`] validates them, maps every peer and writes the context;
 //!    [`SymmHeap::ctx_ptr`] is what kernels receive.
 //!
-//! [`ExternalContext`] builds the same context over memory PyTorch's symmetric memory allocated.
+//! [`ExternalContext`] builds the same context over memory PyTorch's symmetric memory allocated;
+//! [`external_heap::open_external_heap`] a whole heap over a PyTorch NVSHMEM buffer.
 
 pub use ironlink_device::abi;
 
@@ -16,6 +17,7 @@ pub mod context;
 pub mod driver;
 pub mod error;
 pub mod exchange;
+pub mod external_heap;
 pub mod heap;
 #[cfg(feature = "python")]
 mod python;

@@ -13,6 +13,8 @@
 #   fusion       grid barrier, tile collectives, push-as-produced and the fused ops (ironlink.fused),
 #                per world size (tests/gpu/fusion_worker.py)
 #   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
+#   nvshmem      every host-level op over SymmetricHeap(backend="nvshmem") (PyTorch's NVSHMEM symmetric
+#                memory), bitwise against a P2P heap, per world size (tests/gpu/nvshmem_worker.py)
 #   examples     examples/all_reduce.py, the GPU `make demo`
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
@@ -68,11 +70,11 @@ while [ $# -gt 0 ]; do
     reliability) parts+=(misuse killed-rank soak sanitize); shift ;;
     misuse|killed-rank|soak|sanitize) parts+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    wheel|basics|heap|collectives|fusion|ops|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
+    wheel|basics|heap|collectives|fusion|ops|nvshmem|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives fusion ops examples bench fused-bench)
+[ ${#parts[@]} -gt 0 ] || parts=(wheel basics heap collectives fusion ops nvshmem examples bench fused-bench)
 
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "skipped: no GPU (nvidia-smi lists none)"; exit 0
@@ -137,6 +139,7 @@ for part in "${parts[@]}"; do
       grep -hE "HEAP SUITE" "$log" | tail -3; tail -1 "$log"; [ $r -eq 0 ] || fail heap "$log" ;;
     collectives) per_world collectives "${IRONLINK_WORLD_TIMEOUT:-480}" "^== world|^FAILED" ;;
     fusion) per_world fusion "${IRONLINK_WORLD_TIMEOUT:-480}" "^== fusion|^FAILED" ;;
+    nvshmem) per_world nvshmem "${IRONLINK_WORLD_TIMEOUT:-480}" "^== nvshmem|^FAILED" ;;
     ops)
       timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;

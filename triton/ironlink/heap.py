@@ -23,6 +23,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from . import _abi
 from .errors import IronlinkError, device_error
+from .nvshmem_memory import check_backend, check_spans_world
 from .stream_order import StreamOrder
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
@@ -153,6 +154,10 @@ class SymmetricHeap:
         device: the CUDA device (int, "cuda:N", torch.device); default: the current device.
         scratch_bytes: bytes of the scratch region the collectives use as packet buffers.
         timeout_s: how long device-side waits on peers spin before recording TIMEOUT.
+        backend: whose memory the heap lives in: "p2p" (default: ironlink's own allocation,
+            mapped into the peers with CUDA IPC) or "nvshmem" (PyTorch's NVSHMEM symmetric
+            memory; the group must then span every process, and only the GPUs of one node are
+            served so far: see docs/backends.md).
     """
 
     def __init__(
@@ -162,8 +167,11 @@ class SymmetricHeap:
         device: Any = None,
         scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        backend: str = "p2p",
     ) -> None:
         self._native: Any = None
+        self._owner: Any = None  # what keeps the heap's memory alive under its tensors (DLPack)
+        self._buffer: Any = None  # backend "nvshmem": PyTorch's buffer and rendezvous handle
         self._closed = True
         self._limits: Optional[tuple[int, int, int]] = None  # None: the device defaults
         self._workspaces: dict[str, list[Any]] = {}  # fused ops' scratch tensors, by op name
@@ -171,6 +179,7 @@ class SymmetricHeap:
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
         timeout_ns = check_timeout(timeout_s)
+        self._backend = check_backend(backend)
         native = load_native()
         torch = _torch()
         import torch.distributed as dist
@@ -186,6 +195,8 @@ class SymmetricHeap:
         self._pg = group if group is not None else dist.group.WORLD
         self._rank = dist.get_rank(group)
         self._world = dist.get_world_size(group)
+        if self._backend == "nvshmem":
+            check_spans_world(self._world, dist.get_world_size())
         dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
         if dev.type != "cuda":
             raise ValueError(f"device must be a CUDA device, got {dev}")
@@ -194,8 +205,58 @@ class SymmetricHeap:
 
         # The exchange runs on the caller's current device (the one its NCCL communicator uses),
         # whatever device the heap lives on: the host library does not use torch's current device.
-        self._native = self._create(native, nbytes, scratch_bytes, timeout_ns)
+        if self._backend == "nvshmem":
+            self._native = self._create_nvshmem(native, nbytes, scratch_bytes, timeout_ns)
+            self._owner = (self._native, self._buffer)
+        else:
+            self._native = self._create(native, nbytes, scratch_bytes, timeout_ns)
+            self._owner = self._native
         self._closed = False
+
+    def _agree(self, step: Any, what: str) -> Any:
+        """Runs `step()` on every rank and returns its result here; if it raised on any rank,
+        raises IronlinkError on every rank (naming the ranks), so none waits in a later step."""
+        result = None
+        try:
+            result = step()
+            mine: tuple[str, Any] = ("ok", None)
+        except Exception as e:
+            mine = ("error", str(e))
+        failed = gather_failures(self._all_gather(mine))
+        if failed:
+            raise IronlinkError(f"{what} failed on {failed}")
+        return result
+
+    def _configure(self, heap: Any, timeout_ns: int) -> None:
+        """Sets the wait timeout and the all-reduce crossovers measured for this world size
+        (tuning_table.py) in a freshly opened native heap."""
+        heap.set_timeout_ns(timeout_ns)
+        from .tuning import algorithm_limits
+
+        limits = algorithm_limits(self._world)
+        if limits is not None:
+            heap.set_algorithm_limits(*limits)
+            self._limits = limits
+
+    def _create_nvshmem(self, native: Any, nbytes: int, scratch_bytes: int, timeout_ns: int) -> Any:
+        """Backend "nvshmem": the heap's buffer from PyTorch's NVSHMEM symmetric memory
+        (nvshmem_memory.py), after every rank agreed on the sizes (the allocation is collective)."""
+        mismatch = same_requests(self._all_gather((nbytes, scratch_bytes)))
+        if mismatch:
+            raise IronlinkError(mismatch)
+        from .nvshmem_memory import open_heap
+
+        torch = _torch()
+        group = self._pg
+        heap, self._buffer = open_heap(native, torch, self._agree, self._all_gather, group, self._rank,
+                                       self._world, self._device, nbytes, scratch_bytes)
+        try:
+            self._agree(lambda: self._configure(heap, timeout_ns), "configuring the NVSHMEM symmetric heap")
+        except BaseException:
+            heap.close()
+            self._buffer = None
+            raise
+        return heap
 
     def _create(self, native: Any, nbytes: int, scratch_bytes: int, timeout_ns: int) -> Any:
         """Allocate, exchange handles, map peers. Every step's outcome is agreed by all ranks, so
@@ -219,14 +280,7 @@ class SymmetricHeap:
         heap = None
         try:
             heap = local.open_peers([g[1][1] for g in gathered])
-            heap.set_timeout_ns(timeout_ns)
-            from .tuning import algorithm_limits
-
-            # The all-reduce algorithm crossovers measured for this world size (tuning_table.py).
-            limits = algorithm_limits(self._world)
-            if limits is not None:
-                heap.set_algorithm_limits(*limits)
-                self._limits = limits
+            self._configure(heap, timeout_ns)
             mine = ("ok", None)
         except Exception as e:
             mine = ("error", str(e))
@@ -295,6 +349,11 @@ class SymmetricHeap:
         return self._rank
 
     @property
+    def backend(self) -> str:
+        """Whose memory the heap lives in: "p2p" or "nvshmem"."""
+        return self._backend
+
+    @property
     def world_size(self) -> int:
         return self._world
 
@@ -354,7 +413,7 @@ class SymmetricHeap:
         ptr = native.peer_base(rank) + offset
         from . import _native
 
-        cap = _native.dlpack_capsule(ptr, nbytes, _KDL_CUDA, self._device.index, native)
+        cap = _native.dlpack_capsule(ptr, nbytes, _KDL_CUDA, self._device.index, self._owner)
         return torch.from_dlpack(cap)
 
     def empty(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
@@ -460,6 +519,9 @@ class SymmetricHeap:
                 self._group_barrier()
         finally:
             native.close()
+            # PyTorch's buffer (backend "nvshmem") goes back to PyTorch once no tensor of this
+            # heap holds it any more (they keep it through `_owner`).
+            self._buffer = self._owner = None
         # Memory a peer still maps is released only when the peer unmaps it: after this
         # barrier every rank's close() has unmapped and freed.
         if alive:
@@ -474,4 +536,5 @@ class SymmetricHeap:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed or self._native is None else f"{int(self._native.heap_size)} bytes"
-        return f"SymmetricHeap(rank {self._rank}/{self._world}, {self._device}, {state})"
+        backend = getattr(self, "_backend", "p2p")
+        return f"SymmetricHeap(rank {self._rank}/{self._world}, {self._device}, {backend}, {state})"

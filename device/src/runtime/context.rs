@@ -5,9 +5,13 @@ use crate::hw;
 
 /// Checks `ctx` and returns the context it points to, or the status code that explains why not.
 ///
-/// A null pointer gives `NULL_CONTEXT`; a pointer to something that is not an ironlink P2P context
-/// (wrong magic, or a backend kind this build does not serve) gives `UNKNOWN_CONTEXT`; a context
-/// from another ABI version gives `ABI_MISMATCH`.
+/// A null pointer gives `NULL_CONTEXT`; a pointer to something that is not an ironlink context
+/// (wrong magic, a backend kind this build does not serve, rank or world out of range) gives
+/// `UNKNOWN_CONTEXT`; a context from another ABI version gives `ABI_MISMATCH`.
+///
+/// P2P and NVSHMEM contexts are served by the same code: both describe every peer's regions by
+/// their address in this process. An NVSHMEM context may name a peer on another node (address
+/// 0); until the cross-node path exists it gives `PEER_NOT_MAPPED` instead of a fault.
 #[inline(always)]
 pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     if ctx == 0 {
@@ -23,15 +27,32 @@ pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     if c.version != ABI_VERSION {
         return Err(status::ABI_MISMATCH);
     }
-    if c.backend != backend::P2P
-        || c.world_size < 1
-        || c.world_size as usize > MAX_RANKS
-        || c.rank < 0
-        || c.rank >= c.world_size
+    if c.world_size < 1 || c.world_size as usize > MAX_RANKS || c.rank < 0 || c.rank >= c.world_size
     {
         return Err(status::UNKNOWN_CONTEXT);
     }
-    Ok(c)
+    match c.backend {
+        backend::P2P => Ok(c),
+        backend::NVSHMEM if every_peer_mapped(c) => Ok(c),
+        backend::NVSHMEM => Err(status::PEER_NOT_MAPPED),
+        _ => Err(status::UNKNOWN_CONTEXT),
+    }
+}
+
+/// Whether every rank's user-buffer and signal regions (and scratch regions, where the context
+/// has them) have an address in this process. A fixed-length loop with the ranks past
+/// `world_size` masked out, so it unrolls into a few compares and no branch per rank.
+#[inline(always)]
+fn every_peer_mapped(c: &SymmContext) -> bool {
+    let mut unmapped = false;
+    for r in 0..MAX_RANKS {
+        let live = r < c.world_size as usize;
+        let missing = c.peer_heap[r] == 0
+            || c.peer_signal[r] == 0
+            || (c.scratch_size != 0 && c.peer_scratch[r] == 0);
+        unmapped |= live & missing;
+    }
+    !unmapped
 }
 
 /// Records `code` in the context (the first error wins) so the host can raise it after the kernel.

@@ -8,7 +8,8 @@ mod dlpack;
 
 use crate::context::{encode_with_layout, AlgorithmLimits, ExternalContext};
 use crate::error::Error;
-use crate::heap::{self, LocalHeap, SymmHeap};
+use crate::external_heap::open_external_heap;
+use crate::heap::{self, Layout, LocalHeap, SymmHeap};
 use crate::{abi, alloc, driver, exchange};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -114,6 +115,34 @@ impl PyHeap {
 
 #[pymethods]
 impl PyHeap {
+    /// A heap over a buffer someone else allocated (PyTorch NVSHMEM symmetric memory) of
+    /// `heap_layout(heap_bytes, scratch_bytes)` total bytes, at `bases[r]` for rank `r` as mapped
+    /// here; `backend` is the context's backend kind. Zeroes this rank's buffer. Every rank must
+    /// wait for all others to get here before any launch (the signal regions must be zero).
+    #[staticmethod]
+    #[pyo3(signature = (device, heap_bytes, scratch_bytes, rank, world, backend, bases))]
+    #[allow(clippy::too_many_arguments)]
+    fn over_external(
+        py: Python<'_>,
+        device: i32,
+        heap_bytes: u64,
+        scratch_bytes: u64,
+        rank: i32,
+        world: i32,
+        backend: u32,
+        bases: Vec<u64>,
+    ) -> PyResult<Self> {
+        let heap = py
+            .detach(|| {
+                let layout = Layout::new(heap_bytes, scratch_bytes)?;
+                open_external_heap(device, rank, world, backend, layout, &bases)
+            })
+            .py()?;
+        Ok(PyHeap {
+            inner: Mutex::new(heap),
+        })
+    }
+
     /// Device address of the `SymmContext` (pass it to kernels as `ctx`).
     #[getter]
     fn ctx(&self) -> PyResult<u64> {
@@ -347,6 +376,14 @@ fn dlpack_capsule<'py>(
     dlpack::capsule(py, ptr, nbytes, device_type, device_id, owner)
 }
 
+/// (user heap, signal, scratch) bytes of a heap asked for with `heap_bytes` and `scratch_bytes`
+/// (each rounded up to 4 KiB); one rank's buffer is their sum.
+#[pyfunction]
+fn heap_layout(heap_bytes: u64, scratch_bytes: u64) -> PyResult<(u64, u64, u64)> {
+    let l = Layout::new(heap_bytes, scratch_bytes).py()?;
+    Ok((l.heap, l.signal, l.scratch))
+}
+
 /// The context layout as the host writes it: [(field, offset, size)], for the Python ABI test.
 #[pyfunction]
 fn context_layout() -> Vec<(&'static str, usize, usize)> {
@@ -420,6 +457,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(context_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(heap_layout, m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce_algorithm, m)?)?;
     m.add_function(wrap_pyfunction!(gather_algorithm, m)?)?;
     m.add("ABI_VERSION", abi::ABI_VERSION)?;

@@ -1,0 +1,145 @@
+//! A symmetric heap over memory that someone else allocated and mapped: PyTorch's NVSHMEM
+//! symmetric memory (`SymmetricHeap(..., backend="nvshmem")`).
+//!
+//! The caller allocates one buffer of [`Layout::total`] bytes per rank from NVSHMEM's symmetric
+//! heap and hands us every rank's address of it as mapped in this process (`nvshmem_ptr`, what
+//! PyTorch's `buffer_ptrs` are). The regions sit at the same offsets as in our own heap, so the
+//! device code, the allocator and the Python layer are the same; only the memory is not ours:
+//! closing frees the context alone, the owner frees the buffer.
+
+use crate::abi::{self, SymmContext};
+use crate::context::{check_rank, DeviceContext};
+use crate::driver::Device;
+use crate::error::{Error, Result};
+use crate::heap::{Inner, Layout, SymmHeap};
+use ironlink_device::collectives::choice::with_default_limits;
+
+/// The context for an external buffer of `layout` at `bases[r]` for every rank `r` (as mapped
+/// in this process), with backend kind `backend`. Every base must be non-null: a null one is a
+/// peer on another node ([`Error::PeerNotMapped`], naming all of them).
+pub fn external_heap_context(
+    rank: i32,
+    world: i32,
+    backend: u32,
+    layout: Layout,
+    bases: &[u64],
+) -> Result<SymmContext> {
+    check_rank(rank, world)?;
+    if backend != abi::backend::NVSHMEM {
+        return Err(Error::InvalidArgument(format!(
+            "a heap over external memory must be of backend kind NVSHMEM ({}), got {backend}",
+            abi::backend::NVSHMEM
+        )));
+    }
+    let w = world as usize;
+    if bases.len() != w {
+        return Err(Error::InvalidArgument(format!(
+            "need one buffer address per rank: world size {world}, got {}",
+            bases.len()
+        )));
+    }
+    let unmapped: Vec<i32> = (0..world).filter(|&r| bases[r as usize] == 0).collect();
+    if !unmapped.is_empty() {
+        return Err(Error::PeerNotMapped {
+            rank,
+            peers: unmapped,
+        });
+    }
+    let mut c = with_default_limits(SymmContext::new(rank, world));
+    c.backend = backend;
+    c.heap_size = layout.heap;
+    c.signal_size = layout.signal;
+    c.scratch_size = layout.scratch;
+    for (r, &base) in bases.iter().enumerate() {
+        let end = base.checked_add(layout.total());
+        if end.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "rank {r}'s buffer at {base:#x} would wrap the address space"
+            )));
+        }
+        c.peer_heap[r] = base;
+        c.peer_signal[r] = base + layout.signal_offset();
+        c.peer_scratch[r] = base + layout.scratch_offset();
+    }
+    Ok(c)
+}
+
+/// Opens a heap over the external buffers (see [`external_heap_context`]) on CUDA device
+/// `device`: zeroes this rank's buffer (the signal region must start at 0; the caller holds
+/// every rank back until all have zeroed theirs) and writes the context.
+pub fn open_external_heap(
+    device: i32,
+    rank: i32,
+    world: i32,
+    backend: u32,
+    layout: Layout,
+    bases: &[u64],
+) -> Result<SymmHeap> {
+    let ctx = external_heap_context(rank, world, backend, layout, bases)?;
+    let dev = Device::open(device)?;
+    dev.memset(bases[rank as usize], 0, layout.total() as usize)?;
+    let inner = Inner {
+        ctx: DeviceContext::create(&dev, &ctx)?,
+        peers: Vec::new(),
+        mem: None,
+    };
+    Ok(SymmHeap::assemble(inner, &ctx, dev.ordinal(), layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::backend;
+
+    #[test]
+    fn context_places_the_regions_at_the_heap_offsets() {
+        let l = Layout::new(1 << 20, 1 << 16).unwrap();
+        let bases = [0x7000_0000_0000, 0x7100_0000_0000, 0x7200_0000_0000];
+        let c = external_heap_context(1, 3, backend::NVSHMEM, l, &bases).unwrap();
+        assert_eq!((c.backend, c.rank, c.world_size), (backend::NVSHMEM, 1, 3));
+        assert_eq!(
+            (c.heap_size, c.signal_size, c.scratch_size),
+            (l.heap, l.signal, l.scratch)
+        );
+        for (r, &b) in bases.iter().enumerate() {
+            assert_eq!(c.peer_heap[r], b);
+            assert_eq!(c.peer_signal[r], b + l.signal_offset());
+            assert_eq!(c.peer_scratch[r], b + l.scratch_offset());
+        }
+        assert_eq!(c.peer_heap[3], 0, "past the world");
+        assert!(c.ar_one_shot_max_bytes > 0, "default limits filled in");
+    }
+
+    #[test]
+    fn context_refuses_unmapped_peers_and_bad_arguments() {
+        let l = Layout::new(4096, 0).unwrap();
+        let e = external_heap_context(0, 4, backend::NVSHMEM, l, &[1 << 20, 0, 2 << 20, 0])
+            .unwrap_err();
+        assert_eq!(
+            e,
+            Error::PeerNotMapped {
+                rank: 0,
+                peers: vec![1, 3]
+            }
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("rank(s) 1, 3") && msg.contains("one node"),
+            "{msg}"
+        );
+        let ok = [1 << 20, 2 << 20];
+        assert!(external_heap_context(0, 2, backend::P2P, l, &ok).is_err());
+        assert!(external_heap_context(0, 3, backend::NVSHMEM, l, &ok).is_err());
+        assert!(external_heap_context(2, 2, backend::NVSHMEM, l, &ok).is_err());
+        assert!(external_heap_context(0, 2, backend::NVSHMEM, l, &[1 << 20, u64::MAX]).is_err());
+    }
+
+    #[test]
+    fn open_without_driver_is_a_clean_error() {
+        let l = Layout::new(4096, 0).unwrap();
+        let e = open_external_heap(0, 0, 1, backend::NVSHMEM, l, &[1 << 20]).unwrap_err();
+        if !crate::driver::available() {
+            assert_eq!(e, Error::NoDriver);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+"""GPU suite of the NVSHMEM backend on one node (run under torchrun by `tests/gpu/run.sh nvshmem`).
+
+Two heaps in every process: `SymmetricHeap(..., backend="nvshmem")` (PyTorch's NVSHMEM symmetric
+memory) and the default P2P heap. Every host-level call (ironlink.all_reduce in every algorithm
+and op, all_gather, reduce_scatter, all_to_all_v, the fused all_reduce_rmsnorm and
+matmul_all_reduce, an all-reduce replayed in a CUDA graph) runs on the same data over both, and
+the NVSHMEM results must equal the P2P ones bit for bit (same algorithms, same grids); all_reduce
+max and all_gather also equal torch.distributed's exactly. Also: the context carries backend
+kind NVSHMEM, a peer's copy of a tensor reads through `peer_tensor`, and `heap.check()` stays clean.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+import ironlink
+from ironlink import _abi, tuning
+
+from _cases import Cases, heap_timeout_s, small  # tests/gpu/, the script's own directory
+
+HEAP_BYTES = 160 << 20
+
+
+class Suite(Cases):
+    def __init__(self, nvshmem: Any, p2p: Any) -> None:
+        super().__init__()
+        self.nv, self.p2p = nvshmem, p2p
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def both(self, inputs: list[Any], call: Callable[[Any, list[Any]], list[Any]]) -> None:
+        """Copies `inputs` (plain tensors) into each heap, runs `call(heap, heap_inputs)` on each and
+        asserts the tensors it returns are bitwise equal between the heaps. Frees in `finally`,
+        newest first, so allocation order stays the same on every rank after a failed case."""
+        results = []
+        for heap in (self.nv, self.p2p):
+            ts = [heap.empty(t.shape, t.dtype).copy_(t) for t in inputs]
+            try:
+                results.append([r.clone() for r in call(heap, ts)])
+                heap.check()
+            finally:
+                for t in reversed(ts):
+                    heap.free(t)
+        for i, (a, b) in enumerate(zip(*results)):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (
+                f"output {i}: NVSHMEM heap differs from P2P heap (max abs diff "
+                f"{(a.double() - b.double()).abs().max().item()})")
+
+    @staticmethod
+    def data(n: int, dtype: Any) -> Any:
+        return (torch.randn(n, device="cuda") * 2).to(dtype)
+
+    # --- cases -------------------------------------------------------------------------------
+    def context_kind(self) -> None:
+        assert self.nv.backend == "nvshmem" and self.p2p.backend == "p2p"
+        off, _ = _abi.CONTEXT_FIELDS["backend"]
+        ctx = bytes(self.nv._open().read_context())
+        assert int.from_bytes(ctx[off:off + 4], "little") == _abi.BACKEND["NVSHMEM"], "backend kind in the context"
+
+    def peer_tensor(self) -> None:
+        x = self.nv.empty((1000,), torch.float32)
+        try:
+            x.fill_(float(self.rank))
+            self.nv.barrier()
+            for r in range(self.world):
+                assert torch.equal(self.nv.peer_tensor(x, r), torch.full_like(x, float(r))), f"rank {r}'s copy"
+            self.nv.barrier()
+        finally:
+            self.nv.free(x)
+
+    def all_reduce(self, n: int, dtype: Any, op: str) -> None:
+        x = self.data(n, dtype)
+        self.both([x], lambda h, ts: [ironlink.all_reduce(ts[0], op=op, heap=h, check=True)])
+        if op == "max":  # exact: equal to NCCL's
+            y = self.nv.empty((n,), dtype).copy_(x)
+            try:
+                ref = x.clone()
+                dist.all_reduce(ref, op=dist.ReduceOp.MAX)
+                ironlink.all_reduce(y, op="max", heap=self.nv, check=True)
+                assert torch.equal(y, ref), "all_reduce max differs from torch.distributed"
+            finally:
+                self.nv.free(y)
+
+    def forced(self, alg: str, n: int) -> None:
+        """One all-reduce algorithm, forced through the limits on both heaps."""
+        old_nv, old_p2p = self.nv.algorithm_limits, self.p2p.algorithm_limits
+        self.nv.set_algorithm_limits(*tuning.FORCED_LIMITS[alg])
+        self.p2p.set_algorithm_limits(*tuning.FORCED_LIMITS[alg])
+        try:
+            self.all_reduce(n, torch.bfloat16, "sum")
+        finally:
+            self.nv.set_algorithm_limits(*old_nv)
+            self.p2p.set_algorithm_limits(*old_p2p)
+
+    def all_gather(self, n: int, dtype: Any) -> None:
+        x = self.data(n, dtype)
+        out = torch.empty(self.world * n, dtype=dtype, device="cuda")
+
+        def call(h: Any, ts: list[Any]) -> list[Any]:
+            ironlink.all_gather(ts[1], ts[0], heap=h, check=True)
+            return [ts[1]]
+
+        self.both([x, out], call)
+        ref = torch.empty_like(out)
+        dist.all_gather_into_tensor(ref, x)
+        y, o = self.nv.empty((n,), dtype).copy_(x), self.nv.empty((self.world * n,), dtype)
+        try:
+            ironlink.all_gather(o, y, heap=self.nv, check=True)
+            assert torch.equal(o, ref), "all_gather differs from torch.distributed"
+        finally:
+            self.nv.free(o)
+            self.nv.free(y)
+
+    def reduce_scatter(self, n: int, dtype: Any) -> None:
+        full, out = self.data(self.world * n, dtype), torch.empty(n, dtype=dtype, device="cuda")
+
+        def call(h: Any, ts: list[Any]) -> list[Any]:
+            ironlink.reduce_scatter(ts[1], ts[0], op="sum", heap=h, check=True)
+            return [ts[1]]
+
+        self.both([full, out], call)
+
+    def all_to_all_v(self, row: int) -> None:
+        g = torch.Generator().manual_seed(7)  # the same counts matrix on every rank
+        counts = torch.randint(0, 9, (self.world, self.world), generator=g)
+        mine = counts[self.rank].to(torch.int64).cuda()
+        rows_in = int(counts[self.rank].sum())
+        x = self.data(max(rows_in, 1) * row, torch.bfloat16).view(-1, row)
+        out = torch.zeros(int(counts.sum(0).max()) + 1, row, dtype=torch.bfloat16, device="cuda")
+
+        def call(h: Any, ts: list[Any]) -> list[Any]:
+            o, rc, ro = ironlink.all_to_all_v(ts[0], ts[1], ts[2], heap=h, check=True)
+            res = [o, rc.clone(), ro.clone()]
+            h.free(ro)
+            h.free(rc)
+            return res
+
+        self.both([x, mine, out], call)
+
+    def rmsnorm(self, tokens: int, hidden: int) -> None:
+        x, res = self.data(tokens * hidden, torch.bfloat16), self.data(tokens * hidden, torch.bfloat16)
+        w = self.data(hidden, torch.bfloat16)
+
+        def call(h: Any, ts: list[Any]) -> list[Any]:
+            xs, rs = ts[0].view(tokens, hidden), ts[1].view(tokens, hidden)
+            out, r = ironlink.all_reduce_rmsnorm(xs, rs, w, heap=h, check=True)
+            return [out, r]
+
+        self.both([x, res], call)
+
+    def matmul_all_reduce(self, m: int) -> None:
+        a, b = self.data(m * 512, torch.bfloat16).view(m, 512), self.data(512 * 1024, torch.bfloat16).view(512, 1024)
+        out = torch.empty(m, 1024, dtype=torch.bfloat16, device="cuda")
+
+        def call(h: Any, ts: list[Any]) -> list[Any]:
+            return [ironlink.matmul_all_reduce(a, b, out=ts[0], heap=h, check=True)]
+
+        self.both([out], call)
+
+    def cuda_graph(self, n: int) -> None:
+        """An all-reduce captured once and replayed over changing data, on both heaps."""
+        inputs = [self.data(n, torch.bfloat16) for _ in range(3)]
+
+        def call(h: Any, ts: list[Any]) -> list[Any]:
+            buf = ts[0]
+            ironlink.all_reduce(buf, heap=h)  # runs once outside capture (status buffer, kernel)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                ironlink.all_reduce(buf, heap=h)
+            outs = []
+            for t in inputs:
+                buf.copy_(t)
+                g.replay()
+                torch.cuda.synchronize()
+                outs.append(buf.clone())
+            return outs
+
+        self.both([inputs[0]], call)
+
+
+def main() -> int:
+    if not torch.cuda.is_available() or "RANK" not in os.environ:
+        print("== nvshmem: skipped (no CUDA GPU, or not under torchrun) ==", flush=True)
+        return 0
+    import torch.distributed._symmetric_memory as symm_mem
+
+    if not symm_mem.is_nvshmem_available():
+        print("== nvshmem: skipped (this torch has no NVSHMEM symmetric memory) ==", flush=True)
+        return 0
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    torch.manual_seed(1900 + rank)
+    t0 = time.time()
+    nv = ironlink.SymmetricHeap(HEAP_BYTES, backend="nvshmem", timeout_s=heap_timeout_s())
+    p2p = ironlink.SymmetricHeap(HEAP_BYTES, timeout_s=heap_timeout_s())
+    s = Suite(nv, p2p)
+    s.run("context carries backend kind NVSHMEM", s.context_kind)
+    s.run("peer_tensor reads every rank's copy", s.peer_tensor)
+    for alg in small(("one_shot_ll", "two_shot_ll", "two_shot"), ("one_shot_ll", "two_shot")):
+        s.run(f"all_reduce forced {alg}", lambda: s.forced(alg, 40000))
+    for dtype in (torch.bfloat16, torch.float32):
+        esize = torch.tensor([], dtype=dtype).element_size()
+        for nbytes in small((1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20), (1 << 10, 1 << 20)):
+            n = nbytes // esize
+            for op in ("sum", "max"):
+                s.run(f"all_reduce {op} {dtype} {nbytes} B", lambda: s.all_reduce(n, dtype, op))
+            per = n // world
+            s.run(f"all_gather {dtype} {per * world * esize} B", lambda: s.all_gather(per, dtype))
+            s.run(f"reduce_scatter {dtype} {per * world * esize} B", lambda: s.reduce_scatter(per, dtype))
+        s.run(f"all_reduce sum {dtype} odd size", lambda: s.all_reduce(30001, dtype, "sum"))
+    for row in small((7, 4096), (7,)):
+        s.run(f"all_to_all_v row {row}", lambda: s.all_to_all_v(row))
+    for tokens in small((1, 32, 512), (1, 32)):
+        s.run(f"all_reduce_rmsnorm {tokens}x4096", lambda: s.rmsnorm(tokens, 4096))
+    for m in small((16, 1000), (16,)):
+        s.run(f"matmul_all_reduce M={m}", lambda: s.matmul_all_reduce(m))
+    s.run("all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
+    s.run("heap.check() is clean", nv.check)
+    p2p.close()
+    nv.close()
+    if rank == 0:
+        for f in s.failed:
+            print(f"FAILED {f}")
+        print(f"nvshmem suite took {time.time() - t0:.1f}s")
+        print(f"== nvshmem world {world}: {s.passed} passed, {len(s.failed)} failed ==", flush=True)
+    dist.destroy_process_group()
+    return 1 if s.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
