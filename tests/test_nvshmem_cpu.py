@@ -229,3 +229,12 @@ def test_native_external_heap_checks(native: Any) -> None:  # noqa: F811 - the f
     if not native.driver_available():
         with pytest.raises(IronlinkError, match="libcuda"):
             native.Heap.over_external(0, 4096, 0, 0, 2, nv, [1 << 20, 2 << 20])
+
+
+def test_open_heap_refuses_one_rank_before_touching_nvshmem(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _fake_symm_mem(monkeypatch, [0x7000_0000], offset=0)
+    native = _FakeNative()
+    with pytest.raises(IronlinkError, match="at least 2 ranks"):
+        open_heap(native, _FakeTorch, _agree_alone(), lambda v: [v], "pg", 0, 1, types.SimpleNamespace(index=0),
+                  4096, 0)
+    assert s.set_calls == [] and native.opened == []

@@ -11,10 +11,11 @@ kind NVSHMEM, a peer's copy of a tensor reads through `peer_tensor`, and `heap.c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -183,6 +184,17 @@ class Suite(Cases):
         self.both([inputs[0]], call)
 
 
+@contextlib.contextmanager
+def raises_ironlink(words: str) -> Iterator[None]:
+    """The block must raise IronlinkError with `words` in its message."""
+    try:
+        yield
+    except ironlink.IronlinkError as e:
+        assert words in str(e), str(e)
+        return
+    raise AssertionError(f"no IronlinkError naming {words!r}")
+
+
 def main() -> int:
     if not torch.cuda.is_available() or "RANK" not in os.environ:
         print("== nvshmem: skipped (no CUDA GPU, or not under torchrun) ==", flush=True)
@@ -195,6 +207,12 @@ def main() -> int:
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    if world < 2:
+        with raises_ironlink("at least 2 ranks"):
+            ironlink.SymmetricHeap(HEAP_BYTES, backend="nvshmem")
+        print("== nvshmem world 1: skipped (PyTorch's NVSHMEM memory needs 2 ranks; the refusal was checked) ==")
+        dist.destroy_process_group()
+        return 0
     torch.manual_seed(1900 + rank)
     t0 = time.time()
     nv = ironlink.SymmetricHeap(HEAP_BYTES, backend="nvshmem", timeout_s=heap_timeout_s())

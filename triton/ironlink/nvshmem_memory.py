@@ -135,6 +135,9 @@ def open_heap(
     value from every rank."""
     import torch.distributed._symmetric_memory as symm_mem
 
+    if world < 2:  # torch 2.11 asserts `global_ranks.size() > 1` deep in its NVSHMEM allocator
+        raise IronlinkError("backend='nvshmem' needs at least 2 ranks (PyTorch's NVSHMEM symmetric memory "
+                            "refuses a group of 1); use the default backend='p2p' for one rank")
     agree(lambda: prepare_backend(symm_mem, device), "selecting PyTorch's NVSHMEM symmetric memory")
     heap_b, signal_b, scratch_b = native.heap_layout(nbytes, scratch_bytes)
     # NVSHMEM's allocation and the rendezvous are collective: once in, a rank that fails leaves
