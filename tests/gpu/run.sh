@@ -115,8 +115,13 @@ sanitize_one() {
     timeout "${IRONLINK_SANITIZE_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" --no-python \
     tests/gpu/sanitize_rank.sh "tests/gpu/${suite}_worker.py" > "$prefix.log" 2>&1; r=$?
   logs=$(ls "$prefix"-rank*.log 2> /dev/null | wc -l)
-  n=$(cat "$prefix"-rank*.log 2> /dev/null | sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p' | awk '{s += $1} END {print s + 0}')
-  [ "$(cat "$prefix"-rank*.log 2> /dev/null | grep -c 'ERROR SUMMARY')" -eq "$w" ] || n="$n+ (a rank's log has no summary)"
+  # memcheck, synccheck and initcheck end with "ERROR SUMMARY: N errors"; racecheck with
+  # "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".
+  n=$(cat "$prefix"-rank*.log 2> /dev/null |
+    sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p; s/.*RACECHECK SUMMARY: ([0-9]+) hazard.*/\1/p' |
+    awk '{s += $1} END {print s + 0}')
+  [ "$(cat "$prefix"-rank*.log 2> /dev/null | grep -cE '(ERROR|RACECHECK) SUMMARY')" -eq "$w" ] ||
+    n="$n+ (a rank's log has no summary)"
   echo "sanitize $tool $suite world $w: $n reports ($logs rank logs; $(grep -E '^== ' "$prefix.log" | tail -1))"
   [ $r -eq 0 ] && [ "$n" = 0 ] || fail "sanitize $tool $suite world $w" "$prefix.log"
 }
