@@ -5,17 +5,17 @@
 //! `sum_{s<q} counts@s[p]` of its output. After a barrier every rank reads the count matrix
 //! from the peers (`world`^2 values, a few microseconds), so all ranks agree on every offset and
 //! on whether every output holds what it would receive; then each pushes its rows straight into
-//! the receivers' outputs (stores are posted), to every receiver at once, and a second barrier
+//! the receivers' outputs (stores are posted), receivers in rotated order, and a second barrier
 //! makes the results complete.
 
 use super::my_units;
 use crate::abi::status;
-use crate::abi::MAX_RANKS;
 use crate::hw;
 use crate::runtime::context;
+use crate::runtime::mem::rotate;
 use crate::runtime::region::Region;
 use crate::runtime::sync::Call;
-use crate::transport::bulk::{copy_between, Copy, Direction};
+use crate::transport::bulk::push_to;
 
 /// Where a variable all-to-all reads and writes. Counts are `i64` rows per rank.
 pub struct Plan {
@@ -80,25 +80,17 @@ pub fn all_to_all_v(call: &Call, plan: &Plan) -> Result<(), i32> {
     }
     let fits = (0..world).all(|p| counts.received(p) <= plan.capacity);
     if fits {
-        // Every receiver's share at once (the batched copy loads a unit for each before storing
-        // any), so no rank's links take every sender at the same time. The table is computed
-        // once: the counts live on the peers.
+        // Receivers in rotated order (rank me + i in step i): every step's senders and receivers
+        // form a permutation, so no rank's links take every sender at once.
         let rb = plan.row_bytes;
-        let mut copies = [None; MAX_RANKS];
-        let mut sent = 0; // rows for the ranks before p
-        for_each_rank!(p => if p < world {
-            let rows = counts.get(me, p);
-            let bytes = rows * rb;
+        for i in 0..world {
+            let p = rotate(me, i, world);
+            let first = (0..p).map(|s| counts.get(me, s)).sum::<usize>(); // rows for the ranks before p
+            let bytes = counts.get(me, p) * rb;
             let (lo, hi) = my_units(call, bytes);
             let dst = plan.out.offset + counts.recv_offset(me, p) * rb;
-            copies[p] = Some(Copy { src: plan.input.offset + sent * rb, dst, bytes, lo, hi });
-            sent += rows;
-        });
-        debug_assert!(
-            sent * rb <= plan.input.bytes,
-            "the senders checked their counts against their input"
-        );
-        copy_between(call, Direction::Push, |p| copies[p]);
+            push_to(call, p, plan.input.offset + first * rb, dst, bytes, lo, hi);
+        }
     }
     call.barrier(1)?;
     if fits {

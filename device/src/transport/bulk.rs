@@ -113,7 +113,6 @@ fn reduce_full_units<const U: usize>(
 
 /// One rank's part of a `copy_between`: 16-byte units `lo..hi` of the region at heap offset
 /// `src` (`bytes` long) go to the same units of the region at heap offset `dst`.
-#[derive(Clone, Copy)]
 pub struct Copy {
     pub src: usize,
     pub dst: usize,
@@ -149,21 +148,20 @@ pub fn copy_between(call: &Call, dir: Direction, plan: impl Fn(usize) -> Option<
             cp.lo
         }
     };
-    // Ranks are visited with `for_each_rank!` (constant indices) throughout, so a plan that reads
-    // a per-rank table keeps it in registers.
-    let plan_of = |p: usize| if p < call.world { plan(p) } else { None };
     let mut span = 0;
-    for_each_rank!(p => if let Some(cp) = plan_of(p) {
-        span = span.max(fast_hi(&cp).saturating_sub(cp.lo));
-    });
+    for p in 0..call.world {
+        if let Some(cp) = plan(p) {
+            span = span.max(fast_hi(&cp).saturating_sub(cp.lo));
+        }
+    }
     let mut j = call.tid;
     while j < span {
         let mut v = [[0u32; 4]; MAX_RANKS];
-        for_each_rank!(p => if let Some(cp) = plan_of(p).filter(|cp| cp.lo + j < fast_hi(cp)) {
+        for_each_rank!(p => if let Some(cp) = plan(p).filter(|cp| p < call.world && cp.lo + j < fast_hi(cp)) {
             // SAFETY: a full unit inside the source region.
             v[p] = unsafe { hw::load_v4((ends(p).0 + cp.src + 16 * (cp.lo + j)) as *const [u32; 4]) };
         });
-        for_each_rank!(p => if let Some(cp) = plan_of(p).filter(|cp| cp.lo + j < fast_hi(cp)) {
+        for_each_rank!(p => if let Some(cp) = plan(p).filter(|cp| p < call.world && cp.lo + j < fast_hi(cp)) {
             let at = ends(p).1 + cp.dst + 16 * (cp.lo + j);
             // SAFETY: the same unit of the destination region, 16-byte aligned.
             unsafe { hw::store_v4(at as *mut [u32; 4], v[p]) };
@@ -171,17 +169,19 @@ pub fn copy_between(call: &Call, dir: Direction, plan: impl Fn(usize) -> Option<
         j += call.threads;
     }
     // The narrow path: a partial last unit, or every unit of an unaligned range.
-    for_each_rank!(p => if let Some(cp) = plan_of(p) {
-        let (a, b) = ends(p);
-        let (a, b) = (a + cp.src, b + cp.dst);
-        let mut i = cp.lo.max(fast_hi(&cp)) + call.tid;
-        while i < cp.hi {
-            let valid = unit_bytes(i, 16, cp.bytes);
-            // SAFETY: `valid` bytes of unit i lie inside both regions.
-            unsafe { store_unit::<4>(b + 16 * i, valid, load_unit::<4>(a + 16 * i, valid)) };
-            i += call.threads;
+    for p in 0..call.world {
+        if let Some(cp) = plan(p) {
+            let (a, b) = ends(p);
+            let (a, b) = (a + cp.src, b + cp.dst);
+            let mut i = cp.lo.max(fast_hi(&cp)) + call.tid;
+            while i < cp.hi {
+                let valid = unit_bytes(i, 16, cp.bytes);
+                // SAFETY: `valid` bytes of unit i lie inside both regions.
+                unsafe { store_unit::<4>(b + 16 * i, valid, load_unit::<4>(a + 16 * i, valid)) };
+                i += call.threads;
+            }
         }
-    });
+    }
 }
 
 /// Stores units `lo..hi` of this rank's region at heap offset `src` (`bytes` long) into the same
