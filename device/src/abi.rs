@@ -62,10 +62,6 @@ status: i32 {
     /// A variable all-to-all would deliver more rows to some rank than its output holds: every
     /// rank returns it, nothing is written but the receive counts and offsets.
     CAPACITY_EXCEEDED = -10;
-    /// An NVSHMEM context names a peer whose memory is not mapped into this process (NVSHMEM's
-    /// pointer to it is null: another node). Only peers reachable by loads and stores are served
-    /// until the cross-node path (put-with-signal) exists; every call on such a context returns it.
-    PEER_NOT_MAPPED = -11;
 }}
 
 const_group! {

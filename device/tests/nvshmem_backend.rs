@@ -1,6 +1,7 @@
 //! The NVSHMEM backend kind on one node: a context whose every peer is mapped runs the same
-//! algorithms as P2P (bit for bit the same results), and one naming an unmapped peer (NVSHMEM's
-//! pointer to a rank on another node is null) is refused with PEER_NOT_MAPPED, writing nothing.
+//! algorithms as P2P (bit for bit the same results). The host refuses to build one with an
+//! unmapped peer (tests/test_nvshmem_cpu.py); the device does not check the addresses again
+//! (doing so in every function made two of them spill on sm_100).
 
 mod sim;
 use ironlink_device::abi::backend;
@@ -96,55 +97,6 @@ fn nvshmem_context_runs_every_collective_like_p2p() {
     let want = reference(reduce_op::SUM, &ins);
     for r in 0..WORLD {
         assert_close("all_reduce", Dt::F32, &read(&n, r, IN, Dt::F32, 300), &want);
-    }
-}
-
-/// Which address of a peer is missing in the refused contexts.
-#[derive(Clone, Copy, Debug)]
-enum Missing {
-    Heap,
-    Signal,
-    Scratch,
-}
-
-/// A context naming a peer it has no address for gives PEER_NOT_MAPPED from every function,
-/// before touching any memory (no wait on peers, nothing written).
-#[test]
-fn unmapped_peer_is_refused() {
-    for missing in [Missing::Heap, Missing::Signal, Missing::Scratch] {
-        let mut n = node(backend::NVSHMEM);
-        // Every rank misses rank 3 (rank 3 itself misses rank 0): a node split in two.
-        for r in 0..WORLD {
-            let peer = if r == 3 { 0 } else { 3 };
-            let c = n.ctx_mut(r);
-            match missing {
-                Missing::Heap => c.peer_heap[peer] = 0,
-                Missing::Signal => c.peer_signal[peer] = 0,
-                Missing::Scratch => c.peer_scratch[peer] = 0,
-            }
-        }
-        let before: Vec<Vec<u8>> = (0..WORLD).map(|r| n.heap(r).to_vec()).collect();
-        for (name, body) in calls() {
-            let st = n.run(name, 2, 64, |r, c| body(r, c, &n));
-            assert_eq!(
-                st,
-                vec![status::PEER_NOT_MAPPED; WORLD],
-                "{name} with {missing:?} missing"
-            );
-        }
-        let st = n.run("world_size", 1, 32, |_, c| api::symm_world_size(c));
-        assert_eq!(st, vec![status::PEER_NOT_MAPPED; WORLD], "{missing:?}");
-        for (r, was) in before.iter().enumerate() {
-            assert!(
-                n.heap(r) == &was[..],
-                "{missing:?}: rank {r}'s heap was written"
-            );
-            assert_eq!(
-                n.recorded_error(r),
-                0,
-                "argument-like errors are not recorded"
-            );
-        }
     }
 }
 

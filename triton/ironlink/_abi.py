@@ -22,7 +22,6 @@ STATUS = {
     "ABI_MISMATCH": -8,
     "INVALID_ARGUMENT": -9,
     "CAPACITY_EXCEEDED": -10,
-    "PEER_NOT_MAPPED": -11,
 }
 
 REDUCE_OP = {

@@ -8,7 +8,7 @@ peer's address of it (``buffer_ptrs``, NVSHMEM's ``nvshmem_ptr``), and the conte
 backend kind NVSHMEM. Everything above the context (tensors, collectives, fused ops) is unchanged.
 
 Only peers reachable by loads and stores are served so far (one node): a null peer address
-(a GPU on another node) fails heap creation with PEER_NOT_MAPPED's explanation.
+(a GPU on another node) fails heap creation, naming the ranks.
 
 The helpers here take torch's modules as arguments (no import at module level), so the checks
 run without torch.

@@ -10,8 +10,8 @@ use crate::hw;
 /// `UNKNOWN_CONTEXT`; a context from another ABI version gives `ABI_MISMATCH`.
 ///
 /// P2P and NVSHMEM contexts are served by the same code: both describe every peer's regions by
-/// their address in this process. An NVSHMEM context may name a peer on another node (address
-/// 0); until the cross-node path exists it gives `PEER_NOT_MAPPED` instead of a fault.
+/// their address in this process; the host builds an NVSHMEM context only when every peer has
+/// one (one node: NVSHMEM's pointer to every peer is non-null).
 #[inline(always)]
 pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     if ctx == 0 {
@@ -32,27 +32,12 @@ pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
         return Err(status::UNKNOWN_CONTEXT);
     }
     match c.backend {
-        backend::P2P => Ok(c),
-        backend::NVSHMEM if every_peer_mapped(c) => Ok(c),
-        backend::NVSHMEM => Err(status::PEER_NOT_MAPPED),
+        // The host writes an NVSHMEM context only when every peer is mapped (it refuses to
+        // build one otherwise, naming the ranks). Checking the 24 addresses here too pushed the
+        // register allocation of reduce_scatter and tile_reduce_scatter on sm_100 into spills.
+        backend::P2P | backend::NVSHMEM => Ok(c),
         _ => Err(status::UNKNOWN_CONTEXT),
     }
-}
-
-/// Whether every rank's user-buffer and signal regions (and scratch regions, where the context
-/// has them) have an address in this process. A fixed-length loop with the ranks past
-/// `world_size` masked out, so it unrolls into a few compares and no branch per rank.
-#[inline(always)]
-fn every_peer_mapped(c: &SymmContext) -> bool {
-    let mut unmapped = false;
-    for r in 0..MAX_RANKS {
-        let live = r < c.world_size as usize;
-        let missing = c.peer_heap[r] == 0
-            || c.peer_signal[r] == 0
-            || (c.scratch_size != 0 && c.peer_scratch[r] == 0);
-        unmapped |= live & missing;
-    }
-    !unmapped
 }
 
 /// Records `code` in the context (the first error wins) so the host can raise it after the kernel.
