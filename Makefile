@@ -22,16 +22,25 @@ LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unk
 # DIAG=<variant> builds a timing-diagnostic bitcode (`--cfg ironlink_diag`, see
 # device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/diag_build.sh).
 DIAG      ?=
+# NVSHMEM=1 builds the NVSHMEM bitcode (`--cfg ironlink_nvshmem`: device/src/hw/nvshmem.rs declares
+# NVSHMEM's device functions, device/src/api/nvshmem.rs exports wrappers of them) as
+# build/ironlink_nvshmem_smXX.bc; kernels link it ahead of libnvshmem_device.bc. The P2P bitcode
+# never references NVSHMEM. `make nvshmem` builds it for every arch; all-archs builds both.
+NVSHMEM   ?=
+$(if $(and $(DIAG),$(NVSHMEM)),$(error DIAG and NVSHMEM do not combine: build one variant at a time))
 BCDIR      = build$(if $(DIAG),/diag/$(DIAG))
-BC         = $(BCDIR)/ironlink_$(subst _,,$(CUDA_ARCH)).bc
+BC         = $(BCDIR)/ironlink_$(if $(NVSHMEM),nvshmem_)$(subst _,,$(CUDA_ARCH)).bc
 STAMP     := build/.stamps
 
-.PHONY: all all-archs toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused bench-moe docs clean
+.PHONY: all all-archs nvshmem toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused bench-moe docs clean
 all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
-all-archs:
+all-archs: nvshmem
 	@for a in $(ARCHS); do $(MAKE) --no-print-directory CUDA_ARCH=$$a || exit 1; done
+
+nvshmem:
+	@for a in $(ARCHS); do $(MAKE) --no-print-directory CUDA_ARCH=$$a NVSHMEM=1 || exit 1; done
 
 toolchain: $(STAMP)/toolchain
 $(STAMP)/toolchain: rust-toolchain.toml
@@ -51,15 +60,22 @@ $(STAMP)/venv: requirements-dev.txt
 
 DEVICE_SRC := $(shell find device/src -name '*.rs') device/Cargo.toml Cargo.toml
 # One cargo target dir per arch (and diagnostic variant) so switching does not rebuild core.
-DEVTARGET  = target/device-$*$(if $(DIAG),-diag-$(DIAG))
-$(BCDIR)/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
+# $(call device_bc,smXX,extra rustc flags,cargo target dir): builds $@ from the device crate.
+define device_bc
 	@mkdir -p $(@D)
-	@echo "== building $@ (the device crate for nvptx64 $*$(if $(DIAG), as diagnostic build $(DIAG)); the first build also compiles core)"
-	@CARGO_TARGET_DIR=$(DEVTARGET) CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$*)$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\")" \
+	@CARGO_TARGET_DIR=$(3) CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS="-C target-cpu=$(subst sm,sm_,$(1))$(2)" \
 	  $(CARGO) rustc -q -p ironlink-device -Z build-std=core \
 	  --target nvptx64-nvidia-cuda --profile device --crate-type cdylib -- \
-	  --emit=llvm-bc -C target-cpu=$(subst sm,sm_,$*) -C linker=/bin/true
-	@cp $(DEVTARGET)/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@
+	  --emit=llvm-bc -C target-cpu=$(subst sm,sm_,$(1)) -C linker=/bin/true
+	@cp $(3)/nvptx64-nvidia-cuda/device/deps/ironlink_device.bc $@
+endef
+$(BCDIR)/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
+	@echo "== building $@ (the device crate for nvptx64 $*$(if $(DIAG), as diagnostic build $(DIAG)); the first build also compiles core)"
+	$(call device_bc,$*,$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\"),target/device-$*$(if $(DIAG),-diag-$(DIAG)))
+# The more specific pattern wins for build/ironlink_nvshmem_smXX.bc (its own target dir: other flags).
+build/ironlink_nvshmem_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
+	@echo "== building $@ (the device crate for nvptx64 $* with the NVSHMEM wrappers; the first build also compiles core)"
+	$(call device_bc,$*, --cfg ironlink_nvshmem,target/device-$*-nvshmem)
 
 # Regenerates triton/ironlink/_abi.py from device/src (build.rs does it on every host build).
 abi: $(STAMP)/toolchain
@@ -106,14 +122,16 @@ clean:
 wheel: all-archs venv
 	@echo "== building the abi3 wheel (maturin, linked by zig for $(MANYLINUX)) into build/dist/"
 	@rm -rf triton/ironlink/lib build/dist && mkdir -p triton/ironlink/lib
-	@cp build/ironlink_sm*.bc triton/ironlink/lib/
+	@cp build/ironlink_sm*.bc build/ironlink_nvshmem_sm*.bc triton/ironlink/lib/
 	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/maturin build -q --release --zig --compatibility $(MANYLINUX) \
 	  -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
 
-# The compile tests (link, inline, no local memory, sm_80/90/100; the fused GPU-test kernels too)
+# The compile tests (link, inline, no local memory, sm_80/90/100; the fused GPU-test kernels too;
+# the NVSHMEM bitcode against the pinned NVSHMEM 3.4.5's)
 # with the oldest and the newest supported Triton, each in a venv of its own (.venv-triton-X, made
 # once).
-TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_typed.py tests/test_fusion_compile.py
+TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_typed.py tests/test_fusion_compile.py \
+                tests/test_nvshmem_link.py tests/test_nvshmem_compile.py
 test-triton-range: all-archs $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
 	@for v in $(TRITON_OLDEST) $(TRITON_NEWEST); do \
 	  echo "== compile tests with Triton $$v"; \

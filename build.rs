@@ -17,6 +17,32 @@ fn group(out: &mut String, name: &str, items: &[(&str, i64)]) {
     writeln!(out, "}}\n").unwrap();
 }
 
+/// `name = {function: ((arg, llvm type), ...), return type, doc)}` from an export table.
+fn functions(o: &mut String, name: &str, table: &[ironlink_device::abi::FnSig]) {
+    writeln!(o, "{name} = {{").unwrap();
+    for f in table {
+        let args: Vec<String> = f
+            .args
+            .iter()
+            .map(|(a, t)| format!("({a:?}, {t:?})"))
+            .collect();
+        let args = if args.len() == 1 {
+            format!("{},", args[0])
+        } else {
+            args.join(", ")
+        };
+        writeln!(
+            o,
+            "    {:?}: (({args}), {:?}, {:?}),",
+            f.name,
+            f.ret,
+            f.doc.trim()
+        )
+        .unwrap();
+    }
+    o.push_str("}\n");
+}
+
 fn python_module() -> String {
     let mut o = String::new();
     o.push_str(
@@ -49,28 +75,14 @@ fn python_module() -> String {
         writeln!(o, "    {name:?}: ({off}, {size}),").unwrap();
     }
     o.push_str("}\n\n");
-    o.push_str("# name: (((arg, llvm type), ...), return llvm type, doc)\nFUNCTIONS = {\n");
-    for f in ironlink_device::api::EXPORTS {
-        let args: Vec<String> = f
-            .args
-            .iter()
-            .map(|(a, t)| format!("({a:?}, {t:?})"))
-            .collect();
-        let args = if args.len() == 1 {
-            format!("{},", args[0])
-        } else {
-            args.join(", ")
-        };
-        writeln!(
-            o,
-            "    {:?}: (({args}), {:?}, {:?}),",
-            f.name,
-            f.ret,
-            f.doc.trim()
-        )
-        .unwrap();
-    }
-    o.push_str("}\n");
+    o.push_str("# name: (((arg, llvm type), ...), return llvm type, doc)\n");
+    functions(&mut o, "FUNCTIONS", ironlink_device::api::EXPORTS);
+    o.push_str("\n# The NVSHMEM bitcode's wrappers (ironlink_nvshmem_smXX.bc only; it exports FUNCTIONS too).\n");
+    functions(
+        &mut o,
+        "NVSHMEM_FUNCTIONS",
+        ironlink_device::api::nvshmem::EXPORTS,
+    );
     o
 }
 

@@ -44,7 +44,7 @@ def test_committed_abi_py_is_current() -> None:
 
 
 def _abi_groups() -> dict[str, object]:
-    return {k: v for k, v in vars(_abi).items() if k.isupper() and k != "FUNCTIONS"}
+    return {k: v for k, v in vars(_abi).items() if k.isupper() and k not in ("FUNCTIONS", "NVSHMEM_FUNCTIONS")}
 
 
 def test_constants_expose_every_abi_value() -> None:
@@ -73,7 +73,7 @@ def test_constants_expose_every_abi_value() -> None:
 
 
 def test_language_wraps_every_function_with_its_argument_names() -> None:
-    for name, (args, ret, doc) in _abi.FUNCTIONS.items():
+    for name, (args, ret, doc) in {**_abi.FUNCTIONS, **_abi.NVSHMEM_FUNCTIONS}.items():
         fn = getattr(il, name, None)
         assert fn is not None, f"ironlink.language.{name} is missing"
         params = list(inspect.signature(fn).parameters)
@@ -81,4 +81,5 @@ def test_language_wraps_every_function_with_its_argument_names() -> None:
         names = [a + "_" if keyword.iskeyword(a) else a for a, _ in args]
         assert params == names + ["_semantic"], (name, params)
         assert fn.__doc__ and doc in fn.__doc__
-    assert set(il.__all__) == set(_abi.FUNCTIONS)
+    assert set(il.__all__) == set(_abi.FUNCTIONS) | set(_abi.NVSHMEM_FUNCTIONS)
+    assert not set(_abi.FUNCTIONS) & set(_abi.NVSHMEM_FUNCTIONS)

@@ -48,8 +48,10 @@ def test_wheel_packs_the_bitcode_and_the_extension() -> None:
         names = set(z.namelist())
     for arch in ("sm80", "sm90", "sm100"):
         assert f"ironlink/lib/ironlink_{arch}.bc" in names
+        assert f"ironlink/lib/ironlink_nvshmem_{arch}.bc" in names
     assert "ironlink/_native.abi3.so" in names
     assert "ironlink/_abi.py" in names
+    assert "ironlink/_nvshmem.py" in names
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is Python 3.11+")

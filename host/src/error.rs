@@ -46,6 +46,8 @@ pub enum Error {
     Context { what: String, cause: Box<Error> },
     /// An external signal pad (PyTorch symmetric memory) is smaller than the ABI needs.
     SignalPadTooSmall { size: u64, needed: u64 },
+    /// NVSHMEM's host library is missing, incomplete, uninitialized or failed a call.
+    Nvshmem(String),
     /// Memory someone else mapped (NVSHMEM) has no load/store address in this process for some
     /// ranks: they are on another node, which only the (future) cross-node path reaches.
     PeerNotMapped { rank: i32, peers: Vec<i32> },
@@ -113,6 +115,7 @@ impl fmt::Display for Error {
                  torch.distributed._symmetric_memory.set_signal_pad_size({needed}) (or larger) \
                  before the first symmetric allocation"
             ),
+            Error::Nvshmem(msg) => write!(f, "NVSHMEM: {msg}"),
             Error::PeerNotMapped { rank, peers } => {
                 let list: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
                 write!(

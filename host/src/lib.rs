@@ -19,6 +19,7 @@ pub mod error;
 pub mod exchange;
 pub mod external_heap;
 pub mod heap;
+pub mod nvshmem_host;
 #[cfg(feature = "python")]
 mod python;
 

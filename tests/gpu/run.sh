@@ -30,6 +30,9 @@
 #   sanitize     compute-sanitizer (--tools) over the small cases of collectives, ops and fusion
 #                (IRONLINK_GPU_SMALL=1), per world size up to 4; logs and a report count per tool
 #   reliability  misuse killed-rank soak sanitize: everything of issue 20 (docs/reliability.md)
+#   nvshmem-link @ironlink.jit(nvshmem=True) over torch's NVSHMEM backend: module init, nvshmem_ptr,
+#                a ring of puts with signal, argument errors; per world size
+#                (tests/gpu/nvshmem_link_worker.py; not in the default parts)
 # Options:
 #   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
 #                      GPU count are skipped)
@@ -68,7 +71,7 @@ while [ $# -gt 0 ]; do
     --tools) tools=$2; shift 2 ;;
     --suites) suites=$2; shift 2 ;;
     reliability) parts+=(misuse killed-rank soak sanitize); shift ;;
-    misuse|killed-rank|soak|sanitize) parts+=("$1"); shift ;;
+    misuse|killed-rank|soak|sanitize|nvshmem-link) parts+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     wheel|basics|heap|collectives|fusion|ops|nvshmem|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
@@ -143,6 +146,7 @@ for part in "${parts[@]}"; do
       IRONLINK_HEAP_WORLDS="${fits[*]}" timeout 400 python3 -m pytest -q -s tests/gpu/test_heap.py > "$log" 2>&1; r=$?
       grep -hE "HEAP SUITE" "$log" | tail -3; tail -1 "$log"; [ $r -eq 0 ] || fail heap "$log" ;;
     collectives) per_world collectives "${IRONLINK_WORLD_TIMEOUT:-480}" "^== world|^FAILED" ;;
+    nvshmem-link) per_world nvshmem_link 300 "^NVSHMEM LINK|FAIL" ;;
     fusion) per_world fusion "${IRONLINK_WORLD_TIMEOUT:-480}" "^== fusion|^FAILED" ;;
     nvshmem) per_world nvshmem "${IRONLINK_WORLD_TIMEOUT:-480}" "^== nvshmem|^FAILED" ;;
     ops)

@@ -149,3 +149,13 @@ FUNCTIONS = {
     "symm_signal_read": ((("ctx", "i64"), ("slot", "i64")), "i64", "The current value of this rank's user signal slot `slot` (or a negative status for a bad"),
     "symm_fence": ((("scope", "i32"),), "i32", "Memory fence at `scope` (`FENCE_SCOPE_CTA` syncs the CTA; GPU and SYSTEM fence each thread)."),
 }
+
+# The NVSHMEM bitcode's wrappers (ironlink_nvshmem_smXX.bc only; it exports FUNCTIONS too).
+NVSHMEM_FUNCTIONS = {
+    "symm_nvshmem_put_signal": ((("dst_ptr", "i64"), ("src_ptr", "i64"), ("nbytes", "i64"), ("sig_ptr", "i64"), ("value", "i64"), ("signal_op", "i32"), ("pe", "i32")), "i32", "Non-blocking NVSHMEM put with signal by the whole CTA: `nbytes` from local `src_ptr` to PE `pe`."),
+    "symm_nvshmem_signal_wait": ((("sig_ptr", "i64"), ("cmp_op", "i32"), ("value", "i64")), "i32", "Waits (no timeout) until this PE's symmetric u64 at `sig_ptr` compares true against `value`."),
+    "symm_nvshmem_quiet": ((("unused", "i32"),), "i32", "Waits until this CTA's earlier NVSHMEM puts and signals are complete at their targets."),
+    "symm_nvshmem_ptr": ((("ptr", "i64"), ("pe", "i32")), "i64", "The symmetric `ptr`'s address on PE `pe` when this GPU can load and store it there, else 0."),
+    "symm_nvshmem_my_pe": ((("unused", "i32"),), "i32", "This process's NVSHMEM PE number; `unused` is ignored."),
+    "symm_nvshmem_n_pes": ((("unused", "i32"),), "i32", "The number of NVSHMEM PEs; `unused` is ignored."),
+}

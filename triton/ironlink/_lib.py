@@ -1,6 +1,7 @@
 """Finding the device bitcode (`ironlink_smXX.bc`) for a GPU, and reading back what it exports.
 
-The bitcode is built per architecture (`make CUDA_ARCH=sm_90` writes `build/ironlink_sm90.bc`). It is
+The bitcode is built per architecture (`make CUDA_ARCH=sm_90` writes `build/ironlink_sm90.bc`, and
+`make CUDA_ARCH=sm_90 NVSHMEM=1` the NVSHMEM variant `build/ironlink_nvshmem_sm90.bc`). It is
 looked up, in this order, in:
 
 1. the directory named by ``$IRONLINK_BITCODE_DIR`` (an explicit override, e.g. a CI artifact),
@@ -65,9 +66,9 @@ def arch_name(cc: tuple[int, int]) -> str:
     return f"sm_{cc[0]}{cc[1]}"
 
 
-def bitcode_filename(cc: tuple[int, int]) -> str:
-    """(9, 0) -> "ironlink_sm90.bc", as the Makefile names it."""
-    return f"ironlink_sm{cc[0]}{cc[1]}.bc"
+def bitcode_filename(cc: tuple[int, int], nvshmem: bool = False) -> str:
+    """(9, 0) -> "ironlink_sm90.bc" ("ironlink_nvshmem_sm90.bc" with NVSHMEM), as the Makefile names it."""
+    return f"ironlink_{'nvshmem_' if nvshmem else ''}sm{cc[0]}{cc[1]}.bc"
 
 
 def candidate_archs(cc: tuple[int, int]) -> list[tuple[int, int]]:
@@ -110,21 +111,23 @@ def current_capability() -> tuple[int, int]:
     return divmod(target.arch, 10)
 
 
-def bitcode_path(arch: ArchLike | None = None) -> str:
-    """Path of the bitcode for `arch` (default: the current GPU), searched as the module docstring says."""
+def bitcode_path(arch: ArchLike | None = None, nvshmem: bool = False) -> str:
+    """Path of the bitcode for `arch` (default: the current GPU), searched as the module docstring says;
+    with `nvshmem`, of the NVSHMEM variant (`make NVSHMEM=1`), which kernels link ahead of NVSHMEM's."""
     cc = current_capability() if arch is None else parse_arch(arch)
     tried: list[Path] = []
     for d in search_dirs():
         for c in candidate_archs(cc):
-            p = d / bitcode_filename(c)
+            p = d / bitcode_filename(c, nvshmem)
             if p.is_file():
                 return str(p)
             tried.append(p)
     lines = "\n  ".join(str(p) for p in tried)
+    what, flag = ("NVSHMEM device bitcode", " NVSHMEM=1") if nvshmem else ("device bitcode", "")
     raise BitcodeNotFoundError(
-        f"ironlink: no device bitcode for {arch_name(cc)}. Searched:\n  {lines}\n"
-        f"Build it with `make CUDA_ARCH={arch_name(cc)}` in the ironlink repository, "
-        f"or point ${ENV_BITCODE_DIR} at a directory that holds {bitcode_filename(cc)}."
+        f"ironlink: no {what} for {arch_name(cc)}. Searched:\n  {lines}\n"
+        f"Build it with `make CUDA_ARCH={arch_name(cc)}{flag}` in the ironlink repository, "
+        f"or point ${ENV_BITCODE_DIR} at a directory that holds {bitcode_filename(cc, nvshmem)}."
     )
 
 

@@ -22,8 +22,8 @@ import triton.language as tl
 
 from . import _abi
 
-# Not constants: the function table is served by `ironlink.language`.
-_NOT_CONSTANTS = {"FUNCTIONS"}
+# Not constants: the function tables are served by `ironlink.language`.
+_NOT_CONSTANTS = {"FUNCTIONS", "NVSHMEM_FUNCTIONS"}
 
 
 def _collect() -> dict[str, int]:

@@ -6,6 +6,12 @@ current GPU>}`` and forwards to the wrapped kernel's `run`. Nothing global is pa
 post-compile hook runs: the device library keeps all its state behind the context pointer the
 kernel receives, so linking the bitcode is all that is needed.
 
+``@ironlink.jit(nvshmem=True)`` links ironlink's NVSHMEM bitcode (``ironlink_nvshmem_smXX.bc``: the
+same functions plus the NVSHMEM wrappers) and, after it, NVSHMEM's ``libnvshmem_device.bc`` (Triton
+links in order, each library resolving what the earlier ones need), and runs
+``nvshmemx_cumodule_init`` on each module of the kernel when Triton loads it (`_nvshmem`). That is
+the one case with a hook, and only kernels that ask for it get it.
+
 Triton puts `extern_libs` into the compile options, so the in-memory kernel cache (keyed on the
 launch options) and the on-disk cache (keyed on the bitcode file's hash) both tell two
 architectures, or a rebuilt bitcode file, apart.
@@ -19,7 +25,7 @@ from typing import Any, Callable, Generic, Mapping, Optional, TypeVar, Union, ov
 import triton
 from triton.runtime.jit import KernelInterface, MockTensor
 
-from . import _lib
+from . import _lib, _nvshmem
 
 T = TypeVar("T")
 
@@ -33,42 +39,73 @@ ExternLibs = Union[Mapping[str, str], tuple[tuple[str, str], ...], None]
 class IronlinkKernel(KernelInterface[T], Generic[T]):
     """A Triton kernel whose launches link the ironlink bitcode; see the module docstring."""
 
-    def __init__(self, fn: KernelInterface[T], arch: Optional[_lib.ArchLike] = None) -> None:
+    def __init__(self, fn: KernelInterface[T], arch: Optional[_lib.ArchLike] = None, nvshmem: bool = False) -> None:
         # `.fn` is the wrapped kernel, as for Triton's Autotuner: code that walks `.fn` down to the
         # Python function (autotune, heuristics, tooling) keeps working on top of us.
         self.fn = fn
         self.arch = None if arch is None else _lib.parse_arch(arch)
-        # (device index or pinned arch, $IRONLINK_BITCODE_DIR) -> bitcode path: the search touches
+        self.nvshmem = nvshmem
+        # (library, device index or pinned arch, its override variable) -> path: the search touches
         # the file system, and launches of small collectives are microseconds.
-        self._paths: dict[tuple[Any, Optional[str]], str] = {}
+        self._paths: dict[tuple[str, Any, Optional[str]], str] = {}
+        self._registered = False
 
-    def bitcode_path(self) -> str:
-        """The bitcode this kernel links on the current device (or for its pinned arch)."""
-        env = os.environ.get(_lib.ENV_BITCODE_DIR)
+    def _cached(self, lib: str, env_var: str, find: Callable[[Any], str]) -> str:
+        """`find(arch)` for the pinned arch or the current device's, cached per device and override."""
+        env = os.environ.get(env_var)
         if self.arch is not None:
-            key: tuple[Any, Optional[str]] = (self.arch, env)
+            key: tuple[str, Any, Optional[str]] = (lib, self.arch, env)
             if key not in self._paths:
-                self._paths[key] = _lib.bitcode_path(self.arch)
+                self._paths[key] = find(self.arch)
             return self._paths[key]
         from triton.runtime import driver  # the same driver JITFunction.run launches through
 
-        device = driver.active.get_current_device()
-        key = (device, env)
+        key = (lib, driver.active.get_current_device(), env)
         if key not in self._paths:
-            # The target Triton compiles for on this device: its arch is what our bitcode must match.
-            self._paths[key] = _lib.bitcode_path(driver.active.get_current_target().arch)
+            # The target Triton compiles for on this device: its arch is what the bitcode must match.
+            self._paths[key] = find(driver.active.get_current_target().arch)
         return self._paths[key]
 
+    def bitcode_path(self) -> str:
+        """The ironlink bitcode this kernel links on the current device (or for its pinned arch)."""
+        return self._cached(LIB_NAME, _lib.ENV_BITCODE_DIR, lambda a: _lib.bitcode_path(a, nvshmem=self.nvshmem))
+
+    def nvshmem_bitcode_path(self) -> str:
+        """NVSHMEM's device bitcode for the current device (or the pinned arch)."""
+        return self._cached(_nvshmem.LIB_NAME, _nvshmem.ENV_NVSHMEM_BITCODE, _nvshmem.device_bitcode_path)
+
     def extern_libs(self, user: ExternLibs = None) -> dict[str, str]:
-        """`user`'s extern libraries plus ours; an explicit "ironlink" entry of the user's wins."""
+        """`user`'s extern libraries plus ours; an explicit "ironlink" entry of the user's wins.
+
+        With NVSHMEM, ironlink's and then NVSHMEM's library ("libnvshmem_device", the user's if
+        given) go last, in that order: a library links only what those before it call.
+        """
         libs = dict(user or {})
-        if LIB_NAME not in libs:
-            libs[LIB_NAME] = self.bitcode_path()
-        return libs
+        if not self.nvshmem:
+            if LIB_NAME not in libs:
+                libs[LIB_NAME] = self.bitcode_path()
+            return libs
+        ours = libs.pop(LIB_NAME, None) or self.bitcode_path()
+        nvshmem = libs.pop(_nvshmem.LIB_NAME, None) or self.nvshmem_bitcode_path()
+        return {**libs, LIB_NAME: ours, _nvshmem.LIB_NAME: nvshmem}
 
     def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kwargs["extern_libs"] = self.extern_libs(kwargs.get("extern_libs"))
+        if self.nvshmem:
+            # Before anything can load the module (this launch, or a compiled kernel from warmup
+            # launched by hand): the load hook must know this kernel.
+            _nvshmem.check_usable()
+            if not self._registered:
+                _nvshmem.register_kernel(self.kernel_name())
+                self._registered = True
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    def kernel_name(self) -> str:
+        """The name Triton gives the compiled kernel (the Python function's): what the load hook sees."""
+        inner: Any = self.fn
+        while not hasattr(inner, "__name__") and hasattr(inner, "fn"):  # autotuners, heuristics
+            inner = inner.fn
+        return str(inner.__name__)
 
     def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
         # Triton 3.6+'s KernelInterface has this; 3.5's does not, and `__getattr__` would then hand
@@ -92,19 +129,25 @@ def jit(fn: Callable[..., Any]) -> IronlinkKernel[Any]: ...
 
 @overload
 def jit(
-    fn: None = None, *, arch: Optional[_lib.ArchLike] = None, **triton_jit_kwargs: Any
+    fn: None = None, *, arch: Optional[_lib.ArchLike] = None, nvshmem: bool = False, **triton_jit_kwargs: Any
 ) -> Callable[[Callable[..., Any]], IronlinkKernel[Any]]: ...
 
 
 def jit(
-    fn: Optional[Callable[..., Any]] = None, *, arch: Optional[_lib.ArchLike] = None, **triton_jit_kwargs: Any
+    fn: Optional[Callable[..., Any]] = None,
+    *,
+    arch: Optional[_lib.ArchLike] = None,
+    nvshmem: bool = False,
+    **triton_jit_kwargs: Any,
 ) -> Any:
     """Makes a kernel that links ironlink's bitcode at launch.
 
     Use as ``@ironlink.jit`` over a ``@triton.jit`` kernel (or an autotuned one), or directly over
     a plain function (then ``triton.jit`` is applied here, with any extra keyword arguments, e.g.
     ``@ironlink.jit(do_not_specialize=["ctx"])``). ``arch="sm_90"`` pins the bitcode instead of
-    choosing it from the current GPU at each launch.
+    choosing it from the current GPU at each launch. ``nvshmem=True`` links NVSHMEM's device
+    library too, for the ``symm_nvshmem_*`` functions, and initializes each loaded module for it
+    (docs/backends.md); NVSHMEM must be initialized in the process before the first launch.
 
     Device helpers that a kernel calls stay plain ``@triton.jit`` functions: linking happens per
     launched kernel, and it covers everything the kernel inlines.
@@ -123,6 +166,6 @@ def jit(
             kernel: KernelInterface[Any] = f
         else:
             kernel = triton.jit(f, **triton_jit_kwargs)
-        return IronlinkKernel(kernel, arch)
+        return IronlinkKernel(kernel, arch, nvshmem)
 
     return wrap if fn is None else wrap(fn)

@@ -6,8 +6,12 @@
 /// are generated from that table, so a function and its Python signature cannot drift apart.
 ///
 /// Only the scalar types Triton's extern calls pass are allowed: `i32` and `i64`.
+///
+/// `exports! { cfg(PREDICATE); ... }` compiles the functions only where PREDICATE holds but keeps
+/// the table everywhere: the NVSHMEM wrappers exist only in the NVSHMEM bitcode, while build.rs
+/// (a host build) still generates their Python wrappers from the table.
 macro_rules! exports {
-    ($(
+    (cfg($when:meta); $(
         #[doc = $doc:literal]
         $(#[doc = $more:literal])*
         fn $name:ident($($arg:ident : $ty:ident),* $(,)?) -> $ret:ident $body:block
@@ -15,6 +19,7 @@ macro_rules! exports {
         $(
             #[doc = $doc]
             $(#[doc = $more])*
+            #[cfg($when)]
             #[no_mangle]
             pub extern "C" fn $name($($arg: $ty),*) -> $ret $body
         )*
@@ -28,6 +33,17 @@ macro_rules! exports {
                 doc: $doc,
             }
         ),*];
+    };
+    ($(
+        #[doc = $doc:literal]
+        $(#[doc = $more:literal])*
+        fn $name:ident($($arg:ident : $ty:ident),* $(,)?) -> $ret:ident $body:block
+    )*) => {
+        exports! { cfg(all()); $(
+            #[doc = $doc]
+            $(#[doc = $more])*
+            fn $name($($arg: $ty),*) -> $ret $body
+        )* }
     };
     (@ty i32) => { "i32" };
     (@ty i64) => { "i64" };

@@ -10,6 +10,8 @@
 #[macro_use]
 mod export_macro;
 mod checks;
+/// The NVSHMEM wrappers (functions in the NVSHMEM bitcode only; their table everywhere).
+pub mod nvshmem;
 
 use crate::abi::{status, SymmContext, ABI_VERSION};
 use crate::collectives::{

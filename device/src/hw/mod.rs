@@ -22,6 +22,10 @@ mod nvptx;
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx::*;
 
+/// NVSHMEM's device functions, declared only in the NVSHMEM bitcode (`--cfg ironlink_nvshmem`).
+#[cfg(all(target_arch = "nvptx64", ironlink_nvshmem))]
+pub mod nvshmem;
+
 #[cfg(not(target_arch = "nvptx64"))]
 #[allow(clippy::missing_safety_doc)]
 pub mod host;

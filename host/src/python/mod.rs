@@ -355,6 +355,25 @@ fn driver_available() -> bool {
     driver::available()
 }
 
+/// Runs NVSHMEM's `nvshmemx_cumodule_init` on the loaded `module` (a `CUmodule` handle, e.g.
+/// Triton's `CompiledKernel.module`) if it holds NVSHMEM device code, before its first launch;
+/// returns whether it did. `library` is where to find libnvshmem_host.so.3 when the process has
+/// not loaded it yet. Call it where the module's context is current.
+#[pyfunction]
+#[pyo3(signature = (module, library=None))]
+fn nvshmem_cumodule_init(py: Python<'_>, module: u64, library: Option<String>) -> PyResult<bool> {
+    py.detach(|| crate::nvshmem_host::cumodule_init(module, library.as_deref()))
+        .py()
+}
+
+/// NVSHMEM's `nvshmemx_init_status()` (0 not initialized, 1 bootstrapped, 2+ initialized), from
+/// the libnvshmem_host.so.3 the module init uses (`library` as in `nvshmem_cumodule_init`).
+#[pyfunction]
+#[pyo3(signature = (library=None))]
+fn nvshmem_init_status(library: Option<String>) -> PyResult<i32> {
+    crate::nvshmem_host::init_status(library.as_deref()).py()
+}
+
 /// Number of CUDA devices visible to this process (raises without a driver).
 #[pyfunction]
 fn device_count() -> PyResult<i32> {
@@ -455,6 +474,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExternalContext>()?;
     m.add_function(wrap_pyfunction!(driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(nvshmem_cumodule_init, m)?)?;
+    m.add_function(wrap_pyfunction!(nvshmem_init_status, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(context_layout, m)?)?;
     m.add_function(wrap_pyfunction!(heap_layout, m)?)?;

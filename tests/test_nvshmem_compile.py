@@ -1,0 +1,145 @@
+"""The NVSHMEM bitcode links against NVSHMEM's own and compiles to cubin for sm_90, no GPU needed.
+
+A kernel calling every `symm_nvshmem_*` wrapper (and a P2P function, which the NVSHMEM bitcode
+exports too) is compiled with ``extern_libs`` exactly as ``@ironlink.jit(nvshmem=True)`` builds
+them, against the PINNED NVSHMEM 3.4.5 device bitcode (the release PyTorch 2.11 ships; LLVM 18):
+linked (ptxas resolves every NVSHMEM function), ironlink's calls inlined, no local memory.
+
+The bitcode comes from the ``nvidia-nvshmem-cu13==3.4.5`` wheel on PyPI, downloaded once with pip
+into ``build/nvshmem-3.4.5/`` (or taken from ``$IRONLINK_NVSHMEM_PINNED_WHEEL``, a wheel file).
+The tests skip, saying so, only when that download fails (no network).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import ironlink
+import ironlink.language as il
+from ironlink import _abi, _lib, _nvshmem
+from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
+
+REPO = Path(__file__).resolve().parents[1]
+PINNED = "3.4.5"
+WHEEL_REQ = f"nvidia-nvshmem-cu13=={PINNED}"
+CACHE = REPO / "build" / f"nvshmem-{PINNED}"
+LIB_DIR = "nvidia/nvshmem/lib"
+
+
+def _download_wheel() -> Path:
+    """The pinned wheel: $IRONLINK_NVSHMEM_PINNED_WHEEL, the cache, or a pip download into the cache."""
+    given = os.environ.get("IRONLINK_NVSHMEM_PINNED_WHEEL")
+    if given:
+        return Path(given)
+    wheels = sorted(CACHE.glob(f"nvidia_nvshmem_cu13-{PINNED}-*.whl"))
+    if not wheels:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+             "--platform", "manylinux2014_x86_64", "--python-version", "3.9", WHEEL_REQ, "-d", str(CACHE)],
+            capture_output=True, text=True, timeout=600,
+        )
+        wheels = sorted(CACHE.glob(f"nvidia_nvshmem_cu13-{PINNED}-*.whl"))
+        if r.returncode != 0 or not wheels:
+            pytest.skip(f"cannot download {WHEEL_REQ} from PyPI (pip said: {r.stderr.strip()[-300:]})")
+    return wheels[0]
+
+
+def _extract(name: str) -> Path:
+    """`nvidia/nvshmem/lib/<name>` of the pinned wheel, extracted once into the cache."""
+    out = CACHE / name
+    if not out.is_file():
+        with zipfile.ZipFile(_download_wheel()) as z:
+            tmp = out.with_name(name + ".part")
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(z.read(f"{LIB_DIR}/{name}"))
+            tmp.rename(out)  # whole or absent: an interrupted extraction is not taken for the file
+    return out
+
+
+@pytest.fixture(scope="module")
+def nvshmem_bc() -> Path:
+    return _extract("libnvshmem_device.bc")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        yield
+
+
+@triton.jit
+def nvshmem_kernel(ctx, dst, src, sig, nbytes, pe, out):
+    r = il.symm_nvshmem_put_signal(dst, src, nbytes, sig, 1, SIGNAL_OP_ADD, pe)
+    r += il.symm_nvshmem_quiet(0)
+    r += il.symm_nvshmem_signal_wait(sig, CMP_GE, 1)
+    near = il.symm_nvshmem_ptr(dst, pe) != 0
+    r += il.symm_nvshmem_n_pes(0) * 100 + il.symm_nvshmem_my_pe(0) + near.to(tl.int32)
+    r += il.symm_rank(ctx)  # a P2P export: the NVSHMEM bitcode carries those too
+    tl.store(out, r)
+
+
+SIGNATURE = {"ctx": "i64", "dst": "*u8", "src": "*u8", "sig": "*u64", "nbytes": "i64", "pe": "i32", "out": "*i32"}
+
+
+def test_links_inlines_and_uses_no_local_memory(nvshmem_bc: Path) -> None:
+    kernel = ironlink.jit(nvshmem_kernel, arch="sm_90", nvshmem=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
+        libs = kernel.extern_libs()
+    assert list(libs) == ["ironlink", "libnvshmem_device"]  # ironlink first: it calls NVSHMEM
+    assert Path(libs["ironlink"]).name == "ironlink_nvshmem_sm90.bc"
+    k = triton.compile(ASTSource(nvshmem_kernel, SIGNATURE, {}), target=GPUTarget("cuda", 90, 32),
+                       options={"extern_libs": tuple(libs.items())})
+    assert k.asm["cubin"]
+    ptx = k.asm["ptx"]
+    for name in (*_abi.NVSHMEM_FUNCTIONS, "symm_rank"):
+        assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{name}\b", ptx), f"{name} was not inlined"
+    unresolved = re.findall(r"^\s*\.extern\s+\.func[^\n]*", ptx, re.MULTILINE)
+    assert not unresolved, f"functions left undefined: {unresolved}"
+    local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
+    assert not local, "local memory:\n" + "\n".join(local[:10])
+    # NVSHMEM's device state is in the module: what nvshmemx_cumodule_init fills in at load.
+    assert re.search(r"\bnvshmemi_device_state_d\b", ptx)
+
+
+def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Why extern_libs puts ironlink first: Triton links each library only for what is already
+    # needed, so NVSHMEM first contributes nothing and its functions stay undefined. (A cache of
+    # its own: Triton's cache key sorts extern_libs, so both orders would share one entry.)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    libs = (("libnvshmem_device", str(nvshmem_bc)), ("ironlink", _lib.bitcode_path("sm_90", nvshmem=True)))
+    with pytest.raises(Exception, match="Unresolved extern function 'nvshmem"):
+        triton.compile(ASTSource(nvshmem_kernel, SIGNATURE, {}), target=GPUTarget("cuda", 90, 32),
+                       options={"extern_libs": libs})
+
+
+def test_pinned_bitcode_defines_what_the_wrappers_declare(nvshmem_bc: Path) -> None:
+    # The prototypes in device/src/hw/nvshmem.rs against the pinned release's definitions: a type
+    # mismatch would link a call through a wrong signature.
+    ours = _lib.disassemble(_lib.bitcode_path("sm_90", nvshmem=True))
+    declared = {m.group(1): m.group(0) for m in re.finditer(r"^declare\b[^@]*@(nvshmemx?_\w+)\(.*$", ours, re.MULTILINE)}
+    assert set(declared) == {"nvshmemx_putmem_signal_nbi_block", "nvshmem_signal_wait_until", "nvshmem_quiet",
+                             "nvshmem_ptr", "nvshmem_my_pe", "nvshmem_n_pes"}
+    theirs = _lib.bitcode_signatures(nvshmem_bc)
+    for name, line in declared.items():
+        m = re.match(r"declare\s+(?P<pre>.*?)@\w+\((?P<args>.*)\)", line)
+        assert m is not None
+        args = tuple(_lib._leading_type(a) for a in _lib._split_top_level(m.group("args")))
+        ret = _lib._trailing_type(m.group("pre").strip())
+        assert theirs.get(name) == (args, ret), f"{name}: ours {(args, ret)}, NVSHMEM {PINNED}'s {theirs.get(name)}"
+
