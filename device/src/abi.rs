@@ -26,7 +26,7 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 4;
 
 /// Most ranks one context can address (one HGX node).
 pub const MAX_RANKS: usize = 8;
@@ -46,7 +46,6 @@ status: i32 {
     /// The context's magic word is not ironlink's, or its backend kind is not one this build
     /// serves (NCCL), or its rank / world size is out of range.
     UNKNOWN_CONTEXT = -2;
-    /// Also: a tile call on a context of more than one node (`node_size < world_size`).
     UNSUPPORTED_OP = -3;
     UNSUPPORTED_DTYPE = -4;
     /// A region lies (partly) outside the symmetric heap.
@@ -63,9 +62,6 @@ status: i32 {
     /// A variable all-to-all would deliver more rows to some rank than its output holds: every
     /// rank returns it, nothing is written but the receive counts and offsets.
     CAPACITY_EXCEEDED = -10;
-    /// A put, get or signal names a peer on another node (reached only by the remote
-    /// transport), or a cross-node call runs in a build without a network (the P2P bitcode).
-    PEER_NOT_MAPPED = -11;
 }}
 
 const_group! {
@@ -152,11 +148,7 @@ pub struct SymmContext {
     pub error: i32,
     /// Which function recorded `error` (its index in the export table), for the host's message.
     pub error_detail: i32,
-    /// Ranks per node: node of rank r is `r / node_size` (contiguous groups). 0, or `world_size`,
-    /// is one node. Must divide `world_size`. Peers on another node are reached only through the
-    /// remote transport (`transport::remote`), even when their addresses are mapped here: that is
-    /// how one machine runs the cross-node path as simulated nodes (4 GPUs as 2 nodes of 2).
-    pub node_size: u32,
+    pub _pad0: u32,
     /// Bytes in each rank's user-buffer region.
     pub heap_size: u64,
     /// Bytes in each rank's signal region (see `signal` below for its layout).
@@ -214,7 +206,7 @@ impl SymmContext {
             world_size,
             error: 0,
             error_detail: 0,
-            node_size: 0,
+            _pad0: 0,
             heap_size: 0,
             signal_size: 0,
             scratch_size: 0,
@@ -261,16 +253,8 @@ signal: usize {
     /// signals rank `p` sent for `tile` that this rank has not yet waited for.
     TILE_SIGNAL_OFFSET = TILE_BARRIER_OFFSET + TILE_BARRIER_BYTES;
     TILE_SIGNAL_BYTES = super::MAX_TILES * super::MAX_RANKS * 4;
-    /// Remote-transport arrivals: `[MAX_CTAS][MAX_RANKS]` u64; slot `[cta][p]` is set by rank
-    /// `p`'s put-with-signal (another node) once its data has landed here (`transport::remote`).
-    REMOTE_ARRIVE_OFFSET = TILE_SIGNAL_OFFSET + TILE_SIGNAL_BYTES;
-    REMOTE_ARRIVE_BYTES = super::MAX_CTAS * super::MAX_RANKS * 8;
-    /// Remote-transport acknowledgements: `[MAX_CTAS][MAX_RANKS]` u64; slot `[cta][p]` is set by
-    /// rank `p` once it has consumed what this rank put into its scratch.
-    REMOTE_ACK_OFFSET = REMOTE_ARRIVE_OFFSET + REMOTE_ARRIVE_BYTES;
-    REMOTE_ACK_BYTES = super::MAX_CTAS * super::MAX_RANKS * 8;
     /// The smallest signal region a context may carry.
-    MIN_BYTES = REMOTE_ACK_OFFSET + REMOTE_ACK_BYTES;
+    MIN_BYTES = TILE_SIGNAL_OFFSET + TILE_SIGNAL_BYTES;
 }}
 
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.
@@ -288,11 +272,6 @@ pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
     (
         "error_detail",
         core::mem::offset_of!(SymmContext, error_detail),
-        4,
-    ),
-    (
-        "node_size",
-        core::mem::offset_of!(SymmContext, node_size),
         4,
     ),
     (

@@ -29,14 +29,10 @@ pub unsafe fn cta_copy(dst: usize, src: usize, n: usize) {
     hw::sync_threads();
 }
 
-/// Sets or adds `value` into `peer`'s slot after making this CTA's earlier writes visible there
-/// (`PEER_NOT_MAPPED` for a peer on another node).
+/// Sets or adds `value` into `peer`'s slot after making this CTA's earlier writes visible there.
 pub fn signal(c: &SymmContext, slot: i64, value: i64, op: i32, peer: i32) -> i32 {
     if peer < 0 || peer >= c.world_size {
         return status::INVALID_ARGUMENT;
-    }
-    if let Err(e) = crate::runtime::context::one_node_with(c, peer as usize) {
-        return e; // another node: only the remote transport reaches it
     }
     let p = match signal_slot(c, peer as usize, slot) {
         Ok(p) => p,

@@ -87,7 +87,6 @@ fn all_reduce_matrix(
             Algorithm::OneShotLl => (u64::MAX, u64::MAX),
             Algorithm::TwoShotLl => (0, u64::MAX),
             Algorithm::TwoShot => (0, 0),
-            Algorithm::Hierarchical => unreachable!("needs simulated nodes: tests/hierarchical.rs"),
         };
         for r in 0..world {
             node.ctx_mut(r).ar_one_shot_max_bytes = one_shot;

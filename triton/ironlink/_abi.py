@@ -3,7 +3,7 @@
 # run `make abi` (or any cargo build) to regenerate.
 from __future__ import annotations
 
-ABI_VERSION = 5
+ABI_VERSION = 4
 CTX_MAGIC = 0x4b4c5249
 MAX_RANKS = 8
 MAX_CTAS = 256
@@ -22,7 +22,6 @@ STATUS = {
     "ABI_MISMATCH": -8,
     "INVALID_ARGUMENT": -9,
     "CAPACITY_EXCEEDED": -10,
-    "PEER_NOT_MAPPED": -11,
 }
 
 REDUCE_OP = {
@@ -83,11 +82,7 @@ SIGNAL_LAYOUT = {
     "TILE_BARRIER_BYTES": 131072,
     "TILE_SIGNAL_OFFSET": 173184,
     "TILE_SIGNAL_BYTES": 131072,
-    "REMOTE_ARRIVE_OFFSET": 304256,
-    "REMOTE_ARRIVE_BYTES": 16384,
-    "REMOTE_ACK_OFFSET": 320640,
-    "REMOTE_ACK_BYTES": 16384,
-    "MIN_BYTES": 337024,
+    "MIN_BYTES": 304256,
 }
 
 THRESHOLDS = {
@@ -110,7 +105,6 @@ CONTEXT_FIELDS = {
     "world_size": (16, 4),
     "error": (20, 4),
     "error_detail": (24, 4),
-    "node_size": (28, 4),
     "heap_size": (32, 8),
     "signal_size": (40, 8),
     "scratch_size": (48, 8),

@@ -34,9 +34,6 @@ fn code(r: Result<(), i32>) -> i32 {
 
 /// The shape shared by every collective: check the context, check the arguments (`prepare`,
 /// which must not touch memory), then run `body` inside a call (epoch advanced, CTA synced).
-/// On a context of several nodes it runs its one-node algorithm over the mapped peers (simulated
-/// nodes map every peer; no gate here: even a two-compare check in this prologue made all_gather
-/// spill on sm_90/100). All-reduce takes the hierarchical path (`any_nodes_collective`).
 #[inline(always)]
 fn collective<P>(
     ctx: i64,
@@ -44,42 +41,16 @@ fn collective<P>(
     prepare: impl FnOnce(&SymmContext) -> Result<P, i32>,
     body: impl FnOnce(&Call, P) -> Result<(), i32>,
 ) -> i32 {
-    code(call_in(ctx::context(ctx), which, prepare, body))
-}
-
-/// `collective` for one with a multi-node version (all-reduce), which serves every context.
-#[inline(always)]
-fn any_nodes_collective<P>(
-    ctx: i64,
-    which: i32,
-    prepare: impl FnOnce(&SymmContext) -> Result<P, i32>,
-    body: impl FnOnce(&Call, P) -> Result<(), i32>,
-) -> i32 {
-    code(call_in(
-        ctx::context(ctx).and_then(ctx::multi_node),
-        which,
-        prepare,
-        body,
-    ))
-}
-
-#[inline(always)]
-fn call_in<P>(
-    c: Result<&SymmContext, i32>,
-    which: i32,
-    prepare: impl FnOnce(&SymmContext) -> Result<P, i32>,
-    body: impl FnOnce(&Call, P) -> Result<(), i32>,
-) -> Result<(), i32> {
-    c.and_then(|c| {
+    let r = ctx::context(ctx).and_then(|c| {
         let p = prepare(c)?;
         let call = Call::begin(c, which)?;
         body(&call, p)
-    })
+    });
+    code(r)
 }
 
 /// The shape of every tile collective: check the context, the tile index and the arguments
 /// (`prepare`, which must not touch memory and returns the body), then run the body in a tile call.
-/// Tile calls have no multi-node version (UNSUPPORTED_OP on a context of several nodes).
 #[inline(always)]
 fn tile_call<B: FnOnce(&Call) -> Result<(), i32>>(
     ctx: i64,
@@ -87,7 +58,7 @@ fn tile_call<B: FnOnce(&Call) -> Result<(), i32>>(
     tile: i64,
     prepare: impl FnOnce(&SymmContext) -> Result<B, i32>,
 ) -> i32 {
-    let r = ctx::context(ctx).and_then(ctx::one_node).and_then(|c| {
+    let r = ctx::context(ctx).and_then(|c| {
         let index = tile::tile_index(tile)?;
         let body = prepare(c)?;
         body(&Call::begin_tile(c, which, index))
@@ -149,8 +120,7 @@ exports! {
     }
 
     /// The address of the same byte as `ptr` in `peer`'s copy of the symmetric heap.
-    /// Returns 0 when `ptr` is not inside the local heap, `peer` is out of range or on another
-    /// node, or the context is bad.
+    /// Returns 0 when `ptr` is not inside the local heap, `peer` is out of range or the context is bad.
     fn symm_peer_ptr(ctx: i64, ptr: i64, peer: i32) -> i64 {
         let r = ctx::context(ctx).and_then(|c| ctx::peer_address(c, ptr as u64, 0, peer));
         match r {
@@ -160,8 +130,7 @@ exports! {
     }
 
     /// Like `symm_peer_ptr`, but returns the negative status instead of 0 on failure
-    /// (`OUT_OF_BOUNDS` when `[ptr, ptr + nbytes)` leaves the heap, `INVALID_ARGUMENT` for a bad peer,
-    /// `PEER_NOT_MAPPED` for a peer on another node).
+    /// (`OUT_OF_BOUNDS` when `[ptr, ptr + nbytes)` leaves the heap, `INVALID_ARGUMENT` for a bad peer).
     fn symm_peer_ptr_checked(ctx: i64, ptr: i64, nbytes: i64, peer: i32) -> i64 {
         if nbytes < 0 {
             return status::INVALID_ARGUMENT as i64;
@@ -184,7 +153,7 @@ exports! {
     /// In-place all-reduce of `num_elements` elements at `local_ptr + byte_offset` (torch_symm's
     /// signature). Result bitwise identical on all ranks; fp16/bf16 accumulate in fp32.
     fn symm_all_reduce(ctx: i64, local_ptr: i64, byte_offset: i64, num_elements: i64, reduce_op: i32, dtype: i32) -> i32 {
-        any_nodes_collective(
+        collective(
             ctx,
             which!(symm_all_reduce),
             |c| Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?),
@@ -384,7 +353,7 @@ exports! {
     /// elements apart) to the symmetric `dst_ptr` (same layout) on `peer`, then signals tile
     /// `tile` to that peer (as `symm_tile_signal`). `src_ptr` is not checked against the heap.
     fn symm_tile_put(ctx: i64, dst_ptr: i64, src_ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, peer: i32, dtype: i32) -> i32 {
-        let r = ctx::context(ctx).and_then(ctx::one_node).and_then(|c| {
+        let r = ctx::context(ctx).and_then(|c| {
             let es = check_dtype(dtype)?;
             let t = Tile::new(c, dst_ptr, Shape { rows, cols, row_stride }, es)?;
             let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
@@ -402,7 +371,7 @@ exports! {
     /// Push-as-produced: tells `peer` that this CTA's earlier writes for tile `tile` (stores
     /// through `symm_peer_ptr`, `symm_put`) are visible to it. Pairs with one `symm_tile_wait`.
     fn symm_tile_signal(ctx: i64, tile: i64, peer: i32) -> i32 {
-        let r = ctx::context(ctx).and_then(ctx::one_node).and_then(|c| {
+        let r = ctx::context(ctx).and_then(|c| {
             let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
             primitives::tile_signal(c, index, peer);
             Ok(())
@@ -414,7 +383,7 @@ exports! {
     /// counted: each wait takes one); what the peer wrote before it is then visible to this CTA.
     /// TIMEOUT (recorded) after the context's timeout.
     fn symm_tile_wait(ctx: i64, tile: i64, peer: i32) -> i32 {
-        let r = ctx::context(ctx).and_then(ctx::one_node).and_then(|c| {
+        let r = ctx::context(ctx).and_then(|c| {
             let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
             primitives::tile_wait(c, index, peer, which!(symm_tile_wait))
         });
@@ -424,7 +393,7 @@ exports! {
     /// `symm_tile_signal` to every other rank at once (one thread per rank): what a tile's
     /// producer calls after storing it into every peer, or to announce a tile every peer reads.
     fn symm_tile_signal_others(ctx: i64, tile: i64) -> i32 {
-        let r = ctx::context(ctx).and_then(ctx::one_node).and_then(|c| {
+        let r = ctx::context(ctx).and_then(|c| {
             primitives::tile_signal_others(c, tile::tile_index(tile)?);
             Ok(())
         });
@@ -435,7 +404,7 @@ exports! {
     /// signalled `tile` once more than this rank waited for it. TIMEOUT (recorded) as
     /// `symm_tile_wait`.
     fn symm_tile_wait_others(ctx: i64, tile: i64) -> i32 {
-        let r = ctx::context(ctx).and_then(ctx::one_node).and_then(|c| {
+        let r = ctx::context(ctx).and_then(|c| {
             primitives::tile_wait_others(c, tile::tile_index(tile)?, which!(symm_tile_wait_others))
         });
         code(r)

@@ -14,13 +14,10 @@
 //!   where that cannot run, from `SEPARATE_PHASES_MIN_BYTES` on with a barrier between the loads
 //!   and the stores.
 //!
-//! On a context of several nodes: the hierarchical all-reduce (`hierarchical`).
-//!
 //! The choice and its thresholds are in `choice`. Every rank computes each result element once,
 //! in rank order, so results are bitwise equal.
 
 use super::choice::{choose, two_shot_variant, Algorithm, TwoShot};
-use super::hierarchical;
 use crate::runtime::elem::Reduction;
 use crate::runtime::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::runtime::region::Region;
@@ -37,7 +34,6 @@ pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         Algorithm::OneShotLl => one_shot_ll(call, r, red),
         Algorithm::TwoShotLl => two_shot_ll(call, r, red),
         Algorithm::TwoShot => two_shot(call, r, red),
-        Algorithm::Hierarchical => hierarchical::all_reduce(call, r, red),
     }
 }
 

@@ -12,7 +12,6 @@
 
 use crate::abi::SymmContext;
 use crate::runtime::mem::div_ceil32;
-use crate::runtime::nodes::Nodes;
 use crate::runtime::region::Region;
 use crate::transport::{ll_packet, store_rounds};
 
@@ -74,17 +73,12 @@ pub enum Algorithm {
     OneShotLl,
     TwoShotLl,
     TwoShot,
-    /// A context of several nodes (`collectives::hierarchical`), whatever the size.
-    Hierarchical,
 }
 
-/// The all-reduce algorithm for a message of `bytes` on a grid of `ctas` CTAs: hierarchical on a
-/// context of several nodes, else by the context's size limits, where the packets fit.
+/// The all-reduce algorithm for a message of `bytes` on a grid of `ctas` CTAs: by the context's
+/// size limits, where the packets fit.
 #[inline(always)]
 pub fn choose(c: &SymmContext, ctas: usize, bytes: usize) -> Algorithm {
-    if Nodes::of(c).multi() {
-        return Algorithm::Hierarchical;
-    }
     if bytes > ll_packet::LL_HARD_MAX_BYTES {
         return Algorithm::TwoShot;
     }

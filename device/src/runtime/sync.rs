@@ -140,20 +140,12 @@ impl<'a> Call<'a> {
     /// barriers of one call. All memory accesses this CTA made before it are visible to the
     /// same-index CTAs of every peer after it.
     pub fn barrier(&self, phase: u32) -> Result<(), i32> {
-        self.barrier_among(phase, 0, self.world)
-    }
-
-    /// `barrier` among the ranks `first..first + count` only (one node of a multi-node context,
-    /// `collectives::hierarchical`). Flags keep their global indices (slot `[cta][p]` is written
-    /// by rank p alone), so node barriers and whole-world ones share them.
-    #[inline(always)]
-    pub fn barrier_among(&self, phase: u32, first: usize, count: usize) -> Result<(), i32> {
         let value = (self.epoch << 2) | phase;
         let mut late = false;
         hw::sync_threads();
         let tid = hw::thread_rank_fresh() as usize;
-        if tid < count {
-            let p = first + tid;
+        if tid < self.world {
+            let p = tid;
             let slot = |rank_base: usize, from: usize| {
                 (rank_base + self.slots.barrier + (self.cta * MAX_RANKS + from) * 4) as *mut u32
             };

@@ -56,14 +56,6 @@ impl Node {
         n
     }
 
-    /// Groups the ranks into simulated nodes of `size` consecutive ranks (`SymmContext::node_size`;
-    /// 0 is one node): peers on other nodes are then reached only through the simulated network.
-    pub fn set_node_size(&mut self, size: u32) {
-        for c in &mut self.ctxs {
-            c.node_size = size;
-        }
-    }
-
     pub fn ctx(&self, rank: usize) -> i64 {
         &self.ctxs[rank] as *const SymmContext as i64
     }

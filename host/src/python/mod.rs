@@ -445,7 +445,6 @@ fn all_reduce_algorithm(
         Algorithm::OneShotLl => "one_shot_ll",
         Algorithm::TwoShotLl => "two_shot_ll",
         Algorithm::TwoShot => "two_shot",
-        Algorithm::Hierarchical => "hierarchical",
     })
 }
 
