@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+from doc_blocks import replace_between  # noqa: E402
 sys.path.insert(0, str(REPO / "triton"))  # ironlink.tuning: the methods the docs call the default
 from ironlink import tuning  # noqa: E402
 RESULTS = REPO / "bench" / "results"
@@ -109,16 +111,9 @@ def sp_block() -> str:
     return "\n".join(out) + "\n"
 
 
-def _replace(text: str, begin: str, end: str, body: str) -> str:
-    if begin not in text or end not in text:
-        raise SystemExit(f"docs/fused.md lacks the {begin.strip()} / {end} markers")
-    before, rest = text.split(begin, 1)
-    return before + begin + body + end + rest.split(end, 1)[1]
-
-
 def write() -> None:
-    text = _replace(DOC.read_text(), BEGIN, END, block())
-    DOC.write_text(_replace(text, SP_BEGIN, SP_END, sp_block()))
+    text = replace_between(DOC.read_text(), BEGIN, END, block(), "docs/fused.md")
+    DOC.write_text(replace_between(text, SP_BEGIN, SP_END, sp_block(), "docs/fused.md"))
     print("wrote the fused blocks of docs/fused.md")
 
 

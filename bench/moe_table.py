@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "moe.md"
 BEGIN, END = "<!-- moe:begin -->\n", "<!-- moe:end -->"
@@ -63,11 +65,7 @@ def block() -> str:
 
 
 def write() -> None:
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit("docs/moe.md lacks the <!-- moe:begin --> / <!-- moe:end --> markers")
-    before, rest = text.split(BEGIN, 1)
-    DOC.write_text(before + BEGIN + block() + END + rest.split(END, 1)[1])
+    DOC.write_text(replace_between(DOC.read_text(), BEGIN, END, block(), "docs/moe.md"))
     print("wrote the MoE block of docs/moe.md")
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 README = REPO / "README.md"
 PERFORMANCE = REPO / "docs" / "performance.md"
@@ -95,16 +97,9 @@ def headline(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def replace_block(text: str, block: str, where: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{where} lacks the {BEGIN.strip()} / {END} markers")
-    before, rest = text.split(BEGIN, 1)
-    return before + BEGIN + block + END + rest.split(END, 1)[1]
-
-
 def write() -> None:
     for path, block in ((README, readme_block()), (PERFORMANCE, full_block())):
-        path.write_text(replace_block(path.read_text(), block, str(path.relative_to(REPO))))
+        path.write_text(replace_between(path.read_text(), BEGIN, END, block, str(path.relative_to(REPO))))
         print(f"wrote the bench block of {path.relative_to(REPO)}")
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "tutorial.md"
 BEGIN, END = "<!-- tutorial:begin -->\n", "<!-- tutorial:end -->"
@@ -59,11 +61,7 @@ def block() -> str:
 
 
 def write() -> None:
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit("docs/tutorial.md lacks the <!-- tutorial:begin --> / <!-- tutorial:end --> markers")
-    before, rest = text.split(BEGIN, 1)
-    DOC.write_text(before + BEGIN + block() + END + rest.split(END, 1)[1])
+    DOC.write_text(replace_between(DOC.read_text(), BEGIN, END, block(), "docs/tutorial.md"))
     print("wrote the tutorial block of docs/tutorial.md")
 
 
