@@ -9,6 +9,7 @@ sanitized peer runs many times slower)."""
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from typing import Callable, Optional, Sequence, TypeVar
 
@@ -58,3 +59,14 @@ class Cases:
             self.passed += 1
         else:
             self.failed.append(name)
+
+    def report(self, suite: str, world: int, started: float) -> int:
+        """Rank 0 prints the failed cases and the summary line tests/gpu/run.sh greps
+        ("== <suite> world <N>: P passed, F failed in T s =="); the worker's exit status."""
+        if self.rank == 0:
+            for f in self.failed:
+                print(f"FAILED {f}")
+            print(f"== {suite} world {world}: {self.passed} passed, {len(self.failed)} failed in "
+                  f"{time.time() - started:.1f}s ==", flush=True)
+        return 1 if self.failed else 0
+

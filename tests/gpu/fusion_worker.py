@@ -408,13 +408,9 @@ def main() -> int:
             sp_cases(cases, s, world, dtype, method)
         cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))
     heap.close()
-    if rank == 0:
-        for f in cases.failed:
-            print(f"FAILED {f}")
-        print(f"== fusion world {world}: {cases.passed} passed, {len(cases.failed)} failed in {time.time() - t0:.1f}s ==",
-              flush=True)
+    code = cases.report("fusion", world, t0)
     dist.destroy_process_group()
-    return 1 if cases.failed else 0
+    return code
 
 
 if __name__ == "__main__":

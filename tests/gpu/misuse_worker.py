@@ -189,13 +189,9 @@ def main() -> int:
     cases.run("heap used after its process group was destroyed", after_group_destroyed)
     cases.run("a call issued on only some ranks", only_some_ranks)
     cases.run("a user kernel launched with different grids", different_grids)
-    if rank == 0:
-        for f in cases.failed:
-            print(f"FAILED {f}")
-        print(f"== misuse world {world}: {cases.passed} passed, {len(cases.failed)} failed in {time.time() - t0:.1f}s ==",
-              flush=True)
+    code = cases.report("misuse", world, t0)
     dist.destroy_process_group()
-    return 1 if cases.failed else 0
+    return code
 
 
 if __name__ == "__main__":

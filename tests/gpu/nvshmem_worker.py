@@ -242,13 +242,9 @@ def main() -> int:
     s.run("heap.check() is clean", nv.check)
     p2p.close()
     nv.close()
-    if rank == 0:
-        for f in s.failed:
-            print(f"FAILED {f}")
-        print(f"nvshmem suite took {time.time() - t0:.1f}s")
-        print(f"== nvshmem world {world}: {s.passed} passed, {len(s.failed)} failed ==", flush=True)
+    code = s.report("nvshmem", world, t0)
     dist.destroy_process_group()
-    return 1 if s.failed else 0
+    return code
 
 
 if __name__ == "__main__":

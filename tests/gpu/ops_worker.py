@@ -432,13 +432,9 @@ def main() -> int:
     s.run("argument errors", s.argument_errors)
     s.run("heap.check() is clean", heap.check)
     heap.close()
-    if rank == 0:
-        for f in s.failed:
-            print(f"FAILED {f}")
-        print(f"ops suite took {time.time() - t0:.1f}s")
-        print(f"== ops world {world}: {s.passed} passed, {len(s.failed)} failed ==", flush=True)
+    code = s.report("ops", world, t0)
     dist.destroy_process_group()
-    return 1 if s.failed else 0
+    return code
 
 
 if __name__ == "__main__":
