@@ -53,6 +53,8 @@ fn python_module() -> String {
     writeln!(o, "ABI_VERSION = {}", abi::ABI_VERSION).unwrap();
     writeln!(o, "CTX_MAGIC = {:#x}", abi::CTX_MAGIC).unwrap();
     writeln!(o, "MAX_RANKS = {}", abi::MAX_RANKS).unwrap();
+    writeln!(o, "MAX_NODES = {}", abi::MAX_NODES).unwrap();
+    writeln!(o, "MAX_WORLD = {}", abi::MAX_WORLD).unwrap();
     writeln!(o, "MAX_CTAS = {}", abi::MAX_CTAS).unwrap();
     writeln!(o, "MAX_TILES = {}", abi::MAX_TILES).unwrap();
     writeln!(o, "DEFAULT_TIMEOUT_NS = {}\n", abi::DEFAULT_TIMEOUT_NS).unwrap();

@@ -19,6 +19,7 @@ from ironlink.nvshmem_memory import (
     BACKENDS,
     buffer_offset,
     check_backend,
+    check_node_size,
     check_spans_world,
     open_heap,
     peer_bases,
@@ -44,6 +45,23 @@ def test_nvshmem_heap_spans_the_whole_job() -> None:
     check_spans_world(4, 4)
     with pytest.raises(ValueError, match="all 8 processes .* this group has 4"):
         check_spans_world(4, 8)
+
+
+def test_node_size() -> None:
+    assert check_node_size(None, "nvshmem", 16, None) == 16  # one node unless told
+    assert check_node_size(None, "nvshmem", 16, "8") == 8  # torchrun's LOCAL_WORLD_SIZE
+    assert check_node_size(None, "nvshmem", 16, "3") == 16  # does not divide: one node
+    assert check_node_size(None, "p2p", 4, "2") == 4  # the p2p heap is one node
+    assert check_node_size(2, "nvshmem", 4, "4") == 2  # simulated nodes: explicit wins
+    assert check_node_size(4, "p2p", 4, None) == 4
+    with pytest.raises(ValueError, match="needs backend='nvshmem'"):
+        check_node_size(2, "p2p", 4, None)
+    with pytest.raises(ValueError, match=r"node_size must be 1..8 and divide the group's 12 ranks, got 5"):
+        check_node_size(5, "nvshmem", 12, None)
+    with pytest.raises(ValueError, match="at most 32"):
+        check_node_size(1, "nvshmem", 64, None)
+    with pytest.raises(TypeError, match="node_size must be an int"):
+        check_node_size(2.0, "nvshmem", 4, None)  # type: ignore[arg-type]
 
 
 class _FakeSymmMem:
@@ -179,12 +197,12 @@ def test_open_heap_builds_the_context_from_the_rendezvous(monkeypatch: pytest.Mo
     s = _fake_symm_mem(monkeypatch, ptrs, offset=0x2000)
     native = _FakeNative()
     device = types.SimpleNamespace(index=5)
-    heap, buf = open_heap(native, _FakeTorch, _agree_alone(), lambda v: [v] * 3, "pg", 1, 3, device, 4096, 65536)
+    heap, buf = open_heap(native, _FakeTorch, _agree_alone(), lambda v: [v] * 3, "pg", 1, 3, device, 4096, 65536, 3)
     assert heap is native and s.set_calls == ["NVSHMEM"]
     assert s.allocated == [(4096 + 8192 + 65536, "uint8", device)]  # type: ignore[attr-defined]
     assert buf.offset == 0x2000
     backend = _abi.BACKEND["NVSHMEM"]
-    assert native.opened == [(5, 4096, 65536, 1, 3, backend, [p + 0x2000 for p in ptrs])]
+    assert native.opened == [(5, 4096, 65536, 1, 3, backend, [p + 0x2000 for p in ptrs], 0)]  # 0: one node
 
 
 def test_open_heap_closes_its_heap_when_another_rank_failed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,7 +211,7 @@ def test_open_heap_closes_its_heap_when_another_rank_failed(monkeypatch: pytest.
     device = types.SimpleNamespace(index=0)
     with pytest.raises(IronlinkError, match="opening the NVSHMEM symmetric heap failed on rank 0"):
         open_heap(native, _FakeTorch, _agree_alone("opening the NVSHMEM symmetric heap"), lambda v: [v] * 2,
-                  "pg", 1, 2, device, 4096, 0)
+                  "pg", 1, 2, device, 4096, 0, 2)
     assert native.closed == 1
 
 
@@ -202,7 +220,7 @@ def test_open_heap_stops_before_allocating_without_nvshmem(monkeypatch: pytest.M
     s.available = False
     with pytest.raises(IronlinkError, match="is_nvshmem_available"):
         open_heap(_FakeNative(), _FakeTorch, _agree_alone(), lambda v: [v] * 2, "pg", 0, 2,
-                  types.SimpleNamespace(index=0), 4096, 0)
+                  types.SimpleNamespace(index=0), 4096, 0, 2)
     assert s.allocated == []  # type: ignore[attr-defined]
 
 
@@ -226,9 +244,16 @@ def test_native_external_heap_checks(native: Any) -> None:  # noqa: F811 - the f
         native.Heap.over_external(0, 4096, 0, 0, 2, _abi.BACKEND["P2P"], [1 << 20, 2 << 20])
     with pytest.raises(IronlinkError, match="one buffer address per rank"):
         native.Heap.over_external(0, 4096, 0, 0, 2, nv, [1 << 20])
+    # Several nodes: only this rank's node needs addresses; a hole there is still refused.
+    with pytest.raises(IronlinkError, match=r"rank\(s\) 1 "):
+        native.Heap.over_external(0, 4096, 0, 0, 4, nv, [1 << 20, 0, 0, 0], 2)
+    with pytest.raises(IronlinkError, match="node size 3 must be 1..=8 and divide the world size 4"):
+        native.Heap.over_external(0, 4096, 0, 0, 4, nv, [1 << 20, 2 << 20, 0, 0], 3)
     if not native.driver_available():
         with pytest.raises(IronlinkError, match="libcuda"):
             native.Heap.over_external(0, 4096, 0, 0, 2, nv, [1 << 20, 2 << 20])
+        with pytest.raises(IronlinkError, match="libcuda"):
+            native.Heap.over_external(0, 4096, 0, 0, 4, nv, [1 << 20, 2 << 20, 0, 0], 2)
 
 
 def test_open_heap_refuses_one_rank_before_touching_nvshmem(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,5 +261,5 @@ def test_open_heap_refuses_one_rank_before_touching_nvshmem(monkeypatch: pytest.
     native = _FakeNative()
     with pytest.raises(IronlinkError, match="at least 2 ranks"):
         open_heap(native, _FakeTorch, _agree_alone(), lambda v: [v], "pg", 0, 1, types.SimpleNamespace(index=0),
-                  4096, 0)
+                  4096, 0, 1)
     assert s.set_calls == [] and native.opened == []

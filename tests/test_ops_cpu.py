@@ -360,7 +360,7 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
         def __getitem__(self, grid: Any) -> Any:
             return lambda *args, **kw: launches.append((self.name, grid, args, kw))
 
-    for c in ("all_reduce", "all_gather", "reduce_scatter"):
+    for c in ("all_reduce", "all_reduce_hierarchical", "all_gather", "reduce_scatter"):
         monkeypatch.setattr(ops, f"_{c}_kernel", Kernel(c))
     torch.launches = launches  # type: ignore[attr-defined]
     return torch
@@ -375,6 +375,11 @@ class _Device:
 
 class _Heap:
     closed, world_size, rank, ctx, device = False, 8, 3, 0x1234, _Device()
+    node_size = 8
+
+    @property
+    def multi_node(self) -> bool:
+        return self.node_size < self.world_size
 
     def __init__(self, *tensors: Any) -> None:
         from ironlink.stream_order import StreamOrder
@@ -413,6 +418,18 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
     assert fake_torch.launches[-1][1:3] == ((ctas,), (0x1234, out, inp, 1024, 4, ops._STATUS[0]))
     ironlink.all_reduce(_FakeTensor(0), heap=_Heap())  # empty: nothing to check in the heap or launch
     assert len(fake_torch.launches) == 4
+
+
+def test_multi_node_heaps_take_the_hierarchical_all_reduce_and_refuse_the_rest(fake_torch: Any) -> None:
+    x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
+    heap = _Heap(x, out)
+    heap.node_size = 2  # 8 ranks as 4 nodes of 2
+    ironlink.all_reduce(x, heap=heap)
+    assert [k for k, *_ in fake_torch.launches] == ["all_reduce_hierarchical"]
+    with pytest.raises(IronlinkError, match=r"ironlink.all_gather has no multi-node version yet; this heap "
+                                            r"spans 4 nodes of 2 ranks, where all_reduce run"):
+        ironlink.all_gather(out, x, heap=heap)
+    assert len(fake_torch.launches) == 1  # refused before any launch
 
 
 def test_host_call_statuses_and_capture(fake_torch: Any) -> None:

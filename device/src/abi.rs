@@ -26,11 +26,18 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
-/// Most ranks one context can address (one HGX node).
+/// Most ranks one node holds: the peer tables of a context (and every per-peer array of the
+/// signal region) have this many slots, rank `r` in slot `r % MAX_RANKS` (one node's ranks are
+/// consecutive, so they never share a slot). A one-node context has at most this many ranks.
 pub const MAX_RANKS: usize = 8;
 const _: () = assert!(MAX_RANKS.is_power_of_two());
+/// Most nodes a multi-node context (`backend::NVSHMEM_MULTI_NODE`) may span.
+pub const MAX_NODES: usize = 32;
+const _: () = assert!(MAX_NODES.is_power_of_two());
+/// Most ranks a multi-node context may have.
+pub const MAX_WORLD: usize = MAX_NODES * MAX_RANKS;
 /// Most CTAs per rank that a collective may be launched with (two waves on an H200's 132 SMs fit).
 pub const MAX_CTAS: usize = 256;
 /// Tile indices a tile-scoped call may name (`0..MAX_TILES`): each has its own call counter and
@@ -46,6 +53,7 @@ status: i32 {
     /// The context's magic word is not ironlink's, or its backend kind is not one this build
     /// serves (NCCL), or its rank / world size is out of range.
     UNKNOWN_CONTEXT = -2;
+    /// Also: a function without a multi-node version called on a multi-node context.
     UNSUPPORTED_OP = -3;
     UNSUPPORTED_DTYPE = -4;
     /// A region lies (partly) outside the symmetric heap.
@@ -62,6 +70,9 @@ status: i32 {
     /// A variable all-to-all would deliver more rows to some rank than its output holds: every
     /// rank returns it, nothing is written but the receive counts and offsets.
     CAPACITY_EXCEEDED = -10;
+    /// A peer pointer asked for a rank on another node (reached only by the remote transport),
+    /// or a cross-node exchange ran in a build without a network (the P2P bitcode).
+    PEER_NOT_MAPPED = -11;
 }}
 
 const_group! {
@@ -100,6 +111,12 @@ backend: u32 {
     NVSHMEM = 2;
     /// ironlink's own peer-to-peer heap: every peer's memory is mapped into this process.
     P2P = 3;
+    /// NVSHMEM symmetric memory over several nodes of `node_size` ranks: the peer tables hold
+    /// this rank's node, other nodes are reached by NVSHMEM puts. Served only by the functions
+    /// with a multi-node version (`symm_*_hierarchical`) and the queries; every other function
+    /// returns UNSUPPORTED_OP for it. A kind of its own so that the one-node functions refuse it
+    /// with the backend check they already make (a gate in their prologue cost registers).
+    NVSHMEM_MULTI_NODE = 4;
 }}
 
 const_group! {
@@ -148,7 +165,12 @@ pub struct SymmContext {
     pub error: i32,
     /// Which function recorded `error` (its index in the export table), for the host's message.
     pub error_detail: i32,
-    pub _pad0: u32,
+    /// Ranks per node of a `NVSHMEM_MULTI_NODE` context (rank r is on node `r / node_size`; at
+    /// most MAX_RANKS; divides `world_size`); ignored by the one-node kinds. Peers on another node
+    /// are reached only through the remote transport (`transport::remote`), even when their
+    /// addresses are mapped here: that is how one machine runs the cross-node path as simulated
+    /// nodes (4 GPUs as 2 nodes of 2).
+    pub node_size: u32,
     /// Bytes in each rank's user-buffer region.
     pub heap_size: u64,
     /// Bytes in each rank's signal region (see `signal` below for its layout).
@@ -165,7 +187,8 @@ pub struct SymmContext {
     /// all_gather (by output bytes) and reduce_scatter (by input bytes) use one-shot LL packets
     /// up to this size, where they fit the CTA's scratch slice; pushes/pulls between barriers above.
     pub gather_ll_max_bytes: u64,
-    /// Base of each rank's user-buffer region, as mapped in this process; 0 past `world_size`.
+    /// Base of each rank's user-buffer region, as mapped in this process, in slot
+    /// `rank % MAX_RANKS`; 0 for a slot no rank of this node fills.
     pub peer_heap: [u64; MAX_RANKS],
     /// Base of each rank's signal region, as mapped in this process.
     pub peer_signal: [u64; MAX_RANKS],
@@ -174,9 +197,9 @@ pub struct SymmContext {
 }
 
 impl SymmContext {
-    /// Base of `rank`'s user-buffer region. Masking the index (a no-op for the ranks
-    /// `runtime::context::context` admits) keeps a bounds-check panic, and the call it costs in
-    /// SASS, out of the device code.
+    /// Base of `rank`'s user-buffer region (`rank` on this rank's node). The index is the rank's
+    /// slot, `rank % MAX_RANKS`: the identity on a one-node context, and the mask also keeps a
+    /// bounds-check panic, and the call it costs in SASS, out of the device code.
     #[inline(always)]
     pub fn heap_base(&self, rank: usize) -> usize {
         self.peer_heap[rank & (MAX_RANKS - 1)] as usize
@@ -206,7 +229,7 @@ impl SymmContext {
             world_size,
             error: 0,
             error_detail: 0,
-            _pad0: 0,
+            node_size: 0,
             heap_size: 0,
             signal_size: 0,
             scratch_size: 0,
@@ -253,8 +276,17 @@ signal: usize {
     /// signals rank `p` sent for `tile` that this rank has not yet waited for.
     TILE_SIGNAL_OFFSET = TILE_BARRIER_OFFSET + TILE_BARRIER_BYTES;
     TILE_SIGNAL_BYTES = super::MAX_TILES * super::MAX_RANKS * 4;
+    /// Remote-transport arrivals: `[MAX_CTAS][MAX_NODES]` u64; slot `[cta][n]` is set by the
+    /// rank of node `n` this rank exchanges with, by its put-with-signal once its data has landed
+    /// here (`transport::remote`).
+    REMOTE_ARRIVE_OFFSET = TILE_SIGNAL_OFFSET + TILE_SIGNAL_BYTES;
+    REMOTE_ARRIVE_BYTES = super::MAX_CTAS * super::MAX_NODES * 8;
+    /// Remote-transport acknowledgements: `[MAX_CTAS][MAX_NODES]` u64; slot `[cta][n]` is set by
+    /// that rank of node `n` once it has consumed what this rank put into its scratch.
+    REMOTE_ACK_OFFSET = REMOTE_ARRIVE_OFFSET + REMOTE_ARRIVE_BYTES;
+    REMOTE_ACK_BYTES = super::MAX_CTAS * super::MAX_NODES * 8;
     /// The smallest signal region a context may carry.
-    MIN_BYTES = TILE_SIGNAL_OFFSET + TILE_SIGNAL_BYTES;
+    MIN_BYTES = REMOTE_ACK_OFFSET + REMOTE_ACK_BYTES;
 }}
 
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.
@@ -272,6 +304,11 @@ pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
     (
         "error_detail",
         core::mem::offset_of!(SymmContext, error_detail),
+        4,
+    ),
+    (
+        "node_size",
+        core::mem::offset_of!(SymmContext, node_size),
         4,
     ),
     (

@@ -25,10 +25,6 @@ impl Writer {
         self.bytes.extend_from_slice(data);
     }
 
-    fn pad(&mut self, n: usize) {
-        self.bytes.resize(self.bytes.len() + n, 0);
-    }
-
     fn array(&mut self, name: &'static str, a: &[u64; MAX_RANKS]) {
         let v: Vec<u8> = a.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.field(name, &v);
@@ -48,7 +44,7 @@ pub fn encode_with_layout(c: &SymmContext) -> (Vec<u8>, FieldLayout) {
     w.field("world_size", &c.world_size.to_le_bytes());
     w.field("error", &c.error.to_le_bytes());
     w.field("error_detail", &c.error_detail.to_le_bytes());
-    w.pad(4); // `_pad0`: aligns the u64 fields that follow.
+    w.field("node_size", &c.node_size.to_le_bytes());
     w.field("heap_size", &c.heap_size.to_le_bytes());
     w.field("signal_size", &c.signal_size.to_le_bytes());
     w.field("scratch_size", &c.scratch_size.to_le_bytes());
@@ -311,6 +307,7 @@ mod tests {
         let mut c = SymmContext::new(3, 8);
         c.error = -7;
         c.error_detail = 11;
+        c.node_size = 2;
         c.heap_size = 0x1111_2222_3333_4444;
         c.signal_size = 0x5555_6666;
         c.scratch_size = 0x7777_8888_9999;
@@ -353,6 +350,7 @@ mod tests {
         assert_eq!(at("world_size"), 8i32.to_le_bytes());
         assert_eq!(at("error"), (-7i32).to_le_bytes());
         assert_eq!(at("error_detail"), 11i32.to_le_bytes());
+        assert_eq!(at("node_size"), 2u32.to_le_bytes());
         assert_eq!(at("heap_size"), c.heap_size.to_le_bytes());
         assert_eq!(at("signal_size"), c.signal_size.to_le_bytes());
         assert_eq!(at("scratch_size"), c.scratch_size.to_le_bytes());
@@ -375,8 +373,8 @@ mod tests {
     fn encoding_equals_in_memory_struct() {
         // What the device dereferences is the repr(C) struct; our bytes must be exactly it.
         let c = sample();
-        // SAFETY: SymmContext is repr(C), Copy, and has no padding that is uninitialized (the
-        // only padding is the explicit `_pad0` field); reading it as bytes is sound.
+        // SAFETY: SymmContext is repr(C), Copy, and has no padding (every u32 field comes in
+        // pairs before the u64 fields); reading it as bytes is sound.
         let raw = unsafe {
             std::slice::from_raw_parts(
                 (&c as *const SymmContext).cast::<u8>(),

@@ -15,16 +15,28 @@ use crate::heap::{Inner, Layout, SymmHeap};
 use ironlink_device::collectives::choice::with_default_limits;
 
 /// The context for an external buffer of `layout` at `bases[r]` for every rank `r` (as mapped
-/// in this process), with backend kind `backend`. Every base must be non-null: a null one is a
-/// peer on another node ([`Error::PeerNotMapped`], naming all of them).
+/// in this process), with backend kind `backend` (NVSHMEM), on nodes of `node_size` ranks (0, or
+/// the world size: one node).
+///
+/// One node: every base must be non-null; a null one is a peer on another node
+/// ([`Error::PeerNotMapped`], naming all of them). Several nodes (`node_size` divides the world,
+/// at most MAX_RANKS per node and MAX_NODES nodes): a multi-node context
+/// (`backend::NVSHMEM_MULTI_NODE`) whose peer tables hold this rank's node, whose bases must be
+/// non-null; other nodes' bases are not used (NVSHMEM reaches them by PE number).
 pub fn external_heap_context(
     rank: i32,
     world: i32,
     backend: u32,
+    node_size: i32,
     layout: Layout,
     bases: &[u64],
 ) -> Result<SymmContext> {
-    check_rank(rank, world)?;
+    let multi_node = node_size != 0 && node_size != world;
+    if multi_node {
+        check_nodes(rank, world, node_size)?;
+    } else {
+        check_rank(rank, world)?;
+    }
     if backend != abi::backend::NVSHMEM {
         return Err(Error::InvalidArgument(format!(
             "a heap over external memory must be of backend kind NVSHMEM ({}), got {backend}",
@@ -38,7 +50,10 @@ pub fn external_heap_context(
             bases.len()
         )));
     }
-    let unmapped: Vec<i32> = (0..world).filter(|&r| bases[r as usize] == 0).collect();
+    // The ranks whose memory this process reaches by loads and stores: its node.
+    let size = if multi_node { node_size } else { world };
+    let node = rank / size * size..rank / size * size + size;
+    let unmapped: Vec<i32> = node.clone().filter(|&r| bases[r as usize] == 0).collect();
     if !unmapped.is_empty() {
         return Err(Error::PeerNotMapped {
             rank,
@@ -47,21 +62,48 @@ pub fn external_heap_context(
     }
     let mut c = with_default_limits(SymmContext::new(rank, world));
     c.backend = backend;
+    if multi_node {
+        c.backend = abi::backend::NVSHMEM_MULTI_NODE;
+        c.node_size = node_size as u32;
+    }
     c.heap_size = layout.heap;
     c.signal_size = layout.signal;
     c.scratch_size = layout.scratch;
-    for (r, &base) in bases.iter().enumerate() {
+    for r in node {
+        let base = bases[r as usize];
         let end = base.checked_add(layout.total());
         if end.is_none() {
             return Err(Error::InvalidArgument(format!(
                 "rank {r}'s buffer at {base:#x} would wrap the address space"
             )));
         }
-        c.peer_heap[r] = base;
-        c.peer_signal[r] = base + layout.signal_offset();
-        c.peer_scratch[r] = base + layout.scratch_offset();
+        let slot = r as usize % abi::MAX_RANKS; // one node's ranks never share a slot
+        c.peer_heap[slot] = base;
+        c.peer_signal[slot] = base + layout.signal_offset();
+        c.peer_scratch[slot] = base + layout.scratch_offset();
     }
     Ok(c)
+}
+
+/// A multi-node grouping the device accepts (`runtime::context::any_context`'s rules).
+fn check_nodes(rank: i32, world: i32, node_size: i32) -> Result<()> {
+    let (max_node, max_world) = (abi::MAX_RANKS as i32, abi::MAX_WORLD as i32);
+    if world < 1 || world > max_world {
+        return Err(Error::InvalidArgument(format!(
+            "world size {world} is outside 1..={max_world} (MAX_NODES nodes of MAX_RANKS ranks)"
+        )));
+    }
+    if node_size < 1 || node_size > max_node || world % node_size != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "node size {node_size} must be 1..={max_node} and divide the world size {world}"
+        )));
+    }
+    if rank < 0 || rank >= world {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank} is outside 0..{world}"
+        )));
+    }
+    Ok(())
 }
 
 /// Opens a heap over the external buffers (see [`external_heap_context`]) on CUDA device
@@ -72,10 +114,11 @@ pub fn open_external_heap(
     rank: i32,
     world: i32,
     backend: u32,
+    node_size: i32,
     layout: Layout,
     bases: &[u64],
 ) -> Result<SymmHeap> {
-    let ctx = external_heap_context(rank, world, backend, layout, bases)?;
+    let ctx = external_heap_context(rank, world, backend, node_size, layout, bases)?;
     let dev = Device::open(device)?;
     dev.memset(bases[rank as usize], 0, layout.total() as usize)?;
     let inner = Inner {
@@ -95,7 +138,7 @@ mod tests {
     fn context_places_the_regions_at_the_heap_offsets() {
         let l = Layout::new(1 << 20, 1 << 16).unwrap();
         let bases = [0x7000_0000_0000, 0x7100_0000_0000, 0x7200_0000_0000];
-        let c = external_heap_context(1, 3, backend::NVSHMEM, l, &bases).unwrap();
+        let c = external_heap_context(1, 3, backend::NVSHMEM, 0, l, &bases).unwrap();
         assert_eq!((c.backend, c.rank, c.world_size), (backend::NVSHMEM, 1, 3));
         assert_eq!(
             (c.heap_size, c.signal_size, c.scratch_size),
@@ -113,7 +156,7 @@ mod tests {
     #[test]
     fn context_refuses_unmapped_peers_and_bad_arguments() {
         let l = Layout::new(4096, 0).unwrap();
-        let e = external_heap_context(0, 4, backend::NVSHMEM, l, &[1 << 20, 0, 2 << 20, 0])
+        let e = external_heap_context(0, 4, backend::NVSHMEM, 0, l, &[1 << 20, 0, 2 << 20, 0])
             .unwrap_err();
         assert_eq!(
             e,
@@ -128,16 +171,49 @@ mod tests {
             "{msg}"
         );
         let ok = [1 << 20, 2 << 20];
-        assert!(external_heap_context(0, 2, backend::P2P, l, &ok).is_err());
-        assert!(external_heap_context(0, 3, backend::NVSHMEM, l, &ok).is_err());
-        assert!(external_heap_context(2, 2, backend::NVSHMEM, l, &ok).is_err());
-        assert!(external_heap_context(0, 2, backend::NVSHMEM, l, &[1 << 20, u64::MAX]).is_err());
+        assert!(external_heap_context(0, 2, backend::P2P, 0, l, &ok).is_err());
+        assert!(external_heap_context(0, 3, backend::NVSHMEM, 0, l, &ok).is_err());
+        assert!(external_heap_context(2, 2, backend::NVSHMEM, 0, l, &ok).is_err());
+        assert!(external_heap_context(0, 2, backend::NVSHMEM, 0, l, &[1 << 20, u64::MAX]).is_err());
+    }
+
+    #[test]
+    fn multi_node_context_maps_its_node_only() {
+        let l = Layout::new(4096, 0).unwrap();
+        // 16 ranks as 2 nodes of 8; rank 11 (slot 3) is on node 1; other nodes' bases are 0.
+        let bases: Vec<u64> = (0..16)
+            .map(|r| if r >= 8 { (r as u64 + 1) << 32 } else { 0 })
+            .collect();
+        let c = external_heap_context(11, 16, backend::NVSHMEM, 8, l, &bases).unwrap();
+        assert_eq!(
+            (c.backend, c.node_size, c.world_size),
+            (backend::NVSHMEM_MULTI_NODE, 8, 16)
+        );
+        for (r, &base) in bases.iter().enumerate().skip(8) {
+            assert_eq!(c.peer_heap[r % 8], base);
+        }
+        // A hole on its own node is refused; bad groupings too.
+        let mut holed = bases.clone();
+        holed[9] = 0;
+        let e = external_heap_context(11, 16, backend::NVSHMEM, 8, l, &holed).unwrap_err();
+        assert_eq!(
+            e,
+            Error::PeerNotMapped {
+                rank: 11,
+                peers: vec![9]
+            }
+        );
+        for (world, size) in [(16, 3), (16, 16), (12, 0), (512, 8), (16, -2)] {
+            let b = vec![1u64 << 32; world];
+            let r = external_heap_context(0, world as i32, backend::NVSHMEM, size, l, &b);
+            assert!(r.is_err(), "{world} as nodes of {size}");
+        }
     }
 
     #[test]
     fn open_without_driver_is_a_clean_error() {
         let l = Layout::new(4096, 0).unwrap();
-        let e = open_external_heap(0, 0, 1, backend::NVSHMEM, l, &[1 << 20]).unwrap_err();
+        let e = open_external_heap(0, 0, 1, backend::NVSHMEM, 0, l, &[1 << 20]).unwrap_err();
         if !crate::driver::available() {
             assert_eq!(e, Error::NoDriver);
         }

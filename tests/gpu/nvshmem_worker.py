@@ -1,4 +1,4 @@
-"""GPU suite of the NVSHMEM backend on one node (run under torchrun by `tests/gpu/run.sh nvshmem`).
+"""GPU suite of the NVSHMEM backend (run under torchrun by `tests/gpu/run.sh nvshmem`).
 
 Two heaps in every process: `SymmetricHeap(..., backend="nvshmem")` (PyTorch's NVSHMEM symmetric
 memory) and the default P2P heap. Every host-level call (ironlink.all_reduce in every algorithm
@@ -7,6 +7,11 @@ matmul_all_reduce, an all-reduce replayed in a CUDA graph) runs on the same data
 the NVSHMEM results must equal the P2P ones bit for bit (same algorithms, same grids); all_reduce
 max and all_gather also equal torch.distributed's exactly. Also: the context carries backend
 kind NVSHMEM, a peer's copy of a tensor reads through `peer_tensor`, and `heap.check()` stays clean.
+
+Then simulated nodes: a third heap with `node_size=world // 2` (4 GPUs as 2 nodes of 2, 2 as 2 of
+1) runs the hierarchical all-reduce over NVSHMEM (`Nodes`): bitwise equal on every rank, exact
+against torch.distributed for max and for sums of small integers, within the dtype's tolerance
+for random sums, replayed in a CUDA graph; the other ops refuse such a heap by name.
 """
 
 from __future__ import annotations
@@ -184,6 +189,90 @@ class Suite(Cases):
         self.both([inputs[0]], call)
 
 
+class Nodes(Cases):
+    """The hierarchical all-reduce on a heap of simulated nodes."""
+
+    def __init__(self, heap: Any) -> None:
+        super().__init__()
+        self.h = heap
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def context_kind(self) -> None:
+        assert self.h.multi_node and self.h.node_size == self.world // 2
+        off, _ = _abi.CONTEXT_FIELDS["backend"]
+        ctx = bytes(self.h._open().read_context())
+        assert int.from_bytes(ctx[off:off + 4], "little") == _abi.BACKEND["NVSHMEM_MULTI_NODE"]
+
+    def same_everywhere(self, y: Any) -> None:
+        """`y` is bitwise rank 0's on every rank."""
+        first = y.clone()
+        dist.broadcast(first, 0)
+        assert torch.equal(y.view(torch.uint8), first.view(torch.uint8)), "ranks differ"
+
+    def all_reduce(self, n: int, dtype: Any, op: str, integers: bool) -> None:
+        x = torch.randint(-4, 5, (n,), device="cuda").to(dtype) if integers else Suite.data(n, dtype)
+        y = self.h.empty((n,), dtype).copy_(x)
+        try:
+            ironlink.all_reduce(y, op=op, heap=self.h, check=True)
+            self.same_everywhere(y)
+            ref = x.double()
+            dist.all_reduce(ref, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+            if integers or op == "max":
+                assert torch.equal(y.double(), ref), "not exactly torch.distributed's"
+            else:
+                tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+                err = ((y.double() - ref).abs() / ref.abs().clamp_min(1)).max().item()
+                assert err < tol, f"relative error {err} vs the f64 reference"
+        finally:
+            self.h.free(y)
+
+    def cuda_graph(self, n: int) -> None:
+        y = self.h.empty((n,), torch.float32)
+        try:
+            ironlink.all_reduce(y.fill_(1.0), heap=self.h)  # compile and warm up outside capture
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                ironlink.all_reduce(y, heap=self.h)
+            for k in range(3):
+                y.fill_(float(self.rank + k))
+                g.replay()
+                torch.cuda.synchronize()
+                want = float(sum(r + k for r in range(self.world)))
+                assert torch.equal(y, torch.full_like(y, want)), f"replay {k}"
+            self.h.check()
+        finally:
+            self.h.free(y)
+
+    def others_refused(self) -> None:
+        x = self.h.empty((64 * self.world,), torch.float32)
+        try:
+            with raises_ironlink("ironlink.all_gather has no multi-node version yet"):
+                ironlink.all_gather(x, x[: 64], heap=self.h)
+        finally:
+            self.h.free(x)
+
+
+def simulated_nodes(t0: float) -> int:
+    """The `Nodes` cases on a fresh heap of `world // 2` ranks per node; their exit code."""
+    world = dist.get_world_size()
+    heap = ironlink.SymmetricHeap(HEAP_BYTES, backend="nvshmem", node_size=world // 2, timeout_s=heap_timeout_s())
+    s = Nodes(heap)
+    s.run("context carries kind NVSHMEM_MULTI_NODE", s.context_kind)
+    for dtype in (torch.bfloat16, torch.float32):
+        esize = torch.tensor([], dtype=dtype).element_size()
+        for nbytes in small((1 << 10, 64 << 10, 1 << 20, 16 << 20), (1 << 10, 1 << 20)):
+            n = nbytes // esize
+            s.run(f"nodes: all_reduce sum {dtype} {nbytes} B (integers)", lambda: s.all_reduce(n, dtype, "sum", True))
+            s.run(f"nodes: all_reduce sum {dtype} {nbytes} B", lambda: s.all_reduce(n, dtype, "sum", False))
+            s.run(f"nodes: all_reduce max {dtype} {nbytes} B", lambda: s.all_reduce(n, dtype, "max", False))
+        s.run(f"nodes: all_reduce sum {dtype} odd size", lambda: s.all_reduce(30001, dtype, "sum", False))
+    s.run("nodes: all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
+    s.run("nodes: the other ops refuse the heap", s.others_refused)
+    s.run("nodes: heap.check() is clean", heap.check)
+    heap.close()
+    return s.report(f"nvshmem as simulated nodes of {world // 2}", world, t0)
+
+
 @contextlib.contextmanager
 def raises_ironlink(words: str) -> Iterator[None]:
     """The block must raise IronlinkError with `words` in its message."""
@@ -243,6 +332,7 @@ def main() -> int:
     p2p.close()
     nv.close()
     code = s.report("nvshmem", world, t0)
+    code = simulated_nodes(time.time()) or code
     dist.destroy_process_group()
     return code
 

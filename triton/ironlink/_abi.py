@@ -3,9 +3,11 @@
 # run `make abi` (or any cargo build) to regenerate.
 from __future__ import annotations
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 CTX_MAGIC = 0x4b4c5249
 MAX_RANKS = 8
+MAX_NODES = 32
+MAX_WORLD = 256
 MAX_CTAS = 256
 MAX_TILES = 4096
 DEFAULT_TIMEOUT_NS = 5000000000
@@ -22,6 +24,7 @@ STATUS = {
     "ABI_MISMATCH": -8,
     "INVALID_ARGUMENT": -9,
     "CAPACITY_EXCEEDED": -10,
+    "PEER_NOT_MAPPED": -11,
 }
 
 REDUCE_OP = {
@@ -42,6 +45,7 @@ BACKEND = {
     "NCCL": 1,
     "NVSHMEM": 2,
     "P2P": 3,
+    "NVSHMEM_MULTI_NODE": 4,
 }
 
 SIGNAL_OP = {
@@ -82,7 +86,11 @@ SIGNAL_LAYOUT = {
     "TILE_BARRIER_BYTES": 131072,
     "TILE_SIGNAL_OFFSET": 173184,
     "TILE_SIGNAL_BYTES": 131072,
-    "MIN_BYTES": 304256,
+    "REMOTE_ARRIVE_OFFSET": 304256,
+    "REMOTE_ARRIVE_BYTES": 65536,
+    "REMOTE_ACK_OFFSET": 369792,
+    "REMOTE_ACK_BYTES": 65536,
+    "MIN_BYTES": 435328,
 }
 
 THRESHOLDS = {
@@ -105,6 +113,7 @@ CONTEXT_FIELDS = {
     "world_size": (16, 4),
     "error": (20, 4),
     "error_detail": (24, 4),
+    "node_size": (28, 4),
     "heap_size": (32, 8),
     "signal_size": (40, 8),
     "scratch_size": (48, 8),
@@ -126,6 +135,7 @@ FUNCTIONS = {
     "symm_peer_ptr_checked": ((("ctx", "i64"), ("ptr", "i64"), ("nbytes", "i64"), ("peer", "i32")), "i64", "Like `symm_peer_ptr`, but returns the negative status instead of 0 on failure"),
     "symm_last_error": ((("ctx", "i64"),), "i32", "The first error a device function recorded in the context (0 if none), or a negative"),
     "symm_all_reduce": ((("ctx", "i64"), ("local_ptr", "i64"), ("byte_offset", "i64"), ("num_elements", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "In-place all-reduce of `num_elements` elements at `local_ptr + byte_offset` (torch_symm's"),
+    "symm_all_reduce_hierarchical": ((("ctx", "i64"), ("local_ptr", "i64"), ("byte_offset", "i64"), ("num_elements", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "`symm_all_reduce` for a context of any number of nodes: a node-local reduce-scatter over"),
     "symm_reduce_scatter": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("num_elements", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "Reduce-scatter: `out_ptr` (num_elements) gets the reduction over ranks of block `rank` of"),
     "symm_all_gather": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("num_elements", "i64"), ("dtype", "i32")), "i32", "All-gather: block p of `out_ptr` (world * num_elements) gets rank p's `in_ptr`"),
     "symm_broadcast": ((("ctx", "i64"), ("ptr", "i64"), ("num_elements", "i64"), ("dtype", "i32"), ("root", "i32")), "i32", "Broadcast in place: every rank's `ptr` (num_elements) gets `root`'s."),

@@ -19,11 +19,12 @@ torch is imported lazily (this module imports without it); the compiled extensio
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from . import _abi
 from .errors import IronlinkError, device_error
-from .nvshmem_memory import check_backend, check_spans_world
+from .nvshmem_memory import check_backend, check_node_size, check_spans_world
 from .stream_order import StreamOrder
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
@@ -156,8 +157,12 @@ class SymmetricHeap:
         timeout_s: how long device-side waits on peers spin before recording TIMEOUT.
         backend: whose memory the heap lives in: "p2p" (default: ironlink's own allocation,
             mapped into the peers with CUDA IPC) or "nvshmem" (PyTorch's NVSHMEM symmetric
-            memory; the group must then span every process, and only the GPUs of one node are
-            served so far: see docs/backends.md).
+            memory; the group must then span every process: see docs/backends.md).
+        node_size: backend "nvshmem" only: ranks per node (consecutive ranks share a node).
+            Default: ``$LOCAL_WORLD_SIZE`` (torchrun sets it), else the whole group. Smaller
+            than the group, the heap spans several nodes: all_reduce runs hierarchically, other
+            nodes are reached through NVSHMEM, and the other collectives are refused. On one
+            machine a smaller value simulates nodes (4 GPUs as 2 nodes of 2).
     """
 
     def __init__(
@@ -168,6 +173,7 @@ class SymmetricHeap:
         scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backend: str = "p2p",
+        node_size: Optional[int] = None,
     ) -> None:
         self._native: Any = None
         self._owner: Any = None  # what keeps the heap's memory alive under its tensors (DLPack)
@@ -197,6 +203,7 @@ class SymmetricHeap:
         self._world = dist.get_world_size(group)
         if self._backend == "nvshmem":
             check_spans_world(self._world, dist.get_world_size())
+        self._node_size = check_node_size(node_size, self._backend, self._world, os.environ.get("LOCAL_WORLD_SIZE"))
         dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
         if dev.type != "cuda":
             raise ValueError(f"device must be a CUDA device, got {dev}")
@@ -249,7 +256,7 @@ class SymmetricHeap:
         torch = _torch()
         group = self._pg
         heap, self._buffer = open_heap(native, torch, self._agree, self._all_gather, group, self._rank,
-                                       self._world, self._device, nbytes, scratch_bytes)
+                                       self._world, self._device, nbytes, scratch_bytes, self._node_size)
         try:
             self._agree(lambda: self._configure(heap, timeout_ns), "configuring the NVSHMEM symmetric heap")
         except BaseException:
@@ -356,6 +363,16 @@ class SymmetricHeap:
     @property
     def world_size(self) -> int:
         return self._world
+
+    @property
+    def node_size(self) -> int:
+        """Ranks per node (the world size for a heap of one node)."""
+        return self._node_size
+
+    @property
+    def multi_node(self) -> bool:
+        """Whether the heap spans several nodes (only all_reduce serves it so far)."""
+        return self._node_size < self._world
 
     @property
     def device(self) -> Any:

@@ -7,8 +7,10 @@ three regions (user heap, signal, scratch) at the same offsets; the rendezvous h
 peer's address of it (``buffer_ptrs``, NVSHMEM's ``nvshmem_ptr``), and the context is written with
 backend kind NVSHMEM. Everything above the context (tensors, collectives, fused ops) is unchanged.
 
-Only peers reachable by loads and stores are served so far (one node): a null peer address
-(a GPU on another node) fails heap creation, naming the ranks.
+On one node every peer must be reachable by loads and stores: a null peer address fails heap
+creation, naming the ranks. With `node_size` smaller than the group the heap spans several nodes:
+the context maps this rank's node and reaches the others through NVSHMEM (a multi-node context,
+served by the hierarchical all-reduce); its own node's addresses must still be non-null.
 
 The helpers here take torch's modules as arguments (no import at module level), so the checks
 run without torch.
@@ -33,6 +35,30 @@ def check_backend(backend: Any) -> str:
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     return name
+
+
+def check_node_size(node_size: Optional[int], backend: str, world: int, local_world: Optional[str]) -> int:
+    """Ranks per node: `node_size`, else `local_world` ($LOCAL_WORLD_SIZE, when it divides the
+    world), else the world. Several nodes need backend "nvshmem" (ironlink's own heap maps one
+    node), at most MAX_RANKS ranks per node, MAX_NODES nodes, and a size dividing the world."""
+    if node_size is None:
+        if backend != "nvshmem" or not local_world or not local_world.isdigit():
+            return world
+        local = int(local_world)
+        return local if 0 < local <= world and world % local == 0 else world
+    if isinstance(node_size, bool) or not isinstance(node_size, int):
+        raise TypeError(f"node_size must be an int, got {type(node_size).__name__}")
+    if node_size == world:
+        return world
+    if backend != "nvshmem":
+        raise ValueError(f"node_size={node_size} < the group's {world} ranks needs backend='nvshmem' "
+                         "(ironlink's own 'p2p' heap maps the GPUs of one node)")
+    max_node, max_nodes = _abi.MAX_RANKS, _abi.MAX_NODES
+    if not 1 <= node_size <= max_node or world % node_size:
+        raise ValueError(f"node_size must be 1..{max_node} and divide the group's {world} ranks, got {node_size}")
+    if world // node_size > max_nodes:
+        raise ValueError(f"{world} ranks as nodes of {node_size} are {world // node_size} nodes; at most {max_nodes}")
+    return node_size
 
 
 def check_spans_world(group_world: int, world: int) -> None:
@@ -128,6 +154,7 @@ def open_heap(
     device: Any,
     nbytes: int,
     scratch_bytes: int,
+    node_size: int,
 ) -> tuple[Any, NvshmemBuffer]:
     """The open native heap over a fresh NVSHMEM buffer, and the buffer. `agree(step, what)`
     runs `step` on every rank and returns its local result, raising on every rank if any rank
@@ -152,7 +179,8 @@ def open_heap(
 
     def open_native() -> None:
         nonlocal heap
-        heap = native.Heap.over_external(device.index, nbytes, scratch_bytes, rank, world, backend, bases)
+        nodes = 0 if node_size == world else node_size
+        heap = native.Heap.over_external(device.index, nbytes, scratch_bytes, rank, world, backend, bases, nodes)
 
     try:
         agree(open_native, "opening the NVSHMEM symmetric heap")

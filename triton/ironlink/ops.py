@@ -164,6 +164,12 @@ def _all_reduce_kernel(ctx, buf, n, op, status):
     tl.store(status + tl.program_id(0), ilt.all_reduce(ctx, buf, n, op))
 
 
+# A heap of several nodes: linked with the NVSHMEM bitcode, which reaches the other nodes.
+@jit(do_not_specialize=["ctx", "n"], nvshmem=True)
+def _all_reduce_hierarchical_kernel(ctx, buf, n, op, status):
+    tl.store(status + tl.program_id(0), ilt.all_reduce_hierarchical(ctx, buf, n, op))
+
+
 @jit(do_not_specialize=["ctx", "n"])
 def _all_gather_kernel(ctx, inp, out, n, status):
     tl.store(status + tl.program_id(0), ilt.all_gather(ctx, inp, out, n))
@@ -182,6 +188,9 @@ _HEAPS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # device index -> int32[MAX_CTAS] of per-CTA statuses. Allocated outside capture and kept, so a
 # captured graph's kernels write to memory that outlives the graph's private pool. Shared by all
 # calls on the device: `check=True` reads it right after its own launch on the same stream.
+# The host-level calls that serve a heap of several nodes (SymmetricHeap.multi_node).
+MULTI_NODE_OPS = frozenset({"all_reduce"})
+
 _STATUS: dict[int, Any] = {}
 
 
@@ -239,6 +248,12 @@ def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool
     import torch
 
     heap.usable(f"ironlink.{name}")  # closed, or its process group destroyed: nothing is launched
+    if heap.multi_node and name not in MULTI_NODE_OPS:
+        raise IronlinkError(
+            f"ironlink.{name} has no multi-node version yet; this heap spans "
+            f"{heap.world_size // heap.node_size} nodes of {heap.node_size} ranks, where "
+            f"{', '.join(sorted(MULTI_NODE_OPS))} run (docs/backends.md)"
+        )
     capturing = torch.cuda.is_current_stream_capturing()
     if check and capturing:
         raise ValueError(f"ironlink.{name}(check=True) reads statuses on the host, which capture forbids; "
@@ -269,7 +284,8 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     plan = plan_all_reduce(spec, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_reduce", (t, "t"))
-        _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check)
+        kernel = _all_reduce_hierarchical_kernel if h.multi_node else _all_reduce_kernel
+        _launch("all_reduce", kernel, h, plan, (t, plan.n, code), check)
     return t
 
 

@@ -87,6 +87,16 @@ def all_reduce(ctx: Any, ptr: Any, n: Any, op: Any = _SUM, _semantic: Any = None
 
 
 @core.extern
+def all_reduce_hierarchical(ctx: Any, ptr: Any, n: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
+    """`all_reduce` on a heap of any number of nodes (``symm_all_reduce_hierarchical``): node-local
+    reduce-scatter, cross-node exchange over NVSHMEM, node-local all-gather. A kernel calling it
+    on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _code(_element_type(ptr, "ironlink.typed.all_reduce_hierarchical(ptr)", _semantic),
+               "ironlink.typed.all_reduce_hierarchical(ptr)")
+    return il.symm_all_reduce_hierarchical(ctx, ptr, 0, n, op, dt, _semantic=_semantic)
+
+
+@core.extern
 def reduce_scatter(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
     """`out_ptr` (n) = reduction over ranks of block `rank` of `in_ptr` (world x n)."""
     dt = _pair_code(in_ptr, out_ptr, "reduce_scatter", _semantic)

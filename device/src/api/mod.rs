@@ -15,7 +15,8 @@ pub mod nvshmem;
 
 use crate::abi::{status, SymmContext, ABI_VERSION};
 use crate::collectives::{
-    all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, reduce, reduce_scatter, tile,
+    all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, hierarchical, reduce,
+    reduce_scatter, tile,
 };
 use crate::runtime::context as ctx;
 use crate::runtime::elem::Reduction;
@@ -34,6 +35,8 @@ fn code(r: Result<(), i32>) -> i32 {
 
 /// The shape shared by every collective: check the context, check the arguments (`prepare`,
 /// which must not touch memory), then run `body` inside a call (epoch advanced, CTA synced).
+/// A multi-node context gets UNSUPPORTED_OP from `ctx::context`'s backend check (a gate of its
+/// own in this prologue, even two compares, made all_gather spill on sm_90/100).
 #[inline(always)]
 fn collective<P>(
     ctx: i64,
@@ -41,12 +44,32 @@ fn collective<P>(
     prepare: impl FnOnce(&SymmContext) -> Result<P, i32>,
     body: impl FnOnce(&Call, P) -> Result<(), i32>,
 ) -> i32 {
-    let r = ctx::context(ctx).and_then(|c| {
+    code(call_in(ctx::context(ctx), which, prepare, body))
+}
+
+/// `collective` for one with a multi-node version (`symm_*_hierarchical`): serves every context.
+#[inline(always)]
+fn any_nodes_collective<P>(
+    ctx: i64,
+    which: i32,
+    prepare: impl FnOnce(&SymmContext) -> Result<P, i32>,
+    body: impl FnOnce(&Call, P) -> Result<(), i32>,
+) -> i32 {
+    code(call_in(ctx::any_context(ctx), which, prepare, body))
+}
+
+#[inline(always)]
+fn call_in<P>(
+    c: Result<&SymmContext, i32>,
+    which: i32,
+    prepare: impl FnOnce(&SymmContext) -> Result<P, i32>,
+    body: impl FnOnce(&Call, P) -> Result<(), i32>,
+) -> Result<(), i32> {
+    c.and_then(|c| {
         let p = prepare(c)?;
         let call = Call::begin(c, which)?;
         body(&call, p)
-    });
-    code(r)
+    })
 }
 
 /// The shape of every tile collective: check the context, the tile index and the arguments
@@ -105,7 +128,7 @@ exports! {
 
     /// This process's rank in the context's group, or a negative status.
     fn symm_rank(ctx: i64) -> i32 {
-        match ctx::context(ctx) {
+        match ctx::any_context(ctx) {
             Ok(c) => c.rank,
             Err(e) => e,
         }
@@ -113,16 +136,17 @@ exports! {
 
     /// Number of ranks in the context's group, or a negative status.
     fn symm_world_size(ctx: i64) -> i32 {
-        match ctx::context(ctx) {
+        match ctx::any_context(ctx) {
             Ok(c) => c.world_size,
             Err(e) => e,
         }
     }
 
     /// The address of the same byte as `ptr` in `peer`'s copy of the symmetric heap.
-    /// Returns 0 when `ptr` is not inside the local heap, `peer` is out of range or the context is bad.
+    /// Returns 0 when `ptr` is not inside the local heap, `peer` is out of range or on another
+    /// node, or the context is bad.
     fn symm_peer_ptr(ctx: i64, ptr: i64, peer: i32) -> i64 {
-        let r = ctx::context(ctx).and_then(|c| ctx::peer_address(c, ptr as u64, 0, peer));
+        let r = ctx::any_context(ctx).and_then(|c| ctx::peer_address(c, ptr as u64, 0, peer));
         match r {
             Ok(a) => a as i64,
             Err(_) => 0,
@@ -130,12 +154,13 @@ exports! {
     }
 
     /// Like `symm_peer_ptr`, but returns the negative status instead of 0 on failure
-    /// (`OUT_OF_BOUNDS` when `[ptr, ptr + nbytes)` leaves the heap, `INVALID_ARGUMENT` for a bad peer).
+    /// (`OUT_OF_BOUNDS` when `[ptr, ptr + nbytes)` leaves the heap, `INVALID_ARGUMENT` for a bad peer,
+    /// `PEER_NOT_MAPPED` for a peer on another node).
     fn symm_peer_ptr_checked(ctx: i64, ptr: i64, nbytes: i64, peer: i32) -> i64 {
         if nbytes < 0 {
             return status::INVALID_ARGUMENT as i64;
         }
-        match ctx::context(ctx).and_then(|c| ctx::peer_address(c, ptr as u64, nbytes as u64, peer)) {
+        match ctx::any_context(ctx).and_then(|c| ctx::peer_address(c, ptr as u64, nbytes as u64, peer)) {
             Ok(a) => a as i64,
             Err(e) => e as i64,
         }
@@ -144,7 +169,7 @@ exports! {
     /// The first error a device function recorded in the context (0 if none), or a negative
     /// status for a bad context. The host clears it.
     fn symm_last_error(ctx: i64) -> i32 {
-        match ctx::context(ctx) {
+        match ctx::any_context(ctx) {
             Ok(c) => c.error,
             Err(e) => e,
         }
@@ -158,6 +183,22 @@ exports! {
             which!(symm_all_reduce),
             |c| Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?),
             |call, r| all_reduce::all_reduce(call, &r, &Reduction { op: reduce_op, dtype }),
+        )
+    }
+
+    /// `symm_all_reduce` for a context of any number of nodes: a node-local reduce-scatter over
+    /// NVLink, an exchange of each shard with the same local rank of every other node (NVSHMEM
+    /// put-with-signal; the NVSHMEM bitcode only, else PEER_NOT_MAPPED), a node-local all-gather.
+    /// Needs a scratch region (INVALID_ARGUMENT without). On one node it is a two-shot
+    /// all-reduce. Results bitwise identical on all ranks; with more than one rank per node they
+    /// may differ from `symm_all_reduce`'s by rounding (each node's partial sum is rounded to
+    /// the dtype). AVG sums and divides once by the world size.
+    fn symm_all_reduce_hierarchical(ctx: i64, local_ptr: i64, byte_offset: i64, num_elements: i64, reduce_op: i32, dtype: i32) -> i32 {
+        any_nodes_collective(
+            ctx,
+            which!(symm_all_reduce_hierarchical),
+            |c| Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?),
+            |call, r| hierarchical::all_reduce(call, &r, &Reduction { op: reduce_op, dtype }),
         )
     }
 

@@ -16,6 +16,7 @@ pub mod all_to_all;
 pub mod all_to_all_v;
 pub mod broadcast;
 pub mod choice;
+pub mod hierarchical;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod tile;

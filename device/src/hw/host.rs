@@ -166,6 +166,7 @@ where
                             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                 body(rank);
                                 deliver_held(); // a thread's last packet, if held
+                                super::sim_net::progress(); // and its remote puts in flight
                             }));
                             HW.with(|h| h.set(None));
                             if let Err(e) = r {
@@ -214,6 +215,7 @@ pub fn grid_dim() -> (u32, u32, u32) {
 }
 
 pub fn sync_threads() {
+    super::sim_net::progress(); // a CTA barrier never waits on the network
     maybe_yield();
     // SAFETY: the barrier outlives every simulated thread (`launch` joins them before dropping it).
     unsafe { (*hw().barrier).wait() }
@@ -406,12 +408,14 @@ pub fn fence_gpu() {
 
 /// Lets other simulated threads run while one spins (the host has far fewer cores than threads).
 pub fn spin_pause() {
+    super::sim_net::progress(); // a thread that waits lets its own puts land
     std::thread::yield_now()
 }
 
 /// CTA barrier with an OR over the threads' predicates (`bar.red.or.pred` on the GPU).
 pub fn sync_threads_or(pred: bool) -> bool {
     // A per-thread scratch flag would need CTA-shared state; the barrier object carries one.
+    super::sim_net::progress();
     maybe_yield();
     // SAFETY: the barrier outlives every simulated thread (see `sync_threads`).
     let b = unsafe { &*hw().barrier };

@@ -33,6 +33,11 @@ pub mod host;
 pub use host::*;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod sim_faults;
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod sim_net;
+
+/// One-sided puts to ranks on other nodes (the network: simulated, NVSHMEM, or none).
+pub mod remote;
 
 /// Thread index within the CTA, flattened over x, y, z.
 #[inline(always)]

@@ -2,9 +2,9 @@
 //! stores that carry synchronization, so a test can show each protocol answers it with `TIMEOUT`
 //! or with the right result, never with a wrong one.
 //!
-//! Three kinds of operation are counted over all simulated threads of the process: flag stores
-//! (`store_release_*`, `store_relaxed_u32`), flag adds (`atomic_add_*`, `red_add_*`) and LL
-//! packets (`store_v4_volatile`). A plan (`set`) drops the n-th of a kind, delays every one of a
+//! Five kinds of operation are counted over all simulated threads of the process: flag stores
+//! (`store_release_*`, `store_relaxed_u32`), flag adds (`atomic_add_*`, `red_add_*`), LL
+//! packets (`store_v4_volatile`), and the data and signal of remote puts (`sim_net`). A plan (`set`) drops the n-th of a kind, delays every one of a
 //! kind, or lets each LL packet be overtaken by the same thread's next packet (it is stored after
 //! it; any other operation of the thread delivers a held packet first, so release ordering is
 //! kept; `host.rs` delivers held packets). `ReorderStores` does to plain 32-bit data stores
@@ -27,6 +27,11 @@ pub enum Kind {
     FlagStore,
     FlagAdd,
     Packet,
+    /// The data of a remote put-with-signal, when the simulated network delivers it
+    /// (`sim_net`); delays apply, drops do not (a network does not lose data silently).
+    RemotePut,
+    /// The signal of a remote put-with-signal.
+    RemoteSignal,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,11 +47,13 @@ pub enum Fault {
     /// performed, then stored `delay_us` later; any other flag operation, fence or plain 32-bit
     /// load of the thread delivers held stores first.
     ReorderStores { delay_us: u64 },
+    /// The simulated network (`sim_net`) delivers each thread's puts in flight newest first.
+    ReorderRemote,
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
 static PLAN: Mutex<Option<Fault>> = Mutex::new(None);
-static COUNT: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static COUNT: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 static SERIAL: Mutex<()> = Mutex::new(());
 static OVERTAKEN: AtomicU64 = AtomicU64::new(0);
 
@@ -165,6 +172,12 @@ pub(super) fn take_held_stores() -> (Vec<(usize, u32)>, Duration) {
         HELD_STORES.with(|h| core::mem::take(&mut *h.borrow_mut())),
         delay,
     )
+}
+
+/// Under `ReorderRemote`: whether the network delivers each outbox newest first.
+#[inline]
+pub(super) fn reorder_remote() -> bool {
+    ON.load(Ordering::Relaxed) && plan() == Some(Fault::ReorderRemote)
 }
 
 fn plan() -> Option<Fault> {

@@ -1,19 +1,61 @@
 //! Validating the context pointer that every device function receives, and recording errors in it.
 
-use crate::abi::{backend, status, SymmContext, ABI_VERSION, CTX_MAGIC, MAX_RANKS};
+use crate::abi::{
+    backend, status, SymmContext, ABI_VERSION, CTX_MAGIC, MAX_NODES, MAX_RANKS, MAX_WORLD,
+};
 use crate::hw;
+use crate::runtime::nodes::Nodes;
 
-/// Checks `ctx` and returns the context it points to, or the status code that explains why not.
+/// Checks `ctx` and returns the context it points to, or the status code that explains why not:
+/// what every one-node function (all but the queries and the `*_hierarchical` collectives) calls.
 ///
 /// A null pointer gives `NULL_CONTEXT`; a pointer to something that is not an ironlink context
 /// (wrong magic, a backend kind this build does not serve, rank or world out of range) gives
-/// `UNKNOWN_CONTEXT`; a context from another ABI version gives `ABI_MISMATCH`.
+/// `UNKNOWN_CONTEXT`; a context from another ABI version gives `ABI_MISMATCH`; a multi-node
+/// context (`backend::NVSHMEM_MULTI_NODE`) gives `UNSUPPORTED_OP`.
 ///
 /// P2P and NVSHMEM contexts are served by the same code: both describe every peer's regions by
 /// their address in this process; the host builds an NVSHMEM context only when every peer has
 /// one (one node: NVSHMEM's pointer to every peer is non-null).
 #[inline(always)]
 pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
+    let c = header(ctx)?;
+    if c.world_size < 1 || c.world_size as usize > MAX_RANKS || c.rank < 0 || c.rank >= c.world_size
+    {
+        return Err(refused(c));
+    }
+    match c.backend {
+        // The host writes an NVSHMEM context only when every peer is mapped (it refuses to
+        // build one otherwise, naming the ranks). Checking the 24 addresses here too pushed the
+        // register allocation of reduce_scatter and tile_reduce_scatter on sm_100 into spills.
+        backend::P2P | backend::NVSHMEM => Ok(c),
+        _ => Err(refused(c)),
+    }
+}
+
+/// `context` for the functions that also serve multi-node contexts: those with a rank count up
+/// to MAX_WORLD whose `node_size` (1 to MAX_RANKS, dividing the world into at most MAX_NODES
+/// nodes) groups the ranks; otherwise `UNKNOWN_CONTEXT`.
+#[inline(always)]
+pub fn any_context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
+    let c = header(ctx)?;
+    if c.backend != backend::NVSHMEM_MULTI_NODE {
+        return context(ctx);
+    }
+    let (world, size) = (c.world_size, c.node_size as i32);
+    let whole_nodes = size >= 1 && size as usize <= MAX_RANKS && world % size == 0;
+    if !whole_nodes || world as usize > MAX_WORLD || world / size > MAX_NODES as i32 {
+        return Err(status::UNKNOWN_CONTEXT);
+    }
+    if c.rank < 0 || c.rank >= world {
+        return Err(status::UNKNOWN_CONTEXT);
+    }
+    Ok(c)
+}
+
+/// The checks every context passes first: not null, ironlink's magic, this ABI version.
+#[inline(always)]
+fn header<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     if ctx == 0 {
         return Err(status::NULL_CONTEXT);
     }
@@ -27,16 +69,17 @@ pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     if c.version != ABI_VERSION {
         return Err(status::ABI_MISMATCH);
     }
-    if c.world_size < 1 || c.world_size as usize > MAX_RANKS || c.rank < 0 || c.rank >= c.world_size
-    {
-        return Err(status::UNKNOWN_CONTEXT);
-    }
-    match c.backend {
-        // The host writes an NVSHMEM context only when every peer is mapped (it refuses to
-        // build one otherwise, naming the ranks). Checking the 24 addresses here too pushed the
-        // register allocation of reduce_scatter and tile_reduce_scatter on sm_100 into spills.
-        backend::P2P | backend::NVSHMEM => Ok(c),
-        _ => Err(status::UNKNOWN_CONTEXT),
+    Ok(c)
+}
+
+/// Why `context` refuses `c`: a multi-node context is a real one that the function has no
+/// version for; anything else is not a context this build serves. (Only on the error path.)
+#[inline(always)]
+fn refused(c: &SymmContext) -> i32 {
+    if c.backend == backend::NVSHMEM_MULTI_NODE {
+        status::UNSUPPORTED_OP
+    } else {
+        status::UNKNOWN_CONTEXT
     }
 }
 
@@ -58,6 +101,9 @@ pub fn record_error(c: &SymmContext, code: i32, which: i32) {
 pub fn peer_address(c: &SymmContext, ptr: u64, len: u64, peer: i32) -> Result<u64, i32> {
     if peer < 0 || peer >= c.world_size {
         return Err(status::INVALID_ARGUMENT);
+    }
+    if c.backend == backend::NVSHMEM_MULTI_NODE && !Nodes::of(c).same_node(peer as usize) {
+        return Err(status::PEER_NOT_MAPPED); // reached only by the remote transport
     }
     let base = c.heap_base(c.rank as usize) as u64;
     let off = ptr.wrapping_sub(base);

@@ -9,6 +9,7 @@ pub mod context;
 pub mod elem;
 pub mod grid;
 pub mod mem;
+pub mod nodes;
 pub mod region;
 pub mod scratch;
 pub mod sync;

@@ -140,13 +140,24 @@ impl<'a> Call<'a> {
     /// barriers of one call. All memory accesses this CTA made before it are visible to the
     /// same-index CTAs of every peer after it.
     pub fn barrier(&self, phase: u32) -> Result<(), i32> {
+        self.barrier_among(phase, 0, self.world)
+    }
+
+    /// `barrier` among the ranks `first..first + count` only (one node of a multi-node context,
+    /// `collectives::hierarchical`). Flags are indexed by rank slot (slot `[cta][p % MAX_RANKS]`
+    /// is written by rank p alone among the node's ranks), so node barriers and whole-world ones
+    /// share them.
+    #[inline(always)]
+    pub fn barrier_among(&self, phase: u32, first: usize, count: usize) -> Result<(), i32> {
         let value = (self.epoch << 2) | phase;
         let mut late = false;
         hw::sync_threads();
         let tid = hw::thread_rank_fresh() as usize;
-        if tid < self.world {
-            let p = tid;
+        if tid < count {
+            let p = first + tid;
+            // Flags by rank slot (`rank % MAX_RANKS`): distinct within one node.
             let slot = |rank_base: usize, from: usize| {
+                let from = from & (MAX_RANKS - 1);
                 (rank_base + self.slots.barrier + (self.cta * MAX_RANKS + from) * 4) as *mut u32
             };
             // Thread p tells rank p that this rank arrived, then waits for rank p to arrive here.

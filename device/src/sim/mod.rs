@@ -4,9 +4,9 @@
 
 extern crate std;
 
-use crate::abi::{signal, SymmContext, MAX_CTAS, MAX_RANKS};
+use crate::abi::{backend, signal, SymmContext, MAX_CTAS, MAX_RANKS};
 use crate::collectives::choice::with_default_limits;
-use crate::hw::host;
+use crate::hw::{host, sim_net};
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::vec;
 use std::vec::Vec;
@@ -26,6 +26,31 @@ pub struct Node {
 impl Node {
     /// A node of `world` ranks with `heap_bytes` of heap and `scratch_bytes` of scratch each.
     pub fn new(world: usize, heap_bytes: usize, scratch_bytes: usize) -> Self {
+        assert!(
+            world <= MAX_RANKS,
+            "one node holds at most {MAX_RANKS} ranks"
+        );
+        Self::build(world, None, heap_bytes, scratch_bytes)
+    }
+
+    /// `world` ranks as simulated nodes of `node_size` consecutive ranks: multi-node contexts
+    /// (`backend::NVSHMEM_MULTI_NODE`) whose peer tables hold their own node; other nodes are
+    /// reached only through the simulated network (`hw::sim_net`).
+    pub fn with_nodes(
+        world: usize,
+        node_size: usize,
+        heap_bytes: usize,
+        scratch_bytes: usize,
+    ) -> Self {
+        Self::build(world, Some(node_size), heap_bytes, scratch_bytes)
+    }
+
+    fn build(
+        world: usize,
+        node_size: Option<usize>,
+        heap_bytes: usize,
+        scratch_bytes: usize,
+    ) -> Self {
         let words = |b: usize| vec![0u128; b.div_ceil(16)];
         let mut n = Node {
             world,
@@ -35,24 +60,42 @@ impl Node {
             ctxs: Vec::new(),
             heap_bytes,
         };
+        let size = node_size.unwrap_or(world).max(1);
         for r in 0..world {
             let mut c = with_default_limits(SymmContext::new(r as i32, world as i32));
+            if let Some(s) = node_size {
+                c.backend = backend::NVSHMEM_MULTI_NODE;
+                c.node_size = s as u32;
+            }
             c.heap_size = heap_bytes as u64;
             c.signal_size = signal::MIN_BYTES as u64;
             c.scratch_size = scratch_bytes as u64;
             // Generous: hundreds of OS threads per node share a CI machine's few cores, and the
             // test binaries run at the same time; a real hang still ends in 10 s.
             c.timeout_ns = 10_000_000_000;
-            for p in 0..world {
-                c.peer_heap[p] = n.heaps[p].as_ptr() as u64;
-                c.peer_signal[p] = n.signals[p].as_ptr() as u64;
-                c.peer_scratch[p] = n.scratch[p].as_ptr() as u64;
+            let first = r / size * size;
+            for p in first..(first + size).min(world) {
+                c.peer_heap[p % MAX_RANKS] = n.heaps[p].as_ptr() as u64;
+                c.peer_signal[p % MAX_RANKS] = n.signals[p].as_ptr() as u64;
+                c.peer_scratch[p % MAX_RANKS] = n.scratch[p].as_ptr() as u64;
             }
             n.ctxs.push(c);
         }
         for r in 0..world {
             n.heap_mut(r).fill(GUARD);
         }
+        let region = |v: &Vec<u128>, bytes: usize| (v.as_ptr() as usize, bytes);
+        sim_net::attach(
+            (0..world)
+                .map(|r| {
+                    [
+                        region(&n.heaps[r], heap_bytes),
+                        region(&n.signals[r], signal::MIN_BYTES),
+                        region(&n.scratch[r], scratch_bytes),
+                    ]
+                })
+                .collect(),
+        );
         n
     }
 
@@ -180,5 +223,13 @@ impl Node {
         host::launch(label, self.world, ctas, threads, |rank| {
             status(rank, body(rank, ctx[rank]))
         });
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(h) = self.heaps.first() {
+            sim_net::detach(h.as_ptr() as usize);
+        }
     }
 }

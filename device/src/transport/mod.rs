@@ -11,4 +11,5 @@
 pub mod bulk;
 pub mod ll_packet;
 pub mod progress;
+pub mod remote;
 pub mod store_rounds;

@@ -117,10 +117,12 @@ impl PyHeap {
 impl PyHeap {
     /// A heap over a buffer someone else allocated (PyTorch NVSHMEM symmetric memory) of
     /// `heap_layout(heap_bytes, scratch_bytes)` total bytes, at `bases[r]` for rank `r` as mapped
-    /// here; `backend` is the context's backend kind. Zeroes this rank's buffer. Every rank must
-    /// wait for all others to get here before any launch (the signal regions must be zero).
+    /// here; `backend` is the context's backend kind; `node_size` groups the ranks into nodes
+    /// (0: one node; else a multi-node context whose own node's bases must be non-null).
+    /// Zeroes this rank's buffer. Every rank must wait for all others to get here before any
+    /// launch (the signal regions must be zero).
     #[staticmethod]
-    #[pyo3(signature = (device, heap_bytes, scratch_bytes, rank, world, backend, bases))]
+    #[pyo3(signature = (device, heap_bytes, scratch_bytes, rank, world, backend, bases, node_size=0))]
     #[allow(clippy::too_many_arguments)]
     fn over_external(
         py: Python<'_>,
@@ -131,11 +133,12 @@ impl PyHeap {
         world: i32,
         backend: u32,
         bases: Vec<u64>,
+        node_size: i32,
     ) -> PyResult<Self> {
         let heap = py
             .detach(|| {
                 let layout = Layout::new(heap_bytes, scratch_bytes)?;
-                open_external_heap(device, rank, world, backend, layout, &bases)
+                open_external_heap(device, rank, world, backend, node_size, layout, &bases)
             })
             .py()?;
         Ok(PyHeap {

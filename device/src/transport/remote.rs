@@ -1,0 +1,130 @@
+//! The remote transport: one-sided put-with-signal to a rank on another node, the wait for such
+//! signals, and quiet, over `hw::remote` (the simulator's network, NVSHMEM, or none).
+//!
+//! Signals live in the receiver's signal region, one u64 per (CTA slot, sender's node) and kind
+//! (a rank exchanges with one rank of each other node: the one with its local index):
+//! `Arrive` ("my data is in your scratch") and `Ack` ("I have consumed what you put in mine").
+//! Like the barrier flags they are never cleared: a value is the call's epoch and a round,
+//! `(epoch << 2) << 32 | round + 1`, so values only grow within a call and from call to call
+//! (the high word runs through all of u32 as the 30-bit epoch wraps, as barrier values do), and a
+//! wait compares in wrapping arithmetic. A sender sets (not adds) the value, so a lost signal is
+//! never made up by a later one and the waiting rank times out.
+
+use crate::abi::{signal, MAX_NODES};
+use crate::hw;
+use crate::runtime::nodes::Nodes;
+use crate::runtime::scratch::slice_base;
+use crate::runtime::sync::{wait_until, Call};
+
+/// Which of a rank's remote signal words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Arrive,
+    Ack,
+}
+
+/// Where in this rank's symmetric memory (the same place on the target) data is put: a byte
+/// offset into the user heap, or into this CTA's slice of the scratch.
+#[derive(Clone, Copy)]
+pub enum Place {
+    Heap(usize),
+    Scratch(usize),
+}
+
+impl Place {
+    /// This rank's address of the place.
+    #[inline(always)]
+    fn local(self, call: &Call) -> usize {
+        match self {
+            Place::Heap(off) => call.c.heap_base(call.rank) + off,
+            Place::Scratch(off) => slice_base(call.c, call.rank, call.cta) + off,
+        }
+    }
+}
+
+/// The signal value of `round` in this call (see the module docs).
+#[inline(always)]
+pub fn value(call: &Call, round: usize) -> u64 {
+    ((call.epoch << 2) as u64) << 32 | (round as u64 + 1)
+}
+
+/// This rank's signal word of `kind` that the rank of node `node` sets for this CTA slot.
+#[inline(always)]
+fn word(call: &Call, kind: Kind, node: usize) -> usize {
+    let base = match kind {
+        Kind::Arrive => signal::REMOTE_ARRIVE_OFFSET,
+        Kind::Ack => signal::REMOTE_ACK_OFFSET,
+    };
+    call.c.signal_base(call.rank) + base + (call.cta * MAX_NODES + (node & (MAX_NODES - 1))) * 8
+}
+
+/// Puts `bytes` from `src` here to `dst` on rank `pe`, then sets `pe`'s `kind` word for this
+/// rank to `value` (release: `pe` sees the data once it sees the value). Non-blocking: `src`
+/// must not change until `quiet`. Every thread calls it, after a CTA barrier that follows the
+/// last write of the data. `bytes` may be 0 (a signal alone).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn put_with_signal(
+    call: &Call,
+    nodes: &Nodes,
+    dst: Place,
+    src: Place,
+    bytes: usize,
+    kind: Kind,
+    value: u64,
+    pe: usize,
+) -> Result<(), i32> {
+    // The signal word is the one `pe` waits on for this rank: at our node's index in its
+    // array, which is the same symmetric address as our word for our own node.
+    let sig = word(call, kind, nodes.node);
+    // SAFETY: `dst` and `src` lie inside this rank's heap or this CTA's scratch slice (callers
+    // stay inside their regions), `sig` is an aligned word of this rank's signal region, and
+    // `pe` is a rank of the context.
+    let s = unsafe {
+        hw::remote::put_signal_nbi(
+            call.c,
+            dst.local(call),
+            src.local(call),
+            bytes,
+            sig,
+            value,
+            pe,
+        )
+    };
+    if s == 0 {
+        Ok(())
+    } else {
+        Err(s)
+    }
+}
+
+/// Waits until the `kind` word set by the rank of each node `from(t)` (for threads t that get Some) has
+/// reached `value`; TIMEOUT (recorded) after the context's timeout, never a hang. Every thread
+/// calls it; afterwards the whole CTA sees what those ranks put before their signals.
+#[inline(always)]
+pub fn wait_signals(
+    call: &Call,
+    kind: Kind,
+    value: u64,
+    from: impl Fn(usize) -> Option<usize>,
+) -> Result<(), i32> {
+    let mut late = false;
+    if let Some(p) = from(hw::thread_rank_fresh() as usize) {
+        let at = word(call, kind, p) as *const u64;
+        late = !wait_until(&mut call.deadline(), || {
+            // SAFETY: an aligned word of this rank's signal region.
+            let seen = unsafe { hw::load_acquire_u64(at) };
+            seen.wrapping_sub(value) as i64 >= 0
+        });
+    }
+    // The CTA barrier inside passes the acquired data on to every thread.
+    call.agree_on_timeout(late)
+}
+
+/// Waits until every put this CTA issued has landed: their sources may be overwritten after.
+/// Every thread calls it.
+#[inline(always)]
+pub fn quiet() {
+    hw::remote::quiet();
+    hw::sync_threads();
+}
