@@ -4,16 +4,22 @@
 
 Rows: op (dispatch, combine, dispatch_combine), contender (ironlink: ironlink.MoeExchange in a
 CUDA graph; torch_a2a: sort, count exchange with all_to_all_single, counts read back to the host,
-all_to_all_single of the rows and back, timed eagerly since it syncs), tokens (per rank), hidden,
-topk, experts, routing (uniform; skewed: expert 0 is every token's first choice), us, GBps
-(payload rows x hidden x 2 bytes this rank sends, per second). A benchmark, not a test.
+all_to_all_single of the rows and back, timed eagerly since it syncs; torch_nvshmem: the same
+sort, rows and weighted sum with PyTorch's NVSHMEM all_to_all_vdev, which reads the counts on the
+GPU (bench/moe_nvshmem.py), timed eagerly, or in a CUDA graph with --nvshmem-graph; skipped with
+the reason printed where it cannot run: world 1, a torch without the op or NVSHMEM), tokens (per
+rank), hidden, topk, experts, routing (uniform; skewed: expert 0 is every token's first choice),
+us, GBps (payload rows x hidden x 2 bytes this rank sends, per second). Before timing, both torch
+contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
+combine within bf16 tolerance. A benchmark, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Callable
+import sys
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -21,7 +27,25 @@ import torch.distributed as dist
 import ironlink
 from ironlink.bench import time_eager, time_graph, write_results
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
+import moe_nvshmem  # noqa: E402
+
 TOKENS = [128, 512, 2048, 4096, 8192]
+
+
+class Reference(NamedTuple):
+    """ironlink's result for one routing, which the torch contenders must reproduce."""
+
+    rows: Any  # sorted fingerprints of the dispatched rows
+    out: Any  # combine of the dispatched rows (identity experts)
+
+
+def row_fingerprints(rows: Any) -> Any:
+    """Sorted int64 fingerprint per row [n, H]: equal for the same rows in any order (integer
+    sums wrap the same way in any order), different for different rows with near certainty."""
+    g = torch.Generator(device=rows.device).manual_seed(7)
+    coeff = torch.randint(-(1 << 62), 1 << 62, (rows.shape[1],), device=rows.device, generator=g)
+    return (rows.contiguous().view(torch.int16).long() * coeff).sum(1).sort().values
 
 
 class MoeBench:
@@ -31,12 +55,45 @@ class MoeBench:
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
+        self.nvshmem: Optional[moe_nvshmem.NvshmemPath] = None
+        self.nvshmem_graph = False
+        self.nvshmem_note: dict[str, str] = {"skipped": "--no-nvshmem"}  # in the JSON, for the docs table
+
+    def add_nvshmem(self, max_tokens: int, graph: bool) -> None:
+        """Sets up the torch_nvshmem contender (after ironlink's heap: its own memory, NVSHMEM's) or
+        prints why it is skipped."""
+
+        def gather(reason: Optional[str]) -> list[Optional[str]]:
+            out: list[Optional[str]] = [None] * self.world
+            dist.all_gather_object(out, reason)
+            return out
+
+        self.nvshmem, why = moe_nvshmem.setup(self.world, max_tokens, self.hidden, self.topk, self.experts,
+                                              torch.bfloat16, gather)
+        self.nvshmem_graph = graph
+        self.nvshmem_note = {"skipped": why} if why else {"timed": "in CUDA graphs" if graph else "eagerly"}
+        if why and self.rank == 0:
+            print(f"torch_nvshmem: skipped ({why})", flush=True)
 
     def record(self, op: str, who: str, shape: dict[str, Any], us: float, payload: int) -> None:
         row = {"op": op, "contender": who, **shape, "us": round(us, 3), "GBps": round(payload / us / 1e3, 2)}
         self.rows.append(row)
         if self.rank == 0:
-            print(f"{op:>17} {who:>9} {shape} {us:10.2f} us {row['GBps']:8.1f} GB/s", flush=True)
+            print(f"{op:>17} {who:>13} {shape} {us:10.2f} us {row['GBps']:8.1f} GB/s", flush=True)
+
+    def check(self, who: str, rows: Any, out: Any, ref: Reference) -> None:
+        """Raises on every rank if `who`'s dispatched rows or combine differ from ironlink's on any
+        rank (rows: the same set; combine: within bf16's rounding, ironlink rounds its per-rank
+        partial sums)."""
+        fp = row_fingerprints(rows)
+        err = ((out.double() - ref.out.double()).abs().max() / ref.out.double().abs().max().clamp_min(1e-30)).item()
+        bad = ("dispatched rows differ" if not torch.equal(fp, ref.rows) else
+               f"combine rel error {err:.2e}" if err > 2e-2 else None)
+        problems: list[Optional[str]] = [None] * self.world
+        dist.all_gather_object(problems, bad)
+        wrong = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
+        if wrong:
+            raise RuntimeError(f"{who} does not reproduce ironlink's result: {'; '.join(wrong)}")
 
     def routing(self, tokens: int, skewed: bool) -> tuple[Any, Any, Any]:
         g = torch.Generator(device="cuda").manual_seed(1000 + self.rank)
@@ -55,7 +112,8 @@ class MoeBench:
         payload = tokens * self.topk * self.hidden * 2
         moe = ironlink.MoeExchange(self.heap, tokens, self.hidden, self.topk, self.experts)
         try:
-            recv_x, _, _, handle = moe.dispatch(x, idx, w)
+            recv_x, counts, _, handle = moe.dispatch(x, idx, w)
+            ref = Reference(row_fingerprints(recv_x[:int(counts.sum())]), moe.combine(recv_x, handle).clone())
             self.record("dispatch", "ironlink", shape, time_graph(lambda: moe.dispatch(x, idx, w), payload), payload)
             self.record("combine", "ironlink", shape, time_graph(lambda: moe.combine(recv_x, handle), payload), payload)
             self.record("dispatch_combine", "ironlink", shape,
@@ -66,8 +124,18 @@ class MoeBench:
         finally:
             moe.close()
         d, c = self._torch_path(x, idx, w)
+        self.check("torch_a2a", d()[0], c(), ref)
         self.record("dispatch", "torch_a2a", shape, time_eager(d), payload)
         self.record("dispatch_combine", "torch_a2a", shape, time_eager(c), 2 * payload)
+        if self.nvshmem is not None:
+            nv = self.nvshmem
+            d, c = nv.contender(x, idx, w)
+            d()
+            self.check("torch_nvshmem", nv.received(), c(), ref)
+            timed: Callable[[Callable[[], Any]], float] = (
+                (lambda fn: time_graph(fn, payload)) if self.nvshmem_graph else time_eager)
+            self.record("dispatch", "torch_nvshmem", shape, timed(d), payload)
+            self.record("dispatch_combine", "torch_nvshmem", shape, timed(c), 2 * payload)
 
     def _profile(self, fn: Callable[[], None], shape: dict[str, Any]) -> None:
         """Rank 0 prints the GPU time of each kernel of one call (after a warm-up), largest first."""
@@ -107,7 +175,7 @@ class MoeBench:
             dist.all_to_all_single(back, recv, sc, rc)
             rows = torch.empty_like(back)
             rows[order] = back
-            return (rows.view(-1, k, x.shape[1]).float() * w.float()[..., None]).sum(1).to(x.dtype)
+            return moe_nvshmem.weighted_sum(rows, w)
 
         return dispatch, layer
 
@@ -121,14 +189,20 @@ def main() -> None:
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--profile", action="store_true",
                     help="also print the GPU time of each kernel of one ironlink layer per token count (torch.profiler)")
+    ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
+    ap.add_argument("--nvshmem-graph", action="store_true",
+                    help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
     args = ap.parse_args()
+    tokens = [int(t) for t in args.tokens.split(",")]
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
     b = MoeBench(24 << 30, args.hidden, args.topk, args.experts, args.profile)
-    for t in map(int, args.tokens.split(",")):
+    if not args.no_nvshmem:
+        b.add_nvshmem(max(tokens), args.nvshmem_graph)
+    for t in tokens:
         for skewed in (False, True):
             b.run(t, skewed)
-    write_results(args.out, b.world, b.rows)
+    write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note)
     b.heap.close()
     dist.destroy_process_group()
 

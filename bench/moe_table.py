@@ -44,23 +44,41 @@ def block() -> str:
     def us(r: Optional[Row]) -> str:
         return "-" if r is None else f"{r['us']:.1f}"
 
+    def ratio(theirs: Optional[Row], ours: Optional[Row]) -> str:
+        return f"{theirs['us'] / ours['us']:.2f}" if theirs and ours else "-"
+
+    # torch_nvshmem (PyTorch's NVSHMEM all_to_all_vdev) has columns where the run measured it.
+    nv = any(r["contender"] == "torch_nvshmem" for r in rows)
+    nv_note = doc.get("torch_nvshmem", {})
     first = rows[0]
-    out = [f"{doc['world_size']} x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, bf16, hidden "
-           f"{first['hidden']}, top-{first['topk']} of {first['experts']} experts; us per call (median, max over "
-           "ranks); ironlink in CUDA graphs, torch.distributed eagerly (it syncs with the host); GB/s = "
-           "dispatch + combine payload (tokens x top-k x hidden x 2 bytes, each way) per second; x = torch "
-           "time / ironlink time.", "",
-           "| tokens / rank | routing | dispatch | combine | dispatch + combine | GB/s | torch dispatch "
-           "| torch dispatch + combine | x |", "|---|---|---|---|---|---|---|---|---|"]
+    caption = (f"{doc['world_size']} x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, bf16, hidden "
+               f"{first['hidden']}, top-{first['topk']} of {first['experts']} experts; us per call (median, max over "
+               "ranks); ironlink in CUDA graphs, torch.distributed eagerly (it syncs with the host)")
+    if nv:
+        caption += f", torch NVSHMEM (all_to_all_vdev, counts on the GPU) {nv_note.get('timed', 'eagerly')}"
+    caption += ("; GB/s = dispatch + combine payload (tokens x top-k x hidden x 2 bytes, each way) per second; "
+                + ("x, x NVSHMEM = torch.distributed's, torch NVSHMEM's time / ironlink time." if nv else
+                   "x = torch time / ironlink time."))
+    if not nv and "skipped" in nv_note:
+        caption += f" torch NVSHMEM not measured: {nv_note['skipped']}."
+    head = ("| tokens / rank | routing | dispatch | combine | dispatch + combine | GB/s | torch dispatch "
+            "| torch dispatch + combine | x |")
+    if nv:
+        head += " NVSHMEM dispatch | NVSHMEM dispatch + combine | x NVSHMEM |"
+    out = [caption, "", head, "|---" * head.count(" | ") + "|---|"]
     for routing in ("uniform", "skewed"):
         for t in sorted({r["tokens"] for r in rows if r["routing"] == routing}):
             both, torch_both = get("dispatch_combine", "ironlink", t, routing), get("dispatch_combine", "torch_a2a", t,
                                                                                     routing)
-            x = f"{torch_both['us'] / both['us']:.2f}" if both and torch_both else "-"
             gbps = f"{both['GBps']:.0f}" if both else "-"
-            out.append(f"| {t} | {routing} | {us(get('dispatch', 'ironlink', t, routing))} | "
-                       f"{us(get('combine', 'ironlink', t, routing))} | {us(both)} | {gbps} | "
-                       f"{us(get('dispatch', 'torch_a2a', t, routing))} | {us(torch_both)} | {x} |")
+            line = (f"| {t} | {routing} | {us(get('dispatch', 'ironlink', t, routing))} | "
+                    f"{us(get('combine', 'ironlink', t, routing))} | {us(both)} | {gbps} | "
+                    f"{us(get('dispatch', 'torch_a2a', t, routing))} | {us(torch_both)} | {ratio(torch_both, both)} |")
+            if nv:
+                nv_both = get("dispatch_combine", "torch_nvshmem", t, routing)
+                line += (f" {us(get('dispatch', 'torch_nvshmem', t, routing))} | {us(nv_both)} | "
+                         f"{ratio(nv_both, both)} |")
+            out.append(line)
     return "\n".join(out) + "\n"
 
 

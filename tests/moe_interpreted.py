@@ -2,7 +2,10 @@
 one process, Triton kernels in the interpreter (TRITON_INTERPRET=1, set by tests/test_moe_cpu.py
 before Triton is imported), the two all_to_all_v exchanges done in Python between the ranks'
 buffers. Checks dispatch bit-exact against the routing, combine against a float64 reference, and
-the capacity error. Exits non-zero with a message on the first mismatch."""
+the capacity error; for the fp8 dispatch, the rows and scales bit-exact against
+`fp8_quantize_reference` (torch's own fp8 conversion), every bf16 value up to 448 quantized as
+torch does, and the dequantized rows within fp8's rounding. Exits non-zero with a message on the
+first mismatch."""
 
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ from typing import Any
 import torch
 
 from ironlink.errors import IronlinkError
-from ironlink.moe import MoeExchange
+from ironlink.moe import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
+
+FP8 = torch.float8_e4m3fn
 
 
 class FakeHeap:
@@ -45,33 +50,83 @@ def exchange(send: list[tuple[Any, Any]], recv: list[tuple[Any, Any, Any]]) -> N
 
 
 def layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
-    """dispatch, y = recv_x * (global expert + 1), combine, on every simulated rank."""
+    """dispatch, y = recv_x * (global expert + 1), combine, on every simulated rank (recvs: recv_x,
+    or (recv_x, recv_scales) for fp8, whose y uses the dequantized rows)."""
     packed = [m._pack(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
     exchange([(m.send_buf, m.send_counts) for m in ms], [(m.recv_buf, m.recv_counts, m.recv_offsets) for m in ms])
     outs, recvs, counts = [], [], []
     handles = []
     for m, (t, send_row) in zip(ms, packed):
         c, off, slot, weight, received = m._layout()
-        recvs.append(m.recv_x.clone())
+        recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
         counts.append(c)
         e_of_row = torch.searchsorted(torch.cumsum(c, 0), torch.arange(m.capacity), right=True)
         scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
-        from ironlink.moe import Handle
         handles.append(Handle(t, send_row, slot, weight, received))
-        m._reduce_here((m.recv_x * scale).contiguous(), handles[-1])
+        rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
+        m._reduce_here((rows * scale).contiguous(), handles[-1])
     exchange([(m.back_send, m.recv_counts) for m in ms], [(m.back_recv, m.back_counts, m.back_offsets) for m in ms])
     for m, h in zip(ms, handles):
         outs.append(m._sum_ranks(h))
     return recvs, counts, outs
 
 
+def check_fp8(recv: Any, rows: Any, n: int, p: int) -> Any:
+    """recv = (fp8 rows, scales) of rank p against `rows` (its n routed bf16 rows): bit-exact
+    against the torch reference, dequantized within fp8's rounding; the dequantized rows."""
+    q, scales = recv[0][:n], recv[1][:n]
+    q_ref, s_ref = fp8_quantize_reference(rows)
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), f"rank {p}: fp8 rows differ from the reference"
+    assert torch.equal(scales, s_ref), f"rank {p}: fp8 scales differ from the reference"
+    deq, x = fp8_dequantize(q, scales).double(), rows.double()
+    # e4m3 keeps 3 mantissa bits: within 2^-4 of |x| (normal), or half a subnormal step (2^-10) of
+    # the scaled value; 1e-6 for the rounding of the scale and its inverse.
+    s = scales.double().repeat_interleave(128, 1)
+    bad = (deq - x).abs() > x.abs() * (2 ** -4 + 1e-6) + s * 2 ** -10
+    assert not bad.any(), f"rank {p}: {int(bad.sum())} dequantized values outside fp8's rounding"
+    return deq
+
+
+def fp8_every_value() -> None:
+    """Every bf16 value of magnitude <= 448, both signs (zeros and subnormals included), through
+    pack_rows_fp8: each 128-channel group holds 448 (scale 1: the value itself is rounded) and 127
+    of them; the bytes must equal torch's float8_e4m3fn conversion, ties to even included."""
+    hidden = 2048
+    pos = torch.arange(0, 0x43E0 + 1, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)  # 0 .. 448
+    values = torch.cat([pos, -pos])
+    groups = -(-values.numel() // 127)
+    tokens = -(-groups * 128 // hidden)
+    g = torch.zeros(tokens * hidden // 128, 128, dtype=torch.bfloat16)
+    g[:, 0] = 448
+    g[:groups, 1:].reshape(-1)[:values.numel()] = values
+    x = g.reshape(tokens, hidden)
+    m = MoeExchange(FakeHeap(0, 1), tokens, hidden, 1, 1, dispatch_dtype=FP8)
+    t, _ = m._pack(x, torch.zeros(tokens, 1, dtype=torch.int64), torch.ones(tokens, 1))
+    q = m.send_buf[:t].view(torch.uint8)[:, :hidden]
+    scales = m.send_buf[:t].view(torch.float32)[:, m.scale_col // 2:m.scale_col // 2 + hidden // 128]
+    q_ref, s_ref = fp8_quantize_reference(x)
+    assert torch.equal(s_ref, torch.ones_like(s_ref)) and torch.equal(scales, s_ref), "scales of 448-max groups"
+    diff = (q != q_ref.view(torch.uint8)).nonzero()
+    assert diff.numel() == 0, (f"{diff.shape[0]} fp8 codes differ from torch's, first: x = {x[tuple(diff[0])].item()}: "
+                               f"{q[tuple(diff[0])].item():#x} != {q_ref.view(torch.uint8)[tuple(diff[0])].item():#x}")
+    print(f"ok: fp8: all {values.numel()} bf16 values with |x| <= 448 quantize as torch's float8_e4m3fn")
+
+
 def main() -> int:
     world, tokens, hidden, k, experts = 3, 9, 36, 3, 6  # hidden not a multiple of 8: padded rows
     le = experts // world
-    for skewed in (False, True):
+    for fp8, skewed in ((False, False), (False, True), (True, False), (True, True)):
+        h = 256 if fp8 else hidden  # fp8: a multiple of 128 (two scale groups)
         g = torch.Generator().manual_seed(5 + skewed)
-        ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
-        xs = [torch.randn(tokens - r, hidden, generator=g).to(torch.bfloat16) for r in range(world)]
+        ms = [MoeExchange(FakeHeap(r, world), tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None)
+              for r in range(world)]
+        xs = [torch.randn(tokens - r, h, generator=g).to(torch.bfloat16) for r in range(world)]
+        if fp8:  # groups of very different magnitude, an all-zero group and tiny values (fp8 subnormals)
+            for r, x in enumerate(xs):
+                x[:, :128] *= 1000.0
+                x[0, 128:] = 0
+                x[1, 128:] *= 1e-3
+                x[2 % x.shape[0], 130] = 1e-9
         scores = [torch.rand(x.shape[0], experts, generator=g) for x in xs]
         if skewed:
             for s in scores:
@@ -84,13 +139,26 @@ def main() -> int:
             rows = torch.cat(want)
             n = rows.shape[0]
             assert int(counts[p].sum()) == n, f"rank {p}: expert counts {counts[p].tolist()} for {n} rows"
-            assert torch.equal(recvs[p][:n], rows), f"rank {p}: dispatched rows differ from the routing"
-            ref = (xs[p].double()[:, None, :] * (ids[p].double() + 1)[..., None] * ws[p].double()[..., None]).sum(1)
+            if fp8:
+                check_fp8(recvs[p], rows, n, p)
+            else:
+                assert torch.equal(recvs[p][:n], rows), f"rank {p}: dispatched rows differ from the routing"
+            # The experts saw the dequantized rows: the reference starts from those.
+            x = fp8_dequantize(*fp8_quantize_reference(xs[p])) if fp8 else xs[p]
+            ref = (x.double()[:, None, :] * (ids[p].double() + 1)[..., None] * ws[p].double()[..., None]).sum(1)
             err = ((outs[p].double() - ref).abs().max() / ref.abs().max()).item()
             assert err < 2e-2, f"rank {p}: combine rel error {err:.3e}"
         again = layer(ms, xs, ids, ws)[2]
         assert all(torch.equal(a, b) for a, b in zip(again, outs)), "combine differs run to run"
-        print(f"ok: {'skewed' if skewed else 'uniform'}: world {world}, rows per rank {[int(c.sum()) for c in counts]}")
+        print(f"ok: {'fp8 ' if fp8 else ''}{'skewed' if skewed else 'uniform'}: world {world}, rows per rank "
+              f"{[int(c.sum()) for c in counts]}")
+    fp8_every_value()
+    try:
+        MoeExchange(FakeHeap(0, world), tokens, 200, k, experts, dispatch_dtype=FP8)
+        raise AssertionError("fp8 dispatch accepted hidden = 200")
+    except ValueError as e:
+        assert "multiple of 128" in str(e), str(e)
+    print("ok: fp8 dispatch refuses hidden = 200 (not a multiple of 128)")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
     xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]

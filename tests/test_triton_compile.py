@@ -25,7 +25,7 @@ from triton.runtime.jit import KernelInterface, MockTensor
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _lib
+from ironlink import _abi, _lib, moe_kernels
 from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,6 +113,43 @@ def test_function_inlines_without_local_memory(name: str, cc: int, tmp_path: Pat
     allowed = SPILL_ALLOWANCE.get(name, 0)
     assert all(int(a) <= allowed and int(b) <= allowed for a, b in spills), f"{name} spills on sm_{cc}:\n{report}"
     assert all(int(s) <= allowed for s in stacks), f"{name} needs a stack frame on sm_{cc}:\n{report}"
+
+
+# --- MoeExchange's local kernels (no device function; compiled for every arch) ---------------------
+
+I32 = "i32"
+MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # name: (signature, constexprs), shapes as MoeExchange launches them at hidden 7168, top-8, 4 ranks
+    "pack_rows": ({"x": "*bf16", "meta": "*bf16", "send_row": "*i64", "out": "*bf16", "hidden": I32, "meta_col": I32,
+                   "meta_cols": I32, "out_stride": I32},
+                  {"WORLD": 4, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 32}),
+    "pack_rows_fp8": ({"x": "*bf16", "meta": "*bf16", "send_row": "*i64", "out": "*bf16", "out8": "*u8", "out32": "*fp32",
+                       "hidden": I32, "meta_col": I32, "meta_cols": I32, "row": I32, "scale_col": I32},
+                      {"WORLD": 4, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 32, "GROUP": moe_kernels.FP8_GROUP,
+                       "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX}),
+    "gather_rows": ({"src": "*bf16", "src_stride": I32, "index": "*i64", "count": "*i64", "limit": I32, "out": "*bf16",
+                     "hidden": I32, "side_col": I32, "side_out": "*bf16", "side_cols": I32},
+                    {"BLOCK": moe_kernels.BLOCK, "SIDE_BLOCK": 0}),
+    "gather_rows fp8": ({"src": "*i16", "src_stride": I32, "index": "*i64", "count": "*i64", "limit": I32,
+                         "out": "*i16", "hidden": I32, "side_col": I32, "side_out": "*i16", "side_cols": I32},
+                        {"BLOCK": moe_kernels.BLOCK, "SIDE_BLOCK": 128}),
+    "weighted_partial_sums": ({"y": "*bf16", "slot": "*i64", "weight": "*fp32", "count": "*i64", "out": "*bf16",
+                               "hidden": I32}, {"K": 8, "BLOCK": moe_kernels.BLOCK}),
+    "sum_rank_rows": ({"rows": "*bf16", "send_row": "*i64", "out": "*bf16", "hidden": I32},
+                      {"WORLD": 4, "BLOCK": moe_kernels.BLOCK}),
+}
+
+
+@pytest.mark.parametrize("cc", CAPABILITIES)
+@pytest.mark.parametrize("name", list(MOE_KERNELS))
+def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) -> None:
+    signature, constexprs = MOE_KERNELS[name]
+    fn = getattr(moe_kernels, name.split()[0])
+    k = compile_for(cc, fn, {**signature, **{c: "constexpr" for c in constexprs}}, constexprs,
+                    num_warps=moe_kernels.WARPS)
+    report = ptxas_report(k.asm["ptx"], cc, tmp_path)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert spills and all(s == ("0", "0") for s in spills), f"{name} spills on sm_{cc}:\n{report}"
 
 
 # --- argument coercion ----------------------------------------------------------------------------

@@ -283,15 +283,20 @@ def all_to_all_v_case(s: Suite, row: int, dtype: Any, seeds: tuple[int, ...], gr
             heap.free(t)
 
 
-def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0) -> None:
+def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0, fp8: bool = False) -> None:
     """ironlink.MoeExchange: dispatch against the rows every rank routes here (all_gather of x and
     topk_idx, bit-exact, grouped by local expert), combine of y = recv_x * (global expert + 1)
     against a float64 reference; with `graph`, one capture replayed with new routing; with
-    `capacity`, a too-small receive buffer gives CAPACITY_EXCEEDED."""
+    `capacity`, a too-small receive buffer gives CAPACITY_EXCEEDED. With `fp8`, the fp8 dispatch:
+    its rows and scales bit-exact against `fp8_quantize_reference` of the routed rows, y and the
+    reference made from the dequantized rows."""
+    from ironlink.moe import fp8_dequantize, fp8_quantize_reference
+
     world, me, heap = s.world, dist.get_rank(), s.heap
     hidden, k, experts = 256, 4, max(2 * world, 8)
     le = experts // world
-    moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None)
+    moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None,
+                               dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
     x = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     idx = torch.empty(tokens, k, device="cuda", dtype=torch.int64)
     wts = torch.empty(tokens, k, device="cuda", dtype=torch.float32)
@@ -311,7 +316,8 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
         # Expert e of this rank scales its rows by (global expert id + 1).
         e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
         scale.copy_((me * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None])
-        out = moe.combine(recv_x * scale, handle, check=not graph)
+        rows = fp8_dequantize(*recv_x, torch.bfloat16) if fp8 else recv_x
+        out = moe.combine(rows * scale, handle, check=not graph)
         return recv_x, counts, out
 
     try:
@@ -359,8 +365,14 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             want_rows = torch.cat(want)
             n = want_rows.shape[0]
             assert counts.sum().item() == n, f"{counts.tolist()} rows for {n} routed here"
-            assert torch.equal(recv_x[:n], want_rows), "dispatched rows differ from the routing"
-            ref = (x.double()[:, None, :] * (idx.double() + 1)[..., None] * wts.double()[..., None]).sum(1)
+            if fp8:
+                q_ref, s_ref = fp8_quantize_reference(want_rows)
+                assert torch.equal(recv_x[0][:n].view(torch.uint8), q_ref.view(torch.uint8)), "fp8 rows differ"
+                assert torch.equal(recv_x[1][:n], s_ref), "fp8 scales differ from the reference"
+            else:
+                assert torch.equal(recv_x[:n], want_rows), "dispatched rows differ from the routing"
+            xr = fp8_dequantize(*fp8_quantize_reference(x)) if fp8 else x  # what the experts saw
+            ref = (xr.double()[:, None, :] * (idx.double() + 1)[..., None] * wts.double()[..., None]).sum(1)
             s.close("combine", out, ref, torch.bfloat16)
             again = layer()[2] if not graph else out
             assert torch.equal(again, out), "combine differs run to run"
@@ -428,6 +440,9 @@ def main() -> int:
     s.run("moe dispatch/combine in a CUDA graph, routing changed between replays",
           lambda: moe_case(s, 64, False, graph=True))
     s.run("moe over capacity", lambda: moe_case(s, 64, True, graph=False, capacity=32))
+    s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
+    s.run("moe fp8 dispatch in a CUDA graph, routing changed between replays",
+          lambda: moe_case(s, 64, False, graph=True, fp8=True))
     s.run("all_to_all_v over capacity", lambda: all_to_all_v_case(s, 64, torch.bfloat16, (7,), graph=False, out_rows=5))
     s.run("argument errors", s.argument_errors)
     s.run("heap.check() is clean", heap.check)

@@ -27,6 +27,13 @@ that gives this rank's experts more rows than that writes only the first `recv_c
 flags it: `moe.check()` (or `dispatch(..., check=True)`) raises an IronlinkError with status
 CAPACITY_EXCEEDED naming the expert whose rows cross the limit and the counts. One dispatch /
 combine pair at a time per MoeExchange; `recv_x` is reused by the next dispatch.
+
+fp8 dispatch (`dispatch_dtype=torch.float8_e4m3fn`; hidden a multiple of 128): the sender
+quantizes each token per 128 channels on its way into the send buffer (scale = amax / 448, one fp32
+per group, packed beside the row after the ids and weights) and dispatch returns `recv_x` as the
+pair (fp8 rows [recv_capacity, H], fp32 scales [recv_capacity, H / 128]) in the same layout, what
+an fp8 grouped GEMM with 1x128 scales consumes. `fp8_quantize_reference` is the same quantization
+in torch ops (bit for bit); combine still takes and returns `dtype` rows.
 """
 
 from __future__ import annotations
@@ -52,6 +59,32 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+def fp8_quantize_reference(x: Any) -> tuple[Any, Any]:
+    """(float8_e4m3fn [T, H], fp32 scales [T, H / 128]): the quantization an fp8 dispatch applies
+    to rows `x` [T, H], in torch ops; the dispatched bytes and scales equal these bit for bit.
+    Per 128 channels: amax = max(|x|, 1e-4), scale = amax / 448, fp8 = x * (448 / amax) rounded to
+    nearest even."""
+    import torch
+
+    t, h = x.shape
+    g = x.float().reshape(t, h // kernels.FP8_GROUP, kernels.FP8_GROUP)
+    amax = g.abs().amax(2).clamp(min=kernels.FP8_MIN_AMAX)
+    qmax = torch.full_like(amax, kernels.FP8_MAX)
+    # Tensor / tensor: IEEE division as the kernel's div_rn (a Python number / tensor would be
+    # computed as reciprocal times the number: two roundings).
+    q = (g * (qmax / amax)[..., None]).to(torch.float8_e4m3fn)
+    return q.reshape(t, h), amax / qmax
+
+
+def fp8_dequantize(q: Any, scales: Any, dtype: Any = None) -> Any:
+    """[T, H] in `dtype` (default fp32): fp8 rows times their per-128-channel scales."""
+    import torch
+
+    t, h = q.shape
+    deq = q.float().reshape(t, h // kernels.FP8_GROUP, kernels.FP8_GROUP) * scales[..., None]
+    return deq.reshape(t, h).to(dtype or torch.float32)
+
+
 class Handle(NamedTuple):
     """What combine needs from a dispatch."""
 
@@ -66,7 +99,9 @@ class MoeExchange:
     """Dispatch / combine buffers for one MoE layer shape on one heap (collective to create)."""
 
     def __init__(self, heap: Any, max_tokens: int, hidden: int, topk: int, num_experts: int,
-                 dtype: Any = None, recv_capacity: Optional[int] = None) -> None:
+                 dtype: Any = None, recv_capacity: Optional[int] = None, dispatch_dtype: Any = None) -> None:
+        """`dtype` (bf16 default, or fp16): the tokens given to dispatch and the rows of combine.
+        `dispatch_dtype`: `dtype` (default) or torch.float8_e4m3fn (see the module docs)."""
         import torch
 
         world = heap.world_size
@@ -79,16 +114,26 @@ class MoeExchange:
         self.dtype = dtype or torch.bfloat16
         if self.dtype not in (torch.bfloat16, torch.float16):
             raise TypeError(f"MoeExchange moves bf16 or fp16 rows, got {self.dtype}")
+        self.dispatch_dtype = dispatch_dtype or self.dtype
+        self.fp8 = self.dispatch_dtype == torch.float8_e4m3fn
+        if self.dispatch_dtype not in (self.dtype, torch.float8_e4m3fn):
+            raise TypeError(f"dispatch_dtype must be {self.dtype} (dtype) or torch.float8_e4m3fn, got {dispatch_dtype}")
+        if self.fp8 and hidden % kernels.FP8_GROUP:
+            raise ValueError(f"fp8 dispatch scales each token per {kernels.FP8_GROUP} channels: hidden = {hidden} "
+                             f"must be a multiple of {kernels.FP8_GROUP}")
         self.heap, self.world, self.rank = heap, world, heap.rank
         self.max_tokens, self.hidden, self.topk, self.num_experts = max_tokens, hidden, topk, num_experts
         self.local_experts = num_experts // world
         self.capacity = recv_capacity or world * max_tokens * topk
         if self.capacity <= 0:
             raise ValueError(f"recv_capacity must be positive, got {recv_capacity}")
-        # A send row: the token (padded to 16 bytes), then its ids (int32) and weights (fp32).
-        self.meta_col = _round_up(hidden, 8)
+        # A send row, in 2-byte words, each part starting on 16 bytes: the token (`dtype`, or its
+        # fp8 bytes: hidden / 2 words), its ids (int32) and weights (fp32), and for fp8 its scales.
+        self.groups = hidden // kernels.FP8_GROUP if self.fp8 else 0
+        self.meta_col = hidden // 2 if self.fp8 else _round_up(hidden, 8)
         self.meta_cols = _round_up(4 * topk, 8)
-        self.row = self.meta_col + self.meta_cols
+        self.scale_col = self.meta_col + self.meta_cols
+        self.row = self.scale_col + _round_up(2 * self.groups, 8)
         rows = world * max_tokens  # a token reaches each rank at most once
         dev = heap.device
         e = heap.empty
@@ -99,7 +144,8 @@ class MoeExchange:
         self.counts = [e((world,), torch.int64) for _ in range(5)]
         self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
         self.meta = torch.zeros(max_tokens, self.meta_cols, dtype=self.dtype, device=dev)
-        self.recv_x = torch.empty(self.capacity, hidden, dtype=self.dtype, device=dev)
+        self.recv_x = torch.empty(self.capacity, hidden, dtype=self.dispatch_dtype, device=dev)
+        self.recv_scales = torch.empty(self.capacity, self.groups, dtype=torch.float32, device=dev)
         self.overflow = torch.zeros(4, dtype=torch.int64, device=dev)  # flag, expert, its rows, all rows
         # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
         self.a2a_ctas = all_to_all_v_launch(rows * self.row * 2)[0]
@@ -145,8 +191,7 @@ class MoeExchange:
         order = torch.argsort(key, stable=True)  # by expert, then (source rank, token)
         counts = _count(key, le + 1)[:le]
         total = counts.sum().reshape(1)
-        kernels.gather_rows[(self.programs,)](self.recv_buf, self.row, order // k, total, self.capacity, self.recv_x,
-                                        self.hidden, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+        self._gather(order // k, total)
         position = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
         slot = torch.where(here & (position < self.capacity), position, -1).view(rows, k)
         ends = torch.cumsum(counts, 0)
@@ -156,14 +201,32 @@ class MoeExchange:
                                        counts[crossing], total]))
         return counts, ends - counts, slot, weight, received
 
+    def _gather(self, rows: Any, total: Any) -> None:
+        """recv_x[i] (and recv_scales[i]) = received token rows[i]'s payload, i < min(total, capacity)."""
+        import torch
+
+        k = kernels
+        if self.fp8:  # copied as raw 2-byte words (int16: no float conversion): the bytes, and the scales beside them
+            k.gather_rows[(self.programs,)](self.recv_buf.view(torch.int16), self.row, rows, total, self.capacity,
+                                            self.recv_x.view(torch.int16), self.hidden // 2, self.scale_col,
+                                            self.recv_scales.view(torch.int16), 2 * self.groups, BLOCK=k.BLOCK,
+                                            SIDE_BLOCK=max(16, 1 << (2 * self.groups - 1).bit_length()),
+                                            num_warps=k.WARPS)
+        else:
+            k.gather_rows[(self.programs,)](self.recv_buf, self.row, rows, total, self.capacity, self.recv_x,
+                                            self.hidden, 0, self.recv_x, 0, BLOCK=k.BLOCK, SIDE_BLOCK=0,
+                                            num_warps=k.WARPS)
+
     def dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool = False) -> tuple[Any, Any, Any, Handle]:
-        """(recv_x, expert_counts [local experts], expert_offsets, handle); see the module docs."""
+        """(recv_x, expert_counts [local experts], expert_offsets, handle); see the module docs.
+        With an fp8 dispatch_dtype, recv_x is the pair (fp8 rows, fp32 scales [rows, hidden / 128])."""
         t, send_row = self._pack(x, topk_idx, topk_weights)
         self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
         counts, offsets, slot, weight, received = self._layout()
         if check:
             self.check()
-        return self.recv_x, counts, offsets, Handle(t, send_row, slot, weight, received)
+        recv = (self.recv_x, self.recv_scales) if self.fp8 else self.recv_x
+        return recv, counts, offsets, Handle(t, send_row, slot, weight, received)
 
     def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
         """Fills the send buffer and send_counts; (tokens, send_row)."""
@@ -174,11 +237,18 @@ class MoeExchange:
         meta = self.meta[:t].view(torch.int32)
         meta[:, :self.topk].copy_(topk_idx)
         meta.view(torch.float32)[:, self.topk:2 * self.topk].copy_(topk_weights)
-        if t:
-            kernels.pack_rows[(t,)](x.contiguous(), self.meta, send_row, self.send_buf, self.hidden, self.meta_col, self.meta_cols,
-                                    self.row, WORLD=self.world, BLOCK=kernels.BLOCK,
-                                    META_BLOCK=max(16, 1 << (self.meta_cols - 1).bit_length()),
-                                    num_warps=kernels.WARPS)
+        if not t:
+            return t, send_row
+        k, b = kernels, self.send_buf
+        meta_block = max(16, 1 << (self.meta_cols - 1).bit_length())
+        if self.fp8:
+            k.pack_rows_fp8[(t,)](x.contiguous(), self.meta, send_row, b, b.view(torch.uint8), b.view(torch.float32),
+                                  self.hidden, self.meta_col, self.meta_cols, self.row, self.scale_col, WORLD=self.world,
+                                  BLOCK=k.BLOCK, META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX,
+                                  MIN_AMAX=k.FP8_MIN_AMAX, num_warps=k.WARPS)
+        else:
+            k.pack_rows[(t,)](x.contiguous(), self.meta, send_row, b, self.hidden, self.meta_col, self.meta_cols,
+                              self.row, WORLD=self.world, BLOCK=k.BLOCK, META_BLOCK=meta_block, num_warps=k.WARPS)
         return t, send_row
 
     def _exchange(self, inp: Any, send_counts: Any, out: Any, recv_counts: Any, recv_offsets: Any,
@@ -234,4 +304,4 @@ class MoeExchange:
             self.heap.free(t)
 
 
-__all__ = ["Handle", "MoeExchange"]
+__all__ = ["Handle", "MoeExchange", "fp8_dequantize", "fp8_quantize_reference"]

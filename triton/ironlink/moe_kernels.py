@@ -2,7 +2,9 @@
 reductions around its two all_to_all_v exchanges. None of them talks to a peer.
 
 Rows are `hidden` elements of a 2-byte dtype; every kernel walks a row in BLOCK-element chunks
-(16-byte vectors per thread). Kernels whose row count is only known on the device (it came from
+(16-byte vectors per thread). An fp8 dispatch (`pack_rows_fp8`) quantizes each token per
+FP8_GROUP channels on its way into the send buffer; the buffers still count in 2-byte words (an
+fp8 row of `hidden` bytes is hidden / 2 words), so the exchange and the copies move it unchanged. Kernels whose row count is only known on the device (it came from
 the peers) run a fixed grid that strides over the rows up to a count read from device memory, so
 a CUDA graph replays them correctly when the routing changes.
 """
@@ -19,6 +21,12 @@ import triton.language as tl
 BLOCK = 2048  # elements per chunk: 128 threads x 16 bf16 = two 16-byte vectors each
 WARPS = 4
 PROGRAMS_PER_SM = 8  # the grid of the kernels that stride over rows counted on the device
+# fp8 dispatch: one fp32 scale per 128 channels of a token (the 1x128 blocks of DeepEP's fp8
+# dispatch and DeepGEMM's fp8 grouped GEMMs), scale = amax / 448 (e4m3's largest finite value).
+# (Passed to the kernel as constexprs: a Triton kernel reads no plain module globals.)
+FP8_GROUP = 128
+FP8_MAX = 448.0
+FP8_MIN_AMAX = 1e-4  # an all-zero group still gets a finite scale (and zero bytes)
 
 
 @triton.jit
@@ -44,8 +52,64 @@ def pack_rows(x, meta, send_row, out, hidden, meta_col, meta_cols, out_stride,
 
 
 @triton.jit
-def gather_rows(src, src_stride, index, count, limit, out, hidden, BLOCK: tl.constexpr):
-    """out[i, :hidden] = src[index[i], :hidden] for i < min(count[0], limit), grid-strided."""
+def _e4m3_bits(y):
+    """float8_e4m3fn bits (uint8) of fp32 `y`, rounded to nearest even as torch's
+    `.to(torch.float8_e4m3fn)` rounds (|y| >= 464 gives NaN, 0x7f, as there). Integer arithmetic
+    rather than Triton's conversion, which saturates on the GPU and rounds ties away from zero in
+    the interpreter: this way the GPU, the interpreter and torch agree bit for bit."""
+    bits = y.to(tl.uint32, bitcast=True)
+    a = bits & 0x7FFFFFFF
+    # |y| >= 2^-6 (fp8 normal): rebias the exponent (127 -> 7), then drop 20 mantissa bits with
+    # round to nearest even (add just under half, plus the kept lowest bit); a carry bumps the exponent.
+    normal = (a - (120 << 23) + 0x7FFFF + ((a >> 20) & 1)) >> 20
+    # Below 2^-6 (fp8 subnormal, steps of 2^-9): 2^14's fp32 ulp is 2^-9, so adding 2^14 rounds
+    # |y| to that step (to nearest even, as every fp32 add does) and the low bits are the code.
+    sub = (a.to(tl.float32, bitcast=True) + 16384.0).to(tl.uint32, bitcast=True) - (141 << 23)
+    code = tl.where(a < (121 << 23), sub, normal)
+    code = tl.where(a >= (1087 << 20), 0x7F, code)  # 1087 << 20: the bits of 464.0
+    return (code | ((bits >> 24) & 0x80)).to(tl.uint8)
+
+
+@triton.jit
+def pack_rows_fp8(x, meta, send_row, out, out8, out32, hidden, meta_col, meta_cols, row, scale_col,
+                  WORLD: tl.constexpr, BLOCK: tl.constexpr, META_BLOCK: tl.constexpr, GROUP: tl.constexpr,
+                  QMAX: tl.constexpr, MIN_AMAX: tl.constexpr):
+    """pack_rows with the token quantized to float8_e4m3fn per GROUP channels: row send_row[t, p]
+    of the send buffer (`row` 2-byte words; `out8` / `out32` are its byte and fp32 views) gets the
+    fp8 bytes at byte 0, the ids and weights (`meta`, 2-byte words) at word `meta_col` and the
+    hidden / GROUP fp32 scales at word `scale_col`. Per group: amax = max(|x|, MIN_AMAX),
+    scale = amax / QMAX, bytes = e4m3(x * (QMAX / amax)), both divisions IEEE (div_rn): what
+    `moe.fp8_quantize_reference` computes with torch ops. hidden is a multiple of GROUP, so a
+    group lies wholly inside or outside the row."""
+    t = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    gi = tl.arange(0, BLOCK // GROUP)
+    for c in range(0, hidden, BLOCK):
+        m = c + offs < hidden
+        v = tl.reshape(tl.load(x + t * hidden + c + offs, mask=m, other=0.0).to(tl.float32), (BLOCK // GROUP, GROUP))
+        amax = tl.maximum(tl.max(tl.abs(v), axis=1), MIN_AMAX)
+        scale = tl.math.div_rn(amax, tl.full((BLOCK // GROUP,), QMAX, tl.float32))
+        inv = tl.math.div_rn(tl.full((BLOCK // GROUP,), QMAX, tl.float32), amax)
+        q = tl.reshape(_e4m3_bits(v * inv[:, None]), (BLOCK,))
+        gm = c + gi * GROUP < hidden
+        for p in tl.static_range(WORLD):
+            r = tl.load(send_row + t * WORLD + p)
+            tl.store(out8 + r * (2 * row) + c + offs, q, mask=m & (r >= 0))
+            tl.store(out32 + r * (row // 2) + scale_col // 2 + c // GROUP + gi, scale, mask=gm & (r >= 0))
+    mo = tl.arange(0, META_BLOCK)
+    mm = mo < meta_cols
+    v = tl.load(meta + t * meta_cols + mo, mask=mm)
+    for p in tl.static_range(WORLD):
+        r = tl.load(send_row + t * WORLD + p)
+        tl.store(out + r * row + meta_col + mo, v, mask=mm & (r >= 0))
+
+
+@triton.jit
+def gather_rows(src, src_stride, index, count, limit, out, hidden, side_col, side_out, side_cols,
+                BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr):
+    """out[i, :hidden] = src[index[i], :hidden] for i < min(count[0], limit), grid-strided; with
+    SIDE_BLOCK > 0 also side_out[i, :side_cols] = src[index[i], side_col : side_col + side_cols]
+    (an fp8 dispatch's scales, copied with their row)."""
     n = tl.minimum(tl.load(count).to(tl.int64), limit)
     offs = tl.arange(0, BLOCK)
     for i in range(tl.program_id(0).to(tl.int64), n, tl.num_programs(0)):
@@ -53,6 +117,10 @@ def gather_rows(src, src_stride, index, count, limit, out, hidden, BLOCK: tl.con
         for c in range(0, hidden, BLOCK):
             m = c + offs < hidden
             tl.store(out + i * hidden + c + offs, tl.load(src + s * src_stride + c + offs, mask=m), mask=m)
+        if SIDE_BLOCK > 0:
+            so = tl.arange(0, SIDE_BLOCK)
+            sm = so < side_cols
+            tl.store(side_out + i * side_cols + so, tl.load(src + s * src_stride + side_col + so, mask=sm), mask=sm)
 
 
 @triton.jit
@@ -89,4 +157,5 @@ def sum_rank_rows(rows, send_row, out, hidden, WORLD: tl.constexpr, BLOCK: tl.co
         tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
-__all__ = ["BLOCK", "PROGRAMS_PER_SM", "WARPS", "gather_rows", "pack_rows", "sum_rank_rows", "weighted_partial_sums"]
+__all__ = ["BLOCK", "FP8_GROUP", "FP8_MAX", "FP8_MIN_AMAX", "PROGRAMS_PER_SM", "WARPS", "gather_rows", "pack_rows",
+           "pack_rows_fp8", "sum_rank_rows", "weighted_partial_sums"]
