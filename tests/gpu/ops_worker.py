@@ -111,6 +111,26 @@ class Suite(Cases):
         finally:
             self.free(buf)
 
+    def all_reduce_hierarchical(self, n: int, dtype: Any, op: str) -> None:
+        """`symm_all_reduce_hierarchical` on this one-node heap (a two-shot all-reduce): against
+        NCCL, and bitwise equal on every rank."""
+        buf = None
+        try:
+            buf = self.alloc(n, dtype)
+            x = self.data(n, dtype)
+            buf.copy_(x)
+            want = self.ref_all_reduce(x, op)
+            status = torch.full((4,), -100, dtype=torch.int32, device=buf.device)
+            _hierarchical_kernel[(4,)](self.heap.ctx, buf, n, ilt_ops.reduce_op_code(op), status)
+            torch.cuda.synchronize()
+            assert status.tolist() == [0] * 4, f"statuses {status.tolist()}"
+            self.close(f"all_reduce_hierarchical {op}", buf, want, dtype)
+            first = buf.clone()
+            dist.broadcast(first, 0)
+            assert torch.equal(buf.view(torch.uint8), first.view(torch.uint8)), "ranks differ"
+        finally:
+            self.free(buf)
+
     def all_gather(self, n: int, dtype: Any, in_place: bool) -> None:
         out = inp = None
         try:
@@ -222,6 +242,17 @@ class Suite(Cases):
                     assert words in str(e), str(e)
         finally:
             self.free(c, b, a)
+
+
+if torch is not None:
+    import triton.language as tl
+
+    import ironlink.typed as ilt
+    from ironlink import ops as ilt_ops
+
+    @ironlink.jit
+    def _hierarchical_kernel(ctx, buf, n, op, status):
+        tl.store(status + tl.program_id(0), ilt.all_reduce_hierarchical(ctx, buf, n, op))
 
 
 def counts_matrix(world: int, seed: int, most: int) -> Any:
@@ -424,6 +455,9 @@ def main() -> int:
         for op in ("max", "avg"):
             s.run(f"all_reduce {op} {dtype} 1 MiB", lambda: s.all_reduce(n, dtype, op))
             s.run(f"reduce_scatter {op} {dtype} 1 MiB", lambda: s.reduce_scatter(n // world, dtype, op, False))
+        for op in ("sum", "avg"):
+            s.run(f"all_reduce_hierarchical {op} {dtype} (one node: two-shot)",
+                  lambda: s.all_reduce_hierarchical(300001, dtype, op))
         s.run(f"all_gather in place {dtype}", lambda: s.all_gather(4099, dtype, True))
         s.run(f"reduce_scatter in place {dtype}", lambda: s.reduce_scatter(4099, dtype, "sum", True))
         s.run(f"cuda graph {dtype} small", lambda: s.cuda_graph(dtype, 300))
