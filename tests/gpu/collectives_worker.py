@@ -443,7 +443,8 @@ def main() -> int:
     s.run("cuda graph capture and replay", s.cuda_graph)
     s.run("error codes", s.errors)
     heap.close()
-    s.run("timeout", lambda: timeout_case(s))
+    if world > 1:  # one rank alone is never kept waiting in a barrier
+        s.run("timeout", lambda: timeout_case(s))
     if rank == 0:
         summary = f"{s.passed} passed, {len(s.failed)} failed"
         for f in s.failed:
