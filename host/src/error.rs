@@ -120,7 +120,7 @@ impl fmt::Display for Error {
                 let list: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
                 write!(
                     f,
-                    "rank {rank} has no load/store address for the symmetric memory of rank(s) {}                      (NVSHMEM gives none for a GPU on another node); ironlink's NVSHMEM backend                      serves the GPUs of one node so far (see docs/backends.md)",
+                    "rank {rank} has no load/store address for the symmetric memory of rank(s) {}                      (NVSHMEM gives none for a GPU on another node); a heap of one node needs                      every rank's, one of several nodes (node_size) its own node's (see                      docs/backends.md)",
                     list.join(", ")
                 )
             }

@@ -239,6 +239,8 @@ pub struct SymmHeap {
     rank: i32,
     world: i32,
     layout: Layout,
+    /// Ranks per node (the world for a one-node heap): `peer_heap` holds this rank's node.
+    node_size: i32,
     peer_heap: [u64; MAX_RANKS],
     alloc: Allocator,
 }
@@ -252,6 +254,10 @@ impl SymmHeap {
             rank: ctx.rank,
             world: ctx.world_size,
             layout,
+            node_size: match ctx.node_size {
+                0 => ctx.world_size,
+                n => n as i32,
+            },
             peer_heap: ctx.peer_heap,
             alloc: Allocator::new(layout.heap),
         }
@@ -288,7 +294,8 @@ impl SymmHeap {
         self.inner.is_none()
     }
 
-    /// Base of `rank`'s user region as mapped in this process (`rank == self.rank()`: ours).
+    /// Base of `rank`'s user region as mapped in this process (`rank == self.rank()`: ours);
+    /// an error for a rank on another node of a multi-node heap, which has no address here.
     pub fn peer_base(&self, rank: i32) -> Result<u64> {
         self.inner()?;
         if rank < 0 || rank >= self.world {
@@ -297,7 +304,13 @@ impl SymmHeap {
                 self.world
             )));
         }
-        Ok(self.peer_heap[rank as usize])
+        if rank / self.node_size != self.rank / self.node_size {
+            return Err(Error::PeerNotMapped {
+                rank: self.rank,
+                peers: vec![rank],
+            });
+        }
+        Ok(self.peer_heap[rank as usize % MAX_RANKS])
     }
 
     /// Allocates `bytes` in the user region; returns the offset (the same on every rank that

@@ -248,6 +248,11 @@ class Nodes(Cases):
         try:
             with raises_ironlink("ironlink.all_gather has no multi-node version yet"):
                 ironlink.all_gather(x, x[: 64], heap=self.h)
+            # A rank of another node has no address here; one of this node has.
+            with raises_ironlink("no load/store address"):
+                self.h.peer_tensor(x, (self.rank + self.h.node_size) % self.world)
+            mate = self.rank // self.h.node_size * self.h.node_size
+            assert self.h.peer_tensor(x, mate).shape == x.shape
         finally:
             self.h.free(x)
 
@@ -267,7 +272,7 @@ def simulated_nodes(t0: float) -> int:
             s.run(f"nodes: all_reduce max {dtype} {nbytes} B", lambda: s.all_reduce(n, dtype, "max", False))
         s.run(f"nodes: all_reduce sum {dtype} odd size", lambda: s.all_reduce(30001, dtype, "sum", False))
     s.run("nodes: all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
-    s.run("nodes: the other ops refuse the heap", s.others_refused)
+    s.run("nodes: the other ops and other nodes' peer tensors are refused", s.others_refused)
     s.run("nodes: heap.check() is clean", heap.check)
     heap.close()
     return s.report(f"nvshmem as simulated nodes of {world // 2}", world, t0)
