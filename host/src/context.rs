@@ -171,13 +171,34 @@ impl DeviceContext {
     }
 }
 
-/// Checks rank/world arguments shared by heaps and external contexts.
+/// Checks rank/world arguments shared by heaps and external contexts of one node.
 pub fn check_rank(rank: i32, world: i32) -> Result<()> {
     if world < 1 || world as usize > MAX_RANKS {
         return Err(Error::InvalidArgument(format!(
             "world size {world} is outside 1..={MAX_RANKS} (one context addresses one node)"
         )));
     }
+    check_rank_in(rank, world)
+}
+
+/// Checks the rank, world and grouping of a multi-node context: what the device's
+/// `runtime::context::any_context` admits.
+pub fn check_nodes(rank: i32, world: i32, node_size: i32) -> Result<()> {
+    let (max_node, max_world) = (MAX_RANKS as i32, abi::MAX_WORLD as i32);
+    if world < 1 || world > max_world {
+        return Err(Error::InvalidArgument(format!(
+            "world size {world} is outside 1..={max_world} (MAX_NODES nodes of MAX_RANKS ranks)"
+        )));
+    }
+    if node_size < 1 || node_size > max_node || world % node_size != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "node size {node_size} must be 1..={max_node} and divide the world size {world}"
+        )));
+    }
+    check_rank_in(rank, world)
+}
+
+fn check_rank_in(rank: i32, world: i32) -> Result<()> {
     if rank < 0 || rank >= world {
         return Err(Error::InvalidArgument(format!(
             "rank {rank} is outside 0..{world}"

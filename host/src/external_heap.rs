@@ -8,7 +8,7 @@
 //! closing frees the context alone, the owner frees the buffer.
 
 use crate::abi::{self, SymmContext};
-use crate::context::{check_rank, DeviceContext};
+use crate::context::{check_nodes, check_rank, DeviceContext};
 use crate::driver::Device;
 use crate::error::{Error, Result};
 use crate::heap::{Inner, Layout, SymmHeap};
@@ -83,27 +83,6 @@ pub fn external_heap_context(
         c.peer_scratch[slot] = base + layout.scratch_offset();
     }
     Ok(c)
-}
-
-/// A multi-node grouping the device accepts (`runtime::context::any_context`'s rules).
-fn check_nodes(rank: i32, world: i32, node_size: i32) -> Result<()> {
-    let (max_node, max_world) = (abi::MAX_RANKS as i32, abi::MAX_WORLD as i32);
-    if world < 1 || world > max_world {
-        return Err(Error::InvalidArgument(format!(
-            "world size {world} is outside 1..={max_world} (MAX_NODES nodes of MAX_RANKS ranks)"
-        )));
-    }
-    if node_size < 1 || node_size > max_node || world % node_size != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "node size {node_size} must be 1..={max_node} and divide the world size {world}"
-        )));
-    }
-    if rank < 0 || rank >= world {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank} is outside 0..{world}"
-        )));
-    }
-    Ok(())
 }
 
 /// Opens a heap over the external buffers (see [`external_heap_context`]) on CUDA device
