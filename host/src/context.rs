@@ -195,6 +195,13 @@ pub fn check_nodes(rank: i32, world: i32, node_size: i32) -> Result<()> {
             "node size {node_size} must be 1..={max_node} and divide the world size {world}"
         )));
     }
+    if world / node_size > abi::MAX_NODES as i32 {
+        return Err(Error::InvalidArgument(format!(
+            "{world} ranks as nodes of {node_size} are {} nodes; at most {}",
+            world / node_size,
+            abi::MAX_NODES
+        )));
+    }
     check_rank_in(rank, world)
 }
 

@@ -182,7 +182,7 @@ mod tests {
                 peers: vec![9]
             }
         );
-        for (world, size) in [(16, 3), (16, 16), (12, 0), (512, 8), (16, -2)] {
+        for (world, size) in [(16, 3), (16, 16), (12, 0), (512, 8), (16, -2), (64, 1)] {
             let b = vec![1u64 << 32; world];
             let r = external_heap_context(0, world as i32, backend::NVSHMEM, size, l, &b);
             assert!(r.is_err(), "{world} as nodes of {size}");

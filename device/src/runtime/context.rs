@@ -19,7 +19,12 @@ use crate::runtime::nodes::Nodes;
 /// one (one node: NVSHMEM's pointer to every peer is non-null).
 #[inline(always)]
 pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
-    let c = header(ctx)?;
+    header(ctx).and_then(one_node)
+}
+
+/// `context`'s checks after the header: a one-node kind, rank and world in range.
+#[inline(always)]
+fn one_node(c: &SymmContext) -> Result<&SymmContext, i32> {
     if c.world_size < 1 || c.world_size as usize > MAX_RANKS || c.rank < 0 || c.rank >= c.world_size
     {
         return Err(refused(c));
@@ -40,7 +45,7 @@ pub fn context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
 pub fn any_context<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     let c = header(ctx)?;
     if c.backend != backend::NVSHMEM_MULTI_NODE {
-        return context(ctx);
+        return one_node(c);
     }
     let (world, size) = (c.world_size, c.node_size as i32);
     let whole_nodes = size >= 1 && size as usize <= MAX_RANKS && world % size == 0;
