@@ -26,6 +26,15 @@ def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
     return few if SMALL else full
 
 
+def same_on_all_ranks(t: torch.Tensor) -> None:
+    """Asserts `t` is bitwise the same on every rank (gathered to every rank, compared there)."""
+    b = t.contiguous().view(torch.uint8).flatten()
+    gathered = [torch.empty_like(b) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, b)
+    for r, g in enumerate(gathered):
+        assert torch.equal(g, b), f"rank {r}'s result differs bitwise from this rank's"
+
+
 def heap_timeout_s() -> float:
     """The wait timeout for a worker's heaps: $IRONLINK_GPU_HEAP_TIMEOUT_S, else ironlink's default."""
     from ironlink.heap import DEFAULT_TIMEOUT_S

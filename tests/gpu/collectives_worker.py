@@ -23,7 +23,7 @@ import ironlink.language as il
 import ironlink.tuning
 from ironlink import _abi
 
-from _cases import SMALL, Cases, heap_timeout_s, small  # tests/gpu/, the script's own directory
+from _cases import SMALL, Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 
 S = _abi.STATUS
 OPS = _abi.REDUCE_OP
@@ -111,13 +111,6 @@ class Suite(Cases):
         got = self.status[:grid].tolist()
         assert all(s == want for s in got), f"statuses {sorted(set(got))}, want {want}"
 
-    def same_on_all_ranks(self, t: torch.Tensor) -> None:
-        b = t.contiguous().view(torch.uint8).flatten()
-        gathered = [torch.empty_like(b) for _ in range(self.world)]
-        dist.all_gather(gathered, b)
-        for r, g in enumerate(gathered):
-            assert torch.equal(g, gathered[0]), f"rank {r}'s result differs bitwise from rank 0's"
-
     def gather64(self, t: torch.Tensor) -> list[torch.Tensor]:
         x = t.to(torch.float64)
         out = [torch.empty_like(x) for _ in range(self.world)]
@@ -161,7 +154,7 @@ class Suite(Cases):
         torch.cuda.synchronize()
         self.check_status(grid)
         self.close(f"grid={grid} warps={warps}", buf[skew:], ref, dtype)
-        self.same_on_all_ranks(buf[skew:])
+        same_on_all_ranks(buf[skew:])
         self.heap.free(buf)
 
     def reduce_scatter(self, n: int, dtype: torch.dtype, op: str) -> None:
@@ -299,7 +292,7 @@ class Suite(Cases):
             self.check_status(16)
             for b, ref in zip(bufs, refs):
                 self.close(f"replay {replay}", b, ref, torch.bfloat16)
-                self.same_on_all_ranks(b)
+                same_on_all_ranks(b)
         del g
         for b in bufs:
             self.heap.free(b)

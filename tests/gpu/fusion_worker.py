@@ -31,7 +31,7 @@ import ironlink
 from ironlink import _abi, tuning
 from ironlink.fused.allreduce_rmsnorm import MODES
 
-from _cases import Cases, heap_timeout_s, small  # tests/gpu/, the script's own directory
+from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
 
@@ -45,12 +45,6 @@ class Suite:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-
-    def same_on_all_ranks(self, x: torch.Tensor) -> None:
-        theirs = [torch.empty_like(x) for _ in range(self.world)]
-        dist.all_gather(theirs, x)
-        for r, t in enumerate(theirs):
-            assert torch.equal(t.view(torch.uint8), x.view(torch.uint8)), f"rank {r}'s result differs bitwise"
 
     def clear_errors(self) -> None:
         """Forgets an error a failed earlier case left recorded in the context."""
@@ -79,7 +73,7 @@ class Suite:
                 idx = torch.arange(n, device="cuda")
                 want = ((idx * 7 + seed) % 13).float() * (w * (w + 1) / 2)
                 assert torch.equal(x.float(), want.to(dtype).float()), f"wrong result ({alg})"
-                self.same_on_all_ranks(x)
+                same_on_all_ranks(x)
         finally:
             self.heap.free(x)
             self.heap.set_algorithm_limits(*old)
@@ -111,7 +105,7 @@ class Suite:
                 m = x.view(rows, stride)
                 assert torch.equal(m[:, :cols].float(), want.to(dtype).float()), "wrong tile result"
                 assert bool((m[:, cols:] == -1).all()), "a stride gap was written"
-                self.same_on_all_ranks(x)
+                same_on_all_ranks(x)
         finally:
             self.heap.free(x)
 
@@ -134,7 +128,7 @@ class Suite:
                     want = ((i * 5 + j * 3 + seed) % 11 + 16 * p).float()
                     assert torch.equal(m[p, :, :cols].float(), want.to(dtype).float()), f"block {p} wrong"
                 assert bool((m[:, :, cols:] == -1).all()), "a stride gap was written"
-                self.same_on_all_ranks(x)
+                same_on_all_ranks(x)
         finally:
             self.heap.free(x)
 
@@ -224,8 +218,8 @@ class Suite:
             var = want_res.pow(2).mean(-1, keepdim=True)
             self.close_to(residual, want_res, dtype, "residual")
             self.close_to(out, want_res * torch.rsqrt(var + eps) * weight.double(), dtype, "out")
-            self.same_on_all_ranks(out)
-            self.same_on_all_ranks(residual)
+            same_on_all_ranks(out)
+            same_on_all_ranks(residual)
 
         try:
             self.replays(lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
@@ -285,7 +279,7 @@ class Suite:
 
         def check() -> None:
             self.close_to(out, sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches, dtype)
-            self.same_on_all_ranks(out)
+            same_on_all_ranks(out)
 
         try:
             self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap) for x in a_scaled],

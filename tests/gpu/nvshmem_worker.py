@@ -28,9 +28,15 @@ import torch.distributed as dist
 import ironlink
 from ironlink import _abi, tuning
 
-from _cases import Cases, heap_timeout_s, small  # tests/gpu/, the script's own directory
+from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 
 HEAP_BYTES = 160 << 20
+
+
+def backend_kind(heap: Any) -> int:
+    """The backend field of the context the heap wrote to the device."""
+    off, size = _abi.CONTEXT_FIELDS["backend"]
+    return int.from_bytes(bytes(heap._open().read_context())[off:off + size], "little")
 
 
 class Suite(Cases):
@@ -64,9 +70,7 @@ class Suite(Cases):
     # --- cases -------------------------------------------------------------------------------
     def context_kind(self) -> None:
         assert self.nv.backend == "nvshmem" and self.p2p.backend == "p2p"
-        off, _ = _abi.CONTEXT_FIELDS["backend"]
-        ctx = bytes(self.nv._open().read_context())
-        assert int.from_bytes(ctx[off:off + 4], "little") == _abi.BACKEND["NVSHMEM"], "backend kind in the context"
+        assert backend_kind(self.nv) == _abi.BACKEND["NVSHMEM"], "backend kind in the context"
 
     def peer_tensor(self) -> None:
         x = self.nv.empty((1000,), torch.float32)
@@ -199,22 +203,14 @@ class Nodes(Cases):
 
     def context_kind(self) -> None:
         assert self.h.multi_node and self.h.node_size == self.world // 2
-        off, _ = _abi.CONTEXT_FIELDS["backend"]
-        ctx = bytes(self.h._open().read_context())
-        assert int.from_bytes(ctx[off:off + 4], "little") == _abi.BACKEND["NVSHMEM_MULTI_NODE"]
-
-    def same_everywhere(self, y: Any) -> None:
-        """`y` is bitwise rank 0's on every rank."""
-        first = y.clone()
-        dist.broadcast(first, 0)
-        assert torch.equal(y.view(torch.uint8), first.view(torch.uint8)), "ranks differ"
+        assert backend_kind(self.h) == _abi.BACKEND["NVSHMEM_MULTI_NODE"], "backend kind in the context"
 
     def all_reduce(self, n: int, dtype: Any, op: str, integers: bool) -> None:
         x = torch.randint(-4, 5, (n,), device="cuda").to(dtype) if integers else Suite.data(n, dtype)
         y = self.h.empty((n,), dtype).copy_(x)
         try:
             ironlink.all_reduce(y, op=op, heap=self.h, check=True)
-            self.same_everywhere(y)
+            same_on_all_ranks(y)
             ref = x.double()
             dist.all_reduce(ref, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
             if integers or op == "max":

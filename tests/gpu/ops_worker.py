@@ -24,7 +24,7 @@ import ironlink  # torch-free: importable where the suite then skips
 try:
     import torch
     import torch.distributed as dist
-    from _cases import SMALL, Cases, heap_timeout_s, small  # tests/gpu/, the script's own directory
+    from _cases import SMALL, Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
     Cases = object  # type: ignore[assignment,misc]
@@ -125,9 +125,7 @@ class Suite(Cases):
             torch.cuda.synchronize()
             assert status.tolist() == [0] * 4, f"statuses {status.tolist()}"
             self.close(f"all_reduce_hierarchical {op}", buf, want, dtype)
-            first = buf.clone()
-            dist.broadcast(first, 0)
-            assert torch.equal(buf.view(torch.uint8), first.view(torch.uint8)), "ranks differ"
+            same_on_all_ranks(buf)
         finally:
             self.free(buf)
 
