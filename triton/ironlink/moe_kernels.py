@@ -30,6 +30,19 @@ FP8_MIN_AMAX = 1e-4  # an all-zero group still gets a finite scale (and zero byt
 
 
 @triton.jit
+def _pack_meta(meta, send_row, out, t, meta_col, meta_cols, out_stride, WORLD: tl.constexpr,
+               META_BLOCK: tl.constexpr):
+    """Token t's `meta` (ids and weights) at column meta_col of row send_row[t, p] of `out`, for
+    every rank p the token goes to: the tail of both pack kernels."""
+    mo = tl.arange(0, META_BLOCK)
+    mm = mo < meta_cols
+    v = tl.load(meta + t * meta_cols + mo, mask=mm)
+    for p in tl.static_range(WORLD):
+        r = tl.load(send_row + t * WORLD + p)
+        tl.store(out + r * out_stride + meta_col + mo, v, mask=mm & (r >= 0))
+
+
+@triton.jit
 def pack_rows(x, meta, send_row, out, hidden, meta_col, meta_cols, out_stride,
               WORLD: tl.constexpr, BLOCK: tl.constexpr, META_BLOCK: tl.constexpr):
     """Token t's row of `x` (at column 0) and of `meta` (at column meta_col) into row
@@ -43,12 +56,7 @@ def pack_rows(x, meta, send_row, out, hidden, meta_col, meta_cols, out_stride,
         for p in tl.static_range(WORLD):
             r = tl.load(send_row + t * WORLD + p)
             tl.store(out + r * out_stride + c + offs, v, mask=m & (r >= 0))
-    mo = tl.arange(0, META_BLOCK)
-    mm = mo < meta_cols
-    v = tl.load(meta + t * meta_cols + mo, mask=mm)
-    for p in tl.static_range(WORLD):
-        r = tl.load(send_row + t * WORLD + p)
-        tl.store(out + r * out_stride + meta_col + mo, v, mask=mm & (r >= 0))
+    _pack_meta(meta, send_row, out, t, meta_col, meta_cols, out_stride, WORLD, META_BLOCK)
 
 
 @triton.jit
@@ -96,12 +104,7 @@ def pack_rows_fp8(x, meta, send_row, out, out8, out32, hidden, meta_col, meta_co
             r = tl.load(send_row + t * WORLD + p)
             tl.store(out8 + r * (2 * row) + c + offs, q, mask=m & (r >= 0))
             tl.store(out32 + r * (row // 2) + scale_col // 2 + c // GROUP + gi, scale, mask=gm & (r >= 0))
-    mo = tl.arange(0, META_BLOCK)
-    mm = mo < meta_cols
-    v = tl.load(meta + t * meta_cols + mo, mask=mm)
-    for p in tl.static_range(WORLD):
-        r = tl.load(send_row + t * WORLD + p)
-        tl.store(out + r * row + meta_col + mo, v, mask=mm & (r >= 0))
+    _pack_meta(meta, send_row, out, t, meta_col, meta_cols, row, WORLD, META_BLOCK)
 
 
 @triton.jit
