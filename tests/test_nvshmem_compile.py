@@ -117,23 +117,29 @@ def test_links_inlines_and_uses_no_local_memory(nvshmem_bc: Path) -> None:
 
 
 @triton.jit
-def hierarchical_kernel(ctx, buf, n, out):
-    tl.store(out, il.symm_all_reduce_hierarchical(ctx, buf, 0, n, 0, 0))
+def call_kernel(out, args, FN: tl.constexpr):
+    tl.store(out, FN(*args))
 
 
-def test_hierarchical_all_reduce_links_the_network(nvshmem_bc: Path) -> None:
+HIERARCHICAL = sorted(name for name in _abi.FUNCTIONS if name.endswith("_hierarchical"))
+
+
+@pytest.mark.parametrize("name", HIERARCHICAL)
+def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) -> None:
     # In the NVSHMEM bitcode the cross-node exchange is compiled in (the P2P one leaves it out):
     # it must link against NVSHMEM's put-with-signal and quiet, and inline.
-    kernel = ironlink.jit(hierarchical_kernel, arch="sm_90", nvshmem=True)
+    kernel = ironlink.jit(call_kernel, arch="sm_90", nvshmem=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
         libs = kernel.extern_libs()
-    signature = {"ctx": "i64", "buf": "*fp32", "n": "i64", "out": "*i32"}
-    k = triton.compile(ASTSource(hierarchical_kernel, signature, {}), target=GPUTarget("cuda", 90, 32),
-                       options={"extern_libs": tuple(libs.items())})
+    args, ret, _ = _abi.FUNCTIONS[name]
+    arg_types = tuple("*fp32" if t == "i64" and a.endswith("ptr") else t for a, t in args)
+    signature = {"out": "*" + ret, "args": arg_types, "FN": "constexpr"}
+    k = triton.compile(ASTSource(call_kernel, signature, {"FN": getattr(il, name)}),
+                       target=GPUTarget("cuda", 90, 32), options={"extern_libs": tuple(libs.items())})
     assert k.asm["cubin"]
     ptx = k.asm["ptx"]
-    assert not re.search(r"\bcall(\.uni)?\b[^;]*\bsymm_all_reduce_hierarchical\b", ptx), "not inlined"
+    assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{name}\b", ptx), "not inlined"
     unresolved = re.findall(r"^\s*\.extern\s+\.func[^\n]*", ptx, re.MULTILINE)
     assert not unresolved, f"functions left undefined: {unresolved}"
     # NVSHMEM's state is in the module, so the put path was linked in (not optimized away).

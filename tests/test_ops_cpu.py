@@ -360,8 +360,9 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
         def __getitem__(self, grid: Any) -> Any:
             return lambda *args, **kw: launches.append((self.name, grid, args, kw))
 
-    for c in ("all_reduce", "all_reduce_hierarchical", "all_gather", "reduce_scatter"):
-        monkeypatch.setattr(ops, f"_{c}_kernel", Kernel(c))
+    for c in ("all_reduce", "all_gather", "reduce_scatter"):
+        for variant in (c, f"{c}_hierarchical"):
+            monkeypatch.setattr(ops, f"_{variant}_kernel", Kernel(variant))
     torch.launches = launches  # type: ignore[attr-defined]
     return torch
 
@@ -420,16 +421,22 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
     assert len(fake_torch.launches) == 4
 
 
-def test_multi_node_heaps_take_the_hierarchical_all_reduce_and_refuse_the_rest(fake_torch: Any) -> None:
+def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake_torch: Any) -> None:
     x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
-    heap = _Heap(x, out)
+    counts = _FakeTensor(8, ptr=0x90000)
+    heap = _Heap(x, out, counts)
     heap.node_size = 2  # 8 ranks as 4 nodes of 2
     ironlink.all_reduce(x, heap=heap)
-    assert [k for k, *_ in fake_torch.launches] == ["all_reduce_hierarchical"]
-    with pytest.raises(IronlinkError, match=r"ironlink.all_gather has no multi-node version yet; this heap "
-                                            r"spans 4 nodes of 2 ranks, where all_reduce run"):
-        ironlink.all_gather(out, x, heap=heap)
-    assert len(fake_torch.launches) == 1  # refused before any launch
+    ironlink.all_gather(out, x, heap=heap)
+    ironlink.reduce_scatter(x, out, heap=heap)
+    assert [k for k, *_ in fake_torch.launches] == [
+        "all_reduce_hierarchical", "all_gather_hierarchical", "reduce_scatter_hierarchical"]
+    assert ops.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter"}
+    with pytest.raises(IronlinkError, match=r"ironlink.all_to_all_v has no multi-node version yet; this heap "
+                                            r"spans 4 nodes of 2 ranks, where all_gather, all_reduce, "
+                                            r"reduce_scatter run"):
+        ops.launch_with_status("all_to_all_v", heap, 1, lambda status: None, False)
+    assert len(fake_torch.launches) == 3  # refused before any launch
 
 
 def test_host_call_statuses_and_capture(fake_torch: Any) -> None:

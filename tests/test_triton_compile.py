@@ -87,11 +87,12 @@ def ptxas_report(ptx: str, cc: int, tmp_path: Path) -> str:
 
 
 # Spill bytes ptxas may choose for a function at -O3 (stores, loads, stack frame), by name. Only
-# the hierarchical all-reduce: its node-local steps keep a few more values live than the one-node
-# algorithms, and ptxas spills 4 to 16 of them at 80-96 registers, far below any limit (the same
-# PTX at -O1, or with --maxrregcount, has none; which arch and Triton version spills varies).
-# A cross-node collective waits on the network, so a few local loads per chunk cost nothing there.
-SPILL_ALLOWANCE = {"symm_all_reduce_hierarchical": 32}
+# the hierarchical collectives: their node-local steps keep a few more values live than the
+# one-node algorithms (the node's place, the grouping's bounds), and ptxas spills 4 to 16 of them
+# at 80-96 registers, far below any limit (the same PTX at -O1, or with --maxrregcount, has none;
+# which arch and Triton version spills varies). A cross-node collective waits on the network, so a
+# few local loads per chunk cost nothing there.
+SPILL_ALLOWANCE = {name: 32 for name in _abi.FUNCTIONS if name.endswith("_hierarchical")}
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)

@@ -9,9 +9,12 @@ max and all_gather also equal torch.distributed's exactly. Also: the context car
 kind NVSHMEM, a peer's copy of a tensor reads through `peer_tensor`, and `heap.check()` stays clean.
 
 Then simulated nodes: a third heap with `node_size=world // 2` (4 GPUs as 2 nodes of 2, 2 as 2 of
-1) runs the hierarchical all-reduce over NVSHMEM (`Nodes`): bitwise equal on every rank, exact
-against torch.distributed for max and for sums of small integers, within the dtype's tolerance
-for random sums, replayed in a CUDA graph; the other ops refuse such a heap by name.
+1) runs the hierarchical collectives over NVSHMEM (`Nodes`): all-reduce and reduce-scatter
+exact against torch.distributed for max and for sums of small integers, within the dtype's
+tolerance for random sums, the all-reduce bitwise equal on every rank and replayed in a CUDA
+graph; all-gather and all-to-all (a kernel of its own) exactly torch.distributed's; a kernel's
+hierarchical barriers return OK; the other
+ops refuse such a heap by name.
 """
 
 from __future__ import annotations
@@ -26,11 +29,28 @@ import torch
 import torch.distributed as dist
 
 import ironlink
+import triton.language as tl
+
+import ironlink.language as il
+import ironlink.typed as ilt
 from ironlink import _abi, tuning
 
 from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 
 HEAP_BYTES = 160 << 20
+
+
+@ironlink.jit(nvshmem=True)
+def _all_to_all_hierarchical_kernel(ctx, inp, out, n, status):
+    tl.store(status + tl.program_id(0), ilt.all_to_all_hierarchical(ctx, inp, out, n))
+
+
+@ironlink.jit(nvshmem=True)
+def _barriers_kernel(ctx, rounds, status):
+    s = il.symm_barrier_hierarchical(ctx)
+    for _ in range(1, rounds):
+        s = tl.minimum(s, il.symm_barrier_hierarchical(ctx))
+    tl.store(status + tl.program_id(0), s)
 
 
 def backend_kind(heap: Any) -> int:
@@ -222,6 +242,58 @@ class Nodes(Cases):
         finally:
             self.h.free(y)
 
+    def reduce_scatter(self, n: int, dtype: Any, op: str, integers: bool) -> None:
+        x = (torch.randint(-4, 5, (self.world * n,), device="cuda").to(dtype) if integers
+             else Suite.data(self.world * n, dtype))
+        inp, out = self.h.empty(x.shape, dtype).copy_(x), self.h.empty((n,), dtype)
+        try:
+            ironlink.reduce_scatter(out, inp, op=op, heap=self.h, check=True)
+            ref = torch.empty((n,), dtype=torch.float64, device="cuda")
+            dist.reduce_scatter_tensor(ref, x.double(), op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+            if integers or op == "max":
+                assert torch.equal(out.double(), ref), "not exactly torch.distributed's"
+            else:
+                tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+                err = ((out.double() - ref).abs() / ref.abs().clamp_min(1)).max().item()
+                assert err < tol, f"relative error {err} vs the f64 reference"
+        finally:
+            self.h.free(out)
+            self.h.free(inp)
+
+    def all_gather(self, n: int, dtype: Any) -> None:
+        x = Suite.data(n, dtype)
+        inp, out = self.h.empty((n,), dtype).copy_(x), self.h.empty((self.world * n,), dtype)
+        try:
+            ironlink.all_gather(out, inp, heap=self.h, check=True)
+            ref = torch.empty((self.world * n,), dtype=dtype, device="cuda")
+            dist.all_gather_into_tensor(ref, x)
+            assert torch.equal(out, ref), "not torch.distributed's all_gather"
+        finally:
+            self.h.free(out)
+            self.h.free(inp)
+
+    def all_to_all(self, n: int, dtype: Any) -> None:
+        x = Suite.data(self.world * n, dtype)
+        inp, out = self.h.empty(x.shape, dtype).copy_(x), self.h.empty(x.shape, dtype)
+        status = torch.full((4,), -1, dtype=torch.int32, device="cuda")
+        try:
+            _all_to_all_hierarchical_kernel[(4,)](self.h.ctx, inp, out, n, status, num_warps=8)
+            torch.cuda.synchronize()
+            assert status.tolist() == [0] * 4, f"statuses {status.tolist()}"
+            ref = torch.empty_like(x)
+            dist.all_to_all_single(ref, x)
+            assert torch.equal(out, ref), "not torch.distributed's all_to_all"
+        finally:
+            self.h.free(out)
+            self.h.free(inp)
+
+    def barriers(self, rounds: int) -> None:
+        status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
+        _barriers_kernel[(8,)](self.h.ctx, rounds, status, num_warps=4)
+        torch.cuda.synchronize()
+        assert status.tolist() == [0] * 8, f"statuses {status.tolist()}"
+        self.h.check()
+
     def cuda_graph(self, n: int) -> None:
         y = self.h.empty((n,), torch.float32)
         try:
@@ -241,15 +313,19 @@ class Nodes(Cases):
 
     def others_refused(self) -> None:
         x = self.h.empty((64 * self.world,), torch.float32)
+        counts = self.h.empty((self.world,), torch.int64).fill_(1)
+        rows = self.h.empty((self.world, 64), torch.float32)
         try:
-            with raises_ironlink("ironlink.all_gather has no multi-node version yet"):
-                ironlink.all_gather(x, x[: 64], heap=self.h)
+            with raises_ironlink("ironlink.all_to_all_v has no multi-node version yet"):
+                ironlink.all_to_all_v(x.view(-1, 64), counts, rows, heap=self.h)
             # A rank of another node has no address here; one of this node has.
             with raises_ironlink("no load/store address"):
                 self.h.peer_tensor(x, (self.rank + self.h.node_size) % self.world)
             mate = self.rank // self.h.node_size * self.h.node_size
             assert self.h.peer_tensor(x, mate).shape == x.shape
         finally:
+            self.h.free(rows)
+            self.h.free(counts)
             self.h.free(x)
 
 
@@ -267,6 +343,14 @@ def simulated_nodes(t0: float) -> int:
             s.run(f"nodes: all_reduce sum {dtype} {nbytes} B", lambda: s.all_reduce(n, dtype, "sum", False))
             s.run(f"nodes: all_reduce max {dtype} {nbytes} B", lambda: s.all_reduce(n, dtype, "max", False))
         s.run(f"nodes: all_reduce sum {dtype} odd size", lambda: s.all_reduce(30001, dtype, "sum", False))
+        for n in small((37, 30001, 1 << 20), (37, 30001)):
+            s.run(f"nodes: reduce_scatter sum {dtype} {n} per rank (integers)",
+                  lambda: s.reduce_scatter(n, dtype, "sum", True))
+            s.run(f"nodes: reduce_scatter sum {dtype} {n} per rank", lambda: s.reduce_scatter(n, dtype, "sum", False))
+            s.run(f"nodes: reduce_scatter max {dtype} {n} per rank", lambda: s.reduce_scatter(n, dtype, "max", False))
+            s.run(f"nodes: all_gather {dtype} {n} per rank", lambda: s.all_gather(n, dtype))
+            s.run(f"nodes: all_to_all {dtype} {n} per block", lambda: s.all_to_all(n, dtype))
+    s.run("nodes: 1000 hierarchical barriers in 8 CTAs", lambda: s.barriers(1000))
     s.run("nodes: all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
     s.run("nodes: the other ops and other nodes' peer tensors are refused", s.others_refused)
     s.run("nodes: heap.check() is clean", heap.check)

@@ -180,17 +180,27 @@ def _reduce_scatter_kernel(ctx, inp, out, n, op, status):
     tl.store(status + tl.program_id(0), ilt.reduce_scatter(ctx, inp, out, n, op))
 
 
+@jit(do_not_specialize=["ctx", "n"], nvshmem=True)
+def _all_gather_hierarchical_kernel(ctx, inp, out, n, status):
+    tl.store(status + tl.program_id(0), ilt.all_gather_hierarchical(ctx, inp, out, n))
+
+
+@jit(do_not_specialize=["ctx", "n"], nvshmem=True)
+def _reduce_scatter_hierarchical_kernel(ctx, inp, out, n, op, status):
+    tl.store(status + tl.program_id(0), ilt.reduce_scatter_hierarchical(ctx, inp, out, n, op))
+
+
 # --- host side -----------------------------------------------------------------------------------
 
 # Heaps seen through `heap=`: SymmetricHeap keeps no registry of its own, and holding heaps weakly
 # leaves their lifetime to the user.
 _HEAPS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# The host-level calls that serve a heap of several nodes (SymmetricHeap.multi_node).
+MULTI_NODE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
+
 # device index -> int32[MAX_CTAS] of per-CTA statuses. Allocated outside capture and kept, so a
 # captured graph's kernels write to memory that outlives the graph's private pool. Shared by all
 # calls on the device: `check=True` reads it right after its own launch on the same stream.
-# The host-level calls that serve a heap of several nodes (SymmetricHeap.multi_node).
-MULTI_NODE_OPS = frozenset({"all_reduce"})
-
 _STATUS: dict[int, Any] = {}
 
 
@@ -297,7 +307,8 @@ def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = Fal
     plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_gather", (out, "out"), (inp, "inp"))
-        _launch("all_gather", _all_gather_kernel, h, plan, (inp, out, plan.n), check)
+        kernel = _all_gather_hierarchical_kernel if h.multi_node else _all_gather_kernel
+        _launch("all_gather", kernel, h, plan, (inp, out, plan.n), check)
     return out
 
 
@@ -312,5 +323,6 @@ def reduce_scatter(
     plan = plan_reduce_scatter(*specs, h.world_size, h.rank, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "reduce_scatter", (inp, "inp"), (out, "out"))
-        _launch("reduce_scatter", _reduce_scatter_kernel, h, plan, (inp, out, plan.n, code), check)
+        kernel = _reduce_scatter_hierarchical_kernel if h.multi_node else _reduce_scatter_kernel
+        _launch("reduce_scatter", kernel, h, plan, (inp, out, plan.n, code), check)
     return out

@@ -111,6 +111,23 @@ def all_gather(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = Non
 
 
 @core.extern
+def reduce_scatter_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, op: Any = _SUM,
+                                _semantic: Any = None) -> core.tensor:
+    """`reduce_scatter` on a heap of any number of nodes (``symm_reduce_scatter_hierarchical``).
+    A kernel calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _pair_code(in_ptr, out_ptr, "reduce_scatter_hierarchical", _semantic)
+    return il.symm_reduce_scatter_hierarchical(ctx, in_ptr, out_ptr, n, op, dt, _semantic=_semantic)
+
+
+@core.extern
+def all_gather_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = None) -> core.tensor:
+    """`all_gather` on a heap of any number of nodes (``symm_all_gather_hierarchical``). A kernel
+    calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _pair_code(in_ptr, out_ptr, "all_gather_hierarchical", _semantic)
+    return il.symm_all_gather_hierarchical(ctx, in_ptr, out_ptr, n, dt, _semantic=_semantic)
+
+
+@core.extern
 def broadcast(ctx: Any, ptr: Any, n: Any, root: Any, _semantic: Any = None) -> core.tensor:
     """Every rank's `ptr` (n) gets `root`'s, in place."""
     dt = _code(_element_type(ptr, "ironlink.typed.broadcast(ptr)", _semantic), "ironlink.typed.broadcast(ptr)")
@@ -131,6 +148,14 @@ def all_to_all(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = Non
     """Block p of `out_ptr` = block `rank` of rank p's `in_ptr` (both world x n)."""
     dt = _pair_code(in_ptr, out_ptr, "all_to_all", _semantic)
     return il.symm_all_to_all(ctx, in_ptr, out_ptr, n, dt, _semantic=_semantic)
+
+
+@core.extern
+def all_to_all_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = None) -> core.tensor:
+    """`all_to_all` on a heap of any number of nodes (``symm_all_to_all_hierarchical``). A kernel
+    calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _pair_code(in_ptr, out_ptr, "all_to_all_hierarchical", _semantic)
+    return il.symm_all_to_all_hierarchical(ctx, in_ptr, out_ptr, n, dt, _semantic=_semantic)
 
 
 @core.extern

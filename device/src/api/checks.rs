@@ -3,7 +3,7 @@
 
 use crate::abi::{dtype_size, status, SymmContext};
 use crate::runtime::elem::op_supported;
-use crate::runtime::region::Region;
+use crate::runtime::region::{overlap, Region};
 
 pub(super) fn check_op_dtype(op: i32, dt: i32) -> Result<usize, i32> {
     if !op_supported(op) {
@@ -33,4 +33,60 @@ pub(super) fn blocks(c: &SymmContext, ptr: i64, count: i64, esize: usize) -> Res
         .checked_mul(c.world_size as i64)
         .ok_or(status::OUT_OF_BOUNDS)?;
     Region::new(c, ptr, 0, n, esize)
+}
+
+/// Reduce-scatter's regions: `input` of `world` blocks of `count` elements, `out` of one block,
+/// which may be this rank's block of `input` and must not overlap it otherwise.
+#[inline(always)]
+pub(super) fn reduce_scatter_regions(
+    c: &SymmContext,
+    in_ptr: i64,
+    out_ptr: i64,
+    count: i64,
+    esize: usize,
+) -> Result<(Region, Region), i32> {
+    let input = blocks(c, in_ptr, count, esize)?;
+    let out = Region::new(c, out_ptr, 0, count, esize)?;
+    let mine = input.sub(c.rank as usize * out.bytes, out.bytes);
+    if overlap(&input, &out) && out.offset != mine.offset {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok((input, out))
+}
+
+/// All-gather's regions: `input` of one block of `count` elements, `out` of `world` blocks;
+/// `input` may be this rank's block of `out` and must not overlap it otherwise.
+#[inline(always)]
+pub(super) fn all_gather_regions(
+    c: &SymmContext,
+    in_ptr: i64,
+    out_ptr: i64,
+    count: i64,
+    esize: usize,
+) -> Result<(Region, Region), i32> {
+    let input = Region::new(c, in_ptr, 0, count, esize)?;
+    let out = blocks(c, out_ptr, count, esize)?;
+    let mine = out.sub(c.rank as usize * input.bytes, input.bytes);
+    if overlap(&input, &out) && input.offset != mine.offset {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok((input, out))
+}
+
+/// All-to-all's regions: `input` and `out` of `world` blocks of `count` elements each, not
+/// overlapping; and the block's bytes.
+#[inline(always)]
+pub(super) fn all_to_all_regions(
+    c: &SymmContext,
+    in_ptr: i64,
+    out_ptr: i64,
+    count: i64,
+    esize: usize,
+) -> Result<(Region, Region, usize), i32> {
+    let input = blocks(c, in_ptr, count, esize)?;
+    let out = blocks(c, out_ptr, count, esize)?;
+    if overlap(&input, &out) {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok((input, out, count as usize * esize))
 }

@@ -23,7 +23,10 @@ use crate::runtime::elem::Reduction;
 use crate::runtime::region::{overlap, Region};
 use crate::runtime::sync::Call;
 use crate::{hw, primitives};
-use checks::{blocks, check_dtype, check_op_dtype, check_rank};
+use checks::{
+    all_gather_regions, all_to_all_regions, blocks, check_dtype, check_op_dtype, check_rank,
+    reduce_scatter_regions,
+};
 use tile::{Shape, Tile};
 
 fn code(r: Result<(), i32>) -> i32 {
@@ -198,7 +201,7 @@ exports! {
             ctx,
             which!(symm_all_reduce_hierarchical),
             |c| Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?),
-            |call, r| hierarchical::all_reduce(call, &r, &Reduction { op: reduce_op, dtype }),
+            |call, r| hierarchical::all_reduce::all_reduce(call, &r, &Reduction { op: reduce_op, dtype }),
         )
     }
 
@@ -208,17 +211,22 @@ exports! {
         collective(
             ctx,
             which!(symm_reduce_scatter),
-            |c| {
-                let es = check_op_dtype(reduce_op, dtype)?;
-                let input = blocks(c, in_ptr, num_elements, es)?;
-                let out = Region::new(c, out_ptr, 0, num_elements, es)?;
-                let mine = input.sub(c.rank as usize * out.bytes, out.bytes);
-                if overlap(&input, &out) && out.offset != mine.offset {
-                    return Err(status::INVALID_ARGUMENT);
-                }
-                Ok((input, out))
-            },
+            |c| reduce_scatter_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?),
             |call, (input, out)| reduce_scatter::reduce_scatter(call, &input, &out, &Reduction { op: reduce_op, dtype }),
+        )
+    }
+
+    /// `symm_reduce_scatter` for a context of any number of nodes: each node's partial of every
+    /// block, reduced over the node's NVLink, is exchanged with the same local rank of every other
+    /// node (NVSHMEM put-with-signal through the scratch; the NVSHMEM bitcode only, else
+    /// PEER_NOT_MAPPED) and reduced by the block's owner. Needs a scratch region with several
+    /// nodes (INVALID_ARGUMENT without). AVG sums and divides once by the world size.
+    fn symm_reduce_scatter_hierarchical(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, reduce_op: i32, dtype: i32) -> i32 {
+        any_nodes_collective(
+            ctx,
+            which!(symm_reduce_scatter_hierarchical),
+            |c| reduce_scatter_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?),
+            |call, (input, out)| hierarchical::reduce_scatter::reduce_scatter(call, &input, &out, &Reduction { op: reduce_op, dtype }),
         )
     }
 
@@ -228,6 +236,8 @@ exports! {
         collective(
             ctx,
             which!(symm_all_gather),
+            // `all_gather_regions`' checks, written out: calling it (even inlined) made this
+            // function spill 8 bytes on sm_90/100; the other collectives call theirs.
             |c| {
                 let es = check_dtype(dtype)?;
                 let input = Region::new(c, in_ptr, 0, num_elements, es)?;
@@ -239,6 +249,19 @@ exports! {
                 Ok((input, out))
             },
             |call, (input, out)| all_gather::all_gather(call, &input, &out),
+        )
+    }
+
+    /// `symm_all_gather` for a context of any number of nodes: the input is put straight into
+    /// the output of the same local rank of every other node (NVSHMEM put-with-signal; the
+    /// NVSHMEM bitcode only, else PEER_NOT_MAPPED), and every rank pushes what it holds over its
+    /// node's NVLink.
+    fn symm_all_gather_hierarchical(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, dtype: i32) -> i32 {
+        any_nodes_collective(
+            ctx,
+            which!(symm_all_gather_hierarchical),
+            |c| all_gather_regions(c, in_ptr, out_ptr, num_elements, check_dtype(dtype)?),
+            |call, (input, out)| hierarchical::all_gather::all_gather(call, &input, &out),
         )
     }
 
@@ -277,16 +300,22 @@ exports! {
         collective(
             ctx,
             which!(symm_all_to_all),
-            |c| {
-                let es = check_dtype(dtype)?;
-                let input = blocks(c, in_ptr, num_elements, es)?;
-                let out = blocks(c, out_ptr, num_elements, es)?;
-                if overlap(&input, &out) {
-                    return Err(status::INVALID_ARGUMENT);
-                }
-                Ok((input, out, num_elements as usize * es))
-            },
+            |c| all_to_all_regions(c, in_ptr, out_ptr, num_elements, check_dtype(dtype)?),
             |call, (input, out, n)| all_to_all::all_to_all(call, &input, &out, n),
+        )
+    }
+
+    /// `symm_all_to_all` for a context of any number of nodes: the blocks a node sends to a rank
+    /// of another node are gathered over NVLink by the rank with its local index, put in one
+    /// piece per round through the scratch (NVSHMEM put-with-signal; the NVSHMEM bitcode only,
+    /// else PEER_NOT_MAPPED) and copied into place; blocks within the node go over NVLink. Needs
+    /// a scratch region with several nodes (INVALID_ARGUMENT without).
+    fn symm_all_to_all_hierarchical(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, dtype: i32) -> i32 {
+        any_nodes_collective(
+            ctx,
+            which!(symm_all_to_all_hierarchical),
+            |c| all_to_all_regions(c, in_ptr, out_ptr, num_elements, check_dtype(dtype)?),
+            |call, (input, out, n)| hierarchical::all_to_all::all_to_all(call, &input, &out, n),
         )
     }
 
@@ -346,6 +375,14 @@ exports! {
     /// visible to the peers' CTAs after it.
     fn symm_barrier(ctx: i64) -> i32 {
         collective(ctx, which!(symm_barrier), |_| Ok(()), |call, ()| call.barrier(0))
+    }
+
+    /// `symm_barrier` for a context of any number of nodes: a node barrier, a signal to and from
+    /// the same local rank of every other node (NVSHMEM; the NVSHMEM bitcode only, else
+    /// PEER_NOT_MAPPED) after this CTA's puts have landed, a node barrier. Stores and puts this
+    /// CTA made before it are visible to the same-index CTA of every rank after it.
+    fn symm_barrier_hierarchical(ctx: i64) -> i32 {
+        any_nodes_collective(ctx, which!(symm_barrier_hierarchical), |_| Ok(()), |call, ()| hierarchical::barrier::barrier(call))
     }
 
     /// Barrier among all CTAs of this rank's launch (not across ranks): what any CTA wrote before

@@ -46,8 +46,7 @@ pub unsafe fn put_signal_nbi(
     }
     #[cfg(all(target_arch = "nvptx64", ironlink_nvshmem))]
     {
-        // nvB's hw/nvshmem.rs (nvshmemx_putmem_signal_nbi_block: every thread of the CTA calls
-        // it). To check when the two branches meet: builds only with that module present.
+        // nvshmemx_putmem_signal_nbi_block: every thread of the CTA calls it (hw/nvshmem.rs).
         let _ = c;
         super::nvshmem::put_signal_nbi_block(
             dst,
@@ -73,7 +72,7 @@ pub unsafe fn put_signal_nbi(
 pub fn quiet() {
     #[cfg(not(target_arch = "nvptx64"))]
     super::sim_net::progress();
-    // nvB's hw/nvshmem.rs: nvshmem_quiet().
+    // nvshmem_quiet() (hw/nvshmem.rs).
     #[cfg(all(target_arch = "nvptx64", ironlink_nvshmem))]
     super::nvshmem::quiet();
 }

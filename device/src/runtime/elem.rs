@@ -70,8 +70,9 @@ impl Reduction {
     }
 }
 
-/// `1 / n` for a world size, as a constant: an f32 division is a subroutine call in SASS (see
-/// `mem::div32`). Exact for powers of two; otherwise the nearest f32, the same on every rank.
+/// `1 / n` for the ranks of one node (n <= MAX_RANKS), as a constant: an f32 division is a
+/// subroutine call in SASS (see `mem::div32`). Exact for powers of two; otherwise the nearest
+/// f32, the same on every rank. Larger worlds (several nodes) use `Acc::finish_scaled`.
 #[inline(always)]
 fn reciprocal(n: usize) -> f32 {
     match n {
@@ -121,6 +122,22 @@ impl<const W: usize> Acc<W> {
         while i < W {
             let l = self.lanes[i];
             out[i] = red.pack([red.finish(l[0], n), red.finish(l[1], n)]);
+            i += 1;
+        }
+        out
+    }
+
+    /// `finish` over any number of ranks: AVG multiplies by `inv`, which the caller computed
+    /// once as `1.0 / n` (the same f32 as `reciprocal(n)` where both exist: each is `1 / n`
+    /// correctly rounded).
+    #[inline(always)]
+    pub fn finish_scaled(&self, red: &Reduction, inv: f32) -> [u32; W] {
+        let mut out = [0u32; W];
+        let mut i = 0;
+        while i < W {
+            let l = self.lanes[i];
+            let scale = |a: f32| if red.op == reduce_op::AVG { a * inv } else { a };
+            out[i] = red.pack([scale(l[0]), scale(l[1])]);
             i += 1;
         }
         out

@@ -1,0 +1,206 @@
+//! The hierarchical collectives (`symm_*_hierarchical`), for a context of several nodes
+//! (`SymmContext::node_size`): NVLink loads and stores among the ranks of a node, the remote
+//! transport (NVSHMEM put-with-signal) between nodes. A rank (node n, local index l) talks across
+//! nodes only to its partners, the ranks (m, l) of the other nodes: one partner per node, which
+//! is what the remote signal words are indexed by.
+//!
+//! - all_reduce: node reduce-scatter, exchange of each shard's partials with the partners,
+//!   node all-gather;
+//! - reduce_scatter: the node's partial of each partner's block, exchanged, reduced by its owner;
+//! - all_gather: the input put straight into every partner's output, then node all-gather;
+//! - all_to_all: the blocks a node sends to a partner gathered by the rank that pairs with it,
+//!   put in one piece per round, copied into place by the receiver;
+//! - barrier: node barrier, partner signals, node barrier.
+//!
+//! On one node each is its node-local part alone. The exchanges that need somewhere to land run
+//! in rounds through the scratch (`in_rounds`); all_gather puts into the output directly.
+
+pub mod all_gather;
+pub mod all_reduce;
+pub mod all_to_all;
+pub mod barrier;
+pub mod reduce_scatter;
+
+use crate::abi::{reduce_op, status};
+use crate::hw;
+use crate::runtime::elem::{Acc, Reduction};
+use crate::runtime::mem::{div32, div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
+use crate::runtime::nodes::Nodes;
+use crate::runtime::scratch::{slice_base, slice_bytes};
+use crate::runtime::sync::Call;
+use crate::transport::remote::{self, Kind, Place};
+
+/// This rank's grouping into nodes, after the checks every hierarchical collective makes: a
+/// build without a network reaches no other node (PEER_NOT_MAPPED), and a multi-node exchange
+/// through the scratch needs room for `boxes` boxes of at least one unit (INVALID_ARGUMENT).
+#[inline(always)]
+fn nodes_for(call: &Call, boxes: usize) -> Result<Nodes, i32> {
+    let nodes = Nodes::of(call.c);
+    if nodes.multi() && !hw::remote::NETWORK {
+        return Err(status::PEER_NOT_MAPPED);
+    }
+    if nodes.multi() && boxes > 0 && box_units(call, boxes) == 0 {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok(nodes)
+}
+
+/// 16-byte units per box when a CTA's scratch slice holds `boxes` of them.
+#[inline(always)]
+fn box_units(call: &Call, boxes: usize) -> usize {
+    div32(slice_bytes(call.c) / 16, boxes)
+}
+
+/// This CTA's 16-byte units [lo, hi) of this rank's shard of a message of `bytes`: shard l is
+/// the units [l * shard, (l + 1) * shard) (the last ones shorter or empty), and every CTA takes
+/// the same slice of every shard.
+#[inline(always)]
+fn shard_units(call: &Call, nodes: &Nodes, bytes: usize) -> (usize, usize) {
+    let units = bytes.div_ceil(16);
+    let shard = div_ceil32(units, nodes.size);
+    let (slo, shi) = split(shard, call.ctas, call.cta);
+    let lo = (nodes.local * shard + slo).min(units);
+    let hi = (nodes.local * shard + shi).min(units);
+    (lo, hi)
+}
+
+/// The partner of this rank on node `m`.
+#[inline(always)]
+fn partner(nodes: &Nodes, m: usize) -> usize {
+    nodes.rank(m, nodes.local)
+}
+
+/// For `wait_signals`: thread t waits for the partner on node t, if that is another node.
+#[inline(always)]
+fn other_node(nodes: &Nodes) -> impl Fn(usize) -> Option<usize> + '_ {
+    |t| (t < nodes.count && t != nodes.node).then_some(t)
+}
+
+/// Sets this rank's `kind` signal on every partner to `value`, with no data (a signal alone).
+#[inline(always)]
+fn signal_partners(call: &Call, nodes: &Nodes, kind: Kind, value: u64) -> Result<(), i32> {
+    let none = Place::Scratch(0);
+    for k in 1..nodes.count {
+        let m = rotate(nodes.node, k, nodes.count);
+        remote::put_with_signal(call, nodes, none, none, 0, kind, value, partner(nodes, m))?;
+    }
+    Ok(())
+}
+
+/// What one exchange in rounds sends and does with what it receives; see `in_rounds`.
+trait Rounds {
+    /// Every thread writes what this round sends for units [a, b) (into the send boxes; nothing
+    /// when the data is put from where it lies).
+    fn prepare(&self, call: &Call, nodes: &Nodes, a: usize, b: usize);
+    /// Where this round's data for node `m` lies, and its length in bytes.
+    fn source(&self, nodes: &Nodes, m: usize, a: usize, b: usize) -> (Place, usize);
+    /// Every thread consumes this round's boxes (the box from node k at `recv + k * box_bytes`,
+    /// this rank's own node's box unused).
+    fn consume(&self, call: &Call, nodes: &Nodes, a: usize, b: usize, recv: usize);
+}
+
+/// This CTA's exchange of units [lo, hi) with its partners, in rounds of at most `cap` units.
+/// The scratch slice holds one receive box of `box_bytes` per node (box k filled by the partner
+/// on node k), then whatever `r` keeps there (its send boxes).
+///
+/// Per round: prepare, put each partner's data into our box in its scratch with an `Arrive`
+/// signal, wait for every partner's, `quiet` (our data has landed, so it may be overwritten),
+/// consume, then tell each partner its box is free (`Ack`) and wait for the same from each
+/// before the next round refills them. Two network round trips per round: correct first.
+///
+/// Every box a call fills is consumed before the call returns (the final Ack), so the next
+/// hierarchical call, whatever its layout, may fill any box at once.
+fn in_rounds(
+    call: &Call,
+    nodes: &Nodes,
+    (lo, hi): (usize, usize),
+    cap: usize,
+    box_bytes: usize,
+    r: &impl Rounds,
+) -> Result<(), i32> {
+    let recv = slice_base(call.c, call.rank, call.cta);
+    let mut a = lo;
+    let mut round = 0;
+    while a < hi {
+        let b = (a + cap).min(hi);
+        let v = remote::value(call, round);
+        r.prepare(call, nodes, a, b);
+        // Every thread's part of the data is written (above, or before the exchange).
+        hw::sync_threads();
+        for k in 1..nodes.count {
+            let m = rotate(nodes.node, k, nodes.count);
+            let into = Place::Scratch(nodes.node * box_bytes); // our box on the partner
+            let (chunk, bytes) = r.source(nodes, m, a, b);
+            let to = partner(nodes, m);
+            remote::put_with_signal(call, nodes, into, chunk, bytes, Kind::Arrive, v, to)?;
+        }
+        remote::wait_signals(call, Kind::Arrive, v, other_node(nodes))?;
+        remote::quiet(); // our data has landed everywhere: it may be overwritten below
+
+        r.consume(call, nodes, a, b, recv);
+
+        // Our boxes are read: each partner may refill them. Theirs, that we fill next, too.
+        hw::sync_threads();
+        signal_partners(call, nodes, Kind::Ack, v)?;
+        remote::wait_signals(call, Kind::Ack, v, other_node(nodes))?;
+        a = b;
+        round += 1;
+    }
+    Ok(())
+}
+
+/// The reduction each node's partial is made with: with several nodes AVG sums there and
+/// divides once, after the exchange (`reduce_partials`).
+#[inline(always)]
+fn partial_op(red: &Reduction, nodes: &Nodes) -> Reduction {
+    Reduction {
+        op: if red.op == reduce_op::AVG && nodes.multi() {
+            reduce_op::SUM
+        } else {
+            red.op
+        },
+        dtype: red.dtype,
+    }
+}
+
+/// Units [a, b) of a message of `bytes` at `dst` (this rank's address of unit 0, holding this
+/// node's partial) become the reduction over nodes, in node order, of every node's partial:
+/// node k's unit i lies at `recv + k * box_bytes + 16 * (i - a)` (its receive box). AVG
+/// divides by the world size here.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn reduce_partials(
+    call: &Call,
+    nodes: &Nodes,
+    (a, b): (usize, usize),
+    dst: usize,
+    bytes: usize,
+    recv: usize,
+    box_bytes: usize,
+    red: &Reduction,
+) {
+    // Worlds of several nodes pass one node's table of reciprocals (`elem::reciprocal`).
+    let inv = 1.0 / call.world as f32;
+    let mut i = a + call.tid;
+    while i < b {
+        let valid = unit_bytes(i, 16, bytes);
+        let at = |k: usize| {
+            if k == nodes.node {
+                dst + 16 * i
+            } else {
+                recv + k * box_bytes + 16 * (i - a)
+            }
+        };
+        // SAFETY: unit i lies inside the caller's checked region at `dst`; box k holds the same
+        // unit of node k's partial (`valid` bytes, inside this CTA's scratch slice: the
+        // caller's rounds keep i - a below the box's units).
+        unsafe {
+            let mut acc = Acc::<4>::first(red, load_unit::<4>(at(0), valid));
+            for k in 1..nodes.count {
+                acc.add(red, load_unit::<4>(at(k), valid));
+            }
+            store_unit::<4>(dst + 16 * i, valid, acc.finish_scaled(red, inv));
+        }
+        i += call.threads;
+    }
+}
