@@ -1,6 +1,7 @@
-//! The hierarchical reduce_scatter, all_gather, all_to_all and barrier (`symm_*_hierarchical`) on
-//! simulated nodes: ranks grouped into nodes of `node_size`, other nodes reached only through the
-//! simulated network (`hw::sim_net`). (The all-reduce has its own file, `hierarchical.rs`.)
+//! The hierarchical reduce_scatter, all_gather, all_to_all, broadcast, reduce and barrier
+//! (`symm_*_hierarchical`) on simulated nodes: ranks grouped into nodes of `node_size`, other
+//! nodes reached only through the simulated network (`hw::sim_net`). (The all-reduce has its own
+//! file, `hierarchical.rs`.)
 //!
 //! all_gather and all_to_all move bytes: every output byte is checked against the inputs, and
 //! the bytes around the output against the heap's guard. reduce_scatter is checked against the
@@ -34,6 +35,16 @@ const IN_AT: [usize; 2] = [0, 4];
 const OUT_AT: usize = 1 << 16;
 /// Elements per block: tiny, one unit short of a multiple of 16 bytes, several rounds.
 const COUNTS: [usize; 3] = [3, 37, 301];
+
+/// The ops tried on case `k` of `COUNTS`: every op on the multi-round case, sums and averages on
+/// the others.
+fn ops_for(k: usize) -> &'static [i32] {
+    if k == 2 {
+        &OPS
+    } else {
+        &[reduce_op::SUM, reduce_op::AVG]
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Coll {
@@ -202,13 +213,7 @@ fn reduce_scatter_matches_one_node() {
     for (world, size) in SHAPES {
         for dt in Dt::ALL {
             for (k, n) in COUNTS.into_iter().enumerate() {
-                // Every op on the multi-round case; sums and averages on the others.
-                let ops: &[i32] = if k == 2 {
-                    &OPS
-                } else {
-                    &[reduce_op::SUM, reduce_op::AVG]
-                };
-                for &op in ops {
+                for &op in ops_for(k) {
                     let exact =
                         size == 1 || matches!(op, reduce_op::SUM | reduce_op::MAX | reduce_op::MIN);
                     let what = format!("{world} as nodes of {size}, {dt:?}, op {op}, n={n}");
@@ -556,6 +561,17 @@ fn barrier_waits_for_every_rank_of_every_node() {
 /// A lost partner signal: the barrier gives TIMEOUT (recorded), never a hang.
 #[test]
 fn barrier_with_a_dropped_signal_times_out() {
+    times_out_when_a_signal_is_dropped("barrier", 1, |_, _, c| api::symm_barrier_hierarchical(c));
+}
+
+/// Runs `body(node, rank, ctx)` on 4 ranks as 2 nodes of 2 (timeout 100 ms) with the `nth`
+/// remote signal lost: some rank returns TIMEOUT, and each rank that does not return OK recorded
+/// it; nothing hangs.
+fn times_out_when_a_signal_is_dropped(
+    what: &str,
+    nth: u64,
+    body: impl Fn(&Node, usize, i64) -> i32 + Sync,
+) {
     let _serial = sim_faults::serial();
     let mut nd = node(4, 2);
     for r in 0..4 {
@@ -563,16 +579,126 @@ fn barrier_with_a_dropped_signal_times_out() {
     }
     sim_faults::set(Some(Fault::Drop {
         kind: Kind::RemoteSignal,
-        nth: 1,
+        nth,
     }));
-    let st = nd.run_worst("barrier, dropped signal", 1, THREADS, |_, c| {
-        api::symm_barrier_hierarchical(c)
-    });
+    let st = nd.run_worst(what, CTAS, THREADS, |r, c| body(&nd, r, c));
     sim_faults::set(None);
-    assert!(st.contains(&status::TIMEOUT), "{st:?}");
+    assert!(st.contains(&status::TIMEOUT), "{what}, drop {nth}: {st:?}");
     for (r, s) in st.iter().enumerate() {
         if *s != status::OK {
-            assert_eq!(nd.recorded_error(r), status::TIMEOUT, "rank {r}");
+            assert_eq!(nd.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
         }
+    }
+}
+
+/// Broadcast from roots on every node and local index: every rank's buffer ends as the root's,
+/// bytes exact, the guard bytes around it intact; on one node as `symm_broadcast`.
+#[test]
+fn broadcast_from_any_root() {
+    let _serial = sim_faults::serial();
+    for (world, size) in SHAPES.into_iter().chain([(4, 0)]) {
+        for (k, n) in COUNTS.into_iter().enumerate() {
+            for root in [0, world - 1, world / 2 + 1] {
+                let at = IN_AT[k % 2] + OUT_AT;
+                let mut nd = node(world, size);
+                let vals = inputs(world, n, 31 + root as u64, false);
+                for (r, v) in vals.iter().enumerate() {
+                    fill(&mut nd, r, at, Dt::Bf16, v);
+                }
+                let st = nd.run("broadcast", CTAS, THREADS, |r, c| {
+                    let (p, n, bf16) = (nd.addr(r, at), n as i64, dtype::BFLOAT16);
+                    if size > 0 {
+                        api::symm_broadcast_hierarchical(c, p, n, bf16, root as i32)
+                    } else {
+                        api::symm_broadcast(c, p, n, bf16, root as i32)
+                    }
+                });
+                let what = format!("{world}/{size} root {root} n={n}");
+                assert_eq!(st, vec![status::OK; world], "{what}");
+                let want = &nd.heap(root)[at..at + 2 * n].to_vec();
+                for r in 0..world {
+                    assert!(nd.heap(r)[at..at + 2 * n] == want[..], "{what}: rank {r}");
+                }
+                assert_guard(&nd, &what, OUT_AT - 64, at);
+                assert_guard(&nd, &what, at + 2 * n, at + 2 * n + 64);
+            }
+        }
+    }
+}
+
+/// A lost signal in a broadcast: TIMEOUT (recorded), never a hang.
+#[test]
+fn broadcast_with_a_dropped_signal_times_out() {
+    for nth in [0, 1] {
+        times_out_when_a_signal_is_dropped("broadcast", nth, |nd, r, c| {
+            api::symm_broadcast_hierarchical(c, nd.addr(r, 0), 301, dtype::FLOAT32, 1)
+        });
+    }
+}
+
+/// Reduce to roots on every node: the root's `out` against the one-node `symm_reduce` (bitwise
+/// on integer data, within tolerance on random data; every op) or, past 8 ranks, the f64
+/// reference; out of place and in place; no other rank's `out` written.
+#[test]
+fn reduce_to_any_root() {
+    let _serial = sim_faults::serial();
+    for (world, size) in SHAPES {
+        for (k, n) in COUNTS.into_iter().enumerate() {
+            for &op in ops_for(k) {
+                for (root, in_place) in [(0, false), (world - 1, true), (world / 2 + 1, false)] {
+                    let exact = matches!(op, reduce_op::SUM | reduce_op::MAX | reduce_op::MIN);
+                    let what =
+                        format!("{world}/{size} op {op} n={n} root {root} in place {in_place}");
+                    let vals = inputs(world, n, 41 + k as u64, exact);
+                    let in_at = IN_AT[k % 2];
+                    let out_at = if in_place { in_at } else { OUT_AT };
+                    let run = |node_size: u32| {
+                        let mut nd = node(world, node_size);
+                        for (r, v) in vals.iter().enumerate() {
+                            fill(&mut nd, r, in_at, Dt::F32, v);
+                        }
+                        let st = nd.run("reduce", CTAS, THREADS, |r, c| {
+                            let (i, o, n) = (nd.addr(r, in_at), nd.addr(r, out_at), n as i64);
+                            let (f32, root) = (dtype::FLOAT32, root as i32);
+                            if node_size > 0 {
+                                api::symm_reduce_hierarchical(c, i, o, n, op, f32, root)
+                            } else {
+                                api::symm_reduce(c, i, o, n, op, f32, root)
+                            }
+                        });
+                        assert_eq!(st, vec![status::OK; world], "{what} ({node_size})");
+                        if !in_place {
+                            for r in (0..world).filter(|r| *r != root) {
+                                let untouched =
+                                    nd.heap(r)[OUT_AT..][..4 * n].iter().all(|b| *b == GUARD);
+                                assert!(untouched, "{what}: rank {r}'s out was written");
+                            }
+                        }
+                        read(&nd, root, out_at, Dt::F32, n)
+                    };
+                    let got = run(size);
+                    if world <= 8 && (exact || size == 1) {
+                        assert_eq!(got, run(0), "{what}: not bitwise one node's");
+                    } else {
+                        let f64s: Vec<Vec<f64>> = vals
+                            .iter()
+                            .map(|v| v.iter().map(|x| *x as f64).collect())
+                            .collect();
+                        assert_close(&what, Dt::F32, &got, &reference(op, &f64s));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A lost signal in a reduce: TIMEOUT (recorded), never a hang.
+#[test]
+fn reduce_with_a_dropped_signal_times_out() {
+    for nth in [0, 2] {
+        times_out_when_a_signal_is_dropped("reduce", nth, |nd, r, c| {
+            let (i, o) = (nd.addr(r, 0), nd.addr(r, OUT_AT));
+            api::symm_reduce_hierarchical(c, i, o, 301, reduce_op::SUM, dtype::FLOAT32, 3)
+        });
     }
 }

@@ -12,9 +12,9 @@ Then simulated nodes: a third heap with `node_size=world // 2` (4 GPUs as 2 node
 1) runs the hierarchical collectives over NVSHMEM (`Nodes`): all-reduce and reduce-scatter
 exact against torch.distributed for max and for sums of small integers, within the dtype's
 tolerance for random sums, the all-reduce bitwise equal on every rank and replayed in a CUDA
-graph; all-gather and all-to-all (a kernel of its own) exactly torch.distributed's; a kernel's
-hierarchical barriers return OK; the other
-ops refuse such a heap by name.
+graph; all-gather, all-to-all, broadcast and reduce (kernels of their own for the last three)
+exactly torch.distributed's; 1000 hierarchical barriers return OK; the other ops refuse such a
+heap by name.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ def _barriers_kernel(ctx, rounds, status):
     s = il.symm_barrier_hierarchical(ctx)
     for _ in range(1, rounds):
         s = tl.minimum(s, il.symm_barrier_hierarchical(ctx))
+    tl.store(status + tl.program_id(0), s)
+
+
+@ironlink.jit(nvshmem=True)
+def _broadcast_reduce_kernel(ctx, buf, inp, out, n, root, status):
+    s = ilt.broadcast_hierarchical(ctx, buf, n, root)
+    s = tl.minimum(s, ilt.reduce_hierarchical(ctx, inp, out, n, 0, root))  # 0: REDUCE_OP_SUM
     tl.store(status + tl.program_id(0), s)
 
 
@@ -287,6 +294,31 @@ class Nodes(Cases):
             self.h.free(out)
             self.h.free(inp)
 
+    def broadcast_and_reduce(self, n: int, root: int) -> None:
+        """A kernel's hierarchical broadcast (every buffer = the root's) and reduce of small
+        integers to the root (exactly torch.distributed's sum)."""
+        x = torch.randint(-4, 5, (n,), device="cuda").to(torch.bfloat16)
+        buf, inp = self.h.empty((n,), torch.bfloat16).copy_(x), self.h.empty((n,), torch.bfloat16).copy_(x)
+        out = self.h.zeros((n,), torch.bfloat16)
+        status = torch.full((4,), -1, dtype=torch.int32, device="cuda")
+        try:
+            _broadcast_reduce_kernel[(4,)](self.h.ctx, buf, inp, out, n, root, status, num_warps=8)
+            torch.cuda.synchronize()
+            assert status.tolist() == [0] * 4, f"statuses {status.tolist()}"
+            want = x.clone()
+            dist.broadcast(want, root)
+            assert torch.equal(buf, want), "broadcast: not the root's buffer"
+            total = x.double()
+            dist.all_reduce(total)
+            if self.rank == root:
+                assert torch.equal(out.double(), total), "reduce: not torch.distributed's sum"
+            else:
+                assert torch.equal(out, torch.zeros_like(out)), "reduce wrote a non-root output"
+        finally:
+            self.h.free(out)
+            self.h.free(inp)
+            self.h.free(buf)
+
     def barriers(self, rounds: int) -> None:
         status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
         _barriers_kernel[(8,)](self.h.ctx, rounds, status, num_warps=4)
@@ -350,6 +382,10 @@ def simulated_nodes(t0: float) -> int:
             s.run(f"nodes: reduce_scatter max {dtype} {n} per rank", lambda: s.reduce_scatter(n, dtype, "max", False))
             s.run(f"nodes: all_gather {dtype} {n} per rank", lambda: s.all_gather(n, dtype))
             s.run(f"nodes: all_to_all {dtype} {n} per block", lambda: s.all_to_all(n, dtype))
+    for root in sorted({0, world - 1, world // 2}):
+        for n in small((37, 300001), (37,)):
+            s.run(f"nodes: broadcast and reduce, root {root}, {n} elements",
+                  lambda: s.broadcast_and_reduce(n, root))
     s.run("nodes: 1000 hierarchical barriers in 8 CTAs", lambda: s.barriers(1000))
     s.run("nodes: all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
     s.run("nodes: the other ops and other nodes' peer tensors are refused", s.others_refused)

@@ -151,6 +151,24 @@ def all_to_all(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = Non
 
 
 @core.extern
+def broadcast_hierarchical(ctx: Any, ptr: Any, n: Any, root: Any, _semantic: Any = None) -> core.tensor:
+    """`broadcast` on a heap of any number of nodes (``symm_broadcast_hierarchical``). A kernel
+    calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _code(_element_type(ptr, "ironlink.typed.broadcast_hierarchical(ptr)", _semantic),
+               "ironlink.typed.broadcast_hierarchical(ptr)")
+    return il.symm_broadcast_hierarchical(ctx, ptr, n, dt, root, _semantic=_semantic)
+
+
+@core.extern
+def reduce_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, op: Any = _SUM, root: Any = 0,
+                        _semantic: Any = None) -> core.tensor:
+    """`reduce` on a heap of any number of nodes (``symm_reduce_hierarchical``). A kernel calling
+    it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _pair_code(in_ptr, out_ptr, "reduce_hierarchical", _semantic)
+    return il.symm_reduce_hierarchical(ctx, in_ptr, out_ptr, n, op, dt, root, _semantic=_semantic)
+
+
+@core.extern
 def all_to_all_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = None) -> core.tensor:
     """`all_to_all` on a heap of any number of nodes (``symm_all_to_all_hierarchical``). A kernel
     calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""

@@ -90,3 +90,20 @@ pub(super) fn all_to_all_regions(
     }
     Ok((input, out, count as usize * esize))
 }
+
+/// Reduce's regions: `input` and `out` of `count` elements, the same or not overlapping.
+#[inline(always)]
+pub(super) fn reduce_regions(
+    c: &SymmContext,
+    in_ptr: i64,
+    out_ptr: i64,
+    count: i64,
+    esize: usize,
+) -> Result<(Region, Region), i32> {
+    let input = Region::new(c, in_ptr, 0, count, esize)?;
+    let out = Region::new(c, out_ptr, 0, count, esize)?;
+    if overlap(&input, &out) && input.offset != out.offset {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok((input, out))
+}

@@ -25,7 +25,7 @@ use crate::runtime::sync::Call;
 use crate::{hw, primitives};
 use checks::{
     all_gather_regions, all_to_all_regions, blocks, check_dtype, check_op_dtype, check_rank,
-    reduce_scatter_regions,
+    reduce_regions, reduce_scatter_regions,
 };
 use tile::{Shape, Tile};
 
@@ -275,6 +275,18 @@ exports! {
         )
     }
 
+    /// `symm_broadcast` for a context of any number of nodes: the root puts its buffer straight
+    /// into the same local rank of every other node (NVSHMEM put-with-signal; the NVSHMEM
+    /// bitcode only, else PEER_NOT_MAPPED), which pushes it to its node over NVLink.
+    fn symm_broadcast_hierarchical(ctx: i64, ptr: i64, num_elements: i64, dtype: i32, root: i32) -> i32 {
+        any_nodes_collective(
+            ctx,
+            which!(symm_broadcast_hierarchical),
+            |c| Ok((Region::new(c, ptr, 0, num_elements, check_dtype(dtype)?)?, check_rank(c, root)?)),
+            |call, (r, root)| hierarchical::broadcast::broadcast(call, &r, root),
+        )
+    }
+
     /// Reduce to `root`: root's `out_ptr` gets the reduction over ranks of `in_ptr`
     /// (num_elements each; `out` may equal `in`). Other ranks' `out` is not written.
     fn symm_reduce(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, reduce_op: i32, dtype: i32, root: i32) -> i32 {
@@ -282,15 +294,28 @@ exports! {
             ctx,
             which!(symm_reduce),
             |c| {
-                let es = check_op_dtype(reduce_op, dtype)?;
-                let input = Region::new(c, in_ptr, 0, num_elements, es)?;
-                let out = Region::new(c, out_ptr, 0, num_elements, es)?;
-                if overlap(&input, &out) && input.offset != out.offset {
-                    return Err(status::INVALID_ARGUMENT);
-                }
+                let (input, out) = reduce_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?)?;
                 Ok((input, out, check_rank(c, root)?))
             },
             |call, (input, out, root)| reduce::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
+        )
+    }
+
+    /// `symm_reduce` for a context of any number of nodes: each node's partial of shard l (reduced
+    /// over its NVLink) goes to the rank with local index l on the root's node (NVSHMEM
+    /// put-with-signal through the scratch; the NVSHMEM bitcode only, else PEER_NOT_MAPPED),
+    /// which reduces the partials in node order and stores into the root's `out`. Needs a
+    /// scratch region with several nodes (INVALID_ARGUMENT without). AVG divides once by the
+    /// world size.
+    fn symm_reduce_hierarchical(ctx: i64, in_ptr: i64, out_ptr: i64, num_elements: i64, reduce_op: i32, dtype: i32, root: i32) -> i32 {
+        any_nodes_collective(
+            ctx,
+            which!(symm_reduce_hierarchical),
+            |c| {
+                let (input, out) = reduce_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?)?;
+                Ok((input, out, check_rank(c, root)?))
+            },
+            |call, (input, out, root)| hierarchical::reduce::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
         )
     }
 

@@ -10,6 +10,9 @@
 //! - all_gather: the input put straight into every partner's output, then node all-gather;
 //! - all_to_all: the blocks a node sends to a partner gathered by the rank that pairs with it,
 //!   put in one piece per round, copied into place by the receiver;
+//! - broadcast: the root's buffer put straight into its partners' buffers, then node push;
+//! - reduce: each node's partial of shard l goes to rank l of the root's node, which reduces
+//!   them and stores into the root's output;
 //! - barrier: node barrier, partner signals, node barrier.
 //!
 //! On one node each is its node-local part alone. The exchanges that need somewhere to land run
@@ -19,6 +22,8 @@ pub mod all_gather;
 pub mod all_reduce;
 pub mod all_to_all;
 pub mod barrier;
+pub mod broadcast;
+pub mod reduce;
 pub mod reduce_scatter;
 
 use crate::abi::{reduce_op, status};
@@ -97,6 +102,17 @@ trait Rounds {
     /// Every thread consumes this round's boxes (the box from node k at `recv + k * box_bytes`,
     /// this rank's own node's box unused).
     fn consume(&self, call: &Call, nodes: &Nodes, a: usize, b: usize, recv: usize);
+    /// Whether this rank sends to the partner on node `m` (another node): by default every one.
+    #[inline(always)]
+    fn sends_to(&self, nodes: &Nodes, m: usize) -> bool {
+        m != nodes.node
+    }
+    /// Whether this rank receives from the partner on node `k` (another node): by default every
+    /// one. Each rank's `sends_to` must match what its partners' `receives_from` expect.
+    #[inline(always)]
+    fn receives_from(&self, nodes: &Nodes, k: usize) -> bool {
+        k != nodes.node
+    }
 }
 
 /// This CTA's exchange of units [lo, hi) with its partners, in rounds of at most `cap` units.
@@ -129,24 +145,58 @@ fn in_rounds(
         hw::sync_threads();
         for k in 1..nodes.count {
             let m = rotate(nodes.node, k, nodes.count);
-            let into = Place::Scratch(nodes.node * box_bytes); // our box on the partner
-            let (chunk, bytes) = r.source(nodes, m, a, b);
-            let to = partner(nodes, m);
-            remote::put_with_signal(call, nodes, into, chunk, bytes, Kind::Arrive, v, to)?;
+            if r.sends_to(nodes, m) {
+                let into = Place::Scratch(nodes.node * box_bytes); // our box on the partner
+                let (chunk, bytes) = r.source(nodes, m, a, b);
+                let to = partner(nodes, m);
+                remote::put_with_signal(call, nodes, into, chunk, bytes, Kind::Arrive, v, to)?;
+            }
         }
-        remote::wait_signals(call, Kind::Arrive, v, other_node(nodes))?;
+        let senders = |t: usize| (t < nodes.count && r.receives_from(nodes, t)).then_some(t);
+        remote::wait_signals(call, Kind::Arrive, v, senders)?;
         remote::quiet(); // our data has landed everywhere: it may be overwritten below
 
         r.consume(call, nodes, a, b, recv);
 
         // Our boxes are read: each partner may refill them. Theirs, that we fill next, too.
         hw::sync_threads();
-        signal_partners(call, nodes, Kind::Ack, v)?;
-        remote::wait_signals(call, Kind::Ack, v, other_node(nodes))?;
+        let none = Place::Scratch(0);
+        for k in 1..nodes.count {
+            let m = rotate(nodes.node, k, nodes.count);
+            if r.receives_from(nodes, m) {
+                let to = partner(nodes, m);
+                remote::put_with_signal(call, nodes, none, none, 0, Kind::Ack, v, to)?;
+            }
+        }
+        let receivers = |t: usize| (t < nodes.count && r.sends_to(nodes, t)).then_some(t);
+        remote::wait_signals(call, Kind::Ack, v, receivers)?;
         a = b;
         round += 1;
     }
     Ok(())
+}
+
+/// Unit `i` (`valid` bytes) of this node's partial of the region at heap offset `offset`: the
+/// unit on every rank of the node, reduced with `red` (a partial op: see `partial_op`) and
+/// rounded to the dtype.
+///
+/// # Safety
+/// `valid` bytes of unit i at `offset` lie inside a checked region (the same on every rank).
+#[inline(always)]
+unsafe fn node_partial(
+    call: &Call,
+    nodes: &Nodes,
+    offset: usize,
+    i: usize,
+    valid: usize,
+    red: &Reduction,
+) -> [u32; 4] {
+    let from = |p: usize| call.c.heap_base(nodes.first() + p) + offset + 16 * i;
+    let mut acc = Acc::<4>::first(red, load_unit::<4>(from(0), valid));
+    for p in 1..nodes.size {
+        acc.add(red, load_unit::<4>(from(p), valid));
+    }
+    acc.finish(red, nodes.size)
 }
 
 /// The reduction each node's partial is made with: with several nodes AVG sums there and

@@ -12,11 +12,13 @@
 //! algorithms' (each node's partial is rounded to the dtype), bitwise with nodes of one rank.
 //! AVG sums and divides once by the world size.
 
-use super::{box_units, in_rounds, nodes_for, partial_op, partner, reduce_partials, Rounds};
+use super::{
+    box_units, in_rounds, node_partial, nodes_for, partial_op, partner, reduce_partials, Rounds,
+};
 use crate::collectives::my_units;
 use crate::hw;
-use crate::runtime::elem::{Acc, Reduction};
-use crate::runtime::mem::{load_unit, rotate, store_unit, unit_bytes};
+use crate::runtime::elem::Reduction;
+use crate::runtime::mem::{rotate, store_unit, unit_bytes};
 use crate::runtime::nodes::Nodes;
 use crate::runtime::region::Region;
 use crate::runtime::scratch::slice_base;
@@ -81,25 +83,19 @@ impl Partials<'_> {
 
 impl Rounds for Partials<'_> {
     fn prepare(&self, call: &Call, nodes: &Nodes, a: usize, b: usize) {
-        let c = call.c;
         let n = self.out.bytes;
-        let slice = slice_base(c, call.rank, call.cta);
+        let slice = slice_base(call.c, call.rank, call.cta);
         let mut i = a + call.tid;
         while i < b {
             let valid = unit_bytes(i, 16, n);
             for k in 1..nodes.count {
                 let m = rotate(nodes.node, k, nodes.count);
-                let block = self.input.offset + partner(nodes, m) * n + 16 * i;
-                let from = |p: usize| c.heap_base(nodes.first() + p) + block;
+                let block = self.input.offset + partner(nodes, m) * n;
                 // SAFETY: unit i of the partner's block lies inside the checked input on every
                 // rank of the node; the box unit inside this CTA's slice (i - a < cap).
                 unsafe {
-                    let mut acc = Acc::<4>::first(&self.partial, load_unit::<4>(from(0), valid));
-                    for p in 1..nodes.size {
-                        acc.add(&self.partial, load_unit::<4>(from(p), valid));
-                    }
-                    let at = slice + self.send_box(nodes, m) + 16 * (i - a);
-                    store_unit::<4>(at, valid, acc.finish(&self.partial, nodes.size));
+                    let d = node_partial(call, nodes, block, i, valid, &self.partial);
+                    store_unit::<4>(slice + self.send_box(nodes, m) + 16 * (i - a), valid, d);
                 }
             }
             i += call.threads;
