@@ -4,6 +4,7 @@
 use crate::abi::{cmp, signal, signal_op, status, SymmContext, MAX_RANKS};
 use crate::hw;
 use crate::runtime::mem::copy_bytes;
+use crate::runtime::nodes::Nodes;
 use crate::runtime::sync::{agree_on_timeout, wait_until, Deadline};
 
 /// Address of user signal slot `slot` in `rank`'s signal region, or INVALID_ARGUMENT.
@@ -30,17 +31,36 @@ pub unsafe fn cta_copy(dst: usize, src: usize, n: usize) {
 }
 
 /// Sets or adds `value` into `peer`'s slot after making this CTA's earlier writes visible there.
+/// A peer on another node of a multi-node context is signalled over the network, after this
+/// CTA's puts to other nodes have landed (`PEER_NOT_MAPPED` in a build without one).
 pub fn signal(c: &SymmContext, slot: i64, value: i64, op: i32, peer: i32) -> i32 {
     if peer < 0 || peer >= c.world_size {
         return status::INVALID_ARGUMENT;
     }
-    let p = match signal_slot(c, peer as usize, slot) {
-        Ok(p) => p,
+    // Our own slot's address: the peer's slot when the peer is on our node, and the symmetric
+    // address the network translates when it is not.
+    let own = match signal_slot(c, c.rank as usize, slot) {
+        Ok(p) => p as usize,
         Err(e) => return e,
     };
     if op != signal_op::SET && op != signal_op::ADD {
         return status::UNSUPPORTED_OP;
     }
+    if !Nodes::of(c).same_node(peer as usize) {
+        if !hw::remote::NETWORK {
+            return status::PEER_NOT_MAPPED;
+        }
+        hw::remote::quiet(); // our earlier puts have landed
+        hw::sync_threads();
+        let add = op == signal_op::ADD;
+        // SAFETY: `own` is an aligned word of this rank's signal region (a 0-byte put: no data);
+        // `peer` is a rank of the context.
+        let s = unsafe {
+            hw::remote::put_signal_nbi(c, own, own, 0, own, value as u64, add, peer as usize)
+        };
+        return s;
+    }
+    let p = (own - c.signal_base(c.rank as usize) + c.signal_base(peer as usize)) as *mut u64;
     hw::sync_threads();
     if hw::thread_rank() == 0 {
         hw::fence_system();

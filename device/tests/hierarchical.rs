@@ -296,10 +296,11 @@ fn dropped_remote_signal_gives_timeout() {
     }
 }
 
-/// A multi-node context is served by the queries, the peer pointers of its own node and the
-/// hierarchical collectives; every other function refuses it with UNSUPPORTED_OP (rather than
-/// run a one-node algorithm over peers it cannot reach); a node size that does not divide the
-/// world, or is larger than a node's table, is not a context (UNKNOWN_CONTEXT).
+/// A multi-node context is served by the queries, the peer pointers, puts and gets of its own
+/// node, the signals and the hierarchical collectives; every other function refuses it with
+/// UNSUPPORTED_OP (rather than run a one-node algorithm over peers it cannot reach); a node size
+/// that does not divide the world, or is larger than a node's table, is not a context
+/// (UNKNOWN_CONTEXT).
 #[test]
 fn multi_node_contexts_refuse_what_has_no_cross_node_path() {
     let _serial = sim_faults::serial();
@@ -307,7 +308,7 @@ fn multi_node_contexts_refuse_what_has_no_cross_node_path() {
     type Body = fn(usize, i64, &Node) -> i32;
     type Want = fn(usize) -> i32;
     // Rank r's peer r ^ 2 is on the other node, r ^ 1 on its own.
-    let cases: [(&str, Body, Want); 8] = [
+    let cases: [(&str, Body, Want); 9] = [
         ("world_size", |_, c, _| api::symm_world_size(c), |_| 4),
         ("rank", |_, c, _| api::symm_rank(c), |r| r as i32),
         (
@@ -328,9 +329,14 @@ fn multi_node_contexts_refuse_what_has_no_cross_node_path() {
             |_| status::UNSUPPORTED_OP,
         ),
         (
-            "put",
+            "put to a peer of the node",
             |r, c, n| api::symm_put(c, n.addr(r, 0), n.addr(r, 256), 64, (r ^ 1) as i32),
-            |_| status::UNSUPPORTED_OP,
+            |_| status::OK,
+        ),
+        (
+            "put to another node (no load/store path)",
+            |r, c, n| api::symm_put(c, n.addr(r, 0), n.addr(r, 256), 64, (r ^ 2) as i32),
+            |_| status::PEER_NOT_MAPPED,
         ),
         (
             "barrier",

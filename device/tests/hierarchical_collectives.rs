@@ -702,3 +702,66 @@ fn reduce_with_a_dropped_signal_times_out() {
         });
     }
 }
+
+/// Signals on a multi-node context: adds and sets into every other rank's user slot (over the
+/// network for peers on another node), waits with the context's timeout, reads; a put to a peer
+/// of the node followed by a signal delivers its data; a slot nobody signals times out.
+#[test]
+fn signals_reach_every_node() {
+    use ironlink_device::abi::{cmp, signal_op};
+    const WRONG: i32 = -1000; // a status no function returns: this test's own check failed
+    let _serial = sim_faults::serial();
+    let (world, size) = (8, 2);
+    let mut nd = node(world, size);
+    for r in 0..world {
+        nd.ctx_mut(r).timeout_ns = 100_000_000;
+        fill(&mut nd, r, 0, Dt::F32, &[r as f32 + 0.5; 16]);
+    }
+    let (add_slot, set_slot, idle_slot) = (5, 6, 7);
+    let st = nd.run("signals", 1, THREADS, |r, c| {
+        let w = world as i32;
+        for k in 1..w {
+            let peer = (r as i32 + k) % w;
+            let s = api::symm_signal(c, add_slot, 1, signal_op::ADD, peer);
+            if s != status::OK {
+                return s;
+            }
+        }
+        // A set to the rank half a world away (another node), and data to the node's other rank.
+        let far = (r + world / 2) % world;
+        let s = api::symm_signal(c, set_slot, 100 + r as i64, signal_op::SET, far as i32);
+        let mate = r ^ 1;
+        let put = api::symm_put(c, nd.addr(r, 1024), nd.addr(r, 0), 64, mate as i32);
+        let told = api::symm_signal(c, 8, 1, signal_op::SET, mate as i32);
+        if (s, put, told) != (status::OK, status::OK, status::OK) {
+            return WRONG;
+        }
+        let from = (r + world / 2) % world; // who set our slot
+        let waits = [
+            api::symm_signal_wait(c, add_slot, cmp::GE, w as i64 - 1),
+            api::symm_signal_wait(c, set_slot, cmp::EQ, 100 + from as i64),
+            api::symm_signal_wait(c, 8, cmp::EQ, 1),
+        ];
+        if waits != [status::OK; 3] {
+            return WRONG;
+        }
+        let read = api::symm_signal_read(c, add_slot);
+        if read != w as i64 - 1 {
+            return WRONG;
+        }
+        api::symm_signal_wait(c, idle_slot, cmp::EQ, 1)
+    });
+    assert_eq!(
+        st,
+        vec![status::TIMEOUT; world],
+        "only the idle slot times out"
+    );
+    for r in 0..world {
+        let got = read(&nd, r, 1024, Dt::F32, 16);
+        assert_eq!(
+            got,
+            vec![(r ^ 1) as f64 + 0.5; 16],
+            "rank {r}: the mate's put"
+        );
+    }
+}

@@ -13,8 +13,8 @@ Then simulated nodes: a third heap with `node_size=world // 2` (4 GPUs as 2 node
 exact against torch.distributed for max and for sums of small integers, within the dtype's
 tolerance for random sums, the all-reduce bitwise equal on every rank and replayed in a CUDA
 graph; all-gather, all-to-all, broadcast and reduce (kernels of their own for the last three)
-exactly torch.distributed's; 1000 hierarchical barriers return OK; the other ops refuse such a
-heap by name.
+exactly torch.distributed's; 1000 hierarchical barriers and signals to every rank return OK;
+the other ops refuse such a heap by name.
 """
 
 from __future__ import annotations
@@ -58,6 +58,16 @@ def _broadcast_reduce_kernel(ctx, buf, inp, out, n, root, status):
     s = ilt.broadcast_hierarchical(ctx, buf, n, root)
     s = tl.minimum(s, ilt.reduce_hierarchical(ctx, inp, out, n, 0, root))  # 0: REDUCE_OP_SUM
     tl.store(status + tl.program_id(0), s)
+
+
+@ironlink.jit(nvshmem=True)
+def _signals_kernel(ctx, world, rank, slot, status):
+    # Every other rank's slot + 1 (over NVSHMEM for ranks of the other node), then wait for ours.
+    s = il.symm_signal(ctx, slot, 1, 1, (rank + 1) % world)  # 1: SIGNAL_OP_ADD
+    for k in range(2, world):
+        s = tl.minimum(s, il.symm_signal(ctx, slot, 1, 1, (rank + k) % world))
+    s = tl.minimum(s, il.symm_signal_wait(ctx, slot, 4, world - 1))  # 4: CMP_GE
+    tl.store(status, s)
 
 
 def backend_kind(heap: Any) -> int:
@@ -319,6 +329,15 @@ class Nodes(Cases):
             self.h.free(inp)
             self.h.free(buf)
 
+    def signals(self) -> None:
+        """symm_signal to every other rank (another node's over NVSHMEM), symm_signal_wait with
+        the context's timeout; the slot then holds world - 1 on every rank."""
+        status = torch.full((1,), -1, dtype=torch.int32, device="cuda")
+        _signals_kernel[(1,)](self.h.ctx, self.world, self.rank, 3, status, num_warps=4)
+        torch.cuda.synchronize()
+        assert status.item() == 0, f"status {status.item()}"
+        self.h.check()
+
     def barriers(self, rounds: int) -> None:
         status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
         _barriers_kernel[(8,)](self.h.ctx, rounds, status, num_warps=4)
@@ -387,6 +406,7 @@ def simulated_nodes(t0: float) -> int:
             s.run(f"nodes: broadcast and reduce, root {root}, {n} elements",
                   lambda: s.broadcast_and_reduce(n, root))
     s.run("nodes: 1000 hierarchical barriers in 8 CTAs", lambda: s.barriers(1000))
+    s.run("nodes: signals to every rank of every node", s.signals)
     s.run("nodes: all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
     s.run("nodes: the other ops and other nodes' peer tensors are refused", s.others_refused)
     s.run("nodes: heap.check() is clean", heap.check)

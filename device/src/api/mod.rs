@@ -108,7 +108,8 @@ fn peer_copy(
     peer: i32,
     remote: Side,
 ) -> Result<(), i32> {
-    let c = ctx::context(ctx)?;
+    // Any context: a peer on another node of a multi-node one is PEER_NOT_MAPPED (peer_address).
+    let c = ctx::any_context(ctx)?;
     if nbytes < 0 {
         return Err(status::INVALID_ARGUMENT);
     }
@@ -514,21 +515,25 @@ exports! {
     }
 
     /// CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric
-    /// `dst_ptr`. Not ordered with the peer: follow with `symm_signal` or `symm_barrier`.
+    /// `dst_ptr`. Not ordered with the peer: follow with `symm_signal` or `symm_barrier`. A peer
+    /// on another node of a multi-node context gives PEER_NOT_MAPPED (no load/store path; put
+    /// with `symm_nvshmem_put_signal`).
     fn symm_put(ctx: i64, dst_ptr: i64, src_ptr: i64, nbytes: i64, peer: i32) -> i32 {
         code(peer_copy(ctx, dst_ptr, src_ptr, nbytes, peer, Side::Dst))
     }
 
     /// CTA-cooperative copy of `nbytes` from `peer`'s copy of the symmetric `src_ptr` to local
-    /// `dst_ptr`.
+    /// `dst_ptr`. A peer on another node of a multi-node context gives PEER_NOT_MAPPED.
     fn symm_get(ctx: i64, dst_ptr: i64, src_ptr: i64, nbytes: i64, peer: i32) -> i32 {
         code(peer_copy(ctx, dst_ptr, src_ptr, nbytes, peer, Side::Src))
     }
 
     /// Sets (`SIGNAL_OP_SET`) or adds to (`SIGNAL_OP_ADD`) `peer`'s user signal slot `slot`,
-    /// after this CTA's earlier writes (e.g. `symm_put`) are visible to that peer.
+    /// after this CTA's earlier writes (e.g. `symm_put`) are visible to that peer. On a
+    /// multi-node context a peer on another node is signalled over NVSHMEM after this CTA's puts
+    /// have landed (the NVSHMEM bitcode; PEER_NOT_MAPPED in the P2P one).
     fn symm_signal(ctx: i64, slot: i64, value: i64, signal_op: i32, peer: i32) -> i32 {
-        match ctx::context(ctx) {
+        match ctx::any_context(ctx) {
             Ok(c) => primitives::signal(c, slot, value, signal_op, peer),
             Err(e) => e,
         }
@@ -537,7 +542,7 @@ exports! {
     /// Waits until this rank's user signal slot `slot` compares (`CMP_*`) true against `value`;
     /// gives TIMEOUT after the context's timeout (and records it).
     fn symm_signal_wait(ctx: i64, slot: i64, cmp_op: i32, value: i64) -> i32 {
-        match ctx::context(ctx) {
+        match ctx::any_context(ctx) {
             Ok(c) => primitives::signal_wait(c, slot, cmp_op, value, which!(symm_signal_wait)),
             Err(e) => e,
         }
@@ -546,7 +551,7 @@ exports! {
     /// The current value of this rank's user signal slot `slot` (or a negative status for a bad
     /// context or slot; slot values are the caller's, so reserve negatives if you need both).
     fn symm_signal_read(ctx: i64, slot: i64) -> i64 {
-        match ctx::context(ctx).and_then(|c| primitives::signal_slot(c, c.rank as usize, slot)) {
+        match ctx::any_context(ctx).and_then(|c| primitives::signal_slot(c, c.rank as usize, slot)) {
             // SAFETY: a checked slot of our own signal region.
             Ok(p) => unsafe { hw::load_acquire_u64(p) as i64 },
             Err(e) => e as i64,

@@ -20,14 +20,16 @@ use crate::abi::SymmContext;
 pub const NETWORK: bool = cfg!(any(not(target_arch = "nvptx64"), ironlink_nvshmem));
 
 /// Starts copying `bytes` from this rank's `src` to the same symmetric address as `dst` on rank
-/// `pe`, then sets the u64 at the symmetric address `sig` on `pe` to `value`, with release
-/// semantics (whoever sees the signal sees the data). Returns at once (non-blocking): `src`
-/// must not change until `quiet`. 0, or a negative status when this build cannot reach `pe`.
+/// `pe`, then sets (or, with `add`, adds `value` to) the u64 at the symmetric address `sig` on
+/// `pe`, with release semantics (whoever sees the signal sees the data). Returns at once
+/// (non-blocking): `src` must not change until `quiet`. 0, or a negative status when this build
+/// cannot reach `pe`.
 ///
 /// # Safety
 /// `dst` and `src` are `bytes` inside one symmetric region of this rank, `sig` an 8-byte aligned
 /// word of this rank's signal region; `pe` is a rank of `c`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn put_signal_nbi(
     c: &SymmContext,
     dst: usize,
@@ -35,12 +37,13 @@ pub unsafe fn put_signal_nbi(
     bytes: usize,
     sig: usize,
     value: u64,
+    add: bool,
     pe: usize,
 ) -> i32 {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         if super::host::thread_rank_fresh() == 0 {
-            return super::sim_net::put_signal(c, dst, src, bytes, sig, value, pe);
+            return super::sim_net::put_signal(c, dst, src, bytes, (sig, value, add), pe);
         }
         super::sim_net::check(c, pe)
     }
@@ -54,14 +57,18 @@ pub unsafe fn put_signal_nbi(
             bytes,
             sig,
             value,
-            super::nvshmem::NVSHMEM_SIGNAL_SET,
+            if add {
+                super::nvshmem::NVSHMEM_SIGNAL_ADD
+            } else {
+                super::nvshmem::NVSHMEM_SIGNAL_SET
+            },
             pe as i32,
         );
         status::OK
     }
     #[cfg(all(target_arch = "nvptx64", not(ironlink_nvshmem)))]
     {
-        let _ = (c, dst, src, bytes, sig, value, pe);
+        let _ = (c, dst, src, bytes, sig, value, add, pe);
         status::PEER_NOT_MAPPED
     }
 }

@@ -57,6 +57,8 @@ struct Put {
     bytes: usize,
     sig: usize,
     value: u64,
+    /// Add `value` to the signal word rather than set it.
+    add: bool,
 }
 
 std::thread_local! {
@@ -90,8 +92,7 @@ pub(super) fn put_signal(
     dst: usize,
     src: usize,
     bytes: usize,
-    sig: usize,
-    value: u64,
+    (sig, value, add): (usize, u64, bool),
     pe: usize,
 ) -> i32 {
     let s = check(c, pe);
@@ -105,6 +106,7 @@ pub(super) fn put_signal(
         bytes,
         sig: to(sig),
         value,
+        add,
     };
     assert!(
         bytes == 0 || translate(c, dst + bytes - 1, pe) == Some(put.dst + bytes - 1),
@@ -147,7 +149,12 @@ fn deliver(p: Put) {
         }
         fence(Ordering::Release);
         if sim_faults::proceed(Kind::RemoteSignal) {
-            AtomicU64::from_ptr(p.sig as *mut u64).store(p.value, Ordering::Release);
+            let sig = AtomicU64::from_ptr(p.sig as *mut u64);
+            if p.add {
+                sig.fetch_add(p.value, Ordering::Release);
+            } else {
+                sig.store(p.value, Ordering::Release);
+            }
         }
     }
 }

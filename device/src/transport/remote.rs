@@ -88,6 +88,7 @@ pub fn put_with_signal(
             bytes,
             sig,
             value,
+            false,
             pe,
         )
     };
