@@ -170,3 +170,4 @@ docs: venv
 	$(VPY) bench/fused_table.py --write
 	$(VPY) bench/moe_table.py --write
 	$(VPY) bench/tutorial_table.py --write
+	$(VPY) bench/backends_table.py --write

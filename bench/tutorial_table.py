@@ -1,4 +1,5 @@
-"""docs/tutorial.md's cost table, made from the newest bench/results/tutorial-*.json with 4 ranks.
+"""docs/tutorial.md's cost table, made from the newest bench/results/tutorial-*.json with 4 ranks
+(until one exists: with the most ranks measured, and the table says so).
 
     python3 bench/tutorial_table.py            # print the block
     python3 bench/tutorial_table.py --write    # rewrite it in docs/tutorial.md (`make docs` does this)
@@ -27,14 +28,19 @@ WORLD = 4
 Row = dict[str, Any]
 
 
-def newest() -> Optional[Path]:
-    """The newest tutorial-*.json (by the date it records) with rows measured on WORLD ranks."""
+def newest() -> Optional[tuple[Path, int]]:
+    """The newest tutorial-*.json (by the date it records) with rows measured on WORLD ranks, or
+    failing that on the most ranks any file has; and that world size."""
     runs = []
     for p in RESULTS.glob("tutorial-*.json"):
         doc = json.loads(p.read_text())
-        if any(r["world"] == WORLD for r in doc["results"]):
-            runs.append((doc["date"], p.name, p))
-    return max(runs)[2] if runs else None
+        worlds = {r["world"] for r in doc["results"]}
+        world = WORLD if WORLD in worlds else max(worlds, default=0)
+        runs.append((world == WORLD, world, doc["date"], p.name, p))
+    if not runs:
+        return None
+    best = max(runs)
+    return best[4], best[1]
 
 
 def size(nbytes: int) -> str:
@@ -42,13 +48,15 @@ def size(nbytes: int) -> str:
 
 
 def block() -> str:
-    path = newest()
-    if path is None:
+    found = newest()
+    if found is None:
         return f"No measurement yet (`tests/gpu/run.sh tutorial --worlds {WORLD}`, then copy its JSON to bench/results/).\n"
+    path, world = found
     doc = json.loads(path.read_text())
-    rows: list[Row] = sorted((r for r in doc["results"] if r["world"] == WORLD), key=lambda r: (r["lesson"], r["variant"]))
+    rows: list[Row] = sorted((r for r in doc["results"] if r["world"] == world), key=lambda r: (r["lesson"], r["variant"]))
     first = rows[0]
-    out = [f"{WORLD} x {first['gpu']}, {doc['date'][:10]}, git {first['git_rev']} ({path.name}); us per call: CUDA "
+    pending = "" if world == WORLD else f" ({WORLD} GPUs not measured yet)"
+    out = [f"{world} x {first['gpu']}{pending}, {doc['date'][:10]}, git {first['git_rev']} ({path.name}); us per call: CUDA "
            "graph replays, median, the slowest rank's; bytes: what each rank's result holds; x = library time / "
            "lesson time (above 1: the lesson is faster, usually because it does less, see each lesson).", "",
            "| lesson | what | bytes | lesson us | library equivalent | library us | x |",

@@ -176,7 +176,9 @@ class Suite(Cases):
         g = torch.Generator().manual_seed(7)  # the same counts matrix on every rank
         counts = torch.randint(0, 9, (self.world, self.world), generator=g)
         mine = counts[self.rank].to(torch.int64).cuda()
-        rows_in = int(counts[self.rank].sum())
+        # Every rank allocates the same sizes (heap offsets must match: the peers read `mine` at
+        # this rank's offset), so the input holds the most rows any rank sends.
+        rows_in = int(counts.sum(1).max())
         x = self.data(max(rows_in, 1) * row, torch.bfloat16).view(-1, row)
         out = torch.zeros(int(counts.sum(0).max()) + 1, row, dtype=torch.bfloat16, device="cuda")
 
