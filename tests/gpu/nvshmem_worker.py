@@ -251,13 +251,8 @@ class Nodes(Cases):
             ironlink.all_reduce(y, op=op, heap=self.h, check=True)
             same_on_all_ranks(y)
             ref = x.double()
-            dist.all_reduce(ref, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
-            if integers or op == "max":
-                assert torch.equal(y.double(), ref), "not exactly torch.distributed's"
-            else:
-                tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
-                err = ((y.double() - ref).abs() / ref.abs().clamp_min(1)).max().item()
-                assert err < tol, f"relative error {err} vs the f64 reference"
+            dist.all_reduce(ref, op=REDUCE_OPS[op])
+            like_reference(y, ref, exact=integers or op == "max")
         finally:
             self.h.free(y)
 
@@ -268,13 +263,8 @@ class Nodes(Cases):
         try:
             ironlink.reduce_scatter(out, inp, op=op, heap=self.h, check=True)
             ref = torch.empty((n,), dtype=torch.float64, device="cuda")
-            dist.reduce_scatter_tensor(ref, x.double(), op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
-            if integers or op == "max":
-                assert torch.equal(out.double(), ref), "not exactly torch.distributed's"
-            else:
-                tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
-                err = ((out.double() - ref).abs() / ref.abs().clamp_min(1)).max().item()
-                assert err < tol, f"relative error {err} vs the f64 reference"
+            dist.reduce_scatter_tensor(ref, x.double(), op=REDUCE_OPS[op])
+            like_reference(out, ref, exact=integers or op == "max")
         finally:
             self.h.free(out)
             self.h.free(inp)
@@ -380,6 +370,19 @@ class Nodes(Cases):
             self.h.free(rows)
             self.h.free(counts)
             self.h.free(x)
+
+
+REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+def like_reference(got: Any, ref: Any, exact: bool) -> None:
+    """`got` equals torch.distributed's float64 `ref` exactly, or within its dtype's tolerance."""
+    if exact:
+        assert torch.equal(got.double(), ref), "not exactly torch.distributed's"
+        return
+    tol = 2e-2 if got.dtype == torch.bfloat16 else 1e-5
+    err = ((got.double() - ref).abs() / ref.abs().clamp_min(1)).max().item()
+    assert err < tol, f"relative error {err} vs the f64 reference"
 
 
 def simulated_nodes(t0: float) -> int:
