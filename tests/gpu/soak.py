@@ -245,7 +245,13 @@ def main() -> int:
     soak = Soak(heaps, args.seed)
     t0, error = time.time(), ""
     go = torch.ones(1, device="cuda")
+    shown = t0
     while True:
+        if rank == 0 and time.time() - shown >= 30:
+            # A run cut off by an outer limit still says how far it got (and whether it is
+            # compiling: few calls, many seconds).
+            shown = time.time()
+            print(f"soak: progress: {soak.calls} calls after {shown - t0:.0f} s", flush=True)
         go.fill_(1.0 if time.time() - t0 < args.minutes * 60 else 0.0)
         dist.broadcast(go, 0)  # rank 0's clock decides, so every rank runs the same batches
         if not go.item():
