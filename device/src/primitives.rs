@@ -37,8 +37,8 @@ pub fn signal(c: &SymmContext, slot: i64, value: i64, op: i32, peer: i32) -> i32
     if peer < 0 || peer >= c.world_size {
         return status::INVALID_ARGUMENT;
     }
-    // Our own slot's address: the peer's slot when the peer is on our node, and the symmetric
-    // address the network translates when it is not.
+    // Our own slot: the symmetric address the network translates for a peer on another node
+    // (and the check of `slot`).
     let own = match signal_slot(c, c.rank as usize, slot) {
         Ok(p) => p as usize,
         Err(e) => return e,
@@ -60,7 +60,10 @@ pub fn signal(c: &SymmContext, slot: i64, value: i64, op: i32, peer: i32) -> i32
         };
         return s;
     }
-    let p = (own - c.signal_base(c.rank as usize) + c.signal_base(peer as usize)) as *mut u64;
+    let p = match signal_slot(c, peer as usize, slot) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
     hw::sync_threads();
     if hw::thread_rank() == 0 {
         hw::fence_system();

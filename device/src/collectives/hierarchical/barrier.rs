@@ -22,7 +22,7 @@ pub fn barrier(call: &Call) -> Result<(), i32> {
     if hw::remote::NETWORK && nodes.multi() {
         remote::quiet();
         let v = remote::value(call, 0);
-        signal_partners(call, &nodes, Kind::Arrive, v)?;
+        signal_partners(call, &nodes, Kind::Arrive, v, |_| true)?;
         remote::wait_signals(call, Kind::Arrive, v, other_node(&nodes))?;
         call.barrier_among(1, node.0, node.1)?;
     }

@@ -5,7 +5,7 @@
 //! the rank with local index l (the root, or its partner there) then pushes the buffer into the
 //! rest of its node over stores. No scratch, no rounds.
 
-use super::{nodes_for, other_node, partner};
+use super::{nodes_for, nodes_where, other_node, partner, signal_partners};
 use crate::collectives::my_units;
 use crate::hw;
 use crate::runtime::mem::{div32, rotate};
@@ -37,9 +37,10 @@ pub fn broadcast(call: &Call, buf: &Region, root: usize) -> Result<(), i32> {
                 remote::put_with_signal(call, &nodes, part, part, to - from, Kind::Arrive, v, p)?;
             }
         } else {
-            let none = Place::Scratch(0);
-            remote::put_with_signal(call, &nodes, none, none, 0, Kind::Ack, v, root)?;
-            remote::wait_signals(call, Kind::Arrive, v, |t| (t == 0).then_some(root_node))?;
+            // The root is our partner on its node.
+            signal_partners(call, &nodes, Kind::Ack, v, |m| m == root_node)?;
+            let from_root = nodes_where(&nodes, |t| t == root_node);
+            remote::wait_signals(call, Kind::Arrive, v, from_root)?;
         }
     }
 

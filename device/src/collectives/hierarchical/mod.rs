@@ -75,19 +75,38 @@ fn partner(nodes: &Nodes, m: usize) -> usize {
     nodes.rank(m, nodes.local)
 }
 
-/// For `wait_signals`: thread t waits for the partner on node t, if that is another node.
+/// For `wait_signals`: thread t waits for the partner on node t if `pick(t)` (another node).
 #[inline(always)]
-fn other_node(nodes: &Nodes) -> impl Fn(usize) -> Option<usize> + '_ {
-    |t| (t < nodes.count && t != nodes.node).then_some(t)
+fn nodes_where<'a>(
+    nodes: &'a Nodes,
+    pick: impl Fn(usize) -> bool + 'a,
+) -> impl Fn(usize) -> Option<usize> + 'a {
+    move |t| (t < nodes.count && pick(t)).then_some(t)
 }
 
-/// Sets this rank's `kind` signal on every partner to `value`, with no data (a signal alone).
+/// `nodes_where` every other node.
 #[inline(always)]
-fn signal_partners(call: &Call, nodes: &Nodes, kind: Kind, value: u64) -> Result<(), i32> {
+fn other_node(nodes: &Nodes) -> impl Fn(usize) -> Option<usize> + '_ {
+    nodes_where(nodes, |t| t != nodes.node)
+}
+
+/// Sets this rank's `kind` signal to `value` on the partner of every other node m with
+/// `pick(m)`, with no data (a signal alone).
+#[inline(always)]
+fn signal_partners(
+    call: &Call,
+    nodes: &Nodes,
+    kind: Kind,
+    value: u64,
+    pick: impl Fn(usize) -> bool,
+) -> Result<(), i32> {
     let none = Place::Scratch(0);
     for k in 1..nodes.count {
         let m = rotate(nodes.node, k, nodes.count);
-        remote::put_with_signal(call, nodes, none, none, 0, kind, value, partner(nodes, m))?;
+        if pick(m) {
+            let to = partner(nodes, m);
+            remote::put_with_signal(call, nodes, none, none, 0, kind, value, to)?;
+        }
     }
     Ok(())
 }
@@ -152,7 +171,7 @@ fn in_rounds(
                 remote::put_with_signal(call, nodes, into, chunk, bytes, Kind::Arrive, v, to)?;
             }
         }
-        let senders = |t: usize| (t < nodes.count && r.receives_from(nodes, t)).then_some(t);
+        let senders = nodes_where(nodes, |t| r.receives_from(nodes, t));
         remote::wait_signals(call, Kind::Arrive, v, senders)?;
         remote::quiet(); // our data has landed everywhere: it may be overwritten below
 
@@ -160,15 +179,8 @@ fn in_rounds(
 
         // Our boxes are read: each partner may refill them. Theirs, that we fill next, too.
         hw::sync_threads();
-        let none = Place::Scratch(0);
-        for k in 1..nodes.count {
-            let m = rotate(nodes.node, k, nodes.count);
-            if r.receives_from(nodes, m) {
-                let to = partner(nodes, m);
-                remote::put_with_signal(call, nodes, none, none, 0, Kind::Ack, v, to)?;
-            }
-        }
-        let receivers = |t: usize| (t < nodes.count && r.sends_to(nodes, t)).then_some(t);
+        signal_partners(call, nodes, Kind::Ack, v, |m| r.receives_from(nodes, m))?;
+        let receivers = nodes_where(nodes, |t| r.sends_to(nodes, t));
         remote::wait_signals(call, Kind::Ack, v, receivers)?;
         a = b;
         round += 1;
