@@ -284,11 +284,8 @@ class Nodes(Cases):
     def all_to_all(self, n: int, dtype: Any) -> None:
         x = Suite.data(self.world * n, dtype)
         inp, out = self.h.empty(x.shape, dtype).copy_(x), self.h.empty(x.shape, dtype)
-        status = torch.full((4,), -1, dtype=torch.int32, device="cuda")
         try:
-            _all_to_all_hierarchical_kernel[(4,)](self.h.ctx, inp, out, n, status, num_warps=8)
-            torch.cuda.synchronize()
-            assert status.tolist() == [0] * 4, f"statuses {status.tolist()}"
+            launch_ok(_all_to_all_hierarchical_kernel, 4, 8, self.h.ctx, inp, out, n)
             ref = torch.empty_like(x)
             dist.all_to_all_single(ref, x)
             assert torch.equal(out, ref), "not torch.distributed's all_to_all"
@@ -302,11 +299,8 @@ class Nodes(Cases):
         x = torch.randint(-4, 5, (n,), device="cuda").to(torch.bfloat16)
         buf, inp = self.h.empty((n,), torch.bfloat16).copy_(x), self.h.empty((n,), torch.bfloat16).copy_(x)
         out = self.h.zeros((n,), torch.bfloat16)
-        status = torch.full((4,), -1, dtype=torch.int32, device="cuda")
         try:
-            _broadcast_reduce_kernel[(4,)](self.h.ctx, buf, inp, out, n, root, status, num_warps=8)
-            torch.cuda.synchronize()
-            assert status.tolist() == [0] * 4, f"statuses {status.tolist()}"
+            launch_ok(_broadcast_reduce_kernel, 4, 8, self.h.ctx, buf, inp, out, n, root)
             want = x.clone()
             dist.broadcast(want, root)
             assert torch.equal(buf, want), "broadcast: not the root's buffer"
@@ -324,17 +318,11 @@ class Nodes(Cases):
     def signals(self) -> None:
         """symm_signal to every other rank (another node's over NVSHMEM), symm_signal_wait with
         the context's timeout; the slot then holds world - 1 on every rank."""
-        status = torch.full((1,), -1, dtype=torch.int32, device="cuda")
-        _signals_kernel[(1,)](self.h.ctx, self.world, self.rank, 3, status, num_warps=4)
-        torch.cuda.synchronize()
-        assert status.item() == 0, f"status {status.item()}"
+        launch_ok(_signals_kernel, 1, 4, self.h.ctx, self.world, self.rank, 3)
         self.h.check()
 
     def barriers(self, rounds: int) -> None:
-        status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
-        _barriers_kernel[(8,)](self.h.ctx, rounds, status, num_warps=4)
-        torch.cuda.synchronize()
-        assert status.tolist() == [0] * 8, f"statuses {status.tolist()}"
+        launch_ok(_barriers_kernel, 8, 4, self.h.ctx, rounds)
         self.h.check()
 
     def cuda_graph(self, n: int) -> None:
@@ -370,6 +358,14 @@ class Nodes(Cases):
             self.h.free(rows)
             self.h.free(counts)
             self.h.free(x)
+
+
+def launch_ok(kernel: Any, ctas: int, warps: int, *args: Any) -> None:
+    """Runs `kernel[(ctas,)](*args, status)`, each CTA storing its status, and asserts all are 0."""
+    status = torch.full((ctas,), -1, dtype=torch.int32, device="cuda")
+    kernel[(ctas,)](*args, status, num_warps=warps)
+    torch.cuda.synchronize()
+    assert status.tolist() == [0] * ctas, f"statuses {status.tolist()}"
 
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
