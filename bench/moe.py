@@ -194,8 +194,11 @@ def main() -> None:
                     help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
-    dist.init_process_group("nccl")
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
+    # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
     b = MoeBench(24 << 30, args.hidden, args.topk, args.experts, args.profile)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)

@@ -101,9 +101,12 @@ class NvshmemPath:
         os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", str(heap_bytes(world, max_tokens, topk, row_bytes)))
         symm_mem.set_backend("NVSHMEM")
 
+        device = torch.device("cuda", torch.cuda.current_device())  # an index: see bench/moe.py's main
+
         def sym(*shape: int, dt: Any = dtype) -> Any:
-            t = symm_mem.empty(shape, dtype=dt, device="cuda")
-            symm_mem.rendezvous(t, self.group)
+            with torch.cuda.device(device):
+                t = symm_mem.empty(shape, dtype=dt, device=device)
+                symm_mem.rendezvous(t, self.group)
             return t
 
         self.send, self.recv, self.back = sym(send_rows, hidden), sym(recv_rows, hidden), sym(send_rows, hidden)
