@@ -169,11 +169,15 @@ class MoeExchange:
         import torch
 
         dest = topk_idx.to(torch.int64) // self.local_experts
-        goes = torch.zeros(t, self.world, dtype=torch.int64, device=dest.device).scatter_(1, dest, 1)
-        counts = goes.sum(0)
-        self.send_counts.copy_(counts)
-        first = torch.cumsum(counts, 0) - counts
-        return torch.where(goes > 0, first + torch.cumsum(goes, 0) - goes, -1)
+        # goes[r, token] = 1 if the token goes to rank r. Rank-major, one flat prefix sum gives each
+        # (rank, token) its row: the rows of earlier ranks, then the earlier tokens of this rank.
+        # (A cumsum down the token axis of [tokens, world] took 368 us at 4096 tokens on an H200:
+        # torch scans an outer dimension with one thread per column.)
+        goes = torch.zeros(self.world, t, dtype=torch.int64, device=dest.device).scatter_(0, dest.t(), 1)
+        self.send_counts.copy_(goes.sum(1))
+        flat = goes.view(-1)
+        row = torch.cumsum(flat, 0) - flat
+        return torch.where(goes > 0, row.view(self.world, t), -1).t().contiguous()
 
     def _layout(self) -> tuple[Any, Any, Any, Any, Any]:
         """From the received tokens' ids: (expert counts, expert offsets, slot, weight, received),
