@@ -41,6 +41,74 @@ DEVICE_KINDS = ("dev_all_reduce", "dev_broadcast", "dev_reduce", "dev_all_to_all
 HOST_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all_v")
 
 
+def raw(t: Any) -> Any:
+    """The tensor as bytes: the device collectives take an address and a dtype code, so one
+    compiled kernel (per num_warps) serves every dtype (Triton specializes on pointer types)."""
+    return t.view(torch.uint8)
+
+
+# --- compiling ahead --------------------------------------------------------------------------
+# Each kernel variant is a multi-second compile (the ironlink bitcode is linked and optimized in),
+# and the soak can launch dozens: compiled lazily, one rank at a time, they outlasted 8-minute
+# runs at world 2 before the first batch ended. So the variants known ahead are compiled first,
+# split over the ranks and over processes on each, into the shared Triton cache.
+
+
+def compile_specs(world: int) -> list[tuple[str, str, int]]:
+    """(kernel, dtype, num_warps) the soak launches: the device collectives at every num_warps
+    (byte pointers), the host ops' kernels at each dtype and each num_warps their tuning picks at
+    this world size."""
+    from ironlink import tuning
+
+    specs = [(kind, "uint8", w) for kind in DEVICE_KINDS for w in WARPS]
+    for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+        warps = sorted({tuning.choose(kind, 1 << b, world)[1] for b in range(2, 28)})
+        specs += [(kind, d, w) for d in ("float32", "float16", "bfloat16") for w in warps]
+    a2a_warps = tuning.all_to_all_v_launch()[1]
+    specs += [("all_to_all_v", d, a2a_warps) for d in ("float32", "float16", "bfloat16")]
+    return specs
+
+
+def compile_one(spec: tuple[str, str, int]) -> str:
+    """Compiles one variant into the Triton cache (a worker process: no GPU work). '' or why not."""
+    import collectives_worker as k
+    from ironlink import ops, variable_all_to_all
+
+    kind, dtype, warps = spec
+    d, i32, i64 = getattr(torch, dtype), torch.int32, torch.int64
+    launch = {"grid": (1,), "num_warps": warps}
+    ctx = 1 << 40  # a context address is 64-bit: Triton types an unspecialized int by its value
+    kernels: dict[str, Callable[[], Any]] = {
+        "dev_all_reduce": lambda: k.all_reduce_k.warmup(ctx, d, 0, 0, 0, 0, i32, **launch),
+        "dev_broadcast": lambda: k.broadcast_k.warmup(ctx, d, 0, 0, 0, i32, **launch),
+        "dev_reduce": lambda: k.reduce_k.warmup(ctx, d, d, 0, 0, 0, 0, i32, **launch),
+        "dev_all_to_all": lambda: k.all_to_all_k.warmup(ctx, d, d, 0, 0, i32, **launch),
+        "all_reduce": lambda: ops._all_reduce_kernel.warmup(ctx, d, 0, 0, i32, **launch),
+        "all_gather": lambda: ops._all_gather_kernel.warmup(ctx, d, d, 0, i32, **launch),
+        "reduce_scatter": lambda: ops._reduce_scatter_kernel.warmup(ctx, d, d, 0, 0, i32, **launch),
+        "all_to_all_v": lambda: variable_all_to_all._all_to_all_v_kernel.warmup(ctx, d, 0, i64, d, 0, i64, i64, 0, i32,
+                                                                                **launch),
+    }
+    try:
+        kernels[kind]()
+        return ""
+    except Exception as e:  # noqa: BLE001 - compiling ahead only saves time; the launch compiles it anyway
+        return f"{spec}: {type(e).__name__}: {e}"
+
+
+def compile_ahead(rank: int, world: int) -> tuple[int, float, list[str]]:
+    """This rank's share of compile_specs, over worker processes: (variants, seconds, failures)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    mine = compile_specs(world)[rank::world]
+    workers = max(1, min(8, (os.cpu_count() or 2) // (2 * world), len(mine)))
+    t0 = time.time()
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        failures = [f for f in pool.map(compile_one, mine) if f]
+    return len(mine), time.time() - t0, failures
+
+
 def skip_reason() -> str | None:
     if torch is None:
         return "torch is not installed"
@@ -115,7 +183,7 @@ class Soak:
             if kind == "all_reduce":
                 il.all_reduce(buf, op=op.lower(), heap=heap)
             else:
-                self.k.all_reduce_k[(grid,)](heap.ctx, buf, 0, n, abi.REDUCE_OP[op], dt, status, num_warps=warps)
+                self.k.all_reduce_k[(grid,)](heap.ctx, raw(buf), 0, n, abi.REDUCE_OP[op], dt, status, num_warps=warps)
                 label += f" grid={grid} warps={warps}"
             return f"{label} {op}", lambda: self.same(buf, want), bufs
         if kind == "all_gather":
@@ -145,7 +213,7 @@ class Soak:
             x = self.ints(n, dtype)
             buf.copy_(x)
             want = self.gather64(x)[root]
-            self.k.broadcast_k[(grid,)](heap.ctx, buf, n, dt, root, status, num_warps=warps)
+            self.k.broadcast_k[(grid,)](heap.ctx, raw(buf), n, dt, root, status, num_warps=warps)
             return f"{label} root={root}", lambda: self.same(buf, want), bufs
         if kind == "dev_reduce":
             inp, out = alloc(n), alloc(n)
@@ -153,7 +221,7 @@ class Soak:
             inp.copy_(x)
             out.fill_(float("nan"))
             want = self.reduce64(self.gather64(x), op) if r == root else torch.full((n,), float("nan"), device="cuda")
-            self.k.reduce_k[(grid,)](heap.ctx, inp, out, n, abi.REDUCE_OP[op], dt, root, status, num_warps=warps)
+            self.k.reduce_k[(grid,)](heap.ctx, raw(inp), raw(out), n, abi.REDUCE_OP[op], dt, root, status, num_warps=warps)
             return f"{label} {op} root={root}", lambda: self.same(out, want), bufs
         inp, out = alloc(w * n), alloc(w * n)  # dev_all_to_all
         x = self.ints(w * n, dtype)
@@ -161,7 +229,7 @@ class Soak:
         out.fill_(float("nan"))
         allx = self.gather64(x)
         want = torch.cat([allx[p][r * n:(r + 1) * n] for p in range(w)])
-        self.k.all_to_all_k[(grid,)](heap.ctx, inp, out, n, dt, status, num_warps=warps)
+        self.k.all_to_all_k[(grid,)](heap.ctx, raw(inp), raw(out), n, dt, status, num_warps=warps)
         return label, lambda: self.same(out, want), bufs
 
     def all_to_all_v(self, heap: Any, dtype: Any, label: str, alloc: Callable[..., Any],
@@ -241,6 +309,12 @@ def main() -> int:
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    n, seconds, failures = compile_ahead(rank, world)
+    for f in failures:
+        print(f"soak: compiling ahead failed (compiled at launch instead): {f}", flush=True)
+    dist.barrier()
+    if rank == 0:
+        print(f"soak: compiled {n} kernel variants ahead on rank 0 in {seconds:.0f} s", flush=True)
     heaps = [ironlink.SymmetricHeap(b) for b in HEAP_BYTES]
     soak = Soak(heaps, args.seed)
     t0, error = time.time(), ""
@@ -257,7 +331,10 @@ def main() -> int:
         if not go.item():
             break
         try:
+            started = time.time()
             soak.batch()
+            if rank == 0 and time.time() - started > 20:  # a variant not compiled ahead
+                print(f"soak: a batch took {time.time() - started:.0f} s (after {soak.calls} calls)", flush=True)
         except Exception as e:  # noqa: BLE001 - reported in the summary; the heaps may be out of step now
             error = f"rank {rank} after {soak.calls} calls: {type(e).__name__}: {e}"
             print(error, flush=True)

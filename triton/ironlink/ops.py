@@ -155,17 +155,18 @@ def check_statuses(statuses: list[int], collective: str, rank: int, function: Op
 
 
 # --- kernels -------------------------------------------------------------------------------------
-# One per collective; each CTA writes its status. ctx and n are not specialized: their values do
-# not change the code, and every specialization would be another multi-second compile.
+# One per collective; each CTA writes its status. ctx, n and op are not specialized: their values
+# do not change the code (the device dispatches on op at run time), and every specialization would
+# be another multi-second compile (op = 1 and op a multiple of 16 were two more variants).
 
 
-@jit(do_not_specialize=["ctx", "n"])
+@jit(do_not_specialize=["ctx", "n", "op"])
 def _all_reduce_kernel(ctx, buf, n, op, status):
     tl.store(status + tl.program_id(0), ilt.all_reduce(ctx, buf, n, op))
 
 
 # A heap of several nodes: linked with the NVSHMEM bitcode, which reaches the other nodes.
-@jit(do_not_specialize=["ctx", "n"], nvshmem=True)
+@jit(do_not_specialize=["ctx", "n", "op"], nvshmem=True)
 def _all_reduce_hierarchical_kernel(ctx, buf, n, op, status):
     tl.store(status + tl.program_id(0), ilt.all_reduce_hierarchical(ctx, buf, n, op))
 
@@ -175,7 +176,7 @@ def _all_gather_kernel(ctx, inp, out, n, status):
     tl.store(status + tl.program_id(0), ilt.all_gather(ctx, inp, out, n))
 
 
-@jit(do_not_specialize=["ctx", "n"])
+@jit(do_not_specialize=["ctx", "n", "op"])
 def _reduce_scatter_kernel(ctx, inp, out, n, op, status):
     tl.store(status + tl.program_id(0), ilt.reduce_scatter(ctx, inp, out, n, op))
 
@@ -185,7 +186,7 @@ def _all_gather_hierarchical_kernel(ctx, inp, out, n, status):
     tl.store(status + tl.program_id(0), ilt.all_gather_hierarchical(ctx, inp, out, n))
 
 
-@jit(do_not_specialize=["ctx", "n"], nvshmem=True)
+@jit(do_not_specialize=["ctx", "n", "op"], nvshmem=True)
 def _reduce_scatter_hierarchical_kernel(ctx, inp, out, n, op, status):
     tl.store(status + tl.program_id(0), ilt.reduce_scatter_hierarchical(ctx, inp, out, n, op))
 
