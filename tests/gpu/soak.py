@@ -18,6 +18,7 @@ summary ($OUT/soak.json unless --json); the exit status is non-zero on any misma
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
@@ -38,6 +39,7 @@ CALL_HEAP_BYTES = 20 << 20  # a batch adds calls while the heap has this much fr
 GRIDS = (1, 2, 3, 7, 16, 32, 64, 100, 132)
 WARPS = (1, 2, 4, 8, 16)
 DEVICE_KINDS = ("dev_all_reduce", "dev_broadcast", "dev_reduce", "dev_all_to_all")
+STUCK_S = 90  # seconds without a finished batch before the stacks are printed
 HOST_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all_v")
 
 
@@ -220,7 +222,8 @@ class Soak:
             x = self.ints(n, dtype, op)
             inp.copy_(x)
             out.fill_(float("nan"))
-            want = self.reduce64(self.gather64(x), op) if r == root else torch.full((n,), float("nan"), device="cuda")
+            allx = self.gather64(x)  # on every rank: a collective (only the root's result is checked)
+            want = self.reduce64(allx, op) if r == root else torch.full((n,), float("nan"), device="cuda")
             self.k.reduce_k[(grid,)](heap.ctx, raw(inp), raw(out), n, abi.REDUCE_OP[op], dt, root, status, num_warps=warps)
             return f"{label} {op} root={root}", lambda: self.same(out, want), bufs
         inp, out = alloc(w * n), alloc(w * n)  # dev_all_to_all
@@ -306,9 +309,13 @@ def main() -> int:
         return 0
     import ironlink
 
-    dist.init_process_group("nccl")
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    # A step that takes more than STUCK_S seconds prints every thread's Python stack (to the log),
+    # again every STUCK_S seconds: a soak cut off by an outer limit says where it was.
+    faulthandler.dump_traceback_later(STUCK_S, repeat=True)
     n, seconds, failures = compile_ahead(rank, world)
     for f in failures:
         print(f"soak: compiling ahead failed (compiled at launch instead): {f}", flush=True)
@@ -333,12 +340,14 @@ def main() -> int:
         try:
             started = time.time()
             soak.batch()
+            faulthandler.dump_traceback_later(STUCK_S, repeat=True)  # re-armed: this step ended
             if rank == 0 and time.time() - started > 20:  # a variant not compiled ahead
                 print(f"soak: a batch took {time.time() - started:.0f} s (after {soak.calls} calls)", flush=True)
         except Exception as e:  # noqa: BLE001 - reported in the summary; the heaps may be out of step now
             error = f"rank {rank} after {soak.calls} calls: {type(e).__name__}: {e}"
             print(error, flush=True)
             break
+    faulthandler.cancel_dump_traceback_later()
     minutes = (time.time() - t0) / 60
     if error:  # the other ranks may be blocked in a heap call: do not close collectively
         print(f"soak: FAILED {error}", flush=True)
@@ -349,7 +358,12 @@ def main() -> int:
         h.close()
     if rank == 0:
         total = int(bad.item())
-        summary = {"seed": args.seed, "world": world, "minutes": round(minutes, 2), "calls": soak.calls,
+        from datetime import datetime, timezone
+
+        from ironlink.bench import git_rev
+
+        summary = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_rev": git_rev(),
+                   "seed": args.seed, "world": world, "minutes": round(minutes, 2), "calls": soak.calls,
                    "calls_by_kind": soak.by_kind, "mismatches": total, "first_mismatches_rank0": soak.mismatches[:20],
                    "heap_bytes": HEAP_BYTES, "gpu": torch.cuda.get_device_name()}
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
