@@ -1,14 +1,20 @@
 //! The all-to-all with variable splits and device-side counts (`symm_all_to_all_v`): the count
 //! exchange, the layout of what each rank receives, back-to-back calls with other counts, the
-//! capacity error (every rank, nothing written but the counts) and bad counts.
+//! capacity error (every rank, nothing written but the counts) and bad counts. The same for
+//! `symm_all_to_all_v_hierarchical` on simulated nodes (the counts and the cross-node rows over
+//! the simulated network, `hw::sim_net`), plus a dropped signal and a scratch too small for the
+//! count matrix. Tests on simulated nodes hold `sim_faults::serial()` (fault plans are
+//! process-wide).
 
 mod sim;
+use ironlink_device::hw::sim_faults::{self, Fault, Kind};
 use sim::*;
 
+// Room for the `[world]` i64 arrays of up to 16 ranks.
 const SEND_COUNTS: usize = 0;
-const RECV_COUNTS: usize = 64;
-const RECV_OFFSETS: usize = 128;
-const INPUT: usize = 256;
+const RECV_COUNTS: usize = 128;
+const RECV_OFFSETS: usize = 256;
+const INPUT: usize = 512;
 
 fn put_i64(node: &mut Node, rank: usize, offset: usize, v: i64) {
     node.heap_mut(rank)[offset..offset + 8].copy_from_slice(&v.to_le_bytes());
@@ -47,9 +53,26 @@ fn setup(node: &mut Node, counts: &[Vec<usize>], row: usize, min_rows: usize) ->
     out.div_ceil(256) * 256
 }
 
-fn call(node: &Node, rank: usize, ctx: i64, out: usize, capacity: usize, row: usize) -> i32 {
+/// Which function a test calls.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Variant {
+    OneNode,
+    Hierarchical,
+}
+use Variant::*;
+
+#[allow(clippy::too_many_arguments)]
+fn call(
+    node: &Node,
+    rank: usize,
+    ctx: i64,
+    out: usize,
+    capacity: usize,
+    row: usize,
+    variant: Variant,
+) -> i32 {
     let in_rows = (out - INPUT) / (4 * row); // setup() puts the output right after the input
-    api::symm_all_to_all_v(
+    let args = (
         ctx,
         node.addr(rank, INPUT),
         in_rows as i64,
@@ -60,7 +83,12 @@ fn call(node: &Node, rank: usize, ctx: i64, out: usize, capacity: usize, row: us
         node.addr(rank, RECV_OFFSETS),
         row as i64,
         dtype::FLOAT32,
-    )
+    );
+    let (c, i, ir, sc, o, or, rc, ro, re, dt) = args;
+    match variant {
+        OneNode => api::symm_all_to_all_v(c, i, ir, sc, o, or, rc, ro, re, dt),
+        Hierarchical => api::symm_all_to_all_v_hierarchical(c, i, ir, sc, o, or, rc, ro, re, dt),
+    }
 }
 
 /// Every rank's output, counts and offsets against the reference; with `guard`, the bytes past
@@ -74,8 +102,23 @@ fn check(
     capacity: usize,
     guard: bool,
 ) {
+    check_ranks(node, what, counts, row, out, capacity, guard, |_| true);
+}
+
+/// `check` for the ranks `p` with `which(p)`.
+#[allow(clippy::too_many_arguments)]
+fn check_ranks(
+    node: &Node,
+    what: &str,
+    counts: &[Vec<usize>],
+    row: usize,
+    out: usize,
+    capacity: usize,
+    guard: bool,
+    which: impl Fn(usize) -> bool,
+) {
     let world = node.world;
-    for p in 0..world {
+    for p in (0..world).filter(|&p| which(p)) {
         let mut at = 0; // rows received so far
         for (q, sent) in counts.iter().enumerate() {
             let n = sent[p];
@@ -143,7 +186,7 @@ fn delivers_every_row_in_sender_order_with_counts_and_offsets() {
                 + 3;
             let what = format!("all_to_all_v world={world} ctas={ctas} row={row} round={round}");
             let st = node.run(&what, ctas, threads, |rank, ctx| {
-                call(&node, rank, ctx, out, capacity, row)
+                call(&node, rank, ctx, out, capacity, row, OneNode)
             });
             assert_eq!(st, vec![status::OK; world], "{what}");
             check(&node, &what, &counts, row, out, capacity, true);
@@ -155,19 +198,38 @@ fn delivers_every_row_in_sender_order_with_counts_and_offsets() {
 /// by each rank, after a barrier): the count exchange reads each call's own counts.
 #[test]
 fn back_to_back_calls_read_their_own_counts() {
-    let (world, row) = (3, 6);
+    back_to_back(3, 0, OneNode);
+}
+
+/// `world` ranks as nodes of `node_size` (0: one node, a P2P context), with room in each CTA's
+/// scratch slice (4 KiB) for the count matrix of 16 ranks and boxes of a few units: most
+/// cross-node streams take several rounds.
+fn node_of(world: usize, node_size: usize) -> Node {
+    if node_size > 0 {
+        Node::with_nodes(world, node_size, 1 << 18, 1 << 20)
+    } else {
+        Node::new(world, 1 << 18, 1 << 16)
+    }
+}
+
+fn back_to_back(world: usize, node_size: usize, variant: Variant) {
+    let row = 6;
     let mut rng = Rng::new(7);
     let first = random_counts(&mut rng, world, 6);
     let second = random_counts(&mut rng, world, 6);
-    let mut node = Node::new(world, 1 << 18, 1 << 16);
+    let mut node = node_of(world, node_size);
     let out = setup(&mut node, &first, row, 6 * world);
-    let capacity = 3 * 6 + 1;
+    let capacity = world * 6 + 1;
     let st = node.run("two calls", 2, 32, |rank, ctx| {
-        let s = call(&node, rank, ctx, out, capacity, row);
+        let s = call(&node, rank, ctx, out, capacity, row, variant);
         if s != status::OK {
             return s;
         }
-        let s = api::symm_barrier(ctx); // every rank has read the first counts
+        let barrier = match variant {
+            OneNode => api::symm_barrier,
+            Hierarchical => api::symm_barrier_hierarchical,
+        };
+        let s = barrier(ctx); // every rank has read the first counts
         if s != status::OK {
             return s;
         }
@@ -178,14 +240,14 @@ fn back_to_back_calls_read_their_own_counts() {
                 unsafe { core::ptr::write_volatile(at.add(p), n as i64) };
             }
         }
-        let s = api::symm_barrier(ctx); // and the new counts are written
+        let s = barrier(ctx); // and the new counts are written
         if s != status::OK {
             return s;
         }
         // The inputs are the same rows: only the counts (and so the layout) change.
-        call(&node, rank, ctx, out, capacity, row)
+        call(&node, rank, ctx, out, capacity, row, variant)
     });
-    assert_eq!(st, vec![status::OK; world]);
+    assert_eq!(st, vec![status::OK; world], "{variant:?} world {world}");
     // The same input rows, laid out by the second counts (the first call's rows may remain past
     // them, so no guard check).
     check(&node, "second call", &second, row, out, capacity, false);
@@ -202,7 +264,7 @@ fn over_capacity_is_an_error_on_every_rank_and_writes_no_row() {
     let out = setup(&mut node, &counts, row, 0);
     let capacity = 14;
     let st = node.run("over capacity", 2, 32, |rank, ctx| {
-        call(&node, rank, ctx, out, capacity, row)
+        call(&node, rank, ctx, out, capacity, row, OneNode)
     });
     assert_eq!(st, vec![status::CAPACITY_EXCEEDED; world]);
     for (r, &n) in counts[1].iter().enumerate() {
@@ -222,9 +284,170 @@ fn bad_counts_are_rejected_before_the_call() {
             put_i64(&mut node, r, SEND_COUNTS + 8, bad);
         }
         let st = node.run("bad counts", 1, 32, |rank, ctx| {
-            call(&node, rank, ctx, out, 8, 4)
+            call(&node, rank, ctx, out, 8, 4, OneNode)
         });
         assert_eq!(st, vec![status::INVALID_ARGUMENT; 2], "count {bad}");
         assert_guard(&node, "bad counts", out, out + 4 * 8 * 4);
+    }
+}
+
+// --- symm_all_to_all_v_hierarchical on simulated nodes ------------------------------------------
+
+/// (world, ranks per node): 2 nodes of 2, 4 of 1, 3 of 2, 2 of 4, 4 of 4.
+const SHAPES: [(usize, usize); 5] = [(4, 2), (4, 1), (6, 2), (8, 4), (16, 4)];
+
+/// Runs the hierarchical call on every rank with `counts` and checks every rank's rows, counts,
+/// offsets and the guard past its rows.
+fn run_hierarchical(world: usize, node_size: usize, counts: &[Vec<usize>], ctas: u32, row: usize) {
+    let mut node = node_of(world, node_size);
+    let out = setup(&mut node, counts, row, 0);
+    let capacity = (0..world)
+        .map(|p| (0..world).map(|q| counts[q][p]).sum::<usize>())
+        .max()
+        .unwrap()
+        + 3;
+    let what = format!("hierarchical world={world} nodes of {node_size} ctas={ctas} row={row}");
+    let st = node.run_worst(&what, ctas, 32, |rank, ctx| {
+        call(&node, rank, ctx, out, capacity, row, Hierarchical)
+    });
+    assert_eq!(st, vec![status::OK; world], "{what}");
+    check(&node, &what, counts, row, out, capacity, true);
+}
+
+/// Random counts (some zero), a rank that sends nothing, one skewed destination, rows of 20, 28
+/// and 96 bytes (pieces that end mid-unit), 1 to 3 CTAs: every row, count and offset exact.
+#[test]
+fn hierarchical_delivers_every_row_in_sender_order() {
+    let _serial = sim_faults::serial();
+    let mut rng = Rng::new(19);
+    for (world, size) in SHAPES {
+        for (case, (ctas, row)) in [(1, 5), (3, 7), (2, 24)].into_iter().enumerate() {
+            let mut counts = random_counts(&mut rng, world, 9);
+            if case == 2 {
+                counts[world - 1] = vec![0; world]; // a rank that sends nothing
+                counts[0][world - 1] = 41; // one skewed destination: several rounds
+            }
+            run_hierarchical(world, size, &counts, ctas, row);
+        }
+    }
+}
+
+/// Nothing crosses nodes (every count to another node is 0): no rounds, the final Ack alone.
+#[test]
+fn hierarchical_with_nothing_crossing_nodes() {
+    let _serial = sim_faults::serial();
+    let (world, size) = (4, 2);
+    let counts: Vec<Vec<usize>> = (0..world)
+        .map(|q| {
+            (0..world)
+                .map(|p| if q / size == p / size { 1 + q + p } else { 0 })
+                .collect()
+        })
+        .collect();
+    run_hierarchical(world, size, &counts, 2, 5);
+}
+
+/// On one node the hierarchical function is the one-node algorithm, on a P2P context too.
+#[test]
+fn hierarchical_on_one_node_is_the_one_node_call() {
+    let _serial = sim_faults::serial();
+    let mut rng = Rng::new(4);
+    let counts = random_counts(&mut rng, 4, 7);
+    for size in [0, 4] {
+        run_hierarchical(4, size, &counts, 2, 7);
+    }
+}
+
+#[test]
+fn hierarchical_back_to_back_calls_read_their_own_counts() {
+    let _serial = sim_faults::serial();
+    back_to_back(4, 2, Hierarchical);
+    back_to_back(6, 2, Hierarchical);
+}
+
+/// Over capacity on simulated nodes: CAPACITY_EXCEEDED on every rank, counts written, no row.
+#[test]
+fn hierarchical_over_capacity_is_an_error_on_every_rank_and_writes_no_row() {
+    let _serial = sim_faults::serial();
+    let (world, row) = (4, 3);
+    let mut counts = vec![vec![2usize; world]; world];
+    counts[1][2] = 9; // rank 2 (node 1) would receive 15 rows, 9 of them from node 0
+    let mut node = node_of(world, 2);
+    let out = setup(&mut node, &counts, row, 0);
+    let capacity = 14;
+    let st = node.run("over capacity", 2, 32, |rank, ctx| {
+        call(&node, rank, ctx, out, capacity, row, Hierarchical)
+    });
+    assert_eq!(st, vec![status::CAPACITY_EXCEEDED; world]);
+    for (r, &n) in counts[1].iter().enumerate() {
+        assert_eq!(node.recorded_error(r), status::CAPACITY_EXCEEDED);
+        assert_eq!(get_i64(&node, r, RECV_COUNTS + 8), n as i64);
+    }
+    assert_guard(&node, "over capacity", out, out + 4 * capacity * row);
+}
+
+/// A scratch slice that cannot hold the count matrix and a unit per box: INVALID_ARGUMENT on
+/// every rank before anything moves.
+#[test]
+fn hierarchical_needs_room_for_the_count_matrix() {
+    let _serial = sim_faults::serial();
+    let world = 16; // a 2 KiB matrix against 1 KiB slices
+    let counts = vec![vec![1usize; world]; world];
+    let mut node = Node::with_nodes(world, 4, 1 << 18, 1 << 18);
+    let out = setup(&mut node, &counts, 4, 0);
+    let st = node.run("small scratch", 1, 32, |rank, ctx| {
+        call(&node, rank, ctx, out, 2 * world, 4, Hierarchical)
+    });
+    assert_eq!(st, vec![status::INVALID_ARGUMENT; world]);
+    assert_guard(&node, "small scratch", out, out + 4 * 2 * world * 4);
+}
+
+/// A dropped remote signal gives TIMEOUT or, where a later signal of the same pair stands in
+/// for it (signals count up; the data was put before it), the right rows; never a wrong row.
+/// Dropping the last signal sent cannot be made up for: some rank times out.
+#[test]
+fn hierarchical_dropped_signal_gives_timeout() {
+    let _serial = sim_faults::serial();
+    let (world, size, row, capacity) = (4, 2, 24, 64);
+    let mut rng = Rng::new(23);
+    let mut counts = random_counts(&mut rng, world, 9);
+    counts[0][3] = 41;
+    let run = |drop: u64| {
+        let mut node = node_of(world, size);
+        let out = setup(&mut node, &counts, row, 0);
+        for r in 0..world {
+            node.ctx_mut(r).timeout_ns = 100_000_000;
+        }
+        sim_faults::set(Some(Fault::Drop {
+            kind: Kind::RemoteSignal,
+            nth: drop,
+        }));
+        let st = node.run_worst("dropped signal", 1, 32, |rank, ctx| {
+            call(&node, rank, ctx, out, capacity, row, Hierarchical)
+        });
+        let signals = sim_faults::count(Kind::RemoteSignal);
+        sim_faults::set(None);
+        (node, out, st, signals)
+    };
+    let (_, _, st, all) = run(u64::MAX); // counts the signals (a plan is needed to count)
+    assert_eq!(st, vec![status::OK; world]);
+    for nth in [0, 5, all - 1] {
+        let (node, out, st, _) = run(nth);
+        let what = format!("drop {nth} of {all}");
+        for (r, &s) in st.iter().enumerate() {
+            assert!(
+                s == status::OK || s == status::TIMEOUT,
+                "{what}: rank {r}: {s}"
+            );
+            if s == status::TIMEOUT {
+                assert_eq!(node.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
+            }
+        }
+        check_ranks(&node, &what, &counts, row, out, capacity, false, |r| {
+            st[r] == status::OK
+        });
+        if nth == all - 1 {
+            assert!(st.contains(&status::TIMEOUT), "{what}: {st:?}");
+        }
     }
 }

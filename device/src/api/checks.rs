@@ -2,6 +2,7 @@
 //! argument, before anything is written.
 
 use crate::abi::{dtype_size, status, SymmContext};
+use crate::collectives::all_to_all_v::Plan;
 use crate::runtime::elem::op_supported;
 use crate::runtime::region::{overlap, Region};
 
@@ -106,4 +107,62 @@ pub(super) fn reduce_regions(
         return Err(status::INVALID_ARGUMENT);
     }
     Ok((input, out))
+}
+
+/// All-to-all-v's plan: `input` and `out` of `(pointer, rows)` rows of `row_elements` elements;
+/// the `[world]` i64 arrays of send counts and `(receive counts, receive offsets)`. This rank's
+/// own counts (written before the call; the peers' are read after a barrier) are each >= 0 and
+/// together at most the input's rows; no two regions overlap.
+#[inline(always)]
+pub(super) fn all_to_all_v_plan(
+    c: &SymmContext,
+    (in_ptr, in_rows): (i64, i64),
+    send_counts_ptr: i64,
+    (out_ptr, out_rows): (i64, i64),
+    (recv_counts_ptr, recv_offsets_ptr): (i64, i64),
+    row_elements: i64,
+    dtype: i32,
+) -> Result<Plan, i32> {
+    let es = check_dtype(dtype)?;
+    let world = c.world_size as i64;
+    let send_counts = Region::new(c, send_counts_ptr, 0, world, 8)?;
+    let recv_counts = Region::new(c, recv_counts_ptr, 0, world, 8)?;
+    let recv_offsets = Region::new(c, recv_offsets_ptr, 0, world, 8)?;
+    if row_elements < 0 || in_rows < 0 || out_rows < 0 {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    let rows = |n: i64| n.checked_mul(row_elements).ok_or(status::OUT_OF_BOUNDS);
+    let input = Region::new(c, in_ptr, 0, rows(in_rows)?, es)?;
+    let out = Region::new(c, out_ptr, 0, rows(out_rows)?, es)?;
+    let mut sent: i64 = 0;
+    for p in 0..world as usize {
+        // SAFETY: entry p of the checked [world] i64 region.
+        let n = unsafe {
+            core::ptr::read_volatile((send_counts.at(c, c.rank as usize) as *const i64).add(p))
+        };
+        if n < 0 {
+            return Err(status::INVALID_ARGUMENT);
+        }
+        sent = sent.saturating_add(n);
+    }
+    if sent > in_rows {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    let arrays = [&send_counts, &recv_counts, &recv_offsets];
+    let clash = arrays.iter().enumerate().any(|(i, a)| {
+        overlap(a, &input) || overlap(a, &out) || arrays[i + 1..].iter().any(|b| overlap(a, b))
+    });
+    if clash || overlap(&input, &out) {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    let (capacity, row_bytes) = (out_rows as usize, row_elements as usize * es);
+    Ok(Plan {
+        input,
+        send_counts,
+        out,
+        capacity,
+        recv_counts,
+        recv_offsets,
+        row_bytes,
+    })
 }

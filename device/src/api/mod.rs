@@ -24,8 +24,8 @@ use crate::runtime::region::{overlap, Region};
 use crate::runtime::sync::Call;
 use crate::{hw, primitives};
 use checks::{
-    all_gather_regions, all_to_all_regions, blocks, check_dtype, check_op_dtype, check_rank,
-    reduce_regions, reduce_scatter_regions,
+    all_gather_regions, all_to_all_regions, all_to_all_v_plan, blocks, check_dtype, check_op_dtype,
+    check_rank, reduce_regions, reduce_scatter_regions,
 };
 use tile::{Shape, Tile};
 
@@ -357,43 +357,21 @@ exports! {
         collective(
             ctx,
             which!(symm_all_to_all_v),
-            |c| {
-                let es = check_dtype(dtype)?;
-                let world = c.world_size as i64;
-                let send_counts = Region::new(c, send_counts_ptr, 0, world, 8)?;
-                let recv_counts = Region::new(c, recv_counts_ptr, 0, world, 8)?;
-                let recv_offsets = Region::new(c, recv_offsets_ptr, 0, world, 8)?;
-                if row_elements < 0 || in_rows < 0 || out_rows < 0 {
-                    return Err(status::INVALID_ARGUMENT);
-                }
-                let rows = |n: i64| n.checked_mul(row_elements).ok_or(status::OUT_OF_BOUNDS);
-                let input = Region::new(c, in_ptr, 0, rows(in_rows)?, es)?;
-                let out = Region::new(c, out_ptr, 0, rows(out_rows)?, es)?;
-                // This rank's own counts, written before the call (the peers' are read after the
-                // barrier): each a row count >= 0, together at most the input's rows.
-                let mut sent: i64 = 0;
-                for p in 0..world as usize {
-                    // SAFETY: entry p of the checked [world] i64 region.
-                    let n = unsafe { core::ptr::read_volatile((send_counts.at(c, c.rank as usize) as *const i64).add(p)) };
-                    if n < 0 {
-                        return Err(status::INVALID_ARGUMENT);
-                    }
-                    sent = sent.saturating_add(n);
-                }
-                if sent > in_rows {
-                    return Err(status::INVALID_ARGUMENT);
-                }
-                let arrays = [&send_counts, &recv_counts, &recv_offsets];
-                let clash = arrays.iter().enumerate().any(|(i, a)| {
-                    overlap(a, &input) || overlap(a, &out) || arrays[i + 1..].iter().any(|b| overlap(a, b))
-                });
-                if clash || overlap(&input, &out) {
-                    return Err(status::INVALID_ARGUMENT);
-                }
-                let (capacity, row_bytes) = (out_rows as usize, row_elements as usize * es);
-                Ok(all_to_all_v::Plan { input, send_counts, out, capacity, recv_counts, recv_offsets, row_bytes })
-            },
+            |c| all_to_all_v_plan(c, (in_ptr, in_rows), send_counts_ptr, (out_ptr, out_rows), (recv_counts_ptr, recv_offsets_ptr), row_elements, dtype),
             |call, plan| all_to_all_v::all_to_all_v(call, &plan),
+        )
+    }
+
+    /// `symm_all_to_all_v` for a context of any number of nodes: counts exchanged with the
+    /// partners, node-local pushes, cross-node streams in rounds through the scratch. On several
+    /// nodes it needs a scratch slice that holds the `world` x `world` count matrix and a unit
+    /// per box (`INVALID_ARGUMENT` otherwise). On one node the one-node algorithm.
+    fn symm_all_to_all_v_hierarchical(ctx: i64, in_ptr: i64, in_rows: i64, send_counts_ptr: i64, out_ptr: i64, out_rows: i64, recv_counts_ptr: i64, recv_offsets_ptr: i64, row_elements: i64, dtype: i32) -> i32 {
+        any_nodes_collective(
+            ctx,
+            which!(symm_all_to_all_v_hierarchical),
+            |c| all_to_all_v_plan(c, (in_ptr, in_rows), send_counts_ptr, (out_ptr, out_rows), (recv_counts_ptr, recv_offsets_ptr), row_elements, dtype),
+            |call, plan| hierarchical::all_to_all_v::all_to_all_v(call, &plan),
         )
     }
 

@@ -10,6 +10,8 @@
 //! - all_gather: the input put straight into every partner's output, then node all-gather;
 //! - all_to_all: the blocks a node sends to a partner gathered by the rank that pairs with it,
 //!   put in one piece per round, copied into place by the receiver;
+//! - all_to_all_v: the count matrix exchanged with the partners first, then as all_to_all with
+//!   a stream of variable length per partner;
 //! - broadcast: the root's buffer put straight into its partners' buffers, then node push;
 //! - reduce: each node's partial of shard l goes to rank l of the root's node, which reduces
 //!   them and stores into the root's output;
@@ -21,6 +23,7 @@
 pub mod all_gather;
 pub mod all_reduce;
 pub mod all_to_all;
+pub mod all_to_all_v;
 pub mod barrier;
 pub mod broadcast;
 pub mod reduce;
@@ -132,6 +135,12 @@ trait Rounds {
     fn receives_from(&self, nodes: &Nodes, k: usize) -> bool {
         k != nodes.node
     }
+    /// The round whose signal value the first round uses: past those a collective used before
+    /// its rounds in the same call.
+    #[inline(always)]
+    fn first_round(&self) -> usize {
+        0
+    }
 }
 
 /// This CTA's exchange of units [lo, hi) with its partners, in rounds of at most `cap` units.
@@ -155,7 +164,7 @@ fn in_rounds(
 ) -> Result<(), i32> {
     let recv = slice_base(call.c, call.rank, call.cta);
     let mut a = lo;
-    let mut round = 0;
+    let mut round = r.first_round();
     while a < hi {
         let b = (a + cap).min(hi);
         let v = remote::value(call, round);
