@@ -91,23 +91,10 @@ fn call(
     }
 }
 
-/// Every rank's output, counts and offsets against the reference; with `guard`, the bytes past
-/// what it received stay guard bytes.
-fn check(
-    node: &Node,
-    what: &str,
-    counts: &[Vec<usize>],
-    row: usize,
-    out: usize,
-    capacity: usize,
-    guard: bool,
-) {
-    check_ranks(node, what, counts, row, out, capacity, guard, |_| true);
-}
-
-/// `check` for the ranks `p` with `which(p)`.
+/// The output, counts and offsets of every rank p with `which(p)` against the reference; with
+/// `guard`, the bytes past what it received stay guard bytes.
 #[allow(clippy::too_many_arguments)]
-fn check_ranks(
+fn check(
     node: &Node,
     what: &str,
     counts: &[Vec<usize>],
@@ -189,7 +176,7 @@ fn delivers_every_row_in_sender_order_with_counts_and_offsets() {
                 call(&node, rank, ctx, out, capacity, row, OneNode)
             });
             assert_eq!(st, vec![status::OK; world], "{what}");
-            check(&node, &what, &counts, row, out, capacity, true);
+            check(&node, &what, &counts, row, out, capacity, true, |_| true);
         }
     }
 }
@@ -220,7 +207,10 @@ fn back_to_back(world: usize, node_size: usize, variant: Variant) {
     let mut node = node_of(world, node_size);
     let out = setup(&mut node, &first, row, 6 * world);
     let capacity = world * 6 + 1;
-    let st = node.run("two calls", 2, 32, |rank, ctx| {
+    // One CTA: a call does not wait for the other CTAs of its grid (docs/device-api.md), so
+    // with several, CTA 0 could rewrite the counts while another CTA of a peer still reads the
+    // first ones (and push the second rows under that CTA's first ones): a flaky test, not a bug.
+    let st = node.run("two calls", 1, 32, |rank, ctx| {
         let s = call(&node, rank, ctx, out, capacity, row, variant);
         if s != status::OK {
             return s;
@@ -250,23 +240,36 @@ fn back_to_back(world: usize, node_size: usize, variant: Variant) {
     assert_eq!(st, vec![status::OK; world], "{variant:?} world {world}");
     // The same input rows, laid out by the second counts (the first call's rows may remain past
     // them, so no guard check).
-    check(&node, "second call", &second, row, out, capacity, false);
+    check(
+        &node,
+        "second call",
+        &second,
+        row,
+        out,
+        capacity,
+        false,
+        |_| true,
+    );
 }
 
 /// One destination over capacity: every rank returns (and records) CAPACITY_EXCEEDED, no output
 /// row is written, the receive counts still are (so the host can say who got how many).
 #[test]
 fn over_capacity_is_an_error_on_every_rank_and_writes_no_row() {
+    over_capacity(0, OneNode);
+}
+
+fn over_capacity(node_size: usize, variant: Variant) {
     let (world, row) = (4, 3);
     let mut counts = vec![vec![2usize; world]; world];
-    counts[1][2] = 9; // rank 2 would receive 2 + 9 + 2 + 2 = 15 rows
-    let mut node = Node::new(world, 1 << 18, 1 << 16);
+    counts[1][2] = 9; // rank 2 would receive 2 + 9 + 2 + 2 = 15 rows (on 2 nodes of 2: 9 from node 0)
+    let mut node = node_of(world, node_size);
     let out = setup(&mut node, &counts, row, 0);
     let capacity = 14;
     let st = node.run("over capacity", 2, 32, |rank, ctx| {
-        call(&node, rank, ctx, out, capacity, row, OneNode)
+        call(&node, rank, ctx, out, capacity, row, variant)
     });
-    assert_eq!(st, vec![status::CAPACITY_EXCEEDED; world]);
+    assert_eq!(st, vec![status::CAPACITY_EXCEEDED; world], "{variant:?}");
     for (r, &n) in counts[1].iter().enumerate() {
         assert_eq!(node.recorded_error(r), status::CAPACITY_EXCEEDED);
         assert_eq!(get_i64(&node, r, RECV_COUNTS + 8), n as i64);
@@ -311,7 +314,7 @@ fn run_hierarchical(world: usize, node_size: usize, counts: &[Vec<usize>], ctas:
         call(&node, rank, ctx, out, capacity, row, Hierarchical)
     });
     assert_eq!(st, vec![status::OK; world], "{what}");
-    check(&node, &what, counts, row, out, capacity, true);
+    check(&node, &what, counts, row, out, capacity, true, |_| true);
 }
 
 /// Random counts (some zero), a rank that sends nothing, one skewed destination, rows of 20, 28
@@ -369,21 +372,7 @@ fn hierarchical_back_to_back_calls_read_their_own_counts() {
 #[test]
 fn hierarchical_over_capacity_is_an_error_on_every_rank_and_writes_no_row() {
     let _serial = sim_faults::serial();
-    let (world, row) = (4, 3);
-    let mut counts = vec![vec![2usize; world]; world];
-    counts[1][2] = 9; // rank 2 (node 1) would receive 15 rows, 9 of them from node 0
-    let mut node = node_of(world, 2);
-    let out = setup(&mut node, &counts, row, 0);
-    let capacity = 14;
-    let st = node.run("over capacity", 2, 32, |rank, ctx| {
-        call(&node, rank, ctx, out, capacity, row, Hierarchical)
-    });
-    assert_eq!(st, vec![status::CAPACITY_EXCEEDED; world]);
-    for (r, &n) in counts[1].iter().enumerate() {
-        assert_eq!(node.recorded_error(r), status::CAPACITY_EXCEEDED);
-        assert_eq!(get_i64(&node, r, RECV_COUNTS + 8), n as i64);
-    }
-    assert_guard(&node, "over capacity", out, out + 4 * capacity * row);
+    over_capacity(2, Hierarchical);
 }
 
 /// A scratch slice that cannot hold the count matrix and a unit per box: INVALID_ARGUMENT on
@@ -443,7 +432,7 @@ fn hierarchical_dropped_signal_gives_timeout() {
                 assert_eq!(node.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
             }
         }
-        check_ranks(&node, &what, &counts, row, out, capacity, false, |r| {
+        check(&node, &what, &counts, row, out, capacity, false, |r| {
             st[r] == status::OK
         });
         if nth == all - 1 {

@@ -214,23 +214,44 @@ impl Streams<'_> {
     /// Round 0's signals carried the counts.
     const FIRST_ROUND: usize = 1;
 
-    /// Calls `copy(l, first, units, bytes)` for each piece (rank (n, l)'s rows for rank `p`)
-    /// of the stream node `n` sends to `p` that meets units [a, b): the piece starts at stream
-    /// unit `first` and holds `bytes` bytes in `units` units.
+    /// Copies units [a, b) of the stream node `n` sends to rank `p` between a box (unit i at
+    /// `boxed + 16 * (i - a)`) and the pieces where they lie (rank (n, l)'s rows for `p` at
+    /// `piece_at(l)`): into the box when `into_box`, out of it otherwise. Piece l starts at the
+    /// stream unit after the whole units of the pieces before it.
     #[inline(always)]
-    fn pieces(
+    #[allow(clippy::too_many_arguments)]
+    fn copy_stream(
         &self,
+        call: &Call,
         nodes: &Nodes,
         (n, p): (usize, usize),
         (a, b): (usize, usize),
-        mut copy: impl FnMut(usize, usize, usize, usize),
+        boxed: usize,
+        piece_at: impl Fn(usize) -> usize,
+        into_box: bool,
     ) {
         let mut first = 0;
         for l in 0..nodes.size {
             let bytes = self.counts.get(nodes.rank(n, l), p) * self.row_bytes;
             let units = bytes.div_ceil(16);
             if first < b && first + units > a {
-                copy(l, first, units, bytes);
+                let piece = piece_at(l);
+                let mut i = first.max(a) + call.tid;
+                while i < (first + units).min(b) {
+                    let valid = unit_bytes(i - first, 16, bytes);
+                    let (in_box, in_piece) = (boxed + 16 * (i - a), piece + 16 * (i - first));
+                    let (src, dst) = if into_box {
+                        (in_piece, in_box)
+                    } else {
+                        (in_box, in_piece)
+                    };
+                    // SAFETY: unit i - a < cap of the box, inside this CTA's slice; `valid` bytes
+                    // of the piece's unit inside the checked region `piece_at` names: a sender's
+                    // input (its counts sum to at most its rows) or this rank's output (the rows
+                    // fit: checked on every rank before any round).
+                    unsafe { store_unit::<4>(dst, valid, load_unit::<4>(src, valid)) };
+                    i += call.threads;
+                }
             }
             first += units;
         }
@@ -249,21 +270,11 @@ impl Rounds for Streams<'_> {
             let m = rotate(nodes.node, k, nodes.count);
             let to = partner(nodes, m);
             let send = slice + (nodes.count + m) * self.box_bytes;
-            self.pieces(nodes, (nodes.node, to), (a, b), |l, first, units, bytes| {
+            let input = |l: usize| {
                 let q = nodes.rank(nodes.node, l);
-                let from = c.heap_base(q) + self.plan.input.offset + self.counts.first(q, to) * rb;
-                let mut i = first.max(a) + call.tid;
-                while i < (first + units).min(b) {
-                    let valid = unit_bytes(i - first, 16, bytes);
-                    // SAFETY: `valid` bytes of the piece's unit lie inside rank q's checked
-                    // input (its counts sum to at most its rows); unit i - a < cap of send box m.
-                    unsafe {
-                        let d = load_unit::<4>(from + 16 * (i - first), valid);
-                        store_unit::<4>(send + 16 * (i - a), valid, d);
-                    }
-                    i += call.threads;
-                }
-            });
+                c.heap_base(q) + self.plan.input.offset + self.counts.first(q, to) * rb
+            };
+            self.copy_stream(call, nodes, (nodes.node, to), (a, b), send, input, true);
         }
     }
 
@@ -280,22 +291,9 @@ impl Rounds for Streams<'_> {
         let out = self.plan.out.at(call.c, me);
         for k in 1..nodes.count {
             let m = rotate(nodes.node, k, nodes.count);
+            let rows = |l: usize| out + self.counts.recv_offset(nodes.rank(m, l), me) * rb;
             let boxed = recv + m * self.box_bytes;
-            self.pieces(nodes, (m, me), (a, b), |l, first, units, bytes| {
-                let to = out + self.counts.recv_offset(nodes.rank(m, l), me) * rb;
-                let mut i = first.max(a) + call.tid;
-                while i < (first + units).min(b) {
-                    let valid = unit_bytes(i - first, 16, bytes);
-                    // SAFETY: the unit lies in receive box m of this CTA's slice (i - a < cap);
-                    // `valid` bytes of the piece's unit inside this rank's checked output (the
-                    // rows fit: checked on every rank before any round).
-                    unsafe {
-                        let d = load_unit::<4>(boxed + 16 * (i - a), valid);
-                        store_unit::<4>(to + 16 * (i - first), valid, d);
-                    }
-                    i += call.threads;
-                }
-            });
+            self.copy_stream(call, nodes, (m, me), (a, b), boxed, rows, false);
         }
     }
 }
