@@ -363,6 +363,8 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
     for c in ("all_reduce", "all_gather", "reduce_scatter"):
         for variant in (c, f"{c}_hierarchical"):
             monkeypatch.setattr(ops, f"_{variant}_kernel", Kernel(variant))
+    for variant in ("all_to_all_v", "all_to_all_v_hierarchical"):
+        monkeypatch.setattr(a2av, f"_{variant}_kernel", Kernel(variant))
     torch.launches = launches  # type: ignore[attr-defined]
     return torch
 
@@ -421,22 +423,31 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
     assert len(fake_torch.launches) == 4
 
 
+def _int64(t: "_FakeTensor") -> "_FakeTensor":
+    t.dtype = "torch.int64"
+    return t
+
+
 def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake_torch: Any) -> None:
     x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
     counts = _FakeTensor(8, ptr=0x90000)
     heap = _Heap(x, out, counts)
     heap.node_size = 2  # 8 ranks as 4 nodes of 2
+    recv_counts, recv_offsets = _FakeTensor(8, "int64", ptr=0x91000), _FakeTensor(8, "int64", ptr=0x92000)
+    heap.mine |= {id(recv_counts), id(recv_offsets)}
     ironlink.all_reduce(x, heap=heap)
     ironlink.all_gather(out, x, heap=heap)
     ironlink.reduce_scatter(x, out, heap=heap)
+    ironlink.all_to_all_v(x, _int64(counts), out, recv_counts, recv_offsets, heap=heap)
     assert [k for k, *_ in fake_torch.launches] == [
-        "all_reduce_hierarchical", "all_gather_hierarchical", "reduce_scatter_hierarchical"]
-    assert ops.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter"}
-    with pytest.raises(IronlinkError, match=r"ironlink.all_to_all_v has no multi-node version yet; this heap "
-                                            r"spans 4 nodes of 2 ranks, where all_gather, all_reduce, "
-                                            r"reduce_scatter run"):
-        ops.launch_with_status("all_to_all_v", heap, 1, lambda status: None, False)
-    assert len(fake_torch.launches) == 3  # refused before any launch
+        "all_reduce_hierarchical", "all_gather_hierarchical", "reduce_scatter_hierarchical",
+        "all_to_all_v_hierarchical"]
+    assert ops.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"}
+    with pytest.raises(IronlinkError, match=r"ironlink.all_reduce_rmsnorm has no multi-node version yet; this "
+                                            r"heap spans 4 nodes of 2 ranks, where all_gather, all_reduce, "
+                                            r"all_to_all_v, reduce_scatter run"):
+        ops.launch_with_status("all_reduce_rmsnorm", heap, 1, lambda status: None, False)
+    assert len(fake_torch.launches) == 4  # refused before any launch
 
 
 def test_host_call_statuses_and_capture(fake_torch: Any) -> None:

@@ -12,9 +12,10 @@ Then simulated nodes: a third heap with `node_size=world // 2` (4 GPUs as 2 node
 1) runs the hierarchical collectives over NVSHMEM (`Nodes`): all-reduce and reduce-scatter
 exact against torch.distributed for max and for sums of small integers, within the dtype's
 tolerance for random sums, the all-reduce bitwise equal on every rank and replayed in a CUDA
-graph; all-gather, all-to-all, broadcast and reduce (kernels of their own for the last three)
+graph; all-gather, all-to-all, all_to_all_v (random counts, rows of 14 B to 14 KiB, and over
+capacity), broadcast and reduce (kernels of their own for all-to-all, broadcast and reduce)
 exactly torch.distributed's; 1000 hierarchical barriers and signals to every rank return OK;
-the other ops refuse such a heap by name.
+MoeExchange refuses such a heap by name.
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ class Suite(Cases):
 
 
 class Nodes(Cases):
-    """The hierarchical all-reduce on a heap of simulated nodes."""
+    """The hierarchical collectives on a heap of simulated nodes."""
 
     def __init__(self, heap: Any) -> None:
         super().__init__()
@@ -293,6 +294,41 @@ class Nodes(Cases):
             self.h.free(out)
             self.h.free(inp)
 
+    def all_to_all_v(self, row: int, seed: int, over: bool = False) -> None:
+        """ironlink.all_to_all_v (hierarchical here) with a random count matrix, some counts 0,
+        against torch.distributed's all_to_all_single with the same splits; with `over`, one
+        rank's output one row short of what it receives: CAPACITY_EXCEEDED, counts still written."""
+        g = torch.Generator().manual_seed(seed)  # the same counts matrix on every rank
+        counts = torch.randint(0, 9, (self.world, self.world), generator=g)
+        counts[counts < 3] = 0
+        counts[0, -1] = 37  # skewed: several rounds across nodes
+        rows_in, rows_out = int(counts.sum(1).max()), int(counts.sum(0).max())
+        x = Suite.data(rows_in * row, torch.bfloat16).view(rows_in, row)
+        # Equal sizes on every rank (heap offsets must match).
+        inp = self.h.empty((rows_in, row), torch.bfloat16).copy_(x)
+        out = self.h.empty((rows_out - 1 if over else rows_out + 1, row), torch.bfloat16).fill_(float("nan"))
+        send = self.h.empty((self.world,), torch.int64).copy_(counts[self.rank])
+        rc, ro = self.h.empty((self.world,), torch.int64), self.h.empty((self.world,), torch.int64)
+        try:
+            recv = counts[:, self.rank]
+            if over:
+                with raises_ironlink("CAPACITY_EXCEEDED"):
+                    ironlink.all_to_all_v(inp, send, out, rc, ro, heap=self.h, check=True)
+                with raises_ironlink("CAPACITY_EXCEEDED"):
+                    self.h.check()  # it was recorded too (and is cleared here)
+                assert rc.tolist() == recv.tolist(), "receive counts after CAPACITY_EXCEEDED"
+                return
+            ironlink.all_to_all_v(inp, send, out, rc, ro, heap=self.h, check=True)
+            ref = torch.empty(int(recv.sum()), row, dtype=torch.bfloat16, device="cuda")
+            sent = int(counts[self.rank].sum())
+            dist.all_to_all_single(ref, x[:sent].contiguous(), recv.tolist(), counts[self.rank].tolist())
+            assert rc.tolist() == recv.tolist(), f"receive counts {rc.tolist()} != {recv.tolist()}"
+            assert ro.tolist() == (torch.cumsum(recv, 0) - recv).tolist(), "receive offsets"
+            assert torch.equal(out[:ref.shape[0]], ref), "rows not torch.distributed's all_to_all_single"
+        finally:
+            for t in (ro, rc, send, out, inp):
+                self.h.free(t)
+
     def broadcast_and_reduce(self, n: int, root: int) -> None:
         """A kernel's hierarchical broadcast (every buffer = the root's) and reduce of small
         integers to the root (exactly torch.distributed's sum)."""
@@ -344,19 +380,15 @@ class Nodes(Cases):
 
     def others_refused(self) -> None:
         x = self.h.empty((64 * self.world,), torch.float32)
-        counts = self.h.empty((self.world,), torch.int64).fill_(1)
-        rows = self.h.empty((self.world, 64), torch.float32)
         try:
-            with raises_ironlink("ironlink.all_to_all_v has no multi-node version yet"):
-                ironlink.all_to_all_v(x.view(-1, 64), counts, rows, heap=self.h)
+            with raises_ironlink("ironlink.MoeExchange has no multi-node version yet"):
+                ironlink.MoeExchange(self.h, 16, 128, 2, 2 * self.world)
             # A rank of another node has no address here; one of this node has.
             with raises_ironlink("no load/store address"):
                 self.h.peer_tensor(x, (self.rank + self.h.node_size) % self.world)
             mate = self.rank // self.h.node_size * self.h.node_size
             assert self.h.peer_tensor(x, mate).shape == x.shape
         finally:
-            self.h.free(rows)
-            self.h.free(counts)
             self.h.free(x)
 
 
@@ -402,6 +434,9 @@ def simulated_nodes(t0: float) -> int:
             s.run(f"nodes: reduce_scatter max {dtype} {n} per rank", lambda: s.reduce_scatter(n, dtype, "max", False))
             s.run(f"nodes: all_gather {dtype} {n} per rank", lambda: s.all_gather(n, dtype))
             s.run(f"nodes: all_to_all {dtype} {n} per block", lambda: s.all_to_all(n, dtype))
+    for row in (7, 64, 7168):  # 14 bytes (pieces end mid-unit), 128, 14 KiB
+        s.run(f"nodes: all_to_all_v rows of {row} bf16", lambda: s.all_to_all_v(row, 11 + row))
+    s.run("nodes: all_to_all_v over capacity", lambda: s.all_to_all_v(64, 5, over=True))
     for root in sorted({0, world - 1, world // 2}):
         for n in small((37, 300001), (37,)):
             s.run(f"nodes: broadcast and reduce, root {root}, {n} elements",
@@ -409,7 +444,7 @@ def simulated_nodes(t0: float) -> int:
     s.run("nodes: 1000 hierarchical barriers in 8 CTAs", lambda: s.barriers(1000))
     s.run("nodes: signals to every rank of every node", s.signals)
     s.run("nodes: all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
-    s.run("nodes: the other ops and other nodes' peer tensors are refused", s.others_refused)
+    s.run("nodes: MoeExchange and other nodes' peer tensors are refused", s.others_refused)
     s.run("nodes: heap.check() is clean", heap.check)
     heap.close()
     return s.report(f"nvshmem as simulated nodes of {world // 2}", world, t0)

@@ -105,6 +105,10 @@ class MoeExchange:
         import torch
 
         world = heap.world_size
+        if heap.multi_node:  # its exchanges would run hierarchically, but the layer has not run so
+            raise IronlinkError(
+                f"ironlink.MoeExchange has no multi-node version yet; this heap spans "
+                f"{world // heap.node_size} nodes of {heap.node_size} ranks (docs/moe.md)")
         if num_experts % world:
             raise ValueError(f"num_experts = {num_experts} must split evenly over {world} ranks")
         if min(max_tokens, hidden, topk) <= 0:

@@ -197,7 +197,7 @@ def _reduce_scatter_hierarchical_kernel(ctx, inp, out, n, op, status):
 # leaves their lifetime to the user.
 _HEAPS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # The host-level calls that serve a heap of several nodes (SymmetricHeap.multi_node).
-MULTI_NODE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
+MULTI_NODE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"})
 
 # device index -> int32[MAX_CTAS] of per-CTA statuses. Allocated outside capture and kept, so a
 # captured graph's kernels write to memory that outlives the graph's private pool. Shared by all

@@ -187,6 +187,18 @@ def all_to_all_v(ctx: Any, in_ptr: Any, in_rows: Any, send_counts_ptr: Any, out_
 
 
 @core.extern
+def all_to_all_v_hierarchical(ctx: Any, in_ptr: Any, in_rows: Any, send_counts_ptr: Any, out_ptr: Any, out_rows: Any,
+                              recv_counts_ptr: Any, recv_offsets_ptr: Any, row_elements: Any,
+                              _semantic: Any = None) -> core.tensor:
+    """`all_to_all_v` on a heap of any number of nodes (``symm_all_to_all_v_hierarchical``). A
+    kernel calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _pair_code(in_ptr, out_ptr, "all_to_all_v_hierarchical", _semantic)
+    return il.symm_all_to_all_v_hierarchical(ctx, in_ptr, in_rows, send_counts_ptr, out_ptr, out_rows,
+                                             recv_counts_ptr, recv_offsets_ptr, row_elements, dt,
+                                             _semantic=_semantic)
+
+
+@core.extern
 def tile_all_reduce(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, tile: Any, op: Any = _SUM,
                     _semantic: Any = None) -> core.tensor:
     """In-place all-reduce, by this CTA alone, of the `rows` x `cols` tile at `ptr` (rows
