@@ -26,7 +26,9 @@ expert rows (default world * max_tokens * topk: every choice of every rank lands
 that gives this rank's experts more rows than that writes only the first `recv_capacity` rows and
 flags it: `moe.check()` (or `dispatch(..., check=True)`) raises an IronlinkError with status
 CAPACITY_EXCEEDED naming the expert whose rows cross the limit and the counts. One dispatch /
-combine pair at a time per MoeExchange; `recv_x` is reused by the next dispatch.
+combine pair at a time per MoeExchange; `recv_x` is reused by the next dispatch. Its rows past
+the counts are zeros until a dispatch has written there, then whatever it wrote (a grouped GEMM
+may read them as padding; their outputs are never combined).
 
 fp8 dispatch (`dispatch_dtype=torch.float8_e4m3fn`; hidden a multiple of 128): the sender
 quantizes each token per 128 channels on its way into the send buffer (scale = amax / 448, one fp32
@@ -148,8 +150,10 @@ class MoeExchange:
         self.counts = [e((world,), torch.int64) for _ in range(5)]
         self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
         self.meta = torch.zeros(max_tokens, self.meta_cols, dtype=self.dtype, device=dev)
-        self.recv_x = torch.empty(self.capacity, hidden, dtype=self.dispatch_dtype, device=dev)
-        self.recv_scales = torch.empty(self.capacity, self.groups, dtype=torch.float32, device=dev)
+        # Zeros, not empty: a grouped GEMM over padded expert tiles reads rows past the counts, and
+        # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
+        self.recv_x = torch.zeros(self.capacity, hidden, dtype=self.dispatch_dtype, device=dev)
+        self.recv_scales = torch.zeros(self.capacity, self.groups, dtype=torch.float32, device=dev)
         self.overflow = torch.zeros(4, dtype=torch.int64, device=dev)  # flag, expert, its rows, all rows
         # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
         self.a2a_ctas = all_to_all_v_launch(rows * self.row * 2)[0]
