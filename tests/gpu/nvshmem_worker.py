@@ -3,7 +3,7 @@
 Two heaps in every process: `SymmetricHeap(..., backend="nvshmem")` (PyTorch's NVSHMEM symmetric
 memory) and the default P2P heap. Every host-level call (ironlink.all_reduce in every algorithm
 and op, all_gather, reduce_scatter, all_to_all_v, the fused all_reduce_rmsnorm and
-matmul_all_reduce, an all-reduce replayed in a CUDA graph) runs on the same data over both, and
+matmul_all_reduce, MoeExchange dispatch + combine, an all-reduce replayed in a CUDA graph) runs on the same data over both, and
 the NVSHMEM results must equal the P2P ones bit for bit (same algorithms, same grids); all_reduce
 max and all_gather also equal torch.distributed's exactly. Also: the context carries backend
 kind NVSHMEM, a peer's copy of a tensor reads through `peer_tensor`, and `heap.check()` stays clean.
@@ -15,7 +15,8 @@ tolerance for random sums, the all-reduce bitwise equal on every rank and replay
 graph; all-gather, all-to-all, all_to_all_v (random counts, rows of 14 B to 14 KiB, and over
 capacity), broadcast and reduce (kernels of their own for all-to-all, broadcast and reduce)
 exactly torch.distributed's; 1000 hierarchical barriers and signals to every rank return OK;
-MoeExchange refuses such a heap by name.
+MoeExchange (bf16 and fp8, uniform and skewed) bitwise the same layer's on a one-node P2P heap;
+other nodes' peer tensors are refused.
 """
 
 from __future__ import annotations
@@ -212,6 +213,11 @@ class Suite(Cases):
 
         self.both([out], call)
 
+    def moe(self, tokens: int, skewed: bool, fp8: bool) -> None:
+        results = [moe_layer(h, tokens, skewed, 3, fp8) for h in (self.nv, self.p2p)]
+        for i, (a, b) in enumerate(zip(*results)):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"MoE output {i}: NVSHMEM heap differs"
+
     def cuda_graph(self, n: int) -> None:
         """An all-reduce captured once and replayed over changing data, on both heaps."""
         inputs = [self.data(n, torch.bfloat16) for _ in range(3)]
@@ -236,9 +242,9 @@ class Suite(Cases):
 class Nodes(Cases):
     """The hierarchical collectives on a heap of simulated nodes."""
 
-    def __init__(self, heap: Any) -> None:
+    def __init__(self, heap: Any, p2p: Any) -> None:
         super().__init__()
-        self.h = heap
+        self.h, self.p2p = heap, p2p  # p2p: one-node references (MoE)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
 
     def context_kind(self) -> None:
@@ -378,11 +384,17 @@ class Nodes(Cases):
         finally:
             self.h.free(y)
 
-    def others_refused(self) -> None:
+    def moe(self, tokens: int, skewed: bool, fp8: bool) -> None:
+        """MoeExchange across nodes (its exchanges are the hierarchical all_to_all_v): every output
+        bitwise that of the same layer on a one-node P2P heap."""
+        got = moe_layer(self.h, tokens, skewed, 5, fp8)
+        want = moe_layer(self.p2p, tokens, skewed, 5, fp8)
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"MoE output {i} differs across nodes"
+
+    def other_nodes_refused(self) -> None:
         x = self.h.empty((64 * self.world,), torch.float32)
         try:
-            with raises_ironlink("ironlink.MoeExchange has no multi-node version yet"):
-                ironlink.MoeExchange(self.h, 16, 128, 2, 2 * self.world)
             # A rank of another node has no address here; one of this node has.
             with raises_ironlink("no load/store address"):
                 self.h.peer_tensor(x, (self.rank + self.h.node_size) % self.world)
@@ -390,6 +402,39 @@ class Nodes(Cases):
             assert self.h.peer_tensor(x, mate).shape == x.shape
         finally:
             self.h.free(x)
+
+
+def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False) -> list[Any]:
+    """One MoeExchange dispatch + combine on `heap` (routing from `seed`, the same on any heap):
+    recv_x (and fp8 scales), expert counts and offsets, and the combined output, cloned. Expert e
+    of this rank scales its rows by (global expert id + 1) between the two."""
+    from ironlink.moe import fp8_dequantize
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    hidden, k, experts = 256, 4, max(2 * world, 8)
+    g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank)
+    x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
+    scores = torch.rand(tokens, experts, device="cuda", generator=g)
+    if skewed:
+        scores[:, 0] += 10  # expert 0 (on rank 0) is every token's first choice
+    idx = scores.topk(k, dim=1).indices
+    wts = torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1)
+    moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts,
+                               dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
+    try:
+        recv, counts, offsets, handle = moe.dispatch(x, idx, wts, check=True)
+        rows = fp8_dequantize(*recv, torch.bfloat16) if fp8 else recv
+        le = experts // world
+        e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
+        scale = (rank * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None]
+        out = moe.combine(rows * scale, handle, check=True)
+        torch.cuda.synchronize()
+        moe.check()
+        got = list(recv) if fp8 else [recv]
+        assert int(counts.sum()) <= moe.capacity
+        return [t.clone() for t in got + [counts, offsets, out]]
+    finally:
+        moe.close()
 
 
 def launch_ok(kernel: Any, ctas: int, warps: int, *args: Any) -> None:
@@ -417,7 +462,8 @@ def simulated_nodes(t0: float) -> int:
     """The `Nodes` cases on a fresh heap of `world // 2` ranks per node; their exit code."""
     world = dist.get_world_size()
     heap = ironlink.SymmetricHeap(HEAP_BYTES, backend="nvshmem", node_size=world // 2, timeout_s=heap_timeout_s())
-    s = Nodes(heap)
+    p2p = ironlink.SymmetricHeap(32 << 20, timeout_s=heap_timeout_s())
+    s = Nodes(heap, p2p)
     s.run("context carries kind NVSHMEM_MULTI_NODE", s.context_kind)
     for dtype in (torch.bfloat16, torch.float32):
         esize = torch.tensor([], dtype=dtype).element_size()
@@ -444,8 +490,13 @@ def simulated_nodes(t0: float) -> int:
     s.run("nodes: 1000 hierarchical barriers in 8 CTAs", lambda: s.barriers(1000))
     s.run("nodes: signals to every rank of every node", s.signals)
     s.run("nodes: all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
-    s.run("nodes: MoeExchange and other nodes' peer tensors are refused", s.others_refused)
+    for tokens, skewed, fp8 in small(((1, False, False), (64, False, False), (64, True, False), (200, False, True)),
+                                     ((64, True, False), (64, False, True))):
+        s.run(f"nodes: MoeExchange {tokens} tokens{' skewed' if skewed else ''}{' fp8' if fp8 else ''}, "
+              "bitwise the one-node layer's", lambda: s.moe(tokens, skewed, fp8))
+    s.run("nodes: other nodes' peer tensors are refused", s.other_nodes_refused)
     s.run("nodes: heap.check() is clean", heap.check)
+    p2p.close()
     heap.close()
     return s.report(f"nvshmem as simulated nodes of {world // 2}", world, t0)
 
@@ -504,6 +555,9 @@ def main() -> int:
         s.run(f"all_reduce_rmsnorm {tokens}x4096", lambda: s.rmsnorm(tokens, 4096))
     for m in small((16, 1000), (16,)):
         s.run(f"matmul_all_reduce M={m}", lambda: s.matmul_all_reduce(m))
+    for tokens, skewed, fp8 in small(((64, False, False), (64, True, False), (200, False, True)), ((64, True, True),)):
+        s.run(f"MoeExchange {tokens} tokens{' skewed' if skewed else ''}{' fp8' if fp8 else ''}",
+              lambda: s.moe(tokens, skewed, fp8))
     s.run("all_reduce in a CUDA graph", lambda: s.cuda_graph(300000))
     s.run("heap.check() is clean", nv.check)
     p2p.close()

@@ -107,10 +107,6 @@ class MoeExchange:
         import torch
 
         world = heap.world_size
-        if heap.multi_node:  # its exchanges would run hierarchically, but the layer has not run so
-            raise IronlinkError(
-                f"ironlink.MoeExchange has no multi-node version yet; this heap spans "
-                f"{world // heap.node_size} nodes of {heap.node_size} ranks (docs/moe.md)")
         if num_experts % world:
             raise ValueError(f"num_experts = {num_experts} must split evenly over {world} ranks")
         if min(max_tokens, hidden, topk) <= 0:
@@ -272,8 +268,6 @@ class MoeExchange:
     def combine(self, y: Any, handle: Handle, check: bool = False) -> Any:
         """[T, H]: each token's k expert outputs (rows of `y`, laid out as dispatch's recv_x)
         weighted by its top-k weights and summed; see the module docs."""
-        import torch
-
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()
