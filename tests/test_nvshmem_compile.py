@@ -146,6 +146,53 @@ def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) 
     assert re.search(r"\bnvshmemi_device_state_d\b", ptx)
 
 
+# The fused ops' kernels for heaps of several nodes (a grid barrier and the hierarchical all-reduce
+# inside a producer): linked the same way, inlined, no local memory.
+_RMSNORM = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "weight": "*bf16", "out": "*bf16", "T": "i32", "H": "i32",
+            "eps": "fp32", "status": "*i32", "BLOCK_H": "constexpr"}
+_MATMUL = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+           "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+
+
+def _fused_cases() -> dict[str, tuple[object, dict[str, str], dict[str, object]]]:
+    from ironlink import tuning
+    from ironlink.fused.allreduce_rmsnorm import allreduce_rmsnorm_hierarchical_kernel
+    from ironlink.fused.matmul_allreduce import matmul_allreduce_hierarchical_kernel
+
+    cases: dict[str, tuple[object, dict[str, str], dict[str, object]]] = {
+        "allreduce_rmsnorm": (allreduce_rmsnorm_hierarchical_kernel, _RMSNORM, {"BLOCK_H": 8192, "num_warps": 16})}
+    for m in (16, 4096):
+        c = tuning.matmul_config(m, 8192, 2048, 4)
+        cases[f"matmul_allreduce_m{m}"] = (
+            matmul_allreduce_hierarchical_kernel, _MATMUL,
+            {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m,
+             "num_warps": c.warps, "num_stages": c.stages})
+    return cases
+
+
+@pytest.mark.parametrize("name", ["allreduce_rmsnorm", "matmul_allreduce_m16", "matmul_allreduce_m4096"])
+def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path) -> None:
+    kernel, signature, given = _fused_cases()[name]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
+        libs = ironlink.jit(kernel.fn, arch="sm_90", nvshmem=True).extern_libs()  # type: ignore[attr-defined]
+    assert list(libs) == ["ironlink", "libnvshmem_device"]
+    constants = {k: v for k, v in given.items() if not k.startswith("num_")}
+    options = {k: v for k, v in given.items() if k.startswith("num_")}
+    k = triton.compile(ASTSource(kernel.fn, signature, constants), target=GPUTarget("cuda", 90, 32),  # type: ignore[attr-defined]
+                       options={"extern_libs": tuple(libs.items()), **options})
+    assert k.asm["cubin"]
+    ptx = k.asm["ptx"]
+    for fn in ("symm_all_reduce_hierarchical", "symm_grid_barrier"):
+        assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{fn}\b", ptx), f"{fn} was not inlined"
+    unresolved = re.findall(r"^\s*\.extern\s+\.func[^\n]*", ptx, re.MULTILINE)
+    assert not unresolved, f"functions left undefined: {unresolved}"
+    local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
+    assert not local, "local memory:\n" + "\n".join(local[:10])
+    assert re.search(r"\bnvshmemi_device_state_d\b", ptx)
+
+
 def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # Why extern_libs puts ironlink first: Triton links each library only for what is already

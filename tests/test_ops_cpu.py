@@ -442,11 +442,13 @@ def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake
     assert [k for k, *_ in fake_torch.launches] == [
         "all_reduce_hierarchical", "all_gather_hierarchical", "reduce_scatter_hierarchical",
         "all_to_all_v_hierarchical"]
-    assert ops.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"}
-    with pytest.raises(IronlinkError, match=r"ironlink.all_reduce_rmsnorm has no multi-node version yet; this "
+    assert ops.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v",
+                                  "all_reduce_rmsnorm", "matmul_all_reduce"}
+    with pytest.raises(IronlinkError, match=r"ironlink.matmul_reduce_scatter has no multi-node version yet; this "
                                             r"heap spans 4 nodes of 2 ranks, where all_gather, all_reduce, "
-                                            r"all_to_all_v, reduce_scatter run"):
-        ops.launch_with_status("all_reduce_rmsnorm", heap, 1, lambda status: None, False)
+                                            r"all_reduce_rmsnorm, all_to_all_v, matmul_all_reduce, "
+                                            r"reduce_scatter run"):
+        ops.launch_with_status("matmul_reduce_scatter", heap, 1, lambda status: None, False)
     assert len(fake_torch.launches) == 4  # refused before any launch
 
 

@@ -297,7 +297,7 @@ fn dropped_remote_signal_gives_timeout() {
 }
 
 /// A multi-node context is served by the queries, the peer pointers, puts and gets of its own
-/// node, the signals and the hierarchical collectives; every other function refuses it with
+/// node, the signals, the grid barrier and the hierarchical collectives; every other function refuses it with
 /// UNSUPPORTED_OP (rather than run a one-node algorithm over peers it cannot reach); a node size
 /// that does not divide the world, or is larger than a node's table, is not a context
 /// (UNKNOWN_CONTEXT).
@@ -308,7 +308,7 @@ fn multi_node_contexts_refuse_what_has_no_cross_node_path() {
     type Body = fn(usize, i64, &Node) -> i32;
     type Want = fn(usize) -> i32;
     // Rank r's peer r ^ 2 is on the other node, r ^ 1 on its own.
-    let cases: [(&str, Body, Want); 9] = [
+    let cases: [(&str, Body, Want); 10] = [
         ("world_size", |_, c, _| api::symm_world_size(c), |_| 4),
         ("rank", |_, c, _| api::symm_rank(c), |r| r as i32),
         (
@@ -347,6 +347,11 @@ fn multi_node_contexts_refuse_what_has_no_cross_node_path() {
             "tile_signal",
             |_, c, _| api::symm_tile_signal(c, 0, 0),
             |_| status::UNSUPPORTED_OP,
+        ),
+        (
+            "grid barrier (rank-local: served)",
+            |_, c, _| api::symm_grid_barrier(c),
+            |_| status::OK,
         ),
     ];
     for (name, body, want) in cases {

@@ -16,7 +16,8 @@ graph; all-gather, all-to-all, all_to_all_v (random counts, rows of 14 B to 14 K
 capacity), broadcast and reduce (kernels of their own for all-to-all, broadcast and reduce)
 exactly torch.distributed's; 1000 hierarchical barriers and signals to every rank return OK;
 MoeExchange (bf16 and fp8, uniform and skewed) bitwise the same layer's on a one-node P2P heap;
-other nodes' peer tensors are refused.
+all_reduce_rmsnorm and matmul_all_reduce against the same ops on that heap (bitwise with nodes
+of one rank); other nodes' peer tensors are refused.
 """
 
 from __future__ import annotations
@@ -392,6 +393,43 @@ class Nodes(Cases):
         for i, (a, b) in enumerate(zip(got, want)):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"MoE output {i} differs across nodes"
 
+    def fused(self, op: str, size: int) -> None:
+        """all_reduce_rmsnorm ([size, 4096]) or matmul_all_reduce (M = size) across nodes: their
+        grid barrier then the hierarchical all-reduce. Against the same op on a one-node P2P heap:
+        bitwise with nodes of one rank (the same sums in rank order), within bf16 rounding of the
+        node partials otherwise; bitwise the same on every rank."""
+        torch.manual_seed(77 + self.rank)
+        if op == "rmsnorm":
+            x, res = (Suite.data(size * 4096, torch.bfloat16).view(size, 4096) for _ in range(2))
+            w = Suite.data(4096, torch.bfloat16)
+
+            def run(h: Any) -> list[Any]:
+                xs = h.empty(x.shape, x.dtype).copy_(x)
+                try:
+                    out, r = ironlink.all_reduce_rmsnorm(xs, res.clone(), w, heap=h, check=True)
+                    return [out.clone(), r]
+                finally:
+                    h.free(xs)
+        else:
+            a = Suite.data(size * 512, torch.bfloat16).view(size, 512)
+            b = Suite.data(512 * 1024, torch.bfloat16).view(512, 1024)
+
+            def run(h: Any) -> list[Any]:
+                out = h.empty((size, 1024), torch.bfloat16)
+                try:
+                    return [ironlink.matmul_all_reduce(a, b, out=out, heap=h, check=True).clone()]
+                finally:
+                    h.free(out)
+        got, want = run(self.h), run(self.p2p)
+        for g, r in zip(got, want):
+            same_on_all_ranks(g)
+            if self.h.node_size == 1:
+                assert torch.equal(g, r), f"{op}: differs from the one-node result"
+            else:
+                err = ((g.double() - r.double()).abs() / r.double().abs().clamp_min(1)).max().item()
+                assert err < 3e-2, f"{op}: relative error {err} against the one-node result"
+        self.h.check()
+
     def other_nodes_refused(self) -> None:
         x = self.h.empty((64 * self.world,), torch.float32)
         try:
@@ -494,6 +532,10 @@ def simulated_nodes(t0: float) -> int:
                                      ((64, True, False), (64, False, True))):
         s.run(f"nodes: MoeExchange {tokens} tokens{' skewed' if skewed else ''}{' fp8' if fp8 else ''}, "
               "bitwise the one-node layer's", lambda: s.moe(tokens, skewed, fp8))
+    for tokens in small((1, 32, 1000), (1, 32)):
+        s.run(f"nodes: all_reduce_rmsnorm {tokens}x4096", lambda: s.fused("rmsnorm", tokens))
+    for m in small((16, 1000), (16,)):
+        s.run(f"nodes: matmul_all_reduce M={m}", lambda: s.fused("matmul", m))
     s.run("nodes: other nodes' peer tensors are refused", s.other_nodes_refused)
     s.run("nodes: heap.check() is clean", heap.check)
     p2p.close()

@@ -391,9 +391,10 @@ exports! {
 
     /// Barrier among all CTAs of this rank's launch (not across ranks): what any CTA wrote before
     /// it is visible to every CTA after it. The grid must be resident at once: more CTAs than the
-    /// GPU has SMs gives INVALID_ARGUMENT; CTAs that cannot all be resident give TIMEOUT.
+    /// GPU has SMs gives INVALID_ARGUMENT; CTAs that cannot all be resident give TIMEOUT. Serves
+    /// multi-node contexts too (it touches only this rank's signal region).
     fn symm_grid_barrier(ctx: i64) -> i32 {
-        code(ctx::context(ctx).and_then(|c| crate::runtime::grid::grid_barrier(c, which!(symm_grid_barrier))))
+        code(ctx::any_context(ctx).and_then(|c| crate::runtime::grid::grid_barrier(c, which!(symm_grid_barrier))))
     }
 
     /// Tile all-reduce, in place, by this CTA alone: the `rows` x `cols` elements at `ptr`, rows

@@ -18,6 +18,8 @@ Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
 - "whole": the whole tensor is all-reduced by every CTA with `symm_all_reduce` (its LL one-shot
   for small sizes), `symm_grid_barrier` makes every row visible to every CTA, then each CTA
   normalizes rows. Wins for a few tokens, where one CTA per row block would be all latency.
+On a heap of several nodes, "whole" over `symm_all_reduce_hierarchical` (a kernel linked with
+the NVSHMEM bitcode): the tile calls have no multi-node version.
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ class Plan(NamedTuple):
 
 
 def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpec, device: str, world: int,
-         sms: int, mode: Optional[str] = None) -> Plan:
-    """Checks the tensors (pure: testable without a GPU) and chooses the launch."""
+         sms: int, mode: Optional[str] = None, multi_node: bool = False) -> Plan:
+    """Checks the tensors (pure: testable without a GPU) and chooses the launch. A heap of several
+    nodes (`multi_node`) runs "whole" only: "rows" is built on the tile calls, which have no
+    multi-node version."""
     if len(x.shape) != 2:
         raise ValueError(f"x must be 2-D [tokens, hidden], got shape {x.shape}")
     tokens, hidden = x.shape
@@ -66,9 +70,12 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         raise ValueError(f"hidden size must be in [1, {MAX_HIDDEN}], got {hidden}")
     if residual.data_ptr == x.data_ptr and tokens:
         raise ValueError("residual must not be x (x holds the all-reduced sum, residual the sum plus residual)")
-    mode = mode or tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world)
+    mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if multi_node and mode != "whole":
+        raise ValueError(f"mode {mode!r} uses the tile calls, which have no multi-node version; a heap of several "
+                         "nodes runs mode 'whole'")
     block_h = triton.next_power_of_2(hidden)
     warps = max(4, min(16, block_h // 512))
     if mode == "rows":
@@ -93,17 +100,24 @@ def _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H: tl.constexpr):
     tl.store(out + at, (rf * inv * w).to(out.dtype.element_ty), mask=m)
 
 
+@triton.jit
+def _norm_after_grid_barrier(s, ctx, x, residual, weight, out, T, H, eps, BLOCK_H: tl.constexpr):
+    """"whole" after its all-reduce (status `s`): every CTA's part of the sum visible to every CTA,
+    then rows normalized grid-stride. Returns the first bad status."""
+    b = il.symm_grid_barrier(ctx)
+    s = tl.where(s != 0, s, b)
+    for row in range(tl.program_id(0), T, tl.num_programs(0)):
+        _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
+    return s
+
+
 @jit(do_not_specialize=["ctx", "T", "eps"])
 def allreduce_rmsnorm_kernel(ctx, x, residual, weight, out, T, H, eps, status,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     if WHOLE:
-        s = ilt.all_reduce(ctx, x, T * H)
-        b = il.symm_grid_barrier(ctx)
-        s = tl.where(s != 0, s, b)
-        for row in range(pid, T, grid):
-            _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
+        s = _norm_after_grid_barrier(ilt.all_reduce(ctx, x, T * H), ctx, x, residual, weight, out, T, H, eps, BLOCK_H)
     else:
         per = tl.cdiv(T, grid)
         r0 = pid * per
@@ -113,6 +127,14 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, weight, out, T, H, eps, status,
         for row in range(r0, r1):
             _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
     tl.store(status + pid, s)
+
+
+# A heap of several nodes: "whole" over the hierarchical all-reduce, linked with the NVSHMEM bitcode.
+@jit(do_not_specialize=["ctx", "T", "eps"], nvshmem=True)
+def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, weight, out, T, H, eps, status, BLOCK_H: tl.constexpr):
+    s = ilt.all_reduce_hierarchical(ctx, x, T * H)
+    s = _norm_after_grid_barrier(s, ctx, x, residual, weight, out, T, H, eps, BLOCK_H)
+    tl.store(status + tl.program_id(0), s)
 
 
 def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
@@ -128,17 +150,25 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     spec = TensorSpec.from_tensor
     sms = torch.cuda.get_device_properties(h.device).multi_processor_count
     p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"), str(h.device),
-             h.world_size, sms, mode)
+             h.world_size, sms, mode, h.multi_node)
     if p.tokens == 0:
         return out, residual
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
+    args = (h.ctx, x, residual, weight, out, p.tokens, p.hidden, float(eps))
+    if h.multi_node:
+        multi = allreduce_rmsnorm_hierarchical_kernel[(p.ctas,)]
+        launch_with_status(
+            "all_reduce_rmsnorm", h, p.ctas,
+            lambda status: multi(*args, status, BLOCK_H=p.block_h, num_warps=p.warps),
+            check, function="symm_all_reduce_hierarchical/symm_grid_barrier")
+        return out, residual
     kernel = allreduce_rmsnorm_kernel[(p.ctas,)]
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
-        lambda status: kernel(h.ctx, x, residual, weight, out, p.tokens, p.hidden, float(eps), status,
-                              WHOLE=p.mode == "whole", BLOCK_H=p.block_h, num_warps=p.warps),
+        lambda status: kernel(*args, status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, num_warps=p.warps),
         check, function="symm_tile_all_reduce" if p.mode == "rows" else "symm_all_reduce/symm_grid_barrier")
     return out, residual
 
 
-__all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "allreduce_rmsnorm_kernel", "plan"]
+__all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "allreduce_rmsnorm_hierarchical_kernel",
+           "allreduce_rmsnorm_kernel", "plan"]

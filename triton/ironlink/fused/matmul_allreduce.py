@@ -10,6 +10,10 @@ all-reduce, which sums in fp32 in rank order: results are bitwise identical on e
 
 Tiles per launch are at most `MAX_TILES`; the tile shape (`tuning.matmul_config`) grows for
 larger outputs to stay within it.
+
+On a heap of several nodes the tile calls have no multi-node version: the kernel computes every
+tile, passes a grid barrier and all-reduces the whole output with `symm_all_reduce_hierarchical`
+(one launch, linked with the NVSHMEM bitcode; communication no longer overlaps the GEMM).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import triton
 import triton.language as tl
 
 from .. import _abi
+from .. import language as il
 from .. import tuning
 from .. import typed as ilt
 from ..jit import jit
@@ -48,6 +53,22 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     return Plan(m, n, k, cfg, max(1, min(tiles, sms)))
 
 
+@triton.jit
+def _product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Computes output tile `t` of a @ b and stores it into `out` [M, N]; returns its first row and
+    column."""
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+    acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M, BLOCK_N, BLOCK_K)
+    rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    return tm * BLOCK_M, tn * BLOCK_N
+
+
 @jit(do_not_specialize=["ctx"])
 def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -55,22 +76,31 @@ def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, strid
     """out [M, N] (heap, contiguous) = all-reduce of a @ b, tile by tile (see the module docs).
     COMMUNICATE=False leaves out the all-reduce: the GEMM alone, for the benchmark."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     worst = pid * 0
-    for t in range(pid, tiles_m * tiles_n, grid):
-        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
-        acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K)
-        rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-        tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+    for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
+        m0, n0 = _product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
         if COMMUNICATE:
-            m0, n0 = tm * BLOCK_M, tn * BLOCK_N
             s = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
                                     tl.minimum(BLOCK_N, N - n0), N, t)
             worst = tl.where(s != 0, s, worst)
     tl.store(status + pid, worst)
+
+
+# A heap of several nodes: every tile first, a grid barrier, then the hierarchical all-reduce of the
+# whole output (the tile calls have no multi-node version); linked with the NVSHMEM bitcode.
+@jit(do_not_specialize=["ctx"], nvshmem=True)
+def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
+                                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                         GROUP_M: tl.constexpr):
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
+        _product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K,
+                      GROUP_M)
+    # Every CTA's tiles visible to every CTA: each all-reduces a slice of the whole output.
+    s = il.symm_grid_barrier(ctx)
+    r = ilt.all_reduce_hierarchical(ctx, out, M * N)
+    tl.store(status + pid, tl.where(s != 0, s, r))
 
 
 def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
@@ -92,14 +122,16 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
         return out
     in_heap(h, "matmul_all_reduce", (out, "out"))
     c = p.config
-    kernel = matmul_allreduce_kernel[(p.ctas,)]
+    kernel, function = ((matmul_allreduce_hierarchical_kernel, "symm_grid_barrier/symm_all_reduce_hierarchical")
+                        if h.multi_node else (matmul_allreduce_kernel, "symm_tile_all_reduce"))
     launch_with_status(
         "matmul_all_reduce", h, p.ctas,
-        lambda status: kernel(h.ctx, a, b, out, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                              status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
-                              num_warps=c.warps, num_stages=c.stages),
-        check, function="symm_tile_all_reduce")
+        lambda status: kernel[(p.ctas,)](h.ctx, a, b, out, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
+                                         b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                                         BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.warps,
+                                         num_stages=c.stages),
+        check, function=function)
     return out
 
 
-__all__ = ["matmul_all_reduce", "matmul_allreduce_kernel", "plan"]
+__all__ = ["matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel", "plan"]
