@@ -95,6 +95,20 @@ def nvshmem_kernel(ctx, dst, src, sig, nbytes, pe, out):
 SIGNATURE = {"ctx": "i64", "dst": "*u8", "src": "*u8", "sig": "*u64", "nbytes": "i64", "pe": "i32", "out": "*i32"}
 
 
+def assert_linked(ptx: str, inlined: tuple[str, ...], local_memory: bool = False) -> None:
+    """`ptx` calls none of `inlined` (inlined), declares no undefined function (every NVSHMEM call
+    resolved), holds NVSHMEM's device state (what nvshmemx_cumodule_init fills in at load: the
+    put path was linked, not optimized away) and, unless `local_memory`, uses no local memory."""
+    for name in inlined:
+        assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{name}\b", ptx), f"{name} was not inlined"
+    unresolved = re.findall(r"^\s*\.extern\s+\.func[^\n]*", ptx, re.MULTILINE)
+    assert not unresolved, f"functions left undefined: {unresolved}"
+    if not local_memory:
+        local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
+        assert not local, "local memory:\n" + "\n".join(local[:10])
+    assert re.search(r"\bnvshmemi_device_state_d\b", ptx)
+
+
 def test_links_inlines_and_uses_no_local_memory(nvshmem_bc: Path) -> None:
     kernel = ironlink.jit(nvshmem_kernel, arch="sm_90", nvshmem=True)
     with pytest.MonkeyPatch.context() as mp:
@@ -105,15 +119,7 @@ def test_links_inlines_and_uses_no_local_memory(nvshmem_bc: Path) -> None:
     k = triton.compile(ASTSource(nvshmem_kernel, SIGNATURE, {}), target=GPUTarget("cuda", 90, 32),
                        options={"extern_libs": tuple(libs.items())})
     assert k.asm["cubin"]
-    ptx = k.asm["ptx"]
-    for name in (*_abi.NVSHMEM_FUNCTIONS, "symm_rank"):
-        assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{name}\b", ptx), f"{name} was not inlined"
-    unresolved = re.findall(r"^\s*\.extern\s+\.func[^\n]*", ptx, re.MULTILINE)
-    assert not unresolved, f"functions left undefined: {unresolved}"
-    local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
-    assert not local, "local memory:\n" + "\n".join(local[:10])
-    # NVSHMEM's device state is in the module: what nvshmemx_cumodule_init fills in at load.
-    assert re.search(r"\bnvshmemi_device_state_d\b", ptx)
+    assert_linked(k.asm["ptx"], (*_abi.NVSHMEM_FUNCTIONS, "symm_rank"))
 
 
 @triton.jit
@@ -127,7 +133,7 @@ HIERARCHICAL = sorted(name for name in _abi.FUNCTIONS if name.endswith("_hierarc
 @pytest.mark.parametrize("name", HIERARCHICAL)
 def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) -> None:
     # In the NVSHMEM bitcode the cross-node exchange is compiled in (the P2P one leaves it out):
-    # it must link against NVSHMEM's put-with-signal and quiet, and inline.
+    # it must link against NVSHMEM's put-with-signal and quiet, inline, and use no local memory.
     kernel = ironlink.jit(call_kernel, arch="sm_90", nvshmem=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
@@ -138,12 +144,7 @@ def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) 
     k = triton.compile(ASTSource(call_kernel, signature, {"FN": getattr(il, name)}),
                        target=GPUTarget("cuda", 90, 32), options={"extern_libs": tuple(libs.items())})
     assert k.asm["cubin"]
-    ptx = k.asm["ptx"]
-    assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{name}\b", ptx), "not inlined"
-    unresolved = re.findall(r"^\s*\.extern\s+\.func[^\n]*", ptx, re.MULTILINE)
-    assert not unresolved, f"functions left undefined: {unresolved}"
-    # NVSHMEM's state is in the module, so the put path was linked in (not optimized away).
-    assert re.search(r"\bnvshmemi_device_state_d\b", ptx)
+    assert_linked(k.asm["ptx"], (name,))
 
 
 # The fused ops' kernels for heaps of several nodes (a grid barrier and the hierarchical all-reduce
@@ -183,14 +184,7 @@ def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path
     k = triton.compile(ASTSource(kernel.fn, signature, constants), target=GPUTarget("cuda", 90, 32),  # type: ignore[attr-defined]
                        options={"extern_libs": tuple(libs.items()), **options})
     assert k.asm["cubin"]
-    ptx = k.asm["ptx"]
-    for fn in ("symm_all_reduce_hierarchical", "symm_grid_barrier"):
-        assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{fn}\b", ptx), f"{fn} was not inlined"
-    unresolved = re.findall(r"^\s*\.extern\s+\.func[^\n]*", ptx, re.MULTILINE)
-    assert not unresolved, f"functions left undefined: {unresolved}"
-    local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
-    assert not local, "local memory:\n" + "\n".join(local[:10])
-    assert re.search(r"\bnvshmemi_device_state_d\b", ptx)
+    assert_linked(k.asm["ptx"], ("symm_all_reduce_hierarchical", "symm_grid_barrier"))
 
 
 def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: Path,

@@ -193,8 +193,12 @@ impl Matrix {
         let mut most = 0;
         for p in 0..self.world {
             let to = div32(p, nodes.size);
-            for n in (0..nodes.count).filter(|&n| n != to) {
-                most = most.max(self.stream_units(nodes, n, p, row_bytes));
+            // A plain `if`, not `.filter()`: LLVM 21 (Triton 3.9) vectorizes the filter's
+            // early-exit search with a stack array, 64 bytes of local memory.
+            for n in 0..nodes.count {
+                if n != to {
+                    most = most.max(self.stream_units(nodes, n, p, row_bytes));
+                }
             }
         }
         most
