@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Iterator
@@ -46,11 +47,16 @@ def _download_wheel() -> Path:
     wheels = sorted(CACHE.glob(f"nvidia_nvshmem_cu13-{PINNED}-*.whl"))
     if not wheels:
         CACHE.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--platform", "manylinux2014_x86_64", "--python-version", "3.9", WHEEL_REQ, "-d", str(CACHE)],
-            capture_output=True, text=True, timeout=600,
-        )
+        # Into a directory of this process's own, then renamed in whole: test processes running
+        # in parallel (pytest -n) may download at once, and none may read a half-written wheel.
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            r = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                 "--platform", "manylinux2014_x86_64", "--python-version", "3.9", WHEEL_REQ, "-d", tmp],
+                capture_output=True, text=True, timeout=600,
+            )
+            for w in Path(tmp).glob("*.whl"):
+                os.replace(w, CACHE / w.name)
         wheels = sorted(CACHE.glob(f"nvidia_nvshmem_cu13-{PINNED}-*.whl"))
         if r.returncode != 0 or not wheels:
             pytest.skip(f"cannot download {WHEEL_REQ} from PyPI (pip said: {r.stderr.strip()[-300:]})")
@@ -62,7 +68,7 @@ def _extract(name: str) -> Path:
     out = CACHE / name
     if not out.is_file():
         with zipfile.ZipFile(_download_wheel()) as z:
-            tmp = out.with_name(name + ".part")
+            tmp = out.with_name(f"{name}.{os.getpid()}.part")  # one per process (pytest -n)
             tmp.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_bytes(z.read(f"{LIB_DIR}/{name}"))
             tmp.rename(out)  # whole or absent: an interrupted extraction is not taken for the file
