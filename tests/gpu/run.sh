@@ -48,7 +48,7 @@
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
 # (seconds per collectives world, default 480: the first world compiles every kernel), IRONLINK_GIT_REV (the
 # revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR, SANITIZE_ARGS (extra
-# compute-sanitizer options; none by default; NCCL's kernels are always left out),
+# compute-sanitizer options; none by default; sanitize_rank.sh says what each tool leaves out),
 # IRONLINK_SANITIZE_TIMEOUT (seconds per sanitized worker run, default 540).
 #
 # Needs python3 with torch and triton, and build/ from a machine with Rust (`make wheel`: the
