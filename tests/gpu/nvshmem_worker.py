@@ -425,9 +425,9 @@ class Nodes(Cases):
             same_on_all_ranks(g)
             if self.h.node_size == 1:
                 assert torch.equal(g, r), f"{op}: differs from the one-node result"
-            else:
-                err = ((g.double() - r.double()).abs() / r.double().abs().clamp_min(1)).max().item()
-                assert err < 3e-2, f"{op}: relative error {err} against the one-node result"
+            else:  # node partials rounded to bf16: errors of a few ulps of the partials' size
+                err = ((g.double() - r.double()).abs().max() / r.double().abs().max().clamp_min(1e-30)).item()
+                assert err < 2e-2, f"{op}: max error {err} of the one-node result's largest value"
         self.h.check()
 
     def other_nodes_refused(self) -> None:
