@@ -43,6 +43,7 @@
 #   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --profile")
 #   --minutes M        how long the soak runs (default 5)
 #   --seed S           the soak's seed (default 20)
+#   --soak-nodes       the soak adds a heap of simulated nodes over NVSHMEM (tests/gpu/soak.py --nodes)
 #   --tools "T..."     sanitize: compute-sanitizer tools (default "memcheck racecheck synccheck initcheck")
 #   --suites "S..."    sanitize: workers to sanitize (default "collectives ops fusion")
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
@@ -56,7 +57,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args="" minutes=5 seed=20
+parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args="" minutes=5 seed=20 soak_nodes=""
 tools="memcheck racecheck synccheck initcheck" suites="collectives ops fusion"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -68,6 +69,7 @@ while [ $# -gt 0 ]; do
     --moe-args) moe_args=$2; shift 2 ;;
     --minutes) minutes=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --soak-nodes) soak_nodes=--nodes; shift ;;
     --tools) tools=$2; shift 2 ;;
     --suites) suites=$2; shift 2 ;;
     reliability) parts+=(misuse killed-rank soak sanitize); shift ;;
@@ -192,7 +194,7 @@ for part in "${parts[@]}"; do
     soak)
       limit=$(awk -v m="$minutes" 'BEGIN {print int(m * 60 + 600)}')  # compiling and checking on top
       timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/soak.py --minutes "$minutes" \
-        --seed "$seed" --json "$OUT/soak.json" > "$log" 2>&1; r=$?
+        --seed "$seed" --json "$OUT/soak.json" $soak_nodes > "$log" 2>&1; r=$?
       grep -E "^soak|^MISMATCH|FAILED" "$log" | head -25; [ $r -eq 0 ] || fail soak "$log" ;;
     sanitize)
       command -v compute-sanitizer > /dev/null || { echo "sanitize: compute-sanitizer not found"; rc=1; continue; }

@@ -13,6 +13,10 @@ dtype and is compared bitwise with a float64 reference built from all ranks' inp
 all_gather); outputs are poisoned with NaN first. After each batch: the device statuses and
 `heap.check()`. Rank 0 prints `soak: N calls in M min, seed S, K mismatches` and writes a JSON
 summary ($OUT/soak.json unless --json); the exit status is non-zero on any mismatch or error.
+
+--nodes adds a fourth heap where torch has NVSHMEM: `backend="nvshmem"` as simulated nodes of
+world // 2 ranks, on which the batches run the host-level ops only (their hierarchical versions;
+compiled at their first launch, so the first such batches are slow).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ except ImportError:  # the CPU machines have no torch
 
 OPS = ("SUM", "MAX", "MIN", "PROD", "AVG")
 HEAP_BYTES = (160 << 20, 96 << 20, 64 << 20)  # three heaps: calls alternate between them
+NODES_HEAP_BYTES = 96 << 20  # --nodes: the heap of simulated nodes
 MAX_ELEMENTS = 2 << 20  # per call: at most 16 MiB of heap (all_to_all's input and output in fp32)
 CALL_HEAP_BYTES = 20 << 20  # a batch adds calls while the heap has this much free (it starts empty)
 GRIDS = (1, 2, 3, 7, 16, 32, 64, 100, 132)
@@ -162,13 +167,14 @@ class Soak:
     # --- one call: allocate, launch (no sync), return a check to run after the batch ----------
     def call(self, heap: Any, status: Any) -> tuple[str, Callable[[], None], list[Any]]:
         rng, w, r = self.rng, self.world, self.rank
-        kind = rng.choice(HOST_KINDS + DEVICE_KINDS)
+        # A heap of several nodes: the host ops only (the device kernels here are one-node ones).
+        kind = rng.choice(HOST_KINDS if heap.multi_node else HOST_KINDS + DEVICE_KINDS)
         dtype = rng.choice(self.dtypes)
         n = max(1, int(2 ** rng.uniform(0, 22)) // (w if kind in ("all_gather", "reduce_scatter", "dev_all_to_all") else 1))
         n = min(n, MAX_ELEMENTS // w)
         op = rng.choice(OPS)
         grid, warps, root, in_place = rng.choice(GRIDS), rng.choice(WARPS), rng.randrange(w), rng.random() < 0.5
-        label = f"{kind} {str(dtype)[6:]} n={n}"
+        label = f"{kind}{'@nodes' if heap.multi_node else ''} {str(dtype)[6:]} n={n}"  # counted apart
         il, abi = self.il, self.abi
         dt = self.k.DT[dtype]
         bufs: list[Any] = []
@@ -300,6 +306,7 @@ def main() -> int:
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=20)
     p.add_argument("--json", default=os.path.join(os.environ.get("OUT", "build/gpu-out"), "soak.json"))
+    p.add_argument("--nodes", action="store_true", help="add a heap of simulated nodes over NVSHMEM (see above)")
     args = p.parse_args()
     if args.minutes <= 0:
         p.error(f"--minutes must be positive, got {args.minutes}")
@@ -323,6 +330,15 @@ def main() -> int:
     if rank == 0:
         print(f"soak: compiled {n} kernel variants ahead on rank 0 in {seconds:.0f} s", flush=True)
     heaps = [ironlink.SymmetricHeap(b) for b in HEAP_BYTES]
+    node_size = None
+    if args.nodes:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        if world < 2 or not symm_mem.is_nvshmem_available():
+            print("soak: --nodes skipped (needs 2 ranks and torch's NVSHMEM)", flush=True)
+        else:
+            node_size = world // 2
+            heaps.append(ironlink.SymmetricHeap(NODES_HEAP_BYTES, backend="nvshmem", node_size=node_size))
     soak = Soak(heaps, args.seed)
     t0, error = time.time(), ""
     go = torch.ones(1, device="cuda")
@@ -365,7 +381,8 @@ def main() -> int:
         summary = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_rev": git_rev(),
                    "seed": args.seed, "world": world, "minutes": round(minutes, 2), "calls": soak.calls,
                    "calls_by_kind": soak.by_kind, "mismatches": total, "first_mismatches_rank0": soak.mismatches[:20],
-                   "heap_bytes": HEAP_BYTES, "gpu": torch.cuda.get_device_name()}
+                   "heap_bytes": HEAP_BYTES, "nodes_heap_node_size": node_size,
+                   "gpu": torch.cuda.get_device_name()}
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
