@@ -19,6 +19,8 @@ import pytest
 import ironlink
 from ironlink import _abi, ops, tuning
 from ironlink import variable_all_to_all as a2av
+from ironlink.fused import allreduce_rmsnorm as arn
+from ironlink.fused import matmul_allreduce as mar
 from ironlink.errors import IronlinkError
 from ironlink.ops import Plan, TensorSpec
 
@@ -299,9 +301,13 @@ def test_committed_tuning_matches_its_benchmark() -> None:
 class _FakeTensor:
     """The few torch.Tensor methods ironlink.ops calls."""
 
-    def __init__(self, n: int, dtype: str = "bfloat16", ptr: int = 0x10000, contiguous: bool = True) -> None:
-        self.shape, self.dtype, self.ptr, self.contiguous = (n,), f"torch.{dtype}", ptr, contiguous
+    def __init__(self, n: int, dtype: str = "bfloat16", ptr: int = 0x10000, contiguous: bool = True,
+                 shape: tuple[int, ...] = ()) -> None:
+        self.shape, self.dtype, self.ptr, self.contiguous = shape or (n,), f"torch.{dtype}", ptr, contiguous
         self.device, self.values = DEV, [0] * n
+
+    def stride(self, dim: int) -> int:  # row-major
+        return 1 if dim == len(self.shape) - 1 else self.shape[-1]
 
     def element_size(self) -> int:
         return 4 if self.dtype.endswith(("float32", "int32")) else 2
@@ -365,6 +371,10 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
             monkeypatch.setattr(ops, f"_{variant}_kernel", Kernel(variant))
     for variant in ("all_to_all_v", "all_to_all_v_hierarchical"):
         monkeypatch.setattr(a2av, f"_{variant}_kernel", Kernel(variant))
+    for module, name in ((arn, "allreduce_rmsnorm"), (mar, "matmul_allreduce")):
+        for variant in (name, f"{name}_hierarchical"):
+            monkeypatch.setattr(module, f"{variant}_kernel", Kernel(variant))
+    torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(multi_processor_count=132)
     torch.launches = launches  # type: ignore[attr-defined]
     return torch
 
@@ -450,6 +460,27 @@ def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake
                                             r"reduce_scatter run"):
         ops.launch_with_status("matmul_reduce_scatter", heap, 1, lambda status: None, False)
     assert len(fake_torch.launches) == 4  # refused before any launch
+
+
+@pytest.mark.parametrize("node_size", [8, 2])
+def test_fused_ops_take_the_hierarchical_kernels_on_several_nodes(fake_torch: Any, node_size: int) -> None:
+    t, h = 4, 4096
+    x, res, out = (_FakeTensor(t * h, ptr=p, shape=(t, h)) for p in (0x100000, 0x200000, 0x300000))
+    w = _FakeTensor(h, ptr=0x400000)
+    a, b = _FakeTensor(64 * 512, ptr=0x500000, shape=(64, 512)), _FakeTensor(512 * 256, ptr=0x600000, shape=(512, 256))
+    c = _FakeTensor(64 * 256, ptr=0x700000, shape=(64, 256))
+    heap = _Heap(x, c)
+    heap.node_size = node_size  # 8: one node of 8; 2: four nodes of 2
+    ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap)
+    ironlink.matmul_all_reduce(a, b, out=c, heap=heap)
+    several = node_size < heap.world_size
+    suffix = "_hierarchical" if several else ""
+    assert [k for k, *_ in fake_torch.launches] == [f"allreduce_rmsnorm{suffix}", f"matmul_allreduce{suffix}"]
+    rms_kw = fake_torch.launches[0][3]
+    assert ("WHOLE" not in rms_kw) == several  # several nodes: "whole" is the kernel, not a mode
+    if several:
+        with pytest.raises(ValueError, match="mode 'rows' uses the tile calls"):
+            ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap, mode="rows")
 
 
 def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
