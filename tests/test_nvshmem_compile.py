@@ -29,7 +29,9 @@ from triton.compiler import ASTSource
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _lib, _nvshmem
+from ironlink import _abi, _lib, _nvshmem, tuning
+from ironlink.fused.allreduce_rmsnorm import allreduce_rmsnorm_hierarchical_kernel
+from ironlink.fused.matmul_allreduce import matmul_allreduce_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,25 +164,19 @@ _MATMUL = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32",
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
 
 
-def _fused_cases() -> dict[str, tuple[object, dict[str, str], dict[str, object]]]:
-    from ironlink import tuning
-    from ironlink.fused.allreduce_rmsnorm import allreduce_rmsnorm_hierarchical_kernel
-    from ironlink.fused.matmul_allreduce import matmul_allreduce_hierarchical_kernel
-
-    cases: dict[str, tuple[object, dict[str, str], dict[str, object]]] = {
-        "allreduce_rmsnorm": (allreduce_rmsnorm_hierarchical_kernel, _RMSNORM, {"BLOCK_H": 8192, "num_warps": 16})}
-    for m in (16, 4096):
-        c = tuning.matmul_config(m, 8192, 2048, 4)
-        cases[f"matmul_allreduce_m{m}"] = (
-            matmul_allreduce_hierarchical_kernel, _MATMUL,
-            {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m,
-             "num_warps": c.warps, "num_stages": c.stages})
-    return cases
+FUSED: dict[str, tuple[object, dict[str, str], dict[str, object]]] = {
+    "allreduce_rmsnorm": (allreduce_rmsnorm_hierarchical_kernel, _RMSNORM, {"BLOCK_H": 8192, "num_warps": 16})}
+for _m in (16, 4096):
+    _c = tuning.matmul_config(_m, 8192, 2048, 4)
+    FUSED[f"matmul_allreduce_m{_m}"] = (
+        matmul_allreduce_hierarchical_kernel, _MATMUL,
+        {"BLOCK_M": _c.block_m, "BLOCK_N": _c.block_n, "BLOCK_K": _c.block_k, "GROUP_M": _c.group_m,
+         "num_warps": _c.warps, "num_stages": _c.stages})
 
 
-@pytest.mark.parametrize("name", ["allreduce_rmsnorm", "matmul_allreduce_m16", "matmul_allreduce_m4096"])
+@pytest.mark.parametrize("name", list(FUSED))
 def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path) -> None:
-    kernel, signature, given = _fused_cases()[name]
+    kernel, signature, given = FUSED[name]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
         libs = ironlink.jit(kernel.fn, arch="sm_90", nvshmem=True).extern_libs()  # type: ignore[attr-defined]

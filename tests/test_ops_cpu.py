@@ -433,14 +433,9 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
     assert len(fake_torch.launches) == 4
 
 
-def _int64(t: "_FakeTensor") -> "_FakeTensor":
-    t.dtype = "torch.int64"
-    return t
-
-
 def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake_torch: Any) -> None:
     x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
-    counts = _FakeTensor(8, ptr=0x90000)
+    counts = _FakeTensor(8, "int64", ptr=0x90000)
     heap = _Heap(x, out, counts)
     heap.node_size = 2  # 8 ranks as 4 nodes of 2
     recv_counts, recv_offsets = _FakeTensor(8, "int64", ptr=0x91000), _FakeTensor(8, "int64", ptr=0x92000)
@@ -448,7 +443,7 @@ def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake
     ironlink.all_reduce(x, heap=heap)
     ironlink.all_gather(out, x, heap=heap)
     ironlink.reduce_scatter(x, out, heap=heap)
-    ironlink.all_to_all_v(x, _int64(counts), out, recv_counts, recv_offsets, heap=heap)
+    ironlink.all_to_all_v(x, counts, out, recv_counts, recv_offsets, heap=heap)
     assert [k for k, *_ in fake_torch.launches] == [
         "all_reduce_hierarchical", "all_gather_hierarchical", "reduce_scatter_hierarchical",
         "all_to_all_v_hierarchical"]

@@ -215,9 +215,7 @@ class Suite(Cases):
         self.both([out], call)
 
     def moe(self, tokens: int, skewed: bool, fp8: bool) -> None:
-        results = [moe_layer(h, tokens, skewed, 3, fp8) for h in (self.nv, self.p2p)]
-        for i, (a, b) in enumerate(zip(*results)):
-            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"MoE output {i}: NVSHMEM heap differs"
+        same_moe_layer(self.nv, self.p2p, tokens, skewed, 3, fp8)
 
     def cuda_graph(self, n: int) -> None:
         """An all-reduce captured once and replayed over changing data, on both heaps."""
@@ -388,10 +386,7 @@ class Nodes(Cases):
     def moe(self, tokens: int, skewed: bool, fp8: bool) -> None:
         """MoeExchange across nodes (its exchanges are the hierarchical all_to_all_v): every output
         bitwise that of the same layer on a one-node P2P heap."""
-        got = moe_layer(self.h, tokens, skewed, 5, fp8)
-        want = moe_layer(self.p2p, tokens, skewed, 5, fp8)
-        for i, (a, b) in enumerate(zip(got, want)):
-            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"MoE output {i} differs across nodes"
+        same_moe_layer(self.h, self.p2p, tokens, skewed, 5, fp8)
 
     def fused(self, op: str, size: int) -> None:
         """all_reduce_rmsnorm ([size, 4096]) or matmul_all_reduce (M = size) across nodes: their
@@ -473,6 +468,13 @@ def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False
         return [t.clone() for t in got + [counts, offsets, out]]
     finally:
         moe.close()
+
+
+def same_moe_layer(heap: Any, ref: Any, tokens: int, skewed: bool, seed: int, fp8: bool) -> None:
+    """`moe_layer` on `heap` equals it on the P2P heap `ref`, every output bit for bit."""
+    got, want = (moe_layer(h, tokens, skewed, seed, fp8) for h in (heap, ref))
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"MoE output {i} differs from the P2P heap's"
 
 
 def launch_ok(kernel: Any, ctas: int, warps: int, *args: Any) -> None:

@@ -154,19 +154,17 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     if p.tokens == 0:
         return out, residual
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
-    args = (h.ctx, x, residual, weight, out, p.tokens, p.hidden, float(eps))
-    if h.multi_node:
-        multi = allreduce_rmsnorm_hierarchical_kernel[(p.ctas,)]
-        launch_with_status(
-            "all_reduce_rmsnorm", h, p.ctas,
-            lambda status: multi(*args, status, BLOCK_H=p.block_h, num_warps=p.warps),
-            check, function="symm_all_reduce_hierarchical/symm_grid_barrier")
-        return out, residual
-    kernel = allreduce_rmsnorm_kernel[(p.ctas,)]
+    if h.multi_node:  # "whole" is the kernel itself
+        kernel, modes, function = (allreduce_rmsnorm_hierarchical_kernel, {},
+                                   "symm_all_reduce_hierarchical/symm_grid_barrier")
+    else:
+        kernel, modes = allreduce_rmsnorm_kernel, {"WHOLE": p.mode == "whole"}
+        function = "symm_tile_all_reduce" if p.mode == "rows" else "symm_all_reduce/symm_grid_barrier"
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
-        lambda status: kernel(*args, status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, num_warps=p.warps),
-        check, function="symm_tile_all_reduce" if p.mode == "rows" else "symm_all_reduce/symm_grid_barrier")
+        lambda status: kernel[(p.ctas,)](h.ctx, x, residual, weight, out, p.tokens, p.hidden, float(eps), status,
+                                         **modes, BLOCK_H=p.block_h, num_warps=p.warps),
+        check, function=function)
     return out, residual
 
 
