@@ -30,8 +30,12 @@ from triton.compiler import ASTSource
 import ironlink
 import ironlink.language as il
 from ironlink import _abi, _lib, _nvshmem, tuning
+from ironlink.fused import allgather_matmul as agm
+from ironlink.fused import matmul_reducescatter as mrs
+from ironlink.fused.allgather_matmul import allgather_matmul_hierarchical_kernel
 from ironlink.fused.allreduce_rmsnorm import allreduce_rmsnorm_hierarchical_kernel
 from ironlink.fused.matmul_allreduce import matmul_allreduce_hierarchical_kernel
+from ironlink.fused.matmul_reducescatter import matmul_reducescatter_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,28 +159,49 @@ def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) 
     assert_linked(k.asm["ptx"], (name,))
 
 
-# The fused ops' kernels for heaps of several nodes (a grid barrier and the hierarchical all-reduce
-# inside a producer): linked the same way, inlined, no local memory.
+# The fused ops' kernels for heaps of several nodes (a grid barrier and a hierarchical collective
+# next to a producer): linked the same way, inlined, no local memory.
 _RMSNORM = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "weight": "*bf16", "out": "*bf16", "T": "i32", "H": "i32",
             "eps": "fp32", "status": "*i32", "BLOCK_H": "constexpr"}
+_GEMM = {"BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
 _MATMUL = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
            "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
-           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr"}
+           **_GEMM, "GROUP_M": "constexpr"}
+_GATHER_MATMUL = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32",
+                  "N": "i32", "K": "i32", "stride_sm": "i32", "stride_sk": "i32", "stride_bk": "i32", "stride_bn": "i32",
+                  "status": "*i32", **_GEMM, "COPY_COLS": "constexpr", "WORLD": "constexpr"}
+_MATMUL_SCATTER = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "M": "i32", "N": "i32",
+                   "K": "i32", "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32",
+                   "stride_om": "i32", "stride_on": "i32", "status": "*i32", **_GEMM, "GROUP_M": "constexpr",
+                   "WORLD": "constexpr", "COPY_COLS": "constexpr"}
 
 
-FUSED: dict[str, tuple[object, dict[str, str], dict[str, object]]] = {
-    "allreduce_rmsnorm": (allreduce_rmsnorm_hierarchical_kernel, _RMSNORM, {"BLOCK_H": 8192, "num_warps": 16})}
+def _tiles(m: int) -> dict[str, object]:
+    c = tuning.matmul_config(m, 8192, 2048, 4)
+    return {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "num_warps": c.warps,
+            "num_stages": c.stages}
+
+
+# name -> (kernel, signature, constants and launch options, the ironlink functions it must link)
+FUSED: dict[str, tuple[object, dict[str, str], dict[str, object], tuple[str, ...]]] = {
+    "allreduce_rmsnorm": (allreduce_rmsnorm_hierarchical_kernel, _RMSNORM, {"BLOCK_H": 8192, "num_warps": 16},
+                          ("symm_all_reduce_hierarchical", "symm_grid_barrier"))}
 for _m in (16, 4096):
-    _c = tuning.matmul_config(_m, 8192, 2048, 4)
-    FUSED[f"matmul_allreduce_m{_m}"] = (
-        matmul_allreduce_hierarchical_kernel, _MATMUL,
-        {"BLOCK_M": _c.block_m, "BLOCK_N": _c.block_n, "BLOCK_K": _c.block_k, "GROUP_M": _c.group_m,
-         "num_warps": _c.warps, "num_stages": _c.stages})
+    _group = {"GROUP_M": tuning.matmul_config(_m, 8192, 2048, 4).group_m}
+    FUSED[f"matmul_allreduce_m{_m}"] = (matmul_allreduce_hierarchical_kernel, _MATMUL, {**_tiles(_m), **_group},
+                                        ("symm_all_reduce_hierarchical", "symm_grid_barrier"))
+    FUSED[f"allgather_matmul_m{_m}"] = (
+        allgather_matmul_hierarchical_kernel, _GATHER_MATMUL, {**_tiles(_m), "COPY_COLS": agm.COPY_COLS, "WORLD": 4},
+        ("symm_all_gather_hierarchical", "symm_grid_barrier", "symm_rank"))
+    FUSED[f"matmul_reducescatter_m{_m}"] = (
+        matmul_reducescatter_hierarchical_kernel, _MATMUL_SCATTER,
+        {**_tiles(_m), **_group, "WORLD": 4, "COPY_COLS": mrs.COPY_COLS},
+        ("symm_reduce_scatter_hierarchical", "symm_grid_barrier", "symm_rank"))
 
 
 @pytest.mark.parametrize("name", list(FUSED))
 def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path) -> None:
-    kernel, signature, given = FUSED[name]
+    kernel, signature, given, functions = FUSED[name]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
         libs = ironlink.jit(kernel.fn, arch="sm_90", nvshmem=True).extern_libs()  # type: ignore[attr-defined]
@@ -186,7 +211,7 @@ def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path
     k = triton.compile(ASTSource(kernel.fn, signature, constants), target=GPUTarget("cuda", 90, 32),  # type: ignore[attr-defined]
                        options={"extern_libs": tuple(libs.items()), **options})
     assert k.asm["cubin"]
-    assert_linked(k.asm["ptx"], ("symm_all_reduce_hierarchical", "symm_grid_barrier"))
+    assert_linked(k.asm["ptx"], functions)
 
 
 def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: Path,

@@ -19,8 +19,10 @@ import pytest
 import ironlink
 from ironlink import _abi, ops, tuning
 from ironlink import variable_all_to_all as a2av
+from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import matmul_allreduce as mar
+from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.errors import IronlinkError
 from ironlink.ops import Plan, TensorSpec
 
@@ -319,12 +321,15 @@ class _FakeTensor:
         return self.ptr
 
     def __getitem__(self, s: slice) -> "_FakeTensor":
-        t = _FakeTensor(0)
+        t = _FakeTensor(0, ptr=self.ptr)  # s starts at 0 wherever ironlink slices
         t.values = self.values[s]
         return t
 
     def tolist(self) -> list[int]:
         return self.values
+
+    def view(self, dtype: str) -> "_FakeTensor":  # a workspace's bytes as `dtype`: the same memory
+        return self
 
 
 class _Stream:
@@ -371,7 +376,8 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
             monkeypatch.setattr(ops, f"_{variant}_kernel", Kernel(variant))
     for variant in ("all_to_all_v", "all_to_all_v_hierarchical"):
         monkeypatch.setattr(a2av, f"_{variant}_kernel", Kernel(variant))
-    for module, name in ((arn, "allreduce_rmsnorm"), (mar, "matmul_allreduce")):
+    for module, name in ((arn, "allreduce_rmsnorm"), (mar, "matmul_allreduce"), (agm, "allgather_matmul"),
+                         (mrs, "matmul_reducescatter")):
         for variant in (name, f"{name}_hierarchical"):
             monkeypatch.setattr(module, f"{variant}_kernel", Kernel(variant))
     torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(multi_processor_count=132)
@@ -409,6 +415,9 @@ class _Heap:
         if id(t) not in self.mine:
             raise IronlinkError(f"{what}: not in this heap")
         return 0, 0
+
+    def workspace(self, name: str, nbytes: int) -> _FakeTensor:
+        return _FakeTensor(nbytes, "uint8", ptr=0xF000000)
 
 
 def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
@@ -448,12 +457,13 @@ def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake
         "all_reduce_hierarchical", "all_gather_hierarchical", "reduce_scatter_hierarchical",
         "all_to_all_v_hierarchical"]
     assert ops.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v",
-                                  "all_reduce_rmsnorm", "matmul_all_reduce"}
-    with pytest.raises(IronlinkError, match=r"ironlink.matmul_reduce_scatter has no multi-node version yet; this "
-                                            r"heap spans 4 nodes of 2 ranks, where all_gather, all_reduce, "
+                                  "all_reduce_rmsnorm", "matmul_all_reduce", "all_gather_matmul",
+                                  "matmul_reduce_scatter"}
+    with pytest.raises(IronlinkError, match=r"ironlink.barrier has no multi-node version yet; this heap spans 4 "
+                                            r"nodes of 2 ranks, where all_gather, all_gather_matmul, all_reduce, "
                                             r"all_reduce_rmsnorm, all_to_all_v, matmul_all_reduce, "
-                                            r"reduce_scatter run"):
-        ops.launch_with_status("matmul_reduce_scatter", heap, 1, lambda status: None, False)
+                                            r"matmul_reduce_scatter, reduce_scatter run"):
+        ops.launch_with_status("barrier", heap, 1, lambda status: None, False)
     assert len(fake_torch.launches) == 4  # refused before any launch
 
 
@@ -464,13 +474,23 @@ def test_fused_ops_take_the_hierarchical_kernels_on_several_nodes(fake_torch: An
     w = _FakeTensor(h, ptr=0x400000)
     a, b = _FakeTensor(64 * 512, ptr=0x500000, shape=(64, 512)), _FakeTensor(512 * 256, ptr=0x600000, shape=(512, 256))
     c = _FakeTensor(64 * 256, ptr=0x700000, shape=(64, 256))
-    heap = _Heap(x, c)
+    a_full = _FakeTensor(8 * 64 * 512, ptr=0x800000, shape=(8 * 64, 512))
+    gathered_out = _FakeTensor(8 * 64 * 256, ptr=0x900000, shape=(8 * 64, 256))
+    scattered = _FakeTensor(8 * 256, ptr=0xA00000, shape=(8, 256))
+    heap = _Heap(x, c, a_full)
     heap.node_size = node_size  # 8: one node of 8; 2: four nodes of 2
     ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap)
     ironlink.matmul_all_reduce(a, b, out=c, heap=heap)
+    ironlink.all_gather_matmul(a, b, heap, a_full=a_full, out=gathered_out, method="kernel")
+    ironlink.matmul_reduce_scatter(a, b, heap, out=scattered, method="kernel")
     several = node_size < heap.world_size
     suffix = "_hierarchical" if several else ""
-    assert [k for k, *_ in fake_torch.launches] == [f"allreduce_rmsnorm{suffix}", f"matmul_allreduce{suffix}"]
+    assert [k for k, *_ in fake_torch.launches] == [f"allreduce_rmsnorm{suffix}", f"matmul_allreduce{suffix}",
+                                                    f"allgather_matmul{suffix}", f"matmul_reducescatter{suffix}"]
+    if several:  # the reduce-scatter runs in place in a workspace of the whole product, then to `out`
+        rs_args, rs_kw = fake_torch.launches[3][2:]
+        assert rs_args[3] is scattered and rs_args[4].ptr == 0xF000000  # out, the workspace
+        assert rs_args[5:8] == (64, 256, 512) and rs_kw["WORLD"] == 8  # M, N, K: the whole product
     rms_kw = fake_torch.launches[0][3]
     assert ("WHOLE" not in rms_kw) == several  # several nodes: "whole" is the kernel, not a mode
     if several:

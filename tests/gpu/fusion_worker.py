@@ -14,14 +14,19 @@
   launches back to back) against a
   float64 reference within the dtype's tolerance, bitwise equal on all ranks, eager and replayed
   in a CUDA graph, at shapes that are not multiples of the tile.
+- The fused ops' kernels for heaps of several nodes (grid barriers around a hierarchical
+  collective), relinked with the P2P bitcode and run on this one-node heap as if it spanned
+  several (`as_several_nodes`): their own logic checked the same way on any GPUs, without NVSHMEM
+  (tests/gpu/nvshmem_worker.py runs them across simulated nodes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -29,6 +34,7 @@ import triton.language as tl
 
 import ironlink
 from ironlink import _abi, tuning
+from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES
 
 from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
@@ -339,6 +345,72 @@ class Suite:
             self.heap.free(x)
 
 
+class SeveralNodesView:
+    """A one-node heap that says it spans several nodes: the fused ops take their hierarchical
+    kernels on it. Everything else is the heap's own."""
+
+    multi_node = True
+
+    def __init__(self, heap: ironlink.SymmetricHeap) -> None:
+        self._heap = heap
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._heap, name)
+
+
+HIERARCHICAL_KERNELS = ((allreduce_rmsnorm, "allreduce_rmsnorm_hierarchical_kernel"),
+                        (matmul_allreduce, "matmul_allreduce_hierarchical_kernel"),
+                        (allgather_matmul, "allgather_matmul_hierarchical_kernel"),
+                        (matmul_reducescatter, "matmul_reducescatter_hierarchical_kernel"))
+
+
+@contextlib.contextmanager
+def as_several_nodes(s: Suite) -> Iterator[Suite]:
+    """A Suite over `SeveralNodesView(s.heap)`, with the fused ops' hierarchical kernels linked
+    with the P2P bitcode instead of the NVSHMEM one: on one node their hierarchical collectives
+    are the node-local part alone, which the P2P bitcode serves (no NVSHMEM needed)."""
+    saved = [(module, name, getattr(module, name)) for module, name in HIERARCHICAL_KERNELS]
+    for module, name, kernel in saved:
+        setattr(module, name, ironlink.jit(kernel.fn))
+    view = Suite(s.heap)
+    view.heap = SeveralNodesView(s.heap)  # type: ignore[assignment]
+    try:
+        yield view
+    finally:
+        for module, name, kernel in saved:
+            setattr(module, name, kernel)
+
+
+def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:
+    """The fused ops by their kernels for several nodes (`as_several_nodes`), checked as above."""
+    dtype = torch.bfloat16
+    with as_several_nodes(s) as v:
+        for tokens, hidden in small(((1, 8192), (33, 8192), (300, 5120)), ((1, 8192), (33, 8192))):
+            cases.run(f"several-node kernel: all_reduce_rmsnorm {tokens}x{hidden}",
+                      lambda: v.rmsnorm(tokens, hidden, dtype, None, graph=False))
+        cases.run("several-node kernel: all_reduce_rmsnorm in a CUDA graph",
+                  lambda: v.rmsnorm(32, 8192, dtype, None, graph=True))
+        for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)), ((100, 1000, 300),)):
+            cases.run(f"several-node kernel: matmul_all_reduce {m}x{n}x{k}",
+                      lambda: v.matmul(m, n, k, dtype, graph=False))
+            cases.run(f"several-node kernel: matmul_reduce_scatter {m * world}x{n}x{k}",
+                      lambda: v.matmul_scatter(m * world, n, k, dtype, False, "kernel"))
+            cases.run(f"several-node kernel: all_gather_matmul {m}x{n}x{k}",
+                      lambda: v.gather_matmul(m, n, k, dtype, False, "kernel"))
+        cases.run("several-node kernel: matmul_all_reduce 8 launches back to back",
+                  lambda: v.matmul(100, 1000, 300, dtype, graph=False, launches=8))
+        cases.run("several-node kernel: matmul_reduce_scatter 8 launches back to back",
+                  lambda: v.matmul_scatter(100 * world, 1000, 300, dtype, False, "kernel", launches=8))
+        cases.run("several-node kernel: all_gather_matmul 8 launches back to back",
+                  lambda: v.gather_matmul(100, 1000, 300, dtype, False, "kernel", launches=8))
+        cases.run("several-node kernel: matmul_all_reduce in a CUDA graph",
+                  lambda: v.matmul(200, 4096, 512, dtype, graph=True))
+        cases.run("several-node kernel: matmul_reduce_scatter in a CUDA graph",
+                  lambda: v.matmul_scatter(200 * world, 4096, 512, dtype, True, "kernel"))
+        cases.run("several-node kernel: all_gather_matmul in a CUDA graph",
+                  lambda: v.gather_matmul(200, 4096, 512, dtype, True, "kernel"))
+
+
 def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str) -> None:
     """all_gather_matmul and matmul_reduce_scatter by `method`: odd shapes, back to back, graphs."""
     for m, n, k in small(((16 * world, 8192, 512), (100 * world, 1000, 300), (1030 * world, 2050, 1024)),
@@ -401,6 +473,7 @@ def main() -> int:
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))
+    hierarchical_cases(cases, s, world)
     heap.close()
     code = cases.report("fusion", world, t0)
     dist.destroy_process_group()

@@ -17,7 +17,8 @@ capacity), broadcast and reduce (kernels of their own for all-to-all, broadcast 
 exactly torch.distributed's; 1000 hierarchical barriers and signals to every rank return OK;
 MoeExchange (bf16 and fp8, uniform and skewed) bitwise the same layer's on a one-node P2P heap;
 all_reduce_rmsnorm and matmul_all_reduce against the same ops on that heap (bitwise with nodes
-of one rank); other nodes' peer tensors are refused.
+of one rank); all_gather_matmul and matmul_reduce_scatter by their "kernel" and "collective"
+methods against the same on that heap; other nodes' peer tensors are refused.
 """
 
 from __future__ import annotations
@@ -425,6 +426,42 @@ class Nodes(Cases):
                 assert err < 2e-2, f"{op}: max error {err} of the one-node result's largest value"
         self.h.check()
 
+    def sequence_parallel(self, op: str, m: int, method: str) -> None:
+        """all_gather_matmul (a_shard [m, 512]) or matmul_reduce_scatter (a [world * m, 512]) across
+        nodes by `method` ("kernel": grid barriers around the hierarchical collective in one
+        kernel; "collective": the hierarchical host op and a cuBLAS GEMM), against the same op by
+        the same method on a one-node P2P heap: a_full and the gathered product bitwise (the same
+        GEMM of the same rows) and the same on every rank; the scattered sums within bf16 rounding
+        of the node partials."""
+        torch.manual_seed(91)  # b: the same on every rank, so the gathered product is replicated
+        b = Suite.data(512 * 768, torch.bfloat16).view(512, 768)
+        torch.manual_seed(92 + self.rank)
+        if op == "gather":
+            a = Suite.data(m * 512, torch.bfloat16).view(m, 512)
+
+            def run(h: Any) -> list[Any]:
+                a_full = h.empty((self.world * m, 512), torch.bfloat16)
+                try:
+                    full, out = ironlink.all_gather_matmul(a, b, h, a_full=a_full, method=method, check=True)
+                    return [full.clone(), out]
+                finally:
+                    h.free(a_full)
+        else:
+            a = Suite.data(self.world * m * 512, torch.bfloat16).view(self.world * m, 512)
+
+            def run(h: Any) -> list[Any]:
+                return [ironlink.matmul_reduce_scatter(a, b, h, method=method, check=True)]
+        got, want = run(self.h), run(self.p2p)
+        if op == "gather":
+            assert torch.equal(got[0], want[0]), "a_full differs from the one-node gather"
+            assert torch.equal(got[1], want[1]), "the product differs from the one-node op's"
+            same_on_all_ranks(got[1])
+        else:
+            g, r = got[0].double(), want[0].double()
+            err = ((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
+            assert err < 2e-2, f"max error {err} of the one-node result's largest value"
+        self.h.check()
+
     def other_nodes_refused(self) -> None:
         x = self.h.empty((64 * self.world,), torch.float32)
         try:
@@ -538,6 +575,12 @@ def simulated_nodes(t0: float) -> int:
         s.run(f"nodes: all_reduce_rmsnorm {tokens}x4096", lambda: s.fused("rmsnorm", tokens))
     for m in small((16, 1000), (16,)):
         s.run(f"nodes: matmul_all_reduce M={m}", lambda: s.fused("matmul", m))
+    for op in ("gather", "scatter"):
+        for method in ("kernel", "collective"):
+            for m in small((16, 1000), (16,)):
+                name = "all_gather_matmul" if op == "gather" else "matmul_reduce_scatter"
+                s.run(f"nodes: {name} ({method}) {m} rows per rank",
+                      lambda: s.sequence_parallel(op, m, method))
     s.run("nodes: other nodes' peer tensors are refused", s.other_nodes_refused)
     s.run("nodes: heap.check() is clean", heap.check)
     p2p.close()

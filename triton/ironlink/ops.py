@@ -197,9 +197,9 @@ def _reduce_scatter_hierarchical_kernel(ctx, inp, out, n, op, status):
 # leaves their lifetime to the user.
 _HEAPS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # The host-level calls that serve a heap of several nodes (SymmetricHeap.multi_node).
-# The fused ones run their all-reduce hierarchically after a grid barrier (no tile calls there).
+# The fused ones run their collective hierarchically after a grid barrier (no tile calls there).
 MULTI_NODE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v", "all_reduce_rmsnorm",
-                            "matmul_all_reduce"})
+                            "matmul_all_reduce", "all_gather_matmul", "matmul_reduce_scatter"})
 
 # device index -> int32[MAX_CTAS] of per-CTA statuses. Allocated outside capture and kept, so a
 # captured graph's kernels write to memory that outlives the graph's private pool. Shared by all

@@ -16,6 +16,14 @@ a_full is every rank's shard stacked in rank order, out = a_full @ b: PyTorch's
 The copies overlap the GEMM of the own rows (1 / world of the work). Every rank signals and waits
 equally often per launch: back-to-back launches and CUDA-graph replays need no reset. The launch
 is persistent (at most one CTA per SM), as the grid barrier needs.
+
+On a heap of several nodes a peer's a_full may have no address (another node), so the kernel
+(`allgather_matmul_hierarchical_kernel`) copies the shard into its own block of a_full, computes
+the own rows' tiles, passes a grid barrier, gathers a_full with `symm_all_gather_hierarchical`
+(NVLink in the node, NVSHMEM puts across), passes a second grid barrier and computes the rest:
+the gather no longer overlaps the GEMM. The default method there is "collective" (the same
+hierarchical all-gather, then one cuBLAS GEMM); "overlap" copies between peers' memories with the
+copy engine and is refused.
 """
 
 from __future__ import annotations
@@ -116,6 +124,47 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm,
     tl.store(status + pid, worst)
 
 
+@triton.jit
+def _copy_rows(src, stride_sm, stride_sk, dst, ROWS, K, COPY_COLS: tl.constexpr):
+    """This CTA's pieces (COPY_COLS columns of a row) of src [ROWS, K] into dst (contiguous)."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    cols = tl.arange(0, COPY_COLS)
+    pieces = tl.cdiv(K, COPY_COLS)
+    for u in range(pid, ROWS * pieces, grid):
+        row, c = u // pieces, (u % pieces) * COPY_COLS + cols
+        x = tl.load(src + tl.cast(row, tl.int64) * stride_sm + c * stride_sk, mask=c < K)
+        tl.store(dst + tl.cast(row, tl.int64) * K + c, x, mask=c < K)
+
+
+# A heap of several nodes (see the module docs); linked with the NVSHMEM bitcode.
+@jit(do_not_specialize=["ctx"], nvshmem=True)
+def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
+                                         stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                         BLOCK_K: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr):
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    rank = il.symm_rank(ctx)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
+    _copy_rows(a_shard, stride_sm, stride_sk, mine, ROWS, K, COPY_COLS)
+    _gemm_rows_of(a_shard, stride_sm, stride_sk, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                  BLOCK_M, BLOCK_N, BLOCK_K)
+    # The own block complete before any CTA sends its slice of it; every block in place before
+    # any CTA reads one.
+    s = il.symm_grid_barrier(ctx)
+    r = ilt.all_gather_hierarchical(ctx, mine, a_full, ROWS * K)
+    worst = tl.where(s != 0, s, r)
+    s = il.symm_grid_barrier(ctx)
+    worst = tl.where(worst != 0, worst, s)
+    if worst == 0:
+        own = tl.cdiv(ROWS, BLOCK_M) * tiles_n
+        for i in tl.static_range(1, WORLD):
+            src = (rank + i) % WORLD
+            first = (pid + grid - (i * own) % grid) % grid
+            _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, src, first, b, out, ROWS, N, K,
+                          stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K)
+    tl.store(status + pid, worst)
+
+
 def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, check: bool = False,
                       method: Optional[str] = None) -> tuple[Any, Any]:
@@ -124,8 +173,8 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     a heap tensor (default: allocated from `heap`, the caller frees it with heap.free); `out` any
     contiguous CUDA tensor (default: a new one). `method`: "kernel" (this module's one-kernel
     Triton version; `config` its tiles), "collective" or "overlap" (cuBLAS GEMMs and ironlink
-    transfers, `fused.sp_streams`); default `tuning.sp_method`. Collective; CUDA-graph capturable
-    when a_full is given."""
+    transfers, `fused.sp_streams`); default `tuning.sp_method` ("collective" on a heap of several
+    nodes, where "overlap" is refused). Collective; CUDA-graph capturable when a_full is given."""
     import torch
 
     if heap is None and a_full is None:
@@ -137,7 +186,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     if out is None:
         out = torch.empty((h.world_size * rows, n), device=a_shard.device, dtype=a_shard.dtype)
     spec = TensorSpec.from_tensor
-    method = tuning.check_sp_method(method) if method is not None else tuning.sp_method("all_gather_matmul", a_full.shape[0])
+    method = sp_streams.method_for("all_gather_matmul", a_full.shape[0], method, h.multi_node)
     if method != "kernel":
         rows, _, n = check_shapes(spec(a_shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"),
                            str(h.device), h.world_size)
@@ -152,15 +201,17 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
         return a_full, out
     in_heap(h, "all_gather_matmul", (a_full, "a_full"))
     c = p.config
-    kernel = allgather_matmul_kernel[(p.ctas,)]
+    kernel, function = ((allgather_matmul_hierarchical_kernel, "symm_grid_barrier/symm_all_gather_hierarchical")
+                        if h.multi_node else (allgather_matmul_kernel, "symm_tile_wait"))
     launch_with_status(
         "all_gather_matmul", h, p.ctas,
-        lambda status: kernel(h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1),
-                              b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                              BLOCK_K=c.block_k, COPY_COLS=COPY_COLS, WORLD=h.world_size, num_warps=c.warps,
-                              num_stages=c.stages),
-        check, function="symm_tile_wait")
+        lambda status: kernel[(p.ctas,)](h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, a_shard.stride(0),
+                                         a_shard.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m,
+                                         BLOCK_N=c.block_n, BLOCK_K=c.block_k, COPY_COLS=COPY_COLS,
+                                         WORLD=h.world_size, num_warps=c.warps, num_stages=c.stages),
+        check, function=function)
     return a_full, out
 
 
-__all__ = ["COPY_COLS", "check_shapes", "all_gather_matmul", "allgather_matmul_kernel", "plan"]
+__all__ = ["COPY_COLS", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
+           "allgather_matmul_kernel", "plan"]

@@ -16,6 +16,14 @@ Rank d's `out` gets rows d * M / world .. of sum_over_ranks(a_r @ b_r): PyTorch'
 Every rank signals and waits equally often per launch: back-to-back launches and CUDA-graph
 replays need no reset. The launch is persistent (at most one CTA per SM): its waits need every
 CTA resident.
+
+On a heap of several nodes a destination's workspace may have no address (another node), so the
+kernel (`matmul_reducescatter_hierarchical_kernel`) computes every tile of a @ b into a workspace
+[M, N], passes a grid barrier, reduce-scatters it in place with
+`symm_reduce_scatter_hierarchical` (NVLink in the node, NVSHMEM puts across), passes a second
+grid barrier and copies its block to `out`: the reduction no longer overlaps the GEMM. The
+default method there is "collective" (one cuBLAS GEMM, then the same hierarchical
+reduce-scatter); "overlap" copies between peers' memories with the copy engine and is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from ..jit import jit
 from ..ops import TensorSpec, heap_for, launch_with_status
 from . import sp_streams
 from .gemm import check_operands, check_output, gemm_tile, tile_coords
+
+COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
 
 class Plan(NamedTuple):
@@ -122,6 +132,41 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
     tl.store(status + pid, worst)
 
 
+# A heap of several nodes (see the module docs); linked with the NVSHMEM bitcode.
+@jit(do_not_specialize=["ctx"], nvshmem=True)
+def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                             stride_om, stride_on, status, BLOCK_M: tl.constexpr,
+                                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                                             WORLD: tl.constexpr, COPY_COLS: tl.constexpr):
+    """ws: the workspace (heap, contiguous [M, N])."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    ri, rc = tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N)
+    for t in range(pid, tiles_m * tiles_n, grid):
+        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K)
+        rm, rn = tm * BLOCK_M + ri, tn * BLOCK_N + rc
+        tl.store(ws + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(ws.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+    rows = M // WORLD
+    mine = ws + tl.cast(il.symm_rank(ctx), tl.int64) * rows * N
+    # Every tile stored before any CTA reduces its slice; every slice reduced before any CTA copies.
+    s = il.symm_grid_barrier(ctx)
+    r = ilt.reduce_scatter_hierarchical(ctx, ws, mine, rows * N)
+    worst = tl.where(s != 0, s, r)
+    s = il.symm_grid_barrier(ctx)
+    worst = tl.where(worst != 0, worst, s)
+    if worst == 0:
+        cols = tl.arange(0, COPY_COLS)
+        pieces = tl.cdiv(N, COPY_COLS)
+        for u in range(pid, rows * pieces, grid):
+            row, c = u // pieces, (u % pieces) * COPY_COLS + cols
+            x = tl.load(mine + tl.cast(row, tl.int64) * N + c, mask=c < N)
+            tl.store(out + tl.cast(row, tl.int64) * stride_om + c * stride_on, x, mask=c < N)
+    tl.store(status + pid, worst)
+
+
 def reduce_rows(config: tuning.MatmulConfig, world: int) -> int:
     """Rows of a tile the reduction sums per step: every rank's copy of them, 8192 elements in
     all, are in registers at once (a whole 128 x 256 tile from 4 ranks needed 256 KiB of shared
@@ -136,7 +181,8 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     workspaces of about M x N elements from `heap`, kept between calls (`heap.workspace`).
     `method`: "kernel" (this module's one-kernel Triton version; `config` its tiles), "collective"
     or "overlap" (cuBLAS GEMMs and ironlink transfers, `fused.sp_streams`); default
-    `tuning.sp_method`. Collective; CUDA-graph capturable."""
+    `tuning.sp_method` ("collective" on a heap of several nodes, where "overlap" is refused).
+    Collective; CUDA-graph capturable."""
     import torch
 
     if heap is None:
@@ -145,7 +191,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     if out is None:
         out = torch.empty((a.shape[0] // h.world_size, b.shape[-1]), device=a.device, dtype=a.dtype)
     specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
-    method = tuning.check_sp_method(method) if method is not None else tuning.sp_method("matmul_reduce_scatter", a.shape[0])
+    method = sp_streams.method_for("matmul_reduce_scatter", a.shape[0], method, h.multi_node)
     if method != "kernel":
         m, _, n = check_shapes(*specs, str(h.device), h.world_size)
         if m and n:
@@ -155,8 +201,20 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     p = plan(*specs, str(h.device), h.world_size, sms, config)
     if p.m == 0 or p.n == 0:
         return out
-    ws = h.workspace("matmul_reduce_scatter", p.workspace_bytes).view(a.dtype)
     c = p.config
+    if h.multi_node:
+        nbytes = p.m * p.n * a.element_size()
+        partials = h.workspace("matmul_reduce_scatter/partials", nbytes)[:nbytes].view(a.dtype)
+        launch_with_status(
+            "matmul_reduce_scatter", h, p.ctas,
+            lambda status: matmul_reducescatter_hierarchical_kernel[(p.ctas,)](
+                h.ctx, a, b, out, partials, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                out.stride(0), out.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+                GROUP_M=c.group_m, WORLD=h.world_size, COPY_COLS=COPY_COLS, num_warps=c.warps,
+                num_stages=c.stages),
+            check, function="symm_grid_barrier/symm_reduce_scatter_hierarchical")
+        return out
+    ws = h.workspace("matmul_reduce_scatter", p.workspace_bytes).view(a.dtype)
     kernel = matmul_reducescatter_kernel[(p.ctas,)]
     launch_with_status(
         "matmul_reduce_scatter", h, p.ctas,
@@ -168,4 +226,5 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     return out
 
 
-__all__ = ["check_shapes", "matmul_reduce_scatter", "matmul_reducescatter_kernel", "plan", "reduce_rows"]
+__all__ = ["COPY_COLS", "check_shapes", "matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel",
+           "matmul_reducescatter_kernel", "plan", "reduce_rows"]

@@ -19,18 +19,35 @@ one-kernel Triton versions. Two methods; `tuning.sp_method` picks one per op and
 
 Replicated results are bitwise identical across ranks: every rank runs the same GEMMs, of the
 same shapes, on the same data.
+
+On a heap of several nodes "collective" runs the hierarchical all-gather / reduce-scatter (the
+host-level ops pick them); "overlap" is refused: the copy engine reaches only the peers of this
+node.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Optional
 
 import triton.language as tl
 
 from .. import language as il
+from .. import tuning
 from ..jit import jit
 from ..ops import _contains, all_gather, launch_with_status, reduce_scatter
+
+
+def method_for(op: str, m: int, method: Optional[str], multi_node: bool) -> str:
+    """The method `op` runs by for an M-row product: `method` if given (checked), else the tuning
+    table's; on a heap of several nodes (`multi_node`) never "overlap" (see the module docs)."""
+    if method is None:
+        return "collective" if multi_node else tuning.sp_method(op, m)
+    tuning.check_sp_method(method)
+    if multi_node and method == "overlap":
+        raise ValueError(f"{op}: method 'overlap' copies from peers' memory with the copy engine, which reaches "
+                         "only this node; on a heap of several nodes use 'collective' (the default there) or 'kernel'")
+    return method
 
 
 @jit(do_not_specialize=["ctx"])
@@ -126,4 +143,4 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     torch.sum(partials.view(w, rows, n), 0, out=out)
 
 
-__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter"]
+__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter", "method_for"]
