@@ -26,7 +26,7 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// Most ranks one node holds: the peer tables of a context (and every per-peer array of the
 /// signal region) have this many slots, rank `r` in slot `r % MAX_RANKS` (one node's ranks are
@@ -285,8 +285,14 @@ signal: usize {
     /// that rank of node `n` once it has consumed what this rank put into its scratch.
     REMOTE_ACK_OFFSET = REMOTE_ARRIVE_OFFSET + REMOTE_ARRIVE_BYTES;
     REMOTE_ACK_BYTES = super::MAX_CTAS * super::MAX_NODES * 8;
+    /// The same two kinds for tile calls across nodes: `[MAX_TILES][MAX_NODES]` u64 each, slot
+    /// `[tile][n]` set by this rank's partner on node `n` (a tile's CTA differs from rank to rank).
+    REMOTE_TILE_ARRIVE_OFFSET = REMOTE_ACK_OFFSET + REMOTE_ACK_BYTES;
+    REMOTE_TILE_ARRIVE_BYTES = super::MAX_TILES * super::MAX_NODES * 8;
+    REMOTE_TILE_ACK_OFFSET = REMOTE_TILE_ARRIVE_OFFSET + REMOTE_TILE_ARRIVE_BYTES;
+    REMOTE_TILE_ACK_BYTES = super::MAX_TILES * super::MAX_NODES * 8;
     /// The smallest signal region a context may carry.
-    MIN_BYTES = REMOTE_ACK_OFFSET + REMOTE_ACK_BYTES;
+    MIN_BYTES = REMOTE_TILE_ACK_OFFSET + REMOTE_TILE_ACK_BYTES;
 }}
 
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.

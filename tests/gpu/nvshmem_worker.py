@@ -18,7 +18,8 @@ exactly torch.distributed's; 1000 hierarchical barriers and signals to every ran
 MoeExchange (bf16 and fp8, uniform and skewed) bitwise the same layer's on a one-node P2P heap;
 all_reduce_rmsnorm and matmul_all_reduce against the same ops on that heap (bitwise with nodes
 of one rank); all_gather_matmul and matmul_reduce_scatter by their "kernel" and "collective"
-methods against the same on that heap; other nodes' peer tensors are refused.
+methods against the same on that heap; the tile all-gather (tiles matched by index, blocks
+stacked and interleaved) exactly torch.distributed's; other nodes' peer tensors are refused.
 """
 
 from __future__ import annotations
@@ -62,6 +63,22 @@ def _broadcast_reduce_kernel(ctx, buf, inp, out, n, root, status):
     s = ilt.broadcast_hierarchical(ctx, buf, n, root)
     s = tl.minimum(s, ilt.reduce_hierarchical(ctx, inp, out, n, 0, root))  # 0: REDUCE_OP_SUM
     tl.store(status + tl.program_id(0), s)
+
+
+@ironlink.jit(nvshmem=True)
+def _tile_gathers_kernel(ctx, buf, rows, cols, stride, bstride, rank, status, TR: tl.constexpr, TC: tl.constexpr):
+    # Every TR x TC tile of a rows x cols block; rank r runs tile t on CTA (t + r) % grid, so only
+    # matching by tile index pairs the calls.
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    tiles_c = tl.cdiv(cols, TC)
+    worst = pid * 0
+    for t in range(0, tl.cdiv(rows, TR) * tiles_c):
+        if (t + rank) % grid == pid:
+            i0, j0 = (t // tiles_c) * TR, (t % tiles_c) * TC
+            s = ilt.tile_all_gather_hierarchical(ctx, buf + i0 * stride + j0, tl.minimum(TR, rows - i0),
+                                                 tl.minimum(TC, cols - j0), stride, bstride, t)
+            worst = tl.where(s != 0, s, worst)
+    tl.store(status + pid, worst)
 
 
 @ironlink.jit(nvshmem=True)
@@ -462,6 +479,34 @@ class Nodes(Cases):
             assert err < 2e-2, f"max error {err} of the one-node result's largest value"
         self.h.check()
 
+    def tile_gathers(self, rows: int, cols: int, interleaved: bool) -> None:
+        """symm_tile_all_gather_hierarchical over every 16 x 96 tile of [rows, cols] fp32 blocks
+        (stacked, or side by side in one row stride), run by different CTAs on every rank, twice
+        with new values: every block exactly its rank's, as torch.distributed gathers them."""
+        w = self.world
+        stride = w * cols + 8 if interleaved else cols + 8
+        bstride = cols if interleaved else rows * stride
+        buf = self.h.empty((w * bstride + rows * stride,), torch.float32)
+        try:
+            for launch in range(2):
+                buf.fill_(-1.0)
+                mine = buf[self.rank * bstride:].as_strided((rows, cols), (stride, 1))
+                ids = torch.arange(rows * cols, device="cuda", dtype=torch.float32).view(rows, cols)
+                mine.copy_(ids + 1e6 * (self.rank + 1) + 1e5 * launch)
+                status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
+                _tile_gathers_kernel[(8,)](self.h.ctx, buf, rows, cols, stride, bstride, self.rank, status,
+                                           TR=16, TC=96, num_warps=4)
+                torch.cuda.synchronize()
+                assert status.tolist() == [0] * 8, f"statuses {status.tolist()}"
+                want = [torch.empty_like(ids) for _ in range(w)]
+                dist.all_gather(want, mine.contiguous())
+                for p in range(w):
+                    got = buf[p * bstride:].as_strided((rows, cols), (stride, 1))
+                    assert torch.equal(got, want[p]), f"block {p} is not rank {p}'s"
+        finally:
+            self.h.free(buf)
+        self.h.check()
+
     def other_nodes_refused(self) -> None:
         x = self.h.empty((64 * self.world,), torch.float32)
         try:
@@ -581,6 +626,10 @@ def simulated_nodes(t0: float) -> int:
                 name = "all_gather_matmul" if op == "gather" else "matmul_reduce_scatter"
                 s.run(f"nodes: {name} ({method}) {m} rows per rank",
                       lambda: s.sequence_parallel(op, m, method))
+    for rows, cols in small(((40, 300), (1, 1000)), ((40, 300),)):
+        for interleaved in (False, True):
+            s.run(f"nodes: tile all_gather {rows}x{cols} blocks{' interleaved' if interleaved else ''}",
+                  lambda: s.tile_gathers(rows, cols, interleaved))
     s.run("nodes: other nodes' peer tensors are refused", s.other_nodes_refused)
     s.run("nodes: heap.check() is clean", heap.check)
     p2p.close()

@@ -217,6 +217,17 @@ def tile_all_gather(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, b
 
 
 @core.extern
+def tile_all_gather_hierarchical(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, block_stride: Any,
+                                 tile: Any, _semantic: Any = None) -> core.tensor:
+    """`tile_all_gather` on a heap of any number of nodes (``symm_tile_all_gather_hierarchical``).
+    A kernel calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    what = "ironlink.typed.tile_all_gather_hierarchical(ptr)"
+    dt = _code(_element_type(ptr, what, _semantic), what)
+    return il.symm_tile_all_gather_hierarchical(ctx, ptr, rows, cols, row_stride, block_stride, tile, dt,
+                                                _semantic=_semantic)
+
+
+@core.extern
 def tile_reduce_scatter(ctx: Any, in_ptr: Any, out_ptr: Any, rows: Any, cols: Any, row_stride: Any,
                         block_stride: Any, tile: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
     """`out_ptr` (one tile) = block `rank` of `in_ptr`'s `world` tiles reduced over ranks, by this

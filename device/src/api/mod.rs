@@ -84,7 +84,28 @@ fn tile_call<B: FnOnce(&Call) -> Result<(), i32>>(
     tile: i64,
     prepare: impl FnOnce(&SymmContext) -> Result<B, i32>,
 ) -> i32 {
-    let r = ctx::context(ctx).and_then(|c| {
+    tile_call_in(ctx::context(ctx), which, tile, prepare)
+}
+
+/// `tile_call` for one with a multi-node version (`symm_tile_*_hierarchical`): serves every context.
+#[inline(always)]
+fn any_nodes_tile_call<B: FnOnce(&Call) -> Result<(), i32>>(
+    ctx: i64,
+    which: i32,
+    tile: i64,
+    prepare: impl FnOnce(&SymmContext) -> Result<B, i32>,
+) -> i32 {
+    tile_call_in(ctx::any_context(ctx), which, tile, prepare)
+}
+
+#[inline(always)]
+fn tile_call_in<B: FnOnce(&Call) -> Result<(), i32>>(
+    c: Result<&SymmContext, i32>,
+    which: i32,
+    tile: i64,
+    prepare: impl FnOnce(&SymmContext) -> Result<B, i32>,
+) -> i32 {
+    let r = c.and_then(|c| {
         let index = tile::tile_index(tile)?;
         let body = prepare(c)?;
         body(&Call::begin_tile(c, which, index))
@@ -415,6 +436,17 @@ exports! {
             let shape = Shape { rows, cols, row_stride };
             let (t, block) = Tile::with_blocks(c, ptr, shape, block_stride, c.world_size as usize, check_dtype(dtype)?)?;
             Ok(move |call: &Call| tile::all_gather(call, &t, block))
+        })
+    }
+
+    /// `symm_tile_all_gather` on a context of any number of nodes: the blocks of this node over
+    /// stores, those of other nodes put by NVSHMEM straight into the tile (the NVSHMEM bitcode;
+    /// PEER_NOT_MAPPED on several nodes in the P2P one). On one node the one-node algorithm.
+    fn symm_tile_all_gather_hierarchical(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, block_stride: i64, tile: i64, dtype: i32) -> i32 {
+        any_nodes_tile_call(ctx, which!(symm_tile_all_gather_hierarchical), tile, |c| {
+            let shape = Shape { rows, cols, row_stride };
+            let (t, block) = Tile::with_blocks(c, ptr, shape, block_stride, c.world_size as usize, check_dtype(dtype)?)?;
+            Ok(move |call: &Call| hierarchical::tile::all_gather(call, &t, block))
         })
     }
 

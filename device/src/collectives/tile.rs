@@ -155,6 +155,12 @@ impl Tile {
         self.row_bytes.div_ceil(16)
     }
 
+    /// 16-byte units in the tile, counted row after row.
+    #[inline(always)]
+    pub fn units(&self) -> usize {
+        self.rows * self.units_per_row()
+    }
+
     /// The heap offset of unit `u` (counted row after row) and its valid bytes.
     #[inline(always)]
     fn unit(&self, u: usize) -> (usize, usize) {
@@ -170,7 +176,13 @@ impl Tile {
 
 /// Calls `f(offset, valid)` for this thread's share (thread-strided) of units `[lo, hi)`.
 #[inline(always)]
-fn for_my_units(call: &Call, tile: &Tile, lo: usize, hi: usize, mut f: impl FnMut(usize, usize)) {
+pub fn for_my_units(
+    call: &Call,
+    tile: &Tile,
+    lo: usize,
+    hi: usize,
+    mut f: impl FnMut(usize, usize),
+) {
     let mut u = lo + call.tid;
     while u < hi {
         let (offset, valid) = tile.unit(u);

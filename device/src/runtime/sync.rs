@@ -27,18 +27,25 @@ pub const MAX_PHASES: u32 = 4;
 /// The slots a call synchronizes on: the CTAs' (whole-tensor calls) or the tiles' (tile calls).
 #[derive(Clone, Copy)]
 struct Slots {
-    /// Byte offsets in the signal region of the `[slot]` epoch words and `[slot][rank]` barrier flags.
+    /// Byte offsets in the signal region of the `[slot]` epoch words, `[slot][rank]` barrier
+    /// flags, and `[slot][node]` remote-transport words (arrivals, acknowledgements).
     epoch: usize,
     barrier: usize,
+    remote_arrive: usize,
+    remote_ack: usize,
 }
 
 const CTA_SLOTS: Slots = Slots {
     epoch: signal::EPOCH_OFFSET,
     barrier: signal::BARRIER_OFFSET,
+    remote_arrive: signal::REMOTE_ARRIVE_OFFSET,
+    remote_ack: signal::REMOTE_ACK_OFFSET,
 };
 const TILE_SLOTS: Slots = Slots {
     epoch: signal::TILE_EPOCH_OFFSET,
     barrier: signal::TILE_BARRIER_OFFSET,
+    remote_arrive: signal::REMOTE_TILE_ARRIVE_OFFSET,
+    remote_ack: signal::REMOTE_TILE_ACK_OFFSET,
 };
 
 /// The context and this CTA's coordinates for one call.
@@ -129,6 +136,24 @@ impl<'a> Call<'a> {
             // writes it, and readers pass a CTA barrier first (in the next `begin`).
             unsafe { hw::store_relaxed_u32(epoch_word(self.c, self.slots, self.cta), next) };
         }
+    }
+
+    /// Byte offset in the signal region of this call's `[slot][MAX_NODES]` remote-transport
+    /// words: arrivals (`arrive`) or acknowledgements (`transport::remote`).
+    #[inline(always)]
+    pub fn remote_words(&self, arrive: bool) -> usize {
+        if arrive {
+            self.slots.remote_arrive
+        } else {
+            self.slots.remote_ack
+        }
+    }
+
+    /// Whether this is a tile call (`cta` is then a tile index, and the CTA has no scratch
+    /// slice of that index).
+    #[inline(always)]
+    pub fn is_tile(&self) -> bool {
+        self.slots.epoch == signal::TILE_EPOCH_OFFSET
     }
 
     /// A deadline for this call's waits (the clock starts at the first wait that spins).

@@ -1,8 +1,9 @@
 //! The remote transport: one-sided put-with-signal to a rank on another node, the wait for such
 //! signals, and quiet, over `hw::remote` (the simulator's network, NVSHMEM, or none).
 //!
-//! Signals live in the receiver's signal region, one u64 per (CTA slot, sender's node) and kind
-//! (a rank exchanges with one rank of each other node: the one with its local index):
+//! Signals live in the receiver's signal region, one u64 per (call slot, sender's node) and kind
+//! (a rank exchanges with one rank of each other node: the one with its local index; the slot is
+//! the CTA index, or the tile index for a tile call, which has words of its own):
 //! `Arrive` ("my data is in your scratch") and `Ack` ("I have consumed what you put in mine").
 //! Like the barrier flags they are never cleared: a value is the call's epoch and a round,
 //! `(epoch << 2) << 32 | round + 1`, so values only grow within a call and from call to call
@@ -10,7 +11,7 @@
 //! wait compares in wrapping arithmetic. A sender sets (not adds) the value, so a lost signal is
 //! never made up by a later one and the waiting rank times out.
 
-use crate::abi::{signal, MAX_NODES};
+use crate::abi::MAX_NODES;
 use crate::hw;
 use crate::runtime::nodes::Nodes;
 use crate::runtime::scratch::slice_base;
@@ -24,7 +25,8 @@ pub enum Kind {
 }
 
 /// Where in this rank's symmetric memory (the same place on the target) data is put: a byte
-/// offset into the user heap, or into this CTA's slice of the scratch.
+/// offset into the user heap, or into this CTA's slice of the scratch (whole-tensor calls only:
+/// a tile call's slot is a tile index, which has no slice).
 #[derive(Clone, Copy)]
 pub enum Place {
     Heap(usize),
@@ -37,7 +39,10 @@ impl Place {
     fn local(self, call: &Call) -> usize {
         match self {
             Place::Heap(off) => call.c.heap_base(call.rank) + off,
-            Place::Scratch(off) => slice_base(call.c, call.rank, call.cta) + off,
+            Place::Scratch(off) => {
+                debug_assert!(!call.is_tile(), "a tile call has no scratch slice");
+                slice_base(call.c, call.rank, call.cta) + off
+            }
         }
     }
 }
@@ -48,13 +53,10 @@ pub fn value(call: &Call, round: usize) -> u64 {
     ((call.epoch << 2) as u64) << 32 | (round as u64 + 1)
 }
 
-/// This rank's signal word of `kind` that the rank of node `node` sets for this CTA slot.
+/// This rank's signal word of `kind` that the rank of node `node` sets for this call's slot.
 #[inline(always)]
 fn word(call: &Call, kind: Kind, node: usize) -> usize {
-    let base = match kind {
-        Kind::Arrive => signal::REMOTE_ARRIVE_OFFSET,
-        Kind::Ack => signal::REMOTE_ACK_OFFSET,
-    };
+    let base = call.remote_words(kind == Kind::Arrive);
     call.c.signal_base(call.rank) + base + (call.cta * MAX_NODES + (node & (MAX_NODES - 1))) * 8
 }
 
@@ -89,6 +91,38 @@ pub fn put_with_signal(
             sig,
             value,
             false,
+            pe,
+        )
+    };
+    if s == 0 {
+        Ok(())
+    } else {
+        Err(s)
+    }
+}
+
+/// Puts `bytes` from `src` here to `dst` on rank `pe` with no signal (`put_with_signal`'s add of
+/// 0 to its Arrive word for this rank: no change). Only `quiet` orders it before a later signal.
+#[inline(always)]
+pub fn put(
+    call: &Call,
+    nodes: &Nodes,
+    dst: Place,
+    src: Place,
+    bytes: usize,
+    pe: usize,
+) -> Result<(), i32> {
+    let sig = word(call, Kind::Arrive, nodes.node);
+    // SAFETY: as in `put_with_signal`.
+    let s = unsafe {
+        hw::remote::put_signal_nbi(
+            call.c,
+            dst.local(call),
+            src.local(call),
+            bytes,
+            sig,
+            0,
+            true,
             pe,
         )
     };

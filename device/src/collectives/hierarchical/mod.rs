@@ -15,7 +15,8 @@
 //! - broadcast: the root's buffer put straight into its partners' buffers, then node push;
 //! - reduce: each node's partial of shard l goes to rank l of the root's node, which reduces
 //!   them and stores into the root's output;
-//! - barrier: node barrier, partner signals, node barrier.
+//! - barrier: node barrier, partner signals, node barrier;
+//! - tile all_gather (`tile`): as all_gather, for one tile, matched by tile index.
 //!
 //! On one node each is its node-local part alone. The exchanges that need somewhere to land run
 //! in rounds through the scratch (`in_rounds`); all_gather puts into the output directly.
@@ -28,6 +29,7 @@ pub mod barrier;
 pub mod broadcast;
 pub mod reduce;
 pub mod reduce_scatter;
+pub mod tile;
 
 use crate::abi::{reduce_op, status};
 use crate::hw;
@@ -103,7 +105,7 @@ fn signal_partners(
     value: u64,
     pick: impl Fn(usize) -> bool,
 ) -> Result<(), i32> {
-    let none = Place::Scratch(0);
+    let none = Place::Heap(0); // no data: any symmetric address (tile calls have no slice)
     for k in 1..nodes.count {
         let m = rotate(nodes.node, k, nodes.count);
         if pick(m) {
