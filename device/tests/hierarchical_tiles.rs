@@ -175,13 +175,16 @@ fn tile_all_gather_across_nodes_matches_tiles_by_index() {
             }
             assert_flag_clear(&nd, FLAG, &what, "saw a stale block");
             // Nothing outside the blocks' rows was written.
+            let end = BASE + 4 * (world * m.bstride + m.rows * m.stride);
+            let inside = |b: usize| {
+                (0..world)
+                    .any(|p| (0..m.rows).any(|i| b >= m.at(p, i, 0) && b < m.at(p, i, m.cols)))
+            };
             for r in 0..world {
-                let heap = nd.heap(r);
-                for b in BASE..BASE + 4 * (world * m.bstride + m.rows * m.stride) {
-                    let inside = (0..world)
-                        .any(|p| (0..m.rows).any(|i| b >= m.at(p, i, 0) && b < m.at(p, i, m.cols)));
+                let heap = &nd.heap(r)[..end];
+                for (b, &byte) in heap.iter().enumerate().skip(BASE) {
                     assert!(
-                        inside || heap[b] == GUARD,
+                        inside(b) || byte == GUARD,
                         "{what}: rank {r} wrote heap byte {b}"
                     );
                 }
