@@ -291,8 +291,15 @@ signal: usize {
     REMOTE_TILE_ARRIVE_BYTES = super::MAX_TILES * super::MAX_NODES * 8;
     REMOTE_TILE_ACK_OFFSET = REMOTE_TILE_ARRIVE_OFFSET + REMOTE_TILE_ARRIVE_BYTES;
     REMOTE_TILE_ACK_BYTES = super::MAX_TILES * super::MAX_NODES * 8;
+    /// Landing boxes of tile reductions across nodes: `[MAX_CTAS]` areas of `TILE_BOX_AREA`
+    /// bytes, area `c` used by whichever tile call runs on CTA `c` of this rank (the partners
+    /// learn `c` from its acknowledgement word). Apart from the scratch: a whole-tensor call may
+    /// fill a partner's scratch slice while that partner's same-index CTA is still in a tile call.
+    TILE_BOX_OFFSET = REMOTE_TILE_ACK_OFFSET + REMOTE_TILE_ACK_BYTES;
+    TILE_BOX_AREA = 8192;
+    TILE_BOX_BYTES = super::MAX_CTAS * TILE_BOX_AREA;
     /// The smallest signal region a context may carry.
-    MIN_BYTES = REMOTE_TILE_ACK_OFFSET + REMOTE_TILE_ACK_BYTES;
+    MIN_BYTES = TILE_BOX_OFFSET + TILE_BOX_BYTES;
 }}
 
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.

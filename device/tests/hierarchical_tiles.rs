@@ -1,6 +1,12 @@
 //! Tile calls across nodes (`symm_tile_*_hierarchical`) on simulated nodes: ranks grouped into
 //! nodes, other nodes reached only through the simulated network (`hw::sim_net`).
 //!
+//! Tile all-reduce and reduce-scatter: every tile of a strided matrix (edge tiles partial), run
+//! by different CTAs on every rank, in tiles large enough for several rounds of boxes; against
+//! the f64 reference within the dtype's tolerance, the all-reduce bitwise the same on every
+//! rank, row gaps untouched, twice over two launches with new inputs (per-tile epochs and box
+//! reuse); reordered and delayed puts; a dropped signal gives TIMEOUT.
+//!
 //! Tile all-gather: every rank runs tile t on CTA (t + rank) % ctas, so only matching by tile
 //! index pairs the calls (across nodes too: a tile's remote signal words are the tile's own, not
 //! the CTA's). Each round every rank writes new values into its block right before the call and
@@ -19,7 +25,7 @@ use sim::*;
 /// (world, ranks per node; 0: one node, a P2P context): 2 nodes of 1 and of 2, 4 of 1, 3 of 2,
 /// 2 of 4, and 16 ranks as 4 of 4 (more than one node's table).
 const SHAPES: [(usize, usize); 7] = [(2, 1), (4, 2), (4, 1), (6, 2), (8, 4), (16, 4), (4, 0)];
-const HEAP: usize = 1 << 17;
+const HEAP: usize = 1 << 19;
 const SCRATCH: usize = 1 << 18;
 const BASE: usize = 1024;
 /// A word any CTA sets when it saw a stale block.
@@ -264,4 +270,191 @@ fn tile_calls_without_a_multi_node_version_refuse_multi_node_contexts() {
         }
     });
     assert_eq!(st, vec![status::OK; 4]);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Reduce {
+    AllReduce,
+    ReduceScatter,
+}
+
+/// The reductions' matrix: `rows` x `cols` of the dtype, rows `stride` apart, at BASE (the
+/// all-reduce's tile, or each of the `world` stacked input blocks of the reduce-scatter, whose
+/// output goes to `out_base()`), tiles of `tr` x `tc`.
+const RED: Layout = Layout {
+    rows: 20,
+    cols: 100,
+    stride: 104,
+    bstride: 20 * 104,
+    tr: 16,
+    tc: 64,
+};
+
+fn out_base(world: usize, dt: Dt) -> usize {
+    BASE + (world + 1) * RED.bstride * dt.size()
+}
+
+/// Runs `coll` twice (two launches, new inputs each) on `world` ranks as nodes of `size` and
+/// checks every result (see the module docs); the statuses of the last launch.
+fn run_reductions(nd: &mut Node, coll: Reduce, dt: Dt, op: i32, seed: u64, what: &str) -> Vec<i32> {
+    let world = nd.world;
+    let es = dt.size();
+    let blocks = if coll == Reduce::AllReduce { 1 } else { world };
+    let row_at = |p: usize, i: usize| BASE + es * (p * RED.bstride + i * RED.stride);
+    let tiles = RED.tiles();
+    let mut rng = Rng::new(seed);
+    let mut st = Vec::new();
+    for launch in 0..2 {
+        // inputs[r][p]: rank r's block p, row after row.
+        let mut inputs = vec![vec![Vec::new(); blocks]; world];
+        for (r, blocks_of_r) in inputs.iter_mut().enumerate() {
+            for (p, block) in blocks_of_r.iter_mut().enumerate() {
+                for i in 0..RED.rows {
+                    let v: Vec<f32> = (0..RED.cols).map(|_| rng.uniform(-2.0, 2.0)).collect();
+                    block.extend(fill(nd, r, row_at(p, i), dt, &v));
+                }
+            }
+        }
+        let nd = &*nd;
+        st = nd.run_worst(what, CTAS, 32, |rank, ctx| {
+            let cta = cta_rank() as usize;
+            for (t, &(i0, j0, r, c)) in tiles.iter().enumerate() {
+                if (t + rank) % CTAS as usize != cta {
+                    continue;
+                }
+                let at = |base: usize| nd.addr(rank, base + es * (i0 * RED.stride + j0));
+                let (r, c, stride) = (r as i64, c as i64, RED.stride as i64);
+                let s = match coll {
+                    Reduce::AllReduce => api::symm_tile_all_reduce_hierarchical(
+                        ctx,
+                        at(BASE),
+                        r,
+                        c,
+                        stride,
+                        t as i64,
+                        op,
+                        dt.code(),
+                    ),
+                    Reduce::ReduceScatter => api::symm_tile_reduce_scatter_hierarchical(
+                        ctx,
+                        at(BASE),
+                        at(out_base(world, dt)),
+                        r,
+                        c,
+                        stride,
+                        RED.bstride as i64,
+                        t as i64,
+                        op,
+                        dt.code(),
+                    ),
+                };
+                if s != status::OK {
+                    return s;
+                }
+            }
+            status::OK
+        });
+        if st != vec![status::OK; world] {
+            return st;
+        }
+        let what = format!("{what}, launch {launch}");
+        for q in 0..world {
+            let block = if coll == Reduce::AllReduce { 0 } else { q };
+            let ins: Vec<Vec<f64>> = (0..world).map(|r| inputs[r][block].clone()).collect();
+            let want = reference(op, &ins);
+            let base = if coll == Reduce::AllReduce {
+                BASE
+            } else {
+                out_base(world, dt)
+            };
+            let got: Vec<f64> = (0..RED.rows)
+                .flat_map(|i| read(nd, q, base + es * i * RED.stride, dt, RED.cols))
+                .collect();
+            assert_close(&format!("{what}: rank {q}"), dt, &got, &want);
+            for i in 0..RED.rows {
+                // Row gaps untouched.
+                let gap = base + es * (i * RED.stride + RED.cols);
+                assert_guard(nd, &what, gap, gap + es * (RED.stride - RED.cols));
+            }
+        }
+        if coll == Reduce::AllReduce {
+            let span = BASE..BASE + es * RED.rows * RED.stride;
+            for q in 1..world {
+                assert!(
+                    nd.heap(q)[span.clone()] == nd.heap(0)[span.clone()],
+                    "{what}: rank {q} differs from rank 0"
+                );
+            }
+        }
+    }
+    st
+}
+
+const REDUCTIONS: [(Reduce, Dt, i32); 6] = [
+    (Reduce::AllReduce, Dt::F32, reduce_op::SUM),
+    (Reduce::AllReduce, Dt::Bf16, reduce_op::AVG),
+    (Reduce::AllReduce, Dt::F16, reduce_op::PROD),
+    (Reduce::ReduceScatter, Dt::F32, reduce_op::SUM),
+    (Reduce::ReduceScatter, Dt::Bf16, reduce_op::MAX),
+    (Reduce::ReduceScatter, Dt::F16, reduce_op::AVG),
+];
+
+#[test]
+fn tile_reductions_across_nodes_match_the_reference() {
+    let _serial = sim_faults::serial();
+    for (world, size) in SHAPES {
+        for (k, (coll, dt, op)) in REDUCTIONS.into_iter().enumerate() {
+            let what = format!("tile {coll:?} {dt:?} op {op}, {world} as nodes of {size}");
+            let mut nd = node(world, size);
+            let st = run_reductions(&mut nd, coll, dt, op, 40 + k as u64, &what);
+            assert_eq!(st, vec![status::OK; world], "{what}");
+        }
+    }
+}
+
+#[test]
+fn tile_reductions_across_nodes_survive_reordered_and_delayed_puts() {
+    let _serial = sim_faults::serial();
+    for fault in [
+        Fault::ReorderRemote,
+        Fault::Delay {
+            kind: Kind::RemotePut,
+            max_us: 200,
+        },
+    ] {
+        for (coll, dt, op) in [REDUCTIONS[0], REDUCTIONS[3]] {
+            let what = format!("tile {coll:?} {dt:?}, 4 as nodes of 2, {fault:?}");
+            let mut nd = node(4, 2);
+            sim_faults::set(Some(fault));
+            let st = run_reductions(&mut nd, coll, dt, op, 7, &what);
+            sim_faults::set(None);
+            assert_eq!(st, vec![status::OK; 4], "{what}");
+        }
+    }
+}
+
+#[test]
+fn tile_reductions_across_nodes_time_out_on_a_dropped_signal() {
+    let _serial = sim_faults::serial();
+    for (coll, dt, op) in [REDUCTIONS[0], REDUCTIONS[3]] {
+        for nth in [0, 9] {
+            let what = format!("tile {coll:?}, remote signal {nth} dropped");
+            let mut nd = node(4, 2);
+            for r in 0..4 {
+                nd.ctx_mut(r).timeout_ns = 100_000_000;
+            }
+            sim_faults::set(Some(Fault::Drop {
+                kind: Kind::RemoteSignal,
+                nth,
+            }));
+            let st = run_reductions(&mut nd, coll, dt, op, 3, &what);
+            sim_faults::set(None);
+            assert!(st.contains(&status::TIMEOUT), "{what}: {st:?}");
+            for (r, s) in st.iter().enumerate() {
+                if *s != status::OK {
+                    assert_eq!(nd.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
+                }
+            }
+        }
+    }
 }

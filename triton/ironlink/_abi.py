@@ -94,7 +94,10 @@ SIGNAL_LAYOUT = {
     "REMOTE_TILE_ARRIVE_BYTES": 1048576,
     "REMOTE_TILE_ACK_OFFSET": 1483904,
     "REMOTE_TILE_ACK_BYTES": 1048576,
-    "MIN_BYTES": 2532480,
+    "TILE_BOX_OFFSET": 2532480,
+    "TILE_BOX_AREA": 8192,
+    "TILE_BOX_BYTES": 2097152,
+    "MIN_BYTES": 4629632,
 }
 
 THRESHOLDS = {
@@ -156,9 +159,11 @@ FUNCTIONS = {
     "symm_barrier_hierarchical": ((("ctx", "i64"),), "i32", "`symm_barrier` for a context of any number of nodes: a node barrier, a signal to and from"),
     "symm_grid_barrier": ((("ctx", "i64"),), "i32", "Barrier among all CTAs of this rank's launch (not across ranks): what any CTA wrote before"),
     "symm_tile_all_reduce": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "Tile all-reduce, in place, by this CTA alone: the `rows` x `cols` elements at `ptr`, rows"),
+    "symm_tile_all_reduce_hierarchical": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "`symm_tile_all_reduce` on a context of any number of nodes: node reduce-scatter of the"),
     "symm_tile_all_gather": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("block_stride", "i64"), ("tile", "i64"), ("dtype", "i32")), "i32", "Tile all-gather, in place, by this CTA alone: `world` blocks of `rows` x `cols` elements"),
     "symm_tile_all_gather_hierarchical": ((("ctx", "i64"), ("ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("block_stride", "i64"), ("tile", "i64"), ("dtype", "i32")), "i32", "`symm_tile_all_gather` on a context of any number of nodes: the blocks of this node over"),
     "symm_tile_reduce_scatter": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("block_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "Tile reduce-scatter by this CTA alone: `in_ptr` holds `world` blocks as in"),
+    "symm_tile_reduce_scatter_hierarchical": ((("ctx", "i64"), ("in_ptr", "i64"), ("out_ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("block_stride", "i64"), ("tile", "i64"), ("reduce_op", "i32"), ("dtype", "i32")), "i32", "`symm_tile_reduce_scatter` on a context of any number of nodes: each rank's node partial"),
     "symm_tile_put": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("peer", "i32"), ("dtype", "i32")), "i32", "Push-as-produced: copies the `rows` x `cols` tile at local `src_ptr` (rows `row_stride`"),
     "symm_tile_signal": ((("ctx", "i64"), ("tile", "i64"), ("peer", "i32")), "i32", "Push-as-produced: tells `peer` that this CTA's earlier writes for tile `tile` (stores"),
     "symm_tile_wait": ((("ctx", "i64"), ("tile", "i64"), ("peer", "i32")), "i32", "Push-as-produced: waits for the next signal of tile `tile` from `peer` (signals are"),

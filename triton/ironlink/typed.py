@@ -217,6 +217,17 @@ def tile_all_gather(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, b
 
 
 @core.extern
+def tile_all_reduce_hierarchical(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, tile: Any, op: Any = _SUM,
+                                 _semantic: Any = None) -> core.tensor:
+    """`tile_all_reduce` on a heap of any number of nodes (``symm_tile_all_reduce_hierarchical``;
+    a grid of at most MAX_CTAS CTAs). A kernel calling it on a multi-node heap must be
+    ``@ironlink.jit(nvshmem=True)``."""
+    what = "ironlink.typed.tile_all_reduce_hierarchical(ptr)"
+    dt = _code(_element_type(ptr, what, _semantic), what)
+    return il.symm_tile_all_reduce_hierarchical(ctx, ptr, rows, cols, row_stride, tile, op, dt, _semantic=_semantic)
+
+
+@core.extern
 def tile_all_gather_hierarchical(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, block_stride: Any,
                                  tile: Any, _semantic: Any = None) -> core.tensor:
     """`tile_all_gather` on a heap of any number of nodes (``symm_tile_all_gather_hierarchical``).
@@ -235,6 +246,17 @@ def tile_reduce_scatter(ctx: Any, in_ptr: Any, out_ptr: Any, rows: Any, cols: An
     dt = _pair_code(in_ptr, out_ptr, "tile_reduce_scatter", _semantic)
     return il.symm_tile_reduce_scatter(ctx, in_ptr, out_ptr, rows, cols, row_stride, block_stride, tile, op, dt,
                                        _semantic=_semantic)
+
+
+@core.extern
+def tile_reduce_scatter_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, rows: Any, cols: Any, row_stride: Any,
+                                     block_stride: Any, tile: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
+    """`tile_reduce_scatter` on a heap of any number of nodes
+    (``symm_tile_reduce_scatter_hierarchical``; a grid of at most MAX_CTAS CTAs). A kernel calling
+    it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
+    dt = _pair_code(in_ptr, out_ptr, "tile_reduce_scatter_hierarchical", _semantic)
+    return il.symm_tile_reduce_scatter_hierarchical(ctx, in_ptr, out_ptr, rows, cols, row_stride, block_stride, tile,
+                                                    op, dt, _semantic=_semantic)
 
 
 @core.extern

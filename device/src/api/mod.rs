@@ -428,6 +428,18 @@ exports! {
         })
     }
 
+    /// `symm_tile_all_reduce` on a context of any number of nodes: node reduce-scatter of the
+    /// tile, exchange of the node partials with the same local rank of every other node over
+    /// NVSHMEM (boxes in the signal region, the CTA's index told in each round; the grid must have
+    /// at most MAX_CTAS CTAs), node all-gather. The NVSHMEM bitcode; PEER_NOT_MAPPED in the P2P
+    /// one on several nodes. On one node the one-node algorithm.
+    fn symm_tile_all_reduce_hierarchical(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
+        any_nodes_tile_call(ctx, which!(symm_tile_all_reduce_hierarchical), tile, |c| {
+            let t = Tile::new(c, ptr, Shape { rows, cols, row_stride }, check_op_dtype(reduce_op, dtype)?)?;
+            Ok(move |call: &Call| hierarchical::tile::all_reduce(call, &t, &Reduction { op: reduce_op, dtype }))
+        })
+    }
+
     /// Tile all-gather, in place, by this CTA alone: `world` blocks of `rows` x `cols` elements
     /// (rows `row_stride` apart), block p at `ptr + p * block_stride` elements; every rank's block
     /// p gets rank p's. Blocks may be stacked or interleaved but must not overlap.
@@ -461,6 +473,21 @@ exports! {
             let out = Tile::new(c, out_ptr, shape, es)?;
             tile::check_scatter_overlap(&input, &out, block, c.rank as usize, world)?;
             Ok(move |call: &Call| tile::reduce_scatter(call, &input, &out, block, &Reduction { op: reduce_op, dtype }))
+        })
+    }
+
+    /// `symm_tile_reduce_scatter` on a context of any number of nodes: each rank's node partial
+    /// of each partner's block goes to that partner over NVSHMEM, which reduces them in node
+    /// order (boxes and grid as `symm_tile_all_reduce_hierarchical`). On one node the one-node
+    /// algorithm.
+    fn symm_tile_reduce_scatter_hierarchical(ctx: i64, in_ptr: i64, out_ptr: i64, rows: i64, cols: i64, row_stride: i64, block_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
+        any_nodes_tile_call(ctx, which!(symm_tile_reduce_scatter_hierarchical), tile, |c| {
+            let es = check_op_dtype(reduce_op, dtype)?;
+            let (shape, world) = (Shape { rows, cols, row_stride }, c.world_size as usize);
+            let (input, block) = Tile::with_blocks(c, in_ptr, shape, block_stride, world, es)?;
+            let out = Tile::new(c, out_ptr, shape, es)?;
+            tile::check_scatter_overlap(&input, &out, block, c.rank as usize, world)?;
+            Ok(move |call: &Call| hierarchical::tile::reduce_scatter(call, &input, &out, block, &Reduction { op: reduce_op, dtype }))
         })
     }
 

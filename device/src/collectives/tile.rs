@@ -163,7 +163,7 @@ impl Tile {
 
     /// The heap offset of unit `u` (counted row after row) and its valid bytes.
     #[inline(always)]
-    fn unit(&self, u: usize) -> (usize, usize) {
+    pub fn unit(&self, u: usize) -> (usize, usize) {
         let per_row = self.units_per_row();
         let row = div32(u, per_row);
         let i = u - row * per_row;

@@ -31,6 +31,8 @@ pub enum Kind {
 pub enum Place {
     Heap(usize),
     Scratch(usize),
+    /// A byte offset into the signal region (the tile calls' landing boxes).
+    Signal(usize),
 }
 
 impl Place {
@@ -43,6 +45,7 @@ impl Place {
                 debug_assert!(!call.is_tile(), "a tile call has no scratch slice");
                 slice_base(call.c, call.rank, call.cta) + off
             }
+            Place::Signal(off) => call.c.signal_base(call.rank) + off,
         }
     }
 }
@@ -154,6 +157,14 @@ pub fn wait_signals(
     }
     // The CTA barrier inside passes the acquired data on to every thread.
     call.agree_on_timeout(late)
+}
+
+/// The `kind` word the rank of node `node` last set for this call's slot (acquire: what it
+/// put before is visible). Every thread may call it.
+#[inline(always)]
+pub fn read_signal(call: &Call, kind: Kind, node: usize) -> u64 {
+    // SAFETY: an aligned word of this rank's signal region.
+    unsafe { hw::load_acquire_u64(word(call, kind, node) as *const u64) }
 }
 
 /// Waits until every put this CTA issued has landed: their sources may be overwritten after.

@@ -8,17 +8,37 @@
 //!   a put per row, `quiet`, then the signal: NVSHMEM orders a signal after its own put only).
 //!   Meanwhile, over stores, it pushes its block into the tiles of its node; once the partners'
 //!   blocks have arrived it pushes each of them into the tiles of its node.
+//! - all_reduce: the tile's units are split among the ranks of a node; rank (n, l) reduces its
+//!   share over its node into node n's partial, exchanges the partials with its partners (the
+//!   same share on every node), reduces them in node order and stores the result into every
+//!   tile of its node. Bitwise the same on every rank: each partner reduces the same partials in
+//!   the same order.
+//! - reduce_scatter: rank (n, l) reduces over its node, for each partner (m, l), that partner's
+//!   block (node n's partial of it) and sends it; it reduces the partials of its own block it
+//!   receives, with its node's, in node order into its output tile.
 //!
-//! The reductions (tile all_reduce, reduce_scatter) need a box on the partner to land in, keyed
-//! by tile rather than CTA; they are not served across nodes yet (docs/backends.md, "Next").
+//! The reductions land in boxes: a tile's CTA differs from rank to rank, so each round a rank
+//! tells its partners which CTA it runs on (the low byte of its `Ack`: "my boxes are free, they
+//! are those of CTA c") and puts into the boxes of the CTA each partner named, in the signal
+//! region (`signal::TILE_BOX_OFFSET`: apart from the scratch, which whole-tensor calls of a
+//! partner's same-index CTA may fill meanwhile). A rank cannot leave a round before its
+//! partners' data arrived, so no final `Ack` is needed: the next Ack, of the next round or call,
+//! frees the boxes.
 
-use super::{nodes_for, other_node, partner, signal_partners};
+use super::{node_partial, nodes_for, other_node, partial_op, partner, signal_partners};
+use crate::abi::{signal, status, MAX_CTAS};
 use crate::collectives::tile::{for_my_units, Tile};
 use crate::hw;
-use crate::runtime::mem::{load_unit, rotate, store_unit};
+use crate::runtime::elem::{Acc, Reduction};
+use crate::runtime::mem::{div32, load_unit, rotate, split, store_unit};
 use crate::runtime::nodes::Nodes;
 use crate::runtime::sync::Call;
 use crate::transport::remote::{self, Kind, Place};
+
+const _: () = assert!(
+    MAX_CTAS <= 256,
+    "a CTA index travels in the low byte of an Ack"
+);
 
 /// In-place all-gather of `world` blocks of `tile`'s shape, `block_bytes` apart, the first at
 /// `tile`: every rank's block p gets rank p's (see the module docs).
@@ -93,4 +113,298 @@ fn push_to_node(call: &Call, nodes: &Nodes, block: &Tile) {
             unsafe { store_unit::<4>(c.heap_base(p) + offset, valid, v) };
         }
     });
+}
+
+/// In-place all-reduce of `tile` with the same tile on every rank (see the module docs).
+pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> {
+    let nodes = nodes_for(call, 0)?;
+    if !nodes.multi() {
+        return crate::collectives::tile::all_reduce(call, tile, red);
+    }
+    if tile.rows == 0 {
+        return Ok(());
+    }
+    let share = split(tile.units(), nodes.size, nodes.local);
+    call.barrier_among(0, nodes.first(), nodes.size)?;
+    in_rounds(call, &nodes, share, &AllReduce { tile, red })?;
+    call.barrier_among(1, nodes.first(), nodes.size)
+}
+
+/// Reduce-scatter of `world` blocks of `out`'s shape, `block_bytes` apart, the first at `input`:
+/// `out` gets block `rank` reduced over every rank's input (see the module docs).
+pub fn reduce_scatter(
+    call: &Call,
+    input: &Tile,
+    out: &Tile,
+    block_bytes: usize,
+    red: &Reduction,
+) -> Result<(), i32> {
+    let nodes = nodes_for(call, 0)?;
+    if out.rows == 0 {
+        return Ok(());
+    }
+    if !nodes.multi() {
+        return one_node_reduce_scatter(call, &nodes, input, out, block_bytes, red);
+    }
+    call.barrier_among(0, nodes.first(), nodes.size)?;
+    let rounds = ReduceScatter {
+        input,
+        out,
+        block_bytes,
+        red,
+    };
+    in_rounds(call, &nodes, (0, out.units()), &rounds)?;
+    call.barrier_among(1, nodes.first(), nodes.size)
+}
+
+/// The one-node tile reduce-scatter: this rank's block reduced over the ranks in rank order,
+/// into `out`. (Not a call of `tile::reduce_scatter`: with a second caller LLVM stopped inlining
+/// it, and the one-node export passed the tile on the stack.)
+fn one_node_reduce_scatter(
+    call: &Call,
+    nodes: &Nodes,
+    input: &Tile,
+    out: &Tile,
+    block_bytes: usize,
+    red: &Reduction,
+) -> Result<(), i32> {
+    let mine = input.shifted(call.rank * block_bytes);
+    let to_out = out.offset.wrapping_sub(mine.offset);
+    let here = call.c.heap_base(call.rank);
+    call.barrier(0)?;
+    for_my_units(call, &mine, 0, mine.units(), |offset, valid| {
+        // SAFETY: inside the checked blocks on every rank; `out` has their shape, checked too.
+        unsafe {
+            let sum = node_partial(call, nodes, offset, 0, valid, red);
+            store_unit::<4>(here + offset.wrapping_add(to_out), valid, sum);
+        }
+    });
+    call.barrier(1)
+}
+
+/// One CTA's landing boxes for a tile reduction across `count` nodes, in its area of the signal
+/// region: receive box k (filled by the partner on node k), then send box m (for node m; a
+/// rank's own node's holds its node's partial). `units` 16-byte units each.
+struct Boxes {
+    area: usize,
+    units: usize,
+    count: usize,
+}
+
+impl Boxes {
+    #[inline(always)]
+    fn of(cta: usize, nodes: &Nodes) -> Self {
+        Boxes {
+            area: signal::TILE_BOX_OFFSET + cta * signal::TILE_BOX_AREA,
+            units: div32(signal::TILE_BOX_AREA / 16, 2 * nodes.count),
+            count: nodes.count,
+        }
+    }
+
+    /// Offsets in the signal region.
+    #[inline(always)]
+    fn recv(&self, k: usize) -> usize {
+        self.area + k * self.units * 16
+    }
+
+    #[inline(always)]
+    fn send(&self, m: usize) -> usize {
+        self.area + (self.count + m) * self.units * 16
+    }
+}
+
+/// A round's signal value: the call's epoch and the round as in `remote::value`, moved up a byte
+/// for the CTA index an `Ack` carries (0 in arrivals and in the values waited for).
+#[inline(always)]
+fn round_value(call: &Call, round: usize, cta: usize) -> u64 {
+    ((call.epoch << 2) as u64) << 32 | (round as u64 + 1) << 8 | cta as u64
+}
+
+/// What a tile reduction sends in a round and what it makes of what it receives.
+trait TileRounds {
+    /// Every thread writes node partials of units [a, b) into the send boxes.
+    fn prepare(&self, call: &Call, nodes: &Nodes, boxes: &Boxes, a: usize, b: usize);
+    /// The send box whose content goes to node m.
+    fn send_box(&self, boxes: &Boxes, nodes: &Nodes, m: usize) -> usize;
+    /// Every thread finishes units [a, b) from the boxes.
+    fn consume(&self, call: &Call, nodes: &Nodes, boxes: &Boxes, a: usize, b: usize);
+}
+
+/// The exchange of units [lo, hi) with the partners (the same range on each), in rounds of a
+/// box (see the module docs).
+fn in_rounds(
+    call: &Call,
+    nodes: &Nodes,
+    (lo, hi): (usize, usize),
+    r: &impl TileRounds,
+) -> Result<(), i32> {
+    let cta = hw::cta_rank() as usize;
+    if cta >= MAX_CTAS {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    let mine = Boxes::of(cta, nodes);
+    let (mut a, mut round) = (lo, 0);
+    while a < hi {
+        let b = (a + mine.units).min(hi);
+        let v = round_value(call, round, 0);
+        // Our boxes are free (the last round's consumed, or the last call's): where they are.
+        signal_partners(
+            call,
+            nodes,
+            Kind::Ack,
+            round_value(call, round, cta),
+            |_| true,
+        )?;
+        r.prepare(call, nodes, &mine, a, b);
+        hw::sync_threads();
+        remote::wait_signals(call, Kind::Ack, v, other_node(nodes))?;
+        for k in 1..nodes.count {
+            let m = rotate(nodes.node, k, nodes.count);
+            let theirs = Boxes::of(
+                (remote::read_signal(call, Kind::Ack, m) & 0xff) as usize,
+                nodes,
+            );
+            let (into, from) = (theirs.recv(nodes.node), r.send_box(&mine, nodes, m));
+            let to = partner(nodes, m);
+            let bytes = 16 * (b - a);
+            remote::put_with_signal(
+                call,
+                nodes,
+                Place::Signal(into),
+                Place::Signal(from),
+                bytes,
+                Kind::Arrive,
+                v,
+                to,
+            )?;
+        }
+        remote::wait_signals(call, Kind::Arrive, v, other_node(nodes))?;
+        remote::quiet(); // our send boxes have landed: the next round may refill them
+        r.consume(call, nodes, &mine, a, b);
+        hw::sync_threads(); // every thread has read the boxes before the next Ack frees them
+        a = b;
+        round += 1;
+    }
+    Ok(())
+}
+
+/// Units [a, b) of the reduction over nodes, in node order, of the partials in `boxes` (node
+/// k's in receive box k, this node's in its send box): `f(u, valid, result)` for each of this
+/// thread's units.
+#[inline(always)]
+fn reduce_boxes(
+    call: &Call,
+    nodes: &Nodes,
+    boxes: &Boxes,
+    (a, b): (usize, usize),
+    valid: impl Fn(usize) -> usize,
+    red: &Reduction,
+    mut f: impl FnMut(usize, [u32; 4]),
+) {
+    let signals = call.c.signal_base(call.rank);
+    let box_of = |k: usize| {
+        signals
+            + if k == nodes.node {
+                boxes.send(k)
+            } else {
+                boxes.recv(k)
+            }
+    };
+    let inv = 1.0 / call.world as f32;
+    let mut u = a + call.tid;
+    while u < b {
+        let (at, n) = (16 * (u - a), valid(u));
+        // SAFETY: unit u - a of every box lies inside this CTA's area of the signal region
+        // (b - a <= boxes.units), written by this thread's `prepare` or by a partner's put.
+        unsafe {
+            let mut acc = Acc::<4>::first(red, load_unit::<4>(box_of(0) + at, n));
+            for k in 1..nodes.count {
+                acc.add(red, load_unit::<4>(box_of(k) + at, n));
+            }
+            f(u, acc.finish_scaled(red, inv));
+        }
+        u += call.threads;
+    }
+}
+
+struct AllReduce<'a> {
+    tile: &'a Tile,
+    red: &'a Reduction,
+}
+
+impl TileRounds for AllReduce<'_> {
+    fn prepare(&self, call: &Call, nodes: &Nodes, boxes: &Boxes, a: usize, b: usize) {
+        let to = call.c.signal_base(call.rank) + boxes.send(nodes.node);
+        let op = partial_op(self.red, nodes);
+        let mut u = a + call.tid;
+        while u < b {
+            let (offset, valid) = self.tile.unit(u);
+            // SAFETY: `valid` bytes at `offset` lie inside the checked tile on every rank; the
+            // box unit inside this CTA's area (b - a <= boxes.units).
+            unsafe {
+                let v = node_partial(call, nodes, offset, 0, valid, &op);
+                store_unit::<4>(to + 16 * (u - a), valid, v);
+            }
+            u += call.threads;
+        }
+    }
+
+    fn send_box(&self, boxes: &Boxes, nodes: &Nodes, _m: usize) -> usize {
+        boxes.send(nodes.node) // the same partial to every partner
+    }
+
+    fn consume(&self, call: &Call, nodes: &Nodes, boxes: &Boxes, a: usize, b: usize) {
+        let c = call.c;
+        let valid = |u: usize| self.tile.unit(u).1;
+        reduce_boxes(call, nodes, boxes, (a, b), valid, self.red, |u, sum| {
+            let (offset, valid) = self.tile.unit(u);
+            for k in 0..nodes.size {
+                let p = nodes.first() + rotate(nodes.local, k, nodes.size);
+                // SAFETY: inside the checked tile, at the same offset on every rank.
+                unsafe { store_unit::<4>(c.heap_base(p) + offset, valid, sum) };
+            }
+        });
+    }
+}
+
+struct ReduceScatter<'a> {
+    input: &'a Tile,
+    out: &'a Tile,
+    block_bytes: usize,
+    red: &'a Reduction,
+}
+
+impl TileRounds for ReduceScatter<'_> {
+    fn prepare(&self, call: &Call, nodes: &Nodes, boxes: &Boxes, a: usize, b: usize) {
+        let signals = call.c.signal_base(call.rank);
+        let op = partial_op(self.red, nodes);
+        for m in 0..nodes.count {
+            let block = self.input.shifted(partner(nodes, m) * self.block_bytes);
+            let to = signals + boxes.send(m);
+            let mut u = a + call.tid;
+            while u < b {
+                let (offset, valid) = block.unit(u);
+                // SAFETY: as in AllReduce::prepare (the blocks were checked on every rank).
+                unsafe {
+                    let v = node_partial(call, nodes, offset, 0, valid, &op);
+                    store_unit::<4>(to + 16 * (u - a), valid, v);
+                }
+                u += call.threads;
+            }
+        }
+    }
+
+    fn send_box(&self, boxes: &Boxes, _nodes: &Nodes, m: usize) -> usize {
+        boxes.send(m)
+    }
+
+    fn consume(&self, call: &Call, nodes: &Nodes, boxes: &Boxes, a: usize, b: usize) {
+        let here = call.c.heap_base(call.rank);
+        let valid = |u: usize| self.out.unit(u).1;
+        reduce_boxes(call, nodes, boxes, (a, b), valid, self.red, |u, sum| {
+            let (offset, valid) = self.out.unit(u);
+            // SAFETY: inside the checked output tile.
+            unsafe { store_unit::<4>(here + offset, valid, sum) };
+        });
+    }
 }
