@@ -491,11 +491,9 @@ def test_fused_ops_take_the_hierarchical_kernels_on_several_nodes(fake_torch: An
         rs_args, rs_kw = fake_torch.launches[3][2:]
         assert rs_args[3] is scattered and rs_args[4].ptr == 0xF000000  # out, the workspace
         assert rs_args[5:8] == (64, 256, 512) and rs_kw["WORLD"] == 8  # M, N, K: the whole product
-    rms_kw = fake_torch.launches[0][3]
-    assert ("WHOLE" not in rms_kw) == several  # several nodes: "whole" is the kernel, not a mode
-    if several:
-        with pytest.raises(ValueError, match="mode 'rows' uses the tile calls"):
-            ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap, mode="rows")
+    assert fake_torch.launches[0][3]["WHOLE"] == several  # several nodes: "whole" by default
+    ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap, mode="rows")
+    assert fake_torch.launches[-1][0] == f"allreduce_rmsnorm{suffix}" and not fake_torch.launches[-1][3]["WHOLE"]
 
 
 def test_host_call_statuses_and_capture(fake_torch: Any) -> None:

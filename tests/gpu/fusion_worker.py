@@ -386,8 +386,9 @@ def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:
     dtype = torch.bfloat16
     with as_several_nodes(s) as v:
         for tokens, hidden in small(((1, 8192), (33, 8192), (300, 5120)), ((1, 8192), (33, 8192))):
-            cases.run(f"several-node kernel: all_reduce_rmsnorm {tokens}x{hidden}",
-                      lambda: v.rmsnorm(tokens, hidden, dtype, None, graph=False))
+            for mode in MODES:
+                cases.run(f"several-node kernel: all_reduce_rmsnorm {mode} {tokens}x{hidden}",
+                          lambda: v.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run("several-node kernel: all_reduce_rmsnorm in a CUDA graph",
                   lambda: v.rmsnorm(32, 8192, dtype, None, graph=True))
         for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)), ((100, 1000, 300),)):

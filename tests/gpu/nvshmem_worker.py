@@ -19,7 +19,7 @@ MoeExchange (bf16 and fp8, uniform and skewed) bitwise the same layer's on a one
 all_reduce_rmsnorm and matmul_all_reduce against the same ops on that heap (bitwise with nodes
 of one rank); all_gather_matmul and matmul_reduce_scatter by their "kernel" and "collective"
 methods against the same on that heap; the tile all-gather (tiles matched by index, blocks
-stacked and interleaved) exactly torch.distributed's; other nodes' peer tensors are refused.
+stacked and interleaved), all-reduce and reduce-scatter exactly torch.distributed's; other nodes' peer tensors are refused.
 """
 
 from __future__ import annotations
@@ -77,6 +77,27 @@ def _tile_gathers_kernel(ctx, buf, rows, cols, stride, bstride, rank, status, TR
             i0, j0 = (t // tiles_c) * TR, (t % tiles_c) * TC
             s = ilt.tile_all_gather_hierarchical(ctx, buf + i0 * stride + j0, tl.minimum(TR, rows - i0),
                                                  tl.minimum(TC, cols - j0), stride, bstride, t)
+            worst = tl.where(s != 0, s, worst)
+    tl.store(status + pid, worst)
+
+
+@ironlink.jit(nvshmem=True)
+def _tile_reductions_kernel(ctx, inp, out, rows, cols, stride, bstride, rank, status, SCATTER: tl.constexpr,
+                            TR: tl.constexpr, TC: tl.constexpr):
+    # Every TR x TC tile of a rows x cols matrix (rows `stride` apart): all-reduced in place in
+    # `inp`, or (SCATTER) reduce-scattered from `inp`'s world stacked blocks into `out`; rank r runs
+    # tile t on CTA (t + r) % grid.
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    tiles_c = tl.cdiv(cols, TC)
+    worst = pid * 0
+    for t in range(0, tl.cdiv(rows, TR) * tiles_c):
+        if (t + rank) % grid == pid:
+            i0, j0 = (t // tiles_c) * TR, (t % tiles_c) * TC
+            r, c, at = tl.minimum(TR, rows - i0), tl.minimum(TC, cols - j0), i0 * stride + j0
+            if SCATTER:
+                s = ilt.tile_reduce_scatter_hierarchical(ctx, inp + at, out + at, r, c, stride, bstride, t)
+            else:
+                s = ilt.tile_all_reduce_hierarchical(ctx, inp + at, r, c, stride, t)
             worst = tl.where(s != 0, s, worst)
     tl.store(status + pid, worst)
 
@@ -407,19 +428,22 @@ class Nodes(Cases):
         same_moe_layer(self.h, self.p2p, tokens, skewed, 5, fp8)
 
     def fused(self, op: str, size: int) -> None:
-        """all_reduce_rmsnorm ([size, 4096]) or matmul_all_reduce (M = size) across nodes: their
-        grid barrier then the hierarchical all-reduce. Against the same op on a one-node P2P heap:
+        """all_reduce_rmsnorm ([size, 4096]; "rmsnorm_rows": mode "rows", its tile all-reduce across
+        nodes) or matmul_all_reduce (M = size) across nodes: their grid barrier then the
+        hierarchical all-reduce. Against the same op on a one-node P2P heap:
         bitwise with nodes of one rank (the same sums in rank order), within bf16 rounding of the
         node partials otherwise; bitwise the same on every rank."""
         torch.manual_seed(77 + self.rank)
-        if op == "rmsnorm":
+        if op.startswith("rmsnorm"):
             x, res = (Suite.data(size * 4096, torch.bfloat16).view(size, 4096) for _ in range(2))
             w = Suite.data(4096, torch.bfloat16)
+            mode = "rows" if op == "rmsnorm_rows" else None  # the P2P heap picks its own
 
             def run(h: Any) -> list[Any]:
                 xs = h.empty(x.shape, x.dtype).copy_(x)
                 try:
-                    out, r = ironlink.all_reduce_rmsnorm(xs, res.clone(), w, heap=h, check=True)
+                    m = mode if h is self.h else None
+                    out, r = ironlink.all_reduce_rmsnorm(xs, res.clone(), w, heap=h, mode=m, check=True)
                     return [out.clone(), r]
                 finally:
                     h.free(xs)
@@ -505,6 +529,43 @@ class Nodes(Cases):
                     assert torch.equal(got, want[p]), f"block {p} is not rank {p}'s"
         finally:
             self.h.free(buf)
+        self.h.check()
+
+    def tile_reductions(self, rows: int, cols: int, dtype: Any, scatter: bool) -> None:
+        """symm_tile_all_reduce_hierarchical (in place) or symm_tile_reduce_scatter_hierarchical
+        (stacked blocks) over every 32 x 128 tile of [rows, cols] matrices with strided rows, run
+        by different CTAs on every rank, twice with new data: sums of small integers, so exactly
+        torch.distributed's (every partial exact), the all-reduce bitwise the same on every rank,
+        the row gaps untouched."""
+        w, stride = self.world, cols + 8
+        blocks = w if scatter else 1
+        inp = self.h.empty((blocks * rows * stride,), dtype)
+        out = self.h.empty((rows * stride,), dtype)
+        view = lambda t, p: t[p * rows * stride:].as_strided((rows, cols), (stride, 1))  # noqa: E731
+        try:
+            for launch in range(2):
+                inp.fill_(7.0)
+                out.fill_(7.0)
+                x = torch.randint(-4, 5, (blocks, rows, cols), device="cuda").to(dtype)
+                for p in range(blocks):
+                    view(inp, p).copy_(x[p])
+                status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
+                _tile_reductions_kernel[(8,)](self.h.ctx, inp, out, rows, cols, stride, rows * stride, self.rank,
+                                              status, SCATTER=scatter, TR=32, TC=128, num_warps=4)
+                torch.cuda.synchronize()
+                assert status.tolist() == [0] * 8, f"statuses {status.tolist()}"
+                want = x.double()
+                dist.all_reduce(want)
+                got = view(out, 0) if scatter else view(inp, 0)
+                assert torch.equal(got.double(), want[self.rank] if scatter else want[0]), \
+                    f"launch {launch}: not torch.distributed's sum"
+                if not scatter:
+                    same_on_all_ranks(got.contiguous())
+                gaps = (out if scatter else inp)[:rows * stride].view(rows, stride)[:, cols:]
+                assert torch.all(gaps == 7.0), "a row gap was written"
+        finally:
+            self.h.free(out)
+            self.h.free(inp)
         self.h.check()
 
     def other_nodes_refused(self) -> None:
@@ -618,6 +679,7 @@ def simulated_nodes(t0: float) -> int:
               "bitwise the one-node layer's", lambda: s.moe(tokens, skewed, fp8))
     for tokens in small((1, 32, 1000), (1, 32)):
         s.run(f"nodes: all_reduce_rmsnorm {tokens}x4096", lambda: s.fused("rmsnorm", tokens))
+        s.run(f"nodes: all_reduce_rmsnorm rows {tokens}x4096", lambda: s.fused("rmsnorm_rows", tokens))
     for m in small((16, 1000), (16,)):
         s.run(f"nodes: matmul_all_reduce M={m}", lambda: s.fused("matmul", m))
     for op in ("gather", "scatter"):
@@ -630,6 +692,11 @@ def simulated_nodes(t0: float) -> int:
         for interleaved in (False, True):
             s.run(f"nodes: tile all_gather {rows}x{cols} blocks{' interleaved' if interleaved else ''}",
                   lambda: s.tile_gathers(rows, cols, interleaved))
+    for dtype in (torch.bfloat16, torch.float32):
+        for scatter in (False, True):
+            name = "reduce_scatter" if scatter else "all_reduce"
+            for rows, cols in small(((70, 300), (1, 4000)), ((70, 300),)):
+                s.run(f"nodes: tile {name} {dtype} {rows}x{cols}", lambda: s.tile_reductions(rows, cols, dtype, scatter))
     s.run("nodes: other nodes' peer tensors are refused", s.other_nodes_refused)
     s.run("nodes: heap.check() is clean", heap.check)
     p2p.close()

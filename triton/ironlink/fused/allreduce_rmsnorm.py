@@ -18,8 +18,9 @@ Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
 - "whole": the whole tensor is all-reduced by every CTA with `symm_all_reduce` (its LL one-shot
   for small sizes), `symm_grid_barrier` makes every row visible to every CTA, then each CTA
   normalizes rows. Wins for a few tokens, where one CTA per row block would be all latency.
-On a heap of several nodes, "whole" over `symm_all_reduce_hierarchical` (a kernel linked with
-the NVSHMEM bitcode): the tile calls have no multi-node version.
+On a heap of several nodes the same two over `symm_all_reduce_hierarchical` and
+`symm_tile_all_reduce_hierarchical` (a kernel linked with the NVSHMEM bitcode); "whole" by
+default there, as no measurement has chosen between them yet.
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ class Plan(NamedTuple):
 def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpec, device: str, world: int,
          sms: int, mode: Optional[str] = None, multi_node: bool = False) -> Plan:
     """Checks the tensors (pure: testable without a GPU) and chooses the launch. A heap of several
-    nodes (`multi_node`) runs "whole" only: "rows" is built on the tile calls, which have no
-    multi-node version."""
+    nodes (`multi_node`) runs "whole" unless `mode` asks for "rows" (see the module docs)."""
     if len(x.shape) != 2:
         raise ValueError(f"x must be 2-D [tokens, hidden], got shape {x.shape}")
     tokens, hidden = x.shape
@@ -73,9 +73,6 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if multi_node and mode != "whole":
-        raise ValueError(f"mode {mode!r} uses the tile calls, which have no multi-node version; a heap of several "
-                         "nodes runs mode 'whole'")
     block_h = triton.next_power_of_2(hidden)
     warps = max(4, min(16, block_h // 512))
     if mode == "rows":
@@ -129,12 +126,22 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, weight, out, T, H, eps, status,
     tl.store(status + pid, s)
 
 
-# A heap of several nodes: "whole" over the hierarchical all-reduce, linked with the NVSHMEM bitcode.
+# A heap of several nodes: the same over the hierarchical all-reduces, linked with the NVSHMEM bitcode.
 @jit(do_not_specialize=["ctx", "T", "eps"], nvshmem=True)
-def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, weight, out, T, H, eps, status, BLOCK_H: tl.constexpr):
-    s = ilt.all_reduce_hierarchical(ctx, x, T * H)
-    s = _norm_after_grid_barrier(s, ctx, x, residual, weight, out, T, H, eps, BLOCK_H)
-    tl.store(status + tl.program_id(0), s)
+def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, weight, out, T, H, eps, status,
+                                          WHOLE: tl.constexpr, BLOCK_H: tl.constexpr):
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    if WHOLE:
+        s = ilt.all_reduce_hierarchical(ctx, x, T * H)
+        s = _norm_after_grid_barrier(s, ctx, x, residual, weight, out, T, H, eps, BLOCK_H)
+    else:
+        per = tl.cdiv(T, grid)
+        r0 = pid * per
+        r1 = tl.minimum(T, r0 + per)
+        s = ilt.tile_all_reduce_hierarchical(ctx, x + r0.to(tl.int64) * H, tl.maximum(r1 - r0, 0), H, H, pid)
+        for row in range(r0, r1):
+            _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
+    tl.store(status + pid, s)
 
 
 def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
@@ -154,16 +161,13 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     if p.tokens == 0:
         return out, residual
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
-    if h.multi_node:  # "whole" is the kernel itself
-        kernel, modes, function = (allreduce_rmsnorm_hierarchical_kernel, {},
-                                   "symm_all_reduce_hierarchical/symm_grid_barrier")
-    else:
-        kernel, modes = allreduce_rmsnorm_kernel, {"WHOLE": p.mode == "whole"}
-        function = "symm_tile_all_reduce" if p.mode == "rows" else "symm_all_reduce/symm_grid_barrier"
+    kernel = allreduce_rmsnorm_hierarchical_kernel if h.multi_node else allreduce_rmsnorm_kernel
+    suffix = "_hierarchical" if h.multi_node else ""
+    function = f"symm_tile_all_reduce{suffix}" if p.mode == "rows" else f"symm_all_reduce{suffix}/symm_grid_barrier"
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
         lambda status: kernel[(p.ctas,)](h.ctx, x, residual, weight, out, p.tokens, p.hidden, float(eps), status,
-                                         **modes, BLOCK_H=p.block_h, num_warps=p.warps),
+                                         WHOLE=p.mode == "whole", BLOCK_H=p.block_h, num_warps=p.warps),
         check, function=function)
     return out, residual
 

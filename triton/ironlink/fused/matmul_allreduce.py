@@ -11,9 +11,11 @@ all-reduce, which sums in fp32 in rank order: results are bitwise identical on e
 Tiles per launch are at most `MAX_TILES`; the tile shape (`tuning.matmul_config`) grows for
 larger outputs to stay within it.
 
-On a heap of several nodes the tile calls have no multi-node version: the kernel computes every
-tile, passes a grid barrier and all-reduces the whole output with `symm_all_reduce_hierarchical`
-(one launch, linked with the NVSHMEM bitcode; communication no longer overlaps the GEMM).
+On a heap of several nodes the kernel computes every tile, passes a grid barrier and all-reduces
+the whole output with `symm_all_reduce_hierarchical` (one launch, linked with the NVSHMEM bitcode;
+communication no longer overlaps the GEMM). The tile all-reduce across nodes
+(`symm_tile_all_reduce_hierarchical`) would keep the overlap; it has not been measured against
+this yet (docs/backends.md).
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, strid
 
 
 # A heap of several nodes: every tile first, a grid barrier, then the hierarchical all-reduce of the
-# whole output (the tile calls have no multi-node version); linked with the NVSHMEM bitcode.
+# whole output (see the module docs); linked with the NVSHMEM bitcode.
 @jit(do_not_specialize=["ctx"], nvshmem=True)
 def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
