@@ -574,21 +574,9 @@ fn times_out_when_a_signal_is_dropped(
 ) {
     let _serial = sim_faults::serial();
     let mut nd = node(4, 2);
-    for r in 0..4 {
-        nd.ctx_mut(r).timeout_ns = 100_000_000;
-    }
-    sim_faults::set(Some(Fault::Drop {
-        kind: Kind::RemoteSignal,
-        nth,
-    }));
-    let st = nd.run_worst(what, CTAS, THREADS, |r, c| body(&nd, r, c));
-    sim_faults::set(None);
-    assert!(st.contains(&status::TIMEOUT), "{what}, drop {nth}: {st:?}");
-    for (r, s) in st.iter().enumerate() {
-        if *s != status::OK {
-            assert_eq!(nd.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
-        }
-    }
+    assert_dropped_signal_times_out(&mut nd, nth, what, |nd| {
+        nd.run_worst(what, CTAS, THREADS, |r, c| body(nd, r, c))
+    });
 }
 
 /// Broadcast from roots on every node and local index: every rank's buffer ends as the root's,

@@ -104,6 +104,15 @@ const LAYOUTS: [Layout; 4] = [
     },
 ];
 
+/// Puts delivered newest first; data delayed.
+const NETWORK_FAULTS: [Fault; 2] = [
+    Fault::ReorderRemote,
+    Fault::Delay {
+        kind: Kind::RemotePut,
+        max_us: 200,
+    },
+];
+
 /// What rank `p` contributes to element (i, j) in round `k`.
 fn gathered(p: usize, k: usize, i: usize, j: usize) -> u32 {
     (p * 1_000_000 + k * 10_000 + i * 100 + j) as u32
@@ -206,13 +215,7 @@ fn tile_all_gather_across_nodes_matches_tiles_by_index() {
 #[test]
 fn tile_all_gather_across_nodes_survives_reordered_and_delayed_puts() {
     let _serial = sim_faults::serial();
-    for fault in [
-        Fault::ReorderRemote,
-        Fault::Delay {
-            kind: Kind::RemotePut,
-            max_us: 200,
-        },
-    ] {
+    for fault in NETWORK_FAULTS {
         for (world, size) in [(4, 2), (4, 1)] {
             for (k, m) in LAYOUTS.into_iter().enumerate() {
                 let what =
@@ -235,23 +238,11 @@ fn tile_all_gather_across_nodes_times_out_on_a_dropped_signal() {
     // Contiguous rows: every remote signal is an Ack or an Arrive (strided rows add dummy
     // signals to their row puts, whose loss changes nothing). The first (an Ack), then later ones.
     for nth in [0, 5, 11] {
-        let what = format!("tile all_gather, remote signal {nth} dropped");
+        let what = "tile all_gather";
         let mut nd = node(4, 2);
-        for r in 0..4 {
-            nd.ctx_mut(r).timeout_ns = 100_000_000;
-        }
-        sim_faults::set(Some(Fault::Drop {
-            kind: Kind::RemoteSignal,
-            nth,
-        }));
-        let st = run_gathers(&nd, 4, LAYOUTS[3], 1, &what);
-        sim_faults::set(None);
-        assert!(st.contains(&status::TIMEOUT), "{what}: {st:?}");
-        for (r, s) in st.iter().enumerate() {
-            if *s != status::OK {
-                assert_eq!(nd.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
-            }
-        }
+        assert_dropped_signal_times_out(&mut nd, nth, what, |nd| {
+            run_gathers(nd, 4, LAYOUTS[3], 1, what)
+        });
     }
 }
 
@@ -415,13 +406,7 @@ fn tile_reductions_across_nodes_match_the_reference() {
 #[test]
 fn tile_reductions_across_nodes_survive_reordered_and_delayed_puts() {
     let _serial = sim_faults::serial();
-    for fault in [
-        Fault::ReorderRemote,
-        Fault::Delay {
-            kind: Kind::RemotePut,
-            max_us: 200,
-        },
-    ] {
+    for fault in NETWORK_FAULTS {
         for (coll, dt, op) in [REDUCTIONS[0], REDUCTIONS[3]] {
             let what = format!("tile {coll:?} {dt:?}, 4 as nodes of 2, {fault:?}");
             let mut nd = node(4, 2);
@@ -438,23 +423,11 @@ fn tile_reductions_across_nodes_time_out_on_a_dropped_signal() {
     let _serial = sim_faults::serial();
     for (coll, dt, op) in [REDUCTIONS[0], REDUCTIONS[3]] {
         for nth in [0, 9] {
-            let what = format!("tile {coll:?}, remote signal {nth} dropped");
+            let what = format!("tile {coll:?}");
             let mut nd = node(4, 2);
-            for r in 0..4 {
-                nd.ctx_mut(r).timeout_ns = 100_000_000;
-            }
-            sim_faults::set(Some(Fault::Drop {
-                kind: Kind::RemoteSignal,
-                nth,
-            }));
-            let st = run_reductions(&mut nd, coll, dt, op, 3, &what);
-            sim_faults::set(None);
-            assert!(st.contains(&status::TIMEOUT), "{what}: {st:?}");
-            for (r, s) in st.iter().enumerate() {
-                if *s != status::OK {
-                    assert_eq!(nd.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
-                }
-            }
+            assert_dropped_signal_times_out(&mut nd, nth, &what, |nd| {
+                run_reductions(nd, coll, dt, op, 3, &what)
+            });
         }
     }
 }

@@ -413,7 +413,8 @@ mod tests {
         if !driver::available() {
             assert_eq!(e, Error::NoDriver);
             assert!(e.to_string().contains("libcuda"), "{e}");
-            let e = crate::context::ExternalContext::create(0, 0, 1, &[1], 1, &[1], 1 << 20);
+            let pad = abi::signal::MIN_BYTES as u64;
+            let e = crate::context::ExternalContext::create(0, 0, 1, &[1], 1, &[1], pad);
             assert_eq!(e.unwrap_err(), Error::NoDriver);
         }
         assert!(

@@ -66,27 +66,12 @@ def _broadcast_reduce_kernel(ctx, buf, inp, out, n, root, status):
 
 
 @ironlink.jit(nvshmem=True)
-def _tile_gathers_kernel(ctx, buf, rows, cols, stride, bstride, rank, status, TR: tl.constexpr, TC: tl.constexpr):
-    # Every TR x TC tile of a rows x cols block; rank r runs tile t on CTA (t + r) % grid, so only
-    # matching by tile index pairs the calls.
-    pid, grid = tl.program_id(0), tl.num_programs(0)
-    tiles_c = tl.cdiv(cols, TC)
-    worst = pid * 0
-    for t in range(0, tl.cdiv(rows, TR) * tiles_c):
-        if (t + rank) % grid == pid:
-            i0, j0 = (t // tiles_c) * TR, (t % tiles_c) * TC
-            s = ilt.tile_all_gather_hierarchical(ctx, buf + i0 * stride + j0, tl.minimum(TR, rows - i0),
-                                                 tl.minimum(TC, cols - j0), stride, bstride, t)
-            worst = tl.where(s != 0, s, worst)
-    tl.store(status + pid, worst)
-
-
-@ironlink.jit(nvshmem=True)
-def _tile_reductions_kernel(ctx, inp, out, rows, cols, stride, bstride, rank, status, SCATTER: tl.constexpr,
-                            TR: tl.constexpr, TC: tl.constexpr):
-    # Every TR x TC tile of a rows x cols matrix (rows `stride` apart): all-reduced in place in
-    # `inp`, or (SCATTER) reduce-scattered from `inp`'s world stacked blocks into `out`; rank r runs
-    # tile t on CTA (t + r) % grid.
+def _tiles_kernel(ctx, inp, out, rows, cols, stride, bstride, rank, status, OP: tl.constexpr, TR: tl.constexpr,
+                  TC: tl.constexpr):
+    # Every TR x TC tile of a rows x cols matrix (rows `stride` apart), rank r running tile t on CTA
+    # (t + r) % grid, so only matching by tile index pairs the calls: OP "all_gather" (in place in
+    # `inp`'s world blocks, `bstride` apart), "all_reduce" (in place in `inp`), "reduce_scatter"
+    # (`inp`'s world blocks into `out`).
     pid, grid = tl.program_id(0), tl.num_programs(0)
     tiles_c = tl.cdiv(cols, TC)
     worst = pid * 0
@@ -94,10 +79,12 @@ def _tile_reductions_kernel(ctx, inp, out, rows, cols, stride, bstride, rank, st
         if (t + rank) % grid == pid:
             i0, j0 = (t // tiles_c) * TR, (t % tiles_c) * TC
             r, c, at = tl.minimum(TR, rows - i0), tl.minimum(TC, cols - j0), i0 * stride + j0
-            if SCATTER:
-                s = ilt.tile_reduce_scatter_hierarchical(ctx, inp + at, out + at, r, c, stride, bstride, t)
-            else:
+            if OP == "all_gather":
+                s = ilt.tile_all_gather_hierarchical(ctx, inp + at, r, c, stride, bstride, t)
+            elif OP == "all_reduce":
                 s = ilt.tile_all_reduce_hierarchical(ctx, inp + at, r, c, stride, t)
+            else:
+                s = ilt.tile_reduce_scatter_hierarchical(ctx, inp + at, out + at, r, c, stride, bstride, t)
             worst = tl.where(s != 0, s, worst)
     tl.store(status + pid, worst)
 
@@ -518,8 +505,8 @@ class Nodes(Cases):
                 ids = torch.arange(rows * cols, device="cuda", dtype=torch.float32).view(rows, cols)
                 mine.copy_(ids + 1e6 * (self.rank + 1) + 1e5 * launch)
                 status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
-                _tile_gathers_kernel[(8,)](self.h.ctx, buf, rows, cols, stride, bstride, self.rank, status,
-                                           TR=16, TC=96, num_warps=4)
+                _tiles_kernel[(8,)](self.h.ctx, buf, buf, rows, cols, stride, bstride, self.rank, status,
+                                    OP="all_gather", TR=16, TC=96, num_warps=4)
                 torch.cuda.synchronize()
                 assert status.tolist() == [0] * 8, f"statuses {status.tolist()}"
                 want = [torch.empty_like(ids) for _ in range(w)]
@@ -550,8 +537,8 @@ class Nodes(Cases):
                 for p in range(blocks):
                     view(inp, p).copy_(x[p])
                 status = torch.full((8,), -1, dtype=torch.int32, device="cuda")
-                _tile_reductions_kernel[(8,)](self.h.ctx, inp, out, rows, cols, stride, rows * stride, self.rank,
-                                              status, SCATTER=scatter, TR=32, TC=128, num_warps=4)
+                _tiles_kernel[(8,)](self.h.ctx, inp, out, rows, cols, stride, rows * stride, self.rank, status,
+                                    OP="reduce_scatter" if scatter else "all_reduce", TR=32, TC=128, num_warps=4)
                 torch.cuda.synchronize()
                 assert status.tolist() == [0] * 8, f"statuses {status.tolist()}"
                 want = x.double()

@@ -25,27 +25,22 @@ const LL_HALF_SHIFT: u32 = 30;
 pub const MAX_PHASES: u32 = 4;
 
 /// The slots a call synchronizes on: the CTAs' (whole-tensor calls) or the tiles' (tile calls).
+/// (Two words: with the remote-transport offsets here too, `Call` grew enough that LLVM kept it
+/// in local memory in the one-node all-reduce; `Call::remote_words` derives those instead.)
 #[derive(Clone, Copy)]
 struct Slots {
-    /// Byte offsets in the signal region of the `[slot]` epoch words, `[slot][rank]` barrier
-    /// flags, and `[slot][node]` remote-transport words (arrivals, acknowledgements).
+    /// Byte offsets in the signal region of the `[slot]` epoch words and `[slot][rank]` barrier flags.
     epoch: usize,
     barrier: usize,
-    remote_arrive: usize,
-    remote_ack: usize,
 }
 
 const CTA_SLOTS: Slots = Slots {
     epoch: signal::EPOCH_OFFSET,
     barrier: signal::BARRIER_OFFSET,
-    remote_arrive: signal::REMOTE_ARRIVE_OFFSET,
-    remote_ack: signal::REMOTE_ACK_OFFSET,
 };
 const TILE_SLOTS: Slots = Slots {
     epoch: signal::TILE_EPOCH_OFFSET,
     barrier: signal::TILE_BARRIER_OFFSET,
-    remote_arrive: signal::REMOTE_TILE_ARRIVE_OFFSET,
-    remote_ack: signal::REMOTE_TILE_ACK_OFFSET,
 };
 
 /// The context and this CTA's coordinates for one call.
@@ -142,10 +137,11 @@ impl<'a> Call<'a> {
     /// words: arrivals (`arrive`) or acknowledgements (`transport::remote`).
     #[inline(always)]
     pub fn remote_words(&self, arrive: bool) -> usize {
-        if arrive {
-            self.slots.remote_arrive
-        } else {
-            self.slots.remote_ack
+        match (self.is_tile(), arrive) {
+            (false, true) => signal::REMOTE_ARRIVE_OFFSET,
+            (false, false) => signal::REMOTE_ACK_OFFSET,
+            (true, true) => signal::REMOTE_TILE_ARRIVE_OFFSET,
+            (true, false) => signal::REMOTE_TILE_ACK_OFFSET,
         }
     }
 

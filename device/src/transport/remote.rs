@@ -81,27 +81,15 @@ pub fn put_with_signal(
 ) -> Result<(), i32> {
     // The signal word is the one `pe` waits on for this rank: at our node's index in its
     // array, which is the same symmetric address as our word for our own node.
-    let sig = word(call, kind, nodes.node);
-    // SAFETY: `dst` and `src` lie inside this rank's heap or this CTA's scratch slice (callers
-    // stay inside their regions), `sig` is an aligned word of this rank's signal region, and
-    // `pe` is a rank of the context.
-    let s = unsafe {
-        hw::remote::put_signal_nbi(
-            call.c,
-            dst.local(call),
-            src.local(call),
-            bytes,
-            sig,
-            value,
-            false,
-            pe,
-        )
-    };
-    if s == 0 {
-        Ok(())
-    } else {
-        Err(s)
-    }
+    put_signal(
+        call,
+        dst,
+        src,
+        bytes,
+        word(call, kind, nodes.node),
+        (value, false),
+        pe,
+    )
 }
 
 /// Puts `bytes` from `src` here to `dst` on rank `pe` with no signal (`put_with_signal`'s add of
@@ -115,8 +103,31 @@ pub fn put(
     bytes: usize,
     pe: usize,
 ) -> Result<(), i32> {
-    let sig = word(call, Kind::Arrive, nodes.node);
-    // SAFETY: as in `put_with_signal`.
+    put_signal(
+        call,
+        dst,
+        src,
+        bytes,
+        word(call, Kind::Arrive, nodes.node),
+        (0, true),
+        pe,
+    )
+}
+
+/// `hw::remote::put_signal_nbi` between places, signalling the word at `sig` (set, or add).
+#[inline(always)]
+fn put_signal(
+    call: &Call,
+    dst: Place,
+    src: Place,
+    bytes: usize,
+    sig: usize,
+    (value, add): (u64, bool),
+    pe: usize,
+) -> Result<(), i32> {
+    // SAFETY: `dst` and `src` lie inside this rank's heap, this CTA's scratch slice or the signal
+    // region (callers stay inside their regions), `sig` is an aligned word of this rank's signal
+    // region, and `pe` is a rank of the context.
     let s = unsafe {
         hw::remote::put_signal_nbi(
             call.c,
@@ -124,8 +135,8 @@ pub fn put(
             src.local(call),
             bytes,
             sig,
-            0,
-            true,
+            value,
+            add,
             pe,
         )
     };

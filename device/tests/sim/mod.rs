@@ -205,3 +205,30 @@ pub const OPS: [i32; 5] = [
     reduce_op::PROD,
     reduce_op::AVG,
 ];
+
+/// Runs `run` on `nd` (its waits shortened to 100 ms) with the `nth` (0-based) remote signal of
+/// the process dropped: some rank must return TIMEOUT, and every rank that did not succeed must
+/// have recorded it. The caller holds `sim_faults::serial()`.
+pub fn assert_dropped_signal_times_out(
+    nd: &mut Node,
+    nth: u64,
+    what: &str,
+    run: impl FnOnce(&mut Node) -> Vec<i32>,
+) {
+    use ironlink_device::hw::sim_faults::{self, Fault, Kind};
+    for r in 0..nd.world {
+        nd.ctx_mut(r).timeout_ns = 100_000_000;
+    }
+    sim_faults::set(Some(Fault::Drop {
+        kind: Kind::RemoteSignal,
+        nth,
+    }));
+    let st = run(nd);
+    sim_faults::set(None);
+    assert!(st.contains(&status::TIMEOUT), "{what}, drop {nth}: {st:?}");
+    for (r, s) in st.iter().enumerate() {
+        if *s != status::OK {
+            assert_eq!(nd.recorded_error(r), status::TIMEOUT, "{what}: rank {r}");
+        }
+    }
+}

@@ -39,7 +39,7 @@ from .. import typed as ilt
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
 from . import sp_streams
-from .gemm import check_operands, check_output, gemm_tile
+from .gemm import check_operands, check_output, copy_rows, gemm_tile
 
 COPY_COLS = 1024  # elements of a row copied per piece of the push (pieces are spread over all CTAs)
 
@@ -87,6 +87,20 @@ def _gemm_rows_of(a, stride_am, stride_ak, src, first, b, out, ROWS, N, K, strid
                  mask=(rm[:, None] < ROWS) & (rn[None, :] < N))
 
 
+@triton.jit
+def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WORLD: tl.constexpr):
+    # The tiles of the other ranks' rows, read from a_full; they continue this CTA's walk where its
+    # own-row tiles stopped (balance).
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    own = tl.cdiv(ROWS, BLOCK_M) * tiles_n
+    for i in tl.static_range(1, WORLD):
+        src = (rank + i) % WORLD
+        first = (pid + grid - (i * own) % grid) % grid
+        _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, src, first, b, out, ROWS, N, K,
+                      stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
 @jit(do_not_specialize=["ctx"])
 def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk, stride_bn,
                             status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -114,26 +128,9 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm,
     s = tl.where(s != 0, s, il.symm_grid_barrier(ctx))
     worst = tl.where(worst != 0, worst, s)
     if worst == 0:
-        # Other ranks' tiles continue this CTA's walk where its own-row tiles stopped (balance).
-        own = tl.cdiv(ROWS, BLOCK_M) * tiles_n
-        for i in tl.static_range(1, WORLD):
-            src = (rank + i) % WORLD
-            first = (pid + grid - (i * own) % grid) % grid
-            _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, src, first, b, out, ROWS, N, K,
-                          stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K)
+        _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K,
+                          WORLD)
     tl.store(status + pid, worst)
-
-
-@triton.jit
-def _copy_rows(src, stride_sm, stride_sk, dst, ROWS, K, COPY_COLS: tl.constexpr):
-    """This CTA's pieces (COPY_COLS columns of a row) of src [ROWS, K] into dst (contiguous)."""
-    pid, grid = tl.program_id(0), tl.num_programs(0)
-    cols = tl.arange(0, COPY_COLS)
-    pieces = tl.cdiv(K, COPY_COLS)
-    for u in range(pid, ROWS * pieces, grid):
-        row, c = u // pieces, (u % pieces) * COPY_COLS + cols
-        x = tl.load(src + tl.cast(row, tl.int64) * stride_sm + c * stride_sk, mask=c < K)
-        tl.store(dst + tl.cast(row, tl.int64) * K + c, x, mask=c < K)
 
 
 # A heap of several nodes (see the module docs); linked with the NVSHMEM bitcode.
@@ -141,11 +138,11 @@ def _copy_rows(src, stride_sm, stride_sk, dst, ROWS, K, COPY_COLS: tl.constexpr)
 def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
                                          stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                          BLOCK_K: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr):
-    pid, grid = tl.program_id(0), tl.num_programs(0)
+    pid = tl.program_id(0)
     rank = il.symm_rank(ctx)
     tiles_n = tl.cdiv(N, BLOCK_N)
     mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
-    _copy_rows(a_shard, stride_sm, stride_sk, mine, ROWS, K, COPY_COLS)
+    copy_rows(a_shard, stride_sm, stride_sk, mine, K, 1, ROWS, K, COPY_COLS)
     _gemm_rows_of(a_shard, stride_sm, stride_sk, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
                   BLOCK_M, BLOCK_N, BLOCK_K)
     # The own block complete before any CTA sends its slice of it; every block in place before
@@ -156,12 +153,8 @@ def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, 
     s = il.symm_grid_barrier(ctx)
     worst = tl.where(worst != 0, worst, s)
     if worst == 0:
-        own = tl.cdiv(ROWS, BLOCK_M) * tiles_n
-        for i in tl.static_range(1, WORLD):
-            src = (rank + i) % WORLD
-            first = (pid + grid - (i * own) % grid) % grid
-            _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, src, first, b, out, ROWS, N, K,
-                          stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K)
+        _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K,
+                          WORLD)
     tl.store(status + pid, worst)
 
 

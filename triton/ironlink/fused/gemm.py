@@ -1,4 +1,5 @@
-"""The GEMM tile the fused matmul ops share: one [BLOCK_M, BLOCK_N] tile of a @ b in fp32.
+"""What the fused matmul ops share: the GEMM tile, one [BLOCK_M, BLOCK_N] tile of a @ b in fp32,
+and the grid-stride copy of a matrix their kernels for several nodes make.
 
 A plain Triton GEMM (software-pipelined by Triton's `num_stages`), written once so every fused
 op computes its tiles the same way and a faster tile loop lands in all of them.
@@ -22,6 +23,20 @@ def tile_coords(t, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     first_m = group * GROUP_M
     rows = tl.minimum(tiles_m - first_m, GROUP_M)
     return first_m + (t % per_group) % rows, (t % per_group) // rows
+
+
+@triton.jit
+def copy_rows(src, src_stride_r, src_stride_c, dst, dst_stride_r, dst_stride_c, ROWS, COLS,
+              PIECE: tl.constexpr):
+    """This CTA's share of copying src [ROWS, COLS] into dst (any strides), in pieces of PIECE
+    columns of a row spread over all CTAs of the launch."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    cols = tl.arange(0, PIECE)
+    pieces = tl.cdiv(COLS, PIECE)
+    for u in range(pid, ROWS * pieces, grid):
+        row, c = tl.cast(u // pieces, tl.int64), (u % pieces) * PIECE + cols
+        x = tl.load(src + row * src_stride_r + c * src_stride_c, mask=c < COLS)
+        tl.store(dst + row * dst_stride_r + c * dst_stride_c, x, mask=c < COLS)
 
 
 @triton.jit
@@ -65,3 +80,19 @@ def check_output(t: TensorSpec, shape: tuple[int, ...], code: int, device: str, 
         raise TypeError(f"{op}: {t.name} ({t.dtype}) must have the operands' dtype")
     if t.shape != shape:
         raise ValueError(f"{op}: {t.name} must have shape {shape}, got {t.shape}")
+
+
+@triton.jit
+def product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Computes output tile `t` of a @ b and stores it into `out` [M, N]; returns its first row and
+    column."""
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+    acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M, BLOCK_N, BLOCK_K)
+    rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    return tm * BLOCK_M, tn * BLOCK_N

@@ -31,7 +31,7 @@ from .. import tuning
 from .. import typed as ilt
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
-from .gemm import check_operands, check_output, gemm_tile, tile_coords
+from .gemm import check_operands, check_output, product_tile
 
 
 class Plan(NamedTuple):
@@ -55,22 +55,6 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     return Plan(m, n, k, cfg, max(1, min(tiles, sms)))
 
 
-@triton.jit
-def _product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """Computes output tile `t` of a @ b and stores it into `out` [M, N]; returns its first row and
-    column."""
-    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
-    acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                    BLOCK_M, BLOCK_N, BLOCK_K)
-    rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
-    return tm * BLOCK_M, tn * BLOCK_N
-
-
 @jit(do_not_specialize=["ctx"])
 def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -80,7 +64,7 @@ def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, strid
     pid, grid = tl.program_id(0), tl.num_programs(0)
     worst = pid * 0
     for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
-        m0, n0 = _product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        m0, n0 = product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
         if COMMUNICATE:
             s = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
@@ -97,7 +81,7 @@ def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, str
                                          GROUP_M: tl.constexpr):
     pid, grid = tl.program_id(0), tl.num_programs(0)
     for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
-        _product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K,
+        product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K,
                       GROUP_M)
     # Every CTA's tiles visible to every CTA: each all-reduces a slice of the whole output.
     s = il.symm_grid_barrier(ctx)

@@ -40,7 +40,7 @@ from .. import typed as ilt
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, launch_with_status
 from . import sp_streams
-from .gemm import check_operands, check_output, gemm_tile, tile_coords
+from .gemm import check_operands, check_output, copy_rows, gemm_tile, product_tile, tile_coords
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
@@ -140,15 +140,9 @@ def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride
                                              WORLD: tl.constexpr, COPY_COLS: tl.constexpr):
     """ws: the workspace (heap, contiguous [M, N])."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    ri, rc = tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N)
-    for t in range(pid, tiles_m * tiles_n, grid):
-        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
-        acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K)
-        rm, rn = tm * BLOCK_M + ri, tn * BLOCK_N + rc
-        tl.store(ws + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(ws.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+    for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
+        product_tile(a, b, ws, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K,
+                     GROUP_M)
     rows = M // WORLD
     mine = ws + tl.cast(il.symm_rank(ctx), tl.int64) * rows * N
     # Every tile stored before any CTA reduces its slice; every slice reduced before any CTA copies.
@@ -158,12 +152,7 @@ def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride
     s = il.symm_grid_barrier(ctx)
     worst = tl.where(worst != 0, worst, s)
     if worst == 0:
-        cols = tl.arange(0, COPY_COLS)
-        pieces = tl.cdiv(N, COPY_COLS)
-        for u in range(pid, rows * pieces, grid):
-            row, c = u // pieces, (u % pieces) * COPY_COLS + cols
-            x = tl.load(mine + tl.cast(row, tl.int64) * N + c, mask=c < N)
-            tl.store(out + tl.cast(row, tl.int64) * stride_om + c * stride_on, x, mask=c < N)
+        copy_rows(mine, N, 1, out, stride_om, stride_on, rows, N, COPY_COLS)
     tl.store(status + pid, worst)
 
 
