@@ -431,3 +431,31 @@ fn tile_reductions_across_nodes_time_out_on_a_dropped_signal() {
         }
     }
 }
+
+/// A grid of more CTAs than there are box areas: INVALID_ARGUMENT on every CTA of every rank
+/// (before any wait), nothing recorded.
+#[test]
+fn tile_reductions_across_nodes_refuse_a_grid_past_max_ctas() {
+    let _serial = sim_faults::serial();
+    let nd = node(2, 1);
+    let ctas = ironlink_device::abi::MAX_CTAS as u32 + 1;
+    let st = nd.run("grid past MAX_CTAS", ctas, 1, |rank, ctx| {
+        let (at, out) = (nd.addr(rank, BASE), nd.addr(rank, BASE + 1024));
+        let (sum, f32) = (reduce_op::SUM, dtype::FLOAT32);
+        let t = cta_rank() as i64;
+        let reduce = api::symm_tile_all_reduce_hierarchical(ctx, at, 1, 4, 4, t, sum, f32);
+        let scatter =
+            api::symm_tile_reduce_scatter_hierarchical(ctx, at, out, 1, 4, 4, 4, t, sum, f32);
+        if reduce == status::INVALID_ARGUMENT && scatter == status::INVALID_ARGUMENT {
+            status::OK
+        } else {
+            status::UNSUPPORTED_OP // anything else: not the refusal
+        }
+    });
+    assert_eq!(st, vec![status::OK; 2]);
+    assert_eq!(
+        nd.recorded_error(0),
+        0,
+        "an argument error is returned, not recorded"
+    );
+}

@@ -124,6 +124,7 @@ pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> 
     if tile.rows == 0 {
         return Ok(());
     }
+    boxes_for_the_grid()?;
     let share = split(tile.units(), nodes.size, nodes.local);
     call.barrier_among(0, nodes.first(), nodes.size)?;
     in_rounds(call, &nodes, share, &AllReduce { tile, red })?;
@@ -146,6 +147,7 @@ pub fn reduce_scatter(
     if !nodes.multi() {
         return one_node_reduce_scatter(call, &nodes, input, out, block_bytes, red);
     }
+    boxes_for_the_grid()?;
     call.barrier_among(0, nodes.first(), nodes.size)?;
     let rounds = ReduceScatter {
         input,
@@ -180,6 +182,16 @@ fn one_node_reduce_scatter(
         }
     });
     call.barrier(1)
+}
+
+/// Whether every CTA of the launch has a box area: INVALID_ARGUMENT for a grid of more than
+/// MAX_CTAS, on every CTA of every rank alike (all launch the same grid), before any wait.
+#[inline(always)]
+fn boxes_for_the_grid() -> Result<(), i32> {
+    if hw::grid_ctas() as usize > MAX_CTAS {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok(())
 }
 
 /// One CTA's landing boxes for a tile reduction across `count` nodes, in its area of the signal
@@ -238,10 +250,7 @@ fn in_rounds(
     (lo, hi): (usize, usize),
     r: &impl TileRounds,
 ) -> Result<(), i32> {
-    let cta = hw::cta_rank() as usize;
-    if cta >= MAX_CTAS {
-        return Err(status::INVALID_ARGUMENT);
-    }
+    let cta = hw::cta_rank() as usize; // < MAX_CTAS: `boxes_for_the_grid`
     let mine = Boxes::of(cta, nodes);
     let (mut a, mut round) = (lo, 0);
     while a < hi {
