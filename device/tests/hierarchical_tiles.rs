@@ -13,7 +13,8 @@
 //! checks every block right after: a call that returned before a block arrived, from this node
 //! or another, reads the previous round's values. Rows strided (a put per row, then the signal)
 //! and contiguous (one put); blocks stacked and interleaved; nothing outside the blocks' rows
-//! written. A dropped remote signal gives TIMEOUT, recorded, never a hang or a wrong block.
+//! written; reordered puts with data landing late. A dropped remote signal gives TIMEOUT,
+//! recorded, never a hang or a wrong block.
 //! Every test holds `sim_faults::serial()` (fault plans are process-wide).
 
 mod sim;
@@ -104,9 +105,10 @@ const LAYOUTS: [Layout; 4] = [
     },
 ];
 
-/// Puts delivered newest first; data delayed.
-const NETWORK_FAULTS: [Fault; 2] = [
+/// Puts delivered newest first (with data landing late); data delayed.
+const NETWORK_FAULTS: [Fault; 3] = [
     Fault::ReorderRemote,
+    Fault::ReorderRemoteLate { max_us: 400 },
     Fault::Delay {
         kind: Kind::RemotePut,
         max_us: 200,
@@ -208,10 +210,9 @@ fn tile_all_gather_across_nodes_matches_tiles_by_index() {
     }
 }
 
-/// Puts delivered newest first and data delayed: the same blocks. (Not shown here: that the
-/// `quiet` between strided rows and their signal matters. Without it the signal overtakes the
-/// rows under `ReorderRemote`, but every rank delivers its own outbox just as long at the same
-/// barrier, so the rows land before anyone looks.)
+/// Puts delivered newest first (with data landing late) and data delayed: the same blocks.
+/// Mutation check: without the `quiet` between strided rows and their signal, the signal
+/// overtakes the rows under `ReorderRemoteLate` and a rank sees a stale block (3 runs of 3).
 #[test]
 fn tile_all_gather_across_nodes_survives_reordered_and_delayed_puts() {
     let _serial = sim_faults::serial();

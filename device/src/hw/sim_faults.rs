@@ -49,6 +49,9 @@ pub enum Fault {
     ReorderStores { delay_us: u64 },
     /// The simulated network (`sim_net`) delivers each thread's puts in flight newest first.
     ReorderRemote,
+    /// As `ReorderRemote`, and each put with data lands a pseudo-random 0..`max_us` microseconds
+    /// late (a signal alone at once): a signal that overtakes data shows.
+    ReorderRemoteLate { max_us: u64 },
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -105,18 +108,33 @@ pub(super) fn proceed(kind: Kind) -> bool {
     match *PLAN.lock().unwrap_or_else(|e| e.into_inner()) {
         Some(Fault::Drop { kind: k, nth }) if k == kind => n != nth,
         Some(Fault::Delay { kind: k, max_us }) if k == kind => {
-            let r = RNG.with(|s| {
-                let mut x = s.get();
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                s.set(x);
-                x
-            });
-            std::thread::sleep(Duration::from_micros(r % (max_us + 1)));
+            sleep_up_to(max_us);
             true
         }
         _ => true,
+    }
+}
+
+/// Sleeps a pseudo-random 0..=`max_us` microseconds.
+fn sleep_up_to(max_us: u64) {
+    let r = RNG.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        x
+    });
+    std::thread::sleep(Duration::from_micros(r % (max_us + 1)));
+}
+
+/// Under `ReorderRemoteLate`: called before a put's data lands, waits its random lateness.
+#[inline]
+pub(super) fn late_data() {
+    if let Some(Fault::ReorderRemoteLate { max_us }) =
+        ON.load(Ordering::Relaxed).then(plan).flatten()
+    {
+        sleep_up_to(max_us);
     }
 }
 
@@ -174,10 +192,15 @@ pub(super) fn take_held_stores() -> (Vec<(usize, u32)>, Duration) {
     )
 }
 
-/// Under `ReorderRemote`: whether the network delivers each outbox newest first.
+/// Under `ReorderRemote` or `ReorderRemoteLate`: whether the network delivers each outbox newest
+/// first.
 #[inline]
 pub(super) fn reorder_remote() -> bool {
-    ON.load(Ordering::Relaxed) && plan() == Some(Fault::ReorderRemote)
+    ON.load(Ordering::Relaxed)
+        && matches!(
+            plan(),
+            Some(Fault::ReorderRemote | Fault::ReorderRemoteLate { .. })
+        )
 }
 
 fn plan() -> Option<Fault> {

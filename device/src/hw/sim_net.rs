@@ -7,7 +7,8 @@
 //! ends. So a receiver that reads before waiting for the signal sees old data, and a sender that
 //! overwrites a source before `quiet` sends the new data. `sim_faults` can delay every delivery
 //! (`Delay { kind: RemotePut }`), drop the n-th signal (`Drop { kind: RemoteSignal }`: the
-//! waiting rank gets TIMEOUT) or deliver each outbox newest first (`ReorderRemote`).
+//! waiting rank gets TIMEOUT) or deliver each outbox newest first (`ReorderRemote`; with data
+//! landing late, `ReorderRemoteLate`).
 //!
 //! Target addresses: a context's peer tables hold its own node only, so each simulated world
 //! registers every rank's regions here (`attach`, by `sim::Node`); the network translates the
@@ -132,6 +133,9 @@ pub fn progress() {
 }
 
 fn deliver(p: Put) {
+    if p.bytes > 0 {
+        sim_faults::late_data();
+    }
     sim_faults::proceed(Kind::RemotePut); // a delay, if any (data is never dropped: no network loses data silently)
                                           // SAFETY: both ranges were checked inside symmetric regions of live ranks when issued; the
                                           // simulated memory outlives the launch, whose threads deliver before they end.
