@@ -105,12 +105,16 @@ class MoeBench:
         w = torch.softmax(torch.randn(tokens, self.topk, device="cuda", generator=g), 1)
         return x, idx, w
 
-    def run(self, tokens: int, skewed: bool) -> None:
+    def run(self, tokens: int, skewed: bool, max_tokens: int = 0) -> None:
+        """One row set; `max_tokens` (default `tokens`) sizes the MoeExchange, as a server sizes it
+        for its largest batch."""
         shape = {"tokens": tokens, "hidden": self.hidden, "topk": self.topk, "experts": self.experts,
                  "routing": "skewed" if skewed else "uniform"}
+        if max_tokens > tokens:
+            shape["max_tokens"] = max_tokens
         x, idx, w = self.routing(tokens, skewed)
         payload = tokens * self.topk * self.hidden * 2
-        moe = ironlink.MoeExchange(self.heap, tokens, self.hidden, self.topk, self.experts)
+        moe = ironlink.MoeExchange(self.heap, max(tokens, max_tokens), self.hidden, self.topk, self.experts)
         try:
             recv_x, counts, _, handle = moe.dispatch(x, idx, w)
             ref = Reference(row_fingerprints(recv_x[:int(counts.sum())]), moe.combine(recv_x, handle).clone())
@@ -189,6 +193,8 @@ def main() -> None:
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--profile", action="store_true",
                     help="also print the GPU time of each kernel of one ironlink layer per token count (torch.profiler)")
+    ap.add_argument("--max-tokens", type=int, default=0,
+                    help="size every MoeExchange for this many tokens (default: each row's own count)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--nvshmem-graph", action="store_true",
                     help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
@@ -204,7 +210,7 @@ def main() -> None:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:
         for skewed in (False, True):
-            b.run(t, skewed)
+            b.run(t, skewed, args.max_tokens)
     write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note)
     b.heap.close()
     dist.destroy_process_group()

@@ -38,7 +38,7 @@ _CODES: dict[str, int] = {
 _SUM = _abi.REDUCE_OP["SUM"]
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "broadcast", "dtype_code", "reduce", "reduce_scatter",
-           "tile_all_gather", "tile_all_reduce", "tile_put", "tile_reduce_scatter"]
+           "failure_or", "peer_pointer", "tile_all_gather", "tile_all_reduce", "tile_put", "tile_reduce_scatter"]
 
 
 def _element_type(ptr: Any, what: str, _semantic: Any) -> core.dtype:
@@ -277,3 +277,10 @@ def peer_pointer(ctx, ptr, peer):
     scalar)."""
     distance = (il.symm_peer_ptr(ctx, ptr, peer) - ptr.to(tl.int64)) // 256 * 256
     return (ptr.to(tl.pointer_type(tl.int8)) + distance).to(ptr.dtype)
+
+
+@triton.jit
+def failure_or(status, other):
+    """`status` if it is a failure (non-zero), else `other`: how a kernel carries a bad status through
+    a sequence of calls. Both are evaluated, so a call in `other` runs either way."""
+    return tl.where(status != 0, status, other)

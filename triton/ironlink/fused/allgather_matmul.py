@@ -111,7 +111,7 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm,
     rank = il.symm_rank(ctx)
     tiles_n = tl.cdiv(N, BLOCK_N)
     s = il.symm_tile_signal_others(ctx, pid)
-    worst = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, pid))
+    worst = ilt.failure_or(s, il.symm_tile_wait_others(ctx, pid))
     if worst == 0:
         mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
         cols = tl.arange(0, COPY_COLS)
@@ -124,9 +124,9 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm,
     _gemm_rows_of(a_shard, stride_sm, stride_sk, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
                   BLOCK_M, BLOCK_N, BLOCK_K)
     s = il.symm_tile_signal_others(ctx, grid + pid)
-    s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, grid + pid))
-    s = tl.where(s != 0, s, il.symm_grid_barrier(ctx))
-    worst = tl.where(worst != 0, worst, s)
+    s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, grid + pid))
+    s = ilt.failure_or(s, il.symm_grid_barrier(ctx))
+    worst = ilt.failure_or(worst, s)
     if worst == 0:
         _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K,
                           WORLD)
@@ -147,11 +147,9 @@ def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, 
                   BLOCK_M, BLOCK_N, BLOCK_K)
     # The own block complete before any CTA sends its slice of it; every block in place before
     # any CTA reads one.
-    s = il.symm_grid_barrier(ctx)
-    r = ilt.all_gather_hierarchical(ctx, mine, a_full, ROWS * K)
-    worst = tl.where(s != 0, s, r)
-    s = il.symm_grid_barrier(ctx)
-    worst = tl.where(worst != 0, worst, s)
+    worst = il.symm_grid_barrier(ctx)
+    worst = ilt.failure_or(worst, ilt.all_gather_hierarchical(ctx, mine, a_full, ROWS * K))
+    worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
         _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K,
                           WORLD)

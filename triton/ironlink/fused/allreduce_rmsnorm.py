@@ -102,7 +102,7 @@ def _norm_after_grid_barrier(s, ctx, x, residual, weight, out, T, H, eps, BLOCK_
     """"whole" after its all-reduce (status `s`): every CTA's part of the sum visible to every CTA,
     then rows normalized grid-stride. Returns the first bad status."""
     b = il.symm_grid_barrier(ctx)
-    s = tl.where(s != 0, s, b)
+    s = ilt.failure_or(s, b)
     for row in range(tl.program_id(0), T, tl.num_programs(0)):
         _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
     return s

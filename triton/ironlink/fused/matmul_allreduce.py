@@ -69,7 +69,7 @@ def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, strid
         if COMMUNICATE:
             s = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
                                     tl.minimum(BLOCK_N, N - n0), N, t)
-            worst = tl.where(s != 0, s, worst)
+            worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 
 
@@ -86,7 +86,7 @@ def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, str
     # Every CTA's tiles visible to every CTA: each all-reduces a slice of the whole output.
     s = il.symm_grid_barrier(ctx)
     r = ilt.all_reduce_hierarchical(ctx, out, M * N)
-    tl.store(status + pid, tl.where(s != 0, s, r))
+    tl.store(status + pid, ilt.failure_or(s, r))
 
 
 def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,

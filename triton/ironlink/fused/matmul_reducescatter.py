@@ -105,13 +105,13 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
         slot = ilt.peer_pointer(ctx, ws, dest) + (tl.cast(t, tl.int64) * WORLD + rank) * SLOT
         tl.store(slot + ri[:, None] * BLOCK_N + rc[None, :], acc.to(ws.dtype.element_ty))
         s = il.symm_tile_signal(ctx, t, dest)
-        worst = tl.where(s != 0, s, worst)
+        worst = ilt.failure_or(s, worst)
     ranks, rr = tl.arange(0, SLOTS), tl.arange(0, ROWS)
     for t in range(pid, tiles, grid):
         if worst == 0:
             s = il.symm_tile_wait(ctx, t, rank)
-            s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, t))
-            worst = tl.where(s != 0, s, worst)
+            s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, t))
+            worst = ilt.failure_or(s, worst)
         if worst == 0:
             tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
             rn = tn * BLOCK_N + rc
@@ -123,12 +123,12 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
                 tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], total.to(out.dtype.element_ty),
                          mask=(rm[:, None] < rows) & (rn[None, :] < N))
             s = il.symm_tile_signal_others(ctx, tiles + t)
-            worst = tl.where(s != 0, s, worst)
+            worst = ilt.failure_or(s, worst)
     for o in range(pid, WORLD * tiles, grid):
         dest = (rank + 1 + o // tiles) % WORLD
         if (dest != rank) & (worst == 0):
             s = il.symm_tile_wait(ctx, tiles + o % tiles, dest)
-            worst = tl.where(s != 0, s, worst)
+            worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 
 
@@ -146,11 +146,9 @@ def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride
     rows = M // WORLD
     mine = ws + tl.cast(il.symm_rank(ctx), tl.int64) * rows * N
     # Every tile stored before any CTA reduces its slice; every slice reduced before any CTA copies.
-    s = il.symm_grid_barrier(ctx)
-    r = ilt.reduce_scatter_hierarchical(ctx, ws, mine, rows * N)
-    worst = tl.where(s != 0, s, r)
-    s = il.symm_grid_barrier(ctx)
-    worst = tl.where(worst != 0, worst, s)
+    worst = il.symm_grid_barrier(ctx)
+    worst = ilt.failure_or(worst, ilt.reduce_scatter_hierarchical(ctx, ws, mine, rows * N))
+    worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
         copy_rows(mine, N, 1, out, stride_om, stride_on, rows, N, COPY_COLS)
     tl.store(status + pid, worst)
