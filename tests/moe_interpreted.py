@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ironlink import moe_sort
 from ironlink.errors import IronlinkError
 from ironlink.moe import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
 
@@ -112,6 +113,65 @@ def fp8_every_value() -> None:
     print(f"ok: fp8: all {values.numel()} bf16 values with |x| <= 448 quantize as torch's float8_e4m3fn")
 
 
+def reference_send_rows(ids: Any, world: int, le: int) -> Any:
+    """[T, world]: each token's send row (rank-major, token order), -1 where it does not go; ids
+    outside [0, world * le) go nowhere."""
+    goes = torch.zeros(world, ids.shape[0], dtype=torch.int64)
+    for t, row in enumerate(ids.tolist()):
+        for e in row:
+            if 0 <= e < world * le:
+                goes[e // le, t] = 1
+    flat = goes.view(-1)
+    return torch.where(goes > 0, (torch.cumsum(flat, 0) - flat).view(world, -1), -1).t()
+
+
+def sorts_match_reference() -> None:
+    """The counting sorts against torch's stable argsort, over many blocks per program (a small
+    one-hot block), top-5 with repeated experts in a token and out-of-range ids (skipped, counted,
+    reported by check)."""
+    world, tokens, hidden, k, experts = 3, 40, 16, 5, 12
+    le = experts // world
+    one_hot = moe_sort.ONE_HOT
+    moe_sort.ONE_HOT = 64  # 1 or 2 rows per block: every program walks several blocks
+    try:
+        ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
+    finally:
+        moe_sort.ONE_HOT = one_hot
+    g = torch.Generator().manual_seed(11)
+    xs = [torch.randn(tokens, hidden, generator=g).to(torch.bfloat16) for _ in range(world)]
+    ids = [torch.randint(0, experts, (tokens, k), generator=g) for _ in range(world)]
+    ids[1][3, 2], ids[1][7, 0], ids[2][0, 4] = experts, -1, 1000  # 3 out-of-range ids
+    ws = [torch.rand(tokens, k, generator=g) for _ in range(world)]
+    packed = [m._pack(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    for r, (m, (_, send_row)) in enumerate(zip(ms, packed)):
+        want = reference_send_rows(ids[r], world, le)
+        assert torch.equal(send_row, want), f"rank {r}: send rows differ from the reference"
+        assert torch.equal(m.send_counts, (want >= 0).sum(0)), f"rank {r}: send counts"
+    exchange([(m.send_buf, m.send_counts) for m in ms], [(m.recv_buf, m.recv_counts, m.recv_offsets) for m in ms])
+    for r, m in enumerate(ms):
+        counts, offsets, slot, weight, received = m._layout()
+        n = int(received)
+        got = m.recv_buf.view(torch.int32)[:n, m.meta_col // 2:m.meta_col // 2 + k].to(torch.int64) - r * le
+        local = (got >= 0) & (got < le)
+        key = torch.where(local, got, le).reshape(-1)
+        order = torch.argsort(key, stable=True)[:int(local.sum())]
+        want_slot = torch.full((n * k,), -1, dtype=torch.int64)
+        want_slot[order] = torch.arange(order.numel())
+        assert torch.equal(slot[:n].reshape(-1), want_slot), f"rank {r}: slots differ from a stable argsort"
+        assert torch.equal(counts, torch.bincount(key, minlength=le + 1)[:le]), f"rank {r}: expert counts"
+        assert torch.equal(offsets, torch.cumsum(counts, 0) - counts), f"rank {r}: expert offsets"
+        weights = m.recv_buf.view(torch.float32)[:n, m.meta_col // 2 + k:m.meta_col // 2 + 2 * k]
+        assert torch.equal(weight[:n], weights), f"rank {r}: weights"
+        assert torch.equal(m.recv_x[:order.numel()], m.recv_buf[order // k, :hidden]), f"rank {r}: recv_x rows"
+    for r, bad in ((0, 0), (1, 2), (2, 1)):
+        try:
+            ms[r].check()
+            assert bad == 0, f"rank {r}: no error for {bad} out-of-range ids"
+        except IronlinkError as e:
+            assert f"held {bad} expert ids outside [0, {experts})" in str(e) and "INVALID_ARGUMENT" in str(e), str(e)
+    print("ok: counting sorts match a stable argsort (top-5, repeated experts, 3 out-of-range ids reported)")
+
+
 def main() -> int:
     world, tokens, hidden, k, experts = 3, 9, 36, 3, 6  # hidden not a multiple of 8: padded rows
     le = experts // world
@@ -153,6 +213,7 @@ def main() -> int:
         print(f"ok: {'fp8 ' if fp8 else ''}{'skewed' if skewed else 'uniform'}: world {world}, rows per rank "
               f"{[int(c.sum()) for c in counts]}")
     fp8_every_value()
+    sorts_match_reference()
     try:
         MoeExchange(FakeHeap(0, world), tokens, 200, k, experts, dispatch_dtype=FP8)
         raise AssertionError("fp8 dispatch accepted hidden = 200")

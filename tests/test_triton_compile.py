@@ -25,7 +25,7 @@ from triton.runtime.jit import KernelInterface, MockTensor
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _lib, moe_kernels
+from ironlink import _abi, _lib, moe_kernels, moe_sort
 from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,6 +138,24 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                "hidden": I32}, {"K": 8, "BLOCK": moe_kernels.BLOCK}),
     "sum_rank_rows": ({"rows": "*bf16", "send_row": "*i64", "out": "*bf16", "hidden": I32},
                       {"WORLD": 4, "BLOCK": moe_kernels.BLOCK}),
+    # The counting sorts (moe_sort), by rank (4 ranks + the out-of-range bucket) and by expert (16
+    # local experts; 256, the most one-hot columns per row, with the fewest rows per block).
+    "rank_histogram": ({"ids": "*i64", "n": I32, "per_rank": I32, "world": I32, "hist": "*i32"},
+                       {"K": 8, "BR": moe_sort.block_rows(8, 8), "KB": 8, "BB": 8}),
+    "rank_place": ({"ids": "*i64", "n": I32, "per_rank": I32, "world": I32, "base": "*i32", "send_row": "*i64"},
+                   {"K": 8, "BR": moe_sort.block_rows(8, 8), "KB": 8, "BB": 8, "WB": 4}),
+    "expert_histogram": ({"ids": "*i32", "stride": I32, "recv_counts": "*i64", "world": I32, "lo": I32,
+                          "buckets": I32, "hist": "*i32", "received": "*i64"},
+                         {"WB": 4, "K": 8, "BR": moe_sort.block_rows(8, 16), "KB": 8, "BB": 16}),
+    "expert_place": ({"ids": "*i32", "stride": I32, "weights": "*fp32", "recv_counts": "*i64", "world": I32,
+                      "lo": I32, "buckets": I32, "base": "*i32", "capacity": I32, "slot": "*i64", "weight": "*fp32",
+                      "source": "*i64"}, {"WB": 4, "K": 8, "BR": moe_sort.block_rows(8, 16), "KB": 8, "BB": 16}),
+    "expert_place 256": ({"ids": "*i32", "stride": I32, "weights": "*fp32", "recv_counts": "*i64", "world": I32,
+                          "lo": I32, "buckets": I32, "base": "*i32", "capacity": I32, "slot": "*i64",
+                          "weight": "*fp32", "source": "*i64"},
+                         {"WB": 1, "K": 8, "BR": moe_sort.block_rows(8, 256), "KB": 8, "BB": 256}),
+    "bucket_scan": ({"hist": "*i32", "programs": I32, "buckets": I32, "limit": "i64", "lo": I32, "base": "*i32",
+                     "counts": "*i64", "offsets": "*i64", "summary": "*i64"}, {"BB": 256, "PB": 32}),
 }
 
 
@@ -151,7 +169,7 @@ MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8}
 @pytest.mark.parametrize("name", list(MOE_KERNELS))
 def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) -> None:
     signature, constexprs = MOE_KERNELS[name]
-    fn = getattr(moe_kernels, name.split()[0])
+    fn = getattr(moe_kernels, name.split()[0], None) or getattr(moe_sort, name.split()[0])
     k = compile_for(cc, fn, {**signature, **{c: "constexpr" for c in constexprs}}, constexprs,
                     num_warps=moe_kernels.WARPS)
     report = ptxas_report(k.asm["ptx"], cc, tmp_path)
