@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
+from ironlink import moe_sort
 from ironlink.bench import time_eager, time_graph, write_results
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
@@ -195,11 +196,16 @@ def main() -> None:
                     help="also print the GPU time of each kernel of one ironlink layer per token count (torch.profiler)")
     ap.add_argument("--max-tokens", type=int, default=0,
                     help="size every MoeExchange for this many tokens (default: each row's own count)")
+    ap.add_argument("--sort-one-hot", type=int, default=moe_sort.ONE_HOT,
+                    help="experiment: moe_sort.ONE_HOT (elements of a counting sort's one-hot block)")
+    ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
+                    help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--nvshmem-graph", action="store_true",
                     help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
+    moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
@@ -211,7 +217,8 @@ def main() -> None:
     for t in tokens:
         for skewed in (False, True):
             b.run(t, skewed, args.max_tokens)
-    write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note)
+    write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note,
+                  sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS})
     b.heap.close()
     dist.destroy_process_group()
 

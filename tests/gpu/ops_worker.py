@@ -409,6 +409,38 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
         moe.close()
 
 
+def moe_bad_ids_case(s: Suite) -> None:
+    """Out-of-range expert ids (rank 0: one past the last expert and a negative one) are not sent,
+    `check()` raises INVALID_ARGUMENT with their number on rank 0 only, and the other choices
+    arrive: every rank's expert counts are those of the valid ids."""
+    world, me, heap = s.world, dist.get_rank(), s.heap
+    tokens, hidden, k, experts = 48, 256, 4, max(2 * world, 8)
+    le = experts // world
+    moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts)
+    try:
+        g = torch.Generator(device="cuda").manual_seed(77 + me)
+        x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
+        idx = torch.rand(tokens, experts, device="cuda", generator=g).topk(k, dim=1).indices
+        if me == 0:
+            idx[0, 0], idx[5, 3] = experts, -3
+        wts = torch.full((tokens, k), 1.0 / k, device="cuda")
+        _, counts, _, _ = moe.dispatch(x, idx, wts)
+        torch.cuda.synchronize()
+        ids = [torch.empty_like(idx) for _ in range(world)]
+        dist.all_gather(ids, idx)
+        want = [sum(int((i == e).sum()) for i in ids) for e in range(me * le, (me + 1) * le)]
+        assert counts.tolist() == want, f"expert counts {counts.tolist()} != {want} (valid ids only)"
+        try:
+            moe.check()
+            assert me != 0, "no INVALID_ARGUMENT for 2 out-of-range expert ids"
+        except ironlink.IronlinkError as e:
+            assert me == 0 and "INVALID_ARGUMENT" in str(e) and f"held 2 expert ids outside [0, {experts})" in str(e), \
+                str(e)
+        moe.check()  # cleared
+    finally:
+        moe.close()
+
+
 def main() -> int:
     reason = skip_reason()
     if reason:
@@ -472,6 +504,7 @@ def main() -> int:
     s.run("moe dispatch/combine in a CUDA graph, routing changed between replays",
           lambda: moe_case(s, 64, False, graph=True))
     s.run("moe over capacity", lambda: moe_case(s, 64, True, graph=False, capacity=32))
+    s.run("moe out-of-range expert ids", lambda: moe_bad_ids_case(s))
     s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
     s.run("moe fp8 dispatch in a CUDA graph, routing changed between replays",
           lambda: moe_case(s, 64, False, graph=True, fp8=True))

@@ -23,9 +23,10 @@ import triton.language as tl
 
 # Programs of the histogram and place kernels on a GPU (a few rows each at the largest shapes).
 SORT_PROGRAMS = 128
-# Elements of the one-hot [items, buckets] block a program ranks at once (32 per thread at 4 warps;
-# 8192 made rank_place spill).
-ONE_HOT = 4096
+# Elements of the one-hot [items, buckets] block a program ranks at once: 1024 gave dispatch 41 us at
+# 128 tokens on one H200 against 49 with 256 or 4096, the same at 4096 and 8192 tokens (bench/results/
+# experiments/moe-sort-sweep-1xH200-20261125.log; 8192 made rank_place spill).
+ONE_HOT = 1024
 # The summary bucket_scan writes (int64 each):
 SUMMARY = ("over", "crossing", "crossing_count", "total", "extra")
 
