@@ -155,7 +155,11 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                           "weight": "*fp32", "source": "*i64"},
                          {"WB": 1, "K": 8, "BR": moe_sort.block_rows(8, 256), "KB": 8, "BB": 256}),
     "bucket_scan": ({"hist": "*i32", "programs": I32, "buckets": I32, "limit": "i64", "lo": I32, "base": "*i32",
-                     "counts": "*i64", "offsets": "*i64", "summary": "*i64"}, {"BB": 256, "PB": 32}),
+                     "counts": "*i64", "offsets": "*i64", "summary": "*i64"},
+                    {"BB": 64, "PB": moe_sort.scan_programs(moe_sort.SORT_PROGRAMS, 64)}),
+    "bucket_scan 256": ({"hist": "*i32", "programs": I32, "buckets": I32, "limit": "i64", "lo": I32, "base": "*i32",
+                         "counts": "*i64", "offsets": "*i64", "summary": "*i64"},
+                        {"BB": 256, "PB": moe_sort.scan_programs(moe_sort.SORT_PROGRAMS, 256)}),
 }
 
 

@@ -74,7 +74,7 @@ class _Sort(NamedTuple):
         import torch
 
         bb = _pow2(buckets)
-        pb = max(1, min(_pow2(programs), sort.ONE_HOT // bb))
+        pb = sort.scan_programs(_pow2(programs), bb)
         hist = torch.zeros(programs, bb, dtype=torch.int32, device=device)
         return _Sort(bb, sort.block_rows(choices_block, bb), pb, hist, torch.zeros_like(hist))
 

@@ -27,6 +27,10 @@ SORT_PROGRAMS = 128
 # 128 tokens on one H200 against 49 with 256 or 4096, the same at 4096 and 8192 tokens (bench/results/
 # experiments/moe-sort-sweep-1xH200-20261125.log; 8192 made rank_place spill).
 ONE_HOT = 1024
+# Elements of the [programs, buckets] histogram tile bucket_scan reads at once: 8192 takes the
+# 128 programs' histograms of up to 64 buckets in one step (with 1024, 5.3 us per scan at 64
+# local experts on one H200, the largest sort kernel at 128 tokens).
+SCAN_TILE = 8192
 # The summary bucket_scan writes (int64 each):
 SUMMARY = ("over", "crossing", "crossing_count", "total", "extra")
 
@@ -34,6 +38,11 @@ SUMMARY = ("over", "crossing", "crossing_count", "total", "extra")
 def block_rows(choices_block: int, buckets_block: int) -> int:
     """Rows per block, so a block's one-hot matrix holds at most ONE_HOT elements."""
     return max(1, ONE_HOT // (choices_block * buckets_block))
+
+
+def scan_programs(programs_block: int, buckets_block: int) -> int:
+    """Programs' histograms per step of bucket_scan, at most SCAN_TILE elements."""
+    return max(1, min(programs_block, SCAN_TILE // buckets_block))
 
 
 @triton.jit
@@ -201,5 +210,5 @@ def bucket_scan(hist, programs, buckets, limit, lo, base, counts, offsets, summa
     tl.store(summary + 4, tl.sum(tl.where(b == buckets, total, 0), axis=0).to(tl.int64))
 
 
-__all__ = ["ONE_HOT", "SORT_PROGRAMS", "SUMMARY", "block_rows", "bucket_scan", "expert_histogram", "expert_place",
-           "rank_histogram", "rank_place"]
+__all__ = ["ONE_HOT", "SCAN_TILE", "SORT_PROGRAMS", "SUMMARY", "block_rows", "bucket_scan", "expert_histogram",
+           "expert_place", "rank_histogram", "rank_place", "scan_programs"]
