@@ -151,7 +151,9 @@ def sorts_match_reference() -> None:
     for r, m in enumerate(ms):
         counts, offsets, slot, weight, received = m._layout()
         n = int(received)
-        got = m.recv_buf.view(torch.int32)[:n, m.meta_col // 2:m.meta_col // 2 + k].to(torch.int64) - r * le
+        raw = m.recv_buf.view(torch.int32)[:n, m.meta_col // 2:m.meta_col // 2 + k].to(torch.int64)
+        assert bool((((raw >= 0) & (raw < experts)) | (raw == -1)).all()), f"rank {r}: an out-of-range id travelled"
+        got = raw - r * le
         local = (got >= 0) & (got < le)
         key = torch.where(local, got, le).reshape(-1)
         order = torch.argsort(key, stable=True)[:int(local.sum())]
@@ -193,6 +195,8 @@ def main() -> int:
                 s[:, 0] += 10
         ids = [s.topk(k, dim=1).indices for s in scores]
         ws = [torch.softmax(torch.randn(x.shape[0], k, generator=g), 1) for x in xs]
+        if skewed:  # the pack kernels read any integer ids and any float weights
+            ids, ws = [i.to(torch.int32) for i in ids], [w.to(torch.bfloat16) for w in ws]
         recvs, counts, outs = layer(ms, xs, ids, ws)
         for p in range(world):
             want = [xs[q][(ids[q] == e).any(1)] for e in range(p * le, (p + 1) * le) for q in range(world)]
@@ -219,7 +223,15 @@ def main() -> int:
         raise AssertionError("fp8 dispatch accepted hidden = 200")
     except ValueError as e:
         assert "multiple of 128" in str(e), str(e)
-    print("ok: fp8 dispatch refuses hidden = 200 (not a multiple of 128)")
+    m = MoeExchange(FakeHeap(0, world), tokens, hidden, k, experts)
+    x, w = torch.zeros(tokens, hidden, dtype=torch.bfloat16), torch.ones(tokens, k)
+    for idx, wts, words in ((w, w, "topk_idx must hold integers"), (w.long(), w.long(), "topk_weights must be floating")):
+        try:
+            m.dispatch(x, idx, wts)
+            raise AssertionError(f"accepted; wanted {words!r}")
+        except TypeError as e:
+            assert words in str(e), str(e)
+    print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
     xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]

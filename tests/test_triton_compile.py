@@ -121,12 +121,14 @@ def test_function_inlines_without_local_memory(name: str, cc: int, tmp_path: Pat
 I32 = "i32"
 MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # name: (signature, constexprs), shapes as MoeExchange launches them at hidden 7168, top-8, 4 ranks
-    "pack_rows": ({"x": "*bf16", "meta": "*bf16", "send_row": "*i64", "out": "*bf16", "hidden": I32, "meta_col": I32,
-                   "meta_cols": I32, "out_stride": I32},
-                  {"WORLD": 4, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 32}),
-    "pack_rows_fp8": ({"x": "*bf16", "meta": "*bf16", "send_row": "*i64", "out": "*bf16", "out8": "*u8", "out32": "*fp32",
-                       "hidden": I32, "meta_col": I32, "meta_cols": I32, "row": I32, "scale_col": I32},
-                      {"WORLD": 4, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 32, "GROUP": moe_kernels.FP8_GROUP,
+    "pack_rows": ({"x": "*bf16", "idx": "*i64", "weights": "*fp32", "send_row": "*i64", "out": "*bf16",
+                   "words": "*i32", "hidden": I32, "meta_word": I32, "meta_words": I32, "row": I32,
+                   "num_experts": I32},
+                  {"WORLD": 4, "K": 8, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 16}),
+    "pack_rows_fp8": ({"x": "*bf16", "idx": "*i64", "weights": "*fp32", "send_row": "*i64", "out8": "*u8",
+                       "words": "*i32", "hidden": I32, "meta_word": I32, "meta_words": I32, "row": I32,
+                       "scale_word": I32, "num_experts": I32},
+                      {"WORLD": 4, "K": 8, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 16, "GROUP": moe_kernels.FP8_GROUP,
                        "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX}),
     "gather_rows": ({"src": "*bf16", "src_stride": I32, "index": "*i64", "count": "*i64", "limit": I32, "out": "*bf16",
                      "hidden": I32, "side_col": I32, "side_out": "*bf16", "side_cols": I32},

@@ -166,7 +166,6 @@ class MoeExchange:
         self.back_recv = e((rows, hidden), self.dtype)
         self.counts = [e((world,), torch.int64) for _ in range(5)]
         self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
-        self.meta = torch.zeros(max_tokens, self.meta_cols, dtype=self.dtype, device=dev)
         # Zeros, not empty: a grouped GEMM over padded expert tiles reads rows past the counts, and
         # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
         self.recv_x = torch.zeros(self.capacity, hidden, dtype=self.dispatch_dtype, device=dev)
@@ -188,6 +187,8 @@ class MoeExchange:
         self.by_expert = _Sort.make(self.sort_programs, self.local_experts, self.kb, dev)
 
     def _check(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
+        import torch
+
         t = x.shape[0]
         if tuple(x.shape) != (t, self.hidden) or x.dtype != self.dtype:
             raise ValueError(f"x must be [tokens, {self.hidden}] {self.dtype}, got {tuple(x.shape)} {x.dtype}")
@@ -196,6 +197,10 @@ class MoeExchange:
         for name, v in (("topk_idx", topk_idx), ("topk_weights", topk_weights)):
             if tuple(v.shape) != (t, self.topk):
                 raise ValueError(f"{name} must be [{t}, {self.topk}], got {tuple(v.shape)}")
+        if topk_idx.is_floating_point() or topk_idx.is_complex() or topk_idx.dtype == torch.bool:
+            raise TypeError(f"topk_idx must hold integers, got {topk_idx.dtype}")
+        if not topk_weights.is_floating_point():
+            raise TypeError(f"topk_weights must be floating point, got {topk_weights.dtype}")
         return t
 
     def _routing(self, topk_idx: Any, t: int) -> Any:
@@ -275,21 +280,21 @@ class MoeExchange:
 
         t = self._check(x, topk_idx, topk_weights)
         send_row = self._routing(topk_idx, t)
-        meta = self.meta[:t].view(torch.int32)
-        meta[:, :self.topk].copy_(topk_idx)
-        meta.view(torch.float32)[:, self.topk:2 * self.topk].copy_(topk_weights)
         if not t:
             return t, send_row
-        k, b = kernels, self.send_buf
-        meta_block = max(16, 1 << (self.meta_cols - 1).bit_length())
+        k, b, words = kernels, self.send_buf, self.send_buf.view(torch.int32)
+        idx, wts = topk_idx.contiguous(), topk_weights.contiguous()
+        meta = (self.meta_col // 2, self.meta_cols // 2)  # the ids and weights, in 4-byte words
+        meta_block = _pow2(max(16, meta[1]))
         if self.fp8:
-            k.pack_rows_fp8[(t,)](x.contiguous(), self.meta, send_row, b, b.view(torch.uint8), b.view(torch.float32),
-                                  self.hidden, self.meta_col, self.meta_cols, self.row, self.scale_col, WORLD=self.world,
+            k.pack_rows_fp8[(t,)](x.contiguous(), idx, wts, send_row, b.view(torch.uint8), words, self.hidden, *meta,
+                                  self.row, self.scale_col // 2, self.num_experts, WORLD=self.world, K=self.topk,
                                   BLOCK=k.BLOCK, META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX,
                                   MIN_AMAX=k.FP8_MIN_AMAX, num_warps=k.WARPS)
         else:
-            k.pack_rows[(t,)](x.contiguous(), self.meta, send_row, b, self.hidden, self.meta_col, self.meta_cols,
-                              self.row, WORLD=self.world, BLOCK=k.BLOCK, META_BLOCK=meta_block, num_warps=k.WARPS)
+            k.pack_rows[(t,)](x.contiguous(), idx, wts, send_row, b, words, self.hidden, *meta, self.row,
+                              self.num_experts, WORLD=self.world, K=self.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block,
+                              num_warps=k.WARPS)
         return t, send_row
 
     def _exchange(self, inp: Any, send_counts: Any, out: Any, recv_counts: Any, recv_offsets: Any,

@@ -30,24 +30,29 @@ FP8_MIN_AMAX = 1e-4  # an all-zero group still gets a finite scale (and zero byt
 
 
 @triton.jit
-def _pack_meta(meta, send_row, out, t, meta_col, meta_cols, out_stride, WORLD: tl.constexpr,
-               META_BLOCK: tl.constexpr):
-    """Token t's `meta` (ids and weights) at column meta_col of row send_row[t, p] of `out`, for
-    every rank p the token goes to: the tail of both pack kernels."""
-    mo = tl.arange(0, META_BLOCK)
-    mm = mo < meta_cols
-    v = tl.load(meta + t * meta_cols + mo, mask=mm)
+def _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row_words, num_experts,
+               WORLD: tl.constexpr, K: tl.constexpr, META_BLOCK: tl.constexpr):
+    """Token t's expert ids (int32; -1 for an id outside [0, num_experts), which no receiver
+    counts) and weights (fp32 bits) at word meta_word of row send_row[t, p] of the send buffer's
+    4-byte words, for every rank p the token goes to; zeros up to meta_words. Read straight from
+    topk_idx / topk_weights (any integer / float dtype): the tail of both pack kernels."""
+    j = tl.arange(0, META_BLOCK)
+    e = tl.load(idx + t * K + j, mask=j < K, other=0)
+    e = tl.where((e >= 0) & (e < num_experts), e, -1).to(tl.int32)
+    w = tl.load(weights + t * K + (j - K), mask=(j >= K) & (j < 2 * K), other=0.0).to(tl.float32)
+    v = tl.where(j < K, e, tl.where(j < 2 * K, w.to(tl.int32, bitcast=True), 0))
     for p in tl.static_range(WORLD):
         r = tl.load(send_row + t * WORLD + p)
-        tl.store(out + r * out_stride + meta_col + mo, v, mask=mm & (r >= 0))
+        tl.store(words + r * row_words + meta_word + j, v, mask=(j < meta_words) & (r >= 0))
 
 
 @triton.jit
-def pack_rows(x, meta, send_row, out, hidden, meta_col, meta_cols, out_stride,
-              WORLD: tl.constexpr, BLOCK: tl.constexpr, META_BLOCK: tl.constexpr):
-    """Token t's row of `x` (at column 0) and of `meta` (at column meta_col) into row
-    send_row[t, p] of `out`, for every rank p the token goes to (send_row < 0: not to p). One
-    program per token: its row is loaded once and stored up to WORLD times."""
+def pack_rows(x, idx, weights, send_row, out, words, hidden, meta_word, meta_words, row, num_experts,
+              WORLD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, META_BLOCK: tl.constexpr):
+    """Token t's row of `x` (at column 0) and its ids and weights (at 4-byte word meta_word, see
+    _pack_meta) into row send_row[t, p] of the send buffer (`row` 2-byte words; `out` / `words`
+    are its 2-byte and 4-byte views), for every rank p the token goes to (send_row < 0: not to
+    p). One program per token: its row is loaded once and stored up to WORLD times."""
     t = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     for c in range(0, hidden, BLOCK):
@@ -55,8 +60,8 @@ def pack_rows(x, meta, send_row, out, hidden, meta_col, meta_cols, out_stride,
         v = tl.load(x + t * hidden + c + offs, mask=m)
         for p in tl.static_range(WORLD):
             r = tl.load(send_row + t * WORLD + p)
-            tl.store(out + r * out_stride + c + offs, v, mask=m & (r >= 0))
-    _pack_meta(meta, send_row, out, t, meta_col, meta_cols, out_stride, WORLD, META_BLOCK)
+            tl.store(out + r * row + c + offs, v, mask=m & (r >= 0))
+    _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row // 2, num_experts, WORLD, K, META_BLOCK)
 
 
 @triton.jit
@@ -79,13 +84,13 @@ def _e4m3_bits(y):
 
 
 @triton.jit
-def pack_rows_fp8(x, meta, send_row, out, out8, out32, hidden, meta_col, meta_cols, row, scale_col,
-                  WORLD: tl.constexpr, BLOCK: tl.constexpr, META_BLOCK: tl.constexpr, GROUP: tl.constexpr,
-                  QMAX: tl.constexpr, MIN_AMAX: tl.constexpr):
+def pack_rows_fp8(x, idx, weights, send_row, out8, words, hidden, meta_word, meta_words, row, scale_word,
+                  num_experts, WORLD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, META_BLOCK: tl.constexpr,
+                  GROUP: tl.constexpr, QMAX: tl.constexpr, MIN_AMAX: tl.constexpr):
     """pack_rows with the token quantized to float8_e4m3fn per GROUP channels: row send_row[t, p]
-    of the send buffer (`row` 2-byte words; `out8` / `out32` are its byte and fp32 views) gets the
-    fp8 bytes at byte 0, the ids and weights (`meta`, 2-byte words) at word `meta_col` and the
-    hidden / GROUP fp32 scales at word `scale_col`. Per group: amax = max(|x|, MIN_AMAX),
+    of the send buffer (`row` 2-byte words; `out8` / `words` are its byte and 4-byte views) gets
+    the fp8 bytes at byte 0, the ids and weights at word `meta_word` (_pack_meta) and the
+    hidden / GROUP fp32 scales at word `scale_word`. Per group: amax = max(|x|, MIN_AMAX),
     scale = amax / QMAX, bytes = e4m3(x * (QMAX / amax)), both divisions IEEE (div_rn): what
     `moe.fp8_quantize_reference` computes with torch ops. hidden is a multiple of GROUP, so a
     group lies wholly inside or outside the row."""
@@ -103,8 +108,9 @@ def pack_rows_fp8(x, meta, send_row, out, out8, out32, hidden, meta_col, meta_co
         for p in tl.static_range(WORLD):
             r = tl.load(send_row + t * WORLD + p)
             tl.store(out8 + r * (2 * row) + c + offs, q, mask=m & (r >= 0))
-            tl.store(out32 + r * (row // 2) + scale_col // 2 + c // GROUP + gi, scale, mask=gm & (r >= 0))
-    _pack_meta(meta, send_row, out, t, meta_col, meta_cols, row, WORLD, META_BLOCK)
+            tl.store(words + r * (row // 2) + scale_word + c // GROUP + gi, scale.to(tl.int32, bitcast=True),
+                     mask=gm & (r >= 0))
+    _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row // 2, num_experts, WORLD, K, META_BLOCK)
 
 
 @triton.jit
