@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink import moe_sort
 from ironlink.bench import time_eager, time_graph, write_results
+from ironlink.moe import sort as moe_sort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
 import moe_nvshmem  # noqa: E402

@@ -1,7 +1,7 @@
-"""Launch-config sweep of MoeExchange's local kernels (ironlink.moe_kernels) on one GPU: the
+"""Launch-config sweep of MoeExchange's local kernels (ironlink.moe.kernels) on one GPU: the
 expert-layout copy (gather_rows) and the weighted per-rank reduction (weighted_partial_sums) at the
 benchmark's largest shapes, for chunk sizes, warps and grid sizes. Prints GB/s of HBM traffic per
-config; the chosen one goes to moe_kernels.BLOCK / WARPS by hand, with the result recorded under
+config; the chosen one goes to moe/kernels.py BLOCK / WARPS by hand, with the result recorded under
 bench/results/experiments/.
 
     torchrun --nproc_per_node=1 bench/moe_kernels_sweep.py [--rows 32768] [--hidden 7168] [--topk 8]
@@ -14,7 +14,7 @@ import argparse
 import torch
 import torch.distributed as dist
 
-from ironlink import moe_kernels as k
+from ironlink.moe import kernels as k
 from ironlink.bench import time_graph
 
 

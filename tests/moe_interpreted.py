@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from ironlink import moe_sort
 from ironlink.errors import IronlinkError
 from ironlink.moe import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
+from ironlink.moe import sort as moe_sort
 
 FP8 = torch.float8_e4m3fn
 

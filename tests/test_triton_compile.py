@@ -25,8 +25,10 @@ from triton.runtime.jit import KernelInterface, MockTensor
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _lib, moe_kernels, moe_sort
+from ironlink import _abi, _lib
 from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
+from ironlink.moe import kernels as moe_kernels
+from ironlink.moe import sort as moe_sort
 
 REPO = Path(__file__).resolve().parents[1]
 CAPABILITIES = (80, 90, 100)  # each compiled against its own bitcode: sm_80, sm_90, sm_100
@@ -140,7 +142,7 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                "hidden": I32}, {"K": 8, "BLOCK": moe_kernels.BLOCK}),
     "sum_rank_rows": ({"rows": "*bf16", "send_row": "*i64", "out": "*bf16", "hidden": I32},
                       {"WORLD": 4, "BLOCK": moe_kernels.BLOCK}),
-    # The counting sorts (moe_sort), by rank (4 ranks + the out-of-range bucket) and by expert (16
+    # The counting sorts (moe.sort), by rank (4 ranks + the out-of-range bucket) and by expert (16
     # local experts; 256, the most one-hot columns per row, with the fewest rows per block).
     "rank_histogram": ({"ids": "*i64", "n": I32, "per_rank": I32, "world": I32, "hist": "*i32"},
                        {"K": 8, "BR": moe_sort.block_rows(8, 8), "KB": 8, "BB": 8}),

@@ -42,12 +42,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-from . import _abi
-from . import moe_kernels as kernels
-from . import moe_sort as sort
-from .errors import IronlinkError
-from .tuning import all_to_all_v_launch
-from .variable_all_to_all import all_to_all_v
+from .. import _abi
+from ..errors import IronlinkError
+from ..tuning import all_to_all_v_launch
+from ..variable_all_to_all import all_to_all_v
+from . import kernels, sort
 
 
 def _round_up(n: int, m: int) -> int:
@@ -60,7 +59,7 @@ def _pow2(n: int) -> int:
 
 
 class _Sort(NamedTuple):
-    """One counting sort's launch shape and scratch (moe_sort): BB buckets' block, BR rows per block,
+    """One counting sort's launch shape and scratch (moe.sort): BB buckets' block, BR rows per block,
     PB programs per step of the scan, and the [programs, BB] histogram and base buffers."""
 
     bb: int
@@ -170,7 +169,7 @@ class MoeExchange:
         # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
         self.recv_x = torch.zeros(self.capacity, hidden, dtype=self.dispatch_dtype, device=dev)
         self.recv_scales = torch.zeros(self.capacity, self.groups, dtype=torch.float32, device=dev)
-        # The counting sorts' summaries (moe_sort.SUMMARY): the layout's says whether recv_x overflowed
+        # The counting sorts' summaries (moe.sort.SUMMARY): the layout's says whether recv_x overflowed
         # (over, the expert crossing the limit, its rows, all rows), the routing's counts the
         # out-of-range expert ids (extra).
         self.overflow = torch.zeros(len(sort.SUMMARY), dtype=torch.int64, device=dev)
@@ -206,7 +205,7 @@ class MoeExchange:
     def _routing(self, topk_idx: Any, t: int) -> Any:
         """send_row [t, world]: where each token goes in the send buffer (rank-major, token order),
         -1 where it does not go; fills send_counts. A counting sort by destination rank on the GPU
-        (moe_sort); ids outside [0, num_experts) go nowhere and are counted for `check`."""
+        (moe.sort); ids outside [0, num_experts) go nowhere and are counted for `check`."""
         import torch
 
         s, k = self.by_rank, self.topk
@@ -222,7 +221,7 @@ class MoeExchange:
 
     def _layout(self) -> tuple[Any, Any, Any, Any, Any]:
         """From the received tokens' ids: (expert counts, expert offsets, slot, weight, received),
-        recv_x filled, overflow set. A counting sort by local expert on the GPU (moe_sort): its work
+        recv_x filled, overflow set. A counting sort by local expert on the GPU (moe.sort): its work
         follows the rows received, not the buffers' capacity."""
         import torch
 

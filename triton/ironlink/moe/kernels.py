@@ -1,4 +1,4 @@
-"""The row-moving Triton kernels of MoeExchange (triton/ironlink/moe.py): local copies and
+"""The row-moving Triton kernels of MoeExchange (moe/exchange.py): local copies and
 reductions around its two all_to_all_v exchanges. None of them talks to a peer.
 
 Rows are `hidden` elements of a 2-byte dtype; every kernel walks a row in BLOCK-element chunks

@@ -1,4 +1,4 @@
-"""Counting sorts on the GPU for MoeExchange (triton/ironlink/moe.py): which send row each token
+"""Counting sorts on the GPU for MoeExchange (moe/exchange.py): which send row each token
 takes (bucketed by destination rank) and which recv_x row each received choice takes (bucketed by
 local expert). Stable: items keep their order (token, then choice) inside a bucket. Counts,
 offsets and positions are written to device memory; nothing is read back to the host.
