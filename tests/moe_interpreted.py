@@ -16,17 +16,23 @@ import torch
 
 from ironlink.errors import IronlinkError
 from ironlink.moe import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
+from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort
 
 FP8 = torch.float8_e4m3fn
 
 
 class FakeHeap:
+    ALIGN = 256  # bytes of heap each allocation takes are counted in units of this
+
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world_size, self.device = rank, world, torch.device("cpu")
+        self.allocated = 0
 
     def empty(self, shape: Any, dtype: Any) -> Any:
-        return torch.full(shape, 7, dtype=dtype)  # not zero: unwritten rows must not look right
+        t = torch.full(shape, 7, dtype=dtype)  # not zero: unwritten rows must not look right
+        self.allocated += -(-t.numel() * t.element_size() // self.ALIGN) * self.ALIGN
+        return t
 
     def free(self, t: Any) -> None:
         pass
@@ -231,7 +237,12 @@ def main() -> int:
             raise AssertionError(f"accepted; wanted {words!r}")
         except TypeError as e:
             assert words in str(e), str(e)
-    print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights")
+    for w, h, kk, fp8 in ((3, 36, 3, False), (2, 256, 5, True), (4, 8192, 8, False)):
+        fh = FakeHeap(0, w)
+        MoeExchange(fh, 5, h, kk, 4 * w, dispatch_dtype=FP8 if fp8 else None)
+        want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN)
+        assert fh.allocated == want, f"heap_bytes {want} != the {fh.allocated} bytes allocated (world {w}, hidden {h})"
+    print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
     xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]

@@ -312,17 +312,19 @@ def all_to_all_v_case(s: Suite, row: int, dtype: Any, seeds: tuple[int, ...], gr
             heap.free(t)
 
 
-def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0, fp8: bool = False) -> None:
+def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0, fp8: bool = False,
+             shape: tuple[int, int, int] = (256, 4, 0), heap: Any = None, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
     """ironlink.MoeExchange: dispatch against the rows every rank routes here (all_gather of x and
     topk_idx, bit-exact, grouped by local expert), combine of y = recv_x * (global expert + 1)
     against a float64 reference; with `graph`, one capture replayed with new routing; with
     `capacity`, a too-small receive buffer gives CAPACITY_EXCEEDED. With `fp8`, the fp8 dispatch:
     its rows and scales bit-exact against `fp8_quantize_reference` of the routed rows, y and the
-    reference made from the dequantized rows."""
+    reference made from the dequantized rows. `shape`: (hidden, top-k, experts; 0: max(2 * world, 8)),
+    on `heap` (default: the suite's)."""
     from ironlink.moe import fp8_dequantize, fp8_quantize_reference
 
-    world, me, heap = s.world, dist.get_rank(), s.heap
-    hidden, k, experts = 256, 4, max(2 * world, 8)
+    world, me, heap = s.world, dist.get_rank(), heap or s.heap
+    hidden, k, experts = shape[0], shape[1], shape[2] or max(2 * world, 8)
     le = experts // world
     moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None,
                                dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
@@ -366,7 +368,7 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             moe.check()  # the error was cleared
             return
         g = None
-        for seed in (1, 2, 3):
+        for seed in seeds:
             route(seed)
             if graph and g is None:
                 layer()
@@ -401,12 +403,30 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             else:
                 assert torch.equal(recv_x[:n], want_rows), "dispatched rows differ from the routing"
             xr = fp8_dequantize(*fp8_quantize_reference(x)) if fp8 else x  # what the experts saw
-            ref = (xr.double()[:, None, :] * (idx.double() + 1)[..., None] * wts.double()[..., None]).sum(1)
+            ref = torch.zeros(tokens, hidden, dtype=torch.float64, device="cuda")  # one choice at a time: [T, H]
+            for j in range(k):
+                ref += xr.double() * ((idx[:, j].double() + 1) * wts[:, j].double())[:, None]
             s.close("combine", out, ref, torch.bfloat16)
             again = layer()[2] if not graph else out
             assert torch.equal(again, out), "combine differs run to run"
     finally:
         moe.close()
+
+
+def moe_limits_case(s: Suite, fp8: bool) -> None:
+    """moe_case at the largest shape MoeExchange promises (16384 tokens per rank, hidden 8192,
+    top-8 of 256 experts, one expert taking every first choice), on a heap of exactly
+    `MoeExchange.heap_bytes` (which this also checks)."""
+    tokens, hidden, k = 16384, 8192, 8
+    experts = 256 // s.world * s.world
+    nbytes = ironlink.MoeExchange.heap_bytes(s.world, tokens, hidden, k, fp8=fp8)
+    heap = ironlink.SymmetricHeap(nbytes, timeout_s=heap_timeout_s())
+    try:
+        moe_case(s, tokens, True, graph=False, fp8=fp8, shape=(hidden, k, experts), heap=heap, seeds=(1,))
+        heap.check()
+    finally:
+        heap.close()
+        torch.cuda.empty_cache()
 
 
 def moe_bad_ids_case(s: Suite) -> None:
@@ -506,6 +526,10 @@ def main() -> int:
     s.run("moe over capacity", lambda: moe_case(s, 64, True, graph=False, capacity=32))
     s.run("moe out-of-range expert ids", lambda: moe_bad_ids_case(s))
     s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
+    if not SMALL:
+        for fp8 in (False, True):
+            s.run(f"moe at the limits: 16384 tokens, hidden 8192, top-8 of 256 experts, skewed{', fp8' if fp8 else ''}",
+                  lambda: moe_limits_case(s, fp8))
     s.run("moe fp8 dispatch in a CUDA graph, routing changed between replays",
           lambda: moe_case(s, 64, False, graph=True, fp8=True))
     s.run("all_to_all_v over capacity", lambda: all_to_all_v_case(s, 64, torch.bfloat16, (7,), graph=False, out_rows=5))

@@ -40,6 +40,7 @@ in torch ops (bit for bit); combine still takes and returns `dtype` rows.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple, Optional
 
 from .. import _abi
@@ -56,6 +57,41 @@ def _round_up(n: int, m: int) -> int:
 def _pow2(n: int) -> int:
     """The smallest power of two >= n (Triton block shapes)."""
     return 1 << max(0, n - 1).bit_length()
+
+
+class _RowLayout(NamedTuple):
+    """A send row, in 2-byte words, each part starting on 16 bytes: the token (`dtype`, or its
+    fp8 bytes: hidden / 2 words), its ids (int32) and weights (fp32) from meta_col, and for an fp8
+    dispatch its `groups` fp32 scales from scale_col."""
+
+    groups: int
+    meta_col: int
+    meta_cols: int
+    scale_col: int
+    row: int
+
+    @staticmethod
+    def of(hidden: int, topk: int, fp8: bool) -> "_RowLayout":
+        groups = hidden // kernels.FP8_GROUP if fp8 else 0
+        meta_col = hidden // 2 if fp8 else _round_up(hidden, 8)
+        meta_cols = _round_up(4 * topk, 8)
+        scale_col = meta_col + meta_cols
+        return _RowLayout(groups, meta_col, meta_cols, scale_col, scale_col + _round_up(2 * groups, 8))
+
+
+def _heap_shapes(world: int, max_tokens: int, hidden: int, row: int) -> tuple[list[tuple[int, ...]], int]:
+    """The heap tensors of a MoeExchange, in allocation order: the shapes of its four buffers of
+    2-byte words (send, receive, combine's send and receive: `world * max_tokens` rows each, as a
+    token reaches a rank at most once) and the number of its int64 [world] count vectors."""
+    rows = world * max_tokens
+    return [(rows, row), (rows, row), (rows, hidden), (rows, hidden)], 5
+
+
+def _heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool, align: int) -> int:
+    """MoeExchange.heap_bytes with the heap allocator's alignment given."""
+    words, vectors = _heap_shapes(world, max_tokens, hidden, _RowLayout.of(hidden, topk, fp8).row)
+    sizes = [2 * math.prod(shape) for shape in words] + [8 * world] * vectors
+    return sum(_round_up(n, align) for n in sizes)
 
 
 class _Sort(NamedTuple):
@@ -149,21 +185,14 @@ class MoeExchange:
         self.capacity = recv_capacity or world * max_tokens * topk
         if self.capacity <= 0:
             raise ValueError(f"recv_capacity must be positive, got {recv_capacity}")
-        # A send row, in 2-byte words, each part starting on 16 bytes: the token (`dtype`, or its
-        # fp8 bytes: hidden / 2 words), its ids (int32) and weights (fp32), and for fp8 its scales.
-        self.groups = hidden // kernels.FP8_GROUP if self.fp8 else 0
-        self.meta_col = hidden // 2 if self.fp8 else _round_up(hidden, 8)
-        self.meta_cols = _round_up(4 * topk, 8)
-        self.scale_col = self.meta_col + self.meta_cols
-        self.row = self.scale_col + _round_up(2 * self.groups, 8)
-        rows = world * max_tokens  # a token reaches each rank at most once
+        layout = _RowLayout.of(hidden, topk, self.fp8)
+        self.groups, self.meta_col, self.meta_cols, self.scale_col, self.row = layout
         dev = heap.device
         e = heap.empty
-        self.send_buf = e((rows, self.row), self.dtype)
-        self.recv_buf = e((rows, self.row), self.dtype)
-        self.back_send = e((rows, hidden), self.dtype)  # combine: one reduced row per received token
-        self.back_recv = e((rows, hidden), self.dtype)
-        self.counts = [e((world,), torch.int64) for _ in range(5)]
+        words, vectors = _heap_shapes(world, max_tokens, hidden, self.row)
+        # back_*: combine's one reduced row per received token.
+        self.send_buf, self.recv_buf, self.back_send, self.back_recv = (e(shape, self.dtype) for shape in words)
+        self.counts = [e((world,), torch.int64) for _ in range(vectors)]
         self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
         # Zeros, not empty: a grouped GEMM over padded expert tiles reads rows past the counts, and
         # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
@@ -176,7 +205,7 @@ class MoeExchange:
         self.route_summary = torch.zeros(len(sort.SUMMARY), dtype=torch.int64, device=dev)
         self.send_offsets = torch.zeros(world, dtype=torch.int64, device=dev)
         # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
-        self.a2a_ctas = all_to_all_v_launch(rows * self.row * 2)[0]
+        self.a2a_ctas = all_to_all_v_launch(self.send_buf.numel() * 2)[0]
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if torch.device(dev).type == "cuda" else 2
         self.programs = kernels.PROGRAMS_PER_SM * sms
         self.sort_programs = sort.SORT_PROGRAMS if torch.device(dev).type == "cuda" else 2
@@ -327,6 +356,14 @@ class MoeExchange:
             kernels.sum_rank_rows[(handle.tokens,)](self.back_recv, handle.send_row, out, self.hidden,
                                                     WORLD=self.world, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
         return out
+
+    @staticmethod
+    def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False) -> int:
+        """The heap bytes a MoeExchange of this shape allocates (`fp8`: an fp8 dispatch): a
+        `SymmetricHeap` of at least this many bytes holds it. Needs the compiled extension."""
+        from ..heap import load_native
+
+        return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN)
 
     def check(self) -> None:
         """Raises (and clears) a capacity overflow flagged by a dispatch on this rank; waits for
