@@ -20,14 +20,14 @@ TRITON_NEWEST := 3.9.0
 MANYLINUX := manylinux_2_28
 LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
 # DIAG=<variant> builds a timing-diagnostic bitcode (`--cfg ironlink_diag`, see
-# device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/diag_build.sh).
+# device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/diag_build.sh);
+# with NVSHMEM=1 its NVSHMEM bitcode (e.g. DIAG=final_ack_wait, device/src/collectives/hierarchical/mod.rs).
 DIAG      ?=
 # NVSHMEM=1 builds the NVSHMEM bitcode (`--cfg ironlink_nvshmem`: device/src/hw/nvshmem.rs declares
 # NVSHMEM's device functions, device/src/api/nvshmem.rs exports wrappers of them) as
 # build/ironlink_nvshmem_smXX.bc; kernels link it ahead of libnvshmem_device.bc. The P2P bitcode
 # never references NVSHMEM. `make nvshmem` builds it for every arch; all-archs builds both.
 NVSHMEM   ?=
-$(if $(and $(DIAG),$(NVSHMEM)),$(error DIAG and NVSHMEM do not combine: build one variant at a time))
 BCDIR      = build$(if $(DIAG),/diag/$(DIAG))
 BC         = $(BCDIR)/ironlink_$(if $(NVSHMEM),nvshmem_)$(subst _,,$(CUDA_ARCH)).bc
 STAMP     := build/.stamps
@@ -76,9 +76,9 @@ $(BCDIR)/ironlink_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
 	@echo "== building $@ (the device crate for nvptx64 $*$(if $(DIAG), as diagnostic build $(DIAG)); the first build also compiles core)"
 	$(call device_bc,$*,$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\"),target/device-$*$(if $(DIAG),-diag-$(DIAG)))
 # The more specific pattern wins for build/ironlink_nvshmem_smXX.bc (its own target dir: other flags).
-build/ironlink_nvshmem_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
-	@echo "== building $@ (the device crate for nvptx64 $* with the NVSHMEM wrappers; the first build also compiles core)"
-	$(call device_bc,$*, --cfg ironlink_nvshmem,target/device-$*-nvshmem)
+$(BCDIR)/ironlink_nvshmem_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
+	@echo "== building $@ (the device crate for nvptx64 $* with the NVSHMEM wrappers$(if $(DIAG), as diagnostic build $(DIAG)); the first build also compiles core)"
+	$(call device_bc,$*, --cfg ironlink_nvshmem$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\"),target/device-$*-nvshmem$(if $(DIAG),-diag-$(DIAG)))
 
 # Regenerates triton/ironlink/_abi.py from device/src (build.rs does it on every host build).
 abi: $(STAMP)/toolchain

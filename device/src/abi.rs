@@ -26,7 +26,7 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// Most ranks one node holds: the peer tables of a context (and every per-peer array of the
 /// signal region) have this many slots, rank `r` in slot `r % MAX_RANKS` (one node's ranks are
@@ -285,9 +285,14 @@ signal: usize {
     /// that rank of node `n` once it has consumed what this rank put into its scratch.
     REMOTE_ACK_OFFSET = REMOTE_ARRIVE_OFFSET + REMOTE_ARRIVE_BYTES;
     REMOTE_ACK_BYTES = super::MAX_CTAS * super::MAX_NODES * 8;
+    /// Acknowledgements owed to this rank, local to it: `[MAX_CTAS][MAX_NODES]` u64; slot
+    /// `[cta][n]` is the Ack value the rank of node `n` still owes for the last exchange this
+    /// CTA slot put into its scratch (0: none), waited for before the next put there.
+    REMOTE_OWED_OFFSET = REMOTE_ACK_OFFSET + REMOTE_ACK_BYTES;
+    REMOTE_OWED_BYTES = super::MAX_CTAS * super::MAX_NODES * 8;
     /// The same two kinds for tile calls across nodes: `[MAX_TILES][MAX_NODES]` u64 each, slot
     /// `[tile][n]` set by this rank's partner on node `n` (a tile's CTA differs from rank to rank).
-    REMOTE_TILE_ARRIVE_OFFSET = REMOTE_ACK_OFFSET + REMOTE_ACK_BYTES;
+    REMOTE_TILE_ARRIVE_OFFSET = REMOTE_OWED_OFFSET + REMOTE_OWED_BYTES;
     REMOTE_TILE_ARRIVE_BYTES = super::MAX_TILES * super::MAX_NODES * 8;
     REMOTE_TILE_ACK_OFFSET = REMOTE_TILE_ARRIVE_OFFSET + REMOTE_TILE_ARRIVE_BYTES;
     REMOTE_TILE_ACK_BYTES = super::MAX_TILES * super::MAX_NODES * 8;

@@ -10,8 +10,13 @@
 //! (the high word runs through all of u32 as the 30-bit epoch wraps, as barrier values do), and a
 //! wait compares in wrapping arithmetic. A sender sets (not adds) the value, so a lost signal is
 //! never made up by a later one and the waiting rank times out.
+//!
+//! The last Ack of an exchange is not waited for in the call that earned it: the slot records it
+//! as owed (`owe_acks`, rank-local words) and waits for it before its next put into that rank's
+//! scratch (`settle_acks`), so a call returns one network round trip sooner and a lost final Ack
+//! times out the next call that needs it.
 
-use crate::abi::MAX_NODES;
+use crate::abi::{signal, MAX_NODES};
 use crate::hw;
 use crate::runtime::nodes::Nodes;
 use crate::runtime::scratch::slice_base;
@@ -159,15 +164,21 @@ pub fn wait_signals(
 ) -> Result<(), i32> {
     let mut late = false;
     if let Some(p) = from(hw::thread_rank_fresh() as usize) {
-        let at = word(call, kind, p) as *const u64;
-        late = !wait_until(&mut call.deadline(), || {
-            // SAFETY: an aligned word of this rank's signal region.
-            let seen = unsafe { hw::load_acquire_u64(at) };
-            seen.wrapping_sub(value) as i64 >= 0
-        });
+        late = !reached(call, word(call, kind, p), value);
     }
     // The CTA barrier inside passes the acquired data on to every thread.
     call.agree_on_timeout(late)
+}
+
+/// Polls this rank's signal word at `at` (acquire) until it reaches `value` in wrapping
+/// arithmetic; false after the context's timeout.
+#[inline(always)]
+fn reached(call: &Call, at: usize, value: u64) -> bool {
+    wait_until(&mut call.deadline(), || {
+        // SAFETY: an aligned word of this rank's signal region.
+        let seen = unsafe { hw::load_acquire_u64(at as *const u64) };
+        seen.wrapping_sub(value) as i64 >= 0
+    })
 }
 
 /// The `kind` word the rank of node `node` last set for this call's slot (acquire: what it
@@ -176,6 +187,48 @@ pub fn wait_signals(
 pub fn read_signal(call: &Call, kind: Kind, node: usize) -> u64 {
     // SAFETY: an aligned word of this rank's signal region.
     unsafe { hw::load_acquire_u64(word(call, kind, node) as *const u64) }
+}
+
+/// This rank's word of the Ack value the rank of node `node` owes this call's slot.
+#[inline(always)]
+fn owed_word(call: &Call, node: usize) -> *mut u64 {
+    debug_assert!(!call.is_tile(), "tile calls keep no owed acknowledgements");
+    let at = signal::REMOTE_OWED_OFFSET + (call.cta * MAX_NODES + (node & (MAX_NODES - 1))) * 8;
+    (call.c.signal_base(call.rank) + at) as *mut u64
+}
+
+/// Records that the rank of each node `to(t)` (threads t that get Some) owes this slot the Ack
+/// `value`: instead of waiting for the last Ack of an exchange, a call returns, and the next
+/// put into that rank's scratch from this slot waits for it (`settle_acks`). Every thread
+/// calls it.
+#[inline(always)]
+pub fn owe_acks(call: &Call, value: u64, to: impl Fn(usize) -> Option<usize>) {
+    if let Some(m) = to(hw::thread_rank_fresh() as usize) {
+        // SAFETY: an aligned word of this rank's signal region that only this slot's thread
+        // for node m reads and writes (here and in `settle_acks`), in call order.
+        unsafe { core::ptr::write_volatile(owed_word(call, m), value) };
+    }
+}
+
+/// Waits until the rank of each node `to(t)` has sent the Ack this slot is owed from it (if
+/// any), then forgets it: after this, what this slot put into those ranks' scratch has been
+/// consumed and it may be overwritten. TIMEOUT (recorded) as `wait_signals`. Every thread calls it.
+#[inline(always)]
+pub fn settle_acks(call: &Call, to: impl Fn(usize) -> Option<usize>) -> Result<(), i32> {
+    let mut late = false;
+    if let Some(m) = to(hw::thread_rank_fresh() as usize) {
+        let owed = owed_word(call, m);
+        // SAFETY: as in `owe_acks`.
+        let value = unsafe { core::ptr::read_volatile(owed) };
+        if value != 0 {
+            late = !reached(call, word(call, Kind::Ack, m), value);
+            if !late {
+                // SAFETY: as in `owe_acks`.
+                unsafe { core::ptr::write_volatile(owed, 0) };
+            }
+        }
+    }
+    call.agree_on_timeout(late)
 }
 
 /// Waits until every put this CTA issued has landed: their sources may be overwritten after.
