@@ -65,6 +65,10 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
     torch.cuda.set_device(dev)
+    if world < 2:  # PyTorch's NVSHMEM rendezvous needs two ranks
+        print("NVSHMEM LINK world=1: skipped (PyTorch's NVSHMEM memory needs 2 ranks)", flush=True)
+        dist.destroy_process_group()
+        return 0
     symm_mem.set_backend("NVSHMEM")
     nbytes = 1 << 20
     buf = symm_mem.empty(nbytes, dtype=torch.uint8, device=dev)
