@@ -3,7 +3,8 @@
     torchrun --standalone --nproc_per_node=4 examples/all_reduce.py
 
 Every rank fills a bf16 tensor in symmetric memory with its rank + 1; a Triton kernel doubles
-it and then calls ironlink's all-reduce inline, in the same kernel. Rank 0 says what it computes
+it with all its CTAs, meets at ironlink's grid barrier, and then calls ironlink's all-reduce
+inline, in the same kernel. Rank 0 says what it computes
 and which algorithm the library picks; every rank checks its result and that all ranks hold the
 same bits.
 """
@@ -19,23 +20,26 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
+import ironlink.typed as ilt
 from ironlink.constants import DTYPE_BFLOAT16, REDUCE_OP_SUM
 
 N = 1 << 20  # elements: 2 MiB of bf16
-CTAS, WARPS = 1, 8
+CTAS, WARPS = 8, 8
 
 
 @ironlink.jit
 @triton.jit
 def scale_then_all_reduce(ctx, x_ptr, n, scale, status_ptr, BLOCK: tl.constexpr):
-    # The data a CTA hands to a collective must be complete as seen by the CTA that reduces each
-    # slice; ironlink has no grid-wide barrier yet, so a fused producer runs in one CTA here (or
-    # produce in an earlier kernel and launch the collective with a wide grid).
-    for start in range(0, n, BLOCK):
+    # Each CTA scales its share of x. The all-reduce splits x among the CTAs its own way, so every
+    # CTA must see what all the others wrote first: the grid barrier (this rank's CTAs only; the
+    # all-reduce synchronizes the ranks).
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + offs, mask=offs < n)
         tl.store(x_ptr + offs, (x.to(tl.float32) * scale).to(tl.bfloat16), mask=offs < n)
-    tl.store(status_ptr + tl.program_id(0), il.symm_all_reduce(ctx, x_ptr, 0, n, REDUCE_OP_SUM, DTYPE_BFLOAT16))
+    s = il.symm_grid_barrier(ctx)
+    s = ilt.failure_or(s, il.symm_all_reduce(ctx, x_ptr, 0, n, REDUCE_OP_SUM, DTYPE_BFLOAT16))
+    tl.store(status_ptr + tl.program_id(0), s)
 
 
 def main() -> None:
@@ -50,7 +54,7 @@ def main() -> None:
             algorithm = heap.all_reduce_algorithm(N * 2, CTAS)
             print(f"ironlink demo: {world} GPUs, one process each, a symmetric heap of 64 MiB per GPU.\n"
                   f"  input:     rank r fills x ({N:,} bf16 elements, {N * 2 >> 20} MiB) with r + 1\n"
-                  f"  kernel:    doubles x, then calls il.symm_all_reduce(SUM) inline ({CTAS} CTA x {WARPS} warps)\n"
+                  f"  kernel:    doubles x, grid barrier, then il.symm_all_reduce(SUM) inline ({CTAS} CTAs x {WARPS} warps)\n"
                   f"  expected:  every element of x on every rank = 2 x (1 + ... + {world}) = {want:g}\n"
                   f"  algorithm: {algorithm} (chosen on the device from the message size, the grid and "
                   f"the heap's limits {heap.algorithm_limits[:2]})", flush=True)

@@ -1,6 +1,7 @@
-"""The tutorial (examples/tutorial/): every lesson imports without a GPU, every kernel in it compiles
-for sm_90 with the ironlink bitcode linked and inlined, every lesson stays short enough to read,
-and the list below covers every kernel the lessons define (a new kernel must be added here)."""
+"""The tutorial (examples/tutorial/) and the examples (examples/*.py): every file imports without a
+GPU, every kernel in it compiles for sm_90 with the ironlink bitcode linked and inlined, every
+lesson stays short enough to read, and the lists below cover every kernel the files define (a new
+kernel must be added here)."""
 
 from __future__ import annotations
 
@@ -60,12 +61,26 @@ KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]]]] = {
         ({"ctx": "i64", "inp": "*fp32", "out": "*fp32", "n": "i32", "status": "*i32"}, {})],
 }
 
+EXAMPLES = REPO / "examples"
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.py"))
+EXAMPLE_KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]]]] = {
+    ("all_reduce.py", "scale_then_all_reduce"): [
+        ({"ctx": "i64", "x_ptr": "*bf16", "n": "i32", "scale": "fp32", "status_ptr": "*i32", "BLOCK": "constexpr"},
+         {"BLOCK": 1024, "num_warps": 8})],
+    ("peer_write.py", "peer_write"): [
+        ({"buf": "*fp32", "ctx": "i64", "rank": "i32", "SLOT": "constexpr", "BLOCK": "constexpr"},
+         {"SLOT": 1024, "BLOCK": 1024})],
+    ("moe_layer.py", "grouped_gemm"): [
+        ({"x": "*bf16", "w": "*bf16", "counts": "*i64", "offsets": "*i64", "y": "*bf16", "K": "i32", "N": "i32",
+          "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}, {"BM": 64, "BN": 64, "BK": 64})],
+}
+
 
 def _load(path: Path) -> ModuleType:
     """The lesson as a module, without running main (its `if __name__ == "__main__"` is false)."""
     if str(TUTORIAL) not in sys.path:
         sys.path.insert(0, str(TUTORIAL))  # the lessons import _common as torchrun would find it
-    spec = importlib.util.spec_from_file_location(f"tutorial_{path.stem}", path)
+    spec = importlib.util.spec_from_file_location(f"{path.parent.name}_{path.stem}", path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -79,25 +94,58 @@ def test_eight_lessons_each_short() -> None:
         assert lines <= MAX_LINES, f"{p.name} has {lines} lines; lessons stay under {MAX_LINES} to be read"
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=[p.name for p in LESSONS])
+def _load_example(path: Path) -> ModuleType:
+    """An example as a module. The examples import torch at the top, as users' scripts do; where
+    torch is missing (the CI venv) they load against an empty stand-in, since only their kernels
+    are compiled here and torch is used inside their functions."""
+    if importlib.util.find_spec("torch") is not None:
+        return _load(path)
+    stand_in = {name: ModuleType(name) for name in ("torch", "torch.distributed")}
+    saved = {name: sys.modules.get(name) for name in stand_in}
+    sys.modules.update(stand_in)
+    try:
+        return _load(path)
+    finally:
+        for name, mod in saved.items():
+            if mod is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = mod
+
+
+@pytest.mark.parametrize("path", LESSONS + EXAMPLE_FILES, ids=[f"{p.parent.name}/{p.name}" for p in LESSONS + EXAMPLE_FILES])
 def test_every_kernel_is_listed(path: Path) -> None:
-    mod = _load(path)
-    defined = {name for name, v in vars(mod).items() if isinstance(v, IronlinkKernel)}
-    listed = {k for f, k in KERNELS if f == path.name}
-    assert defined == listed, f"{path.name} defines kernels {sorted(defined)}, the test lists {sorted(listed)}"
+    if path.parent == TUTORIAL:  # ironlink kernels (the lessons' plain @triton.jit are device helpers)
+        mod, listed, kinds = _load(path), KERNELS, (IronlinkKernel,)
+    else:  # an example's plain @triton.jit functions are kernels too
+        mod, listed, kinds = _load_example(path), EXAMPLE_KERNELS, (IronlinkKernel, triton.runtime.JITFunction)
+    defined = {name for name, v in vars(mod).items() if isinstance(v, kinds)}
+    want = {k for f, k in listed if f == path.name}
+    assert defined == want, f"{path.name} defines kernels {sorted(defined)}, the test lists {sorted(want)}"
+
+
+def _compile(kernel: Any, configs: list[tuple[dict[str, str], dict[str, Any]]]) -> None:
+    """Compiles `kernel` (an ironlink.jit kernel or a plain Triton one) for sm_90 in every
+    configuration, linked with the ironlink bitcode; no ironlink call may stay a call."""
+    bc = REPO / "build" / _lib.bitcode_filename((9, 0))
+    assert bc.is_file(), f"{bc} is missing: run `make` (make test does)"
+    fn = kernel.fn if isinstance(kernel, IronlinkKernel) else kernel
+    for signature, given in configs:
+        launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
+        constexprs = {k: v for k, v in given.items() if k not in launch}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(signature) if signature[n].startswith("*")}
+        k = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32),
+                           options={"extern_libs": (("ironlink", str(bc)),), **launch})
+        assert k.asm["cubin"]
+        calls = re.findall(r"\bcall(?:\.uni)?\b[^;]*\b(symm_\w+)", k.asm["ptx"])
+        assert not calls, f"{fn.__name__}: {sorted(set(calls))} were not inlined"
 
 
 @pytest.mark.parametrize("key", list(KERNELS), ids=[f"{f[:2]}-{k}" for f, k in KERNELS])
 def test_kernel_compiles_for_sm90(key: tuple[str, str]) -> None:
-    kernel = getattr(_load(TUTORIAL / key[0]), key[1])
-    bc = REPO / "build" / _lib.bitcode_filename((9, 0))
-    assert bc.is_file(), f"{bc} is missing: run `make` (make test does)"
-    for signature, given in KERNELS[key]:
-        launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
-        constexprs = {k: v for k, v in given.items() if k not in launch}
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(signature) if signature[n].startswith("*")}
-        k = triton.compile(ASTSource(kernel.fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32),
-                           options={"extern_libs": (("ironlink", str(bc)),), **launch})
-        assert k.asm["cubin"]
-        calls = re.findall(r"\bcall(?:\.uni)?\b[^;]*\b(symm_\w+)", k.asm["ptx"])
-        assert not calls, f"{key[1]}: {sorted(set(calls))} were not inlined"
+    _compile(getattr(_load(TUTORIAL / key[0]), key[1]), KERNELS[key])
+
+
+@pytest.mark.parametrize("key", list(EXAMPLE_KERNELS), ids=[f"{f}-{k}" for f, k in EXAMPLE_KERNELS])
+def test_example_kernel_compiles_for_sm90(key: tuple[str, str]) -> None:
+    _compile(getattr(_load_example(EXAMPLES / key[0]), key[1]), EXAMPLE_KERNELS[key])

@@ -15,7 +15,7 @@
 #   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
 #   nvshmem      every host-level op over SymmetricHeap(backend="nvshmem") (PyTorch's NVSHMEM symmetric
 #                memory), bitwise against a P2P heap, per world size (tests/gpu/nvshmem_worker.py)
-#   examples     examples/all_reduce.py, the GPU `make demo`
+#   examples     examples/all_reduce.py (the GPU `make demo`) and examples/moe_layer.py
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
@@ -155,8 +155,11 @@ for part in "${parts[@]}"; do
       timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;
     examples)
-      timeout 120 torchrun --standalone --nproc_per_node="$largest" examples/all_reduce.py > "$log" 2>&1; r=$?
-      grep -vE "^(W|I)[0-9]{4}|^\*+$|OMP_NUM_THREADS|^$" "$log" | tail -12; [ $r -eq 0 ] || fail examples "$log" ;;
+      for ex in all_reduce moe_layer; do
+        log="$OUT/example-$ex.log"
+        timeout 180 torchrun --standalone --nproc_per_node="$largest" "examples/$ex.py" > "$log" 2>&1; r=$?
+        grep -vE "^(W|I)[0-9]{4}|^\*+$|OMP_NUM_THREADS|^$" "$log" | tail -12; [ $r -eq 0 ] || fail "example $ex" "$log"
+      done ;;
     bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
       NGPU=$largest timeout 300 bench/run.sh $bench_args > "$log" 2>&1; r=$?
