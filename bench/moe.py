@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=4 bench/moe.py --out bench/results/moe-4xh200.json   (tests/gpu/run.sh moe-bench)
 
 Rows: op (dispatch, combine, dispatch_combine), contender (ironlink: ironlink.MoeExchange in a
-CUDA graph; torch_a2a: sort, count exchange with all_to_all_single, counts read back to the host,
+CUDA graph; ironlink_fp8: the same with an fp8 dispatch, `--no-fp8` leaves it out; torch_a2a: sort, count exchange with all_to_all_single, counts read back to the host,
 all_to_all_single of the rows and back, timed eagerly since it syncs; torch_nvshmem: the same
 sort, rows and weighted sum with PyTorch's NVSHMEM all_to_all_vdev, which reads the counts on the
 GPU (bench/moe_nvshmem.py), timed eagerly, or in a CUDA graph with --nvshmem-graph; skipped with
@@ -26,12 +26,16 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.bench import time_eager, time_graph, write_results
+from ironlink.moe import fp8_dequantize
 from ironlink.moe import sort as moe_sort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
 import moe_nvshmem  # noqa: E402
 
 TOKENS = [128, 512, 2048, 4096, 8192]
+# ironlink_fp8's combine against the bf16 result, relative to its largest value: e4m3 keeps 3
+# mantissa bits, so rounding moves each dispatched value by at most 1/16 of itself.
+FP8_TOLERANCE = 0.1
 
 
 class Reference(NamedTuple):
@@ -50,9 +54,10 @@ def row_fingerprints(rows: Any) -> Any:
 
 
 class MoeBench:
-    def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False) -> None:
+    def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False,
+                 fp8: bool = True) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.profile = profile
+        self.profile, self.fp8 = profile, fp8
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
@@ -128,6 +133,8 @@ class MoeBench:
             moe.check()
         finally:
             moe.close()
+        if self.fp8:
+            self._fp8(shape, x, idx, w, max(tokens, max_tokens), ref, payload)
         d, c = self._torch_path(x, idx, w)
         self.check("torch_a2a", d()[0], c(), ref)
         self.record("dispatch", "torch_a2a", shape, time_eager(d), payload)
@@ -141,6 +148,35 @@ class MoeBench:
                 (lambda fn: time_graph(fn, payload)) if self.nvshmem_graph else time_eager)
             self.record("dispatch", "torch_nvshmem", shape, timed(d), payload)
             self.record("dispatch_combine", "torch_nvshmem", shape, timed(c), 2 * payload)
+
+    def _fp8(self, shape: dict[str, Any], x: Any, idx: Any, w: Any, max_tokens: int, ref: Reference,
+             payload: int) -> None:
+        """The ironlink_fp8 rows: dispatch with dispatch_dtype=float8_e4m3fn (half the bytes, plus a
+        scale per 128 channels) and dispatch + combine of its dequantized rows (combine moves bf16
+        as before). GB/s counts the bf16 payload, the same work as the other rows. Checked first:
+        combine within fp8's rounding of ironlink's bf16 result."""
+        moe = ironlink.MoeExchange(self.heap, max_tokens, self.hidden, self.topk, self.experts,
+                                   dispatch_dtype=torch.float8_e4m3fn)
+        try:
+            (q, scales), _, _, handle = moe.dispatch(x, idx, w)
+            y = fp8_dequantize(q, scales, torch.bfloat16)
+            out = moe.combine(y, handle)
+            err = ((out.double() - ref.out.double()).abs().max() / ref.out.double().abs().max()).item()
+            worst = torch.tensor([err], device="cuda")
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            if worst.item() > FP8_TOLERANCE:
+                raise RuntimeError(f"ironlink_fp8: combine rel error {worst.item():.2e} > {FP8_TOLERANCE}")
+
+            def layer() -> None:
+                handle = moe.dispatch(x, idx, w)[3]
+                moe.combine(y, handle)
+
+            self.record("dispatch", "ironlink_fp8", shape, time_graph(lambda: moe.dispatch(x, idx, w), payload),
+                        payload)
+            self.record("dispatch_combine", "ironlink_fp8", shape, time_graph(layer, payload), 2 * payload)
+            moe.check()
+        finally:
+            moe.close()
 
     def _profile(self, fn: Callable[[], None], shape: dict[str, Any]) -> None:
         """Rank 0 prints the GPU time of each kernel of one call (after a warm-up), largest first."""
@@ -201,6 +237,7 @@ def main() -> None:
     ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
                     help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
+    ap.add_argument("--no-fp8", action="store_true", help="leave out the ironlink_fp8 rows (fp8 dispatch)")
     ap.add_argument("--nvshmem-graph", action="store_true",
                     help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
     args = ap.parse_args()
@@ -211,7 +248,7 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=device)
-    b = MoeBench(24 << 30, args.hidden, args.topk, args.experts, args.profile)
+    b = MoeBench(24 << 30, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:

@@ -65,6 +65,10 @@ def block() -> str:
             "| torch dispatch + combine | x |")
     if nv:
         head += " NVSHMEM dispatch | NVSHMEM dispatch + combine | x NVSHMEM |"
+    fp8 = any(r["contender"] == "ironlink_fp8" for r in rows)  # ironlink with an fp8 dispatch
+    if fp8:
+        head += " fp8 dispatch | fp8 dispatch + combine |"
+        caption += " fp8: ironlink with `dispatch_dtype=torch.float8_e4m3fn`."
     out = [caption, "", head, "|---" * head.count(" | ") + "|---|"]
     for routing in ("uniform", "skewed"):
         for t in sorted({r["tokens"] for r in rows if r["routing"] == routing}):
@@ -78,6 +82,9 @@ def block() -> str:
                 nv_both = get("dispatch_combine", "torch_nvshmem", t, routing)
                 line += (f" {us(get('dispatch', 'torch_nvshmem', t, routing))} | {us(nv_both)} | "
                          f"{ratio(nv_both, both)} |")
+            if fp8:
+                line += (f" {us(get('dispatch', 'ironlink_fp8', t, routing))} | "
+                         f"{us(get('dispatch_combine', 'ironlink_fp8', t, routing))} |")
             out.append(line)
     return "\n".join(out) + "\n"
 
