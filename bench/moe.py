@@ -248,7 +248,11 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=device)
-    b = MoeBench(24 << 30, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8)
+    world = dist.get_world_size()
+    largest = max(max(tokens), args.max_tokens)  # one MoeExchange at a time, each closed after its rows
+    heap_bytes = max(ironlink.MoeExchange.heap_bytes(world, largest, args.hidden, args.topk, fp8=fp8)
+                     for fp8 in (False, True))
+    b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:
