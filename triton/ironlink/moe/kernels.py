@@ -54,6 +54,7 @@ def pack_rows(x, idx, weights, send_row, out, words, hidden, meta_word, meta_wor
     are its 2-byte and 4-byte views), for every rank p the token goes to (send_row < 0: not to
     p). One program per token: its row is loaded once and stored up to WORLD times."""
     t = tl.program_id(0).to(tl.int64)
+    _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row // 2, num_experts, WORLD, K, META_BLOCK)
     offs = tl.arange(0, BLOCK)
     for c in range(0, hidden, BLOCK):
         m = c + offs < hidden
@@ -61,7 +62,6 @@ def pack_rows(x, idx, weights, send_row, out, words, hidden, meta_word, meta_wor
         for p in tl.static_range(WORLD):
             r = tl.load(send_row + t * WORLD + p)
             tl.store(out + r * row + c + offs, v, mask=m & (r >= 0))
-    _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row // 2, num_experts, WORLD, K, META_BLOCK)
 
 
 @triton.jit
@@ -95,6 +95,8 @@ def pack_rows_fp8(x, idx, weights, send_row, out8, words, hidden, meta_word, met
     `moe.fp8_quantize_reference` computes with torch ops. hidden is a multiple of GROUP, so a
     group lies wholly inside or outside the row."""
     t = tl.program_id(0).to(tl.int64)
+    # The ids and weights first: after the row loop they made Triton 3.5's fp8 kernel spill.
+    _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row // 2, num_experts, WORLD, K, META_BLOCK)
     offs = tl.arange(0, BLOCK)
     gi = tl.arange(0, BLOCK // GROUP)
     for c in range(0, hidden, BLOCK):
@@ -110,7 +112,6 @@ def pack_rows_fp8(x, idx, weights, send_row, out8, words, hidden, meta_word, met
             tl.store(out8 + r * (2 * row) + c + offs, q, mask=m & (r >= 0))
             tl.store(words + r * (row // 2) + scale_word + c // GROUP + gi, scale.to(tl.int32, bitcast=True),
                      mask=gm & (r >= 0))
-    _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row // 2, num_experts, WORLD, K, META_BLOCK)
 
 
 @triton.jit
