@@ -126,6 +126,7 @@ wheel: all-archs venv
 	@echo "== building the abi3 wheel (maturin, linked by zig for $(MANYLINUX)) into build/dist/"
 	@rm -rf triton/ironlink/lib build/dist && mkdir -p triton/ironlink/lib
 	@cp build/ironlink_sm*.bc build/ironlink_nvshmem_sm*.bc triton/ironlink/lib/
+	@git describe --always --dirty > build/git_rev 2> /dev/null || rm -f build/git_rev  # benchmarks record it (ironlink/bench.py)
 	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/maturin build -q --release --zig --compatibility $(MANYLINUX) \
 	  -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
 

@@ -17,6 +17,7 @@ import json
 import os
 import statistics
 import subprocess
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -136,10 +137,19 @@ def write_results(path: Optional[str], world: int, rows: list[dict[str, Any]], *
         json.dump({**run_info(world), **extra, "results": rows}, f, indent=1)
 
 
+# Written by `make wheel` beside the bitcode it packs (`git describe --always --dirty`): the
+# revision the device code was built from, carried to the GPU machine with build/, whose copy of
+# the tree may hold a stale .git.
+BUILD_REV = Path(__file__).resolve().parents[2] / "build" / "git_rev"
+
+
 def git_rev() -> str:
+    """$IRONLINK_GIT_REV, else build/git_rev of this checkout, else `git rev-parse` here."""
     rev = os.environ.get("IRONLINK_GIT_REV")
     if rev:
         return rev
+    if BUILD_REV.is_file():
+        return BUILD_REV.read_text().strip()
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
