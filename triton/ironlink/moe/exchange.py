@@ -21,7 +21,8 @@ experts live there (about half the rows of sending one per choice at top-8 of 64
   from summing all k outputs in fp32 at once.
 
 Buffers are sized at construction: the heap holds world * max_tokens token rows each way (a token
-reaches a rank at most once, so the exchanges cannot overflow) and `recv_x` holds `recv_capacity`
+reaches a rank at most once, so the exchanges cannot overflow; `MoeExchange.heap_bytes` says how
+many bytes of the heap that takes) and `recv_x` holds `recv_capacity`
 expert rows (default world * max_tokens * topk: every choice of every rank lands here). Routing
 that gives this rank's experts more rows than that writes only the first `recv_capacity` rows and
 flags it: `moe.check()` (or `dispatch(..., check=True)`) raises an IronlinkError with status
