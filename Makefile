@@ -21,7 +21,7 @@ MANYLINUX := manylinux_2_28
 LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
 # DIAG=<variant> builds a timing-diagnostic bitcode (`--cfg ironlink_diag`, see
 # device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/diag_build.sh);
-# with NVSHMEM=1 its NVSHMEM bitcode (e.g. DIAG=final_ack_wait, device/src/collectives/hierarchical/mod.rs).
+# with NVSHMEM=1 its NVSHMEM bitcode (e.g. DIAG=final_ack_wait, device/src/transport/remote.rs).
 DIAG      ?=
 # NVSHMEM=1 builds the NVSHMEM bitcode (`--cfg ironlink_nvshmem`: device/src/hw/nvshmem.rs declares
 # NVSHMEM's device functions, device/src/api/nvshmem.rs exports wrappers of them) as

@@ -197,17 +197,21 @@ fn owed_word(call: &Call, node: usize) -> *mut u64 {
     (call.c.signal_base(call.rank) + at) as *mut u64
 }
 
-/// Records that the rank of each node `to(t)` (threads t that get Some) owes this slot the Ack
-/// `value`: instead of waiting for the last Ack of an exchange, a call returns, and the next
-/// put into that rank's scratch from this slot waits for it (`settle_acks`). Every thread
-/// calls it.
+/// The last Acks of an exchange, `value` from the rank of each node `to(t)` (threads t that get
+/// Some): recorded as owed to this slot instead of waited for, so the call returns, and the
+/// next put into that rank's scratch from this slot waits for them (`settle_acks`). The
+/// measurement build `--cfg ironlink_diag="final_ack_wait"` still waits here. Every thread calls it.
 #[inline(always)]
-pub fn owe_acks(call: &Call, value: u64, to: impl Fn(usize) -> Option<usize>) {
+pub fn owe_acks(call: &Call, value: u64, to: impl Fn(usize) -> Option<usize>) -> Result<(), i32> {
+    if cfg!(ironlink_diag = "final_ack_wait") {
+        return wait_signals(call, Kind::Ack, value, to);
+    }
     if let Some(m) = to(hw::thread_rank_fresh() as usize) {
         // SAFETY: an aligned word of this rank's signal region that only this slot's thread
         // for node m reads and writes (here and in `settle_acks`), in call order.
         unsafe { core::ptr::write_volatile(owed_word(call, m), value) };
     }
+    Ok(())
 }
 
 /// Waits until the rank of each node `to(t)` has sent the Ack this slot is owed from it (if

@@ -141,11 +141,7 @@ pub fn all_to_all_v(call: &Call, plan: &Plan) -> Result<(), i32> {
         // are owed, as after a last round).
         let done = remote::value(call, Streams::FIRST_ROUND);
         signal_partners(call, &nodes, Kind::Ack, done, |_| true)?;
-        if cfg!(ironlink_diag = "final_ack_wait") {
-            remote::wait_signals(call, Kind::Ack, done, other_node(&nodes))?;
-        } else {
-            remote::owe_acks(call, done, other_node(&nodes));
-        }
+        remote::owe_acks(call, done, other_node(&nodes))?;
     }
 
     // The node's ranks have read our input and stored into our output.
