@@ -80,18 +80,18 @@ class _RowLayout(NamedTuple):
         return _RowLayout(groups, meta_col, meta_cols, scale_col, scale_col + _round_up(2 * groups, 8))
 
 
-def _heap_shapes(world: int, max_tokens: int, hidden: int, row: int) -> tuple[list[tuple[int, ...]], int]:
+def _heap_shapes(world: int, max_tokens: int, hidden: int, row: int) -> tuple[list[tuple[int, ...]], ...]:
     """The heap tensors of a MoeExchange, in allocation order: the shapes of its four buffers of
     2-byte words (send, receive, combine's send and receive: `world * max_tokens` rows each, as a
-    token reaches a rank at most once) and the number of its int64 [world] count vectors."""
+    token reaches a rank at most once), then of its five int64 count vectors."""
     rows = world * max_tokens
-    return [(rows, row), (rows, row), (rows, hidden), (rows, hidden)], 5
+    return [(rows, row), (rows, row), (rows, hidden), (rows, hidden)], [(world,)] * 5
 
 
 def _heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool, align: int) -> int:
     """MoeExchange.heap_bytes with the heap allocator's alignment given."""
-    words, vectors = _heap_shapes(world, max_tokens, hidden, _RowLayout.of(hidden, topk, fp8).row)
-    sizes = [2 * math.prod(shape) for shape in words] + [8 * world] * vectors
+    words, counts = _heap_shapes(world, max_tokens, hidden, _RowLayout.of(hidden, topk, fp8).row)
+    sizes = [2 * math.prod(shape) for shape in words] + [8 * math.prod(shape) for shape in counts]
     return sum(_round_up(n, align) for n in sizes)
 
 
@@ -190,10 +190,10 @@ class MoeExchange:
         self.groups, self.meta_col, self.meta_cols, self.scale_col, self.row = layout
         dev = heap.device
         e = heap.empty
-        words, vectors = _heap_shapes(world, max_tokens, hidden, self.row)
+        words, counts = _heap_shapes(world, max_tokens, hidden, self.row)
         # back_*: combine's one reduced row per received token.
         self.send_buf, self.recv_buf, self.back_send, self.back_recv = (e(shape, self.dtype) for shape in words)
-        self.counts = [e((world,), torch.int64) for _ in range(vectors)]
+        self.counts = [e(shape, torch.int64) for shape in counts]
         self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
         # Zeros, not empty: a grouped GEMM over padded expert tiles reads rows past the counts, and
         # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
@@ -232,14 +232,13 @@ class MoeExchange:
             raise TypeError(f"topk_weights must be floating point, got {topk_weights.dtype}")
         return t
 
-    def _routing(self, topk_idx: Any, t: int) -> Any:
-        """send_row [t, world]: where each token goes in the send buffer (rank-major, token order),
+    def _routing(self, idx: Any, t: int) -> Any:
+        """send_row [t, world]: where each token of `idx` (topk_idx, contiguous) goes in the send buffer (rank-major, token order),
         -1 where it does not go; fills send_counts. A counting sort by destination rank on the GPU
         (moe.sort); ids outside [0, num_experts) go nowhere and are counted for `check`."""
         import torch
 
         s, k = self.by_rank, self.topk
-        idx = topk_idx.contiguous()
         send_row = torch.empty(t, self.world, dtype=torch.int64, device=idx.device)
         grid = (self.sort_programs,)
         sort.rank_histogram[grid](idx, t, self.local_experts, self.world, s.hist, K=k, BR=s.br, KB=self.kb, BB=s.bb)
@@ -308,11 +307,12 @@ class MoeExchange:
         import torch
 
         t = self._check(x, topk_idx, topk_weights)
-        send_row = self._routing(topk_idx, t)
+        idx = topk_idx.contiguous()
+        send_row = self._routing(idx, t)
         if not t:
             return t, send_row
         k, b, words = kernels, self.send_buf, self.send_buf.view(torch.int32)
-        idx, wts = topk_idx.contiguous(), topk_weights.contiguous()
+        wts = topk_weights.contiguous()
         meta = (self.meta_col // 2, self.meta_cols // 2)  # the ids and weights, in 4-byte words
         meta_block = _pow2(max(16, meta[1]))
         if self.fp8:

@@ -35,7 +35,8 @@ def _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row_word
     """Token t's expert ids (int32; -1 for an id outside [0, num_experts), which no receiver
     counts) and weights (fp32 bits) at word meta_word of row send_row[t, p] of the send buffer's
     4-byte words, for every rank p the token goes to; zeros up to meta_words. Read straight from
-    topk_idx / topk_weights (any integer / float dtype): the tail of both pack kernels."""
+    topk_idx / topk_weights (any integer / float dtype; the range is checked on the id as given,
+    as the routing's sort checks it): the head of both pack kernels."""
     j = tl.arange(0, META_BLOCK)
     e = tl.load(idx + t * K + j, mask=j < K, other=0)
     e = tl.where((e >= 0) & (e < num_experts), e, -1).to(tl.int32)

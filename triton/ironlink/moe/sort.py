@@ -79,8 +79,10 @@ def _rank_keys(ids, r0, end, per_rank, world, K: tl.constexpr, BR: tl.constexpr,
     r = r0 + tl.arange(0, BR)
     j = tl.arange(0, KB)
     m = (r[:, None] < end) & (j[None, :] < K)
-    e = tl.load(ids + r[:, None].to(tl.int64) * K + j[None, :], mask=m, other=0).to(tl.int32)
-    d = tl.where((e >= 0) & (e < per_rank * world), e // per_rank, world)
+    # The range is checked on the id as given (int64 topk_idx: before narrowing, so an id past
+    # 2^31 is out of range, not wrapped into it), as the pack kernels check it.
+    e = tl.load(ids + r[:, None].to(tl.int64) * K + j[None, :], mask=m, other=0)
+    d = tl.where((e >= 0) & (e < per_rank * world), e // per_rank, world).to(tl.int32)
     d = tl.where(m, d, -1)
     # [i, j, j2]: choice j2 < j of the same token has the same rank.
     earlier = (d[:, :, None] == d[:, None, :]) & (j[None, None, :] < j[None, :, None]) & (d[:, :, None] < world)
