@@ -24,7 +24,7 @@ def produce_then_all_reduce(ctx, x, n, rank, seed, dt: tl.constexpr, out_dt: tl.
         tl.store(x + offs, v.to(out_dt), mask=offs < n)
     s = il.symm_grid_barrier(ctx)
     s2 = il.symm_all_reduce(ctx, x, 0, n, SUM, dt)
-    tl.store(status + pid, tl.where(s != 0, s, s2))
+    tl.store(status + pid, ilt.failure_or(s, s2))
 
 
 @ironlink.jit
@@ -44,7 +44,7 @@ def tiles_then_all_reduce(ctx, x, rows, cols, stride, rank, seed, dt: tl.constex
             tl.store(x + i * stride + j, v.to(out_dt), mask=(i < rows) & (j < cols))
             s = il.symm_tile_all_reduce(ctx, x + i0 * stride + j0, tl.minimum(TR, rows - i0), tl.minimum(TC, cols - j0),
                                         stride, t, SUM, dt)
-            worst = tl.where(s != 0, s, worst)
+            worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 
 
@@ -67,7 +67,7 @@ def tiles_then_all_gather(ctx, x, rows, cols, stride, rank, world, seed, out_dt:
             tl.store(x + (rank * rows + i) * stride + j, v.to(out_dt), mask=(i < rows) & (j < cols))
             s = ilt.tile_all_gather(ctx, x + i0 * stride + j0, tl.minimum(TR, rows - i0), tl.minimum(TC, cols - j0),
                                     stride, rows * stride, t)
-            worst = tl.where(s != 0, s, worst)
+            worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 
 
@@ -91,7 +91,7 @@ def tiles_then_reduce_scatter(ctx, x, out, rows, cols, stride, rank, world, seed
                 tl.store(x + (blk * rows + i) * stride + j, v.to(out_dt), mask=(i < rows) & (j < cols))
             s = ilt.tile_reduce_scatter(ctx, x + i0 * stride + j0, out + i0 * stride + j0, tl.minimum(TR, rows - i0),
                                         tl.minimum(TC, cols - j0), stride, rows * stride, t)
-            worst = tl.where(s != 0, s, worst)
+            worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 
 
@@ -115,14 +115,14 @@ def ring_push(ctx, outbox, inbox, got, n_tiles, rank, world, seed, status, TE: t
             peer = il.symm_peer_ptr(ctx, inbox + t * TE, nxt).to(tl.pointer_type(tl.float32))
             tl.store(peer + e, v)
             s = il.symm_tile_signal(ctx, t, nxt)
-        worst = tl.where(s != 0, s, worst)
+        worst = ilt.failure_or(s, worst)
         s = il.symm_tile_wait(ctx, t, prv)
-        worst = tl.where(s != 0, s, worst)
+        worst = ilt.failure_or(s, worst)
         tl.store(got + t * TE + e, tl.load(inbox + t * TE + e))
         s = il.symm_tile_signal(ctx, n_tiles + t, prv)
-        worst = tl.where(s != 0, s, worst)
+        worst = ilt.failure_or(s, worst)
         s = il.symm_tile_wait(ctx, n_tiles + t, nxt)
-        worst = tl.where(s != 0, s, worst)
+        worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 
 
@@ -142,11 +142,11 @@ def exchange_with_all(ctx, board, got, n_tiles, rank, world, seed, status, TE: t
             peer = il.symm_peer_ptr(ctx, board + (t * world + rank) * TE, p).to(tl.pointer_type(tl.float32))
             tl.store(peer + e, v)
         s = il.symm_tile_signal_others(ctx, t)
-        s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, t))
-        worst = tl.where(s != 0, s, worst)
+        s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, t))
+        worst = ilt.failure_or(s, worst)
         for p in range(0, world):
             tl.store(got + (t * world + p) * TE + e, tl.load(board + (t * world + p) * TE + e))
         s = il.symm_tile_signal_others(ctx, n_tiles + t)
-        s = tl.where(s != 0, s, il.symm_tile_wait_others(ctx, n_tiles + t))
-        worst = tl.where(s != 0, s, worst)
+        s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, n_tiles + t))
+        worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)

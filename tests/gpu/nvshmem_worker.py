@@ -85,7 +85,7 @@ def _tiles_kernel(ctx, inp, out, rows, cols, stride, bstride, rank, status, OP: 
                 s = ilt.tile_all_reduce_hierarchical(ctx, inp + at, r, c, stride, t)
             else:
                 s = ilt.tile_reduce_scatter_hierarchical(ctx, inp + at, out + at, r, c, stride, bstride, t)
-            worst = tl.where(s != 0, s, worst)
+            worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 
 
