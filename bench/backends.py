@@ -51,8 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     # NVSHMEM's symmetric heap holds two of ours; the default (1 GiB) would not.
     os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", str(2 * args.max_bytes + (1 << 30)))
-    dist.init_process_group("nccl")
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    ironlink.init_distributed()
     world = dist.get_world_size()
     hs = heaps(args.max_bytes)
     rows: list[dict] = []

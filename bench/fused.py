@@ -22,7 +22,6 @@ A benchmark, not a test: nothing asserts a time.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, Callable, Optional
 
 import torch
@@ -198,8 +197,7 @@ def main() -> None:
     ap.add_argument("--k-total", type=int, default=8192, help="K before the split over ranks")
     ap.add_argument("--matmul-configs", default=None, help="extra configs: 'BM,BN,BK,GROUP_M,warps,stages;...'")
     args = ap.parse_args()
-    dist.init_process_group("nccl")
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    ironlink.init_distributed()
     b = FusedBench(4 << 30)  # the sequence-parallel ops' workspaces at M = 16384: ~2 GiB
     ops = args.ops.split(",")
     if "allreduce_rmsnorm" in ops:

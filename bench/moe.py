@@ -245,9 +245,7 @@ def main() -> None:
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    torch.cuda.set_device(device)
-    dist.init_process_group("nccl", device_id=device)
+    ironlink.init_distributed()
     world = dist.get_world_size()
     largest = max(max(tokens), args.max_tokens)  # one MoeExchange at a time, each closed after its rows
     heap_bytes = max(ironlink.MoeExchange.heap_bytes(world, largest, args.hidden, args.topk, fp8=fp8)

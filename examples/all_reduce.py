@@ -11,7 +11,6 @@ same bits.
 
 from __future__ import annotations
 
-import os
 
 import torch
 import torch.distributed as dist
@@ -43,9 +42,8 @@ def scale_then_all_reduce(ctx, x_ptr, n, scale, status_ptr, BLOCK: tl.constexpr)
 
 
 def main() -> None:
-    dist.init_process_group("nccl")
+    ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     with ironlink.SymmetricHeap(64 << 20) as heap:
         x = heap.empty((N,), torch.bfloat16)
         x.fill_(rank + 1)

@@ -12,7 +12,6 @@ torch (every expert's weights come from one seed on every rank); rank 0 prints o
 
 from __future__ import annotations
 
-import os
 
 import torch
 import torch.distributed as dist
@@ -58,9 +57,8 @@ def reference(x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor, w_all: 
 
 
 def main() -> None:
-    dist.init_process_group("nccl")
+    ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     experts = EXPERTS_PER_RANK * world
     g = torch.Generator(device="cuda").manual_seed(0)  # the same router and experts on every rank
     router = torch.randn(HIDDEN, experts, device="cuda", generator=g) / HIDDEN ** 0.5

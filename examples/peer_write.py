@@ -11,7 +11,6 @@ peer's copy with ``ironlink.language.symm_peer_ptr`` and stores the writer's ran
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
@@ -41,9 +40,7 @@ def peer_write(buf, ctx, rank, SLOT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 def main() -> int:
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    ironlink.init_distributed()  # this rank's GPU (LOCAL_RANK), then the NCCL group on it
     rank, world = dist.get_rank(), dist.get_world_size()
     ok = False
     with ironlink.SymmetricHeap(world * SLOT * 4 + (1 << 20), scratch_bytes=0) as heap:

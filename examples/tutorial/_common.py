@@ -41,9 +41,7 @@ def start(heap_bytes: int) -> Lesson:
     import torch
     import torch.distributed as dist
 
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    ironlink.init_distributed()  # this rank's GPU (LOCAL_RANK), then the NCCL group on it
     heap = ironlink.SymmetricHeap(heap_bytes)
     status = torch.zeros(1024, dtype=torch.int32, device="cuda")
     return Lesson(dist.get_rank(), dist.get_world_size(), heap, status)

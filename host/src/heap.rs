@@ -27,15 +27,16 @@
 //! - The one thing only VMM can do is NVLink multicast (`cuMulticast*`, NVLS), which this project
 //!   must not use on its shared machines.
 //!
-//! Legacy IPC needs one process per GPU (a process cannot open its own handle), which is how
-//! `torchrun` runs anyway; `exchange::validate` reports a violation clearly.
+//! Legacy IPC needs one process per rank (a process cannot open its own handle), which is how
+//! `torchrun` runs anyway; `exchange::validate` reports a violation clearly. Two processes on one
+//! GPU can map each other's memory; that serves only tests (`exchange::GpuSharing::Shared`).
 
 use crate::abi::{self, SymmContext, MAX_RANKS};
 use crate::alloc::{round_up, Allocator};
 use crate::context::{check_rank, DeviceContext};
 use crate::driver::{self, Device, DeviceBuffer, IpcMapping};
 use crate::error::{Context as _, Error, Result};
-use crate::exchange::{self, HandleInfo};
+use crate::exchange::{self, GpuSharing, HandleInfo};
 use ironlink_device::collectives::choice::with_default_limits;
 use std::sync::Arc;
 
@@ -156,11 +157,12 @@ impl LocalHeap {
     /// including this rank's own) and builds the device context.
     ///
     /// Fails, with the same message on every rank, if the handles disagree (world size, ranks,
-    /// sizes, node) or two ranks share a GPU or a process; fails if this GPU cannot reach a
+    /// sizes, node) or two ranks share a process, or a GPU where `sharing` does not allow it;
+    /// fails if this GPU cannot reach a
     /// peer's GPU peer-to-peer. On failure everything is released.
-    pub fn open_peers(self, all: &[Vec<u8>]) -> Result<SymmHeap> {
+    pub fn open_peers(self, all: &[Vec<u8>], sharing: GpuSharing) -> Result<SymmHeap> {
         let (rank, world) = (self.info.rank, self.info.world);
-        let infos = exchange::validate(world, all)?;
+        let infos = exchange::validate(world, all, sharing)?;
         if infos[rank as usize] != self.info {
             return Err(Error::Mismatch(format!(
                 "the handle exchanged for rank {rank} is not the one this process created \
@@ -170,8 +172,11 @@ impl LocalHeap {
         for p in infos.iter().filter(|p| p.rank != rank) {
             // A GPU hidden from this process (CUDA_VISIBLE_DEVICES) cannot be queried; legacy IPC
             // can still map its memory, and cuIpcOpenMemHandle reports if it cannot.
+            // A GPU is not its own peer (cuDeviceCanAccessPeer says 0); ranks sharing one map each
+            // other's memory by IPC all the same.
             if let Some(ordinal) = driver::device_by_pci_bus_id(&p.pci_bus_id)? {
-                if !self.device.can_access_peer(ordinal)? {
+                let own_gpu = ordinal == self.device.ordinal();
+                if !own_gpu && !self.device.can_access_peer(ordinal)? {
                     return Err(Error::NoPeerAccess {
                         rank,
                         gpu: self.info.pci_bus_id.clone(),

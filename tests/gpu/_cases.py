@@ -4,7 +4,8 @@ $IRONLINK_GPU_ONLY (a substring of case names) runs only the matching cases. $IR
 (`tests/gpu/run.sh sanitize`) makes the workers run a short list of small cases (`small(...)`):
 every collective, primitive, fused op and MoE op still runs, at sizes that compute-sanitizer
 finishes in minutes. $IRONLINK_GPU_HEAP_TIMEOUT_S sets the wait timeout of the workers' heaps (a
-sanitized peer runs many times slower)."""
+sanitized peer runs many times slower). $IRONLINK_GPU_VERBOSE=1 makes rank 0 print each case's
+name and seconds as it ends (to find a slow or stuck case)."""
 
 from __future__ import annotations
 
@@ -49,10 +50,12 @@ class Cases:
         self.passed = 0
         self.failed: list[str] = []
         self.only = os.environ.get("IRONLINK_GPU_ONLY", "")
+        self.verbose = os.environ.get("IRONLINK_GPU_VERBOSE", "0") == "1"
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
         if self.only not in name:
             return
+        started = time.time()
         try:
             if self.before:
                 self.before()
@@ -64,6 +67,8 @@ class Cases:
                 traceback.print_exc()
             print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # a case passes only if it passed on every rank
+        if self.verbose and self.rank == 0:
+            print(f"case {name}: {'ok' if ok.item() else 'FAILED'} in {time.time() - started:.2f} s", flush=True)
         if ok.item():
             self.passed += 1
         else:

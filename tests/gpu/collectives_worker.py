@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 import ironlink
+from ironlink.distributed import grid_cap
 import ironlink.language as il
 import ironlink.tuning
 from ironlink import _abi
@@ -105,10 +106,12 @@ class Suite(Cases):
 
     # --- helpers -----------------------------------------------------------------------------
     def launch_cfg(self) -> tuple[int, int]:
-        """Rotates grids (1..132 CTAs) and num_warps (4, 8) across cases; same on every rank."""
+        """Rotates grids (1..132 CTAs, at most the rank's share of a GPU that ranks share) and
+        num_warps (4, 8) across cases; same on every rank."""
         self.case += 1
         grids = [1, 2, 7, 16, 32, 64, 132]
-        return grids[self.case % len(grids)], (4, 8)[self.case // len(grids) % 2]
+        grid = min(grids[self.case % len(grids)], grid_cap(torch.cuda.current_device()))
+        return grid, (4, 8)[self.case // len(grids) % 2]
 
     def check_status(self, grid: int, want: int = 0) -> None:
         got = self.status[:grid].tolist()
@@ -371,9 +374,8 @@ def timeout_case(suite: Suite) -> None:
 
 
 def main() -> int:
-    dist.init_process_group("nccl")
+    ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     torch.manual_seed(1234 + rank)
     full = os.environ.get("IRONLINK_GPU_FULL", "1") == "1" and not SMALL
     heap = ironlink.SymmetricHeap(2 << 30, timeout_s=heap_timeout_s())

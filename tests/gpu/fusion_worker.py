@@ -23,7 +23,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from typing import Any, Callable, Iterator
@@ -33,6 +32,7 @@ import torch.distributed as dist
 import triton.language as tl
 
 import ironlink
+from ironlink.distributed import grid_cap
 from ironlink import _abi, tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES
@@ -432,20 +432,22 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
 
 
 def main() -> int:
-    dist.init_process_group("nccl")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    ironlink.init_distributed()
+    world = dist.get_world_size()
     heap = ironlink.SymmetricHeap(256 << 20, timeout_s=heap_timeout_s())
     s = Suite(heap)
     cases = Cases(before=s.clear_errors)  # one failure's recorded error must not fail the cases after it
     t0 = time.time()
+    cap = grid_cap(torch.cuda.current_device())  # ranks sharing a GPU: every rank's CTAs resident
     for alg in ("one_shot_ll", "two_shot_ll", "two_shot"):
         for dtype, n, grid in small(((torch.bfloat16, 8191, 32), (torch.float32, 1 << 20, 132), (torch.float16, 3, 7)),
                                     ((torch.bfloat16, 8191, 32), (torch.float16, 3, 7))):
+            grid = min(grid, cap)
             cases.run(f"grid barrier + all_reduce {alg} {dtype} n={n} grid={grid}", lambda: s.grid_barrier(n, dtype, grid, alg))
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for rows, cols, stride, grid in small(((100, 300, 320, 8), (1, 8192, 8192, 4), (2048, 512, 512, 132)),
                                               ((100, 300, 320, 8), (1, 8192, 8192, 4))):
+            grid = min(grid, cap)
             cases.run(f"tile all_reduce {dtype} {rows}x{cols} stride {stride} grid {grid}",
                       lambda: s.tiles(rows, cols, stride, dtype, grid, graph=False))
     cases.run("tile all_reduce in a CUDA graph", lambda: s.tiles(64, 1000, 1024, torch.bfloat16, 16, graph=True))

@@ -13,7 +13,6 @@ Each rank prints "[rank r] case: OK ..." or a FAIL line with the traceback; rank
 from __future__ import annotations
 
 import gc
-import os
 import struct
 import sys
 import time
@@ -67,10 +66,8 @@ def barrier_k(ctx, out):
 
 class Suite:
     def __init__(self) -> None:
-        self.local_rank = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(self.local_rank)
-        self.dev = torch.device("cuda", self.local_rank)
-        dist.init_process_group("nccl", device_id=self.dev, timeout=timedelta(seconds=60))
+        self.dev = ironlink.init_distributed(timeout=timedelta(seconds=60))
+        self.local_rank = self.dev.index
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.passed: list[str] = []
         self.failed: list[str] = []

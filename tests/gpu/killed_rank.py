@@ -5,7 +5,7 @@ the GPUs, and a new process group and heap on the same GPUs work.
 
 Not under torchrun: its agent kills every worker when one dies, which is what must not decide
 the outcome here. This parent starts one process per GPU itself (a FileStore rendezvous and
-init_process_group("nccl")), for a large (256 MiB bf16) and a small (2 KiB) all-reduce:
+ironlink.init_distributed), for a large (256 MiB bf16) and a small (2 KiB) all-reduce:
 
 1. every rank makes a heap (wait timeout --timeout-s), runs one all-reduce correctly, meets the
    others at a barrier, then launches the same all-reduce twice (check=True on each); the victim
@@ -17,7 +17,8 @@ init_process_group("nccl")), for a large (256 MiB bf16) and a small (2 KiB) all-
 3. every process must be gone within --exit-s, and nvidia-smi must list none of their pids;
 4. a fresh launch (new store, new process group, new heap, same GPUs) all-reduces correctly.
 Prints one line per phase and `killed-rank: ... passed` / `FAILED`; writes $OUT/killed-rank.json;
-exit status non-zero on failure. Without 2 GPUs it prints "killed-rank: skipped: no GPU".
+exit status non-zero on failure. Without 2 GPUs it prints "killed-rank: skipped: no GPU", unless
+$IRONLINK_SHARED_GPU=1 lets the ranks share one (tests/gpu/run.sh --shared-gpu, under MPS).
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ def worker(role: str, size: str, rank: int, world: int, store: str, timeout_s: f
     import ironlink
     from ironlink import _abi
 
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", store=dist.FileStore(store, world), rank=rank, world_size=world)
+    ironlink.init_distributed(local_rank=rank, store=dist.FileStore(store, world), rank=rank, world_size=world)
     n = SIZES[size]
     heap = ironlink.SymmetricHeap(n * 2 + (1 << 20), timeout_s=timeout_s)
     x = heap.empty((n,), torch.bfloat16)
@@ -91,7 +91,7 @@ def worker(role: str, size: str, rank: int, world: int, store: str, timeout_s: f
 def launch(roles: list[str], size: str, timeout_s: float, exit_s: float, log: Any) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     """Runs one process per role (rank = index); returns (RESULT records, exit codes, pids)."""
     store = os.path.join(tempfile.mkdtemp(prefix="ironlink-killed-rank-"), "store")
-    env = dict(os.environ, **SAFE_ENV)
+    env = dict(os.environ, **SAFE_ENV, LOCAL_WORLD_SIZE=str(len(roles)))  # ranks per GPU, where they share
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "..", "..", "triton"),
                                                       env.get("PYTHONPATH")]))
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", role, size, str(rank), str(len(roles)), store,
@@ -188,10 +188,11 @@ def main() -> int:
     p.add_argument("--json", default=os.path.join(os.environ.get("OUT", "build/gpu-out"), "killed-rank.json"))
     args = p.parse_args()
     ngpu = gpu_count()
-    if ngpu < 2 or args.world < 2:
+    shared = os.environ.get("IRONLINK_SHARED_GPU", "0") == "1"  # ironlink.heap.ENV_SHARED_GPU
+    if (ngpu < 2 and not (shared and ngpu >= 1)) or args.world < 2:
         print(f"killed-rank: skipped: no GPU (needs 2, found {ngpu})", flush=True)
         return 0
-    world = min(args.world, ngpu)
+    world = args.world if shared else min(args.world, ngpu)
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(os.path.splitext(args.json)[0] + ".log", "w") as log:
         runs = [scenario(size, world, args, log) for size in SIZES]

@@ -18,7 +18,6 @@ own. Rank 0 prints "== misuse world N: X passed, Y failed =="; without GPUs, "sk
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any
@@ -176,9 +175,8 @@ def main() -> int:
     from _cases import Cases  # tests/gpu/, the script's own directory
     import ironlink
 
-    dist.init_process_group("nccl")
+    ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     torch.manual_seed(77 + rank)
     t0 = time.time()
     cases = Cases()

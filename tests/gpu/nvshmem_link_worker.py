@@ -13,7 +13,6 @@ Each rank prints "[rank r] case: OK" or a FAIL line; rank 0 prints
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from typing import Callable
@@ -61,10 +60,8 @@ def bad_args_k(dst, src, sig, sig_misaligned, peer, bad_pe, out):
 
 
 def main() -> int:
-    dist.init_process_group("nccl")
+    dev = ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
-    torch.cuda.set_device(dev)
     if world < 2:  # PyTorch's NVSHMEM rendezvous needs two ranks
         print("NVSHMEM LINK world=1: skipped (PyTorch's NVSHMEM memory needs 2 ranks)", flush=True)
         dist.destroy_process_group()

@@ -711,9 +711,8 @@ def main() -> int:
     if not symm_mem.is_nvshmem_available():
         print("== nvshmem: skipped (this torch has no NVSHMEM symmetric memory) ==", flush=True)
         return 0
-    dist.init_process_group("nccl")
+    ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     if world < 2:
         with raises_ironlink("at least 2 ranks"):
             ironlink.SymmetricHeap(HEAP_BYTES, backend="nvshmem")

@@ -466,9 +466,8 @@ def main() -> int:
     if reason:
         print(f"== ops: skipped ({reason}) ==", flush=True)
         return 0
-    dist.init_process_group("nccl")
+    ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     torch.manual_seed(4321 + rank)
     heap = ironlink.SymmetricHeap(320 << 20, timeout_s=heap_timeout_s())
     s = Suite(heap)

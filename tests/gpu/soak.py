@@ -131,8 +131,10 @@ class Soak:
         import collectives_worker  # tests/gpu/: its Triton kernels of the device collectives
         import ironlink
         from ironlink import _abi
+        from ironlink.distributed import grid_cap
 
         self.il, self.abi, self.k = ironlink, _abi, collectives_worker
+        self.grid_cap = grid_cap(torch.cuda.current_device())
         self.heaps, self.seed = heaps, seed
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.rng = random.Random(seed)  # the same choices on every rank
@@ -174,6 +176,7 @@ class Soak:
         n = min(n, MAX_ELEMENTS // w)
         op = rng.choice(OPS)
         grid, warps, root, in_place = rng.choice(GRIDS), rng.choice(WARPS), rng.randrange(w), rng.random() < 0.5
+        grid = min(grid, self.grid_cap)  # ranks sharing a GPU: every rank's CTAs resident at once
         label = f"{kind}{'@nodes' if heap.multi_node else ''} {str(dtype)[6:]} n={n}"  # counted apart
         il, abi = self.il, self.abi
         dt = self.k.DT[dtype]
@@ -316,9 +319,7 @@ def main() -> int:
         return 0
     import ironlink
 
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    torch.cuda.set_device(device)
-    dist.init_process_group("nccl", device_id=device)
+    ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     # A step that takes more than STUCK_S seconds prints every thread's Python stack (to the log),
     # again every STUCK_S seconds: a soak cut off by an outer limit says where it was.

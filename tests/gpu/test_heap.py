@@ -1,7 +1,8 @@
 """GPU tests of the symmetric heap: drives tests/gpu/heap_worker.py and examples/peer_write.py
 under torchrun for world sizes 2, 4 and 8 (those that fit the GPUs present).
 
-Skipped without torch or with fewer than 2 GPUs. `IRONLINK_HEAP_WORLDS="2 8"` picks the sizes.
+Skipped without torch or with fewer than 2 GPUs (with 1 GPU when $IRONLINK_SHARED_GPU=1 lets ranks
+share it: then every listed size runs). `IRONLINK_HEAP_WORLDS="2 8"` picks the sizes.
 Run with `tests/gpu/run.sh heap` (`--worlds "2 4"` picks the sizes).
 """
 
@@ -17,7 +18,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the GPU tests need torch")
 
 REPO = Path(__file__).resolve().parents[2]
-NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+SHARED = os.environ.get("IRONLINK_SHARED_GPU", "0") == "1"  # ironlink.heap.ENV_SHARED_GPU
+# How many ranks fit: one per GPU, or (ranks sharing GPUs) any number.
+NGPU = 8 if SHARED and GPUS else GPUS
 WORLDS = [int(w) for w in os.environ.get("IRONLINK_HEAP_WORLDS", "2 4 8").split()]
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 

@@ -26,6 +26,7 @@ from .jit import IronlinkKernel, jit
 # `import ironlink` stays as light as the device side needs (no torch, no compiled extension).
 _LAZY = {
     "SymmetricHeap": "heap",
+    "init_distributed": "distributed",
     "IronlinkError": "errors",
     "SymmMemContext": "torch_interop",
     "context_from_symm_mem": "torch_interop",

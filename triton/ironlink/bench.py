@@ -303,8 +303,7 @@ def main() -> None:
     ap.add_argument("--skip-gather-scatter", action="store_true")
     ap.add_argument("--scratch-mib", type=int, default=DEFAULT_SCRATCH_BYTES >> 20, help="scratch region per rank")
     args = ap.parse_args()
-    dist.init_process_group("nccl")
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    ironlink.init_distributed()
     b = Bench(args.max_bytes, args.scratch_mib << 20)
     listed = [int(s) for s in args.sizes.split(",")] if args.sizes else SIZES
     sizes = [s for s in listed if args.min_bytes <= s <= args.max_bytes]

@@ -30,7 +30,16 @@ from .stream_order import StreamOrder
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 # The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
 DEFAULT_TIMEOUT_S: float = _abi.DEFAULT_TIMEOUT_NS / 1e9
+# Set to 1, lets ranks share a GPU: for running multi-rank tests on fewer GPUs under CUDA MPS
+# (`tests/gpu/run.sh --shared-gpu`; docs/gpu-testing.md). Results are checked the same; times mean
+# nothing there. Without it, two ranks on one GPU is an error (it is a launcher mistake).
+ENV_SHARED_GPU = "IRONLINK_SHARED_GPU"
 _KDL_CUDA = 2
+
+
+def shared_gpu_allowed() -> bool:
+    """Whether $IRONLINK_SHARED_GPU lets ranks share a GPU."""
+    return os.environ.get(ENV_SHARED_GPU, "0") == "1"
 
 
 def load_native() -> Any:
@@ -286,7 +295,7 @@ class SymmetricHeap:
         # Opening can fail on one rank only (peer access, mapping): agree on the outcome.
         heap = None
         try:
-            heap = local.open_peers([g[1][1] for g in gathered])
+            heap = local.open_peers([g[1][1] for g in gathered], shared_gpu_allowed())
             self._configure(heap, timeout_ns)
             mine = ("ok", None)
         except Exception as e:

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from . import _abi, tuning
 from . import typed as ilt
+from .distributed import grid_cap
 from .errors import IronlinkError, status_name
 from .jit import jit
 
@@ -284,6 +285,7 @@ def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool
 
 def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool) -> None:
     ctas, warps = tuning.choose(collective, plan.nbytes, heap.world_size)
+    ctas = min(ctas, grid_cap(heap.device))
     launch_with_status(collective, heap, ctas,
                        lambda status: kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps), check)
 

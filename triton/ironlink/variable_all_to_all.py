@@ -23,6 +23,7 @@ from . import typed as ilt
 from .jit import jit
 from .ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
 from ._abi import MAX_CTAS
+from .distributed import grid_cap
 from .tuning import all_to_all_v_launch
 
 
@@ -90,9 +91,10 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
     # first, the rows that cross nodes streamed through the scratch (docs/backends.md).
     kernel, function = ((_all_to_all_v_hierarchical_kernel, "symm_all_to_all_v_hierarchical") if h.multi_node
                         else (_all_to_all_v_kernel, "symm_all_to_all_v"))
+    ctas = min(p.ctas, grid_cap(h.device))
     launch_with_status(
-        "all_to_all_v", h, p.ctas,
-        lambda status: kernel[(p.ctas,)](h.ctx, inp, p.in_rows, send_counts, out, p.out_rows, recv_counts,
+        "all_to_all_v", h, ctas,
+        lambda status: kernel[(ctas,)](h.ctx, inp, p.in_rows, send_counts, out, p.out_rows, recv_counts,
                                          recv_offsets, p.row_elements, status, num_warps=p.warps),
         check, function=function)
     return out, recv_counts, recv_offsets

@@ -8,6 +8,7 @@ mod dlpack;
 
 use crate::context::{encode_with_layout, AlgorithmLimits, ExternalContext};
 use crate::error::Error;
+use crate::exchange::GpuSharing;
 use crate::external_heap::open_external_heap;
 use crate::heap::{self, Layout, LocalHeap, SymmHeap};
 use crate::{abi, alloc, driver, exchange};
@@ -84,12 +85,24 @@ impl PyLocalHeap {
     }
 
     /// Maps every peer (`handles`: the bytes of all ranks) and returns the open `Heap`.
+    /// `shared_gpu`: ranks may share a GPU (multi-rank tests on fewer GPUs, under CUDA MPS).
     /// Consumes this object; on error its memory is freed.
-    fn open_peers(&self, py: Python<'_>, handles: Vec<Vec<u8>>) -> PyResult<PyHeap> {
+    #[pyo3(signature = (handles, shared_gpu=false))]
+    fn open_peers(
+        &self,
+        py: Python<'_>,
+        handles: Vec<Vec<u8>>,
+        shared_gpu: bool,
+    ) -> PyResult<PyHeap> {
         let h = lock(&self.inner)
             .take()
             .ok_or_else(|| py_err(Error::Closed("this LocalHeap (already opened)")))?;
-        let heap = py.detach(|| h.open_peers(&handles)).py()?;
+        let sharing = if shared_gpu {
+            GpuSharing::Shared
+        } else {
+            GpuSharing::OnePerRank
+        };
+        let heap = py.detach(|| h.open_peers(&handles, sharing)).py()?;
         Ok(PyHeap {
             inner: Mutex::new(heap),
         })

@@ -36,6 +36,7 @@ import triton.language as tl
 from .. import language as il
 from .. import tuning
 from .. import typed as ilt
+from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
 from . import sp_streams
@@ -185,7 +186,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
             in_heap(h, "all_gather_matmul", (a_full, "a_full"))
             sp_streams.all_gather_matmul(a_shard, b, h, a_full, out, method, check)
         return a_full, out
-    sms = torch.cuda.get_device_properties(h.device).multi_processor_count
+    sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(spec(a_shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(h.device),
              h.world_size, sms, config)
     if p.rows == 0 or p.n == 0:

@@ -34,6 +34,7 @@ from .. import _abi
 from .. import language as il
 from .. import tuning
 from .. import typed as ilt
+from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
 
@@ -155,7 +156,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     if out is None:
         out = torch.empty_like(x)
     spec = TensorSpec.from_tensor
-    sms = torch.cuda.get_device_properties(h.device).multi_processor_count
+    sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"), str(h.device),
              h.world_size, sms, mode, h.multi_node)
     if p.tokens == 0:

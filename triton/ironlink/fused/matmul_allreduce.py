@@ -29,6 +29,7 @@ from .. import _abi
 from .. import language as il
 from .. import tuning
 from .. import typed as ilt
+from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
 from .gemm import check_operands, check_output, product_tile
@@ -102,7 +103,7 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     if out is None:
         out = h.empty((a.shape[0], b.shape[-1]), a.dtype)
     specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
-    sms = torch.cuda.get_device_properties(h.device).multi_processor_count
+    sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(*specs, str(h.device), h.world_size, sms, config)
     if p.m == 0 or p.n == 0:
         return out

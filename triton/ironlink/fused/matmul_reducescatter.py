@@ -37,6 +37,7 @@ from .. import _abi
 from .. import language as il
 from .. import tuning
 from .. import typed as ilt
+from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, launch_with_status
 from . import sp_streams
@@ -184,7 +185,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
         if m and n:
             sp_streams.matmul_reduce_scatter(a, b, h, out, method, check)
         return out
-    sms = torch.cuda.get_device_properties(h.device).multi_processor_count
+    sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(*specs, str(h.device), h.world_size, sms, config)
     if p.m == 0 or p.n == 0:
         return out

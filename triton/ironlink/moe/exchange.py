@@ -45,6 +45,7 @@ import math
 from typing import Any, NamedTuple, Optional
 
 from .. import _abi
+from ..distributed import grid_cap
 from ..errors import IronlinkError
 from ..tuning import all_to_all_v_launch
 from ..variable_all_to_all import all_to_all_v
@@ -206,7 +207,7 @@ class MoeExchange:
         self.route_summary = torch.zeros(len(sort.SUMMARY), dtype=torch.int64, device=dev)
         self.send_offsets = torch.zeros(world, dtype=torch.int64, device=dev)
         # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
-        self.a2a_ctas = all_to_all_v_launch(self.send_buf.numel() * 2)[0]
+        self.a2a_ctas = min(all_to_all_v_launch(self.send_buf.numel() * 2)[0], grid_cap(dev))
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if torch.device(dev).type == "cuda" else 2
         self.programs = kernels.PROGRAMS_PER_SM * sms
         self.sort_programs = sort.SORT_PROGRAMS if torch.device(dev).type == "cuda" else 2

@@ -1,0 +1,85 @@
+"""`init_distributed()`: the start of a torchrun worker that uses ironlink.
+
+Every example, test worker and benchmark starts the same way: this rank's GPU becomes the
+current device, then the default process group starts on NCCL, bound to that device (PyTorch's
+NVSHMEM team manager keeps the first device it sees, so the order matters).
+
+With $IRONLINK_SHARED_GPU=1 (``ironlink.heap.ENV_SHARED_GPU``) ranks may outnumber the GPUs: they
+take the GPUs in turn (LOCAL_RANK modulo the GPU count) and the group runs on gloo, since NCCL
+refuses two ranks on one GPU. That serves multi-rank tests on a machine with fewer GPUs, under
+CUDA MPS so that every rank's kernels run at once (``tests/gpu/run.sh --shared-gpu``,
+docs/gpu-testing.md): results are checked the same, times mean nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any, Optional
+
+from ._abi import MAX_CTAS
+from .heap import shared_gpu_allowed
+
+
+def local_device_index(local_rank: int, gpus: int, shared: bool) -> int:
+    """The GPU a rank uses: its own, or, when ranks share GPUs, the GPUs in turn."""
+    if gpus < 1:
+        raise RuntimeError("ironlink needs a CUDA GPU (torch.cuda.device_count() is 0)")
+    if shared:
+        return local_rank % gpus
+    if local_rank >= gpus:
+        raise RuntimeError(
+            f"LOCAL_RANK {local_rank} has no GPU of its own ({gpus} visible); start at most {gpus} "
+            "ranks per node (or set IRONLINK_SHARED_GPU=1 to test several ranks per GPU under MPS)"
+        )
+    return local_rank
+
+
+def init_distributed(timeout: Optional[timedelta] = None, local_rank: Optional[int] = None, **group: Any) -> Any:
+    """Selects this rank's GPU (`local_rank`, default $LOCAL_RANK, else 0) and starts the default
+    process group on it; returns the ``torch.device``. `group`: more arguments for
+    ``torch.distributed.init_process_group`` (a store, rank and world size where no launcher set
+    the environment). A group that already exists is kept."""
+    import torch
+    import torch.distributed as dist
+
+    shared = shared_gpu_allowed()
+    local = int(os.environ.get("LOCAL_RANK", 0)) if local_rank is None else local_rank
+    device = torch.device("cuda", local_device_index(local, torch.cuda.device_count(), shared))
+    torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = dict(group) if timeout is None else dict(group, timeout=timeout)
+        if shared:
+            dist.init_process_group("gloo", **kwargs)
+        else:
+            dist.init_process_group("nccl", device_id=device, **kwargs)
+    return device
+
+
+def ranks_per_gpu() -> int:
+    """How many of this node's ranks share each GPU: 1, or with $IRONLINK_SHARED_GPU=1 the node's
+    ranks ($LOCAL_WORLD_SIZE, set by torchrun) over its GPUs, rounded up."""
+    if not shared_gpu_allowed():
+        return 1
+    import torch
+
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    return max(1, -(-local_world // max(1, torch.cuda.device_count())))
+
+
+def sm_share(device: Any) -> int:
+    """The SMs one rank's kernels may count on: the GPU's, or its share when ranks share it. A
+    kernel whose CTAs wait for each other or for a peer's CTAs (a grid barrier, a collective)
+    launches at most this many CTAs, so that every rank's CTAs are resident at once: one CTA per
+    SM fits any kernel that launches, and a CTA waiting for one that cannot be scheduled would
+    time out."""
+    import torch
+
+    sms = int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return max(1, sms // ranks_per_gpu())
+
+
+def grid_cap(device: Any) -> int:
+    """The most CTAs a collective of this rank may launch: MAX_CTAS, or with ranks sharing a GPU
+    their share of its SMs (`sm_share`)."""
+    return sm_share(device) if ranks_per_gpu() > 1 else MAX_CTAS
