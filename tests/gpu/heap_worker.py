@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 from datetime import timedelta
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -31,18 +32,11 @@ from ironlink import _abi
 from ironlink.errors import IronlinkError
 from ironlink.heap import SymmetricHeap
 
+# The example's kernel: every rank stores its rank into slot [rank] of every peer's buffer.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from peer_write import peer_write as peer_write_k  # noqa: E402
+
 MiB = 1 << 20
-
-
-@ironlink.jit
-@triton.jit
-def peer_write_k(buf, ctx, rank, SLOT: tl.constexpr, BLOCK: tl.constexpr):
-    peer = tl.program_id(0)
-    chunk = tl.program_id(1)
-    remote = il.symm_peer_ptr(ctx, buf, peer)
-    dst = remote.to(tl.pointer_type(tl.int32))
-    offs = rank * SLOT + chunk * BLOCK + tl.arange(0, BLOCK)
-    tl.store(dst + offs, tl.full((BLOCK,), 0, tl.int32) + rank, mask=(offs >= 0) & (remote != 0))
 
 
 @ironlink.jit
