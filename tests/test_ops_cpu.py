@@ -442,6 +442,28 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
     assert len(fake_torch.launches) == 4
 
 
+def test_ranks_sharing_a_gpu_launch_their_share_of_it(fake_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With IRONLINK_SHARED_GPU=1 and 4 ranks on one 132-SM GPU, no collective launches more than
+    33 CTAs (every rank's CTAs must be resident at once), whatever the tuning says or ctas asks."""
+    from ironlink.distributed import grid_cap, ranks_per_gpu, sm_share
+
+    fake_torch.cuda.device_count = lambda: 1
+    assert (ranks_per_gpu(), grid_cap(0), sm_share(0)) == (1, ironlink.tuning.MAX_CTAS, 132)
+    monkeypatch.setenv("IRONLINK_SHARED_GPU", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert (ranks_per_gpu(), grid_cap(0), sm_share(0)) == (4, 33, 33)
+    x, out = _FakeTensor(2048, ptr=0x1000000), _FakeTensor(8 * 1024, ptr=0x20000)
+    counts = _FakeTensor(8, "int64", ptr=0x90000)
+    recv_counts, recv_offsets = _FakeTensor(8, "int64", ptr=0x91000), _FakeTensor(8, "int64", ptr=0x92000)
+    heap = _Heap(x, out, counts, recv_counts, recv_offsets)
+    assert tuning.choose("all_reduce", 2048 * 2, 8)[0] > 33  # the cap is what limits it here
+    ironlink.all_reduce(x, heap=heap)
+    ironlink.all_to_all_v(out, counts, out, recv_counts, recv_offsets, heap=heap, ctas=132)
+    assert [grid for _, grid, *_ in fake_torch.launches] == [(33,), (33,)]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert grid_cap(0) == 66
+
+
 def test_multi_node_heaps_take_the_hierarchical_kernels_and_refuse_the_rest(fake_torch: Any) -> None:
     x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
     counts = _FakeTensor(8, "int64", ptr=0x90000)
