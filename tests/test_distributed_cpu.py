@@ -14,6 +14,11 @@ def test_own_gpu_per_rank() -> None:
         local_device_index(4, 4, shared=False)
 
 
+def test_one_visible_gpu_per_process() -> None:
+    """A launcher that binds one GPU per process (CUDA_VISIBLE_DEVICES) leaves device 0 only."""
+    assert [local_device_index(r, 1, shared=False) for r in range(4)] == [0, 0, 0, 0]
+
+
 def test_shared_gpus_taken_in_turn() -> None:
     assert [local_device_index(r, 2, shared=True) for r in range(5)] == [0, 1, 0, 1, 0]
     assert [local_device_index(r, 1, shared=True) for r in range(3)] == [0, 0, 0]

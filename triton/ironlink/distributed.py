@@ -22,11 +22,16 @@ from .heap import shared_gpu_allowed
 
 
 def local_device_index(local_rank: int, gpus: int, shared: bool) -> int:
-    """The GPU a rank uses: its own, or, when ranks share GPUs, the GPUs in turn."""
+    """The GPU a rank uses: its own (GPU `local_rank`, or the only one a launcher that binds a GPU
+    per process, such as Slurm's --gpus-per-task=1, left visible), or, when ranks share GPUs,
+    the GPUs in turn. (Two ranks that end up on one GPU without the shared setting are refused
+    when they make a heap.)"""
     if gpus < 1:
         raise RuntimeError("ironlink needs a CUDA GPU (torch.cuda.device_count() is 0)")
     if shared:
         return local_rank % gpus
+    if gpus == 1:
+        return 0
     if local_rank >= gpus:
         raise RuntimeError(
             f"LOCAL_RANK {local_rank} has no GPU of its own ({gpus} visible); start at most {gpus} "
