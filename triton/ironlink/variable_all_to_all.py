@@ -95,7 +95,7 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
     launch_with_status(
         "all_to_all_v", h, ctas,
         lambda status: kernel[(ctas,)](h.ctx, inp, p.in_rows, send_counts, out, p.out_rows, recv_counts,
-                                         recv_offsets, p.row_elements, status, num_warps=p.warps),
+                                       recv_offsets, p.row_elements, status, num_warps=p.warps),
         check, function=function)
     return out, recv_counts, recv_offsets
 

@@ -77,7 +77,7 @@ def _gemm_rows_of(a, stride_am, stride_ak, src, first, b, out, ROWS, N, K, strid
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # This CTA's share of the output tiles of rank `src`'s rows, read from `a` (row 0 = the
     # block's first row), from this CTA's index `first` on.
-    pid, grid = tl.program_id(0), tl.num_programs(0)
+    grid = tl.num_programs(0)
     for t in range(first, tl.cdiv(ROWS, BLOCK_M) * tiles_n, grid):
         tm, tn = t // tiles_n, t % tiles_n
         acc = gemm_tile(a, b, tm * BLOCK_M, ROWS, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,

@@ -95,8 +95,6 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
     tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
     Collective; CUDA-graph capturable when `out` is given."""
-    import torch
-
     if heap is None and out is None:
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
