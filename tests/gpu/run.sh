@@ -55,7 +55,8 @@
 # (seconds per collectives world, default 480: the first world compiles every kernel), IRONLINK_GIT_REV (the
 # revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR, SANITIZE_ARGS (extra
 # compute-sanitizer options; none by default; sanitize_rank.sh says what each tool leaves out),
-# IRONLINK_SANITIZE_TIMEOUT (seconds per sanitized worker run, default 540).
+# IRONLINK_SANITIZE_TIMEOUT (seconds per sanitized worker run, default 540), IRONLINK_GPU_VERBOSE=1
+# (the workers print each case's name and seconds: finds a slow or stuck case).
 #
 # Needs python3 with torch and triton, and build/ from a machine with Rust (`make wheel`: the
 # bitcode and the abi3 wheel). Prints one summary line per part; exits non-zero if any failed.
