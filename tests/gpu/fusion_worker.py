@@ -50,7 +50,6 @@ class Suite:
         self.heap = heap
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
-        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def clear_errors(self) -> None:
         """Forgets an error a failed earlier case left recorded in the context."""

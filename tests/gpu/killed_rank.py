@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 SIZES = {"large": 128 << 20, "small": 1024}  # bf16 elements: 256 MiB and 2 KiB
+TRITON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "triton")  # the ironlink package
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -92,8 +93,7 @@ def launch(roles: list[str], size: str, timeout_s: float, exit_s: float, log: An
     """Runs one process per role (rank = index); returns (RESULT records, exit codes, pids)."""
     store = os.path.join(tempfile.mkdtemp(prefix="ironlink-killed-rank-"), "store")
     env = dict(os.environ, **SAFE_ENV, LOCAL_WORLD_SIZE=str(len(roles)))  # ranks per GPU, where they share
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "..", "..", "triton"),
-                                                      env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [TRITON_DIR, env.get("PYTHONPATH")]))
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", role, size, str(rank), str(len(roles)), store,
                                str(timeout_s)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
              for rank, role in enumerate(roles)]
@@ -187,8 +187,12 @@ def main() -> int:
     p.add_argument("--exit-s", type=float, default=180.0, help="how long a launch may take before its processes are killed")
     p.add_argument("--json", default=os.path.join(os.environ.get("OUT", "build/gpu-out"), "killed-rank.json"))
     args = p.parse_args()
-    ngpu = gpu_count()
-    shared = os.environ.get("IRONLINK_SHARED_GPU", "0") == "1"  # ironlink.heap.ENV_SHARED_GPU
+    ngpu, shared = gpu_count(), False
+    if ngpu >= 1:  # torch is there (gpu_count): so is what ironlink needs
+        sys.path.insert(0, TRITON_DIR)
+        from ironlink.heap import shared_gpu_allowed  # no CUDA: the parent never touches the GPUs
+
+        shared = shared_gpu_allowed()
     if (ngpu < 2 and not (shared and ngpu >= 1)) or args.world < 2:
         print(f"killed-rank: skipped: no GPU (needs 2, found {ngpu})", flush=True)
         return 0

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="the GPU tests need torch")
+from ironlink.heap import shared_gpu_allowed  # noqa: E402 - after the skip without torch
 
 REPO = Path(__file__).resolve().parents[2]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-SHARED = os.environ.get("IRONLINK_SHARED_GPU", "0") == "1"  # ironlink.heap.ENV_SHARED_GPU
+SHARED = shared_gpu_allowed()
 # How many ranks fit: one per GPU, or (ranks sharing GPUs) any number.
 NGPU = 8 if SHARED and GPUS else GPUS
 WORLDS = [int(w) for w in os.environ.get("IRONLINK_HEAP_WORLDS", "2 4 8").split()]

@@ -285,7 +285,7 @@ class MoeExchange:
             k.gather_rows[(self.programs,)](self.recv_buf.view(torch.int16), self.row, rows, total, self.capacity,
                                             self.recv_x.view(torch.int16), self.hidden // 2, self.scale_col,
                                             self.recv_scales.view(torch.int16), 2 * self.groups, BLOCK=k.BLOCK,
-                                            SIDE_BLOCK=max(16, 1 << (2 * self.groups - 1).bit_length()),
+                                            SIDE_BLOCK=_pow2(max(16, 2 * self.groups)),
                                             num_warps=k.WARPS)
         else:
             k.gather_rows[(self.programs,)](self.recv_buf, self.row, rows, total, self.capacity, self.recv_x,
