@@ -11,7 +11,6 @@ same bits.
 
 from __future__ import annotations
 
-
 import torch
 import torch.distributed as dist
 import triton

@@ -12,7 +12,6 @@ torch (every expert's weights come from one seed on every rank); rank 0 prints o
 
 from __future__ import annotations
 
-
 import torch
 import torch.distributed as dist
 import triton
