@@ -1,15 +1,18 @@
 """Shared by the torchrun GPU workers: run named cases, count a case as passed only when it
 passed on every rank, and keep going after a failure so one run reports everything.
-$IRONLINK_GPU_ONLY (a substring of case names) runs only the matching cases. $IRONLINK_GPU_SMALL=1
-(`tests/gpu/run.sh sanitize`) makes the workers run a short list of small cases (`small(...)`):
+$IRONLINK_GPU_ONLY (substrings of case names, separated by "|") runs only the matching cases.
+$IRONLINK_GPU_SMALL=1 (`tests/gpu/run.sh sanitize`) makes the workers run a short list of small cases (`small(...)`):
 every collective, primitive, fused op and MoE op still runs, at sizes that compute-sanitizer
 finishes in minutes. $IRONLINK_GPU_HEAP_TIMEOUT_S sets the wait timeout of the workers' heaps (a
 sanitized peer runs many times slower). $IRONLINK_GPU_VERBOSE=1 makes rank 0 print each case's
-name and seconds as it ends (to find a slow or stuck case)."""
+name and seconds as it ends (to find a slow or stuck case). A worker stopped by SIGTERM (a time
+limit) prints every thread's stack first."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import time
 import traceback
 from typing import Callable, Optional, Sequence, TypeVar
@@ -20,6 +23,10 @@ import torch.distributed as dist
 
 T = TypeVar("T")
 SMALL = os.environ.get("IRONLINK_GPU_SMALL", "0") == "1"
+
+# A worker stopped from outside (run.sh's time limit makes torchrun send SIGTERM) prints every
+# thread's Python stack first: where a stuck rank was.
+faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
 
 
 def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
@@ -49,11 +56,11 @@ class Cases:
         self.rank = dist.get_rank()
         self.passed = 0
         self.failed: list[str] = []
-        self.only = os.environ.get("IRONLINK_GPU_ONLY", "")
+        self.only = os.environ.get("IRONLINK_GPU_ONLY", "").split("|")
         self.verbose = os.environ.get("IRONLINK_GPU_VERBOSE", "0") == "1"
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
-        if self.only not in name:
+        if not any(part in name for part in self.only):
             return
         started = time.time()
         try:

@@ -50,7 +50,8 @@
 #                      ranks share GPUs (IRONLINK_SHARED_GPU=1: LOCAL_RANK modulo the GPUs, a gloo
 #                      group) under a CUDA MPS daemon started here, so every rank's kernels run at
 #                      once. For multi-rank correctness on a machine with fewer GPUs: timings mean
-#                      nothing, so the benchmark parts are skipped and the tutorial writes no JSON
+#                      nothing, so the benchmark parts are skipped and the tutorial writes no JSON;
+#                      the workers' wait timeout defaults to 30 s (IRONLINK_GPU_HEAP_TIMEOUT_S)
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
 # (seconds per collectives world, default 480: the first world compiles every kernel), IRONLINK_GIT_REV (the
 # revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR, SANITIZE_ARGS (extra
@@ -104,6 +105,14 @@ if [ -n "$shared_gpu" ]; then
   if ! nvidia-cuda-mps-control -d; then
     echo "--shared-gpu: could not start the MPS daemon (nvidia-cuda-mps-control -d)"; exit 1
   fi
+  # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
+  # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
+  # take only their share of the SMs (ironlink.distributed.grid_cap), so the sum may exceed it.
+  export NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1
+  # A kernel's first call compiles it in every rank at once: four ranks compiling NVSHMEM-linked
+  # kernels (7-11 s each) on one host finished more than the default 5 s wait timeout apart, and
+  # the early ranks' waits timed out (nvshmem, 2 simulated nodes of 2, world 4).
+  export IRONLINK_GPU_HEAP_TIMEOUT_S=${IRONLINK_GPU_HEAP_TIMEOUT_S:-30}
   # quit waits for the clients to exit: bounded, so a cut-off run does not hang here
   trap 'echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1' EXIT
   echo "shared GPUs: ranks share $ngpu GPU(s) under MPS; results checked, timings meaningless"
