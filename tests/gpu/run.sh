@@ -66,7 +66,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args="" minutes=5 seed=20 soak_nodes=""
-tools="memcheck racecheck synccheck initcheck" suites="collectives ops fusion" shared_gpu=""
+tools="memcheck racecheck synccheck initcheck" suites="collectives ops fusion" shared_gpu="" nvshmem_limit=480
 while [ $# -gt 0 ]; do
   case "$1" in
     --worlds) worlds=$2; shift 2 ;;
@@ -114,6 +114,9 @@ if [ -n "$shared_gpu" ]; then
   # kernels (7-11 s each) on one host finished more than the default 5 s wait timeout apart, and
   # the early ranks' waits timed out (nvshmem, 2 simulated nodes of 2, world 4).
   export IRONLINK_GPU_HEAP_TIMEOUT_S=${IRONLINK_GPU_HEAP_TIMEOUT_S:-30}
+  # Four PEs sharing one GPU took ~450 s of the nvshmem part at world 4 with a cold Triton cache
+  # (every rank compiles every case's kernels).
+  nvshmem_limit=600
   # quit waits for the clients to exit: bounded, so a cut-off run does not hang here
   trap 'echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1' EXIT
   echo "shared GPUs: ranks share $ngpu GPU(s) under MPS; results checked, timings meaningless"
@@ -183,10 +186,7 @@ for part in "${parts[@]}"; do
     collectives) per_world collectives "${IRONLINK_WORLD_TIMEOUT:-480}" "^== world|^FAILED" ;;
     nvshmem-link) per_world nvshmem_link 300 "^NVSHMEM LINK|FAIL" ;;
     fusion) per_world fusion "${IRONLINK_WORLD_TIMEOUT:-480}" "^== fusion|^FAILED" ;;
-    # Four PEs sharing one GPU took ~450 s at world 4 with a cold Triton cache (each rank compiles
-    # every case's kernels): the shared setting gets 600 s.
-    nvshmem) per_world nvshmem "${IRONLINK_WORLD_TIMEOUT:-$([ -n "$shared_gpu" ] && echo 600 || echo 480)}" \
-      "^== nvshmem|^FAILED" ;;
+    nvshmem) per_world nvshmem "${IRONLINK_WORLD_TIMEOUT:-$nvshmem_limit}" "^== nvshmem|^FAILED" ;;
     ops)
       timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;
