@@ -6,9 +6,10 @@
   mode; ironlink_fused[rows] / [whole] each mode), nccl_torch (dist.all_reduce, residual add,
   F.rms_norm), ironlink_torch (ironlink.all_reduce and the same torch ops).
 - matmul_allreduce ([M, K] x [K, N] per rank, K = 8192 / world): ironlink_fused
-  (ironlink.matmul_all_reduce), nccl_torch (torch.matmul, dist.all_reduce), ironlink_torch
-  (torch.matmul into a heap tensor, ironlink.all_reduce); and, to explain the others, the GEMMs
-  alone: torch_matmul and triton_gemm (ironlink's kernel without its all-reduces).
+  (ironlink.matmul_all_reduce, its default method; ironlink_fused[push] / [tile] each method),
+  nccl_torch (torch.matmul, dist.all_reduce), ironlink_torch (torch.matmul into a heap tensor,
+  ironlink.all_reduce); and, to explain the others, the GEMMs alone: torch_matmul, triton_gemm
+  (the default method's kernel without communication), triton_gemm[<method>] (the others').
 - allgather_matmul (a shard [M / world, K] x b [K, N / world], K = N = 8192): ironlink_fused
   (ironlink.all_gather_matmul), nccl_torch (dist.all_gather_into_tensor, torch.matmul),
   torch_symm_fused (torch.ops.symm_mem.fused_all_gather_matmul, where it runs).
@@ -32,7 +33,10 @@ import triton
 import ironlink
 from ironlink import tuning
 from ironlink.bench import time_graph, write_results
-from ironlink.fused.matmul_allreduce import matmul_allreduce_kernel
+from ironlink.fused.matmul_allreduce import METHODS
+from ironlink.fused.matmul_allreduce import launch as launch_matmul
+from ironlink.fused.matmul_allreduce import plan as plan_matmul
+from ironlink.ops import TensorSpec
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
 MS = [16, 128, 1024, 4096]
@@ -89,9 +93,15 @@ class FusedBench:
         c = torch.empty(m, n, device="cuda", dtype=dtype)
         nbytes, dt = out.nbytes, "bf16" if dtype == torch.bfloat16 else "fp16"
         default = tuning.matmul_config(m, n, k, self.world)
-        for cfg in [default] + [c for c in configs if c != default]:
-            tag = "ironlink_fused" if cfg == default else "ironlink_fused[cfg]"
-            self.record("matmul_allreduce", tag, shape, dt,
+        method = tuning.matmul_method(m, n, self.world)
+        self.record("matmul_allreduce", "ironlink_fused", shape, dt,
+                    lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=self.heap), nbytes, method=method,
+                    config=list(default))
+        for meth in METHODS:
+            self.record("matmul_allreduce", f"ironlink_fused[{meth}]", shape, dt,
+                        lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=self.heap, method=meth), nbytes)
+        for cfg in (c for c in configs if c != default):
+            self.record("matmul_allreduce", "ironlink_fused[cfg]", shape, dt,
                         lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=self.heap, config=cfg), nbytes,
                         config=list(cfg))
         self.record("matmul_allreduce", "nccl_torch", shape, dt,
@@ -99,15 +109,14 @@ class FusedBench:
         self.record("matmul_allreduce", "ironlink_torch", shape, dt,
                     lambda: (torch.matmul(a, b, out=out), ironlink.all_reduce(out, heap=self.heap)), nbytes)
         self.record("matmul_allreduce", "torch_matmul", shape, dt, lambda: torch.matmul(a, b, out=c), nbytes)
-        tiles = triton.cdiv(m, default.block_m) * triton.cdiv(n, default.block_n)
-        grid = (min(tiles, self.sms),)
+        # Each method's GEMM alone (its kernel without communication): what the fused time is made of.
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        self.record("matmul_allreduce", "triton_gemm", shape, dt,
-                    lambda: matmul_allreduce_kernel[grid](
-                        self.heap.ctx, a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), status,
-                        BLOCK_M=default.block_m, BLOCK_N=default.block_n, BLOCK_K=default.block_k,
-                        GROUP_M=default.group_m, COMMUNICATE=False, num_warps=default.warps,
-                        num_stages=default.stages), nbytes)
+        for meth in METHODS:
+            p = plan_matmul(*(TensorSpec.from_tensor(t, name) for t, name in ((a, "a"), (b, "b"), (out, "out"))),
+                            str(self.heap.device), self.world, self.sms, None, meth)
+            contender = "triton_gemm" if meth == method else f"triton_gemm[{meth}]"
+            self.record("matmul_allreduce", contender, shape, dt,
+                        lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)
         self.heap.free(out)
 
 

@@ -19,6 +19,7 @@ from triton.compiler import ASTSource
 from ironlink import _lib, tuning
 from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
                             matmul_reducescatter_kernel)
+from ironlink.fused.matmul_allreduce import matmul_allreduce_push_kernel
 from ironlink.fused.allgather_matmul import COPY_COLS
 from ironlink.fused.matmul_reducescatter import reduce_rows
 
@@ -71,14 +72,28 @@ for whole in (0, 1):
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG, {"WHOLE": whole, "BLOCK_H": 8192, "num_warps": 16})
 _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
-               "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-               "COMMUNICATE": "constexpr"}
+               "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
+               "GROUP_M": "constexpr", "COMMUNICATE": "constexpr", "TRACE": "constexpr"}
+_PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16", "epochs": "*i32",
+             **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
+             "ONE_SHOT": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "ROWS": "constexpr"}
 for m in (16, 4096):
     c = tuning.matmul_config(m, 8192, 2048, 4)
-    KERNELS[f"matmul_allreduce_m{m}"] = (
-        matmul_allreduce_kernel.fn, _MATMUL_SIG,
-        {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
-         "num_warps": c.warps, "num_stages": c.stages})
+    tile = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
+            "TRACE": False, "num_warps": c.warps, "num_stages": c.stages}
+    KERNELS[f"matmul_allreduce_tile_m{m}"] = (matmul_allreduce_kernel.fn, _MATMUL_SIG, tile)
+    # The push method: one-shot (world 2) and two-shot, through pointers (TMA descriptors: below).
+    for one_shot in (True, False):
+        KERNELS[f"matmul_allreduce_push_m{m}_{'one' if one_shot else 'two'}_shot"] = (
+            matmul_allreduce_push_kernel.fn, _PUSH_SIG,
+            {**tile, "ONE_SHOT": one_shot, "TMA": False, "B_ROW_MAJOR": False, "ROWS": 32})
+    # Through TMA descriptors (Hopper and later): b row-major, and column-major (read transposed).
+    for b_row_major in (True, False):
+        b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
+        KERNELS[f"matmul_allreduce_push_m{m}_tma_b_{'rows' if b_row_major else 'cols'}"] = (
+            matmul_allreduce_push_kernel.fn,
+            {**_PUSH_SIG, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>"},
+            {**tile, "ONE_SHOT": True, "TMA": True, "B_ROW_MAJOR": b_row_major, "ROWS": 32})
 
 _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "BLOCK_K": "constexpr"}
@@ -108,6 +123,8 @@ _ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "stride_am", "stride_bk", "stride_
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
     fn, signature, given = KERNELS[name]
+    if given.get("TMA") and cc < 90:
+        pytest.skip("TMA descriptors are taken on sm_90 and later only (gemm.operand_layout)")
     launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
     constexprs = {k: v for k, v in given.items() if k not in launch}
     # Specialized as a launch on contiguous, aligned operands would be (unit inner strides,

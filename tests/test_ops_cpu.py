@@ -380,7 +380,9 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
                          (mrs, "matmul_reducescatter")):
         for variant in (name, f"{name}_hierarchical"):
             monkeypatch.setattr(module, f"{variant}_kernel", Kernel(variant))
+    monkeypatch.setattr(mar, "matmul_allreduce_push_kernel", Kernel("matmul_allreduce_push"))
     torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(multi_processor_count=132)
+    torch.cuda.get_device_capability = lambda d: (8, 0)  # no TMA: the kernels get the tensors
     torch.launches = launches  # type: ignore[attr-defined]
     return torch
 
@@ -416,7 +418,7 @@ class _Heap:
             raise IronlinkError(f"{what}: not in this heap")
         return 0, 0
 
-    def workspace(self, name: str, nbytes: int) -> _FakeTensor:
+    def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0) -> _FakeTensor:
         return _FakeTensor(nbytes, "uint8", ptr=0xF000000)
 
 
@@ -507,7 +509,8 @@ def test_fused_ops_take_the_hierarchical_kernels_on_several_nodes(fake_torch: An
     ironlink.matmul_reduce_scatter(a, b, heap, out=scattered, method="kernel")
     several = node_size < heap.world_size
     suffix = "_hierarchical" if several else ""
-    assert [k for k, *_ in fake_torch.launches] == [f"allreduce_rmsnorm{suffix}", f"matmul_allreduce{suffix}",
+    assert [k for k, *_ in fake_torch.launches] == [f"allreduce_rmsnorm{suffix}",
+                                                    "matmul_allreduce_hierarchical" if several else "matmul_allreduce_push",
                                                     f"allgather_matmul{suffix}", f"matmul_reducescatter{suffix}"]
     if several:  # the reduce-scatter runs in place in a workspace of the whole product, then to `out`
         rs_args, rs_kw = fake_torch.launches[3][2:]

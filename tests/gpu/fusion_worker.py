@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,7 @@ from ironlink.distributed import grid_cap
 from ironlink import _abi, tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES
+from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
 
 from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
@@ -276,9 +277,11 @@ class Suite:
     # Back-to-back launches (`launches`, 1 or a power of two so the scaling is exact) take inputs
     # scaled by 1, 2, ...: a tile summed late or read early shows in the last result.
 
-    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1) -> None:
+    def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1,
+               method: Optional[str] = None, b_row_major: bool = False) -> None:
         a_all, b_all = self.operands(m, n, k, dtype, 99)
-        b = b_all[self.rank].t().contiguous().t()  # b column-major: strides are honoured
+        # b column-major by default: strides are honoured (and the TMA path reads b's transpose).
+        b = b_all[self.rank] if b_row_major else b_all[self.rank].t().contiguous().t()
         out = self.heap.empty((m, n), dtype)
         a_scaled = [a_all[self.rank] * (i + 1) for i in range(launches)]
 
@@ -287,8 +290,8 @@ class Suite:
             same_on_all_ranks(out)
 
         try:
-            self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap) for x in a_scaled],
-                         graph, self.nan_fill(out), check)
+            self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap, method=method)
+                                  for x in a_scaled], graph, self.nan_fill(out), check)
         finally:
             self.heap.free(out)
 
@@ -468,10 +471,17 @@ def main() -> int:
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
                           lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
-        for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)), ((16, 8192, 512), (100, 1000, 300))):
-            cases.run(f"matmul_all_reduce {dtype} {m}x{n}x{k}", lambda: s.matmul(m, n, k, dtype, graph=False))
-        cases.run(f"matmul_all_reduce {dtype} 8 launches back to back",
-                  lambda: s.matmul(*small((1030, 2050, 1024), (100, 1000, 300)), dtype, graph=False, launches=8))
+        for method in MATMUL_METHODS:
+            for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)),
+                                 ((16, 8192, 512), (100, 1000, 300))):
+                cases.run(f"matmul_all_reduce {method} {dtype} {m}x{n}x{k}",
+                          lambda: s.matmul(m, n, k, dtype, graph=False, method=method))
+            cases.run(f"matmul_all_reduce {method} {dtype} 8 launches back to back",
+                      lambda: s.matmul(*small((1030, 2050, 1024), (100, 1000, 300)), dtype, graph=False, launches=8,
+                                       method=method))
+        cases.run(f"matmul_all_reduce {dtype} b row-major 8 launches back to back",
+                  lambda: s.matmul(*small((1030, 2048, 1024), (128, 1024, 256)), dtype, graph=False, launches=8,
+                                   b_row_major=True))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))

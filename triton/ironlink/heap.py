@@ -459,15 +459,22 @@ class SymmetricHeap:
             native.free(offset)
             raise
 
-    def workspace(self, name: str, nbytes: int) -> Any:
+    def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0) -> Any:
         """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
         (collective: every rank makes the same calls). A larger request allocates a larger one
         (a power of two); the smaller ones stay allocated until `close()`, so CUDA graphs captured
-        with them stay valid."""
+        with them stay valid. The first `zeroed_prefix` bytes of a new one are zero-filled (on the
+        current stream): counters the op keeps there start equal on every rank. A new one with
+        such counters cannot be made while a CUDA graph is captured (the fill would repeat on
+        every replay): run the op once before capturing it."""
         torch = _torch()
         kept = self._workspaces.setdefault(name, [])
         if not kept or kept[-1].numel() < nbytes:
+            if zeroed_prefix and torch.cuda.is_current_stream_capturing():
+                raise IronlinkError(f"ironlink.{name} needs a workspace of {nbytes} bytes, which cannot be made "
+                                    "during CUDA graph capture: call it once with these shapes before capturing")
             kept.append(self.empty(1 << max(12, (nbytes - 1).bit_length()), torch.uint8))
+            kept[-1][:zeroed_prefix].zero_()
         return kept[-1]
 
     def zeros(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:

@@ -142,6 +142,13 @@ MATMUL_CONFIGS: tuple[tuple[int, MatmulConfig], ...] = (
 )
 
 
+def matmul_method(m: int, n: int, world: int) -> str:
+    """matmul_all_reduce's method on one node: "push" (producer / consumer, no CTA waits for a
+    peer before its next tile) everywhere until measurements say otherwise."""
+    del m, n, world
+    return "push"
+
+
 def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     """The tile configuration for an [m, k] x [k, n] matmul + all-reduce: from `MATMUL_CONFIGS`,
     widened until the output has at most MAX_TILES tiles (each tile has its own slot)."""
@@ -155,4 +162,4 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "rmsnorm_mode", "sp_method"]
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "rmsnorm_mode", "sp_method"]

@@ -2,10 +2,15 @@
 and the grid-stride copy of a matrix their kernels for several nodes make.
 
 A plain Triton GEMM (software-pipelined by Triton's `num_stages`), written once so every fused
-op computes its tiles the same way and a faster tile loop lands in all of them.
+op computes its tiles the same way and a faster tile loop lands in all of them. Two ways to read
+the operands: through pointers with their strides (any layout, any GPU), or through TMA tensor
+descriptors (`operand_descriptors`: Hopper and later, row-major `a`, `b` row- or column-major,
+16-byte aligned rows), which the copy engine of each SM fetches while the warps multiply.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import triton
 import triton.language as tl
@@ -56,6 +61,96 @@ def gemm_tile(a, b, row0, row_end, col0, N, K, stride_am, stride_ak, stride_bk, 
                     mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(x, y, acc)
     return acc
+
+
+@triton.jit
+def gemm_tile_tma(a, b, row0, col0, K, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+    """`gemm_tile` over TMA descriptors: `a` of a [*, K] (blocks [BLOCK_M, BLOCK_K]); `b` of b [K, N]
+    (blocks [BLOCK_K, BLOCK_N]) when B_ROW_MAJOR, else of b's transpose [N, K] (blocks
+    [BLOCK_N, BLOCK_K]). The descriptors zero-fill past the matrices' edges."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = a.load([row0, k0])
+        if B_ROW_MAJOR:
+            y = b.load([k0, col0])
+        else:
+            y = b.load([col0, k0]).T
+        acc = tl.dot(x, y, acc)
+    return acc
+
+
+@triton.jit
+def tile_product(a, b, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
+                 B_ROW_MAJOR: tl.constexpr):
+    """(fp32 tile `t` of a @ b, its first row, its first column). `a`, `b`: pointers (read with
+    their strides), or TMA descriptors when TMA (`operand_descriptors`; the strides unused)."""
+    tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    if TMA:
+        acc = gemm_tile_tma(a, b, tm * BLOCK_M, tn * BLOCK_N, K, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K)
+    return acc, tm * BLOCK_M, tn * BLOCK_N
+
+
+@triton.jit
+def store_tile(dst, acc, m0, n0, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Stores the fp32 tile `acc` at rows m0.., columns n0.. of the contiguous [M, N] matrix at
+    `dst` (a local or a peer's address), rounded to dst's dtype; rows and columns past M, N
+    are left out."""
+    rm = m0 + tl.arange(0, BLOCK_M)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    tl.store(dst + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(dst.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+class OperandLayout(NamedTuple):
+    """How the kernels read a and b: through TMA descriptors (`tma`), b stored row-major or not."""
+
+    tma: bool
+    b_row_major: bool
+
+
+def operand_layout(a_strides: tuple[int, ...], b_strides: tuple[int, ...], itemsize: int,
+                   cc_major: int) -> OperandLayout:
+    """TMA where the GPU has it (compute capability 9 and up) and the operands allow it: `a`
+    row-major, `b` row- or column-major, every row 16-byte aligned (the bases are checked on the
+    tensors by `operand_descriptors`). Otherwise the pointer path (any strides)."""
+    def rows_aligned(stride: int) -> bool:
+        return (stride * itemsize) % 16 == 0
+
+    a_ok = a_strides[1] == 1 and rows_aligned(a_strides[0])
+    b_row = b_strides[1] == 1 and rows_aligned(b_strides[0])
+    b_col = b_strides[0] == 1 and rows_aligned(b_strides[1])
+    return OperandLayout(cc_major >= 9 and a_ok and (b_row or b_col), b_row)
+
+
+def layout_for(a: Any, b: Any) -> OperandLayout:
+    """`operand_layout` of two torch tensors on their GPU, with their bases' alignment."""
+    import torch
+
+    layout = operand_layout((a.stride(0), a.stride(1)), (b.stride(0), b.stride(1)), a.element_size(),
+                            torch.cuda.get_device_capability(a.device)[0])
+    aligned = a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
+    return layout if aligned else OperandLayout(False, layout.b_row_major)
+
+
+def operand_descriptors(a: Any, b: Any, layout: OperandLayout, block_m: int, block_n: int, block_k: int) -> tuple[Any, Any]:
+    """The kernel arguments for a and b: TMA descriptors when `layout.tma`, else the tensors
+    themselves. The caller checked the bases are 16-byte aligned (`layout_for`)."""
+    if not layout.tma:
+        return a, b
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [block_m, block_k])
+    if layout.b_row_major:
+        b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [block_k, block_n])
+    else:
+        bt = b.t()
+        b_desc = TensorDescriptor(bt, list(bt.shape), list(bt.stride()), [block_n, block_k])
+    return a_desc, b_desc
 
 
 def check_operands(a: TensorSpec, b: TensorSpec, device: str, op: str) -> tuple[int, int, int, int]:

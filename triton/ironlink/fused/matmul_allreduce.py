@@ -2,14 +2,31 @@
 
     out = ironlink.matmul_all_reduce(a, b)      # a [M, K/world], b [K/world, N] -> out [M, N]
 
-`out` (a heap tensor) gets sum_over_ranks(a_r @ b_r). A persistent kernel: each CTA computes output
-tiles one after another, stores each into `out` and all-reduces it at once with
-`symm_tile_all_reduce` (tile index = the output tile's index), so one tile's communication runs
-while the other CTAs still compute theirs. Each tile is rounded to the output dtype before the
-all-reduce, which sums in fp32 in rank order: results are bitwise identical on every rank.
+`out` (a heap tensor) gets sum_over_ranks(a_r @ b_r). Each rank's product is rounded to the output
+dtype tile by tile, and the tiles are summed in fp32 in rank order: results are bitwise identical
+on every rank.
 
-Tiles per launch are at most `MAX_TILES`; the tile shape (`tuning.matmul_config`) grows for
-larger outputs to stay within it.
+Two methods, both one persistent kernel whose CTAs walk the output tiles (tile t on CTA t % grid,
+the same on every rank):
+
+- "push" (the default on one node): producer / consumer. No CTA waits for another rank before its
+  next GEMM tile. After computing tile t a CTA stores its partial straight into the workspace of
+  each rank that will reduce it (the tile's *owners*) and signals them (`symm_tile_signal`, a
+  posted add); it then reduces the tile it computed one step earlier, if it owns it: by then the
+  peers, which computed that tile at the same time, have long pushed their partials, so the wait
+  (`symm_tile_wait_others`) rarely waits. With world 2 every rank owns every tile (one-shot: one
+  hop, the same bytes as two-shot at world 2); with more ranks one rank owns each tile (two-shot:
+  the owner pushes the sum back into every peer's `out` and signals it, and a CTA waits for the
+  sums of its tiles only at the end). The workspace lives in the heap (`heap.workspace`):
+  (world - 1) slots of [M, N], twice over for one-shot (alternate launches use alternate halves,
+  so a fast rank never overwrites partials a slow peer has not summed yet).
+- "tile": each tile is all-reduced by the CTA that computed it, with `symm_tile_all_reduce`
+  (a rendezvous with the peers' CTAs of the same tile, two cross-rank barriers): simple, but
+  every CTA stops at its tile's barriers while nothing else runs on its SM.
+
+The operands are read through TMA descriptors where the GPU and their layout allow
+(`gemm.operand_layout`), else through pointers with their strides. Tiles per launch are at most
+`MAX_TILES`; the tile shape (`tuning.matmul_config`) grows for larger outputs to stay within it.
 
 On a heap of several nodes the kernel computes every tile, passes a grid barrier and all-reduces
 the whole output with `symm_all_reduce_hierarchical` (one launch, linked with the NVSHMEM bitcode;
@@ -32,7 +49,12 @@ from .. import typed as ilt
 from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
-from .gemm import check_operands, check_output, product_tile
+from .gemm import (OperandLayout, check_operands, check_output, layout_for, operand_descriptors, product_tile, store_tile,
+                   tile_product)
+from .trace import stamp
+
+
+METHODS = ("push", "tile")
 
 
 class Plan(NamedTuple):
@@ -41,10 +63,13 @@ class Plan(NamedTuple):
     k: int
     config: tuning.MatmulConfig
     ctas: int
+    method: str
+    one_shot: bool  # push: every rank reduces every tile (world 2)
+    workspace_bytes: int  # push: the partials' slots
 
 
 def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
-         config: Optional[tuning.MatmulConfig] = None) -> Plan:
+         config: Optional[tuning.MatmulConfig] = None, method: Optional[str] = None) -> Plan:
     """Checks the operands (pure: testable without a GPU) and chooses the launch."""
     m, k, n, code = check_operands(a, b, device, "matmul_all_reduce")
     check_output(out, (m, n), code, device, "matmul_all_reduce")
@@ -53,24 +78,160 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     if tiles > _abi.MAX_TILES:
         raise ValueError(f"{tiles} output tiles of {cfg.block_m}x{cfg.block_n}: at most {_abi.MAX_TILES} "
                          "(a larger tile shape, or split the matmul)")
-    return Plan(m, n, k, cfg, max(1, min(tiles, sms)))
+    method = method or tuning.matmul_method(m, n, world)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    one_shot = world == 2
+    slots = (world - 1) * (2 if one_shot else 1)
+    ws = slots * m * n * out.itemsize if method == "push" else 0
+    return Plan(m, n, k, cfg, max(1, min(tiles, sms)), method, one_shot, ws)
+
+
+@triton.jit
+def tile_owner(t, grid, world):
+    """The rank that reduces tile `t` in two-shot: rotates over a CTA's successive tiles (t % grid
+    is the CTA, t // grid its step) and over the CTAs of one step, so every step sends partials
+    in every direction. The same on every rank (the grid is)."""
+    return (t % grid + t // grid) % world
+
+
+@triton.jit
+def reduces(owner, rank, ONE_SHOT: tl.constexpr):
+    """Whether `rank` sums a tile owned by `owner`: every rank in one-shot, the owner in two-shot."""
+    if ONE_SHOT:
+        return owner >= 0
+    else:
+        return owner == rank
+
+
+@triton.jit
+def reduce_owned_tile(ctx, out, ws_slots, t, m0, n0, M, N, rank, world, ONE_SHOT: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Sums tile `t` over the ranks, in rank order, in fp32, once every peer's partial has arrived:
+    this rank's partial is in `out`, peer q's in slot (q - rank - 1) mod world of `ws_slots` (this
+    rank's workspace, [world - 1] x [M, N]). Writes the sum into `out`, and in two-shot into every
+    peer's `out` too. Returns the wait's status (nothing is read or written after a failed wait)."""
+    s = il.symm_tile_wait_others(ctx, t)
+    if s == 0:
+        rn = n0 + tl.arange(0, BLOCK_N)
+        slot = tl.cast(M, tl.int64) * N
+        for r0 in range(0, BLOCK_M, ROWS):
+            rm = m0 + r0 + tl.arange(0, ROWS)
+            offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+            for q in range(0, world):
+                if q == rank:
+                    src = out
+                else:
+                    src = ws_slots + ((q - rank - 1 + world) % world) * slot
+                total += tl.load(src + offs, mask=mask).to(tl.float32)
+            result = total.to(out.dtype.element_ty)
+            tl.store(out + offs, result, mask=mask)
+            if not ONE_SHOT:
+                for k in range(1, world):
+                    tl.store(ilt.peer_pointer(ctx, out, (rank + k) % world) + offs, result, mask=mask)
+    return s
 
 
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            GROUP_M: tl.constexpr, COMMUNICATE: tl.constexpr = True):
-    """out [M, N] (heap, contiguous) = all-reduce of a @ b, tile by tile (see the module docs).
-    COMMUNICATE=False leaves out the all-reduce: the GEMM alone, for the benchmark."""
+def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
+                                 trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                 GROUP_M: tl.constexpr, ONE_SHOT: tl.constexpr, TMA: tl.constexpr,
+                                 B_ROW_MAJOR: tl.constexpr, ROWS: tl.constexpr, COMMUNICATE: tl.constexpr = True,
+                                 TRACE: tl.constexpr = False):
+    """Method "push" (see the module docs). out [M, N] (heap, contiguous) = all-reduce of a @ b.
+    ws: the partials' slots (heap, this op's workspace): (world - 1) x [M, N], twice in ONE_SHOT
+    (by the CTA's launch parity). epochs: one int32 per CTA (MAX_CTAS), its launches so far
+    (a workspace zeroed at creation: equal on every rank). COMMUNICATE=False: the GEMM alone (the benchmark's reference).
+    TRACE: stamps per tile (trace.py): GEMM done, partial pushed and earlier tile reduced, signals
+    posted."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
+    stamp(trace, 0, TRACE)
+    rank, world = il.symm_rank(ctx), il.symm_world_size(ctx)
+    epoch = tl.load(epochs + pid)
+    slots = ws
+    if ONE_SHOT:
+        slots += (epoch % 2).to(tl.int64) * (world - 1) * M * N
     worst = pid * 0
+    prev, prev_m0, prev_n0 = pid * 0 - 1, pid * 0, pid * 0
+    step = 0
+    for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
+        acc, m0, n0 = tile_product(a, b, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N,
+                                   BLOCK_K, GROUP_M, TMA, B_ROW_MAJOR)
+        stamp(trace, 1 + 3 * step, TRACE)
+        owner = tile_owner(t, grid, world)
+        # This rank's partial: into `out` where this rank reduces the tile, into the owners' slots
+        # for this rank (slot (rank - owner - 1) mod world of each owner) where others do.
+        if not COMMUNICATE:
+            store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        else:
+            if reduces(owner, rank, ONE_SHOT):
+                store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+            for k in range(1, world):
+                dest = (rank + k) % world
+                if reduces(owner, dest, ONE_SHOT):
+                    slot = tl.cast((rank - dest - 1 + world) % world, tl.int64) * M * N
+                    store_tile(ilt.peer_pointer(ctx, slots, dest) + slot, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+            # The tile computed one step ago: its peers' partials are in by now.
+            if (prev >= 0) & (worst == 0):
+                if reduces(tile_owner(prev, grid, world), rank, ONE_SHOT):
+                    worst = reduce_owned_tile(ctx, out, slots, prev, prev_m0, prev_n0, M, N, rank, world, ONE_SHOT,
+                                              BLOCK_M, BLOCK_N, ROWS)
+            stamp(trace, 2 + 3 * step, TRACE)
+            # This tile's partial to its owners; in two-shot also the sum of the previous one to
+            # every peer.
+            if ONE_SHOT:
+                worst = ilt.failure_or(il.symm_tile_signal_others(ctx, t), worst)
+            else:
+                if owner != rank:
+                    worst = ilt.failure_or(il.symm_tile_signal(ctx, t, owner), worst)
+                if (prev >= 0) & (worst == 0):
+                    if tile_owner(prev, grid, world) == rank:
+                        worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
+            stamp(trace, 3 + 3 * step, TRACE)
+        prev, prev_m0, prev_n0 = t, m0, n0
+        step += 1
+    if COMMUNICATE:
+        if (prev >= 0) & (worst == 0):
+            if reduces(tile_owner(prev, grid, world), rank, ONE_SHOT):
+                worst = reduce_owned_tile(ctx, out, slots, prev, prev_m0, prev_n0, M, N, rank, world, ONE_SHOT,
+                                          BLOCK_M, BLOCK_N, ROWS)
+                if not ONE_SHOT:
+                    if worst == 0:
+                        worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
+        # Two-shot: the sums of this CTA's other tiles, pushed by their owners.
+        if not ONE_SHOT:
+            for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
+                owner = tile_owner(t, grid, world)
+                if (owner != rank) & (worst == 0):
+                    worst = il.symm_tile_wait(ctx, t, owner)
+        stamp(trace, 1 + 3 * step, TRACE)
+        tl.store(epochs + pid, epoch + 1)
+    tl.store(status + pid, worst)
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status, trace,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            GROUP_M: tl.constexpr, COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
+    """Method "tile": out [M, N] (heap, contiguous) = all-reduce of a @ b, tile by tile (see the
+    module docs). COMMUNICATE=False leaves out the all-reduce: the GEMM alone. TRACE: stamps per
+    tile (GEMM done, tile all-reduced)."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    stamp(trace, 0, TRACE)
+    worst = pid * 0
+    step = 0
     for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
         m0, n0 = product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+        stamp(trace, 1 + 2 * step, TRACE)
         if COMMUNICATE:
             s = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
                                     tl.minimum(BLOCK_N, N - n0), N, t)
             worst = ilt.failure_or(s, worst)
+        stamp(trace, 2 + 2 * step, TRACE)
+        step += 1
     tl.store(status + pid, worst)
 
 
@@ -91,32 +252,69 @@ def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, str
 
 
 def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
-                      config: Optional[tuning.MatmulConfig] = None, check: bool = False) -> Any:
+                      config: Optional[tuning.MatmulConfig] = None, method: Optional[str] = None,
+                      check: bool = False) -> Any:
     """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
     tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
-    Collective; CUDA-graph capturable when `out` is given."""
+    `method`: "push" or "tile" (module docs; default `tuning.matmul_method`), on one node.
+    Collective; CUDA-graph capturable when `out` is given and the call ran once before with
+    these shapes (the push method's workspace is made then)."""
     if heap is None and out is None:
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
     if out is None:
         out = h.empty((a.shape[0], b.shape[-1]), a.dtype)
+    if h.multi_node and method is not None:
+        raise ValueError("matmul_all_reduce: method= chooses between one-node kernels; this heap spans several "
+                         "nodes (one hierarchical kernel)")
     specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
-    sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
-    p = plan(*specs, str(h.device), h.world_size, sms, config)
+    sms = sm_share(h.device)  # the kernels wait for peers' CTAs: every CTA of every rank resident
+    p = plan(*specs, str(h.device), h.world_size, sms, config, method)
     if p.m == 0 or p.n == 0:
         return out
     in_heap(h, "matmul_all_reduce", (out, "out"))
-    c = p.config
-    kernel, function = ((matmul_allreduce_hierarchical_kernel, "symm_grid_barrier/symm_all_reduce_hierarchical")
-                        if h.multi_node else (matmul_allreduce_kernel, "symm_tile_all_reduce"))
-    launch_with_status(
-        "matmul_all_reduce", h, p.ctas,
-        lambda status: kernel[(p.ctas,)](h.ctx, a, b, out, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
-                                         b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                                         BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.warps,
-                                         num_stages=c.stages),
-        check, function=function)
+    if h.multi_node:
+        kernel, function = matmul_allreduce_hierarchical_kernel, "symm_grid_barrier/symm_all_reduce_hierarchical"
+        c = p.config
+        launch_with_status(
+            "matmul_all_reduce", h, p.ctas,
+            lambda status: kernel[(p.ctas,)](h.ctx, a, b, out, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
+                                             b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                                             BLOCK_K=c.block_k, GROUP_M=c.group_m, num_warps=c.warps,
+                                             num_stages=c.stages),
+            check, function=function)
+        return out
+    function = ("symm_tile_wait_others/symm_tile_signal/symm_tile_wait" if p.method == "push"
+                else "symm_tile_all_reduce")
+    launch_with_status("matmul_all_reduce", h, p.ctas, lambda status: launch(h, p, a, b, out, status), check,
+                       function=function)
     return out
 
 
-__all__ = ["matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel", "plan"]
+def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
+           trace: Any = None) -> None:
+    """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
+    benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
+    [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py)."""
+    c = p.config
+    strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
+    stamps = trace if trace is not None else status
+    meta = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, COMMUNICATE=communicate,
+                TRACE=trace is not None, num_warps=c.warps, num_stages=c.stages)
+    if p.method == "tile":
+        matmul_allreduce_kernel[(p.ctas,)](heap.ctx, a, b, out, p.m, p.n, p.k, *strides, status, stamps, **meta)
+        return
+    import torch  # not at module load: the planning above runs without torch
+
+    layout = layout_for(a, b)
+    a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
+    ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
+    epochs = heap.workspace("matmul_all_reduce/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
+    matmul_allreduce_push_kernel[(p.ctas,)](
+        heap.ctx, a_arg, b_arg, out, ws, epochs.view(torch.int32), p.m, p.n, p.k, *strides, status, stamps,
+        ONE_SHOT=p.one_shot, TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major,
+        ROWS=max(1, min(c.block_m, 8192 // c.block_n)), **meta)
+
+
+__all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",
+           "matmul_allreduce_push_kernel", "plan"]

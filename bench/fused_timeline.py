@@ -1,0 +1,118 @@
+"""Where a fused matmul + all-reduce spends its time, per CTA: a probe, not a benchmark.
+
+    torchrun --nproc_per_node=2 bench/fused_timeline.py --ms 1024,4096 --out timeline.json
+
+Launches matmul_all_reduce's kernels (every method) with TRACE=True, so each CTA stores the
+GPU's global timer at its start and after each phase of each tile (ironlink/fused/trace.py):
+- method "tile": GEMM done, tile all-reduced (the all-reduce's two cross-rank barriers included);
+- method "push": GEMM done; partial pushed and the previous tile reduced (the wait for the peers'
+  partials included); signals posted; then the end (the last reduce, two-shot's waits).
+Per launch it reports, summed over the CTAs of the slowest rank and as a share of CTA time:
+the GEMM, each communication phase, and the time from a CTA's last stamp to the kernel's end
+(idle SMs). Timings are taken after warm-up launches, one traced launch at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import ironlink
+from ironlink import tuning
+from ironlink.bench import run_info
+from ironlink.fused.matmul_allreduce import METHODS, launch, plan
+from ironlink.fused.trace import TRACE_SLOTS
+from ironlink.ops import TensorSpec
+
+PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push+reduce_prev", "signal")}
+# Summed phase times are CTA-microseconds: kernel_us x ctas is the whole; start skew and the idle
+# time after a CTA's last stamp make up the rest.
+
+
+def summarize(stamps: torch.Tensor, phases: tuple[str, ...]) -> dict[str, Any]:
+    """Per-phase totals (us, summed over CTAs) and the kernel span from int64 stamps [ctas, SLOTS]:
+    after the start, len(phases) stamps per tile, then (push) one at the end ("finish")."""
+    per = len(phases)
+    totals = {p: 0.0 for p in (*phases, "finish")}
+    tails, tiles = [], 0
+    t0 = int(stamps[:, 0].min())
+    end = int(stamps.max())
+    for row in stamps.tolist():
+        marks = [v for v in row[1:] if v]
+        prev = row[0]
+        for i, v in enumerate(marks):
+            last_alone = i == len(marks) - 1 and len(marks) % per == 1
+            totals["finish" if last_alone else phases[i % per]] += (v - prev) / 1e3
+            tiles += i % per == 0 and not last_alone
+            prev = v
+        tails.append((end - prev) / 1e3)
+    cta_time = stamps.shape[0] * (end - t0) / 1e3
+    out = {"kernel_us": (end - t0) / 1e3, "ctas": stamps.shape[0], "tiles_traced": tiles,
+           "idle_after_last_stamp_us": round(sum(tails), 1),
+           "idle_share": round(sum(tails) / cta_time, 3),
+           "start_skew_us": round((int(stamps[:, 0].max()) - t0) / 1e3, 2)}
+    for p, v in totals.items():
+        out[f"{p}_us"] = round(v, 1)
+        out[f"{p}_share"] = round(v / cta_time, 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ms", default="1024,4096")
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--k-total", type=int, default=8192)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    ironlink.init_distributed()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    heap = ironlink.SymmetricHeap(2 << 30)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for m in map(int, args.ms.split(",")):
+        k = args.k_total // world
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = (torch.randn(k, args.n, device="cuda") / k ** 0.5).to(torch.bfloat16)
+        out = heap.empty((m, args.n), torch.bfloat16)
+        specs = [TensorSpec.from_tensor(t, n) for t, n in ((a, "a"), (b, "b"), (out, "out"))]
+        status = torch.zeros(256, dtype=torch.int32, device="cuda")
+        for method in METHODS:
+            p = plan(*specs, str(heap.device), world, sms, None, method)
+            trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
+            for _ in range(3):
+                launch(heap, p, a, b, out, status)
+            results = []
+            for _ in range(args.repeats):
+                trace.zero_()
+                torch.cuda.synchronize()
+                dist.barrier()
+                launch(heap, p, a, b, out, status, trace=trace)
+                torch.cuda.synchronize()
+                results.append(summarize(trace.cpu(), PHASES[method]))
+            heap.check()
+            mine = sorted(results, key=lambda r: r["kernel_us"])[len(results) // 2]  # the median launch
+            gathered: list[Any] = [None] * world
+            dist.all_gather_object(gathered, mine)
+            worst = max(gathered, key=lambda r: r["kernel_us"])
+            row = {"M": m, "N": args.n, "K": k, "method": method, "config": list(p.config), "ctas": p.ctas,
+                   "one_shot": p.one_shot, **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
+                   "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in results]), 2)}
+            rows.append(row)
+            if rank == 0:
+                print(json.dumps(row), flush=True)
+        heap.free(out)
+    if rank == 0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump({**run_info(world), "probe": "fused_timeline", "results": rows}, f, indent=1)
+    heap.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
