@@ -5,8 +5,10 @@
 Launches matmul_all_reduce's kernels (every method) with TRACE=True, so each CTA stores the
 GPU's global timer at its start and after each phase of each tile (ironlink/fused/trace.py):
 - method "tile": GEMM done, tile all-reduced (the all-reduce's two cross-rank barriers included);
-- method "push": GEMM done; partial pushed and the previous tile reduced (the wait for the peers'
-  partials included); signals posted; then the end (the last reduce, two-shot's waits).
+- method "push": the first part of the K loop, the previous tile's partial pushed, the rest of
+  the K loop, the partial staged + signals + the reduce of the tile two steps back (the wait for
+  the peers' partials included); then the end ("finish": the last push and reduces, two-shot's
+  waits).
 Per launch it reports, summed over the CTAs of the slowest rank and as a share of CTA time:
 the GEMM, each communication phase, and the time from a CTA's last stamp to the kernel's end
 (idle SMs). Timings are taken after warm-up launches, one traced launch at a time.
@@ -29,7 +31,7 @@ from ironlink.fused.matmul_allreduce import METHODS, launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
 
-PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push+reduce_prev", "signal")}
+PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "stage+signal+reduce")}
 # Summed phase times are CTA-microseconds: kernel_us x ctas is the whole; start skew and the idle
 # time after a CTA's last stamp make up the rest.
 
@@ -68,6 +70,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--k-total", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--staggers", default=str(tuning.MATMUL_PUSH_STAGGER),
+                    help="push method: CTA groups pushing at different points of the K loop (1: all at once)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -82,17 +86,18 @@ def main() -> None:
         out = heap.empty((m, args.n), torch.bfloat16)
         specs = [TensorSpec.from_tensor(t, n) for t, n in ((a, "a"), (b, "b"), (out, "out"))]
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        for method in METHODS:
+        variants = [(m_, st) for m_ in METHODS for st in (map(int, args.staggers.split(",")) if m_ == "push" else [0])]
+        for method, stagger in variants:
             p = plan(*specs, str(heap.device), world, sms, None, method)
             trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
             for _ in range(3):
-                launch(heap, p, a, b, out, status)
+                launch(heap, p, a, b, out, status, stagger=stagger)
             results = []
             for _ in range(args.repeats):
                 trace.zero_()
                 torch.cuda.synchronize()
                 dist.barrier()
-                launch(heap, p, a, b, out, status, trace=trace)
+                launch(heap, p, a, b, out, status, trace=trace, stagger=stagger)
                 torch.cuda.synchronize()
                 results.append(summarize(trace.cpu(), PHASES[method]))
             heap.check()
@@ -100,7 +105,7 @@ def main() -> None:
             gathered: list[Any] = [None] * world
             dist.all_gather_object(gathered, mine)
             worst = max(gathered, key=lambda r: r["kernel_us"])
-            row = {"M": m, "N": args.n, "K": k, "method": method, "config": list(p.config), "ctas": p.ctas,
+            row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "config": list(p.config), "ctas": p.ctas,
                    "one_shot": p.one_shot, **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in results]), 2)}
             rows.append(row)

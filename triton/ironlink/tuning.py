@@ -142,6 +142,12 @@ MATMUL_CONFIGS: tuple[tuple[int, MatmulConfig], ...] = (
 )
 
 
+# matmul_all_reduce "push": the CTAs push their previous tile at STAGGER different points of the
+# current tile's K loop (CTA c at (c % STAGGER) / STAGGER of it), so partials leave over the whole
+# tile time instead of in one burst that queues every CTA behind a full NVLink.
+MATMUL_PUSH_STAGGER = 8
+
+
 def matmul_method(m: int, n: int, world: int) -> str:
     """matmul_all_reduce's method on one node: "push" (producer / consumer, no CTA waits for a
     peer before its next tile) everywhere until measurements say otherwise."""
@@ -161,5 +167,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     return cfg
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MAX_CTAS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_PUSH_STAGGER", "MAX_CTAS", "MatmulConfig",
            "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "rmsnorm_mode", "sp_method"]

@@ -64,35 +64,32 @@ def gemm_tile(a, b, row0, row_end, col0, N, K, stride_am, stride_ak, stride_bk, 
 
 
 @triton.jit
-def gemm_tile_tma(a, b, row0, col0, K, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr):
-    """`gemm_tile` over TMA descriptors: `a` of a [*, K] (blocks [BLOCK_M, BLOCK_K]); `b` of b [K, N]
-    (blocks [BLOCK_K, BLOCK_N]) when B_ROW_MAJOR, else of b's transpose [N, K] (blocks
-    [BLOCK_N, BLOCK_K]). The descriptors zero-fill past the matrices' edges."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        x = a.load([row0, k0])
-        if B_ROW_MAJOR:
-            y = b.load([k0, col0])
+def gemm_range(acc, a, b, row0, row_end, col0, N, k_begin, k_end, K, stride_am, stride_ak, stride_bk, stride_bn,
+               TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """`acc` plus the product of a's rows row0.. and b's columns col0.. over k in [k_begin, k_end)
+    (k_begin a multiple of BLOCK_K): a fused kernel may split a tile's K loop to do other work in
+    between. `a`, `b`: pointers read with their strides (rows from row_end and columns from N on
+    read as 0), or TMA descriptors when TMA (`operand_descriptors`: `b` of b [K, N] when
+    B_ROW_MAJOR, else of its transpose; they zero-fill past the matrices' edges)."""
+    rk = tl.arange(0, BLOCK_K)
+    rm = row0 + tl.arange(0, BLOCK_M)
+    rn = col0 + tl.arange(0, BLOCK_N)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        if TMA:
+            x = a.load([row0, k0])
+            if B_ROW_MAJOR:
+                y = b.load([k0, col0])
+            else:
+                y = b.load([col0, k0]).T
         else:
-            y = b.load([col0, k0]).T
+            ka = k0 + rk
+            x = tl.load(a + rm[:, None].to(tl.int64) * stride_am + ka[None, :] * stride_ak,
+                        mask=(rm[:, None] < row_end) & (ka[None, :] < K), other=0.0)
+            y = tl.load(b + ka[:, None].to(tl.int64) * stride_bk + rn[None, :] * stride_bn,
+                        mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(x, y, acc)
     return acc
-
-
-@triton.jit
-def tile_product(a, b, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
-                 B_ROW_MAJOR: tl.constexpr):
-    """(fp32 tile `t` of a @ b, its first row, its first column). `a`, `b`: pointers (read with
-    their strides), or TMA descriptors when TMA (`operand_descriptors`; the strides unused)."""
-    tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    if TMA:
-        acc = gemm_tile_tma(a, b, tm * BLOCK_M, tn * BLOCK_N, K, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-    else:
-        acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K)
-    return acc, tm * BLOCK_M, tn * BLOCK_N
 
 
 @triton.jit

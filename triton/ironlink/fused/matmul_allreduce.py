@@ -49,8 +49,8 @@ from .. import typed as ilt
 from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
-from .gemm import (OperandLayout, check_operands, check_output, layout_for, operand_descriptors, product_tile, store_tile,
-                   tile_product)
+from .gemm import (check_operands, check_output, gemm_range, layout_for, operand_descriptors, product_tile, store_tile,
+                   tile_coords)
 from .trace import stamp
 
 
@@ -105,32 +105,69 @@ def reduces(owner, rank, ONE_SHOT: tl.constexpr):
 
 
 @triton.jit
-def reduce_owned_tile(ctx, out, ws_slots, t, m0, n0, M, N, rank, world, ONE_SHOT: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """Sums tile `t` over the ranks, in rank order, in fp32, once every peer's partial has arrived:
-    this rank's partial is in `out`, peer q's in slot (q - rank - 1) mod world of `ws_slots` (this
-    rank's workspace, [world - 1] x [M, N]). Writes the sum into `out`, and in two-shot into every
-    peer's `out` too. Returns the wait's status (nothing is read or written after a failed wait)."""
-    s = il.symm_tile_wait_others(ctx, t)
-    if s == 0:
-        rn = n0 + tl.arange(0, BLOCK_N)
-        slot = tl.cast(M, tl.int64) * N
-        for r0 in range(0, BLOCK_M, ROWS):
-            rm = m0 + r0 + tl.arange(0, ROWS)
-            offs = rm[:, None].to(tl.int64) * N + rn[None, :]
-            mask = (rm[:, None] < M) & (rn[None, :] < N)
-            total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-            for q in range(0, world):
-                if q == rank:
-                    src = out
-                else:
-                    src = ws_slots + ((q - rank - 1 + world) % world) * slot
-                total += tl.load(src + offs, mask=mask).to(tl.float32)
-            result = total.to(out.dtype.element_ty)
-            tl.store(out + offs, result, mask=mask)
+def push_partial(ctx, out, slots, t, m0, n0, M, N, rank, world, grid, ONE_SHOT: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Copies this rank's partial of tile `t`, staged in `out`, into its slot (rank - dest - 1) mod
+    world in the workspace of each other rank `dest` that reduces the tile."""
+    owner = tile_owner(t, grid, world)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    for r0 in range(0, BLOCK_M, ROWS):
+        rm = m0 + r0 + tl.arange(0, ROWS)
+        offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+        mask = (rm[:, None] < M) & (rn[None, :] < N)
+        v = tl.load(out + offs, mask=mask)
+        for k in range(1, world):
+            dest = (rank + k) % world
+            if reduces(owner, dest, ONE_SHOT):
+                slot = tl.cast((rank - dest - 1 + world) % world, tl.int64) * M * N
+                tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
+
+
+@triton.jit
+def signal_partial(ctx, t, grid, rank, world, ONE_SHOT: tl.constexpr):
+    """Tells the ranks that reduce tile `t` that this rank's partial is in their workspace."""
+    if ONE_SHOT:
+        s = il.symm_tile_signal_others(ctx, t)
+    else:
+        owner = tile_owner(t, grid, world)
+        s = owner * 0
+        if owner != rank:
+            s = il.symm_tile_signal(ctx, t, owner)
+    return s
+
+
+@triton.jit
+def reduce_tile(ctx, out, slots, t, M, N, rank, world, grid, ONE_SHOT: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr):
+    """If this rank reduces tile `t`: waits for every peer's partial, sums the tile over the ranks
+    in rank order in fp32 (this rank's partial in `out`, peer q's in slot (q - rank - 1) mod world
+    of `slots`) into `out`, and in two-shot also into every peer's `out`, then signals them.
+    Returns the status (nothing is read or written after a failed wait)."""
+    s = t * 0
+    if reduces(tile_owner(t, grid, world), rank, ONE_SHOT):
+        s = il.symm_tile_wait_others(ctx, t)
+        if s == 0:
+            tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+            rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+            slot = tl.cast(M, tl.int64) * N
+            for r0 in range(0, BLOCK_M, ROWS):
+                rm = tm * BLOCK_M + r0 + tl.arange(0, ROWS)
+                offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+                mask = (rm[:, None] < M) & (rn[None, :] < N)
+                total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+                for q in range(0, world):
+                    if q == rank:
+                        src = out
+                    else:
+                        src = slots + ((q - rank - 1 + world) % world) * slot
+                    total += tl.load(src + offs, mask=mask).to(tl.float32)
+                result = total.to(out.dtype.element_ty)
+                tl.store(out + offs, result, mask=mask)
+                if not ONE_SHOT:
+                    for k in range(1, world):
+                        tl.store(ilt.peer_pointer(ctx, out, (rank + k) % world) + offs, result, mask=mask)
             if not ONE_SHOT:
-                for k in range(1, world):
-                    tl.store(ilt.peer_pointer(ctx, out, (rank + k) % world) + offs, result, mask=mask)
+                s = il.symm_tile_signal_others(ctx, t)
     return s
 
 
@@ -138,14 +175,21 @@ def reduce_owned_tile(ctx, out, ws_slots, t, m0, n0, M, N, rank, world, ONE_SHOT
 def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                                  trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                  GROUP_M: tl.constexpr, ONE_SHOT: tl.constexpr, TMA: tl.constexpr,
-                                 B_ROW_MAJOR: tl.constexpr, ROWS: tl.constexpr, COMMUNICATE: tl.constexpr = True,
-                                 TRACE: tl.constexpr = False):
+                                 B_ROW_MAJOR: tl.constexpr, ROWS: tl.constexpr, STAGGER: tl.constexpr,
+                                 COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
     """Method "push" (see the module docs). out [M, N] (heap, contiguous) = all-reduce of a @ b.
     ws: the partials' slots (heap, this op's workspace): (world - 1) x [M, N], twice in ONE_SHOT
     (by the CTA's launch parity). epochs: one int32 per CTA (MAX_CTAS), its launches so far
-    (a workspace zeroed at creation: equal on every rank). COMMUNICATE=False: the GEMM alone (the benchmark's reference).
-    TRACE: stamps per tile (trace.py): GEMM done, partial pushed and earlier tile reduced, signals
-    posted."""
+    (a workspace zeroed at creation: equal on every rank).
+
+    Per tile t, a CTA: runs the first part of t's K loop; pushes the partial of its previous tile
+    (staged in `out`) to the reducing ranks; runs the rest of the K loop; stages t's partial in
+    `out`; signals the previous tile's partial; reduces the tile of two steps ago (its peers'
+    partials have been in for a whole tile). The split point differs between CTAs (STAGGER
+    groups): pushes spread over the tile's time instead of all CTAs sending at once, which would
+    queue every CTA behind a full NVLink for the whole burst.
+    COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: four stamps per tile
+    (first GEMM part, push, rest of the GEMM, stage + signal + reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank, world = il.symm_rank(ctx), il.symm_world_size(ctx)
@@ -153,60 +197,55 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
     slots = ws
     if ONE_SHOT:
         slots += (epoch % 2).to(tl.int64) * (world - 1) * M * N
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0
-    prev, prev_m0, prev_n0 = pid * 0 - 1, pid * 0, pid * 0
+    p1, p1_m0, p1_n0 = pid * 0 - 1, pid * 0, pid * 0  # the previous tile: pushed during this one
+    p2 = pid * 0 - 1  # the tile before it: reduced after this one
     step = 0
-    for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
-        acc, m0, n0 = tile_product(a, b, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N,
-                                   BLOCK_K, GROUP_M, TMA, B_ROW_MAJOR)
-        stamp(trace, 1 + 3 * step, TRACE)
-        owner = tile_owner(t, grid, world)
-        # This rank's partial: into `out` where this rank reduces the tile, into the owners' slots
-        # for this rank (slot (rank - owner - 1) mod world of each owner) where others do.
-        if not COMMUNICATE:
-            store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
-        else:
-            if reduces(owner, rank, ONE_SHOT):
-                store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
-            for k in range(1, world):
-                dest = (rank + k) % world
-                if reduces(owner, dest, ONE_SHOT):
-                    slot = tl.cast((rank - dest - 1 + world) % world, tl.int64) * M * N
-                    store_tile(ilt.peer_pointer(ctx, slots, dest) + slot, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
-            # The tile computed one step ago: its peers' partials are in by now.
-            if (prev >= 0) & (worst == 0):
-                if reduces(tile_owner(prev, grid, world), rank, ONE_SHOT):
-                    worst = reduce_owned_tile(ctx, out, slots, prev, prev_m0, prev_n0, M, N, rank, world, ONE_SHOT,
-                                              BLOCK_M, BLOCK_N, ROWS)
-            stamp(trace, 2 + 3 * step, TRACE)
-            # This tile's partial to its owners; in two-shot also the sum of the previous one to
-            # every peer.
-            if ONE_SHOT:
-                worst = ilt.failure_or(il.symm_tile_signal_others(ctx, t), worst)
-            else:
-                if owner != rank:
-                    worst = ilt.failure_or(il.symm_tile_signal(ctx, t, owner), worst)
-                if (prev >= 0) & (worst == 0):
-                    if tile_owner(prev, grid, world) == rank:
-                        worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
-            stamp(trace, 3 + 3 * step, TRACE)
-        prev, prev_m0, prev_n0 = t, m0, n0
+    for t in range(pid, tiles_m * tiles_n, grid):
+        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, 0, split, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 1 + 4 * step, TRACE)
+        if COMMUNICATE:
+            if p1 >= 0:
+                push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N,
+                             ROWS)
+        stamp(trace, 2 + 4 * step, TRACE)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 3 + 4 * step, TRACE)
+        store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        if COMMUNICATE:
+            if p1 >= 0:
+                worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, world, ONE_SHOT), worst)
+            if (p2 >= 0) & (worst == 0):
+                worst = reduce_tile(ctx, out, slots, p2, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
+                                    ROWS)
+        stamp(trace, 4 + 4 * step, TRACE)
+        p2 = p1
+        p1, p1_m0, p1_n0 = t, m0, n0
         step += 1
     if COMMUNICATE:
-        if (prev >= 0) & (worst == 0):
-            if reduces(tile_owner(prev, grid, world), rank, ONE_SHOT):
-                worst = reduce_owned_tile(ctx, out, slots, prev, prev_m0, prev_n0, M, N, rank, world, ONE_SHOT,
-                                          BLOCK_M, BLOCK_N, ROWS)
-                if not ONE_SHOT:
-                    if worst == 0:
-                        worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
+        # The last tile's partial goes out now (nothing left to overlap it with); then the last two
+        # tiles are reduced.
+        if p1 >= 0:
+            push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, ROWS)
+            worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, world, ONE_SHOT), worst)
+        if (p2 >= 0) & (worst == 0):
+            worst = reduce_tile(ctx, out, slots, p2, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M, ROWS)
+        if (p1 >= 0) & (worst == 0):
+            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M, ROWS)
         # Two-shot: the sums of this CTA's other tiles, pushed by their owners.
         if not ONE_SHOT:
-            for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
+            for t in range(pid, tiles_m * tiles_n, grid):
                 owner = tile_owner(t, grid, world)
                 if (owner != rank) & (worst == 0):
                     worst = il.symm_tile_wait(ctx, t, owner)
-        stamp(trace, 1 + 3 * step, TRACE)
+        stamp(trace, 1 + 4 * step, TRACE)
         tl.store(epochs + pid, epoch + 1)
     tl.store(status + pid, worst)
 
@@ -292,10 +331,11 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 
 
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
-           trace: Any = None) -> None:
+           trace: Any = None, stagger: Optional[int] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
-    [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py)."""
+    [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
+    replaces tuning.MATMUL_PUSH_STAGGER."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
     stamps = trace if trace is not None else status
@@ -313,7 +353,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     matmul_allreduce_push_kernel[(p.ctas,)](
         heap.ctx, a_arg, b_arg, out, ws, epochs.view(torch.int32), p.m, p.n, p.k, *strides, status, stamps,
         ONE_SHOT=p.one_shot, TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major,
-        ROWS=max(1, min(c.block_m, 8192 // c.block_n)), **meta)
+        ROWS=max(1, min(c.block_m, 8192 // c.block_n)), STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **meta)
 
 
 __all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",
