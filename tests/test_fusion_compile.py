@@ -76,8 +76,8 @@ _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i
                "GROUP_M": "constexpr", "COMMUNICATE": "constexpr", "TRACE": "constexpr"}
 _PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16", "epochs": "*i32",
              **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
-             "ONE_SHOT": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "ROWS": "constexpr",
-             "STAGGER": "constexpr"}
+             "ONE_SHOT": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
+             "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr"}
 for m in (16, 4096):
     c = tuning.matmul_config(m, 8192, 2048, 4)
     tile = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
@@ -87,14 +87,16 @@ for m in (16, 4096):
     for one_shot in (True, False):
         KERNELS[f"matmul_allreduce_push_m{m}_{'one' if one_shot else 'two'}_shot"] = (
             matmul_allreduce_push_kernel.fn, _PUSH_SIG,
-            {**tile, "ONE_SHOT": one_shot, "TMA": False, "B_ROW_MAJOR": False, "ROWS": 32, "STAGGER": 8})
+            {**tile, "ONE_SHOT": one_shot, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2 if one_shot else 4,
+             "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8})
     # Through TMA descriptors (Hopper and later): b row-major, and column-major (read transposed).
     for b_row_major in (True, False):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
         KERNELS[f"matmul_allreduce_push_m{m}_tma_b_{'rows' if b_row_major else 'cols'}"] = (
             matmul_allreduce_push_kernel.fn,
             {**_PUSH_SIG, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>"},
-            {**tile, "ONE_SHOT": True, "TMA": True, "B_ROW_MAJOR": b_row_major, "ROWS": 32, "STAGGER": 8})
+            {**tile, "ONE_SHOT": True, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2,
+             "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8})
 
 _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "BLOCK_K": "constexpr"}

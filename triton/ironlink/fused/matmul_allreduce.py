@@ -111,7 +111,8 @@ def push_partial(ctx, out, slots, t, m0, n0, M, N, rank, world, grid, ONE_SHOT: 
     world in the workspace of each other rank `dest` that reduces the tile."""
     owner = tile_owner(t, grid, world)
     rn = n0 + tl.arange(0, BLOCK_N)
-    for r0 in range(0, BLOCK_M, ROWS):
+    # Unrolled: the chunks' loads can be in flight together (this runs inside the GEMM's K loop).
+    for r0 in tl.static_range(0, BLOCK_M, ROWS):
         rm = m0 + r0 + tl.arange(0, ROWS)
         offs = rm[:, None].to(tl.int64) * N + rn[None, :]
         mask = (rm[:, None] < M) & (rn[None, :] < N)
@@ -137,35 +138,34 @@ def signal_partial(ctx, t, grid, rank, world, ONE_SHOT: tl.constexpr):
 
 
 @triton.jit
-def reduce_tile(ctx, out, slots, t, M, N, rank, world, grid, ONE_SHOT: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr):
+def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, grid, ONE_SHOT: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, REDUCE_ROWS: tl.constexpr):
     """If this rank reduces tile `t`: waits for every peer's partial, sums the tile over the ranks
     in rank order in fp32 (this rank's partial in `out`, peer q's in slot (q - rank - 1) mod world
-    of `slots`) into `out`, and in two-shot also into every peer's `out`, then signals them.
-    Returns the status (nothing is read or written after a failed wait)."""
+    of `slots`) into `out`, and in two-shot also into every peer's `out`, then signals them, in
+    chunks of REDUCE_ROWS rows. Returns the status (nothing is read or written after a failed
+    wait)."""
     s = t * 0
-    if reduces(tile_owner(t, grid, world), rank, ONE_SHOT):
+    if reduces(tile_owner(t, grid, WORLD), rank, ONE_SHOT):
         s = il.symm_tile_wait_others(ctx, t)
         if s == 0:
             tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
             rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
             slot = tl.cast(M, tl.int64) * N
-            for r0 in range(0, BLOCK_M, ROWS):
-                rm = tm * BLOCK_M + r0 + tl.arange(0, ROWS)
+            for r0 in range(0, BLOCK_M, REDUCE_ROWS):
+                rm = tm * BLOCK_M + r0 + tl.arange(0, REDUCE_ROWS)
                 offs = rm[:, None].to(tl.int64) * N + rn[None, :]
                 mask = (rm[:, None] < M) & (rn[None, :] < N)
-                total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-                for q in range(0, world):
-                    if q == rank:
-                        src = out
-                    else:
-                        src = slots + ((q - rank - 1 + world) % world) * slot
+                total = tl.zeros((REDUCE_ROWS, BLOCK_N), dtype=tl.float32)
+                # Unrolled over the ranks: every rank's load is in flight at once.
+                for q in tl.static_range(WORLD):
+                    src = tl.where(q == rank, out, slots + ((q - rank - 1 + WORLD) % WORLD) * slot)
                     total += tl.load(src + offs, mask=mask).to(tl.float32)
                 result = total.to(out.dtype.element_ty)
                 tl.store(out + offs, result, mask=mask)
                 if not ONE_SHOT:
-                    for k in range(1, world):
-                        tl.store(ilt.peer_pointer(ctx, out, (rank + k) % world) + offs, result, mask=mask)
+                    for k in tl.static_range(1, WORLD):
+                        tl.store(ilt.peer_pointer(ctx, out, (rank + k) % WORLD) + offs, result, mask=mask)
             if not ONE_SHOT:
                 s = il.symm_tile_signal_others(ctx, t)
     return s
@@ -175,7 +175,8 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, world, grid, ONE_SHOT: tl.conste
 def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                                  trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                  GROUP_M: tl.constexpr, ONE_SHOT: tl.constexpr, TMA: tl.constexpr,
-                                 B_ROW_MAJOR: tl.constexpr, ROWS: tl.constexpr, STAGGER: tl.constexpr,
+                                 B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
+                                 REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr,
                                  COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
     """Method "push" (see the module docs). out [M, N] (heap, contiguous) = all-reduce of a @ b.
     ws: the partials' slots (heap, this op's workspace): (world - 1) x [M, N], twice in ONE_SHOT
@@ -192,11 +193,11 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
     (first GEMM part, push, rest of the GEMM, stage + signal + reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
-    rank, world = il.symm_rank(ctx), il.symm_world_size(ctx)
+    rank = il.symm_rank(ctx)
     epoch = tl.load(epochs + pid)
     slots = ws
     if ONE_SHOT:
-        slots += (epoch % 2).to(tl.int64) * (world - 1) * M * N
+        slots += (epoch % 2).to(tl.int64) * (WORLD - 1) * M * N
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0
@@ -212,8 +213,8 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
         stamp(trace, 1 + 4 * step, TRACE)
         if COMMUNICATE:
             if p1 >= 0:
-                push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N,
-                             ROWS)
+                push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N,
+                             PUSH_ROWS)
         stamp(trace, 2 + 4 * step, TRACE)
         acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
                          B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -221,10 +222,10 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
         store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
         if COMMUNICATE:
             if p1 >= 0:
-                worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, world, ONE_SHOT), worst)
+                worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, WORLD, ONE_SHOT), worst)
             if (p2 >= 0) & (worst == 0):
-                worst = reduce_tile(ctx, out, slots, p2, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
-                                    ROWS)
+                worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
+                                    REDUCE_ROWS)
         stamp(trace, 4 + 4 * step, TRACE)
         p2 = p1
         p1, p1_m0, p1_n0 = t, m0, n0
@@ -233,16 +234,19 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
         # The last tile's partial goes out now (nothing left to overlap it with); then the last two
         # tiles are reduced.
         if p1 >= 0:
-            push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, ROWS)
-            worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, world, ONE_SHOT), worst)
+            push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N,
+                         PUSH_ROWS)
+            worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, WORLD, ONE_SHOT), worst)
         if (p2 >= 0) & (worst == 0):
-            worst = reduce_tile(ctx, out, slots, p2, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M, ROWS)
+            worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
+                                 REDUCE_ROWS)
         if (p1 >= 0) & (worst == 0):
-            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, world, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M, ROWS)
+            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
+                                 REDUCE_ROWS)
         # Two-shot: the sums of this CTA's other tiles, pushed by their owners.
         if not ONE_SHOT:
             for t in range(pid, tiles_m * tiles_n, grid):
-                owner = tile_owner(t, grid, world)
+                owner = tile_owner(t, grid, WORLD)
                 if (owner != rank) & (worst == 0):
                     worst = il.symm_tile_wait(ctx, t, owner)
         stamp(trace, 1 + 4 * step, TRACE)
@@ -353,7 +357,8 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     matmul_allreduce_push_kernel[(p.ctas,)](
         heap.ctx, a_arg, b_arg, out, ws, epochs.view(torch.int32), p.m, p.n, p.k, *strides, status, stamps,
         ONE_SHOT=p.one_shot, TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major,
-        ROWS=max(1, min(c.block_m, 8192 // c.block_n)), STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **meta)
+        WORLD=heap.world_size, PUSH_ROWS=max(1, min(c.block_m, 8192 // c.block_n)),
+        REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)), STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **meta)
 
 
 __all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",
