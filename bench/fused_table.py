@@ -68,14 +68,19 @@ def block() -> str:
                    f"{f(us(OPS[0], 'ironlink_fused[whole]', tokens=t))} | {f(nccl)} | "
                    f"{f(us(OPS[0], 'ironlink_torch', tokens=t))} | {f(us(OPS[0], 'torch_ops', tokens=t))} | "
                    f"{(nccl or 0) / fused['us']:.2f} |")
-    out += ["", "matmul + all-reduce ([M, K] x [K, N] per rank, N = 8192, K = 8192 / world):", "",
-            "| M | fused | NCCL + torch | ironlink + torch | torch.matmul alone | fused kernel's GEMM alone | x |",
-            "|---|---|---|---|---|---|---|"]
+    out += ["", "matmul + all-reduce ([M, K] x [K, N] per rank, N = 8192, K = 8192 / world); x = the other's time / "
+            "fused time:", "",
+            "| M | fused (method) | push | tile | NCCL + torch | ironlink + torch | torch.matmul alone "
+            "| push's GEMM alone | x NCCL + torch | x ironlink + torch |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for m in sorted({r["M"] for r in rows if r["op"] == OPS[1]}):
-        fused, nccl = us(OPS[1], "ironlink_fused", M=m), us(OPS[1], "nccl_torch", M=m)
-        out.append(f"| {m} | {f(fused)} | {f(nccl)} | {f(us(OPS[1], 'ironlink_torch', M=m))} | "
-                   f"{f(us(OPS[1], 'torch_matmul', M=m))} | {f(us(OPS[1], 'triton_gemm', M=m))} | "
-                   f"{(nccl or 0) / (fused or 1):.2f} |")
+        row = next(r for r in rows if r["op"] == OPS[1] and r["contender"] == "ironlink_fused" and r["M"] == m)
+        fused, nccl, unfused = float(row["us"]), us(OPS[1], "nccl_torch", M=m), us(OPS[1], "ironlink_torch", M=m)
+        gemm = us(OPS[1], "triton_gemm[push]", M=m) or us(OPS[1], "triton_gemm", M=m)
+        out.append(f"| {m} | {fused:.1f} ({row.get('method', '')}) | {f(us(OPS[1], 'ironlink_fused[push]', M=m))} | "
+                   f"{f(us(OPS[1], 'ironlink_fused[tile]', M=m))} | {f(nccl)} | {f(unfused)} | "
+                   f"{f(us(OPS[1], 'torch_matmul', M=m))} | {f(gemm)} | {(nccl or 0) / fused:.2f} | "
+                   f"{(unfused or 0) / fused:.2f} |")
     return "\n".join(out) + "\n"
 
 

@@ -7,6 +7,7 @@ import pytest
 from ironlink import _abi, tuning
 from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import allgather_matmul as agm
+from ironlink.fused import gemm
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.fused import sp_streams
@@ -84,6 +85,32 @@ def test_matmul_plan_keeps_tiles_within_max_tiles() -> None:
 def test_matmul_rejects_bad_operands(args: tuple, err: type, text: str) -> None:
     with pytest.raises(err, match=text):
         mm(*args)
+
+
+def test_matmul_push_plan_sizes_its_workspace_by_world() -> None:
+    a, b, out = spec("a", (1024, 2048)), spec("b", (2048, 8192)), spec("out", (1024, 8192))
+    two = mar.plan(a, b, out, DEV, 2, 132)  # one-shot: one peer's slot, twice (launch parity)
+    assert (two.method, two.one_shot, two.workspace_bytes) == ("push", True, 2 * 1024 * 8192 * 2)
+    four = mar.plan(a, b, out, DEV, 4, 132)  # two-shot: a slot per peer, once
+    assert (four.one_shot, four.workspace_bytes) == (False, 3 * 1024 * 8192 * 2)
+    tile = mar.plan(a, b, out, DEV, 4, 132, method="tile")
+    assert (tile.method, tile.workspace_bytes) == ("tile", 0)
+    with pytest.raises(ValueError, match="method must be one of"):
+        mar.plan(a, b, out, DEV, 4, 132, method="ring")
+
+
+@pytest.mark.parametrize("a_strides, b_strides, cc, want", [
+    ((2048, 1), (8192, 1), 9, (True, True)),      # both row-major: TMA, b read as is
+    ((2048, 1), (1, 2048), 9, (True, False)),     # b column-major: TMA over b's transpose
+    ((2048, 1), (8192, 1), 8, (False, True)),     # no TMA before Hopper
+    ((1, 1024), (8192, 1), 9, (False, True)),     # a column-major: the pointer path
+    ((300, 1), (8192, 1), 9, (False, True)),      # a's rows 600 bytes apart: not 16-byte aligned
+    ((2048, 1), (4, 2), 9, (False, False)),       # b strided both ways
+])
+def test_matmul_operands_take_tma_only_where_the_layout_allows(a_strides: tuple[int, int],
+                                                               b_strides: tuple[int, int], cc: int,
+                                                               want: tuple[bool, bool]) -> None:
+    assert tuple(gemm.operand_layout(a_strides, b_strides, 2, cc)) == want
 
 
 def test_matmul_rejects_mismatched_k() -> None:
