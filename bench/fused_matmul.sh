@@ -27,7 +27,7 @@ for part in "${parts[@]}"; do
       OUT="$OUT" timeout 300 bench/run_py.sh fused --ops matmul_allreduce ${FUSED_ARGS:-} > "$OUT/bench.log" 2>&1 || status=1
       grep -E "matmul_allreduce" "$OUT/bench.log" | sed 's/^ *//' | tail -40 ;;
     timeline)
-      timeout 200 torchrun --standalone --nproc_per_node="$n" bench/fused_timeline.py --ms "${TIMELINE_MS:-1024,4096}" --staggers "${STAGGERS:-1,8}" \
+      timeout 200 torchrun --standalone --nproc_per_node="$n" bench/fused_timeline.py --ms "${TIMELINE_MS:-1024,4096}" --staggers "${STAGGERS:-1,8}" --tma-push "${TMA_PUSH:-0,1}" \
         --out "$OUT/timeline.json" > "$OUT/timeline.log" 2>&1 || status=1
       grep -E '^\{' "$OUT/timeline.log" | cut -c1-400 ;;
     probe)

@@ -6,12 +6,14 @@ Launches matmul_all_reduce's kernels (every method) with TRACE=True, so each CTA
 GPU's global timer at its start and after each phase of each tile (ironlink/fused/trace.py):
 - method "tile": GEMM done, tile all-reduced (the all-reduce's two cross-rank barriers included);
 - method "push": the first part of the K loop, the previous tile's partial pushed, the rest of
-  the K loop, the partial staged + signals + the reduce of the tile two steps back (the wait for
+  the K loop, the partial staged, the signal, the reduce of the tile two steps back (the wait for
   the peers' partials included); then the end ("finish": the last push and reduces, two-shot's
   waits).
 Per launch it reports, summed over the CTAs of the slowest rank and as a share of CTA time:
 the GEMM, each communication phase, and the time from a CTA's last stamp to the kernel's end
-(idle SMs). Timings are taken after warm-up launches, one traced launch at a time.
+(idle SMs). Traced launches run one at a time after a host barrier, so a rank that starts first
+waits for the other (their start skew shows in the reduce); `graph_us` times the same launch
+untraced, 20 back to back in a CUDA graph (as bench/fused.py).
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink import tuning
-from ironlink.bench import run_info
+from ironlink.bench import run_info, time_graph
 from ironlink.fused.matmul_allreduce import METHODS, launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
 
-PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "stage+signal+reduce")}
+PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "stage", "signal", "reduce")}
 # Summed phase times are CTA-microseconds: kernel_us x ctas is the whole; start skew and the idle
 # time after a CTA's last stamp make up the rest.
 
@@ -72,6 +74,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--staggers", default=str(tuning.MATMUL_PUSH_STAGGER),
                     help="push method: CTA groups pushing at different points of the K loop (1: all at once)")
+    ap.add_argument("--tma-push", default="1", help="push method: 1 pushes through TMA where possible, 0 by stores "
+                    "from registers; '0,1' both")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -86,27 +90,33 @@ def main() -> None:
         out = heap.empty((m, args.n), torch.bfloat16)
         specs = [TensorSpec.from_tensor(t, n) for t, n in ((a, "a"), (b, "b"), (out, "out"))]
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        variants = [(m_, st) for m_ in METHODS for st in (map(int, args.staggers.split(",")) if m_ == "push" else [0])]
-        for method, stagger in variants:
+        push = [(st, bool(int(tma))) for st in map(int, args.staggers.split(",")) for tma in args.tma_push.split(",")]
+        variants = [("push", st, tma) for st, tma in push] + [("tile", 0, False)]
+        for method, stagger, tma in variants:
             p = plan(*specs, str(heap.device), world, sms, None, method)
             trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
             for _ in range(3):
-                launch(heap, p, a, b, out, status, stagger=stagger)
+                launch(heap, p, a, b, out, status, stagger=stagger, tma_push=tma)
             results = []
             for _ in range(args.repeats):
                 trace.zero_()
                 torch.cuda.synchronize()
                 dist.barrier()
-                launch(heap, p, a, b, out, status, trace=trace, stagger=stagger)
+                launch(heap, p, a, b, out, status, trace=trace, stagger=stagger, tma_push=tma)
                 torch.cuda.synchronize()
                 results.append(summarize(trace.cpu(), PHASES[method]))
+            heap.check()
+            # The same launch untraced, 20 back to back in a CUDA graph (as bench/fused.py times).
+            graph_us = time_graph(lambda: launch(heap, p, a, b, out, status, stagger=stagger, tma_push=tma),
+                                  out.nbytes)
             heap.check()
             mine = sorted(results, key=lambda r: r["kernel_us"])[len(results) // 2]  # the median launch
             gathered: list[Any] = [None] * world
             dist.all_gather_object(gathered, mine)
             worst = max(gathered, key=lambda r: r["kernel_us"])
-            row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "config": list(p.config), "ctas": p.ctas,
-                   "one_shot": p.one_shot, **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
+            row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "tma_push": tma,
+                   "config": list(p.config), "ctas": p.ctas, "one_shot": p.one_shot, "graph_us": round(graph_us, 2),
+                   **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in results]), 2)}
             rows.append(row)
             if rank == 0:

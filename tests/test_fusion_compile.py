@@ -74,10 +74,11 @@ _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i
                "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
                "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
                "GROUP_M": "constexpr", "COMMUNICATE": "constexpr", "TRACE": "constexpr"}
-_PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16", "epochs": "*i32",
+_PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16",
+             "peer_slots": "*bf16", "epochs": "*i32",
              **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
              "ONE_SHOT": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
-             "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr"}
+             "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr", "TMA_PUSH": "constexpr"}
 for m in (16, 4096):
     c = tuning.matmul_config(m, 8192, 2048, 4)
     tile = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
@@ -88,15 +89,17 @@ for m in (16, 4096):
         KERNELS[f"matmul_allreduce_push_m{m}_{'one' if one_shot else 'two'}_shot"] = (
             matmul_allreduce_push_kernel.fn, _PUSH_SIG,
             {**tile, "ONE_SHOT": one_shot, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2 if one_shot else 4,
-             "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8})
+             "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": False})
     # Through TMA descriptors (Hopper and later): b row-major, and column-major (read transposed).
     for b_row_major in (True, False):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
+        push_rows = max(1, min(c.block_m, 8192 // c.block_n))
         KERNELS[f"matmul_allreduce_push_m{m}_tma_b_{'rows' if b_row_major else 'cols'}"] = (
             matmul_allreduce_push_kernel.fn,
-            {**_PUSH_SIG, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>"},
+            {**_PUSH_SIG, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>",
+             "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
             {**tile, "ONE_SHOT": True, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2,
-             "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8})
+             "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True})
 
 _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "BLOCK_K": "constexpr"}

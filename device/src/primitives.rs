@@ -138,6 +138,9 @@ pub fn tile_signal_others(c: &SymmContext, tile: usize) {
 
 /// Thread p (< world) adds one to rank p's semaphore `[tile][rank]` if `to(p)`.
 fn tile_signal_where(c: &SymmContext, tile: usize, to: impl Fn(usize) -> bool) {
+    // TMA stores of the tile (e.g. a Triton tensor descriptor's `store` to a peer) are
+    // asynchronous: their writes must be complete before the release below announces them.
+    hw::bulk_stores_complete();
     hw::sync_threads();
     let p = hw::thread_rank_fresh() as usize;
     if p < c.world_size as usize && to(p) {

@@ -511,7 +511,8 @@ exports! {
     }
 
     /// Push-as-produced: tells `peer` that this CTA's earlier writes for tile `tile` (stores
-    /// through `symm_peer_ptr`, `symm_put`) are visible to it. Pairs with one `symm_tile_wait`.
+    /// through `symm_peer_ptr`, `symm_put`, TMA stores) are visible to it. Pairs with one
+    /// `symm_tile_wait`.
     fn symm_tile_signal(ctx: i64, tile: i64, peer: i32) -> i32 {
         let r = ctx::context(ctx).and_then(|c| {
             let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);

@@ -401,6 +401,9 @@ pub fn fence_system() {
     core::sync::atomic::fence(Ordering::SeqCst)
 }
 
+/// No bulk asynchronous copies in the simulator: nothing to wait for.
+pub fn bulk_stores_complete() {}
+
 pub fn fence_gpu() {
     deliver_held();
     core::sync::atomic::fence(Ordering::SeqCst)

@@ -230,6 +230,19 @@ pub fn fence_system() {
     unsafe { asm!("fence.sc.sys;", options(nostack)) }
 }
 
+/// Waits until this thread's bulk asynchronous copies (TMA stores, `cp.async.bulk`) have completed
+/// their writes, and orders them before this thread's later generic accesses: a release after a
+/// CTA barrier then covers the writes of a TMA store that any thread of the CTA issued. Before
+/// sm_90 there are no bulk copies and nothing to wait for.
+#[inline(always)]
+pub fn bulk_stores_complete() {
+    #[cfg(target_feature = "sm_90")]
+    // SAFETY: waits on this thread's own bulk async-groups (none is fine); no operands.
+    unsafe {
+        asm!("cp.async.bulk.wait_group 0;", "fence.proxy.async.global;", options(nostack))
+    }
+}
+
 /// GPU-scope fence (`fence.acq_rel.gpu`).
 #[inline(always)]
 pub fn fence_gpu() {

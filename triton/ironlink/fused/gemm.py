@@ -134,7 +134,8 @@ def layout_for(a: Any, b: Any) -> OperandLayout:
     return layout if aligned else OperandLayout(False, layout.b_row_major)
 
 
-def operand_descriptors(a: Any, b: Any, layout: OperandLayout, block_m: int, block_n: int, block_k: int) -> tuple[Any, Any]:
+def operand_descriptors(a: Any, b: Any, layout: OperandLayout, block_m: int, block_n: int,
+                        block_k: int) -> tuple[Any, Any]:
     """The kernel arguments for a and b: TMA descriptors when `layout.tma`, else the tensors
     themselves. The caller checked the bases are 16-byte aligned (`layout_for`)."""
     if not layout.tma:

@@ -105,10 +105,12 @@ def reduces(owner, rank, ONE_SHOT: tl.constexpr):
 
 
 @triton.jit
-def push_partial(ctx, out, slots, t, m0, n0, M, N, rank, world, grid, ONE_SHOT: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+def push_partial(ctx, out, slots, peer_slots, parity, t, m0, n0, M, N, rank, world, grid, ONE_SHOT: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, TMA_PUSH: tl.constexpr):
     """Copies this rank's partial of tile `t`, staged in `out`, into its slot (rank - dest - 1) mod
-    world in the workspace of each other rank `dest` that reduces the tile."""
+    world in the workspace of each other rank `dest` that reduces the tile. TMA_PUSH (one-shot,
+    world 2): through `peer_slots`, a TMA descriptor of the one peer's slots [2, M, N] (blocks
+    [1, ROWS, BLOCK_N]), so the copy engine of the SM sends while the warps go on."""
     owner = tile_owner(t, grid, world)
     rn = n0 + tl.arange(0, BLOCK_N)
     # Unrolled: the chunks' loads can be in flight together (this runs inside the GEMM's K loop).
@@ -117,11 +119,14 @@ def push_partial(ctx, out, slots, t, m0, n0, M, N, rank, world, grid, ONE_SHOT: 
         offs = rm[:, None].to(tl.int64) * N + rn[None, :]
         mask = (rm[:, None] < M) & (rn[None, :] < N)
         v = tl.load(out + offs, mask=mask)
-        for k in range(1, world):
-            dest = (rank + k) % world
-            if reduces(owner, dest, ONE_SHOT):
-                slot = tl.cast((rank - dest - 1 + world) % world, tl.int64) * M * N
-                tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
+        if TMA_PUSH:
+            peer_slots.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
+        else:
+            for k in range(1, world):
+                dest = (rank + k) % world
+                if reduces(owner, dest, ONE_SHOT):
+                    slot = tl.cast((rank - dest - 1 + world) % world, tl.int64) * M * N
+                    tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
 
 
 @triton.jit
@@ -172,11 +177,12 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, grid, ONE_S
 
 
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
-                                 trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                 GROUP_M: tl.constexpr, ONE_SHOT: tl.constexpr, TMA: tl.constexpr,
-                                 B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
-                                 REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr,
+def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+                                 stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, ONE_SHOT: tl.constexpr,
+                                 TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr,
+                                 PUSH_ROWS: tl.constexpr, REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr,
+                                 TMA_PUSH: tl.constexpr,
                                  COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
     """Method "push" (see the module docs). out [M, N] (heap, contiguous) = all-reduce of a @ b.
     ws: the partials' slots (heap, this op's workspace): (world - 1) x [M, N], twice in ONE_SHOT
@@ -189,12 +195,17 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
     partials have been in for a whole tile). The split point differs between CTAs (STAGGER
     groups): pushes spread over the tile's time instead of all CTAs sending at once, which would
     queue every CTA behind a full NVLink for the whole burst.
-    COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: four stamps per tile
-    (first GEMM part, push, rest of the GEMM, stage + signal + reduce), one at the end."""
+    TMA_PUSH (one-shot, Hopper): partials are pushed through `peer_slots`, a TMA descriptor
+    (`push_partial`); else by stores from registers (`peer_slots` unused). The signal after a
+    push waits for the TMA stores' completion (`symm_tile_signal_others`). The staging in `out`
+    stays a plain store: the push and the reduce read it back with plain loads.
+    COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: six stamps per tile
+    (first GEMM part, push, rest of the GEMM, stage, signal, reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
     epoch = tl.load(epochs + pid)
+    parity = epoch % 2
     slots = ws
     if ONE_SHOT:
         slots += (epoch % 2).to(tl.int64) * (WORLD - 1) * M * N
@@ -210,23 +221,25 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = gemm_range(acc, a, b, m0, M, n0, N, 0, split, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
                          B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-        stamp(trace, 1 + 4 * step, TRACE)
+        stamp(trace, 1 + 6 * step, TRACE)
         if COMMUNICATE:
             if p1 >= 0:
-                push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N,
-                             PUSH_ROWS)
-        stamp(trace, 2 + 4 * step, TRACE)
+                push_partial(ctx, out, slots, peer_slots, parity, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT,
+                             BLOCK_M, BLOCK_N, PUSH_ROWS, TMA_PUSH)
+        stamp(trace, 2 + 6 * step, TRACE)
         acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
                          B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-        stamp(trace, 3 + 4 * step, TRACE)
+        stamp(trace, 3 + 6 * step, TRACE)
         store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        stamp(trace, 4 + 6 * step, TRACE)
         if COMMUNICATE:
             if p1 >= 0:
                 worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, WORLD, ONE_SHOT), worst)
+            stamp(trace, 5 + 6 * step, TRACE)
             if (p2 >= 0) & (worst == 0):
                 worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
                                     REDUCE_ROWS)
-        stamp(trace, 4 + 4 * step, TRACE)
+        stamp(trace, 6 + 6 * step, TRACE)
         p2 = p1
         p1, p1_m0, p1_n0 = t, m0, n0
         step += 1
@@ -234,22 +247,22 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, epochs, M, N, K, stride_am,
         # The last tile's partial goes out now (nothing left to overlap it with); then the last two
         # tiles are reduced.
         if p1 >= 0:
-            push_partial(ctx, out, slots, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N,
-                         PUSH_ROWS)
+            push_partial(ctx, out, slots, peer_slots, parity, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT,
+                         BLOCK_M, BLOCK_N, PUSH_ROWS, TMA_PUSH)
             worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, WORLD, ONE_SHOT), worst)
         if (p2 >= 0) & (worst == 0):
             worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
-                                 REDUCE_ROWS)
+                                REDUCE_ROWS)
         if (p1 >= 0) & (worst == 0):
             worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
-                                 REDUCE_ROWS)
+                                REDUCE_ROWS)
         # Two-shot: the sums of this CTA's other tiles, pushed by their owners.
         if not ONE_SHOT:
             for t in range(pid, tiles_m * tiles_n, grid):
                 owner = tile_owner(t, grid, WORLD)
                 if (owner != rank) & (worst == 0):
                     worst = il.symm_tile_wait(ctx, t, owner)
-        stamp(trace, 1 + 4 * step, TRACE)
+        stamp(trace, 1 + 6 * step, TRACE)
         tl.store(epochs + pid, epoch + 1)
     tl.store(status + pid, worst)
 
@@ -335,11 +348,12 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 
 
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
-           trace: Any = None, stagger: Optional[int] = None) -> None:
+           trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
-    replaces tuning.MATMUL_PUSH_STAGGER."""
+    replaces tuning.MATMUL_PUSH_STAGGER, `tma_push=False` pushes by stores from registers where
+    TMA could take them."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
     stamps = trace if trace is not None else status
@@ -354,11 +368,24 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
     epochs = heap.workspace("matmul_all_reduce/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
+    push_rows = max(1, min(c.block_m, 8192 // c.block_n))
+    tma = a_arg is not a and p.one_shot and (tma_push is None or tma_push) and (p.n * out.element_size()) % 16 == 0
+    peer_slots = peer_slots_descriptor(heap, ws, p, push_rows) if tma else ws  # unused unless TMA_PUSH
     matmul_allreduce_push_kernel[(p.ctas,)](
-        heap.ctx, a_arg, b_arg, out, ws, epochs.view(torch.int32), p.m, p.n, p.k, *strides, status, stamps,
-        ONE_SHOT=p.one_shot, TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major,
-        WORLD=heap.world_size, PUSH_ROWS=max(1, min(c.block_m, 8192 // c.block_n)),
-        REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)), STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **meta)
+        heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs.view(torch.int32), p.m, p.n, p.k, *strides,
+        status, stamps, ONE_SHOT=p.one_shot, TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major,
+        WORLD=heap.world_size, PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
+        STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, TMA_PUSH=tma, **meta)
+
+
+def peer_slots_descriptor(heap: Any, ws: Any, p: Plan, push_rows: int) -> Any:
+    """A TMA descriptor of the one peer's partial slots [2, M, N] in PUSH_ROWS-row pieces, for the
+    one-shot push at world 2 (the workspace is a heap tensor: 16-byte aligned)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, n = p.m, p.n
+    peer = heap.peer_tensor(ws[:2 * m * n].view(2, m, n), 1 - heap.rank)
+    return TensorDescriptor(peer, [2, m, n], [m * n, n, 1], [1, push_rows, p.config.block_n])
 
 
 __all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",
