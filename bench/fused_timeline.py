@@ -6,7 +6,7 @@ Launches matmul_all_reduce's kernels (every method) with TRACE=True, so each CTA
 GPU's global timer at its start and after each phase of each tile (ironlink/fused/trace.py):
 - method "tile": GEMM done, tile all-reduced (the all-reduce's two cross-rank barriers included);
 - method "push": the first part of the K loop, the previous tile's partial pushed, the rest of
-  the K loop, the partial staged, the signal, the reduce of the tile two steps back (the wait for
+  the K loop, the signal, the partial staged, the reduce of the tile two steps back (the wait for
   the peers' partials included); then the end ("finish": the last push and reduces, two-shot's
   waits).
 Per launch it reports, summed over the CTAs of the slowest rank and as a share of CTA time:
@@ -33,7 +33,7 @@ from ironlink.fused.matmul_allreduce import METHODS, launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
 
-PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "stage", "signal", "reduce")}
+PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "signal", "stage", "reduce")}
 # Summed phase times are CTA-microseconds: kernel_us x ctas is the whole; start skew and the idle
 # time after a CTA's last stamp make up the rest.
 

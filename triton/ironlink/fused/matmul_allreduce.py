@@ -190,8 +190,8 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     (a workspace zeroed at creation: equal on every rank).
 
     Per tile t, a CTA: runs the first part of t's K loop; pushes the partial of its previous tile
-    (staged in `out`) to the reducing ranks; runs the rest of the K loop; stages t's partial in
-    `out`; signals the previous tile's partial; reduces the tile of two steps ago (its peers'
+    (staged in `out`) to the reducing ranks; runs the rest of the K loop; signals the previous
+    tile's partial; stages t's partial in `out`; reduces the tile of two steps ago (its peers'
     partials have been in for a whole tile). The split point differs between CTAs (STAGGER
     groups): pushes spread over the tile's time instead of all CTAs sending at once, which would
     queue every CTA behind a full NVLink for the whole burst.
@@ -200,7 +200,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     push waits for the TMA stores' completion (`symm_tile_signal_others`). The staging in `out`
     stays a plain store: the push and the reduce read it back with plain loads.
     COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: six stamps per tile
-    (first GEMM part, push, rest of the GEMM, stage, signal, reduce), one at the end."""
+    (first GEMM part, push, rest of the GEMM, signal, stage, reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
@@ -230,12 +230,15 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
         acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
                          B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
         stamp(trace, 3 + 6 * step, TRACE)
-        store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
-        stamp(trace, 4 + 6 * step, TRACE)
+        # The signal before the stage: its release then waits only for the push, long drained,
+        # not for the stage's stores.
         if COMMUNICATE:
             if p1 >= 0:
                 worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, WORLD, ONE_SHOT), worst)
-            stamp(trace, 5 + 6 * step, TRACE)
+        stamp(trace, 4 + 6 * step, TRACE)
+        store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        stamp(trace, 5 + 6 * step, TRACE)
+        if COMMUNICATE:
             if (p2 >= 0) & (worst == 0):
                 worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
                                     REDUCE_ROWS)
