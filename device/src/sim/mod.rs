@@ -55,7 +55,7 @@ impl Node {
         let mut n = Node {
             world,
             heaps: (0..world).map(|_| words(heap_bytes)).collect(),
-            signals: (0..world).map(|_| words(signal::MIN_BYTES)).collect(),
+            signals: (0..world).map(|_| words(signal::FULL_BYTES)).collect(),
             scratch: (0..world).map(|_| words(scratch_bytes)).collect(),
             ctxs: Vec::new(),
             heap_bytes,
@@ -68,7 +68,7 @@ impl Node {
                 c.node_size = s as u32;
             }
             c.heap_size = heap_bytes as u64;
-            c.signal_size = signal::MIN_BYTES as u64;
+            c.signal_size = signal::FULL_BYTES as u64;
             c.scratch_size = scratch_bytes as u64;
             // Generous: hundreds of OS threads per node share a CI machine's few cores, and the
             // test binaries run at the same time; a real hang still ends in 10 s.
@@ -90,7 +90,7 @@ impl Node {
                 .map(|r| {
                     [
                         region(&n.heaps[r], heap_bytes),
-                        region(&n.signals[r], signal::MIN_BYTES),
+                        region(&n.signals[r], signal::FULL_BYTES),
                         region(&n.scratch[r], scratch_bytes),
                     ]
                 })
