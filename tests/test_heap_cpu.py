@@ -237,6 +237,7 @@ def test_torch_interop_constant():
     from ironlink import torch_interop
 
     assert torch_interop.MIN_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["MIN_BYTES"]
+    assert torch_interop.FULL_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["FULL_BYTES"]
 
 
 def test_all_reduce_algorithm_choice(native):
