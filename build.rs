@@ -57,6 +57,7 @@ fn python_module() -> String {
     writeln!(o, "MAX_WORLD = {}", abi::MAX_WORLD).unwrap();
     writeln!(o, "MAX_CTAS = {}", abi::MAX_CTAS).unwrap();
     writeln!(o, "MAX_TILES = {}", abi::MAX_TILES).unwrap();
+    writeln!(o, "MAX_LL_TILES = {}", abi::MAX_LL_TILES).unwrap();
     writeln!(o, "DEFAULT_TIMEOUT_NS = {}\n", abi::DEFAULT_TIMEOUT_NS).unwrap();
     group(&mut o, "STATUS", abi::status::ALL);
     group(&mut o, "REDUCE_OP", abi::reduce_op::ALL);

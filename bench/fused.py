@@ -72,7 +72,7 @@ class FusedBench:
             residual.add_(x)
             F.rms_norm(residual, (hidden,), weight, eps)
 
-        default = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world)
+        default = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world, self.sms)
         for mode in ("rows", "whole"):
             self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}]", shape, dt,
                         lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,

@@ -36,6 +36,29 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
     assert rms(3, 5000).block_h == 8192  # the next power of two
 
 
+@pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
+    # World 2: a hidden-8192 bf16 row fits the LL tile all-reduce; one row per CTA up to the SMs.
+    (1, 8192, 2, "rows", 1), (8, 8192, 2, "rows", 8), (32, 8192, 2, "rows", 32), (128, 8192, 2, "rows", 128),
+    (132, 8192, 2, "rows", 132), (2048, 8192, 2, "whole", None),
+    # Rows too large for it (hidden 16384 at world 2, 8192 at world 4): by bytes, as measured before it.
+    (1, 16384, 2, "rows", 1), (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8),
+    # Smaller rows at world 4 fit: 2048 bf16 is 4 KiB.
+    (1, 2048, 4, "rows", 1),
+])
+def test_rmsnorm_rows_over_the_ll_tile_all_reduce(tokens: int, hidden: int, world: int, mode: str,
+                                                  ctas: int | None) -> None:
+    shape = (tokens, hidden)
+    p = arn.plan(spec("x", shape, ptr=1 << 20), spec("residual", shape, ptr=2 << 30),
+                 spec("weight", (hidden,), ptr=3 << 30), spec("out", shape, ptr=4 << 30), DEV, world, 132)
+    assert p.mode == mode
+    if ctas is not None:
+        assert p.ctas == ctas
+    if mode == "rows" and tokens <= 132:
+        per = tuning.rmsnorm_rows_per_cta(tokens, p.ctas)
+        takes = tuning.tile_all_reduce_takes_ll(p.ctas - 1, per, hidden * 2, world)
+        assert takes == (hidden * 2 * per <= 16384 and (world == 2 or hidden <= 2048)), (per, takes)
+
+
 @pytest.mark.parametrize("kw, err, text", [
     ({"residual": spec("residual", (8, 4096))}, ValueError, "residual has shape"),
     ({"out": spec("out", (8, 8192), "float16")}, TypeError, "out is float16"),

@@ -40,6 +40,19 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
          "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
         {"dt": 2, "out_dt": triton.language.bfloat16, "TR": 32, "TC": 64},
     ),
+    # The GPU suite's LL tile shapes: one hidden-8192 row per tile, and 64 x 128 fp32 tiles.
+    "tiles_then_all_reduce_row": (
+        fk.tiles_then_all_reduce.fn,
+        {"ctx": "i64", "x": "*bf16", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "seed": "i32",
+         "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
+        {"dt": 2, "out_dt": triton.language.bfloat16, "TR": 1, "TC": 8192},
+    ),
+    "tiles_then_all_reduce_64x128_fp32": (
+        fk.tiles_then_all_reduce.fn,
+        {"ctx": "i64", "x": "*fp32", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "seed": "i32",
+         "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
+        {"dt": 0, "out_dt": triton.language.float32, "TR": 64, "TC": 128},
+    ),
     "tiles_then_all_gather": (
         fk.tiles_then_all_gather.fn,
         {"ctx": "i64", "x": "*bf16", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "world": "i32",

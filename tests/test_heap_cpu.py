@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import ironlink
-from ironlink import _abi
+from ironlink import _abi, tuning
 from ironlink.errors import IronlinkError, device_error, function_name, status_name
 from ironlink.heap import (
     SymmetricHeap,
@@ -237,6 +237,7 @@ def test_torch_interop_constant():
     from ironlink import torch_interop
 
     assert torch_interop.MIN_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["MIN_BYTES"]
+    assert torch_interop.FULL_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["FULL_BYTES"]
 
 
 def test_all_reduce_algorithm_choice(native):
@@ -254,6 +255,23 @@ def test_all_reduce_algorithm_choice(native):
     assert native.all_reduce_algorithm(8, scratch, 1 << 62, 1 << 62, 1, 1 << 30) == "two_shot"
     with pytest.raises(IronlinkError, match="world size 9"):
         native.all_reduce_algorithm(9, scratch, one, ll, 64, 1 << 10)
+
+
+def test_tile_all_reduce_choice_matches_the_device(native):
+    # tuning.tile_all_reduce_takes_ll (the fused ops' launch planning) against the device's rule.
+    full, small = native.FULL_SIGNAL_BYTES, native.MIN_SIGNAL_BYTES
+    assert full == _abi.SIGNAL_LAYOUT["FULL_BYTES"] and native.SIGNAL_BYTES >= full
+    limit = _abi.THRESHOLDS["TILE_LL_MAX_BYTES"]
+    for world in range(1, 9):
+        for tile in (0, 1, _abi.MAX_LL_TILES - 1, _abi.MAX_LL_TILES, _abi.MAX_TILES - 1):
+            for rows, row_bytes in ((1, 2), (1, limit), (1, limit + 2), (3, 74), (4, 1366), (2, 2336),
+                                    (1, 2336), (1, 2338), (1, 5456), (1, 5458), (1, 8192), (1, 8194), (8, 4096)):
+                got = tuning.tile_all_reduce_takes_ll(tile, rows, row_bytes, world)
+                want = native.tile_all_reduce_algorithm(world, full, tile, rows, row_bytes)
+                assert got == (want == "one_shot_ll"), (world, tile, rows, row_bytes, want)
+                # A signal region without the LL area (torch's pads of MIN_BYTES): two-shot.
+                assert native.tile_all_reduce_algorithm(world, small, tile, rows, row_bytes) == "two_shot"
+    assert tuning.tile_all_reduce_takes_ll(0, 1, 16384, 2)  # one hidden-8192 bf16 row at world 2
 
 
 def test_algorithm_limits_are_checked():

@@ -43,6 +43,11 @@ pub const MAX_CTAS: usize = 256;
 /// Tile indices a tile-scoped call may name (`0..MAX_TILES`): each has its own call counter and
 /// barrier slots in the signal region.
 pub const MAX_TILES: usize = 4096;
+/// Tile indices `0..MAX_LL_TILES` have a slot in the LL receive area of tile all-reduces
+/// (`signal::TILE_LL_OFFSET`); a tile all-reduce on a higher index runs two-shot. One per CTA of
+/// the largest grid, so a kernel that runs tile `pid` on CTA `pid` (all_reduce_rmsnorm's rows)
+/// always has one.
+pub const MAX_LL_TILES: usize = MAX_CTAS;
 
 const_group! {
 /// Status codes returned by every `i32` device function. 0 is success; errors are negative.
@@ -305,6 +310,15 @@ signal: usize {
     TILE_BOX_BYTES = super::MAX_CTAS * TILE_BOX_AREA;
     /// The smallest signal region a context may carry.
     MIN_BYTES = TILE_BOX_OFFSET + TILE_BOX_BYTES;
+    /// The LL receive area of small tile all-reduces (`transport::tile_inbox`), past `MIN_BYTES`:
+    /// a context whose signal region ends before `FULL_BYTES` runs every tile all-reduce
+    /// two-shot (as one over torch's signal pads of `MIN_BYTES` does). `[MAX_LL_TILES][2]` halves,
+    /// each `[world - 1]` boxes (one per source rank, this rank skipped) of packets, as many as
+    /// fit: 16 KiB of tile data per box at world 2, 8 KiB at 3, 5.3 KiB at 4, 2.3 KiB at 8.
+    TILE_LL_OFFSET = MIN_BYTES;
+    TILE_LL_BYTES = 16 << 20;
+    /// The signal region the host allocates: everything above.
+    FULL_BYTES = TILE_LL_OFFSET + TILE_LL_BYTES;
 }}
 
 /// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.

@@ -7,7 +7,7 @@
 
 mod sim;
 use core::sync::atomic::Ordering;
-use ironlink_device::abi::MAX_TILES;
+use ironlink_device::abi::{signal, MAX_TILES};
 use ironlink_device::hw::host::SIM_SM_COUNT;
 use ironlink_device::hw::{cta_rank, grid_ctas, sync_threads as hw_sync, thread_rank};
 use sim::*;
@@ -235,16 +235,26 @@ fn tile_all_reduce_matches_tiles_by_index_and_keeps_per_tile_epochs() {
         },
     ];
     let mut rng = Rng::new(7);
-    for world in [2, 3, 4] {
+    // Each shape twice: with the LL receive area (the small tiles go one-shot over LL packets),
+    // and on a context whose signal region lacks it (every tile two-shot).
+    for (world, signal_bytes) in [2, 3, 4]
+        .into_iter()
+        .flat_map(|w| [(w, signal::FULL_BYTES), (w, signal::MIN_BYTES)])
+    {
         for (k, m) in shapes.iter().enumerate() {
             for dt in Dt::ALL {
                 let op = OPS[(k + world) % OPS.len()];
                 let mut node = Node::new(world, 1 << 16, 1 << 16);
+                for r in 0..world {
+                    node.ctx_mut(r).signal_size = signal_bytes as u64;
+                }
                 let inputs: Vec<Vec<f64>> = (0..world)
                     .map(|r| m.fill(&mut node, r, dt, &mut rng, op))
                     .collect();
                 let once = reference(op, &inputs);
-                let what = format!("tile all_reduce world={world} shape={k} {dt:?} op={op}");
+                let what = format!(
+                    "tile all_reduce world={world} shape={k} {dt:?} op={op} signal={signal_bytes}"
+                );
                 // Two rounds in one launch, then two more in a second launch: per-tile epochs
                 // carry over calls and launches.
                 let (ctas, threads) = (3, 32);

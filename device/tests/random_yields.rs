@@ -117,3 +117,68 @@ fn collectives_under_random_yields() {
         );
     }
 }
+
+/// The LL tile all-reduce under random yields: 3 ranks, 2 CTAs, 12 tiles (tile t on CTA
+/// (t + rank) % 2), each called with data and then empty, four times over in one launch, against
+/// the f64 reference, bitwise equal across ranks. (The ranks stay too close in step here for a
+/// wrong choice of LL half to show; `tile_ll.rs` makes them drift apart.)
+#[test]
+fn ll_tile_all_reduce_under_random_yields() {
+    use ironlink_device::collectives::choice::{tile_all_reduce, TileAlgorithm};
+    std::env::set_var("IRONLINK_SIM_YIELD", "1");
+    let (world, ctas, tiles, cols, rounds) = (3, 2usize, 12usize, 70usize, 4usize);
+    let mut node = Node::new(world, 1 << 16, 0);
+    let mut rng = Rng::new(5);
+    let at = |t: usize, k: usize| 4096 + (t * rounds + k) * 256;
+    let mut want = Vec::new();
+    for t in 0..tiles {
+        assert_eq!(
+            tile_all_reduce(node.context(0), t, 2 * cols, (2 * cols).div_ceil(8)),
+            TileAlgorithm::OneShotLl
+        );
+        for k in 0..rounds {
+            let inputs: Vec<Vec<f64>> = (0..world)
+                .map(|r| {
+                    let v: Vec<f32> = (0..cols).map(|_| rng.uniform(-2.0, 2.0)).collect();
+                    fill(&mut node, r, at(t, k), Dt::Bf16, &v)
+                })
+                .collect();
+            want.push(reference(reduce_op::SUM, &inputs));
+        }
+    }
+    let st = node.run("ll tiles, random yields", ctas as u32, 16, |rank, ctx| {
+        let cta = ironlink_device::hw::cta_rank() as usize;
+        for k in 0..rounds {
+            for t in (0..tiles).filter(|t| (t + rank) % ctas == cta) {
+                for rows in [1, 0] {
+                    let ptr = node.addr(rank, at(t, k));
+                    let (c, sum, bf16) = (cols as i64, reduce_op::SUM, dtype::BFLOAT16);
+                    let s = api::symm_tile_all_reduce(ctx, ptr, rows, c, c, t as i64, sum, bf16);
+                    if s != status::OK {
+                        return s;
+                    }
+                }
+            }
+        }
+        status::OK
+    });
+    assert_eq!(st, vec![status::OK; world]);
+    for t in 0..tiles {
+        for k in 0..rounds {
+            let got = read(&node, 0, at(t, k), Dt::Bf16, cols);
+            assert_close(
+                &format!("tile {t} call {k}"),
+                Dt::Bf16,
+                &got,
+                &want[t * rounds + k],
+            );
+            for r in 1..world {
+                assert_eq!(
+                    read(&node, r, at(t, k), Dt::Bf16, cols),
+                    got,
+                    "tile {t} rank {r}"
+                );
+            }
+        }
+    }
+}

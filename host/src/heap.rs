@@ -5,7 +5,7 @@
 //! Each rank makes ONE `cuMemAlloc` allocation holding three regions, each 4 KiB aligned:
 //!
 //! ```text
-//! [ user heap (tensors) | signal region (>= abi::signal::MIN_BYTES, zeroed) | scratch region ]
+//! [ user heap (tensors) | signal region (abi::signal::FULL_BYTES, zeroed) | scratch region ]
 //! ```
 //!
 //! The regions sit at the same offsets on every rank, so an address in my heap translates to a
@@ -45,8 +45,10 @@ pub const REGION_ALIGN: u64 = 4096;
 /// Scratch bytes when the caller does not choose (a tuning number: see its measurements there).
 pub const DEFAULT_SCRATCH_BYTES: u64 =
     ironlink_device::collectives::choice::DEFAULT_SCRATCH_BYTES as u64;
-/// Bytes of the signal region: the ABI's minimum, page aligned.
-pub const SIGNAL_BYTES: u64 = (abi::signal::MIN_BYTES as u64).div_ceil(REGION_ALIGN) * REGION_ALIGN;
+/// Bytes of the signal region: the ABI's full layout (with the LL receive area of small tile
+/// all-reduces; a context of only `MIN_BYTES` runs those two-shot), page aligned.
+pub const SIGNAL_BYTES: u64 =
+    (abi::signal::FULL_BYTES as u64).div_ceil(REGION_ALIGN) * REGION_ALIGN;
 
 /// Sizes of the three regions (each a multiple of `REGION_ALIGN`), equal on every rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -400,7 +402,7 @@ mod tests {
     fn layout_rounds_and_aligns() {
         let l = Layout::new(1000, 5000).unwrap();
         assert_eq!((l.heap, l.scratch), (4096, 8192));
-        assert!(l.signal >= abi::signal::MIN_BYTES as u64);
+        assert!(l.signal >= abi::signal::FULL_BYTES as u64);
         assert_eq!(l.signal % REGION_ALIGN, 0);
         assert_eq!(l.signal_offset() % REGION_ALIGN, 0);
         assert_eq!(l.scratch_offset() % REGION_ALIGN, 0);

@@ -8,12 +8,16 @@
 - The same for tile all-gather (stacked blocks) and tile reduce-scatter, and push-as-produced
   around a ring (symm_tile_put, stores through peer pointers + symm_tile_signal, symm_tile_wait).
 - Back-to-back launches and a CUDA graph replayed (per-tile epochs), a grid larger than the GPU
-  (INVALID_ARGUMENT), results against exact references and bitwise equal on all ranks.
+  (INVALID_ARGUMENT), results against exact references and bitwise equal on all ranks. Tile
+  shapes on both sides of the LL tile all-reduce's limits (size and tile index; the case names
+  count the tiles of each algorithm), graphs replayed 200 times back to back.
 - The fused ops (ironlink.all_reduce_rmsnorm in every mode, ironlink.matmul_all_reduce,
   ironlink.matmul_reduce_scatter, ironlink.all_gather_matmul, each also 8
   launches back to back) against a
   float64 reference within the dtype's tolerance, bitwise equal on all ranks, eager and replayed
-  in a CUDA graph, at shapes that are not multiples of the tile.
+  in a CUDA graph, at shapes that are not multiples of the tile; all_reduce_rmsnorm at the token
+  counts of decode (1 to 128, rows over the LL tile all-reduce at world 2) also 500 graph
+  replays back to back.
 - The fused ops' kernels for heaps of several nodes (grid barriers around a hierarchical
   collective), relinked with the P2P bitcode and run on this one-node heap as if it spanned
   several (`as_several_nodes`): their own logic checked the same way on any GPUs, without NVSHMEM
@@ -32,7 +36,7 @@ import torch.distributed as dist
 import triton.language as tl
 
 import ironlink
-from ironlink.distributed import grid_cap
+from ironlink.distributed import grid_cap, sm_share
 from ironlink import _abi, tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES
@@ -84,23 +88,40 @@ class Suite:
             self.heap.free(x)
             self.heap.set_algorithm_limits(*old)
 
-    def tiles(self, rows: int, cols: int, stride: int, dtype: torch.dtype, grid: int, graph: bool) -> None:
+    def tile_algorithms(self, rows: int, cols: int, tile: tuple[int, int], dtype: torch.dtype) -> str:
+        """How many of the tiles of a rows x cols matrix cut into `tile` go over the LL tile
+        all-reduce (the device's rule, as tuning mirrors it) and how many two-shot: for case names."""
+        tr, tc = tile
+        tiles_c = -(-cols // tc)
+        n = -(-rows // tr) * tiles_c
+        size = torch.tensor([], dtype=dtype).element_size()
+        ll = sum(tuning.tile_all_reduce_takes_ll(t, min(tr, rows - t // tiles_c * tr),
+                                                 min(tc, cols - t % tiles_c * tc) * size, self.world)
+                 for t in range(n))
+        return f"LL {ll} / two-shot {n - ll}"
+
+    def tiles(self, rows: int, cols: int, stride: int, dtype: torch.dtype, grid: int, graph: bool,
+              tile: tuple[int, int] = (32, 64), replays: int = 3) -> None:
+        """Eager: three launches with new values. Graph: `replays` replays; with more than 3, back
+        to back with one check at the end (the tiles' LL halves and epochs across launches)."""
         w = self.world
         x = self.heap.empty((rows * stride,), dtype)
         try:
             x.fill_(-1.0)  # the stride gaps keep it
             launch = lambda seed: tiles_then_all_reduce[(grid,)](  # noqa: E731
                 self.heap.ctx, x, rows, cols, stride, self.rank, seed, DT[dtype], TL[dtype], self.status,
-                TR=32, TC=64, num_warps=4)
+                TR=tile[0], TC=tile[1], num_warps=4)
             if graph:
                 launch(0)
                 torch.cuda.synchronize()
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g):
                     launch(3)
-            for seed in (3, 3, 3) if graph else (1, 2, 5):
+            rounds = ((3,) * replays if replays <= 3 else (3,)) if graph else (1, 2, 5)
+            for seed in rounds:
                 if graph:
-                    g.replay()
+                    for _ in range(1 if replays <= 3 else replays):
+                        g.replay()
                 else:
                     launch(seed)
                 torch.cuda.synchronize()
@@ -205,7 +226,10 @@ class Suite:
         finally:
             self.heap.free(board)
 
-    def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str, graph: bool) -> None:
+    def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, graph: bool,
+                back_to_back: int = 0) -> None:
+        """Eager once, or in a CUDA graph replayed 3 times; with `back_to_back`, a graph of the
+        inputs' reset and the op replayed that many times without a host sync, checked at the end."""
         w, r = self.world, self.rank
         x = self.heap.empty((tokens, hidden), dtype)
         gen = torch.Generator(device="cuda").manual_seed(1234)
@@ -227,9 +251,25 @@ class Suite:
             same_on_all_ranks(out)
             same_on_all_ranks(residual)
 
+        def run() -> None:
+            ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap, mode=mode)
+
         try:
-            self.replays(lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
-                                                             mode=mode), graph, prepare, check)
+            if back_to_back:
+                prepare()
+                run()
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    prepare()
+                    run()
+                for _ in range(back_to_back):
+                    g.replay()
+                torch.cuda.synchronize()
+                self.heap.check()
+                check()
+            else:
+                self.replays(run, graph, prepare, check)
         finally:
             self.heap.free(x)
 
@@ -453,6 +493,20 @@ def main() -> int:
             cases.run(f"tile all_reduce {dtype} {rows}x{cols} stride {stride} grid {grid}",
                       lambda: s.tiles(rows, cols, stride, dtype, grid, graph=False))
     cases.run("tile all_reduce in a CUDA graph", lambda: s.tiles(64, 1000, 1024, torch.bfloat16, 16, graph=True))
+    # The LL tile all-reduce (small tiles of indices below MAX_LL_TILES) beside the two-shot: tiles
+    # at its size limit at world 2 (64 x 128 bf16 = 16 KiB; fp32 two-shot), one row of hidden
+    # 8192 per tile (all_reduce_rmsnorm's rows), and a matrix whose tile indices run past
+    # MAX_LL_TILES; eager, and CUDA graphs replayed back to back.
+    for dtype, rows, cols, tile, grid in ((torch.bfloat16, 200, 1000, (64, 128), 16),
+                                          (torch.float32, 200, 1000, (64, 128), 16),
+                                          (torch.bfloat16, 40, 8192, (1, 8192), 40),
+                                          (torch.float16, 330, 1000, (16, 64), 132)):
+        grid = min(grid, cap)
+        algs = s.tile_algorithms(rows, cols, tile, dtype)
+        cases.run(f"tile all_reduce {dtype} {rows}x{cols} tiles {tile} grid {grid} ({algs})",
+                  lambda: s.tiles(rows, cols, cols, dtype, grid, graph=False, tile=tile))
+        cases.run(f"tile all_reduce {dtype} {rows}x{cols} tiles {tile} ({algs}): 200 graph replays back to back",
+                  lambda: s.tiles(rows, cols, cols, dtype, grid, graph=True, tile=tile, replays=200))
     cases.run("grid barrier: grid larger than the GPU", s.grid_too_large)
     for dtype in (torch.bfloat16, torch.float32):
         for rows, cols, stride, grid in ((100, 300, 320, 8), (7, 4096, 4100, 32)):
@@ -471,6 +525,18 @@ def main() -> int:
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
                           lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
+        # The token counts of decode, in the default mode: rows over the LL tile all-reduce where
+        # a CTA's row fits it (hidden 8192 at world 2; the case name says which).
+        sms = sm_share(torch.cuda.current_device())
+        for tokens in (1, 8, 32, 128):
+            mode = tuning.rmsnorm_mode(tokens, 8192 * 2, world, sms)
+            ll = mode == "rows" and tuning.tile_all_reduce_takes_ll(
+                min(tokens, sms) - 1, tuning.rmsnorm_rows_per_cta(tokens, min(tokens, sms)), 8192 * 2, world)
+            how = f"{mode}{' over LL' if ll else ''}"
+            cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=False))
+            cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: 500 graph replays back to back",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=500))
         for method in MATMUL_METHODS:
             for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)),
                                  ((16, 8192, 512), (100, 1000, 300))):

@@ -26,6 +26,9 @@ from .heap import _torch, load_native
 
 # The smallest signal pad ironlink can use (abi::signal::MIN_BYTES).
 MIN_SIGNAL_PAD_BYTES: int = _abi.SIGNAL_LAYOUT["MIN_BYTES"]
+# A signal pad with the LL receive area of small tile all-reduces (abi::signal::FULL_BYTES); with
+# a smaller one `symm_tile_all_reduce` runs every tile two-shot.
+FULL_SIGNAL_PAD_BYTES: int = _abi.SIGNAL_LAYOUT["FULL_BYTES"]
 
 
 class SymmMemContext:

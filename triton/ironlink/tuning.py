@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional, Sequence
 
-from ._abi import MAX_CTAS, MAX_TILES
+from ._abi import MAX_CTAS, MAX_LL_TILES, MAX_RANKS, MAX_TILES, SIGNAL_LAYOUT, THRESHOLDS
 from .tuning_table import ALGORITHM_LIMITS, TABLES
 
 Tables = Mapping[str, Mapping[int, Sequence[tuple[int, int, int]]]]
@@ -74,18 +74,44 @@ def all_to_all_v_launch(max_bytes: int = 0) -> tuple[int, int]:
 
 # --- fused ops (ironlink.fused) ------------------------------------------------------------------
 
-# all_reduce_rmsnorm runs "rows" (each CTA all-reduces and normalizes its own rows) for x of more
-# than RMSNORM_WHOLE_MAX_BYTES and less than RMSNORM_WHOLE_MIN_BYTES, "whole" (every CTA all-reduces,
-# a grid barrier, then the norm) otherwise. Measured on 4 H200s, hidden 8192 bf16
-# (bench/results/fused-4xNVIDIA-H200-20261122-125136.json): whole wins at 1 token (9.7 vs 12.0 us)
-# and 2048 (210 vs 222 us), rows from 8 to 512 tokens (12.9 vs 15.4 us at 8).
+def tile_all_reduce_takes_ll(tile: int, rows: int, row_bytes: int, world: int) -> bool:
+    """Whether `symm_tile_all_reduce` runs one-shot over LL packets (no barrier) for tile index
+    `tile` of `rows` rows of `row_bytes` bytes over `world` ranks of one node, on a heap whose
+    signal region holds the LL area (every `SymmetricHeap`'s): the device's rule
+    (`collectives::choice::tile_all_reduce`, `transport::tile_inbox`), mirrored here for launch
+    planning and tested against it (`_native.tile_all_reduce_algorithm`)."""
+    if not 2 <= world <= MAX_RANKS or not 0 <= tile < MAX_LL_TILES:
+        return False
+    layout = SIGNAL_LAYOUT
+    capacity = layout["TILE_LL_BYTES"] // (MAX_LL_TILES * 2 * (world - 1) * 16)  # packets per box
+    packets = rows * -(-row_bytes // 8)
+    return rows * row_bytes <= THRESHOLDS["TILE_LL_MAX_BYTES"] and packets <= capacity
+
+
+# all_reduce_rmsnorm runs "rows" (each CTA all-reduces and normalizes its own rows) where each
+# CTA's rows go over the LL tile all-reduce (one row per CTA: at most `sms` tokens, rows that fit
+# the LL tile: up to 8192 bf16 at world 2), and otherwise for x of more than
+# RMSNORM_WHOLE_MAX_BYTES and less than RMSNORM_WHOLE_MIN_BYTES; "whole" (every CTA all-reduces, a
+# grid barrier, then the norm) else. Measured on 4 H200s, hidden 8192 bf16, before the LL tile
+# all-reduce (bench/results/fused-4xNVIDIA-H200-20261122-125136.json): whole won at 1 token (9.7
+# vs 12.0 us) and 2048 (210 vs 222 us), rows from 8 to 512 tokens (12.9 vs 15.4 us at 8). Rows over
+# LL at 1 token (no grid barrier, no tile barrier) is chosen without a measurement yet.
 RMSNORM_WHOLE_MAX_BYTES = 16 << 10
 RMSNORM_WHOLE_MIN_BYTES = 32 << 20
 
 
-def rmsnorm_mode(tokens: int, row_bytes: int, world: int) -> str:
-    """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks."""
-    del world  # measured on 4 GPUs only so far
+def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
+    """Rows of each CTA in all_reduce_rmsnorm's "rows" mode on a grid of `ctas` (the last CTAs may
+    have fewer, or none)."""
+    return -(-tokens // max(1, ctas))
+
+
+def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> str:
+    """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks with
+    `sms` SMs per rank for its grid."""
+    ctas = max(1, min(tokens, sms, MAX_LL_TILES))
+    if tile_all_reduce_takes_ll(ctas - 1, rmsnorm_rows_per_cta(tokens, ctas), row_bytes, world):
+        return "rows"
     nbytes = tokens * row_bytes
     return "whole" if nbytes <= RMSNORM_WHOLE_MAX_BYTES or nbytes >= RMSNORM_WHOLE_MIN_BYTES else "rows"
 
@@ -168,4 +194,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_PUSH_STAGGER", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "rmsnorm_mode", "sp_method"]
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
+           "tile_all_reduce_takes_ll"]

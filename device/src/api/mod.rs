@@ -420,7 +420,8 @@ exports! {
 
     /// Tile all-reduce, in place, by this CTA alone: the `rows` x `cols` elements at `ptr`, rows
     /// `row_stride` elements apart, with tile `tile` (< MAX_TILES) of every rank. Any CTA may run
-    /// any tile; every rank must call each tile index the same number of times.
+    /// any tile; every rank must call each tile index the same number of times with the same
+    /// shape. Small tiles go one-shot over LL packets (no barrier), the others two-shot.
     fn symm_tile_all_reduce(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
         tile_call(ctx, which!(symm_tile_all_reduce), tile, |c| {
             let t = Tile::new(c, ptr, Shape { rows, cols, row_stride }, check_op_dtype(reduce_op, dtype)?)?;

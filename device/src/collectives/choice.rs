@@ -13,7 +13,7 @@
 use crate::abi::SymmContext;
 use crate::runtime::mem::div_ceil32;
 use crate::runtime::region::Region;
-use crate::transport::{ll_packet, store_rounds};
+use crate::transport::{ll_packet, store_rounds, tile_inbox};
 
 /// Defines `pub mod thresholds` with one `pub const` per entry (bytes) and `ALL`, the
 /// (name, value) table that `build.rs` projects into Python.
@@ -56,6 +56,11 @@ thresholds! {
     /// session, pull vs push): 16 MiB 48.8 vs 55.6 us, 64 MiB 169.5 vs 176.8, 256 MiB 642.1 vs
     /// 627.8, 1 GiB 2484 vs 2418.
     PUSH_REDUCE_SCATTER_MIN_BYTES = 256 << 20;
+    /// Tile all-reduces of up to this many data bytes run one-shot over LL packets where the
+    /// packets fit the tile's boxes (`transport::tile_inbox`), two-shot between barriers above:
+    /// one hidden-8192 bf16 row, all_reduce_rmsnorm's tile at up to one token per CTA. Not yet
+    /// measured against the two-shot at other sizes.
+    TILE_LL_MAX_BYTES = 16 << 10;
 }
 const _: () = assert!(PUSH_MIN_BYTES <= SEPARATE_PHASES_MIN_BYTES);
 
@@ -134,4 +139,31 @@ pub fn use_ll(c: &SymmContext, ctas: usize, total: usize, n: usize) -> bool {
 pub fn reduce_scatter_by_stores(c: &SymmContext, input: &Region, out: &Region) -> bool {
     input.bytes >= PUSH_REDUCE_SCATTER_MIN_BYTES
         && store_rounds::usable_for_reduce_scatter(c, input, out)
+}
+
+/// The tile all-reduce algorithms (see `collectives::tile` and `collectives::tile_ll`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileAlgorithm {
+    /// Every rank pushes its tile to every peer as LL packets and reduces what it receives.
+    OneShotLl,
+    /// Rank p reduces part p of the tile from every rank and stores it into every rank, between
+    /// two barriers.
+    TwoShot,
+}
+
+/// The algorithm of a tile all-reduce on tile index `tile` of `bytes` data bytes that travel
+/// as `packets` LL packets (its 8-byte units, counted per row): LL up to `TILE_LL_MAX_BYTES`
+/// where the tile's boxes hold them. Equal on every rank when the tile's shape is.
+#[inline(always)]
+pub fn tile_all_reduce(
+    c: &SymmContext,
+    tile: usize,
+    bytes: usize,
+    packets: usize,
+) -> TileAlgorithm {
+    if bytes <= TILE_LL_MAX_BYTES && tile_inbox::fits(c, tile, packets) {
+        TileAlgorithm::OneShotLl
+    } else {
+        TileAlgorithm::TwoShot
+    }
 }

@@ -8,7 +8,7 @@
 //! the peers' inputs visible and their outputs free; one after makes the results complete and
 //! keeps a rank from overwriting an input a peer still reads. Work is split by 16-byte units:
 //! across CTAs, then across threads. Small all_gather / reduce_scatter go over one hop of LL
-//! packets instead, with no barrier.
+//! packets instead, with no barrier; so do small tile all-reduces (`tile_ll`).
 
 pub mod all_gather;
 pub mod all_reduce;
@@ -20,6 +20,7 @@ pub mod hierarchical;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod tile;
+pub mod tile_ll;
 
 use crate::runtime::mem::split;
 use crate::runtime::sync::Call;

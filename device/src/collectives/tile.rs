@@ -8,12 +8,13 @@
 //! tile's data must be complete before the call as seen by the calling CTA: written by it, or by
 //! an earlier kernel.
 //!
-//! Every call runs between two barriers among the tile's CTAs: the first makes every rank's
-//! input visible (and its output free), the second makes every result arrive before anyone
-//! returns (and keeps a rank from overwriting an input a peer still reads).
-//! - all_reduce: the tile's 16-byte units are split among the ranks; rank p reduces its part from
-//!   every rank's tile, in rank order, and stores the result into every rank's tile (the
-//!   whole-tensor two-shot, so results are bitwise equal on every rank).
+//! Small all-reduces run one-shot over LL packets, with no barrier (`tile_ll`; `choice` decides).
+//! Every other call runs between two barriers among the tile's CTAs: the first makes every
+//! rank's input visible (and its output free), the second makes every result arrive before
+//! anyone returns (and keeps a rank from overwriting an input a peer still reads).
+//! - all_reduce (two-shot): the tile's 16-byte units are split among the ranks; rank p reduces
+//!   its part from every rank's tile, in rank order, and stores the result into every rank's
+//!   tile (the whole-tensor two-shot, so results are bitwise equal on every rank).
 //! - all_gather: `world` blocks of the tile's shape, `block_stride` elements apart; rank p's
 //!   block p is its contribution, which it stores into every peer's block p.
 //! - reduce_scatter: rank p reduces block p of every rank's input, in rank order, into its
@@ -22,6 +23,8 @@
 //! Work inside a tile is split by 16-byte units counted row after row, so that narrow tiles keep
 //! every thread busy.
 
+use super::choice::{tile_all_reduce, TileAlgorithm};
+use super::tile_ll;
 use crate::abi::{status, SymmContext, MAX_RANKS, MAX_TILES};
 use crate::runtime::elem::{Acc, Reduction};
 use crate::runtime::mem::{div32, load_unit, rotate, split, store_unit, unit_bytes};
@@ -164,12 +167,37 @@ impl Tile {
     /// The heap offset of unit `u` (counted row after row) and its valid bytes.
     #[inline(always)]
     pub fn unit(&self, u: usize) -> (usize, usize) {
-        let per_row = self.units_per_row();
+        self.unit_of::<16>(u)
+    }
+
+    /// Data bytes in the tile.
+    #[inline(always)]
+    pub fn bytes(&self) -> usize {
+        self.rows * self.row_bytes
+    }
+
+    /// 8-byte units (one LL packet's data each) in the tile, counted row after row.
+    #[inline(always)]
+    pub fn ll_units(&self) -> usize {
+        self.rows * self.row_bytes.div_ceil(8)
+    }
+
+    /// The heap offset of 8-byte unit `u` (counted row after row) and its valid bytes.
+    #[inline(always)]
+    pub fn ll_unit(&self, u: usize) -> (usize, usize) {
+        self.unit_of::<8>(u)
+    }
+
+    /// Unit `u` of `B` bytes, counted row after row (the last of a row partial): heap offset
+    /// and valid bytes.
+    #[inline(always)]
+    fn unit_of<const B: usize>(&self, u: usize) -> (usize, usize) {
+        let per_row = self.row_bytes.div_ceil(B);
         let row = div32(u, per_row);
         let i = u - row * per_row;
         (
-            self.offset + row * self.stride_bytes + 16 * i,
-            unit_bytes(i, 16, self.row_bytes),
+            self.offset + row * self.stride_bytes + B * i,
+            unit_bytes(i, B, self.row_bytes),
         )
     }
 }
@@ -211,11 +239,20 @@ fn reduce_unit(call: &Call, offset: usize, valid: usize, red: &Reduction) -> [u3
     acc.finish(red, call.world)
 }
 
-/// In-place all-reduce of `tile` with the same tile on every rank (see the module docs).
+/// In-place all-reduce of `tile` with the same tile on every rank: one-shot over LL packets
+/// for small tiles (`tile_ll`), else two-shot (see the module docs); `choice` decides.
 pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> {
     if tile.rows == 0 {
         return Ok(());
     }
+    match tile_all_reduce(call.c, call.cta, tile.bytes(), tile.ll_units()) {
+        TileAlgorithm::OneShotLl => tile_ll::all_reduce(call, tile, red),
+        TileAlgorithm::TwoShot => two_shot(call, tile, red),
+    }
+}
+
+/// The two-shot tile all-reduce (see the module docs); `tile` is not empty.
+fn two_shot(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> {
     let (lo, hi) = split(tile.rows * tile.units_per_row(), call.world, call.rank);
     call.barrier(0)?;
     let c = call.c;

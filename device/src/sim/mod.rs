@@ -4,7 +4,7 @@
 
 extern crate std;
 
-use crate::abi::{backend, signal, SymmContext, MAX_CTAS, MAX_RANKS};
+use crate::abi::{backend, signal, SymmContext, MAX_CTAS, MAX_RANKS, MAX_TILES};
 use crate::collectives::choice::with_default_limits;
 use crate::hw::{host, sim_net};
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
@@ -55,7 +55,7 @@ impl Node {
         let mut n = Node {
             world,
             heaps: (0..world).map(|_| words(heap_bytes)).collect(),
-            signals: (0..world).map(|_| words(signal::MIN_BYTES)).collect(),
+            signals: (0..world).map(|_| words(signal::FULL_BYTES)).collect(),
             scratch: (0..world).map(|_| words(scratch_bytes)).collect(),
             ctxs: Vec::new(),
             heap_bytes,
@@ -68,7 +68,7 @@ impl Node {
                 c.node_size = s as u32;
             }
             c.heap_size = heap_bytes as u64;
-            c.signal_size = signal::MIN_BYTES as u64;
+            c.signal_size = signal::FULL_BYTES as u64;
             c.scratch_size = scratch_bytes as u64;
             // Generous: hundreds of OS threads per node share a CI machine's few cores, and the
             // test binaries run at the same time; a real hang still ends in 10 s.
@@ -90,7 +90,7 @@ impl Node {
                 .map(|r| {
                     [
                         region(&n.heaps[r], heap_bytes),
-                        region(&n.signals[r], signal::MIN_BYTES),
+                        region(&n.signals[r], signal::FULL_BYTES),
                         region(&n.scratch[r], scratch_bytes),
                     ]
                 })
@@ -143,6 +143,31 @@ impl Node {
                     unsafe { *(base.add(slot) as *mut u32) = epoch << 2 | 3 };
                 }
             }
+        }
+    }
+
+    /// Puts every rank in the state it would be in after `epoch` calls on every tile index
+    /// (tile epoch counters and tile barrier slots; the LL half bit clear), to test wrap-around.
+    pub fn set_tile_epochs(&mut self, epoch: u32) {
+        for r in 0..self.world {
+            let base = self.signals[r].as_mut_ptr() as *mut u8;
+            for tile in 0..MAX_TILES {
+                // SAFETY: inside the tile epoch array (TILE_EPOCH_OFFSET + MAX_TILES * 4 <= MIN_BYTES).
+                unsafe { *(base.add(signal::TILE_EPOCH_OFFSET + tile * 4) as *mut u32) = epoch };
+                for p in 0..MAX_RANKS {
+                    let slot = signal::TILE_BARRIER_OFFSET + (tile * MAX_RANKS + p) * 4;
+                    // SAFETY: inside the tile barrier array.
+                    unsafe { *(base.add(slot) as *mut u32) = epoch << 2 | 3 };
+                }
+            }
+        }
+    }
+
+    /// `rank`'s signal region, for tests that check what was written there.
+    pub fn signal(&self, rank: usize) -> &[u8] {
+        // SAFETY: u128 storage viewed as bytes; no simulated thread runs while tests inspect it.
+        unsafe {
+            std::slice::from_raw_parts(self.signals[rank].as_ptr() as *const u8, signal::FULL_BYTES)
         }
     }
 

@@ -482,6 +482,30 @@ fn gather_algorithm(
     Ok(if ll { "ll" } else { "bulk" })
 }
 
+/// The algorithm of a tile all-reduce ("one_shot_ll" or "two_shot") on tile index `tile` of
+/// `rows` rows of `row_bytes` bytes, on a context of `world` ranks with a signal region of
+/// `signal_bytes`: the device's own rule (`ironlink.tuning.tile_all_reduce_takes_ll` mirrors it
+/// for the launch planning of the fused ops, and is tested against this).
+#[pyfunction]
+fn tile_all_reduce_algorithm(
+    world: i32,
+    signal_bytes: u64,
+    tile: usize,
+    rows: usize,
+    row_bytes: usize,
+) -> PyResult<&'static str> {
+    let mut c = choice_context(world, 0, 1)?;
+    c.signal_size = signal_bytes;
+    use ironlink_device::collectives::choice::{tile_all_reduce, TileAlgorithm};
+    let packets = rows.saturating_mul(row_bytes.div_ceil(8));
+    Ok(
+        match tile_all_reduce(&c, tile, rows.saturating_mul(row_bytes), packets) {
+            TileAlgorithm::OneShotLl => "one_shot_ll",
+            TileAlgorithm::TwoShot => "two_shot",
+        },
+    )
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -497,6 +521,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(heap_layout, m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce_algorithm, m)?)?;
     m.add_function(wrap_pyfunction!(gather_algorithm, m)?)?;
+    m.add_function(wrap_pyfunction!(tile_all_reduce_algorithm, m)?)?;
     m.add("ABI_VERSION", abi::ABI_VERSION)?;
     m.add("CONTEXT_SIZE", abi::CONTEXT_SIZE)?;
     m.add("HANDLE_BYTES", exchange::HANDLE_BYTES)?;
@@ -504,5 +529,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("REGION_ALIGN", heap::REGION_ALIGN)?;
     m.add("ALLOC_ALIGN", alloc::ALIGN)?;
     m.add("MIN_SIGNAL_BYTES", abi::signal::MIN_BYTES)?;
+    m.add("FULL_SIGNAL_BYTES", abi::signal::FULL_BYTES)?;
     Ok(())
 }

@@ -14,10 +14,13 @@ equals an unfused rms_norm of it). Results are bitwise identical on every rank.
 
 Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
 - "rows": each CTA owns a block of rows, all-reduces it with `symm_tile_all_reduce` (tile index
-  = CTA index) and normalizes it at once; nothing waits for other CTAs.
+  = CTA index) and normalizes it at once; nothing waits for other CTAs. Where a CTA's block is
+  small (one row of up to 16 KiB at world 2, `tuning.tile_all_reduce_takes_ll`) the tile
+  all-reduce runs one-shot over LL packets, with no barrier: the mode chosen for the few tokens
+  of decode, one row per CTA.
 - "whole": the whole tensor is all-reduced by every CTA with `symm_all_reduce` (its LL one-shot
   for small sizes), `symm_grid_barrier` makes every row visible to every CTA, then each CTA
-  normalizes rows. Wins for a few tokens, where one CTA per row block would be all latency.
+  normalizes rows. For many tokens, and for rows too large for the LL tile all-reduce.
 On a heap of several nodes the same two over `symm_all_reduce_hierarchical` and
 `symm_tile_all_reduce_hierarchical` (a kernel linked with the NVSHMEM bitcode); "whole" by
 default there, as no measurement has chosen between them yet.
@@ -71,7 +74,7 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         raise ValueError(f"hidden size must be in [1, {MAX_HIDDEN}], got {hidden}")
     if residual.data_ptr == x.data_ptr and tokens:
         raise ValueError("residual must not be x (x holds the all-reduced sum, residual the sum plus residual)")
-    mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world))
+    mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world, sms))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     block_h = triton.next_power_of_2(hidden)
