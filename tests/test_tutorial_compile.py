@@ -70,6 +70,11 @@ EXAMPLE_KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]
     ("peer_write.py", "peer_write"): [
         ({"buf": "*fp32", "ctx": "i64", "rank": "i32", "SLOT": "constexpr", "BLOCK": "constexpr"},
          {"SLOT": 1024, "BLOCK": 1024})],
+    ("fused_matmul_all_reduce.py", "gemm_all_reduce"): [
+        ({"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "inbox": "*bf16", "M": "i32", "K": "i32",
+          "status": "*i32", "N": "constexpr", "WORLD": "constexpr", "BM": "constexpr", "BN": "constexpr",
+          "BK": "constexpr", "STAGGER": "constexpr"},
+         {"N": 8192, "WORLD": 2, "BM": 128, "BN": 256, "BK": 64, "STAGGER": 8, "num_warps": 8, "num_stages": 3})],
     ("moe_layer.py", "grouped_gemm"): [
         ({"x": "*bf16", "w": "*bf16", "counts": "*i64", "offsets": "*i64", "y": "*bf16", "K": "i32", "N": "i32",
           "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}, {"BM": 64, "BN": 64, "BK": 64})],

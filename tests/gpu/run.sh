@@ -15,7 +15,8 @@
 #   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
 #   nvshmem      every host-level op over SymmetricHeap(backend="nvshmem") (PyTorch's NVSHMEM symmetric
 #                memory), bitwise against a P2P heap, per world size (tests/gpu/nvshmem_worker.py)
-#   examples     examples/all_reduce.py (the GPU `make demo`) and examples/moe_layer.py
+#   examples     examples/all_reduce.py (the GPU `make demo`), examples/moe_layer.py and
+#                examples/fused_matmul_all_reduce.py
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
@@ -191,7 +192,7 @@ for part in "${parts[@]}"; do
       timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;
     examples)
-      for ex in all_reduce moe_layer; do
+      for ex in all_reduce moe_layer fused_matmul_all_reduce; do
         log="$OUT/example-$ex.log"
         timeout 180 torchrun --standalone --nproc_per_node="$largest" "examples/$ex.py" > "$log" 2>&1; r=$?
         grep -vE "^(W|I)[0-9]{4}|^\*+$|OMP_NUM_THREADS|^$" "$log" | tail -12; [ $r -eq 0 ] || fail "example $ex" "$log"
