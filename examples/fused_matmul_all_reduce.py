@@ -100,7 +100,8 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(rank)
     a = torch.randn(M, k, device="cuda", generator=gen).to(torch.bfloat16)
     b = (torch.randn(k, N, device="cuda", generator=gen) / k ** 0.5).to(torch.bfloat16)
-    with ironlink.SymmetricHeap((world + 2) * M * N * 2 + (64 << 20)) as heap:
+    # out, the inbox, the library's output and its workspace (2 x (world - 1) partial slots).
+    with ironlink.SymmetricHeap((3 * world + 2) * M * N * 2 + (64 << 20)) as heap:
         out, inbox = heap.empty((M, N), torch.bfloat16), heap.empty((world, M, N), torch.bfloat16)
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
         sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -315,7 +315,8 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
                       check: bool = False) -> Any:
     """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
     tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
-    `method`: "push" or "tile" (module docs; default `tuning.matmul_method`), on one node.
+    `method`: "push" or "tile" (module docs; default `tuning.matmul_method`), on one node. "push"
+    keeps a workspace in the heap: (world - 1) x M x N elements, twice at world 2.
     Collective; CUDA-graph capturable when `out` is given and the call ran once before with
     these shapes (the push method's workspace is made then)."""
     if heap is None and out is None:
