@@ -26,8 +26,8 @@ import sys
 
 import torch
 import torch.distributed as dist
-import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 import ironlink
 import ironlink.language as il
@@ -48,16 +48,12 @@ def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD:
     worst = pid * 0
     prev = pid * 0 - 1
     for t in range(pid, tiles + grid, grid):  # one step past the last tile pushes it
-        rm = (t // tiles_n) * BM + tl.arange(0, BM)
-        rn = (t % tiles_n) * BN + tl.arange(0, BN)
+        m0, n0 = (t // tiles_n) * BM, (t % tiles_n) * BN
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        rk = tl.arange(0, BK)
         for part in tl.static_range(2):  # the K loop in two parts: [0, split), then [split, K)
-            if t < tiles:  # (shapes are multiples of the tile here: no masks)
+            if t < tiles:  # a, b: TMA descriptors (Hopper's copy engine loads the operand tiles)
                 for k0 in range(split * part, split + (K - split) * part, BK):
-                    x = tl.load(a + rm[:, None].to(tl.int64) * K + (k0 + rk)[None, :])
-                    y = tl.load(b + (k0 + rk)[:, None].to(tl.int64) * N + rn[None, :])
-                    acc = tl.dot(x, y, acc)
+                    acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
             if part == 0:
                 if prev >= 0:  # the previous tile's partial into slot `rank` of every peer's inbox
                     pm = (prev // tiles_n) * BM + tl.arange(0, BM)
@@ -69,7 +65,8 @@ def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD:
                         tl.store(ilt.peer_pointer(ctx, inbox, peer) + rank.to(tl.int64) * M * N + offs, v)
         if prev >= 0:
             worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
-        if t < tiles:
+        if t < tiles:  # (shapes are multiples of the tile here: no masks)
+            rm, rn = m0 + tl.arange(0, BM), n0 + tl.arange(0, BN)
             tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(tl.bfloat16))
         prev = tl.where(t < tiles, t, -1)
     for t in range(pid, tiles, grid):
@@ -107,8 +104,11 @@ def main() -> int:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         grid = (min(sms, (M // BM) * (N // BN)),)  # resident: a CTA waits for peers' CTAs
 
+        a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [BM, BK])
+        b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [BK, BN])
+
         def fused() -> None:
-            gemm_all_reduce[grid](heap.ctx, a, b, out, inbox, M, k, status, N=N, WORLD=world, BM=BM, BN=BN, BK=BK,
+            gemm_all_reduce[grid](heap.ctx, a_desc, b_desc, out, inbox, M, k, status, N=N, WORLD=world, BM=BM, BN=BN, BK=BK,
                                   STAGGER=STAGGER, num_warps=8, num_stages=3)
 
         fused()

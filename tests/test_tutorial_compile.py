@@ -71,7 +71,8 @@ EXAMPLE_KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]
         ({"buf": "*fp32", "ctx": "i64", "rank": "i32", "SLOT": "constexpr", "BLOCK": "constexpr"},
          {"SLOT": 1024, "BLOCK": 1024})],
     ("fused_matmul_all_reduce.py", "gemm_all_reduce"): [
-        ({"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "inbox": "*bf16", "M": "i32", "K": "i32",
+        ({"ctx": "i64", "a": "tensordesc<bf16[128, 64]>", "b": "tensordesc<bf16[64, 256]>", "out": "*bf16",
+          "inbox": "*bf16", "M": "i32", "K": "i32",
           "status": "*i32", "N": "constexpr", "WORLD": "constexpr", "BM": "constexpr", "BN": "constexpr",
           "BK": "constexpr", "STAGGER": "constexpr"},
          {"N": 8192, "WORLD": 2, "BM": 128, "BN": 256, "BK": 64, "STAGGER": 8, "num_warps": 8, "num_stages": 3})],
