@@ -10,13 +10,13 @@ for another rank while there is GEMM work left:
    signal the previous tile (`symm_tile_signal_others`); stage this tile's partial in `out`.
    CTAs push at different points of their K loops, so pushes spread over time instead of
    queueing every CTA behind NVLink at once.
-2. Per tile of this CTA: wait for every peer's partial (`symm_tile_wait_others`), sum the ranks'
-   partials in rank order in fp32 (bitwise the same on every rank), tell the peers their slot in
-   this inbox is read (a signal on tile index tiles + t).
+2. Then the tile of two steps back: wait for every peer's partial (`symm_tile_wait_others`: they
+   came in during a whole tile), sum the ranks' partials in rank order in fp32 (bitwise the same
+   on every rank), tell the peers their slot in this inbox is read (tile index tiles + t).
 3. Before the launch ends: wait until every peer has read this rank's partials, so the next
    launch may overwrite them.
-`ironlink.matmul_all_reduce` does the same with a TMA GEMM, reduces tiles during the GEMM and
-double-buffers the inbox instead of step 3 (docs/fused.md). Prints the error against a float64
+`ironlink.matmul_all_reduce` does the same, with a TMA push, any shape and layout, and a
+double-buffered inbox instead of step 3 (docs/fused.md). Prints the error against a float64
 reference and the times of this kernel, the library op and torch.matmul + ironlink.all_reduce.
 """
 
@@ -26,6 +26,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -37,53 +38,55 @@ M, N, K_TOTAL = 4096, 8192, 8192
 BM, BN, BK, STAGGER = 128, 256, 64, 8
 
 
+@triton.jit
+def _tile_origin(t, tiles_n, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.constexpr):
+    """Tile t's first row and column: groups of GROUP tile rows walked column by column, so the
+    CTAs of one wave share b's columns in L2."""
+    group, rows = t // (GROUP * tiles_n), t % (GROUP * tiles_n)
+    return (group * GROUP + rows % GROUP) * BM, (rows // GROUP) * BN
+
+
 @ironlink.jit(do_not_specialize=["ctx"])
 def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGGER: tl.constexpr):
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     tiles_n = N // BN
-    tiles = (M // BM) * tiles_n
+    tiles = (M // BM) * tiles_n  # (shapes are multiples of the tile here: no masks)
     split = (pid % STAGGER) * (K // BK) // STAGGER * BK  # where in the K loop this CTA pushes
     worst = pid * 0
-    prev = pid * 0 - 1
-    for t in range(pid, tiles + grid, grid):  # one step past the last tile pushes it
-        m0, n0 = (t // tiles_n) * BM, (t % tiles_n) * BN
+    prev, prev2 = pid * 0 - 1, pid * 0 - 1  # the tiles one and two steps back
+    for t in range(pid, tiles + 2 * grid, grid):  # two steps past the last tile: push it, sum it
+        m0, n0 = _tile_origin(t, tiles_n, BM, BN, 8)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for part in tl.static_range(2):  # the K loop in two parts: [0, split), then [split, K)
             if t < tiles:  # a, b: TMA descriptors (Hopper's copy engine loads the operand tiles)
                 for k0 in range(split * part, split + (K - split) * part, BK):
                     acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
-            if part == 0:
-                if prev >= 0:  # the previous tile's partial into slot `rank` of every peer's inbox
-                    pm = (prev // tiles_n) * BM + tl.arange(0, BM)
-                    pn = (prev % tiles_n) * BN + tl.arange(0, BN)
-                    offs = pm[:, None].to(tl.int64) * N + pn[None, :]
-                    v = tl.load(out + offs)
-                    for k in tl.static_range(1, WORLD):
-                        peer = (rank + k) % WORLD
-                        tl.store(ilt.peer_pointer(ctx, inbox, peer) + rank.to(tl.int64) * M * N + offs, v)
-        if prev >= 0:
+            if (part == 0) & (prev >= 0) & (prev < tiles):  # prev's partial into every peer's inbox
+                pm, pn = _tile_origin(prev, tiles_n, BM, BN, 8)
+                offs = (pm + tl.arange(0, BM))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
+                v = tl.load(out + offs)
+                for k in tl.static_range(1, WORLD):
+                    tl.store(ilt.peer_pointer(ctx, inbox, (rank + k) % WORLD) + rank.to(tl.int64) * M * N + offs, v)
+        if (prev >= 0) & (prev < tiles):
             worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
-        if t < tiles:  # (shapes are multiples of the tile here: no masks)
-            rm, rn = m0 + tl.arange(0, BM), n0 + tl.arange(0, BN)
-            tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(tl.bfloat16))
-        prev = tl.where(t < tiles, t, -1)
-    for t in range(pid, tiles, grid):
-        if worst == 0:
-            worst = il.symm_tile_wait_others(ctx, t)
-        if worst == 0:
-            rm = (t // tiles_n) * BM + tl.arange(0, BM)
-            rn = (t % tiles_n) * BN + tl.arange(0, BN)
-            offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+        offs = (m0 + tl.arange(0, BM))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :]
+        if t < tiles:
+            tl.store(out + offs, acc.to(tl.bfloat16))  # this tile's partial, staged
+        if (prev2 >= 0) & (prev2 < tiles) & (worst == 0):  # sum prev2: its peers' partials are in
+            worst = il.symm_tile_wait_others(ctx, prev2)
+            pm, pn = _tile_origin(prev2, tiles_n, BM, BN, 8)
+            offs = (pm + tl.arange(0, BM))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
             total = tl.zeros((BM, BN), dtype=tl.float32)
-            for q in tl.static_range(WORLD):
-                src = tl.where(q == rank, out, inbox + q * M * N)
-                total += tl.load(src + offs).to(tl.float32)
-            tl.store(out + offs, total.to(tl.bfloat16))
-            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, tiles + t), worst)
-    for t in range(pid, tiles, grid):
-        if worst == 0:
+            for q in tl.static_range(WORLD):  # rank order: the same bits on every rank
+                total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + offs).to(tl.float32)
+            if worst == 0:
+                tl.store(out + offs, total.to(tl.bfloat16))
+            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, tiles + prev2), worst)  # slot read
+        prev2, prev = prev, t
+    for t in range(pid, tiles, grid):  # every peer has read this rank's partials: the next launch
+        if worst == 0:                 # may overwrite them
             worst = il.symm_tile_wait_others(ctx, tiles + t)
     tl.store(status + pid, worst)
 
@@ -108,8 +111,8 @@ def main() -> int:
         b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [BK, BN])
 
         def fused() -> None:
-            gemm_all_reduce[grid](heap.ctx, a_desc, b_desc, out, inbox, M, k, status, N=N, WORLD=world, BM=BM, BN=BN, BK=BK,
-                                  STAGGER=STAGGER, num_warps=8, num_stages=3)
+            gemm_all_reduce[grid](heap.ctx, a_desc, b_desc, out, inbox, M, k, status, N=N, WORLD=world, BM=BM,
+                                  BN=BN, BK=BK, STAGGER=STAGGER, num_warps=8, num_stages=3)
 
         fused()
         heap.check()
