@@ -65,10 +65,12 @@ def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD:
                     acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
             if (part == 0) & (prev >= 0) & (prev < tiles):  # prev's partial into every peer's inbox
                 pm, pn = _tile_origin(prev, tiles_n, BM, BN, 8)
-                offs = (pm + tl.arange(0, BM))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
-                v = tl.load(out + offs)
-                for k in tl.static_range(1, WORLD):
-                    tl.store(ilt.peer_pointer(ctx, inbox, (rank + k) % WORLD) + rank.to(tl.int64) * M * N + offs, v)
+                for r0 in tl.static_range(0, BM, 32):  # 32 rows at a time: acc holds most registers
+                    offs = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
+                    v = tl.load(out + offs)
+                    for k in tl.static_range(1, WORLD):
+                        dst = ilt.peer_pointer(ctx, inbox, (rank + k) % WORLD) + rank.to(tl.int64) * M * N
+                        tl.store(dst + offs, v)
         if (prev >= 0) & (prev < tiles):
             worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
         offs = (m0 + tl.arange(0, BM))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :]
