@@ -79,12 +79,13 @@ def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD:
         if (prev2 >= 0) & (prev2 < tiles) & (worst == 0):  # sum prev2: its peers' partials are in
             worst = il.symm_tile_wait_others(ctx, prev2)
             pm, pn = _tile_origin(prev2, tiles_n, BM, BN, 8)
-            offs = (pm + tl.arange(0, BM))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
-            total = tl.zeros((BM, BN), dtype=tl.float32)
-            for q in tl.static_range(WORLD):  # rank order: the same bits on every rank
-                total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + offs).to(tl.float32)
-            if worst == 0:
-                tl.store(out + offs, total.to(tl.bfloat16))
+            for r0 in tl.static_range(0, BM, 32):
+                offs = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
+                total = tl.zeros((32, BN), dtype=tl.float32)
+                for q in tl.static_range(WORLD):  # rank order: the same bits on every rank
+                    total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + offs).to(tl.float32)
+                if worst == 0:
+                    tl.store(out + offs, total.to(tl.bfloat16))
             worst = ilt.failure_or(il.symm_tile_signal_others(ctx, tiles + prev2), worst)  # slot read
         prev2, prev = prev, t
     for t in range(pid, tiles, grid):  # every peer has read this rank's partials: the next launch
