@@ -66,11 +66,11 @@ def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD:
             if (part == 0) & (prev >= 0) & (prev < tiles):  # prev's partial into every peer's inbox
                 pm, pn = _tile_origin(prev, tiles_n, BM, BN, 8)
                 for r0 in tl.static_range(0, BM, 32):  # 32 rows at a time: acc holds most registers
-                    offs = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
-                    v = tl.load(out + offs)
+                    rows = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
+                    v = tl.load(out + rows)
                     for k in tl.static_range(1, WORLD):
                         dst = ilt.peer_pointer(ctx, inbox, (rank + k) % WORLD) + rank.to(tl.int64) * M * N
-                        tl.store(dst + offs, v)
+                        tl.store(dst + rows, v)
         if (prev >= 0) & (prev < tiles):
             worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
         offs = (m0 + tl.arange(0, BM))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :]
@@ -80,12 +80,12 @@ def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD:
             worst = il.symm_tile_wait_others(ctx, prev2)
             pm, pn = _tile_origin(prev2, tiles_n, BM, BN, 8)
             for r0 in tl.static_range(0, BM, 32):
-                offs = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
+                rows = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
                 total = tl.zeros((32, BN), dtype=tl.float32)
                 for q in tl.static_range(WORLD):  # rank order: the same bits on every rank
-                    total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + offs).to(tl.float32)
+                    total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + rows).to(tl.float32)
                 if worst == 0:
-                    tl.store(out + offs, total.to(tl.bfloat16))
+                    tl.store(out + rows, total.to(tl.bfloat16))
             worst = ilt.failure_or(il.symm_tile_signal_others(ctx, tiles + prev2), worst)  # slot read
         prev2, prev = prev, t
     for t in range(pid, tiles, grid):  # every peer has read this rank's partials: the next launch
