@@ -3,8 +3,10 @@
     torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_py.sh fused)
 
 - allreduce_rmsnorm (tokens x hidden, bf16): ironlink_fused (ironlink.all_reduce_rmsnorm, its default
-  mode; ironlink_fused[rows] / [whole] each mode), nccl_torch (dist.all_reduce, residual add,
-  F.rms_norm), ironlink_torch (ironlink.all_reduce and the same torch ops).
+  mode; ironlink_fused[rows] / [whole] each mode; ironlink_fused[<mode>,fp8] its FP8 output on
+  Hopper), nccl_torch (dist.all_reduce, residual add, F.rms_norm), ironlink_torch
+  (ironlink.all_reduce and the same torch ops), torch_symm_torch (PyTorch's symm_mem
+  one_shot_all_reduce and the same torch ops).
 - matmul_allreduce ([M, K] x [K, N] per rank, K = 8192 / world): ironlink_fused
   (ironlink.matmul_all_reduce, its default method; ironlink_fused[push] / [tile] each method),
   nccl_torch (torch.matmul, dist.all_reduce), ironlink_torch (torch.matmul into a heap tensor,
@@ -83,7 +85,37 @@ class FusedBench:
         self.record("allreduce_rmsnorm", "ironlink_torch", shape, dt,
                     lambda: (ironlink.all_reduce(x, heap=self.heap), torch_ops()), nbytes)
         self.record("allreduce_rmsnorm", "torch_ops", shape, dt, torch_ops, nbytes)
+        if torch.cuda.get_device_capability()[0] >= 9:  # the FP8 output (per-token scales) for an FP8 GEMM
+            out8 = torch.empty(tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)
+            scale = torch.empty(tokens, device="cuda", dtype=torch.float32)
+            self.record("allreduce_rmsnorm", f"ironlink_fused[{default},fp8]", shape, dt,
+                        lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out8, heap=self.heap,
+                                                            scale=scale), nbytes)
+        self.torch_symm(shape, dt, x, torch_ops, nbytes)
         self.heap.free(x)
+
+    def torch_symm(self, shape: dict[str, int], dt: str, x: torch.Tensor, torch_ops: Callable[[], None],
+                   nbytes: int) -> None:
+        """torch_symm_torch: PyTorch's symm_mem one_shot_all_reduce, then the same torch ops (where
+        this torch build runs it under CUDA graphs; else say why and go on)."""
+        import torch.distributed._symmetric_memory as symm_mem
+
+        try:
+            buf = symm_mem.empty(x.shape, dtype=x.dtype, device="cuda")
+            buf.zero_()
+            group = dist.group.WORLD.group_name
+            symm_mem.rendezvous(buf, group)
+
+            def run() -> None:
+                x.copy_(torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group))
+                torch_ops()
+
+            run()
+            torch.cuda.synchronize()
+            self.record("allreduce_rmsnorm", "torch_symm_torch", shape, dt, run, nbytes)
+        except Exception as e:  # not every torch build has it (or captures it)
+            if self.rank == 0:
+                print(f"allreduce_rmsnorm: torch_symm_torch skipped: {type(e).__name__}: {str(e)[:200]}", flush=True)
 
     def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, configs: list[tuning.MatmulConfig]) -> None:
         shape = {"M": m, "N": n, "K": k}

@@ -17,7 +17,7 @@ DEV = "cuda:0"
 
 
 def spec(name: str, shape: tuple[int, ...], dtype: str = "bfloat16", ptr: int = 0, contiguous: bool = True) -> TensorSpec:
-    size = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4}[dtype]
+    size = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "float8_e4m3fn": 1}[dtype]
     return TensorSpec(name, shape, dtype, size, contiguous, DEV, ptr)
 
 
@@ -27,6 +27,29 @@ def rms(tokens: int = 8, hidden: int = 8192, **kw: object) -> arn.Plan:
             "weight": spec("weight", (hidden,), ptr=3 << 30), "out": spec("out", (tokens, hidden), ptr=4 << 30)}
     args.update(kw)  # type: ignore[arg-type]
     return arn.plan(args["x"], args["residual"], args["weight"], args["out"], DEV, 4, 132)  # type: ignore[arg-type]
+
+
+def test_rmsnorm_fp8_out_needs_per_token_scales() -> None:
+    x = spec("x", (8, 8192), ptr=1 << 20)
+    res, w = spec("residual", (8, 8192), ptr=2 << 30), spec("weight", (8192,), ptr=3 << 30)
+    out8 = spec("out", (8, 8192), "float8_e4m3fn", ptr=4 << 30)
+    p = arn.plan(x, res, w, out8, DEV, 2, 132, scale=spec("scale", (8,), "float32", ptr=5 << 30))
+    assert p.fp8 and not rms(8).fp8
+    with pytest.raises(ValueError, match="an FP8 out needs scale= an fp32 \\[8\\] tensor"):
+        arn.plan(x, res, w, out8, DEV, 2, 132)
+    with pytest.raises(ValueError, match="FP8 out needs scale"):
+        arn.plan(x, res, w, out8, DEV, 2, 132, scale=spec("scale", (8,), "bfloat16", ptr=5 << 30))
+
+
+def test_rmsnorm_residual_out_is_checked() -> None:
+    x = spec("x", (8, 8192), ptr=1 << 20)
+    res, w, out = spec("residual", (8, 8192), ptr=2 << 30), spec("weight", (8192,), ptr=3 << 30), \
+        spec("out", (8, 8192), ptr=4 << 30)
+    assert not arn.plan(x, res, w, out, DEV, 2, 132, residual_out=spec("residual_out", (8, 8192), ptr=6 << 30)).fp8
+    with pytest.raises(ValueError, match="residual_out must be like x"):
+        arn.plan(x, res, w, out, DEV, 2, 132, residual_out=spec("residual_out", (8, 4096), ptr=6 << 30))
+    with pytest.raises(ValueError, match="residual_out must not be x"):
+        arn.plan(x, res, w, out, DEV, 2, 132, residual_out=spec("residual_out", (8, 8192), ptr=1 << 20))
 
 
 def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:

@@ -161,8 +161,9 @@ def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) 
 
 # The fused ops' kernels for heaps of several nodes (a grid barrier and a hierarchical collective
 # next to a producer): linked the same way, inlined, no local memory.
-_RMSNORM = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "weight": "*bf16", "out": "*bf16", "T": "i32", "H": "i32",
-            "eps": "fp32", "status": "*i32", "WHOLE": "constexpr", "BLOCK_H": "constexpr"}
+_RMSNORM = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16", "out": "*bf16",
+            "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32", "WHOLE": "constexpr",
+            "BLOCK_H": "constexpr", "FP8": "constexpr"}
 _GEMM = {"BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
 _MATMUL = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
            "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
@@ -185,10 +186,10 @@ def _tiles(m: int) -> dict[str, object]:
 # name -> (kernel, signature, constants and launch options, the ironlink functions it must link)
 FUSED: dict[str, tuple[object, dict[str, str], dict[str, object], tuple[str, ...]]] = {
     "allreduce_rmsnorm_whole": (allreduce_rmsnorm_hierarchical_kernel, _RMSNORM,
-                                {"WHOLE": True, "BLOCK_H": 8192, "num_warps": 16},
+                                {"WHOLE": True, "BLOCK_H": 8192, "FP8": False, "num_warps": 16},
                                 ("symm_all_reduce_hierarchical", "symm_grid_barrier")),
     "allreduce_rmsnorm_rows": (allreduce_rmsnorm_hierarchical_kernel, _RMSNORM,
-                               {"WHOLE": False, "BLOCK_H": 8192, "num_warps": 16},
+                               {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "num_warps": 16},
                                ("symm_tile_all_reduce_hierarchical",))}
 for _m in (16, 4096):
     _group = {"GROUP_M": tuning.matmul_config(_m, 8192, 2048, 4).group_m}

@@ -227,16 +227,21 @@ class Suite:
             self.heap.free(board)
 
     def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, graph: bool,
-                back_to_back: int = 0) -> None:
+                back_to_back: int = 0, separate_residual: bool = False, fp8: bool = False) -> None:
         """Eager once, or in a CUDA graph replayed 3 times; with `back_to_back`, a graph of the
-        inputs' reset and the op replayed that many times without a host sync, checked at the end."""
+        inputs' reset and the op replayed that many times without a host sync, checked at the end.
+        `separate_residual`: the sum goes to residual_out, residual stays; `fp8`: out is
+        float8_e4m3fn with per-token scales, checked dequantized against the float64 reference."""
         w, r = self.world, self.rank
         x = self.heap.empty((tokens, hidden), dtype)
         gen = torch.Generator(device="cuda").manual_seed(1234)
         parts = [torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype) for _ in range(w)]
         res0 = torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype)
         weight = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(dtype)
-        residual, out = res0.clone(), torch.empty_like(res0)
+        residual = res0.clone()
+        res_out = torch.full_like(res0, float("nan")) if separate_residual else residual
+        out = torch.empty(tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn if fp8 else dtype)
+        scale = torch.empty(tokens, device="cuda", dtype=torch.float32) if fp8 else None
         eps = 1e-6
 
         def prepare() -> None:
@@ -246,13 +251,25 @@ class Suite:
         def check() -> None:
             want_res = sum(p.double() for p in parts) + res0.double()
             var = want_res.pow(2).mean(-1, keepdim=True)
-            self.close_to(residual, want_res, dtype, "residual")
-            self.close_to(out, want_res * torch.rsqrt(var + eps) * weight.double(), dtype, "out")
+            want = want_res * torch.rsqrt(var + eps) * weight.double()
+            self.close_to(res_out, want_res, dtype, "residual")
+            if separate_residual:
+                assert torch.equal(residual, res0), "residual changed though residual_out was given"
+            if fp8:
+                assert scale is not None
+                amax = want.abs().amax(-1)
+                assert ((scale.double() - amax / 448).abs() <= 2e-2 * amax / 448).all(), "per-token scales"
+                got = out.double() * scale.double()[:, None]  # e4m3 keeps 3 mantissa bits
+                assert ((got - want).abs() <= 0.07 * amax[:, None] + 1e-6).all(), "fp8 out, dequantized"
+                same_on_all_ranks(scale)
+            else:
+                self.close_to(out, want, dtype, "out")
             same_on_all_ranks(out)
-            same_on_all_ranks(residual)
+            same_on_all_ranks(res_out)
 
         def run() -> None:
-            ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap, mode=mode)
+            ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap, mode=mode,
+                                        residual_out=res_out if separate_residual else None, scale=scale)
 
         try:
             if back_to_back:
@@ -525,6 +542,16 @@ def main() -> int:
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
                           lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
+        for mode in MODES:
+            cases.run(f"all_reduce_rmsnorm {mode} {dtype} residual_out", lambda: s.rmsnorm(
+                33, 8192, dtype, mode, graph=False, separate_residual=True))
+            if torch.cuda.get_device_capability()[0] >= 9:
+                for tokens in (1, 33):
+                    cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x8192 fp8 out", lambda: s.rmsnorm(
+                        tokens, 8192, dtype, mode, graph=False, fp8=True))
+        if torch.cuda.get_device_capability()[0] >= 9:
+            cases.run(f"all_reduce_rmsnorm {dtype} fp8 out in a CUDA graph",
+                      lambda: s.rmsnorm(8, 8192, dtype, None, graph=True, fp8=True))
         # The token counts of decode, in the default mode: rows over the LL tile all-reduce where
         # a CTA's row fits it (hidden 8192 at world 2; the case name says which).
         sms = sm_share(torch.cuda.current_device())

@@ -4,13 +4,17 @@ tensor-parallel transformer (vLLM's and TensorRT-LLM's fused_add_rms_norm after 
     out, residual = ironlink.all_reduce_rmsnorm(x, residual, weight, eps=1e-6)
 
 with x [T, H] this rank's partial sums (a heap tensor; it is overwritten with the all-reduced
-sum), residual [T, H] (updated in place to residual + sum), weight [H]:
+sum), residual [T, H] (updated in place to residual + sum, or written to `residual_out`),
+weight [H]:
 
     residual = round(sum_over_ranks(x) + residual)
     out      = round(residual * rsqrt(mean(residual^2) + eps) * weight)
 
 in fp32, rounded to the tensors' dtype where stored (the norm reads the stored residual, so `out`
-equals an unfused rms_norm of it). Results are bitwise identical on every rank.
+equals an unfused rms_norm of it). With an FP8 `out` (torch.float8_e4m3fn, the input of an FP8
+GEMM) each token's row y is quantized with its own scale: scale = max|y| / 448 (e4m3's largest
+value), out = fp8(y / scale), and the scales go to `scale` [T] (fp32). Results are bitwise
+identical on every rank.
 
 Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
 - "rows": each CTA owns a block of rows, all-reduces it with `symm_tile_all_reduce` (tile index
@@ -43,6 +47,7 @@ from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_statu
 
 MAX_HIDDEN = 16384
 MODES = ("rows", "whole")
+FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
 
 
 class Plan(NamedTuple):
@@ -52,17 +57,39 @@ class Plan(NamedTuple):
     mode: str
     ctas: int
     warps: int
+    fp8: bool  # out is float8_e4m3fn, quantized per token
+
+
+def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: TensorSpec, scale: Optional[TensorSpec],
+                  device: str) -> bool:
+    """Checks the optional outputs against x; returns whether `out` is FP8 (then `scale` must be
+    an fp32 [tokens] tensor)."""
+    if residual_out is not None:
+        if check_tensor(residual_out, device) != check_tensor(x, device) or residual_out.shape != x.shape:
+            raise ValueError(f"residual_out must be like x ({x.dtype}, {x.shape}), got {residual_out.dtype}, "
+                             f"{residual_out.shape}")
+        if residual_out.data_ptr == x.data_ptr and x.numel:
+            raise ValueError("residual_out must not be x (x holds the all-reduced sum)")
+    if out.dtype != "float8_e4m3fn":
+        return False
+    if out.shape != x.shape or not out.contiguous or out.device != device:
+        raise ValueError(f"out must be a contiguous {x.shape} tensor on {device}, got {out.shape} on {out.device}")
+    if scale is None or scale.dtype != "float32" or scale.shape != (x.shape[0],) or scale.device != device:
+        raise ValueError(f"an FP8 out needs scale= an fp32 [{x.shape[0]}] tensor on {device} (per-token scales)")
+    return True
 
 
 def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpec, device: str, world: int,
-         sms: int, mode: Optional[str] = None, multi_node: bool = False) -> Plan:
+         sms: int, mode: Optional[str] = None, multi_node: bool = False, residual_out: Optional[TensorSpec] = None,
+         scale: Optional[TensorSpec] = None) -> Plan:
     """Checks the tensors (pure: testable without a GPU) and chooses the launch. A heap of several
     nodes (`multi_node`) runs "whole" unless `mode` asks for "rows" (see the module docs)."""
     if len(x.shape) != 2:
         raise ValueError(f"x must be 2-D [tokens, hidden], got shape {x.shape}")
     tokens, hidden = x.shape
     code = check_tensor(x, device)
-    for t in (residual, out):
+    fp8 = check_outputs(x, residual_out, out, scale, device)
+    for t in (residual,) if fp8 else (residual, out):
         if check_tensor(t, device) != code:
             raise TypeError(f"{t.name} is {t.dtype} but x is {x.dtype}; they must match")
         if t.shape != x.shape:
@@ -84,41 +111,51 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     else:
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
-    return Plan(tokens, hidden, block_h, mode, ctas, warps)
+    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8)
 
 
 @triton.jit
-def _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H: tl.constexpr):
+def _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H: tl.constexpr, FP8: tl.constexpr):
+    """Row `row`: residual_out = x + residual (rounded), out = its RMS norm times weight; with FP8
+    quantized by the row's own scale, stored into scale[row]."""
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
     at = row.to(tl.int64) * H + cols
     v = tl.load(x + at, mask=m, other=0.0).to(tl.float32) + tl.load(residual + at, mask=m, other=0.0).to(tl.float32)
-    r = v.to(residual.dtype.element_ty)
-    tl.store(residual + at, r, mask=m)
+    r = v.to(residual_out.dtype.element_ty)
+    tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
     inv = tl.rsqrt(tl.sum(rf * rf, axis=0) / H + eps)
     w = tl.load(weight + cols, mask=m, other=0.0).to(tl.float32)
-    tl.store(out + at, (rf * inv * w).to(out.dtype.element_ty), mask=m)
+    y = rf * inv * w
+    if FP8:
+        s = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-12) / FP8_MAX
+        tl.store(scale + row, s)
+        y = y / s
+    tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _norm_after_grid_barrier(s, ctx, x, residual, weight, out, T, H, eps, BLOCK_H: tl.constexpr):
+def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps,
+                             BLOCK_H: tl.constexpr, FP8: tl.constexpr):
     """"whole" after its all-reduce (status `s`): every CTA's part of the sum visible to every CTA,
     then rows normalized grid-stride. Returns the first bad status."""
     b = il.symm_grid_barrier(ctx)
     s = ilt.failure_or(s, b)
     for row in range(tl.program_id(0), T, tl.num_programs(0)):
-        _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
+        _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H, FP8)
     return s
 
 
 @jit(do_not_specialize=["ctx", "T", "eps"])
-def allreduce_rmsnorm_kernel(ctx, x, residual, weight, out, T, H, eps, status,
-                             WHOLE: tl.constexpr, BLOCK_H: tl.constexpr):
-    """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status."""
+def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status,
+                             WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False):
+    """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
+    residual_out may be residual (in place); scale is read only with FP8."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     if WHOLE:
-        s = _norm_after_grid_barrier(ilt.all_reduce(ctx, x, T * H), ctx, x, residual, weight, out, T, H, eps, BLOCK_H)
+        s = _norm_after_grid_barrier(ilt.all_reduce(ctx, x, T * H), ctx, x, residual, residual_out, weight, out, scale,
+                                     T, H, eps, BLOCK_H, FP8)
     else:
         per = tl.cdiv(T, grid)
         r0 = pid * per
@@ -126,54 +163,69 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, weight, out, T, H, eps, status,
         rows = tl.maximum(r1 - r0, 0)
         s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
         for row in range(r0, r1):
-            _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
+            _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H, FP8)
     tl.store(status + pid, s)
 
 
 # A heap of several nodes: the same over the hierarchical all-reduces, linked with the NVSHMEM bitcode.
 @jit(do_not_specialize=["ctx", "T", "eps"], nvshmem=True)
-def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, weight, out, T, H, eps, status,
-                                          WHOLE: tl.constexpr, BLOCK_H: tl.constexpr):
+def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status,
+                                          WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False):
     pid, grid = tl.program_id(0), tl.num_programs(0)
     if WHOLE:
         s = ilt.all_reduce_hierarchical(ctx, x, T * H)
-        s = _norm_after_grid_barrier(s, ctx, x, residual, weight, out, T, H, eps, BLOCK_H)
+        s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     else:
         per = tl.cdiv(T, grid)
         r0 = pid * per
         r1 = tl.minimum(T, r0 + per)
         s = ilt.tile_all_reduce_hierarchical(ctx, x + r0.to(tl.int64) * H, tl.maximum(r1 - r0, 0), H, H, pid)
         for row in range(r0, r1):
-            _norm_row(x, residual, weight, out, row, H, eps, BLOCK_H)
+            _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H, FP8)
     tl.store(status + pid, s)
 
 
 def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
-                       heap: Any = None, mode: Optional[str] = None, check: bool = False) -> tuple[Any, Any]:
+                       heap: Any = None, mode: Optional[str] = None, check: bool = False,
+                       residual_out: Any = None, scale: Any = None) -> tuple[Any, ...]:
     """All-reduce `x` (a [tokens, hidden] heap tensor, overwritten with the sum), add it into
-    `residual` (in place) and RMS-normalize the result with `weight`; returns (out, residual).
-    `out` (default: a new tensor like x) may be x itself. Collective; CUDA-graph capturable."""
+    `residual` (in place, or into `residual_out` leaving `residual` as it is) and RMS-normalize
+    the result with `weight`; returns (out, residual or residual_out). `out` (default: a new
+    tensor like x) may be x itself. An `out` of dtype torch.float8_e4m3fn gets the normalized rows
+    quantized per token (module docs; Hopper and later), with the scales in `scale` (fp32
+    [tokens]; allocated when None), and the call returns (out, residual, scale). Collective;
+    CUDA-graph capturable."""
     import torch
 
     h = heap_for(x, "x", heap, "all_reduce_rmsnorm")
     if out is None:
         out = torch.empty_like(x)
+    fp8_out = out.dtype == getattr(torch, "float8_e4m3fn", None)
+    if fp8_out and scale is None:
+        scale = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    if fp8_out and torch.cuda.get_device_capability(h.device)[0] < 9:
+        raise ValueError("all_reduce_rmsnorm: an FP8 out needs a GPU of compute capability 9.0 or later")
+    res_out = residual if residual_out is None else residual_out
     spec = TensorSpec.from_tensor
     sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"), str(h.device),
-             h.world_size, sms, mode, h.multi_node)
+             h.world_size, sms, mode, h.multi_node, spec(res_out, "residual_out") if residual_out is not None else None,
+             spec(scale, "scale") if scale is not None else None)
+    done = (out, res_out, scale) if p.fp8 else (out, res_out)
     if p.tokens == 0:
-        return out, residual
+        return done
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
     kernel = allreduce_rmsnorm_hierarchical_kernel if h.multi_node else allreduce_rmsnorm_kernel
     suffix = "_hierarchical" if h.multi_node else ""
     function = f"symm_tile_all_reduce{suffix}" if p.mode == "rows" else f"symm_all_reduce{suffix}/symm_grid_barrier"
+    scales = scale if p.fp8 else out  # unread without FP8
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
-        lambda status: kernel[(p.ctas,)](h.ctx, x, residual, weight, out, p.tokens, p.hidden, float(eps), status,
-                                         WHOLE=p.mode == "whole", BLOCK_H=p.block_h, num_warps=p.warps),
+        lambda status: kernel[(p.ctas,)](h.ctx, x, residual, res_out, weight, out, scales, p.tokens, p.hidden,
+                                         float(eps), status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
+                                         num_warps=p.warps),
         check, function=function)
-    return out, residual
+    return done
 
 
 __all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "allreduce_rmsnorm_hierarchical_kernel",
