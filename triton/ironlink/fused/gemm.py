@@ -45,25 +45,6 @@ def copy_rows(src, src_stride_r, src_stride_c, dst, dst_stride_r, dst_stride_c, 
 
 
 @triton.jit
-def gemm_tile(a, b, row0, row_end, col0, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """fp32 [BLOCK_M, BLOCK_N]: rows row0.. (those below row_end; others 0) of a [*, K] times
-    columns col0.. (below N) of b [K, N], both read with their strides."""
-    rm = row0 + tl.arange(0, BLOCK_M)
-    rn = col0 + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ka = k0 + rk
-        x = tl.load(a + rm[:, None].to(tl.int64) * stride_am + ka[None, :] * stride_ak,
-                    mask=(rm[:, None] < row_end) & (ka[None, :] < K), other=0.0)
-        y = tl.load(b + ka[:, None].to(tl.int64) * stride_bk + rn[None, :] * stride_bn,
-                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(x, y, acc)
-    return acc
-
-
-@triton.jit
 def gemm_range(acc, a, b, row0, row_end, col0, N, k_begin, k_end, K, stride_am, stride_ak, stride_bk, stride_bn,
                TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr):
@@ -90,6 +71,15 @@ def gemm_range(acc, a, b, row0, row_end, col0, N, k_begin, k_end, K, stride_am, 
                         mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(x, y, acc)
     return acc
+
+
+@triton.jit
+def gemm_tile(a, b, row0, row_end, col0, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N]: rows row0.. (those below row_end; others 0) of a [*, K] times
+    columns col0.. (below N) of b [K, N], both read with their strides."""
+    return gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, row0, row_end, col0, N, 0, K, K,
+                      stride_am, stride_ak, stride_bk, stride_bn, False, False, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
