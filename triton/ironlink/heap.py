@@ -169,9 +169,10 @@ class SymmetricHeap:
             memory; the group must then span every process: see docs/backends.md).
         node_size: backend "nvshmem" only: ranks per node (consecutive ranks share a node).
             Default: ``$LOCAL_WORLD_SIZE`` (torchrun sets it), else the whole group. Smaller
-            than the group, the heap spans several nodes: all_reduce runs hierarchically, other
-            nodes are reached through NVSHMEM, and the other collectives are refused. On one
-            machine a smaller value simulates nodes (4 GPUs as 2 nodes of 2).
+            than the group, the heap spans several nodes: the host-level ops of
+            ``ops.MULTI_NODE_OPS`` (the four fused ops among them) and MoeExchange run over the
+            hierarchical collectives (other nodes reached through NVSHMEM); other host-level
+            launches raise. On one machine a smaller value simulates nodes (4 GPUs as 2 nodes of 2).
     """
 
     def __init__(
