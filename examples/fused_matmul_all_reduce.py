@@ -1,28 +1,18 @@
-"""Fuse an all-reduce into your own Triton GEMM: the row-parallel linear of tensor parallelism.
+"""Fuse an all-reduce into your own Triton GEMM (the row-parallel linear of tensor parallelism).
 
     torchrun --nproc_per_node=2 examples/fused_matmul_all_reduce.py
 
-Each rank holds a [M, K/world] slice of the activations and a [K/world, N] slice of the weight;
-the output is the sum over ranks of their products. One persistent kernel, in which no CTA waits
-for another rank while there is GEMM work left:
-1. Per tile: the first part of the K loop; push the PREVIOUS tile's partial (staged in `out`)
-   into every peer's inbox with plain stores through `ilt.peer_pointer`; the rest of the K loop;
-   signal the previous tile (`symm_tile_signal_others`); stage this tile's partial in `out`.
-   CTAs push at different points of their K loops, so pushes spread over time instead of
-   queueing every CTA behind NVLink at once.
-2. Then the tile of two steps back: wait for every peer's partial (`symm_tile_wait_others`: they
-   came in during a whole tile), sum the ranks' partials in rank order in fp32 (bitwise the same
-   on every rank), tell the peers their slot in this inbox is read (tile index tiles + t).
-3. Before the launch ends: wait until every peer has read this rank's partials, so the next
-   launch may overwrite them.
-`ironlink.matmul_all_reduce` does the same, with a TMA push, any shape and layout, and a
-double-buffered inbox instead of step 3 (docs/fused.md). Prints the error against a float64
-reference and the times of this kernel, the library op and torch.matmul + ironlink.all_reduce.
+Each rank multiplies its [M, K/world] x [K/world, N] slices; the output is the sum over ranks. No
+CTA waits for a peer while it has GEMM work left. Per tile: part of the K loop, push the PREVIOUS
+tile's partial into every peer's inbox (stores through `ilt.peer_pointer`, at a point of the K loop
+that differs between CTAs, so pushes do not all queue behind NVLink at once), the rest of the K
+loop, signal that tile, stage this partial, sum the tile of two steps back over the ranks in rank
+order. A launch ends once every peer acknowledged reading this rank's partials, so the next may
+overwrite them. `ironlink.matmul_all_reduce` does this for any shape, with a TMA push and no
+acknowledgements (docs/fused.md).
 """
 
 from __future__ import annotations
-
-import sys
 
 import torch
 import torch.distributed as dist
@@ -40,10 +30,39 @@ BM, BN, BK, STAGGER = 128, 256, 64, 8
 
 @triton.jit
 def _tile_origin(t, tiles_n, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.constexpr):
-    """Tile t's first row and column: groups of GROUP tile rows walked column by column, so the
-    CTAs of one wave share b's columns in L2."""
+    """Tile t's first row and column: GROUP tile rows walked column by column (b's columns in L2)."""
     group, rows = t // (GROUP * tiles_n), t % (GROUP * tiles_n)
     return (group * GROUP + rows % GROUP) * BM, (rows // GROUP) * BN
+
+
+@triton.jit
+def _push(ctx, out, inbox, t, rank, M, tiles_n, N: tl.constexpr, WORLD: tl.constexpr, BM: tl.constexpr,
+          BN: tl.constexpr):
+    """Tile t's partial (staged in `out`) into slot `rank` of every peer's inbox, 32 rows at a time."""
+    m0, n0 = _tile_origin(t, tiles_n, BM, BN, 8)
+    for r0 in tl.static_range(0, BM, 32):
+        rows = (m0 + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :]
+        v = tl.load(out + rows)
+        for k in tl.static_range(1, WORLD):
+            tl.store(ilt.peer_pointer(ctx, inbox, (rank + k) % WORLD) + rank.to(tl.int64) * M * N + rows, v)
+
+
+@triton.jit
+def _sum(ctx, out, inbox, t, tiles, rank, M, tiles_n, N: tl.constexpr, WORLD: tl.constexpr, BM: tl.constexpr,
+         BN: tl.constexpr):
+    """Waits for the peers' partials of tile t, sums all in rank order into `out`, frees the peers'
+    inbox slots (a signal on tile index tiles + t). Returns the status."""
+    s = il.symm_tile_wait_others(ctx, t)
+    if s == 0:
+        m0, n0 = _tile_origin(t, tiles_n, BM, BN, 8)
+        for r0 in tl.static_range(0, BM, 32):
+            rows = (m0 + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :]
+            total = tl.zeros((32, BN), dtype=tl.float32)
+            for q in tl.static_range(WORLD):
+                total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + rows).to(tl.float32)
+            tl.store(out + rows, total.to(tl.bfloat16))
+        s = il.symm_tile_signal_others(ctx, tiles + t)
+    return s
 
 
 @ironlink.jit(do_not_specialize=["ctx"])
@@ -51,43 +70,32 @@ def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD:
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGGER: tl.constexpr):
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
-    tiles_n = N // BN
-    tiles = (M // BM) * tiles_n  # (shapes are multiples of the tile here: no masks)
+    tiles_n, tiles = N // BN, (M // BM) * (N // BN)  # (shapes are multiples of the tile here: no masks)
     split = (pid % STAGGER) * (K // BK) // STAGGER * BK  # where in the K loop this CTA pushes
-    worst = pid * 0
-    prev, prev2 = pid * 0 - 1, pid * 0 - 1  # the tiles one and two steps back
-    for t in range(pid, tiles + 2 * grid, grid):  # two steps past the last tile: push it, sum it
+    worst, prev, prev2 = pid * 0, pid * 0 - 1, pid * 0 - 1  # prev, prev2: the tiles one and two steps back
+    for t in range(pid, tiles, grid):
         m0, n0 = _tile_origin(t, tiles_n, BM, BN, 8)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for part in tl.static_range(2):  # the K loop in two parts: [0, split), then [split, K)
-            if t < tiles:  # a, b: TMA descriptors (Hopper's copy engine loads the operand tiles)
-                for k0 in range(split * part, split + (K - split) * part, BK):
-                    acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
-            if (part == 0) & (prev >= 0) & (prev < tiles):  # prev's partial into every peer's inbox
-                pm, pn = _tile_origin(prev, tiles_n, BM, BN, 8)
-                for r0 in tl.static_range(0, BM, 32):  # 32 rows at a time: acc holds most registers
-                    rows = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
-                    v = tl.load(out + rows)
-                    for k in tl.static_range(1, WORLD):
-                        dst = ilt.peer_pointer(ctx, inbox, (rank + k) % WORLD) + rank.to(tl.int64) * M * N
-                        tl.store(dst + rows, v)
-        if (prev >= 0) & (prev < tiles):
+        for k0 in range(0, split, BK):  # a, b: TMA descriptors (the SM's copy engine loads the tiles)
+            acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
+        if prev >= 0:
+            _push(ctx, out, inbox, prev, rank, M, tiles_n, N, WORLD, BM, BN)
+        for k0 in range(split, K, BK):
+            acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
+        if prev >= 0:
             worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
-        offs = (m0 + tl.arange(0, BM))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :]
-        if t < tiles:
-            tl.store(out + offs, acc.to(tl.bfloat16))  # this tile's partial, staged
-        if (prev2 >= 0) & (prev2 < tiles) & (worst == 0):  # sum prev2: its peers' partials are in
-            worst = il.symm_tile_wait_others(ctx, prev2)
-            pm, pn = _tile_origin(prev2, tiles_n, BM, BN, 8)
-            for r0 in tl.static_range(0, BM, 32):
-                rows = (pm + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (pn + tl.arange(0, BN))[None, :]
-                total = tl.zeros((32, BN), dtype=tl.float32)
-                for q in tl.static_range(WORLD):  # rank order: the same bits on every rank
-                    total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + rows).to(tl.float32)
-                if worst == 0:
-                    tl.store(out + rows, total.to(tl.bfloat16))
-            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, tiles + prev2), worst)  # slot read
+        tl.store(out + (m0 + tl.arange(0, BM))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :],
+                 acc.to(tl.bfloat16))  # this tile's partial, staged
+        if (prev2 >= 0) & (worst == 0):  # its peers' partials came in during a whole tile
+            worst = _sum(ctx, out, inbox, prev2, tiles, rank, M, tiles_n, N, WORLD, BM, BN)
         prev2, prev = prev, t
+    if prev >= 0:  # the last tile: nothing left to overlap its push with
+        _push(ctx, out, inbox, prev, rank, M, tiles_n, N, WORLD, BM, BN)
+        worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
+    for last in tl.static_range(2):
+        t = prev2 if last == 0 else prev
+        if (t >= 0) & (worst == 0):
+            worst = _sum(ctx, out, inbox, t, tiles, rank, M, tiles_n, N, WORLD, BM, BN)
     for t in range(pid, tiles, grid):  # every peer has read this rank's partials: the next launch
         if worst == 0:                 # may overwrite them
             worst = il.symm_tile_wait_others(ctx, tiles + t)
@@ -103,13 +111,11 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(rank)
     a = torch.randn(M, k, device="cuda", generator=gen).to(torch.bfloat16)
     b = (torch.randn(k, N, device="cuda", generator=gen) / k ** 0.5).to(torch.bfloat16)
-    # out, the inbox, the library's output and its workspace (2 x (world - 1) partial slots).
-    with ironlink.SymmetricHeap((3 * world + 2) * M * N * 2 + (64 << 20)) as heap:
+    with ironlink.SymmetricHeap((3 * world + 1) * M * N * 2 + (64 << 20)) as heap:  # + the library op's workspace
         out, inbox = heap.empty((M, N), torch.bfloat16), heap.empty((world, M, N), torch.bfloat16)
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        grid = (min(sms, (M // BM) * (N // BN)),)  # resident: a CTA waits for peers' CTAs
-
+        # Resident (a CTA waits for peers' CTAs): at most one CTA per SM.
+        grid = (min(torch.cuda.get_device_properties(0).multi_processor_count, (M // BM) * (N // BN)),)
         a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [BM, BK])
         b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [BK, BN])
 
@@ -119,19 +125,16 @@ def main() -> int:
 
         fused()
         heap.check()
-        parts = [torch.empty_like(a) for _ in range(world)], [torch.empty_like(b) for _ in range(world)]
-        dist.all_gather(parts[0], a)
-        dist.all_gather(parts[1], b)
+        parts = [[torch.empty_like(t) for _ in range(world)] for t in (a, b)]
+        dist.all_gather(parts[0], a), dist.all_gather(parts[1], b)
         ref = sum(x.double() @ y.double() for x, y in zip(*parts))
         err = ((out.double() - ref).norm() / ref.norm()).item()
         ours = out.clone()
         dist.broadcast(ours, 0)
         same = bool(torch.equal(ours, out))
-        lib_out = heap.empty((M, N), torch.bfloat16)
         t_fused = time_graph(fused, out.nbytes)
-        t_lib = time_graph(lambda: ironlink.matmul_all_reduce(a, b, out=lib_out, heap=heap), out.nbytes)
-        t_pair = time_graph(lambda: (torch.matmul(a, b, out=lib_out), ironlink.all_reduce(lib_out, heap=heap)),
-                            out.nbytes)
+        t_lib = time_graph(lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=heap), out.nbytes)
+        t_pair = time_graph(lambda: (torch.matmul(a, b, out=out), ironlink.all_reduce(out, heap=heap)), out.nbytes)
         heap.check()
         ok = err < 1e-2 and same
         if rank == 0:
@@ -143,4 +146,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
