@@ -79,9 +79,9 @@ fn offset_of(name: &str) -> usize {
 /// The context's algorithm size limits, in bytes (see `SymmContext::ar_one_shot_max_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlgorithmLimits {
-    pub ar_one_shot_max: u64,
-    pub ar_ll_max: u64,
-    pub gather_ll_max: u64,
+    pub ar_one_shot_max_bytes: u64,
+    pub ar_ll_max_bytes: u64,
+    pub gather_ll_max_bytes: u64,
 }
 
 /// A `SymmContext` in device memory (one small allocation), owned by a heap or external context.
@@ -159,9 +159,9 @@ impl DeviceContext {
         debug_assert_eq!(offset_of("ar_ll_max_bytes"), off + 8);
         debug_assert_eq!(offset_of("gather_ll_max_bytes"), off + 16);
         let mut b = [0u8; 24];
-        b[..8].copy_from_slice(&limits.ar_one_shot_max.to_le_bytes());
-        b[8..16].copy_from_slice(&limits.ar_ll_max.to_le_bytes());
-        b[16..].copy_from_slice(&limits.gather_ll_max.to_le_bytes());
+        b[..8].copy_from_slice(&limits.ar_one_shot_max_bytes.to_le_bytes());
+        b[8..16].copy_from_slice(&limits.ar_ll_max_bytes.to_le_bytes());
+        b[16..].copy_from_slice(&limits.gather_ll_max_bytes.to_le_bytes());
         dev.write(self.buf.ptr() + off as u64, &b)
     }
 

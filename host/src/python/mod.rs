@@ -246,14 +246,14 @@ impl PyHeap {
     fn set_algorithm_limits(
         &self,
         py: Python<'_>,
-        ar_one_shot_max: u64,
-        ar_ll_max: u64,
-        gather_ll_max: u64,
+        ar_one_shot_max_bytes: u64,
+        ar_ll_max_bytes: u64,
+        gather_ll_max_bytes: u64,
     ) -> PyResult<()> {
         let limits = AlgorithmLimits {
-            ar_one_shot_max,
-            ar_ll_max,
-            gather_ll_max,
+            ar_one_shot_max_bytes,
+            ar_ll_max_bytes,
+            gather_ll_max_bytes,
         };
         py.detach(|| lock(&self.inner).set_algorithm_limits(limits))
             .py()
@@ -347,14 +347,14 @@ impl PyExternalContext {
     fn set_algorithm_limits(
         &self,
         py: Python<'_>,
-        ar_one_shot_max: u64,
-        ar_ll_max: u64,
-        gather_ll_max: u64,
+        ar_one_shot_max_bytes: u64,
+        ar_ll_max_bytes: u64,
+        gather_ll_max_bytes: u64,
     ) -> PyResult<()> {
         let limits = AlgorithmLimits {
-            ar_one_shot_max,
-            ar_ll_max,
-            gather_ll_max,
+            ar_one_shot_max_bytes,
+            ar_ll_max_bytes,
+            gather_ll_max_bytes,
         };
         py.detach(|| lock(&self.inner).context()?.set_algorithm_limits(limits))
             .py()
@@ -448,14 +448,14 @@ fn choice_context(world: i32, scratch_bytes: u64, ctas: usize) -> PyResult<abi::
 fn all_reduce_algorithm(
     world: i32,
     scratch_bytes: u64,
-    one_shot_max: u64,
-    ll_max: u64,
+    ar_one_shot_max_bytes: u64,
+    ar_ll_max_bytes: u64,
     ctas: usize,
     nbytes: usize,
 ) -> PyResult<&'static str> {
     let mut c = choice_context(world, scratch_bytes, ctas)?;
-    c.ar_one_shot_max_bytes = one_shot_max;
-    c.ar_ll_max_bytes = ll_max;
+    c.ar_one_shot_max_bytes = ar_one_shot_max_bytes;
+    c.ar_ll_max_bytes = ar_ll_max_bytes;
     use ironlink_device::collectives::choice::{choose, Algorithm};
     Ok(match choose(&c, ctas, nbytes) {
         Algorithm::OneShotLl => "one_shot_ll",
@@ -471,13 +471,13 @@ fn all_reduce_algorithm(
 fn gather_algorithm(
     world: i32,
     scratch_bytes: u64,
-    gather_ll_max: u64,
+    gather_ll_max_bytes: u64,
     ctas: usize,
     total_bytes: usize,
     block_bytes: usize,
 ) -> PyResult<&'static str> {
     let mut c = choice_context(world, scratch_bytes, ctas)?;
-    c.gather_ll_max_bytes = gather_ll_max;
+    c.gather_ll_max_bytes = gather_ll_max_bytes;
     let ll = ironlink_device::collectives::choice::use_ll(&c, ctas, total_bytes, block_bytes);
     Ok(if ll { "ll" } else { "bulk" })
 }
