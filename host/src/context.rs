@@ -76,6 +76,35 @@ fn offset_of(name: &str) -> usize {
         .expect("known context field")
 }
 
+/// One rank's three regions: their addresses as mapped in this process, or their sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Regions {
+    pub heap: u64,
+    pub signal: u64,
+    pub scratch: u64,
+}
+
+/// Builds a `SymmContext`, the one place the host does: rank and world, the default algorithm
+/// limits, the regions' `sizes`, and each of `peers` as (peer table slot, its regions). Fields
+/// this leaves alone (backend, node size, unmapped slots) keep `SymmContext::new`'s values.
+pub fn build_context(
+    rank: i32,
+    world: i32,
+    sizes: Regions,
+    peers: impl IntoIterator<Item = (usize, Regions)>,
+) -> SymmContext {
+    let mut c = with_default_limits(SymmContext::new(rank, world));
+    c.heap_size = sizes.heap;
+    c.signal_size = sizes.signal;
+    c.scratch_size = sizes.scratch;
+    for (slot, r) in peers {
+        c.peer_heap[slot] = r.heap;
+        c.peer_signal[slot] = r.signal;
+        c.peer_scratch[slot] = r.scratch;
+    }
+    c
+}
+
 /// The context's algorithm size limits, in bytes (see `SymmContext::ar_one_shot_max_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlgorithmLimits {
@@ -251,13 +280,20 @@ pub fn external_context(
             needed,
         });
     }
-    let mut c = with_default_limits(SymmContext::new(rank, world));
-    c.heap_size = buffer_size;
-    c.signal_size = signal_size;
-    c.scratch_size = 0;
-    c.peer_heap[..w].copy_from_slice(buffer_ptrs);
-    c.peer_signal[..w].copy_from_slice(signal_ptrs);
-    Ok(c)
+    let sizes = Regions {
+        heap: buffer_size,
+        signal: signal_size,
+        scratch: 0,
+    };
+    let peers = (0..w).map(|r| {
+        let regions = Regions {
+            heap: buffer_ptrs[r],
+            signal: signal_ptrs[r],
+            scratch: 0,
+        };
+        (r, regions)
+    });
+    Ok(build_context(rank, world, sizes, peers))
 }
 
 /// A context over external memory, living in its own device allocation.

@@ -33,11 +33,10 @@
 
 use crate::abi::{self, SymmContext, MAX_RANKS};
 use crate::alloc::{round_up, Allocator};
-use crate::context::{check_rank, DeviceContext};
+use crate::context::{build_context, check_rank, DeviceContext, Regions};
 use crate::driver::{self, Device, DeviceBuffer, IpcMapping};
 use crate::error::{Context as _, Error, Result};
 use crate::exchange::{self, GpuSharing, HandleInfo};
-use ironlink_device::collectives::choice::with_default_limits;
 use std::sync::Arc;
 
 /// Alignment of each region inside the allocation.
@@ -86,6 +85,24 @@ impl Layout {
 
     pub fn scratch_offset(&self) -> u64 {
         self.heap + self.signal
+    }
+
+    /// The sizes of the three regions.
+    pub fn sizes(&self) -> Regions {
+        Regions {
+            heap: self.heap,
+            signal: self.signal,
+            scratch: self.scratch,
+        }
+    }
+
+    /// The regions of a buffer of this layout at `base`.
+    pub fn regions_at(&self, base: u64) -> Regions {
+        Regions {
+            heap: base,
+            signal: base + self.signal_offset(),
+            scratch: base + self.scratch_offset(),
+        }
     }
 
     pub fn total(&self) -> u64 {
@@ -189,10 +206,7 @@ impl LocalHeap {
             }
         }
         let mut peers: Vec<Option<IpcMapping>> = Vec::with_capacity(world as usize);
-        let mut ctx = with_default_limits(SymmContext::new(rank, world));
-        ctx.heap_size = self.layout.heap;
-        ctx.signal_size = self.layout.signal;
-        ctx.scratch_size = self.layout.scratch;
+        let mut bases = Vec::with_capacity(world as usize);
         for p in &infos {
             let base = if p.rank == rank {
                 peers.push(None);
@@ -209,11 +223,9 @@ impl LocalHeap {
                 peers.push(Some(m));
                 b
             };
-            let r = p.rank as usize;
-            ctx.peer_heap[r] = base;
-            ctx.peer_signal[r] = base + self.layout.signal_offset();
-            ctx.peer_scratch[r] = base + self.layout.scratch_offset();
+            bases.push((p.rank as usize, self.layout.regions_at(base)));
         }
+        let ctx = build_context(rank, world, self.layout.sizes(), bases);
         let dctx = DeviceContext::create(&self.device, &ctx)?;
         Ok(SymmHeap::assemble(
             Inner {
