@@ -113,6 +113,23 @@ pub struct AlgorithmLimits {
     pub gather_ll_max_bytes: u64,
 }
 
+/// What owns a device context (an open heap, an external context): the calls both answer, so the
+/// Python classes over them share one implementation.
+pub trait ContextOwner {
+    /// The device context; `Error::Closed` once closed.
+    fn context(&self) -> Result<&DeviceContext>;
+    fn rank(&self) -> i32;
+    fn world(&self) -> i32;
+    fn is_closed(&self) -> bool;
+    /// Releases what this owns (the context, and a heap's mappings and memory). Idempotent.
+    fn close(&mut self) -> Result<()>;
+
+    /// Device address of the `SymmContext` to pass to kernels.
+    fn ctx_ptr(&self) -> Result<u64> {
+        Ok(self.context()?.ptr())
+    }
+}
+
 /// A `SymmContext` in device memory (one small allocation), owned by a heap or external context.
 #[derive(Debug)]
 pub struct DeviceContext {
@@ -330,31 +347,29 @@ impl ExternalContext {
             world,
         })
     }
+}
 
-    pub fn context(&self) -> Result<&DeviceContext> {
+impl ContextOwner for ExternalContext {
+    fn context(&self) -> Result<&DeviceContext> {
         self.ctx
             .as_ref()
             .ok_or(Error::Closed("the external context"))
     }
 
-    pub fn ctx_ptr(&self) -> Result<u64> {
-        Ok(self.context()?.ptr())
-    }
-
-    pub fn rank(&self) -> i32 {
+    fn rank(&self) -> i32 {
         self.rank
     }
 
-    pub fn world(&self) -> i32 {
+    fn world(&self) -> i32 {
         self.world
     }
 
-    pub fn is_closed(&self) -> bool {
+    fn is_closed(&self) -> bool {
         self.ctx.is_none()
     }
 
     /// Frees the context's device memory; the external buffers are not ours. Idempotent.
-    pub fn close(&mut self) -> Result<()> {
+    fn close(&mut self) -> Result<()> {
         match self.ctx.take() {
             Some(c) => c.release(),
             None => Ok(()),
