@@ -106,14 +106,14 @@ def gather_ll_max(*bests: dict[int, tuple[float, str, str]]) -> int:
 
 
 def algorithm_limits(best: dict[int, tuple[float, str, str]]) -> tuple[int, int] | None:
-    """(one_shot_max, ll_max) for the heap's all-reduce limits: the largest measured sizes up to
-    which one-shot LL, then LL of either kind, won without interruption. None if the rows carry
+    """(ar_one_shot_max_bytes, ar_ll_max_bytes) for the heap's all-reduce limits: the largest
+    measured sizes up to which one-shot LL, then LL of either kind, won without interruption. None if the rows carry
     no algorithm (older files)."""
     if not measured(best):
         return None
-    one_shot_max, i = winning_run(best, "one_shot_ll")
-    two_shot_ll_max, _ = winning_run(best, "two_shot_ll", i)
-    return one_shot_max, two_shot_ll_max or one_shot_max
+    ar_one_shot_max_bytes, i = winning_run(best, "one_shot_ll")
+    two_shot_ll_max_bytes, _ = winning_run(best, "two_shot_ll", i)
+    return ar_one_shot_max_bytes, two_shot_ll_max_bytes or ar_one_shot_max_bytes
 
 
 def make_table(best: dict[int, tuple[float, str, str]]) -> Table:
@@ -131,7 +131,8 @@ def make_table(best: dict[int, tuple[float, str, str]]) -> Table:
 
 def tables_from(docs: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[int, Table]], dict[int, tuple[int, int, int]]]:
     """Per collective and world size, the config table; per world size, the algorithm limits
-    (one_shot_max, ll_max, gather_ll_max), where the file says which all-reduce algorithm won."""
+    (ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes), where the file says which
+    all-reduce algorithm won."""
     out: dict[str, dict[int, Table]] = {c: {} for c in COLLECTIVES}
     limits: dict[int, tuple[int, int, int]] = {}
     for doc in docs:
@@ -187,7 +188,7 @@ from __future__ import annotations
 
 TABLES: dict[str, dict[int, tuple[tuple[int, int, int], ...]]] = {tables}
 
-# Algorithm limits per world size, (one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes): the
+# Algorithm limits per world size, (ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes): the
 # heap sets them at creation (see SymmetricHeap.set_algorithm_limits); the largest measured
 # sizes up to which all-reduce's one-shot LL, then two-shot LL, and all_gather's and
 # reduce_scatter's LL (0: not measured, off) were fastest.

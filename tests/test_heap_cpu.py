@@ -278,9 +278,9 @@ def test_algorithm_limits_are_checked():
     from ironlink.heap import check_algorithm_limits
 
     assert check_algorithm_limits(0, 1 << 20, 5) == (0, 1 << 20, 5)
-    with pytest.raises(TypeError, match="one_shot_max_bytes"):
+    with pytest.raises(TypeError, match="ar_one_shot_max_bytes"):
         check_algorithm_limits(1.5, 0, 0)
-    with pytest.raises(ValueError, match="ll_max_bytes"):
+    with pytest.raises(ValueError, match="ar_ll_max_bytes"):
         check_algorithm_limits(0, -1, 0)
     with pytest.raises(TypeError, match="gather_ll_max_bytes"):
         check_algorithm_limits(0, 0, None)

@@ -76,12 +76,58 @@ fn offset_of(name: &str) -> usize {
         .expect("known context field")
 }
 
+/// One rank's three regions: their addresses as mapped in this process, or their sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Regions {
+    pub heap: u64,
+    pub signal: u64,
+    pub scratch: u64,
+}
+
+/// Builds a `SymmContext`, the one place the host does: rank and world, the default algorithm
+/// limits, the regions' `sizes`, and each of `peers` as (peer table slot, its regions). Fields
+/// this leaves alone (backend, node size, unmapped slots) keep `SymmContext::new`'s values.
+pub fn build_context(
+    rank: i32,
+    world: i32,
+    sizes: Regions,
+    peers: impl IntoIterator<Item = (usize, Regions)>,
+) -> SymmContext {
+    let mut c = with_default_limits(SymmContext::new(rank, world));
+    c.heap_size = sizes.heap;
+    c.signal_size = sizes.signal;
+    c.scratch_size = sizes.scratch;
+    for (slot, r) in peers {
+        c.peer_heap[slot] = r.heap;
+        c.peer_signal[slot] = r.signal;
+        c.peer_scratch[slot] = r.scratch;
+    }
+    c
+}
+
 /// The context's algorithm size limits, in bytes (see `SymmContext::ar_one_shot_max_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlgorithmLimits {
-    pub ar_one_shot_max: u64,
-    pub ar_ll_max: u64,
-    pub gather_ll_max: u64,
+    pub ar_one_shot_max_bytes: u64,
+    pub ar_ll_max_bytes: u64,
+    pub gather_ll_max_bytes: u64,
+}
+
+/// What owns a device context (an open heap, an external context): the calls both answer, so the
+/// Python classes over them share one implementation.
+pub trait ContextOwner {
+    /// The device context; `Error::Closed` once closed.
+    fn context(&self) -> Result<&DeviceContext>;
+    fn rank(&self) -> i32;
+    fn world(&self) -> i32;
+    fn is_closed(&self) -> bool;
+    /// Releases what this owns (the context, and a heap's mappings and memory). Idempotent.
+    fn close(&mut self) -> Result<()>;
+
+    /// Device address of the `SymmContext` to pass to kernels.
+    fn ctx_ptr(&self) -> Result<u64> {
+        Ok(self.context()?.ptr())
+    }
 }
 
 /// A `SymmContext` in device memory (one small allocation), owned by a heap or external context.
@@ -159,9 +205,9 @@ impl DeviceContext {
         debug_assert_eq!(offset_of("ar_ll_max_bytes"), off + 8);
         debug_assert_eq!(offset_of("gather_ll_max_bytes"), off + 16);
         let mut b = [0u8; 24];
-        b[..8].copy_from_slice(&limits.ar_one_shot_max.to_le_bytes());
-        b[8..16].copy_from_slice(&limits.ar_ll_max.to_le_bytes());
-        b[16..].copy_from_slice(&limits.gather_ll_max.to_le_bytes());
+        b[..8].copy_from_slice(&limits.ar_one_shot_max_bytes.to_le_bytes());
+        b[8..16].copy_from_slice(&limits.ar_ll_max_bytes.to_le_bytes());
+        b[16..].copy_from_slice(&limits.gather_ll_max_bytes.to_le_bytes());
         dev.write(self.buf.ptr() + off as u64, &b)
     }
 
@@ -251,13 +297,20 @@ pub fn external_context(
             needed,
         });
     }
-    let mut c = with_default_limits(SymmContext::new(rank, world));
-    c.heap_size = buffer_size;
-    c.signal_size = signal_size;
-    c.scratch_size = 0;
-    c.peer_heap[..w].copy_from_slice(buffer_ptrs);
-    c.peer_signal[..w].copy_from_slice(signal_ptrs);
-    Ok(c)
+    let sizes = Regions {
+        heap: buffer_size,
+        signal: signal_size,
+        scratch: 0,
+    };
+    let peers = (0..w).map(|r| {
+        let regions = Regions {
+            heap: buffer_ptrs[r],
+            signal: signal_ptrs[r],
+            scratch: 0,
+        };
+        (r, regions)
+    });
+    Ok(build_context(rank, world, sizes, peers))
 }
 
 /// A context over external memory, living in its own device allocation.
@@ -294,31 +347,29 @@ impl ExternalContext {
             world,
         })
     }
+}
 
-    pub fn context(&self) -> Result<&DeviceContext> {
+impl ContextOwner for ExternalContext {
+    fn context(&self) -> Result<&DeviceContext> {
         self.ctx
             .as_ref()
             .ok_or(Error::Closed("the external context"))
     }
 
-    pub fn ctx_ptr(&self) -> Result<u64> {
-        Ok(self.context()?.ptr())
-    }
-
-    pub fn rank(&self) -> i32 {
+    fn rank(&self) -> i32 {
         self.rank
     }
 
-    pub fn world(&self) -> i32 {
+    fn world(&self) -> i32 {
         self.world
     }
 
-    pub fn is_closed(&self) -> bool {
+    fn is_closed(&self) -> bool {
         self.ctx.is_none()
     }
 
     /// Frees the context's device memory; the external buffers are not ours. Idempotent.
-    pub fn close(&mut self) -> Result<()> {
+    fn close(&mut self) -> Result<()> {
         match self.ctx.take() {
             Some(c) => c.release(),
             None => Ok(()),

@@ -8,11 +8,10 @@
 //! closing frees the context alone, the owner frees the buffer.
 
 use crate::abi::{self, SymmContext};
-use crate::context::{check_nodes, check_rank, DeviceContext};
+use crate::context::{build_context, check_nodes, check_rank, DeviceContext};
 use crate::driver::Device;
 use crate::error::{Error, Result};
 use crate::heap::{Inner, Layout, SymmHeap};
-use ironlink_device::collectives::choice::with_default_limits;
 
 /// The context for an external buffer of `layout` at `bases[r]` for every rank `r` (as mapped
 /// in this process), with backend kind `backend` (NVSHMEM), on nodes of `node_size` ranks (0, or
@@ -60,15 +59,7 @@ pub fn external_heap_context(
             peers: unmapped,
         });
     }
-    let mut c = with_default_limits(SymmContext::new(rank, world));
-    c.backend = backend;
-    if multi_node {
-        c.backend = abi::backend::NVSHMEM_MULTI_NODE;
-        c.node_size = node_size as u32;
-    }
-    c.heap_size = layout.heap;
-    c.signal_size = layout.signal;
-    c.scratch_size = layout.scratch;
+    let mut peers = Vec::with_capacity(size as usize);
     for r in node {
         let base = bases[r as usize];
         let end = base.checked_add(layout.total());
@@ -78,9 +69,13 @@ pub fn external_heap_context(
             )));
         }
         let slot = r as usize % abi::MAX_RANKS; // one node's ranks never share a slot
-        c.peer_heap[slot] = base;
-        c.peer_signal[slot] = base + layout.signal_offset();
-        c.peer_scratch[slot] = base + layout.scratch_offset();
+        peers.push((slot, layout.regions_at(base)));
+    }
+    let mut c = build_context(rank, world, layout.sizes(), peers);
+    c.backend = backend;
+    if multi_node {
+        c.backend = abi::backend::NVSHMEM_MULTI_NODE;
+        c.node_size = node_size as u32;
     }
     Ok(c)
 }

@@ -33,11 +33,10 @@
 
 use crate::abi::{self, SymmContext, MAX_RANKS};
 use crate::alloc::{round_up, Allocator};
-use crate::context::{check_rank, DeviceContext};
+use crate::context::{build_context, check_rank, ContextOwner, DeviceContext, Regions};
 use crate::driver::{self, Device, DeviceBuffer, IpcMapping};
 use crate::error::{Context as _, Error, Result};
 use crate::exchange::{self, GpuSharing, HandleInfo};
-use ironlink_device::collectives::choice::with_default_limits;
 use std::sync::Arc;
 
 /// Alignment of each region inside the allocation.
@@ -86,6 +85,24 @@ impl Layout {
 
     pub fn scratch_offset(&self) -> u64 {
         self.heap + self.signal
+    }
+
+    /// The sizes of the three regions.
+    pub fn sizes(&self) -> Regions {
+        Regions {
+            heap: self.heap,
+            signal: self.signal,
+            scratch: self.scratch,
+        }
+    }
+
+    /// The regions of a buffer of this layout at `base`.
+    pub fn regions_at(&self, base: u64) -> Regions {
+        Regions {
+            heap: base,
+            signal: base + self.signal_offset(),
+            scratch: base + self.scratch_offset(),
+        }
     }
 
     pub fn total(&self) -> u64 {
@@ -189,10 +206,7 @@ impl LocalHeap {
             }
         }
         let mut peers: Vec<Option<IpcMapping>> = Vec::with_capacity(world as usize);
-        let mut ctx = with_default_limits(SymmContext::new(rank, world));
-        ctx.heap_size = self.layout.heap;
-        ctx.signal_size = self.layout.signal;
-        ctx.scratch_size = self.layout.scratch;
+        let mut bases = Vec::with_capacity(world as usize);
         for p in &infos {
             let base = if p.rank == rank {
                 peers.push(None);
@@ -209,11 +223,9 @@ impl LocalHeap {
                 peers.push(Some(m));
                 b
             };
-            let r = p.rank as usize;
-            ctx.peer_heap[r] = base;
-            ctx.peer_signal[r] = base + self.layout.signal_offset();
-            ctx.peer_scratch[r] = base + self.layout.scratch_offset();
+            bases.push((p.rank as usize, self.layout.regions_at(base)));
         }
+        let ctx = build_context(rank, world, self.layout.sizes(), bases);
         let dctx = DeviceContext::create(&self.device, &ctx)?;
         Ok(SymmHeap::assemble(
             Inner {
@@ -276,29 +288,12 @@ impl SymmHeap {
             .ok_or(Error::Closed("the symmetric heap"))
     }
 
-    /// Device address of the `SymmContext` to pass to kernels.
-    pub fn ctx_ptr(&self) -> Result<u64> {
-        Ok(self.inner()?.ctx.ptr())
-    }
-
     pub fn device(&self) -> i32 {
         self.device
     }
 
-    pub fn rank(&self) -> i32 {
-        self.rank
-    }
-
-    pub fn world(&self) -> i32 {
-        self.world
-    }
-
     pub fn layout(&self) -> Layout {
         self.layout
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.inner.is_none()
     }
 
     /// Base of `rank`'s user region as mapped in this process (`rank == self.rank()`: ours);
@@ -341,33 +336,28 @@ impl SymmHeap {
     pub fn allocator(&self) -> &Allocator {
         &self.alloc
     }
+}
 
-    /// See [`DeviceContext::read_error`].
-    pub fn read_error(&self) -> Result<(i32, i32)> {
-        self.inner()?.ctx.read_error()
+impl ContextOwner for SymmHeap {
+    fn context(&self) -> Result<&DeviceContext> {
+        Ok(&self.inner()?.ctx)
     }
 
-    pub fn clear_error(&self) -> Result<()> {
-        self.inner()?.ctx.clear_error()
+    fn rank(&self) -> i32 {
+        self.rank
     }
 
-    pub fn set_timeout_ns(&self, ns: u64) -> Result<()> {
-        self.inner()?.ctx.set_timeout_ns(ns)
+    fn world(&self) -> i32 {
+        self.world
     }
 
-    /// See [`DeviceContext::set_algorithm_limits`].
-    pub fn set_algorithm_limits(&self, limits: crate::context::AlgorithmLimits) -> Result<()> {
-        self.inner()?.ctx.set_algorithm_limits(limits)
-    }
-
-    /// The context bytes as the device holds them now.
-    pub fn read_context(&self) -> Result<Vec<u8>> {
-        self.inner()?.ctx.read()
+    fn is_closed(&self) -> bool {
+        self.inner.is_none()
     }
 
     /// Unmaps the peers and frees this rank's memory and context. Idempotent. Peers must not
     /// be accessing this rank's memory any more (the Python layer synchronizes all ranks first).
-    pub fn close(&mut self) -> Result<()> {
+    fn close(&mut self) -> Result<()> {
         let Some(inner) = self.inner.take() else {
             return Ok(());
         };

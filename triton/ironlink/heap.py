@@ -72,16 +72,16 @@ def check_size(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-def check_algorithm_limits(one_shot_max_bytes: Any, ll_max_bytes: Any, gather_ll_max_bytes: Any) -> tuple[int, int, int]:
+def check_algorithm_limits(ar_one_shot_max_bytes: Any, ar_ll_max_bytes: Any, gather_ll_max_bytes: Any) -> tuple[int, int, int]:
     """The three algorithm size limits, checked (non-negative ints below 2^63)."""
-    named = (("one_shot_max_bytes", one_shot_max_bytes), ("ll_max_bytes", ll_max_bytes),
+    named = (("ar_one_shot_max_bytes", ar_one_shot_max_bytes), ("ar_ll_max_bytes", ar_ll_max_bytes),
              ("gather_ll_max_bytes", gather_ll_max_bytes))
     for name, v in named:
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{name} must be an int number of bytes, got {type(v).__name__}")
         if not 0 <= v < 1 << 63:
             raise ValueError(f"{name} must be in [0, 2**63), got {v}")
-    return one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes
+    return ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes
 
 
 def check_timeout(timeout_s: Any) -> int:
@@ -405,19 +405,19 @@ class SymmetricHeap:
         """Changes how long device-side waits on peers spin before recording TIMEOUT."""
         self._open().set_timeout_ns(check_timeout(timeout_s))
 
-    def set_algorithm_limits(self, one_shot_max_bytes: int, ll_max_bytes: int, gather_ll_max_bytes: int) -> None:
+    def set_algorithm_limits(self, ar_one_shot_max_bytes: int, ar_ll_max_bytes: int, gather_ll_max_bytes: int) -> None:
         """Message sizes up to which all-reduce uses one-shot LL, then two-shot LL (where the
         packets fit the scratch region), then two-shot over the buffers; and up to which
         all_gather (output bytes) and reduce_scatter (input bytes) use LL packets. Every rank
         must set the same values (each rank picks the algorithm on its own). Synchronizes the
         device."""
-        limits = check_algorithm_limits(one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes)
+        limits = check_algorithm_limits(ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes)
         self._open().set_algorithm_limits(*limits)
         self._limits = limits
 
     @property
     def algorithm_limits(self) -> tuple[int, int, int]:
-        """(one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes) this heap's context carries."""
+        """(ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes) this heap's context carries."""
         self._open()
         if self._limits is not None:
             return self._limits

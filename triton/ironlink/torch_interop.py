@@ -67,11 +67,11 @@ class SymmMemContext:
 
         self._open().set_timeout_ns(check_timeout(timeout_s))
 
-    def set_algorithm_limits(self, one_shot_max_bytes: int, ll_max_bytes: int, gather_ll_max_bytes: int) -> None:
+    def set_algorithm_limits(self, ar_one_shot_max_bytes: int, ar_ll_max_bytes: int, gather_ll_max_bytes: int) -> None:
         """See `SymmetricHeap.set_algorithm_limits`."""
         from .heap import check_algorithm_limits
 
-        limits = check_algorithm_limits(one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes)
+        limits = check_algorithm_limits(ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes)
         self._open().set_algorithm_limits(*limits)
 
     def check(self) -> None:

@@ -48,7 +48,7 @@ TABLES: dict[str, dict[int, tuple[tuple[int, int, int], ...]]] = {
     },
 }
 
-# Algorithm limits per world size, (one_shot_max_bytes, ll_max_bytes, gather_ll_max_bytes): the
+# Algorithm limits per world size, (ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes): the
 # heap sets them at creation (see SymmetricHeap.set_algorithm_limits); the largest measured
 # sizes up to which all-reduce's one-shot LL, then two-shot LL, and all_gather's and
 # reduce_scatter's LL (0: not measured, off) were fastest.

@@ -239,7 +239,11 @@ pub fn bulk_stores_complete() {
     #[cfg(target_feature = "sm_90")]
     // SAFETY: waits on this thread's own bulk async-groups (none is fine); no operands.
     unsafe {
-        asm!("cp.async.bulk.wait_group 0;", "fence.proxy.async.global;", options(nostack))
+        asm!(
+            "cp.async.bulk.wait_group 0;",
+            "fence.proxy.async.global;",
+            options(nostack)
+        )
     }
 }
 

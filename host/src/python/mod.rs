@@ -6,7 +6,7 @@
 
 mod dlpack;
 
-use crate::context::{encode_with_layout, AlgorithmLimits, ExternalContext};
+use crate::context::{encode_with_layout, AlgorithmLimits, ContextOwner, ExternalContext};
 use crate::error::Error;
 use crate::exchange::GpuSharing;
 use crate::external_heap::open_external_heap;
@@ -47,6 +47,72 @@ impl<T> IntoPy<T> for crate::error::Result<T> {
 /// Locks ignoring poison: a panic inside one call must not make the heap unusable for close().
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Emits the `#[pymethods]` of a class over a `Mutex` of a [`ContextOwner`] (an open heap, an
+/// external context): the calls they share, written once, then the class's own (`impl` body).
+macro_rules! context_owner_methods {
+    (impl $ty:ident { $($own:tt)* }) => {
+        #[pymethods]
+        impl $ty {
+            /// Device address of the `SymmContext` (pass it to kernels as `ctx`).
+            #[getter]
+            fn ctx(&self) -> PyResult<u64> {
+                lock(&self.inner).ctx_ptr().py()
+            }
+
+            #[getter]
+            fn rank(&self) -> i32 {
+                lock(&self.inner).rank()
+            }
+
+            #[getter]
+            fn world(&self) -> i32 {
+                lock(&self.inner).world()
+            }
+
+            #[getter]
+            fn closed(&self) -> bool {
+                lock(&self.inner).is_closed()
+            }
+
+            /// (status, detail) of the first device-side error, (0, 0) if none. Synchronizes
+            /// the device.
+            fn read_error(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
+                py.detach(|| lock(&self.inner).context()?.read_error()).py()
+            }
+
+            fn clear_error(&self, py: Python<'_>) -> PyResult<()> {
+                py.detach(|| lock(&self.inner).context()?.clear_error()).py()
+            }
+
+            fn set_timeout_ns(&self, py: Python<'_>, ns: u64) -> PyResult<()> {
+                py.detach(|| lock(&self.inner).context()?.set_timeout_ns(ns)).py()
+            }
+
+            fn set_algorithm_limits(
+                &self,
+                py: Python<'_>,
+                ar_one_shot_max_bytes: u64,
+                ar_ll_max_bytes: u64,
+                gather_ll_max_bytes: u64,
+            ) -> PyResult<()> {
+                let limits = AlgorithmLimits {
+                    ar_one_shot_max_bytes,
+                    ar_ll_max_bytes,
+                    gather_ll_max_bytes,
+                };
+                py.detach(|| lock(&self.inner).context()?.set_algorithm_limits(limits)).py()
+            }
+
+            /// Releases what the object owns (a heap: unmaps peers, frees memory). Idempotent.
+            fn close(&self, py: Python<'_>) -> PyResult<()> {
+                py.detach(|| lock(&self.inner).close()).py()
+            }
+
+            $($own)*
+        }
+    };
 }
 
 /// This rank's heap before the exchange (see `LocalHeap` in the Rust docs).
@@ -126,7 +192,7 @@ impl PyHeap {
     }
 }
 
-#[pymethods]
+context_owner_methods! {
 impl PyHeap {
     /// A heap over a buffer someone else allocated (PyTorch NVSHMEM symmetric memory) of
     /// `heap_layout(heap_bytes, scratch_bytes)` total bytes, at `bases[r]` for rank `r` as mapped
@@ -159,25 +225,9 @@ impl PyHeap {
         })
     }
 
-    /// Device address of the `SymmContext` (pass it to kernels as `ctx`).
-    #[getter]
-    fn ctx(&self) -> PyResult<u64> {
-        self.with(|h| h.ctx_ptr())
-    }
-
     #[getter]
     fn device(&self) -> i32 {
         lock(&self.inner).device()
-    }
-
-    #[getter]
-    fn rank(&self) -> i32 {
-        lock(&self.inner).rank()
-    }
-
-    #[getter]
-    fn world(&self) -> i32 {
-        lock(&self.inner).world()
     }
 
     #[getter]
@@ -193,11 +243,6 @@ impl PyHeap {
     #[getter]
     fn scratch_size(&self) -> u64 {
         lock(&self.inner).layout().scratch
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        lock(&self.inner).is_closed()
     }
 
     /// Free bytes in the user region.
@@ -230,45 +275,13 @@ impl PyHeap {
         lock(&self.inner).find(offset)
     }
 
-    /// (status, detail) of the first device-side error, (0, 0) if none. Synchronizes the device.
-    fn read_error(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
-        py.detach(|| lock(&self.inner).read_error()).py()
-    }
-
-    fn clear_error(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).clear_error()).py()
-    }
-
-    fn set_timeout_ns(&self, py: Python<'_>, ns: u64) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).set_timeout_ns(ns)).py()
-    }
-
-    fn set_algorithm_limits(
-        &self,
-        py: Python<'_>,
-        ar_one_shot_max: u64,
-        ar_ll_max: u64,
-        gather_ll_max: u64,
-    ) -> PyResult<()> {
-        let limits = AlgorithmLimits {
-            ar_one_shot_max,
-            ar_ll_max,
-            gather_ll_max,
-        };
-        py.detach(|| lock(&self.inner).set_algorithm_limits(limits))
-            .py()
-    }
-
     /// The context bytes as the device holds them.
     fn read_context<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let b = py.detach(|| lock(&self.inner).read_context()).py()?;
+        let b = py.detach(|| lock(&self.inner).context()?.read()).py()?;
         Ok(PyBytes::new(py, &b))
     }
 
-    /// Unmaps peers, frees memory. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).close()).py()
-    }
+}
 }
 
 /// A context over memory allocated by someone else (PyTorch symmetric memory).
@@ -277,7 +290,7 @@ struct PyExternalContext {
     inner: Mutex<ExternalContext>,
 }
 
-#[pymethods]
+context_owner_methods! {
 impl PyExternalContext {
     #[new]
     #[pyo3(signature = (device, rank, world, buffer_ptrs, buffer_size, signal_pad_ptrs, signal_pad_size))]
@@ -309,60 +322,7 @@ impl PyExternalContext {
             inner: Mutex::new(c),
         })
     }
-
-    #[getter]
-    fn ctx(&self) -> PyResult<u64> {
-        lock(&self.inner).ctx_ptr().py()
-    }
-
-    #[getter]
-    fn rank(&self) -> i32 {
-        lock(&self.inner).rank()
-    }
-
-    #[getter]
-    fn world(&self) -> i32 {
-        lock(&self.inner).world()
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        lock(&self.inner).is_closed()
-    }
-
-    fn read_error(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
-        py.detach(|| lock(&self.inner).context()?.read_error()).py()
-    }
-
-    fn clear_error(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).context()?.clear_error())
-            .py()
-    }
-
-    fn set_timeout_ns(&self, py: Python<'_>, ns: u64) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).context()?.set_timeout_ns(ns))
-            .py()
-    }
-
-    fn set_algorithm_limits(
-        &self,
-        py: Python<'_>,
-        ar_one_shot_max: u64,
-        ar_ll_max: u64,
-        gather_ll_max: u64,
-    ) -> PyResult<()> {
-        let limits = AlgorithmLimits {
-            ar_one_shot_max,
-            ar_ll_max,
-            gather_ll_max,
-        };
-        py.detach(|| lock(&self.inner).context()?.set_algorithm_limits(limits))
-            .py()
-    }
-
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| lock(&self.inner).close()).py()
-    }
+}
 }
 
 /// Whether the CUDA driver library can be loaded in this process.
@@ -448,14 +408,14 @@ fn choice_context(world: i32, scratch_bytes: u64, ctas: usize) -> PyResult<abi::
 fn all_reduce_algorithm(
     world: i32,
     scratch_bytes: u64,
-    one_shot_max: u64,
-    ll_max: u64,
+    ar_one_shot_max_bytes: u64,
+    ar_ll_max_bytes: u64,
     ctas: usize,
     nbytes: usize,
 ) -> PyResult<&'static str> {
     let mut c = choice_context(world, scratch_bytes, ctas)?;
-    c.ar_one_shot_max_bytes = one_shot_max;
-    c.ar_ll_max_bytes = ll_max;
+    c.ar_one_shot_max_bytes = ar_one_shot_max_bytes;
+    c.ar_ll_max_bytes = ar_ll_max_bytes;
     use ironlink_device::collectives::choice::{choose, Algorithm};
     Ok(match choose(&c, ctas, nbytes) {
         Algorithm::OneShotLl => "one_shot_ll",
@@ -471,13 +431,13 @@ fn all_reduce_algorithm(
 fn gather_algorithm(
     world: i32,
     scratch_bytes: u64,
-    gather_ll_max: u64,
+    gather_ll_max_bytes: u64,
     ctas: usize,
     total_bytes: usize,
     block_bytes: usize,
 ) -> PyResult<&'static str> {
     let mut c = choice_context(world, scratch_bytes, ctas)?;
-    c.gather_ll_max_bytes = gather_ll_max;
+    c.gather_ll_max_bytes = gather_ll_max_bytes;
     let ll = ironlink_device::collectives::choice::use_ll(&c, ctas, total_bytes, block_bytes);
     Ok(if ll { "ll" } else { "bulk" })
 }
