@@ -358,3 +358,41 @@ def test_heap_refuses_use_after_close_or_after_its_group_is_destroyed(monkeypatc
     with pytest.raises(IronlinkError, match=r"^ironlink.all_reduce: the symmetric heap is closed"):
         heap.usable("ironlink.all_reduce")
     assert "closed" in repr(heap)
+
+
+def test_workspace_zeroes_new_counters_and_refuses_to_make_them_during_capture(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    class Bytes:
+        """A uint8 tensor stand-in: records which prefix was zero-filled."""
+
+        def __init__(self, n: int) -> None:
+            self.n, self.zeroed = n, 0
+
+        def numel(self) -> int:
+            return self.n
+
+        def __getitem__(self, s: slice) -> "Bytes":
+            prefix = Bytes(s.stop)
+            prefix.zero_ = lambda: setattr(self, "zeroed", s.stop)  # type: ignore[method-assign]
+            return prefix
+
+    fake_torch = types.ModuleType("torch")
+    fake_torch.uint8 = "uint8"  # type: ignore[attr-defined]
+    capturing = [False]
+    fake_torch.cuda = types.SimpleNamespace(is_current_stream_capturing=lambda: capturing[0])  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    heap = SymmetricHeap.__new__(SymmetricHeap)  # the state __init__ leaves, without a GPU
+    heap._workspaces = {}
+    made: list[int] = []
+    monkeypatch.setattr(heap, "empty", lambda n, dtype: made.append(n) or Bytes(n), raising=False)
+    epochs = heap.workspace("op/epochs", 1024, zeroed_prefix=1024)
+    assert made == [4096] and epochs.zeroed == 1024  # a power of two, at least 4 KiB; counters zeroed
+    assert heap.workspace("op/epochs", 1024, zeroed_prefix=1024) is epochs and made == [4096]  # kept: not zeroed again
+    capturing[0] = True
+    assert heap.workspace("op/epochs", 4096, zeroed_prefix=1024) is epochs  # big enough: usable while capturing
+    with pytest.raises(IronlinkError, match=r"^ironlink.op/epochs needs a workspace of 8192 bytes, which cannot be "
+                                            r"made during CUDA graph capture"):
+        heap.workspace("op/epochs", 8192, zeroed_prefix=1024)
+    assert heap.workspace("op/data", 8192) is not None  # nothing to zero: allowed while capturing

@@ -475,7 +475,8 @@ class SymmetricHeap:
                 raise IronlinkError(f"ironlink.{name} needs a workspace of {nbytes} bytes, which cannot be made "
                                     "during CUDA graph capture: call it once with these shapes before capturing")
             kept.append(self.empty(1 << max(12, (nbytes - 1).bit_length()), torch.uint8))
-            kept[-1][:zeroed_prefix].zero_()
+            if zeroed_prefix:
+                kept[-1][:zeroed_prefix].zero_()
         return kept[-1]
 
     def zeros(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
