@@ -389,7 +389,7 @@ def test_workspace_zeroes_new_counters_and_refuses_to_make_them_during_capture(
     monkeypatch.setattr(heap, "empty", lambda n, dtype: made.append(n) or Bytes(n), raising=False)
     epochs = heap.workspace("op/epochs", 1024, zeroed_prefix=1024)
     assert made == [4096] and epochs.zeroed == 1024  # a power of two, at least 4 KiB; counters zeroed
-    assert heap.workspace("op/epochs", 1024, zeroed_prefix=1024) is epochs and made == [4096]  # kept: not zeroed again
+    assert heap.workspace("op/epochs", 1024, zeroed_prefix=1024) is epochs and made == [4096]  # kept as it is
     capturing[0] = True
     assert heap.workspace("op/epochs", 4096, zeroed_prefix=1024) is epochs  # big enough: usable while capturing
     with pytest.raises(IronlinkError, match=r"^ironlink.op/epochs needs a workspace of 8192 bytes, which cannot be "
