@@ -381,7 +381,8 @@ def test_workspace_zeroes_new_counters_and_refuses_to_make_them_during_capture(
     fake_torch = types.ModuleType("torch")
     fake_torch.uint8 = "uint8"  # type: ignore[attr-defined]
     capturing = [False]
-    fake_torch.cuda = types.SimpleNamespace(is_current_stream_capturing=lambda: capturing[0])  # type: ignore[attr-defined]
+    cuda = types.SimpleNamespace(is_current_stream_capturing=lambda: capturing[0])
+    fake_torch.cuda = cuda  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     heap = SymmetricHeap.__new__(SymmetricHeap)  # the state __init__ leaves, without a GPU
     heap._workspaces = {}
