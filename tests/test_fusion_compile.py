@@ -26,7 +26,7 @@ from ironlink.fused.matmul_reducescatter import reduce_rows
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
 import fusion_kernels as fk  # noqa: E402  (tests/gpu is not a package)
-from _sass import stack_bytes  # noqa: E402  (tests/, beside this file)
+from _sass import spills_checked, stack_bytes  # noqa: E402  (tests/, beside this file)
 
 KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
     "produce_then_all_reduce": (
@@ -141,7 +141,8 @@ for m in (128, 16384):
          "num_warps": c.warps, "num_stages": c.stages})
 
 # Bytes of stack (ptxas spills: invisible in the PTX, whose .local the test refuses) each kernel
-# is allowed on sm_90, as measured when this check came (2026-11-25); every other kernel 0.
+# is allowed on sm_90 with the pinned Triton (`_sass.spills_checked`), as measured when this check
+# came (2026-11-25); every other kernel 0.
 # Lower them, never raise them. The spilling ones are the pointer-GEMM paths (sm_80, layouts
 # TMA cannot read); Hopper takes TMA descriptors where it can, and those kernels do not spill.
 SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m16_two_shot": 24,
@@ -181,6 +182,6 @@ def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
         assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{sym}\b", ptx), f"{sym} was not inlined"
     local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
     assert not local, f"{name} uses local memory on sm_{cc}:\n" + "\n".join(local[:10])
-    if cc == 90:
+    if cc == 90 and spills_checked():
         spilled, allowed = stack_bytes(k.asm["cubin"]), SM90_SPILL_BYTES.get(name, 0)
         assert spilled <= allowed, f"{name} spills {spilled} bytes on sm_90 (allowed {allowed}: SM90_SPILL_BYTES)"

@@ -18,7 +18,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from ironlink import IronlinkKernel, _lib
 
-from _sass import stack_bytes  # tests/, beside this file
+from _sass import spills_checked, stack_bytes  # tests/, beside this file
 
 REPO = Path(__file__).resolve().parents[1]
 TUTORIAL = REPO / "examples" / "tutorial"
@@ -63,8 +63,8 @@ KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]]]] = {
         ({"ctx": "i64", "inp": "*fp32", "out": "*fp32", "n": "i32", "status": "*i32"}, {})],
 }
 
-# Register spills (bytes of stack on sm_90) a kernel is allowed, as measured when the check came
-# (2026-11-25): lesson 04 holds a 16384-element chunk per CTA. Lower them, never raise them.
+# Register spills (bytes of stack on sm_90, the pinned Triton) a kernel is allowed, as measured when
+# the check came (2026-11-25): lesson 04 holds a 16384-element chunk per CTA. Lower, never raise.
 SPILL_BYTES = {"ring_all_gather": 8}
 
 EXAMPLES = REPO / "examples"
@@ -155,6 +155,8 @@ def _compile(kernel: Any, configs: list[tuple[dict[str, str], dict[str, Any]]]) 
         assert k.asm["cubin"]
         calls = re.findall(r"\bcall(?:\.uni)?\b[^;]*\b(symm_\w+)", k.asm["ptx"])
         assert not calls, f"{fn.__name__}: {sorted(set(calls))} were not inlined"
+        if not spills_checked():
+            continue
         spilled, allowed = stack_bytes(k.asm["cubin"]), SPILL_BYTES.get(fn.__name__, 0)
         assert spilled <= allowed, f"{fn.__name__} spills {spilled} bytes of registers on sm_90 (allowed {allowed})"
 
