@@ -174,8 +174,5 @@ def product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_
     tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
     acc = gemm_tile(a, b, tm * BLOCK_M, M, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                     BLOCK_M, BLOCK_N, BLOCK_K)
-    rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    store_tile(out, acc, tm * BLOCK_M, tn * BLOCK_N, M, N, BLOCK_M, BLOCK_N)
     return tm * BLOCK_M, tn * BLOCK_N

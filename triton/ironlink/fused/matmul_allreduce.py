@@ -208,7 +208,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     parity = epoch % 2
     slots = ws
     if ONE_SHOT:
-        slots += (epoch % 2).to(tl.int64) * (WORLD - 1) * M * N
+        slots += parity.to(tl.int64) * (WORLD - 1) * M * N
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0
@@ -373,11 +373,12 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
     epochs = heap.workspace("matmul_all_reduce/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
     push_rows = max(1, min(c.block_m, 8192 // c.block_n))
-    tma = a_arg is not a and p.one_shot and (tma_push is None or tma_push) and (p.n * out.element_size()) % 16 == 0
+    tma_gemm = a_arg is not a
+    tma = tma_gemm and p.one_shot and (tma_push is None or tma_push) and (p.n * out.element_size()) % 16 == 0
     peer_slots = peer_slots_descriptor(heap, ws, p, push_rows) if tma else ws  # unused unless TMA_PUSH
     matmul_allreduce_push_kernel[(p.ctas,)](
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs.view(torch.int32), p.m, p.n, p.k, *strides,
-        status, stamps, ONE_SHOT=p.one_shot, TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major,
+        status, stamps, ONE_SHOT=p.one_shot, TMA=tma_gemm, B_ROW_MAJOR=layout.b_row_major,
         WORLD=heap.world_size, PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
         STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, TMA_PUSH=tma, **meta)
 
