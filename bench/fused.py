@@ -8,10 +8,12 @@
   (ironlink.all_reduce and the same torch ops), torch_symm_torch (PyTorch's symm_mem
   one_shot_all_reduce and the same torch ops).
 - matmul_allreduce ([M, K] x [K, N] per rank, K = 8192 / world): ironlink_fused
-  (ironlink.matmul_all_reduce, its default method; ironlink_fused[push] / [tile] each method),
+  (ironlink.matmul_all_reduce, its default method; ironlink_fused[push] / [tile] each method;
+  ironlink_fused[push,one_shot] / [push,two_shot] each kernel of "push", whichever the shape gets),
   nccl_torch (torch.matmul, dist.all_reduce), ironlink_torch (torch.matmul into a heap tensor,
   ironlink.all_reduce); and, to explain the others, the GEMMs alone: torch_matmul, triton_gemm
-  (the default method's kernel without communication), triton_gemm[<method>] (the others').
+  (the default method's kernel without communication), triton_gemm[<method>] (the others'),
+  triton_gemm[push,one_shot] / [push,two_shot].
 - allgather_matmul (a shard [M / world, K] x b [K, N / world], K = N = 8192): ironlink_fused
   (ironlink.all_gather_matmul), nccl_torch (dist.all_gather_into_tensor, torch.matmul),
   torch_symm_fused (torch.ops.symm_mem.fused_all_gather_matmul, where it runs).
@@ -141,11 +143,22 @@ class FusedBench:
         self.record("matmul_allreduce", "ironlink_torch", shape, dt,
                     lambda: (torch.matmul(a, b, out=out), ironlink.all_reduce(out, heap=self.heap)), nbytes)
         self.record("matmul_allreduce", "torch_matmul", shape, dt, lambda: torch.matmul(a, b, out=c), nbytes)
-        # Each method's GEMM alone (its kernel without communication): what the fused time is made of.
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
+        specs = [TensorSpec.from_tensor(t, name) for t, name in ((a, "a"), (b, "b"), (out, "out"))]
+        # The push method's two kernels whatever tuning.matmul_one_shot picks: one-shot and two-shot.
+        push = plan_matmul(*specs, str(self.heap.device), self.world, self.sms, None, "push")
+        for shots, one_shot in (("one_shot", True), ("two_shot", False)):
+            p = push._replace(one_shot=one_shot)
+            self.record("matmul_allreduce", f"ironlink_fused[push,{shots}]", shape, dt,
+                        lambda: launch_matmul(self.heap, p, a, b, out, status), nbytes)
+            if int(status.abs().max()):  # launched here without launch_with_status's check
+                raise RuntimeError(f"matmul_allreduce push {shots}: status {status.tolist()}")
+            # Its GEMM alone (the kernel without communication): what the fused time is made of.
+            self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
+                        lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)
+        # Each method's GEMM alone (its kernel without communication): what the fused time is made of.
         for meth in METHODS:
-            p = plan_matmul(*(TensorSpec.from_tensor(t, name) for t, name in ((a, "a"), (b, "b"), (out, "out"))),
-                            str(self.heap.device), self.world, self.sms, None, meth)
+            p = plan_matmul(*specs, str(self.heap.device), self.world, self.sms, None, meth)
             contender = "triton_gemm" if meth == method else f"triton_gemm[{meth}]"
             self.record("matmul_allreduce", contender, shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)

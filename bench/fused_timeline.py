@@ -5,10 +5,12 @@
 Launches matmul_all_reduce's kernels (every method) with TRACE=True, so each CTA stores the
 GPU's global timer at its start and after each phase of each tile (ironlink/fused/trace.py):
 - method "tile": GEMM done, tile all-reduced (the all-reduce's two cross-rank barriers included);
-- method "push": the first part of the K loop, the previous tile's partial pushed, the rest of
-  the K loop, the signal, the partial staged, the reduce of the tile two steps back (the wait for
-  the peers' partials included); then the end ("finish": the last push and reduces, two-shot's
-  waits).
+- method "push", one-shot: the first part of the K loop, the previous tile's partial pushed, the
+  rest of the K loop, the signal, the partial staged, the reduce of the tile two steps back (the
+  wait for the peers' partials included); then the end ("finish": the last push and reduces);
+- method "push", two-shot: the K loop up to the signal point, the previous tile's signal, the
+  rest of the K loop, the wait for the peers' partials (owned tiles), the push of the partial or
+  of the sum; then the end ("finish": the last signal, the wait for the sums).
 Per launch it reports, summed over the CTAs of the slowest rank and as a share of CTA time:
 the GEMM, each communication phase, and the time from a CTA's last stamp to the kernel's end
 (idle SMs). Traced launches run one at a time after a host barrier, so a rank that starts first
@@ -33,7 +35,8 @@ from ironlink.fused.matmul_allreduce import METHODS, launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
 
-PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "signal", "stage", "reduce")}
+PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "signal", "stage", "reduce"),
+          "push_two_shot": ("gemm", "signal_prev", "gemm", "wait_partials", "push_or_sum")}
 # Summed phase times are CTA-microseconds: kernel_us x ctas is the whole; start skew and the idle
 # time after a CTA's last stamp make up the rest.
 
@@ -76,6 +79,10 @@ def main() -> None:
                     help="push method: CTA groups pushing at different points of the K loop (1: all at once)")
     ap.add_argument("--tma-push", default="1", help="push method: 1 pushes through TMA where possible, 0 by stores "
                     "from registers; '0,1' both")
+    ap.add_argument("--shots", default="auto", help="push method: 'one', 'two', 'auto' (tuning.matmul_one_shot); "
+                    "comma-separated")
+    ap.add_argument("--signal-at", default=str(tuning.MATMUL_SIGNAL_AT),
+                    help="push two-shot: where in the next tile's K loop a CTA signals (comma-separated shares)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -90,31 +97,42 @@ def main() -> None:
         out = heap.empty((m, args.n), torch.bfloat16)
         specs = [TensorSpec.from_tensor(t, n) for t, n in ((a, "a"), (b, "b"), (out, "out"))]
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        push = [(st, bool(int(tma))) for st in map(int, args.staggers.split(",")) for tma in args.tma_push.split(",")]
-        variants = [("push", st, tma) for st, tma in push] + [("tile", 0, False)]
-        for method, stagger, tma in variants:
+        variants = [("push", shot, st, tma, at) for shot in args.shots.split(",")
+                    for st in map(int, args.staggers.split(",")) for tma in map(int, args.tma_push.split(","))
+                    for at in map(float, args.signal_at.split(","))] + [("tile", "auto", 0, 0, 1.0)]
+        seen: set[tuple[Any, ...]] = set()
+        for method, shot, stagger, tma, at in variants:
             p = plan(*specs, str(heap.device), world, sms, None, method)
+            if shot != "auto":
+                p = p._replace(one_shot=shot == "one")
+            # One-shot takes the stagger, two-shot the signal point: each distinct launch once.
+            key = (method, p.one_shot, tma, stagger if p.one_shot else at)
+            if key in seen:
+                continue
+            seen.add(key)
+            phases = PHASES["push" if p.one_shot else "push_two_shot"] if method == "push" else PHASES[method]
+            kw = dict(stagger=stagger, tma_push=bool(tma), signal_at=at)
             trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
             for _ in range(3):
-                launch(heap, p, a, b, out, status, stagger=stagger, tma_push=tma)
+                launch(heap, p, a, b, out, status, **kw)
             results = []
             for _ in range(args.repeats):
                 trace.zero_()
                 torch.cuda.synchronize()
                 dist.barrier()
-                launch(heap, p, a, b, out, status, trace=trace, stagger=stagger, tma_push=tma)
+                launch(heap, p, a, b, out, status, trace=trace, **kw)
                 torch.cuda.synchronize()
-                results.append(summarize(trace.cpu(), PHASES[method]))
+                results.append(summarize(trace.cpu(), phases))
             heap.check()
             # The same launch untraced, 20 back to back in a CUDA graph (as bench/fused.py times).
-            graph_us = time_graph(lambda: launch(heap, p, a, b, out, status, stagger=stagger, tma_push=tma),
-                                  out.nbytes)
+            graph_us = time_graph(lambda: launch(heap, p, a, b, out, status, **kw), out.nbytes)
             heap.check()
             mine = sorted(results, key=lambda r: r["kernel_us"])[len(results) // 2]  # the median launch
             gathered: list[Any] = [None] * world
             dist.all_gather_object(gathered, mine)
             worst = max(gathered, key=lambda r: r["kernel_us"])
-            row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "tma_push": tma,
+            row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "tma_push": bool(tma),
+                   "signal_at": at,
                    "config": list(p.config), "ctas": p.ctas, "one_shot": p.one_shot, "graph_us": round(graph_us, 2),
                    **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in results]), 2)}

@@ -19,7 +19,7 @@ from triton.compiler import ASTSource
 from ironlink import _lib, tuning
 from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
                             matmul_reducescatter_kernel)
-from ironlink.fused.matmul_allreduce import matmul_allreduce_push_kernel
+from ironlink.fused.matmul_allreduce import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
 from ironlink.fused.allgather_matmul import COPY_COLS
 from ironlink.fused.matmul_reducescatter import reduce_rows
 
@@ -96,29 +96,43 @@ _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i
 _PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16",
              "peer_slots": "*bf16", "epochs": "*i32",
              **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
-             "ONE_SHOT": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
+             "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
              "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr", "TMA_PUSH": "constexpr"}
+_OWNER_SIG = {**{k: v for k, v in _PUSH_SIG.items() if k in ("ctx", "a", "b", "out", "ws", "peer_slots")},
+              "peer_out": "*bf16", "epochs": "*i32",
+              **{k: v for k, v in _MATMUL_SIG.items() if k in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk",
+                                                            "stride_bn")},
+              "signal_k": "i32",
+              **{k: v for k, v in _MATMUL_SIG.items() if k in ("status", "trace", "BLOCK_M", "BLOCK_N", "BLOCK_K",
+                                                            "GROUP_M", "COMMUNICATE", "TRACE")},
+              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr", "TMA_PUSH": "constexpr"}
 for m in (16, 4096):
     c = tuning.matmul_config(m, 8192, 2048, 4)
     tile = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
             "TRACE": False, "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"matmul_allreduce_tile_m{m}"] = (matmul_allreduce_kernel.fn, _MATMUL_SIG, tile)
-    # The push method: one-shot (world 2) and two-shot, through pointers (TMA descriptors: below).
-    for one_shot in (True, False):
-        KERNELS[f"matmul_allreduce_push_m{m}_{'one' if one_shot else 'two'}_shot"] = (
-            matmul_allreduce_push_kernel.fn, _PUSH_SIG,
-            {**tile, "ONE_SHOT": one_shot, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2 if one_shot else 4,
-             "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": False})
-    # Through TMA descriptors (Hopper and later): b row-major, and column-major (read transposed).
+    # The push method, one-shot (world 2) and two-shot by slices (world 4), through pointers.
+    KERNELS[f"matmul_allreduce_push_m{m}_one_shot"] = (
+        matmul_allreduce_push_kernel.fn, _PUSH_SIG,
+        {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2, "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8,
+         "TMA_PUSH": False})
+    KERNELS[f"matmul_allreduce_push_m{m}_two_shot"] = (
+        matmul_allreduce_owner_kernel.fn, _OWNER_SIG, {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 4,
+                                                       "TMA_PUSH": False})
+    # Through TMA descriptors (Hopper and later, world 2): b row-major, and column-major (read transposed).
     for b_row_major in (True, False):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
         push_rows = max(1, min(c.block_m, 8192 // c.block_n))
-        KERNELS[f"matmul_allreduce_push_m{m}_tma_b_{'rows' if b_row_major else 'cols'}"] = (
+        operands = {"a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>"}
+        KERNELS[f"matmul_allreduce_push_m{m}_one_shot_tma_b_{'rows' if b_row_major else 'cols'}"] = (
             matmul_allreduce_push_kernel.fn,
-            {**_PUSH_SIG, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>",
-             "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
-            {**tile, "ONE_SHOT": True, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
+            {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
+            {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
              "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True})
+        peer = f"tensordesc<bf16[1, {c.block_m}, {c.block_n}]>"
+        KERNELS[f"matmul_allreduce_push_m{m}_two_shot_tma_b_{'rows' if b_row_major else 'cols'}"] = (
+            matmul_allreduce_owner_kernel.fn, {**_OWNER_SIG, **operands, "peer_slots": peer, "peer_out": peer},
+            {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90, "TMA_PUSH": True})
 
 _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "BLOCK_K": "constexpr"}
@@ -144,10 +158,12 @@ for m in (128, 16384):
 # is allowed on sm_90 with the pinned Triton (`_sass.spills_checked`), as measured when this check
 # came (2026-11-25); every other kernel 0.
 # Lower them, never raise them. The spilling ones are the pointer-GEMM paths (sm_80, layouts
-# TMA cannot read); Hopper takes TMA descriptors where it can, and those kernels do not spill.
-SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m16_two_shot": 24,
-                    "matmul_allreduce_push_m4096_one_shot": 80, "matmul_allreduce_push_m4096_two_shot": 144,
-                    "allgather_matmul_m16384": 8}
+# TMA cannot read, more than one peer to push to) and, by a few words, the two-shot epilogue
+# (a peer's partial summed beside the accumulator).
+SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m4096_one_shot": 88,
+                    "matmul_allreduce_push_m4096_two_shot": 912, "matmul_allreduce_push_m16_two_shot_tma_b_rows": 16,
+                    "matmul_allreduce_push_m4096_two_shot_tma_b_rows": 32,
+                    "matmul_allreduce_push_m4096_two_shot_tma_b_cols": 24, "allgather_matmul_m16384": 8}
 
 _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
 _ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "stride_am", "stride_bk", "stride_sm")

@@ -424,6 +424,18 @@ HIERARCHICAL_KERNELS = ((allreduce_rmsnorm, "allreduce_rmsnorm_hierarchical_kern
 
 
 @contextlib.contextmanager
+def matmul_kernel(method: Optional[str], m: int, n: int, k: int, world: int) -> str:
+    """Which kernel matmul_all_reduce runs for this shape (for the case's name): the method, and
+    for "push" one-shot or two-shot (tuning.matmul_one_shot)."""
+    method = method or tuning.matmul_method(m, n, world)
+    if method != "push":
+        return method
+    cfg = tuning.matmul_config(m, n, k, world)
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    ctas = min(tiles, sm_share(torch.cuda.current_device()))
+    return f"push {'one' if tuning.matmul_one_shot(tiles, ctas, world) else 'two'}-shot"
+
+
 def as_several_nodes(s: Suite) -> Iterator[Suite]:
     """A Suite over `SeveralNodesView(s.heap)`, with the fused ops' hierarchical kernels linked
     with the P2P bitcode instead of the NVSHMEM one: on one node their hierarchical collectives
@@ -564,20 +576,26 @@ def main() -> int:
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=False))
             cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: 500 graph replays back to back",
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=500))
+        # Shapes of one wave of tiles (push: one-shot at world 2) and of several (push: two-shot by
+        # slices, ragged edges); the case name says which kernel ran.
         for method in MATMUL_METHODS:
-            for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024)),
-                                 ((16, 8192, 512), (100, 1000, 300))):
-                cases.run(f"matmul_all_reduce {method} {dtype} {m}x{n}x{k}",
+            for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024), (4100, 2050, 512)),
+                                 ((16, 8192, 512), (100, 1000, 300), (4100, 2050, 512))):
+                cases.run(f"matmul_all_reduce {matmul_kernel(method, m, n, k, world)} {dtype} {m}x{n}x{k}",
                           lambda: s.matmul(m, n, k, dtype, graph=False, method=method))
-            cases.run(f"matmul_all_reduce {method} {dtype} 8 launches back to back",
-                      lambda: s.matmul(*small((1030, 2050, 1024), (100, 1000, 300)), dtype, graph=False, launches=8,
-                                       method=method))
-        cases.run(f"matmul_all_reduce {dtype} b row-major 8 launches back to back",
-                  lambda: s.matmul(*small((1030, 2048, 1024), (128, 1024, 256)), dtype, graph=False, launches=8,
-                                   b_row_major=True))
+            for m, n, k in small(((1030, 2050, 1024), (4100, 2050, 512)), ((100, 1000, 300), (4100, 2050, 512))):
+                cases.run(f"matmul_all_reduce {matmul_kernel(method, m, n, k, world)} {dtype} {m}x{n}x{k} "
+                          "8 launches back to back",
+                          lambda: s.matmul(m, n, k, dtype, graph=False, launches=8, method=method))
+        for m, n, k in small(((1030, 2048, 1024), (4096, 2048, 512)), ((128, 1024, 256), (4096, 2048, 512))):
+            cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, k, world)} {dtype} b row-major {m}x{n}x{k} "
+                      "8 launches back to back",
+                      lambda: s.matmul(m, n, k, dtype, graph=False, launches=8, b_row_major=True))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
-        cases.run(f"matmul_all_reduce {dtype} in a CUDA graph", lambda: s.matmul(200, 4096, 512, dtype, graph=True))
+        for m in (200, 4100):
+            cases.run(f"matmul_all_reduce {matmul_kernel(None, m, 4096, 512, world)} {dtype} {m}x4096x512 in a "
+                      "CUDA graph", lambda: s.matmul(m, 4096, 512, dtype, graph=True))
     hierarchical_cases(cases, s, world)
     heap.close()
     code = cases.report("fusion", world, t0)

@@ -172,6 +172,16 @@ MATMUL_CONFIGS: tuple[tuple[int, MatmulConfig], ...] = (
 # current tile's K loop (CTA c at (c % STAGGER) / STAGGER of it), so partials leave over the whole
 # tile time instead of in one burst that queues every CTA behind a full NVLink.
 MATMUL_PUSH_STAGGER = 8
+# matmul_all_reduce "push", two-shot: a CTA signals its last tile's pushes after this share of
+# its next tile's K loop (1.0: at its end; the pushes drain behind the GEMM, the signal waits for them).
+MATMUL_SIGNAL_AT = 1.0
+
+
+def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
+    """matmul_all_reduce "push": one-shot (every rank sums every tile, one NVLink hop) at world 2
+    while every tile is computed at once (one wave), where latency rules; else two-shot by slices
+    (each rank sums its slice: a third of one-shot's extra memory traffic, and no tail)."""
+    return world == 2 and tiles <= ctas
 
 
 def matmul_method(m: int, n: int, world: int) -> str:
@@ -193,6 +203,6 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     return cfg
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_PUSH_STAGGER", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
+__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]

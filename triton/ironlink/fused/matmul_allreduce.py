@@ -6,20 +6,25 @@
 dtype tile by tile, and the tiles are summed in fp32 in rank order: results are bitwise identical
 on every rank.
 
-Two methods, both one persistent kernel whose CTAs walk the output tiles (tile t on CTA t % grid,
-the same on every rank):
+Two methods, both one persistent kernel whose CTAs walk the output tiles (grid-stride: CTA c takes
+every grid-th tile from c):
 
-- "push" (the default on one node): producer / consumer. No CTA waits for another rank before its
-  next GEMM tile. After computing tile t a CTA stores its partial straight into the workspace of
-  each rank that will reduce it (the tile's *owners*) and signals them (`symm_tile_signal`, a
-  posted add); it then reduces the tile it computed one step earlier, if it owns it: by then the
-  peers, which computed that tile at the same time, have long pushed their partials, so the wait
-  (`symm_tile_wait_others`) rarely waits. With world 2 every rank owns every tile (one-shot: one
-  hop, the same bytes as two-shot at world 2); with more ranks one rank owns each tile (two-shot:
-  the owner pushes the sum back into every peer's `out` and signals it, and a CTA waits for the
-  sums of its tiles only at the end). The workspace lives in the heap (`heap.workspace`):
-  (world - 1) slots of [M, N], twice over for one-shot (alternate launches use alternate halves,
-  so a fast rank never overwrites partials a slow peer has not summed yet).
+- "push" (the default on one node): producer / consumer; no CTA waits for another rank before its
+  next GEMM tile. Two kernels, chosen by `tuning.matmul_one_shot`:
+  - one-shot (world 2, every tile in one wave: latency rules): after computing tile t a CTA
+    stages its partial in `out` and pushes it into its slot at every peer during its next tile's
+    K loop, signals (`symm_tile_signal_others`), and then sums the tile of two steps before over
+    the ranks: one NVLink hop, every rank sums every tile.
+  - two-shot by slices (several waves, or more ranks): the ranks own equal slices of the tiles.
+    Rank r computes the other slices first, its own last: a tile it does not own goes from
+    registers into its slot at the owner (`symm_tile_signal`); a tile it owns is summed with the
+    partials the peers pushed long before (`symm_tile_wait_others` rarely waits) and the sum goes
+    into every rank's `out`. Per tile, a third of one-shot's extra HBM traffic (no staging, one
+    rank reads the partials), and no tail of reduces after the last GEMM.
+  Signals come after part of the next tile's GEMM, so a TMA push drains behind the GEMM. The
+  workspace lives in the heap (`heap.workspace`): 2 x (world - 1) slots of [M, N]; alternate
+  launches use alternate halves (a per-CTA launch counter), so a fast rank never overwrites
+  partials a slow peer has not summed yet.
 - "tile": each tile is all-reduced by the CTA that computed it, with `symm_tile_all_reduce`
   (a rendezvous with the peers' CTAs of the same tile, two cross-rank barriers): simple, but
   every CTA stops at its tile's barriers while nothing else runs on its SM.
@@ -55,6 +60,7 @@ from .trace import stamp
 
 
 METHODS = ("push", "tile")
+EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the push kernels' launch counters: one per possible CTA
 
 
 class Plan(NamedTuple):
@@ -64,8 +70,8 @@ class Plan(NamedTuple):
     config: tuning.MatmulConfig
     ctas: int
     method: str
-    one_shot: bool  # push: every rank reduces every tile (world 2)
-    workspace_bytes: int  # push: the partials' slots
+    one_shot: bool  # push: every rank sums every tile (else each its slice: two-shot)
+    workspace_bytes: int  # push: the partials' slots, 2 x (world - 1) x [M, N]
 
 
 def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
@@ -81,37 +87,18 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     method = method or tuning.matmul_method(m, n, world)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    one_shot = world == 2
-    slots = (world - 1) * (2 if one_shot else 1)
-    ws = slots * m * n * out.itemsize if method == "push" else 0
-    return Plan(m, n, k, cfg, max(1, min(tiles, sms)), method, one_shot, ws)
+    ctas = max(1, min(tiles, sms))
+    ws = 2 * (world - 1) * m * n * out.itemsize if method == "push" else 0
+    return Plan(m, n, k, cfg, ctas, method, tuning.matmul_one_shot(tiles, ctas, world), ws)
 
 
 @triton.jit
-def tile_owner(t, grid, world):
-    """The rank that reduces tile `t` in two-shot: rotates over a CTA's successive tiles (t % grid
-    is the CTA, t // grid its step) and over the CTAs of one step, so every step sends partials
-    in every direction. The same on every rank (the grid is)."""
-    return (t % grid + t // grid) % world
-
-
-@triton.jit
-def reduces(owner, rank, ONE_SHOT: tl.constexpr):
-    """Whether `rank` sums a tile owned by `owner`: every rank in one-shot, the owner in two-shot."""
-    if ONE_SHOT:
-        return owner >= 0
-    else:
-        return owner == rank
-
-
-@triton.jit
-def push_partial(ctx, out, slots, peer_slots, parity, t, m0, n0, M, N, rank, world, grid, ONE_SHOT: tl.constexpr,
+def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, TMA_PUSH: tl.constexpr):
-    """Copies this rank's partial of tile `t`, staged in `out`, into its slot (rank - dest - 1) mod
-    world in the workspace of each other rank `dest` that reduces the tile. TMA_PUSH (one-shot,
-    world 2): through `peer_slots`, a TMA descriptor of the one peer's slots [2, M, N] (blocks
-    [1, ROWS, BLOCK_N]), so the copy engine of the SM sends while the warps go on."""
-    owner = tile_owner(t, grid, world)
+    """One-shot: copies this rank's partial of the tile at rows m0.., columns n0.., staged in
+    `out`, into its slot (rank - dest - 1) mod world of every other rank `dest`'s workspace.
+    TMA_PUSH (world 2): through `peer_slots`, a TMA descriptor of the one peer's slots [2, M, N]
+    (blocks [1, ROWS, BLOCK_N]), so the copy engine of the SM sends while the warps go on."""
     rn = n0 + tl.arange(0, BLOCK_N)
     # Unrolled: the chunks' loads can be in flight together (this runs inside the GEMM's K loop).
     for r0 in tl.static_range(0, BLOCK_M, ROWS):
@@ -122,80 +109,65 @@ def push_partial(ctx, out, slots, peer_slots, parity, t, m0, n0, M, N, rank, wor
         if TMA_PUSH:
             peer_slots.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
         else:
-            for k in range(1, world):
-                dest = (rank + k) % world
-                if reduces(owner, dest, ONE_SHOT):
-                    slot = tl.cast((rank - dest - 1 + world) % world, tl.int64) * M * N
-                    tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
+            for k in tl.static_range(1, WORLD):
+                dest = (rank + k) % WORLD
+                slot = tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * M * N
+                tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
 
 
 @triton.jit
-def signal_partial(ctx, t, grid, rank, world, ONE_SHOT: tl.constexpr):
-    """Tells the ranks that reduce tile `t` that this rank's partial is in their workspace."""
-    if ONE_SHOT:
-        s = il.symm_tile_signal_others(ctx, t)
-    else:
-        owner = tile_owner(t, grid, world)
-        s = owner * 0
-        if owner != rank:
-            s = il.symm_tile_signal(ctx, t, owner)
+def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                GROUP_M: tl.constexpr, REDUCE_ROWS: tl.constexpr):
+    """One-shot: waits for every peer's partial of tile `t`, sums the tile over the ranks in rank
+    order in fp32 (this rank's partial in `out`, peer q's in slot (q - rank - 1) mod world of
+    `slots`) into `out`, in chunks of REDUCE_ROWS rows. Returns the status (nothing is read or
+    written after a failed wait)."""
+    s = il.symm_tile_wait_others(ctx, t)
+    if s == 0:
+        tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+        slot = tl.cast(M, tl.int64) * N
+        for r0 in range(0, BLOCK_M, REDUCE_ROWS):
+            rm = tm * BLOCK_M + r0 + tl.arange(0, REDUCE_ROWS)
+            offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            total = tl.zeros((REDUCE_ROWS, BLOCK_N), dtype=tl.float32)
+            # Unrolled over the ranks: every rank's load is in flight at once.
+            for q in tl.static_range(WORLD):
+                src = tl.where(q == rank, out, slots + ((q - rank - 1 + WORLD) % WORLD) * slot)
+                total += tl.load(src + offs, mask=mask).to(tl.float32)
+            tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
     return s
 
 
 @triton.jit
-def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, grid, ONE_SHOT: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, REDUCE_ROWS: tl.constexpr):
-    """If this rank reduces tile `t`: waits for every peer's partial, sums the tile over the ranks
-    in rank order in fp32 (this rank's partial in `out`, peer q's in slot (q - rank - 1) mod world
-    of `slots`) into `out`, and in two-shot also into every peer's `out`, then signals them, in
-    chunks of REDUCE_ROWS rows. Returns the status (nothing is read or written after a failed
-    wait)."""
-    s = t * 0
-    if reduces(tile_owner(t, grid, WORLD), rank, ONE_SHOT):
-        s = il.symm_tile_wait_others(ctx, t)
-        if s == 0:
-            tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-            rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-            slot = tl.cast(M, tl.int64) * N
-            for r0 in range(0, BLOCK_M, REDUCE_ROWS):
-                rm = tm * BLOCK_M + r0 + tl.arange(0, REDUCE_ROWS)
-                offs = rm[:, None].to(tl.int64) * N + rn[None, :]
-                mask = (rm[:, None] < M) & (rn[None, :] < N)
-                total = tl.zeros((REDUCE_ROWS, BLOCK_N), dtype=tl.float32)
-                # Unrolled over the ranks: every rank's load is in flight at once.
-                for q in tl.static_range(WORLD):
-                    src = tl.where(q == rank, out, slots + ((q - rank - 1 + WORLD) % WORLD) * slot)
-                    total += tl.load(src + offs, mask=mask).to(tl.float32)
-                result = total.to(out.dtype.element_ty)
-                tl.store(out + offs, result, mask=mask)
-                if not ONE_SHOT:
-                    for k in tl.static_range(1, WORLD):
-                        tl.store(ilt.peer_pointer(ctx, out, (rank + k) % WORLD) + offs, result, mask=mask)
-            if not ONE_SHOT:
-                s = il.symm_tile_signal_others(ctx, t)
-    return s
+def advance_epochs(epochs, epoch):
+    """Sets every CTA's launch counter (MAX_CTAS of them) to `epoch`, this CTA a share of them, so
+    the counters stay equal whatever grid each launch has: the two-shot kernel's CTAs meet the
+    peers' CTAs of other indices in the same slots."""
+    for e in range(tl.program_id(0), EPOCH_COUNTERS, tl.num_programs(0)):
+        tl.store(epochs + e, epoch)
 
 
 @jit(do_not_specialize=["ctx"])
 def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
                                  stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, ONE_SHOT: tl.constexpr,
-                                 TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr,
-                                 PUSH_ROWS: tl.constexpr, REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr,
-                                 TMA_PUSH: tl.constexpr,
+                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
+                                 B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
+                                 REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr, TMA_PUSH: tl.constexpr,
                                  COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
-    """Method "push" (see the module docs). out [M, N] (heap, contiguous) = all-reduce of a @ b.
-    ws: the partials' slots (heap, this op's workspace): (world - 1) x [M, N], twice in ONE_SHOT
-    (by the CTA's launch parity). epochs: one int32 per CTA (MAX_CTAS), its launches so far
+    """Method "push", one-shot (see the module docs). out [M, N] (heap, contiguous) = all-reduce
+    of a @ b. ws: the partials' slots (heap, this op's workspace): 2 x (world - 1) x [M, N], the
+    half by the CTA's launch parity. epochs: one int32 per CTA (MAX_CTAS), the launches so far
     (a workspace zeroed at creation: equal on every rank).
 
     Per tile t, a CTA: runs the first part of t's K loop; pushes the partial of its previous tile
-    (staged in `out`) to the reducing ranks; runs the rest of the K loop; signals the previous
-    tile's partial; stages t's partial in `out`; reduces the tile of two steps ago (its peers'
-    partials have been in for a whole tile). The split point differs between CTAs (STAGGER
-    groups): pushes spread over the tile's time instead of all CTAs sending at once, which would
-    queue every CTA behind a full NVLink for the whole burst.
-    TMA_PUSH (one-shot, Hopper): partials are pushed through `peer_slots`, a TMA descriptor
+    (staged in `out`) to every peer; runs the rest of the K loop; signals the previous tile's
+    partial; stages t's partial in `out`; reduces the tile of two steps ago (its peers' partials
+    have been in for a whole tile). The split point differs between CTAs (STAGGER groups):
+    pushes spread over the tile's time instead of all CTAs sending at once, which would queue
+    every CTA behind a full NVLink for the whole burst.
+    TMA_PUSH (Hopper, world 2): partials are pushed through `peer_slots`, a TMA descriptor
     (`push_partial`); else by stores from registers (`peer_slots` unused). The signal after a
     push waits for the TMA stores' completion (`symm_tile_signal_others`). The staging in `out`
     stays a plain store: the push and the reduce read it back with plain loads.
@@ -206,9 +178,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     rank = il.symm_rank(ctx)
     epoch = tl.load(epochs + pid)
     parity = epoch % 2
-    slots = ws
-    if ONE_SHOT:
-        slots += parity.to(tl.int64) * (WORLD - 1) * M * N
+    slots = ws + parity.to(tl.int64) * (WORLD - 1) * M * N
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0
@@ -224,8 +194,8 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
         stamp(trace, 1 + 6 * step, TRACE)
         if COMMUNICATE:
             if p1 >= 0:
-                push_partial(ctx, out, slots, peer_slots, parity, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT,
-                             BLOCK_M, BLOCK_N, PUSH_ROWS, TMA_PUSH)
+                push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
+                             PUSH_ROWS, TMA_PUSH)
         stamp(trace, 2 + 6 * step, TRACE)
         acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
                          B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -234,14 +204,13 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
         # not for the stage's stores.
         if COMMUNICATE:
             if p1 >= 0:
-                worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, WORLD, ONE_SHOT), worst)
+                worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
         stamp(trace, 4 + 6 * step, TRACE)
         store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
         stamp(trace, 5 + 6 * step, TRACE)
         if COMMUNICATE:
             if (p2 >= 0) & (worst == 0):
-                worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
-                                    REDUCE_ROWS)
+                worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
         stamp(trace, 6 + 6 * step, TRACE)
         p2 = p1
         p1, p1_m0, p1_n0 = t, m0, n0
@@ -250,23 +219,160 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
         # The last tile's partial goes out now (nothing left to overlap it with); then the last two
         # tiles are reduced.
         if p1 >= 0:
-            push_partial(ctx, out, slots, peer_slots, parity, p1, p1_m0, p1_n0, M, N, rank, WORLD, grid, ONE_SHOT,
-                         BLOCK_M, BLOCK_N, PUSH_ROWS, TMA_PUSH)
-            worst = ilt.failure_or(signal_partial(ctx, p1, grid, rank, WORLD, ONE_SHOT), worst)
+            push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
+                         PUSH_ROWS, TMA_PUSH)
+            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
         if (p2 >= 0) & (worst == 0):
-            worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
-                                REDUCE_ROWS)
+            worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
         if (p1 >= 0) & (worst == 0):
-            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, grid, ONE_SHOT, BLOCK_M, BLOCK_N, GROUP_M,
-                                REDUCE_ROWS)
-        # Two-shot: the sums of this CTA's other tiles, pushed by their owners.
-        if not ONE_SHOT:
-            for t in range(pid, tiles_m * tiles_n, grid):
-                owner = tile_owner(t, grid, WORLD)
-                if (owner != rank) & (worst == 0):
-                    worst = il.symm_tile_wait(ctx, t, owner)
+            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
         stamp(trace, 1 + 6 * step, TRACE)
-        tl.store(epochs + pid, epoch + 1)
+        advance_epochs(epochs, epoch + 1)
+    tl.store(status + pid, worst)
+
+
+@triton.jit
+def slice_start(s, tiles, WORLD: tl.constexpr):
+    """The first tile of rank `s`'s slice in two-shot: the ranks own equal runs of consecutive
+    tiles (in tile_coords order: groups of whole tile rows)."""
+    return (s * tiles + WORLD - 1) // WORLD
+
+
+@triton.jit
+def slice_owner(t, tiles, WORLD: tl.constexpr):
+    """The rank whose slice holds tile `t`: slice_start(owner) <= t < slice_start(owner + 1)."""
+    return (t * WORLD) // tiles
+
+
+@triton.jit
+def push_tile(ctx, dst, peer_dst, index, value, m0, n0, M, N, peer, TMA_PUSH: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """Stores the tile `value` (rows m0.., columns n0..) into `peer`'s copy of the contiguous
+    [M, N] matrix at `dst` (a heap address). TMA_PUSH (world 2): through `peer_dst` instead, a
+    TMA descriptor of [*, M, N] matrices in the one peer (blocks [1, BLOCK_M, BLOCK_N]), matrix
+    `index`: the SM's copy engine sends from shared memory while the warps go on
+    (`symm_tile_signal*` waits for it)."""
+    if TMA_PUSH:
+        peer_dst.store([index, m0, n0], value.reshape(1, BLOCK_M, BLOCK_N))
+    else:
+        store_tile(ilt.peer_pointer(ctx, dst, peer), value, m0, n0, M, N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def sum_partials(own, slots, m0, n0, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    """The fp32 sum over the ranks, in rank order, of one tile's partials: this rank's `own` (in
+    registers) and peer q's from its slot (q - rank - 1) mod world of `slots` [world - 1, M, N]."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    offs = rm[:, None] * N + rn[None, :]  # within the tile: BLOCK_M rows of N fit in int32
+    mask = (m0 + rm[:, None] < M) & (n0 + rn[None, :] < N)
+    base = slots + m0.to(tl.int64) * N + n0
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for q in tl.static_range(WORLD):
+        if q == rank:
+            total += own.to(tl.float32)
+        else:
+            slot = tl.cast((q - rank - 1 + WORLD) % WORLD, tl.int64) * M * N
+            total += tl.load(base + slot + offs, mask=mask).to(tl.float32)
+    return total
+
+
+@triton.jit
+def signal_pushed(ctx, t, owner, rank):
+    """Announces the pushes of tile `t`: its partial to `owner`, or, by the owner, its sum to all."""
+    if owner == rank:
+        s = il.symm_tile_signal_others(ctx, t)
+    else:
+        s = il.symm_tile_signal(ctx, t, owner)
+    return s
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epochs, M, N, K, stride_am, stride_ak,
+                                  stride_bk, stride_bn, signal_k, status, trace, BLOCK_M: tl.constexpr,
+                                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                                  TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr,
+                                  TMA_PUSH: tl.constexpr, COMMUNICATE: tl.constexpr = True,
+                                  TRACE: tl.constexpr = False):
+    """Method "push", two-shot by slices (see the module docs). out [M, N] (heap, contiguous) =
+    all-reduce of a @ b. ws: the partials' slots (heap): 2 x (world - 1) x [M, N], the half by
+    the launch parity (`epochs`, as the one-shot kernel). TMA_PUSH (world 2): `peer_slots` and
+    `peer_out` are TMA descriptors of the peer's slots [2, M, N] and of its out [1, M, N]
+    (`push_tile`); else unused.
+
+    Rank r walks the tiles from slice r + 1 on, its own slice last. A tile it does not own goes,
+    rounded to out's dtype, from registers into its slot at the owner; a tile it owns is summed
+    with the partials its peers pushed (they computed it in their first slices, long before) and
+    the sum goes into every rank's out. A CTA signals a tile's pushes once it has run `signal_k`
+    of its next tile's K loop (the pushes drain behind the GEMM; the signal waits for them), and
+    at the end waits for the sums of the tiles it pushed. A wait for partials never depends on
+    another wait (the peers pushed them from their first slices, which wait for nothing), so no
+    cycle of waits can form. COMMUNICATE=False: the GEMM alone. TRACE: five stamps per tile (GEMM
+    up to signal_k, signal, rest of the GEMM, wait for the partials, push or sum), one at the end."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    stamp(trace, 0, TRACE)
+    rank = il.symm_rank(ctx)
+    epoch = tl.load(epochs + pid)
+    parity = epoch % 2
+    slots = ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n
+    first = slice_start((rank + 1) % WORLD, tiles, WORLD)
+    worst = pid * 0
+    pending, pending_owner = pid * 0 - 1, pid * 0  # the tile pushed last: signalled during the next
+    step = 0
+    for j in range(pid, tiles, grid):
+        t = (j + first) % tiles
+        owner = slice_owner(t, tiles, WORLD)
+        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, 0, signal_k, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 1 + 5 * step, TRACE)
+        if COMMUNICATE:
+            if pending >= 0:
+                worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
+                pending = -1
+        stamp(trace, 2 + 5 * step, TRACE)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, signal_k, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 3 + 5 * step, TRACE)
+        own = acc.to(out.dtype.element_ty)
+        if not COMMUNICATE:
+            stamp(trace, 4 + 5 * step, TRACE)
+            store_tile(out, own, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        elif owner != rank:
+            stamp(trace, 4 + 5 * step, TRACE)
+            slot = (rank - owner - 1 + WORLD) % WORLD  # 0 at world 2 (the TMA path)
+            push_tile(ctx, slots + tl.cast(slot, tl.int64) * M * N, peer_slots, parity, own, m0, n0, M, N, owner,
+                      TMA_PUSH, BLOCK_M, BLOCK_N)
+            pending, pending_owner = t, owner
+        else:
+            if worst == 0:
+                worst = il.symm_tile_wait_others(ctx, t)
+            stamp(trace, 4 + 5 * step, TRACE)
+            if worst == 0:
+                total = sum_partials(own, slots, m0, n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N).to(out.dtype.element_ty)
+                store_tile(out, total, m0, n0, M, N, BLOCK_M, BLOCK_N)
+                for k in tl.static_range(1, WORLD):
+                    push_tile(ctx, out, peer_out, 0, total, m0, n0, M, N, (rank + k) % WORLD, TMA_PUSH, BLOCK_M,
+                              BLOCK_N)
+                pending, pending_owner = t, owner
+        stamp(trace, 5 + 5 * step, TRACE)
+        step += 1
+    if COMMUNICATE:
+        if pending >= 0:
+            worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
+        # The sums of the tiles this CTA pushed, from their owners.
+        for j in range(pid, tiles, grid):
+            t = (j + first) % tiles
+            owner = slice_owner(t, tiles, WORLD)
+            if (owner != rank) & (worst == 0):
+                worst = il.symm_tile_wait(ctx, t, owner)
+        stamp(trace, 1 + 5 * step, TRACE)
+        advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
 
 
@@ -316,7 +422,7 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
     tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
     `method`: "push" or "tile" (module docs; default `tuning.matmul_method`), on one node. "push"
-    keeps a workspace in the heap: (world - 1) x M x N elements, twice at world 2.
+    keeps a workspace in the heap: 2 x (world - 1) x M x N elements.
     Collective; CUDA-graph capturable when `out` is given and the call ran once before with
     these shapes (the push method's workspace is made then)."""
     if heap is None and out is None:
@@ -352,12 +458,14 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 
 
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
-           trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None) -> None:
+           trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None,
+           signal_at: Optional[float] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
-    replaces tuning.MATMUL_PUSH_STAGGER, `tma_push=False` pushes by stores from registers where
-    TMA could take them."""
+    replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT
+    (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
+    `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
     stamps = trace if trace is not None else status
@@ -372,26 +480,40 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
     epochs = heap.workspace("matmul_all_reduce/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
-    push_rows = max(1, min(c.block_m, 8192 // c.block_n))
+    epochs = epochs.view(torch.int32)
     tma_gemm = a_arg is not a
-    tma = tma_gemm and p.one_shot and (tma_push is None or tma_push) and (p.n * out.element_size()) % 16 == 0
-    peer_slots = peer_slots_descriptor(heap, ws, p, push_rows) if tma else ws  # unused unless TMA_PUSH
-    matmul_allreduce_push_kernel[(p.ctas,)](
-        heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs.view(torch.int32), p.m, p.n, p.k, *strides,
-        status, stamps, ONE_SHOT=p.one_shot, TMA=tma_gemm, B_ROW_MAJOR=layout.b_row_major,
-        WORLD=heap.world_size, PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
-        STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, TMA_PUSH=tma, **meta)
+    # TMA pushes need one peer (a descriptor per destination) and 16-byte aligned rows.
+    tma = (tma_gemm and heap.world_size == 2 and (tma_push is None or tma_push)
+           and (p.n * out.element_size()) % 16 == 0)
+    common = dict(TMA=tma_gemm, B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, TMA_PUSH=tma, **meta)
+    slots = ws[:2 * p.m * p.n].view(2, p.m, p.n)
+    if p.one_shot:
+        push_rows = max(1, min(c.block_m, 8192 // c.block_n))
+        peer_slots = peer_descriptor(heap, slots, [1, push_rows, c.block_n]) if tma else ws  # unused unless TMA
+        matmul_allreduce_push_kernel[(p.ctas,)](
+            heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, *strides, status, stamps,
+            PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
+            STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **common)
+        return
+    block = [1, c.block_m, c.block_n]
+    peer_slots = peer_descriptor(heap, slots, block) if tma else ws
+    peer_out = peer_descriptor(heap, out.view(1, p.m, p.n), block) if tma else out
+    k_tiles = triton.cdiv(p.k, c.block_k)
+    at = tuning.MATMUL_SIGNAL_AT if signal_at is None else signal_at
+    signal_k = min(k_tiles, round(at * k_tiles)) * c.block_k
+    matmul_allreduce_owner_kernel[(p.ctas,)](
+        heap.ctx, a_arg, b_arg, out, ws, peer_slots, peer_out, epochs, p.m, p.n, p.k, *strides, signal_k, status,
+        stamps, **common)
 
 
-def peer_slots_descriptor(heap: Any, ws: Any, p: Plan, push_rows: int) -> Any:
-    """A TMA descriptor of the one peer's partial slots [2, M, N] in PUSH_ROWS-row pieces, for the
-    one-shot push at world 2 (the workspace is a heap tensor: 16-byte aligned)."""
+def peer_descriptor(heap: Any, t: Any, block: list[int]) -> Any:
+    """A TMA descriptor of the one peer's copy of the contiguous heap tensor `t` (heap tensors are
+    16-byte aligned), in blocks `block`: for the pushes at world 2."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    m, n = p.m, p.n
-    peer = heap.peer_tensor(ws[:2 * m * n].view(2, m, n), 1 - heap.rank)
-    return TensorDescriptor(peer, [2, m, n], [m * n, n, 1], [1, push_rows, p.config.block_n])
+    peer = heap.peer_tensor(t, 1 - heap.rank)
+    return TensorDescriptor(peer, list(t.shape), list(t.stride()), block)
 
 
 __all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",
-           "matmul_allreduce_push_kernel", "plan"]
+           "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel", "plan"]
