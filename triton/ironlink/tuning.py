@@ -173,8 +173,10 @@ MATMUL_CONFIGS: tuple[tuple[int, MatmulConfig], ...] = (
 # tile time instead of in one burst that queues every CTA behind a full NVLink.
 MATMUL_PUSH_STAGGER = 8
 # matmul_all_reduce "push", two-shot: a CTA signals its last tile's pushes after this share of
-# its next tile's K loop (1.0: at its end; the pushes drain behind the GEMM, the signal waits for them).
-MATMUL_SIGNAL_AT = 1.0
+# its next tile's K loop (the pushes drain behind the GEMM; the signal waits for them). Measured on
+# 2 H100s at M = 4096 / 1024 (graph us): 0.0 497.5 / 142.5, 0.5 465.3 / 139.0, 1.0 477.3 / 141.7
+# (bench/results/experiments/fused-timeline-two-shot-2xNVIDIA-H100-20261125-2036.json).
+MATMUL_SIGNAL_AT = 0.5
 
 
 def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
