@@ -40,7 +40,7 @@ from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
 from . import sp_streams
-from .gemm import check_operands, check_output, copy_rows, gemm_tile
+from .gemm import check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors
 
 COPY_COLS = 1024  # elements of a row copied per piece of the push (pieces are spread over all CTAs)
 
@@ -73,15 +73,18 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
 
 
 @triton.jit
-def _gemm_rows_of(a, stride_am, stride_ak, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # This CTA's share of the output tiles of rank `src`'s rows, read from `a` (row 0 = the
-    # block's first row), from this CTA's index `first` on.
+def _gemm_rows_of(a, stride_am, stride_ak, a_row0, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                  TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+    # This CTA's share of the output tiles of rank `src`'s rows, from this CTA's index `first` on,
+    # read from `a` at rows a_row0.. (a pointer at the block's first row and a_row0 = 0, or a TMA
+    # descriptor and the block's first row in it: `gemm_range`).
     grid = tl.num_programs(0)
     for t in range(first, tl.cdiv(ROWS, BLOCK_M) * tiles_n, grid):
         tm, tn = t // tiles_n, t % tiles_n
-        acc = gemm_tile(a, b, tm * BLOCK_M, ROWS, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, a_row0 + tm * BLOCK_M, a_row0 + ROWS,
+                         tn * BLOCK_N, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR,
+                         BLOCK_M, BLOCK_N, BLOCK_K)
         rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
         tl.store(out + (src * ROWS + rm[:, None]).to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
@@ -89,25 +92,33 @@ def _gemm_rows_of(a, stride_am, stride_ak, src, first, b, out, ROWS, N, K, strid
 
 
 @triton.jit
-def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, WORLD: tl.constexpr):
-    # The tiles of the other ranks' rows, read from a_full; they continue this CTA's walk where its
-    # own-row tiles stopped (balance).
+def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA: tl.constexpr,
+                      B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, WORLD: tl.constexpr):
+    # The tiles of the other ranks' rows, read from a_full (a pointer, or a TMA descriptor of it);
+    # they continue this CTA's walk where its own-row tiles stopped (balance).
     pid, grid = tl.program_id(0), tl.num_programs(0)
     own = tl.cdiv(ROWS, BLOCK_M) * tiles_n
     for i in tl.static_range(1, WORLD):
         src = (rank + i) % WORLD
         first = (pid + grid - (i * own) % grid) % grid
-        _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, src, first, b, out, ROWS, N, K,
-                      stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K)
+        if TMA:
+            _gemm_rows_of(a_full, K, 1, src * ROWS, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        else:
+            _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, 0, src, first, b, out, ROWS, N, K,
+                          stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @jit(do_not_specialize=["ctx"])
-def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk, stride_bn,
-                            status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            COPY_COLS: tl.constexpr, WORLD: tl.constexpr):
+def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
+                            stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            COPY_COLS: tl.constexpr, WORLD: tl.constexpr, TMA: tl.constexpr,
+                            B_ROW_MAJOR: tl.constexpr):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
-    (see the module docs)."""
+    (see the module docs). The GEMM reads a_own (this rank's rows), a_all (a_full) and b: with TMA
+    (Hopper), TMA descriptors of a_shard, a_full and b (`gemm.operand_descriptors`), else a_shard,
+    a_full and b themselves; the copies read a_shard and write a_full through pointers."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -122,15 +133,15 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm,
             x = tl.load(a_shard + tl.cast(row, tl.int64) * stride_sm + c * stride_sk, mask=c < K)
             for p in tl.static_range(WORLD):
                 tl.store(ilt.peer_pointer(ctx, mine, p) + tl.cast(row, tl.int64) * K + c, x, mask=c < K)
-    _gemm_rows_of(a_shard, stride_sm, stride_sk, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                  BLOCK_M, BLOCK_N, BLOCK_K)
+    _gemm_rows_of(a_own, stride_sm, stride_sk, 0, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                  TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
     s = il.symm_tile_signal_others(ctx, grid + pid)
     s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, grid + pid))
     s = ilt.failure_or(s, il.symm_grid_barrier(ctx))
     worst = ilt.failure_or(worst, s)
     if worst == 0:
-        _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K,
-                          WORLD)
+        _gemm_other_ranks(a_all, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M,
+                          BLOCK_N, BLOCK_K, WORLD)
     tl.store(status + pid, worst)
 
 
@@ -144,16 +155,16 @@ def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, 
     tiles_n = tl.cdiv(N, BLOCK_N)
     mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
     copy_rows(a_shard, stride_sm, stride_sk, mine, K, 1, ROWS, K, COPY_COLS)
-    _gemm_rows_of(a_shard, stride_sm, stride_sk, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                  BLOCK_M, BLOCK_N, BLOCK_K)
+    _gemm_rows_of(a_shard, stride_sm, stride_sk, 0, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                  False, False, BLOCK_M, BLOCK_N, BLOCK_K)
     # The own block complete before any CTA sends its slice of it; every block in place before
     # any CTA reads one.
     worst = il.symm_grid_barrier(ctx)
     worst = ilt.failure_or(worst, ilt.all_gather_hierarchical(ctx, mine, a_full, ROWS * K))
     worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
-        _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, BLOCK_M, BLOCK_N, BLOCK_K,
-                          WORLD)
+        _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, False, False, BLOCK_M,
+                          BLOCK_N, BLOCK_K, WORLD)
     tl.store(status + pid, worst)
 
 
@@ -193,17 +204,37 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
         return a_full, out
     in_heap(h, "all_gather_matmul", (a_full, "a_full"))
     c = p.config
-    kernel, function = ((allgather_matmul_hierarchical_kernel, "symm_grid_barrier/symm_all_gather_hierarchical")
-                        if h.multi_node else (allgather_matmul_kernel, "symm_tile_wait"))
+    strides = a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1)
+    meta = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, COPY_COLS=COPY_COLS, WORLD=h.world_size,
+                num_warps=c.warps, num_stages=c.stages)
+    if h.multi_node:
+        launch_with_status(
+            "all_gather_matmul", h, p.ctas,
+            lambda status: allgather_matmul_hierarchical_kernel[(p.ctas,)](
+                h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, *strides, status, **meta),
+            check, function="symm_grid_barrier/symm_all_gather_hierarchical")
+        return a_full, out
+    layout = layout_for(a_shard, b)
+    if (p.k * a_full.element_size()) % 16:  # a_full's rows, read by TMA too
+        layout = layout._replace(tma=False)
+    a_own, b_arg = operand_descriptors(a_shard, b, layout, c.block_m, c.block_n, c.block_k)
+    a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
     launch_with_status(
         "all_gather_matmul", h, p.ctas,
-        lambda status: kernel[(p.ctas,)](h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, a_shard.stride(0),
-                                         a_shard.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m,
-                                         BLOCK_N=c.block_n, BLOCK_K=c.block_k, COPY_COLS=COPY_COLS,
-                                         WORLD=h.world_size, num_warps=c.warps, num_stages=c.stages),
-        check, function=function)
+        lambda status: allgather_matmul_kernel[(p.ctas,)](
+            h.ctx, a_shard, a_full, a_own, a_all, b_arg, out, p.rows, p.n, p.k, *strides, status, TMA=layout.tma,
+            B_ROW_MAJOR=layout.b_row_major, **meta),
+        check, function="symm_tile_wait")
     return a_full, out
 
 
-__all__ = ["COPY_COLS", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
+def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
+    """A TMA descriptor of a_full (a contiguous heap tensor: 16-byte aligned; rows of K elements,
+    aligned when a_shard's are) in [block_m, block_k] blocks."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
+
+
+__all__ = ["COPY_COLS", "a_full_descriptor", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
            "allgather_matmul_kernel", "plan"]

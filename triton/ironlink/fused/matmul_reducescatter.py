@@ -41,7 +41,8 @@ from ..distributed import sm_share
 from ..jit import jit
 from ..ops import TensorSpec, heap_for, launch_with_status
 from . import sp_streams
-from .gemm import check_operands, check_output, copy_rows, gemm_tile, product_tile, tile_coords
+from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, product_tile,
+                   tile_coords)
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
@@ -84,10 +85,12 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
 def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                 GROUP_M: tl.constexpr, WORLD: tl.constexpr, SLOTS: tl.constexpr,
-                                ROWS: tl.constexpr):
+                                ROWS: tl.constexpr, TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = False):
     """out [M / WORLD, N] = this rank's rows of the reduce-scatter of a @ b (see the module docs).
     ws: the workspace (heap), tiles per block x WORLD slots of BLOCK_M x BLOCK_N elements.
-    SLOTS: WORLD rounded up to a power of two; ROWS: rows of a tile summed per step (`reduce_rows`)."""
+    SLOTS: WORLD rounded up to a power of two; ROWS: rows of a tile summed per step (`reduce_rows`).
+    TMA (Hopper): a and b are TMA descriptors (`gemm.operand_descriptors`; a tile past its block's
+    rows reads the next block's, which its slot carries but the sum leaves out)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     rows = M // WORLD
@@ -101,8 +104,9 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_a
         t = o % tiles
         tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
         row0 = dest * rows + tm * BLOCK_M
-        acc = gemm_tile(a, b, row0, (dest + 1) * rows, tn * BLOCK_N, N, K, stride_am, stride_ak, stride_bk,
-                        stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, row0, (dest + 1) * rows,
+                         tn * BLOCK_N, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR,
+                         BLOCK_M, BLOCK_N, BLOCK_K)
         slot = ilt.peer_pointer(ctx, ws, dest) + (tl.cast(t, tl.int64) * WORLD + rank) * SLOT
         tl.store(slot + ri[:, None] * BLOCK_N + rc[None, :], acc.to(ws.dtype.element_ty))
         s = il.symm_tile_signal(ctx, t, dest)
@@ -203,13 +207,16 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
             check, function="symm_grid_barrier/symm_reduce_scatter_hierarchical")
         return out
     ws = h.workspace("matmul_reduce_scatter", p.workspace_bytes).view(a.dtype)
+    layout = layout_for(a, b)
+    a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
     kernel = matmul_reducescatter_kernel[(p.ctas,)]
     launch_with_status(
         "matmul_reduce_scatter", h, p.ctas,
-        lambda status: kernel(h.ctx, a, b, out, ws, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
+        lambda status: kernel(h.ctx, a_arg, b_arg, out, ws, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
                               b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
                               GROUP_M=c.group_m, WORLD=h.world_size, SLOTS=triton.next_power_of_2(h.world_size),
-                              ROWS=reduce_rows(c, h.world_size), num_warps=c.warps, num_stages=c.stages),
+                              ROWS=reduce_rows(c, h.world_size), TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major,
+                              num_warps=c.warps, num_stages=c.stages),
         check, function="symm_tile_wait")
     return out
 
