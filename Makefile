@@ -135,7 +135,7 @@ wheel: all-archs venv
 # with the oldest and the newest supported Triton, each in a venv of its own (.venv-triton-X, made
 # once).
 TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_typed.py tests/test_fusion_compile.py \
-                tests/test_nvshmem_link.py tests/test_nvshmem_compile.py
+                tests/test_nvshmem_link.py tests/test_nvshmem_compile.py tests/test_pdl.py
 test-triton-range: all-archs $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
 	@for v in $(TRITON_OLDEST) $(TRITON_NEWEST); do \
 	  echo "== compile tests with Triton $$v"; \

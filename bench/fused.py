@@ -3,9 +3,11 @@
     torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_py.sh fused)
 
 - allreduce_rmsnorm (tokens x hidden, bf16): ironlink_fused (ironlink.all_reduce_rmsnorm, its default
-  mode; ironlink_fused[rows] / [whole] each mode; ironlink_fused[<mode>,fp8] its FP8 output on
-  Hopper), nccl_torch (dist.all_reduce, residual add, F.rms_norm), ironlink_torch
-  (ironlink.all_reduce and the same torch ops), torch_symm_torch (PyTorch's symm_mem
+  mode and PDL setting; ironlink_fused[rows] / [whole] each mode without programmatic dependent
+  launch, ironlink_fused[rows,pdl] / [whole,pdl] with it, where the GPU has it (sm_90+);
+  ironlink_fused[<mode>,fp8] its FP8 output on Hopper, default PDL setting), nccl_torch
+  (dist.all_reduce, residual add, F.rms_norm), ironlink_torch (ironlink.all_reduce without PDL
+  and the same torch ops; ironlink_torch[pdl] with it), torch_symm_torch (PyTorch's symm_mem
   one_shot_all_reduce and the same torch ops).
 - matmul_allreduce ([M, K] x [K, N] per rank, K = 8192 / world): ironlink_fused
   (ironlink.matmul_all_reduce, its default method; ironlink_fused[push] / [tile] each method;
@@ -41,6 +43,7 @@ from ironlink.fused.matmul_allreduce import METHODS
 from ironlink.fused.matmul_allreduce import launch as launch_matmul
 from ironlink.fused.matmul_allreduce import plan as plan_matmul
 from ironlink.ops import TensorSpec
+from ironlink.pdl import MIN_MAJOR, choose_pdl
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
 MS = [16, 128, 1024, 4096]
@@ -53,6 +56,11 @@ class FusedBench:
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.rows: list[dict[str, Any]] = []
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        # Programmatic dependent launch (ironlink.pdl): what the ops choose by default here, and
+        # the settings to measure (both where the GPU has it).
+        major = torch.cuda.get_device_capability()[0]
+        self.default_pdl = choose_pdl(None, major, "all_reduce_rmsnorm")
+        self.pdl_settings = (False, True) if major >= MIN_MAJOR else (False,)
 
     def record(self, op: str, contender: str, shape: dict[str, int], dtype: str, fn: Callable[[], None],
                nbytes: int, **extra: Any) -> None:
@@ -78,21 +86,24 @@ class FusedBench:
 
         default = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world, self.sms)
         for mode in ("rows", "whole"):
-            self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}]", shape, dt,
-                        lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
-                                                            mode=mode), nbytes)
-        best = next(r for r in reversed(self.rows) if r["contender"] == f"ironlink_fused[{default}]")
-        self.rows.append({**best, "contender": "ironlink_fused", "mode": default})
+            for pdl in self.pdl_settings:
+                self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}{',pdl' if pdl else ''}]", shape, dt,
+                            lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
+                                                                mode=mode, pdl=pdl), nbytes)
+        chosen = f"ironlink_fused[{default}{',pdl' if self.default_pdl else ''}]"
+        best = next(r for r in reversed(self.rows) if r["contender"] == chosen)
+        self.rows.append({**best, "contender": "ironlink_fused", "mode": default, "pdl": self.default_pdl})
         self.record("allreduce_rmsnorm", "nccl_torch", shape, dt, lambda: (dist.all_reduce(x), torch_ops()), nbytes)
-        self.record("allreduce_rmsnorm", "ironlink_torch", shape, dt,
-                    lambda: (ironlink.all_reduce(x, heap=self.heap), torch_ops()), nbytes)
+        for pdl in self.pdl_settings:
+            self.record("allreduce_rmsnorm", f"ironlink_torch{'[pdl]' if pdl else ''}", shape, dt,
+                        lambda: (ironlink.all_reduce(x, heap=self.heap, pdl=pdl), torch_ops()), nbytes)
         self.record("allreduce_rmsnorm", "torch_ops", shape, dt, torch_ops, nbytes)
         if torch.cuda.get_device_capability()[0] >= 9:  # the FP8 output (per-token scales) for an FP8 GEMM
             out8 = torch.empty(tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)
             scale = torch.empty(tokens, device="cuda", dtype=torch.float32)
             self.record("allreduce_rmsnorm", f"ironlink_fused[{default},fp8]", shape, dt,
                         lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out8, heap=self.heap,
-                                                            scale=scale), nbytes)
+                                                            scale=scale), nbytes, pdl=self.default_pdl)
         self.torch_symm(shape, dt, x, torch_ops, nbytes)
         self.heap.free(x)
 

@@ -154,9 +154,10 @@ def test_heap_is_found_from_the_tensor_once_passed(monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_kernels_compile(collective: str) -> None:
     kernel = getattr(ops, f"_{collective}_kernel")
-    types = {"ctx": "i64", "buf": "*bf16", "inp": "*bf16", "out": "*bf16", "n": "i64", "op": "i32", "status": "*i32"}
+    types = {"ctx": "i64", "buf": "*bf16", "inp": "*bf16", "out": "*bf16", "n": "i64", "op": "i32", "status": "*i32",
+             "PDL": "constexpr"}
     sig = {name: types[name] for name in kernel.arg_names}
-    ttir = compile_for(90, kernel.fn, sig, {}).asm["ttir"]
+    ttir = compile_for(90, kernel.fn, sig, {"PDL": False} if "PDL" in sig else {}).asm["ttir"]
     symbol = f"symm_{collective}"
     (call,) = extern_calls(ttir)[symbol]
     assert call["dtype"] == _abi.DTYPE["BFLOAT16"]
@@ -615,3 +616,26 @@ def test_host_calls_refuse_a_closed_heap_before_launching(fake_torch: Any) -> No
     with pytest.raises(IronlinkError, match=r"ironlink.all_reduce: the symmetric heap's process group was destroyed"):
         ironlink.all_reduce(x, heap=heap)
     assert fake_torch.launches == [] and heap.stream_order.last is None
+
+
+@pytest.mark.parametrize("major", [8, 9])
+def test_decode_ops_launch_with_pdl_where_the_gpu_has_it(fake_torch: Any, major: int) -> None:
+    fake_torch.cuda.get_device_capability = lambda d: (major, 0)
+    t, h = 4, 4096
+    x, res, out = (_FakeTensor(t * h, ptr=p, shape=(t, h)) for p in (0x100000, 0x200000, 0x300000))
+    w = _FakeTensor(h, ptr=0x400000)
+    heap = _Heap(x)
+    ironlink.all_reduce(x, heap=heap)
+    ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap)
+    ironlink.all_reduce(x, heap=heap, pdl=False)
+    ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap, pdl=False)
+    with_pdl = {"PDL": True, "launch_pdl": True}  # the griddepcontrol code and Triton's launch attribute
+    got = [{k: kw[k] for k in with_pdl if k in kw} for *_, kw in fake_torch.launches]
+    assert got == [with_pdl if major >= 9 else {}] * 2 + [{}] * 2  # default on from sm_90; pdl=False: off
+    gathered, mine = _FakeTensor(8 * 1024, ptr=0x500000), _FakeTensor(1024, ptr=0x500000 + 3 * 2048)
+    heap.mine |= {id(gathered), id(mine)}
+    ironlink.all_gather(gathered, mine)  # not a decode op: never with PDL
+    assert "launch_pdl" not in fake_torch.launches[-1][3]
+    if major < 9:
+        with pytest.raises(ValueError, match=r"ironlink.all_reduce\(pdl=True\): it needs compute capability 9.0"):
+            ironlink.all_reduce(x, heap=heap, pdl=True)

@@ -17,7 +17,8 @@
   float64 reference within the dtype's tolerance, bitwise equal on all ranks, eager and replayed
   in a CUDA graph, at shapes that are not multiples of the tile; all_reduce_rmsnorm at the token
   counts of decode (1 to 128, rows over the LL tile all-reduce at world 2) also 500 graph
-  replays back to back.
+  replays back to back; chains of all_reduce_rmsnorm and all_reduce launched with programmatic
+  dependent launch on, off and alternating (sm_90+), bitwise the same.
 - The fused ops' kernels for heaps of several nodes (grid barriers around a hierarchical
   collective), relinked with the P2P bitcode and run on this one-node heap as if it spanned
   several (`as_several_nodes`): their own logic checked the same way on any GPUs, without NVSHMEM
@@ -41,6 +42,7 @@ from ironlink import _abi, tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES
 from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
+from ironlink.pdl import MIN_MAJOR
 
 from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
@@ -289,6 +291,65 @@ class Suite:
                 self.replays(run, graph, prepare, check)
         finally:
             self.heap.free(x)
+
+    def rmsnorm_pdl_chain(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, steps: int = 6,
+                          replays: int = 200) -> None:
+        """Programmatic dependent launch (ironlink.pdl) against none. A chain of dependent launches:
+        step i is all_reduce_rmsnorm(src -> dst), the residual carried from step to step, then
+        ironlink.all_reduce(dst, "avg"), and dst is the next step's src. Run eagerly and as a CUDA
+        graph (inputs reset inside it) replayed `replays` times back to back, with PDL off, on,
+        and alternating by step (every on/off transition). Every result must be bitwise the
+        eager PDL-off one, on every rank: a kernel that read its inputs (the previous kernel's
+        out, the residual of two kernels back) before they were complete would differ."""
+        w, r = self.world, self.rank
+        bufs = [self.heap.empty((tokens, hidden), dtype) for _ in range(2)]
+        gen = torch.Generator(device="cuda").manual_seed(4321)
+        parts = [torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype) for _ in range(w)]
+        res0 = torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype)
+        weight = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(dtype)
+        residual = torch.empty_like(res0)
+
+        def chain(pdl_at: Callable[[int], bool]) -> torch.Tensor:
+            src, dst = bufs
+            src.copy_(parts[r])
+            residual.copy_(res0)
+            for i in range(steps):
+                ironlink.all_reduce_rmsnorm(src, residual, weight, 1e-6, out=dst, heap=self.heap, mode=mode,
+                                            pdl=pdl_at(i))
+                if i + 1 < steps:
+                    ironlink.all_reduce(dst, op="avg", heap=self.heap, pdl=pdl_at(i))
+                    src, dst = dst, src
+            return dst
+
+        variants: dict[str, Callable[[int], bool]] = {"off": lambda i: False, "on": lambda i: True,
+                                                      "alternating": lambda i: i % 2 == 0}
+        want: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+        try:
+            for name, pdl_at in variants.items():
+                final = chain(pdl_at)  # eagerly: also compiles the variant outside capture
+                torch.cuda.synchronize()
+                self.heap.check()
+                got = [(f"{name} eager", final.clone(), residual.clone())]
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    final = chain(pdl_at)
+                for _ in range(replays):
+                    g.replay()
+                torch.cuda.synchronize()
+                self.heap.check()
+                got.append((f"{name} graph x{replays}", final.clone(), residual.clone()))
+                del g
+                if want is None:
+                    want = got[0][1:]
+                    assert torch.isfinite(want[0].float()).all() and torch.isfinite(want[1].float()).all()
+                    same_on_all_ranks(want[0])
+                    same_on_all_ranks(want[1])
+                for what, out, res in got:
+                    assert torch.equal(out, want[0]), f"PDL {what}: out differs bitwise from PDL off"
+                    assert torch.equal(res, want[1]), f"PDL {what}: residual differs bitwise from PDL off"
+        finally:
+            for b in bufs:
+                self.heap.free(b)
 
     def replays(self, run: Callable[[], object], graph: bool, prepare: Callable[[], None],
                 check: Callable[[], None]) -> None:
@@ -596,6 +657,12 @@ def main() -> int:
         for m, n in ((200, 4096), (4100, 2050)):
             cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, 512, world)} {dtype} {m}x{n}x512 in a CUDA graph",
                       lambda: s.matmul(m, n, 512, dtype, graph=True))
+    if torch.cuda.get_device_capability()[0] >= MIN_MAJOR:  # griddepcontrol: sm_90+
+        for tokens, mode in small(((1, None), (32, None), (128, None), (2048, None), (8, "whole"), (32, "rows")),
+                                  ((1, None), (8, "whole"))):
+            cases.run(f"all_reduce_rmsnorm + all_reduce chain {tokens}x8192 {mode or 'default mode'}: "
+                      "PDL on, off, alternating: bitwise the same",
+                      lambda: s.rmsnorm_pdl_chain(tokens, 8192, torch.bfloat16, mode))
     hierarchical_cases(cases, s, world)
     heap.close()
     code = cases.report("fusion", world, t0)

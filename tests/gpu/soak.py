@@ -80,6 +80,7 @@ def compile_one(spec: tuple[str, str, int]) -> str:
     """Compiles one variant into the Triton cache (a worker process: no GPU work). '' or why not."""
     import collectives_worker as k
     from ironlink import ops, variable_all_to_all
+    from ironlink.pdl import choose_pdl, pdl_launch_options
 
     kind, dtype, warps = spec
     d, i32, i64 = getattr(torch, dtype), torch.int32, torch.int64
@@ -90,7 +91,9 @@ def compile_one(spec: tuple[str, str, int]) -> str:
         "dev_broadcast": lambda: k.broadcast_k.warmup(ctx, d, 0, 0, 0, i32, **launch),
         "dev_reduce": lambda: k.reduce_k.warmup(ctx, d, d, 0, 0, 0, 0, i32, **launch),
         "dev_all_to_all": lambda: k.all_to_all_k.warmup(ctx, d, d, 0, 0, i32, **launch),
-        "all_reduce": lambda: ops._all_reduce_kernel.warmup(ctx, d, 0, 0, i32, **launch),
+        # The variant ironlink.all_reduce launches here (with or without PDL: ironlink.pdl).
+        "all_reduce": lambda: ops._all_reduce_kernel.warmup(ctx, d, 0, 0, i32, **launch, **pdl_launch_options(
+            choose_pdl(None, torch.cuda.get_device_capability()[0], "all_reduce"))),
         "all_gather": lambda: ops._all_gather_kernel.warmup(ctx, d, d, 0, i32, **launch),
         "reduce_scatter": lambda: ops._reduce_scatter_kernel.warmup(ctx, d, d, 0, 0, i32, **launch),
         "all_to_all_v": lambda: variable_all_to_all._all_to_all_v_kernel.warmup(ctx, d, 0, i64, d, 0, i64, i64, 0, i32,

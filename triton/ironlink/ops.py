@@ -30,6 +30,7 @@ from . import typed as ilt
 from .distributed import grid_cap
 from .errors import IronlinkError, status_name
 from .jit import jit
+from .pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
 
 # torch dtype names (without "torch.") -> ironlink dtype codes.
 DTYPES: dict[str, int] = {name: _abi.DTYPE[key] for name, key in
@@ -162,7 +163,11 @@ def check_statuses(statuses: list[int], collective: str, rank: int, function: Op
 
 
 @jit(do_not_specialize=["ctx", "n", "op"])
-def _all_reduce_kernel(ctx, buf, n, op, status):
+def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
+    # With PDL (ironlink.pdl): the buffer, the heap's state and the status buffer may be the
+    # previous kernel's output, so wait for it first; the next kernel waits for us likewise.
+    wait_for_previous_kernel(PDL)
+    allow_next_kernel(PDL)
     tl.store(status + tl.program_id(0), ilt.all_reduce(ctx, buf, n, op))
 
 
@@ -283,24 +288,33 @@ def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool
             check_statuses(status[:ctas].tolist(), name, heap.rank, function)
 
 
-def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool) -> None:
+def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool,
+            pdl: bool = False) -> None:
+    """`pdl`: the kernel takes a PDL constexpr and launches with programmatic dependent launch."""
     ctas, warps = tuning.choose(collective, plan.nbytes, heap.world_size)
     ctas = min(ctas, grid_cap(heap.device))
+    options = pdl_launch_options(pdl)
     launch_with_status(collective, heap, ctas,
-                       lambda status: kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps), check)
+                       lambda status: kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps, **options), check)
 
 
-def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False) -> Any:
+def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False,
+               pdl: Optional[bool] = None) -> Any:
     """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
-    group; `op` is "sum", "max", "min", "prod" or "avg". Returns `t`."""
+    group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
+    dependent launch (`ironlink.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
+    capability 9.0+; one-node heaps). Returns `t`."""
+    import torch
+
     code = reduce_op_code(op)
     spec = TensorSpec.from_tensor(t, "t")
     h = heap_for(t, "t", heap, "all_reduce")
     plan = plan_all_reduce(spec, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_reduce", (t, "t"))
+        use_pdl = choose_pdl(pdl, torch.cuda.get_device_capability(h.device)[0], "all_reduce", h.multi_node)
         kernel = _all_reduce_hierarchical_kernel if h.multi_node else _all_reduce_kernel
-        _launch("all_reduce", kernel, h, plan, (t, plan.n, code), check)
+        _launch("all_reduce", kernel, h, plan, (t, plan.n, code), check, use_pdl)
     return t
 
 

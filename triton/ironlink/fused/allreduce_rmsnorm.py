@@ -25,6 +25,8 @@ Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
 - "whole": the whole tensor is all-reduced by every CTA with `symm_all_reduce` (its LL one-shot
   for small sizes), `symm_grid_barrier` makes every row visible to every CTA, then each CTA
   normalizes rows. For many tokens, and for rows too large for the LL tile all-reduce.
+Both launch with programmatic dependent launch where the GPU has it (`ironlink.pdl`, `pdl=`): the
+kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes the same two over `symm_all_reduce_hierarchical` and
 `symm_tile_all_reduce_hierarchical` (a kernel linked with the NVSHMEM bitcode); "whole" by
 default there, as no measurement has chosen between them yet.
@@ -43,6 +45,7 @@ from .. import tuning
 from .. import typed as ilt
 from ..distributed import sm_share
 from ..jit import jit
+from ..pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
 from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
 
 MAX_HIDDEN = 16384
@@ -149,10 +152,18 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
 
 @jit(do_not_specialize=["ctx", "T", "eps"])
 def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status,
-                             WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False):
+                             WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
+                             PDL: tl.constexpr = False):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
-    residual_out may be residual (in place); scale is read only with FP8."""
+    residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
+    `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
+    touching memory (`ironlink.pdl`)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
+    # Anything we read may be the previous kernel's output (x, the residual, the weight, the heap's
+    # counters and LL boxes, the status buffer): wait first. The next kernel waits for our
+    # completion before it touches memory, so it may start at once.
+    wait_for_previous_kernel(PDL)
+    allow_next_kernel(PDL)
     if WHOLE:
         s = _norm_after_grid_barrier(ilt.all_reduce(ctx, x, T * H), ctx, x, residual, residual_out, weight, out, scale,
                                      T, H, eps, BLOCK_H, FP8)
@@ -187,14 +198,15 @@ def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, residual_out, weight
 
 def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
                        heap: Any = None, mode: Optional[str] = None, check: bool = False,
-                       residual_out: Any = None, scale: Any = None) -> tuple[Any, ...]:
+                       residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None) -> tuple[Any, ...]:
     """All-reduce `x` (a [tokens, hidden] heap tensor, overwritten with the sum), add it into
     `residual` (in place, or into `residual_out` leaving `residual` as it is) and RMS-normalize
     the result with `weight`; returns (out, residual or residual_out). `out` (default: a new
     tensor like x) may be x itself. An `out` of dtype torch.float8_e4m3fn gets the normalized rows
     quantized per token (module docs; Hopper and later), with the scales in `scale` (fp32
-    [tokens]; allocated when None), and the call returns (out, residual, scale). Collective;
-    CUDA-graph capturable."""
+    [tokens]; allocated when None), and the call returns (out, residual, scale). `pdl`: launch
+    with programmatic dependent launch (`ironlink.pdl`; None: `tuning.DECODE_PDL` where the GPU
+    has it, compute capability 9.0+; one-node heaps). Collective; CUDA-graph capturable."""
     import torch
 
     h = heap_for(x, "x", heap, "all_reduce_rmsnorm")
@@ -203,8 +215,10 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     fp8_out = out.dtype == getattr(torch, "float8_e4m3fn", None)
     if fp8_out and scale is None:
         scale = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    if fp8_out and torch.cuda.get_device_capability(h.device)[0] < 9:
+    major = torch.cuda.get_device_capability(h.device)[0]
+    if fp8_out and major < 9:
         raise ValueError("all_reduce_rmsnorm: an FP8 out needs a GPU of compute capability 9.0 or later")
+    use_pdl = choose_pdl(pdl, major, "all_reduce_rmsnorm", h.multi_node)
     res_out = residual if residual_out is None else residual_out
     spec = TensorSpec.from_tensor
     sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
@@ -223,7 +237,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
         "all_reduce_rmsnorm", h, p.ctas,
         lambda status: kernel[(p.ctas,)](h.ctx, x, residual, res_out, weight, out, scales, p.tokens, p.hidden,
                                          float(eps), status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
-                                         num_warps=p.warps),
+                                         num_warps=p.warps, **pdl_launch_options(use_pdl)),
         check, function=function)
     return done
 

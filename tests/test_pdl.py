@@ -1,0 +1,113 @@
+"""Programmatic dependent launch (ironlink.pdl), no GPU needed: what the installed Triton offers,
+when the ops launch with it, and the PDL kernels compiled for sm_90 and sm_100 with nothing that
+touches memory before `griddepcontrol.wait`. (Inlining, local memory and spills of the
+all_reduce_rmsnorm PDL variants: tests/test_fusion_compile.py.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+import triton
+from triton.backends import backends
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ironlink import _lib, ops, pdl, tuning
+from ironlink.fused import allreduce_rmsnorm_kernel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:  # compile from scratch: the cache key ignores our wrappers
+        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        yield
+
+
+def test_triton_launch_takes_launch_pdl() -> None:
+    # `kernel[grid](..., launch_pdl=True)` ends in the backend's parse_options: the option must
+    # exist there (it sets CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION at launch).
+    backend = backends["nvidia"].compiler(GPUTarget("cuda", 90, 32))
+    assert backend.parse_options({"launch_pdl": True}).launch_pdl is True
+    assert backend.parse_options({}).launch_pdl is False
+
+
+@pytest.mark.parametrize("requested, major, multi_node, want", [
+    (None, 9, False, True), (None, 10, False, True), (None, 8, False, False), (None, 9, True, False),
+    (False, 9, False, False), (True, 9, False, True), (True, 10, False, True)])
+def test_pdl_where_the_gpu_has_it(requested: Optional[bool], major: int, multi_node: bool, want: bool) -> None:
+    assert pdl.choose_pdl(requested, major, "all_reduce", multi_node) is want
+
+
+@pytest.mark.parametrize("major, multi_node, text", [(8, False, "compute capability 9.0"),
+                                                     (9, True, "several nodes")])
+def test_pdl_asked_for_where_it_cannot_run_raises(major: int, multi_node: bool, text: str) -> None:
+    with pytest.raises(ValueError, match=text):
+        pdl.choose_pdl(True, major, "all_reduce_rmsnorm", multi_node)
+
+
+def test_pdl_default_is_the_tuning_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuning, "DECODE_PDL", False)
+    assert pdl.choose_pdl(None, 9, "all_reduce") is False
+    assert pdl.choose_pdl(True, 9, "all_reduce") is True
+
+
+def test_pdl_launch_options_set_the_constexpr_and_the_attribute_together() -> None:
+    assert pdl.pdl_launch_options(True) == {"PDL": True, "launch_pdl": True}
+    assert pdl.pdl_launch_options(False) == {}  # the kernel as it was before PDL
+
+
+_RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
+                "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
+                "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr"}
+KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
+    # name: (kernel, signature, constexprs without PDL, num_warps), as the host ops launch them
+    "all_reduce_rmsnorm rows": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+                                {"WHOLE": False, "BLOCK_H": 8192, "FP8": False}, 16),
+    "all_reduce_rmsnorm whole": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+                                 {"WHOLE": True, "BLOCK_H": 8192, "FP8": False}, 16),
+    "all_reduce": (ops._all_reduce_kernel.fn, {"ctx": "i64", "buf": "*bf16", "n": "i32", "op": "i32",
+                                               "status": "*i32", "PDL": "constexpr"}, {}, 8),
+}
+# A PTX instruction that reads or writes memory other than the kernel's parameters.
+_MEMORY = re.compile(r"^\s*(@!?%p\d+\s+)?(ld|st|atom|red|cp|mbarrier|multimem|prefetch)\b"
+                     r"(?!\.param)")
+
+
+def compile_ptx(name: str, cc: int, with_pdl: bool) -> str:
+    fn, signature, constexprs, warps = KERNELS[name]
+    bc = REPO / "build" / _lib.bitcode_filename(divmod(cc, 10))
+    assert bc.is_file(), f"{bc} is missing: run `make all-archs` (make test does)"
+    k = triton.compile(ASTSource(fn, signature, {**constexprs, "PDL": with_pdl}), target=GPUTarget("cuda", cc, 32),
+                       options={"extern_libs": (("ironlink", str(bc)),), "num_warps": warps})
+    assert k.asm["cubin"], "no cubin"
+    return str(k.asm["ptx"])
+
+
+@pytest.mark.parametrize("cc", (80, 90, 100))
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_pdl_kernel_waits_before_touching_memory(name: str, cc: int) -> None:
+    if cc < pdl.MIN_MAJOR * 10:
+        pytest.skip(f"griddepcontrol needs sm_90; on sm_{cc} the ops launch without PDL (pdl.choose_pdl)")
+    ptx = compile_ptx(name, cc, with_pdl=True)
+    lines = ptx.splitlines()
+    waits = [i for i, line in enumerate(lines) if "griddepcontrol.wait" in line]
+    assert len(waits) == 1, f"{name}: want one griddepcontrol.wait, found {len(waits)}"
+    assert sum("griddepcontrol.launch_dependents" in line for line in lines) == 1
+    entry = next(i for i, line in enumerate(lines) if ".entry" in line)
+    before = [line.strip() for line in lines[entry:waits[0]] if _MEMORY.match(line)]
+    assert not before, f"{name} touches memory before griddepcontrol.wait on sm_{cc}:\n" + "\n".join(before)
+    # Straight-line code up to the wait: every CTA reaches it (a branch would let a CTA skip it).
+    branches = [line.strip() for line in lines[entry:waits[0]] if re.match(r"^\s*(@!?%p\d+\s+)?(bra|ret|exit)\b", line)]
+    assert not branches, f"{name}: a branch before griddepcontrol.wait:\n" + "\n".join(branches)
+    local = [line.strip() for line in lines if re.search(r"\.local\b", line)]
+    assert not local, f"{name} uses local memory on sm_{cc}:\n" + "\n".join(local[:10])
+
+
+def test_pdl_off_compiles_the_kernel_without_griddepcontrol() -> None:
+    # pdl=False launches the kernel as it was before PDL, on any arch (sm_80 included).
+    assert "griddepcontrol" not in compile_ptx("all_reduce", 80, with_pdl=False)
