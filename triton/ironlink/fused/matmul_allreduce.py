@@ -486,7 +486,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     tma = (tma_gemm and heap.world_size == 2 and (tma_push is None or tma_push)
            and (p.n * out.element_size()) % 16 == 0)
     common = dict(TMA=tma_gemm, B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, TMA_PUSH=tma, **meta)
-    slots = ws[:2 * p.m * p.n].view(2, p.m, p.n)
+    slots = ws[:2 * p.m * p.n].view(2, p.m, p.n) if tma else ws  # [parity, M, N] at world 2
     if p.one_shot:
         push_rows = max(1, min(c.block_m, 8192 // c.block_n))
         peer_slots = peer_descriptor(heap, slots, [1, push_rows, c.block_n]) if tma else ws  # unused unless TMA
