@@ -382,6 +382,7 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
         for variant in (name, f"{name}_hierarchical"):
             monkeypatch.setattr(module, f"{variant}_kernel", Kernel(variant))
     monkeypatch.setattr(mar, "matmul_allreduce_push_kernel", Kernel("matmul_allreduce_push"))
+    monkeypatch.setattr(mar, "matmul_allreduce_owner_kernel", Kernel("matmul_allreduce_owner"))
     torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(multi_processor_count=132)
     torch.cuda.get_device_capability = lambda d: (8, 0)  # no TMA: the kernels get the tensors
     torch.launches = launches  # type: ignore[attr-defined]
@@ -511,7 +512,8 @@ def test_fused_ops_take_the_hierarchical_kernels_on_several_nodes(fake_torch: An
     several = node_size < heap.world_size
     suffix = "_hierarchical" if several else ""
     assert [k for k, *_ in fake_torch.launches] == [f"allreduce_rmsnorm{suffix}",
-                                                    "matmul_allreduce_hierarchical" if several else "matmul_allreduce_push",
+                                                    # one node of 8: push, two-shot (one-shot is world 2's)
+                                                    "matmul_allreduce_hierarchical" if several else "matmul_allreduce_owner",
                                                     f"allgather_matmul{suffix}", f"matmul_reducescatter{suffix}"]
     if several:  # the reduce-scatter runs in place in a workspace of the whole product, then to `out`
         rs_args, rs_kw = fake_torch.launches[3][2:]
