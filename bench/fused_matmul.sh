@@ -28,7 +28,7 @@ for part in "${parts[@]}"; do
       grep -E "matmul_allreduce" "$OUT/bench.log" | sed 's/^ *//' | tail -40 ;;
     timeline)
       timeout 200 torchrun --standalone --nproc_per_node="$n" bench/fused_timeline.py --ms "${TIMELINE_MS:-1024,4096}" --staggers "${STAGGERS:-1,8}" --tma-push "${TMA_PUSH:-0,1}" \
-        --shots "${SHOTS:-one,two}" --signal-at "${SIGNAL_AT:-0.5,1.0}" \
+        --shots "${SHOTS:-one,two}" --signal-at "${SIGNAL_AT:-0.5,1.0}" --flat "${FLAT:-0,1}" \
         --out "$OUT/timeline.json" > "$OUT/timeline.log" 2>&1 || status=1
       grep -E '^\{' "$OUT/timeline.log" | cut -c1-400 ;;
     probe)

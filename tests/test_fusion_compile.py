@@ -112,7 +112,8 @@ _OWNER_SIG = {**{k: v for k, v in _PUSH_SIG.items() if k in ("ctx", "a", "b", "o
               "signal_k": "i32",
               **{k: v for k, v in _MATMUL_SIG.items() if k in ("status", "trace", "BLOCK_M", "BLOCK_N", "BLOCK_K",
                                                             "GROUP_M", "COMMUNICATE", "TRACE")},
-              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr", "TMA_PUSH": "constexpr"}
+              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr", "TMA_PUSH": "constexpr",
+              "FLAT": "constexpr"}
 for m in (16, 4096):
     c = tuning.matmul_config(m, 8192, 2048, 4)
     tile = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
@@ -125,7 +126,7 @@ for m in (16, 4096):
          "TMA_PUSH": False})
     KERNELS[f"matmul_allreduce_push_m{m}_two_shot"] = (
         matmul_allreduce_owner_kernel.fn, _OWNER_SIG, {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 4,
-                                                       "TMA_PUSH": False})
+                                                       "TMA_PUSH": False, "FLAT": True})
     # Through TMA descriptors (Hopper and later, world 2): b row-major, and column-major (read transposed).
     for b_row_major in (True, False):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
@@ -136,10 +137,14 @@ for m in (16, 4096):
             {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
             {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
              "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True})
-        peer = f"tensordesc<bf16[1, {c.block_m}, {c.block_n}]>"
-        KERNELS[f"matmul_allreduce_push_m{m}_two_shot_tma_b_{'rows' if b_row_major else 'cols'}"] = (
-            matmul_allreduce_owner_kernel.fn, {**_OWNER_SIG, **operands, "peer_slots": peer, "peer_out": peer},
-            {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90, "TMA_PUSH": True})
+        # Flattened (the default: halves pushed) and nested.
+        for flat in (True, False):
+            peer = f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2 if flat else c.block_n}]>"
+            KERNELS[f"matmul_allreduce_push_m{m}_two_shot_{'flat' if flat else 'nested'}_tma_b_"
+                    f"{'rows' if b_row_major else 'cols'}"] = (
+                matmul_allreduce_owner_kernel.fn, {**_OWNER_SIG, **operands, "peer_slots": peer, "peer_out": peer},
+                {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90, "TMA_PUSH": True,
+                 "FLAT": flat})
 
 _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "BLOCK_K": "constexpr"}
@@ -179,9 +184,9 @@ for m in (128, 16384):
 # TMA cannot read, more than one peer to push to) and, by a few words, the two-shot epilogue
 # (a peer's partial summed beside the accumulator).
 SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m4096_one_shot": 88,
-                    "matmul_allreduce_push_m4096_two_shot": 912, "matmul_allreduce_push_m16_two_shot_tma_b_rows": 16,
-                    "matmul_allreduce_push_m4096_two_shot_tma_b_rows": 32,
-                    "matmul_allreduce_push_m4096_two_shot_tma_b_cols": 24, "allgather_matmul_m16384": 8}
+                    "matmul_allreduce_push_m4096_two_shot": 912, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
+                    "matmul_allreduce_push_m4096_two_shot_nested_tma_b_rows": 48,
+                    "matmul_allreduce_push_m4096_two_shot_nested_tma_b_cols": 40, "allgather_matmul_m16384": 8}
 
 _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
 _ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "stride_am", "stride_bk", "stride_sm")

@@ -183,6 +183,11 @@ MATMUL_PUSH_STAGGER = 8
 # 2 H100s at M = 4096 / 1024 (graph us): 0.0 497.5 / 142.5, 0.5 465.3 / 139.0, 1.0 477.3 / 141.7
 # (bench/results/experiments/fused-timeline-two-shot-2xNVIDIA-H100-20261125-2036.json).
 MATMUL_SIGNAL_AT = 0.5
+# matmul_all_reduce "push", two-shot: one K loop per tile in a flattened tile loop (Triton pipelines
+# loads across tiles), the signal after it and the epilogue in halves; MATMUL_SIGNAL_AT then
+# unused. The GEMM alone that way: 369.9 us at M = 4096 against 391.2 nested and cuBLAS's 366.5
+# (bench/results/experiments/gemm-probe-2xNVIDIA-H100-20261125.json).
+MATMUL_FLAT = True
 
 
 def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
@@ -211,6 +216,6 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     return cfg
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
            "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]

@@ -288,18 +288,35 @@ def signal_pushed(ctx, t, owner, rank):
     return s
 
 
+@triton.jit
+def finish_piece(ctx, out, slots, peer_slots, peer_out, parity, value, m0, n0, M, N, rank, owner,
+                 WORLD: tl.constexpr, TMA_PUSH: tl.constexpr, BLOCK_M: tl.constexpr, PIECE_N: tl.constexpr):
+    """Two-shot, a [BLOCK_M, PIECE_N] piece `value` (out's dtype) of this rank's partial of a tile,
+    at rows m0.., columns n0..: into its slot at the owner, or, on the owner (whose wait for the
+    peers' partials succeeded), summed with theirs into every rank's out."""
+    if owner != rank:
+        slot = (rank - owner - 1 + WORLD) % WORLD  # 0 at world 2 (the TMA path)
+        push_tile(ctx, slots + tl.cast(slot, tl.int64) * M * N, peer_slots, parity, value, m0, n0, M, N, owner,
+                  TMA_PUSH, BLOCK_M, PIECE_N)
+    else:
+        total = sum_partials(value, slots, m0, n0, M, N, rank, WORLD, BLOCK_M, PIECE_N).to(out.dtype.element_ty)
+        store_tile(out, total, m0, n0, M, N, BLOCK_M, PIECE_N)
+        for k in tl.static_range(1, WORLD):
+            push_tile(ctx, out, peer_out, 0, total, m0, n0, M, N, (rank + k) % WORLD, TMA_PUSH, BLOCK_M, PIECE_N)
+
+
 @jit(do_not_specialize=["ctx"])
 def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epochs, M, N, K, stride_am, stride_ak,
                                   stride_bk, stride_bn, signal_k, status, trace, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                                   TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr,
-                                  TMA_PUSH: tl.constexpr, COMMUNICATE: tl.constexpr = True,
+                                  TMA_PUSH: tl.constexpr, FLAT: tl.constexpr = False, COMMUNICATE: tl.constexpr = True,
                                   TRACE: tl.constexpr = False):
     """Method "push", two-shot by slices (see the module docs). out [M, N] (heap, contiguous) =
     all-reduce of a @ b. ws: the partials' slots (heap): 2 x (world - 1) x [M, N], the half by
     the launch parity (`epochs`, as the one-shot kernel). TMA_PUSH (world 2): `peer_slots` and
     `peer_out` are TMA descriptors of the peer's slots [2, M, N] and of its out [1, M, N]
-    (`push_tile`); else unused.
+    (`push_tile`; blocks [1, BLOCK_M, BLOCK_N], or half as wide with FLAT); else unused.
 
     Rank r walks the tiles from slice r + 1 on, its own slice last. A tile it does not own goes,
     rounded to out's dtype, from registers into its slot at the owner; a tile it owns is summed
@@ -308,8 +325,12 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     of its next tile's K loop (the pushes drain behind the GEMM; the signal waits for them), and
     at the end waits for the sums of the tiles it pushed. A wait for partials never depends on
     another wait (the peers pushed them from their first slices, which wait for nothing), so no
-    cycle of waits can form. COMMUNICATE=False: the GEMM alone. TRACE: five stamps per tile (GEMM
-    up to signal_k, signal, rest of the GEMM, wait for the partials, push or sum), one at the end."""
+    cycle of waits can form.
+    FLAT: one K loop per tile, the tile loop flattened with it (`tl.range(flatten=True)`: Triton
+    pipelines the loads across tiles instead of draining at each), the signal after the K loop
+    (signal_k unused) and the epilogue in two halves of BLOCK_N / 2 columns.
+    COMMUNICATE=False: the GEMM alone. TRACE: five stamps per tile (GEMM up to signal_k, signal,
+    rest of the GEMM, wait for the partials, push or sum), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
@@ -322,48 +343,66 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     worst = pid * 0
     pending, pending_owner = pid * 0 - 1, pid * 0  # the tile pushed last: signalled during the next
     step = 0
-    for j in range(pid, tiles, grid):
+    HALF_N: tl.constexpr = BLOCK_N // 2
+    for j in tl.range(pid, tiles, grid, flatten=FLAT):
         t = (j + first) % tiles
         owner = slice_owner(t, tiles, WORLD)
         tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
         m0, n0 = tm * BLOCK_M, tn * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = gemm_range(acc, a, b, m0, M, n0, N, 0, signal_k, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
-                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-        stamp(trace, 1 + 5 * step, TRACE)
-        if COMMUNICATE:
-            if pending >= 0:
-                worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
-                pending = -1
-        stamp(trace, 2 + 5 * step, TRACE)
-        acc = gemm_range(acc, a, b, m0, M, n0, N, signal_k, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
-                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-        stamp(trace, 3 + 5 * step, TRACE)
+        if FLAT:
+            acc = gemm_range(acc, a, b, m0, M, n0, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                             B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            stamp(trace, 1 + 5 * step, TRACE)
+            # The previous tile's pushes (made while no wait had failed; else nothing is pushed
+            # or signalled any more). Computed, not carried: Triton 3.6's loop flattening
+            # breaks on an `if` that assigns a loop-carried value here.
+            if COMMUNICATE:
+                prev = (j - grid + first) % tiles
+                if (j >= pid + grid) & (worst == 0):
+                    worst = signal_pushed(ctx, prev, slice_owner(prev, tiles, WORLD), rank)
+            stamp(trace, 2 + 5 * step, TRACE)
+            stamp(trace, 3 + 5 * step, TRACE)
+        else:
+            acc = gemm_range(acc, a, b, m0, M, n0, N, 0, signal_k, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            stamp(trace, 1 + 5 * step, TRACE)
+            if COMMUNICATE:
+                if pending >= 0:
+                    worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
+                    pending = -1
+            stamp(trace, 2 + 5 * step, TRACE)
+            acc = gemm_range(acc, a, b, m0, M, n0, N, signal_k, K, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            stamp(trace, 3 + 5 * step, TRACE)
         own = acc.to(out.dtype.element_ty)
-        if not COMMUNICATE:
+        if COMMUNICATE:
+            if owner == rank:
+                if worst == 0:
+                    worst = il.symm_tile_wait_others(ctx, t)
+            stamp(trace, 4 + 5 * step, TRACE)
+            if worst == 0:
+                if FLAT:
+                    left, right = tl.split(own.reshape(BLOCK_M, 2, HALF_N).permute(0, 2, 1))
+                    finish_piece(ctx, out, slots, peer_slots, peer_out, parity, left, m0, n0, M, N, rank, owner,
+                                 WORLD, TMA_PUSH, BLOCK_M, HALF_N)
+                    finish_piece(ctx, out, slots, peer_slots, peer_out, parity, right, m0, n0 + HALF_N, M, N, rank,
+                                 owner, WORLD, TMA_PUSH, BLOCK_M, HALF_N)
+                else:
+                    finish_piece(ctx, out, slots, peer_slots, peer_out, parity, own, m0, n0, M, N, rank, owner,
+                                 WORLD, TMA_PUSH, BLOCK_M, BLOCK_N)
+                    pending, pending_owner = t, owner
+        else:
             stamp(trace, 4 + 5 * step, TRACE)
             store_tile(out, own, m0, n0, M, N, BLOCK_M, BLOCK_N)
-        elif owner != rank:
-            stamp(trace, 4 + 5 * step, TRACE)
-            slot = (rank - owner - 1 + WORLD) % WORLD  # 0 at world 2 (the TMA path)
-            push_tile(ctx, slots + tl.cast(slot, tl.int64) * M * N, peer_slots, parity, own, m0, n0, M, N, owner,
-                      TMA_PUSH, BLOCK_M, BLOCK_N)
-            pending, pending_owner = t, owner
-        else:
-            if worst == 0:
-                worst = il.symm_tile_wait_others(ctx, t)
-            stamp(trace, 4 + 5 * step, TRACE)
-            if worst == 0:
-                total = sum_partials(own, slots, m0, n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N).to(out.dtype.element_ty)
-                store_tile(out, total, m0, n0, M, N, BLOCK_M, BLOCK_N)
-                for k in tl.static_range(1, WORLD):
-                    push_tile(ctx, out, peer_out, 0, total, m0, n0, M, N, (rank + k) % WORLD, TMA_PUSH, BLOCK_M,
-                              BLOCK_N)
-                pending, pending_owner = t, owner
         stamp(trace, 5 + 5 * step, TRACE)
         step += 1
     if COMMUNICATE:
-        if pending >= 0:
+        if FLAT:  # the last tile's pushes (see the loop)
+            last = (pid + (step - 1) * grid + first) % tiles
+            if (step > 0) & (worst == 0):
+                worst = signal_pushed(ctx, last, slice_owner(last, tiles, WORLD), rank)
+        elif pending >= 0:
             worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
         # The sums of the tiles this CTA pushed, from their owners.
         for j in range(pid, tiles, grid):
@@ -459,12 +498,12 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
            trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None,
-           signal_at: Optional[float] = None) -> None:
+           signal_at: Optional[float] = None, flat: Optional[bool] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
-    replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT
-    (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
+    replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
+    tuning.MATMUL_FLAT (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
     `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
@@ -495,7 +534,8 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
             STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **common)
         return
-    block = [1, c.block_m, c.block_n]
+    flat = tuning.MATMUL_FLAT if flat is None else flat
+    block = [1, c.block_m, c.block_n // 2 if flat else c.block_n]
     peer_slots = peer_descriptor(heap, slots, block) if tma else ws
     peer_out = peer_descriptor(heap, out.view(1, p.m, p.n), block) if tma else out
     k_tiles = triton.cdiv(p.k, c.block_k)
@@ -503,7 +543,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     signal_k = min(k_tiles, round(at * k_tiles)) * c.block_k
     matmul_allreduce_owner_kernel[(p.ctas,)](
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, peer_out, epochs, p.m, p.n, p.k, *strides, signal_k, status,
-        stamps, **common)
+        stamps, FLAT=flat, **common)
 
 
 def peer_descriptor(heap: Any, t: Any, block: list[int]) -> Any:
