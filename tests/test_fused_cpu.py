@@ -135,10 +135,13 @@ def test_matmul_rejects_bad_operands(args: tuple, err: type, text: str) -> None:
 
 def test_matmul_push_plan_sizes_its_workspace_by_world() -> None:
     a, b, out = spec("a", (1024, 2048)), spec("b", (2048, 8192)), spec("out", (1024, 8192))
-    two = mar.plan(a, b, out, DEV, 2, 132)  # one-shot: one peer's slot, twice (launch parity)
-    assert (two.method, two.one_shot, two.workspace_bytes) == ("push", True, 2 * 1024 * 8192 * 2)
-    four = mar.plan(a, b, out, DEV, 4, 132)  # two-shot: a slot per peer, once
-    assert (four.one_shot, four.workspace_bytes) == (False, 3 * 1024 * 8192 * 2)
+    # A slot per peer, twice (launch parity), whichever kernel: 256 tiles of 128 x 256.
+    two = mar.plan(a, b, out, DEV, 2, 132)  # two waves on 132 CTAs: two-shot by slices
+    assert (two.method, two.one_shot, two.workspace_bytes) == ("push", False, 2 * 1024 * 8192 * 2)
+    one_wave = mar.plan(a, b, out, DEV, 2, 256)  # every tile at once: one-shot
+    assert (one_wave.one_shot, one_wave.workspace_bytes) == (True, 2 * 1024 * 8192 * 2)
+    four = mar.plan(a, b, out, DEV, 4, 256)  # one-shot is world 2's
+    assert (four.one_shot, four.workspace_bytes) == (False, 2 * 3 * 1024 * 8192 * 2)
     tile = mar.plan(a, b, out, DEV, 4, 132, method="tile")
     assert (tile.method, tile.workspace_bytes) == ("tile", 0)
     with pytest.raises(ValueError, match="method must be one of"):

@@ -81,21 +81,25 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
 }
 _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
                 "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr"}
+                "trace": "*i64",
+                "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
+                "PRELOAD": "constexpr", "TRACE": "constexpr"}
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
-        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": False, "num_warps": 16})
+        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "num_warps": 16})
     # The FP8 output (float8_e4m3fn, per-token scales): Hopper and later (the host refuses it before).
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_fp8"] = (
         allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
-        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": True, "PDL": False, "MIN_CC": 90, "num_warps": 16})
+        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False, "MIN_CC": 90,
+         "num_warps": 16})
 # With programmatic dependent launch (ironlink.pdl): griddepcontrol is sm_90+, the host launches
 # it there only (tests/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_pdl"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
-        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": True, "MIN_CC": 90, "num_warps": 16})
+        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "MIN_CC": 90,
+         "num_warps": 16})
 _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
                "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",

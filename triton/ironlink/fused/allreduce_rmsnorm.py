@@ -47,6 +47,7 @@ from ..distributed import sm_share
 from ..jit import jit
 from ..pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
 from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
+from .trace import stamp
 
 MAX_HIDDEN = 16384
 MODES = ("rows", "whole")
@@ -124,13 +125,22 @@ def _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
     at = row.to(tl.int64) * H + cols
-    v = tl.load(x + at, mask=m, other=0.0).to(tl.float32) + tl.load(residual + at, mask=m, other=0.0).to(tl.float32)
+    _norm_values(x, tl.load(residual + at, mask=m, other=0.0), tl.load(weight + cols, mask=m, other=0.0), residual_out,
+                 out, scale, row, H, eps, BLOCK_H, FP8)
+
+
+@triton.jit
+def _norm_values(x, res, w, residual_out, out, scale, row, H, eps, BLOCK_H: tl.constexpr, FP8: tl.constexpr):
+    """`_norm_row` with the row's residual `res` and the weight `w` already loaded."""
+    cols = tl.arange(0, BLOCK_H)
+    m = cols < H
+    at = row.to(tl.int64) * H + cols
+    v = tl.load(x + at, mask=m, other=0.0).to(tl.float32) + res.to(tl.float32)
     r = v.to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
     inv = tl.rsqrt(tl.sum(rf * rf, axis=0) / H + eps)
-    w = tl.load(weight + cols, mask=m, other=0.0).to(tl.float32)
-    y = rf * inv * w
+    y = rf * inv * w.to(tl.float32)
     if FP8:
         s = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-12) / FP8_MAX
         tl.store(scale + row, s)
@@ -151,30 +161,52 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
 
 
 @jit(do_not_specialize=["ctx", "T", "eps"])
-def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status,
+def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
-                             PDL: tl.constexpr = False):
+                             PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
-    touching memory (`ironlink.pdl`)."""
+    touching memory (`ironlink.pdl`). PRELOAD (rows): the weight and the CTA's first residual row
+    are loaded before the all-reduce, so their latency hides behind it. TRACE: the global timer
+    at the start, after the wait for the previous kernel, after the all-reduce and at the end
+    (`fused/trace.py`; bench/rmsnorm_timeline.py)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
+    stamp(trace, 0, TRACE)
     # Anything we read may be the previous kernel's output (x, the residual, the weight, the heap's
     # counters and LL boxes, the status buffer): wait first. The next kernel waits for our
     # completion before it touches memory, so it may start at once.
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
+    stamp(trace, 1, TRACE)
     if WHOLE:
-        s = _norm_after_grid_barrier(ilt.all_reduce(ctx, x, T * H), ctx, x, residual, residual_out, weight, out, scale,
-                                     T, H, eps, BLOCK_H, FP8)
+        s = ilt.all_reduce(ctx, x, T * H)
+        stamp(trace, 2, TRACE)
+        s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     else:
         per = tl.cdiv(T, grid)
         r0 = pid * per
         r1 = tl.minimum(T, r0 + per)
         rows = tl.maximum(r1 - r0, 0)
-        s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
-        for row in range(r0, r1):
-            _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H, FP8)
+        if PRELOAD:
+            cols = tl.arange(0, BLOCK_H)
+            m = cols < H
+            w = tl.load(weight + cols, mask=m, other=0.0)
+            first = tl.load(residual + r0.to(tl.int64) * H + cols, mask=m & (rows > 0), other=0.0)
+            s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
+            stamp(trace, 2, TRACE)
+            for row in range(r0, r1):
+                if row == r0:
+                    res = first
+                else:
+                    res = tl.load(residual + row.to(tl.int64) * H + cols, mask=m, other=0.0)
+                _norm_values(x, res, w, residual_out, out, scale, row, H, eps, BLOCK_H, FP8)
+        else:
+            s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
+            stamp(trace, 2, TRACE)
+            for row in range(r0, r1):
+                _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H, FP8)
+    stamp(trace, 3, TRACE)
     tl.store(status + pid, s)
 
 
@@ -229,18 +261,32 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     if p.tokens == 0:
         return done
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
-    kernel = allreduce_rmsnorm_hierarchical_kernel if h.multi_node else allreduce_rmsnorm_kernel
     suffix = "_hierarchical" if h.multi_node else ""
     function = f"symm_tile_all_reduce{suffix}" if p.mode == "rows" else f"symm_all_reduce{suffix}/symm_grid_barrier"
     scales = scale if p.fp8 else out  # unread without FP8
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
-        lambda status: kernel[(p.ctas,)](h.ctx, x, residual, res_out, weight, out, scales, p.tokens, p.hidden,
-                                         float(eps), status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
-                                         num_warps=p.warps, **pdl_launch_options(use_pdl)),
-        check, function=function)
+        lambda status: launch(h, p, x, residual, res_out, weight, out, scales, eps, status, use_pdl), check,
+        function=function)
     return done
 
 
-__all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "allreduce_rmsnorm_hierarchical_kernel",
+def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight: Any, out: Any, scale: Any,
+           eps: float, status: Any, pdl: bool, trace: Any = None, preload: bool = True) -> None:
+    """Launches plan `p` (no checks: `all_reduce_rmsnorm` made them; `scale` is any tensor
+    without FP8). bench/rmsnorm_timeline.py calls it directly: `trace` (int64 [ctas,
+    TRACE_SLOTS], zeroed) records the phases of each CTA, `preload=False` loads the residual and
+    the weight after the all-reduce (rows)."""
+    if heap.multi_node:
+        allreduce_rmsnorm_hierarchical_kernel[(p.ctas,)](
+            heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
+            WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8, num_warps=p.warps)
+        return
+    allreduce_rmsnorm_kernel[(p.ctas,)](
+        heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
+        trace if trace is not None else status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
+        PRELOAD=preload, TRACE=trace is not None, num_warps=p.warps, **pdl_launch_options(pdl))
+
+
+__all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "launch", "allreduce_rmsnorm_hierarchical_kernel",
            "allreduce_rmsnorm_kernel", "plan"]

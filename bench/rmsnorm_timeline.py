@@ -1,0 +1,100 @@
+"""Where all_reduce_rmsnorm's time goes, per CTA: a probe, not a benchmark.
+
+    torchrun --nproc_per_node=2 bench/rmsnorm_timeline.py --tokens 1,8,32,128 --out rmsnorm-timeline.json
+
+Launches the op's kernel with TRACE=True (each CTA stores the GPU's global timer at its start,
+after the wait for the previous kernel, after the all-reduce and at its end; ironlink/fused/trace.py)
+in the default mode, with and without PRELOAD (the weight and the first residual row loaded before
+the all-reduce), PDL off (a traced launch runs alone). Reports the median over launches of the
+slowest rank's phases, averaged over CTAs: `wait_us` (start to after the PDL wait), `all_reduce_us`,
+`norm_us`, and the kernel's span; `graph_us` times the same launch untraced, 20 back to back in
+a CUDA graph (as bench/fused.py), with PDL as the op's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import ironlink
+from ironlink import tuning
+from ironlink.bench import run_info, time_graph
+from ironlink.distributed import sm_share
+from ironlink.fused.allreduce_rmsnorm import launch, plan
+from ironlink.fused.trace import TRACE_SLOTS
+from ironlink.ops import TensorSpec
+from ironlink.pdl import choose_pdl
+
+
+def phases(stamps: torch.Tensor) -> dict[str, float]:
+    """Mean phase times (us) over the CTAs and the kernel span from int64 stamps [ctas, SLOTS]."""
+    s = stamps[:, :4].double() / 1e3
+    d = s[:, 1:] - s[:, :-1]
+    return {"wait_us": round(float(d[:, 0].mean()), 2), "all_reduce_us": round(float(d[:, 1].mean()), 2),
+            "norm_us": round(float(d[:, 2].mean()), 2), "kernel_us": round(float(s[:, 3].max() - s[:, 0].min()), 2),
+            "start_skew_us": round(float(s[:, 0].max() - s[:, 0].min()), 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", default="1,8,32,128")
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    ironlink.init_distributed()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    heap = ironlink.SymmetricHeap(256 << 20)
+    sms = sm_share(torch.cuda.current_device())
+    major = torch.cuda.get_device_capability()[0]
+    rows: list[dict[str, Any]] = []
+    for t in map(int, args.tokens.split(",")):
+        x = heap.zeros((t, args.hidden), torch.bfloat16)
+        residual = torch.randn(t, args.hidden, device="cuda").to(torch.bfloat16)
+        weight = torch.ones(args.hidden, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(residual)
+        spec = TensorSpec.from_tensor
+        p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"), str(heap.device),
+                 world, sms, None, heap.multi_node, None, None)
+        status = torch.zeros(256, dtype=torch.int32, device="cuda")
+        for preload in (True, False):
+            trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
+            runs = []
+            for i in range(args.repeats + 2):
+                trace.zero_()
+                torch.cuda.synchronize()
+                dist.barrier()
+                launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, False, trace=trace,
+                       preload=preload)
+                torch.cuda.synchronize()
+                if i >= 2:
+                    runs.append(phases(trace.cpu()))
+            heap.check()
+            pdl = choose_pdl(None, major, "all_reduce_rmsnorm", heap.multi_node)
+            graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl,
+                                                 preload=preload), x.nbytes)
+            mine = sorted(runs, key=lambda r: r["kernel_us"])[len(runs) // 2]
+            gathered: list[Any] = [None] * world
+            dist.all_gather_object(gathered, mine)
+            worst = max(gathered, key=lambda r: r["kernel_us"])
+            row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "ctas": p.ctas, "warps": p.warps,
+                   "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2), **worst,
+                   "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
+            rows.append(row)
+            if rank == 0:
+                print(json.dumps(row), flush=True)
+        heap.free(x)
+    if rank == 0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump({**run_info(world), "probe": "rmsnorm_timeline", "results": rows}, f, indent=1)
+    heap.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
