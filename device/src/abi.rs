@@ -240,7 +240,8 @@ pub struct SymmContext {
     /// Base of each rank's scratch region, as mapped in this process.
     pub peer_scratch: [u64; MAX_RANKS],
     /// Running digest of this rank's allocations and frees in its user-buffer region
-    /// (`heap_digest::fold`), written by the host, in stream order, after each one. Every rank
+    /// (`heap_digest::fold`), written by the host in stream order before the next launch that
+    /// follows them (the Python heap: when `heap.ctx` is read). Every rank
     /// that made the same calls holds the same value; a call compares its low
     /// `heap_digest::BITS` bits with the peers' at its first barrier (`HEAP_ASYMMETRIC`).
     pub heap_digest: u64,

@@ -65,10 +65,6 @@ fn calls() -> Vec<(&'static str, RankCall)> {
             }),
         ),
         (
-            "barrier",
-            Box::new(|_: &Node, _, ctx| api::symm_barrier(ctx)),
-        ),
-        (
             // 64 x 128 f32 = 32 KiB: past the LL tile limit, a two-shot tile call; CTA c
             // reduces tile c.
             "tile_all_reduce",

@@ -335,7 +335,7 @@ impl SymmHeap {
 
     /// The digest of every allocation and free so far (`Allocator::digest`): what the context's
     /// `heap_digest` must hold for kernels launched after the last of them. The caller writes it
-    /// there in its stream's order (the Python heap does, after each call).
+    /// there in its stream's order (the Python heap does, before the next launch: `heap.ctx`).
     pub fn digest(&self) -> u64 {
         self.alloc.digest()
     }

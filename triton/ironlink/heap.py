@@ -195,6 +195,7 @@ class SymmetricHeap:
         self._stream_order = StreamOrder()  # orders calls issued on different streams
         self._log = HeapLog()  # recent empty/free calls, to name one that differs between ranks
         self._digest_word: Any = None  # the context's heap_digest, as a 1-element int64 tensor
+        self._digest_stale = False  # heap calls made since the context's digest was last written
         self._reports = 0  # HEAP_ASYMMETRIC reports so far (their logs meet under this number)
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
@@ -364,8 +365,13 @@ class SymmetricHeap:
 
     @property
     def ctx(self) -> int:
-        """Device address of the context: pass it to kernels calling ironlink functions."""
-        return int(self._open().ctx)
+        """Device address of the context: pass it to kernels calling ironlink functions. Read it
+        for each launch (every host-level op does): after `empty` or `free` it first brings the
+        context's heap digest up to date, on the current stream."""
+        native = self._open()
+        if self._digest_stale:
+            self._publish_digest()
+        return int(native.ctx)
 
     @property
     def rank(self) -> int:
@@ -472,17 +478,17 @@ class SymmetricHeap:
         return t
 
     def _record(self, op: str, offset: int, nbytes: int, reserved: int, what: str) -> None:
-        """Notes an allocator call in the log and in the device's digest."""
+        """Notes an allocator call in the log; the context's digest follows at the next `ctx`."""
         self._log.record(op, offset, nbytes, reserved, what)
-        self._publish_digest()
+        self._digest_stale = True
 
     def _publish_digest(self) -> None:
-        """Writes the allocator's digest into the context's `heap_digest`, on the current stream:
-        kernels launched before this call see the old one, kernels after it the new one, as the
-        peers' kernels of the same calls do. A one-element fill (a tiny kernel; captured into a
-        CUDA graph like any other), never a host synchronization. Ordered like a heap call
-        (`stream_order`): after the last call if that ran on another stream, and before the next
-        call on any stream, so no host-level call reads a digest older than its heap calls."""
+        """Writes the allocator's digest into the context's `heap_digest`, on the current stream,
+        before the launch that reads `ctx`: it sees the digest of every heap call made before it,
+        as the peers' launches of the same call do. Written once for any number of heap calls
+        between two launches: a one-element fill (a tiny kernel; captured into a CUDA graph like
+        any other), never a host synchronization. Ordered like a heap call (`stream_order`): after
+        the last call if that ran on another stream, and before the next call on any stream."""
         torch = _torch()
         native = self._open()
         if self._digest_word is None:
@@ -494,8 +500,11 @@ class SymmetricHeap:
         digest = int(native.digest)
         with torch.cuda.device(self._device):
             stream = torch.cuda.current_stream(self._device)
-            self._stream_order.before_call(stream, torch.cuda.is_current_stream_capturing())
+            capturing = torch.cuda.is_current_stream_capturing()
+            self._stream_order.before_call(stream, capturing)
             self._digest_word.fill_(digest - (1 << 64) if digest >= 1 << 63 else digest)
+        # A fill captured into a graph runs only at replay: the next launch outside writes again.
+        self._digest_stale = capturing
 
     def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0) -> Any:
         """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls

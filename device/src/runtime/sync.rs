@@ -169,9 +169,11 @@ impl<'a> Call<'a> {
         self.barrier_among(phase, 0, self.world)
     }
 
-    /// `barrier` without the call-word check at phase 0, for the one call whose register budget
-    /// it exceeds: the tile reduce-scatter (with the check, ptxas spills 4 to 12 bytes in it on
-    /// sm_80, sm_90 and sm_100). Its heap and grid are not compared.
+    /// `barrier` without the call-word check at phase 0, for the calls whose register budget it
+    /// exceeds: the tile reduce-scatter (with the check, ptxas spills 4 to 12 bytes in it on
+    /// sm_80, sm_90 and sm_100) and `symm_barrier` (tutorial lesson 04's ring all-gather, a
+    /// barrier and then puts, spilled 16 bytes instead of 8 on sm_90). Heaps and grids are not
+    /// compared there.
     pub fn barrier_unchecked(&self, phase: u32) -> Result<(), i32> {
         self.sync_among(phase, 0, self.world, false)
     }
@@ -266,41 +268,32 @@ impl<'a> Call<'a> {
             differs = call_id::differences(mine, seen);
         }
         if timed_out || hw::sync_threads_or(differs != 0) {
-            return Err(self.failed_barrier(differs));
+            return Err(self.failed_barrier(timed_out, differs));
         }
         Ok(())
     }
 
-    /// Why a barrier failed (some thread timed out or saw a peer's call word differ), recorded
-    /// and returned: a grid mismatch first, then an asymmetric heap, else the timeout. Every
-    /// thread calls it (the vote that led here is the CTA's). Off the fast path.
+    /// Why a first barrier failed, recorded and returned: if a thread timed out, the timeout, or
+    /// `GRID_MISMATCH` when another CTA of this rank already recorded one (a CTA beyond a peer's
+    /// grid has no partner and times out; its siblings that had one saw the grids differ); else
+    /// a grid mismatch if any thread saw one, else an asymmetric heap. Every thread calls it
+    /// (`timed_out` is the CTA's vote). Off the fast path, and small: it inlines everywhere.
     #[cold]
     #[inline(always)]
-    fn failed_barrier(&self, differs: u32) -> i32 {
-        let code = if hw::sync_threads_or(differs & call_id::GRID_DIFFERS != 0) {
-            status::GRID_MISMATCH
-        } else if hw::sync_threads_or(differs & call_id::HEAP_DIFFERS != 0) {
-            status::HEAP_ASYMMETRIC
-        } else {
-            self.timeout_cause()
-        };
-        context::record_error(self.c, code, self.which);
-        code
-    }
-
-    /// What a timeout of this call is reported as: `GRID_MISMATCH` when another CTA of this rank
-    /// already recorded one (a CTA beyond a peer's grid has no partner and times out; its
-    /// siblings that had one saw the grids differ), else `TIMEOUT`.
-    #[inline(always)]
-    fn timeout_cause(&self) -> i32 {
-        // SAFETY: `error` is a field of a live context, written only atomically.
-        let recorded =
-            unsafe { hw::load_relaxed_u32(core::ptr::addr_of!(self.c.error) as *const u32) };
-        if recorded as i32 == status::GRID_MISMATCH {
-            status::GRID_MISMATCH
-        } else {
+    fn failed_barrier(&self, timed_out: bool, differs: u32) -> i32 {
+        let code = if timed_out {
             status::TIMEOUT
+        } else if hw::sync_threads_or(differs & call_id::GRID_DIFFERS != 0) {
+            status::GRID_MISMATCH
+        } else {
+            status::HEAP_ASYMMETRIC
+        };
+        // The error that stands is the same for every thread: the first recorded.
+        let standing = context::record_error(self.c, code, self.which);
+        if code == status::TIMEOUT && standing == status::GRID_MISMATCH {
+            return status::GRID_MISMATCH;
         }
+        code
     }
 
     /// Spins until the u32 at `flag` (loaded with acquire) has reached `value`, counting in
