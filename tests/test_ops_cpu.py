@@ -415,6 +415,12 @@ class _Heap:
         if self.unusable:
             raise IronlinkError(f"{what}: {self.unusable}")
 
+    def explain(self, e: IronlinkError) -> IronlinkError:
+        """As SymmetricHeap.explain: HEAP_ASYMMETRIC gets the heap calls that differ appended."""
+        if e.status != _abi.STATUS["HEAP_ASYMMETRIC"]:
+            return e
+        return IronlinkError(f"{e}. The first heap call that differs ...", status=e.status, function=e.function)
+
     def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
         if id(t) not in self.mine:
             raise IronlinkError(f"{what}: not in this heap")
@@ -535,12 +541,16 @@ def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
     ops._STATUS[0].values[1] = -7  # a CTA's status
     with pytest.raises(IronlinkError, match=r"symm_all_reduce returned TIMEOUT \(-7\) on rank 3"):
         ironlink.all_reduce(x, check=True)
+    ops._STATUS[0].values[1] = _abi.STATUS["HEAP_ASYMMETRIC"]
+    with pytest.raises(IronlinkError, match=r"returned HEAP_ASYMMETRIC \(-12\) on rank 3\. The first heap call") as e:
+        ironlink.all_reduce(x, check=True)
+    assert e.value.status == -12 and e.value.function == "symm_all_reduce"
     ironlink.all_reduce(x)  # not checked: no error
     fake_torch.capturing = True
     with pytest.raises(ValueError, match="capture forbids; call heap.check"):
         ironlink.all_reduce(x, check=True)
     ironlink.all_reduce(x)
-    assert len(fake_torch.launches) == 4
+    assert len(fake_torch.launches) == 5
     with pytest.raises(TypeError, match="t must be a torch.Tensor, got str"):
         ironlink.all_reduce("x")
     out = _FakeTensor(8, ptr=0x20000)

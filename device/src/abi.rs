@@ -26,7 +26,7 @@ macro_rules! const_group {
 /// `'IRLK'` in little-endian bytes: the first word of every ironlink context.
 pub const CTX_MAGIC: u32 = 0x4b4c_5249;
 /// Bumped whenever `SymmContext` or the signal layout changes incompatibly.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 /// Most ranks one node holds: the peer tables of a context (and every per-peer array of the
 /// signal region) have this many slots, rank `r` in slot `r % MAX_RANKS` (one node's ranks are
@@ -78,6 +78,15 @@ status: i32 {
     /// A peer pointer asked for a rank on another node (reached only by the remote transport),
     /// or a cross-node exchange ran in a build without a network (the P2P bitcode).
     PEER_NOT_MAPPED = -11;
+    /// The ranks' symmetric heaps differ: a peer's digest of its heap's allocations and frees
+    /// (`SymmContext::heap_digest`) is not this rank's, so the same offset names different
+    /// tensors on different ranks. Checked at a call's first barrier, before any data moves;
+    /// recorded, and returned on every rank that saw it.
+    HEAP_ASYMMETRIC = -12;
+    /// The same-index CTAs of two ranks run one call in grids of different sizes (checked at a
+    /// call's first barrier; a CTA with no partner times out and then returns this when a
+    /// sibling CTA recorded it). Recorded.
+    GRID_MISMATCH = -13;
 }}
 
 const_group! {
@@ -150,6 +159,37 @@ fence_scope: i32 {
     SYSTEM = 2;
 }}
 
+/// The running digest of a heap's allocations and frees (`SymmContext::heap_digest`): the host
+/// folds every event into it in order, so ranks that made the same calls with the same sizes
+/// hold the same digest and any difference (a size, an extra or missing call, another order)
+/// changes it. The host crate keeps it; the simulator's tests fold the same way.
+pub mod heap_digest {
+    /// The digest of a heap nothing was allocated from (and of contexts over external memory).
+    pub const EMPTY: u64 = 0;
+    /// Low bits of the digest that the device compares (the rest of its call word holds the
+    /// call's tag and grid: `runtime::call_id`).
+    pub const BITS: u32 = 40;
+    /// Event kinds.
+    pub const ALLOC: u64 = 1;
+    pub const FREE: u64 = 2;
+
+    /// `digest` after the event `kind` of `bytes` at user-region `offset` (the bytes the
+    /// allocator reserved, rounded as it rounds).
+    pub const fn fold(digest: u64, kind: u64, offset: u64, bytes: u64) -> u64 {
+        let event = mix(kind ^ mix(offset ^ mix(bytes)));
+        // Order matters: folding a then b differs from b then a.
+        mix(digest.rotate_left(23) ^ event)
+    }
+
+    /// splitmix64's finalizer: every input bit flips about half of the output bits.
+    const fn mix(x: u64) -> u64 {
+        let x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+}
+
 /// Default for `SymmContext::timeout_ns`: a wait on a peer gives up after this long.
 pub const DEFAULT_TIMEOUT_NS: u64 = 5_000_000_000;
 /// What a kernel reaches through its one context pointer. Lives in device memory of its rank.
@@ -199,6 +239,12 @@ pub struct SymmContext {
     pub peer_signal: [u64; MAX_RANKS],
     /// Base of each rank's scratch region, as mapped in this process.
     pub peer_scratch: [u64; MAX_RANKS],
+    /// Running digest of this rank's allocations and frees in its user-buffer region
+    /// (`heap_digest::fold`), written by the host in stream order before the next launch that
+    /// follows them (the Python heap: when `heap.ctx` is read). Every rank
+    /// that made the same calls holds the same value; a call compares its low
+    /// `heap_digest::BITS` bits with the peers' at its first barrier (`HEAP_ASYMMETRIC`).
+    pub heap_digest: u64,
 }
 
 impl SymmContext {
@@ -245,6 +291,7 @@ impl SymmContext {
             peer_heap: [0; MAX_RANKS],
             peer_signal: [0; MAX_RANKS],
             peer_scratch: [0; MAX_RANKS],
+            heap_digest: heap_digest::EMPTY,
         }
     }
 }
@@ -308,8 +355,16 @@ signal: usize {
     TILE_BOX_OFFSET = REMOTE_TILE_ACK_OFFSET + REMOTE_TILE_ACK_BYTES;
     TILE_BOX_AREA = 8192;
     TILE_BOX_BYTES = super::MAX_CTAS * TILE_BOX_AREA;
+    /// What each rank announces with its arrival at a call's first barrier (`call_id`):
+    /// `[MAX_CTAS][MAX_RANKS]` u64; slot `[cta][p]` is written by rank `p` just before its
+    /// barrier flag `[cta][p]`.
+    BARRIER_ID_OFFSET = TILE_BOX_OFFSET + TILE_BOX_BYTES;
+    BARRIER_ID_BYTES = super::MAX_CTAS * super::MAX_RANKS * 8;
+    /// The same for tile-scoped calls: `[MAX_TILES][MAX_RANKS]` u64.
+    TILE_BARRIER_ID_OFFSET = BARRIER_ID_OFFSET + BARRIER_ID_BYTES;
+    TILE_BARRIER_ID_BYTES = super::MAX_TILES * super::MAX_RANKS * 8;
     /// The smallest signal region a context may carry.
-    MIN_BYTES = TILE_BOX_OFFSET + TILE_BOX_BYTES;
+    MIN_BYTES = TILE_BARRIER_ID_OFFSET + TILE_BARRIER_ID_BYTES;
     /// The LL receive area of small tile all-reduces (`transport::tile_inbox`), past `MIN_BYTES`:
     /// a context whose signal region ends before `FULL_BYTES` runs every tile all-reduce
     /// two-shot (as one over torch's signal pads of `MIN_BYTES` does). `[MAX_LL_TILES][2]` halves,
@@ -392,6 +447,11 @@ pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
         "peer_scratch",
         core::mem::offset_of!(SymmContext, peer_scratch),
         8 * MAX_RANKS,
+    ),
+    (
+        "heap_digest",
+        core::mem::offset_of!(SymmContext, heap_digest),
+        8,
     ),
 ];
 pub const CONTEXT_SIZE: usize = core::mem::size_of::<SymmContext>();

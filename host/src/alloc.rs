@@ -3,8 +3,11 @@
 //! It hands out *offsets*, not addresses: the same sequence of `alloc`/`free` calls gives the same
 //! offsets on every rank, which is what makes the heap symmetric (a tensor lives at the same
 //! offset in every rank's region). It is deterministic on purpose: no size classes or caches
-//! whose state could differ between ranks.
+//! whose state could differ between ranks. It also folds every event into a digest
+//! (`abi::heap_digest`) that kernels compare across ranks, so that a rank whose sequence differs
+//! is reported (`HEAP_ASYMMETRIC`) rather than computing on the wrong tensors.
 
+use crate::abi::heap_digest;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 
@@ -25,6 +28,8 @@ pub struct Allocator {
     free: BTreeMap<u64, u64>,
     /// Live allocations: offset -> length (rounded up to `ALIGN`).
     used: BTreeMap<u64, u64>,
+    /// Every successful alloc and free so far, folded in order (`heap_digest::fold`).
+    digest: u64,
 }
 
 impl Allocator {
@@ -39,7 +44,14 @@ impl Allocator {
             capacity,
             free,
             used: BTreeMap::new(),
+            digest: heap_digest::EMPTY,
         }
+    }
+
+    /// The digest of every successful alloc and free so far, as (kind, offset, rounded length)
+    /// in order: equal on ranks that made the same calls with the same sizes.
+    pub fn digest(&self) -> u64 {
+        self.digest
     }
 
     pub fn capacity(&self) -> u64 {
@@ -78,6 +90,7 @@ impl Allocator {
             self.free.insert(off + need, len - need);
         }
         self.used.insert(off, need);
+        self.digest = heap_digest::fold(self.digest, heap_digest::ALLOC, off, need);
         Ok(off)
     }
 
@@ -100,6 +113,7 @@ impl Allocator {
             end += n_len;
         }
         self.free.insert(start, end - start);
+        self.digest = heap_digest::fold(self.digest, heap_digest::FREE, offset, len);
         Ok(len)
     }
 
@@ -113,6 +127,32 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digest_follows_the_calls_not_the_state() {
+        let mut a = Allocator::new(1 << 20);
+        let mut b = Allocator::new(1 << 20);
+        assert_eq!(a.digest(), heap_digest::EMPTY);
+        let (x, y) = (a.alloc(1000).unwrap(), b.alloc(1000).unwrap());
+        assert_eq!(a.digest(), b.digest(), "same calls, same digest");
+        assert_eq!(
+            a.digest(),
+            heap_digest::fold(heap_digest::EMPTY, heap_digest::ALLOC, 0, 1024)
+        );
+        // Another size rounds to another length: the digests part.
+        let (a2, b2) = (a.alloc(256).unwrap(), b.alloc(512).unwrap());
+        assert_ne!(a.digest(), b.digest());
+        // Back to the same live allocations by other calls: still apart (the history differs).
+        a.free(a2).unwrap();
+        b.free(b2).unwrap();
+        assert_eq!((a.live_allocations(), b.live_allocations()), (1, 1));
+        assert_ne!(a.digest(), b.digest());
+        // A failed call changes nothing.
+        let before = a.digest();
+        assert!(a.alloc(1 << 30).is_err() && a.free(12345).is_err());
+        assert_eq!(a.digest(), before);
+        let _ = (x, y);
+    }
 
     #[test]
     fn aligned_first_fit() {

@@ -58,6 +58,7 @@ pub fn encode_with_layout(c: &SymmContext) -> (Vec<u8>, FieldLayout) {
     w.array("peer_heap", &c.peer_heap);
     w.array("peer_signal", &c.peer_signal);
     w.array("peer_scratch", &c.peer_scratch);
+    w.field("heap_digest", &c.heap_digest.to_le_bytes());
     (w.bytes, w.fields)
 }
 
@@ -394,6 +395,7 @@ mod tests {
         c.ar_one_shot_max_bytes = 0xaaaa_bbbb;
         c.ar_ll_max_bytes = 0xcccc_dddd_eeee;
         c.gather_ll_max_bytes = 0x1234_5678_9abc;
+        c.heap_digest = 0x0bad_cafe_f00d_1234;
         for r in 0..MAX_RANKS as u64 {
             c.peer_heap[r as usize] = 0x7f00_0000_0000 + r * 0x1000_0000;
             c.peer_signal[r as usize] = 0x7e00_0000_0000 + r * 0x1000_0000;

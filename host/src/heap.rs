@@ -333,6 +333,13 @@ impl SymmHeap {
         self.alloc.find(offset)
     }
 
+    /// The digest of every allocation and free so far (`Allocator::digest`): what the context's
+    /// `heap_digest` must hold for kernels launched after the last of them. The caller writes it
+    /// there in its stream's order (the Python heap does, before the next launch: `heap.ctx`).
+    pub fn digest(&self) -> u64 {
+        self.alloc.digest()
+    }
+
     pub fn allocator(&self) -> &Allocator {
         &self.alloc
     }

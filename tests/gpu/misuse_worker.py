@@ -9,9 +9,13 @@
   call and the problem, nothing launched;
 - a call issued on only some ranks: TIMEOUT on the ranks that made it, within the heap's timeout,
   with the call and the device function named (check=True and heap.check());
-- a user kernel launched with different grids on different ranks: the ranks with the larger grid
-  record TIMEOUT (their extra CTAs have no partner). The host-level ops cannot differ: their grid
-  is a function of the sizes and the world size (ironlink.tuning.choose).
+- a user kernel launched with different grids on different ranks: every CTA of every rank returns
+  GRID_MISMATCH and heap.check() names it; nothing is written. (The host-level ops launch the same
+  grid for the same sizes: ironlink.tuning.choose.)
+- ranks whose heaps saw different calls (one rank allocated a tensor the others did not; one freed
+  a tensor the others kept): the next all-reduce raises HEAP_ASYMMETRIC on every rank, with
+  check=True and through heap.check(), naming the first heap call that differs on each rank and
+  the ranks' digests; nothing is written.
 A case that times out leaves the ranks' call counters apart, so each such case has a heap of its
 own. Rank 0 prints "== misuse world N: X passed, Y failed =="; without GPUs, "skipped: no GPU".
 """
@@ -139,33 +143,124 @@ def only_some_ranks() -> None:
 
 
 def different_grids() -> None:
-    """A user kernel (ops' all-reduce kernel) on 4 CTAs on rank 0 and 8 elsewhere: every rank with
-    8 CTAs records TIMEOUT. (Rank 0's CTAs all have partners: it may finish without an error;
-    what it computed is not checked.)"""
+    """A user kernel (ops' all-reduce kernel, 4 MiB: two-shot, barriers) on 4 CTAs on rank 0 and 8
+    elsewhere: every CTA of every rank returns GRID_MISMATCH (the CTAs beyond rank 0's grid after
+    the timeout), heap.check() raises it with its message on every rank, the buffer is as it was."""
     import ironlink
     from ironlink import _abi, ops
 
     heap = ironlink.SymmetricHeap(16 << 20, timeout_s=TIMEOUT_S)
     try:
-        x = heap.zeros((1 << 20,), torch.float32)  # every CTA has work at both grids
+        x = heap.empty((1 << 20,), torch.float32)  # every CTA has work at both grids
+        x.copy_(ints(x.numel()))
+        want = summed(x)
         status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
-        grid = 4 if dist.get_rank() == 0 else 8
-        for g in (8, grid):  # first the same grid everywhere (compiles), then the mismatch
-            heap.barrier()
-            status.zero_()
-            ops._all_reduce_kernel[(g,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
-            torch.cuda.synchronize()
-        codes = set(status[:grid].tolist())
-        try:
-            heap.check()
-            recorded = 0
-        except ironlink.IronlinkError as e:
-            recorded = e.status or 0
-        if grid == 8:
-            assert _abi.STATUS["TIMEOUT"] in codes, f"statuses {sorted(codes)}: no TIMEOUT for the larger grid"
-            assert recorded == _abi.STATUS["TIMEOUT"], f"heap.check() recorded {recorded}"
+        rank = dist.get_rank()
+        grid = 4 if rank == 0 else 8
+        mismatch = _abi.STATUS["GRID_MISMATCH"]
+        # First the same grid everywhere (compiles; in step), then the mismatch.
+        heap.barrier()
+        ops._all_reduce_kernel[(8,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
+        torch.cuda.synchronize()
+        heap.check()
+        assert torch.equal(x, want), "the same grid everywhere: wrong sum"
+        before = x.clone()
+        heap.barrier()
+        status.zero_()
+        ops._all_reduce_kernel[(grid,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
+        torch.cuda.synchronize()
+        codes = sorted(set(status[:grid].tolist()))
+        assert codes == [mismatch], f"CTA statuses {codes}, wanted only GRID_MISMATCH ({mismatch})"
+        e = expect_error(heap.check)
+        assert str(e) == (
+            f"device function symm_all_reduce on rank {rank} recorded GRID_MISMATCH ({mismatch}): ranks launched "
+            "this call with grids of different sizes; nothing was moved. A kernel that calls whole-tensor "
+            "collectives must have the same grid on every rank"
+        ), str(e)
+        assert e.status == mismatch and e.function == "symm_all_reduce", (e.status, e.function)
+        assert torch.equal(x, before), "a call with different grids wrote the buffer"
     finally:
         heap.close()
+
+
+def _digests(heap: Any) -> str:
+    """ "rank 0 0x..., rank 1 0x..." of every rank's heap digest, as the report prints them."""
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, int(heap._native.digest))
+    return ", ".join(f"rank {r} {d:#018x}" for r, d in enumerate(out))
+
+
+def _asymmetric(make_heaps_differ: Any, seq: int, calls: Any) -> None:
+    """Every rank allocates `a` (4 MiB) and `b` (256 B), then `make_heaps_differ(heap, a)` makes rank
+    1's heap calls differ, then every rank allocates `z` (4 MiB) and all-reduces it (two-shot:
+    barriers): HEAP_ASYMMETRIC on every rank, with check=True and then through heap.check(), both
+    naming heap call `seq`, as `calls[rank]` describes it on each rank; `z` is left as it was."""
+    import ironlink
+    from ironlink import _abi
+
+    heap = ironlink.SymmetricHeap(32 << 20, timeout_s=TIMEOUT_S)
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        code = _abi.STATUS["HEAP_ASYMMETRIC"]
+        a = heap.zeros((1 << 20,), torch.float32)
+        b = heap.zeros((64,), torch.float32)
+        make_heaps_differ(heap, a)
+        z = heap.empty((1 << 20,), torch.float32)
+        z.copy_(ints(z.numel()))
+        before = z.clone()
+        heap.barrier()
+        report = (
+            f"The first heap call that differs between the ranks is call #{seq} (counted from the heap's "
+            "creation): " + "; ".join(f"rank {r}: {calls(r)}" for r in range(world)) + f" (heap digests: {_digests(heap)})"
+        )
+        e = expect_error(lambda: ironlink.all_reduce(z, heap=heap, check=True))
+        assert str(e) == f"ironlink.all_reduce: symm_all_reduce returned HEAP_ASYMMETRIC ({code}) on rank {rank}. {report}", str(e)
+        assert e.status == code and e.function == "symm_all_reduce", (e.status, e.function)
+        e = expect_error(heap.check)
+        assert str(e) == (
+            f"device function symm_all_reduce on rank {rank} recorded HEAP_ASYMMETRIC ({code}): the ranks' "
+            "symmetric heaps differ (a rank allocated or freed a tensor that the others did not, or one of "
+            "another size, or in another order), so one offset names different tensors on different ranks; "
+            "nothing was moved. Every rank must make the same heap.empty/free calls in the same order. "
+            f"{report}"
+        ), str(e)
+        assert torch.equal(z, before), "an all-reduce over asymmetric heaps wrote its buffer"
+        del a, b
+    finally:
+        heap.close()
+
+
+F32 = "torch.float32"
+
+
+def asymmetric_allocation() -> None:
+    """Rank 1 allocates 256 floats the others do not: their heap call #2 is z, rank 1's the extra."""
+
+    def extra(heap: Any, a: Any) -> None:
+        if dist.get_rank() == 1:
+            heap.empty((256,), torch.float32)
+
+    z_at = (1 << 22) + 256  # after a (4 MiB) and b (256 B)
+    _asymmetric(
+        extra, 2,
+        lambda r: (f"alloc of 1024 bytes at offset {z_at}, shape (256,), {F32}" if r == 1
+                   else f"alloc of 4194304 bytes at offset {z_at}, shape (1048576,), {F32}"),
+    )
+
+
+def asymmetric_free() -> None:
+    """Rank 1 frees `a` (4 MiB at offset 0), which the others keep: their call #2 allocates z after
+    b, rank 1's frees a (and its z lands where a was)."""
+
+    def free_a(heap: Any, a: Any) -> None:
+        if dist.get_rank() == 1:
+            heap.free(a)
+
+    _asymmetric(
+        free_a, 2,
+        lambda r: (f"free of 4194304 bytes at offset 0, shape (1048576,), {F32}" if r == 1
+                   else f"alloc of 4194304 bytes at offset {(1 << 22) + 256}, shape (1048576,), {F32}"),
+    )
 
 
 def main() -> int:
@@ -187,6 +282,8 @@ def main() -> int:
     cases.run("heap used after its process group was destroyed", after_group_destroyed)
     cases.run("a call issued on only some ranks", only_some_ranks)
     cases.run("a user kernel launched with different grids", different_grids)
+    cases.run("asymmetric heaps: an allocation on one rank only", asymmetric_allocation)
+    cases.run("asymmetric heaps: a free on one rank only", asymmetric_free)
     code = cases.report("misuse", world, t0)
     dist.destroy_process_group()
     return code

@@ -23,7 +23,8 @@
 #   tutorial     every lesson of examples/tutorial/ at each world size, one line each; their
 #                timings go to $OUT/tutorial-<N>x<GPU>-<date>.json (bench/tutorial_table.py)
 #   misuse       misuse caught or made safe: two streams on one heap, a closed heap, a destroyed
-#                group, a call on some ranks, different grids; largest world (tests/gpu/misuse_worker.py)
+#                group, a call on some ranks, different grids, asymmetric heaps; largest world
+#                (tests/gpu/misuse_worker.py)
 #   killed-rank  SIGKILL a rank mid all-reduce (large, small): TIMEOUT on the others, GPUs free, a
 #                new group works; largest world, JSON under $OUT (tests/gpu/killed_rank.py)
 #   soak         seeded random collectives for --minutes, each checked; largest world, JSON under

@@ -3,7 +3,7 @@
 # run `make abi` (or any cargo build) to regenerate.
 from __future__ import annotations
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 CTX_MAGIC = 0x4b4c5249
 MAX_RANKS = 8
 MAX_NODES = 32
@@ -26,6 +26,8 @@ STATUS = {
     "INVALID_ARGUMENT": -9,
     "CAPACITY_EXCEEDED": -10,
     "PEER_NOT_MAPPED": -11,
+    "HEAP_ASYMMETRIC": -12,
+    "GRID_MISMATCH": -13,
 }
 
 REDUCE_OP = {
@@ -100,10 +102,14 @@ SIGNAL_LAYOUT = {
     "TILE_BOX_OFFSET": 2598016,
     "TILE_BOX_AREA": 8192,
     "TILE_BOX_BYTES": 2097152,
-    "MIN_BYTES": 4695168,
-    "TILE_LL_OFFSET": 4695168,
+    "BARRIER_ID_OFFSET": 4695168,
+    "BARRIER_ID_BYTES": 16384,
+    "TILE_BARRIER_ID_OFFSET": 4711552,
+    "TILE_BARRIER_ID_BYTES": 262144,
+    "MIN_BYTES": 4973696,
+    "TILE_LL_OFFSET": 4973696,
     "TILE_LL_BYTES": 16777216,
-    "FULL_BYTES": 21472384,
+    "FULL_BYTES": 21750912,
 }
 
 THRESHOLDS = {
@@ -117,7 +123,7 @@ THRESHOLDS = {
     "TILE_LL_MAX_BYTES": 16384,
 }
 
-CONTEXT_SIZE = 280
+CONTEXT_SIZE = 288
 # field: (byte offset, size in bytes)
 CONTEXT_FIELDS = {
     "magic": (0, 4),
@@ -138,6 +144,7 @@ CONTEXT_FIELDS = {
     "peer_heap": (88, 64),
     "peer_signal": (152, 64),
     "peer_scratch": (216, 64),
+    "heap_digest": (280, 8),
 }
 
 # name: (((arg, llvm type), ...), return llvm type, doc)

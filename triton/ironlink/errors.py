@@ -23,6 +23,19 @@ class IronlinkError(RuntimeError):
         self.function = function
 
 
+# What a recorded status means, after "device function F on rank R recorded NAME (code)".
+HINTS = {
+    "TIMEOUT": (": a peer did not arrive within the context's timeout (a rank skipped the call, "
+                "launched it with another grid, or is stuck)"),
+    "HEAP_ASYMMETRIC": (": the ranks' symmetric heaps differ (a rank allocated or freed a tensor that "
+                        "the others did not, or one of another size, or in another order), so one "
+                        "offset names different tensors on different ranks; nothing was moved. Every "
+                        "rank must make the same heap.empty/free calls in the same order"),
+    "GRID_MISMATCH": (": ranks launched this call with grids of different sizes; nothing was moved. A "
+                      "kernel that calls whole-tensor collectives must have the same grid on every rank"),
+}
+
+
 def status_name(code: int) -> str:
     """``-7`` -> ``"TIMEOUT"``; unknown codes are shown as numbers."""
     for name, value in _abi.STATUS.items():
@@ -41,12 +54,7 @@ def device_error(code: int, detail: int, rank: int | None = None) -> IronlinkErr
     """The exception for a status a device function recorded in its context."""
     where = "" if rank is None else f" on rank {rank}"
     fn = function_name(detail)
-    hint = ""
-    if code == _abi.STATUS.get("TIMEOUT"):
-        hint = (
-            ": a peer did not arrive within the context's timeout (a rank skipped the call, "
-            "launched it with another grid, or is stuck)"
-        )
+    hint = HINTS.get(status_name(code), "")
     return IronlinkError(
         f"device function {fn}{where} recorded {status_name(code)} ({code}){hint}",
         status=code,

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from . import _abi
 from .errors import IronlinkError, device_error
+from .heap_log import HeapLog, asymmetry_report, exchange
 from .nvshmem_memory import check_backend, check_node_size, check_spans_world
 from .stream_order import StreamOrder
 
@@ -192,6 +193,10 @@ class SymmetricHeap:
         self._limits: Optional[tuple[int, int, int]] = None  # None: the device defaults
         self._workspaces: dict[str, list[Any]] = {}  # fused ops' scratch tensors, by op name
         self._stream_order = StreamOrder()  # orders calls issued on different streams
+        self._log = HeapLog()  # recent empty/free calls, to name one that differs between ranks
+        self._digest_word: Any = None  # the context's heap_digest, as a 1-element int64 tensor
+        self._digest_stale = False  # heap calls made since the context's digest was last written
+        self._reports = 0  # HEAP_ASYMMETRIC reports so far (their logs meet under this number)
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
         timeout_ns = check_timeout(timeout_s)
@@ -229,6 +234,8 @@ class SymmetricHeap:
             self._native = self._create(native, nbytes, scratch_bytes, timeout_ns)
             self._owner = self._native
         self._closed = False
+        # A name that every rank of this heap shares, for the store keys of its reports.
+        self._uid = str(self._all_gather(os.urandom(8).hex())[0])
 
     def _agree(self, step: Any, what: str) -> Any:
         """Runs `step()` on every rank and returns its result here; if it raised on any rank,
@@ -358,8 +365,13 @@ class SymmetricHeap:
 
     @property
     def ctx(self) -> int:
-        """Device address of the context: pass it to kernels calling ironlink functions."""
-        return int(self._open().ctx)
+        """Device address of the context: pass it to kernels calling ironlink functions. Read it
+        for each launch (every host-level op does): after `empty` or `free` it first brings the
+        context's heap digest up to date, on the current stream."""
+        native = self._open()
+        if self._digest_stale:
+            self._publish_digest()
+        return int(native.ctx)
 
     @property
     def rank(self) -> int:
@@ -455,10 +467,44 @@ class SymmetricHeap:
         native = self._open()
         offset = native.alloc(nbytes)
         try:
-            return self._view(self._rank, offset, nbytes).view(dtype).view(dims)
+            t = self._view(self._rank, offset, nbytes).view(dtype).view(dims)
         except BaseException:
+            reserved = native.find(offset)[1]
             native.free(offset)
+            self._record("alloc", offset, nbytes, reserved, f"shape {dims}, {dtype}")
+            self._record("free", offset, nbytes, reserved, f"shape {dims}, {dtype}")
             raise
+        self._record("alloc", offset, nbytes, native.find(offset)[1], f"shape {dims}, {dtype}")
+        return t
+
+    def _record(self, op: str, offset: int, nbytes: int, reserved: int, what: str) -> None:
+        """Notes an allocator call in the log; the context's digest follows at the next `ctx`."""
+        self._log.record(op, offset, nbytes, reserved, what)
+        self._digest_stale = True
+
+    def _publish_digest(self) -> None:
+        """Writes the allocator's digest into the context's `heap_digest`, on the current stream,
+        before the launch that reads `ctx`: it sees the digest of every heap call made before it,
+        as the peers' launches of the same call do. Written once for any number of heap calls
+        between two launches: a one-element fill (a tiny kernel; captured into a CUDA graph like
+        any other), never a host synchronization. Ordered like a heap call (`stream_order`): after
+        the last call if that ran on another stream, and before the next call on any stream."""
+        torch = _torch()
+        native = self._open()
+        if self._digest_word is None:
+            from . import _native
+
+            offset, size = _abi.CONTEXT_FIELDS["heap_digest"]
+            cap = _native.dlpack_capsule(int(native.ctx) + offset, size, _KDL_CUDA, self._device.index, self._owner)
+            self._digest_word = torch.from_dlpack(cap).view(torch.int64)
+        digest = int(native.digest)
+        with torch.cuda.device(self._device):
+            stream = torch.cuda.current_stream(self._device)
+            capturing = torch.cuda.is_current_stream_capturing()
+            self._stream_order.before_call(stream, capturing)
+            self._digest_word.fill_(digest - (1 << 64) if digest >= 1 << 63 else digest)
+        # A fill captured into a graph runs only at replay: the next launch outside writes again.
+        self._digest_stale = capturing
 
     def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0) -> Any:
         """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
@@ -506,7 +552,11 @@ class SymmetricHeap:
 
         Peers may still be accessing it: put a `barrier()` before reusing the memory if so."""
         offset, _ = self._local_offset(t, "free")
-        self._open().free(offset)
+        native = self._open()
+        reserved = native.find(offset)[1]
+        native.free(offset)
+        nbytes = span_bytes(t.shape, t.stride(), t.element_size())
+        self._record("free", offset, nbytes, reserved, f"shape {tuple(t.shape)}, {t.dtype}")
 
     def peer_tensor(self, t: Any, rank: int) -> Any:
         """A view of `rank`'s copy of `t` (same shape, strides, dtype), usable on this GPU."""
@@ -533,7 +583,26 @@ class SymmetricHeap:
         code, detail = native.read_error()
         if code != 0:
             native.clear_error()
-            raise device_error(code, detail, self._rank)
+            raise self.explain(device_error(code, detail, self._rank))
+
+    def explain(self, e: IronlinkError) -> IronlinkError:
+        """`e` with the first heap call that differs between the ranks appended, if it reports
+        HEAP_ASYMMETRIC (the ranks' recent calls meet in torch.distributed's store; a rank that
+        does not report within a few seconds is left out); any other error as it is."""
+        if e.status != _abi.STATUS["HEAP_ASYMMETRIC"]:
+            return e
+        self._reports += 1
+        mine = (int(self._open().digest), self._log.events())
+        peers = None
+        try:
+            import torch.distributed as dist
+
+            store = dist.distributed_c10d._get_default_store()
+            peers = exchange(store, f"ironlink/heap-calls/{self._uid}/{self._reports}", self._rank, self._world, mine)
+        except Exception:  # noqa: BLE001 - no store: report this rank's calls alone
+            peers = None
+        report = asymmetry_report(self._rank, mine[0], self._log, peers)
+        return IronlinkError(f"{e}. {report}", status=e.status, function=e.function)
 
     def close(self) -> None:
         """Frees the heap (collective). Idempotent; tensors from it must not be used after."""
@@ -541,6 +610,7 @@ class SymmetricHeap:
             return
         self._closed = True
         native, self._native = self._native, None
+        self._digest_word = None  # a view of the context, which goes with the heap
         import torch.distributed as dist
 
         # Without its group (destroyed) there is no barrier to hold: free our side alone (memory a

@@ -285,7 +285,10 @@ def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool
         heap.stream_order.before_call(torch.cuda.current_stream(device), capturing)
         launch(status)
         if check:
-            check_statuses(status[:ctas].tolist(), name, heap.rank, function)
+            try:
+                check_statuses(status[:ctas].tolist(), name, heap.rank, function)
+            except IronlinkError as e:
+                raise heap.explain(e) from None  # HEAP_ASYMMETRIC: which heap call differs
 
 
 def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool,

@@ -129,22 +129,30 @@ pub fn launch<F>(label: &str, ranks: usize, ctas: u32, threads: u32, body: F)
 where
     F: Fn(usize) + Sync,
 {
-    let barriers: std::vec::Vec<CtaBarrier> = (0..ranks * ctas as usize)
-        .map(|i| {
-            let l = std::format!(
-                "{label}: rank {} cta {}",
-                i / ctas as usize,
-                i % ctas as usize
-            );
-            CtaBarrier::new(threads, l)
+    launch_grids(label, &std::vec![ctas; ranks], threads, body)
+}
+
+/// `launch` with a grid of its own for each rank (`grids[rank]` CTAs): the misuse of launching
+/// one call with different grids on different ranks.
+pub fn launch_grids<F>(label: &str, grids: &[u32], threads: u32, body: F)
+where
+    F: Fn(usize) + Sync,
+{
+    let ranks = grids.len();
+    let barriers: std::vec::Vec<std::vec::Vec<CtaBarrier>> = (0..ranks)
+        .map(|rank| {
+            (0..grids[rank])
+                .map(|cta| CtaBarrier::new(threads, std::format!("{label}: rank {rank} cta {cta}")))
+                .collect()
         })
         .collect();
     let first_panic: Mutex<Option<String>> = Mutex::new(None);
     std::thread::scope(|s| {
         for rank in 0..ranks {
+            let ctas = grids[rank];
             for cta in 0..ctas {
                 for tid in 0..threads {
-                    let barrier = &barriers[rank * ctas as usize + cta as usize];
+                    let barrier = &barriers[rank][cta as usize];
                     let body = &body;
                     let first_panic = &first_panic;
                     let seed = 0x9e37_79b9_7f4a_7c15u64
@@ -263,6 +271,12 @@ pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
             sim_faults::note_overtaken();
         }
     }
+}
+
+// Not a flag: no fault plan drops it (it travels with the flag store after it).
+pub unsafe fn store_relaxed_u64(p: *mut u64, v: u64) {
+    maybe_yield();
+    AtomicU64::from_ptr(p).store(v, Ordering::Relaxed)
 }
 
 pub unsafe fn load_relaxed_u64(p: *const u64) -> u64 {

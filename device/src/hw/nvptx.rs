@@ -93,6 +93,11 @@ pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
 }
 
 #[inline(always)]
+pub unsafe fn store_relaxed_u64(p: *mut u64, v: u64) {
+    AtomicU64::from_ptr(p).store(v, Ordering::Relaxed)
+}
+
+#[inline(always)]
 pub unsafe fn load_relaxed_u64(p: *const u64) -> u64 {
     AtomicU64::from_ptr(p as *mut u64).load(Ordering::Relaxed)
 }

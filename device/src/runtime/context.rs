@@ -85,16 +85,20 @@ fn refused(c: &SymmContext) -> i32 {
     }
 }
 
-/// Records `code` in the context (the first error wins) so the host can raise it after the kernel.
+/// Records `code` in the context (the first error wins) so the host can raise it after the kernel;
+/// returns the error that stands: `code`, or the one recorded before it.
 #[inline(always)]
-pub fn record_error(c: &SymmContext, code: i32, which: i32) {
+pub fn record_error(c: &SymmContext, code: i32, which: i32) -> i32 {
     let err = &c.error as *const i32 as *mut u32;
     // SAFETY: `error` is a 4-byte aligned field of a live context; only accessed atomically.
-    if unsafe { hw::atomic_cas_u32(err, 0, code as u32) } == 0 {
+    let before = unsafe { hw::atomic_cas_u32(err, 0, code as u32) };
+    if before == 0 {
         let detail = &c.error_detail as *const i32 as *mut u32;
         // SAFETY: as above.
         unsafe { hw::store_relaxed_u32(detail, which as u32) };
+        return code;
     }
+    before as i32
 }
 
 /// The local address `ptr` translated to the same byte in `peer`'s user-buffer region, if

@@ -5,6 +5,7 @@
 
 #[macro_use]
 mod unroll;
+pub mod call_id;
 pub mod context;
 pub mod elem;
 pub mod grid;

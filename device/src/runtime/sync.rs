@@ -11,7 +11,7 @@
 
 use crate::abi::{signal, status, SymmContext, MAX_RANKS};
 use crate::hw;
-use crate::runtime::context;
+use crate::runtime::{call_id, context};
 
 /// Epochs live in 30 bits and skip 0, so that LL flags (`epoch`) are never 0 (what an untouched
 /// scratch word holds) and barrier values (`epoch << 2 | phase`) run through all of u32 in order,
@@ -160,8 +160,22 @@ impl<'a> Call<'a> {
     /// Barrier among CTA `self.cta` of every rank. `phase` < MAX_PHASES distinguishes the
     /// barriers of one call. All memory accesses this CTA made before it are visible to the
     /// same-index CTAs of every peer after it.
+    ///
+    /// At phase 0, the call's first barrier, the ranks also compare their call words
+    /// (`call_id`): a peer that runs this call on another grid gives `GRID_MISMATCH`, one whose
+    /// heap digest differs `HEAP_ASYMMETRIC`, on every rank, before the call touches any data
+    /// (every collective that addresses peers' buffers by offset starts with this barrier).
     pub fn barrier(&self, phase: u32) -> Result<(), i32> {
         self.barrier_among(phase, 0, self.world)
+    }
+
+    /// `barrier` without the call-word check at phase 0, for the calls whose register budget it
+    /// exceeds: the tile reduce-scatter (with the check, ptxas spills 4 to 12 bytes in it on
+    /// sm_80, sm_90 and sm_100) and `symm_barrier` (tutorial lesson 04's ring all-gather, a
+    /// barrier and then puts, spilled 16 bytes instead of 8 on sm_90). Heaps and grids are not
+    /// compared there.
+    pub fn barrier_unchecked(&self, phase: u32) -> Result<(), i32> {
+        self.sync_among(phase, 0, self.world, false)
     }
 
     /// `barrier` among the ranks `first..first + count` only (one node of a multi-node context,
@@ -170,30 +184,116 @@ impl<'a> Call<'a> {
     /// share them.
     #[inline(always)]
     pub fn barrier_among(&self, phase: u32, first: usize, count: usize) -> Result<(), i32> {
+        self.sync_among(phase, first, count, phase == 0)
+    }
+
+    /// `barrier_among`, announcing and comparing call words if `check` (a constant where this
+    /// inlines).
+    #[inline(always)]
+    fn sync_among(&self, phase: u32, first: usize, count: usize, check: bool) -> Result<(), i32> {
         let value = (self.epoch << 2) | phase;
         let mut late = false;
         hw::sync_threads();
         let tid = hw::thread_rank_fresh() as usize;
         if tid < count {
             let p = first + tid;
-            // Flags by rank slot (`rank % MAX_RANKS`): distinct within one node.
-            let slot = |rank_base: usize, from: usize| {
-                let from = from & (MAX_RANKS - 1);
-                (rank_base + self.slots.barrier + (self.cta * MAX_RANKS + from) * 4) as *mut u32
-            };
+            let peer = signal_base_fresh(self.c, p);
+            if check {
+                // Before the flag: its release store below carries this word to rank p too.
+                // SAFETY: peer p's signal region is mapped; the slot is inside its call words.
+                unsafe { hw::store_relaxed_u64(self.call_word(peer, self.rank), self.call_id()) };
+            }
             // Thread p tells rank p that this rank arrived, then waits for rank p to arrive here.
             // No separate fence: the release store is one (`fence.acq_rel.sys` + store), and it
             // is cumulative over the CTA's earlier writes, which the CTA barrier above ordered
             // before it; the acquire load below pairs with the peer's release in the same way.
             // SAFETY: peer p's signal region is mapped; the slot index is < MAX_CTAS * MAX_RANKS (MAX_TILES * MAX_RANKS for tile slots).
-            unsafe { hw::store_release_u32(slot(signal_base_fresh(self.c, p), self.rank), value) };
-            let mine = slot(signal_base_fresh(self.c, self.rank), p);
+            unsafe { hw::store_release_u32(self.flag(peer, self.rank), value) };
+            let mine = self.flag(signal_base_fresh(self.c, self.rank), p);
             // Reached, not equal: rank p may already have passed this barrier (it saw our
             // arrival) and announced the next one before we looked.
             // SAFETY: our own signal region, same index bounds as above.
             late = !unsafe { self.wait_reached(mine, value) };
         }
+        if check {
+            return self.check_call_words(late, first, count);
+        }
         self.agree_on_timeout(late)
+    }
+
+    /// This rank's barrier flag `[slot][from]` in the signal region at `rank_base`. Flags by rank
+    /// slot (`rank % MAX_RANKS`): distinct within one node.
+    #[inline(always)]
+    fn flag(&self, rank_base: usize, from: usize) -> *mut u32 {
+        let from = from & (MAX_RANKS - 1);
+        (rank_base + self.slots.barrier + (self.cta * MAX_RANKS + from) * 4) as *mut u32
+    }
+
+    /// The call word `[slot][from]` in the signal region at `rank_base` (indexed as `flag`).
+    #[inline(always)]
+    fn call_word(&self, rank_base: usize, from: usize) -> *mut u64 {
+        let from = from & (MAX_RANKS - 1);
+        let words = if self.is_tile() {
+            signal::TILE_BARRIER_ID_OFFSET
+        } else {
+            signal::BARRIER_ID_OFFSET
+        };
+        (rank_base + words + (self.cta * MAX_RANKS + from) * 8) as *mut u64
+    }
+
+    /// What this rank announces at this call's first barrier (`call_id`).
+    #[inline(always)]
+    fn call_id(&self) -> u64 {
+        call_id::of(self.c, self.epoch, self.ctas)
+    }
+
+    /// Ends a first barrier: once the CTA agrees that no thread timed out, the threads that
+    /// waited compare the call word each peer announced with the one this rank announced (the
+    /// thread of our own rank stored it in our region too, visible to the CTA after the vote),
+    /// and the CTA votes on differences. Two local loads from one cache line, and a second vote,
+    /// rather than our word kept or recomputed across the wait: that pushed tile reduce-scatter
+    /// into spills.
+    #[inline(always)]
+    fn check_call_words(&self, late: bool, first: usize, count: usize) -> Result<(), i32> {
+        // Uniform: every thread takes the same branches to the votes below.
+        let timed_out = hw::sync_threads_or(late);
+        let tid = hw::thread_rank_fresh() as usize;
+        let mut differs = 0;
+        if !timed_out && tid < count {
+            let own = signal_base_fresh(self.c, self.rank);
+            // SAFETY (both): our own signal region, inside its call words. The peer's word came
+            // before its flag, which we acquired; ours before the vote above.
+            let seen = unsafe { hw::load_relaxed_u64(self.call_word(own, first + tid)) };
+            let mine = unsafe { hw::load_relaxed_u64(self.call_word(own, self.rank)) };
+            differs = call_id::differences(mine, seen);
+        }
+        if timed_out || hw::sync_threads_or(differs != 0) {
+            return Err(self.failed_barrier(timed_out, differs));
+        }
+        Ok(())
+    }
+
+    /// Why a first barrier failed, recorded and returned: if a thread timed out, the timeout, or
+    /// `GRID_MISMATCH` when another CTA of this rank already recorded one (a CTA beyond a peer's
+    /// grid has no partner and times out; its siblings that had one saw the grids differ); else
+    /// a grid mismatch if any thread saw one, else an asymmetric heap. Every thread calls it
+    /// (`timed_out` is the CTA's vote). Off the fast path, and small: it inlines everywhere.
+    #[cold]
+    #[inline(always)]
+    fn failed_barrier(&self, timed_out: bool, differs: u32) -> i32 {
+        let code = if timed_out {
+            status::TIMEOUT
+        } else if hw::sync_threads_or(differs & call_id::GRID_DIFFERS != 0) {
+            status::GRID_MISMATCH
+        } else {
+            status::HEAP_ASYMMETRIC
+        };
+        // The error that stands is the same for every thread: the first recorded.
+        let standing = context::record_error(self.c, code, self.which);
+        if code == status::TIMEOUT && standing == status::GRID_MISMATCH {
+            return status::GRID_MISMATCH;
+        }
+        code
     }
 
     /// Spins until the u32 at `flag` (loaded with acquire) has reached `value`, counting in

@@ -234,6 +234,37 @@ impl Node {
         results.iter().map(|a| a.load(Ordering::SeqCst)).collect()
     }
 
+    /// Runs `body(rank, ctx)` on `grids[rank]` CTAs of `threads` threads on each rank (one call
+    /// launched with different grids on different ranks); returns the distinct statuses each
+    /// rank's threads returned, in increasing order.
+    pub fn run_grids(
+        &self,
+        label: &str,
+        grids: &[u32],
+        threads: u32,
+        body: impl Fn(usize, i64) -> i32 + Sync,
+    ) -> Vec<Vec<i32>> {
+        assert_eq!(grids.len(), self.world, "{label}: one grid per rank");
+        let seen: Vec<std::sync::Mutex<Vec<i32>>> = (0..self.world)
+            .map(|_| std::sync::Mutex::new(Vec::new()))
+            .collect();
+        let ctx: Vec<i64> = (0..self.world).map(|r| self.ctx(r)).collect();
+        host::launch_grids(label, grids, threads, |rank| {
+            let s = body(rank, ctx[rank]);
+            let mut v = seen[rank].lock().unwrap_or_else(|e| e.into_inner());
+            if !v.contains(&s) {
+                v.push(s);
+            }
+        });
+        seen.into_iter()
+            .map(|m| {
+                let mut v = m.into_inner().unwrap_or_else(|e| e.into_inner());
+                v.sort_unstable();
+                v
+            })
+            .collect()
+    }
+
     /// Runs `body(rank, ctx)` on every simulated thread and hands each thread's status to
     /// `status(rank, s)`.
     fn launch(

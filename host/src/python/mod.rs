@@ -256,6 +256,14 @@ impl PyHeap {
         lock(&self.inner).allocator().live_allocations()
     }
 
+    /// The running digest of this heap's allocations and frees (`abi::heap_digest`), which the
+    /// context's `heap_digest` field must hold for the next kernel (written by the caller, in
+    /// its stream's order).
+    #[getter]
+    fn digest(&self) -> u64 {
+        lock(&self.inner).digest()
+    }
+
     /// Base address of `rank`'s user region as mapped in this process.
     fn peer_base(&self, rank: i32) -> PyResult<u64> {
         self.with(|h| h.peer_base(rank))

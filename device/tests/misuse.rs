@@ -1,0 +1,246 @@
+//! Misuse that would otherwise corrupt silently or time out without a cause: ranks whose heaps
+//! saw different allocations (`HEAP_ASYMMETRIC`) and one call launched with different grids on
+//! different ranks (`GRID_MISMATCH`). Each is reported on every rank, recorded in every rank's
+//! context, before the call moves any data (the heaps are left as they were).
+
+mod sim;
+use ironlink_device::abi::heap_digest::{fold, ALLOC, EMPTY, FREE};
+use sim::*;
+
+const HEAP: usize = 1 << 20;
+const N: usize = 4096; // f32 elements: 16 KiB, two-shot under `small_algorithm_limits`
+const IN: usize = 0;
+const OUT: usize = 64 << 10;
+
+/// A node whose heaps hold the same inputs on every rank, with digests `digests[rank]`.
+fn node(world: usize, digests: &[u64]) -> Node {
+    let mut node = Node::new(world, HEAP, 1 << 20);
+    small_algorithm_limits(&mut node);
+    let mut rng = Rng::new(40);
+    for (r, &digest) in digests.iter().enumerate() {
+        let v: Vec<f32> = (0..N * world).map(|_| rng.uniform(-4.0, 4.0)).collect();
+        fill(&mut node, r, IN, Dt::F32, &v);
+        node.ctx_mut(r).heap_digest = digest;
+    }
+    node
+}
+
+/// One rank's part of a call: (node, rank, ctx) -> status.
+type RankCall = Box<dyn Fn(&Node, usize, i64) -> i32 + Sync>;
+
+/// Every barrier-bearing call a rank can make on these buffers, by name.
+fn calls() -> Vec<(&'static str, RankCall)> {
+    let f32 = dtype::FLOAT32;
+    let sum = reduce_op::SUM;
+    let n = N as i64;
+    vec![
+        (
+            "all_reduce",
+            Box::new(move |node: &Node, r, ctx| {
+                api::symm_all_reduce(ctx, node.addr(r, IN), 0, n, sum, f32)
+            }),
+        ),
+        (
+            "all_gather",
+            Box::new(move |node: &Node, r, ctx| {
+                api::symm_all_gather(ctx, node.addr(r, IN), node.addr(r, OUT), n, f32)
+            }),
+        ),
+        (
+            "reduce_scatter",
+            Box::new(move |node: &Node, r, ctx| {
+                api::symm_reduce_scatter(ctx, node.addr(r, IN), node.addr(r, OUT), n, sum, f32)
+            }),
+        ),
+        (
+            "broadcast",
+            Box::new(move |node: &Node, r, ctx| {
+                api::symm_broadcast(ctx, node.addr(r, IN), n, f32, 0)
+            }),
+        ),
+        (
+            "all_to_all",
+            Box::new(move |node: &Node, r, ctx| {
+                api::symm_all_to_all(ctx, node.addr(r, IN), node.addr(r, OUT), n, f32)
+            }),
+        ),
+        (
+            // 64 x 128 f32 = 32 KiB: past the LL tile limit, a two-shot tile call; CTA c
+            // reduces tile c.
+            "tile_all_reduce",
+            Box::new(move |node: &Node, r, ctx| {
+                let tile = ironlink_device::hw::cta_rank() as usize;
+                let at = node.addr(r, IN + tile * (32 << 10));
+                api::symm_tile_all_reduce(ctx, at, 64, 128, 128, tile as i64, sum, f32)
+            }),
+        ),
+    ]
+}
+
+/// The digest after allocating `sizes` in turn from an empty heap (as the host's first-fit
+/// allocator places them: back to back, 256-byte aligned).
+fn allocated(sizes: &[u64]) -> u64 {
+    let mut d = EMPTY;
+    let mut at = 0;
+    for &s in sizes {
+        d = fold(d, ALLOC, at, s);
+        at += s.div_ceil(256) * 256;
+    }
+    d
+}
+
+#[test]
+fn asymmetric_heaps_are_reported_on_every_rank_before_any_data_moves() {
+    let same = allocated(&[4096, 512]);
+    // One rank allocated another size; one allocated an extra tensor; one freed one the others
+    // kept.
+    let cases: [(&str, u64); 3] = [
+        ("another size", allocated(&[4096, 768])),
+        ("an extra allocation", allocated(&[4096, 512, 256])),
+        ("an extra free", fold(same, FREE, 4096, 512)),
+    ];
+    for world in [2, 3, 4] {
+        for (what, odd) in cases {
+            for (name, call) in calls() {
+                let mut digests = vec![same; world];
+                digests[world - 1] = odd;
+                let node = node(world, &digests);
+                let before: Vec<Vec<u8>> = (0..world).map(|r| node.heap(r).to_vec()).collect();
+                let label = format!("{name}, world {world}, {what}");
+                let st = node.run(&label, 2, 32, |r, ctx| call(&node, r, ctx));
+                assert_eq!(st, vec![status::HEAP_ASYMMETRIC; world], "{label}");
+                for (r, heap) in before.iter().enumerate() {
+                    assert_eq!(
+                        node.recorded_error(r),
+                        status::HEAP_ASYMMETRIC,
+                        "{label}: rank {r} recorded"
+                    );
+                    assert!(
+                        node.heap(r) == heap.as_slice(),
+                        "{label}: rank {r}'s heap was written"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn symmetric_heaps_pass_and_compute() {
+    let d = allocated(&[4096, 512]);
+    for (name, call) in calls() {
+        let node = node(2, &[d, d]);
+        let st = node.run(name, 2, 32, |r, ctx| call(&node, r, ctx));
+        assert_eq!(st, vec![status::OK; 2], "{name}");
+        assert_eq!(
+            (node.recorded_error(0), node.recorded_error(1)),
+            (0, 0),
+            "{name}"
+        );
+    }
+    // And the answer is right (the check changes nothing on a good call).
+    let node = node(2, &[d, d]);
+    let inputs: Vec<Vec<f64>> = (0..2).map(|r| read(&node, r, IN, Dt::F32, N)).collect();
+    let st = node.run("all_reduce values", 2, 32, |r, ctx| {
+        api::symm_all_reduce(
+            ctx,
+            node.addr(r, IN),
+            0,
+            N as i64,
+            reduce_op::SUM,
+            dtype::FLOAT32,
+        )
+    });
+    assert_eq!(st, vec![status::OK; 2]);
+    let want = reference(reduce_op::SUM, &inputs);
+    for r in 0..2 {
+        assert_close(
+            "all_reduce",
+            Dt::F32,
+            &read(&node, r, IN, Dt::F32, N),
+            &want,
+        );
+    }
+}
+
+/// LL all-reduces read only this rank's buffer and the scratch region: they need no entry
+/// barrier, compare no digests, and compute the right answer on asymmetric heaps too.
+#[test]
+fn ll_all_reduce_does_not_depend_on_the_heaps() {
+    let node = node(2, &[allocated(&[4096]), allocated(&[8192])]);
+    let inputs: Vec<Vec<f64>> = (0..2).map(|r| read(&node, r, IN, Dt::F32, 8)).collect();
+    let st = node.run("one-shot LL", 2, 32, |r, ctx| {
+        api::symm_all_reduce(ctx, node.addr(r, IN), 0, 8, reduce_op::SUM, dtype::FLOAT32)
+    });
+    assert_eq!(st, vec![status::OK; 2]);
+    let want = reference(reduce_op::SUM, &inputs);
+    for r in 0..2 {
+        assert_close(
+            "one-shot LL",
+            Dt::F32,
+            &read(&node, r, IN, Dt::F32, 8),
+            &want,
+        );
+    }
+}
+
+#[test]
+fn different_grids_are_reported_on_every_rank() {
+    // The last rank launches the call on more CTAs than the others, then on fewer.
+    let grids_of = |world: usize, odd: u32| {
+        let mut g = vec![2u32; world];
+        g[world - 1] = odd;
+        g
+    };
+    for world in [2, 3] {
+        for odd in [4u32, 1] {
+            for (name, call) in calls() {
+                if name == "tile_all_reduce" {
+                    continue; // a tile call runs on whichever CTA: grids may differ
+                }
+                let grids = grids_of(world, odd);
+                let mut node = node(world, &vec![allocated(&[4096]); world]);
+                for r in 0..world {
+                    // CTAs beyond a peer's grid have no partner: they wait this long.
+                    node.ctx_mut(r).timeout_ns = 300_000_000;
+                }
+                let before: Vec<Vec<u8>> = (0..world).map(|r| node.heap(r).to_vec()).collect();
+                let label = format!("{name}, grids {grids:?}");
+                let t = std::time::Instant::now();
+                let st = node.run_grids(&label, &grids, 32, |r, ctx| call(&node, r, ctx));
+                assert_eq!(st, vec![vec![status::GRID_MISMATCH]; world], "{label}");
+                for (r, heap) in before.iter().enumerate() {
+                    assert_eq!(
+                        node.recorded_error(r),
+                        status::GRID_MISMATCH,
+                        "{label}: rank {r} recorded"
+                    );
+                    assert!(
+                        node.heap(r) == heap.as_slice(),
+                        "{label}: rank {r}'s heap was written"
+                    );
+                }
+                assert!(t.elapsed().as_secs() < 8, "{label}: took {:?}", t.elapsed());
+            }
+        }
+    }
+}
+
+#[test]
+fn grid_mismatch_wins_over_an_asymmetric_heap() {
+    let mut node = node(2, &[allocated(&[4096]), allocated(&[512])]);
+    for r in 0..2 {
+        node.ctx_mut(r).timeout_ns = 300_000_000;
+    }
+    let st = node.run_grids("both", &[2, 3], 32, |r, ctx| {
+        api::symm_all_reduce(
+            ctx,
+            node.addr(r, IN),
+            0,
+            N as i64,
+            reduce_op::SUM,
+            dtype::FLOAT32,
+        )
+    });
+    assert_eq!(st, vec![vec![status::GRID_MISMATCH]; 2]);
+}
