@@ -199,7 +199,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
                 if row == r0:
                     res = first
                 else:
-                    res = tl.load(residual + row.to(tl.int64) * H + cols, mask=m, other=0.0)
+                    res = tl.load(residual + tl.cast(row, tl.int64) * H + cols, mask=m, other=0.0)
                 _norm_values(x, res, w, residual_out, out, scale, row, H, eps, BLOCK_H, FP8)
         else:
             s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
