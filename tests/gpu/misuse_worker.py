@@ -158,7 +158,9 @@ def different_grids() -> None:
         rank = dist.get_rank()
         grid = 4 if rank == 0 else 8
         mismatch = _abi.STATUS["GRID_MISMATCH"]
-        # First the same grid everywhere (compiles; in step), then the mismatch.
+        # Compiled on every rank before any rank launches (a rank still compiling would keep its
+        # peers waiting past the 1 s timeout), then the same grid everywhere, then the mismatch.
+        ops._all_reduce_kernel.warmup(heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4, grid=(8,))
         heap.barrier()
         ops._all_reduce_kernel[(8,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
         torch.cuda.synchronize()
