@@ -141,6 +141,15 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl
 
 
 @triton.jit
+def launch_slots(ws, epochs, M, N, WORLD: tl.constexpr):
+    """(this CTA's launch count, its parity, the partials' slots of this parity): the push kernels
+    use alternate halves of `ws` [2, world - 1, M, N] in alternate launches."""
+    epoch = tl.load(epochs + tl.program_id(0))
+    parity = epoch % 2
+    return epoch, parity, ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+
+
+@triton.jit
 def advance_epochs(epochs, epoch):
     """Sets every CTA's launch counter (MAX_CTAS of them) to `epoch`, this CTA a share of them, so
     the counters stay equal whatever grid each launch has: the two-shot kernel's CTAs meet the
@@ -176,9 +185,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
-    epoch = tl.load(epochs + pid)
-    parity = epoch % 2
-    slots = ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0
@@ -334,9 +341,7 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
-    epoch = tl.load(epochs + pid)
-    parity = epoch % 2
-    slots = ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
     first = slice_start((rank + 1) % WORLD, tiles, WORLD)
