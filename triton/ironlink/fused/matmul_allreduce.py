@@ -21,8 +21,9 @@ every grid-th tile from c):
     partials the peers pushed long before (`symm_tile_wait_others` rarely waits) and the sum goes
     into every rank's `out`. Per tile, a third of one-shot's extra HBM traffic (no staging, one
     rank reads the partials), and no tail of reduces after the last GEMM.
-  Signals come after part of the next tile's GEMM, so a TMA push drains behind the GEMM. The
-  workspace lives in the heap (`heap.workspace`): 2 x (world - 1) slots of [M, N]; alternate
+  Signals come after (part of) the next tile's GEMM, so a TMA push drains behind the GEMM; the
+  two-shot tile loop is flattened with its K loop (`tuning.MATMUL_FLAT`). The workspace lives in
+  the heap (`heap.workspace`): 2 x (world - 1) slots of [M, N]; alternate
   launches use alternate halves (a per-CTA launch counter), so a fast rank never overwrites
   partials a slow peer has not summed yet.
 - "tile": each tile is all-reduced by the CTA that computed it, with `symm_tile_all_reduce`
