@@ -509,7 +509,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
     replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
-    tuning.MATMUL_FLAT (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
+    tuning.matmul_flat (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
     `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
@@ -540,7 +540,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
             STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **common)
         return
-    flat = tuning.MATMUL_FLAT if flat is None else flat
+    flat = tuning.matmul_flat(torch.cuda.get_device_capability(out.device)[0]) if flat is None else flat
     block = [1, c.block_m, c.block_n // 2 if flat else c.block_n]
     peer_slots = peer_descriptor(heap, slots, block) if tma else ws
     peer_out = peer_descriptor(heap, out.view(1, p.m, p.n), block) if tma else out
