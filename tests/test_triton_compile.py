@@ -28,6 +28,8 @@ import ironlink.language as il
 from ironlink import _abi, _lib
 from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
 from ironlink.moe import kernels as moe_kernels
+
+from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,6 +97,13 @@ def ptxas_report(ptx: str, cc: int, tmp_path: Path) -> str:
 # which arch and Triton version spills varies). A cross-node collective waits on the network, so a
 # few local loads per chunk cost nothing there.
 SPILL_ALLOWANCE = {name: 32 for name in _abi.FUNCTIONS if name.endswith("_hierarchical")}
+# Spills only a Triton release other than the pinned one makes (register allocation differs
+# between releases, `_sass.spills_checked`), by (function, arch), in bytes: with Triton 3.9 the
+# call-word check of the first barrier (heaps and grids compared, issue 40) pushes
+# symm_all_reduce on sm_100 and symm_broadcast on sm_90 / sm_100 into spills; none with 3.5 or
+# the pinned 3.6. Hoisting all_reduce's entry barrier to one place took sm_100 to 44 bytes but
+# made the pinned Triton spill 24 on sm_80 (not kept).
+OTHER_TRITON_SPILLS = {("symm_all_reduce", 100): 208, ("symm_broadcast", 90): 8, ("symm_broadcast", 100): 8}
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)
@@ -113,7 +122,7 @@ def test_function_inlines_without_local_memory(name: str, cc: int, tmp_path: Pat
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     stacks = re.findall(r"(\d+) bytes stack frame", report)
     assert spills and stacks, f"unexpected ptxas -v output:\n{report}"
-    allowed = SPILL_ALLOWANCE.get(name, 0)
+    allowed = SPILL_ALLOWANCE.get(name, 0) + (0 if spills_checked() else OTHER_TRITON_SPILLS.get((name, cc), 0))
     assert all(int(a) <= allowed and int(b) <= allowed for a, b in spills), f"{name} spills on sm_{cc}:\n{report}"
     assert all(int(s) <= allowed for s in stacks), f"{name} needs a stack frame on sm_{cc}:\n{report}"
 
