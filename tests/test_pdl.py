@@ -15,7 +15,10 @@ from triton.backends import backends
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ironlink import _lib, ops, pdl, tuning
+from ironlink.language import _lib
+from ironlink.ops import collectives as ops
+from ironlink.ops import pdl
+from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm_kernel
 
 REPO = Path(__file__).resolve().parents[1]

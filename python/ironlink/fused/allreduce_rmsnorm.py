@@ -39,14 +39,15 @@ from typing import Any, NamedTuple, Optional
 import triton
 import triton.language as tl
 
-from .. import _abi
+from ..language import _abi
 from .. import language as il
-from .. import tuning
-from .. import typed as ilt
-from ..distributed import sm_share
-from ..jit import jit
-from ..pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
-from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
+from ..runtime import tuning
+from ..language import typed as ilt
+from ..runtime.distributed import sm_share
+from ..language.jit import jit
+from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
+from ..ops import TensorSpec, check_tensor, launch_with_status
+from ..runtime.registry import heap_for, in_heap
 from .trace import stamp
 
 MAX_HIDDEN = 16384

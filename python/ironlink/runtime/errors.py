@@ -6,7 +6,7 @@ extension; the extension (`ironlink._native`) raises it with the host library's 
 
 from __future__ import annotations
 
-from . import _abi
+from ..language import _abi
 
 
 class IronlinkError(RuntimeError):
