@@ -40,7 +40,7 @@
 #                      GPU count are skipped)
 #   --only SUBSTR      collective and ops cases whose names contain SUBSTR
 #   --quick            collectives without the large (8 MiB and 256 MiB) cases
-#   --bench-args "..." arguments for bench/allreduce.py (bench/ironlink_bench.py) (e.g. "--max-bytes 16777216")
+#   --bench-args "..." arguments for bench/allreduce.py (e.g. "--max-bytes 16777216")
 #   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
 #   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --profile")
 #   --minutes M        how long the soak runs (default 5)
@@ -110,7 +110,7 @@ if [ -n "$shared_gpu" ]; then
   fi
   # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
   # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
-  # take only their share of the SMs (ironlink.distributed.grid_cap), so the sum may exceed it.
+  # take only their share of the SMs (ironlink.runtime.distributed.grid_cap), so the sum may exceed it.
   export NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1
   # A kernel's first call compiles it in every rank at once: four ranks compiling NVSHMEM-linked
   # kernels (7-11 s each) on one host finished more than the default 5 s wait timeout apart, and
