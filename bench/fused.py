@@ -56,7 +56,7 @@ class FusedBench:
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.rows: list[dict[str, Any]] = []
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # Programmatic dependent launch (ironlink.pdl): what the ops choose by default here, and
+        # Programmatic dependent launch (ironlink.ops.pdl): what the ops choose by default here, and
         # the settings to measure (both where the GPU has it).
         major = torch.cuda.get_device_capability()[0]
         self.default_pdl = choose_pdl(None, major, "all_reduce_rmsnorm")

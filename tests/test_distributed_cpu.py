@@ -1,4 +1,4 @@
-"""ironlink.distributed without a GPU: which GPU a rank takes, with and without shared GPUs."""
+"""ironlink.runtime.distributed without a GPU: which GPU a rank takes, with and without shared GPUs."""
 
 from __future__ import annotations
 

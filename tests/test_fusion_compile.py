@@ -94,7 +94,7 @@ for whole in (0, 1):
         allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
         {"WHOLE": whole, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False, "MIN_CC": 90,
          "num_warps": 16})
-# With programmatic dependent launch (ironlink.pdl): griddepcontrol is sm_90+, the host launches
+# With programmatic dependent launch (ironlink.ops.pdl): griddepcontrol is sm_90+, the host launches
 # it there only (tests/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_pdl"] = (

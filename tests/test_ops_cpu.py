@@ -560,7 +560,7 @@ def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
         ironlink.all_gather(out, _FakeTensor(1, ptr=0x90000), heap=_Heap(out))
 
 
-# --- all_to_all_v (ironlink.variable_all_to_all) ---------------------------------------------------
+# --- all_to_all_v (ironlink.ops.variable_all_to_all) ---------------------------------------------------
 
 def spec_of(name: str, shape: tuple[int, ...], dtype: str = "bfloat16") -> TensorSpec:
     return spec(name, 0, dtype, shape=shape)

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (ironlink.pdl), no GPU needed: what the installed Triton offers,
+"""Programmatic dependent launch (ironlink.ops.pdl), no GPU needed: what the installed Triton offers,
 when the ops launch with it, and the PDL kernels compiled for sm_90 and sm_100 with nothing that
 touches memory before `griddepcontrol.wait`. (Inlining, local memory and spills of the
 all_reduce_rmsnorm PDL variants: tests/test_fusion_compile.py.)"""

@@ -295,7 +295,7 @@ class Suite:
 
     def rmsnorm_pdl_chain(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, steps: int = 6,
                           replays: int = 200) -> None:
-        """Programmatic dependent launch (ironlink.pdl) against none. A chain of dependent launches:
+        """Programmatic dependent launch (ironlink.ops.pdl) against none. A chain of dependent launches:
         step i is all_reduce_rmsnorm(src -> dst), the residual carried from step to step, then
         ironlink.all_reduce(dst, "avg"), and dst is the next step's src. Run eagerly and as a CUDA
         graph (inputs reset inside it) replayed `replays` times back to back, with PDL off, on,

@@ -166,7 +166,7 @@ def check_statuses(statuses: list[int], collective: str, rank: int, function: Op
 
 @jit(do_not_specialize=["ctx", "n", "op"])
 def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
-    # With PDL (ironlink.pdl): the buffer, the heap's state and the status buffer may be the
+    # With PDL (ironlink.ops.pdl): the buffer, the heap's state and the status buffer may be the
     # previous kernel's output, so wait for it first; the next kernel waits for us likewise.
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
@@ -253,7 +253,7 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
                pdl: Optional[bool] = None) -> Any:
     """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
     group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
-    dependent launch (`ironlink.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
+    dependent launch (`ironlink.ops.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
     capability 9.0+; one-node heaps). Returns `t`."""
     import torch
 

@@ -13,7 +13,7 @@ class IronlinkError(RuntimeError):
     """An ironlink operation failed. The message names the problem (ranks, GPUs, sizes).
 
     Errors recorded by device functions carry ``status`` (the negative code from
-    ``ironlink._abi.STATUS``) and ``function`` (the device function that recorded it); both are
+    ``ironlink.language._abi.STATUS``) and ``function`` (the device function that recorded it); both are
     None for host-side errors.
     """
 

@@ -131,7 +131,7 @@ class SymmetricHeap:
 
     @property
     def stream_order(self) -> StreamOrder:
-        """The stream of this heap's last host-level call (see `ironlink.stream_order`)."""
+        """The stream of this heap's last host-level call (see `ironlink.runtime.stream_order`)."""
         return self._stream_order
 
     @property
