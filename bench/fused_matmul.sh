@@ -2,8 +2,10 @@
 # The matmul + all-reduce run behind docs/fused.md, on the local GPUs (one call of a GPU machine):
 # correctness of every method (the fusion suite's matmul_all_reduce cases), the benchmark
 # (bench/fused.py --ops matmul_allreduce), the per-CTA timeline (bench/fused_timeline.py) and the
-# peer-bandwidth curve by CTA count (bench/nvlink_probe.py push_one / pull_one). Logs and JSON
-# under $OUT (default build/gpu-out). Parts: check bench timeline probe (default: all).
+# peer-bandwidth curve by CTA count (bench/nvlink_probe.py push_one / pull_one), and on request
+# the cost of one tile signal (bench/signal_probe.py) and the GEMM alone by loop structure
+# (bench/gemm_probe.py). Logs and JSON under $OUT (default build/gpu-out). Parts: check bench
+# timeline probe (default: these four), signal, gemm.
 #   bench/fused_matmul.sh                 # everything
 #   bench/fused_matmul.sh bench timeline  # only these
 set -uo pipefail
@@ -36,6 +38,14 @@ for part in "${parts[@]}"; do
         --patterns push_one,pull_one --grids 1,2,4,8,16,32,132 --warps 8 --egress $((64 << 20)) \
         --out "$OUT/probe.json" > "$OUT/probe.log" 2>&1 || status=1
       grep -E '"unroll": 4' "$OUT/probe.log" | cut -c1-200 ;;
+    signal)
+      timeout 200 torchrun --standalone --nproc_per_node=2 bench/signal_probe.py --out "$OUT/signal-probe.json" \
+        > "$OUT/signal.log" 2>&1 || status=1
+      grep -E '^\{' "$OUT/signal.log" | cut -c1-200 ;;
+    gemm)
+      timeout 300 torchrun --standalone --nproc_per_node="$n" bench/gemm_probe.py --out "$OUT/gemm-probe.json" \
+        > "$OUT/gemm.log" 2>&1 || status=1
+      grep -E '^\{' "$OUT/gemm.log" | cut -c1-200 ;;
     *) echo "unknown part $part"; status=1 ;;
   esac
   echo "== $part: $(( $(date +%s) - start )) s"

@@ -129,9 +129,11 @@ for m in (16, 4096):
         matmul_allreduce_push_kernel.fn, _PUSH_SIG,
         {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2, "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8,
          "TMA_PUSH": False})
-    KERNELS[f"matmul_allreduce_push_m{m}_two_shot"] = (
-        matmul_allreduce_owner_kernel.fn, _OWNER_SIG, {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 4,
-                                                       "TMA_PUSH": False, "FLAT": True})
+    for flat in (False, True):  # flattened on Hopper only (tuning.matmul_flat)
+        KERNELS[f"matmul_allreduce_push_m{m}_two_shot{'_flat' if flat else ''}"] = (
+            matmul_allreduce_owner_kernel.fn, _OWNER_SIG,
+            {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 4, "TMA_PUSH": False, "FLAT": flat,
+             **({"MAX_CC": 90} if flat else {})})
     # Through TMA descriptors (Hopper and later, world 2): b row-major, and column-major (read transposed).
     for b_row_major in (True, False):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
@@ -149,7 +151,7 @@ for m in (16, 4096):
                     f"{'rows' if b_row_major else 'cols'}"] = (
                 matmul_allreduce_owner_kernel.fn, {**_OWNER_SIG, **operands, "peer_slots": peer, "peer_out": peer},
                 {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90, "TMA_PUSH": True,
-                 "FLAT": flat})
+                 "FLAT": flat, **({"MAX_CC": 90} if flat else {})})
 
 _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "BLOCK_K": "constexpr"}
@@ -189,7 +191,8 @@ for m in (128, 16384):
 # TMA cannot read, more than one peer to push to) and, by a few words, the two-shot epilogue
 # (a peer's partial summed beside the accumulator).
 SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m4096_one_shot": 88,
-                    "matmul_allreduce_push_m4096_two_shot": 912, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
+                    "matmul_allreduce_push_m4096_two_shot": 952,
+                    "matmul_allreduce_push_m4096_two_shot_flat": 104, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_rows": 48,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_cols": 40, "allgather_matmul_m16384": 8}
 
@@ -203,8 +206,10 @@ def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
     fn, signature, given = KERNELS[name]
     if cc < given.get("MIN_CC", 0):  # TMA descriptors, FP8 outputs: the host takes them on sm_90+ only
         pytest.skip(f"{name} is launched on compute capability {given['MIN_CC']} and later only")
+    if cc > given.get("MAX_CC", cc):  # the flattened two-shot loop: Hopper only (tuning.matmul_flat)
+        pytest.skip(f"{name} is launched on compute capability {given['MAX_CC']} and earlier only")
     launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
-    constexprs = {k: v for k, v in given.items() if k not in launch and k != "MIN_CC"}
+    constexprs = {k: v for k, v in given.items() if k not in launch and k not in ("MIN_CC", "MAX_CC")}
     # Specialized as a launch on contiguous, aligned operands would be (unit inner strides,
     # 16-divisible pointers and sizes): the pipelined GEMM's shared memory shows only then.
     signature = {k: "constexpr" if k in _UNIT_STRIDES else v for k, v in signature.items()}

@@ -16,7 +16,7 @@ pub mod nvshmem;
 use crate::abi::{status, SymmContext, ABI_VERSION};
 use crate::collectives::{
     all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, hierarchical, reduce,
-    reduce_scatter, tile,
+    reduce_scatter, tile, tile_shape,
 };
 use crate::runtime::context as ctx;
 use crate::runtime::elem::Reduction;
@@ -27,7 +27,7 @@ use checks::{
     all_gather_regions, all_to_all_regions, all_to_all_v_plan, blocks, check_dtype, check_op_dtype,
     check_rank, reduce_regions, reduce_scatter_regions,
 };
-use tile::{Shape, Tile};
+use tile_shape::{tile_index, Shape, Tile};
 
 fn code(r: Result<(), i32>) -> i32 {
     match r {
@@ -106,7 +106,7 @@ fn tile_call_in<B: FnOnce(&Call) -> Result<(), i32>>(
     prepare: impl FnOnce(&SymmContext) -> Result<B, i32>,
 ) -> i32 {
     let r = c.and_then(|c| {
-        let index = tile::tile_index(tile)?;
+        let index = tile_index(tile)?;
         let body = prepare(c)?;
         body(&Call::begin_tile(c, which, index))
     });
@@ -499,7 +499,7 @@ exports! {
         let r = ctx::context(ctx).and_then(|c| {
             let es = check_dtype(dtype)?;
             let t = Tile::new(c, dst_ptr, Shape { rows, cols, row_stride }, es)?;
-            let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
+            let (index, peer) = (tile_index(tile)?, check_rank(c, peer)?);
             if !(src_ptr as u64).is_multiple_of(es as u64) {
                 return Err(status::MISALIGNED);
             }
@@ -516,7 +516,7 @@ exports! {
     /// `symm_tile_wait`.
     fn symm_tile_signal(ctx: i64, tile: i64, peer: i32) -> i32 {
         let r = ctx::context(ctx).and_then(|c| {
-            let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
+            let (index, peer) = (tile_index(tile)?, check_rank(c, peer)?);
             primitives::tile_signal(c, index, peer);
             Ok(())
         });
@@ -528,7 +528,7 @@ exports! {
     /// TIMEOUT (recorded) after the context's timeout.
     fn symm_tile_wait(ctx: i64, tile: i64, peer: i32) -> i32 {
         let r = ctx::context(ctx).and_then(|c| {
-            let (index, peer) = (tile::tile_index(tile)?, check_rank(c, peer)?);
+            let (index, peer) = (tile_index(tile)?, check_rank(c, peer)?);
             primitives::tile_wait(c, index, peer, which!(symm_tile_wait))
         });
         code(r)
@@ -538,7 +538,7 @@ exports! {
     /// producer calls after storing it into every peer, or to announce a tile every peer reads.
     fn symm_tile_signal_others(ctx: i64, tile: i64) -> i32 {
         let r = ctx::context(ctx).and_then(|c| {
-            primitives::tile_signal_others(c, tile::tile_index(tile)?);
+            primitives::tile_signal_others(c, tile_index(tile)?);
             Ok(())
         });
         code(r)
@@ -549,7 +549,7 @@ exports! {
     /// `symm_tile_wait`.
     fn symm_tile_wait_others(ctx: i64, tile: i64) -> i32 {
         let r = ctx::context(ctx).and_then(|c| {
-            primitives::tile_wait_others(c, tile::tile_index(tile)?, which!(symm_tile_wait_others))
+            primitives::tile_wait_others(c, tile_index(tile)?, which!(symm_tile_wait_others))
         });
         code(r)
     }

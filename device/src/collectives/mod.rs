@@ -21,6 +21,7 @@ pub mod reduce;
 pub mod reduce_scatter;
 pub mod tile;
 pub mod tile_ll;
+pub mod tile_shape;
 
 use crate::runtime::mem::split;
 use crate::runtime::sync::Call;

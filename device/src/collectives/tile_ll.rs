@@ -17,7 +17,7 @@ use crate::runtime::sync::Call;
 use crate::transport::ll_packet;
 use crate::transport::tile_inbox::TileInbox;
 
-use super::tile::Tile;
+use super::tile_shape::Tile;
 
 /// In-place all-reduce of the non-empty `tile` with the same tile on every rank; the caller
 /// chose this algorithm (`choice::tile_all_reduce`: the tile's packets fit its boxes).

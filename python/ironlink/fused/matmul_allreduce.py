@@ -21,8 +21,9 @@ every grid-th tile from c):
     partials the peers pushed long before (`symm_tile_wait_others` rarely waits) and the sum goes
     into every rank's `out`. Per tile, a third of one-shot's extra HBM traffic (no staging, one
     rank reads the partials), and no tail of reduces after the last GEMM.
-  Signals come after part of the next tile's GEMM, so a TMA push drains behind the GEMM. The
-  workspace lives in the heap (`heap.workspace`): 2 x (world - 1) slots of [M, N]; alternate
+  Signals come after (part of) the next tile's GEMM, so a TMA push drains behind the GEMM; the
+  two-shot tile loop is flattened with its K loop (`tuning.MATMUL_FLAT`). The workspace lives in
+  the heap (`heap.workspace`): 2 x (world - 1) slots of [M, N]; alternate
   launches use alternate halves (a per-CTA launch counter), so a fast rank never overwrites
   partials a slow peer has not summed yet.
 - "tile": each tile is all-reduced by the CTA that computed it, with `symm_tile_all_reduce`
@@ -142,6 +143,15 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl
 
 
 @triton.jit
+def launch_slots(ws, epochs, M, N, WORLD: tl.constexpr):
+    """(this CTA's launch count, its parity, the partials' slots of this parity): the push kernels
+    use alternate halves of `ws` [2, world - 1, M, N] in alternate launches."""
+    epoch = tl.load(epochs + tl.program_id(0))
+    parity = epoch % 2
+    return epoch, parity, ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+
+
+@triton.jit
 def advance_epochs(epochs, epoch):
     """Sets every CTA's launch counter (MAX_CTAS of them) to `epoch`, this CTA a share of them, so
     the counters stay equal whatever grid each launch has: the two-shot kernel's CTAs meet the
@@ -177,9 +187,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
-    epoch = tl.load(epochs + pid)
-    parity = epoch % 2
-    slots = ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0
@@ -335,9 +343,7 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
-    epoch = tl.load(epochs + pid)
-    parity = epoch % 2
-    slots = ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
     first = slice_start((rank + 1) % WORLD, tiles, WORLD)
@@ -504,7 +510,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
     replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
-    tuning.MATMUL_FLAT (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
+    tuning.matmul_flat (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
     `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
@@ -535,7 +541,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
             STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **common)
         return
-    flat = tuning.MATMUL_FLAT if flat is None else flat
+    flat = tuning.matmul_flat(torch.cuda.get_device_capability(out.device)[0]) if flat is None else flat
     block = [1, c.block_m, c.block_n // 2 if flat else c.block_n]
     peer_slots = peer_descriptor(heap, slots, block) if tma else ws
     peer_out = peer_descriptor(heap, out.view(1, p.m, p.n), block) if tma else out

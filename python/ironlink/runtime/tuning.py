@@ -190,6 +190,13 @@ MATMUL_SIGNAL_AT = 0.5
 MATMUL_FLAT = True
 
 
+def matmul_flat(cc_major: int) -> bool:
+    """Whether matmul_all_reduce's two-shot kernel runs its flattened loop on a GPU of compute
+    capability `cc_major`.x: Hopper only, where it was measured and fits shared memory (on sm_100
+    Triton 3.5 pipelines it into 245,808 bytes, over the 232,448 a CTA may have)."""
+    return MATMUL_FLAT and cc_major == 9
+
+
 def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
     """matmul_all_reduce "push": one-shot (every rank sums every tile, one NVLink hop) at world 2
     while every tile is computed at once (one wave), where latency rules; else two-shot by slices
@@ -217,5 +224,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]

@@ -27,7 +27,8 @@
 
 use super::{node_partial, nodes_for, other_node, partial_op, partner, signal_partners};
 use crate::abi::{signal, status, MAX_CTAS};
-use crate::collectives::tile::{for_my_units, Tile};
+use crate::collectives::tile::for_my_units;
+use crate::collectives::tile_shape::Tile;
 use crate::hw;
 use crate::runtime::elem::{Acc, Reduction};
 use crate::runtime::mem::{div32, load_unit, rotate, split, store_unit};
