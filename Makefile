@@ -80,9 +80,9 @@ $(BCDIR)/ironlink_nvshmem_%.bc: $(DEVICE_SRC) $(STAMP)/toolchain
 	@echo "== building $@ (the device crate for nvptx64 $* with the NVSHMEM wrappers$(if $(DIAG), as diagnostic build $(DIAG)); the first build also compiles core)"
 	$(call device_bc,$*, --cfg ironlink_nvshmem$(if $(DIAG), --cfg ironlink_diag=\"$(DIAG)\"),target/device-$*-nvshmem$(if $(DIAG),-diag-$(DIAG)))
 
-# Regenerates triton/ironlink/_abi.py from device/src (build.rs does it on every host build).
+# Regenerates python/ironlink/language/_abi.py from device/src (build.rs does it on every host build).
 abi: $(STAMP)/toolchain
-	@echo "== generating triton/ironlink/_abi.py (cargo build of the host crate runs build.rs)"
+	@echo "== generating python/ironlink/language/_abi.py (cargo build of the host crate runs build.rs)"
 	@$(CARGO) build -q
 
 test: all-archs venv abi wheel test-rust test-python test-triton-range lint
@@ -94,11 +94,11 @@ test-rust: $(STAMP)/toolchain
 
 test-python: venv
 	@echo "== Python tests: bitcode symbols, Triton compile-to-cubin for sm_80/90/100, ABI sync, heap and ops checks (pytest)"
-	@IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=triton $(VPY) $(PYTEST) tests
+	@IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=python $(VPY) $(PYTEST) tests
 
 lint: $(STAMP)/toolchain venv
 	@echo "== lint: mypy on the Python package, cargo fmt --check, clippy -D warnings"
-	cd triton && ../$(VPY) -m mypy --ignore-missing-imports -p ironlink
+	cd python && ../$(VPY) -m mypy --ignore-missing-imports -p ironlink
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -q --workspace --all-targets --features python -- -D warnings
@@ -124,11 +124,11 @@ clean:
 # build/dist/.
 wheel: all-archs venv
 	@echo "== building the abi3 wheel (maturin, linked by zig for $(MANYLINUX)) into build/dist/"
-	@rm -rf triton/ironlink/lib build/dist && mkdir -p triton/ironlink/lib
-	@cp build/ironlink_sm*.bc build/ironlink_nvshmem_sm*.bc triton/ironlink/lib/
-	@git describe --always --dirty > build/git_rev 2> /dev/null || rm -f build/git_rev  # benchmarks record it (ironlink/bench.py)
+	@rm -rf python/ironlink/lib build/dist && mkdir -p python/ironlink/lib
+	@cp build/ironlink_sm*.bc build/ironlink_nvshmem_sm*.bc python/ironlink/lib/
+	@git describe --always --dirty > build/git_rev 2> /dev/null || rm -f build/git_rev  # benchmarks record it (bench/ironlink_bench.py)
 	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/maturin build -q --release --zig --compatibility $(MANYLINUX) \
-	  -o build/dist; s=$$?; rm -rf triton/ironlink/lib; exit $$s
+	  -o build/dist; s=$$?; rm -rf python/ironlink/lib; exit $$s
 
 # The compile tests (link, inline, no local memory, sm_80/90/100; the fused GPU-test kernels too;
 # the NVSHMEM bitcode against the pinned NVSHMEM 3.4.5's)
@@ -139,7 +139,7 @@ TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_
 test-triton-range: all-archs $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
 	@for v in $(TRITON_OLDEST) $(TRITON_NEWEST); do \
 	  echo "== compile tests with Triton $$v"; \
-	  IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=triton .venv-triton-$$v/bin/python $(PYTEST) $(TRITON_TESTS) || exit 1; \
+	  IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=python .venv-triton-$$v/bin/python $(PYTEST) $(TRITON_TESTS) || exit 1; \
 	done
 $(STAMP)/triton-%: requirements-dev.txt
 	@mkdir -p $(STAMP)

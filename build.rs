@@ -3,7 +3,7 @@
 //!
 //! It sits at the top because it belongs to the workspace's root package, the host crate that
 //! maturin builds into `ironlink._native`: every build of the Python extension therefore
-//! regenerates `triton/ironlink/_abi.py` from the one Rust source of truth, and
+//! regenerates `python/ironlink/language/_abi.py` from the one Rust source of truth, and
 //! `tests/test_abi_sync.py` fails if the committed copy is stale.
 
 use ironlink_device::abi;
@@ -91,10 +91,10 @@ fn python_module() -> String {
 
 fn main() {
     println!("cargo:rerun-if-changed=device/src");
-    let path = std::path::Path::new("triton/ironlink/_abi.py");
+    let path = std::path::Path::new("python/ironlink/language/_abi.py");
     let text = python_module();
     // Write only on change so that the file's timestamp stays put between identical builds.
     if std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str()) {
-        std::fs::write(path, text).expect("write triton/ironlink/_abi.py");
+        std::fs::write(path, text).expect("write python/ironlink/language/_abi.py");
     }
 }

@@ -18,7 +18,7 @@ rc=0
 for d in "${dirs[@]}"; do
   name=$(echo "$d" | tr '/' '-')${AB_TAG:-}
   echo "== $d"
-  TRITON_CACHE_DIR=/tmp/ironlink-ab-cache-$name IRONLINK_BITCODE_DIR=$d torchrun --standalone --nproc_per_node="$n" -m ironlink.bench \
+  TRITON_CACHE_DIR=/tmp/ironlink-ab-cache-$name IRONLINK_BITCODE_DIR=$d torchrun --standalone --nproc_per_node="$n" bench/allreduce.py \
     --out "$OUT/ab-$name.json" "$@" 2>&1 | grep -E "all_reduce|all_gather|reduce_scatter" || rc=1
 done
 exit $rc

@@ -8,7 +8,7 @@ Rows: `collective` ("all_reduce"), `dtype` ("bf16"), `bytes`, `backend` ("p2p", 
 `nvshmem_<nodes>x<ranks per node>`, or "nccl"), `us`, `busbw_GBs`, `vs_p2p` (P2P time / this
 one). Every ironlink row is `ironlink.all_reduce` with the tuned grid (`tuning.choose`); on the
 simulated nodes that is `symm_all_reduce_hierarchical` (NVLink stands in for the network, so its
-time is a lower bound for real nodes). Timing as `ironlink.bench` (CUDA graph, median, max over
+time is a lower bound for real nodes). Timing as `ironlink_bench` (CUDA graph, median, max over
 ranks). Each backend's result is checked against NCCL's before it is timed. A benchmark, not a
 test: nothing asserts a time.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink.bench import SIZES, time_graph, write_results
+from ironlink_bench import SIZES, time_graph, write_results
 
 
 def heaps(max_bytes: int) -> dict[str, ironlink.SymmetricHeap]:

@@ -22,7 +22,7 @@
 - matmul_reducescatter (a [M, K / world] x b [K / world, N], K = N = 8192): ironlink_fused
   (ironlink.matmul_reduce_scatter), nccl_torch (torch.matmul, dist.reduce_scatter_tensor),
   torch_symm_fused (torch.ops.symm_mem.fused_matmul_reduce_scatter, where it runs).
-Each point: ironlink.bench.time_graph (calls captured in one graph, median replay, max over ranks).
+Each point: ironlink_bench.time_graph (calls captured in one graph, median replay, max over ranks).
 A benchmark, not a test: nothing asserts a time.
 """
 
@@ -37,13 +37,13 @@ import torch.nn.functional as F
 import triton
 
 import ironlink
-from ironlink import tuning
-from ironlink.bench import time_graph, write_results
+from ironlink.runtime import tuning
+from ironlink_bench import time_graph, write_results
 from ironlink.fused.matmul_allreduce import METHODS
 from ironlink.fused.matmul_allreduce import launch as launch_matmul
 from ironlink.fused.matmul_allreduce import plan as plan_matmul
 from ironlink.ops import TensorSpec
-from ironlink.pdl import MIN_MAJOR, choose_pdl
+from ironlink.ops.pdl import MIN_MAJOR, choose_pdl
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
 MS = [16, 128, 1024, 4096]
@@ -56,7 +56,7 @@ class FusedBench:
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.rows: list[dict[str, Any]] = []
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # Programmatic dependent launch (ironlink.pdl): what the ops choose by default here, and
+        # Programmatic dependent launch (ironlink.ops.pdl): what the ops choose by default here, and
         # the settings to measure (both where the GPU has it).
         major = torch.cuda.get_device_capability()[0]
         self.default_pdl = choose_pdl(None, major, "all_reduce_rmsnorm")

@@ -18,8 +18,8 @@ from typing import Any, Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
 from doc_blocks import replace_between  # noqa: E402
-sys.path.insert(0, str(REPO / "triton"))  # ironlink.tuning: the methods the docs call the default
-from ironlink import tuning  # noqa: E402
+sys.path.insert(0, str(REPO / "python"))  # ironlink.tuning: the methods the docs call the default
+from ironlink.runtime import tuning  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "fused.md"
 BEGIN, END = "<!-- fused:begin -->\n", "<!-- fused:end -->"

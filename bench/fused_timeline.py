@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink import tuning
-from ironlink.bench import run_info, time_graph
+from ironlink.runtime import tuning
+from ironlink_bench import run_info, time_graph
 from ironlink.fused.matmul_allreduce import METHODS, launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec

@@ -28,7 +28,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import ironlink
-from ironlink.bench import run_info, time_graph
+from ironlink_bench import run_info, time_graph
 from ironlink.fused.gemm import tile_coords
 
 

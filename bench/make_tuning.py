@@ -1,9 +1,9 @@
-"""Writes triton/ironlink/tuning_table.py (launch configs of the host-level collectives) from benchmark JSON.
+"""Writes python/ironlink/runtime/tuning_table.py (launch configs of the host-level collectives) from benchmark JSON.
 
     python bench/make_tuning.py                         # newest bench/results/*.json
     python bench/make_tuning.py bench/results/a.json    # one file per world size (later files win)
 
-Input: what ``python -m ironlink.bench`` writes. ``all_reduce`` has one "ironlink_cfg" row per
+Input: what ``bench/allreduce.py`` writes. ``all_reduce`` has one "ironlink_cfg" row per
 (dtype, bytes, config "CTAsxWARPS"); ``all_gather``/``reduce_scatter`` have only the best config
 per (dtype, bytes), as "ironlink" rows. Per collective and size we keep the fastest config over
 all dtypes (the device code's work depends on bytes, not dtype), merge neighbouring sizes that
@@ -24,14 +24,14 @@ from typing import Any, Iterable
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-OUT = REPO / "triton" / "ironlink" / "tuning_table.py"
+OUT = REPO / "python" / "ironlink" / "runtime" / "tuning_table.py"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 def _load_abi() -> Any:
-    """triton/ironlink/_abi.py (generated from device/src), loaded by path: importing the
+    """python/ironlink/language/_abi.py (generated from device/src), loaded by path: importing the
     package would need triton, and this script runs without it."""
-    spec = importlib.util.spec_from_file_location("ironlink_abi", REPO / "triton" / "ironlink" / "_abi.py")
+    spec = importlib.util.spec_from_file_location("ironlink_abi", REPO / "python" / "ironlink" / "language" / "_abi.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -55,7 +55,7 @@ def parse_config(config: str) -> tuple[int, int]:
 def first_config(rows: list[dict[str, Any]]) -> str:
     """The first config the benchmark tried (its CONFIGS[0]), from the order of the cfg rows.
 
-    ironlink.bench's all_gather/reduce_scatter keep `min(best or (us, ""), (us, cfg))`, so when
+    ironlink_bench's all_gather/reduce_scatter keep `min(best or (us, ""), (us, cfg))`, so when
     the first config wins, the recorded config is "": that empty string means this config."""
     for r in rows:
         if r["contender"] == "ironlink_cfg" and r["config"]:

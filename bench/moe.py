@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink.bench import time_eager, time_graph, write_results
+from ironlink_bench import time_eager, time_graph, write_results
 from ironlink.moe import fp8_dequantize
 from ironlink.moe import sort as moe_sort
 

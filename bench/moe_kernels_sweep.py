@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ironlink.moe import kernels as k
-from ironlink.bench import time_graph
+from ironlink_bench import time_graph
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--topk", type=int, default=8)
     args = ap.parse_args()
-    dist.init_process_group("nccl")  # ironlink.bench's timers take the max over ranks
+    dist.init_process_group("nccl")  # ironlink_bench's timers take the max over ranks
     torch.cuda.set_device(0)
     rows, h, topk = args.rows, args.hidden, args.topk
     tokens = rows // 2  # received tokens: about two local choices each

@@ -23,13 +23,13 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink import tuning
-from ironlink.bench import run_info, time_graph
-from ironlink.distributed import sm_share
+from ironlink.runtime import tuning
+from ironlink_bench import run_info, time_graph
+from ironlink.runtime.distributed import sm_share
 from ironlink.fused.allreduce_rmsnorm import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
-from ironlink.pdl import choose_pdl
+from ironlink.ops.pdl import choose_pdl
 
 
 def phases(stamps: torch.Tensor) -> dict[str, float]:

@@ -33,7 +33,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import ironlink
 import ironlink.language as il
 import ironlink.typed as ilt
-from ironlink.bench import run_info
+from ironlink_bench import run_info
 
 CASES = ("bare", "local", "peer_stores", "tma_now", "tma_drained")
 

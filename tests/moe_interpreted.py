@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ironlink.errors import IronlinkError
+from ironlink.runtime.errors import IronlinkError
 from ironlink.moe import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
 from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort

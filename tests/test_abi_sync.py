@@ -14,10 +14,11 @@ import pytest
 import triton.language as tl
 
 import ironlink.language as il
-from ironlink import _abi, constants
+from ironlink.language import _abi
+from ironlink import constants
 
 REPO = Path(__file__).resolve().parents[1]
-ABI_PY = "triton/ironlink/_abi.py"
+ABI_PY = "python/ironlink/language/_abi.py"
 
 
 def test_committed_abi_py_is_current() -> None:

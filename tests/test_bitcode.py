@@ -19,7 +19,7 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ironlink import _abi, _lib
+from ironlink.language import _abi, _lib
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHS = ("sm_80", "sm_90", "sm_100")

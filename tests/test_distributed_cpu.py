@@ -1,11 +1,10 @@
-"""ironlink.distributed without a GPU: which GPU a rank takes, with and without shared GPUs."""
+"""ironlink.runtime.distributed without a GPU: which GPU a rank takes, with and without shared GPUs."""
 
 from __future__ import annotations
 
 import pytest
 
-from ironlink.distributed import local_device_index
-from ironlink.heap import ENV_SHARED_GPU, shared_gpu_allowed
+from ironlink.runtime.distributed import ENV_SHARED_GPU, local_device_index, shared_gpu_allowed
 
 
 def test_own_gpu_per_rank() -> None:

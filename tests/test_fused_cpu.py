@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ironlink import _abi, tuning
+from ironlink.language import _abi
+from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import gemm

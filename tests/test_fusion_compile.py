@@ -16,7 +16,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ironlink import _lib, tuning
+from ironlink.language import _lib
+from ironlink.runtime import tuning
 from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
                             matmul_reducescatter_kernel)
 from ironlink.fused.matmul_allreduce import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
@@ -93,7 +94,7 @@ for whole in (0, 1):
         allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
         {"WHOLE": whole, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False, "MIN_CC": 90,
          "num_warps": 16})
-# With programmatic dependent launch (ironlink.pdl): griddepcontrol is sm_90+, the host launches
+# With programmatic dependent launch (ironlink.ops.pdl): griddepcontrol is sm_90+, the host launches
 # it there only (tests/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_pdl"] = (

@@ -23,17 +23,12 @@ from pathlib import Path
 import pytest
 
 import ironlink
-from ironlink import _abi, tuning
-from ironlink.errors import IronlinkError, device_error, function_name, status_name
-from ironlink.heap import (
-    SymmetricHeap,
-    check_size,
-    check_timeout,
-    gather_failures,
-    normalize_shape,
-    same_requests,
-    span_bytes,
-)
+from ironlink.language import _abi
+from ironlink.runtime import tuning
+from ironlink.runtime.errors import IronlinkError, device_error, function_name, status_name
+from ironlink.runtime.heap import SymmetricHeap
+from ironlink.runtime.heap_args import check_size, check_timeout, normalize_shape, span_bytes
+from ironlink.runtime.rendezvous import Rendezvous, gather_failures, same_requests
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -145,7 +140,7 @@ def test_native_constants(native):
     assert native.MIN_SIGNAL_BYTES == min_bytes
     assert native.SIGNAL_BYTES >= min_bytes and native.SIGNAL_BYTES % native.REGION_ALIGN == 0
     assert native.ALLOC_ALIGN == 256
-    assert ironlink.heap.DEFAULT_SCRATCH_BYTES == _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
+    assert ironlink.runtime.heap.DEFAULT_SCRATCH_BYTES == _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 
 
 def test_default_timeout_is_the_device_default() -> None:
@@ -234,7 +229,7 @@ def test_unconsumed_capsule_releases_owner(native):
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="needs torch (the GPU tests cover the torch paths)")
 def test_torch_interop_constant():
-    from ironlink import torch_interop
+    from ironlink.runtime import torch_interop
 
     assert torch_interop.MIN_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["MIN_BYTES"]
     assert torch_interop.FULL_SIGNAL_PAD_BYTES == _abi.SIGNAL_LAYOUT["FULL_BYTES"]
@@ -275,7 +270,7 @@ def test_tile_all_reduce_choice_matches_the_device(native):
 
 
 def test_algorithm_limits_are_checked():
-    from ironlink.heap import check_algorithm_limits
+    from ironlink.runtime.heap_args import check_algorithm_limits
 
     assert check_algorithm_limits(0, 1 << 20, 5) == (0, 1 << 20, 5)
     with pytest.raises(TypeError, match="ar_one_shot_max_bytes"):
@@ -320,7 +315,7 @@ class _FakeDist:
 
 
 def test_group_alive_follows_the_groups_torch_holds() -> None:
-    from ironlink.heap import group_alive
+    from ironlink.runtime.rendezvous import group_alive
 
     dist = _FakeDist()
     world, sub = dist.new_group(), dist.new_group()
@@ -345,11 +340,12 @@ def test_heap_refuses_use_after_close_or_after_its_group_is_destroyed(monkeypatc
     monkeypatch.setitem(sys.modules, "torch.distributed", dist)
     heap = SymmetricHeap.__new__(SymmetricHeap)  # the state __init__ leaves, without a GPU
     native = object()
-    heap._closed, heap._native, heap._pg = False, native, dist.new_group()
+    heap._closed, heap._native = False, native
+    heap._rendezvous = Rendezvous(None, dist.new_group(), 0, 2, nccl=False)
     heap._rank, heap._world, heap._device = 0, 2, "cuda:0"
     assert heap._open("ironlink.all_reduce") is native
     heap.usable("ironlink.all_reduce")
-    dist.destroy(heap._pg)
+    dist.destroy(heap._rendezvous.pg)
     with pytest.raises(IronlinkError, match=r"^ironlink.all_gather: the symmetric heap's process group was destroyed"):
         heap.usable("ironlink.all_gather")
     with pytest.raises(IronlinkError, match=r"^the symmetric heap's process group was destroyed"):

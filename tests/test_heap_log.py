@@ -11,9 +11,9 @@ from typing import Optional
 
 import pytest
 
-from ironlink import _abi
-from ironlink.errors import device_error
-from ironlink.heap_log import KEEP, HeapLog, asymmetry_report, exchange, first_difference, recent
+from ironlink.language import _abi
+from ironlink.runtime.errors import device_error
+from ironlink.runtime.heap_log import KEEP, HeapLog, asymmetry_report, exchange, first_difference, recent
 
 
 def log_of(*calls: tuple[str, int, int]) -> HeapLog:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import ironlink
-from ironlink import _lib
+from ironlink.language import _lib
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_moe_exchange_interpreted() -> None:
     pytest.importorskip("torch")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO / "triton")}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO / "python")}
     r = subprocess.run([sys.executable, str(REPO / "tests" / "moe_interpreted.py")], env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr

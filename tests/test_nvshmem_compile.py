@@ -29,7 +29,8 @@ from triton.compiler import ASTSource
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _lib, _nvshmem, tuning
+from ironlink.language import _abi, _lib, _nvshmem
+from ironlink.runtime import tuning
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.fused.allgather_matmul import allgather_matmul_hierarchical_kernel

@@ -12,19 +12,11 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from ironlink import _abi
-from ironlink.errors import IronlinkError
-from ironlink.heap import SymmetricHeap
-from ironlink.nvshmem_memory import (
-    BACKENDS,
-    buffer_offset,
-    check_backend,
-    check_node_size,
-    check_spans_world,
-    open_heap,
-    peer_bases,
-    prepare_backend,
-)
+from ironlink.language import _abi
+from ironlink.runtime.errors import IronlinkError
+from ironlink.runtime.heap import SymmetricHeap
+from ironlink.runtime.backends import BACKENDS, check_backend, check_node_size
+from ironlink.runtime.nvshmem_memory import buffer_offset, check_spans_world, open_heap, peer_bases, prepare_backend
 
 from test_heap_cpu import native  # noqa: F401 - the fixture that builds or imports the extension
 
@@ -180,16 +172,23 @@ def _fake_symm_mem(monkeypatch: pytest.MonkeyPatch, ptrs: list[int], offset: int
     return s
 
 
-def _agree_alone(fail_elsewhere: Optional[str] = None) -> Callable[[Callable[[], Any], str], Any]:
-    """`SymmetricHeap._agree` for rank 1 of a job whose other ranks fail the step `fail_elsewhere`."""
+class _Alone:
+    """A `Rendezvous` for rank `rank` of `world` whose other ranks give the same values and fail
+    the step `fail_elsewhere` (the group object is "pg")."""
 
-    def agree(step: Callable[[], Any], what: str) -> Any:
+    def __init__(self, rank: int, world: int, fail_elsewhere: Optional[str] = None) -> None:
+        self.group = self.pg = "pg"
+        self.rank, self.world, self.nccl = rank, world, False
+        self.fail_elsewhere = fail_elsewhere
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        return [obj] * self.world
+
+    def agree(self, step: Callable[[], Any], what: str) -> Any:
         result = step()
-        if what == fail_elsewhere:
+        if what == self.fail_elsewhere:
             raise IronlinkError(f"{what} failed on rank 0: boom")
         return result
-
-    return agree
 
 
 def test_open_heap_builds_the_context_from_the_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,7 +196,7 @@ def test_open_heap_builds_the_context_from_the_rendezvous(monkeypatch: pytest.Mo
     s = _fake_symm_mem(monkeypatch, ptrs, offset=0x2000)
     native = _FakeNative()
     device = types.SimpleNamespace(index=5)
-    heap, buf = open_heap(native, _FakeTorch, _agree_alone(), lambda v: [v] * 3, "pg", 1, 3, device, 4096, 65536, 3)
+    heap, buf = open_heap(native, _FakeTorch, _Alone(1, 3), device, 4096, 65536, 3)  # type: ignore[arg-type]
     assert heap is native and s.set_calls == ["NVSHMEM"]
     assert s.allocated == [(4096 + 8192 + 65536, "uint8", device)]  # type: ignore[attr-defined]
     assert buf.offset == 0x2000
@@ -210,8 +209,8 @@ def test_open_heap_closes_its_heap_when_another_rank_failed(monkeypatch: pytest.
     native = _FakeNative()
     device = types.SimpleNamespace(index=0)
     with pytest.raises(IronlinkError, match="opening the NVSHMEM symmetric heap failed on rank 0"):
-        open_heap(native, _FakeTorch, _agree_alone("opening the NVSHMEM symmetric heap"), lambda v: [v] * 2,
-                  "pg", 1, 2, device, 4096, 0, 2)
+        open_heap(native, _FakeTorch, _Alone(1, 2, "opening the NVSHMEM symmetric heap"),  # type: ignore[arg-type]
+                  device, 4096, 0, 2)
     assert native.closed == 1
 
 
@@ -219,8 +218,8 @@ def test_open_heap_stops_before_allocating_without_nvshmem(monkeypatch: pytest.M
     s = _fake_symm_mem(monkeypatch, [0x7000_0000, 0x9000_0000], offset=0)
     s.available = False
     with pytest.raises(IronlinkError, match="is_nvshmem_available"):
-        open_heap(_FakeNative(), _FakeTorch, _agree_alone(), lambda v: [v] * 2, "pg", 0, 2,
-                  types.SimpleNamespace(index=0), 4096, 0, 2)
+        open_heap(_FakeNative(), _FakeTorch, _Alone(0, 2), types.SimpleNamespace(index=0),  # type: ignore[arg-type]
+                  4096, 0, 2)
     assert s.allocated == []  # type: ignore[attr-defined]
 
 
@@ -260,6 +259,5 @@ def test_open_heap_refuses_one_rank_before_touching_nvshmem(monkeypatch: pytest.
     s = _fake_symm_mem(monkeypatch, [0x7000_0000], offset=0)
     native = _FakeNative()
     with pytest.raises(IronlinkError, match="at least 2 ranks"):
-        open_heap(native, _FakeTorch, _agree_alone(), lambda v: [v], "pg", 0, 1, types.SimpleNamespace(index=0),
-                  4096, 0, 1)
+        open_heap(native, _FakeTorch, _Alone(0, 1), types.SimpleNamespace(index=0), 4096, 0, 1)  # type: ignore[arg-type]
     assert s.set_calls == [] and native.opened == []

@@ -18,7 +18,7 @@ from triton.compiler import ASTSource
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _lib, _nvshmem
+from ironlink.language import _abi, _lib, _nvshmem
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHS = ("sm_80", "sm_90", "sm_100")

@@ -17,13 +17,15 @@ from typing import Any
 import pytest
 
 import ironlink
-from ironlink import _abi, ops, tuning
-from ironlink import variable_all_to_all as a2av
+from ironlink.language import _abi
+from ironlink.ops import collectives as ops
+from ironlink.runtime import registry, status_buffers, tuning
+from ironlink.ops import variable_all_to_all as a2av
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
-from ironlink.errors import IronlinkError
+from ironlink.runtime.errors import IronlinkError
 from ironlink.ops import Plan, TensorSpec
 
 from test_triton_compile import compile_for
@@ -128,24 +130,24 @@ class _FakeHeap:
 
 
 def test_heap_is_found_from_the_tensor_once_passed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ops, "_HEAPS", type(ops._HEAPS)())
+    monkeypatch.setattr(registry, "_HEAPS", type(registry._HEAPS)())
     a, b = _FakeHeap({"x"}), _FakeHeap({"y"})
     with pytest.raises(IronlinkError, match=r"t is not in a symmetric heap ironlink knows of.*pass heap="):
-        ops.heap_for("x", "t", None, "all_reduce")
-    assert ops.heap_for("x", "t", a, "all_reduce") is a
-    assert ops.heap_for("y", "t", b, "all_reduce") is b
-    assert ops.heap_for("x", "t", None, "all_reduce") is a
-    assert ops.heap_for("y", "t", None, "all_reduce") is b
+        registry.heap_for("x", "t", None, "all_reduce")
+    assert registry.heap_for("x", "t", a, "all_reduce") is a
+    assert registry.heap_for("y", "t", b, "all_reduce") is b
+    assert registry.heap_for("x", "t", None, "all_reduce") is a
+    assert registry.heap_for("y", "t", None, "all_reduce") is b
     b.closed = True  # a closed heap is never chosen
     with pytest.raises(IronlinkError, match="knows of"):
-        ops.heap_for("y", "t", None, "all_reduce")
+        registry.heap_for("y", "t", None, "all_reduce")
     with pytest.raises(IronlinkError, match=r"ironlink.all_gather\(inp\): not in this heap"):
-        ops.in_heap(a, "all_gather", ("x", "out"), ("z", "inp"))
+        registry.in_heap(a, "all_gather", ("x", "out"), ("z", "inp"))
     del a, b  # held weakly: dropping the heaps empties the registry
     import gc
 
     gc.collect()
-    assert len(ops._HEAPS) == 0
+    assert len(registry._HEAPS) == 0
 
 
 # --- the kernels ---------------------------------------------------------------------------------
@@ -288,12 +290,12 @@ def test_make_tuning_refuses_benchmarks_of_other_device_code() -> None:
 
 def test_committed_tuning_matches_its_benchmark() -> None:
     # The header names the JSONs it came from; regenerating from them must give the same tables.
-    names = re.findall(r"(bench/results/\S+\.json)", (REPO / "triton" / "ironlink" / "tuning_table.py").read_text())
+    names = re.findall(r"(bench/results/\S+\.json)", (REPO / "python" / "ironlink" / "runtime" / "tuning_table.py").read_text())
     assert names, "tuning_table.py's header does not name its benchmark JSON"
     mt = _make_tuning()
     tables, limits = mt.tables_from([json.loads((REPO / n).read_text()) for n in names])
     want = {c: {w: tuple(t) for w, t in by_world.items()} for c, by_world in tables.items()}
-    stale = "triton/ironlink/tuning_table.py is stale: run `python bench/make_tuning.py`"
+    stale = "python/ironlink/runtime/tuning_table.py is stale: run `python bench/make_tuning.py`"
     assert tuning.TABLES == want, stale
     assert tuning.ALGORITHM_LIMITS == limits, stale
 
@@ -361,8 +363,8 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
     )
     torch.zeros = lambda n, dtype, device: _FakeTensor(n, "int32", 0xDEAD)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setattr(ops, "_STATUS", {})
-    monkeypatch.setattr(ops, "_HEAPS", type(ops._HEAPS)())
+    monkeypatch.setattr(status_buffers, "_STATUS", {})
+    monkeypatch.setattr(registry, "_HEAPS", type(registry._HEAPS)())
     launches: list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = []
 
     class Kernel:
@@ -405,7 +407,7 @@ class _Heap:
         return self.node_size < self.world_size
 
     def __init__(self, *tensors: Any) -> None:
-        from ironlink.stream_order import StreamOrder
+        from ironlink.runtime.stream_order import StreamOrder
 
         self.mine = {id(t) for t in tensors}
         self.stream_order = StreamOrder()
@@ -437,17 +439,17 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
     ironlink.all_reduce(x, op="max")  # the heap is remembered
     ctas, warps = tuning.choose("all_reduce", 8192, 8)
     assert fake_torch.launches == [
-        ("all_reduce", (ctas,), (0x1234, x, 4096, 0, ops._STATUS[0]), {"num_warps": warps}),
-        ("all_reduce", (ctas,), (0x1234, x, 4096, 1, ops._STATUS[0]), {"num_warps": warps}),
+        ("all_reduce", (ctas,), (0x1234, x, 4096, 0, status_buffers._STATUS[0]), {"num_warps": warps}),
+        ("all_reduce", (ctas,), (0x1234, x, 4096, 1, status_buffers._STATUS[0]), {"num_warps": warps}),
     ]
     out, inp = _FakeTensor(8 * 1024, ptr=0x20000), _FakeTensor(1024, ptr=0x20000 + 3 * 2048)  # in place
     heap.mine |= {id(out), id(inp)}
     ironlink.all_gather(out, inp)
     ironlink.reduce_scatter(inp, out, op="avg")
     ctas, warps = tuning.choose("all_gather", 16384, 8)
-    assert fake_torch.launches[-2][1:] == ((ctas,), (0x1234, inp, out, 1024, ops._STATUS[0]), {"num_warps": warps})
+    assert fake_torch.launches[-2][1:] == ((ctas,), (0x1234, inp, out, 1024, status_buffers._STATUS[0]), {"num_warps": warps})
     ctas, warps = tuning.choose("reduce_scatter", 16384, 8)
-    assert fake_torch.launches[-1][1:3] == ((ctas,), (0x1234, out, inp, 1024, 4, ops._STATUS[0]))
+    assert fake_torch.launches[-1][1:3] == ((ctas,), (0x1234, out, inp, 1024, 4, status_buffers._STATUS[0]))
     ironlink.all_reduce(_FakeTensor(0), heap=_Heap())  # empty: nothing to check in the heap or launch
     assert len(fake_torch.launches) == 4
 
@@ -455,7 +457,7 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
 def test_ranks_sharing_a_gpu_launch_their_share_of_it(fake_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """With IRONLINK_SHARED_GPU=1 and 4 ranks on one 132-SM GPU, no collective launches more than
     33 CTAs (every rank's CTAs must be resident at once), whatever the tuning says or ctas asks."""
-    from ironlink.distributed import grid_cap, ranks_per_gpu, sm_share
+    from ironlink.runtime.distributed import grid_cap, ranks_per_gpu, sm_share
 
     fake_torch.cuda.device_count = lambda: 1
     assert (ranks_per_gpu(), grid_cap(0), sm_share(0)) == (1, ironlink.tuning.MAX_CTAS, 132)
@@ -538,10 +540,10 @@ def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
         ironlink.all_reduce(x, heap=heap)  # the status buffer cannot be allocated while capturing
     fake_torch.capturing = False
     ironlink.all_reduce(x, check=True)
-    ops._STATUS[0].values[1] = -7  # a CTA's status
+    status_buffers._STATUS[0].values[1] = -7  # a CTA's status
     with pytest.raises(IronlinkError, match=r"symm_all_reduce returned TIMEOUT \(-7\) on rank 3"):
         ironlink.all_reduce(x, check=True)
-    ops._STATUS[0].values[1] = _abi.STATUS["HEAP_ASYMMETRIC"]
+    status_buffers._STATUS[0].values[1] = _abi.STATUS["HEAP_ASYMMETRIC"]
     with pytest.raises(IronlinkError, match=r"returned HEAP_ASYMMETRIC \(-12\) on rank 3\. The first heap call") as e:
         ironlink.all_reduce(x, check=True)
     assert e.value.status == -12 and e.value.function == "symm_all_reduce"
@@ -558,7 +560,7 @@ def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
         ironlink.all_gather(out, _FakeTensor(1, ptr=0x90000), heap=_Heap(out))
 
 
-# --- all_to_all_v (ironlink.variable_all_to_all) ---------------------------------------------------
+# --- all_to_all_v (ironlink.ops.variable_all_to_all) ---------------------------------------------------
 
 def spec_of(name: str, shape: tuple[int, ...], dtype: str = "bfloat16") -> TensorSpec:
     return spec(name, 0, dtype, shape=shape)
@@ -594,7 +596,7 @@ def test_all_to_all_v_rejects_bad_tensors(kw: dict, err: type, text: str) -> Non
 
 
 def test_stream_order_waits_only_when_the_stream_changes() -> None:
-    from ironlink.stream_order import StreamOrder
+    from ironlink.runtime.stream_order import StreamOrder
 
     order, a, b, c = StreamOrder(), _Stream("a"), _Stream("b"), _Stream("c")
     order.before_call(a, capturing=False)

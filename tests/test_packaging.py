@@ -50,8 +50,9 @@ def test_wheel_packs_the_bitcode_and_the_extension() -> None:
         assert f"ironlink/lib/ironlink_{arch}.bc" in names
         assert f"ironlink/lib/ironlink_nvshmem_{arch}.bc" in names
     assert "ironlink/_native.abi3.so" in names
-    assert "ironlink/_abi.py" in names
-    assert "ironlink/_nvshmem.py" in names
+    assert "ironlink/language/_abi.py" in names
+    assert "ironlink/language/_nvshmem.py" in names
+    assert not [n for n in names if "bench" in n], "the benchmark harness stays in bench/, out of the wheel"
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is Python 3.11+")

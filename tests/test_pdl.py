@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (ironlink.pdl), no GPU needed: what the installed Triton offers,
+"""Programmatic dependent launch (ironlink.ops.pdl), no GPU needed: what the installed Triton offers,
 when the ops launch with it, and the PDL kernels compiled for sm_90 and sm_100 with nothing that
 touches memory before `griddepcontrol.wait`. (Inlining, local memory and spills of the
 all_reduce_rmsnorm PDL variants: tests/test_fusion_compile.py.)"""
@@ -15,7 +15,10 @@ from triton.backends import backends
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ironlink import _lib, ops, pdl, tuning
+from ironlink.language import _lib
+from ironlink.ops import collectives as ops
+from ironlink.ops import pdl
+from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm_kernel
 
 REPO = Path(__file__).resolve().parents[1]

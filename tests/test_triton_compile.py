@@ -25,7 +25,7 @@ from triton.runtime.jit import KernelInterface, MockTensor
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _lib
+from ironlink.language import _abi, _lib
 from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
 from ironlink.moe import kernels as moe_kernels
 

@@ -16,7 +16,8 @@ import pytest
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from ironlink import IronlinkKernel, _lib
+from ironlink import IronlinkKernel
+from ironlink.language import _lib
 
 from _sass import spills_checked, stack_bytes  # tests/, beside this file
 

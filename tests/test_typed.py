@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 import ironlink.typed as ilt
-from ironlink import _abi
+from ironlink.language import _abi
 from ironlink.constants import REDUCE_OP_MAX
 
 from test_triton_compile import compile_for

@@ -4,7 +4,7 @@
 //! reduce ops, dtypes, backend kinds, the `SymmContext` layout and the layout of the signal region.
 //! (Algorithm thresholds are not ABI facts: they live in `collectives::choice`.)
 //! The host crate uses these types directly; `build.rs` at the top of the workspace projects them
-//! into `triton/ironlink/_abi.py`; a test checks that the checked-in Python file is up to date.
+//! into `python/ironlink/language/_abi.py`; a test checks that the checked-in Python file is up to date.
 //!
 //! Values that PyTorch's `torch_symm` extern library also defines (status codes -1..-4,
 //! `REDUCE_OP_SUM = 0`, `DTYPE_FLOAT32 = 0`, backend kinds 1 and 2, signal ops, compare ops,

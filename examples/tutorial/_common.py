@@ -19,6 +19,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 # NVLink multicast stays off for NCCL and torch alike (ironlink never uses it).
@@ -26,6 +27,18 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
 import ironlink  # noqa: E402
+
+# The benchmark harness (bench/ironlink_bench.py: its timers) is not part of the package; the
+# lessons take it from this checkout.
+BENCH_DIR = str(Path(__file__).resolve().parents[2] / "bench")
+
+
+def _harness() -> Any:
+    if BENCH_DIR not in sys.path:
+        sys.path.append(BENCH_DIR)
+    import ironlink_bench  # imports the compiled extension: only where a lesson runs
+
+    return ironlink_bench
 
 
 @dataclass
@@ -49,9 +62,7 @@ def start(heap_bytes: int) -> Lesson:
 
 def time_us(fn: Callable[[], Any], nbytes: int) -> float:
     """Median microseconds per call of `fn` replayed in a CUDA graph, the slowest rank's."""
-    from ironlink.bench import time_graph  # imports the compiled extension: only where it runs
-
-    return time_graph(fn, nbytes)
+    return _harness().time_graph(fn, nbytes)
 
 
 def all_ranks_ok(ok: bool) -> bool:
@@ -97,7 +108,8 @@ def record(world: int, number: str, title: str, nbytes: int, ours: dict[str, flo
     if not path:
         return
     import torch
-    from ironlink.bench import git_rev
+
+    git_rev = _harness().git_rev
 
     doc: dict[str, Any] = {"results": []}
     if os.path.exists(path):

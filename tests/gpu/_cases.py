@@ -45,7 +45,7 @@ def same_on_all_ranks(t: torch.Tensor) -> None:
 
 def heap_timeout_s() -> float:
     """The wait timeout for a worker's heaps: $IRONLINK_GPU_HEAP_TIMEOUT_S, else ironlink's default."""
-    from ironlink.heap import DEFAULT_TIMEOUT_S
+    from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
 
     return float(os.environ.get("IRONLINK_GPU_HEAP_TIMEOUT_S", DEFAULT_TIMEOUT_S))
 

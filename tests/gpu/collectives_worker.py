@@ -19,10 +19,10 @@ import triton
 import triton.language as tl
 
 import ironlink
-from ironlink.distributed import grid_cap
+from ironlink.runtime.distributed import grid_cap
 import ironlink.language as il
 import ironlink.tuning
-from ironlink import _abi
+from ironlink.language import _abi
 
 from _cases import SMALL, Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 

@@ -28,9 +28,10 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi
-from ironlink.errors import IronlinkError
-from ironlink.heap import SymmetricHeap, shared_gpu_allowed
+from ironlink.language import _abi
+from ironlink.runtime.errors import IronlinkError
+from ironlink.runtime.heap import SymmetricHeap
+from ironlink.runtime.distributed import shared_gpu_allowed
 
 # The example's kernel: every rank stores its rank into slot [rank] of every peer's buffer.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -167,7 +168,7 @@ class Suite:
 
     def torch_interop(self) -> str:
         import torch.distributed._symmetric_memory as symm_mem
-        from ironlink import torch_interop
+        from ironlink.runtime import torch_interop
 
         if self.shared_gpu:
             return "not run: PyTorch's symm_mem refuses ranks on one GPU (overlapping devices)"
@@ -395,7 +396,7 @@ class Suite:
 def main() -> int:
     # PyTorch's signal pads must be large enough for ironlink before any symm_mem allocation.
     import torch.distributed._symmetric_memory as symm_mem
-    from ironlink.torch_interop import MIN_SIGNAL_PAD_BYTES
+    from ironlink.runtime.torch_interop import MIN_SIGNAL_PAD_BYTES
 
     symm_mem.set_signal_pad_size(MIN_SIGNAL_PAD_BYTES)
     return Suite().run()

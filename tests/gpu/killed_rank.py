@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 SIZES = {"large": 128 << 20, "small": 1024}  # bf16 elements: 256 MiB and 2 KiB
-TRITON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "triton")  # the ironlink package
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")  # the ironlink package
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -47,7 +47,7 @@ def worker(role: str, size: str, rank: int, world: int, store: str, timeout_s: f
     import torch.distributed as dist
 
     import ironlink
-    from ironlink import _abi
+    from ironlink.language import _abi
 
     ironlink.init_distributed(local_rank=rank, store=dist.FileStore(store, world), rank=rank, world_size=world)
     n = SIZES[size]
@@ -93,7 +93,7 @@ def launch(roles: list[str], size: str, timeout_s: float, exit_s: float, log: An
     """Runs one process per role (rank = index); returns (RESULT records, exit codes, pids)."""
     store = os.path.join(tempfile.mkdtemp(prefix="ironlink-killed-rank-"), "store")
     env = dict(os.environ, **SAFE_ENV, LOCAL_WORLD_SIZE=str(len(roles)))  # ranks per GPU, where they share
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [TRITON_DIR, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_DIR, env.get("PYTHONPATH")]))
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", role, size, str(rank), str(len(roles)), store,
                                str(timeout_s)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
              for rank, role in enumerate(roles)]
@@ -189,8 +189,8 @@ def main() -> int:
     args = p.parse_args()
     ngpu, shared = gpu_count(), False
     if ngpu >= 1:  # torch is there (gpu_count): so is what ironlink needs
-        sys.path.insert(0, TRITON_DIR)
-        from ironlink.heap import shared_gpu_allowed  # no CUDA: the parent never touches the GPUs
+        sys.path.insert(0, PACKAGE_DIR)
+        from ironlink.runtime.distributed import shared_gpu_allowed  # no CUDA: the parent never touches the GPUs
 
         shared = shared_gpu_allowed()
     if (ngpu < 2 and not (shared and ngpu >= 1)) or args.world < 2:

@@ -120,7 +120,7 @@ def only_some_ranks() -> None:
     """Rank 0 skips an all-reduce the others make: they get TIMEOUT naming the call, within the
     timeout; the same through heap.check() without check=True."""
     import ironlink
-    from ironlink import _abi
+    from ironlink.language import _abi
 
     for checked in (True, False):
         heap = ironlink.SymmetricHeap(1 << 20, timeout_s=TIMEOUT_S)
@@ -147,7 +147,8 @@ def different_grids() -> None:
     elsewhere: every CTA of every rank returns GRID_MISMATCH (the CTAs beyond rank 0's grid after
     the timeout), heap.check() raises it with its message on every rank, the buffer is as it was."""
     import ironlink
-    from ironlink import _abi, ops
+    from ironlink.language import _abi
+    from ironlink.ops import collectives as ops
 
     heap = ironlink.SymmetricHeap(16 << 20, timeout_s=TIMEOUT_S)
     try:
@@ -198,7 +199,7 @@ def _asymmetric(make_heaps_differ: Any, seq: int, calls: Any) -> None:
     barriers): HEAP_ASYMMETRIC on every rank, with check=True and then through heap.check(), both
     naming heap call `seq`, as `calls[rank]` describes it on each rank; `z` is left as it was."""
     import ironlink
-    from ironlink import _abi
+    from ironlink.language import _abi
 
     heap = ironlink.SymmetricHeap(32 << 20, timeout_s=TIMEOUT_S)
     try:

@@ -25,7 +25,7 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _nvshmem
+from ironlink.language import _abi, _nvshmem
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
 STATUS = _abi.STATUS

@@ -38,7 +38,8 @@ import triton.language as tl
 
 import ironlink.language as il
 import ironlink.typed as ilt
-from ironlink import _abi, tuning
+from ironlink.language import _abi
+from ironlink.runtime import tuning
 
 from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 

@@ -246,7 +246,7 @@ if torch is not None:
     import triton.language as tl
 
     import ironlink.typed as ilt
-    from ironlink import ops as ilt_ops
+    from ironlink.ops import collectives as ilt_ops
 
     @ironlink.jit
     def _hierarchical_kernel(ctx, buf, n, op, status):

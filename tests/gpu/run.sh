@@ -40,7 +40,7 @@
 #                      GPU count are skipped)
 #   --only SUBSTR      collective and ops cases whose names contain SUBSTR
 #   --quick            collectives without the large (8 MiB and 256 MiB) cases
-#   --bench-args "..." arguments for `python -m ironlink.bench` (e.g. "--max-bytes 16777216")
+#   --bench-args "..." arguments for bench/allreduce.py (e.g. "--max-bytes 16777216")
 #   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
 #   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --profile")
 #   --minutes M        how long the soak runs (default 5)
@@ -110,7 +110,7 @@ if [ -n "$shared_gpu" ]; then
   fi
   # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
   # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
-  # take only their share of the SMs (ironlink.distributed.grid_cap), so the sum may exceed it.
+  # take only their share of the SMs (ironlink.runtime.distributed.grid_cap), so the sum may exceed it.
   export NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1
   # A kernel's first call compiles it in every rank at once: four ranks compiling NVSHMEM-linked
   # kernels (7-11 s each) on one host finished more than the default 5 s wait timeout apart, and
@@ -176,7 +176,7 @@ for part in "${parts[@]}"; do
     wheel)
       rm -rf /tmp/ironlink-site
       { python3 -m pip install -q --no-index --no-deps --target /tmp/ironlink-site build/dist/ironlink-*.whl &&
-        PYTHONPATH=/tmp/ironlink-site python3 -c "import ironlink, ironlink._native, ironlink._lib as l; print('installed wheel imports; bitcode:', sorted(p.name for p in l.PACKAGE_LIB_DIR.glob('*.bc')))"
+        PYTHONPATH=/tmp/ironlink-site python3 -c "import ironlink, ironlink._native, ironlink.language._lib as l; print('installed wheel imports; bitcode:', sorted(p.name for p in l.PACKAGE_LIB_DIR.glob('*.bc')))"
       } > "$log" 2>&1 && tail -1 "$log" || fail wheel "$log" ;;
     basics)
       timeout 180 python3 -m pytest -q tests/gpu/test_basic.py > "$log" 2>&1; r=$?

@@ -65,7 +65,7 @@ def compile_specs(world: int) -> list[tuple[str, str, int]]:
     """(kernel, dtype, num_warps) the soak launches: the device collectives at every num_warps
     (byte pointers), the host ops' kernels at each dtype and each num_warps their tuning picks at
     this world size."""
-    from ironlink import tuning
+    from ironlink.runtime import tuning
 
     specs = [(kind, "uint8", w) for kind in DEVICE_KINDS for w in WARPS]
     for kind in ("all_reduce", "all_gather", "reduce_scatter"):
@@ -79,8 +79,9 @@ def compile_specs(world: int) -> list[tuple[str, str, int]]:
 def compile_one(spec: tuple[str, str, int]) -> str:
     """Compiles one variant into the Triton cache (a worker process: no GPU work). '' or why not."""
     import collectives_worker as k
-    from ironlink import ops, variable_all_to_all
-    from ironlink.pdl import choose_pdl, pdl_launch_options
+    from ironlink.ops import collectives as ops
+    from ironlink.ops import variable_all_to_all
+    from ironlink.ops.pdl import choose_pdl, pdl_launch_options
 
     kind, dtype, warps = spec
     d, i32, i64 = getattr(torch, dtype), torch.int32, torch.int64
@@ -91,7 +92,7 @@ def compile_one(spec: tuple[str, str, int]) -> str:
         "dev_broadcast": lambda: k.broadcast_k.warmup(ctx, d, 0, 0, 0, i32, **launch),
         "dev_reduce": lambda: k.reduce_k.warmup(ctx, d, d, 0, 0, 0, 0, i32, **launch),
         "dev_all_to_all": lambda: k.all_to_all_k.warmup(ctx, d, d, 0, 0, i32, **launch),
-        # The variant ironlink.all_reduce launches here (with or without PDL: ironlink.pdl).
+        # The variant ironlink.all_reduce launches here (with or without PDL: ironlink.ops.pdl).
         "all_reduce": lambda: ops._all_reduce_kernel.warmup(ctx, d, 0, 0, i32, **launch, **pdl_launch_options(
             choose_pdl(None, torch.cuda.get_device_capability()[0], "all_reduce"))),
         "all_gather": lambda: ops._all_gather_kernel.warmup(ctx, d, d, 0, i32, **launch),
@@ -133,8 +134,8 @@ class Soak:
     def __init__(self, heaps: list[Any], seed: int) -> None:
         import collectives_worker  # tests/gpu/: its Triton kernels of the device collectives
         import ironlink
-        from ironlink import _abi
-        from ironlink.distributed import grid_cap
+        from ironlink.language import _abi
+        from ironlink.runtime.distributed import grid_cap
 
         self.il, self.abi, self.k = ironlink, _abi, collectives_worker
         self.grid_cap = grid_cap(torch.cuda.current_device())
@@ -380,7 +381,7 @@ def main() -> int:
         total = int(bad.item())
         from datetime import datetime, timezone
 
-        from ironlink.bench import git_rev
+        from ironlink_bench import git_rev
 
         summary = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_rev": git_rev(),
                    "seed": args.seed, "world": world, "minutes": round(minutes, 2), "calls": soak.calls,

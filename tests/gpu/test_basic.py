@@ -21,7 +21,7 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi
+from ironlink.language import _abi
 from ironlink.constants import FENCE_SCOPE_CTA, FENCE_SCOPE_GPU, FENCE_SCOPE_SYSTEM
 
 try:

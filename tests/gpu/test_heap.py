@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="the GPU tests need torch")
-from ironlink.heap import shared_gpu_allowed  # noqa: E402 - after the skip without torch
+from ironlink.runtime.distributed import shared_gpu_allowed  # noqa: E402 - after the skip without torch
 
 REPO = Path(__file__).resolve().parents[2]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(NGPU < 2, reason=f"needs at least 2 GPUs, found 
 
 def torchrun(script: str, world: int, timeout: int) -> subprocess.CompletedProcess:
     env = dict(os.environ, **SAFE_ENV)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "triton"), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", script]
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     print(p.stdout[-20000:], p.stderr[-8000:], sep="\n")

@@ -5,10 +5,10 @@
 //! Two kinds of limits:
 //! - context fields (`SymmContext::ar_one_shot_max_bytes`, `ar_ll_max_bytes`,
 //!   `gather_ll_max_bytes`): set per heap from the measured tuning table
-//!   (`triton/ironlink/tuning_table.py`, written by `bench/make_tuning.py`), defaults below;
+//!   (`python/ironlink/runtime/tuning_table.py`, written by `bench/make_tuning.py`), defaults below;
 //! - the named constants below: measured switches that do not depend on the world size.
 //!
-//! They reach Python through the generated `triton/ironlink/_abi.py` (`THRESHOLDS`).
+//! They reach Python through the generated `python/ironlink/language/_abi.py` (`THRESHOLDS`).
 
 use crate::abi::SymmContext;
 use crate::runtime::mem::div_ceil32;
@@ -28,7 +28,7 @@ macro_rules! thresholds {
 thresholds! {
     /// Default for `SymmContext::ar_one_shot_max_bytes`, for contexts the benchmark's tuning
     /// table does not cover (the heap applies the measured crossovers,
-    /// `triton/ironlink/tuning_table.py`).
+    /// `python/ironlink/runtime/tuning_table.py`).
     DEFAULT_AR_ONE_SHOT_MAX_BYTES = 64 << 10;
     /// Default for `SymmContext::ar_ll_max_bytes` (as above).
     DEFAULT_AR_LL_MAX_BYTES = 2 << 20;
@@ -38,7 +38,7 @@ thresholds! {
     /// to 1.00x NCCL (128 MiB did not help; 512 no further).
     DEFAULT_SCRATCH_BYTES = 256 << 20;
     /// Default for `SymmContext::gather_ll_max_bytes`: off. The heap turns it on where the
-    /// benchmark measured it to win (`triton/ironlink/tuning_table.py`).
+    /// benchmark measured it to win (`python/ironlink/runtime/tuning_table.py`).
     DEFAULT_GATHER_LL_MAX_BYTES = 0;
     /// From this size on, two-shot all-reduce runs as `Push` where it can. Measured on 4 H200s
     /// (bf16, A/B/B/A, same GPUs, best grid of each), fused vs push: 2 MiB 17.4 vs 21.1 us,

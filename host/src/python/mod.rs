@@ -1,8 +1,8 @@
 //! `ironlink._native`: the Python face of the host library (cargo feature `python`).
 //!
 //! Thin on purpose: collectives over process groups, tensors and dtypes live in Python
-//! (`triton/ironlink/heap.py`); this module exposes the heap, the context and DLPack capsules.
-//! Every host error becomes `ironlink.errors.IronlinkError` with the host's message.
+//! (`python/ironlink/runtime/`); this module exposes the heap, the context and DLPack capsules.
+//! Every host error becomes `ironlink.runtime.errors.IronlinkError` with the host's message.
 
 mod dlpack;
 
@@ -23,7 +23,7 @@ fn py_err(e: Error) -> PyErr {
     let msg = e.to_string();
     Python::attach(|py| {
         let cls = py
-            .import("ironlink.errors")
+            .import("ironlink.runtime.errors")
             .and_then(|m| m.getattr("IronlinkError"))
             .ok()
             .and_then(|c| c.cast_into::<PyType>().ok());

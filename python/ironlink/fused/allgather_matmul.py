@@ -34,11 +34,12 @@ import triton
 import triton.language as tl
 
 from .. import language as il
-from .. import tuning
-from .. import typed as ilt
-from ..distributed import sm_share
-from ..jit import jit
-from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
+from ..runtime import tuning
+from ..language import typed as ilt
+from ..runtime.distributed import sm_share
+from ..language.jit import jit
+from ..ops import TensorSpec, launch_with_status
+from ..runtime.registry import heap_for, in_heap
 from . import sp_streams
 from .gemm import check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors
 

@@ -20,140 +20,23 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Union
 
-from . import _abi
+from ..language import _abi
+from .backends import NativeSettings, check_backend, check_node_size, open_backend
 from .errors import IronlinkError, device_error
-from .heap_log import HeapLog, asymmetry_report, exchange
-from .nvshmem_memory import check_backend, check_node_size, check_spans_world
+from .heap_args import check_algorithm_limits, check_size, check_timeout, normalize_shape, span_bytes
+from .heap_calls import HeapCalls
+from .native import load_native, load_torch
+from .nvshmem_memory import check_spans_world
+from .rendezvous import Rendezvous
 from .stream_order import StreamOrder
+from .tuning import algorithm_limits
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 # The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
 DEFAULT_TIMEOUT_S: float = _abi.DEFAULT_TIMEOUT_NS / 1e9
-# Set to 1, lets ranks share a GPU: for running multi-rank tests on fewer GPUs under CUDA MPS
-# (`tests/gpu/run.sh --shared-gpu`; docs/gpu-testing.md). Results are checked the same; times mean
-# nothing there. Without it, two ranks on one GPU is an error (it is a launcher mistake).
-ENV_SHARED_GPU = "IRONLINK_SHARED_GPU"
-_KDL_CUDA = 2
-
-
-def shared_gpu_allowed() -> bool:
-    """Whether $IRONLINK_SHARED_GPU lets ranks share a GPU."""
-    return os.environ.get(ENV_SHARED_GPU, "0") == "1"
-
-
-def load_native() -> Any:
-    """The compiled extension, or an IronlinkError saying how to build it."""
-    try:
-        from . import _native  # type: ignore[attr-defined]
-    except ImportError as e:
-        raise IronlinkError(
-            "ironlink's compiled extension (ironlink._native) is not available: install the "
-            "package (`pip install .` or `make wheel` and install build/dist/*.whl) or build it "
-            f"in place with `maturin develop` ({e})"
-        ) from e
-    return _native
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - exercised only without torch
-        raise IronlinkError("ironlink.SymmetricHeap needs PyTorch (import torch failed)") from e
-    return torch
-
-
-def check_size(name: str, value: Any, minimum: int) -> int:
-    """`value` as an int >= minimum, or a ValueError/TypeError naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int number of bytes, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def check_algorithm_limits(ar_one_shot_max_bytes: Any, ar_ll_max_bytes: Any, gather_ll_max_bytes: Any) -> tuple[int, int, int]:
-    """The three algorithm size limits, checked (non-negative ints below 2^63)."""
-    named = (("ar_one_shot_max_bytes", ar_one_shot_max_bytes), ("ar_ll_max_bytes", ar_ll_max_bytes),
-             ("gather_ll_max_bytes", gather_ll_max_bytes))
-    for name, v in named:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{name} must be an int number of bytes, got {type(v).__name__}")
-        if not 0 <= v < 1 << 63:
-            raise ValueError(f"{name} must be in [0, 2**63), got {v}")
-    return ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes
-
-
-def check_timeout(timeout_s: Any) -> int:
-    """Seconds -> nanoseconds, validated."""
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-        raise TypeError(f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}")
-    if not (timeout_s > 0 and math.isfinite(timeout_s)):
-        raise ValueError(f"timeout_s must be positive and finite, got {timeout_s}")
-    return max(1, int(timeout_s * 1e9))
-
-
-def normalize_shape(shape: Union[int, Iterable[int]]) -> tuple[int, ...]:
-    """`5` or `(2, 3)` or `torch.Size` -> a tuple of non-negative ints."""
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-            raise ValueError(f"shape must be non-negative ints, got {shape!r}")
-    return dims
-
-
-def span_bytes(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
-    """Bytes from a strided tensor's first element to just past its last one."""
-    if any(s == 0 for s in shape):
-        return 0
-    if any(st < 0 for st in strides):
-        raise ValueError("tensors with negative strides are not supported")
-    return (sum((n - 1) * st for n, st in zip(shape, strides)) + 1) * itemsize
-
-
-def same_requests(requests: Sequence[tuple[int, int]]) -> Optional[str]:
-    """None if every rank asked for the same (nbytes, scratch_bytes), else a message naming them."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for rank, req in enumerate(requests):
-        groups.setdefault((req[0], req[1]), []).append(rank)
-    if len(groups) <= 1:
-        return None
-    parts = []
-    for (nbytes, scratch), ranks in groups.items():
-        who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-        parts.append(f"{who}: nbytes={nbytes}, scratch_bytes={scratch}")
-    return "ranks asked for different symmetric heap sizes (all must pass the same): " + "; ".join(parts)
-
-
-def group_alive(dist: Any, group: Any) -> bool:
-    """Whether `group` (a ProcessGroup object) is still a live group of torch.distributed: false
-    once `destroy_process_group` destroyed it (or the whole default group), also after a new
-    `init_process_group` (that makes a new group object)."""
-    if not dist.is_initialized():
-        return False
-    # torch keeps its live groups in _world.pg_map; where a torch version lacks it, only whether
-    # torch.distributed is initialized can be checked.
-    pg_map = getattr(getattr(getattr(dist, "distributed_c10d", None), "_world", None), "pg_map", None)
-    return pg_map is None or group in pg_map
-
-
-def gather_failures(gathered: Sequence[tuple[str, Any]]) -> Optional[str]:
-    """A message naming the ranks that reported ("error", message), grouped by message, or None."""
-    by_msg: dict[str, list[int]] = {}
-    for r, (kind, m) in enumerate(gathered):
-        if kind == "error":
-            by_msg.setdefault(str(m), []).append(r)
-    if not by_msg:
-        return None
-    parts = []
-    for m, ranks in by_msg.items():
-        if len(ranks) == len(gathered) > 1:
-            who = "all ranks"
-        else:
-            who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-        parts.append(f"{who}: {m}")
-    return "; ".join(parts)
+_KDL_CUDA = 2  # DLPack's device type of CUDA memory
 
 
 class SymmetricHeap:
@@ -188,21 +71,17 @@ class SymmetricHeap:
     ) -> None:
         self._native: Any = None
         self._owner: Any = None  # what keeps the heap's memory alive under its tensors (DLPack)
-        self._buffer: Any = None  # backend "nvshmem": PyTorch's buffer and rendezvous handle
         self._closed = True
         self._limits: Optional[tuple[int, int, int]] = None  # None: the device defaults
         self._workspaces: dict[str, list[Any]] = {}  # fused ops' scratch tensors, by op name
         self._stream_order = StreamOrder()  # orders calls issued on different streams
-        self._log = HeapLog()  # recent empty/free calls, to name one that differs between ranks
-        self._digest_word: Any = None  # the context's heap_digest, as a 1-element int64 tensor
-        self._digest_stale = False  # heap calls made since the context's digest was last written
-        self._reports = 0  # HEAP_ASYMMETRIC reports so far (their logs meet under this number)
+        self._calls = HeapCalls()  # the allocator calls: their log and the context's digest of them
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
         timeout_ns = check_timeout(timeout_s)
         self._backend = check_backend(backend)
         native = load_native()
-        torch = _torch()
+        torch = load_torch()
         import torch.distributed as dist
 
         if not dist.is_available() or not dist.is_initialized():
@@ -210,12 +89,8 @@ class SymmetricHeap:
                 "SymmetricHeap is collective: call torch.distributed.init_process_group first "
                 "(e.g. under torchrun)"
             )
-        self._group = group
-        # The group object itself (not None for the default group), so that a heap outliving its
-        # group is recognised even after init_process_group made a new default group.
-        self._pg = group if group is not None else dist.group.WORLD
-        self._rank = dist.get_rank(group)
-        self._world = dist.get_world_size(group)
+        self._rendezvous = Rendezvous.over(group)
+        self._rank, self._world = self._rendezvous.rank, self._rendezvous.world
         if self._backend == "nvshmem":
             check_spans_world(self._world, dist.get_world_size())
         self._node_size = check_node_size(node_size, self._backend, self._world, os.environ.get("LOCAL_WORLD_SIZE"))
@@ -223,115 +98,17 @@ class SymmetricHeap:
         if dev.type != "cuda":
             raise ValueError(f"device must be a CUDA device, got {dev}")
         self._device = torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
-        self._nccl = "nccl" in str(dist.get_backend(group)).lower()
 
         # The exchange runs on the caller's current device (the one its NCCL communicator uses),
         # whatever device the heap lives on: the host library does not use torch's current device.
-        if self._backend == "nvshmem":
-            self._native = self._create_nvshmem(native, nbytes, scratch_bytes, timeout_ns)
-            self._owner = (self._native, self._buffer)
-        else:
-            self._native = self._create(native, nbytes, scratch_bytes, timeout_ns)
-            self._owner = self._native
+        # The all-reduce crossovers measured for this world size (tuning_table.py), if any.
+        self._limits = algorithm_limits(self._world)
+        settings = NativeSettings(timeout_ns, self._limits)
+        self._native, self._owner = open_backend(self._backend, native, self._rendezvous, self._device, nbytes,
+                                                 scratch_bytes, self._node_size, settings)
         self._closed = False
         # A name that every rank of this heap shares, for the store keys of its reports.
-        self._uid = str(self._all_gather(os.urandom(8).hex())[0])
-
-    def _agree(self, step: Any, what: str) -> Any:
-        """Runs `step()` on every rank and returns its result here; if it raised on any rank,
-        raises IronlinkError on every rank (naming the ranks), so none waits in a later step."""
-        result = None
-        try:
-            result = step()
-            mine: tuple[str, Any] = ("ok", None)
-        except Exception as e:
-            mine = ("error", str(e))
-        failed = gather_failures(self._all_gather(mine))
-        if failed:
-            raise IronlinkError(f"{what} failed on {failed}")
-        return result
-
-    def _configure(self, heap: Any, timeout_ns: int) -> None:
-        """Sets the wait timeout and the all-reduce crossovers measured for this world size
-        (tuning_table.py) in a freshly opened native heap."""
-        heap.set_timeout_ns(timeout_ns)
-        from .tuning import algorithm_limits
-
-        limits = algorithm_limits(self._world)
-        if limits is not None:
-            heap.set_algorithm_limits(*limits)
-            self._limits = limits
-
-    def _create_nvshmem(self, native: Any, nbytes: int, scratch_bytes: int, timeout_ns: int) -> Any:
-        """Backend "nvshmem": the heap's buffer from PyTorch's NVSHMEM symmetric memory
-        (nvshmem_memory.py), after every rank agreed on the sizes (the allocation is collective)."""
-        mismatch = same_requests(self._all_gather((nbytes, scratch_bytes)))
-        if mismatch:
-            raise IronlinkError(mismatch)
-        from .nvshmem_memory import open_heap
-
-        torch = _torch()
-        group = self._pg
-        heap, self._buffer = open_heap(native, torch, self._agree, self._all_gather, group, self._rank,
-                                       self._world, self._device, nbytes, scratch_bytes, self._node_size)
-        try:
-            self._agree(lambda: self._configure(heap, timeout_ns), "configuring the NVSHMEM symmetric heap")
-        except BaseException:
-            heap.close()
-            self._buffer = None
-            raise
-        return heap
-
-    def _create(self, native: Any, nbytes: int, scratch_bytes: int, timeout_ns: int) -> Any:
-        """Allocate, exchange handles, map peers. Every step's outcome is agreed by all ranks, so
-        a failure on one rank raises on every rank instead of leaving the others waiting."""
-        local = None
-        try:
-            local = native.LocalHeap.create(self._device.index, nbytes, scratch_bytes, self._rank, self._world)
-            mine: tuple[str, Any] = ("ok", ((nbytes, scratch_bytes), local.handle_bytes()))
-        except Exception as e:
-            mine = ("error", str(e))
-        gathered = self._all_gather(mine)
-        failed = gather_failures(gathered)
-        mismatch = None if failed else same_requests([g[1][0] for g in gathered])
-        if failed or mismatch:
-            if local is not None:
-                local.close()
-            raise IronlinkError(mismatch or f"creating the symmetric heap failed on {failed}")
-
-        assert local is not None  # no rank failed, this one included
-        # Opening can fail on one rank only (peer access, mapping): agree on the outcome.
-        heap = None
-        try:
-            heap = local.open_peers([g[1][1] for g in gathered], shared_gpu_allowed())
-            self._configure(heap, timeout_ns)
-            mine = ("ok", None)
-        except Exception as e:
-            mine = ("error", str(e))
-        failed = gather_failures(self._all_gather(mine))
-        if failed:
-            if heap is not None:
-                heap.close()
-            raise IronlinkError(f"mapping the symmetric heap failed on {failed}")
-        return heap
-
-    # -- collectives over the group ---------------------------------------------------------
-    def _all_gather(self, obj: Any) -> list[Any]:
-        import torch.distributed as dist
-
-        out: list[Any] = [None] * self._world
-        dist.all_gather_object(out, obj, group=self._group)
-        return out
-
-    def _group_barrier(self) -> None:
-        import torch.distributed as dist
-
-        if self._nccl:
-            import torch
-
-            dist.barrier(group=self._group, device_ids=[torch.cuda.current_device()])
-        else:
-            dist.barrier(group=self._group)
+        self._uid = str(self._rendezvous.all_gather(os.urandom(8).hex())[0])
 
     # -- state ----------------------------------------------------------------------------
     def _open(self, what: str = "") -> Any:
@@ -340,9 +117,7 @@ class SymmetricHeap:
         prefix = f"{what}: " if what else ""
         if self._closed or self._native is None:
             raise IronlinkError(f"{prefix}the symmetric heap is closed; it cannot be used any more")
-        import torch.distributed as dist
-
-        if not group_alive(dist, self._pg):
+        if not self._rendezvous.alive():
             raise IronlinkError(
                 f"{prefix}the symmetric heap's process group was destroyed (torch.distributed."
                 "destroy_process_group); its peers may be gone: close() the heap and create a new one "
@@ -356,7 +131,7 @@ class SymmetricHeap:
 
     @property
     def stream_order(self) -> StreamOrder:
-        """The stream of this heap's last host-level call (see `ironlink.stream_order`)."""
+        """The stream of this heap's last host-level call (see `ironlink.runtime.stream_order`)."""
         return self._stream_order
 
     @property
@@ -369,8 +144,8 @@ class SymmetricHeap:
         for each launch (every host-level op does): after `empty` or `free` it first brings the
         context's heap digest up to date, on the current stream."""
         native = self._open()
-        if self._digest_stale:
-            self._publish_digest()
+        if self._calls.stale:
+            self._calls.publish(native, self._device, self._owner, self._stream_order)
         return int(native.ctx)
 
     @property
@@ -439,20 +214,16 @@ class SymmetricHeap:
     def all_reduce_algorithm(self, nbytes: int, ctas: int) -> str:
         """Which algorithm `symm_all_reduce` runs for `nbytes` on a grid of `ctas` CTAs on this
         heap: "one_shot_ll", "two_shot_ll" or "two_shot" (the device's own choice)."""
-        from . import _native
-
         one_shot, ll, _ = self.algorithm_limits
-        return str(_native.all_reduce_algorithm(self._world, self.scratch_bytes, one_shot, ll, ctas, nbytes))
+        return str(load_native().all_reduce_algorithm(self._world, self.scratch_bytes, one_shot, ll, ctas, nbytes))
 
     # -- tensors --------------------------------------------------------------------------
     def _view(self, rank: int, offset: int, nbytes: int) -> Any:
         """A uint8 tensor over `nbytes` at `offset` of `rank`'s region, on this GPU."""
-        torch = _torch()
+        torch = load_torch()
         native = self._open()
         ptr = native.peer_base(rank) + offset
-        from . import _native
-
-        cap = _native.dlpack_capsule(ptr, nbytes, _KDL_CUDA, self._device.index, self._owner)
+        cap = load_native().dlpack_capsule(ptr, nbytes, _KDL_CUDA, self._device.index, self._owner)
         return torch.from_dlpack(cap)
 
     def empty(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
@@ -460,7 +231,7 @@ class SymmetricHeap:
 
         The heap's memory stays valid while the tensor lives, even if the heap object is dropped;
         after an explicit `close()` it must not be used."""
-        torch = _torch()
+        torch = load_torch()
         dtype = torch.float32 if dtype is None else dtype
         dims = normalize_shape(shape)
         nbytes = math.prod(dims) * dtype.itemsize
@@ -471,40 +242,11 @@ class SymmetricHeap:
         except BaseException:
             reserved = native.find(offset)[1]
             native.free(offset)
-            self._record("alloc", offset, nbytes, reserved, f"shape {dims}, {dtype}")
-            self._record("free", offset, nbytes, reserved, f"shape {dims}, {dtype}")
+            self._calls.record("alloc", offset, nbytes, reserved, f"shape {dims}, {dtype}")
+            self._calls.record("free", offset, nbytes, reserved, f"shape {dims}, {dtype}")
             raise
-        self._record("alloc", offset, nbytes, native.find(offset)[1], f"shape {dims}, {dtype}")
+        self._calls.record("alloc", offset, nbytes, native.find(offset)[1], f"shape {dims}, {dtype}")
         return t
-
-    def _record(self, op: str, offset: int, nbytes: int, reserved: int, what: str) -> None:
-        """Notes an allocator call in the log; the context's digest follows at the next `ctx`."""
-        self._log.record(op, offset, nbytes, reserved, what)
-        self._digest_stale = True
-
-    def _publish_digest(self) -> None:
-        """Writes the allocator's digest into the context's `heap_digest`, on the current stream,
-        before the launch that reads `ctx`: it sees the digest of every heap call made before it,
-        as the peers' launches of the same call do. Written once for any number of heap calls
-        between two launches: a one-element fill (a tiny kernel; captured into a CUDA graph like
-        any other), never a host synchronization. Ordered like a heap call (`stream_order`): after
-        the last call if that ran on another stream, and before the next call on any stream."""
-        torch = _torch()
-        native = self._open()
-        if self._digest_word is None:
-            from . import _native
-
-            offset, size = _abi.CONTEXT_FIELDS["heap_digest"]
-            cap = _native.dlpack_capsule(int(native.ctx) + offset, size, _KDL_CUDA, self._device.index, self._owner)
-            self._digest_word = torch.from_dlpack(cap).view(torch.int64)
-        digest = int(native.digest)
-        with torch.cuda.device(self._device):
-            stream = torch.cuda.current_stream(self._device)
-            capturing = torch.cuda.is_current_stream_capturing()
-            self._stream_order.before_call(stream, capturing)
-            self._digest_word.fill_(digest - (1 << 64) if digest >= 1 << 63 else digest)
-        # A fill captured into a graph runs only at replay: the next launch outside writes again.
-        self._digest_stale = capturing
 
     def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0) -> Any:
         """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
@@ -514,7 +256,7 @@ class SymmetricHeap:
         current stream): counters the op keeps there start equal on every rank. A new one with
         such counters cannot be made while a CUDA graph is captured (the fill would repeat on
         every replay): run the op once before capturing it."""
-        torch = _torch()
+        torch = load_torch()
         kept = self._workspaces.setdefault(name, [])
         if not kept or kept[-1].numel() < nbytes:
             if zeroed_prefix and torch.cuda.is_current_stream_capturing():
@@ -531,7 +273,7 @@ class SymmetricHeap:
 
     def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
         """(offset of t's first byte in our region, byte span), or IronlinkError."""
-        torch = _torch()
+        torch = load_torch()
         native = self._open()
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what} takes a torch.Tensor, got {type(t).__name__}")
@@ -556,7 +298,7 @@ class SymmetricHeap:
         reserved = native.find(offset)[1]
         native.free(offset)
         nbytes = span_bytes(t.shape, t.stride(), t.element_size())
-        self._record("free", offset, nbytes, reserved, f"shape {tuple(t.shape)}, {t.dtype}")
+        self._calls.record("free", offset, nbytes, reserved, f"shape {tuple(t.shape)}, {t.dtype}")
 
     def peer_tensor(self, t: Any, rank: int) -> Any:
         """A view of `rank`'s copy of `t` (same shape, strides, dtype), usable on this GPU."""
@@ -571,10 +313,10 @@ class SymmetricHeap:
     # -- synchronization and errors -------------------------------------------------------
     def barrier(self) -> None:
         """Waits for this GPU's work, then for every rank of the group to get here."""
-        torch = _torch()
+        torch = load_torch()
         self._open()
         torch.cuda.synchronize(self._device)
-        self._group_barrier()
+        self._rendezvous.barrier()
 
     def check(self) -> None:
         """Raises IronlinkError if a device function recorded an error in the context (and
@@ -591,18 +333,7 @@ class SymmetricHeap:
         does not report within a few seconds is left out); any other error as it is."""
         if e.status != _abi.STATUS["HEAP_ASYMMETRIC"]:
             return e
-        self._reports += 1
-        mine = (int(self._open().digest), self._log.events())
-        peers = None
-        try:
-            import torch.distributed as dist
-
-            store = dist.distributed_c10d._get_default_store()
-            peers = exchange(store, f"ironlink/heap-calls/{self._uid}/{self._reports}", self._rank, self._world, mine)
-        except Exception:  # noqa: BLE001 - no store: report this rank's calls alone
-            peers = None
-        report = asymmetry_report(self._rank, mine[0], self._log, peers)
-        return IronlinkError(f"{e}. {report}", status=e.status, function=e.function)
+        return self._calls.explain(e, int(self._open().digest), self._uid, self._rank, self._world)
 
     def close(self) -> None:
         """Frees the heap (collective). Idempotent; tensors from it must not be used after."""
@@ -610,27 +341,25 @@ class SymmetricHeap:
             return
         self._closed = True
         native, self._native = self._native, None
-        self._digest_word = None  # a view of the context, which goes with the heap
-        import torch.distributed as dist
-
+        self._calls.forget_context()
         # Without its group (destroyed) there is no barrier to hold: free our side alone (memory a
         # peer still maps is released only when the peer unmaps it).
-        alive = group_alive(dist, self._pg)
+        alive = self._rendezvous.alive()
         try:
             # No rank may still access our memory, nor we theirs, when mappings go away.
-            torch = _torch()
+            torch = load_torch()
             torch.cuda.synchronize(self._device)
             if alive:
-                self._group_barrier()
+                self._rendezvous.barrier()
         finally:
             native.close()
             # PyTorch's buffer (backend "nvshmem") goes back to PyTorch once no tensor of this
             # heap holds it any more (they keep it through `_owner`).
-            self._buffer = self._owner = None
+            self._owner = None
         # Memory a peer still maps is released only when the peer unmaps it: after this
         # barrier every rank's close() has unmapped and freed.
         if alive:
-            self._group_barrier()
+            self._rendezvous.barrier()
 
     def __enter__(self) -> "SymmetricHeap":
         self._open()

@@ -44,11 +44,11 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple, Optional
 
-from .. import _abi
-from ..distributed import grid_cap
-from ..errors import IronlinkError
-from ..tuning import all_to_all_v_launch
-from ..variable_all_to_all import all_to_all_v
+from ..language import _abi
+from ..runtime.distributed import grid_cap
+from ..runtime.errors import IronlinkError
+from ..runtime.tuning import all_to_all_v_launch
+from ..ops.variable_all_to_all import all_to_all_v
 from . import kernels, sort
 
 
@@ -363,7 +363,7 @@ class MoeExchange:
     def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False) -> int:
         """The heap bytes a MoeExchange of this shape allocates (`fp8`: an fp8 dispatch): a
         `SymmetricHeap` of at least this many bytes holds it. Needs the compiled extension."""
-        from ..heap import load_native
+        from ..runtime.native import load_native
 
         return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN)
 

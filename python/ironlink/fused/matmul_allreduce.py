@@ -48,13 +48,14 @@ from typing import Any, NamedTuple, Optional
 import triton
 import triton.language as tl
 
-from .. import _abi
+from ..language import _abi
 from .. import language as il
-from .. import tuning
-from .. import typed as ilt
-from ..distributed import sm_share
-from ..jit import jit
-from ..ops import TensorSpec, heap_for, in_heap, launch_with_status
+from ..runtime import tuning
+from ..language import typed as ilt
+from ..runtime.distributed import sm_share
+from ..language.jit import jit
+from ..ops import TensorSpec, launch_with_status
+from ..runtime.registry import heap_for, in_heap
 from .gemm import (check_operands, check_output, gemm_range, layout_for, operand_descriptors, product_tile, store_tile,
                    tile_coords)
 from .trace import stamp

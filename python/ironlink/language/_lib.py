@@ -28,9 +28,10 @@ from typing import Union
 ENV_BITCODE_DIR = "IRONLINK_BITCODE_DIR"
 ENV_LLVM_BIN = "IRONLINK_LLVM_BIN"
 
-PACKAGE_LIB_DIR = Path(__file__).resolve().parent / "lib"
-# triton/ironlink/_lib.py -> the repository root is two levels above the package.
-REPO_BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
+# python/ironlink/language/_lib.py: the wheel's bitcode is in ironlink/lib/, and in a checkout
+# the repository root is two levels above the package.
+PACKAGE_LIB_DIR = Path(__file__).resolve().parents[1] / "lib"
+REPO_BUILD_DIR = Path(__file__).resolve().parents[3] / "build"
 
 # Families whose later minor versions run the family's base bitcode (8.6 and 8.9 run sm_80 code;
 # 10.3 runs sm_100 code). Hopper has only 9.0, so it needs sm_90 bitcode exactly.

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from . import tuning
+from ..runtime import tuning
 
 MIN_MAJOR = 9  # griddepcontrol: sm_90 (Hopper) and later
 

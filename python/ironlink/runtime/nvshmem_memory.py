@@ -18,48 +18,11 @@ run without torch.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Sequence
 
-from . import _abi
+from ..language import _abi
 from .errors import IronlinkError
-
-# The memory a SymmetricHeap can be built on, by the name its `backend` argument takes.
-BACKENDS: dict[str, int] = {"p2p": _abi.BACKEND["P2P"], "nvshmem": _abi.BACKEND["NVSHMEM"]}
-
-
-def check_backend(backend: Any) -> str:
-    """`backend` as one of BACKENDS' names (case-insensitive), or a TypeError/ValueError."""
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str ({' or '.join(map(repr, BACKENDS))}), got {type(backend).__name__}")
-    name = backend.lower()
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
-    return name
-
-
-def check_node_size(node_size: Optional[int], backend: str, world: int, local_world: Optional[str]) -> int:
-    """Ranks per node: `node_size`, else `local_world` ($LOCAL_WORLD_SIZE, when it divides the
-    world), else the world. Several nodes need backend "nvshmem" (ironlink's own heap maps one
-    node), at most MAX_RANKS ranks per node, MAX_NODES nodes, and a size dividing the world."""
-    if node_size is None:
-        if backend != "nvshmem" or not local_world or not local_world.isdigit():
-            return world
-        local = int(local_world)
-        return local if 0 < local <= world and world % local == 0 else world
-    if isinstance(node_size, bool) or not isinstance(node_size, int):
-        raise TypeError(f"node_size must be an int, got {type(node_size).__name__}")
-    if node_size == world:
-        return world
-    if backend != "nvshmem":
-        raise ValueError(f"node_size={node_size} < the group's {world} ranks needs backend='nvshmem' "
-                         "(ironlink's own 'p2p' heap maps the GPUs of one node)")
-    max_node, max_nodes = _abi.MAX_RANKS, _abi.MAX_NODES
-    if not 1 <= node_size <= max_node or world % node_size:
-        raise ValueError(f"node_size must be 1..{max_node} and divide the group's {world} ranks, got {node_size}")
-    if world // node_size > max_nodes:
-        raise ValueError(f"{world} ranks as nodes of {node_size} are {world // node_size} nodes; at most {max_nodes}")
-    return node_size
-
+from .rendezvous import Rendezvous
 
 def check_spans_world(group_world: int, world: int) -> None:
     """NVSHMEM allocates collectively over every process of the job (torch's NVSHMEM allocator
@@ -143,24 +106,15 @@ def allocate(torch: Any, symm_mem: Any, total: int, device: Any, group: Any, ran
     return NvshmemBuffer(tensor, handle, offset)
 
 
-def open_heap(
-    native: Any,
-    torch: Any,
-    agree: Callable[[Callable[[], Any], str], Any],
-    all_gather: Callable[[Any], list[Any]],
-    group: Any,
-    rank: int,
-    world: int,
-    device: Any,
-    nbytes: int,
-    scratch_bytes: int,
-    node_size: int,
-) -> tuple[Any, NvshmemBuffer]:
-    """The open native heap over a fresh NVSHMEM buffer, and the buffer. `agree(step, what)`
-    runs `step` on every rank and returns its local result, raising on every rank if any rank
-    failed (so none is left waiting in a later collective); `all_gather` gathers a picklable
-    value from every rank."""
+def open_heap(native: Any, torch: Any, rendezvous: Rendezvous, device: Any, nbytes: int, scratch_bytes: int,
+              node_size: int) -> tuple[Any, NvshmemBuffer]:
+    """The open native heap over a fresh NVSHMEM buffer, and the buffer (which the heap's tensors
+    must keep alive). Every step is agreed over `rendezvous`, so a rank that fails raises on every
+    rank and none is left waiting in a later collective."""
     import torch.distributed._symmetric_memory as symm_mem
+
+    group, rank, world = rendezvous.pg, rendezvous.rank, rendezvous.world
+    agree = rendezvous.agree
 
     if world < 2:  # torch 2.11 asserts `global_ranks.size() > 1` deep in its NVSHMEM allocator
         raise IronlinkError("backend='nvshmem' needs at least 2 ranks (PyTorch's NVSHMEM symmetric memory "
@@ -173,8 +127,8 @@ def open_heap(
         lambda: allocate(torch, symm_mem, heap_b + signal_b + scratch_b, device, group, rank),
         "allocating the NVSHMEM symmetric heap",
     )
-    bases = peer_bases(list(buf.handle.buffer_ptrs), all_gather(buf.offset))
-    backend = BACKENDS["nvshmem"]
+    bases = peer_bases(list(buf.handle.buffer_ptrs), rendezvous.all_gather(buf.offset))
+    backend = _abi.BACKEND["NVSHMEM"]
     heap: Any = None
 
     def open_native() -> None:

@@ -33,9 +33,10 @@ from typing import Any, Optional
 import triton.language as tl
 
 from .. import language as il
-from .. import tuning
-from ..jit import jit
-from ..ops import _contains, all_gather, launch_with_status, reduce_scatter
+from ..runtime import tuning
+from ..language.jit import jit
+from ..ops import all_gather, launch_with_status, reduce_scatter
+from ..runtime.registry import holds
 
 
 def method_for(op: str, m: int, method: Optional[str], multi_node: bool) -> str:
@@ -119,7 +120,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     if method == "collective":
         torch.matmul(a, b, out=partials)
         mine = _block(partials, r, rows)
-        if _contains(heap, out):
+        if holds(heap, out):
             reduce_scatter(out, partials, heap=heap, check=check)
         else:
             reduce_scatter(mine, partials, heap=heap, check=check)

@@ -1,12 +1,15 @@
 """Side-by-side benchmark: ironlink vs NCCL (torch.distributed) vs torch symm_mem, same GPUs, same run.
 
-    torchrun --nproc_per_node=8 -m ironlink.bench --out bench/results/allreduce-8xh200.json
+    torchrun --nproc_per_node=8 bench/allreduce.py --out bench/results/allreduce-8xh200.json
 
 Each point: `ITERS` calls captured in one CUDA graph, the graph replayed `REPS` times, each replay
 timed with device events; the point is the median replay / ITERS, the maximum over ranks.
 Reported as us, algbw and busbw (nccl-tests conventions: all_reduce busbw = algbw * 2(n-1)/n,
 all_gather and reduce_scatter busbw = algbw * (n-1)/n) and the ratio to NCCL (NCCL time / ours).
 A benchmark, not a test: nothing here asserts a time.
+
+Not part of the wheel: the bench programs (and the tutorial's timers) import it as `ironlink_bench`
+from bench/ (their own folder, or the PYTHONPATH that tests/gpu/setup_native.sh sets).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import triton.language as tl
 
 import ironlink
 import ironlink.language as il
-from ironlink import _abi, _native
-from ironlink.heap import DEFAULT_SCRATCH_BYTES
-from ironlink.tuning import FORCED_LIMITS
+from ironlink.language import _abi
+from ironlink import _native
+from ironlink.runtime.heap import DEFAULT_SCRATCH_BYTES
+from ironlink.runtime.tuning import FORCED_LIMITS
 
 # Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
 def iters_reps(nbytes: int) -> tuple[int, int]:
@@ -140,7 +144,7 @@ def write_results(path: Optional[str], world: int, rows: list[dict[str, Any]], *
 # Written by `make wheel` beside the bitcode it packs (`git describe --always --dirty`): the
 # revision the device code was built from, carried to the GPU machine with build/, whose copy of
 # the tree may hold a stale .git.
-BUILD_REV = Path(__file__).resolve().parents[2] / "build" / "git_rev"
+BUILD_REV = Path(__file__).resolve().parents[1] / "build" / "git_rev"
 
 
 def git_rev() -> str:

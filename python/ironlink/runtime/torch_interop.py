@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _abi
+from ..language import _abi
 from .errors import IronlinkError, device_error
-from .heap import _torch, load_native
+from .heap_args import check_algorithm_limits, check_timeout
+from .native import load_native, load_torch
 
 # The smallest signal pad ironlink can use (abi::signal::MIN_BYTES).
 MIN_SIGNAL_PAD_BYTES: int = _abi.SIGNAL_LAYOUT["MIN_BYTES"]
@@ -63,14 +64,10 @@ class SymmMemContext:
         return self._native is None
 
     def set_timeout(self, timeout_s: float) -> None:
-        from .heap import check_timeout
-
         self._open().set_timeout_ns(check_timeout(timeout_s))
 
     def set_algorithm_limits(self, ar_one_shot_max_bytes: int, ar_ll_max_bytes: int, gather_ll_max_bytes: int) -> None:
         """See `SymmetricHeap.set_algorithm_limits`."""
-        from .heap import check_algorithm_limits
-
         limits = check_algorithm_limits(ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes)
         self._open().set_algorithm_limits(*limits)
 
@@ -115,7 +112,7 @@ def context_from_symm_mem(tensor_or_handle: Any, group: Any = None, device: Opti
         group: process group or group name for the rendezvous (default: the world group).
         device: CUDA device of the memory (default: the tensor's, else the current device).
     """
-    torch = _torch()
+    torch = load_torch()
     native = load_native()
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem

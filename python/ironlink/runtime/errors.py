@@ -6,14 +6,14 @@ extension; the extension (`ironlink._native`) raises it with the host library's 
 
 from __future__ import annotations
 
-from . import _abi
+from ..language import _abi
 
 
 class IronlinkError(RuntimeError):
     """An ironlink operation failed. The message names the problem (ranks, GPUs, sizes).
 
     Errors recorded by device functions carry ``status`` (the negative code from
-    ``ironlink._abi.STATUS``) and ``function`` (the device function that recorded it); both are
+    ``ironlink.language._abi.STATUS``) and ``function`` (the device function that recorded it); both are
     None for host-side errors.
     """
 

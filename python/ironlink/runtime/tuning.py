@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional, Sequence
 
-from ._abi import MAX_CTAS, MAX_LL_TILES, MAX_RANKS, MAX_TILES, SIGNAL_LAYOUT, THRESHOLDS
+from ..language._abi import MAX_CTAS, MAX_LL_TILES, MAX_RANKS, MAX_TILES, SIGNAL_LAYOUT, THRESHOLDS
 from .tuning_table import ALGORITHM_LIMITS, TABLES
 
 Tables = Mapping[str, Mapping[int, Sequence[tuple[int, int, int]]]]
@@ -72,7 +72,7 @@ def all_to_all_v_launch(max_bytes: int = 0) -> tuple[int, int]:
     return min(ctas, MAX_CTAS), 16
 
 
-# Programmatic dependent launch (ironlink.pdl) for the latency-bound kernels: all_reduce_rmsnorm
+# Programmatic dependent launch (ironlink.ops.pdl) for the latency-bound kernels: all_reduce_rmsnorm
 # and the all_reduce op. The default of their `pdl=None`; it takes effect only on compute
 # capability 9.0 and later (griddepcontrol). On/off not yet measured (bench/fused.py measures both).
 DECODE_PDL = True

@@ -25,7 +25,7 @@ Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
 - "whole": the whole tensor is all-reduced by every CTA with `symm_all_reduce` (its LL one-shot
   for small sizes), `symm_grid_barrier` makes every row visible to every CTA, then each CTA
   normalizes rows. For many tokens, and for rows too large for the LL tile all-reduce.
-Both launch with programmatic dependent launch where the GPU has it (`ironlink.pdl`, `pdl=`): the
+Both launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes the same two over `symm_all_reduce_hierarchical` and
 `symm_tile_all_reduce_hierarchical` (a kernel linked with the NVSHMEM bitcode); "whole" by
@@ -39,14 +39,15 @@ from typing import Any, NamedTuple, Optional
 import triton
 import triton.language as tl
 
-from .. import _abi
+from ..language import _abi
 from .. import language as il
-from .. import tuning
-from .. import typed as ilt
-from ..distributed import sm_share
-from ..jit import jit
-from ..pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
-from ..ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
+from ..runtime import tuning
+from ..language import typed as ilt
+from ..runtime.distributed import sm_share
+from ..language.jit import jit
+from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
+from ..ops import TensorSpec, check_tensor, launch_with_status
+from ..runtime.registry import heap_for, in_heap
 from .trace import stamp
 
 MAX_HIDDEN = 16384
@@ -167,7 +168,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
-    touching memory (`ironlink.pdl`). PRELOAD (rows): the weight and the CTA's first residual row
+    touching memory (`ironlink.ops.pdl`). PRELOAD (rows): the weight and the CTA's first residual row
     are loaded before the all-reduce, so their latency hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
     (`fused/trace.py`; bench/rmsnorm_timeline.py)."""
@@ -237,7 +238,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     tensor like x) may be x itself. An `out` of dtype torch.float8_e4m3fn gets the normalized rows
     quantized per token (module docs; Hopper and later), with the scales in `scale` (fp32
     [tokens]; allocated when None), and the call returns (out, residual, scale). `pdl`: launch
-    with programmatic dependent launch (`ironlink.pdl`; None: `tuning.DECODE_PDL` where the GPU
+    with programmatic dependent launch (`ironlink.ops.pdl`; None: `tuning.DECODE_PDL` where the GPU
     has it, compute capability 9.0+; one-node heaps). Collective; CUDA-graph capturable."""
     import torch
 

@@ -4,7 +4,7 @@ Every example, test worker and benchmark starts the same way: this rank's GPU be
 current device, then the default process group starts on NCCL, bound to that device (PyTorch's
 NVSHMEM team manager keeps the first device it sees, so the order matters).
 
-With $IRONLINK_SHARED_GPU=1 (``ironlink.heap.ENV_SHARED_GPU``) ranks may outnumber the GPUs: they
+With $IRONLINK_SHARED_GPU=1 (``ENV_SHARED_GPU``) ranks may outnumber the GPUs: they
 take the GPUs in turn (LOCAL_RANK modulo the GPU count) and the group runs on gloo, since NCCL
 refuses two ranks on one GPU. That serves multi-rank tests on a machine with fewer GPUs, under
 CUDA MPS so that every rank's kernels run at once (``tests/gpu/run.sh --shared-gpu``,
@@ -17,8 +17,17 @@ import os
 from datetime import timedelta
 from typing import Any, Optional
 
-from ._abi import MAX_CTAS
-from .heap import shared_gpu_allowed
+from ..language._abi import MAX_CTAS
+
+# Set to 1, lets ranks share a GPU: for running multi-rank tests on fewer GPUs under CUDA MPS
+# (`tests/gpu/run.sh --shared-gpu`; docs/gpu-testing.md). Results are checked the same; times mean
+# nothing there. Without it, two ranks on one GPU is an error (it is a launcher mistake).
+ENV_SHARED_GPU = "IRONLINK_SHARED_GPU"
+
+
+def shared_gpu_allowed() -> bool:
+    """Whether $IRONLINK_SHARED_GPU lets ranks share a GPU."""
+    return os.environ.get(ENV_SHARED_GPU, "0") == "1"
 
 
 def local_device_index(local_rank: int, gpus: int, shared: bool) -> int:

@@ -20,16 +20,18 @@ are testable without torch or a GPU.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, NamedTuple, Optional, Union
 
 import triton.language as tl
 
-from . import _abi, tuning
-from . import typed as ilt
-from .distributed import grid_cap
-from .errors import IronlinkError, status_name
-from .jit import jit
+from ..language import _abi
+from ..runtime import tuning
+from ..language import typed as ilt
+from ..runtime.distributed import grid_cap
+from ..runtime.errors import IronlinkError, status_name
+from ..language.jit import jit
+from ..runtime.registry import heap_for, in_heap
+from ..runtime.status_buffers import status_buffer
 from .pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
 
 # torch dtype names (without "torch.") -> ironlink dtype codes.
@@ -164,7 +166,7 @@ def check_statuses(statuses: list[int], collective: str, rank: int, function: Op
 
 @jit(do_not_specialize=["ctx", "n", "op"])
 def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
-    # With PDL (ironlink.pdl): the buffer, the heap's state and the status buffer may be the
+    # With PDL (ironlink.ops.pdl): the buffer, the heap's state and the status buffer may be the
     # previous kernel's output, so wait for it first; the next kernel waits for us likewise.
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
@@ -199,64 +201,10 @@ def _reduce_scatter_hierarchical_kernel(ctx, inp, out, n, op, status):
 
 # --- host side -----------------------------------------------------------------------------------
 
-# Heaps seen through `heap=`: SymmetricHeap keeps no registry of its own, and holding heaps weakly
-# leaves their lifetime to the user.
-_HEAPS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # The host-level calls that serve a heap of several nodes (SymmetricHeap.multi_node).
 # The fused ones run their collective hierarchically after a grid barrier (no tile calls there).
 MULTI_NODE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v", "all_reduce_rmsnorm",
                             "matmul_all_reduce", "all_gather_matmul", "matmul_reduce_scatter"})
-
-# device index -> int32[MAX_CTAS] of per-CTA statuses. Allocated outside capture and kept, so a
-# captured graph's kernels write to memory that outlives the graph's private pool. Shared by all
-# calls on the device: `check=True` reads it right after its own launch on the same stream.
-_STATUS: dict[int, Any] = {}
-
-
-def _contains(heap: Any, t: Any) -> bool:
-    if heap.closed:
-        return False
-    try:
-        heap._local_offset(t, "")  # the heap's own check: t lies in one of its live allocations
-    except IronlinkError:
-        return False
-    return True
-
-
-def heap_for(first: Any, name: str, heap: Any, collective: str) -> Any:
-    """`heap` if given (and remembered), else the remembered heap holding `first`; IronlinkError
-    naming the call if that heap is closed or its process group destroyed."""
-    if heap is not None:
-        heap.usable(f"ironlink.{collective}")
-        _HEAPS.add(heap)
-        return heap
-    found = next((h for h in list(_HEAPS) if _contains(h, first)), None)
-    if found is None:
-        raise IronlinkError(
-            f"ironlink.{collective}: {name} is not in a symmetric heap ironlink knows of; allocate it "
-            "with SymmetricHeap.empty and pass heap=<that heap> (ironlink remembers heaps passed "
-            "before, so once per heap is enough; a closed heap, or one whose process group was "
-            "destroyed, holds nothing)"
-        )
-    return found
-
-
-def in_heap(heap: Any, collective: str, *tensors: tuple[Any, str]) -> None:
-    for t, name in tensors:
-        heap._local_offset(t, f"ironlink.{collective}({name})")  # IronlinkError naming the tensor
-
-
-def _status_buffer(torch: Any, device: Any, capturing: bool, collective: str) -> Any:
-    buf = _STATUS.get(device.index)
-    if buf is None:
-        if capturing:
-            raise IronlinkError(
-                f"ironlink.{collective} is being captured into a CUDA graph before any ironlink collective ran "
-                f"on {device}: call each one once outside capture first (that compiles its kernel and "
-                "allocates the status buffer)"
-            )
-        buf = _STATUS[device.index] = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device=device)
-    return buf
 
 
 def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool, function: Optional[str] = None) -> None:
@@ -278,7 +226,7 @@ def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool
         raise ValueError(f"ironlink.{name}(check=True) reads statuses on the host, which capture forbids; "
                          "call heap.check() after replaying instead")
     device = heap.device
-    status = _status_buffer(torch, device, capturing, name)
+    status = status_buffer(torch, device, capturing, name)
     # Triton launches on the current device's current stream; the heap's device is the one that must run it.
     with torch.cuda.device(device):
         # Two of the heap's calls must never run at once: after a call on another stream, wait for it.
@@ -305,7 +253,7 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
                pdl: Optional[bool] = None) -> Any:
     """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
     group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
-    dependent launch (`ironlink.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
+    dependent launch (`ironlink.ops.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
     capability 9.0+; one-node heaps). Returns `t`."""
     import torch
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import triton
 import triton.language as tl
 
-from .. import _abi
+from ..language import _abi
 from ..ops import TensorSpec, check_tensor
 
 

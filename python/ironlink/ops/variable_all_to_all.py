@@ -19,12 +19,13 @@ from typing import Any, NamedTuple, Optional
 
 import triton.language as tl
 
-from . import typed as ilt
-from .jit import jit
-from .ops import TensorSpec, check_tensor, heap_for, in_heap, launch_with_status
-from ._abi import MAX_CTAS
-from .distributed import grid_cap
-from .tuning import all_to_all_v_launch
+from ..language import typed as ilt
+from ..language.jit import jit
+from .collectives import TensorSpec, check_tensor, launch_with_status
+from ..runtime.registry import heap_for, in_heap
+from ..language._abi import MAX_CTAS
+from ..runtime.distributed import grid_cap
+from ..runtime.tuning import all_to_all_v_launch
 
 
 class Plan(NamedTuple):

@@ -26,7 +26,7 @@ import triton.language as tl
 from triton.language import core
 
 from . import _abi
-from . import language as il
+from .. import language as il
 
 # Triton element type -> ironlink dtype code. Keyed by Triton's type names ("fp32", ...), which
 # are what dtype objects compare and print as.

@@ -1,0 +1,33 @@
+"""The compiled extension and torch, imported on first use, with an IronlinkError that says what
+is missing: `import ironlink` needs neither."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import IronlinkError
+
+
+def load_native() -> Any:
+    """The compiled extension, or an IronlinkError saying how to build it."""
+    try:
+        from .. import _native  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise IronlinkError(
+            "ironlink's compiled extension (ironlink._native) is not available: install the "
+            "package (`pip install .` or `make wheel` and install build/dist/*.whl) or build it "
+            f"in place with `maturin develop` ({e})"
+        ) from e
+    return _native
+
+
+def load_torch() -> Any:
+    """torch, or an IronlinkError saying the heap needs it."""
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - exercised only without torch
+        raise IronlinkError("ironlink.SymmetricHeap needs PyTorch (import torch failed)") from e
+    return torch
+
+
+__all__ = ["load_native", "load_torch"]
