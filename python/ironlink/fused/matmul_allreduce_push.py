@@ -1,0 +1,353 @@
+"""matmul_all_reduce's method "push": its two kernels and their tile steps (the module docs of
+`fused.matmul_allreduce` describe both; that module plans and launches them).
+
+- `matmul_allreduce_push_kernel`, one-shot: every rank sums every tile (world 2, one wave).
+- `matmul_allreduce_owner_kernel`, two-shot by slices: each rank sums the tiles of its slice.
+Both use alternate halves of the op's workspace in alternate launches (`launch_slots`,
+`advance_epochs`).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .. import language as il
+from ..language import _abi
+from ..language import typed as ilt
+from ..language.jit import jit
+from .gemm import gemm_range, store_tile, tile_coords
+from .trace import stamp
+
+EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the push kernels' launch counters: one per possible CTA
+
+
+@triton.jit
+def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, TMA_PUSH: tl.constexpr):
+    """One-shot: copies this rank's partial of the tile at rows m0.., columns n0.., staged in
+    `out`, into its slot (rank - dest - 1) mod world of every other rank `dest`'s workspace.
+    TMA_PUSH (world 2): through `peer_slots`, a TMA descriptor of the one peer's slots [2, M, N]
+    (blocks [1, ROWS, BLOCK_N]), so the copy engine of the SM sends while the warps go on."""
+    rn = n0 + tl.arange(0, BLOCK_N)
+    # Unrolled: the chunks' loads can be in flight together (this runs inside the GEMM's K loop).
+    for r0 in tl.static_range(0, BLOCK_M, ROWS):
+        rm = m0 + r0 + tl.arange(0, ROWS)
+        offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+        mask = (rm[:, None] < M) & (rn[None, :] < N)
+        v = tl.load(out + offs, mask=mask)
+        if TMA_PUSH:
+            peer_slots.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
+        else:
+            for k in tl.static_range(1, WORLD):
+                dest = (rank + k) % WORLD
+                slot = tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * M * N
+                tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
+
+
+@triton.jit
+def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                GROUP_M: tl.constexpr, REDUCE_ROWS: tl.constexpr):
+    """One-shot: waits for every peer's partial of tile `t`, sums the tile over the ranks in rank
+    order in fp32 (this rank's partial in `out`, peer q's in slot (q - rank - 1) mod world of
+    `slots`) into `out`, in chunks of REDUCE_ROWS rows. Returns the status (nothing is read or
+    written after a failed wait)."""
+    s = il.symm_tile_wait_others(ctx, t)
+    if s == 0:
+        tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+        slot = tl.cast(M, tl.int64) * N
+        for r0 in range(0, BLOCK_M, REDUCE_ROWS):
+            rm = tm * BLOCK_M + r0 + tl.arange(0, REDUCE_ROWS)
+            offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            total = tl.zeros((REDUCE_ROWS, BLOCK_N), dtype=tl.float32)
+            # Unrolled over the ranks: every rank's load is in flight at once.
+            for q in tl.static_range(WORLD):
+                src = tl.where(q == rank, out, slots + ((q - rank - 1 + WORLD) % WORLD) * slot)
+                total += tl.load(src + offs, mask=mask).to(tl.float32)
+            tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
+    return s
+
+
+@triton.jit
+def launch_slots(ws, epochs, M, N, WORLD: tl.constexpr):
+    """(this CTA's launch count, its parity, the partials' slots of this parity): the push kernels
+    use alternate halves of `ws` [2, world - 1, M, N] in alternate launches."""
+    epoch = tl.load(epochs + tl.program_id(0))
+    parity = epoch % 2
+    return epoch, parity, ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+
+
+@triton.jit
+def advance_epochs(epochs, epoch):
+    """Sets every CTA's launch counter (MAX_CTAS of them) to `epoch`, this CTA a share of them, so
+    the counters stay equal whatever grid each launch has: the two-shot kernel's CTAs meet the
+    peers' CTAs of other indices in the same slots."""
+    for e in range(tl.program_id(0), EPOCH_COUNTERS, tl.num_programs(0)):
+        tl.store(epochs + e, epoch)
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+                                 stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
+                                 B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
+                                 REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr, TMA_PUSH: tl.constexpr,
+                                 COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
+    """Method "push", one-shot (see the module docs). out [M, N] (heap, contiguous) = all-reduce
+    of a @ b. ws: the partials' slots (heap, this op's workspace): 2 x (world - 1) x [M, N], the
+    half by the CTA's launch parity. epochs: one int32 per CTA (MAX_CTAS), the launches so far
+    (a workspace zeroed at creation: equal on every rank).
+
+    Per tile t, a CTA: runs the first part of t's K loop; pushes the partial of its previous tile
+    (staged in `out`) to every peer; runs the rest of the K loop; signals the previous tile's
+    partial; stages t's partial in `out`; reduces the tile of two steps ago (its peers' partials
+    have been in for a whole tile). The split point differs between CTAs (STAGGER groups):
+    pushes spread over the tile's time instead of all CTAs sending at once, which would queue
+    every CTA behind a full NVLink for the whole burst.
+    TMA_PUSH (Hopper, world 2): partials are pushed through `peer_slots`, a TMA descriptor
+    (`push_partial`); else by stores from registers (`peer_slots` unused). The signal after a
+    push waits for the TMA stores' completion (`symm_tile_signal_others`). The staging in `out`
+    stays a plain store: the push and the reduce read it back with plain loads.
+    COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: six stamps per tile
+    (first GEMM part, push, rest of the GEMM, signal, stage, reduce), one at the end."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    stamp(trace, 0, TRACE)
+    rank = il.symm_rank(ctx)
+    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
+    worst = pid * 0
+    p1, p1_m0, p1_n0 = pid * 0 - 1, pid * 0, pid * 0  # the previous tile: pushed during this one
+    p2 = pid * 0 - 1  # the tile before it: reduced after this one
+    step = 0
+    for t in range(pid, tiles_m * tiles_n, grid):
+        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, 0, split, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 1 + 6 * step, TRACE)
+        if COMMUNICATE:
+            if p1 >= 0:
+                push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
+                             PUSH_ROWS, TMA_PUSH)
+        stamp(trace, 2 + 6 * step, TRACE)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 3 + 6 * step, TRACE)
+        # The signal before the stage: its release then waits only for the push, long drained,
+        # not for the stage's stores.
+        if COMMUNICATE:
+            if p1 >= 0:
+                worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
+        stamp(trace, 4 + 6 * step, TRACE)
+        store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        stamp(trace, 5 + 6 * step, TRACE)
+        if COMMUNICATE:
+            if (p2 >= 0) & (worst == 0):
+                worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
+        stamp(trace, 6 + 6 * step, TRACE)
+        p2 = p1
+        p1, p1_m0, p1_n0 = t, m0, n0
+        step += 1
+    if COMMUNICATE:
+        # The last tile's partial goes out now (nothing left to overlap it with); then the last two
+        # tiles are reduced.
+        if p1 >= 0:
+            push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
+                         PUSH_ROWS, TMA_PUSH)
+            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
+        if (p2 >= 0) & (worst == 0):
+            worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
+        if (p1 >= 0) & (worst == 0):
+            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
+        stamp(trace, 1 + 6 * step, TRACE)
+        advance_epochs(epochs, epoch + 1)
+    tl.store(status + pid, worst)
+
+
+@triton.jit
+def slice_start(s, tiles, WORLD: tl.constexpr):
+    """The first tile of rank `s`'s slice in two-shot: the ranks own equal runs of consecutive
+    tiles (in tile_coords order: groups of whole tile rows)."""
+    return (s * tiles + WORLD - 1) // WORLD
+
+
+@triton.jit
+def slice_owner(t, tiles, WORLD: tl.constexpr):
+    """The rank whose slice holds tile `t`: slice_start(owner) <= t < slice_start(owner + 1)."""
+    return (t * WORLD) // tiles
+
+
+@triton.jit
+def push_tile(ctx, dst, peer_dst, index, value, m0, n0, M, N, peer, TMA_PUSH: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr):
+    """Stores the tile `value` (rows m0.., columns n0..) into `peer`'s copy of the contiguous
+    [M, N] matrix at `dst` (a heap address). TMA_PUSH (world 2): through `peer_dst` instead, a
+    TMA descriptor of [*, M, N] matrices in the one peer (blocks [1, BLOCK_M, BLOCK_N]), matrix
+    `index`: the SM's copy engine sends from shared memory while the warps go on
+    (`symm_tile_signal*` waits for it)."""
+    if TMA_PUSH:
+        peer_dst.store([index, m0, n0], value.reshape(1, BLOCK_M, BLOCK_N))
+    else:
+        store_tile(ilt.peer_pointer(ctx, dst, peer), value, m0, n0, M, N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def sum_partials(own, slots, m0, n0, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    """The fp32 sum over the ranks, in rank order, of one tile's partials: this rank's `own` (in
+    registers) and peer q's from its slot (q - rank - 1) mod world of `slots` [world - 1, M, N]."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    offs = rm[:, None] * N + rn[None, :]  # within the tile: BLOCK_M rows of N fit in int32
+    mask = (m0 + rm[:, None] < M) & (n0 + rn[None, :] < N)
+    base = slots + m0.to(tl.int64) * N + n0
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for q in tl.static_range(WORLD):
+        if q == rank:
+            total += own.to(tl.float32)
+        else:
+            slot = tl.cast((q - rank - 1 + WORLD) % WORLD, tl.int64) * M * N
+            total += tl.load(base + slot + offs, mask=mask).to(tl.float32)
+    return total
+
+
+@triton.jit
+def signal_pushed(ctx, t, owner, rank):
+    """Announces the pushes of tile `t`: its partial to `owner`, or, by the owner, its sum to all."""
+    if owner == rank:
+        s = il.symm_tile_signal_others(ctx, t)
+    else:
+        s = il.symm_tile_signal(ctx, t, owner)
+    return s
+
+
+@triton.jit
+def finish_piece(ctx, out, slots, peer_slots, peer_out, parity, value, m0, n0, M, N, rank, owner,
+                 WORLD: tl.constexpr, TMA_PUSH: tl.constexpr, BLOCK_M: tl.constexpr, PIECE_N: tl.constexpr):
+    """Two-shot, a [BLOCK_M, PIECE_N] piece `value` (out's dtype) of this rank's partial of a tile,
+    at rows m0.., columns n0..: into its slot at the owner, or, on the owner (whose wait for the
+    peers' partials succeeded), summed with theirs into every rank's out."""
+    if owner != rank:
+        slot = (rank - owner - 1 + WORLD) % WORLD  # 0 at world 2 (the TMA path)
+        push_tile(ctx, slots + tl.cast(slot, tl.int64) * M * N, peer_slots, parity, value, m0, n0, M, N, owner,
+                  TMA_PUSH, BLOCK_M, PIECE_N)
+    else:
+        total = sum_partials(value, slots, m0, n0, M, N, rank, WORLD, BLOCK_M, PIECE_N).to(out.dtype.element_ty)
+        store_tile(out, total, m0, n0, M, N, BLOCK_M, PIECE_N)
+        for k in tl.static_range(1, WORLD):
+            push_tile(ctx, out, peer_out, 0, total, m0, n0, M, N, (rank + k) % WORLD, TMA_PUSH, BLOCK_M, PIECE_N)
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epochs, M, N, K, stride_am, stride_ak,
+                                  stride_bk, stride_bn, signal_k, status, trace, BLOCK_M: tl.constexpr,
+                                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                                  TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr,
+                                  TMA_PUSH: tl.constexpr, FLAT: tl.constexpr = False, COMMUNICATE: tl.constexpr = True,
+                                  TRACE: tl.constexpr = False):
+    """Method "push", two-shot by slices (see the module docs). out [M, N] (heap, contiguous) =
+    all-reduce of a @ b. ws: the partials' slots (heap): 2 x (world - 1) x [M, N], the half by
+    the launch parity (`epochs`, as the one-shot kernel). TMA_PUSH (world 2): `peer_slots` and
+    `peer_out` are TMA descriptors of the peer's slots [2, M, N] and of its out [1, M, N]
+    (`push_tile`; blocks [1, BLOCK_M, BLOCK_N], or half as wide with FLAT); else unused.
+
+    Rank r walks the tiles from slice r + 1 on, its own slice last. A tile it does not own goes,
+    rounded to out's dtype, from registers into its slot at the owner; a tile it owns is summed
+    with the partials its peers pushed (they computed it in their first slices, long before) and
+    the sum goes into every rank's out. A CTA signals a tile's pushes once it has run `signal_k`
+    of its next tile's K loop (the pushes drain behind the GEMM; the signal waits for them), and
+    at the end waits for the sums of the tiles it pushed. A wait for partials never depends on
+    another wait (the peers pushed them from their first slices, which wait for nothing), so no
+    cycle of waits can form.
+    FLAT: one K loop per tile, the tile loop flattened with it (`tl.range(flatten=True)`: Triton
+    pipelines the loads across tiles instead of draining at each), the signal after the K loop
+    (signal_k unused) and the epilogue in two halves of BLOCK_N / 2 columns.
+    COMMUNICATE=False: the GEMM alone. TRACE: five stamps per tile (GEMM up to signal_k, signal,
+    rest of the GEMM, wait for the partials, push or sum), one at the end."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    stamp(trace, 0, TRACE)
+    rank = il.symm_rank(ctx)
+    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n
+    first = slice_start((rank + 1) % WORLD, tiles, WORLD)
+    worst = pid * 0
+    pending, pending_owner = pid * 0 - 1, pid * 0  # the tile pushed last: signalled during the next
+    step = 0
+    HALF_N: tl.constexpr = BLOCK_N // 2
+    for j in tl.range(pid, tiles, grid, flatten=FLAT):
+        t = (j + first) % tiles
+        owner = slice_owner(t, tiles, WORLD)
+        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if FLAT:
+            acc = gemm_range(acc, a, b, m0, M, n0, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                             B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            stamp(trace, 1 + 5 * step, TRACE)
+            # The previous tile's pushes (made while no wait had failed; else nothing is pushed
+            # or signalled any more). Computed, not carried: Triton 3.6's loop flattening
+            # breaks on an `if` that assigns a loop-carried value here.
+            if COMMUNICATE:
+                prev = (j - grid + first) % tiles
+                if (j >= pid + grid) & (worst == 0):
+                    worst = signal_pushed(ctx, prev, slice_owner(prev, tiles, WORLD), rank)
+            stamp(trace, 2 + 5 * step, TRACE)
+            stamp(trace, 3 + 5 * step, TRACE)
+        else:
+            acc = gemm_range(acc, a, b, m0, M, n0, N, 0, signal_k, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            stamp(trace, 1 + 5 * step, TRACE)
+            if COMMUNICATE:
+                if pending >= 0:
+                    worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
+                    pending = -1
+            stamp(trace, 2 + 5 * step, TRACE)
+            acc = gemm_range(acc, a, b, m0, M, n0, N, signal_k, K, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            stamp(trace, 3 + 5 * step, TRACE)
+        own = acc.to(out.dtype.element_ty)
+        if COMMUNICATE:
+            if owner == rank:
+                if worst == 0:
+                    worst = il.symm_tile_wait_others(ctx, t)
+            stamp(trace, 4 + 5 * step, TRACE)
+            if worst == 0:
+                if FLAT:
+                    left, right = tl.split(own.reshape(BLOCK_M, 2, HALF_N).permute(0, 2, 1))
+                    finish_piece(ctx, out, slots, peer_slots, peer_out, parity, left, m0, n0, M, N, rank, owner,
+                                 WORLD, TMA_PUSH, BLOCK_M, HALF_N)
+                    finish_piece(ctx, out, slots, peer_slots, peer_out, parity, right, m0, n0 + HALF_N, M, N, rank,
+                                 owner, WORLD, TMA_PUSH, BLOCK_M, HALF_N)
+                else:
+                    finish_piece(ctx, out, slots, peer_slots, peer_out, parity, own, m0, n0, M, N, rank, owner,
+                                 WORLD, TMA_PUSH, BLOCK_M, BLOCK_N)
+                    pending, pending_owner = t, owner
+        else:
+            stamp(trace, 4 + 5 * step, TRACE)
+            store_tile(out, own, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        stamp(trace, 5 + 5 * step, TRACE)
+        step += 1
+    if COMMUNICATE:
+        if FLAT:  # the last tile's pushes (see the loop)
+            last = (pid + (step - 1) * grid + first) % tiles
+            if (step > 0) & (worst == 0):
+                worst = signal_pushed(ctx, last, slice_owner(last, tiles, WORLD), rank)
+        elif pending >= 0:
+            worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
+        # The sums of the tiles this CTA pushed, from their owners.
+        for j in range(pid, tiles, grid):
+            t = (j + first) % tiles
+            owner = slice_owner(t, tiles, WORLD)
+            if (owner != rank) & (worst == 0):
+                worst = il.symm_tile_wait(ctx, t, owner)
+        stamp(trace, 1 + 5 * step, TRACE)
+        advance_epochs(epochs, epoch + 1)
+    tl.store(status + pid, worst)
+
+
+__all__ = ["matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel"]
