@@ -21,8 +21,7 @@ from ironlink.runtime import tuning
 from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
                             matmul_reducescatter_kernel)
 from ironlink.fused.matmul_allreduce import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
-from ironlink.fused.allgather_matmul import COPY_COLS
-from ironlink.fused.matmul_reducescatter import reduce_rows
+from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
@@ -157,32 +156,35 @@ _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M":
             "BLOCK_K": "constexpr"}
 for m in (128, 16384):
     c = tuning.matmul_config(m, 8192, 2048, 4)
-    rs_sig = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "M": "i32", "N": "i32",
-              "K": "i32", "stride_am": "i32", "stride_ak": "i32", **_STRIDES, "GROUP_M": "constexpr",
-              "WORLD": "constexpr", "SLOTS": "constexpr", "ROWS": "constexpr", "TMA": "constexpr",
-              "B_ROW_MAJOR": "constexpr"}
+    rs_sig = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "peer_slots": "*bf16",
+              "epochs": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32",
+              **_STRIDES, "GROUP_M": "constexpr", "WORLD": "constexpr", "TMA": "constexpr",
+              "B_ROW_MAJOR": "constexpr", "TMA_PUSH": "constexpr"}
     rs = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "WORLD": 4,
-          "SLOTS": 4, "ROWS": reduce_rows(c, 4), "TMA": False, "B_ROW_MAJOR": False, "num_warps": c.warps,
-          "num_stages": c.stages}
+          "TMA": False, "B_ROW_MAJOR": False, "TMA_PUSH": False, "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"matmul_reducescatter_m{m}"] = (matmul_reducescatter_kernel.fn, rs_sig, rs)
-    # Through TMA descriptors (Hopper and later), b column-major (read transposed), at world 2.
+    # Through TMA descriptors (Hopper and later), b column-major (read transposed), at world 2,
+    # pushed by TMA in halves.
     KERNELS[f"matmul_reducescatter_m{m}_tma"] = (
         matmul_reducescatter_kernel.fn,
-        {**rs_sig, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"},
-        {**rs, "WORLD": 2, "SLOTS": 2, "ROWS": reduce_rows(c, 2), "TMA": True, "MIN_CC": 90})
+        {**rs_sig, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>",
+         "peer_slots": f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2}]>"},
+        {**rs, "WORLD": 2, "TMA": True, "TMA_PUSH": True, "MIN_CC": 90})
     c = tuning.matmul_config(m, 2048, 8192, 4)
     ag_sig = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "a_own": "*bf16", "a_all": "*bf16", "b": "*bf16",
               "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32", "stride_sm": "i32", "stride_sk": "i32",
-              **_STRIDES, "COPY_COLS": "constexpr", "WORLD": "constexpr", "TMA": "constexpr",
-              "B_ROW_MAJOR": "constexpr"}
-    ag = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "COPY_COLS": COPY_COLS, "WORLD": 4,
-          "TMA": False, "B_ROW_MAJOR": False, "num_warps": c.warps, "num_stages": c.stages}
+              **_STRIDES, "COPY_ROWS": "constexpr", "COPY_COLS": "constexpr", "WORLD": "constexpr",
+              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "FLAT": "constexpr"}
+    ag = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "COPY_ROWS": COPY_ROWS,
+          "COPY_COLS": COPY_COLS, "WORLD": 4, "TMA": False, "B_ROW_MAJOR": False, "FLAT": False, "num_warps": c.warps,
+          "num_stages": c.stages}
     KERNELS[f"allgather_matmul_m{m}"] = (allgather_matmul_kernel.fn, ag_sig, ag)
     a_block = f"tensordesc<bf16[{c.block_m}, {c.block_k}]>"
-    KERNELS[f"allgather_matmul_m{m}_tma"] = (
-        allgather_matmul_kernel.fn,
-        {**ag_sig, "a_own": a_block, "a_all": a_block, "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"},
-        {**ag, "WORLD": 2, "TMA": True, "MIN_CC": 90})
+    for flat in (True, False):  # the other ranks' tiles flattened on Hopper (tuning.matmul_flat)
+        KERNELS[f"allgather_matmul_m{m}_tma{'_flat' if flat else ''}"] = (
+            allgather_matmul_kernel.fn,
+            {**ag_sig, "a_own": a_block, "a_all": a_block, "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"},
+            {**ag, "WORLD": 2, "TMA": True, "FLAT": flat, "MIN_CC": 90, **({"MAX_CC": 90} if flat else {})})
 
 # Bytes of stack (ptxas spills: invisible in the PTX, whose .local the test refuses) each kernel
 # is allowed on sm_90 with the pinned Triton (`_sass.spills_checked`), as measured when this check

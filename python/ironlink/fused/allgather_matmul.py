@@ -7,12 +7,14 @@ a_full is every rank's shard stacked in rank order, out = a_full @ b: PyTorch's
 `fused_all_gather_matmul(a_shard, [b], gather_dim=0)`. One persistent launch; each CTA:
 1. meets the same CTA of every other rank (a signal and a wait each way: a rank may use its
    a_full until its launch starts);
-2. copies its share of this rank's shard (pieces of COPY_COLS columns of a row, spread over all
-   CTAs) into every rank's `a_full` (stores to a peer are posted: they drain while it goes on);
-3. computes its output tiles of this rank's own rows, reading `a_shard` (nothing to wait for);
-4. tells the same CTA of every other rank that its copies are done and waits for theirs, then
+2. computes its output tiles of this rank's own rows, reading `a_shard` (nothing to wait for),
+   and before each pushes a piece of its share of this rank's shard (units of COPY_ROWS x
+   COPY_COLS, spread over all CTAs) into every rank's `a_full`: stores to a peer are posted, so
+   they drain behind the tile's GEMM instead of delaying the GEMM's start;
+3. tells the same CTA of every other rank that its copies are done and waits for theirs, then
    passes a grid barrier: after it, every rank's rows are in this rank's a_full;
-5. computes its output tiles of the other ranks' rows.
+4. computes its output tiles of the other ranks' rows (on Hopper in a tile loop flattened with
+   the K loop, `tuning.matmul_flat`).
 The copies overlap the GEMM of the own rows (1 / world of the work). Every rank signals and waits
 equally often per launch: back-to-back launches and CUDA-graph replays need no reset. The launch
 is persistent (at most one CTA per SM), as the grid barrier needs.
@@ -43,7 +45,7 @@ from ..runtime.registry import heap_for, in_heap
 from . import sp_streams
 from .gemm import check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors
 
-COPY_COLS = 1024  # elements of a row copied per piece of the push (pieces are spread over all CTAs)
+COPY_ROWS, COPY_COLS = 8, 1024  # a unit of the push of the shard: 16 KiB of bf16 (units spread over all CTAs)
 
 
 class Plan(NamedTuple):
@@ -74,28 +76,57 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
 
 
 @triton.jit
-def _gemm_rows_of(a, stride_am, stride_ak, a_row0, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+def _gemm_tile_of(a, stride_am, stride_ak, a_row0, src, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
                   TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr):
-    # This CTA's share of the output tiles of rank `src`'s rows, from this CTA's index `first` on,
-    # read from `a` at rows a_row0.. (a pointer at the block's first row and a_row0 = 0, or a TMA
-    # descriptor and the block's first row in it: `gemm_range`).
+    # Output tile t of rank `src`'s rows, read from `a` at rows a_row0.. (a pointer at the block's
+    # first row and a_row0 = 0, or a TMA descriptor and the block's first row in it: `gemm_range`).
+    tm, tn = t // tiles_n, t % tiles_n
+    acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, a_row0 + tm * BLOCK_M, a_row0 + ROWS,
+                     tn * BLOCK_N, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M,
+                     BLOCK_N, BLOCK_K)
+    rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(out + (src * ROWS + rm[:, None]).to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
+             mask=(rm[:, None] < ROWS) & (rn[None, :] < N))
+
+
+@triton.jit
+def _gemm_rows_of(a, stride_am, stride_ak, a_row0, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                  TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, FLAT: tl.constexpr = False):
+    # This CTA's share of the output tiles of rank `src`'s rows, from this CTA's index `first` on.
+    # FLAT: the tile loop flattened with the K loop (Triton pipelines the loads across tiles).
     grid = tl.num_programs(0)
-    for t in range(first, tl.cdiv(ROWS, BLOCK_M) * tiles_n, grid):
-        tm, tn = t // tiles_n, t % tiles_n
-        acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, a_row0 + tm * BLOCK_M, a_row0 + ROWS,
-                         tn * BLOCK_N, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR,
-                         BLOCK_M, BLOCK_N, BLOCK_K)
-        rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-        tl.store(out + (src * ROWS + rm[:, None]).to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
-                 mask=(rm[:, None] < ROWS) & (rn[None, :] < N))
+    for t in tl.range(first, tl.cdiv(ROWS, BLOCK_M) * tiles_n, grid, flatten=FLAT):
+        _gemm_tile_of(a, stride_am, stride_ak, a_row0, src, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                      TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, ROWS, K, i_begin, i_end, WORLD: tl.constexpr,
+                COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr):
+    # Units i_begin..i_end of this CTA's share of the push of this rank's shard into every rank's
+    # a_full (at `mine`, this rank's block): unit u = pid + i * grid is COPY_ROWS rows by COPY_COLS
+    # columns. Stores to a peer are posted: they drain while the CTA computes its next tile.
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    pieces = tl.cdiv(K, COPY_COLS)
+    rr, cc = tl.arange(0, COPY_ROWS), tl.arange(0, COPY_COLS)
+    for i in range(i_begin, i_end):
+        u = pid + i * grid
+        r = (u // pieces) * COPY_ROWS + rr
+        c = (u % pieces) * COPY_COLS + cc
+        mask = (r[:, None] < ROWS) & (c[None, :] < K)
+        x = tl.load(a_shard + r[:, None].to(tl.int64) * stride_sm + c[None, :] * stride_sk, mask=mask)
+        offs = r[:, None].to(tl.int64) * K + c[None, :]
+        for p in tl.static_range(WORLD):
+            tl.store(ilt.peer_pointer(ctx, mine, p) + offs, x, mask=mask)
 
 
 @triton.jit
 def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA: tl.constexpr,
                       B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, WORLD: tl.constexpr):
+                      BLOCK_K: tl.constexpr, WORLD: tl.constexpr, FLAT: tl.constexpr = False):
     # The tiles of the other ranks' rows, read from a_full (a pointer, or a TMA descriptor of it);
     # they continue this CTA's walk where its own-row tiles stopped (balance).
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -105,44 +136,50 @@ def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, ti
         first = (pid + grid - (i * own) % grid) % grid
         if TMA:
             _gemm_rows_of(a_full, K, 1, src * ROWS, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
         else:
             _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, 0, src, first, b, out, ROWS, N, K,
-                          stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+                          stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
 
 
 @jit(do_not_specialize=["ctx"])
 def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
                             stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            COPY_COLS: tl.constexpr, WORLD: tl.constexpr, TMA: tl.constexpr,
-                            B_ROW_MAJOR: tl.constexpr):
+                            COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr,
+                            TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
     (see the module docs). The GEMM reads a_own (this rank's rows), a_all (a_full) and b: with TMA
     (Hopper), TMA descriptors of a_shard, a_full and b (`gemm.operand_descriptors`), else a_shard,
-    a_full and b themselves; the copies read a_shard and write a_full through pointers."""
+    a_full and b themselves; the copies read a_shard and write a_full through pointers. FLAT: the
+    other ranks' tiles in a tile loop flattened with the K loop (`tuning.matmul_flat`)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     tiles_n = tl.cdiv(N, BLOCK_N)
     s = il.symm_tile_signal_others(ctx, pid)
     worst = ilt.failure_or(s, il.symm_tile_wait_others(ctx, pid))
-    if worst == 0:
-        mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
-        cols = tl.arange(0, COPY_COLS)
-        pieces = tl.cdiv(K, COPY_COLS)
-        for u in range(pid, ROWS * pieces, grid):
-            row, c = u // pieces, (u % pieces) * COPY_COLS + cols
-            x = tl.load(a_shard + tl.cast(row, tl.int64) * stride_sm + c * stride_sk, mask=c < K)
-            for p in tl.static_range(WORLD):
-                tl.store(ilt.peer_pointer(ctx, mine, p) + tl.cast(row, tl.int64) * K + c, x, mask=c < K)
-    _gemm_rows_of(a_own, stride_sm, stride_sk, 0, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                  TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+    # The push of this CTA's share of the shard, spread over its own-row tiles: a piece before
+    # each, so the stores drain behind the GEMM instead of delaying its start.
+    mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
+    units = tl.cdiv(ROWS, COPY_ROWS) * tl.cdiv(K, COPY_COLS)
+    my_units = tl.cdiv(units - pid, grid)
+    own_tiles = tl.cdiv(ROWS, BLOCK_M) * tiles_n
+    steps = tl.maximum(tl.cdiv(own_tiles - pid, grid), 1)
+    per_step = tl.cdiv(my_units, steps)
+    for step in range(0, steps):
+        if worst == 0:
+            _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, ROWS, K, step * per_step,
+                        tl.minimum((step + 1) * per_step, my_units), WORLD, COPY_ROWS, COPY_COLS)
+        t = pid + step * grid
+        if t < own_tiles:
+            _gemm_tile_of(a_own, stride_sm, stride_sk, 0, rank, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
+                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
     s = il.symm_tile_signal_others(ctx, grid + pid)
     s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, grid + pid))
     s = ilt.failure_or(s, il.symm_grid_barrier(ctx))
     worst = ilt.failure_or(worst, s)
     if worst == 0:
         _gemm_other_ranks(a_all, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M,
-                          BLOCK_N, BLOCK_K, WORLD)
+                          BLOCK_N, BLOCK_K, WORLD, FLAT)
     tl.store(status + pid, worst)
 
 
@@ -220,11 +257,12 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
         layout = layout._replace(tma=False)
     a_own, b_arg = operand_descriptors(a_shard, b, layout, c.block_m, c.block_n, c.block_k)
     a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
+    flat = layout.tma and tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
     launch_with_status(
         "all_gather_matmul", h, p.ctas,
         lambda status: allgather_matmul_kernel[(p.ctas,)](
             h.ctx, a_shard, a_full, a_own, a_all, b_arg, out, p.rows, p.n, p.k, *strides, status, TMA=layout.tma,
-            B_ROW_MAJOR=layout.b_row_major, **meta),
+            B_ROW_MAJOR=layout.b_row_major, COPY_ROWS=COPY_ROWS, FLAT=flat, **meta),
         check, function="symm_tile_wait")
     return a_full, out
 
@@ -237,5 +275,5 @@ def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
     return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
 
 
-__all__ = ["COPY_COLS", "a_full_descriptor", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
+__all__ = ["COPY_COLS", "COPY_ROWS", "a_full_descriptor", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
            "allgather_matmul_kernel", "plan"]

@@ -227,10 +227,12 @@ def signal_pushed(ctx, t, owner, rank):
 
 @triton.jit
 def finish_piece(ctx, out, slots, peer_slots, peer_out, parity, value, m0, n0, M, N, rank, owner,
-                 WORLD: tl.constexpr, TMA_PUSH: tl.constexpr, BLOCK_M: tl.constexpr, PIECE_N: tl.constexpr):
+                 WORLD: tl.constexpr, TMA_PUSH: tl.constexpr, BLOCK_M: tl.constexpr, PIECE_N: tl.constexpr,
+                 BROADCAST: tl.constexpr = True):
     """Two-shot, a [BLOCK_M, PIECE_N] piece `value` (out's dtype) of this rank's partial of a tile,
-    at rows m0.., columns n0..: into its slot at the owner, or, on the owner (whose wait for the
-    peers' partials succeeded), summed with theirs into every rank's out."""
+    at rows m0.., columns n0.. of an [M, N] matrix: into its slot at the owner, or, on the owner
+    (whose wait for the peers' partials succeeded), summed with theirs into this rank's out and,
+    with BROADCAST (all-reduce; not reduce-scatter), every other rank's."""
     if owner != rank:
         slot = (rank - owner - 1 + WORLD) % WORLD  # 0 at world 2 (the TMA path)
         push_tile(ctx, slots + tl.cast(slot, tl.int64) * M * N, peer_slots, parity, value, m0, n0, M, N, owner,
@@ -238,8 +240,10 @@ def finish_piece(ctx, out, slots, peer_slots, peer_out, parity, value, m0, n0, M
     else:
         total = sum_partials(value, slots, m0, n0, M, N, rank, WORLD, BLOCK_M, PIECE_N).to(out.dtype.element_ty)
         store_tile(out, total, m0, n0, M, N, BLOCK_M, PIECE_N)
-        for k in tl.static_range(1, WORLD):
-            push_tile(ctx, out, peer_out, 0, total, m0, n0, M, N, (rank + k) % WORLD, TMA_PUSH, BLOCK_M, PIECE_N)
+        if BROADCAST:
+            for k in tl.static_range(1, WORLD):
+                push_tile(ctx, out, peer_out, 0, total, m0, n0, M, N, (rank + k) % WORLD, TMA_PUSH, BLOCK_M,
+                          PIECE_N)
 
 
 @jit(do_not_specialize=["ctx"])
@@ -350,4 +354,4 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     tl.store(status + pid, worst)
 
 
-__all__ = ["matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel"]
+__all__ = ["advance_epochs", "finish_piece", "launch_slots", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel"]

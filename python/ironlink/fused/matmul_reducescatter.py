@@ -3,19 +3,21 @@
     out = ironlink.matmul_reduce_scatter(a, b)   # a [M, K], b [K, N] -> out [M / world, N]
 
 Rank d's `out` gets rows d * M / world .. of sum_over_ranks(a_r @ b_r): PyTorch's
-`fused_matmul_reduce_scatter(a, b, "sum", scatter_dim=0)`. One persistent launch:
-- GEMM: each CTA computes output tiles, the destination ranks' row blocks in the order rank + 1,
-  rank + 2, ..., its own last (every destination gets its copies early), and stores each tile,
-  rounded to the output dtype, straight into its slot in the destination's workspace (stores to a
-  peer are posted) and signals the destination (tile index = the tile's index in its block).
-- Reduction: then every CTA takes its share of this rank's tiles: waits for every rank's copy,
-  sums them (fp32, rank order) into `out`, and signals each source that the slot is free (tile
-  index + tiles per block).
-- Before the launch ends, each CTA waits until the destinations freed the slots it wrote, so the
-  next launch cannot overwrite a slot still being read.
-Every rank signals and waits equally often per launch: back-to-back launches and CUDA-graph
-replays need no reset. The launch is persistent (at most one CTA per SM): its waits need every
-CTA resident.
+`fused_matmul_reduce_scatter(a, b, "sum", scatter_dim=0)`. One persistent launch, the two-shot
+by slices of `fused.matmul_allreduce_push` with the destinations' row blocks as the slices:
+- Rank r walks the output tiles block by block from block r + 1 on, its own block last. A tile
+  of another block goes, rounded to the output dtype, from registers into its slot at the
+  block's rank (a TMA store at world 2), announced to it (`symm_tile_signal`) once the CTA has
+  run its next tile's K loop (the push drains behind the GEMM).
+- A tile of its own block is summed, in rank order in fp32, with the partials its peers pushed
+  (they computed this block first, long before: `symm_tile_wait_others` rarely waits) and
+  stored into `out`. A wait never depends on another wait, so no cycle of waits can form.
+- The slots alternate between two halves of the workspace by launch parity: a rank ends launch
+  n only after every peer pushed into it in launch n, so after every peer ended launch n - 1;
+  its launch n + 1 cannot overwrite a slot of launch n - 1 still being read.
+No staging copy, no pass after the last GEMM. Every rank signals and waits equally often per
+launch: back-to-back launches and CUDA-graph replays need no reset. The launch is persistent (at
+most one CTA per SM): its waits need every CTA resident.
 
 On a heap of several nodes a destination's workspace may have no address (another node), so the
 kernel (`matmul_reducescatter_hierarchical_kernel`) computes every tile of a @ b into a workspace
@@ -44,6 +46,8 @@ from ..runtime.registry import heap_for
 from . import sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, product_tile,
                    tile_coords)
+from .matmul_allreduce import peer_descriptor
+from .matmul_allreduce_push import advance_epochs, finish_piece, launch_slots
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
@@ -75,66 +79,76 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     m, k, n = check_shapes(a, b, out, device, world)
     cfg = config or tuning.matmul_config(m // world, n, k, world)
     tiles = triton.cdiv(m // world, cfg.block_m) * triton.cdiv(n, cfg.block_n)
-    if 2 * tiles > _abi.MAX_TILES:
+    if tiles > _abi.MAX_TILES:
         raise ValueError(f"{op}: {tiles} tiles of {cfg.block_m}x{cfg.block_n} per rank: at most "
-                         f"{_abi.MAX_TILES // 2} (a larger tile shape, or split the matmul)")
-    ws = tiles * world * cfg.block_m * cfg.block_n * a.itemsize
+                         f"{_abi.MAX_TILES} (a larger tile shape, or split the matmul)")
+    ws = 2 * (world - 1) * (m // world) * n * a.itemsize  # the partials' slots, by launch parity
     return Plan(m, n, k, cfg, tiles, max(1, min(world * tiles, sms)), ws)
 
 
+@triton.jit
+def signal_partial(ctx, t, dest, rank):
+    """Announces this rank's partial of tile `t` of block `dest` to `dest` (nothing for its own)."""
+    if dest != rank:
+        s = il.symm_tile_signal(ctx, t, dest)
+    else:
+        s = rank * 0
+    return s
+
+
 @jit(do_not_specialize=["ctx"])
-def matmul_reducescatter_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
-                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                GROUP_M: tl.constexpr, WORLD: tl.constexpr, SLOTS: tl.constexpr,
-                                ROWS: tl.constexpr, TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = False):
-    """out [M / WORLD, N] = this rank's rows of the reduce-scatter of a @ b (see the module docs).
-    ws: the workspace (heap), tiles per block x WORLD slots of BLOCK_M x BLOCK_N elements.
-    SLOTS: WORLD rounded up to a power of two; ROWS: rows of a tile summed per step (`reduce_rows`).
+def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+                                stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WORLD: tl.constexpr,
+                                TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = False,
+                                TMA_PUSH: tl.constexpr = False):
+    """out [M / WORLD, N] (contiguous) = this rank's rows of the reduce-scatter of a @ b (see the
+    module docs): matmul_all_reduce's two-shot by slices with the slices the destinations' row
+    blocks and no sums sent back. ws: the partials' slots (heap), 2 x (WORLD - 1) x [M / WORLD, N],
+    the half by the launch parity (`epochs`: one int32 per possible CTA, zeroed at creation).
     TMA (Hopper): a and b are TMA descriptors (`gemm.operand_descriptors`; a tile past its block's
-    rows reads the next block's, which its slot carries but the sum leaves out)."""
+    rows reads the next block's, which its slot and the sum leave out). TMA_PUSH (world 2):
+    `peer_slots` is a TMA descriptor of the peer's slots [2, M / WORLD, N] (blocks [1, BLOCK_M,
+    BLOCK_N / 2]: the epilogue goes in halves), else unused."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     rows = M // WORLD
+    epoch, parity, slots = launch_slots(ws, epochs, rows, N, WORLD)
     tiles_m, tiles_n = tl.cdiv(rows, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    tiles = tiles_m * tiles_n
-    SLOT: tl.constexpr = BLOCK_M * BLOCK_N
-    ri, rc = tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N)
+    tiles = tiles_m * tiles_n  # per destination block
+    total = WORLD * tiles
+    first = ((rank + 1) % WORLD) * tiles  # the next rank's block first, this rank's own last
     worst = pid * 0
-    for o in range(pid, WORLD * tiles, grid):
-        dest = (rank + 1 + o // tiles) % WORLD
-        t = o % tiles
-        tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
-        row0 = dest * rows + tm * BLOCK_M
-        acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, row0, (dest + 1) * rows,
-                         tn * BLOCK_N, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR,
-                         BLOCK_M, BLOCK_N, BLOCK_K)
-        slot = ilt.peer_pointer(ctx, ws, dest) + (tl.cast(t, tl.int64) * WORLD + rank) * SLOT
-        tl.store(slot + ri[:, None] * BLOCK_N + rc[None, :], acc.to(ws.dtype.element_ty))
-        s = il.symm_tile_signal(ctx, t, dest)
-        worst = ilt.failure_or(s, worst)
-    ranks, rr = tl.arange(0, SLOTS), tl.arange(0, ROWS)
-    for t in range(pid, tiles, grid):
-        if worst == 0:
-            s = il.symm_tile_wait(ctx, t, rank)
-            s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, t))
-            worst = ilt.failure_or(s, worst)
-        if worst == 0:
-            tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
-            rn = tn * BLOCK_N + rc
-            for r0 in range(0, BLOCK_M, ROWS):
-                copies = ws + (tl.cast(t, tl.int64) * WORLD + ranks[:, None, None]) * SLOT \
-                    + ((r0 + rr)[:, None] * BLOCK_N + rc[None, :])[None, :, :]
-                total = tl.sum(tl.load(copies, mask=ranks[:, None, None] < WORLD, other=0.0).to(tl.float32), axis=0)
-                rm = tm * BLOCK_M + r0 + rr
-                tl.store(out + rm[:, None].to(tl.int64) * N + rn[None, :], total.to(out.dtype.element_ty),
-                         mask=(rm[:, None] < rows) & (rn[None, :] < N))
-            s = il.symm_tile_signal_others(ctx, tiles + t)
-            worst = ilt.failure_or(s, worst)
-    for o in range(pid, WORLD * tiles, grid):
-        dest = (rank + 1 + o // tiles) % WORLD
-        if (dest != rank) & (worst == 0):
-            s = il.symm_tile_wait(ctx, tiles + o % tiles, dest)
-            worst = ilt.failure_or(s, worst)
+    HALF_N: tl.constexpr = BLOCK_N // 2
+    # Nested tile and K loops: Triton 3.6 fails to flatten this loop (TritonGPUFuseNestedLoops:
+    # "scf.if ... source has 2 operands, but target successor needs 3").
+    for j in range(pid, total, grid):
+        o = (j + first) % total
+        dest = o // tiles
+        tm, tn = tile_coords(o % tiles, tiles_m, tiles_n, GROUP_M)
+        m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+        acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, dest * rows + m0, (dest + 1) * rows,
+                         n0, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M,
+                         BLOCK_N, BLOCK_K)
+        # The previous tile's push, drained behind this K loop, announced to its destination.
+        prev = (j - grid + first) % total
+        if (j >= pid + grid) & (worst == 0):
+            worst = signal_partial(ctx, prev % tiles, prev // tiles, rank)
+        own = acc.to(out.dtype.element_ty)
+        if dest == rank:
+            if worst == 0:
+                worst = il.symm_tile_wait_others(ctx, o % tiles)  # the peers' partials (their first blocks)
+        if worst == 0:  # in halves: a peer's partial summed beside the tile fits the registers
+            left, right = tl.split(own.reshape(BLOCK_M, 2, HALF_N).permute(0, 2, 1))
+            finish_piece(ctx, out, slots, peer_slots, out, parity, left, m0, n0, rows, N, rank, dest, WORLD, TMA_PUSH,
+                         BLOCK_M, HALF_N, False)
+            finish_piece(ctx, out, slots, peer_slots, out, parity, right, m0, n0 + HALF_N, rows, N, rank, dest, WORLD,
+                         TMA_PUSH, BLOCK_M, HALF_N, False)
+    last = pid + (tl.cdiv(total - pid, grid) - 1) * grid
+    last_o = (last + first) % total
+    if (last >= pid) & (worst == 0):
+        worst = signal_partial(ctx, last_o % tiles, last_o // tiles, rank)
+    advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
 
 
@@ -158,13 +172,6 @@ def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride
     if worst == 0:
         copy_rows(mine, N, 1, out, stride_om, stride_on, rows, N, COPY_COLS)
     tl.store(status + pid, worst)
-
-
-def reduce_rows(config: tuning.MatmulConfig, world: int) -> int:
-    """Rows of a tile the reduction sums per step: every rank's copy of them, 8192 elements in
-    all, are in registers at once (a whole 128 x 256 tile from 4 ranks needed 256 KiB of shared
-    memory for the sum)."""
-    return max(1, min(config.block_m, 8192 // (triton.next_power_of_2(world) * config.block_n)))
 
 
 def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Optional[tuning.MatmulConfig] = None,
@@ -207,20 +214,37 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
                 num_stages=c.stages),
             check, function="symm_grid_barrier/symm_reduce_scatter_hierarchical")
         return out
-    ws = h.workspace("matmul_reduce_scatter", p.workspace_bytes).view(a.dtype)
-    layout = layout_for(a, b)
-    a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
-    kernel = matmul_reducescatter_kernel[(p.ctas,)]
-    launch_with_status(
-        "matmul_reduce_scatter", h, p.ctas,
-        lambda status: kernel(h.ctx, a_arg, b_arg, out, ws, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
-                              b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
-                              GROUP_M=c.group_m, WORLD=h.world_size, SLOTS=triton.next_power_of_2(h.world_size),
-                              ROWS=reduce_rows(c, h.world_size), TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major,
-                              num_warps=c.warps, num_stages=c.stages),
-        check, function="symm_tile_wait")
+    dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
+    launch_with_status("matmul_reduce_scatter", h, p.ctas, lambda status: launch(h, p, a, b, dst, status), check,
+                       function="symm_tile_signal/symm_tile_wait_others")
+    if dst is not out:
+        out.copy_(dst)
     return out
 
 
-__all__ = ["COPY_COLS", "check_shapes", "matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel",
-           "matmul_reducescatter_kernel", "plan", "reduce_rows"]
+def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any) -> None:
+    """Launches plan `p`'s one-node kernel into the contiguous `out` (no checks:
+    `matmul_reduce_scatter` made them)."""
+    import torch
+
+    c = p.config
+    world, rows = heap.world_size, p.m // heap.world_size
+    layout = layout_for(a, b)
+    a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
+    ws = heap.workspace("matmul_reduce_scatter", p.workspace_bytes).view(out.dtype)
+    epochs = heap.workspace("matmul_reduce_scatter/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
+    # TMA pushes need one peer (a descriptor per destination) and 16-byte aligned rows.
+    tma_push = layout.tma and world == 2 and (p.n * out.element_size()) % 16 == 0
+    peer_slots = ws
+    if tma_push:
+        block = [1, c.block_m, c.block_n // 2]
+        peer_slots = peer_descriptor(heap, ws[:2 * rows * p.n].view(2, rows, p.n), block)
+    matmul_reducescatter_kernel[(p.ctas,)](
+        heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs.view(torch.int32), p.m, p.n, p.k, a.stride(0),
+        a.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+        GROUP_M=c.group_m, WORLD=world, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, TMA_PUSH=tma_push,
+        num_warps=c.warps, num_stages=c.stages)
+
+
+__all__ = ["COPY_COLS", "check_shapes", "launch", "matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel",
+           "matmul_reducescatter_kernel", "plan"]
