@@ -146,17 +146,21 @@ def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, ti
 def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
                             stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr,
-                            TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False):
+                            TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False,
+                            COMMUNICATE: tl.constexpr = True):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
     (see the module docs). The GEMM reads a_own (this rank's rows), a_all (a_full) and b: with TMA
     (Hopper), TMA descriptors of a_shard, a_full and b (`gemm.operand_descriptors`), else a_shard,
     a_full and b themselves; the copies read a_shard and write a_full through pointers. FLAT: the
-    other ranks' tiles in a tile loop flattened with the K loop (`tuning.matmul_flat`)."""
+    other ranks' tiles in a tile loop flattened with the K loop (`tuning.matmul_flat`).
+    COMMUNICATE=False (a probe): no push, no waits on peers; the GEMM and the grid barrier alone."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    s = il.symm_tile_signal_others(ctx, pid)
-    worst = ilt.failure_or(s, il.symm_tile_wait_others(ctx, pid))
+    worst = pid * 0
+    if COMMUNICATE:
+        s = il.symm_tile_signal_others(ctx, pid)
+        worst = ilt.failure_or(s, il.symm_tile_wait_others(ctx, pid))
     # The push of this CTA's share of the shard, spread over its own-row tiles: a piece before
     # each, so the stores drain behind the GEMM instead of delaying its start.
     mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
@@ -166,17 +170,18 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N,
     steps = tl.maximum(tl.cdiv(own_tiles - pid, grid), 1)
     per_step = tl.cdiv(my_units, steps)
     for step in range(0, steps):
-        if worst == 0:
-            _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, ROWS, K, step * per_step,
-                        tl.minimum((step + 1) * per_step, my_units), WORLD, COPY_ROWS, COPY_COLS)
+        if COMMUNICATE:
+            if worst == 0:
+                _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, ROWS, K, step * per_step,
+                            tl.minimum((step + 1) * per_step, my_units), WORLD, COPY_ROWS, COPY_COLS)
         t = pid + step * grid
         if t < own_tiles:
             _gemm_tile_of(a_own, stride_sm, stride_sk, 0, rank, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
                           TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-    s = il.symm_tile_signal_others(ctx, grid + pid)
-    s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, grid + pid))
-    s = ilt.failure_or(s, il.symm_grid_barrier(ctx))
-    worst = ilt.failure_or(worst, s)
+    if COMMUNICATE:
+        s = il.symm_tile_signal_others(ctx, grid + pid)
+        worst = ilt.failure_or(worst, ilt.failure_or(s, il.symm_tile_wait_others(ctx, grid + pid)))
+    worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
         _gemm_other_ranks(a_all, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M,
                           BLOCK_N, BLOCK_K, WORLD, FLAT)
@@ -252,19 +257,32 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
                 h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, *strides, status, **meta),
             check, function="symm_grid_barrier/symm_all_gather_hierarchical")
         return a_full, out
+    launch_with_status("all_gather_matmul", h, p.ctas, lambda status: launch(h, p, a_shard, b, a_full, out, status),
+                       check, function="symm_tile_wait")
+    return a_full, out
+
+
+def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any, communicate: bool = True,
+           flat: Optional[bool] = None, copy_rows: int = COPY_ROWS) -> None:
+    """Launches plan `p`'s one-node kernel (no checks: `all_gather_matmul` made them). The probes
+    call it directly: `communicate=False` leaves out the push and the waits on peers (the GEMM
+    and the grid barrier alone), `flat` replaces tuning.matmul_flat, `copy_rows` COPY_ROWS."""
+    import torch
+
+    c = p.config
     layout = layout_for(a_shard, b)
     if (p.k * a_full.element_size()) % 16:  # a_full's rows, read by TMA too
         layout = layout._replace(tma=False)
     a_own, b_arg = operand_descriptors(a_shard, b, layout, c.block_m, c.block_n, c.block_k)
     a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
-    flat = layout.tma and tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
-    launch_with_status(
-        "all_gather_matmul", h, p.ctas,
-        lambda status: allgather_matmul_kernel[(p.ctas,)](
-            h.ctx, a_shard, a_full, a_own, a_all, b_arg, out, p.rows, p.n, p.k, *strides, status, TMA=layout.tma,
-            B_ROW_MAJOR=layout.b_row_major, COPY_ROWS=COPY_ROWS, FLAT=flat, **meta),
-        check, function="symm_tile_wait")
-    return a_full, out
+    if flat is None:
+        flat = tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
+    allgather_matmul_kernel[(p.ctas,)](
+        heap.ctx, a_shard, a_full, a_own, a_all, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1),
+        b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+        COPY_ROWS=copy_rows, COPY_COLS=COPY_COLS, WORLD=heap.world_size, TMA=layout.tma,
+        B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, COMMUNICATE=communicate, num_warps=c.warps,
+        num_stages=c.stages)
 
 
 def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
@@ -275,5 +293,5 @@ def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
     return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
 
 
-__all__ = ["COPY_COLS", "COPY_ROWS", "a_full_descriptor", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
+__all__ = ["COPY_COLS", "COPY_ROWS", "a_full_descriptor", "launch", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
            "allgather_matmul_kernel", "plan"]

@@ -45,7 +45,7 @@ from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for
 from . import sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, product_tile,
-                   tile_coords)
+                   store_tile, tile_coords)
 from .matmul_allreduce import peer_descriptor
 from .matmul_allreduce_push import advance_epochs, finish_piece, launch_slots
 
@@ -101,7 +101,7 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
                                 stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WORLD: tl.constexpr,
                                 TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = False,
-                                TMA_PUSH: tl.constexpr = False):
+                                TMA_PUSH: tl.constexpr = False, COMMUNICATE: tl.constexpr = True):
     """out [M / WORLD, N] (contiguous) = this rank's rows of the reduce-scatter of a @ b (see the
     module docs): matmul_all_reduce's two-shot by slices with the slices the destinations' row
     blocks and no sums sent back. ws: the partials' slots (heap), 2 x (WORLD - 1) x [M / WORLD, N],
@@ -109,7 +109,8 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
     TMA (Hopper): a and b are TMA descriptors (`gemm.operand_descriptors`; a tile past its block's
     rows reads the next block's, which its slot and the sum leave out). TMA_PUSH (world 2):
     `peer_slots` is a TMA descriptor of the peer's slots [2, M / WORLD, N] (blocks [1, BLOCK_M,
-    BLOCK_N / 2]: the epilogue goes in halves), else unused."""
+    BLOCK_N / 2]: the epilogue goes in halves), else unused. COMMUNICATE=False (a probe): every
+    tile stored into `out` at its block's position, nothing pushed or waited for."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     rows = M // WORLD
@@ -130,25 +131,30 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
         acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, dest * rows + m0, (dest + 1) * rows,
                          n0, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M,
                          BLOCK_N, BLOCK_K)
-        # The previous tile's push, drained behind this K loop, announced to its destination.
-        prev = (j - grid + first) % total
-        if (j >= pid + grid) & (worst == 0):
-            worst = signal_partial(ctx, prev % tiles, prev // tiles, rank)
+        if COMMUNICATE:
+            # The previous tile's push, drained behind this K loop, announced to its destination.
+            prev = (j - grid + first) % total
+            if (j >= pid + grid) & (worst == 0):
+                worst = signal_partial(ctx, prev % tiles, prev // tiles, rank)
         own = acc.to(out.dtype.element_ty)
-        if dest == rank:
-            if worst == 0:
-                worst = il.symm_tile_wait_others(ctx, o % tiles)  # the peers' partials (their first blocks)
-        if worst == 0:  # in halves: a peer's partial summed beside the tile fits the registers
-            left, right = tl.split(own.reshape(BLOCK_M, 2, HALF_N).permute(0, 2, 1))
-            finish_piece(ctx, out, slots, peer_slots, out, parity, left, m0, n0, rows, N, rank, dest, WORLD, TMA_PUSH,
-                         BLOCK_M, HALF_N, False)
-            finish_piece(ctx, out, slots, peer_slots, out, parity, right, m0, n0 + HALF_N, rows, N, rank, dest, WORLD,
-                         TMA_PUSH, BLOCK_M, HALF_N, False)
+        if COMMUNICATE:
+            if dest == rank:
+                if worst == 0:
+                    worst = il.symm_tile_wait_others(ctx, o % tiles)  # the peers' partials (their first blocks)
+            if worst == 0:  # in halves: a peer's partial summed beside the tile fits the registers
+                left, right = tl.split(own.reshape(BLOCK_M, 2, HALF_N).permute(0, 2, 1))
+                finish_piece(ctx, out, slots, peer_slots, out, parity, left, m0, n0, rows, N, rank, dest, WORLD,
+                             TMA_PUSH, BLOCK_M, HALF_N, False)
+                finish_piece(ctx, out, slots, peer_slots, out, parity, right, m0, n0 + HALF_N, rows, N, rank, dest,
+                             WORLD, TMA_PUSH, BLOCK_M, HALF_N, False)
+        else:
+            store_tile(out, own, m0, n0, rows, N, BLOCK_M, BLOCK_N)
     last = pid + (tl.cdiv(total - pid, grid) - 1) * grid
     last_o = (last + first) % total
-    if (last >= pid) & (worst == 0):
-        worst = signal_partial(ctx, last_o % tiles, last_o // tiles, rank)
-    advance_epochs(epochs, epoch + 1)
+    if COMMUNICATE:
+        if (last >= pid) & (worst == 0):
+            worst = signal_partial(ctx, last_o % tiles, last_o // tiles, rank)
+        advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
 
 
@@ -222,9 +228,9 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     return out
 
 
-def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any) -> None:
+def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True) -> None:
     """Launches plan `p`'s one-node kernel into the contiguous `out` (no checks:
-    `matmul_reduce_scatter` made them)."""
+    `matmul_reduce_scatter` made them); `communicate=False` (the probes): the GEMM alone."""
     import torch
 
     c = p.config
@@ -243,7 +249,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any) -> None:
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs.view(torch.int32), p.m, p.n, p.k, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
         GROUP_M=c.group_m, WORLD=world, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, TMA_PUSH=tma_push,
-        num_warps=c.warps, num_stages=c.stages)
+        COMMUNICATE=communicate, num_warps=c.warps, num_stages=c.stages)
 
 
 __all__ = ["COPY_COLS", "check_shapes", "launch", "matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel",

@@ -1,0 +1,103 @@
+"""Where the one-kernel sequence-parallel ops lose time: a probe, not a benchmark (issue 36).
+
+    torchrun --nproc_per_node=2 bench/sp_probe.py --ms 4096,16384 --out sp-probe.json
+
+For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fused.py's shapes
+(K = N = 8192, b column-parallel / row-parallel), in CUDA graphs, max over ranks:
+- `torch.matmul`: cuBLAS on the whole local product (the floor a fused op chases);
+- `kernel`: the op as users call it (`method="kernel"`);
+- `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
+  plus, for all_gather_matmul, its grid barrier);
+- all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
+  `copy_rows=R`: the push in units of R rows (default `allgather_matmul.COPY_ROWS`).
+kernel - gemm_only is what the communication costs; gemm_only - torch.matmul the GEMM's gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+import ironlink
+from ironlink.fused import allgather_matmul as agm
+from ironlink.fused import matmul_reducescatter as mrs
+from ironlink.ops import TensorSpec
+from ironlink.runtime.distributed import sm_share
+from ironlink_bench import run_info, time_graph
+
+
+def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]) -> None:
+    w = heap.world_size
+    shard = torch.randn(m // w, k, device="cuda").to(torch.bfloat16)
+    b = (torch.randn(k, n // w, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    a_full = heap.empty((m, k), torch.bfloat16)
+    out = torch.empty(m, n // w, device="cuda", dtype=torch.bfloat16)
+    spec = TensorSpec.from_tensor
+    p = agm.plan(spec(shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(heap.device), w,
+                 sm_share(heap.device))
+    status = torch.zeros(p.ctas, dtype=torch.int32, device="cuda")
+    shape = (m, n // w, k)
+    row("all_gather_matmul", "torch.matmul", shape, lambda: torch.matmul(a_full, b, out=out))
+    row("all_gather_matmul", "kernel", shape,
+        lambda: ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, out=out, method="kernel"))
+    row("all_gather_matmul", "gemm_only", shape,
+        lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False))
+    row("all_gather_matmul", "nested", shape,
+        lambda: agm.launch(heap, p, shard, b, a_full, out, status, flat=False))
+    for rows in (2, 32):  # the push's unit: rows x COPY_COLS (default COPY_ROWS)
+        row("all_gather_matmul", f"copy_rows={rows}", shape,
+            lambda: agm.launch(heap, p, shard, b, a_full, out, status, copy_rows=rows))
+    heap.check()
+    heap.free(a_full)
+
+
+def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., None]) -> None:
+    w = heap.world_size
+    a = torch.randn(m, k // w, device="cuda").to(torch.bfloat16)
+    b = (torch.randn(k // w, n, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    out = torch.empty(m // w, n, device="cuda", dtype=torch.bfloat16)
+    full = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    spec = TensorSpec.from_tensor
+    p = mrs.plan(spec(a, "a"), spec(b, "b"), spec(out, "out"), str(heap.device), w, sm_share(heap.device))
+    status = torch.zeros(p.ctas, dtype=torch.int32, device="cuda")
+    shape = (m, n, k // w)
+    row("matmul_reduce_scatter", "torch.matmul", shape, lambda: torch.matmul(a, b, out=full))
+    row("matmul_reduce_scatter", "kernel", shape,
+        lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
+    row("matmul_reduce_scatter", "gemm_only", shape, lambda: mrs.launch(heap, p, a, b, out, status, communicate=False))
+    heap.check()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ms", default="4096,16384")
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--k", type=int, default=8192)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    ironlink.init_distributed()
+    heap = ironlink.SymmetricHeap(4 << 30)
+    rows: list[dict[str, Any]] = []
+
+    def row(op: str, variant: str, shape: tuple[int, int, int], fn: Callable[[], Any]) -> None:
+        m, n, k = shape
+        rows.append({"op": op, "variant": variant, "M": m, "N": n, "K": k, "us": round(time_graph(fn, m * k * 2), 2)})
+        if dist.get_rank() == 0:
+            print(json.dumps(rows[-1]), flush=True)
+
+    for m in map(int, args.ms.split(",")):
+        probe_all_gather(heap, m, args.n, args.k, row)
+        probe_reduce_scatter(heap, m, args.n, args.k, row)
+    if args.out and dist.get_rank() == 0:
+        with open(args.out, "w") as f:
+            json.dump({**run_info(dist.get_world_size()), "probe": "sp_probe", "results": rows}, f, indent=1)
+    heap.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
