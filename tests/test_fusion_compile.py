@@ -173,9 +173,9 @@ for m in (128, 16384):
     c = tuning.matmul_config(m, 2048, 8192, 4)
     ag_sig = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "a_own": "*bf16", "a_all": "*bf16", "b": "*bf16",
               "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32", "stride_sm": "i32", "stride_sk": "i32",
-              **_STRIDES, "COPY_ROWS": "constexpr", "COPY_COLS": "constexpr", "WORLD": "constexpr",
+              **_STRIDES, "GROUP_M": "constexpr", "COPY_ROWS": "constexpr", "COPY_COLS": "constexpr", "WORLD": "constexpr",
               "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "FLAT": "constexpr"}
-    ag = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "COPY_ROWS": COPY_ROWS,
+    ag = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COPY_ROWS": COPY_ROWS,
           "COPY_COLS": COPY_COLS, "WORLD": 4, "TMA": False, "B_ROW_MAJOR": False, "FLAT": False, "num_warps": c.warps,
           "num_stages": c.stages}
     KERNELS[f"allgather_matmul_m{m}"] = (allgather_matmul_kernel.fn, ag_sig, ag)

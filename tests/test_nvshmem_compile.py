@@ -171,7 +171,7 @@ _MATMUL = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32",
            **_GEMM, "GROUP_M": "constexpr"}
 _GATHER_MATMUL = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32",
                   "N": "i32", "K": "i32", "stride_sm": "i32", "stride_sk": "i32", "stride_bk": "i32", "stride_bn": "i32",
-                  "status": "*i32", **_GEMM, "COPY_COLS": "constexpr", "WORLD": "constexpr"}
+                  "status": "*i32", **_GEMM, "GROUP_M": "constexpr", "COPY_COLS": "constexpr", "WORLD": "constexpr"}
 _MATMUL_SCATTER = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "M": "i32", "N": "i32",
                    "K": "i32", "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32",
                    "stride_om": "i32", "stride_on": "i32", "status": "*i32", **_GEMM, "GROUP_M": "constexpr",
@@ -197,7 +197,8 @@ for _m in (16, 4096):
     FUSED[f"matmul_allreduce_m{_m}"] = (matmul_allreduce_hierarchical_kernel, _MATMUL, {**_tiles(_m), **_group},
                                         ("symm_all_reduce_hierarchical", "symm_grid_barrier"))
     FUSED[f"allgather_matmul_m{_m}"] = (
-        allgather_matmul_hierarchical_kernel, _GATHER_MATMUL, {**_tiles(_m), "COPY_COLS": agm.COPY_COLS, "WORLD": 4},
+        allgather_matmul_hierarchical_kernel, _GATHER_MATMUL,
+        {**_tiles(_m), **_group, "COPY_COLS": agm.COPY_COLS, "WORLD": 4},
         ("symm_all_gather_hierarchical", "symm_grid_barrier", "symm_rank"))
     FUSED[f"matmul_reducescatter_m{_m}"] = (
         matmul_reducescatter_hierarchical_kernel, _MATMUL_SCATTER,

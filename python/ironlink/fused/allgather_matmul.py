@@ -43,7 +43,7 @@ from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from . import sp_streams
-from .gemm import check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors
+from .gemm import check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, tile_coords
 
 COPY_ROWS, COPY_COLS = 8, 1024  # a unit of the push of the shard: 16 KiB of bf16 (units spread over all CTAs)
 
@@ -78,10 +78,10 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
 @triton.jit
 def _gemm_tile_of(a, stride_am, stride_ak, a_row0, src, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
                   TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr):
+                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     # Output tile t of rank `src`'s rows, read from `a` at rows a_row0.. (a pointer at the block's
     # first row and a_row0 = 0, or a TMA descriptor and the block's first row in it: `gemm_range`).
-    tm, tn = t // tiles_n, t % tiles_n
+    tm, tn = tile_coords(t, tl.cdiv(ROWS, BLOCK_M), tiles_n, GROUP_M)  # grouped: b's columns shared in L2
     acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, a_row0 + tm * BLOCK_M, a_row0 + ROWS,
                      tn * BLOCK_N, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M,
                      BLOCK_N, BLOCK_K)
@@ -94,13 +94,13 @@ def _gemm_tile_of(a, stride_am, stride_ak, a_row0, src, t, b, out, ROWS, N, K, s
 @triton.jit
 def _gemm_rows_of(a, stride_am, stride_ak, a_row0, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
                   TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, FLAT: tl.constexpr = False):
+                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLAT: tl.constexpr = False):
     # This CTA's share of the output tiles of rank `src`'s rows, from this CTA's index `first` on.
     # FLAT: the tile loop flattened with the K loop (Triton pipelines the loads across tiles).
     grid = tl.num_programs(0)
     for t in tl.range(first, tl.cdiv(ROWS, BLOCK_M) * tiles_n, grid, flatten=FLAT):
         _gemm_tile_of(a, stride_am, stride_ak, a_row0, src, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                      TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+                      TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
 
 
 @triton.jit
@@ -126,7 +126,8 @@ def _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, ROWS, K, i_begin, i_en
 @triton.jit
 def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA: tl.constexpr,
                       B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, WORLD: tl.constexpr, FLAT: tl.constexpr = False):
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WORLD: tl.constexpr,
+                      FLAT: tl.constexpr = False):
     # The tiles of the other ranks' rows, read from a_full (a pointer, or a TMA descriptor of it);
     # they continue this CTA's walk where its own-row tiles stopped (balance).
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -136,16 +137,16 @@ def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, ti
         first = (pid + grid - (i * own) % grid) % grid
         if TMA:
             _gemm_rows_of(a_full, K, 1, src * ROWS, src, first, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
+                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, FLAT)
         else:
             _gemm_rows_of(a_full + tl.cast(src, tl.int64) * ROWS * K, K, 1, 0, src, first, b, out, ROWS, N, K,
-                          stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
+                          stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, FLAT)
 
 
 @jit(do_not_specialize=["ctx"])
 def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
                             stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr,
+                            GROUP_M: tl.constexpr, COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr,
                             TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False,
                             COMMUNICATE: tl.constexpr = True):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
@@ -177,14 +178,14 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N,
         t = pid + step * grid
         if t < own_tiles:
             _gemm_tile_of(a_own, stride_sm, stride_sk, 0, rank, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     if COMMUNICATE:
         s = il.symm_tile_signal_others(ctx, grid + pid)
         worst = ilt.failure_or(worst, ilt.failure_or(s, il.symm_tile_wait_others(ctx, grid + pid)))
     worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
         _gemm_other_ranks(a_all, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA, B_ROW_MAJOR, BLOCK_M,
-                          BLOCK_N, BLOCK_K, WORLD, FLAT)
+                          BLOCK_N, BLOCK_K, GROUP_M, WORLD, FLAT)
     tl.store(status + pid, worst)
 
 
@@ -192,14 +193,15 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N,
 @jit(do_not_specialize=["ctx"], nvshmem=True)
 def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
                                          stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                                         BLOCK_K: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr):
+                                         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, COPY_COLS: tl.constexpr,
+                                         WORLD: tl.constexpr):
     pid = tl.program_id(0)
     rank = il.symm_rank(ctx)
     tiles_n = tl.cdiv(N, BLOCK_N)
     mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
     copy_rows(a_shard, stride_sm, stride_sk, mine, K, 1, ROWS, K, COPY_COLS)
     _gemm_rows_of(a_shard, stride_sm, stride_sk, 0, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                  False, False, BLOCK_M, BLOCK_N, BLOCK_K)
+                  False, False, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     # The own block complete before any CTA sends its slice of it; every block in place before
     # any CTA reads one.
     worst = il.symm_grid_barrier(ctx)
@@ -207,7 +209,7 @@ def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, 
     worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
         _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, False, False, BLOCK_M,
-                          BLOCK_N, BLOCK_K, WORLD)
+                          BLOCK_N, BLOCK_K, GROUP_M, WORLD)
     tl.store(status + pid, worst)
 
 
@@ -246,11 +248,11 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     if p.rows == 0 or p.n == 0:
         return a_full, out
     in_heap(h, "all_gather_matmul", (a_full, "a_full"))
-    c = p.config
-    strides = a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1)
-    meta = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, COPY_COLS=COPY_COLS, WORLD=h.world_size,
-                num_warps=c.warps, num_stages=c.stages)
     if h.multi_node:
+        c = p.config
+        strides = a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1)
+        meta = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, COPY_COLS=COPY_COLS,
+                    WORLD=h.world_size, num_warps=c.warps, num_stages=c.stages)
         launch_with_status(
             "all_gather_matmul", h, p.ctas,
             lambda status: allgather_matmul_hierarchical_kernel[(p.ctas,)](
@@ -279,7 +281,7 @@ def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, stat
         flat = tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
     allgather_matmul_kernel[(p.ctas,)](
         heap.ctx, a_shard, a_full, a_own, a_all, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1),
-        b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+        b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
         COPY_ROWS=copy_rows, COPY_COLS=COPY_COLS, WORLD=heap.world_size, TMA=layout.tma,
         B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, COMMUNICATE=communicate, num_warps=c.warps,
         num_stages=c.stages)
