@@ -207,7 +207,7 @@ class SequenceParallelBench:
         gathered = torch.empty(m, k, device="cuda", dtype=dtype)
         self.b.record(op, "ironlink_fused", shape, "bf16",
                       lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out), a_full.nbytes,
-                      method=tuning.sp_method("all_gather_matmul", m))
+                      method=tuning.sp_method("all_gather_matmul", m, w))
         for method in tuning.SP_METHOD_NAMES:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
@@ -232,7 +232,7 @@ class SequenceParallelBench:
         nbytes = full.nbytes
         self.b.record(op, "ironlink_fused", shape, "bf16",
                       lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out), nbytes,
-                      method=tuning.sp_method("matmul_reduce_scatter", m))
+                      method=tuning.sp_method("matmul_reduce_scatter", m, w))
         for method in tuning.SP_METHOD_NAMES:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method=method),

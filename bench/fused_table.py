@@ -110,7 +110,7 @@ def sp_block() -> str:
                 "| x NCCL + torch | x PyTorch fused |", "|---|---|---|---|---|---|---|---|---|"]
         for m in sorted({r["M"] for r in rows if r["op"] == op}):
             # "fused" is the method ironlink.tuning picks today, from the per-method rows.
-            method = tuning.sp_method(SP_FUNCTIONS[op], m)
+            method = tuning.sp_method(SP_FUNCTIONS[op], m, int(doc["world_size"]))
             fused = us(op, f"ironlink_fused[{method}]", m) or us(op, "ironlink_fused", m)
             nccl, symm = us(op, "nccl_torch", m), us(op, "torch_symm_fused", m)
             each = " | ".join(f(us(op, f"ironlink_fused[{x}]", m)) for x in ("kernel", "collective", "overlap"))

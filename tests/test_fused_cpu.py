@@ -221,6 +221,10 @@ def test_sequence_parallel_methods_follow_the_tuning_table() -> None:
             assert tuning.sp_method(op, limit) == method
     assert tuning.sp_method("matmul_reduce_scatter", 128) == "collective"
     assert tuning.sp_method("matmul_reduce_scatter", 16384) == "overlap"
+    # World 2 has its own table: the one-kernel reduce-scatter from M = 1024 on.
+    assert tuning.sp_method("matmul_reduce_scatter", 16384, 2) == "kernel"
+    assert tuning.sp_method("matmul_reduce_scatter", 128, 2) == "collective"
+    assert tuning.sp_method("all_gather_matmul", 16384, 2) == "overlap"
 
 
 def test_sequence_parallel_method_names_are_checked() -> None:

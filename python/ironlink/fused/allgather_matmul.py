@@ -234,7 +234,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     if out is None:
         out = torch.empty((h.world_size * rows, n), device=a_shard.device, dtype=a_shard.dtype)
     spec = TensorSpec.from_tensor
-    method = sp_streams.method_for("all_gather_matmul", a_full.shape[0], method, h.multi_node)
+    method = sp_streams.method_for("all_gather_matmul", a_full.shape[0], method, h.multi_node, h.world_size)
     if method != "kernel":
         rows, _, n = check_shapes(spec(a_shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"),
                            str(h.device), h.world_size)

@@ -197,7 +197,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     if out is None:
         out = torch.empty((a.shape[0] // h.world_size, b.shape[-1]), device=a.device, dtype=a.dtype)
     specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
-    method = sp_streams.method_for("matmul_reduce_scatter", a.shape[0], method, h.multi_node)
+    method = sp_streams.method_for("matmul_reduce_scatter", a.shape[0], method, h.multi_node, h.world_size)
     if method != "kernel":
         m, _, n = check_shapes(*specs, str(h.device), h.world_size)
         if m and n:

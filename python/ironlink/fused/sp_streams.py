@@ -39,11 +39,12 @@ from ..ops import all_gather, launch_with_status, reduce_scatter
 from ..runtime.registry import holds
 
 
-def method_for(op: str, m: int, method: Optional[str], multi_node: bool) -> str:
-    """The method `op` runs by for an M-row product: `method` if given (checked), else the tuning
-    table's; on a heap of several nodes (`multi_node`) never "overlap" (see the module docs)."""
+def method_for(op: str, m: int, method: Optional[str], multi_node: bool, world: int = 0) -> str:
+    """The method `op` runs by for an M-row product at `world` ranks: `method` if given (checked),
+    else the tuning table's; on a heap of several nodes (`multi_node`) never "overlap" (see the
+    module docs)."""
     if method is None:
-        return "collective" if multi_node else tuning.sp_method(op, m)
+        return "collective" if multi_node else tuning.sp_method(op, m, world)
     tuning.check_sp_method(method)
     if multi_node and method == "overlap":
         raise ValueError(f"{op}: method 'overlap' copies from peers' memory with the copy engine, which reaches "

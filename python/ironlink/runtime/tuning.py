@@ -134,12 +134,21 @@ SP_METHODS: dict[str, tuple[tuple[int, str], ...]] = {
     "all_gather_matmul": ((2048, "collective"), (1 << 62, "overlap")),
     "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "overlap")),
 }
+# Where a world size has its own table. World 2 (2 H200s, git 784be2d,
+# bench/results/fused-2xNVIDIA-H200-20261125-234653.json): matmul_reduce_scatter's kernel
+# (two-shot by slices, TMA pushes) 118.8 / 439.2 / 1896.4 us at M = 1024 / 4096 / 16384 against
+# overlap 123.6 / 487.5 / 1866.5 and collective 141.5 / 531.0 / 2036.8; collective 37.0 against
+# kernel 53.8 at M = 128.
+SP_METHODS_BY_WORLD: dict[int, dict[str, tuple[tuple[int, str], ...]]] = {
+    2: {"matmul_reduce_scatter": ((512, "collective"), (1 << 62, "kernel"))},
+}
 SP_METHOD_NAMES = ("kernel", "collective", "overlap")
 
 
-def sp_method(op: str, m: int) -> str:
-    """How the sequence-parallel op `op` runs for an M-row product (see SP_METHODS)."""
-    table = SP_METHODS[op]
+def sp_method(op: str, m: int, world: int = 0) -> str:
+    """How the sequence-parallel op `op` runs for an M-row product at `world` ranks (see
+    SP_METHODS and SP_METHODS_BY_WORLD; world 0: the general table)."""
+    table = SP_METHODS_BY_WORLD.get(world, {}).get(op, SP_METHODS[op])
     return next((method for limit, method in table if m <= limit), table[-1][1])
 
 
@@ -224,5 +233,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]
