@@ -9,7 +9,7 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
 - `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
   plus, for all_gather_matmul, its grid barrier);
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
-  `copy_rows=R`: the push in units of R rows (default `allgather_matmul.COPY_ROWS`).
+  `register_push`: the shard pushed by stores from registers instead of TMA (world 2).
 kernel - gemm_only is what the communication costs; gemm_only - torch.matmul the GEMM's gap.
 """
 
@@ -48,9 +48,8 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False))
     row("all_gather_matmul", "nested", shape,
         lambda: agm.launch(heap, p, shard, b, a_full, out, status, flat=False))
-    for rows in (2, 32):  # the push's unit: rows x COPY_COLS (default COPY_ROWS)
-        row("all_gather_matmul", f"copy_rows={rows}", shape,
-            lambda: agm.launch(heap, p, shard, b, a_full, out, status, copy_rows=rows))
+    row("all_gather_matmul", "register_push", shape,
+        lambda: agm.launch(heap, p, shard, b, a_full, out, status, tma_push=False))
     heap.check()
     heap.free(a_full)
 

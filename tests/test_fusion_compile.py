@@ -21,7 +21,7 @@ from ironlink.runtime import tuning
 from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
                             matmul_reducescatter_kernel)
 from ironlink.fused.matmul_allreduce import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
-from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS
+from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
@@ -171,20 +171,27 @@ for m in (128, 16384):
          "peer_slots": f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2}]>"},
         {**rs, "WORLD": 2, "TMA": True, "TMA_PUSH": True, "MIN_CC": 90})
     c = tuning.matmul_config(m, 2048, 8192, 4)
-    ag_sig = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "a_own": "*bf16", "a_all": "*bf16", "b": "*bf16",
-              "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32", "stride_sm": "i32", "stride_sk": "i32",
-              **_STRIDES, "GROUP_M": "constexpr", "COPY_ROWS": "constexpr", "COPY_COLS": "constexpr", "WORLD": "constexpr",
-              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "FLAT": "constexpr"}
+    ag_sig = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "a_own": "*bf16", "a_all": "*bf16",
+              "peer_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32",
+              "stride_sm": "i32", "stride_sk": "i32", **_STRIDES, "GROUP_M": "constexpr", "COPY_ROWS": "constexpr",
+              "COPY_COLS": "constexpr", "WORLD": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr",
+              "FLAT": "constexpr", "TMA_PUSH": "constexpr"}
     ag = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COPY_ROWS": COPY_ROWS,
-          "COPY_COLS": COPY_COLS, "WORLD": 4, "TMA": False, "B_ROW_MAJOR": False, "FLAT": False, "num_warps": c.warps,
-          "num_stages": c.stages}
+          "COPY_COLS": COPY_COLS, "WORLD": 4, "TMA": False, "B_ROW_MAJOR": False, "FLAT": False, "TMA_PUSH": False,
+          "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"allgather_matmul_m{m}"] = (allgather_matmul_kernel.fn, ag_sig, ag)
     a_block = f"tensordesc<bf16[{c.block_m}, {c.block_k}]>"
-    for flat in (True, False):  # the other ranks' tiles flattened on Hopper (tuning.matmul_flat)
+    tma_sig = {**ag_sig, "a_own": a_block, "a_all": a_block, "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"}
+    # World 2 through TMA: the shard pushed by TMA (the default) or from registers; the other
+    # ranks' tiles flattened (Hopper, tuning.matmul_flat) or nested.
+    for flat in (True, False):
         KERNELS[f"allgather_matmul_m{m}_tma{'_flat' if flat else ''}"] = (
             allgather_matmul_kernel.fn,
-            {**ag_sig, "a_own": a_block, "a_all": a_block, "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"},
-            {**ag, "WORLD": 2, "TMA": True, "FLAT": flat, "MIN_CC": 90, **({"MAX_CC": 90} if flat else {})})
+            {**tma_sig, "peer_full": f"tensordesc<bf16[1, {TMA_COPY_ROWS}, {TMA_COPY_COLS}]>"},
+            {**ag, "WORLD": 2, "TMA": True, "FLAT": flat, "TMA_PUSH": True, "COPY_ROWS": TMA_COPY_ROWS,
+             "COPY_COLS": TMA_COPY_COLS, "MIN_CC": 90, **({"MAX_CC": 90} if flat else {})})
+    KERNELS[f"allgather_matmul_m{m}_tma_register_push"] = (
+        allgather_matmul_kernel.fn, tma_sig, {**ag, "WORLD": 2, "TMA": True, "MIN_CC": 90})
 
 # Bytes of stack (ptxas spills: invisible in the PTX, whose .local the test refuses) each kernel
 # is allowed on sm_90 with the pinned Triton (`_sass.spills_checked`), as measured when this check

@@ -43,9 +43,11 @@ from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from . import sp_streams
+from .matmul_allreduce import peer_descriptor
 from .gemm import check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, tile_coords
 
 COPY_ROWS, COPY_COLS = 8, 1024  # a unit of the push of the shard: 16 KiB of bf16 (units spread over all CTAs)
+TMA_COPY_ROWS, TMA_COPY_COLS = 32, 256  # the same through TMA (a box is at most 256 elements wide)
 
 
 class Plan(NamedTuple):
@@ -104,23 +106,30 @@ def _gemm_rows_of(a, stride_am, stride_ak, a_row0, src, first, b, out, ROWS, N, 
 
 
 @triton.jit
-def _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, ROWS, K, i_begin, i_end, WORLD: tl.constexpr,
-                COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr):
+def _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, peer_full, rank, ROWS, K, i_begin, i_end,
+                WORLD: tl.constexpr, COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, TMA_PUSH: tl.constexpr):
     # Units i_begin..i_end of this CTA's share of the push of this rank's shard into every rank's
     # a_full (at `mine`, this rank's block): unit u = pid + i * grid is COPY_ROWS rows by COPY_COLS
-    # columns. Stores to a peer are posted: they drain while the CTA computes its next tile.
+    # columns. TMA_PUSH (world 2): into the peer through `peer_full`, a TMA descriptor of its
+    # a_full as [WORLD, ROWS, K]: the SM's copy engine drains the unit from shared memory while
+    # the warps compute (stores from registers stall them once NVLink is full); else stores to
+    # each rank, posted.
     pid, grid = tl.program_id(0), tl.num_programs(0)
     pieces = tl.cdiv(K, COPY_COLS)
     rr, cc = tl.arange(0, COPY_ROWS), tl.arange(0, COPY_COLS)
     for i in range(i_begin, i_end):
         u = pid + i * grid
-        r = (u // pieces) * COPY_ROWS + rr
-        c = (u % pieces) * COPY_COLS + cc
+        r0, c0 = (u // pieces) * COPY_ROWS, (u % pieces) * COPY_COLS
+        r, c = r0 + rr, c0 + cc
         mask = (r[:, None] < ROWS) & (c[None, :] < K)
         x = tl.load(a_shard + r[:, None].to(tl.int64) * stride_sm + c[None, :] * stride_sk, mask=mask)
         offs = r[:, None].to(tl.int64) * K + c[None, :]
-        for p in tl.static_range(WORLD):
-            tl.store(ilt.peer_pointer(ctx, mine, p) + offs, x, mask=mask)
+        if TMA_PUSH:
+            peer_full.store([rank, r0, c0], x.reshape(1, COPY_ROWS, COPY_COLS))  # clipped at ROWS and K
+            tl.store(mine + offs, x, mask=mask)
+        else:
+            for p in tl.static_range(WORLD):
+                tl.store(ilt.peer_pointer(ctx, mine, p) + offs, x, mask=mask)
 
 
 @triton.jit
@@ -144,16 +153,17 @@ def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, ti
 
 
 @jit(do_not_specialize=["ctx"])
-def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
+def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
                             stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr,
                             TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False,
-                            COMMUNICATE: tl.constexpr = True):
+                            TMA_PUSH: tl.constexpr = False, COMMUNICATE: tl.constexpr = True):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
     (see the module docs). The GEMM reads a_own (this rank's rows), a_all (a_full) and b: with TMA
     (Hopper), TMA descriptors of a_shard, a_full and b (`gemm.operand_descriptors`), else a_shard,
     a_full and b themselves; the copies read a_shard and write a_full through pointers. FLAT: the
-    other ranks' tiles in a tile loop flattened with the K loop (`tuning.matmul_flat`).
+    other ranks' tiles in a tile loop flattened with the K loop (`tuning.matmul_flat`). TMA_PUSH
+    (world 2): the push to the peer through `peer_full` (`_copy_units`), else unused.
     COMMUNICATE=False (a probe): no push, no waits on peers; the GEMM and the grid barrier alone."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
@@ -173,8 +183,8 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, b, out, ROWS, N,
     for step in range(0, steps):
         if COMMUNICATE:
             if worst == 0:
-                _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, ROWS, K, step * per_step,
-                            tl.minimum((step + 1) * per_step, my_units), WORLD, COPY_ROWS, COPY_COLS)
+                _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, peer_full, rank, ROWS, K, step * per_step,
+                            tl.minimum((step + 1) * per_step, my_units), WORLD, COPY_ROWS, COPY_COLS, TMA_PUSH)
         t = pid + step * grid
         if t < own_tiles:
             _gemm_tile_of(a_own, stride_sm, stride_sk, 0, rank, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
@@ -265,10 +275,11 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
 
 
 def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any, communicate: bool = True,
-           flat: Optional[bool] = None, copy_rows: int = COPY_ROWS) -> None:
+           flat: Optional[bool] = None, tma_push: Optional[bool] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `all_gather_matmul` made them). The probes
     call it directly: `communicate=False` leaves out the push and the waits on peers (the GEMM
-    and the grid barrier alone), `flat` replaces tuning.matmul_flat, `copy_rows` COPY_ROWS."""
+    and the grid barrier alone), `flat` replaces tuning.matmul_flat, `tma_push=False` pushes by
+    stores from registers where TMA could take them."""
     import torch
 
     c = p.config
@@ -279,12 +290,19 @@ def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, stat
     a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
     if flat is None:
         flat = tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
+    world = heap.world_size
+    # TMA pushes need one peer (one descriptor) and the GEMM's TMA (Hopper, aligned rows).
+    tma = layout.tma and world == 2 and (tma_push is None or tma_push)
+    copy_rows, copy_cols = (TMA_COPY_ROWS, TMA_COPY_COLS) if tma else (COPY_ROWS, COPY_COLS)
+    peer_full = a_full
+    if tma:
+        peer_full = peer_descriptor(heap, a_full.view(world, p.rows, p.k), [1, copy_rows, copy_cols])
     allgather_matmul_kernel[(p.ctas,)](
-        heap.ctx, a_shard, a_full, a_own, a_all, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1),
-        b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
-        COPY_ROWS=copy_rows, COPY_COLS=COPY_COLS, WORLD=heap.world_size, TMA=layout.tma,
-        B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, COMMUNICATE=communicate, num_warps=c.warps,
-        num_stages=c.stages)
+        heap.ctx, a_shard, a_full, a_own, a_all, peer_full, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0),
+        a_shard.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+        GROUP_M=c.group_m, COPY_ROWS=copy_rows, COPY_COLS=copy_cols, WORLD=world, TMA=layout.tma,
+        B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, TMA_PUSH=tma, COMMUNICATE=communicate,
+        num_warps=c.warps, num_stages=c.stages)
 
 
 def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
@@ -295,5 +313,5 @@ def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
     return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
 
 
-__all__ = ["COPY_COLS", "COPY_ROWS", "a_full_descriptor", "launch", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
+__all__ = ["COPY_COLS", "COPY_ROWS", "TMA_COPY_COLS", "TMA_COPY_ROWS", "a_full_descriptor", "launch", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
            "allgather_matmul_kernel", "plan"]
