@@ -9,7 +9,9 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
 - `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
   plus, for all_gather_matmul, its grid barrier);
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
-  `register_push`: the shard pushed by stores from registers instead of TMA (world 2).
+  `register_push`: the shard pushed by stores from registers instead of TMA (world 2);
+  `segments=S`: each own-row tile's K loop in S pieces, a piece of the push before each
+  (default `tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS`).
 kernel - gemm_only is what the communication costs; gemm_only - torch.matmul the GEMM's gap.
 """
 
@@ -50,6 +52,9 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         lambda: agm.launch(heap, p, shard, b, a_full, out, status, flat=False))
     row("all_gather_matmul", "register_push", shape,
         lambda: agm.launch(heap, p, shard, b, a_full, out, status, tma_push=False))
+    for segments in (1, 2, 8):
+        row("all_gather_matmul", f"segments={segments}", shape,
+            lambda: agm.launch(heap, p, shard, b, a_full, out, status, segments=segments))
     heap.check()
     heap.free(a_full)
 

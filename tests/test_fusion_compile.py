@@ -175,10 +175,10 @@ for m in (128, 16384):
               "peer_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32",
               "stride_sm": "i32", "stride_sk": "i32", **_STRIDES, "GROUP_M": "constexpr", "COPY_ROWS": "constexpr",
               "COPY_COLS": "constexpr", "WORLD": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr",
-              "FLAT": "constexpr", "TMA_PUSH": "constexpr"}
+              "FLAT": "constexpr", "TMA_PUSH": "constexpr", "SEGMENTS": "constexpr"}
     ag = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COPY_ROWS": COPY_ROWS,
           "COPY_COLS": COPY_COLS, "WORLD": 4, "TMA": False, "B_ROW_MAJOR": False, "FLAT": False, "TMA_PUSH": False,
-          "num_warps": c.warps, "num_stages": c.stages}
+          "SEGMENTS": 1, "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"allgather_matmul_m{m}"] = (allgather_matmul_kernel.fn, ag_sig, ag)
     a_block = f"tensordesc<bf16[{c.block_m}, {c.block_k}]>"
     tma_sig = {**ag_sig, "a_own": a_block, "a_all": a_block, "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"}
@@ -189,9 +189,11 @@ for m in (128, 16384):
             allgather_matmul_kernel.fn,
             {**tma_sig, "peer_full": f"tensordesc<bf16[1, {TMA_COPY_ROWS}, {TMA_COPY_COLS}]>"},
             {**ag, "WORLD": 2, "TMA": True, "FLAT": flat, "TMA_PUSH": True, "COPY_ROWS": TMA_COPY_ROWS,
-             "COPY_COLS": TMA_COPY_COLS, "MIN_CC": 90, **({"MAX_CC": 90} if flat else {})})
+             "COPY_COLS": TMA_COPY_COLS, "SEGMENTS": tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS, "MIN_CC": 90,
+             **({"MAX_CC": 90} if flat else {})})
     KERNELS[f"allgather_matmul_m{m}_tma_register_push"] = (
-        allgather_matmul_kernel.fn, tma_sig, {**ag, "WORLD": 2, "TMA": True, "MIN_CC": 90})
+        allgather_matmul_kernel.fn, tma_sig,
+        {**ag, "WORLD": 2, "TMA": True, "SEGMENTS": tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS, "MIN_CC": 90})
 
 # Bytes of stack (ptxas spills: invisible in the PTX, whose .local the test refuses) each kernel
 # is allowed on sm_90 with the pinned Triton (`_sass.spills_checked`), as measured when this check

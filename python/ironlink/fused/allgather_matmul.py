@@ -78,6 +78,15 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
 
 
 @triton.jit
+def _store_out_tile(out, acc, src, tm, tn, ROWS, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Output tile (tm, tn) of rank `src`'s rows: out [WORLD * ROWS, N] is contiguous.
+    rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(out + (src * ROWS + rm[:, None]).to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
+             mask=(rm[:, None] < ROWS) & (rn[None, :] < N))
+
+
+@triton.jit
 def _gemm_tile_of(a, stride_am, stride_ak, a_row0, src, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
                   TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -87,10 +96,7 @@ def _gemm_tile_of(a, stride_am, stride_ak, a_row0, src, t, b, out, ROWS, N, K, s
     acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, a_row0 + tm * BLOCK_M, a_row0 + ROWS,
                      tn * BLOCK_N, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M,
                      BLOCK_N, BLOCK_K)
-    rm = tm * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(out + (src * ROWS + rm[:, None]).to(tl.int64) * N + rn[None, :], acc.to(out.dtype.element_ty),
-             mask=(rm[:, None] < ROWS) & (rn[None, :] < N))
+    _store_out_tile(out, acc, src, tm, tn, ROWS, N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -157,13 +163,15 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
                             stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr,
                             TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False,
-                            TMA_PUSH: tl.constexpr = False, COMMUNICATE: tl.constexpr = True):
+                            TMA_PUSH: tl.constexpr = False, SEGMENTS: tl.constexpr = 1,
+                            COMMUNICATE: tl.constexpr = True):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
     (see the module docs). The GEMM reads a_own (this rank's rows), a_all (a_full) and b: with TMA
     (Hopper), TMA descriptors of a_shard, a_full and b (`gemm.operand_descriptors`), else a_shard,
     a_full and b themselves; the copies read a_shard and write a_full through pointers. FLAT: the
     other ranks' tiles in a tile loop flattened with the K loop (`tuning.matmul_flat`). TMA_PUSH
-    (world 2): the push to the peer through `peer_full` (`_copy_units`), else unused.
+    (world 2): the push to the peer through `peer_full` (`_copy_units`), else unused. SEGMENTS:
+    the pieces of the push per own-row tile, each before a SEGMENTS-th of its K loop.
     COMMUNICATE=False (a probe): no push, no waits on peers; the GEMM and the grid barrier alone."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
@@ -172,8 +180,7 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
     if COMMUNICATE:
         s = il.symm_tile_signal_others(ctx, pid)
         worst = ilt.failure_or(s, il.symm_tile_wait_others(ctx, pid))
-    # The push of this CTA's share of the shard, spread over its own-row tiles: a piece before
-    # each, so the stores drain behind the GEMM instead of delaying its start.
+    # The push of this CTA's share of the shard, spread over its own-row tiles' K loops.
     mine = a_full + tl.cast(rank, tl.int64) * ROWS * K
     units = tl.cdiv(ROWS, COPY_ROWS) * tl.cdiv(K, COPY_COLS)
     my_units = tl.cdiv(units - pid, grid)
@@ -181,14 +188,31 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
     steps = tl.maximum(tl.cdiv(own_tiles - pid, grid), 1)
     per_step = tl.cdiv(my_units, steps)
     for step in range(0, steps):
-        if COMMUNICATE:
-            if worst == 0:
-                _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, peer_full, rank, ROWS, K, step * per_step,
-                            tl.minimum((step + 1) * per_step, my_units), WORLD, COPY_ROWS, COPY_COLS, TMA_PUSH)
+        u0 = step * per_step
+        u1 = tl.minimum(u0 + per_step, my_units)
         t = pid + step * grid
         if t < own_tiles:
-            _gemm_tile_of(a_own, stride_sm, stride_sk, 0, rank, t, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n,
-                          TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+            # The step's units in SEGMENTS pieces, one before each SEGMENTS-th of the tile's K loop:
+            # a CTA pushes at the pace NVLink drains every CTA's pushes, not in a burst that
+            # stalls it behind the queue.
+            tm, tn = tile_coords(t, tl.cdiv(ROWS, BLOCK_M), tiles_n, GROUP_M)
+            per_seg = tl.cdiv(u1 - u0, SEGMENTS)
+            k_seg = tl.cdiv(tl.cdiv(K, BLOCK_K), SEGMENTS) * BLOCK_K
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for seg in tl.static_range(SEGMENTS):
+                if COMMUNICATE:
+                    if worst == 0:
+                        _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, peer_full, rank, ROWS, K,
+                                    u0 + seg * per_seg, tl.minimum(u0 + (seg + 1) * per_seg, u1), WORLD, COPY_ROWS,
+                                    COPY_COLS, TMA_PUSH)
+                acc = gemm_range(acc, a_own, b, tm * BLOCK_M, ROWS, tn * BLOCK_N, N, tl.minimum(seg * k_seg, K),
+                                 tl.minimum((seg + 1) * k_seg, K), K, stride_sm, stride_sk, stride_bk, stride_bn, TMA,
+                                 B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            _store_out_tile(out, acc, rank, tm, tn, ROWS, N, BLOCK_M, BLOCK_N)
+        elif COMMUNICATE:
+            if worst == 0:
+                _copy_units(ctx, a_shard, stride_sm, stride_sk, mine, peer_full, rank, ROWS, K, u0, u1, WORLD,
+                            COPY_ROWS, COPY_COLS, TMA_PUSH)
     if COMMUNICATE:
         s = il.symm_tile_signal_others(ctx, grid + pid)
         worst = ilt.failure_or(worst, ilt.failure_or(s, il.symm_tile_wait_others(ctx, grid + pid)))
@@ -275,11 +299,12 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
 
 
 def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any, communicate: bool = True,
-           flat: Optional[bool] = None, tma_push: Optional[bool] = None) -> None:
+           flat: Optional[bool] = None, tma_push: Optional[bool] = None, segments: Optional[int] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `all_gather_matmul` made them). The probes
     call it directly: `communicate=False` leaves out the push and the waits on peers (the GEMM
     and the grid barrier alone), `flat` replaces tuning.matmul_flat, `tma_push=False` pushes by
-    stores from registers where TMA could take them."""
+    stores from registers where TMA could take them, `segments` tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS
+    (1 for the pointer GEMM: a piece of the push beside its accumulator spills registers)."""
     import torch
 
     c = p.config
@@ -301,7 +326,8 @@ def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, stat
         heap.ctx, a_shard, a_full, a_own, a_all, peer_full, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0),
         a_shard.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
         GROUP_M=c.group_m, COPY_ROWS=copy_rows, COPY_COLS=copy_cols, WORLD=world, TMA=layout.tma,
-        B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, TMA_PUSH=tma, COMMUNICATE=communicate,
+        B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, TMA_PUSH=tma,
+        SEGMENTS=segments or (tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS if layout.tma else 1), COMMUNICATE=communicate,
         num_warps=c.warps, num_stages=c.stages)
 
 

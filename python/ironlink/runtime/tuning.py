@@ -143,6 +143,9 @@ SP_METHODS_BY_WORLD: dict[int, dict[str, tuple[tuple[int, str], ...]]] = {
     2: {"matmul_reduce_scatter": ((512, "collective"), (1 << 62, "kernel"))},
 }
 SP_METHOD_NAMES = ("kernel", "collective", "overlap")
+# all_gather_matmul's kernel: the pieces each own-row tile's K loop is cut into, one piece of the
+# push of the shard before each (fused/allgather_matmul.py).
+ALL_GATHER_MATMUL_PUSH_SEGMENTS = 4
 
 
 def sp_method(op: str, m: int, world: int = 0) -> str:
@@ -232,6 +235,6 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     return cfg
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
            "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]
