@@ -63,7 +63,8 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
     # World 2: a hidden-8192 bf16 row fits the LL tile all-reduce; one row per CTA up to the SMs.
     (1, 8192, 2, "rows", 1), (8, 8192, 2, "rows", 8), (32, 8192, 2, "rows", 32), (128, 8192, 2, "rows", 128),
-    (132, 8192, 2, "rows", 132), (2048, 8192, 2, "whole", None),
+    # Past the SMs rows by bytes; at world 2 rows at every size (tuning.RMSNORM_WHOLE_MIN_BYTES_BY_WORLD).
+    (132, 8192, 2, "rows", 132), (2048, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
     # Rows too large for it (hidden 16384 at world 2, 8192 at world 4): by bytes, as measured before it.
     (1, 16384, 2, "rows", 1), (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8),
     # Smaller rows at world 4 fit: 2048 bf16 is 4 KiB.

@@ -104,6 +104,10 @@ def tile_all_reduce_takes_ll(tile: int, rows: int, row_bytes: int, world: int) -
 # LL at 1 token (no grid barrier, no tile barrier) is chosen without a measurement yet.
 RMSNORM_WHOLE_MAX_BYTES = 16 << 10
 RMSNORM_WHOLE_MIN_BYTES = 32 << 20
+# Where a world size has its own RMSNORM_WHOLE_MIN_BYTES. World 2: rows + PDL beat whole + PDL at
+# 2048 tokens of hidden 8192 (32 MiB) on 2 H100s (158.5 against 163.3 us, git 99b169a) and on
+# 2 H200s (151.8 against 154.2, git 784be2d): rows at every size measured.
+RMSNORM_WHOLE_MIN_BYTES_BY_WORLD: dict[int, int] = {2: 1 << 62}
 
 
 def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
@@ -119,7 +123,8 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -
     if tile_all_reduce_takes_ll(ctas - 1, rmsnorm_rows_per_cta(tokens, ctas), row_bytes, world):
         return "rows"
     nbytes = tokens * row_bytes
-    return "whole" if nbytes <= RMSNORM_WHOLE_MAX_BYTES or nbytes >= RMSNORM_WHOLE_MIN_BYTES else "rows"
+    whole_from = RMSNORM_WHOLE_MIN_BYTES_BY_WORLD.get(world, RMSNORM_WHOLE_MIN_BYTES)
+    return "whole" if nbytes <= RMSNORM_WHOLE_MAX_BYTES or nbytes >= whole_from else "rows"
 
 
 # all_gather_matmul / matmul_reduce_scatter (ironlink.fused): how they run, by M (rows of the
@@ -236,5 +241,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
+           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]
