@@ -28,30 +28,31 @@ def _config(config: Optional[list[int]]) -> Optional[tuning.MatmulConfig]:
 
 def _rmsnorm(heap: int, x: torch.Tensor, residual: torch.Tensor, residual_out: Optional[torch.Tensor],
              weight: torch.Tensor, out: Optional[torch.Tensor], scale: Optional[torch.Tensor], eps: float,
-             mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
+             rms_mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
     """Both operators' implementation; `out` None: the normalized rows go to x (out=x)."""
     h = heap_of(heap, x, "all_reduce_rmsnorm")
     staged = on_heap(h, "all_reduce_rmsnorm", (x,))
     sx = staged[0]
-    _all_reduce_rmsnorm(sx, residual, weight, eps, sx if out is None else out, heap=h, mode=mode, check=check,
+    _all_reduce_rmsnorm(sx, residual, weight, eps, sx if out is None else out, heap=h, mode=rms_mode, check=check,
                         residual_out=residual_out, scale=scale, pdl=pdl)
     copy_back((x,), staged)
 
 
-# residual updated in place (residual_out=None).
+# residual updated in place (residual_out=None). The mode is `rms_mode`: auto_functionalized takes
+# an argument of its own named `mode`.
 @torch.library.custom_op(f"{LIB}::all_reduce_rmsnorm", mutates_args=("x", "residual", "out", "scale"))
 def all_reduce_rmsnorm_op(heap: int, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                          out: Optional[torch.Tensor], scale: Optional[torch.Tensor], eps: float, mode: Optional[str],
-                          check: bool, pdl: Optional[bool]) -> None:
-    _rmsnorm(heap, x, residual, None, weight, out, scale, eps, mode, check, pdl)
+                          out: Optional[torch.Tensor], scale: Optional[torch.Tensor], eps: float,
+                          rms_mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
+    _rmsnorm(heap, x, residual, None, weight, out, scale, eps, rms_mode, check, pdl)
 
 
 # residual + sum written to residual_out, residual only read.
 @torch.library.custom_op(f"{LIB}::all_reduce_rmsnorm_out", mutates_args=("x", "residual_out", "out", "scale"))
 def all_reduce_rmsnorm_out_op(heap: int, x: torch.Tensor, residual: torch.Tensor, residual_out: torch.Tensor,
                               weight: torch.Tensor, out: Optional[torch.Tensor], scale: Optional[torch.Tensor],
-                              eps: float, mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
-    _rmsnorm(heap, x, residual, residual_out, weight, out, scale, eps, mode, check, pdl)
+                              eps: float, rms_mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
+    _rmsnorm(heap, x, residual, residual_out, weight, out, scale, eps, rms_mode, check, pdl)
 
 
 @torch.library.custom_op(f"{LIB}::matmul_all_reduce", mutates_args=("out",))

@@ -115,9 +115,9 @@ def all_to_all_v_op(heap: int, inp: torch.Tensor, send_counts: torch.Tensor, out
                     recv_counts: torch.Tensor, recv_offsets: torch.Tensor, check: bool, ctas: Optional[int]) -> None:
     h = heap_of(heap, inp, "all_to_all_v")
     written = (out, recv_counts, recv_offsets)
-    staged = on_heap(h, "all_to_all_v", (inp, send_counts, *written))
-    variable_all_to_all.all_to_all_v(*staged, heap=h, check=check, ctas=ctas)
-    copy_back(written, staged[2:])
+    s_inp, s_counts, s_out, s_recv, s_offsets = on_heap(h, "all_to_all_v", (inp, send_counts, *written))
+    variable_all_to_all.all_to_all_v(s_inp, s_counts, s_out, s_recv, s_offsets, heap=h, check=check, ctas=ctas)
+    copy_back(written, (s_out, s_recv, s_offsets))
 
 
 # Nothing to compute for a fake tensor: each operator only writes its arguments.
