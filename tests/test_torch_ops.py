@@ -36,8 +36,17 @@ class FakeHeap:
     """What the operators read of a SymmetricHeap, on the CPU, for two simulated ranks."""
 
     def __init__(self) -> None:
-        self.world_size, self.rank, self.device, self.closed, self.multi_node = WORLD, 0, torch.device("cpu"), False, False
-        self.handle = handles.register(self)
+        self.rank, self.device, self.closed, self.multi_node = 0, torch.device("cpu"), False, False
+        self._handle = handles.register(self)
+
+    # Properties, as SymmetricHeap's: Dynamo reads them through their getters.
+    @property
+    def handle(self) -> int:
+        return self._handle
+
+    @property
+    def world_size(self) -> int:
+        return WORLD
         self.tensors: list[Any] = []
         self.workspaces: dict[str, Any] = {}
 
@@ -352,6 +361,10 @@ def test_tensor_parallel_block_compiles_without_graph_breaks(stand_ins: StandIns
     assert graph_breaks() == 0
     # Every op ran on heap tensors: in place where Inductor kept the heap tensor, else staged.
     assert stand_ins.not_in_heap == []
+    # Tensors reached through the module's attributes, the MoeExchange's included, are static
+    # inputs: CUDA graphs (mode="reduce-overhead") accept their mutation and keep their addresses.
+    for t in (m.partial, m.mar_out, m.moe.recv_x, m.moe.recv_scales):
+        assert getattr(t, "_dynamo_static_input_type", None) is not None
 
 
 class Collectives(torch.nn.Module):
