@@ -38,6 +38,8 @@ class FakeHeap:
     def __init__(self) -> None:
         self.rank, self.device, self.closed, self.multi_node = 0, torch.device("cpu"), False, False
         self._handle = handles.register(self)
+        self.tensors: list[Any] = []
+        self.workspaces: dict[str, Any] = {}
 
     # Properties, as SymmetricHeap's: Dynamo reads them through their getters.
     @property
@@ -47,8 +49,6 @@ class FakeHeap:
     @property
     def world_size(self) -> int:
         return WORLD
-        self.tensors: list[Any] = []
-        self.workspaces: dict[str, Any] = {}
 
     def empty(self, shape: Any, dtype: Any = None) -> Any:
         t = torch.zeros(shape, dtype=dtype or torch.float32)
