@@ -458,6 +458,21 @@ def test_opcheck_mutations_and_fakes(stand_ins: StandIns) -> None:
          (heap.handle, torch.randn(2, 3), torch.randn(3, 4), torch.zeros(2, 4), None, None, False)),
         (torch.ops.ironlink.matmul_reduce_scatter.default,
          (heap.handle, torch.randn(4, 3), torch.randn(3, 4), torch.zeros(2, 4), None, False, None)),
+        (torch.ops.ironlink.all_reduce_rmsnorm_out.default,
+         (heap.handle, torch.randn(2, 8), torch.randn(2, 8), torch.zeros(2, 8), torch.rand(8), None,
+          torch.zeros(2), 1e-6, "rows", False, False)),
+        (torch.ops.ironlink.all_gather_matmul.default,
+         (heap.handle, torch.randn(2, 3), torch.randn(3, 4), torch.zeros(4, 3), torch.zeros(4, 4),
+          [16, 16, 16, 1, 4, 2], False, "kernel")),
+        (torch.ops.ironlink.all_to_all_v.default,
+         (heap.handle, torch.randn(3, 4), torch.tensor([1, 2]), torch.zeros(6, 4), torch.zeros(2, dtype=torch.int64),
+          torch.zeros(2, dtype=torch.int64), False, None)),
     ]
+    from ironlink.moe import torch_library  # noqa: F401 - registers the MoE operators
+
+    moe = StandInExchange(StandInHeap(), max_tokens=4, hidden=16, topk=2, num_experts=4)
+    cases.append((torch.ops.ironlink.moe_dispatch.default,
+                  (moe.op_handle, torch.randn(3, 16).to(torch.bfloat16), torch.zeros(3, 2, dtype=torch.int64),
+                   torch.ones(3, 2), moe.recv_x, moe.recv_scales, False)))
     for op, args in cases:
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
