@@ -108,7 +108,8 @@ class OtherOps(torch.nn.Module if torch is not None else object):  # type: ignor
         self.heap, self.world = heap, world
         n = TOKENS * HIDDEN
         self.buf, self.big, self.small = heap.empty((n,), BF16), heap.empty((world * n,), BF16), heap.empty((n,), BF16)
-        self.rows_in, self.rows_out = heap.empty((self.ROWS, HIDDEN), BF16), heap.empty((world * self.ROWS, HIDDEN), BF16)
+        self.rows_in = heap.empty((self.ROWS, HIDDEN), BF16)
+        self.rows_out = heap.empty((world * self.ROWS, HIDDEN), BF16)
         self.send_counts = heap.empty((world,), torch.int64)
         self.recv_counts, self.recv_offsets = heap.empty((world,), torch.int64), heap.empty((world,), torch.int64)
         self.a_full = heap.empty((world * TOKENS, HIDDEN), BF16)
