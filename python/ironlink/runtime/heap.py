@@ -31,6 +31,7 @@ from .heap_calls import HeapCalls
 from .native import load_native, load_torch
 from .nvshmem_memory import check_spans_world
 from .rendezvous import Rendezvous
+from .status_buffers import status_buffer
 from .stream_order import StreamOrder
 from .tuning import algorithm_limits
 
@@ -112,6 +113,9 @@ class SymmetricHeap:
         self._uid = str(self._rendezvous.all_gather(os.urandom(8).hex())[0])
         # What torch.compile graphs carry instead of the heap (runtime/handles.py).
         self._handle = register(self)
+        # The device's status buffer (host-level launches write it) is made now, not at the first
+        # launch: inside torch.compile's CUDA-graph warm-up that would take it from the graphs' pool.
+        status_buffer(torch, self._device, False, "SymmetricHeap")
 
     # -- state ----------------------------------------------------------------------------
     def _open(self, what: str = "") -> Any:
