@@ -64,6 +64,8 @@ def on_heap(heap: Any, op: str, tensors: Sequence[Optional[torch.Tensor]]) -> li
         if t is None or t.numel() == 0 or holds(heap, t):
             staged.append(t)
             continue
+        if t.is_cuda:  # the copy writes heap memory: like a heap call, after the last one on another stream
+            heap.stream_order.before_call(torch.cuda.current_stream(t.device), torch.cuda.is_current_stream_capturing())
         nbytes = t.numel() * t.element_size()
         ws = heap.workspace(f"torch.ops.{LIB}.{op}/{i}", nbytes)[:nbytes]
         staged.append(ws.view(t.dtype).view(t.shape).copy_(t))
