@@ -362,6 +362,7 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
         current_stream=lambda device=None: torch.stream,
     )
     torch.zeros = lambda n, dtype, device: _FakeTensor(n, "int32", 0xDEAD)  # type: ignore[attr-defined]
+    torch.compiler = types.SimpleNamespace(is_compiling=lambda: False)  # type: ignore[attr-defined]  # eager
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setattr(status_buffers, "_STATUS", {})
     monkeypatch.setattr(registry, "_HEAPS", type(registry._HEAPS)())

@@ -31,7 +31,11 @@
 #                $OUT (tests/gpu/soak.py)
 #   sanitize     compute-sanitizer (--tools) over the small cases of collectives, ops and fusion
 #                (IRONLINK_GPU_SMALL=1), per world size up to 4; logs and a report count per tool
-#   reliability  misuse killed-rank soak sanitize: everything of issue 20 (docs/reliability.md)
+#   reliability  misuse killed-rank soak sanitize compile: every GPU check of docs/reliability.md
+#   compile      torch.compile(fullgraph=True) of a tensor-parallel block (all_reduce_rmsnorm,
+#                matmul_all_reduce, MoeExchange) and of the other host-level ops, default mode and
+#                mode="reduce-overhead", bitwise against eager, no graph break; largest world
+#                (tests/gpu/compile_worker.py; in reliability, not in the default parts)
 #   nvshmem-link @ironlink.jit(nvshmem=True) over torch's NVSHMEM backend: module init, nvshmem_ptr,
 #                a ring of puts with signal, argument errors; per world size
 #                (tests/gpu/nvshmem_link_worker.py; not in the default parts)
@@ -83,8 +87,8 @@ while [ $# -gt 0 ]; do
     --tools) tools=$2; shift 2 ;;
     --suites) suites=$2; shift 2 ;;
     --shared-gpu) shared_gpu=1; shift ;;
-    reliability) parts+=(misuse killed-rank soak sanitize); shift ;;
-    misuse|killed-rank|soak|sanitize|nvshmem-link) parts+=("$1"); shift ;;
+    reliability) parts+=(misuse killed-rank soak sanitize compile); shift ;;
+    misuse|killed-rank|soak|sanitize|nvshmem-link|compile) parts+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     wheel|basics|heap|collectives|fusion|ops|nvshmem|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
@@ -230,6 +234,9 @@ for part in "${parts[@]}"; do
     misuse)
       timeout 300 torchrun --standalone --nproc_per_node="$largest" tests/gpu/misuse_worker.py > "$log" 2>&1; r=$?
       grep -E "^== misuse|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail misuse "$log" ;;
+    compile)
+      timeout 600 torchrun --standalone --nproc_per_node="$largest" tests/gpu/compile_worker.py > "$log" 2>&1; r=$?
+      grep -E "^== compile|^compile|FAILED|skipping cudagraphs" "$log" | head -20; [ $r -eq 0 ] || fail compile "$log" ;;
     killed-rank)
       timeout 900 python3 tests/gpu/killed_rank.py --world "$largest" --json "$OUT/killed-rank.json" > "$log" 2>&1; r=$?
       grep -E "^killed-rank" "$log"; [ $r -eq 0 ] || fail killed-rank "$log" ;;

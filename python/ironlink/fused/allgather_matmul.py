@@ -257,6 +257,11 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     Triton version; `config` its tiles), "collective" or "overlap" (cuBLAS GEMMs and ironlink
     transfers, `fused.sp_streams`); default `tuning.sp_method` ("collective" on a heap of several
     nodes, where "overlap" is refused). Collective; CUDA-graph capturable when a_full is given."""
+    from ..runtime.handles import compiling
+
+    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
+        from .torch_library import all_gather_matmul as traced
+        return traced(a_shard, b, heap, a_full, out, config, check, method)
     import torch
 
     if heap is None and a_full is None:

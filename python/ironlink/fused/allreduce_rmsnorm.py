@@ -48,6 +48,7 @@ from ..language.jit import jit
 from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
 from ..ops import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
+from ..runtime.handles import compiling
 from .trace import stamp
 
 MAX_HIDDEN = 16384
@@ -240,6 +241,9 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     [tokens]; allocated when None), and the call returns (out, residual, scale). `pdl`: launch
     with programmatic dependent launch (`ironlink.ops.pdl`; None: `tuning.DECODE_PDL` where the GPU
     has it, compute capability 9.0+; one-node heaps). Collective; CUDA-graph capturable."""
+    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
+        from .torch_library import all_reduce_rmsnorm as traced
+        return traced(x, residual, weight, eps, out, heap, mode, check, residual_out, scale, pdl)
     import torch
 
     h = heap_for(x, "x", heap, "all_reduce_rmsnorm")

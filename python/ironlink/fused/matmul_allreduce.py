@@ -57,6 +57,7 @@ from ..runtime.distributed import sm_share
 from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for, in_heap
+from ..runtime.handles import compiling
 from .gemm import check_operands, check_output, layout_for, operand_descriptors, product_tile
 from .matmul_allreduce_push import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
 from .trace import stamp
@@ -143,6 +144,9 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     keeps a workspace in the heap: 2 x (world - 1) x M x N elements.
     Collective; CUDA-graph capturable when `out` is given and the call ran once before with
     these shapes (the push method's workspace is made then)."""
+    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
+        from .torch_library import matmul_all_reduce as traced
+        return traced(a, b, out, heap, config, method, check)
     if heap is None and out is None:
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")

@@ -189,6 +189,11 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     or "overlap" (cuBLAS GEMMs and ironlink transfers, `fused.sp_streams`); default
     `tuning.sp_method` ("collective" on a heap of several nodes, where "overlap" is refused).
     Collective; CUDA-graph capturable."""
+    from ..runtime.handles import compiling
+
+    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
+        from .torch_library import matmul_reduce_scatter as traced
+        return traced(a, b, heap, out, config, check, method)
     import torch
 
     if heap is None:

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple, Optional
 from ..language import _abi
 from ..runtime.distributed import grid_cap
 from ..runtime.errors import IronlinkError
+from ..runtime.handles import compiling, register
 from ..runtime.tuning import all_to_all_v_launch
 from ..ops.variable_all_to_all import all_to_all_v
 from . import kernels, sort
@@ -215,6 +216,7 @@ class MoeExchange:
         # By destination rank, with one more bucket for ids outside [0, num_experts); by local expert.
         self.by_rank = _Sort.make(self.sort_programs, world + 1, self.kb, dev)
         self.by_expert = _Sort.make(self.sort_programs, self.local_experts, self.kb, dev)
+        self.op_handle = register(self)  # what torch.compile graphs carry instead (moe/torch_library.py)
 
     def _check(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
         import torch
@@ -295,6 +297,9 @@ class MoeExchange:
     def dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool = False) -> tuple[Any, Any, Any, Handle]:
         """(recv_x, expert_counts [local experts], expert_offsets, handle); see the module docs.
         With an fp8 dispatch_dtype, recv_x is the pair (fp8 rows, fp32 scales [rows, hidden / 128])."""
+        if compiling():  # torch.compile: the registered operator (moe/torch_library.py)
+            from .torch_library import dispatch as traced
+            return traced(self, x, topk_idx, topk_weights, check)
         t, send_row = self._pack(x, topk_idx, topk_weights)
         self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
         counts, offsets, slot, weight, received = self._layout()
@@ -336,6 +341,9 @@ class MoeExchange:
     def combine(self, y: Any, handle: Handle, check: bool = False) -> Any:
         """[T, H]: each token's k expert outputs (rows of `y`, laid out as dispatch's recv_x)
         weighted by its top-k weights and summed; see the module docs."""
+        if compiling():  # torch.compile: the registered operator (moe/torch_library.py)
+            from .torch_library import combine as traced
+            return traced(self, y, handle, check)
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()

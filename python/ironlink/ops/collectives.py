@@ -28,6 +28,7 @@ from ..language import _abi
 from ..runtime import tuning
 from ..language import typed as ilt
 from ..runtime.distributed import grid_cap
+from ..runtime.handles import compiling
 from ..runtime.errors import IronlinkError, status_name
 from ..language.jit import jit
 from ..runtime.registry import heap_for, in_heap
@@ -255,6 +256,9 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
     dependent launch (`ironlink.ops.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
     capability 9.0+; one-node heaps). Returns `t`."""
+    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
+        from .torch_library import all_reduce as traced
+        return traced(t, op, heap, check, pdl)
     import torch
 
     code = reduce_op_code(op)
@@ -272,6 +276,9 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
 def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = False) -> Any:
     """Block p of `out` (world x inp.numel() elements) gets rank p's `inp`, as
     torch.distributed.all_gather_into_tensor. `inp` may be this rank's block of `out`. Returns `out`."""
+    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
+        from .torch_library import all_gather as traced
+        return traced(out, inp, heap, check)
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(out, "out", heap, "all_gather")
     plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
@@ -287,6 +294,9 @@ def reduce_scatter(
 ) -> Any:
     """`out` gets the reduction over ranks of block `rank` of `inp` (world x out.numel() elements), as
     torch.distributed.reduce_scatter_tensor. `out` may be this rank's block of `inp`. Returns `out`."""
+    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
+        from .torch_library import reduce_scatter as traced
+        return traced(out, inp, op, heap, check)
     code = reduce_op_code(op)
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(inp, "inp", heap, "reduce_scatter")

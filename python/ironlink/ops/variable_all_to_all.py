@@ -25,6 +25,7 @@ from .collectives import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..language._abi import MAX_CTAS
 from ..runtime.distributed import grid_cap
+from ..runtime.handles import compiling
 from ..runtime.tuning import all_to_all_v_launch
 
 
@@ -76,6 +77,9 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
     overrides the grid, e.g. `tuning.all_to_all_v_launch(bound)[0]` for a bound on the bytes
     moved. Collective; CUDA-graph capturable once it has run outside capture (and with
     recv_counts / recv_offsets given)."""
+    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
+        from .torch_library import all_to_all_v as traced
+        return traced(inp, send_counts, out, recv_counts, recv_offsets, heap, check, ctas)
     import torch
 
     h = heap_for(inp, "inp", heap, "all_to_all_v")

@@ -26,10 +26,12 @@ from ..language import _abi
 from .backends import NativeSettings, check_backend, check_node_size, open_backend
 from .errors import IronlinkError, device_error
 from .heap_args import check_algorithm_limits, check_size, check_timeout, normalize_shape, span_bytes
+from .handles import register
 from .heap_calls import HeapCalls
 from .native import load_native, load_torch
 from .nvshmem_memory import check_spans_world
 from .rendezvous import Rendezvous
+from .status_buffers import status_buffer
 from .stream_order import StreamOrder
 from .tuning import algorithm_limits
 
@@ -109,6 +111,11 @@ class SymmetricHeap:
         self._closed = False
         # A name that every rank of this heap shares, for the store keys of its reports.
         self._uid = str(self._rendezvous.all_gather(os.urandom(8).hex())[0])
+        # What torch.compile graphs carry instead of the heap (runtime/handles.py).
+        self._handle = register(self)
+        # The device's status buffer (host-level launches write it) is made now, not at the first
+        # launch: inside torch.compile's CUDA-graph warm-up that would take it from the graphs' pool.
+        status_buffer(torch, self._device, False, "SymmetricHeap")
 
     # -- state ----------------------------------------------------------------------------
     def _open(self, what: str = "") -> Any:
@@ -133,6 +140,11 @@ class SymmetricHeap:
     def stream_order(self) -> StreamOrder:
         """The stream of this heap's last host-level call (see `ironlink.runtime.stream_order`)."""
         return self._stream_order
+
+    @property
+    def handle(self) -> int:
+        """This heap's int handle (`runtime.handles`): how ironlink's PyTorch operators name it."""
+        return self._handle
 
     @property
     def closed(self) -> bool:

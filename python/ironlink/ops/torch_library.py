@@ -1,0 +1,160 @@
+"""The host-level collectives as PyTorch custom operators (`torch.ops.ironlink.*`), so that
+torch.compile captures them in its graph, fullgraph and under CUDA graphs (mode="reduce-overhead").
+
+`ironlink.all_reduce(...)` and the others route here while Dynamo traces them
+(`runtime.handles.compiling()`); in eager they run as before, without the dispatcher's cost. The
+routing functions below have the public signatures and do only what Dynamo can trace: they turn
+the heap into its int handle (custom operators take no Python objects), the reduce op into its
+code, and call the operator. Everything that reads addresses (`data_ptr`, heap membership) and
+launches runs in the operator's implementation, which calls the public function itself, checks
+included, when the compiled graph runs.
+
+Every operator mutates its outputs in place and returns nothing (its fake implementation has
+nothing to compute), as the public functions do; the routing functions return the tensors the
+public ones return. Inductor may hand an operator a copy of a heap tensor instead of the tensor
+(when it cannot write an argument in place, or when the tensor was written by another op of the
+graph first, e.g. `torch.mm(..., out=buf)`): the implementation then stages it through a heap
+workspace of its own (`on_heap`) and copies the results back, so the op computes the same bits,
+at the cost of two copies. Staging allocates from the heap on its first use, identically on every
+rank, since every rank compiles the same graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from ..runtime import handles
+from ..runtime.errors import IronlinkError
+from ..runtime.registry import holds
+from . import collectives, variable_all_to_all
+
+LIB = "ironlink"
+
+
+def handle_of(heap: Any) -> int:
+    """The heap's handle, or NO_HANDLE for None (traced by Dynamo: a property read)."""
+    return handles.NO_HANDLE if heap is None else int(heap.handle)
+
+
+def heap_of(handle: int, t: torch.Tensor, op: str) -> Any:
+    """The heap an operator runs on: the one behind `handle`; without one, the heap holding `t`,
+    else the only open heap on `t`'s device (`t` may be Inductor's copy of a heap tensor)."""
+    what = f"torch.ops.{LIB}.{op}"
+    if handle != handles.NO_HANDLE:
+        return handles.lookup(handle, what)
+    from ..runtime.heap import SymmetricHeap
+
+    heaps = handles.live(SymmetricHeap)
+    found = [h for h in heaps if holds(h, t)]
+    if not found:
+        found = [h for h in heaps if not h.closed and h.device == t.device]
+    if len(found) != 1:
+        raise IronlinkError(f"{what}: cannot tell which symmetric heap to use ({len(found)} open heaps on "
+                            f"{t.device} hold none of its tensors): pass heap= under torch.compile")
+    return found[0]
+
+
+def on_heap(heap: Any, op: str, tensors: Sequence[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
+    """`tensors` with each one that is not in `heap` replaced by a copy in a heap workspace of its
+    own (one per operator and argument position, kept by the heap between calls)."""
+    staged: list[Optional[torch.Tensor]] = []
+    for i, t in enumerate(tensors):
+        if t is None or t.numel() == 0 or holds(heap, t):
+            staged.append(t)
+            continue
+        if t.is_cuda:  # the copy writes heap memory: like a heap call, after the last one on another stream
+            heap.stream_order.before_call(torch.cuda.current_stream(t.device), torch.cuda.is_current_stream_capturing())
+        nbytes = t.numel() * t.element_size()
+        ws = heap.workspace(f"torch.ops.{LIB}.{op}/{i}", nbytes)[:nbytes]
+        staged.append(ws.view(t.dtype).view(t.shape).copy_(t))
+    return staged
+
+
+def copy_back(originals: Sequence[Optional[torch.Tensor]], staged: Sequence[Optional[torch.Tensor]]) -> None:
+    """Writes the staged copies of the written tensors back to the operator's arguments."""
+    for t, s in zip(originals, staged):
+        if t is not None and s is not None and s is not t:
+            t.copy_(s)
+
+
+def refuse_allocation(what: str, argument: str) -> None:
+    """Raised while tracing: a heap allocation is collective and cannot be part of a graph."""
+    raise ValueError(f"{what} under torch.compile needs {argument}= given (allocate it once with "
+                     "SymmetricHeap.empty outside the compiled function): a heap allocation cannot be traced")
+
+
+# --- the operators ---------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(f"{LIB}::all_reduce", mutates_args=("t",))
+def all_reduce_op(heap: int, t: torch.Tensor, op: int, check: bool, pdl: Optional[bool]) -> None:
+    h = heap_of(heap, t, "all_reduce")
+    staged = on_heap(h, "all_reduce", (t,))
+    collectives.all_reduce(staged[0], op, heap=h, check=check, pdl=pdl)
+    copy_back((t,), staged)
+
+
+@torch.library.custom_op(f"{LIB}::all_gather", mutates_args=("out",))
+def all_gather_op(heap: int, out: torch.Tensor, inp: torch.Tensor, check: bool) -> None:
+    h = heap_of(heap, out, "all_gather")
+    s_out, s_inp = on_heap(h, "all_gather", (out, inp))
+    collectives.all_gather(s_out, s_inp, heap=h, check=check)
+    copy_back((out,), (s_out,))
+
+
+@torch.library.custom_op(f"{LIB}::reduce_scatter", mutates_args=("out",))
+def reduce_scatter_op(heap: int, out: torch.Tensor, inp: torch.Tensor, op: int, check: bool) -> None:
+    h = heap_of(heap, inp, "reduce_scatter")
+    s_out, s_inp = on_heap(h, "reduce_scatter", (out, inp))
+    collectives.reduce_scatter(s_out, s_inp, op, heap=h, check=check)
+    copy_back((out,), (s_out,))
+
+
+@torch.library.custom_op(f"{LIB}::all_to_all_v", mutates_args=("out", "recv_counts", "recv_offsets"))
+def all_to_all_v_op(heap: int, inp: torch.Tensor, send_counts: torch.Tensor, out: torch.Tensor,
+                    recv_counts: torch.Tensor, recv_offsets: torch.Tensor, check: bool, ctas: Optional[int]) -> None:
+    h = heap_of(heap, inp, "all_to_all_v")
+    written = (out, recv_counts, recv_offsets)
+    s_inp, s_counts, s_out, s_recv, s_offsets = on_heap(h, "all_to_all_v", (inp, send_counts, *written))
+    variable_all_to_all.all_to_all_v(s_inp, s_counts, s_out, s_recv, s_offsets, heap=h, check=check, ctas=ctas)
+    copy_back(written, (s_out, s_recv, s_offsets))
+
+
+# Nothing to compute for a fake tensor: each operator only writes its arguments.
+for _op in (all_reduce_op, all_gather_op, reduce_scatter_op, all_to_all_v_op):
+    _op.register_fake(lambda *args, **kwargs: None)
+
+
+# --- what the public functions run while Dynamo traces them --------------------------------------
+
+
+def all_reduce(t: torch.Tensor, op: Union[str, int] = "sum", heap: Any = None, check: bool = False,
+               pdl: Optional[bool] = None) -> torch.Tensor:
+    torch.ops.ironlink.all_reduce(handle_of(heap), t, collectives.reduce_op_code(op), check, pdl)
+    return t
+
+
+def all_gather(out: torch.Tensor, inp: torch.Tensor, heap: Any = None, check: bool = False) -> torch.Tensor:
+    torch.ops.ironlink.all_gather(handle_of(heap), out, inp, check)
+    return out
+
+
+def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: Union[str, int] = "sum", heap: Any = None,
+                   check: bool = False) -> torch.Tensor:
+    torch.ops.ironlink.reduce_scatter(handle_of(heap), out, inp, collectives.reduce_op_code(op), check)
+    return out
+
+
+def all_to_all_v(inp: torch.Tensor, send_counts: torch.Tensor, out: torch.Tensor, recv_counts: Any = None,
+                 recv_offsets: Any = None, heap: Any = None, check: bool = False,
+                 ctas: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if recv_counts is None or recv_offsets is None:
+        refuse_allocation("ironlink.all_to_all_v", "recv_counts and recv_offsets")
+    torch.ops.ironlink.all_to_all_v(handle_of(heap), inp, send_counts, out, recv_counts, recv_offsets, check, ctas)
+    return out, recv_counts, recv_offsets
+
+
+__all__ = ["LIB", "all_gather", "all_reduce", "all_to_all_v", "copy_back", "handle_of", "heap_of", "on_heap",
+           "reduce_scatter", "refuse_allocation"]
