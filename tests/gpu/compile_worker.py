@@ -62,8 +62,9 @@ class TPBlock(torch.nn.Module if torch is not None else object):  # type: ignore
         self.heap = heap
         self.w1, self.w2 = weight(g, HIDDEN, f, scale=HIDDEN ** -0.5), weight(g, f, HIDDEN, scale=f ** -0.5)
         self.w3, self.w4 = weight(g, HIDDEN, f, scale=HIDDEN ** -0.5), weight(g, f, HIDDEN, scale=f ** -0.5)
-        self.norm = weight(g, HIDDEN)
-        g0 = torch.Generator(device="cuda").manual_seed(7)  # the router and the expert: same on every rank
+        # The norm's weight, the router and the expert: the same on every rank (normed is then too).
+        g0 = torch.Generator(device="cuda").manual_seed(7)
+        self.norm = weight(g0, HIDDEN)
         self.router = torch.nn.Parameter(torch.randn(HIDDEN, EXPERTS, generator=g0, device="cuda"), requires_grad=False)
         self.expert = weight(g0, HIDDEN, HIDDEN, scale=HIDDEN ** -0.5)
         self.partial = heap.empty((TOKENS, HIDDEN), BF16)  # the row-parallel GEMM's output, all-reduced
