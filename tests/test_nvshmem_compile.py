@@ -211,14 +211,17 @@ def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path
     kernel, signature, given, functions = FUSED[name]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
-        libs = ironlink.jit(kernel.fn, arch="sm_90", nvshmem=True).extern_libs()  # type: ignore[attr-defined]
-    assert list(libs) == ["ironlink", "libnvshmem_device"]
+        # As a launch on a context of several nodes links them (`ironlink.language.topology`).
+        libs = ironlink.jit(kernel.fn, arch="sm_90", nvshmem=True).extern_libs(several_nodes=True)  # type: ignore[attr-defined]
+    assert list(libs) == ["ironlink_several_nodes", "libnvshmem_device"]
     constants = {k: v for k, v in given.items() if not k.startswith("num_")}
     options = {k: v for k, v in given.items() if k.startswith("num_")}
     k = triton.compile(ASTSource(kernel.fn, signature, constants), target=GPUTarget("cuda", 90, 32),  # type: ignore[attr-defined]
                        options={"extern_libs": tuple(libs.items()), **options})
     assert k.asm["cubin"]
     assert_linked(k.asm["ptx"], functions)
+    called = set(re.findall(r'symbol = "(\w+)"', k.asm["ttir"]))
+    assert {f for f in functions if f.endswith("_hierarchical")} <= called  # the hierarchical algorithms
 
 
 def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: Path,

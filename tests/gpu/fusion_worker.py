@@ -504,7 +504,7 @@ def as_several_nodes(s: Suite) -> Iterator[Suite]:
     are the node-local part alone, which the P2P bitcode serves (no NVSHMEM needed)."""
     saved = [(module, name, getattr(module, name)) for module, name in HIERARCHICAL_KERNELS]
     for module, name, kernel in saved:
-        setattr(module, name, ironlink.jit(kernel.fn))
+        setattr(module, name, ironlink.jit(kernel.fn, several_nodes=True))  # P2P bitcode, hierarchical calls
     view = Suite(s.heap)
     view.heap = SeveralNodesView(s.heap)  # type: ignore[assignment]
     try:

@@ -46,27 +46,27 @@ from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/
 HEAP_BYTES = 160 << 20
 
 
-@ironlink.jit(nvshmem=True)
+@ironlink.jit(nvshmem=True, several_nodes=True)
 def _all_to_all_hierarchical_kernel(ctx, inp, out, n, status):
-    tl.store(status + tl.program_id(0), ilt.all_to_all_hierarchical(ctx, inp, out, n))
+    tl.store(status + tl.program_id(0), ilt.all_to_all(ctx, inp, out, n))
 
 
-@ironlink.jit(nvshmem=True)
+@ironlink.jit(nvshmem=True, several_nodes=True)
 def _barriers_kernel(ctx, rounds, status):
-    s = il.symm_barrier_hierarchical(ctx)
+    s = il.symm_barrier(ctx)
     for _ in range(1, rounds):
-        s = tl.minimum(s, il.symm_barrier_hierarchical(ctx))
+        s = tl.minimum(s, il.symm_barrier(ctx))
     tl.store(status + tl.program_id(0), s)
 
 
-@ironlink.jit(nvshmem=True)
+@ironlink.jit(nvshmem=True, several_nodes=True)
 def _broadcast_reduce_kernel(ctx, buf, inp, out, n, root, status):
-    s = ilt.broadcast_hierarchical(ctx, buf, n, root)
-    s = tl.minimum(s, ilt.reduce_hierarchical(ctx, inp, out, n, 0, root))  # 0: REDUCE_OP_SUM
+    s = ilt.broadcast(ctx, buf, n, root)
+    s = tl.minimum(s, ilt.reduce(ctx, inp, out, n, 0, root))  # 0: REDUCE_OP_SUM
     tl.store(status + tl.program_id(0), s)
 
 
-@ironlink.jit(nvshmem=True)
+@ironlink.jit(nvshmem=True, several_nodes=True)
 def _tiles_kernel(ctx, inp, out, rows, cols, stride, bstride, rank, status, OP: tl.constexpr, TR: tl.constexpr,
                   TC: tl.constexpr):
     # Every TR x TC tile of a rows x cols matrix (rows `stride` apart), rank r running tile t on CTA
@@ -81,11 +81,11 @@ def _tiles_kernel(ctx, inp, out, rows, cols, stride, bstride, rank, status, OP: 
             i0, j0 = (t // tiles_c) * TR, (t % tiles_c) * TC
             r, c, at = tl.minimum(TR, rows - i0), tl.minimum(TC, cols - j0), i0 * stride + j0
             if OP == "all_gather":
-                s = ilt.tile_all_gather_hierarchical(ctx, inp + at, r, c, stride, bstride, t)
+                s = ilt.tile_all_gather(ctx, inp + at, r, c, stride, bstride, t)
             elif OP == "all_reduce":
-                s = ilt.tile_all_reduce_hierarchical(ctx, inp + at, r, c, stride, t)
+                s = ilt.tile_all_reduce(ctx, inp + at, r, c, stride, t)
             else:
-                s = ilt.tile_reduce_scatter_hierarchical(ctx, inp + at, out + at, r, c, stride, bstride, t)
+                s = ilt.tile_reduce_scatter(ctx, inp + at, out + at, r, c, stride, bstride, t)
             worst = ilt.failure_or(s, worst)
     tl.store(status + pid, worst)
 

@@ -248,9 +248,10 @@ if torch is not None:
     import ironlink.typed as ilt
     from ironlink.ops import collectives as ilt_ops
 
-    @ironlink.jit
+    # The hierarchical algorithm pinned on this one-node heap (P2P bitcode).
+    @ironlink.jit(several_nodes=True)
     def _hierarchical_kernel(ctx, buf, n, op, status):
-        tl.store(status + tl.program_id(0), ilt.all_reduce_hierarchical(ctx, buf, n, op))
+        tl.store(status + tl.program_id(0), ilt.all_reduce(ctx, buf, n, op))
 
 
 def counts_matrix(world: int, seed: int, most: int) -> Any:

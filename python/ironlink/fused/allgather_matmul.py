@@ -224,7 +224,7 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
 
 
 # A heap of several nodes (see the module docs); linked with the NVSHMEM bitcode.
-@jit(do_not_specialize=["ctx"], nvshmem=True)
+@jit(do_not_specialize=["ctx"], nvshmem=True, several_nodes=True)
 def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
                                          stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, COPY_COLS: tl.constexpr,
@@ -239,7 +239,7 @@ def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, 
     # The own block complete before any CTA sends its slice of it; every block in place before
     # any CTA reads one.
     worst = il.symm_grid_barrier(ctx)
-    worst = ilt.failure_or(worst, ilt.all_gather_hierarchical(ctx, mine, a_full, ROWS * K))
+    worst = ilt.failure_or(worst, ilt.all_gather(ctx, mine, a_full, ROWS * K))
     worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
         _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, False, False, BLOCK_M,

@@ -213,18 +213,18 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
 
 
 # A heap of several nodes: the same over the hierarchical all-reduces, linked with the NVSHMEM bitcode.
-@jit(do_not_specialize=["ctx", "T", "eps"], nvshmem=True)
+@jit(do_not_specialize=["ctx", "T", "eps"], nvshmem=True, several_nodes=True)
 def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status,
                                           WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False):
     pid, grid = tl.program_id(0), tl.num_programs(0)
     if WHOLE:
-        s = ilt.all_reduce_hierarchical(ctx, x, T * H)
+        s = ilt.all_reduce(ctx, x, T * H)
         s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     else:
         per = tl.cdiv(T, grid)
         r0 = pid * per
         r1 = tl.minimum(T, r0 + per)
-        s = ilt.tile_all_reduce_hierarchical(ctx, x + r0.to(tl.int64) * H, tl.maximum(r1 - r0, 0), H, H, pid)
+        s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, tl.maximum(r1 - r0, 0), H, H, pid)
         for row in range(r0, r1):
             _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H, FP8)
     tl.store(status + pid, s)

@@ -121,7 +121,7 @@ def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, strid
 
 # A heap of several nodes: every tile first, a grid barrier, then the hierarchical all-reduce of the
 # whole output (see the module docs); linked with the NVSHMEM bitcode.
-@jit(do_not_specialize=["ctx"], nvshmem=True)
+@jit(do_not_specialize=["ctx"], nvshmem=True, several_nodes=True)
 def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
                                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                          GROUP_M: tl.constexpr):
@@ -131,7 +131,7 @@ def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, str
                       GROUP_M)
     # Every CTA's tiles visible to every CTA: each all-reduces a slice of the whole output.
     s = il.symm_grid_barrier(ctx)
-    r = ilt.all_reduce_hierarchical(ctx, out, M * N)
+    r = ilt.all_reduce(ctx, out, M * N)
     tl.store(status + pid, ilt.failure_or(s, r))
 
 

@@ -159,7 +159,7 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
 
 
 # A heap of several nodes (see the module docs); linked with the NVSHMEM bitcode.
-@jit(do_not_specialize=["ctx"], nvshmem=True)
+@jit(do_not_specialize=["ctx"], nvshmem=True, several_nodes=True)
 def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                              stride_om, stride_on, status, BLOCK_M: tl.constexpr,
                                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -173,7 +173,7 @@ def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride
     mine = ws + tl.cast(il.symm_rank(ctx), tl.int64) * rows * N
     # Every tile stored before any CTA reduces its slice; every slice reduced before any CTA copies.
     worst = il.symm_grid_barrier(ctx)
-    worst = ilt.failure_or(worst, ilt.reduce_scatter_hierarchical(ctx, ws, mine, rows * N))
+    worst = ilt.failure_or(worst, ilt.reduce_scatter(ctx, ws, mine, rows * N))
     worst = ilt.failure_or(worst, il.symm_grid_barrier(ctx))
     if worst == 0:
         copy_rows(mine, N, 1, out, stride_om, stride_on, rows, N, COPY_COLS)

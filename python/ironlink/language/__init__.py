@@ -5,6 +5,11 @@ of `_abi.NVSHMEM_FUNCTIONS` (the NVSHMEM bitcode's `symm_nvshmem_*`, for `@ironl
 with the C symbol's name and argument names: ``ironlink.language.symm_rank(ctx)``. Adding a
 function on the Rust side adds its wrapper here; nothing is listed by hand.
 
+One name per collective: a function with a hierarchical twin in the bitcode (``symm_all_reduce`` and
+``symm_all_reduce_hierarchical``, the same arguments) calls the twin in a kernel compiled for a
+context of several nodes (`topology`: `@ironlink.jit` chooses by the launch's ``ctx``). The twins
+stay callable under their own names but are not listed in ``__all__``.
+
 Each wrapper
 - takes scalars only: every thread of the CTA executes the call with the same arguments and the
   device functions synchronize the CTA themselves, so a block argument (which Triton would turn
@@ -23,8 +28,10 @@ from typing import Any, Callable
 
 from triton.language import core
 
-from . import _abi, _nvshmem
+from . import _abi, _nvshmem, topology
 from .jit import LIB_NAME
+
+HIERARCHICAL_SUFFIX = "_hierarchical"
 
 # The LLVM scalar types the `exports!` macro allows, as Triton dtypes.
 _TL_TYPES: dict[str, core.dtype] = {"i32": core.int32, "i64": core.int64}
@@ -41,9 +48,10 @@ def _lib_path(_semantic: Any) -> str:
     options = getattr(getattr(_semantic, "builder", None), "options", None)
     if options is None:  # a front end that does not say how it links (e.g. the interpreter)
         return ""
-    libs = dict(getattr(options, "extern_libs", None) or ())
-    if LIB_NAME in libs:
-        return libs[LIB_NAME]
+    libs = topology.linked_libs(_semantic)
+    path = topology.ironlink_path(libs)
+    if path:
+        return path
     if not [k for k in libs if k != "libdevice"]:
         raise RuntimeError(
             "ironlink functions need the ironlink bitcode linked into the kernel: decorate it with "
@@ -59,14 +67,14 @@ def _nvshmem_lib_path(_semantic: Any) -> str:
     options = getattr(getattr(_semantic, "builder", None), "options", None)
     if options is None:
         return ""
-    libs = dict(getattr(options, "extern_libs", None) or ())
+    libs = topology.linked_libs(_semantic)
     if _nvshmem.LIB_NAME not in libs:
         raise RuntimeError(
             "ironlink's symm_nvshmem_* functions need NVSHMEM linked into the kernel: decorate it with "
             "@ironlink.jit(nvshmem=True) (or link ironlink.bitcode_path(arch, nvshmem=True) and then "
             f"libnvshmem_device.bc under the key {_nvshmem.LIB_NAME!r}, in that order)"
         )
-    return libs.get(LIB_NAME, "")
+    return topology.ironlink_path(libs)
 
 
 def _coerce(value: Any, ty: core.dtype, what: str, _semantic: Any) -> core.tensor:
@@ -88,9 +96,11 @@ def _coerce(value: Any, ty: core.dtype, what: str, _semantic: Any) -> core.tenso
 
 
 def _make_wrapper(
-    name: str, args: tuple[tuple[str, str], ...], ret: str, doc: str, lib_path: Callable[[Any], str] = _lib_path
+    name: str, args: tuple[tuple[str, str], ...], ret: str, doc: str, lib_path: Callable[[Any], str] = _lib_path,
+    twin: str = "",
 ) -> Callable[..., Any]:
-    """The `@core.extern` wrapper of one exported function (`lib_path` checks what is linked)."""
+    """The `@core.extern` wrapper of one exported function (`lib_path` checks what is linked);
+    `twin`: the symbol it calls instead in a kernel compiled for several nodes (`topology`)."""
     # Triton passes `_semantic` only to builtins whose signature names it, and `inspect.signature`
     # of the builtin follows `__wrapped__` to us: so we publish a real signature (the C argument
     # names, then `_semantic`), which also gives users normal Python arity errors.
@@ -109,25 +119,31 @@ def _make_wrapper(
         values = [
             _coerce(bound.arguments[a], t, f"{name}({a})", _semantic) for a, t in zip(arg_names, arg_types)
         ]
+        symbol = twin if twin and topology.several_nodes(_semantic) else name
         return core.extern_elementwise(
-            LIB_NAME, lib_path(_semantic), values, {arg_types: (name, ret_type)}, is_pure=False, _semantic=_semantic
+            LIB_NAME, lib_path(_semantic), values, {arg_types: (symbol, ret_type)}, is_pure=False, _semantic=_semantic
         )
 
     wrapper.__signature__ = call_sig.replace(parameters=[*params, semantic])  # type: ignore[attr-defined]
     wrapper.__name__ = wrapper.__qualname__ = name
     wrapper.__module__ = __name__
     proto = ", ".join(f"{a}: {t}" for (a, t), _ in zip(args, arg_names))
-    wrapper.__doc__ = f"{name}({proto}) -> {ret}\n\n{doc}"
+    on_nodes = f"\n\nOn a context of several nodes: ``{twin}``." if twin else ""
+    wrapper.__doc__ = f"{name}({proto}) -> {ret}\n\n{doc}{on_nodes}"
     return core.extern(wrapper)
 
 
 def _generate() -> list[str]:
+    """Defines every wrapper; returns the public names (the hierarchical twins left out)."""
     for fn_name, (fn_args, fn_ret, fn_doc) in _abi.FUNCTIONS.items():
-        globals()[fn_name] = _make_wrapper(fn_name, fn_args, fn_ret, fn_doc)
+        twin = fn_name + HIERARCHICAL_SUFFIX
+        globals()[fn_name] = _make_wrapper(fn_name, fn_args, fn_ret, fn_doc,
+                                           twin=twin if twin in _abi.FUNCTIONS else "")
     # The NVSHMEM bitcode's own functions (`@ironlink.jit(nvshmem=True)` kernels only).
     for fn_name, (fn_args, fn_ret, fn_doc) in _abi.NVSHMEM_FUNCTIONS.items():
         globals()[fn_name] = _make_wrapper(fn_name, fn_args, fn_ret, fn_doc, _nvshmem_lib_path)
-    return [*_abi.FUNCTIONS, *_abi.NVSHMEM_FUNCTIONS]
+    public = [f for f in _abi.FUNCTIONS if not f.endswith(HIERARCHICAL_SUFFIX)]
+    return [*public, *_abi.NVSHMEM_FUNCTIONS]
 
 
 __all__ = _generate()

@@ -87,16 +87,6 @@ def all_reduce(ctx: Any, ptr: Any, n: Any, op: Any = _SUM, _semantic: Any = None
 
 
 @core.extern
-def all_reduce_hierarchical(ctx: Any, ptr: Any, n: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
-    """`all_reduce` on a heap of any number of nodes (``symm_all_reduce_hierarchical``): node-local
-    reduce-scatter, cross-node exchange over NVSHMEM, node-local all-gather. A kernel calling it
-    on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _code(_element_type(ptr, "ironlink.typed.all_reduce_hierarchical(ptr)", _semantic),
-               "ironlink.typed.all_reduce_hierarchical(ptr)")
-    return il.symm_all_reduce_hierarchical(ctx, ptr, 0, n, op, dt, _semantic=_semantic)
-
-
-@core.extern
 def reduce_scatter(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
     """`out_ptr` (n) = reduction over ranks of block `rank` of `in_ptr` (world x n)."""
     dt = _pair_code(in_ptr, out_ptr, "reduce_scatter", _semantic)
@@ -108,23 +98,6 @@ def all_gather(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = Non
     """Block p of `out_ptr` (world x n) = rank p's `in_ptr` (n)."""
     dt = _pair_code(in_ptr, out_ptr, "all_gather", _semantic)
     return il.symm_all_gather(ctx, in_ptr, out_ptr, n, dt, _semantic=_semantic)
-
-
-@core.extern
-def reduce_scatter_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, op: Any = _SUM,
-                                _semantic: Any = None) -> core.tensor:
-    """`reduce_scatter` on a heap of any number of nodes (``symm_reduce_scatter_hierarchical``).
-    A kernel calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _pair_code(in_ptr, out_ptr, "reduce_scatter_hierarchical", _semantic)
-    return il.symm_reduce_scatter_hierarchical(ctx, in_ptr, out_ptr, n, op, dt, _semantic=_semantic)
-
-
-@core.extern
-def all_gather_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = None) -> core.tensor:
-    """`all_gather` on a heap of any number of nodes (``symm_all_gather_hierarchical``). A kernel
-    calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _pair_code(in_ptr, out_ptr, "all_gather_hierarchical", _semantic)
-    return il.symm_all_gather_hierarchical(ctx, in_ptr, out_ptr, n, dt, _semantic=_semantic)
 
 
 @core.extern
@@ -151,32 +124,6 @@ def all_to_all(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = Non
 
 
 @core.extern
-def broadcast_hierarchical(ctx: Any, ptr: Any, n: Any, root: Any, _semantic: Any = None) -> core.tensor:
-    """`broadcast` on a heap of any number of nodes (``symm_broadcast_hierarchical``). A kernel
-    calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _code(_element_type(ptr, "ironlink.typed.broadcast_hierarchical(ptr)", _semantic),
-               "ironlink.typed.broadcast_hierarchical(ptr)")
-    return il.symm_broadcast_hierarchical(ctx, ptr, n, dt, root, _semantic=_semantic)
-
-
-@core.extern
-def reduce_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, op: Any = _SUM, root: Any = 0,
-                        _semantic: Any = None) -> core.tensor:
-    """`reduce` on a heap of any number of nodes (``symm_reduce_hierarchical``). A kernel calling
-    it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _pair_code(in_ptr, out_ptr, "reduce_hierarchical", _semantic)
-    return il.symm_reduce_hierarchical(ctx, in_ptr, out_ptr, n, op, dt, root, _semantic=_semantic)
-
-
-@core.extern
-def all_to_all_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, n: Any, _semantic: Any = None) -> core.tensor:
-    """`all_to_all` on a heap of any number of nodes (``symm_all_to_all_hierarchical``). A kernel
-    calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _pair_code(in_ptr, out_ptr, "all_to_all_hierarchical", _semantic)
-    return il.symm_all_to_all_hierarchical(ctx, in_ptr, out_ptr, n, dt, _semantic=_semantic)
-
-
-@core.extern
 def all_to_all_v(ctx: Any, in_ptr: Any, in_rows: Any, send_counts_ptr: Any, out_ptr: Any, out_rows: Any,
                  recv_counts_ptr: Any, recv_offsets_ptr: Any, row_elements: Any, _semantic: Any = None) -> core.tensor:
     """Variable all-to-all with device-side counts (``symm_all_to_all_v``): rows of `row_elements`
@@ -184,18 +131,6 @@ def all_to_all_v(ctx: Any, in_ptr: Any, in_rows: Any, send_counts_ptr: Any, out_
     dt = _pair_code(in_ptr, out_ptr, "all_to_all_v", _semantic)
     return il.symm_all_to_all_v(ctx, in_ptr, in_rows, send_counts_ptr, out_ptr, out_rows, recv_counts_ptr,
                                 recv_offsets_ptr, row_elements, dt, _semantic=_semantic)
-
-
-@core.extern
-def all_to_all_v_hierarchical(ctx: Any, in_ptr: Any, in_rows: Any, send_counts_ptr: Any, out_ptr: Any, out_rows: Any,
-                              recv_counts_ptr: Any, recv_offsets_ptr: Any, row_elements: Any,
-                              _semantic: Any = None) -> core.tensor:
-    """`all_to_all_v` on a heap of any number of nodes (``symm_all_to_all_v_hierarchical``). A
-    kernel calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _pair_code(in_ptr, out_ptr, "all_to_all_v_hierarchical", _semantic)
-    return il.symm_all_to_all_v_hierarchical(ctx, in_ptr, in_rows, send_counts_ptr, out_ptr, out_rows,
-                                             recv_counts_ptr, recv_offsets_ptr, row_elements, dt,
-                                             _semantic=_semantic)
 
 
 @core.extern
@@ -217,28 +152,6 @@ def tile_all_gather(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, b
 
 
 @core.extern
-def tile_all_reduce_hierarchical(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, tile: Any, op: Any = _SUM,
-                                 _semantic: Any = None) -> core.tensor:
-    """`tile_all_reduce` on a heap of any number of nodes (``symm_tile_all_reduce_hierarchical``;
-    a grid of at most MAX_CTAS CTAs). A kernel calling it on a multi-node heap must be
-    ``@ironlink.jit(nvshmem=True)``."""
-    what = "ironlink.typed.tile_all_reduce_hierarchical(ptr)"
-    dt = _code(_element_type(ptr, what, _semantic), what)
-    return il.symm_tile_all_reduce_hierarchical(ctx, ptr, rows, cols, row_stride, tile, op, dt, _semantic=_semantic)
-
-
-@core.extern
-def tile_all_gather_hierarchical(ctx: Any, ptr: Any, rows: Any, cols: Any, row_stride: Any, block_stride: Any,
-                                 tile: Any, _semantic: Any = None) -> core.tensor:
-    """`tile_all_gather` on a heap of any number of nodes (``symm_tile_all_gather_hierarchical``).
-    A kernel calling it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    what = "ironlink.typed.tile_all_gather_hierarchical(ptr)"
-    dt = _code(_element_type(ptr, what, _semantic), what)
-    return il.symm_tile_all_gather_hierarchical(ctx, ptr, rows, cols, row_stride, block_stride, tile, dt,
-                                                _semantic=_semantic)
-
-
-@core.extern
 def tile_reduce_scatter(ctx: Any, in_ptr: Any, out_ptr: Any, rows: Any, cols: Any, row_stride: Any,
                         block_stride: Any, tile: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
     """`out_ptr` (one tile) = block `rank` of `in_ptr`'s `world` tiles reduced over ranks, by this
@@ -246,17 +159,6 @@ def tile_reduce_scatter(ctx: Any, in_ptr: Any, out_ptr: Any, rows: Any, cols: An
     dt = _pair_code(in_ptr, out_ptr, "tile_reduce_scatter", _semantic)
     return il.symm_tile_reduce_scatter(ctx, in_ptr, out_ptr, rows, cols, row_stride, block_stride, tile, op, dt,
                                        _semantic=_semantic)
-
-
-@core.extern
-def tile_reduce_scatter_hierarchical(ctx: Any, in_ptr: Any, out_ptr: Any, rows: Any, cols: Any, row_stride: Any,
-                                     block_stride: Any, tile: Any, op: Any = _SUM, _semantic: Any = None) -> core.tensor:
-    """`tile_reduce_scatter` on a heap of any number of nodes
-    (``symm_tile_reduce_scatter_hierarchical``; a grid of at most MAX_CTAS CTAs). A kernel calling
-    it on a multi-node heap must be ``@ironlink.jit(nvshmem=True)``."""
-    dt = _pair_code(in_ptr, out_ptr, "tile_reduce_scatter_hierarchical", _semantic)
-    return il.symm_tile_reduce_scatter_hierarchical(ctx, in_ptr, out_ptr, rows, cols, row_stride, block_stride, tile,
-                                                    op, dt, _semantic=_semantic)
 
 
 @core.extern

@@ -162,7 +162,9 @@ def check_statuses(statuses: list[int], collective: str, rank: int, function: Op
 # --- kernels -------------------------------------------------------------------------------------
 # One per collective; each CTA writes its status. ctx, n and op are not specialized: their values
 # do not change the code (the device dispatches on op at run time), and every specialization would
-# be another multi-second compile (op = 1 and op a multiple of 16 were two more variants).
+# be another multi-second compile (op = 1 and op a multiple of 16 were two more variants). On a
+# heap of several nodes `@jit` compiles the same kernel for it: the hierarchical algorithm, with
+# NVSHMEM between the nodes (`ironlink.language.topology`).
 
 
 @jit(do_not_specialize=["ctx", "n", "op"])
@@ -174,12 +176,6 @@ def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
     tl.store(status + tl.program_id(0), ilt.all_reduce(ctx, buf, n, op))
 
 
-# A heap of several nodes: linked with the NVSHMEM bitcode, which reaches the other nodes.
-@jit(do_not_specialize=["ctx", "n", "op"], nvshmem=True)
-def _all_reduce_hierarchical_kernel(ctx, buf, n, op, status):
-    tl.store(status + tl.program_id(0), ilt.all_reduce_hierarchical(ctx, buf, n, op))
-
-
 @jit(do_not_specialize=["ctx", "n"])
 def _all_gather_kernel(ctx, inp, out, n, status):
     tl.store(status + tl.program_id(0), ilt.all_gather(ctx, inp, out, n))
@@ -188,16 +184,6 @@ def _all_gather_kernel(ctx, inp, out, n, status):
 @jit(do_not_specialize=["ctx", "n", "op"])
 def _reduce_scatter_kernel(ctx, inp, out, n, op, status):
     tl.store(status + tl.program_id(0), ilt.reduce_scatter(ctx, inp, out, n, op))
-
-
-@jit(do_not_specialize=["ctx", "n"], nvshmem=True)
-def _all_gather_hierarchical_kernel(ctx, inp, out, n, status):
-    tl.store(status + tl.program_id(0), ilt.all_gather_hierarchical(ctx, inp, out, n))
-
-
-@jit(do_not_specialize=["ctx", "n", "op"], nvshmem=True)
-def _reduce_scatter_hierarchical_kernel(ctx, inp, out, n, op, status):
-    tl.store(status + tl.program_id(0), ilt.reduce_scatter_hierarchical(ctx, inp, out, n, op))
 
 
 # --- host side -----------------------------------------------------------------------------------
@@ -268,8 +254,7 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_reduce", (t, "t"))
         use_pdl = choose_pdl(pdl, torch.cuda.get_device_capability(h.device)[0], "all_reduce", h.multi_node)
-        kernel = _all_reduce_hierarchical_kernel if h.multi_node else _all_reduce_kernel
-        _launch("all_reduce", kernel, h, plan, (t, plan.n, code), check, use_pdl)
+        _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check, use_pdl)
     return t
 
 
@@ -284,8 +269,7 @@ def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = Fal
     plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_gather", (out, "out"), (inp, "inp"))
-        kernel = _all_gather_hierarchical_kernel if h.multi_node else _all_gather_kernel
-        _launch("all_gather", kernel, h, plan, (inp, out, plan.n), check)
+        _launch("all_gather", _all_gather_kernel, h, plan, (inp, out, plan.n), check)
     return out
 
 
@@ -303,6 +287,5 @@ def reduce_scatter(
     plan = plan_reduce_scatter(*specs, h.world_size, h.rank, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "reduce_scatter", (inp, "inp"), (out, "out"))
-        kernel = _reduce_scatter_hierarchical_kernel if h.multi_node else _reduce_scatter_kernel
-        _launch("reduce_scatter", kernel, h, plan, (inp, out, plan.n, code), check)
+        _launch("reduce_scatter", _reduce_scatter_kernel, h, plan, (inp, out, plan.n, code), check)
     return out

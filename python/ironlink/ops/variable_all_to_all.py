@@ -62,14 +62,6 @@ def _all_to_all_v_kernel(ctx, inp, in_rows, send_counts, out, out_rows, recv_cou
     tl.store(status + tl.program_id(0), s)
 
 
-# A heap of several nodes: linked with the NVSHMEM bitcode, which reaches the other nodes.
-@jit(do_not_specialize=["ctx", "in_rows", "out_rows", "row"], nvshmem=True)
-def _all_to_all_v_hierarchical_kernel(ctx, inp, in_rows, send_counts, out, out_rows, recv_counts, recv_offsets, row,
-                                      status):
-    s = ilt.all_to_all_v_hierarchical(ctx, inp, in_rows, send_counts, out, out_rows, recv_counts, recv_offsets, row)
-    tl.store(status + tl.program_id(0), s)
-
-
 def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, recv_offsets: Any = None,
                  heap: Optional[Any] = None, check: bool = False, ctas: Optional[int] = None) -> tuple[Any, Any, Any]:
     """(out, recv_counts, recv_offsets); see the module docs. `recv_counts` / `recv_offsets` default
@@ -92,15 +84,16 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
              spec(recv_offsets, "recv_offsets"), str(h.device), h.world_size, ctas)
     in_heap(h, "all_to_all_v", (inp, "inp"), (send_counts, "send_counts"), (out, "out"), (recv_counts, "recv_counts"),
             (recv_offsets, "recv_offsets"))
-    # On a heap of several nodes the hierarchical version: counts exchanged with the partners
-    # first, the rows that cross nodes streamed through the scratch (docs/backends.md).
-    kernel, function = ((_all_to_all_v_hierarchical_kernel, "symm_all_to_all_v_hierarchical") if h.multi_node
-                        else (_all_to_all_v_kernel, "symm_all_to_all_v"))
+    # On a heap of several nodes the same kernel compiles to the hierarchical version: counts
+    # exchanged with the partners first, the rows that cross nodes streamed through the scratch
+    # (docs/backends.md).
+    function = "symm_all_to_all_v_hierarchical" if h.multi_node else "symm_all_to_all_v"
     ctas = min(p.ctas, grid_cap(h.device))
     launch_with_status(
         "all_to_all_v", h, ctas,
-        lambda status: kernel[(ctas,)](h.ctx, inp, p.in_rows, send_counts, out, p.out_rows, recv_counts,
-                                       recv_offsets, p.row_elements, status, num_warps=p.warps),
+        lambda status: _all_to_all_v_kernel[(ctas,)](h.ctx, inp, p.in_rows, send_counts, out, p.out_rows,
+                                                     recv_counts, recv_offsets, p.row_elements, status,
+                                                     num_warps=p.warps),
         check, function=function)
     return out, recv_counts, recv_offsets
 

@@ -22,7 +22,7 @@ import math
 import os
 from typing import Any, Iterable, Optional, Union
 
-from ..language import _abi
+from ..language import _abi, topology
 from .backends import NativeSettings, check_backend, check_node_size, open_backend
 from .errors import IronlinkError, device_error
 from .heap_args import check_algorithm_limits, check_size, check_timeout, normalize_shape, span_bytes
@@ -109,6 +109,8 @@ class SymmetricHeap:
         self._native, self._owner = open_backend(self._backend, native, self._rendezvous, self._device, nbytes,
                                                  scratch_bytes, self._node_size, settings)
         self._closed = False
+        if self.multi_node:  # kernels launched on this context compile their collectives for several nodes
+            topology.mark_several_nodes(int(self._native.ctx))
         # A name that every rank of this heap shares, for the store keys of its reports.
         self._uid = str(self._rendezvous.all_gather(os.urandom(8).hex())[0])
         # What torch.compile graphs carry instead of the heap (runtime/handles.py).
@@ -354,6 +356,7 @@ class SymmetricHeap:
         self._closed = True
         native, self._native = self._native, None
         self._calls.forget_context()
+        topology.forget(int(native.ctx))  # its address may serve another context later
         # Without its group (destroyed) there is no barrier to hold: free our side alone (memory a
         # peer still maps is released only when the peer unmaps it).
         alive = self._rendezvous.alive()
