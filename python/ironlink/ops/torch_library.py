@@ -3,9 +3,9 @@ torch.compile captures them in its graph, fullgraph and under CUDA graphs (mode=
 
 `ironlink.all_reduce(...)` and the others route here while Dynamo traces them
 (`runtime.handles.compiling()`); in eager they run as before, without the dispatcher's cost. The
-routing functions below have the public signatures and do only what Dynamo can trace: they turn
-the heap into its int handle (custom operators take no Python objects), the reduce op into its
-code (the public function passes it), and call the operator. Everything that reads addresses
+routing functions below have the public signatures (the reduce op as its code, which the public
+function passes) and do only what Dynamo can trace: they turn the heap into its int handle
+(custom operators take no Python objects) and call the operator. Everything that reads addresses
 (`data_ptr`, heap membership) and launches runs in the operator's implementation, which calls the
 public function itself, checks included, when the compiled graph runs. This module imports none
 of the public modules (they import it, to route): each of them enters its function in
