@@ -21,11 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ironlink  # noqa: E402
-from ironlink.fused import torch_library as fused_lib  # noqa: E402
+from ironlink.fused import torch_library as fused_lib  # noqa: E402,F401 - registers the fused operators
 from ironlink.moe.exchange import Handle, MoeExchange  # noqa: E402
-from ironlink.ops import collectives, variable_all_to_all  # noqa: E402
 from ironlink.ops import torch_library as ops_lib  # noqa: E402
-from ironlink.runtime import handles  # noqa: E402
+from ironlink.runtime import eager, handles  # noqa: E402
 from ironlink.runtime.errors import IronlinkError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,14 +180,16 @@ class StandInHeap(FakeHeap):
         pass
 
 
+# The public functions the operators run, entered in runtime.eager by their modules.
+EAGER = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all_v", "all_reduce_rmsnorm", "matmul_all_reduce",
+         "all_gather_matmul", "matmul_reduce_scatter")
+
+
 @pytest.fixture
 def stand_ins(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandIns]:
     s = StandIns()
-    for name in ("all_reduce", "all_gather", "reduce_scatter"):
-        monkeypatch.setattr(collectives, name, getattr(s, name))
-    monkeypatch.setattr(variable_all_to_all, "all_to_all_v", s.all_to_all_v)
-    for name in ("all_reduce_rmsnorm", "matmul_all_reduce", "all_gather_matmul", "matmul_reduce_scatter"):
-        monkeypatch.setattr(fused_lib, f"_{name}", getattr(s, name))
+    for name in EAGER:  # what the operators look up when they run
+        monkeypatch.setitem(eager.FUNCTIONS, name, getattr(s, name))
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     yield s
@@ -224,6 +225,9 @@ def test_every_operator_is_registered_with_its_mutations() -> None:
         written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
         assert written == mutated, (name, str(schema))
         assert schema.arguments[0].name in ("heap", "exchange") and str(schema.arguments[0].type) == "int"
+    # The functions the operators run are the public functions themselves.
+    for name in EAGER:
+        assert eager.function(name) is getattr(ironlink, name), name
     # Operators that only write their arguments return nothing (nothing for a fake to compute).
     assert str(torch.ops.ironlink.all_reduce.default._schema) == (
         "ironlink::all_reduce(SymInt heap, Tensor(a1!) t, SymInt op, bool check, bool? pdl) -> ()")
@@ -438,8 +442,10 @@ def test_allocating_forms_are_refused_while_tracing(stand_ins: StandIns) -> None
 
 
 def test_importing_the_package_does_not_import_torch() -> None:
+    # Importing the packages also enters every function the operators run (runtime.eager), without torch.
     code = ("import sys, ironlink, ironlink.ops, ironlink.fused, ironlink.moe, ironlink.runtime.heap, "
-            "ironlink.runtime.handles; assert 'torch' not in sys.modules, 'torch imported'")
+            "ironlink.runtime.handles; assert 'torch' not in sys.modules, 'torch imported'; "
+            f"from ironlink.runtime import eager; assert sorted(eager.FUNCTIONS) == {sorted(EAGER)}, eager.FUNCTIONS")
     r = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(REPO / "python")}, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .. import language as il
-from ..runtime import tuning
+from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
@@ -247,6 +247,7 @@ def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, 
     tl.store(status + pid, worst)
 
 
+@eager.register  # what the operator of its name runs (fused/torch_library.py finds it there)
 def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, check: bool = False,
                       method: Optional[str] = None) -> tuple[Any, Any]:

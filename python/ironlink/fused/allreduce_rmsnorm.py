@@ -41,7 +41,7 @@ import triton.language as tl
 
 from ..language import _abi
 from .. import language as il
-from ..runtime import tuning
+from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
@@ -230,6 +230,7 @@ def allreduce_rmsnorm_hierarchical_kernel(ctx, x, residual, residual_out, weight
     tl.store(status + pid, s)
 
 
+@eager.register  # what the operators all_reduce_rmsnorm(_out) run (fused/torch_library.py finds it there)
 def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
                        heap: Any = None, mode: Optional[str] = None, check: bool = False,
                        residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None) -> tuple[Any, ...]:

@@ -51,7 +51,7 @@ import triton.language as tl
 
 from ..language import _abi
 from .. import language as il
-from ..runtime import tuning
+from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
@@ -135,6 +135,7 @@ def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, str
     tl.store(status + pid, ilt.failure_or(s, r))
 
 
+@eager.register  # what the operator of its name runs (fused/torch_library.py finds it there)
 def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, method: Optional[str] = None,
                       check: bool = False) -> Any:

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from ..language import _abi
 from .. import language as il
-from ..runtime import tuning
+from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
@@ -180,6 +180,7 @@ def matmul_reducescatter_hierarchical_kernel(ctx, a, b, out, ws, M, N, K, stride
     tl.store(status + pid, worst)
 
 
+@eager.register  # what the operator of its name runs (fused/torch_library.py finds it there)
 def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Optional[tuning.MatmulConfig] = None,
                           check: bool = False, method: Optional[str] = None) -> Any:
     """`out` [M / world, N]: this rank's rows of sum over ranks of `a` [M, K] @ `b` [K, N] (bf16 or

@@ -5,7 +5,9 @@ The public functions route here while Dynamo traces them. Each operator writes i
 place and returns nothing; the routing functions allocate what the public ones allocate, except
 heap tensors (`matmul_all_reduce`'s `out`, `all_gather_matmul`'s `a_full`): a heap allocation is
 collective and cannot be traced, so under torch.compile those must be given. A tile
-configuration (`config=`, a `tuning.MatmulConfig`) travels as its list of ints.
+configuration (`config=`, a `tuning.MatmulConfig`) travels as its list of ints. The operators run
+the public functions, which their modules enter in `runtime.eager` when imported (this module
+imports none of them: they import it, to route).
 """
 
 from __future__ import annotations
@@ -15,11 +17,7 @@ from typing import Any, Optional
 import torch
 
 from ..ops.torch_library import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
-from ..runtime import tuning
-from .allgather_matmul import all_gather_matmul as _all_gather_matmul
-from .allreduce_rmsnorm import all_reduce_rmsnorm as _all_reduce_rmsnorm
-from .matmul_allreduce import matmul_all_reduce as _matmul_all_reduce
-from .matmul_reducescatter import matmul_reduce_scatter as _matmul_reduce_scatter
+from ..runtime import eager, tuning
 
 
 def _config(config: Optional[list[int]]) -> Optional[tuning.MatmulConfig]:
@@ -33,8 +31,9 @@ def _rmsnorm(heap: int, x: torch.Tensor, residual: torch.Tensor, residual_out: O
     h = heap_of(heap, x, "all_reduce_rmsnorm")
     staged = on_heap(h, "all_reduce_rmsnorm", (x,))
     sx = staged[0]
-    _all_reduce_rmsnorm(sx, residual, weight, eps, sx if out is None else out, heap=h, mode=rms_mode, check=check,
-                        residual_out=residual_out, scale=scale, pdl=pdl)
+    run = eager.function("all_reduce_rmsnorm")
+    run(sx, residual, weight, eps, sx if out is None else out, heap=h, mode=rms_mode, check=check,
+        residual_out=residual_out, scale=scale, pdl=pdl)
     copy_back((x,), staged)
 
 
@@ -60,7 +59,7 @@ def matmul_all_reduce_op(heap: int, a: torch.Tensor, b: torch.Tensor, out: torch
                          config: Optional[list[int]], method: Optional[str], check: bool) -> None:
     h = heap_of(heap, out, "matmul_all_reduce")
     staged = on_heap(h, "matmul_all_reduce", (out,))
-    _matmul_all_reduce(a, b, staged[0], heap=h, config=_config(config), method=method, check=check)
+    eager.function("matmul_all_reduce")(a, b, staged[0], heap=h, config=_config(config), method=method, check=check)
     copy_back((out,), staged)
 
 
@@ -69,7 +68,8 @@ def all_gather_matmul_op(heap: int, a_shard: torch.Tensor, b: torch.Tensor, a_fu
                          config: Optional[list[int]], check: bool, method: Optional[str]) -> None:
     h = heap_of(heap, a_full, "all_gather_matmul")
     staged = on_heap(h, "all_gather_matmul", (a_full,))
-    _all_gather_matmul(a_shard, b, h, staged[0], out, config=_config(config), check=check, method=method)
+    run = eager.function("all_gather_matmul")
+    run(a_shard, b, h, staged[0], out, config=_config(config), check=check, method=method)
     copy_back((a_full,), staged)
 
 
@@ -77,7 +77,7 @@ def all_gather_matmul_op(heap: int, a_shard: torch.Tensor, b: torch.Tensor, a_fu
 def matmul_reduce_scatter_op(heap: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                              config: Optional[list[int]], check: bool, method: Optional[str]) -> None:
     h = heap_of(heap, a, "matmul_reduce_scatter")
-    _matmul_reduce_scatter(a, b, h, out, config=_config(config), check=check, method=method)
+    eager.function("matmul_reduce_scatter")(a, b, h, out, config=_config(config), check=check, method=method)
 
 
 # Nothing to compute for a fake tensor: each operator only writes its arguments.

@@ -299,7 +299,8 @@ class MoeExchange:
         With an fp8 dispatch_dtype, recv_x is the pair (fp8 rows, fp32 scales [rows, hidden / 128])."""
         if compiling():  # torch.compile: the registered operator (moe/torch_library.py)
             from .torch_library import dispatch as traced
-            return traced(self, x, topk_idx, topk_weights, check)
+            recv, counts, offsets, fields = traced(self, x, topk_idx, topk_weights, check)
+            return recv, counts, offsets, Handle(*fields)
         t, send_row = self._pack(x, topk_idx, topk_weights)
         self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
         counts, offsets, slot, weight, received = self._layout()

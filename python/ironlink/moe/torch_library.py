@@ -8,24 +8,40 @@ so the graph knows who wrote them (where Inductor passes a copy instead, the imp
 copies the exchange's buffers into it). Its other results (counts, offsets and the handle's
 tensors) are new tensors, as in eager. Keep the MoeExchange an attribute of the nn.Module being
 compiled: its buffers are then static inputs, which CUDA graphs need (docs/python.md).
+
+This module imports nothing of `moe.exchange` (which imports it, to route): the operators call
+the methods of the exchange their handle names, and a handle travels as its fields
+(`HandleFields`, in `exchange.Handle`'s order): the dispatch routing returns them, and
+`MoeExchange.dispatch` makes its `Handle` of them; combine reads a handle's fields by name, so
+the combine operator passes it `HandleFields`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from ..ops.torch_library import LIB
 from ..runtime import handles
-from .exchange import Handle, MoeExchange
 
 DispatchOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _exchange(handle: int, what: str) -> MoeExchange:
+class HandleFields(NamedTuple):
+    """A dispatch's handle as its fields, named and ordered as `exchange.Handle`'s."""
+
+    tokens: int
+    send_row: torch.Tensor
+    slot: torch.Tensor
+    weight: torch.Tensor
+    received: torch.Tensor
+
+
+def _exchange(handle: int, what: str) -> Any:
     moe = handles.lookup(handle, f"torch.ops.{LIB}.{what}")
-    assert isinstance(moe, MoeExchange), f"handle {handle} names a {type(moe).__name__}, not a MoeExchange"
+    # A MoeExchange, told by the handle it holds (a heap has a `handle`, no `op_handle`).
+    assert getattr(moe, "op_handle", None) == handle, f"handle {handle} names a {type(moe).__name__}, not a MoeExchange"
     return moe
 
 
@@ -56,7 +72,8 @@ def _dispatch_fake(exchange: int, x: torch.Tensor, topk_idx: torch.Tensor, topk_
 def moe_combine_op(exchange: int, y: torch.Tensor, send_row: torch.Tensor, slot: torch.Tensor, weight: torch.Tensor,
                    received: torch.Tensor, check: bool) -> torch.Tensor:
     moe = _exchange(exchange, "moe_combine")
-    return moe.combine(y, Handle(send_row.shape[0], send_row, slot, weight, received), check)
+    out: torch.Tensor = moe.combine(y, HandleFields(send_row.shape[0], send_row, slot, weight, received), check)
+    return out
 
 
 @moe_combine_op.register_fake
@@ -70,17 +87,18 @@ def _combine_fake(exchange: int, y: torch.Tensor, send_row: torch.Tensor, slot: 
 
 
 def dispatch(moe: Any, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
-             check: bool = False) -> tuple[Any, torch.Tensor, torch.Tensor, Handle]:
+             check: bool = False) -> tuple[Any, torch.Tensor, torch.Tensor, HandleFields]:
+    """dispatch's results, the handle as its fields (the caller makes its `Handle` of them)."""
     counts, offsets, send_row, slot, weight, received = torch.ops.ironlink.moe_dispatch(
         moe.op_handle, x, topk_idx, topk_weights, moe.recv_x, moe.recv_scales, check)
     recv = (moe.recv_x, moe.recv_scales) if moe.fp8 else moe.recv_x
-    return recv, counts, offsets, Handle(x.shape[0], send_row, slot, weight, received)
+    return recv, counts, offsets, HandleFields(x.shape[0], send_row, slot, weight, received)
 
 
-def combine(moe: Any, y: torch.Tensor, handle: Handle, check: bool = False) -> torch.Tensor:
+def combine(moe: Any, y: torch.Tensor, handle: Any, check: bool = False) -> torch.Tensor:
     out: torch.Tensor = torch.ops.ironlink.moe_combine(moe.op_handle, y, handle.send_row, handle.slot, handle.weight,
                                                        handle.received, check)
     return out
 
 
-__all__ = ["combine", "dispatch"]
+__all__ = ["HandleFields", "combine", "dispatch"]

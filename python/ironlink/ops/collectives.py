@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Optional, Union
 import triton.language as tl
 
 from ..language import _abi
-from ..runtime import tuning
+from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import grid_cap
 from ..runtime.handles import compiling
@@ -236,6 +236,9 @@ def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any
                        lambda status: kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps, **options), check)
 
 
+# @eager.register: the operator of the same name (ops/torch_library.py) runs the function, found by
+# name in runtime.eager (the operators cannot import this module: it imports them, to route).
+@eager.register
 def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False,
                pdl: Optional[bool] = None) -> Any:
     """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
@@ -244,7 +247,7 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     capability 9.0+; one-node heaps). Returns `t`."""
     if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
         from .torch_library import all_reduce as traced
-        return traced(t, op, heap, check, pdl)
+        return traced(t, reduce_op_code(op), heap, check, pdl)
     import torch
 
     code = reduce_op_code(op)
@@ -258,6 +261,7 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     return t
 
 
+@eager.register
 def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = False) -> Any:
     """Block p of `out` (world x inp.numel() elements) gets rank p's `inp`, as
     torch.distributed.all_gather_into_tensor. `inp` may be this rank's block of `out`. Returns `out`."""
@@ -273,6 +277,7 @@ def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = Fal
     return out
 
 
+@eager.register
 def reduce_scatter(
     out: Any, inp: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False
 ) -> Any:
@@ -280,7 +285,7 @@ def reduce_scatter(
     torch.distributed.reduce_scatter_tensor. `out` may be this rank's block of `inp`. Returns `out`."""
     if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
         from .torch_library import reduce_scatter as traced
-        return traced(out, inp, op, heap, check)
+        return traced(out, inp, reduce_op_code(op), heap, check)
     code = reduce_op_code(op)
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(inp, "inp", heap, "reduce_scatter")

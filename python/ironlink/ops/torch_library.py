@@ -3,11 +3,13 @@ torch.compile captures them in its graph, fullgraph and under CUDA graphs (mode=
 
 `ironlink.all_reduce(...)` and the others route here while Dynamo traces them
 (`runtime.handles.compiling()`); in eager they run as before, without the dispatcher's cost. The
-routing functions below have the public signatures and do only what Dynamo can trace: they turn
-the heap into its int handle (custom operators take no Python objects), the reduce op into its
-code, and call the operator. Everything that reads addresses (`data_ptr`, heap membership) and
-launches runs in the operator's implementation, which calls the public function itself, checks
-included, when the compiled graph runs.
+routing functions below have the public signatures (the reduce op as its code, which the public
+function passes) and do only what Dynamo can trace: they turn the heap into its int handle
+(custom operators take no Python objects) and call the operator. Everything that reads addresses
+(`data_ptr`, heap membership) and launches runs in the operator's implementation, which calls the
+public function itself, checks included, when the compiled graph runs. This module imports none
+of the public modules (they import it, to route): each of them enters its function in
+`runtime.eager` when imported, and the implementation finds it there by name.
 
 Every operator mutates its outputs in place and returns nothing (its fake implementation has
 nothing to compute), as the public functions do; the routing functions return the tensors the
@@ -21,14 +23,13 @@ rank, since every rank compiles the same graph.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 import torch
 
-from ..runtime import handles
+from ..runtime import eager, handles
 from ..runtime.errors import IronlinkError
 from ..runtime.registry import holds
-from . import collectives, variable_all_to_all
 
 LIB = "ironlink"
 
@@ -92,7 +93,7 @@ def refuse_allocation(what: str, argument: str) -> None:
 def all_reduce_op(heap: int, t: torch.Tensor, op: int, check: bool, pdl: Optional[bool]) -> None:
     h = heap_of(heap, t, "all_reduce")
     staged = on_heap(h, "all_reduce", (t,))
-    collectives.all_reduce(staged[0], op, heap=h, check=check, pdl=pdl)
+    eager.function("all_reduce")(staged[0], op, heap=h, check=check, pdl=pdl)
     copy_back((t,), staged)
 
 
@@ -100,7 +101,7 @@ def all_reduce_op(heap: int, t: torch.Tensor, op: int, check: bool, pdl: Optiona
 def all_gather_op(heap: int, out: torch.Tensor, inp: torch.Tensor, check: bool) -> None:
     h = heap_of(heap, out, "all_gather")
     s_out, s_inp = on_heap(h, "all_gather", (out, inp))
-    collectives.all_gather(s_out, s_inp, heap=h, check=check)
+    eager.function("all_gather")(s_out, s_inp, heap=h, check=check)
     copy_back((out,), (s_out,))
 
 
@@ -108,7 +109,7 @@ def all_gather_op(heap: int, out: torch.Tensor, inp: torch.Tensor, check: bool) 
 def reduce_scatter_op(heap: int, out: torch.Tensor, inp: torch.Tensor, op: int, check: bool) -> None:
     h = heap_of(heap, inp, "reduce_scatter")
     s_out, s_inp = on_heap(h, "reduce_scatter", (out, inp))
-    collectives.reduce_scatter(s_out, s_inp, op, heap=h, check=check)
+    eager.function("reduce_scatter")(s_out, s_inp, op, heap=h, check=check)
     copy_back((out,), (s_out,))
 
 
@@ -118,7 +119,7 @@ def all_to_all_v_op(heap: int, inp: torch.Tensor, send_counts: torch.Tensor, out
     h = heap_of(heap, inp, "all_to_all_v")
     written = (out, recv_counts, recv_offsets)
     s_inp, s_counts, s_out, s_recv, s_offsets = on_heap(h, "all_to_all_v", (inp, send_counts, *written))
-    variable_all_to_all.all_to_all_v(s_inp, s_counts, s_out, s_recv, s_offsets, heap=h, check=check, ctas=ctas)
+    eager.function("all_to_all_v")(s_inp, s_counts, s_out, s_recv, s_offsets, heap=h, check=check, ctas=ctas)
     copy_back(written, (s_out, s_recv, s_offsets))
 
 
@@ -128,11 +129,13 @@ for _op in (all_reduce_op, all_gather_op, reduce_scatter_op, all_to_all_v_op):
 
 
 # --- what the public functions run while Dynamo traces them --------------------------------------
+# `op` (all_reduce, reduce_scatter) is the reduce op's code: the public function converts it
+# (`collectives.reduce_op_code`, which raises for a bad op while tracing, as in eager).
 
 
-def all_reduce(t: torch.Tensor, op: Union[str, int] = "sum", heap: Any = None, check: bool = False,
+def all_reduce(t: torch.Tensor, op: int, heap: Any = None, check: bool = False,
                pdl: Optional[bool] = None) -> torch.Tensor:
-    torch.ops.ironlink.all_reduce(handle_of(heap), t, collectives.reduce_op_code(op), check, pdl)
+    torch.ops.ironlink.all_reduce(handle_of(heap), t, op, check, pdl)
     return t
 
 
@@ -141,9 +144,9 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, heap: Any = None, check: bo
     return out
 
 
-def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: Union[str, int] = "sum", heap: Any = None,
+def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: int, heap: Any = None,
                    check: bool = False) -> torch.Tensor:
-    torch.ops.ironlink.reduce_scatter(handle_of(heap), out, inp, collectives.reduce_op_code(op), check)
+    torch.ops.ironlink.reduce_scatter(handle_of(heap), out, inp, op, check)
     return out
 
 

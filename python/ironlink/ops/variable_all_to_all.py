@@ -25,6 +25,7 @@ from .collectives import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..language._abi import MAX_CTAS
 from ..runtime.distributed import grid_cap
+from ..runtime import eager
 from ..runtime.handles import compiling
 from ..runtime.tuning import all_to_all_v_launch
 
@@ -62,6 +63,7 @@ def _all_to_all_v_kernel(ctx, inp, in_rows, send_counts, out, out_rows, recv_cou
     tl.store(status + tl.program_id(0), s)
 
 
+@eager.register  # what torch.ops.ironlink.all_to_all_v runs (ops/torch_library.py finds it there)
 def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, recv_offsets: Any = None,
                  heap: Optional[Any] = None, check: bool = False, ctas: Optional[int] = None) -> tuple[Any, Any, Any]:
     """(out, recv_counts, recv_offsets); see the module docs. `recv_counts` / `recv_offsets` default

@@ -1,0 +1,46 @@
+"""The public functions that ironlink's PyTorch custom operators (`torch.ops.ironlink.*`) run,
+by name, entered by the modules that own them.
+
+Each layer's `torch_library` (`ops/`, `fused/`) defines its operators with torch at import; the
+public functions it runs (`ops.collectives.all_reduce`, ...) live in modules that must import
+without torch, and those route to their `torch_library` while Dynamo traces them. Were the
+operators to import the public modules too, each layer would be an import circle. So the
+imports run one way: a public module imports this table (no torch) and enters its function with
+`@register` when it is imported; the operator's implementation looks the function up here by
+name (`function`) when the compiled graph runs it.
+
+Every public module is entered before any operator can run: a `torch_library` module is imported
+through its package (`ironlink.ops`, `ironlink.fused`), whose `__init__` imports all of that
+layer's public modules. MoeExchange needs no entry: its operators call the methods of the
+exchange their handle names (`runtime.handles`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from .errors import IronlinkError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Public function name -> the function (all_reduce_rmsnorm serves two operators).
+FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+def register(fn: F) -> F:
+    """Decorator: enters `fn` under its name as what the operators of that name run; returns
+    `fn` itself (the public function is unchanged)."""
+    FUNCTIONS[fn.__name__] = fn
+    return fn
+
+
+def function(name: str) -> Callable[..., Any]:
+    """The public function entered as `name`; IronlinkError if its module was never imported."""
+    fn = FUNCTIONS.get(name)
+    if fn is None:
+        raise IronlinkError(f"torch.ops.ironlink: no function {name!r} entered for the operator to run (the "
+                            "module that defines it enters it when imported: import ironlink.ops and ironlink.fused)")
+    return fn
+
+
+__all__ = ["FUNCTIONS", "function", "register"]
