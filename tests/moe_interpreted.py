@@ -9,6 +9,7 @@ first mismatch."""
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -23,7 +24,11 @@ FP8 = torch.float8_e4m3fn
 
 
 class FakeHeap:
+    """A heap of several nodes, as MoeExchange sees it: the relay path (two all_to_all_v, done in
+    Python here by `exchange`)."""
+
     ALIGN = 256  # bytes of heap each allocation takes are counted in units of this
+    multi_node = True
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world_size, self.device = rank, world, torch.device("cpu")
@@ -39,6 +44,55 @@ class FakeHeap:
 
     def check(self) -> None:
         pass
+
+
+class SimHeap(FakeHeap):
+    """A one-node heap of simulated rank `rank`: every rank's tensors are carved from its own
+    arena at the same offsets, so peer q's copy of an address is `simulated_peers[q]` bytes away
+    (what MoeExchange's direct path adds instead of calling the device library)."""
+
+    multi_node = False
+
+    def __init__(self, rank: int, world: int, arenas: list[Any]) -> None:
+        super().__init__(rank, world)
+        self.arena = arenas[rank]
+        base = self.arena.data_ptr()
+        self.simulated_peers = torch.tensor([a.data_ptr() - base for a in arenas], dtype=torch.int64)
+
+    def empty(self, shape: Any, dtype: Any) -> Any:
+        n = math.prod(shape) * dtype.itemsize
+        t = self.arena[self.allocated:self.allocated + n].view(dtype).view(shape)
+        t.fill_(7)  # not zero: unwritten rows must not look right
+        self.allocated += -(-n // self.ALIGN) * self.ALIGN
+        return t
+
+
+def sim_heaps(world: int, nbytes: int) -> list[SimHeap]:
+    arenas = [torch.zeros(nbytes + 4096, dtype=torch.uint8) for _ in range(world)]
+    # Arena starts 256-byte aligned, as heap bases are.
+    arenas = [a[-a.data_ptr() % 256:][:nbytes] for a in arenas]
+    return [SimHeap(r, world, arenas) for r in range(world)]
+
+
+def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
+    """`layer` on the direct path, each step on every rank before the next (the order its
+    barriers give on GPUs): stage, gather the ids, place (sort + pull), push, sum."""
+    staged = [m._stage(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    for m in ms:
+        m.direct.gather(False)
+    lays = [m.direct.place(False) for m in ms]
+    recvs, counts, ys = [], [], []
+    for m, lay in zip(ms, lays):
+        recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
+        counts.append(lay.counts)
+        e_of_row = torch.searchsorted(torch.cumsum(lay.counts, 0), torch.arange(m.capacity), right=True)
+        scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
+        rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
+        ys.append((rows * scale).contiguous())
+    for m, lay, y in zip(ms, lays, ys):
+        m.direct.push(y, lay, False)
+    outs = [m.direct.sum(idx, t) for m, (t, idx) in zip(ms, staged)]
+    return recvs, counts, outs
 
 
 def exchange(send: list[tuple[Any, Any]], recv: list[tuple[Any, Any, Any]]) -> None:
@@ -180,6 +234,52 @@ def sorts_match_reference() -> None:
     print("ok: counting sorts match a stable argsort (top-5, repeated experts, 3 out-of-range ids reported)")
 
 
+def _bytes(t: Any) -> Any:
+    return t.contiguous().view(torch.uint8)
+
+
+def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, fp8: bool, xs: list[Any],
+                        ids: list[Any], ws: list[Any], relay: tuple[list[Any], ...]) -> None:
+    """The direct path (simulated one-node heaps, peer loads and stores through the arenas) gives
+    the relay path's recv_x (and scales), expert counts and combined rows bit for bit, twice."""
+    nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN)
+    heaps = sim_heaps(world, nbytes)
+    ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None) for sh in heaps]
+    assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
+    for run in range(2):
+        recvs, counts, outs = direct_layer(ms, xs, ids, ws)
+        for p in range(world):
+            want = relay[0][p] if fp8 else (relay[0][p],)
+            got = recvs[p] if fp8 else (recvs[p],)
+            for a, b in zip(got, want):
+                assert torch.equal(_bytes(a), _bytes(b)), f"direct path, rank {p}, run {run}: recv_x differs from relay"
+            assert torch.equal(counts[p], relay[1][p]), f"direct path, rank {p}: expert counts differ from relay"
+            assert torch.equal(_bytes(outs[p]), _bytes(relay[2][p])), f"direct path, rank {p}, run {run}: combine differs"
+        for m in ms:
+            m.check()
+
+
+def direct_errors(world: int, tokens: int, hidden: int, k: int, experts: int) -> None:
+    """Direct path: out-of-range ids reported by the rank that sent them; the capacity error."""
+    nbytes = exchange_mod._heap_bytes(world, tokens, hidden, k, False, SimHeap.ALIGN)
+    ms = [MoeExchange(sh, tokens, hidden, k, experts, recv_capacity=4) for sh in sim_heaps(world, nbytes)]
+    xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]
+    ids = [torch.tensor([[0, 2, 4]] * tokens) for _ in range(world)]
+    ids[1][3, 2], ids[1][5, 0] = experts, -1
+    ws = [torch.full((tokens, k), 1 / k) for _ in range(world)]
+    direct_layer(ms, xs, ids, ws)
+    for r, words in ((0, "expert 0 (26 rows)"), (1, "held 2 expert ids"), (1, "expert 2 (27 rows)"),
+                     (2, "expert 4 (26 rows)")):
+        try:
+            ms[r].check()
+            raise AssertionError(f"rank {r}: no error; wanted {words!r}")
+        except IronlinkError as e:
+            assert words in str(e), str(e)
+    for m in ms:
+        m.check()  # cleared
+    print("ok: direct path: out-of-range ids reported by their rank, capacity error names expert 0 (26 rows)")
+
+
 def main() -> int:
     world, tokens, hidden, k, experts = 3, 9, 36, 3, 6  # hidden not a multiple of 8: padded rows
     le = experts // world
@@ -220,6 +320,7 @@ def main() -> int:
             assert err < 2e-2, f"rank {p}: combine rel error {err:.3e}"
         again = layer(ms, xs, ids, ws)[2]
         assert all(torch.equal(a, b) for a, b in zip(again, outs)), "combine differs run to run"
+        same_on_direct_path(world, tokens, h, k, experts, fp8, xs, ids, ws, (recvs, counts, outs))
         print(f"ok: {'fp8 ' if fp8 else ''}{'skewed' if skewed else 'uniform'}: world {world}, rows per rank "
               f"{[int(c.sum()) for c in counts]}")
     fp8_every_value()
@@ -240,7 +341,7 @@ def main() -> int:
     for w, h, kk, fp8 in ((3, 36, 3, False), (2, 256, 5, True), (4, 8192, 8, False)):
         fh = FakeHeap(0, w)
         MoeExchange(fh, 5, h, kk, 4 * w, dispatch_dtype=FP8 if fp8 else None)
-        want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN)
+        want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN, direct=False)
         assert fh.allocated == want, f"heap_bytes {want} != the {fh.allocated} bytes allocated (world {w}, hidden {h})"
     print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
@@ -256,6 +357,7 @@ def main() -> int:
         assert "CAPACITY_EXCEEDED" in str(e) and "expert 0 (27 rows)" in str(e), str(e)
     ms[0].check()  # cleared
     print("ok: capacity error names expert 0 and its 27 rows; only 4 rows written")
+    direct_errors(world, tokens, hidden, k, experts)
     return 0
 
 
