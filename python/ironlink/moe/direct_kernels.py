@@ -87,7 +87,7 @@ def _source_of(r, counts, ends, WB: tl.constexpr):
     return q, r - start
 
 
-@jit(do_not_specialize=["ctx", "rank", "max_tokens"])
+@jit(do_not_specialize=["ctx", "rank"])
 def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens, meta, src_counts, bad, deltas,
                 status, WORLD: tl.constexpr, K: tl.constexpr, MB: tl.constexpr, BR: tl.constexpr,
                 SIM: tl.constexpr):
@@ -120,7 +120,7 @@ def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens
     tl.store(status + pid, s)
 
 
-@jit(do_not_specialize=["ctx", "row_words", "hidden_words", "side_col", "side_cols"])
+@jit(do_not_specialize=["ctx"])
 def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_col, side_out, side_cols, deltas,
               status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
               BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, SIM: tl.constexpr):
@@ -154,7 +154,7 @@ def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_
     tl.store(status + pid, _barrier(ctx, SIM))
 
 
-@jit(do_not_specialize=["ctx", "rank", "lo", "local_experts", "max_tokens", "hidden"])
+@jit(do_not_specialize=["ctx", "rank", "lo"])
 def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_experts, max_tokens, hidden, deltas,
                 status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
                 BLOCK: tl.constexpr, SIM: tl.constexpr):
