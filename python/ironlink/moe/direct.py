@@ -11,15 +11,17 @@ dispatch
 4. `pull_rows` (peer loads, then a barrier): each source token with a choice here crosses NVLink
    once and is stored into every recv_x row it takes.
 combine
-5. `reduce_push` (peer stores, then a barrier): per source token, its outputs of this rank's
-   experts weighted and summed, into row (this rank, token) of the source's `back`;
+5. `reduce_push` (a barrier, peer stores, a barrier): per source token, its outputs of this
+   rank's experts weighted and summed, into row (this rank, token) of the source's `back`;
 6. `sum_partials` (local): each token's rows from the ranks it went to, summed in rank order.
 
 Nothing reads a count on the host, so a CUDA graph replays it with new routing. The barriers
 order the buffers' reuse: a rank restages (1) only after every rank passed pull_rows' barrier,
 so after every read of its stage; it reads `back` (6) after every rank passed reduce_push's
-barrier, so after every store into it; and a rank stores into `back` (5) of the next layer only
-after the barrier of the next gather_meta, which its source reaches after reading the last one.
+barrier, so after every store into it; and a rank stores into `back` (5) only after every rank
+passed reduce_push's first barrier, which each reaches after reading `back` in its last combine
+(6), even with no dispatch in between (a combine repeated on one handle, as the benchmark times
+it). Each barrier pairs the same-index CTAs of the ranks: every rank launches the same grid.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ row per (token, rank) straight into the token's rank:
   stage (a peer load) and stores it into every recv_x row its choices here take (the expert-major
   copy that gather_rows did after the exchange, fused into it), then a barrier, so no source
   restages before every rank has read it;
-- `reduce_push`: for each source token with a choice here, the weighted sum (fp32, choice order)
-  of its expert outputs here, rounded to the payload dtype and stored into row
-  (this rank, token) of the source's `back` buffer (a peer store), then a barrier, after which
-  every row a source will read has landed;
+- `reduce_push` (after a barrier: no rank still reads `back`): for each source token with a
+  choice here, the weighted sum (fp32, choice order) of its expert outputs here, rounded to the
+  payload dtype and stored into row (this rank, token) of the source's `back` buffer (a peer
+  store), then a barrier, after which every row a source will read has landed;
 - `sum_partials` (local): each token's rows in `back` from the ranks it went to, added in rank
   order in fp32.
 The arithmetic of combine is that of the relay path (weighted_partial_sums, sum_rank_rows), so
@@ -162,8 +162,11 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
     row rank * max_tokens + t of q's `back` = sum over j < K (in order) of weight[r, j] *
     y[slot[r, j]] in fp32, skipping slot < 0 (another rank's expert, or past recv_capacity: such
     a token still gets its row, zeros if nothing of it is here), rounded to back's dtype.
-    Grid-strided; then a barrier, after which the rows are visible to their ranks."""
+    Grid-strided, between two barriers: the first keeps this combine's stores out of `back` until
+    every rank has finished reading the last combine's (a combine repeated on one handle has no
+    dispatch in between), the second makes them visible to their ranks."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
+    first = _barrier(ctx, SIM)
     counts, ends, n = _sources(src_counts, WORLD, WB)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
@@ -182,7 +185,7 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
                     v = tl.load(y + s * hidden + c + offs, mask=m & (s >= 0), other=0.0)
                     acc += tl.where(s >= 0, w, 0.0) * v.to(tl.float32)
                 tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=m)
-    tl.store(status + pid, _barrier(ctx, SIM))
+    tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, SIM)))
 
 
 @triton.jit

@@ -72,12 +72,15 @@ class MoeExchange:
 
     def __init__(self, heap: Any, max_tokens: int, hidden: int, topk: int, num_experts: int,
                  dtype: Any = None, recv_capacity: Optional[int] = None, dispatch_dtype: Any = None,
-                 sms: Optional[int] = None) -> None:
+                 sms: Optional[int] = None, path: Optional[str] = None) -> None:
         """`dtype` (bf16 default, or fp16): the tokens given to dispatch and the rows of combine.
         `dispatch_dtype`: `dtype` (default) or torch.float8_e4m3fn (see the module docs).
         `sms`: the SM budget (DeepEP's num_sms): the exchange kernels run that many CTAs and the
         row-moving local kernels PROGRAMS_PER_SM per SM of it, leaving the other SMs to a
-        concurrent kernel; None or 0: every SM. The same on every rank."""
+        concurrent kernel; None or 0: every SM. The same on every rank.
+        `path`: "direct" (one node: peer loads and stores, no extra passes), "relay" (two
+        all_to_all_v, the only one across nodes), None: direct unless the heap spans nodes. Both
+        give the same bits."""
         import torch
 
         world = heap.world_size
@@ -105,6 +108,12 @@ class MoeExchange:
             raise ValueError(f"recv_capacity must be positive, got {recv_capacity}")
         if sms is not None and sms < 0:
             raise ValueError(f"sms must be None, 0 (every SM) or positive, got {sms}")
+        multi_node = bool(getattr(heap, "multi_node", False))
+        if path not in (None, "direct", "relay"):
+            raise ValueError(f"path must be None, 'direct' or 'relay', got {path!r}")
+        if path == "direct" and multi_node:
+            raise ValueError("path='direct' needs a heap of one node (peers on other nodes have no peer pointer); "
+                             "this heap spans several: use path='relay' or None")
         layout = _RowLayout.of(hidden, topk, self.fp8)
         self.groups, self.meta_col, self.meta_cols, self.scale_col, self.row = layout
         dev = heap.device
@@ -115,7 +124,8 @@ class MoeExchange:
         # all_to_all_v, which cross nodes) on a heap of several nodes. `simulated_peers`: tests.
         sim = getattr(heap, "simulated_peers", None)
         self.direct: Optional[DirectPath] = None
-        if sim is not None or not getattr(heap, "multi_node", False):
+        self.path = path or ("relay" if multi_node else "direct")
+        if self.path == "direct":
             self.direct = DirectPath(self, heap, min(self.sms, grid_cap(dev)) if cuda else 2, sim)
         else:
             e = heap.empty
