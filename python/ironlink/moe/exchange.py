@@ -8,21 +8,27 @@ when the routing changes between replays):
 
 Experts are split evenly: rank r holds experts r * E / world .. (r + 1) * E / world.
 
-Each token travels to each rank that holds one of its experts ONCE, however many of its top-k
-experts live there (about half the rows of sending one per choice at top-8 of 64 on 4 ranks):
-- dispatch packs, per destination rank, the tokens going there (in token order) with their expert
-  ids and weights beside the row, sends them with one `ironlink.all_to_all_v`, and the receiver
-  copies each received token to one row per local expert it chose: `recv_x` rows
-  `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order;
-- combine reduces, on the expert's rank, each received token's outputs of the local experts
-  weighted by its top-k weights (fp32, choice order, stored in the payload dtype), sends that one
-  row back with a second all_to_all_v, and the token's rank sums the per-rank rows in rank order
-  in fp32. Identical run to run; the rounding of the per-rank sums to bf16 is the one difference
-  from summing all k outputs in fp32 at once.
+Each token crosses to each rank that holds one of its experts ONCE, however many of its top-k
+experts live there (about half the rows of sending one per choice at top-8 of 64 on 4 ranks).
+`recv_x` rows `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order, and
+combine returns, per token, its k outputs weighted by its top-k weights: per rank that holds some
+of them, their weighted sum (fp32, choice order, rounded to the payload dtype), then those
+per-rank sums added in rank order in fp32. Identical run to run and on both paths; the rounding
+of the per-rank sums is the one difference from summing all k outputs in fp32 at once. Two paths:
+- direct (a heap of one node; moe/direct.py): each token is staged once; after a barrier every
+  rank reads the others' ids, sorts the (token, choice) pairs by local expert on the GPU and
+  pulls each token row once through peer pointers straight into its expert-major rows; combine
+  reduces each token's outputs on the expert's rank and stores the sum straight into the
+  token's rank, which adds the per-rank rows. `sms` bounds the CTAs of these kernels.
+- relay (a heap of several nodes, or `path="relay"`): dispatch packs per destination rank,
+  sends with one `ironlink.all_to_all_v` (which crosses nodes) and the receiver copies each
+  received token to its expert-major rows; combine reduces on the expert's rank, sends back
+  with a second all_to_all_v and sums there.
 
-Buffers are sized at construction: the heap holds world * max_tokens token rows each way (a token
-reaches a rank at most once, so the exchanges cannot overflow; `MoeExchange.heap_bytes` says how
-many bytes of the heap that takes) and `recv_x` holds `recv_capacity`
+Buffers are sized at construction: the heap holds the staged tokens and world * max_tokens
+returning rows (relay: world * max_tokens token rows each way; a token reaches a rank at most
+once, so nothing there can overflow; `MoeExchange.heap_bytes` says how many bytes of the heap
+that takes) and `recv_x` holds `recv_capacity`
 expert rows (default world * max_tokens * topk: every choice of every rank lands here). Routing
 that gives this rank's experts more rows than that writes only the first `recv_capacity` rows and
 flags it: `moe.check()` (or `dispatch(..., check=True)`) raises an IronlinkError with status
