@@ -194,9 +194,9 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      "src_counts": "*i64", "back": "*bf16", "rank": I32, "lo": I32, "local_experts": I32,
                      "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
                     {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PUSH_BLOCK, "SIM": False}),
-    "sum_partials": ({"back": "*bf16", "idx": "*i64", "tokens": I32, "out": "*bf16", "max_tokens": I32,
-                      "hidden": I32, "local_experts": I32, "num_experts": I32},
-                     {"WORLD": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
+    "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_counts": "*i64", "rank": I32, "out": "*bf16",
+                      "max_tokens": I32, "hidden": I32, "local_experts": I32},
+                     {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
 }
 # Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
 MOE_WARPS = {"gather_meta": 4, "pull_rows": moe_direct.WARPS, "pull_rows fp8": moe_direct.WARPS,

@@ -160,16 +160,17 @@ class DirectPath:
                      check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,
                      num_warps=_warps(block))
 
-    def sum(self, idx: Any, t: int) -> Any:
-        """Step 6: [t, hidden], each token's partial sums from the ranks it went to, in rank order."""
+    def sum(self, t: int) -> Any:
+        """Step 6: [t, hidden], each token's partial sums from the ranks it went to, in rank order
+        (meta must still hold this dispatch's ids: one dispatch / combine pair at a time)."""
         import torch
 
         m = self.m
         out = torch.empty(t, m.hidden, dtype=m.dtype, device=self.back.device)
         if t:
-            dk.sum_partials[(min(t, m.programs),)](self.back, idx, t, out, m.max_tokens, m.hidden, m.local_experts,
-                                                   m.num_experts, WORLD=m.world, K=m.topk, KB=m.kb,
-                                                   BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+            dk.sum_partials[(min(t, m.programs),)](self.back, self.meta, self.src_counts, m.rank, out, m.max_tokens,
+                                                   m.hidden, m.local_experts, WORLD=m.world, WB=self.wb, K=m.topk,
+                                                   KB=m.kb, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
         return out
 
     def bad_ids(self) -> int:

@@ -17,8 +17,8 @@ row per (token, rank) straight into the token's rank:
   choice here, the weighted sum (fp32, choice order) of its expert outputs here, rounded to the
   payload dtype and stored into row (this rank, token) of the source's `back` buffer (a peer
   store), then a barrier, after which every row a source will read has landed;
-- `sum_partials` (local): each token's rows in `back` from the ranks it went to, added in rank
-  order in fp32.
+- `sum_partials` (local): each token's rows in `back` from the ranks it went to (its ids as
+  staged, from `meta`), added in rank order in fp32.
 The arithmetic of combine is that of the relay path (weighted_partial_sums, sum_rank_rows), so
 both give the same bits.
 
@@ -189,17 +189,21 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
 
 
 @triton.jit
-def sum_partials(back, idx, tokens, out, max_tokens, hidden, local_experts, num_experts, WORLD: tl.constexpr,
-                 K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
+def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_experts, WORLD: tl.constexpr,
+                 WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
     """out[t] = sum over ranks p (in order) of back[p * max_tokens + t] in fp32, over the ranks
-    token t's ids (topk_idx, any integer dtype; those in [0, num_experts)) go to. Grid-strided
-    over the `tokens` tokens."""
+    token t's valid ids go to (read from this rank's own rows of `meta`: the ids as staged, -1 for
+    an out-of-range one; not the caller's topk_idx, which may hold the next routing by now).
+    Grid-strided over this rank's tokens."""
+    counts, ends, n = _sources(src_counts, WORLD, WB)
+    w = tl.arange(0, WB)
+    mine = tl.sum(tl.where(w == rank, counts, 0), 0)
+    first = tl.sum(tl.where(w < rank, counts, 0), 0)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
-    for t in range(tl.program_id(0).to(tl.int64), tokens, tl.num_programs(0)):
-        e = tl.load(idx + t * K + jj, mask=jj < K, other=-1)
-        valid = (e >= 0) & (e < num_experts)
-        dest = tl.where(valid, e // local_experts, -1)
+    for t in range(tl.program_id(0).to(tl.int64), mine, tl.num_programs(0)):
+        e = tl.load(meta + (first + t) * (2 * K) + jj, mask=jj < K, other=-1)
+        dest = tl.where(e >= 0, e // local_experts, -1)
         for c in range(0, hidden, BLOCK):
             m = c + offs < hidden
             acc = tl.zeros([BLOCK], dtype=tl.float32)

@@ -66,11 +66,11 @@ class Handle(NamedTuple):
     """What combine needs from a dispatch."""
 
     tokens: int
-    send_row: Any  # [T, world] int64: the token's row in the send (and combine's receive) buffer, -1: not sent
+    send_row: Any  # relay path: [T, world] int64, the token's row in the send (and combine's receive) buffer,
+    # -1: not sent; direct path: None
     slot: Any  # [world * max_tokens, topk] int64: recv_x row of each received token's choice, -1: not here
     weight: Any  # [world * max_tokens, topk] fp32: the received tokens' top-k weights
     received: Any  # [1] int64: tokens received (direct path: every rank's tokens)
-    topk_idx: Any = None  # direct path: the dispatched topk_idx (contiguous); send_row is None there
 
 
 class MoeExchange:
@@ -240,10 +240,10 @@ class MoeExchange:
         """(recv_x, expert_counts [local experts], expert_offsets, handle); see the module docs.
         With an fp8 dispatch_dtype, recv_x is the pair (fp8 rows, fp32 scales [rows, hidden / 128])."""
         if self.direct is not None:
-            t, idx = self._stage(x, topk_idx, topk_weights)
+            t = self._stage(x, topk_idx, topk_weights)
             self.direct.gather(check)
             lay = self.direct.place(check)
-            return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received, idx), check)
+            return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), check)
         t, send_row = self._pack(x, topk_idx, topk_weights)
         self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
         counts, offsets, slot, weight, received = self._layout()
@@ -256,13 +256,12 @@ class MoeExchange:
         recv = (self.recv_x, self.recv_scales) if self.fp8 else self.recv_x
         return recv, lay.counts, lay.offsets, handle
 
-    def _stage(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
-        """Direct path, dispatch step 1 (moe/direct.py): (tokens, topk_idx contiguous)."""
+    def _stage(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
+        """Direct path, dispatch step 1 (moe/direct.py): the tokens staged."""
         assert self.direct is not None
         t = self._check(x, topk_idx, topk_weights)
-        idx = topk_idx.contiguous()
-        self.direct.stage_tokens(x.contiguous(), idx, topk_weights.contiguous(), t)
-        return t, idx
+        self.direct.stage_tokens(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t)
+        return t
 
     def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
         """Fills the send buffer and send_counts; (tokens, send_row)."""
@@ -301,10 +300,10 @@ class MoeExchange:
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()
         if self.direct is not None:
-            if handle.topk_idx is None:
-                raise ValueError("combine got a handle from another MoeExchange path (no topk_idx)")
+            if handle.send_row is not None:
+                raise ValueError("combine got a handle of the relay path; this MoeExchange takes the direct path")
             self.direct.push(y, Layout(None, None, handle.slot, handle.weight, handle.received), check)
-            return self.direct.sum(handle.topk_idx, handle.tokens)
+            return self.direct.sum(handle.tokens)
         self._reduce_here(y, handle)
         self._exchange(self.back_send, self.recv_counts, self.back_recv, self.back_counts, self.back_offsets, check)
         return self._sum_ranks(handle)
