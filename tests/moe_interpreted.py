@@ -246,7 +246,9 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
     heaps = sim_heaps(world, nbytes)
     ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None) for sh in heaps]
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
-    for run in range(2):
+    for run, pair in enumerate((True, False)):  # pull_rows: two rows in flight per program, then one
+        for m in ms:
+            m.direct.pair = pair
         recvs, counts, outs = direct_layer(ms, xs, ids, ws)
         for p in range(world):
             want = relay[0][p] if fp8 else (relay[0][p],)

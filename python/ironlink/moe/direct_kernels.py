@@ -36,9 +36,11 @@ from ..language import typed as ilt
 from ..language.jit import jit
 
 # pull_rows loads a whole row per step where it can: a peer load costs a NVLink round trip, so
-# a CTA keeps as many bytes in flight as it can (16 KiB per step with 8 warps; the field notes'
-# pull measurements: 16 KiB blocks of 8 warps reach 331 GB/s on 132 CTAs).
+# a CTA keeps as many bytes in flight as it can (16 KiB per row with 8 warps; the field notes'
+# pull measurements: 16 KiB blocks of 8 warps reach 192 GB/s on 16 CTAs, 331 on 132), and on
+# a grid of at most PAIR_CTAS CTAs two rows at once.
 PULL_BLOCK = 8192
+PAIR_CTAS = 64  # a guess from those measurements (32 CTAs: 315 GB/s), not yet timed with this kernel
 # reduce_push keeps K rows' chunks live at once (K loads issued together): 4096 elements over 8
 # warps, the per-thread share of weighted_partial_sums (2048 over 4 warps), which compiles
 # without spills at K = 8.
@@ -120,37 +122,62 @@ def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens
     tl.store(status + pid, s)
 
 
+@triton.jit
+def _pull_source(ctx, stage, slot, r, n, counts, ends, row_words, deltas, WB: tl.constexpr, WORLD: tl.constexpr,
+                 K: tl.constexpr, KB: tl.constexpr, SIM: tl.constexpr):
+    """(whether row r < n of meta has a choice here, the address of its stage row at its source;
+    anything where it has none)."""
+    jj = tl.arange(0, KB)
+    mine = tl.load(slot + r * K + jj, mask=(jj < K) & (r < n), other=-1)
+    q, t = _source_of(r, counts, ends, WB)
+    q = tl.minimum(q, WORLD - 1)  # r >= n: a real rank, whose row is then not loaded
+    return tl.max(mine, 0) >= 0, _peer(ctx, stage, q, deltas, SIM) + t * row_words
+
+
+@triton.jit
+def _store_choices(out, slot, r, n, v, cols, c, m, K: tl.constexpr):
+    """out[slot[r, j], c : c + len(v)] = v for each choice j of row r that is here (slot >= 0)."""
+    offs = tl.arange(0, v.numel)
+    for j in tl.static_range(K):
+        sj = tl.load(slot + r * K + j, mask=r < n, other=-1)
+        tl.store(out + sj * cols + c + offs, v, mask=m & (sj >= 0))
+
+
 @jit(do_not_specialize=["ctx"])
 def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_col, side_out, side_cols, deltas,
               status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
-              BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, SIM: tl.constexpr):
+              BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, PAIR: tl.constexpr, SIM: tl.constexpr):
     """For every row r of meta (source q's token t) with a choice here (slot[r, j] >= 0, K per
     row): recv[slot[r, j], :hidden_words] = q's stage row t (loaded once, stored per choice),
     with SIDE_BLOCK > 0 also side_out[slot, :side_cols] = its words from side_col (an fp8
-    dispatch's scales). Rows in 2-byte words; grid-strided. Then a barrier: once every rank has
-    passed it, no rank reads a stage any more."""
+    dispatch's scales). Rows in 2-byte words; grid-strided; with PAIR two rows loaded at once
+    (a peer load waits a NVLink round trip: on a small grid one row per CTA leaves the link
+    idle). Then a barrier: once every rank has passed it, no rank reads a stage any more."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     counts, ends, n = _sources(src_counts, WORLD, WB)
     offs = tl.arange(0, BLOCK)
-    jj = tl.arange(0, KB)
-    for r in range(pid.to(tl.int64), n, grid):
-        mine = tl.load(slot + r * K + jj, mask=jj < K, other=-1)
-        if tl.max(mine, 0) >= 0:
-            q, t = _source_of(r, counts, ends, WB)
-            src = _peer(ctx, stage, q, deltas, SIM) + t * row_words
-            for c in range(0, hidden_words, BLOCK):
-                m = c + offs < hidden_words
-                v = tl.load(src + c + offs, mask=m)
-                for j in tl.static_range(K):
-                    sj = tl.load(slot + r * K + j)
-                    tl.store(recv + sj * hidden_words + c + offs, v, mask=m & (sj >= 0))
-            if SIDE_BLOCK > 0:
-                so = tl.arange(0, SIDE_BLOCK)
-                sm = so < side_cols
-                sv = tl.load(src + side_col + so, mask=sm)
-                for j in tl.static_range(K):
-                    sj = tl.load(slot + r * K + j)
-                    tl.store(side_out + sj * side_cols + so, sv, mask=sm & (sj >= 0))
+    for r in range(pid.to(tl.int64), n, grid * (2 if PAIR else 1)):
+        has, src = _pull_source(ctx, stage, slot, r, n, counts, ends, row_words, deltas, WB, WORLD, K, KB, SIM)
+        if PAIR:
+            r2 = r + grid
+            has2, src2 = _pull_source(ctx, stage, slot, r2, n, counts, ends, row_words, deltas, WB, WORLD, K, KB,
+                                      SIM)
+        for c in range(0, hidden_words, BLOCK):
+            m = c + offs < hidden_words
+            v = tl.load(src + c + offs, mask=m & has)
+            if PAIR:
+                v2 = tl.load(src2 + c + offs, mask=m & has2)
+            _store_choices(recv, slot, r, n, v, hidden_words, c, m, K)
+            if PAIR:
+                _store_choices(recv, slot, r2, n, v2, hidden_words, c, m, K)
+        if SIDE_BLOCK > 0:
+            so = tl.arange(0, SIDE_BLOCK)
+            sm = so < side_cols
+            sv = tl.load(src + side_col + so, mask=sm & has)
+            _store_choices(side_out, slot, r, n, sv, side_cols, 0, sm, K)
+            if PAIR:
+                sv2 = tl.load(src2 + side_col + so, mask=sm & has2)
+                _store_choices(side_out, slot, r2, n, sv2, side_cols, 0, sm, K)
     tl.store(status + pid, _barrier(ctx, SIM))
 
 
@@ -214,5 +241,5 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
             tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
-__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "reduce_push",
+__all__ = ["META_BLOCK_ROWS", "PAIR_CTAS", "PULL_BLOCK", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "reduce_push",
            "sum_partials"]
