@@ -304,6 +304,8 @@ class MoeExchange:
                 raise ValueError("combine got a handle of the relay path; this MoeExchange takes the direct path")
             self.direct.push(y, Layout(None, None, handle.slot, handle.weight, handle.received), check)
             return self.direct.sum(handle.tokens)
+        if handle.send_row is None:
+            raise ValueError("combine got a handle of the direct path; this MoeExchange takes the relay path")
         self._reduce_here(y, handle)
         self._exchange(self.back_send, self.recv_counts, self.back_recv, self.back_counts, self.back_offsets, check)
         return self._sum_ranks(handle)
