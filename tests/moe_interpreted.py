@@ -349,7 +349,18 @@ def main() -> int:
         MoeExchange(fh, 5, h, kk, 4 * w, dispatch_dtype=FP8 if fp8 else None)
         want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN, direct=False)
         assert fh.allocated == want, f"heap_bytes {want} != the {fh.allocated} bytes allocated (world {w}, hidden {h})"
-    print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact")
+    for kwargs, heap, words in (({"sms": -1}, FakeHeap(0, world), "sms must be"),
+                                ({"path": "ring"}, FakeHeap(0, world), "path must be"),
+                                ({"path": "direct"}, FakeHeap(0, world), "needs a heap of one node")):
+        try:
+            MoeExchange(heap, tokens, hidden, k, experts, **kwargs)
+            raise AssertionError(f"accepted {kwargs}")
+        except ValueError as e:
+            assert words in str(e), str(e)
+    assert MoeExchange(FakeHeap(0, world), tokens, hidden, k, experts).path == "relay"
+    assert MoeExchange(sim_heaps(world, 1 << 20)[0], tokens, hidden, k, experts, sms=1).path == "direct"
+    print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact; "
+          "bad sms / path refused")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
     xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]
