@@ -17,6 +17,7 @@ import torch
 
 from ironlink.runtime.errors import IronlinkError
 from ironlink.moe import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
+from ironlink.moe import direct_kernels
 from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort
 
@@ -246,10 +247,16 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
     heaps = sim_heaps(world, nbytes)
     ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None) for sh in heaps]
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
+    blocks = (direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK)
     for run, pair in enumerate((True, False)):  # pull_rows: two rows in flight per program, then one
         for m in ms:
             m.direct.pair = pair
-        recvs, counts, outs = direct_layer(ms, xs, ids, ws)
+        if run:  # rows in several chunks (masked at the end)
+            direct_kernels.PULL_BLOCK = direct_kernels.PUSH_BLOCK = 16
+        try:
+            recvs, counts, outs = direct_layer(ms, xs, ids, ws)
+        finally:
+            direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK = blocks
         for p in range(world):
             want = relay[0][p] if fp8 else (relay[0][p],)
             got = recvs[p] if fp8 else (recvs[p],)
@@ -284,6 +291,19 @@ def direct_errors(world: int, tokens: int, hidden: int, k: int, experts: int) ->
     for m in ms:
         m.check()  # cleared
     print("ok: direct path: out-of-range ids reported by their rank, capacity error names expert 0 (26 rows)")
+
+
+def top8_world2() -> None:
+    """World 2, top-8 of 16 experts (4 choices of a token on a rank, on average): the direct path
+    against the relay path, bit for bit."""
+    world, tokens, hidden, k, experts = 2, 12, 72, 8, 16
+    g = torch.Generator().manual_seed(9)
+    xs = [torch.randn(tokens - 3 * r, hidden, generator=g).to(torch.bfloat16) for r in range(world)]
+    ids = [torch.rand(x.shape[0], experts, generator=g).topk(k, dim=1).indices for x in xs]
+    ws = [torch.softmax(torch.randn(x.shape[0], k, generator=g), 1) for x in xs]
+    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
+    same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, layer(ms, xs, ids, ws))
+    print("ok: direct path = relay path at world 2, top-8 of 16")
 
 
 def main() -> int:
@@ -375,6 +395,7 @@ def main() -> int:
     ms[0].check()  # cleared
     print("ok: capacity error names expert 0 and its 27 rows; only 4 rows written")
     direct_errors(world, tokens, hidden, k, experts)
+    top8_world2()
     return 0
 
 
