@@ -135,9 +135,9 @@ def _pull_source(ctx, stage, slot, r, n, counts, ends, row_words, deltas, WB: tl
 
 
 @triton.jit
-def _store_choices(out, slot, r, n, v, cols, c, m, K: tl.constexpr):
-    """out[slot[r, j], c : c + len(v)] = v for each choice j of row r that is here (slot >= 0)."""
-    offs = tl.arange(0, v.numel)
+def _store_choices(out, slot, r, n, v, cols, c, m, K: tl.constexpr, N: tl.constexpr):
+    """out[slot[r, j], c : c + N] = v ([N]) for each choice j of row r that is here (slot >= 0)."""
+    offs = tl.arange(0, N)
     for j in tl.static_range(K):
         sj = tl.load(slot + r * K + j, mask=r < n, other=-1)
         tl.store(out + sj * cols + c + offs, v, mask=m & (sj >= 0))
@@ -167,17 +167,17 @@ def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_
             v = tl.load(src + c + offs, mask=m & has)
             if PAIR:
                 v2 = tl.load(src2 + c + offs, mask=m & has2)
-            _store_choices(recv, slot, r, n, v, hidden_words, c, m, K)
+            _store_choices(recv, slot, r, n, v, hidden_words, c, m, K, BLOCK)
             if PAIR:
-                _store_choices(recv, slot, r2, n, v2, hidden_words, c, m, K)
+                _store_choices(recv, slot, r2, n, v2, hidden_words, c, m, K, BLOCK)
         if SIDE_BLOCK > 0:
             so = tl.arange(0, SIDE_BLOCK)
             sm = so < side_cols
             sv = tl.load(src + side_col + so, mask=sm & has)
-            _store_choices(side_out, slot, r, n, sv, side_cols, 0, sm, K)
+            _store_choices(side_out, slot, r, n, sv, side_cols, 0, sm, K, SIDE_BLOCK)
             if PAIR:
                 sv2 = tl.load(src2 + side_col + so, mask=sm & has2)
-                _store_choices(side_out, slot, r2, n, sv2, side_cols, 0, sm, K)
+                _store_choices(side_out, slot, r2, n, sv2, side_cols, 0, sm, K, SIDE_BLOCK)
     tl.store(status + pid, _barrier(ctx, SIM))
 
 
