@@ -147,10 +147,13 @@ class MoeBench:
                 recv_x, counts, _, handle = moe.dispatch(x, idx, w)
                 out = moe.combine(recv_x, handle).clone()
                 got = Reference(row_fingerprints(recv_x[:int(counts.sum())]), out)
-                if ref is None:
-                    ref = got
-                elif not (torch.equal(got.rows, ref.rows) and torch.equal(got.out, ref.out)):
-                    raise RuntimeError(f"{who} on {moe.sms} SMs differs from the first ironlink run")
+                differs = ref is not None and not (torch.equal(got.rows, ref.rows) and torch.equal(got.out, ref.out))
+                flag = torch.tensor([int(differs)], device="cuda")
+                dist.all_reduce(flag)  # every rank raises, not only the one that differs
+                if flag.item():
+                    raise RuntimeError(f"{who} on {moe.sms} SMs differs from the first ironlink run on {flag.item()} "
+                                       "rank(s)")
+                ref = ref or got
                 sent, back = pairs * moe.row * 2, pairs * self.hidden * 2  # a stage row: the token, ids, weights
                 self.record("dispatch", who, at, time_graph(lambda: moe.dispatch(x, idx, w), payload), payload, sent)
                 self.record("combine", who, at, time_graph(lambda: moe.combine(recv_x, handle), payload), payload,
