@@ -303,7 +303,10 @@ def top8_world2() -> None:
     ws = [torch.softmax(torch.randn(x.shape[0], k, generator=g), 1) for x in xs]
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
     same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, layer(ms, xs, ids, ws))
-    print("ok: direct path = relay path at world 2, top-8 of 16")
+    xs[1], ids[1], ws[1] = xs[1][:0], ids[1][:0], ws[1][:0]  # a rank without tokens still takes part
+    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]  # recv_x zeros again
+    same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, layer(ms, xs, ids, ws))
+    print("ok: direct path = relay path at world 2, top-8 of 16, and with a rank of no tokens")
 
 
 def main() -> int:
