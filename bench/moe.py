@@ -33,6 +33,7 @@ import torch.distributed as dist
 import ironlink
 from ironlink_bench import time_eager, time_graph, write_results
 from ironlink.moe import fp8_dequantize
+from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import sort as moe_sort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
@@ -272,6 +273,8 @@ def main() -> None:
                     help="experiment: moe_sort.ONE_HOT (elements of a counting sort's one-hot block)")
     ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
                     help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
+    ap.add_argument("--pull-pair-ctas", type=int, default=moe_direct.PAIR_CTAS,
+                    help="experiment: moe.direct_kernels.PAIR_CTAS (grids up to this many CTAs pull two rows at once)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--no-fp8", action="store_true", help="leave out the ironlink_fp8 rows (fp8 dispatch)")
     ap.add_argument("--sms", type=int, nargs="+", default=[0],
@@ -284,6 +287,7 @@ def main() -> None:
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
+    moe_direct.PAIR_CTAS = args.pull_pair_ctas
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()
@@ -299,7 +303,8 @@ def main() -> None:
         for skewed in (False, True):
             b.run(t, skewed, args.max_tokens)
     write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note,
-                  sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS})
+                  sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS},
+                  direct={"pull_pair_ctas": moe_direct.PAIR_CTAS})
     b.heap.close()
     dist.destroy_process_group()
 
