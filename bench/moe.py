@@ -9,7 +9,13 @@ sort, rows and weighted sum with PyTorch's NVSHMEM all_to_all_vdev, which reads 
 GPU (bench/moe_nvshmem.py), timed eagerly, or in a CUDA graph with --nvshmem-graph; skipped with
 the reason printed where it cannot run: world 1, a torch without the op or NVSHMEM), tokens (per
 rank), hidden, topk, experts, routing (uniform; skewed: expert 0 is every token's first choice),
-us, GBps (payload rows x hidden x 2 bytes this rank sends, per second). Before timing, both torch
+us, GBps (payload rows x hidden x 2 bytes this rank sends, per second), nvlink_GBps (the bytes
+this rank's rows carry to other ranks, per second: ironlink moves a row per (token, rank) with its
+ids and weights, the torch paths a row per (token, choice)), and for ironlink's rows `sms` (the
+SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all) and
+`sms_budget` (the value asked for). `--relay` adds ironlink_relay: MoeExchange(path="relay"),
+its two all_to_all_v (the multi-node path, and the one-node path before the direct one), as a
+same-run baseline. Before timing, both torch
 contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
 combine within bf16 tolerance. A benchmark, not a test.
 """
@@ -27,6 +33,7 @@ import torch.distributed as dist
 import ironlink
 from ironlink_bench import time_eager, time_graph, write_results
 from ironlink.moe import fp8_dequantize
+from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import sort as moe_sort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
@@ -55,9 +62,9 @@ def row_fingerprints(rows: Any) -> Any:
 
 class MoeBench:
     def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False,
-                 fp8: bool = True) -> None:
+                 fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.profile, self.fp8 = profile, fp8
+        self.profile, self.fp8, self.sms, self.relay = profile, fp8, sms, relay
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
@@ -81,11 +88,21 @@ class MoeBench:
         if why and self.rank == 0:
             print(f"torch_nvshmem: skipped ({why})", flush=True)
 
-    def record(self, op: str, who: str, shape: dict[str, Any], us: float, payload: int) -> None:
-        row = {"op": op, "contender": who, **shape, "us": round(us, 3), "GBps": round(payload / us / 1e3, 2)}
+    def record(self, op: str, who: str, shape: dict[str, Any], us: float, payload: int, nvlink: int = 0) -> None:
+        row = {"op": op, "contender": who, **shape, "us": round(us, 3), "GBps": round(payload / us / 1e3, 2),
+               "nvlink_GBps": round(nvlink / us / 1e3, 2)}
         self.rows.append(row)
         if self.rank == 0:
-            print(f"{op:>17} {who:>13} {shape} {us:10.2f} us {row['GBps']:8.1f} GB/s", flush=True)
+            print(f"{op:>17} {who:>14} {shape} {us:10.2f} us {row['GBps']:8.1f} GB/s "
+                  f"{row['nvlink_GBps']:8.1f} NVLink GB/s", flush=True)
+
+    def remote(self, idx: Any) -> tuple[int, int]:
+        """(token-rank pairs, choices) of this rank's routing `idx` that leave this rank."""
+        le = self.experts // self.world
+        dest = idx // le
+        away = dest != self.rank
+        pairs = sum(int(((dest == p).any(1)).sum()) for p in range(self.world) if p != self.rank)
+        return pairs, int(away.sum())
 
     def check(self, who: str, rows: Any, out: Any, ref: Reference) -> None:
         """Raises on every rank if `who`'s dispatched rows or combine differ from ironlink's on any
@@ -120,25 +137,43 @@ class MoeBench:
             shape["max_tokens"] = max_tokens
         x, idx, w = self.routing(tokens, skewed)
         payload = tokens * self.topk * self.hidden * 2
-        moe = ironlink.MoeExchange(self.heap, max(tokens, max_tokens), self.hidden, self.topk, self.experts)
-        try:
-            recv_x, counts, _, handle = moe.dispatch(x, idx, w)
-            ref = Reference(row_fingerprints(recv_x[:int(counts.sum())]), moe.combine(recv_x, handle).clone())
-            self.record("dispatch", "ironlink", shape, time_graph(lambda: moe.dispatch(x, idx, w), payload), payload)
-            self.record("combine", "ironlink", shape, time_graph(lambda: moe.combine(recv_x, handle), payload), payload)
-            self.record("dispatch_combine", "ironlink", shape,
-                        time_graph(lambda: self._ironlink_layer(moe, x, idx, w), payload), 2 * payload)
-            if self.profile:
-                self._profile(lambda: self._ironlink_layer(moe, x, idx, w), shape)
-            moe.check()
-        finally:
-            moe.close()
+        pairs, choices = self.remote(idx)
+        ref: Optional[Reference] = None
+        runs = [("ironlink", None, b) for b in self.sms] + ([("ironlink_relay", "relay", 0)] if self.relay else [])
+        for who, path, budget in runs:
+            moe = ironlink.MoeExchange(self.heap, max(tokens, max_tokens), self.hidden, self.topk, self.experts,
+                                       sms=budget, path=path)
+            try:
+                at = {**shape, "sms": moe.sms, "sms_budget": budget}
+                recv_x, counts, _, handle = moe.dispatch(x, idx, w)
+                out = moe.combine(recv_x, handle).clone()
+                got = Reference(row_fingerprints(recv_x[:int(counts.sum())]), out)
+                differs = ref is not None and not (torch.equal(got.rows, ref.rows) and torch.equal(got.out, ref.out))
+                flag = torch.tensor([int(differs)], device="cuda")
+                dist.all_reduce(flag)  # every rank raises, not only the one that differs
+                if flag.item():
+                    raise RuntimeError(f"{who} on {moe.sms} SMs differs from the first ironlink run on {flag.item()} "
+                                       "rank(s)")
+                ref = ref or got
+                sent, back = pairs * moe.row * 2, pairs * self.hidden * 2  # a stage row: the token, ids, weights
+                self.record("dispatch", who, at, time_graph(lambda: moe.dispatch(x, idx, w), payload), payload, sent)
+                self.record("combine", who, at, time_graph(lambda: moe.combine(recv_x, handle), payload), payload,
+                            back)
+                self.record("dispatch_combine", who, at,
+                            time_graph(lambda: self._ironlink_layer(moe, x, idx, w), payload), 2 * payload, sent + back)
+                if self.profile:
+                    self._profile(lambda: self._ironlink_layer(moe, x, idx, w), at)
+                moe.check()
+            finally:
+                moe.close()
+        assert ref is not None
         if self.fp8:
-            self._fp8(shape, x, idx, w, max(tokens, max_tokens), ref, payload)
+            self._fp8(shape, x, idx, w, max(tokens, max_tokens), ref, payload, pairs)
         d, c = self._torch_path(x, idx, w)
         self.check("torch_a2a", d()[0], c(), ref)
-        self.record("dispatch", "torch_a2a", shape, time_eager(d), payload)
-        self.record("dispatch_combine", "torch_a2a", shape, time_eager(c), 2 * payload)
+        torch_bytes = choices * self.hidden * 2  # a row per (token, choice)
+        self.record("dispatch", "torch_a2a", shape, time_eager(d), payload, torch_bytes)
+        self.record("dispatch_combine", "torch_a2a", shape, time_eager(c), 2 * payload, 2 * torch_bytes)
         if self.nvshmem is not None:
             nv = self.nvshmem
             d, c = nv.contender(x, idx, w)
@@ -146,11 +181,11 @@ class MoeBench:
             self.check("torch_nvshmem", nv.received(), c(), ref)
             timed: Callable[[Callable[[], Any]], float] = (
                 (lambda fn: time_graph(fn, payload)) if self.nvshmem_graph else time_eager)
-            self.record("dispatch", "torch_nvshmem", shape, timed(d), payload)
-            self.record("dispatch_combine", "torch_nvshmem", shape, timed(c), 2 * payload)
+            self.record("dispatch", "torch_nvshmem", shape, timed(d), payload, torch_bytes)
+            self.record("dispatch_combine", "torch_nvshmem", shape, timed(c), 2 * payload, 2 * torch_bytes)
 
     def _fp8(self, shape: dict[str, Any], x: Any, idx: Any, w: Any, max_tokens: int, ref: Reference,
-             payload: int) -> None:
+             payload: int, pairs: int) -> None:
         """The ironlink_fp8 rows: dispatch with dispatch_dtype=float8_e4m3fn (half the bytes, plus a
         scale per 128 channels) and dispatch + combine of its dequantized rows (combine moves bf16
         as before). GB/s counts the bf16 payload, the same work as the other rows. Checked first:
@@ -171,9 +206,11 @@ class MoeBench:
                 handle = moe.dispatch(x, idx, w)[3]
                 moe.combine(y, handle)
 
-            self.record("dispatch", "ironlink_fp8", shape, time_graph(lambda: moe.dispatch(x, idx, w), payload),
-                        payload)
-            self.record("dispatch_combine", "ironlink_fp8", shape, time_graph(layer, payload), 2 * payload)
+            at = {**shape, "sms": moe.sms, "sms_budget": 0}
+            sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
+            self.record("dispatch", "ironlink_fp8", at, time_graph(lambda: moe.dispatch(x, idx, w), payload),
+                        payload, sent)
+            self.record("dispatch_combine", "ironlink_fp8", at, time_graph(layer, payload), 2 * payload, sent + back)
             moe.check()
         finally:
             moe.close()
@@ -236,28 +273,38 @@ def main() -> None:
                     help="experiment: moe_sort.ONE_HOT (elements of a counting sort's one-hot block)")
     ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
                     help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
+    ap.add_argument("--pull-pair-ctas", type=int, default=moe_direct.PAIR_CTAS,
+                    help="experiment: moe.direct_kernels.PAIR_CTAS (grids up to this many CTAs pull two rows at once)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--no-fp8", action="store_true", help="leave out the ironlink_fp8 rows (fp8 dispatch)")
+    ap.add_argument("--sms", type=int, nargs="+", default=[0],
+                    help="MoeExchange SM budgets to time (e.g. 8 16 24 32 0; 0: every SM); the first one's "
+                         "result is the reference the others and the contenders must reproduce")
+    ap.add_argument("--relay", action="store_true",
+                    help="also time MoeExchange(path='relay') (two all_to_all_v) as contender ironlink_relay")
     ap.add_argument("--nvshmem-graph", action="store_true",
                     help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
+    moe_direct.PAIR_CTAS = args.pull_pair_ctas
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()
     world = dist.get_world_size()
     largest = max(max(tokens), args.max_tokens)  # one MoeExchange at a time, each closed after its rows
-    heap_bytes = max(ironlink.MoeExchange.heap_bytes(world, largest, args.hidden, args.topk, fp8=fp8)
-                     for fp8 in (False, True))
-    b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8)
+    heap_bytes = max(ironlink.MoeExchange.heap_bytes(world, largest, args.hidden, args.topk, fp8=fp8, multi_node=relay)
+                     for fp8 in (False, True) for relay in (False, args.relay))
+    b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
+                 sms=tuple(args.sms), relay=args.relay)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:
         for skewed in (False, True):
             b.run(t, skewed, args.max_tokens)
     write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note,
-                  sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS})
+                  sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS},
+                  direct={"pull_pair_ctas": moe_direct.PAIR_CTAS})
     b.heap.close()
     dist.destroy_process_group()
 

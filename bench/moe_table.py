@@ -37,9 +37,10 @@ def block() -> str:
     doc = json.loads(path.read_text())
     rows: list[Row] = doc["results"]
 
-    def get(op: str, who: str, tokens: int, routing: str) -> Optional[Row]:
+    def get(op: str, who: str, tokens: int, routing: str, budget: int = 0) -> Optional[Row]:
+        """The row; ironlink's with SM budget `budget` (0: every SM; runs before the sweep have none)."""
         return next((r for r in rows if r["op"] == op and r["contender"] == who and r["tokens"] == tokens
-                     and r["routing"] == routing), None)
+                     and r["routing"] == routing and r.get("sms_budget", 0) == budget), None)
 
     def us(r: Optional[Row]) -> str:
         return "-" if r is None else f"{r['us']:.1f}"
@@ -86,6 +87,22 @@ def block() -> str:
                 line += (f" {us(get('dispatch', 'ironlink_fp8', t, routing))} | "
                          f"{us(get('dispatch_combine', 'ironlink_fp8', t, routing))} |")
             out.append(line)
+    budgets = sorted({r["sms_budget"] for r in rows if r.get("sms_budget")})
+    relay = any(r["contender"] == "ironlink_relay" for r in rows)
+    if budgets or relay:  # the SM sweep (`--sms`) and the relay path (`--relay`), dispatch + combine
+        sms = {b: next(r["sms"] for r in rows if r.get("sms_budget") == b) for b in budgets}
+        full = next((r["sms"] for r in rows if r["contender"] == "ironlink" and r.get("sms_budget") == 0), "all")
+        head = ("| tokens / rank | routing | " + "".join(f"{sms[b]} SMs | " for b in budgets) + f"{full} SMs (all) |"
+                + (" relay path (two all_to_all_v) |" if relay else ""))
+        out += ["", "Dispatch + combine (us) against the SM budget (`MoeExchange(..., sms=N)`)"
+                + (" and on the relay path (`path=\"relay\"`)" if relay else "") + ":", "", head,
+                "|---" * head.count(" | ") + "|---|"]
+        for routing in ("uniform", "skewed"):
+            for t in sorted({r["tokens"] for r in rows if r["routing"] == routing}):
+                cells = [us(get("dispatch_combine", "ironlink", t, routing, b)) for b in [*budgets, 0]]
+                if relay:
+                    cells.append(us(get("dispatch_combine", "ironlink_relay", t, routing)))
+                out.append(f"| {t} | {routing} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -4,8 +4,9 @@ before Triton is imported), the two all_to_all_v exchanges done in Python betwee
 buffers. Checks dispatch bit-exact against the routing, combine against a float64 reference, and
 the capacity error; for the fp8 dispatch, the rows and scales bit-exact against
 `fp8_quantize_reference` (torch's own fp8 conversion), every bf16 value up to 448 quantized as
-torch does, and the dequantized rows within fp8's rounding. Exits non-zero with a message on the
-first mismatch."""
+torch does, and the dequantized rows within fp8's rounding. The direct path (one-node heaps,
+peer loads and stores through simulated arenas) bitwise against the relay path, and its errors.
+Harness: tests/moe_sim.py. Exits non-zero with a message on the first mismatch."""
 
 from __future__ import annotations
 
@@ -15,67 +16,14 @@ from typing import Any
 import torch
 
 from ironlink.runtime.errors import IronlinkError
-from ironlink.moe import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
+from ironlink.moe import MoeExchange, fp8_dequantize, fp8_quantize_reference
+from ironlink.moe import direct_kernels
 from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort
 
+from moe_sim import FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, sim_heaps  # tests/, beside this file
+
 FP8 = torch.float8_e4m3fn
-
-
-class FakeHeap:
-    ALIGN = 256  # bytes of heap each allocation takes are counted in units of this
-
-    def __init__(self, rank: int, world: int) -> None:
-        self.rank, self.world_size, self.device = rank, world, torch.device("cpu")
-        self.allocated = 0
-
-    def empty(self, shape: Any, dtype: Any) -> Any:
-        t = torch.full(shape, 7, dtype=dtype)  # not zero: unwritten rows must not look right
-        self.allocated += -(-t.numel() * t.element_size() // self.ALIGN) * self.ALIGN
-        return t
-
-    def free(self, t: Any) -> None:
-        pass
-
-    def check(self) -> None:
-        pass
-
-
-def exchange(send: list[tuple[Any, Any]], recv: list[tuple[Any, Any, Any]]) -> None:
-    """all_to_all_v between simulated ranks: send[q] = (rows, counts), recv[p] = (out, counts,
-    offsets); rank q's rows for p follow its rows for ranks < p."""
-    world = len(send)
-    for p, (out, counts, offsets) in enumerate(recv):
-        at = 0
-        for q, (rows, sent) in enumerate(send):
-            first = int(sent[:p].sum())
-            n = int(sent[p])
-            out[at:at + n] = rows[first:first + n]
-            counts[q], offsets[q] = n, at
-            at += n
-    assert world == len(recv)
-
-
-def layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
-    """dispatch, y = recv_x * (global expert + 1), combine, on every simulated rank (recvs: recv_x,
-    or (recv_x, recv_scales) for fp8, whose y uses the dequantized rows)."""
-    packed = [m._pack(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
-    exchange([(m.send_buf, m.send_counts) for m in ms], [(m.recv_buf, m.recv_counts, m.recv_offsets) for m in ms])
-    outs, recvs, counts = [], [], []
-    handles = []
-    for m, (t, send_row) in zip(ms, packed):
-        c, off, slot, weight, received = m._layout()
-        recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
-        counts.append(c)
-        e_of_row = torch.searchsorted(torch.cumsum(c, 0), torch.arange(m.capacity), right=True)
-        scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
-        handles.append(Handle(t, send_row, slot, weight, received))
-        rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
-        m._reduce_here((rows * scale).contiguous(), handles[-1])
-    exchange([(m.back_send, m.recv_counts) for m in ms], [(m.back_recv, m.back_counts, m.back_offsets) for m in ms])
-    for m, h in zip(ms, handles):
-        outs.append(m._sum_ranks(h))
-    return recvs, counts, outs
 
 
 def check_fp8(recv: Any, rows: Any, n: int, p: int) -> Any:
@@ -180,6 +128,76 @@ def sorts_match_reference() -> None:
     print("ok: counting sorts match a stable argsort (top-5, repeated experts, 3 out-of-range ids reported)")
 
 
+def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, fp8: bool, xs: list[Any],
+                        ids: list[Any], ws: list[Any], relay: tuple[list[Any], ...]) -> None:
+    """The direct path (simulated one-node heaps, peer loads and stores through the arenas) gives
+    the relay path's recv_x (and scales), expert counts and combined rows bit for bit, twice."""
+    nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN)
+    heaps = sim_heaps(world, nbytes)
+    ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None) for sh in heaps]
+    assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
+    blocks = (direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK)
+    for run, pair in enumerate((True, False)):  # pull_rows: two rows in flight per program, then one
+        for m in ms:
+            m.direct.pair = pair
+        if run:  # rows in several chunks (masked at the end)
+            direct_kernels.PULL_BLOCK = direct_kernels.PUSH_BLOCK = 16
+        try:
+            recvs, counts, outs = direct_layer(ms, xs, ids, ws)
+        finally:
+            direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK = blocks
+        for p in range(world):
+            want = relay[0][p] if fp8 else (relay[0][p],)
+            got = recvs[p] if fp8 else (recvs[p],)
+            for a, b in zip(got, want):
+                assert torch.equal(_bytes(a), _bytes(b)), f"direct path, rank {p}, run {run}: recv_x differs from relay"
+            assert torch.equal(counts[p], relay[1][p]), f"direct path, rank {p}: expert counts differ from relay"
+            assert torch.equal(_bytes(outs[p]), _bytes(relay[2][p])), f"direct path, rank {p}, run {run}: combine differs"
+        for m in ms:
+            m.check()
+
+
+def direct_errors(world: int, tokens: int, hidden: int, k: int, experts: int) -> None:
+    """Direct path: out-of-range ids reported by the rank that sent them; the capacity error."""
+    nbytes = exchange_mod._heap_bytes(world, tokens, hidden, k, False, SimHeap.ALIGN)
+    ms = [MoeExchange(sh, tokens, hidden, k, experts, recv_capacity=4) for sh in sim_heaps(world, nbytes)]
+    xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]
+    ids = [torch.tensor([[0, 2, 4]] * tokens) for _ in range(world)]
+    ids[1][3, 2], ids[1][5, 0] = experts, -1
+    ws = [torch.full((tokens, k), 1 / k) for _ in range(world)]
+    _, _, outs = direct_layer(ms, xs, ids, ws)
+    relay = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
+    _, _, want = layer(relay, xs, ids, ws)
+    for r in range(world):  # out-of-range ids skipped and rows past the capacity left out alike
+        assert torch.equal(_bytes(outs[r]), _bytes(want[r])), f"direct path, rank {r}: combine differs from relay"
+    for r, words in ((0, "expert 0 (26 rows)"), (1, "held 2 expert ids"), (1, "expert 2 (27 rows)"),
+                     (2, "expert 4 (26 rows)")):
+        try:
+            ms[r].check()
+            raise AssertionError(f"rank {r}: no error; wanted {words!r}")
+        except IronlinkError as e:
+            assert words in str(e), str(e)
+    for m in ms:
+        m.check()  # cleared
+    print("ok: direct path: out-of-range ids reported by their rank, capacity error names expert 0 (26 rows)")
+
+
+def top8_world2() -> None:
+    """World 2, top-8 of 16 experts (4 choices of a token on a rank, on average): the direct path
+    against the relay path, bit for bit."""
+    world, tokens, hidden, k, experts = 2, 12, 72, 8, 16
+    g = torch.Generator().manual_seed(9)
+    xs = [torch.randn(tokens - 3 * r, hidden, generator=g).to(torch.bfloat16) for r in range(world)]
+    ids = [torch.rand(x.shape[0], experts, generator=g).topk(k, dim=1).indices for x in xs]
+    ws = [torch.softmax(torch.randn(x.shape[0], k, generator=g), 1) for x in xs]
+    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
+    same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, layer(ms, xs, ids, ws))
+    xs[1], ids[1], ws[1] = xs[1][:0], ids[1][:0], ws[1][:0]  # a rank without tokens still takes part
+    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]  # recv_x zeros again
+    same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, layer(ms, xs, ids, ws))
+    print("ok: direct path = relay path at world 2, top-8 of 16, and with a rank of no tokens")
+
+
 def main() -> int:
     world, tokens, hidden, k, experts = 3, 9, 36, 3, 6  # hidden not a multiple of 8: padded rows
     le = experts // world
@@ -220,6 +238,7 @@ def main() -> int:
             assert err < 2e-2, f"rank {p}: combine rel error {err:.3e}"
         again = layer(ms, xs, ids, ws)[2]
         assert all(torch.equal(a, b) for a, b in zip(again, outs)), "combine differs run to run"
+        same_on_direct_path(world, tokens, h, k, experts, fp8, xs, ids, ws, (recvs, counts, outs))
         print(f"ok: {'fp8 ' if fp8 else ''}{'skewed' if skewed else 'uniform'}: world {world}, rows per rank "
               f"{[int(c.sum()) for c in counts]}")
     fp8_every_value()
@@ -240,9 +259,20 @@ def main() -> int:
     for w, h, kk, fp8 in ((3, 36, 3, False), (2, 256, 5, True), (4, 8192, 8, False)):
         fh = FakeHeap(0, w)
         MoeExchange(fh, 5, h, kk, 4 * w, dispatch_dtype=FP8 if fp8 else None)
-        want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN)
+        want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN, direct=False)
         assert fh.allocated == want, f"heap_bytes {want} != the {fh.allocated} bytes allocated (world {w}, hidden {h})"
-    print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact")
+    for kwargs, heap, words in (({"sms": -1}, FakeHeap(0, world), "sms must be"),
+                                ({"path": "ring"}, FakeHeap(0, world), "path must be"),
+                                ({"path": "direct"}, FakeHeap(0, world), "needs a heap of one node")):
+        try:
+            MoeExchange(heap, tokens, hidden, k, experts, **kwargs)
+            raise AssertionError(f"accepted {kwargs}")
+        except ValueError as e:
+            assert words in str(e), str(e)
+    assert MoeExchange(FakeHeap(0, world), tokens, hidden, k, experts).path == "relay"
+    assert MoeExchange(sim_heaps(world, 1 << 20)[0], tokens, hidden, k, experts, sms=1).path == "direct"
+    print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact; "
+          "bad sms / path refused")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
     xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]
@@ -256,6 +286,8 @@ def main() -> int:
         assert "CAPACITY_EXCEEDED" in str(e) and "expert 0 (27 rows)" in str(e), str(e)
     ms[0].check()  # cleared
     print("ok: capacity error names expert 0 and its 27 rows; only 4 rows written")
+    direct_errors(world, tokens, hidden, k, experts)
+    top8_world2()
     return 0
 
 

@@ -27,6 +27,8 @@ import ironlink
 import ironlink.language as il
 from ironlink.language import _abi, _lib
 from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
+from ironlink.language.jit import IronlinkKernel
+from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import kernels as moe_kernels
 
 from _sass import spills_checked  # tests/, beside this file
@@ -173,7 +175,39 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "bucket_scan 256": ({"hist": "*i32", "programs": I32, "buckets": I32, "limit": "i64", "lo": I32, "base": "*i32",
                          "counts": "*i64", "offsets": "*i64", "summary": "*i64"},
                         {"BB": 256, "PB": moe_sort.scan_programs(moe_sort.SORT_PROGRAMS, 256)}),
+    # The direct path (moe.direct_kernels; the first three call the device library: barriers and
+    # peer pointers), at hidden 7168, top-8, 4 ranks.
+    "gather_meta": ({"ctx": "i64", "stage_words": "*i32", "tokens": "*i64", "rank": I32, "row_words": I32,
+                     "meta_word": I32, "max_tokens": I32, "meta": "*i32", "src_counts": "*i64", "bad": "*i64",
+                     "deltas": "*i64", "status": "*i32"},
+                    {"WORLD": 4, "K": 8, "MB": 16, "BR": moe_direct.META_BLOCK_ROWS, "SIM": False}),
+    "pull_rows": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
+                   "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16", "side_cols": I32,
+                   "deltas": "*i64", "status": "*i32"},
+                  {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
+                   "PAIR": False, "SIM": False}),
+    "pull_rows pair": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
+                        "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16",
+                        "side_cols": I32, "deltas": "*i64", "status": "*i32"},
+                       {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
+                        "PAIR": True, "SIM": False}),
+    "pull_rows fp8": ({"ctx": "i64", "stage": "*i16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
+                       "hidden_words": I32, "recv": "*i16", "side_col": I32, "side_out": "*i16", "side_cols": I32,
+                       "deltas": "*i64", "status": "*i32"},
+                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": 4096, "SIDE_BLOCK": 128, "PAIR": True,
+                       "SIM": False}),
+    "reduce_push": ({"ctx": "i64", "y": "*bf16", "meta": "*i32", "slot": "*i64", "weight": "*fp32",
+                     "src_counts": "*i64", "back": "*bf16", "rank": I32, "lo": I32, "local_experts": I32,
+                     "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
+                    {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PUSH_BLOCK, "SIM": False}),
+    "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_counts": "*i64", "rank": I32, "out": "*bf16",
+                      "max_tokens": I32, "hidden": I32, "local_experts": I32},
+                     {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
 }
+# Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
+MOE_WARPS = {"gather_meta": 4, "pull_rows": moe_direct.WARPS, "pull_rows pair": moe_direct.WARPS,
+             "pull_rows fp8": moe_direct.WARPS,
+             "reduce_push": moe_direct.WARPS}
 
 
 # Spill bytes allowed per MoE kernel. weighted_partial_sums: Triton 3.9 hoists all K=8 rows'
@@ -186,9 +220,12 @@ MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8}
 @pytest.mark.parametrize("name", list(MOE_KERNELS))
 def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) -> None:
     signature, constexprs = MOE_KERNELS[name]
-    fn = getattr(moe_kernels, name.split()[0], None) or getattr(moe_sort, name.split()[0])
+    base = name.split()[0]
+    fn = getattr(moe_kernels, base, None) or getattr(moe_sort, base, None) or getattr(moe_direct, base)
+    if isinstance(fn, IronlinkKernel):
+        fn = fn.fn  # the Triton kernel it wraps
     k = compile_for(cc, fn, {**signature, **{c: "constexpr" for c in constexprs}}, constexprs,
-                    num_warps=moe_kernels.WARPS)
+                    num_warps=MOE_WARPS.get(name, moe_kernels.WARPS))
     report = ptxas_report(k.asm["ptx"], cc, tmp_path)
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     allowed = MOE_SPILL_ALLOWANCE.get(name, 0)

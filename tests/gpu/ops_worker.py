@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Optional
 
 import ironlink  # torch-free: importable where the suite then skips
 
@@ -317,21 +317,22 @@ FP8_CHECK_ROWS = 16384  # rows per block of the fp8 reference check
 
 
 def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0, fp8: bool = False,
-             shape: tuple[int, int, int] = (256, 4, 0), heap: Any = None, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
+             shape: tuple[int, int, int] = (256, 4, 0), heap: Any = None, seeds: tuple[int, ...] = (1, 2, 3),
+             sms: Optional[int] = None) -> None:
     """ironlink.MoeExchange: dispatch against the rows every rank routes here (all_gather of x and
     topk_idx, bit-exact, grouped by local expert), combine of y = recv_x * (global expert + 1)
     against a float64 reference; with `graph`, one capture replayed with new routing; with
     `capacity`, a too-small receive buffer gives CAPACITY_EXCEEDED. With `fp8`, the fp8 dispatch:
     its rows and scales bit-exact against `fp8_quantize_reference` of the routed rows, y and the
     reference made from the dequantized rows. `shape`: (hidden, top-k, experts; 0: max(2 * world, 8)),
-    on `heap` (default: the suite's)."""
+    on `heap` (default: the suite's); `sms`: the MoeExchange's SM budget."""
     from ironlink.moe import fp8_dequantize, fp8_quantize_reference
 
     world, me, heap = s.world, dist.get_rank(), heap or s.heap
     hidden, k, experts = shape[0], shape[1], shape[2] or max(2 * world, 8)
     le = experts // world
     moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None,
-                               dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
+                               dispatch_dtype=torch.float8_e4m3fn if fp8 else None, sms=sms)
     x = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     idx = torch.empty(tokens, k, device="cuda", dtype=torch.int64)
     wts = torch.empty(tokens, k, device="cuda", dtype=torch.float32)
@@ -420,6 +421,44 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             assert torch.equal(again, out), "combine differs run to run"
     finally:
         moe.close()
+
+
+def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
+    """The direct path (peer loads and stores; every SM, and an 8-SM budget) gives the relay
+    path's (two all_to_all_v) recv_x (and fp8 scales), expert counts, offsets and combined rows
+    bit for bit, on the same routing (top-8, so a token takes several rows on one rank)."""
+    from ironlink.moe import fp8_dequantize
+
+    world, me = s.world, dist.get_rank()
+    hidden, k, experts = 512, 8, max(4 * world, 16)
+    le = experts // world
+    g = torch.Generator(device="cuda").manual_seed(41 + me)
+    x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
+    scores = torch.rand(tokens, experts, device="cuda", generator=g)
+    if skewed:
+        scores[:, 0] += 10  # expert 0 (on rank 0) is every token's first choice
+    idx = scores.topk(k, dim=1).indices
+    wts = torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1)
+    results = []
+    for path, sms in (("relay", None), ("direct", None), ("direct", 8)):
+        moe = ironlink.MoeExchange(s.heap, tokens, hidden, k, experts, path=path, sms=sms,
+                                   dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
+        try:
+            assert moe.path == path
+            recv, counts, offsets, handle = moe.dispatch(x, idx, wts, check=True)
+            rows = fp8_dequantize(*recv, torch.bfloat16) if fp8 else recv
+            e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
+            scale = (me * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None]
+            out = moe.combine(rows * scale, handle, check=True)
+            torch.cuda.synchronize()
+            moe.check()
+            got = list(recv) if fp8 else [recv]
+            results.append([t.clone() for t in got + [counts, offsets, out]])
+        finally:
+            moe.close()
+    for name, res in zip(("direct", "direct on 8 SMs"), results[1:]):
+        for i, (a, b) in enumerate(zip(res, results[0])):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{name}: output {i} differs from the relay path's"
 
 
 def moe_limits_case(s: Suite, fp8: bool) -> None:
@@ -532,6 +571,11 @@ def main() -> int:
     s.run("moe dispatch/combine in a CUDA graph, routing changed between replays",
           lambda: moe_case(s, 64, False, graph=True))
     s.run("moe over capacity", lambda: moe_case(s, 64, True, graph=False, capacity=32))
+    for tokens, skewed, fp8 in ((300, False, False), (256, True, False), (256, True, True)):
+        s.run(f"moe direct path = relay path bitwise, {tokens} tokens{' skewed' if skewed else ''}{' fp8' if fp8 else ''}",
+              lambda: moe_paths_case(s, tokens, skewed, fp8))
+    s.run("moe on an 8-SM budget in a CUDA graph, routing changed between replays",
+          lambda: moe_case(s, 64, True, graph=True, sms=8))
     s.run("moe out-of-range expert ids", lambda: moe_bad_ids_case(s))
     s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
     if not SMALL:

@@ -6,11 +6,14 @@ when the routing changes between replays):
     y = experts(recv_x, expert_counts, expert_offsets)       # grouped GEMM over local experts
     out = moe.combine(y, handle)                               # [T, H], weighted sum over top-k
 
-- `exchange`: `MoeExchange` (the layer: buffers, the two all_to_all_v exchanges, errors) and the
-  fp8 reference quantization.
+- `exchange`: `MoeExchange` (the layer: buffers, path choice, the relay path's two all_to_all_v
+  exchanges, errors); `layout`: row layout, heap shapes, the fp8 reference quantization.
+- `direct`, `direct_kernels`: the direct path on one node (peer loads and stores: each token
+  row crosses once, straight into its expert-major rows; combine reduced on the way back).
 - `sort`: the counting sorts on the GPU (which send row each token takes; each received choice's
   row in the expert-major layout).
-- `kernels`: the row-moving kernels (pack, gather, the two reductions of combine).
+- `kernels`: the local row-moving kernels (pack; the relay path's gather and the two reductions
+  of its combine).
 """
 
 from __future__ import annotations

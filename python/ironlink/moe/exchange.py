@@ -8,21 +8,27 @@ when the routing changes between replays):
 
 Experts are split evenly: rank r holds experts r * E / world .. (r + 1) * E / world.
 
-Each token travels to each rank that holds one of its experts ONCE, however many of its top-k
-experts live there (about half the rows of sending one per choice at top-8 of 64 on 4 ranks):
-- dispatch packs, per destination rank, the tokens going there (in token order) with their expert
-  ids and weights beside the row, sends them with one `ironlink.all_to_all_v`, and the receiver
-  copies each received token to one row per local expert it chose: `recv_x` rows
-  `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order;
-- combine reduces, on the expert's rank, each received token's outputs of the local experts
-  weighted by its top-k weights (fp32, choice order, stored in the payload dtype), sends that one
-  row back with a second all_to_all_v, and the token's rank sums the per-rank rows in rank order
-  in fp32. Identical run to run; the rounding of the per-rank sums to bf16 is the one difference
-  from summing all k outputs in fp32 at once.
+Each token crosses to each rank that holds one of its experts ONCE, however many of its top-k
+experts live there (about half the rows of sending one per choice at top-8 of 64 on 4 ranks).
+`recv_x` rows `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order, and
+combine returns, per token, its k outputs weighted by its top-k weights: per rank that holds some
+of them, their weighted sum (fp32, choice order, rounded to the payload dtype), then those
+per-rank sums added in rank order in fp32. Identical run to run and on both paths; the rounding
+of the per-rank sums is the one difference from summing all k outputs in fp32 at once. Two paths:
+- direct (a heap of one node; moe/direct.py): each token is staged once; after a barrier every
+  rank reads the others' ids, sorts the (token, choice) pairs by local expert on the GPU and
+  pulls each token row once through peer pointers straight into its expert-major rows; combine
+  reduces each token's outputs on the expert's rank and stores the sum straight into the
+  token's rank, which adds the per-rank rows. `sms` bounds the CTAs of these kernels.
+- relay (a heap of several nodes, or `path="relay"`): dispatch packs per destination rank,
+  sends with one `ironlink.all_to_all_v` (which crosses nodes) and the receiver copies each
+  received token to its expert-major rows; combine reduces on the expert's rank, sends back
+  with a second all_to_all_v and sums there.
 
-Buffers are sized at construction: the heap holds world * max_tokens token rows each way (a token
-reaches a rank at most once, so the exchanges cannot overflow; `MoeExchange.heap_bytes` says how
-many bytes of the heap that takes) and `recv_x` holds `recv_capacity`
+Buffers are sized at construction: the heap holds the staged tokens and world * max_tokens
+returning rows (relay: world * max_tokens token rows each way; a token reaches a rank at most
+once, so nothing there can overflow; `MoeExchange.heap_bytes` says how many bytes of the heap
+that takes) and `recv_x` holds `recv_capacity`
 expert rows (default world * max_tokens * topk: every choice of every rank lands here). Routing
 that gives this rank's experts more rows than that writes only the first `recv_capacity` rows and
 flags it: `moe.check()` (or `dispatch(..., check=True)`) raises an IronlinkError with status
@@ -41,7 +47,6 @@ in torch ops (bit for bit); combine still takes and returns `dtype` rows.
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple, Optional
 
 from ..language import _abi
@@ -51,96 +56,8 @@ from ..runtime.handles import compiling, register
 from ..runtime.tuning import all_to_all_v_launch
 from ..ops.variable_all_to_all import all_to_all_v
 from . import kernels, sort
-
-
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
-
-
-def _pow2(n: int) -> int:
-    """The smallest power of two >= n (Triton block shapes)."""
-    return 1 << max(0, n - 1).bit_length()
-
-
-class _RowLayout(NamedTuple):
-    """A send row, in 2-byte words, each part starting on 16 bytes: the token (`dtype`, or its
-    fp8 bytes: hidden / 2 words), its ids (int32) and weights (fp32) from meta_col, and for an fp8
-    dispatch its `groups` fp32 scales from scale_col."""
-
-    groups: int
-    meta_col: int
-    meta_cols: int
-    scale_col: int
-    row: int
-
-    @staticmethod
-    def of(hidden: int, topk: int, fp8: bool) -> "_RowLayout":
-        groups = hidden // kernels.FP8_GROUP if fp8 else 0
-        meta_col = hidden // 2 if fp8 else _round_up(hidden, 8)
-        meta_cols = _round_up(4 * topk, 8)
-        scale_col = meta_col + meta_cols
-        return _RowLayout(groups, meta_col, meta_cols, scale_col, scale_col + _round_up(2 * groups, 8))
-
-
-def _heap_shapes(world: int, max_tokens: int, hidden: int, row: int) -> tuple[list[tuple[int, ...]], ...]:
-    """The heap tensors of a MoeExchange, in allocation order: the shapes of its four buffers of
-    2-byte words (send, receive, combine's send and receive: `world * max_tokens` rows each, as a
-    token reaches a rank at most once), then of its five int64 count vectors."""
-    rows = world * max_tokens
-    return [(rows, row), (rows, row), (rows, hidden), (rows, hidden)], [(world,)] * 5
-
-
-def _heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool, align: int) -> int:
-    """MoeExchange.heap_bytes with the heap allocator's alignment given."""
-    words, counts = _heap_shapes(world, max_tokens, hidden, _RowLayout.of(hidden, topk, fp8).row)
-    sizes = [2 * math.prod(shape) for shape in words] + [8 * math.prod(shape) for shape in counts]
-    return sum(_round_up(n, align) for n in sizes)
-
-
-class _Sort(NamedTuple):
-    """One counting sort's launch shape and scratch (moe.sort): BB buckets' block, BR rows per block,
-    PB programs per step of the scan, and the [programs, BB] histogram and base buffers."""
-
-    bb: int
-    br: int
-    pb: int
-    hist: Any
-    base: Any
-
-    @staticmethod
-    def make(programs: int, buckets: int, choices_block: int, device: Any) -> "_Sort":
-        import torch
-
-        bb = _pow2(buckets)
-        pb = sort.scan_programs(_pow2(programs), bb)
-        hist = torch.zeros(programs, bb, dtype=torch.int32, device=device)
-        return _Sort(bb, sort.block_rows(choices_block, bb), pb, hist, torch.zeros_like(hist))
-
-
-def fp8_quantize_reference(x: Any) -> tuple[Any, Any]:
-    """(float8_e4m3fn [T, H], fp32 scales [T, H / 128]): the quantization an fp8 dispatch applies
-    to rows `x` [T, H], in torch ops; the dispatched bytes and scales equal these bit for bit.
-    Per 128 channels: amax = max(|x|, 1e-4), scale = amax / 448, fp8 = x * (448 / amax) rounded to
-    nearest even."""
-    import torch
-
-    t, h = x.shape
-    g = x.float().reshape(t, h // kernels.FP8_GROUP, kernels.FP8_GROUP)
-    amax = g.abs().amax(2).clamp(min=kernels.FP8_MIN_AMAX)
-    qmax = torch.full_like(amax, kernels.FP8_MAX)
-    # Tensor / tensor: IEEE division as the kernel's div_rn (a Python number / tensor would be
-    # computed as reciprocal times the number: two roundings).
-    q = (g * (qmax / amax)[..., None]).to(torch.float8_e4m3fn)
-    return q.reshape(t, h), amax / qmax
-
-
-def fp8_dequantize(q: Any, scales: Any, dtype: Any = None) -> Any:
-    """[T, H] in `dtype` (default fp32): fp8 rows times their per-128-channel scales."""
-    import torch
-
-    t, h = q.shape
-    deq = q.float().reshape(t, h // kernels.FP8_GROUP, kernels.FP8_GROUP) * scales[..., None]
-    return deq.reshape(t, h).to(dtype or torch.float32)
+from .direct import DirectPath, Layout
+from .layout import _RowLayout, _Sort, _heap_bytes, _heap_shapes, _pow2, fp8_dequantize, fp8_quantize_reference
 
 
 _NO_LIMIT = (1 << 62)  # bucket_scan's limit for a sort that cannot overflow
@@ -150,19 +67,27 @@ class Handle(NamedTuple):
     """What combine needs from a dispatch."""
 
     tokens: int
-    send_row: Any  # [T, world] int64: the token's row in the send (and combine's receive) buffer, -1: not sent
+    send_row: Any  # relay path: [T, world] int64, the token's row in the send (and combine's receive) buffer,
+    # -1: not sent; direct path: None
     slot: Any  # [world * max_tokens, topk] int64: recv_x row of each received token's choice, -1: not here
     weight: Any  # [world * max_tokens, topk] fp32: the received tokens' top-k weights
-    received: Any  # [1] int64: tokens received
+    received: Any  # [1] int64: tokens received (direct path: every rank's tokens)
 
 
 class MoeExchange:
     """Dispatch / combine buffers for one MoE layer shape on one heap (collective to create)."""
 
     def __init__(self, heap: Any, max_tokens: int, hidden: int, topk: int, num_experts: int,
-                 dtype: Any = None, recv_capacity: Optional[int] = None, dispatch_dtype: Any = None) -> None:
+                 dtype: Any = None, recv_capacity: Optional[int] = None, dispatch_dtype: Any = None,
+                 sms: Optional[int] = None, path: Optional[str] = None) -> None:
         """`dtype` (bf16 default, or fp16): the tokens given to dispatch and the rows of combine.
-        `dispatch_dtype`: `dtype` (default) or torch.float8_e4m3fn (see the module docs)."""
+        `dispatch_dtype`: `dtype` (default) or torch.float8_e4m3fn (see the module docs).
+        `sms`: the SM budget (DeepEP's num_sms): the exchange kernels run that many CTAs and the
+        row-moving local kernels PROGRAMS_PER_SM per SM of it, leaving the other SMs to a
+        concurrent kernel; None or 0: every SM. The same on every rank.
+        `path`: "direct" (one node: peer loads and stores, no extra passes), "relay" (two
+        all_to_all_v, the only one across nodes), None: direct unless the heap spans nodes. Both
+        give the same bits."""
         import torch
 
         world = heap.world_size
@@ -188,15 +113,34 @@ class MoeExchange:
         self.capacity = recv_capacity or world * max_tokens * topk
         if self.capacity <= 0:
             raise ValueError(f"recv_capacity must be positive, got {recv_capacity}")
+        if sms is not None and sms < 0:
+            raise ValueError(f"sms must be None, 0 (every SM) or positive, got {sms}")
+        multi_node = bool(getattr(heap, "multi_node", False))
+        if path not in (None, "direct", "relay"):
+            raise ValueError(f"path must be None, 'direct' or 'relay', got {path!r}")
+        if path == "direct" and multi_node:
+            raise ValueError("path='direct' needs a heap of one node (peers on other nodes have no peer pointer); "
+                             "this heap spans several: use path='relay' or None")
         layout = _RowLayout.of(hidden, topk, self.fp8)
         self.groups, self.meta_col, self.meta_cols, self.scale_col, self.row = layout
         dev = heap.device
-        e = heap.empty
-        words, counts = _heap_shapes(world, max_tokens, hidden, self.row)
-        # back_*: combine's one reduced row per received token.
-        self.send_buf, self.recv_buf, self.back_send, self.back_recv = (e(shape, self.dtype) for shape in words)
-        self.counts = [e(shape, torch.int64) for shape in counts]
-        self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
+        cuda = torch.device(dev).type == "cuda"
+        device_sms = torch.cuda.get_device_properties(dev).multi_processor_count if cuda else 2
+        self.sms = min(sms or device_sms, device_sms)
+        # The direct path where every peer's heap is mapped (one node); the relay path (two
+        # all_to_all_v, which cross nodes) on a heap of several nodes. `simulated_peers`: tests.
+        sim = getattr(heap, "simulated_peers", None)
+        self.direct: Optional[DirectPath] = None
+        self.path = path or ("relay" if multi_node else "direct")
+        if self.path == "direct":
+            self.direct = DirectPath(self, heap, min(self.sms, grid_cap(dev)) if cuda else 2, sim)
+        else:
+            e = heap.empty
+            words, counts = _heap_shapes(world, max_tokens, hidden, self.row, direct=False)
+            # back_*: combine's one reduced row per received token.
+            self.send_buf, self.recv_buf, self.back_send, self.back_recv = (e(shape, self.dtype) for shape in words)
+            self.counts = [e(shape, torch.int64) for shape in counts]
+            self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
         # Zeros, not empty: a grouped GEMM over padded expert tiles reads rows past the counts, and
         # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
         self.recv_x = torch.zeros(self.capacity, hidden, dtype=self.dispatch_dtype, device=dev)
@@ -208,10 +152,10 @@ class MoeExchange:
         self.route_summary = torch.zeros(len(sort.SUMMARY), dtype=torch.int64, device=dev)
         self.send_offsets = torch.zeros(world, dtype=torch.int64, device=dev)
         # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
-        self.a2a_ctas = min(all_to_all_v_launch(self.send_buf.numel() * 2)[0], grid_cap(dev))
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count if torch.device(dev).type == "cuda" else 2
-        self.programs = kernels.PROGRAMS_PER_SM * sms
-        self.sort_programs = sort.SORT_PROGRAMS if torch.device(dev).type == "cuda" else 2
+        a2a_bytes = 2 * world * max_tokens * self.row
+        self.a2a_ctas = min(all_to_all_v_launch(a2a_bytes)[0], grid_cap(dev), sms or grid_cap(dev))
+        self.programs = kernels.PROGRAMS_PER_SM * self.sms
+        self.sort_programs = sort.SORT_PROGRAMS if cuda else 2
         self.kb = _pow2(topk)
         # By destination rank, with one more bucket for ids outside [0, num_experts); by local expert.
         self.by_rank = _Sort.make(self.sort_programs, world + 1, self.kb, dev)
@@ -301,13 +245,29 @@ class MoeExchange:
             from .torch_library import dispatch as traced
             recv, counts, offsets, fields = traced(self, x, topk_idx, topk_weights, check)
             return recv, counts, offsets, Handle(*fields)
+        if self.direct is not None:
+            t = self._stage(x, topk_idx, topk_weights)
+            self.direct.gather(check)
+            lay = self.direct.place(check)
+            return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), check)
         t, send_row = self._pack(x, topk_idx, topk_weights)
         self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
         counts, offsets, slot, weight, received = self._layout()
+        return self._dispatched(Layout(counts, offsets, slot, weight, received),
+                                Handle(t, send_row, slot, weight, received), check)
+
+    def _dispatched(self, lay: Layout, handle: Handle, check: bool) -> tuple[Any, Any, Any, Handle]:
         if check:
             self.check()
         recv = (self.recv_x, self.recv_scales) if self.fp8 else self.recv_x
-        return recv, counts, offsets, Handle(t, send_row, slot, weight, received)
+        return recv, lay.counts, lay.offsets, handle
+
+    def _stage(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
+        """Direct path, dispatch step 1 (moe/direct.py): the tokens staged."""
+        assert self.direct is not None
+        t = self._check(x, topk_idx, topk_weights)
+        self.direct.stage_tokens(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t)
+        return t
 
     def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
         """Fills the send buffer and send_counts; (tokens, send_row)."""
@@ -348,6 +308,13 @@ class MoeExchange:
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()
+        if self.direct is not None:
+            if handle.send_row is not None:
+                raise ValueError("combine got a handle of the relay path; this MoeExchange takes the direct path")
+            self.direct.push(y, Layout(None, None, handle.slot, handle.weight, handle.received), check)
+            return self.direct.sum(handle.tokens)
+        if handle.send_row is None:
+            raise ValueError("combine got a handle of the direct path; this MoeExchange takes the relay path")
         self._reduce_here(y, handle)
         self._exchange(self.back_send, self.recv_counts, self.back_recv, self.back_counts, self.back_offsets, check)
         return self._sum_ranks(handle)
@@ -369,19 +336,25 @@ class MoeExchange:
         return out
 
     @staticmethod
-    def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False) -> int:
-        """The heap bytes a MoeExchange of this shape allocates (`fp8`: an fp8 dispatch): a
-        `SymmetricHeap` of at least this many bytes holds it. Needs the compiled extension."""
+    def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False,
+                   multi_node: bool = False) -> int:
+        """The heap bytes a MoeExchange of this shape allocates (`fp8`: an fp8 dispatch;
+        `multi_node`: on a heap of several nodes, the relay path's buffers): a `SymmetricHeap` of
+        at least this many bytes holds it. Needs the compiled extension."""
         from ..runtime.native import load_native
 
-        return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN)
+        return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN, direct=not multi_node)
 
     def check(self) -> None:
         """Raises (and clears) a capacity overflow flagged by a dispatch on this rank; waits for
         the GPU. Also raises what the heap recorded (`heap.check()`)."""
-        bad_ids = self.route_summary.tolist()[4]
+        if self.direct is not None:
+            bad_ids = self.direct.bad_ids()
+        else:
+            bad_ids = self.route_summary.tolist()[4]
+            if bad_ids:
+                self.route_summary.zero_()
         if bad_ids:
-            self.route_summary.zero_()
             raise IronlinkError(
                 f"MoeExchange.dispatch on rank {self.rank}: INVALID_ARGUMENT: topk_idx held {bad_ids} expert ids "
                 f"outside [0, {self.num_experts}); those choices were not sent",
@@ -398,6 +371,9 @@ class MoeExchange:
 
     def close(self) -> None:
         """Frees the heap buffers (collective: same order on every rank)."""
+        if self.direct is not None:
+            self.direct.free()
+            return
         for t in (*reversed(self.counts), self.back_recv, self.back_send, self.recv_buf, self.send_buf):
             self.heap.free(t)
 

@@ -55,7 +55,18 @@ def moe_dispatch_op(exchange: int, x: torch.Tensor, topk_idx: torch.Tensor, topk
     for given, own in ((recv_x, moe.recv_x), (recv_scales, moe.recv_scales)):
         if given.data_ptr() != own.data_ptr():  # Inductor's copy of the buffer
             given.copy_(own)
-    return counts, offsets, h.send_row, h.slot, h.weight, h.received
+    return counts, offsets, _send_row_out(x, h.send_row), h.slot, h.weight, h.received
+
+
+def _send_row_out(x: torch.Tensor, send_row: Any) -> torch.Tensor:
+    """The handle's send_row as an operator output: the direct path has none (None), which an
+    operator cannot return, so it travels as an empty [tokens, 0] tensor (`_send_row_in`)."""
+    return x.new_empty((x.shape[0], 0), dtype=torch.int64) if send_row is None else send_row
+
+
+def _send_row_in(send_row: torch.Tensor) -> Any:
+    """`_send_row_out` undone: None for the direct path's empty stand-in."""
+    return send_row if send_row.shape[1] else None
 
 
 @moe_dispatch_op.register_fake
@@ -64,7 +75,8 @@ def _dispatch_fake(exchange: int, x: torch.Tensor, topk_idx: torch.Tensor, topk_
     moe = _exchange(exchange, "moe_dispatch")
     rows, i64 = moe.world * moe.max_tokens, torch.int64
     return (x.new_empty((moe.local_experts,), dtype=i64), x.new_empty((moe.local_experts,), dtype=i64),
-            x.new_empty((x.shape[0], moe.world), dtype=i64), x.new_empty((rows, moe.topk), dtype=i64),
+            x.new_empty((x.shape[0], 0 if moe.direct is not None else moe.world), dtype=i64),
+            x.new_empty((rows, moe.topk), dtype=i64),
             x.new_empty((rows, moe.topk), dtype=torch.float32), x.new_empty((1,), dtype=i64))
 
 
@@ -72,7 +84,8 @@ def _dispatch_fake(exchange: int, x: torch.Tensor, topk_idx: torch.Tensor, topk_
 def moe_combine_op(exchange: int, y: torch.Tensor, send_row: torch.Tensor, slot: torch.Tensor, weight: torch.Tensor,
                    received: torch.Tensor, check: bool) -> torch.Tensor:
     moe = _exchange(exchange, "moe_combine")
-    out: torch.Tensor = moe.combine(y, HandleFields(send_row.shape[0], send_row, slot, weight, received), check)
+    fields = HandleFields(send_row.shape[0], _send_row_in(send_row), slot, weight, received)
+    out: torch.Tensor = moe.combine(y, fields, check)
     return out
 
 

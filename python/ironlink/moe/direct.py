@@ -1,0 +1,191 @@
+"""MoeExchange's direct path: dispatch and combine on a heap of one node, where every peer's heap
+is mapped (kernels: moe/direct_kernels.py). Per layer, in stream order on every rank:
+
+dispatch
+1. `pack_rows` (one program per token): each token once into this rank's stage (its row, then its
+   expert ids and weights; an fp8 dispatch quantizes it there), its token count into `tokens`;
+2. `gather_meta` (barrier, then peer loads): every rank's token count and ids and weights into
+   `meta`, sources in rank order;
+3. the counting sort by local expert over `meta` (moe.sort): expert counts and offsets, and per
+   (source token, choice) its recv_x row (`slot`) and weight: the layout, computed on the GPU;
+4. `pull_rows` (peer loads, then a barrier): each source token with a choice here crosses NVLink
+   once and is stored into every recv_x row it takes.
+combine
+5. `reduce_push` (a barrier, peer stores, a barrier): per source token, its outputs of this
+   rank's experts weighted and summed, into row (this rank, token) of the source's `back`;
+6. `sum_partials` (local): each token's rows from the ranks it went to, summed in rank order.
+
+Nothing reads a count on the host, so a CUDA graph replays it with new routing. The barriers
+order the buffers' reuse: a rank restages (1) only after every rank passed pull_rows' barrier,
+so after every read of its stage; it reads `back` (6) after every rank passed reduce_push's
+barrier, so after every store into it; and a rank stores into `back` (5) only after every rank
+passed reduce_push's first barrier, which each reaches after reading `back` in its last combine
+(6), even with no dispatch in between (a combine repeated on one handle, as the benchmark times
+it). Each barrier pairs the same-index CTAs of the ranks: every rank launches the same grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+from ..language._abi import MAX_CTAS
+from ..ops.collectives import launch_with_status
+from . import direct_kernels as dk
+from . import kernels, sort
+from .layout import _pow2
+
+
+class Layout(NamedTuple):
+    counts: Any  # [local experts] int64
+    offsets: Any  # [local experts] int64
+    slot: Any  # [world * max_tokens, topk] int64: recv_x row of each source token's choice, -1: not here
+    weight: Any  # [world * max_tokens, topk] fp32
+    received: Any  # [1] int64: source tokens (rows of meta)
+
+
+class DirectPath:
+    """The direct path's buffers and launches for one MoeExchange `m` (whose shapes and sorts it
+    uses). `sim_deltas` (tests): int64 [world] byte distances to the simulated peers' heaps; the
+    kernels then run without the device library (moe/direct_kernels.py, SIM)."""
+
+    def __init__(self, m: Any, heap: Any, ctas: int, sim_deltas: Optional[Any] = None) -> None:
+        import torch
+
+        self.m, self.heap, self.ctas, self.sim = m, heap, ctas, sim_deltas
+        dev = heap.device
+        # Heap allocation order: layout._heap_shapes(direct=True).
+        self.stage = heap.empty((m.max_tokens, m.row), m.dtype)
+        self.back = heap.empty((m.world * m.max_tokens, m.hidden), m.dtype)
+        self.tokens = heap.empty((1,), torch.int64)
+        rows = m.world * m.max_tokens
+        self.token_rows = torch.arange(m.max_tokens, dtype=torch.int64, device=dev)  # pack's send_row
+        self.meta = torch.zeros(rows, 2 * m.topk, dtype=torch.int32, device=dev)
+        self.src_counts = torch.zeros(m.world, dtype=torch.int64, device=dev)
+        self.bad = torch.zeros(ctas, dtype=torch.int64, device=dev)
+        self.source = torch.empty(m.capacity, dtype=torch.int64, device=dev)  # expert_place's, unused here
+        self.received = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.sim_status = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)
+        self.wb = _pow2(m.world)
+        self.pair = ctas <= dk.PAIR_CTAS  # pull_rows: two rows in flight per CTA on a small grid
+
+    def free(self) -> None:
+        for t in (self.tokens, self.back, self.stage):
+            self.heap.free(t)
+
+    def _launch(self, name: str, kernel: Any, grid: int, args: tuple[Any, ...], check: bool, function: str,
+                **meta: Any) -> None:
+        """`kernel[(grid,)](ctx, *args, deltas, status, SIM=..., **meta)`, its statuses checked as
+        every ironlink call's (launch_with_status); simulated: the plain Triton kernel, no library."""
+        if self.sim is not None:
+            kernel.fn[(grid,)](0, *args, self.sim, self.sim_status, SIM=True, **meta)
+            return
+        h = self.heap
+        call: Callable[[Any], None] = lambda status: kernel[(grid,)](h.ctx, *args, self.src_counts, status,
+                                                                     SIM=False, **meta)
+        launch_with_status(name, h, grid, call, check, function=function)
+
+    def stage_tokens(self, x: Any, idx: Any, weights: Any, t: int) -> None:
+        """Step 1: this rank's t tokens, ids and weights into its stage; t into `tokens`."""
+        import torch
+
+        m, k = self.m, kernels
+        self.tokens.fill_(t)
+        if not t:
+            return
+        words = self.stage.view(torch.int32)
+        meta = (m.meta_col // 2, m.meta_cols // 2)
+        meta_block = _pow2(max(16, meta[1]))
+        rows = self.token_rows
+        if m.fp8:
+            k.pack_rows_fp8[(t,)](x, idx, weights, rows, self.stage.view(torch.uint8), words, m.hidden, *meta, m.row,
+                                  m.scale_col // 2, m.num_experts, WORLD=1, K=m.topk, BLOCK=k.BLOCK,
+                                  META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX, MIN_AMAX=k.FP8_MIN_AMAX,
+                                  num_warps=k.WARPS)
+        else:
+            k.pack_rows[(t,)](x, idx, weights, rows, self.stage, words, m.hidden, *meta, m.row, m.num_experts,
+                              WORLD=1, K=m.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block, num_warps=k.WARPS)
+
+    def gather(self, check: bool) -> None:
+        """Step 2: every rank's token count, ids and weights into meta (sources in rank order)."""
+        import torch
+
+        m = self.m
+        self._launch("moe_dispatch", dk.gather_meta, self.ctas,
+                     (self.stage.view(torch.int32), self.tokens, m.rank, m.row // 2, m.meta_col // 2, m.max_tokens,
+                      self.meta, self.src_counts, self.bad),
+                     check, "symm_barrier", WORLD=m.world, K=m.topk, MB=_pow2(2 * m.topk),
+                     BR=dk.META_BLOCK_ROWS, num_warps=4)
+
+    def place(self, check: bool) -> Layout:
+        """Steps 3 and 4: the layout from meta (a counting sort by local expert), then recv_x
+        (and an fp8 dispatch's scales) pulled from the sources' stages."""
+        import torch
+
+        m, s = self.m, self.m.by_expert
+        rows, k, le = self.meta.shape[0], m.topk, m.local_experts
+        dev = self.meta.device
+        counts = torch.empty(le, dtype=torch.int64, device=dev)
+        offsets = torch.empty(le, dtype=torch.int64, device=dev)
+        slot = torch.empty(rows, k, dtype=torch.int64, device=dev)
+        weight = torch.empty(rows, k, dtype=torch.float32, device=dev)
+        ids, weights = self.meta, self.meta.view(torch.float32)[:, k:]
+        lo, grid = m.rank * le, (m.sort_programs,)
+        sort.expert_histogram[grid](ids, 2 * k, self.src_counts, m.world, lo, le, s.hist, self.received, WB=self.wb,
+                                    K=k, BR=s.br, KB=m.kb, BB=s.bb)
+        sort.bucket_scan[(1,)](s.hist, m.sort_programs, le, m.capacity, lo, s.base, counts, offsets, m.overflow,
+                               BB=s.bb, PB=s.pb)
+        sort.expert_place[grid](ids, 2 * k, weights, self.src_counts, m.world, lo, le, s.base, m.capacity, slot,
+                                weight, self.source, WB=self.wb, K=k, BR=s.br, KB=m.kb, BB=s.bb)
+        if m.fp8:  # raw 2-byte words (int16: no float conversion): the bytes, and the scales beside them
+            words = m.hidden // 2
+            args = (self.stage.view(torch.int16), self.src_counts, slot, m.row, words, m.recv_x.view(torch.int16),
+                    m.scale_col, m.recv_scales.view(torch.int16), 2 * m.groups)
+            side = _pow2(max(16, 2 * m.groups))
+        else:
+            words = m.hidden
+            args = (self.stage, self.src_counts, slot, m.row, words, m.recv_x, 0, m.recv_x, 0)
+            side = 0
+        block = min(dk.PULL_BLOCK, _pow2(words))
+        self._launch("moe_dispatch", dk.pull_rows, self.ctas, args, check, "symm_barrier", WORLD=m.world, WB=self.wb,
+                     K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, PAIR=self.pair, num_warps=_warps(block))
+        return Layout(counts, offsets, slot, weight, self.received)
+
+    def push(self, y: Any, layout: Layout, check: bool) -> None:
+        """Step 5: each source token's outputs of this rank's experts, weighted and summed, into
+        its source's `back` (y: [capacity, hidden] in recv_x's layout, `dtype`, contiguous)."""
+        m = self.m
+        block = min(dk.PUSH_BLOCK, _pow2(m.hidden))
+        self._launch("moe_combine", dk.reduce_push, self.ctas,
+                     (y, self.meta, layout.slot, layout.weight, self.src_counts, self.back, m.rank,
+                      m.rank * m.local_experts, m.local_experts, m.max_tokens, m.hidden),
+                     check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,
+                     num_warps=_warps(block))
+
+    def sum(self, t: int) -> Any:
+        """Step 6: [t, hidden], each token's partial sums from the ranks it went to, in rank order
+        (meta must still hold this dispatch's ids: one dispatch / combine pair at a time)."""
+        import torch
+
+        m = self.m
+        out = torch.empty(t, m.hidden, dtype=m.dtype, device=self.back.device)
+        if t:
+            dk.sum_partials[(min(t, m.programs),)](self.back, self.meta, self.src_counts, m.rank, out, m.max_tokens,
+                                                   m.hidden, m.local_experts, WORLD=m.world, WB=self.wb, K=m.topk,
+                                                   KB=m.kb, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+        return out
+
+    def bad_ids(self) -> int:
+        """Expert ids outside [0, num_experts) in this rank's last dispatch (waits for the GPU);
+        clears the count."""
+        n = int(self.bad.sum())
+        if n:
+            self.bad.zero_()
+        return n
+
+
+def _warps(block: int) -> int:
+    """8 warps for the blocks of a row (16-byte vectors per thread at 2048 elements and up), 4 below."""
+    return dk.WARPS if block >= 2048 else 4
+
+
+__all__ = ["DirectPath", "Layout"]

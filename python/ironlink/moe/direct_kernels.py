@@ -1,0 +1,245 @@
+"""The Triton kernels of MoeExchange's direct path (one node: every peer's heap is mapped, so a
+kernel reads and writes it through `ilt.peer_pointer`). Host side: moe/direct.py.
+
+Dispatch moves each token row over NVLink once per rank that holds one of its experts and writes
+it straight into its expert-major rows there; combine reduces on the expert's rank and writes one
+row per (token, rank) straight into the token's rank:
+
+- `gather_meta` (after a barrier): copies every rank's token count and the expert ids and weights
+  of its staged tokens into this rank's `meta`, sources in rank order (small: 2 * topk words a
+  token), for the counting sort by local expert (moe.sort) that gives each (token, choice) its
+  row of recv_x;
+- `pull_rows`: for each source token with a choice here, loads its row ONCE from the source's
+  stage (a peer load) and stores it into every recv_x row its choices here take (the expert-major
+  copy that gather_rows did after the exchange, fused into it), then a barrier, so no source
+  restages before every rank has read it;
+- `reduce_push` (after a barrier: no rank still reads `back`): for each source token with a
+  choice here, the weighted sum (fp32, choice order) of its expert outputs here, rounded to the
+  payload dtype and stored into row (this rank, token) of the source's `back` buffer (a peer
+  store), then a barrier, after which every row a source will read has landed;
+- `sum_partials` (local): each token's rows in `back` from the ranks it went to (its ids as
+  staged, from `meta`), added in rank order in fp32.
+The arithmetic of combine is that of the relay path (weighted_partial_sums, sum_rank_rows), so
+both give the same bits.
+
+SIM (tests only): peers are buffers of one process, reached by adding `deltas[q]` bytes, and the
+barriers are the test's own phase order; the kernels then run in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .. import language as il
+from ..language import typed as ilt
+from ..language.jit import jit
+
+# pull_rows loads a whole row per step where it can: a peer load costs a NVLink round trip, so
+# a CTA keeps as many bytes in flight as it can (16 KiB per row with 8 warps; the field notes'
+# pull measurements: 16 KiB blocks of 8 warps reach 192 GB/s on 16 CTAs, 331 on 132), and on
+# a grid of at most PAIR_CTAS CTAs two rows at once.
+PULL_BLOCK = 8192
+PAIR_CTAS = 64  # a guess from those measurements (32 CTAs: 315 GB/s), not yet timed with this kernel
+# reduce_push keeps K rows' chunks live at once (K loads issued together): 4096 elements over 8
+# warps, the per-thread share of weighted_partial_sums (2048 over 4 warps), which compiles
+# without spills at K = 8.
+PUSH_BLOCK = 4096
+WARPS = 8
+META_BLOCK_ROWS = 32  # rows of ids and weights gather_meta copies per step
+
+
+@triton.jit
+def _peer(ctx, ptr, q, deltas, SIM: tl.constexpr):
+    """`ptr` (into the heap) as rank q's address of the same element."""
+    if SIM:
+        p = (ptr.to(tl.pointer_type(tl.int8)) + tl.load(deltas + q)).to(ptr.dtype)
+    else:
+        p = ilt.peer_pointer(ctx, ptr, q)
+    return p
+
+
+@triton.jit
+def _barrier(ctx, SIM: tl.constexpr):
+    """symm_barrier (the same-index CTA of every rank; this CTA's stores, peer stores included,
+    visible to them after it), or 0 where the test orders the phases itself."""
+    if SIM:
+        s = tl.program_id(0) * 0
+    else:
+        s = il.symm_barrier(ctx)
+    return s
+
+
+@triton.jit
+def _sources(src_counts, WORLD: tl.constexpr, WB: tl.constexpr):
+    """(counts [WB] int64, their inclusive cumsum, the total): the tokens each rank staged (ranks
+    past WORLD count 0)."""
+    w = tl.arange(0, WB)
+    counts = tl.load(src_counts + w, mask=w < WORLD, other=0)
+    ends = tl.cumsum(counts, 0)
+    return counts, ends, tl.sum(counts, 0)
+
+
+@triton.jit
+def _source_of(r, counts, ends, WB: tl.constexpr):
+    """(rank q, token t of q) of row r of `meta` (sources in rank order)."""
+    w = tl.arange(0, WB)
+    q = tl.sum((ends <= r).to(tl.int32), 0)
+    start = tl.sum(tl.where(w < q, counts, 0), 0)
+    return q, r - start
+
+
+@jit(do_not_specialize=["ctx", "rank"])
+def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens, meta, src_counts, bad, deltas,
+                status, WORLD: tl.constexpr, K: tl.constexpr, MB: tl.constexpr, BR: tl.constexpr,
+                SIM: tl.constexpr):
+    """After a barrier (every rank's stage and token count complete): src_counts[q] = rank q's
+    staged tokens (clamped to [0, max_tokens]), meta rows (sources in rank order) = their 2K words
+    of ids (int32; -1 for an id the sender found out of range) and weights (fp32 bits), read from
+    word `meta_word` of each stage row (`row_words` 4-byte words apart); bad[program] = the -1 ids
+    among this rank's own tokens that this program copied (their sum is what check reports)."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    s = _barrier(ctx, SIM)
+    j = tl.arange(0, MB)
+    i = tl.arange(0, BR)
+    base = tl.zeros((), dtype=tl.int64)
+    nbad = tl.zeros((), dtype=tl.int32)
+    for q in tl.static_range(WORLD):
+        # Clamped: whatever a peer's word holds, meta is written inside its rows.
+        tq = tl.minimum(tl.maximum(tl.load(_peer(ctx, tokens, q, deltas, SIM)), 0), max_tokens)
+        if pid == 0:
+            tl.store(src_counts + q, tq)
+        src = _peer(ctx, stage_words, q, deltas, SIM)
+        for r0 in range(pid * BR, tq, grid * BR):
+            r = r0 + i.to(tl.int64)
+            m = (r[:, None] < tq) & (j[None, :] < 2 * K)
+            v = tl.load(src + r[:, None] * row_words + meta_word + j[None, :], mask=m, other=0)
+            tl.store(meta + (base + r)[:, None] * (2 * K) + j[None, :], v, mask=m)
+            own = m & (j[None, :] < K) & (v == -1) & (rank == q)
+            nbad += tl.sum(tl.sum(own.to(tl.int32), 1), 0)
+        base += tq
+    tl.store(bad + pid, nbad.to(tl.int64))
+    tl.store(status + pid, s)
+
+
+@triton.jit
+def _pull_source(ctx, stage, slot, r, n, counts, ends, row_words, deltas, WB: tl.constexpr, WORLD: tl.constexpr,
+                 K: tl.constexpr, KB: tl.constexpr, SIM: tl.constexpr):
+    """(whether row r < n of meta has a choice here, the address of its stage row at its source;
+    anything where it has none)."""
+    jj = tl.arange(0, KB)
+    mine = tl.load(slot + r * K + jj, mask=(jj < K) & (r < n), other=-1)
+    q, t = _source_of(r, counts, ends, WB)
+    q = tl.minimum(q, WORLD - 1)  # r >= n: a real rank, whose row is then not loaded
+    return tl.max(mine, 0) >= 0, _peer(ctx, stage, q, deltas, SIM) + t * row_words
+
+
+@triton.jit
+def _store_choices(out, slot, r, n, v, cols, c, m, K: tl.constexpr, N: tl.constexpr):
+    """out[slot[r, j], c : c + N] = v ([N]) for each choice j of row r that is here (slot >= 0)."""
+    offs = tl.arange(0, N)
+    for j in tl.static_range(K):
+        sj = tl.load(slot + r * K + j, mask=r < n, other=-1)
+        tl.store(out + sj * cols + c + offs, v, mask=m & (sj >= 0))
+
+
+@jit(do_not_specialize=["ctx"])
+def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_col, side_out, side_cols, deltas,
+              status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
+              BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, PAIR: tl.constexpr, SIM: tl.constexpr):
+    """For every row r of meta (source q's token t) with a choice here (slot[r, j] >= 0, K per
+    row): recv[slot[r, j], :hidden_words] = q's stage row t (loaded once, stored per choice),
+    with SIDE_BLOCK > 0 also side_out[slot, :side_cols] = its words from side_col (an fp8
+    dispatch's scales). Rows in 2-byte words; grid-strided; with PAIR two rows loaded at once
+    (a peer load waits a NVLink round trip: on a small grid one row per CTA leaves the link
+    idle). Then a barrier: once every rank has passed it, no rank reads a stage any more."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    counts, ends, n = _sources(src_counts, WORLD, WB)
+    offs = tl.arange(0, BLOCK)
+    for r in range(pid.to(tl.int64), n, grid * (2 if PAIR else 1)):
+        has, src = _pull_source(ctx, stage, slot, r, n, counts, ends, row_words, deltas, WB, WORLD, K, KB, SIM)
+        if PAIR:
+            r2 = r + grid
+            has2, src2 = _pull_source(ctx, stage, slot, r2, n, counts, ends, row_words, deltas, WB, WORLD, K, KB,
+                                      SIM)
+        for c in range(0, hidden_words, BLOCK):
+            m = c + offs < hidden_words
+            v = tl.load(src + c + offs, mask=m & has)
+            if PAIR:
+                v2 = tl.load(src2 + c + offs, mask=m & has2)
+            _store_choices(recv, slot, r, n, v, hidden_words, c, m, K, BLOCK)
+            if PAIR:
+                _store_choices(recv, slot, r2, n, v2, hidden_words, c, m, K, BLOCK)
+        if SIDE_BLOCK > 0:
+            so = tl.arange(0, SIDE_BLOCK)
+            sm = so < side_cols
+            sv = tl.load(src + side_col + so, mask=sm & has)
+            _store_choices(side_out, slot, r, n, sv, side_cols, 0, sm, K, SIDE_BLOCK)
+            if PAIR:
+                sv2 = tl.load(src2 + side_col + so, mask=sm & has2)
+                _store_choices(side_out, slot, r2, n, sv2, side_cols, 0, sm, K, SIDE_BLOCK)
+    tl.store(status + pid, _barrier(ctx, SIM))
+
+
+@jit(do_not_specialize=["ctx", "rank", "lo"])
+def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_experts, max_tokens, hidden, deltas,
+                status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
+                BLOCK: tl.constexpr, SIM: tl.constexpr):
+    """For every row r of meta (source q's token t) with an expert id in [lo, lo + local_experts):
+    row rank * max_tokens + t of q's `back` = sum over j < K (in order) of weight[r, j] *
+    y[slot[r, j]] in fp32, skipping slot < 0 (another rank's expert, or past recv_capacity: such
+    a token still gets its row, zeros if nothing of it is here), rounded to back's dtype.
+    Grid-strided, between two barriers: the first keeps this combine's stores out of `back` until
+    every rank has finished reading the last combine's (a combine repeated on one handle has no
+    dispatch in between), the second makes them visible to their ranks."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    first = _barrier(ctx, SIM)
+    counts, ends, n = _sources(src_counts, WORLD, WB)
+    offs = tl.arange(0, BLOCK)
+    jj = tl.arange(0, KB)
+    for r in range(pid.to(tl.int64), n, grid):
+        ids = tl.load(meta + r * (2 * K) + jj, mask=jj < K, other=-1)
+        here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
+        if here > 0:
+            q, t = _source_of(r, counts, ends, WB)
+            dst = _peer(ctx, back, q, deltas, SIM) + (rank * max_tokens + t) * hidden
+            for c in range(0, hidden, BLOCK):
+                m = c + offs < hidden
+                acc = tl.zeros([BLOCK], dtype=tl.float32)
+                for j in tl.static_range(K):
+                    s = tl.load(slot + r * K + j)
+                    w = tl.load(weight + r * K + j)
+                    v = tl.load(y + s * hidden + c + offs, mask=m & (s >= 0), other=0.0)
+                    acc += tl.where(s >= 0, w, 0.0) * v.to(tl.float32)
+                tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=m)
+    tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, SIM)))
+
+
+@triton.jit
+def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_experts, WORLD: tl.constexpr,
+                 WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
+    """out[t] = sum over ranks p (in order) of back[p * max_tokens + t] in fp32, over the ranks
+    token t's valid ids go to (read from this rank's own rows of `meta`: the ids as staged, -1 for
+    an out-of-range one; not the caller's topk_idx, which may hold the next routing by now).
+    Grid-strided over this rank's tokens."""
+    counts, ends, n = _sources(src_counts, WORLD, WB)
+    w = tl.arange(0, WB)
+    mine = tl.sum(tl.where(w == rank, counts, 0), 0)
+    first = tl.sum(tl.where(w < rank, counts, 0), 0)
+    offs = tl.arange(0, BLOCK)
+    jj = tl.arange(0, KB)
+    for t in range(tl.program_id(0).to(tl.int64), mine, tl.num_programs(0)):
+        e = tl.load(meta + (first + t) * (2 * K) + jj, mask=jj < K, other=-1)
+        dest = tl.where(e >= 0, e // local_experts, -1)
+        for c in range(0, hidden, BLOCK):
+            m = c + offs < hidden
+            acc = tl.zeros([BLOCK], dtype=tl.float32)
+            for p in tl.static_range(WORLD):
+                went = tl.sum((dest == p).to(tl.int32), 0) > 0
+                acc += tl.load(back + (p * max_tokens + t) * hidden + c + offs, mask=m & went,
+                               other=0.0).to(tl.float32)
+            tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
+
+
+__all__ = ["META_BLOCK_ROWS", "PAIR_CTAS", "PULL_BLOCK", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "reduce_push",
+           "sum_partials"]

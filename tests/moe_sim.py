@@ -1,0 +1,131 @@
+"""The simulation harness of tests/moe_interpreted.py: `world` ranks of MoeExchange in one
+process, Triton kernels in the interpreter. The relay path's heap (`FakeHeap`, a heap of several
+nodes as MoeExchange sees it) with its two all_to_all_v done in Python (`exchange`, `layer`); the
+direct path's one-node heaps (`SimHeap`: arenas at the same offsets, so a peer's copy of an
+address is a fixed byte distance away) with each step run on every rank before the next, the
+order its barriers give on GPUs (`direct_layer`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ironlink.moe import Handle, MoeExchange, fp8_dequantize
+
+
+class FakeHeap:
+    """A heap of several nodes, as MoeExchange sees it: the relay path (two all_to_all_v, done in
+    Python here by `exchange`)."""
+
+    ALIGN = 256  # bytes of heap each allocation takes are counted in units of this
+    multi_node = True
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world_size, self.device = rank, world, torch.device("cpu")
+        self.allocated = 0
+
+    def empty(self, shape: Any, dtype: Any) -> Any:
+        t = torch.full(shape, 7, dtype=dtype)  # not zero: unwritten rows must not look right
+        self.allocated += -(-t.numel() * t.element_size() // self.ALIGN) * self.ALIGN
+        return t
+
+    def free(self, t: Any) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
+
+
+class SimHeap(FakeHeap):
+    """A one-node heap of simulated rank `rank`: every rank's tensors are carved from its own
+    arena at the same offsets, so peer q's copy of an address is `simulated_peers[q]` bytes away
+    (what MoeExchange's direct path adds instead of calling the device library)."""
+
+    multi_node = False
+
+    def __init__(self, rank: int, world: int, arenas: list[Any]) -> None:
+        super().__init__(rank, world)
+        self.arena = arenas[rank]
+        base = self.arena.data_ptr()
+        self.simulated_peers = torch.tensor([a.data_ptr() - base for a in arenas], dtype=torch.int64)
+
+    def empty(self, shape: Any, dtype: Any) -> Any:
+        n = math.prod(shape) * dtype.itemsize
+        t = self.arena[self.allocated:self.allocated + n].view(dtype).view(shape)
+        t.fill_(7)  # not zero: unwritten rows must not look right
+        self.allocated += -(-n // self.ALIGN) * self.ALIGN
+        return t
+
+
+def sim_heaps(world: int, nbytes: int) -> list[SimHeap]:
+    arenas = [torch.zeros(nbytes + 4096, dtype=torch.uint8) for _ in range(world)]
+    # Arena starts 256-byte aligned, as heap bases are.
+    arenas = [a[-a.data_ptr() % 256:][:nbytes] for a in arenas]
+    return [SimHeap(r, world, arenas) for r in range(world)]
+
+
+def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
+    """`layer` on the direct path, each step on every rank before the next (the order its
+    barriers give on GPUs): stage, gather the ids, place (sort + pull), push, sum."""
+    staged = [m._stage(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    for m in ms:
+        m.direct.gather(False)
+    lays = [m.direct.place(False) for m in ms]
+    recvs, counts, ys = [], [], []
+    for m, lay in zip(ms, lays):
+        recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
+        counts.append(lay.counts)
+        e_of_row = torch.searchsorted(torch.cumsum(lay.counts, 0), torch.arange(m.capacity), right=True)
+        scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
+        rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
+        ys.append((rows * scale).contiguous())
+    for m, lay, y in zip(ms, lays, ys):
+        m.direct.push(y, lay, False)
+    outs = [m.direct.sum(t) for m, t in zip(ms, staged)]
+    return recvs, counts, outs
+
+
+def exchange(send: list[tuple[Any, Any]], recv: list[tuple[Any, Any, Any]]) -> None:
+    """all_to_all_v between simulated ranks: send[q] = (rows, counts), recv[p] = (out, counts,
+    offsets); rank q's rows for p follow its rows for ranks < p."""
+    world = len(send)
+    for p, (out, counts, offsets) in enumerate(recv):
+        at = 0
+        for q, (rows, sent) in enumerate(send):
+            first = int(sent[:p].sum())
+            n = int(sent[p])
+            out[at:at + n] = rows[first:first + n]
+            counts[q], offsets[q] = n, at
+            at += n
+    assert world == len(recv)
+
+
+def layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
+    """dispatch, y = recv_x * (global expert + 1), combine, on every simulated rank (recvs: recv_x,
+    or (recv_x, recv_scales) for fp8, whose y uses the dequantized rows)."""
+    packed = [m._pack(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    exchange([(m.send_buf, m.send_counts) for m in ms], [(m.recv_buf, m.recv_counts, m.recv_offsets) for m in ms])
+    outs, recvs, counts = [], [], []
+    handles = []
+    for m, (t, send_row) in zip(ms, packed):
+        c, off, slot, weight, received = m._layout()
+        recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
+        counts.append(c)
+        e_of_row = torch.searchsorted(torch.cumsum(c, 0), torch.arange(m.capacity), right=True)
+        scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
+        handles.append(Handle(t, send_row, slot, weight, received))
+        rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
+        m._reduce_here((rows * scale).contiguous(), handles[-1])
+    exchange([(m.back_send, m.recv_counts) for m in ms], [(m.back_recv, m.back_counts, m.back_offsets) for m in ms])
+    for m, h in zip(ms, handles):
+        outs.append(m._sum_ranks(h))
+    return recvs, counts, outs
+
+
+def _bytes(t: Any) -> Any:
+    return t.contiguous().view(torch.uint8)
+
+
+__all__ = ["FakeHeap", "SimHeap", "_bytes", "direct_layer", "exchange", "layer", "sim_heaps"]
