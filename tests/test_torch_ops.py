@@ -144,7 +144,8 @@ class StandIns:
 
 class StandInExchange(MoeExchange):
     """A MoeExchange of one simulated rank whose steps are torch on the CPU: every token goes to
-    recv_x in token order, expert 0 gets them all, combine doubles them."""
+    recv_x in token order, expert 0 gets them all, combine doubles them. Built with path="relay":
+    its steps are the ones stood in for here."""
 
     def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
         t = self._check(x, topk_idx, topk_weights)
@@ -259,7 +260,7 @@ def test_moe_fake_shapes() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from ironlink.moe import torch_library  # noqa: F401
 
-    moe = StandInExchange(StandInHeap(), max_tokens=8, hidden=16, topk=2, num_experts=4)
+    moe = StandInExchange(StandInHeap(), max_tokens=8, hidden=16, topk=2, num_experts=4, path="relay")
     with FakeTensorMode():
         x = torch.empty(5, 16, dtype=torch.bfloat16)
         recv_x, recv_scales = torch.empty(moe.recv_x.shape, dtype=moe.recv_x.dtype), torch.empty(moe.recv_scales.shape)
@@ -322,7 +323,7 @@ class TensorParallelBlock(torch.nn.Module):
         self.norm = torch.nn.Parameter(torch.rand(hidden, generator=g).to(dt), requires_grad=False)
         self.partial = heap.empty((tokens, hidden), dt)
         self.mar_out = heap.empty((tokens, hidden), dt)
-        self.moe = StandInExchange(StandInHeap(), max_tokens=tokens, hidden=hidden, topk=2, num_experts=4)
+        self.moe = StandInExchange(StandInHeap(), max_tokens=tokens, hidden=hidden, topk=2, num_experts=4, path="relay")
 
     def forward(self, x: Any, residual: Any, topk_idx: Any, topk_w: Any) -> Any:
         h = torch.relu(x @ self.w_col)
@@ -478,7 +479,7 @@ def test_opcheck_mutations_and_fakes(stand_ins: StandIns) -> None:
     ]
     from ironlink.moe import torch_library  # noqa: F401 - registers the MoE operators
 
-    moe = StandInExchange(StandInHeap(), max_tokens=4, hidden=16, topk=2, num_experts=4)
+    moe = StandInExchange(StandInHeap(), max_tokens=4, hidden=16, topk=2, num_experts=4, path="relay")
     cases.append((torch.ops.ironlink.moe_dispatch.default,
                   (moe.op_handle, torch.randn(3, 16).to(torch.bfloat16), torch.zeros(3, 2, dtype=torch.int64),
                    torch.ones(3, 2), moe.recv_x, moe.recv_scales, False)))
