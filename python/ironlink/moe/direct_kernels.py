@@ -34,6 +34,7 @@ import triton.language as tl
 from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
+from .kernels import weighted_chunk
 
 # pull_rows loads a whole row per step where it can: a peer load costs a NVLink round trip, so
 # a CTA keeps as many bytes in flight as it can (16 KiB per row with 8 warps; the field notes'
@@ -204,14 +205,8 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
             q, t = _source_of(r, counts, ends, WB)
             dst = _peer(ctx, back, q, deltas, SIM) + (rank * max_tokens + t) * hidden
             for c in range(0, hidden, BLOCK):
-                m = c + offs < hidden
-                acc = tl.zeros([BLOCK], dtype=tl.float32)
-                for j in tl.static_range(K):
-                    s = tl.load(slot + r * K + j)
-                    w = tl.load(weight + r * K + j)
-                    v = tl.load(y + s * hidden + c + offs, mask=m & (s >= 0), other=0.0)
-                    acc += tl.where(s >= 0, w, 0.0) * v.to(tl.float32)
-                tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=m)
+                acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
+                tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
     tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, SIM)))
 
 

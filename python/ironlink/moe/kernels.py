@@ -135,22 +135,31 @@ def gather_rows(src, src_stride, index, count, limit, out, hidden, side_col, sid
 
 
 @triton.jit
+def weighted_chunk(y, slot, weight, r, c, hidden, K: tl.constexpr, BLOCK: tl.constexpr):
+    """fp32 [BLOCK]: the sum over j < K, in order, of weight[r, j] * y[slot[r, j], c:c + BLOCK],
+    skipping slot < 0 (columns from `hidden` on read as 0). The one arithmetic of combine's
+    weighted sum: both paths call it, so their bits agree."""
+    offs = tl.arange(0, BLOCK)
+    m = c + offs < hidden
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in tl.static_range(K):
+        s = tl.load(slot + r * K + j)
+        w = tl.load(weight + r * K + j)
+        v = tl.load(y + s * hidden + c + offs, mask=m & (s >= 0), other=0.0)
+        acc += tl.where(s >= 0, w, 0.0) * v.to(tl.float32)
+    return acc
+
+
+@triton.jit
 def weighted_partial_sums(y, slot, weight, count, out, hidden, K: tl.constexpr, BLOCK: tl.constexpr):
-    """out[r] = sum over j < K (in order) of weight[r, j] * y[slot[r, j]] in fp32, skipping
-    slot < 0, for r < count[0], grid-strided: each received token's outputs of this rank's experts,
-    reduced before they travel back."""
+    """out[r] = `weighted_chunk` of row r, for r < count[0], grid-strided: each received token's
+    outputs of this rank's experts, reduced before they travel back."""
     n = tl.load(count).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     for r in range(tl.program_id(0).to(tl.int64), n, tl.num_programs(0)):
         for c in range(0, hidden, BLOCK):
-            m = c + offs < hidden
-            acc = tl.zeros([BLOCK], dtype=tl.float32)
-            for j in tl.static_range(K):
-                s = tl.load(slot + r * K + j)
-                w = tl.load(weight + r * K + j)
-                v = tl.load(y + s * hidden + c + offs, mask=m & (s >= 0), other=0.0)
-                acc += tl.where(s >= 0, w, 0.0) * v.to(tl.float32)
-            tl.store(out + r * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
+            acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
+            tl.store(out + r * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
 
 
 @triton.jit
