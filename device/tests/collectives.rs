@@ -80,18 +80,6 @@ fn block_references(op: i32, inputs: &[Vec<f64>], n: usize) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// One rank's body of a launch that makes every call back to back: the first status that is
-/// not OK (the calls after it are not made), else OK.
-fn first_failure<T>(cases: &[T], mut call: impl FnMut(&T) -> i32) -> i32 {
-    for c in cases {
-        let s = call(c);
-        if s != status::OK {
-            return s;
-        }
-    }
-    status::OK
-}
-
 /// Launches `call(rank, ctx, case)` for every case back to back and asserts that every rank
 /// returned OK.
 fn run_all_ok<T: Sync>(
