@@ -51,6 +51,51 @@ fn random_inputs(rng: &mut Rng, op: i32, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Random inputs for `op` (`random_inputs`) of `n` elements at `offset` of every rank's heap,
+/// rank by rank; each rank's values as written.
+fn fill_every_rank(
+    node: &mut Node,
+    rng: &mut Rng,
+    offset: usize,
+    dt: Dt,
+    op: i32,
+    n: usize,
+) -> Vec<Vec<f64>> {
+    (0..node.world)
+        .map(|r| fill(node, r, offset, dt, &random_inputs(rng, op, n)))
+        .collect()
+}
+
+/// The reduce-scatter reference: rank `r`'s output is block `r` (`n` elements) of every rank's
+/// input, reduced.
+fn block_references(op: i32, inputs: &[Vec<f64>], n: usize) -> Vec<Vec<f64>> {
+    (0..inputs.len())
+        .map(|r| {
+            let blocks: Vec<Vec<f64>> = inputs
+                .iter()
+                .map(|v| v[r * n..(r + 1) * n].to_vec())
+                .collect();
+            reference(op, &blocks)
+        })
+        .collect()
+}
+
+/// Launches `call(rank, ctx, case)` for every case back to back and asserts that every rank
+/// returned OK.
+fn run_all_ok<T: Sync>(
+    node: &Node,
+    label: &str,
+    ctas: u32,
+    threads: u32,
+    cases: &[T],
+    call: impl Fn(usize, i64, &T) -> i32 + Sync,
+) {
+    let status = node.run(label, ctas, threads, |rank, ctx| {
+        first_failure(cases, |c| call(rank, ctx, c))
+    });
+    assert_eq!(status, vec![status::OK; node.world], "{label}");
+}
+
 /// Results are bitwise identical across ranks.
 fn assert_same_bytes(node: &Node, what: &str, offset: usize, bytes: usize) {
     let first = &node.heap(0)[offset..offset + bytes];
@@ -68,6 +113,15 @@ struct ArCase {
     n: usize,
     offset: usize,
     want: Vec<f64>,
+}
+
+impl ArCase {
+    /// The all-reduce's result: the same bytes on every rank, close to the reference.
+    fn check(&self, node: &Node, what: &str) {
+        assert_same_bytes(node, what, self.offset, self.n * self.dt.size());
+        let got = read(node, 0, self.offset, self.dt, self.n);
+        assert_close(what, self.dt, &got, &self.want);
+    }
 }
 
 /// Runs every dtype x op x size through all-reduce. With `force`, the context's size limits are
@@ -110,9 +164,7 @@ fn all_reduce_matrix(
                         n * dt.size()
                     );
                 }
-                let inputs: Vec<Vec<f64>> = (0..world)
-                    .map(|r| fill(&mut node, r, offset, dt, &random_inputs(&mut rng, op, *n)))
-                    .collect();
+                let inputs = fill_every_rank(&mut node, &mut rng, offset, dt, op, *n);
                 cases.push(ArCase {
                     dt,
                     op,
@@ -124,30 +176,22 @@ fn all_reduce_matrix(
         }
     }
     let label = format!("all_reduce world={world} ctas={ctas} threads={threads}");
-    let status = node.run(&label, ctas, threads, |rank, ctx| {
-        for c in &cases {
-            let s = api::symm_all_reduce(
-                ctx,
-                node.addr(rank, 0),
-                c.offset as i64,
-                c.n as i64,
-                c.op,
-                c.dt.code(),
-            );
-            if s != status::OK {
-                return s;
-            }
-        }
-        status::OK
+    run_all_ok(&node, &label, ctas, threads, &cases, |rank, ctx, c| {
+        api::symm_all_reduce(
+            ctx,
+            node.addr(rank, 0),
+            c.offset as i64,
+            c.n as i64,
+            c.op,
+            c.dt.code(),
+        )
     });
-    assert_eq!(status, vec![status::OK; world], "{label}");
     for c in &cases {
         let what = format!(
             "{label} {:?} op={} n={} offset={}",
             c.dt, c.op, c.n, c.offset
         );
-        assert_same_bytes(&node, &what, c.offset, c.n * c.dt.size());
-        assert_close(&what, c.dt, &read(&node, 0, c.offset, c.dt, c.n), &c.want);
+        c.check(&node, &what);
     }
     layout.check_guards(&node, &label);
 }
@@ -202,17 +246,7 @@ fn all_reduce_two_shot_separate_phases() {
     let offset = 256 + 4; // off the 16-byte grid: not `Push`
     let mut node = Node::new(world, offset + n * dt.size() + 256, 1 << 20);
     let mut rng = Rng::new(4242);
-    let inputs: Vec<Vec<f64>> = (0..world)
-        .map(|r| {
-            fill(
-                &mut node,
-                r,
-                offset,
-                dt,
-                &random_inputs(&mut rng, reduce_op::SUM, n),
-            )
-        })
-        .collect();
+    let inputs = fill_every_rank(&mut node, &mut rng, offset, dt, reduce_op::SUM, n);
     assert_eq!(
         choose(node.context(0), 2, n * dt.size()),
         Algorithm::TwoShot
@@ -246,13 +280,29 @@ fn all_reduce_two_shot_separate_phases() {
         )
     });
     assert_eq!(status, vec![status::OK; world]);
-    assert_same_bytes(&node, "all_reduce 32 MiB", offset, n * dt.size());
-    assert_close(
-        "all_reduce 32 MiB",
+    let case = ArCase {
         dt,
-        &read(&node, 0, offset, dt, n),
-        &reference(reduce_op::SUM, &inputs),
-    );
+        op: reduce_op::SUM,
+        n,
+        offset,
+        want: reference(reduce_op::SUM, &inputs),
+    };
+    case.check(&node, "all_reduce 32 MiB");
+}
+
+/// One call of `pull_collectives` on a rank: `(rank, ctx, node)` to its status.
+type Call = Box<dyn Fn(usize, i64, &Node) -> i32 + Sync>;
+/// Its check after the launch: `(node, what)`.
+type Check = Box<dyn Fn(&Node, &str) + Sync>;
+
+/// A `Call` of `api(ctx, src, dst)` on the addresses of `inp` and `out` in the calling rank's
+/// heap.
+fn in_out_call(
+    inp: usize,
+    out: usize,
+    api: impl Fn(i64, i64, i64) -> i32 + Sync + 'static,
+) -> Call {
+    Box::new(move |rank, ctx, node| api(ctx, node.addr(rank, inp), node.addr(rank, out)))
 }
 
 /// Reduce-scatter, all-gather, broadcast, reduce and all-to-all, every dtype (and op where one
@@ -282,8 +332,6 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
     }
     let mut layout = Layout::new();
     let mut rng = Rng::new(77 + world as u64);
-    type Check = Box<dyn Fn(&Node, &str) + Sync>;
-    type Call = Box<dyn Fn(usize, i64, &Node) -> i32 + Sync>;
     let mut calls: Vec<(String, Call, Check)> = Vec::new();
     for dt in Dt::ALL {
         for (k, &n) in sizes.iter().enumerate() {
@@ -293,38 +341,12 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
                 // reduce_scatter: in = world blocks, out = n elements.
                 let inp = layout.take(world * bytes, skew);
                 let out = layout.take(bytes, 0);
-                let ins: Vec<Vec<f64>> = (0..world)
-                    .map(|r| {
-                        fill(
-                            &mut node,
-                            r,
-                            inp,
-                            dt,
-                            &random_inputs(&mut rng, op, world * n),
-                        )
-                    })
-                    .collect();
-                let wants: Vec<Vec<f64>> = (0..world)
-                    .map(|r| {
-                        reference(
-                            op,
-                            &ins.iter()
-                                .map(|v| v[r * n..(r + 1) * n].to_vec())
-                                .collect::<Vec<_>>(),
-                        )
-                    })
-                    .collect();
+                let ins = fill_every_rank(&mut node, &mut rng, inp, dt, op, world * n);
+                let wants = block_references(op, &ins, n);
                 calls.push((
                     format!("reduce_scatter {dt:?} op={op} n={n}"),
-                    Box::new(move |rank, ctx, node| {
-                        api::symm_reduce_scatter(
-                            ctx,
-                            node.addr(rank, inp),
-                            node.addr(rank, out),
-                            n as i64,
-                            op,
-                            dt.code(),
-                        )
+                    in_out_call(inp, out, move |ctx, src, dst| {
+                        api::symm_reduce_scatter(ctx, src, dst, n as i64, op, dt.code())
                     }),
                     Box::new(move |node, what| {
                         for (r, want) in wants.iter().enumerate() {
@@ -341,22 +363,11 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
                 let root = (n + op as usize) % world;
                 let inp = layout.take(bytes, skew);
                 let out = layout.take(bytes, 0);
-                let ins: Vec<Vec<f64>> = (0..world)
-                    .map(|r| fill(&mut node, r, inp, dt, &random_inputs(&mut rng, op, n)))
-                    .collect();
-                let want = reference(op, &ins);
+                let want = reference(op, &fill_every_rank(&mut node, &mut rng, inp, dt, op, n));
                 calls.push((
                     format!("reduce {dt:?} op={op} n={n} root={root}"),
-                    Box::new(move |rank, ctx, node| {
-                        api::symm_reduce(
-                            ctx,
-                            node.addr(rank, inp),
-                            node.addr(rank, out),
-                            n as i64,
-                            op,
-                            dt.code(),
-                            root as i32,
-                        )
+                    in_out_call(inp, out, move |ctx, src, dst| {
+                        api::symm_reduce(ctx, src, dst, n as i64, op, dt.code(), root as i32)
                     }),
                     Box::new(move |node, what| {
                         assert_close(what, dt, &read(node, root, out, dt, n), &want);
@@ -408,13 +419,7 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
             // broadcast.
             let root = n % world;
             let buf = layout.take(bytes, skew);
-            let mut want = Vec::new();
-            for r in 0..world {
-                let v = fill(&mut node, r, buf, dt, &random_inputs(&mut rng, 0, n));
-                if r == root {
-                    want = v;
-                }
-            }
+            let want = fill_every_rank(&mut node, &mut rng, buf, dt, 0, n).swap_remove(root);
             calls.push((
                 format!("broadcast {dt:?} n={n} root={root}"),
                 Box::new(move |rank, ctx, node| {
@@ -432,27 +437,11 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
             // all_to_all.
             let inp = layout.take(world * bytes, skew);
             let out = layout.take(world * bytes, skew);
-            let ins: Vec<Vec<f64>> = (0..world)
-                .map(|r| {
-                    fill(
-                        &mut node,
-                        r,
-                        inp,
-                        dt,
-                        &random_inputs(&mut rng, 0, world * n),
-                    )
-                })
-                .collect();
+            let ins = fill_every_rank(&mut node, &mut rng, inp, dt, 0, world * n);
             calls.push((
                 format!("all_to_all {dt:?} n={n}"),
-                Box::new(move |rank, ctx, node| {
-                    api::symm_all_to_all(
-                        ctx,
-                        node.addr(rank, inp),
-                        node.addr(rank, out),
-                        n as i64,
-                        dt.code(),
-                    )
+                in_out_call(inp, out, move |ctx, src, dst| {
+                    api::symm_all_to_all(ctx, src, dst, n as i64, dt.code())
                 }),
                 Box::new(move |node, what| {
                     for r in 0..node.world {
@@ -471,17 +460,16 @@ fn pull_collectives(world: usize, ctas: u32, threads: u32, gather_ll: Option<boo
     let label = format!("pull collectives world={world} ctas={ctas} threads={threads}");
     let failures = std::sync::Mutex::new(Vec::new());
     let st = node.run(&label, ctas, threads, |rank, ctx| {
-        for (name, call, _) in &calls {
+        first_failure(&calls, |(name, call, _)| {
             let s = call(rank, ctx, &node);
             if s != status::OK {
                 failures
                     .lock()
                     .unwrap()
                     .push(format!("{name}: rank {rank} status {s}"));
-                return s;
             }
-        }
-        status::OK
+            s
+        })
     });
     assert_eq!(
         st,
@@ -540,37 +528,20 @@ fn back_to_back_calls_across_epoch_wrap() {
         for k in 0..24 {
             let n = if k % 3 == 2 { 2000 } else { 40 + k };
             let offset = layout.take(n * 4, 0);
-            let inputs: Vec<Vec<f64>> = (0..world)
-                .map(|r| {
-                    fill(
-                        &mut node,
-                        r,
-                        offset,
-                        Dt::F32,
-                        &random_inputs(&mut rng, 0, n),
-                    )
-                })
-                .collect();
+            let inputs = fill_every_rank(&mut node, &mut rng, offset, Dt::F32, 0, n);
             cases.push((n, offset, reference(reduce_op::SUM, &inputs)));
         }
         let label = format!("back to back from epoch {start}");
-        let st = node.run(&label, 2, 32, |rank, ctx| {
-            for (n, offset, _) in &cases {
-                let s = api::symm_all_reduce(
-                    ctx,
-                    node.addr(rank, *offset),
-                    0,
-                    *n as i64,
-                    reduce_op::SUM,
-                    dtype::FLOAT32,
-                );
-                if s != status::OK {
-                    return s;
-                }
-            }
-            status::OK
+        run_all_ok(&node, &label, 2, 32, &cases, |rank, ctx, (n, offset, _)| {
+            api::symm_all_reduce(
+                ctx,
+                node.addr(rank, *offset),
+                0,
+                *n as i64,
+                reduce_op::SUM,
+                dtype::FLOAT32,
+            )
         });
-        assert_eq!(st, vec![status::OK; world], "{label}");
         for (k, (n, offset, want)) in cases.iter().enumerate() {
             assert_close(
                 &format!("{label} call {k}"),
@@ -632,7 +603,7 @@ fn two_shot_by_stores_matrix(
 ) {
     use ironlink_device::collectives::all_reduce;
     use ironlink_device::runtime::elem::Reduction;
-    use ironlink_device::runtime::sync::Call;
+    use ironlink_device::runtime::sync;
     use ironlink_device::transport::store_rounds;
     let mut node = push_node(world, units_per_box, rounds_before);
     let mut layout = Layout::new();
@@ -643,9 +614,7 @@ fn two_shot_by_stores_matrix(
         for op in OPS {
             for n in [1usize, 9, 100, 1001, 4099] {
                 let offset = layout.take(n * dt.size(), 0);
-                let inputs: Vec<Vec<f64>> = (0..world)
-                    .map(|r| fill(&mut node, r, offset, dt, &random_inputs(&mut rng, op, n)))
-                    .collect();
+                let inputs = fill_every_rank(&mut node, &mut rng, offset, dt, op, n);
                 cases.push(ArCase {
                     dt,
                     op,
@@ -666,37 +635,28 @@ fn two_shot_by_stores_matrix(
     let label = format!(
         "two_shot_by_stores world={world} ctas={ctas} threads={threads} box={units_per_box}"
     );
-    let status = node.run(&label, ctas, threads, |rank, handle| {
-        for c in &cases {
-            let s = case_then_ll(&node, rank, handle, ll_offset, |cx| {
-                let r = Region::new(
-                    cx,
-                    node.addr(rank, 0),
-                    c.offset as i64,
-                    c.n as i64,
-                    c.dt.size(),
-                )?;
-                let call = Call::begin(cx, 0)?;
-                all_reduce::two_shot_by_stores(
-                    &call,
-                    &r,
-                    &Reduction {
-                        op: c.op,
-                        dtype: c.dt.code(),
-                    },
-                )
-            });
-            if s != status::OK {
-                return s;
-            }
-        }
-        status::OK
+    run_all_ok(&node, &label, ctas, threads, &cases, |rank, handle, c| {
+        case_then_ll(&node, rank, handle, ll_offset, |cx| {
+            let r = Region::new(
+                cx,
+                node.addr(rank, 0),
+                c.offset as i64,
+                c.n as i64,
+                c.dt.size(),
+            )?;
+            let call = sync::Call::begin(cx, 0)?;
+            all_reduce::two_shot_by_stores(
+                &call,
+                &r,
+                &Reduction {
+                    op: c.op,
+                    dtype: c.dt.code(),
+                },
+            )
+        })
     });
-    assert_eq!(status, vec![status::OK; world], "{label}");
     for c in &cases {
-        let what = format!("{label} {:?} op={} n={}", c.dt, c.op, c.n);
-        assert_same_bytes(&node, &what, c.offset, c.n * c.dt.size());
-        assert_close(&what, c.dt, &read(&node, 0, c.offset, c.dt, c.n), &c.want);
+        c.check(&node, &format!("{label} {:?} op={} n={}", c.dt, c.op, c.n));
     }
     layout.check_guards(&node, &label);
 }
@@ -723,7 +683,7 @@ fn two_shot_by_stores_across_counter_wrap() {
 fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_box: usize) {
     use ironlink_device::collectives::reduce_scatter;
     use ironlink_device::runtime::elem::Reduction;
-    use ironlink_device::runtime::sync::Call;
+    use ironlink_device::runtime::sync;
     use ironlink_device::transport::store_rounds;
     let mut node = push_node(world, units_per_box, 0);
     let mut layout = Layout::new();
@@ -741,26 +701,8 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
                 } else {
                     layout.take(n * dt.size(), 0)
                 };
-                let inputs: Vec<Vec<f64>> = (0..world)
-                    .map(|r| {
-                        fill(
-                            &mut node,
-                            r,
-                            input,
-                            dt,
-                            &random_inputs(&mut rng, op, world * n),
-                        )
-                    })
-                    .collect();
-                let want: Vec<Vec<f64>> = (0..world)
-                    .map(|r| {
-                        let blocks: Vec<Vec<f64>> = inputs
-                            .iter()
-                            .map(|v| v[r * n..(r + 1) * n].to_vec())
-                            .collect();
-                        reference(op, &blocks)
-                    })
-                    .collect();
+                let inputs = fill_every_rank(&mut node, &mut rng, input, dt, op, world * n);
+                let want = block_references(op, &inputs, n);
                 cases.push((dt, op, n, input, out, want));
             }
         }
@@ -768,15 +710,21 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
     let label = format!(
         "push reduce_scatter world={world} ctas={ctas} threads={threads} box={units_per_box}"
     );
-    let status = node.run(&label, ctas, threads, |rank, handle| {
-        for (dt, op, n, input, out, _) in &cases {
+    run_all_ok(
+        &node,
+        &label,
+        ctas,
+        threads,
+        &cases,
+        |rank, handle, case| {
+            let (dt, op, n, input, out, _) = case;
             let bytes = n * dt.size();
             let out = if *out == usize::MAX {
                 input + rank * bytes
             } else {
                 *out
             };
-            let s = case_then_ll(&node, rank, handle, ll_offset, |cx| {
+            case_then_ll(&node, rank, handle, ll_offset, |cx| {
                 let i = Region::new(
                     cx,
                     node.addr(rank, 0),
@@ -786,7 +734,7 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
                 )?;
                 let o = Region::new(cx, node.addr(rank, 0), out as i64, *n as i64, dt.size())?;
                 assert!(store_rounds::usable_for_reduce_scatter(cx, &i, &o));
-                let call = Call::begin(cx, 0)?;
+                let call = sync::Call::begin(cx, 0)?;
                 reduce_scatter::by_stores(
                     &call,
                     &i,
@@ -796,14 +744,9 @@ fn push_reduce_scatter_matrix(world: usize, ctas: u32, threads: u32, units_per_b
                         dtype: dt.code(),
                     },
                 )
-            });
-            if s != status::OK {
-                return s;
-            }
-        }
-        status::OK
-    });
-    assert_eq!(status, vec![status::OK; world], "{label}");
+            })
+        },
+    );
     for (dt, op, n, input, out, want) in &cases {
         for (r, want) in want.iter().enumerate() {
             let at = if *out == usize::MAX {

@@ -310,13 +310,14 @@ fn run_reductions(nd: &mut Node, coll: Reduce, dt: Dt, op: i32, seed: u64, what:
         let nd = &*nd;
         st = nd.run_worst(what, CTAS, 32, |rank, ctx| {
             let cta = cta_rank() as usize;
-            for (t, &(i0, j0, r, c)) in tiles.iter().enumerate() {
-                if (t + rank) % CTAS as usize != cta {
-                    continue;
-                }
+            let mine = tiles
+                .iter()
+                .enumerate()
+                .filter(|(t, _)| (t + rank) % CTAS as usize == cta);
+            first_failure(mine, |(t, &(i0, j0, r, c))| {
                 let at = |base: usize| nd.addr(rank, base + es * (i0 * RED.stride + j0));
                 let (r, c, stride) = (r as i64, c as i64, RED.stride as i64);
-                let s = match coll {
+                match coll {
                     Reduce::AllReduce => api::symm_tile_all_reduce_hierarchical(
                         ctx,
                         at(BASE),
@@ -339,12 +340,8 @@ fn run_reductions(nd: &mut Node, coll: Reduce, dt: Dt, op: i32, seed: u64, what:
                         op,
                         dt.code(),
                     ),
-                };
-                if s != status::OK {
-                    return s;
                 }
-            }
-            status::OK
+            })
         });
         if st != vec![status::OK; world] {
             return st;

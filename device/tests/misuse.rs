@@ -25,6 +25,47 @@ fn node(world: usize, digests: &[u64]) -> Node {
     node
 }
 
+/// Every rank's heap, to compare after a call that must not have moved any data.
+fn heaps(node: &Node) -> Vec<Vec<u8>> {
+    (0..node.world).map(|r| node.heap(r).to_vec()).collect()
+}
+
+/// Every rank recorded `error` and its heap is still `before[rank]`.
+fn assert_reported_before_any_data_moved(node: &Node, before: &[Vec<u8>], error: i32, label: &str) {
+    for (r, heap) in before.iter().enumerate() {
+        assert_eq!(node.recorded_error(r), error, "{label}: rank {r} recorded");
+        assert!(
+            node.heap(r) == heap.as_slice(),
+            "{label}: rank {r}'s heap was written"
+        );
+    }
+}
+
+/// Waits of `node` time out after 300 ms: CTAs beyond a peer's grid have no partner.
+fn short_timeouts(node: &mut Node) {
+    for r in 0..node.world {
+        node.ctx_mut(r).timeout_ns = 300_000_000;
+    }
+}
+
+/// The f32 SUM all-reduce of the first `n` elements at `IN`, on `rank`.
+fn all_reduce_sum(node: &Node, rank: usize, ctx: i64, n: usize) -> i32 {
+    let at = node.addr(rank, IN);
+    api::symm_all_reduce(ctx, at, 0, n as i64, reduce_op::SUM, dtype::FLOAT32)
+}
+
+/// Runs `all_reduce_sum` of `n` elements on both ranks of `node` (labelled `label`) and checks
+/// the sum (`what`) on each.
+fn assert_all_reduce_sums(node: &Node, n: usize, label: &str, what: &str) {
+    let inputs: Vec<Vec<f64>> = (0..2).map(|r| read(node, r, IN, Dt::F32, n)).collect();
+    let st = node.run(label, 2, 32, |r, ctx| all_reduce_sum(node, r, ctx, n));
+    assert_eq!(st, vec![status::OK; 2]);
+    let want = reference(reduce_op::SUM, &inputs);
+    for r in 0..2 {
+        assert_close(what, Dt::F32, &read(node, r, IN, Dt::F32, n), &want);
+    }
+}
+
 /// One rank's part of a call: (node, rank, ctx) -> status.
 type RankCall = Box<dyn Fn(&Node, usize, i64) -> i32 + Sync>;
 
@@ -36,9 +77,7 @@ fn calls() -> Vec<(&'static str, RankCall)> {
     vec![
         (
             "all_reduce",
-            Box::new(move |node: &Node, r, ctx| {
-                api::symm_all_reduce(ctx, node.addr(r, IN), 0, n, sum, f32)
-            }),
+            Box::new(move |node: &Node, r, ctx| all_reduce_sum(node, r, ctx, N)),
         ),
         (
             "all_gather",
@@ -105,21 +144,16 @@ fn asymmetric_heaps_are_reported_on_every_rank_before_any_data_moves() {
                 let mut digests = vec![same; world];
                 digests[world - 1] = odd;
                 let node = node(world, &digests);
-                let before: Vec<Vec<u8>> = (0..world).map(|r| node.heap(r).to_vec()).collect();
+                let before = heaps(&node);
                 let label = format!("{name}, world {world}, {what}");
                 let st = node.run(&label, 2, 32, |r, ctx| call(&node, r, ctx));
                 assert_eq!(st, vec![status::HEAP_ASYMMETRIC; world], "{label}");
-                for (r, heap) in before.iter().enumerate() {
-                    assert_eq!(
-                        node.recorded_error(r),
-                        status::HEAP_ASYMMETRIC,
-                        "{label}: rank {r} recorded"
-                    );
-                    assert!(
-                        node.heap(r) == heap.as_slice(),
-                        "{label}: rank {r}'s heap was written"
-                    );
-                }
+                assert_reported_before_any_data_moved(
+                    &node,
+                    &before,
+                    status::HEAP_ASYMMETRIC,
+                    &label,
+                );
             }
         }
     }
@@ -139,28 +173,7 @@ fn symmetric_heaps_pass_and_compute() {
         );
     }
     // And the answer is right (the check changes nothing on a good call).
-    let node = node(2, &[d, d]);
-    let inputs: Vec<Vec<f64>> = (0..2).map(|r| read(&node, r, IN, Dt::F32, N)).collect();
-    let st = node.run("all_reduce values", 2, 32, |r, ctx| {
-        api::symm_all_reduce(
-            ctx,
-            node.addr(r, IN),
-            0,
-            N as i64,
-            reduce_op::SUM,
-            dtype::FLOAT32,
-        )
-    });
-    assert_eq!(st, vec![status::OK; 2]);
-    let want = reference(reduce_op::SUM, &inputs);
-    for r in 0..2 {
-        assert_close(
-            "all_reduce",
-            Dt::F32,
-            &read(&node, r, IN, Dt::F32, N),
-            &want,
-        );
-    }
+    assert_all_reduce_sums(&node(2, &[d, d]), N, "all_reduce values", "all_reduce");
 }
 
 /// LL all-reduces read only this rank's buffer and the scratch region: they need no entry
@@ -168,20 +181,7 @@ fn symmetric_heaps_pass_and_compute() {
 #[test]
 fn ll_all_reduce_does_not_depend_on_the_heaps() {
     let node = node(2, &[allocated(&[4096]), allocated(&[8192])]);
-    let inputs: Vec<Vec<f64>> = (0..2).map(|r| read(&node, r, IN, Dt::F32, 8)).collect();
-    let st = node.run("one-shot LL", 2, 32, |r, ctx| {
-        api::symm_all_reduce(ctx, node.addr(r, IN), 0, 8, reduce_op::SUM, dtype::FLOAT32)
-    });
-    assert_eq!(st, vec![status::OK; 2]);
-    let want = reference(reduce_op::SUM, &inputs);
-    for r in 0..2 {
-        assert_close(
-            "one-shot LL",
-            Dt::F32,
-            &read(&node, r, IN, Dt::F32, 8),
-            &want,
-        );
-    }
+    assert_all_reduce_sums(&node, 8, "one-shot LL", "one-shot LL");
 }
 
 #[test]
@@ -200,26 +200,18 @@ fn different_grids_are_reported_on_every_rank() {
                 }
                 let grids = grids_of(world, odd);
                 let mut node = node(world, &vec![allocated(&[4096]); world]);
-                for r in 0..world {
-                    // CTAs beyond a peer's grid have no partner: they wait this long.
-                    node.ctx_mut(r).timeout_ns = 300_000_000;
-                }
-                let before: Vec<Vec<u8>> = (0..world).map(|r| node.heap(r).to_vec()).collect();
+                short_timeouts(&mut node);
+                let before = heaps(&node);
                 let label = format!("{name}, grids {grids:?}");
                 let t = std::time::Instant::now();
                 let st = node.run_grids(&label, &grids, 32, |r, ctx| call(&node, r, ctx));
                 assert_eq!(st, vec![vec![status::GRID_MISMATCH]; world], "{label}");
-                for (r, heap) in before.iter().enumerate() {
-                    assert_eq!(
-                        node.recorded_error(r),
-                        status::GRID_MISMATCH,
-                        "{label}: rank {r} recorded"
-                    );
-                    assert!(
-                        node.heap(r) == heap.as_slice(),
-                        "{label}: rank {r}'s heap was written"
-                    );
-                }
+                assert_reported_before_any_data_moved(
+                    &node,
+                    &before,
+                    status::GRID_MISMATCH,
+                    &label,
+                );
                 assert!(t.elapsed().as_secs() < 8, "{label}: took {:?}", t.elapsed());
             }
         }
@@ -229,18 +221,9 @@ fn different_grids_are_reported_on_every_rank() {
 #[test]
 fn grid_mismatch_wins_over_an_asymmetric_heap() {
     let mut node = node(2, &[allocated(&[4096]), allocated(&[512])]);
-    for r in 0..2 {
-        node.ctx_mut(r).timeout_ns = 300_000_000;
-    }
+    short_timeouts(&mut node);
     let st = node.run_grids("both", &[2, 3], 32, |r, ctx| {
-        api::symm_all_reduce(
-            ctx,
-            node.addr(r, IN),
-            0,
-            N as i64,
-            reduce_op::SUM,
-            dtype::FLOAT32,
-        )
+        all_reduce_sum(&node, r, ctx, N)
     });
     assert_eq!(st, vec![vec![status::GRID_MISMATCH]; 2]);
 }

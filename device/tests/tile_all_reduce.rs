@@ -29,26 +29,20 @@ fn run_tiles(
         let mine: Vec<usize> = (0..tiles.len())
             .filter(|t| (t + rank) % ctas as usize == cta)
             .collect();
-        for _ in 0..rounds {
-            for &t in &mine {
-                let (i, j, r, c) = tiles[t];
-                let ptr = node.addr(rank, m.at(dt, i, j));
-                let s = api::symm_tile_all_reduce(
-                    ctx,
-                    ptr,
-                    r as i64,
-                    c as i64,
-                    m.stride as i64,
-                    t as i64,
-                    op,
-                    dt.code(),
-                );
-                if s != status::OK {
-                    return s;
-                }
-            }
-        }
-        status::OK
+        first_failure((0..rounds).flat_map(|_| &mine), |&t| {
+            let (i, j, r, c) = tiles[t];
+            let ptr = node.addr(rank, m.at(dt, i, j));
+            api::symm_tile_all_reduce(
+                ctx,
+                ptr,
+                r as i64,
+                c as i64,
+                m.stride as i64,
+                t as i64,
+                op,
+                dt.code(),
+            )
+        })
     })
 }
 

@@ -56,11 +56,12 @@ fn tile_reduce_scatter_reduces_each_block_into_its_rank() {
                 };
                 let st = node.run(&what, 2, 32, |rank, ctx| {
                     let cta = cta_rank() as usize;
-                    for (t, &(i0, j0, r, c)) in tiles.iter().enumerate() {
-                        if (t + rank) % 2 != cta {
-                            continue;
-                        }
-                        let s = api::symm_tile_reduce_scatter(
+                    let mine = tiles
+                        .iter()
+                        .enumerate()
+                        .filter(|(t, _)| (t + rank) % 2 == cta);
+                    first_failure(mine, |(t, &(i0, j0, r, c))| {
+                        api::symm_tile_reduce_scatter(
                             ctx,
                             node.addr(rank, BASE + (i0 * stride + j0) * dt.size()),
                             node.addr(rank, out_at(rank, i0, j0)),
@@ -71,12 +72,8 @@ fn tile_reduce_scatter_reduces_each_block_into_its_rank() {
                             t as i64,
                             op,
                             dt.code(),
-                        );
-                        if s != status::OK {
-                            return s;
-                        }
-                    }
-                    status::OK
+                        )
+                    })
                 });
                 assert_eq!(st, vec![status::OK; world], "{what}");
                 for r in 0..world {

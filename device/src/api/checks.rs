@@ -36,6 +36,17 @@ pub(super) fn blocks(c: &SymmContext, ptr: i64, count: i64, esize: usize) -> Res
     Region::new(c, ptr, 0, n, esize)
 }
 
+/// `block` (as large as one of `whole`'s `world` blocks) may be this rank's block of `whole` and
+/// must not overlap it otherwise: reduce-scatter's output, all-gather's input.
+#[inline(always)]
+fn own_block_or_apart(c: &SymmContext, whole: &Region, block: &Region) -> Result<(), i32> {
+    let mine = whole.sub(c.rank as usize * block.bytes, block.bytes);
+    if overlap(whole, block) && block.offset != mine.offset {
+        return Err(status::INVALID_ARGUMENT);
+    }
+    Ok(())
+}
+
 /// Reduce-scatter's regions: `input` of `world` blocks of `count` elements, `out` of one block,
 /// which may be this rank's block of `input` and must not overlap it otherwise.
 #[inline(always)]
@@ -48,10 +59,7 @@ pub(super) fn reduce_scatter_regions(
 ) -> Result<(Region, Region), i32> {
     let input = blocks(c, in_ptr, count, esize)?;
     let out = Region::new(c, out_ptr, 0, count, esize)?;
-    let mine = input.sub(c.rank as usize * out.bytes, out.bytes);
-    if overlap(&input, &out) && out.offset != mine.offset {
-        return Err(status::INVALID_ARGUMENT);
-    }
+    own_block_or_apart(c, &input, &out)?;
     Ok((input, out))
 }
 
@@ -67,10 +75,7 @@ pub(super) fn all_gather_regions(
 ) -> Result<(Region, Region), i32> {
     let input = Region::new(c, in_ptr, 0, count, esize)?;
     let out = blocks(c, out_ptr, count, esize)?;
-    let mine = out.sub(c.rank as usize * input.bytes, input.bytes);
-    if overlap(&input, &out) && input.offset != mine.offset {
-        return Err(status::INVALID_ARGUMENT);
-    }
+    own_block_or_apart(c, &out, &input)?;
     Ok((input, out))
 }
 

@@ -4,59 +4,36 @@
 //! Register arrays indexed by a loop variable the compiler leaves rolled end up in local memory
 //! (`.local`, a stack frame); with constant indices they stay in registers.
 
+/// Runs `$body` with `$k` bound to each of the constants `$c`, in order (with `if $cond`, only
+/// where `$cond` holds for that constant).
+macro_rules! for_each_constant {
+    ($k:ident in [$($c:literal),*] => $body:stmt) => {{
+        $({
+            let $k: usize = $c;
+            $body
+        })*
+    }};
+    ($k:ident in [$($c:literal),*] if $cond:expr => $body:stmt) => {{
+        $({
+            let $k: usize = $c;
+            if $cond {
+                $body
+            }
+        })*
+    }};
+}
+
 /// Runs `$body` with `$p` bound to each constant 0..MAX_RANKS.
 macro_rules! for_each_rank {
     ($p:ident => $body:stmt) => {{
         const _: () = assert!(crate::abi::MAX_RANKS == 8);
-        {
-            let $p: usize = 0;
-            $body
-        }
-        {
-            let $p: usize = 1;
-            $body
-        }
-        {
-            let $p: usize = 2;
-            $body
-        }
-        {
-            let $p: usize = 3;
-            $body
-        }
-        {
-            let $p: usize = 4;
-            $body
-        }
-        {
-            let $p: usize = 5;
-            $body
-        }
-        {
-            let $p: usize = 6;
-            $body
-        }
-        {
-            let $p: usize = 7;
-            $body
-        }
+        for_each_constant!($p in [0, 1, 2, 3, 4, 5, 6, 7] => $body)
     }};
 }
 
 /// Runs `$body` with `$k` bound to each constant 0..$n, for `$n` at most 2.
 macro_rules! unroll2 {
-    ($n:expr, $k:ident => $body:stmt) => {{
-        {
-            let $k: usize = 0;
-            if $k < $n {
-                $body
-            }
-        }
-        {
-            let $k: usize = 1;
-            if $k < $n {
-                $body
-            }
-        }
-    }};
+    ($n:expr, $k:ident => $body:stmt) => {
+        for_each_constant!($k in [0, 1] if $k < $n => $body)
+    };
 }

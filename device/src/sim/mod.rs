@@ -132,32 +132,26 @@ impl Node {
     /// Puts every rank in the state it would be in after `epoch` calls on every CTA (epoch
     /// counters and barrier slots), to test wrap-around without running 2^30 calls.
     pub fn set_epochs(&mut self, epoch: u32) {
-        for r in 0..self.world {
-            let base = self.signals[r].as_mut_ptr() as *mut u8;
-            for cta in 0..MAX_CTAS {
-                // SAFETY: inside the signal region (EPOCH_OFFSET + MAX_CTAS * 4 <= MIN_BYTES).
-                unsafe { *(base.add(signal::EPOCH_OFFSET + cta * 4) as *mut u32) = epoch };
-                for p in 0..MAX_RANKS {
-                    let slot = signal::BARRIER_OFFSET + (cta * MAX_RANKS + p) * 4;
-                    // SAFETY: inside the barrier array.
-                    unsafe { *(base.add(slot) as *mut u32) = epoch << 2 | 3 };
-                }
-            }
-        }
+        let (epochs, barriers) = (signal::EPOCH_OFFSET, signal::BARRIER_OFFSET);
+        self.set_epoch_state(MAX_CTAS, epochs, barriers, epoch);
     }
 
     /// Puts every rank in the state it would be in after `epoch` calls on every tile index
     /// (tile epoch counters and tile barrier slots; the LL half bit clear), to test wrap-around.
     pub fn set_tile_epochs(&mut self, epoch: u32) {
+        let (epochs, barriers) = (signal::TILE_EPOCH_OFFSET, signal::TILE_BARRIER_OFFSET);
+        self.set_epoch_state(MAX_TILES, epochs, barriers, epoch);
+    }
+
+    /// On every rank, `count` epoch counters (a u32 each, at signal byte `epochs`) at `epoch`, and
+    /// each counter's `MAX_RANKS` barrier slots (at `barriers`) as `epoch` calls leave them.
+    fn set_epoch_state(&mut self, count: usize, epochs: usize, barriers: usize, epoch: u32) {
         for r in 0..self.world {
-            let base = self.signals[r].as_mut_ptr() as *mut u8;
-            for tile in 0..MAX_TILES {
-                // SAFETY: inside the tile epoch array (TILE_EPOCH_OFFSET + MAX_TILES * 4 <= MIN_BYTES).
-                unsafe { *(base.add(signal::TILE_EPOCH_OFFSET + tile * 4) as *mut u32) = epoch };
+            let words = self.signal_mut(r);
+            for i in 0..count {
+                put_u32(words, epochs + i * 4, epoch);
                 for p in 0..MAX_RANKS {
-                    let slot = signal::TILE_BARRIER_OFFSET + (tile * MAX_RANKS + p) * 4;
-                    // SAFETY: inside the tile barrier array.
-                    unsafe { *(base.add(slot) as *mut u32) = epoch << 2 | 3 };
+                    put_u32(words, barriers + (i * MAX_RANKS + p) * 4, epoch << 2 | 3);
                 }
             }
         }
@@ -171,16 +165,25 @@ impl Node {
         }
     }
 
+    /// `rank`'s signal region, for putting it in the state a test starts from.
+    fn signal_mut(&mut self, rank: usize) -> &mut [u8] {
+        let n = signal::FULL_BYTES;
+        // SAFETY: as in `signal`, with exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.signals[rank].as_mut_ptr() as *mut u8, n) }
+    }
+
     /// Puts every rank in the state it would be in after `rounds` rounds of `progress` flags on
     /// every CTA (each CTA's counter and every peer's last posted value), to test wrap-around.
     pub fn set_round_counters(&mut self, rounds: u32) {
         for r in 0..self.world {
-            let base = self.signals[r].as_mut_ptr() as *mut u8;
+            let words = self.signal_mut(r);
             for cta in 0..MAX_CTAS {
                 for p in 0..MAX_RANKS {
-                    let slot = signal::FLAG_OFFSET + (cta * MAX_RANKS + p) * 4;
-                    // SAFETY: inside the flag array (FLAG_OFFSET + FLAG_BYTES <= MIN_BYTES).
-                    unsafe { *(base.add(slot) as *mut u32) = rounds };
+                    put_u32(
+                        words,
+                        signal::FLAG_OFFSET + (cta * MAX_RANKS + p) * 4,
+                        rounds,
+                    );
                 }
             }
         }
@@ -288,4 +291,9 @@ impl Drop for Node {
             sim_net::detach(h.as_ptr() as usize);
         }
     }
+}
+
+/// Writes `value` as the u32 at byte `offset` of `bytes` (a signal region).
+fn put_u32(bytes: &mut [u8], offset: usize, value: u32) {
+    bytes[offset..offset + 4].copy_from_slice(&value.to_ne_bytes());
 }

@@ -42,6 +42,18 @@ pub fn small_algorithm_limits(node: &mut Node) {
     }
 }
 
+/// One rank's body of a launch that makes its calls back to back: `call` on each item in turn
+/// until a status is not OK (the calls after it are not made); that status, else OK.
+pub fn first_failure<T>(items: impl IntoIterator<Item = T>, mut call: impl FnMut(T) -> i32) -> i32 {
+    for item in items {
+        let s = call(item);
+        if s != status::OK {
+            return s;
+        }
+    }
+    status::OK
+}
+
 /// Zeroes the u32 at `offset` of every rank's heap (which starts as guard bytes): a flag that a
 /// test's threads set when they see a wrong value.
 pub fn clear_flag(node: &mut Node, offset: usize) {
