@@ -159,9 +159,10 @@ for m in (128, 16384):
     rs_sig = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "peer_slots": "*bf16",
               "epochs": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32",
               **_STRIDES, "GROUP_M": "constexpr", "WORLD": "constexpr", "TMA": "constexpr",
-              "B_ROW_MAJOR": "constexpr", "TMA_PUSH": "constexpr"}
+              "B_ROW_MAJOR": "constexpr", "TMA_PUSH": "constexpr", "COMMUNICATE": "constexpr"}
     rs = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "WORLD": 4,
-          "TMA": False, "B_ROW_MAJOR": False, "TMA_PUSH": False, "num_warps": c.warps, "num_stages": c.stages}
+          "TMA": False, "B_ROW_MAJOR": False, "TMA_PUSH": False, "COMMUNICATE": True, "num_warps": c.warps,
+          "num_stages": c.stages}
     KERNELS[f"matmul_reducescatter_m{m}"] = (matmul_reducescatter_kernel.fn, rs_sig, rs)
     # Through TMA descriptors (Hopper and later), b column-major (read transposed), at world 2,
     # pushed by TMA in halves.
@@ -175,10 +176,10 @@ for m in (128, 16384):
               "peer_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32",
               "stride_sm": "i32", "stride_sk": "i32", **_STRIDES, "GROUP_M": "constexpr", "COPY_ROWS": "constexpr",
               "COPY_COLS": "constexpr", "WORLD": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr",
-              "FLAT": "constexpr", "TMA_PUSH": "constexpr", "SEGMENTS": "constexpr"}
+              "FLAT": "constexpr", "TMA_PUSH": "constexpr", "SEGMENTS": "constexpr", "COMMUNICATE": "constexpr"}
     ag = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COPY_ROWS": COPY_ROWS,
           "COPY_COLS": COPY_COLS, "WORLD": 4, "TMA": False, "B_ROW_MAJOR": False, "FLAT": False, "TMA_PUSH": False,
-          "SEGMENTS": 1, "num_warps": c.warps, "num_stages": c.stages}
+          "SEGMENTS": 1, "COMMUNICATE": True, "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"allgather_matmul_m{m}"] = (allgather_matmul_kernel.fn, ag_sig, ag)
     a_block = f"tensordesc<bf16[{c.block_m}, {c.block_k}]>"
     tma_sig = {**ag_sig, "a_own": a_block, "a_all": a_block, "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"}
