@@ -21,7 +21,6 @@ untraced, 20 back to back in a CUDA graph (as bench/fused.py).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from typing import Any
 
@@ -30,8 +29,8 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.runtime import tuning
-from ironlink_bench import run_info, time_graph
-from ironlink.fused.matmul_allreduce import METHODS, launch, plan
+from ironlink_bench import record_row, time_graph, write_results
+from ironlink.fused.matmul_allreduce import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
 
@@ -89,7 +88,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     heap = ironlink.SymmetricHeap(2 << 30)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
@@ -141,13 +140,9 @@ def main() -> None:
                    "config": list(p.config), "ctas": p.ctas, "one_shot": p.one_shot, "graph_us": round(graph_us, 2),
                    **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in results]), 2)}
-            rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
+            record_row(rows, row)
         heap.free(out)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({**run_info(world), "probe": "fused_timeline", "results": rows}, f, indent=1)
+    write_results(args.out, world, rows, probe="fused_timeline")
     heap.close()
     dist.destroy_process_group()
 

@@ -17,7 +17,6 @@ Against torch.matmul into a preallocated output; CUDA graphs of 20 calls, median
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -28,7 +27,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import ironlink
-from ironlink_bench import run_info, time_graph
+from ironlink_bench import record_row, time_graph, write_results
 from ironlink.fused.gemm import tile_coords
 
 
@@ -76,9 +75,7 @@ def main() -> None:
         c = torch.empty(m, args.n, device="cuda", dtype=torch.bfloat16)
         ref = a @ b
         us = time_graph(lambda: torch.matmul(a, b, out=c), c.nbytes)
-        rows.append({"M": m, "N": args.n, "K": args.k, "variant": "torch.matmul", "us": round(us, 2)})
-        if dist.get_rank() == 0:
-            print(json.dumps(rows[-1]), flush=True)
+        record_row(rows, {"M": m, "N": args.n, "K": args.k, "variant": "torch.matmul", "us": round(us, 2)})
         a_d = TensorDescriptor(a, list(a.shape), list(a.stride()), [bm, bk])
         b_d = TensorDescriptor(b, list(b.shape), list(b.stride()), [bk, bn])
         tiles = triton.cdiv(m, bm) * triton.cdiv(args.n, bn)
@@ -100,12 +97,8 @@ def main() -> None:
                     row["us"] = round(time_graph(run, c.nbytes), 2)
                 except Exception as e:  # a variant this Triton or GPU does not take
                     row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                rows.append(row)
-                if dist.get_rank() == 0:
-                    print(json.dumps(row), flush=True)
-    if args.out and dist.get_rank() == 0:
-        with open(args.out, "w") as f:
-            json.dump({**run_info(dist.get_world_size()), "probe": "gemm_probe", "results": rows}, f, indent=1)
+                record_row(rows, row)
+    write_results(args.out, dist.get_world_size(), rows, probe="gemm_probe")
     dist.destroy_process_group()
 
 

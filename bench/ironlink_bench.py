@@ -131,6 +131,13 @@ def time_eager(fn: Callable[[], None], reps: int = 20) -> float:
     return t.item()
 
 
+def record_row(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
+    """Appends `row` to `rows`; rank 0 also prints it as one JSON line (a probe's progress)."""
+    rows.append(row)
+    if dist.get_rank() == 0:
+        print(json.dumps(row), flush=True)
+
+
 def write_results(path: Optional[str], world: int, rows: list[dict[str, Any]], **extra: Any) -> None:
     """Rank 0 writes the run header (`run_info`), `extra` fields and `rows` as JSON to `path`
     (nothing when None)."""

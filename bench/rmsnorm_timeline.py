@@ -15,7 +15,6 @@ untraced, 20 back to back in a CUDA graph (as bench/fused.py).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from typing import Any
 
@@ -23,8 +22,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink.runtime import tuning
-from ironlink_bench import run_info, time_graph
+from ironlink_bench import record_row, time_graph, write_results
 from ironlink.runtime.distributed import sm_share
 from ironlink.fused.allreduce_rmsnorm import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
@@ -49,7 +47,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     heap = ironlink.SymmetricHeap(256 << 20)
     sms = sm_share(torch.cuda.current_device())
     major = torch.cuda.get_device_capability()[0]
@@ -95,13 +93,9 @@ def main() -> None:
             row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "ctas": p.ctas, "warps": p.warps,
                    "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2), **worst,
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
-            rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
+            record_row(rows, row)
         heap.free(x)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({**run_info(world), "probe": "rmsnorm_timeline", "results": rows}, f, indent=1)
+    write_results(args.out, world, rows, probe="rmsnorm_timeline")
     heap.close()
     dist.destroy_process_group()
 

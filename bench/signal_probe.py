@@ -20,12 +20,10 @@ the max over ranks (global timer, ns).
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import triton
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -33,7 +31,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import ironlink
 import ironlink.language as il
 import ironlink.typed as ilt
-from ironlink_bench import run_info
+from ironlink_bench import record_row, write_results
 
 CASES = ("bare", "local", "peer_stores", "tma_now", "tma_drained")
 
@@ -105,13 +103,9 @@ def main() -> None:
             dist.all_gather_object(gathered, mine)
             row = {"case": name, "ctas": ctas, "signal_us": round(max(gathered), 3),
                    "signal_us_ranks": [round(v, 3) for v in gathered]}
-            rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
+            record_row(rows, row)
         heap.free(tiles)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({**run_info(world), "probe": "signal_probe", "results": rows}, f, indent=1)
+    write_results(args.out, world, rows, probe="signal_probe")
     heap.close()
     dist.destroy_process_group()
 

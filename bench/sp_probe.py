@@ -18,7 +18,6 @@ kernel - gemm_only is what the communication costs; gemm_only - torch.matmul the
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, Callable
 
 import torch
@@ -29,7 +28,7 @@ from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.ops import TensorSpec
 from ironlink.runtime.distributed import sm_share
-from ironlink_bench import run_info, time_graph
+from ironlink_bench import record_row, time_graph, write_results
 
 
 def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]) -> None:
@@ -89,16 +88,12 @@ def main() -> None:
 
     def row(op: str, variant: str, shape: tuple[int, int, int], fn: Callable[[], Any]) -> None:
         m, n, k = shape
-        rows.append({"op": op, "variant": variant, "M": m, "N": n, "K": k, "us": round(time_graph(fn, m * k * 2), 2)})
-        if dist.get_rank() == 0:
-            print(json.dumps(rows[-1]), flush=True)
+        record_row(rows, {"op": op, "variant": variant, "M": m, "N": n, "K": k, "us": round(time_graph(fn, m * k * 2), 2)})
 
     for m in map(int, args.ms.split(",")):
         probe_all_gather(heap, m, args.n, args.k, row)
         probe_reduce_scatter(heap, m, args.n, args.k, row)
-    if args.out and dist.get_rank() == 0:
-        with open(args.out, "w") as f:
-            json.dump({**run_info(dist.get_world_size()), "probe": "sp_probe", "results": rows}, f, indent=1)
+    write_results(args.out, dist.get_world_size(), rows, probe="sp_probe")
     heap.close()
     dist.destroy_process_group()
 
