@@ -43,6 +43,19 @@ def same_on_all_ranks(t: torch.Tensor) -> None:
         assert torch.equal(g, b), f"rank {r}'s result differs bitwise from this rank's"
 
 
+def moe_routing(g: torch.Generator, tokens: int, hidden: int, experts: int, k: int,
+                skewed: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x bf16 [tokens, hidden], top-k expert ids, softmaxed weights [tokens, k]) drawn from `g`, in
+    that order; `skewed`: expert 0 (on rank 0) is every token's first choice."""
+    x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
+    scores = torch.rand(tokens, experts, device="cuda", generator=g)
+    if skewed:
+        scores[:, 0] += 10
+    idx = scores.topk(k, dim=1).indices
+    wts = torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1)
+    return x, idx, wts
+
+
 def heap_timeout_s() -> float:
     """The wait timeout for a worker's heaps: $IRONLINK_GPU_HEAP_TIMEOUT_S, else ironlink's default."""
     from ironlink.runtime.heap import DEFAULT_TIMEOUT_S

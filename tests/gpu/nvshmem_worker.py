@@ -41,7 +41,7 @@ import ironlink.typed as ilt
 from ironlink.language import _abi
 from ironlink.runtime import tuning
 
-from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
+from _cases import Cases, heap_timeout_s, moe_routing, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 
 HEAP_BYTES = 160 << 20
 
@@ -582,13 +582,8 @@ def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False
 
     rank, world = dist.get_rank(), dist.get_world_size()
     hidden, k, experts = 256, 4, max(2 * world, 8)
-    g = torch.Generator(device="cuda").manual_seed(seed * 100 + rank)
-    x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
-    scores = torch.rand(tokens, experts, device="cuda", generator=g)
-    if skewed:
-        scores[:, 0] += 10  # expert 0 (on rank 0) is every token's first choice
-    idx = scores.topk(k, dim=1).indices
-    wts = torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1)
+    x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(seed * 100 + rank), tokens, hidden, experts, k,
+                              skewed)
     moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts,
                                dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
     try:

@@ -24,7 +24,7 @@ import ironlink  # torch-free: importable where the suite then skips
 try:
     import torch
     import torch.distributed as dist
-    from _cases import SMALL, Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
+    from _cases import SMALL, Cases, heap_timeout_s, moe_routing, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
     Cases = object  # type: ignore[assignment,misc]
@@ -340,12 +340,8 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
 
     def route(seed: int) -> None:
         g = torch.Generator(device="cuda").manual_seed(seed * 100 + me)
-        x.copy_(torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16))
-        scores = torch.rand(tokens, experts, device="cuda", generator=g)
-        if skewed:
-            scores[:, 0] += 10  # expert 0 (on rank 0) is every token's first choice
-        idx.copy_(scores.topk(k, dim=1).indices)
-        wts.copy_(torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1))
+        for static, drawn in zip((x, idx, wts), moe_routing(g, tokens, hidden, experts, k, skewed)):
+            static.copy_(drawn)
 
     def layer() -> Any:
         recv_x, counts, offsets, handle = moe.dispatch(x, idx, wts, check=not graph and not capacity)
@@ -432,13 +428,7 @@ def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
     world, me = s.world, dist.get_rank()
     hidden, k, experts = 512, 8, max(4 * world, 16)
     le = experts // world
-    g = torch.Generator(device="cuda").manual_seed(41 + me)
-    x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
-    scores = torch.rand(tokens, experts, device="cuda", generator=g)
-    if skewed:
-        scores[:, 0] += 10  # expert 0 (on rank 0) is every token's first choice
-    idx = scores.topk(k, dim=1).indices
-    wts = torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1)
+    x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(41 + me), tokens, hidden, experts, k, skewed)
     results = []
     for path, sms in (("relay", None), ("direct", None), ("direct", 8)):
         moe = ironlink.MoeExchange(s.heap, tokens, hidden, k, experts, path=path, sms=sms,
