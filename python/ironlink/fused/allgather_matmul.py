@@ -43,8 +43,8 @@ from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from . import sp_streams
-from .matmul_allreduce import peer_descriptor
-from .gemm import check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, tile_coords
+from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
+                   tile_coords)
 
 COPY_ROWS, COPY_COLS = 8, 1024  # a unit of the push of the shard: 16 KiB of bf16 (units spread over all CTAs)
 TMA_COPY_ROWS, TMA_COPY_COLS = 32, 256  # the same through TMA (a box is at most 256 elements wide)

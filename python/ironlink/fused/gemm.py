@@ -1,5 +1,6 @@
 """What the fused matmul ops share: the GEMM tile, one [BLOCK_M, BLOCK_N] tile of a @ b in fp32,
-and the grid-stride copy of a matrix their kernels for several nodes make.
+the grid-stride copy of a matrix their kernels for several nodes make, and the TMA descriptor of
+the peer's copy of a heap tensor that their pushes at world 2 write through.
 
 A plain Triton GEMM (software-pipelined by Triton's `num_stages`), written once so every fused
 op computes its tiles the same way and a faster tile loop lands in all of them. Two ways to read
@@ -139,6 +140,15 @@ def operand_descriptors(a: Any, b: Any, layout: OperandLayout, block_m: int, blo
         bt = b.t()
         b_desc = TensorDescriptor(bt, list(bt.shape), list(bt.stride()), [block_n, block_k])
     return a_desc, b_desc
+
+
+def peer_descriptor(heap: Any, t: Any, block: list[int]) -> Any:
+    """A TMA descriptor of the one peer's copy of the contiguous heap tensor `t` (heap tensors are
+    16-byte aligned), in blocks `block`: for the pushes at world 2."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    peer = heap.peer_tensor(t, 1 - heap.rank)
+    return TensorDescriptor(peer, list(t.shape), list(t.stride()), block)
 
 
 def check_operands(a: TensorSpec, b: TensorSpec, device: str, op: str) -> tuple[int, int, int, int]:

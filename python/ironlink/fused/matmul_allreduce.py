@@ -58,7 +58,7 @@ from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from .gemm import check_operands, check_output, layout_for, operand_descriptors, product_tile
+from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile
 from .matmul_allreduce_push import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
 from .trace import stamp
 
@@ -228,15 +228,6 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     matmul_allreduce_owner_kernel[(p.ctas,)](
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, peer_out, epochs, p.m, p.n, p.k, *strides, signal_k, status,
         stamps, FLAT=flat, **common)
-
-
-def peer_descriptor(heap: Any, t: Any, block: list[int]) -> Any:
-    """A TMA descriptor of the one peer's copy of the contiguous heap tensor `t` (heap tensors are
-    16-byte aligned), in blocks `block`: for the pushes at world 2."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    peer = heap.peer_tensor(t, 1 - heap.rank)
-    return TensorDescriptor(peer, list(t.shape), list(t.stride()), block)
 
 
 __all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",

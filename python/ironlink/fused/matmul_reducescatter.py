@@ -44,9 +44,8 @@ from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for
 from . import sp_streams
-from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, product_tile,
-                   store_tile, tile_coords)
-from .matmul_allreduce import peer_descriptor
+from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
+                   product_tile, store_tile, tile_coords)
 from .matmul_allreduce_push import advance_epochs, finish_piece, launch_slots
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
