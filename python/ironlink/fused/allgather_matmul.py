@@ -159,8 +159,8 @@ def _gemm_other_ranks(a_full, rank, b, out, ROWS, N, K, stride_bk, stride_bn, ti
 
 
 @jit(do_not_specialize=["ctx"])
-def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
-                            stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, out, ROWS, N, K, stride_sm, stride_sk,
+                            stride_bk, stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, COPY_ROWS: tl.constexpr, COPY_COLS: tl.constexpr, WORLD: tl.constexpr,
                             TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False,
                             TMA_PUSH: tl.constexpr = False, SEGMENTS: tl.constexpr = 1,
