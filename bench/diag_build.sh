@@ -6,6 +6,10 @@
 # only checks statuses. Then, on the GPUs:
 #   IRONLINK_GIT_REV=<rev> bench/ab.sh build build/diag/no_scatter build/diag/no_reduce build/diag/no_stages \
 #     -- --min-bytes 1073741824 --dtypes bf16 --skip-gather-scatter
+# DIAG_VARIANTS=no_call_check builds the variant without the call-word check at first barriers
+# (device/src/runtime/sync.rs: heaps and grids compared); its results are right, it only
+# reports nothing, so the check's cost is the difference:
+#   IRONLINK_GIT_REV=<rev> bench/ab.sh build build/diag/no_call_check -- --max-bytes 67108864 --dtypes bf16
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for v in ${DIAG_VARIANTS:-no_scatter no_reduce no_stages}; do
