@@ -138,8 +138,10 @@ def test_matmul_rejects_bad_operands(args: tuple, err: type, text: str) -> None:
 def test_matmul_push_plan_sizes_its_workspace_by_world() -> None:
     a, b, out = spec("a", (1024, 2048)), spec("b", (2048, 8192)), spec("out", (1024, 8192))
     # A slot per peer, twice (launch parity), whichever kernel: 256 tiles of 128 x 256.
-    two = mar.plan(a, b, out, DEV, 2, 132)  # two waves on 132 CTAs: two-shot by slices
-    assert (two.method, two.one_shot, two.workspace_bytes) == ("push", False, 2 * 1024 * 8192 * 2)
+    three = mar.plan(a, b, out, DEV, 2, 100)  # three waves on 100 CTAs: two-shot by slices
+    assert (three.method, three.one_shot, three.workspace_bytes) == ("push", False, 2 * 1024 * 8192 * 2)
+    two = mar.plan(a, b, out, DEV, 2, 132)  # two waves on 132 CTAs: still one-shot
+    assert (two.method, two.one_shot, two.workspace_bytes) == ("push", True, 2 * 1024 * 8192 * 2)
     one_wave = mar.plan(a, b, out, DEV, 2, 256)  # every tile at once: one-shot
     assert (one_wave.one_shot, one_wave.workspace_bytes) == (True, 2 * 1024 * 8192 * 2)
     four = mar.plan(a, b, out, DEV, 4, 256)  # one-shot is world 2's
@@ -222,10 +224,15 @@ def test_sequence_parallel_methods_follow_the_tuning_table() -> None:
             assert tuning.sp_method(op, limit) == method
     assert tuning.sp_method("matmul_reduce_scatter", 128) == "collective"
     assert tuning.sp_method("matmul_reduce_scatter", 16384) == "overlap"
-    # World 2 has its own table: the one-kernel reduce-scatter from M = 1024 on.
-    assert tuning.sp_method("matmul_reduce_scatter", 16384, 2) == "kernel"
+    # World 2 has its own table: the one-kernel reduce-scatter from M = 1024 to 8192, overlap
+    # above; all-gather + matmul overlaps from M = 1024.
+    for table in tuning.SP_METHODS_BY_WORLD[2].values():
+        assert [limit for limit, _ in table] == sorted(limit for limit, _ in table)
     assert tuning.sp_method("matmul_reduce_scatter", 128, 2) == "collective"
-    assert tuning.sp_method("all_gather_matmul", 16384, 2) == "overlap"
+    assert tuning.sp_method("matmul_reduce_scatter", 4096, 2) == "kernel"
+    assert tuning.sp_method("matmul_reduce_scatter", 16384, 2) == "overlap"
+    assert tuning.sp_method("all_gather_matmul", 128, 2) == "collective"
+    assert tuning.sp_method("all_gather_matmul", 1024, 2) == "overlap"
 
 
 def test_sequence_parallel_method_names_are_checked() -> None:

@@ -139,13 +139,17 @@ SP_METHODS: dict[str, tuple[tuple[int, str], ...]] = {
     "all_gather_matmul": ((2048, "collective"), (1 << 62, "overlap")),
     "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "overlap")),
 }
-# Where a world size has its own table. World 2 (2 H200s, git 784be2d,
-# bench/results/fused-2xNVIDIA-H200-20261125-234653.json): matmul_reduce_scatter's kernel
-# (two-shot by slices, TMA pushes) 118.8 / 439.2 / 1896.4 us at M = 1024 / 4096 / 16384 against
-# overlap 123.6 / 487.5 / 1866.5 and collective 141.5 / 531.0 / 2036.8; collective 37.0 against
-# kernel 53.8 at M = 128.
+# Where a world size has its own table. World 2, two runs on 2 H200s (git 784be2d and 7b34909:
+# bench/results/fused-2xNVIDIA-H200-20261125-234653.json, -20261126-021817.json), us:
+# all_gather_matmul collective 39.7 / 41.8 against overlap 64.5 / 63.5 at M = 128, overlap
+# 116.2 / 113.9 against collective 130.3 / 127.0 at 1024; matmul_reduce_scatter collective
+# 37.0 / 35.5 against kernel 53.8 / 53.6 at M = 128; its kernel (two-shot by slices, TMA pushes)
+# 118.8 / 120.2 at 1024 and 439.2 / 429.0 at 4096 against overlap 123.6 / 122.7 and 487.5 /
+# 444.9, while overlap wins at 16384 (1866.5 / 1811.6 against 1896.4 / 1858.5). Between 4096
+# and 16384 unmeasured: the switch at 8192.
 SP_METHODS_BY_WORLD: dict[int, dict[str, tuple[tuple[int, str], ...]]] = {
-    2: {"matmul_reduce_scatter": ((512, "collective"), (1 << 62, "kernel"))},
+    2: {"all_gather_matmul": ((512, "collective"), (1 << 62, "overlap")),
+        "matmul_reduce_scatter": ((512, "collective"), (8192, "kernel"), (1 << 62, "overlap"))},
 }
 SP_METHOD_NAMES = ("kernel", "collective", "overlap")
 # all_gather_matmul's kernel: the pieces each own-row tile's K loop is cut into, one piece of the
@@ -214,11 +218,19 @@ def matmul_flat(cc_major: int) -> bool:
     return MATMUL_FLAT and cc_major == 9
 
 
+# matmul_all_reduce "push" at world 2: one-shot while the tiles take at most this many waves of
+# the CTAs. At M = 1024 (256 tiles of 128 x 256 on 132 CTAs: two waves) one-shot beat two-shot in
+# each of five runs (graph us, one-shot / two-shot): 2 H200s 132.7 / 138.6 (git 784be2d) and
+# 131.9 / 139.5 (7b34909); 2 H100s 139.0 / 142.4 (6759c28) and 136.3 / 141.6 (99b169a); at
+# M = 4096 (eight waves) two-shot won each time (462.8 / 490.0 on 2 H200s at 7b34909).
+MATMUL_ONE_SHOT_MAX_WAVES = 2
+
+
 def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
     """matmul_all_reduce "push": one-shot (every rank sums every tile, one NVLink hop) at world 2
-    while every tile is computed at once (one wave), where latency rules; else two-shot by slices
-    (each rank sums its slice: a third of one-shot's extra memory traffic, and no tail)."""
-    return world == 2 and tiles <= ctas
+    while the tiles take at most MATMUL_ONE_SHOT_MAX_WAVES waves, where latency rules; else
+    two-shot by slices (each rank sums its slice: less extra memory traffic, a shorter tail)."""
+    return world == 2 and tiles <= MATMUL_ONE_SHOT_MAX_WAVES * ctas
 
 
 def matmul_method(m: int, n: int, world: int) -> str:
@@ -240,6 +252,6 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     return cfg
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
            "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]
