@@ -273,8 +273,9 @@ def main() -> None:
                     help="experiment: moe_sort.ONE_HOT (elements of a counting sort's one-hot block)")
     ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
                     help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
-    ap.add_argument("--pull-pair-ctas", type=int, default=moe_direct.PAIR_CTAS,
-                    help="experiment: moe.direct_kernels.PAIR_CTAS (grids up to this many CTAs pull two rows at once)")
+    ap.add_argument("--pull-rows", type=int, default=0,
+                    help="experiment: rows pull_rows loads at once per CTA on every grid (1, 2, 4; default 0: "
+                         "moe.direct_kernels.PULL_ROWS)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--no-fp8", action="store_true", help="leave out the ironlink_fp8 rows (fp8 dispatch)")
     ap.add_argument("--sms", type=int, nargs="+", default=[0],
@@ -287,7 +288,8 @@ def main() -> None:
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
-    moe_direct.PAIR_CTAS = args.pull_pair_ctas
+    if args.pull_rows:
+        moe_direct.PULL_ROWS = ((1 << 30, args.pull_rows),)
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()
@@ -304,7 +306,7 @@ def main() -> None:
             b.run(t, skewed, args.max_tokens)
     write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note,
                   sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS},
-                  direct={"pull_pair_ctas": moe_direct.PAIR_CTAS})
+                  direct={"pull_rows": moe_direct.PULL_ROWS})
     b.heap.close()
     dist.destroy_process_group()
 

@@ -137,9 +137,9 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
     ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None) for sh in heaps]
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
     blocks = (direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK)
-    for run, pair in enumerate((True, False)):  # pull_rows: two rows in flight per program, then one
+    for run, rows in enumerate((2, 1, 4)):  # pull_rows: two rows in flight per program, then one, then four
         for m in ms:
-            m.direct.pair = pair
+            m.direct.rows_in_flight = rows
         if run:  # rows in several chunks (masked at the end)
             direct_kernels.PULL_BLOCK = direct_kernels.PUSH_BLOCK = 16
         try:

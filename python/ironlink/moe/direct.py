@@ -66,7 +66,7 @@ class DirectPath:
         self.received = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sim_status = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)
         self.wb = _pow2(m.world)
-        self.pair = ctas <= dk.PAIR_CTAS  # pull_rows: two rows in flight per CTA on a small grid
+        self.rows_in_flight = dk.pull_rows_in_flight(ctas)  # rows each CTA of pull_rows loads at once
 
     def free(self) -> None:
         for t in (self.tokens, self.back, self.stage):
@@ -147,7 +147,7 @@ class DirectPath:
             side = 0
         block = min(dk.PULL_BLOCK, _pow2(words))
         self._launch("moe_dispatch", dk.pull_rows, self.ctas, args, check, "symm_barrier", WORLD=m.world, WB=self.wb,
-                     K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, PAIR=self.pair, num_warps=_warps(block))
+                     K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, ROWS=self.rows_in_flight, num_warps=_warps(block))
         return Layout(counts, offsets, slot, weight, self.received)
 
     def push(self, y: Any, layout: Layout, check: bool) -> None:

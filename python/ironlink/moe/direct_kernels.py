@@ -38,10 +38,17 @@ from .kernels import weighted_chunk
 
 # pull_rows loads a whole row per step where it can: a peer load costs a NVLink round trip, so
 # a CTA keeps as many bytes in flight as it can (16 KiB per row with 8 warps; the field notes'
-# pull measurements: 16 KiB blocks of 8 warps reach 192 GB/s on 16 CTAs, 331 on 132), and on
-# a grid of at most PAIR_CTAS CTAs two rows at once.
+# pull measurements: 16 KiB blocks of 8 warps reach 192 GB/s on 16 CTAs, 331 on 132), and
+# PULL_ROWS rows at once: (largest grid, rows in flight) in increasing grids, past the last 1.
 PULL_BLOCK = 8192
-PAIR_CTAS = 64  # a guess from those measurements (32 CTAs: 315 GB/s), not yet timed with this kernel
+PULL_ROWS: tuple[tuple[int, int], ...] = ((64, 2),)  # a guess from those measurements, not yet timed
+
+
+def pull_rows_in_flight(ctas: int) -> int:
+    """How many rows pull_rows loads at once per CTA on a grid of `ctas` (PULL_ROWS)."""
+    return next((rows for limit, rows in PULL_ROWS if ctas <= limit), 1)
+
+
 # reduce_push keeps K rows' chunks live at once (K loads issued together): 4096 elements over 8
 # warps, the per-thread share of weighted_partial_sums (2048 over 4 warps), which compiles
 # without spills at K = 8.
@@ -124,61 +131,74 @@ def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens
 
 
 @triton.jit
-def _pull_source(ctx, stage, slot, r, n, counts, ends, row_words, deltas, WB: tl.constexpr, WORLD: tl.constexpr,
-                 K: tl.constexpr, KB: tl.constexpr, SIM: tl.constexpr):
-    """(whether row r < n of meta has a choice here, the address of its stage row at its source;
-    anything where it has none)."""
+def _stage_distances(ctx, stage, deltas, WORLD: tl.constexpr, WB: tl.constexpr, SIM: tl.constexpr):
+    """[WB] int64: for each rank q < WORLD, the bytes from this rank's `stage` to q's (0 past
+    WORLD), multiples of 256 (the heaps' bases are allocation bases)."""
+    w = tl.arange(0, WB)
+    dist = tl.zeros([WB], dtype=tl.int64)
+    for q in tl.static_range(WORLD):
+        if SIM:
+            d = tl.load(deltas + q)
+        else:
+            d = (il.symm_peer_ptr(ctx, stage, q) - stage.to(tl.int64)) // 256 * 256
+        dist = tl.where(w == q, d, dist)
+    return dist
+
+
+@triton.jit
+def _pull_sources(slot, r, n, counts, ends, dist, row_bytes, WB: tl.constexpr, K: tl.constexpr,
+                  KB: tl.constexpr):
+    """For rows r ([ROWS] int64) of meta: whether each has a choice here, and the bytes from this
+    rank's `stage` to its stage row at its source (anything where it has none)."""
     jj = tl.arange(0, KB)
-    mine = tl.load(slot + r * K + jj, mask=(jj < K) & (r < n), other=-1)
-    q, t = _source_of(r, counts, ends, WB)
-    q = tl.minimum(q, WORLD - 1)  # r >= n: a real rank, whose row is then not loaded
-    return tl.max(mine, 0) >= 0, _peer(ctx, stage, q, deltas, SIM) + t * row_words
+    mine = tl.load(slot + r[:, None] * K + jj[None, :], mask=(jj[None, :] < K) & (r[:, None] < n), other=-1)
+    w = tl.arange(0, WB)
+    q = tl.sum((ends[None, :] <= r[:, None]).to(tl.int32), 1)  # the source rank of each row
+    at_q = w[None, :] == q[:, None]
+    start = tl.sum(tl.where(w[None, :] < q[:, None], counts[None, :], 0), 1)
+    to_row = tl.sum(tl.where(at_q, dist[None, :], 0), 1) + (r - start) * row_bytes
+    return tl.max(mine, 1) >= 0, tl.multiple_of(to_row, 16)
 
 
 @triton.jit
 def _store_choices(out, slot, r, n, v, cols, c, m, K: tl.constexpr, N: tl.constexpr):
-    """out[slot[r, j], c : c + N] = v ([N]) for each choice j of row r that is here (slot >= 0)."""
+    """out[slot[r, j], c : c + N] = v ([ROWS, N]) for each choice j of each row r ([ROWS]) that is
+    here (slot >= 0)."""
     offs = tl.arange(0, N)
     for j in tl.static_range(K):
         sj = tl.load(slot + r * K + j, mask=r < n, other=-1)
-        tl.store(out + sj * cols + c + offs, v, mask=m & (sj >= 0))
+        tl.store(out + sj[:, None] * cols + c + offs[None, :], v, mask=m & (sj >= 0)[:, None])
 
 
 @jit(do_not_specialize=["ctx"])
 def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_col, side_out, side_cols, deltas,
               status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
-              BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, PAIR: tl.constexpr, SIM: tl.constexpr):
+              BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, ROWS: tl.constexpr, SIM: tl.constexpr):
     """For every row r of meta (source q's token t) with a choice here (slot[r, j] >= 0, K per
     row): recv[slot[r, j], :hidden_words] = q's stage row t (loaded once, stored per choice),
     with SIDE_BLOCK > 0 also side_out[slot, :side_cols] = its words from side_col (an fp8
-    dispatch's scales). Rows in 2-byte words; grid-strided; with PAIR two rows loaded at once
-    (a peer load waits a NVLink round trip: on a small grid one row per CTA leaves the link
-    idle). Then a barrier: once every rank has passed it, no rank reads a stage any more."""
+    dispatch's scales). Rows in 2-byte words; grid-strided, ROWS rows loaded at once (a peer
+    load waits a NVLink round trip: one row per CTA at a time leaves the link idle on a small
+    grid). Then a barrier: once every rank has passed it, no rank reads a stage any more."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     counts, ends, n = _sources(src_counts, WORLD, WB)
+    dist = _stage_distances(ctx, stage, deltas, WORLD, WB, SIM)
+    base = stage.to(tl.pointer_type(tl.int8))
     offs = tl.arange(0, BLOCK)
-    for r in range(pid.to(tl.int64), n, grid * (2 if PAIR else 1)):
-        has, src = _pull_source(ctx, stage, slot, r, n, counts, ends, row_words, deltas, WB, WORLD, K, KB, SIM)
-        if PAIR:
-            r2 = r + grid
-            has2, src2 = _pull_source(ctx, stage, slot, r2, n, counts, ends, row_words, deltas, WB, WORLD, K, KB,
-                                      SIM)
+    lanes = tl.arange(0, ROWS).to(tl.int64) * grid
+    for r0 in range(pid.to(tl.int64), n, grid * ROWS):
+        r = r0 + lanes
+        has, to_row = _pull_sources(slot, r, n, counts, ends, dist, row_words * 2, WB, K, KB)
+        src = (base + to_row).to(stage.dtype)  # [ROWS] pointers to the rows at their sources
         for c in range(0, hidden_words, BLOCK):
-            m = c + offs < hidden_words
-            v = tl.load(src + c + offs, mask=m & has)
-            if PAIR:
-                v2 = tl.load(src2 + c + offs, mask=m & has2)
+            m = (c + offs < hidden_words)[None, :]
+            v = tl.load(src[:, None] + c + offs[None, :], mask=m & has[:, None])
             _store_choices(recv, slot, r, n, v, hidden_words, c, m, K, BLOCK)
-            if PAIR:
-                _store_choices(recv, slot, r2, n, v2, hidden_words, c, m, K, BLOCK)
         if SIDE_BLOCK > 0:
             so = tl.arange(0, SIDE_BLOCK)
-            sm = so < side_cols
-            sv = tl.load(src + side_col + so, mask=sm & has)
+            sm = (so < side_cols)[None, :]
+            sv = tl.load(src[:, None] + side_col + so[None, :], mask=sm & has[:, None])
             _store_choices(side_out, slot, r, n, sv, side_cols, 0, sm, K, SIDE_BLOCK)
-            if PAIR:
-                sv2 = tl.load(src2 + side_col + so, mask=sm & has2)
-                _store_choices(side_out, slot, r2, n, sv2, side_cols, 0, sm, K, SIDE_BLOCK)
     tl.store(status + pid, _barrier(ctx, SIM))
 
 
@@ -236,5 +256,5 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
             tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
-__all__ = ["META_BLOCK_ROWS", "PAIR_CTAS", "PULL_BLOCK", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "reduce_push",
+__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "pull_rows_in_flight", "reduce_push",
            "sum_partials"]
