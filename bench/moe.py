@@ -274,7 +274,7 @@ def main() -> None:
     ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
                     help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
     ap.add_argument("--pull-rows", type=int, default=0,
-                    help="experiment: rows pull_rows loads at once per CTA on every grid (1, 2, 4; default 0: "
+                    help="experiment: rows pull_rows loads at once per CTA (1, 2, 4; default 0: "
                          "moe.direct_kernels.PULL_ROWS)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--no-fp8", action="store_true", help="leave out the ironlink_fp8 rows (fp8 dispatch)")
@@ -289,7 +289,7 @@ def main() -> None:
     tokens = [int(t) for t in args.tokens.split(",")]
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
     if args.pull_rows:
-        moe_direct.PULL_ROWS = ((1 << 30, args.pull_rows),)
+        moe_direct.PULL_ROWS = args.pull_rows
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()

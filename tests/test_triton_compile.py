@@ -185,16 +185,16 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                    "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16", "side_cols": I32,
                    "deltas": "*i64", "status": "*i32"},
                   {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
-                   "ROWS": 1, "SIM": False}),
-    "pull_rows 4 rows": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
+                   "ROWS": moe_direct.PULL_ROWS, "SIM": False}),
+    "pull_rows 1 row": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
                           "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16",
                           "side_cols": I32, "deltas": "*i64", "status": "*i32"},
                          {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
-                          "ROWS": 4, "SIM": False}),
+                          "ROWS": 1, "SIM": False}),
     "pull_rows fp8": ({"ctx": "i64", "stage": "*i16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
                        "hidden_words": I32, "recv": "*i16", "side_col": I32, "side_out": "*i16", "side_cols": I32,
                        "deltas": "*i64", "status": "*i32"},
-                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": 4096, "SIDE_BLOCK": 128, "ROWS": 2,
+                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": 4096, "SIDE_BLOCK": 128, "ROWS": moe_direct.PULL_ROWS,
                        "SIM": False}),
     "reduce_push": ({"ctx": "i64", "y": "*bf16", "meta": "*i32", "slot": "*i64", "weight": "*fp32",
                      "src_counts": "*i64", "back": "*bf16", "rank": I32, "lo": I32, "local_experts": I32,
@@ -205,7 +205,7 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
 }
 # Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
-MOE_WARPS = {"gather_meta": 4, "pull_rows": moe_direct.WARPS, "pull_rows 4 rows": moe_direct.WARPS,
+MOE_WARPS = {"gather_meta": 4, "pull_rows": moe_direct.WARPS, "pull_rows 1 row": moe_direct.WARPS,
              "pull_rows fp8": moe_direct.WARPS,
              "reduce_push": moe_direct.WARPS}
 

@@ -66,7 +66,7 @@ class DirectPath:
         self.received = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sim_status = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)
         self.wb = _pow2(m.world)
-        self.rows_in_flight = dk.pull_rows_in_flight(ctas)  # rows each CTA of pull_rows loads at once
+        self.rows_in_flight = dk.PULL_ROWS  # rows each CTA of pull_rows loads at once
 
     def free(self) -> None:
         for t in (self.tokens, self.back, self.stage):

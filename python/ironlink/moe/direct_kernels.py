@@ -36,17 +36,13 @@ from ..language import typed as ilt
 from ..language.jit import jit
 from .kernels import weighted_chunk
 
-# pull_rows loads a whole row per step where it can: a peer load costs a NVLink round trip, so
-# a CTA keeps as many bytes in flight as it can (16 KiB per row with 8 warps; the field notes'
-# pull measurements: 16 KiB blocks of 8 warps reach 192 GB/s on 16 CTAs, 331 on 132), and
-# PULL_ROWS rows at once: (largest grid, rows in flight) in increasing grids, past the last 1.
+# pull_rows loads a whole row per step where it can (16 KiB per row with 8 warps), PULL_ROWS rows
+# at once per CTA: a peer load waits a NVLink round trip. On 2 H200s (dispatch us, 4096 / 128
+# tokens per rank, uniform; git aec1f0e, bench/moe.py --pull-rows): on 16 SMs 1146.6 / 56.9 with
+# one row, 890.9 / 50.9 with two, 794.1 / 48.9 with four; on all 132 SMs 343.5 / 34.8, 352.8 /
+# 35.7, 340.5 / 34.8 (the grid then keeps enough in flight).
 PULL_BLOCK = 8192
-PULL_ROWS: tuple[tuple[int, int], ...] = ((64, 2),)  # a guess from those measurements, not yet timed
-
-
-def pull_rows_in_flight(ctas: int) -> int:
-    """How many rows pull_rows loads at once per CTA on a grid of `ctas` (PULL_ROWS)."""
-    return next((rows for limit, rows in PULL_ROWS if ctas <= limit), 1)
+PULL_ROWS = 4
 
 
 # reduce_push keeps K rows' chunks live at once (K loads issued together): 4096 elements over 8
@@ -256,5 +252,5 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
             tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
-__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "pull_rows_in_flight", "reduce_push",
+__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "reduce_push",
            "sum_partials"]
