@@ -273,6 +273,10 @@ def main() -> None:
                     help="experiment: moe_sort.ONE_HOT (elements of a counting sort's one-hot block)")
     ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
                     help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
+    ap.add_argument("--push-block", type=int, default=moe_direct.PUSH_BLOCK,
+                    help="experiment: moe.direct_kernels.PUSH_BLOCK (elements reduce_push sums per step)")
+    ap.add_argument("--push-warps", type=int, default=moe_direct.PUSH_WARPS,
+                    help="experiment: moe.direct_kernels.PUSH_WARPS (warps of reduce_push's CTAs)")
     ap.add_argument("--pull-rows", type=int, default=0,
                     help="experiment: rows pull_rows loads at once per CTA (1, 2, 4; default 0: "
                          "moe.direct_kernels.PULL_ROWS)")
@@ -290,6 +294,7 @@ def main() -> None:
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
     if args.pull_rows:
         moe_direct.PULL_ROWS = args.pull_rows
+    moe_direct.PUSH_BLOCK, moe_direct.PUSH_WARPS = args.push_block, args.push_warps
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()
@@ -306,7 +311,8 @@ def main() -> None:
             b.run(t, skewed, args.max_tokens)
     write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note,
                   sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS},
-                  direct={"pull_rows": moe_direct.PULL_ROWS})
+                  direct={"pull_rows": moe_direct.PULL_ROWS, "push_block": moe_direct.PUSH_BLOCK,
+                          "push_warps": moe_direct.PUSH_WARPS})
     b.heap.close()
     dist.destroy_process_group()
 

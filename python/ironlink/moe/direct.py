@@ -159,7 +159,7 @@ class DirectPath:
                      (y, self.meta, layout.slot, layout.weight, self.src_counts, self.back, m.rank,
                       m.rank * m.local_experts, m.local_experts, m.max_tokens, m.hidden),
                      check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,
-                     num_warps=_warps(block))
+                     num_warps=_warps(block, dk.PUSH_WARPS))
 
     def sum(self, t: int) -> Any:
         """Step 6: [t, hidden], each token's partial sums from the ranks it went to, in rank order
@@ -183,9 +183,9 @@ class DirectPath:
         return n
 
 
-def _warps(block: int) -> int:
-    """8 warps for the blocks of a row (16-byte vectors per thread at 2048 elements and up), 4 below."""
-    return dk.WARPS if block >= 2048 else 4
+def _warps(block: int, warps: int = dk.WARPS) -> int:
+    """`warps` for the blocks of a row (16-byte vectors per thread at 2048 elements and up), 4 below."""
+    return warps if block >= 2048 else 4
 
 
 __all__ = ["DirectPath", "Layout"]

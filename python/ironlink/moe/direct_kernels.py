@@ -45,10 +45,11 @@ PULL_BLOCK = 8192
 PULL_ROWS = 4
 
 
-# reduce_push keeps K rows' chunks live at once (K loads issued together): 4096 elements over 8
-# warps, the per-thread share of weighted_partial_sums (2048 over 4 warps), which compiles
-# without spills at K = 8.
+# reduce_push keeps K rows' chunks live at once (K loads issued together): PUSH_BLOCK elements
+# over PUSH_WARPS warps, 512 per warp, the per-thread share of weighted_partial_sums (2048 over 4
+# warps), which compiles without spills at K = 8 (105 registers on sm_90 at 8192 over 16 warps).
 PUSH_BLOCK = 4096
+PUSH_WARPS = 8
 WARPS = 8
 META_BLOCK_ROWS = 32  # rows of ids and weights gather_meta copies per step
 
@@ -252,5 +253,5 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
             tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
-__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "WARPS", "gather_meta", "pull_rows", "reduce_push",
+__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "WARPS", "gather_meta", "pull_rows", "reduce_push",
            "sum_partials"]
