@@ -200,11 +200,6 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      "src_counts": "*i64", "back": "*bf16", "rank": I32, "lo": I32, "local_experts": I32,
                      "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
                     {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PUSH_BLOCK, "SIM": False}),
-    "reduce_push 8192 over 16 warps": ({"ctx": "i64", "y": "*bf16", "meta": "*i32", "slot": "*i64", "weight": "*fp32",
-                                        "src_counts": "*i64", "back": "*bf16", "rank": I32, "lo": I32,
-                                        "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64",
-                                        "status": "*i32"},
-                                       {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": 8192, "SIM": False}),
     "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_counts": "*i64", "rank": I32, "out": "*bf16",
                       "max_tokens": I32, "hidden": I32, "local_experts": I32},
                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
@@ -212,7 +207,7 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 # Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
 MOE_WARPS = {"gather_meta": 4, "pull_rows": moe_direct.WARPS, "pull_rows 1 row": moe_direct.WARPS,
              "pull_rows fp8": moe_direct.WARPS,
-             "reduce_push": moe_direct.PUSH_WARPS, "reduce_push 8192 over 16 warps": 16}
+             "reduce_push": moe_direct.PUSH_WARPS}
 
 
 # Size arguments that are multiples of 16 at the benchmark's shapes (hidden 7168, top-8).
@@ -224,8 +219,7 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
 # their pointers are specialized as a launch's are (Triton 3.6: 156 to 176 bytes, and 4; 3.9 on
 # sm_100: 196), and reduce_push with Triton 3.9 on sm_100 (32): they did at every launch before
 # the test specialized them; not yet reworked.
-MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "bucket_scan": 200, "gather_meta": 8, "reduce_push": 32,
-                       "reduce_push 8192 over 16 warps": 32}
+MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "bucket_scan": 200, "gather_meta": 8, "reduce_push": 32}
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)

@@ -47,9 +47,13 @@ PULL_ROWS = 4
 
 # reduce_push keeps K rows' chunks live at once (K loads issued together): PUSH_BLOCK elements
 # over PUSH_WARPS warps, 512 per warp, the per-thread share of weighted_partial_sums (2048 over 4
-# warps), which compiles without spills at K = 8 (105 registers on sm_90 at 8192 over 16 warps).
-PUSH_BLOCK = 4096
-PUSH_WARPS = 8
+# warps), which compiles without spills at K = 8 (105 registers on sm_90). A whole row of hidden
+# 7168 per step over 16 warps keeps twice the loads in flight per SM: combine on 2 H200s (us,
+# 4096 / 128 tokens per rank, uniform; git 324ac61, bench/moe.py --push-block --push-warps):
+# 4096 over 8 warps 361.7 / 21.0 on 132 SMs, 2062.9 / 54.4 on 16; 4096 over 16 341.7 / -,
+# 1573.0 / -; 8192 over 16 325.3 / 22.3, 1456.6 / 48.1.
+PUSH_BLOCK = 8192
+PUSH_WARPS = 16
 WARPS = 8
 META_BLOCK_ROWS = 32  # rows of ids and weights gather_meta copies per step
 
