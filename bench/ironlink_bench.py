@@ -42,6 +42,9 @@ def iters_reps(nbytes: int) -> tuple[int, int]:
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30]
+# The public op is also timed without programmatic dependent launch up to this size (contender
+# "ironlink_op[no_pdl]"), where the launch is a large part of a call.
+OP_NO_PDL_MAX_BYTES = 1 << 16
 # ironlink launch configurations tried at each size: (CTAs, num_warps).
 CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8), (132, 16)]
 # The sizes at which each all-reduce algorithm is worth measuring (each is forced through the
@@ -189,6 +192,7 @@ class Bench:
         self.group_name = dist.group.WORLD.group_name
         self.max_bytes = max_bytes
         self.heap = ironlink.SymmetricHeap(3 * max_bytes + (64 << 20), scratch_bytes=scratch_bytes)
+        self.default_limits = self.heap.algorithm_limits  # the tuned ones, restored for the public op
         self.status = torch.zeros(256, dtype=torch.int32, device="cuda")
         self.rows: list[dict[str, Any]] = []
 
@@ -239,6 +243,15 @@ class Bench:
                     best = (f"{ctas}x{warps}", us, alg)
         assert best is not None
         times["ironlink"] = best[:2]
+        # What a user's call gets: the public op, its own launch and algorithm choice, with
+        # programmatic dependent launch where the GPU has it (the default) and, for small
+        # messages, without it.
+        self.heap.set_algorithm_limits(*self.default_limits)
+        times["ironlink_op"] = ("", time_graph(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes))
+        if nbytes <= OP_NO_PDL_MAX_BYTES:
+            times["ironlink_op[no_pdl]"] = ("", time_graph(lambda: ironlink.all_reduce(buf, heap=self.heap, pdl=False),
+                                                          nbytes))
+        self.heap.check()
         self.heap.free(buf)
         if nbytes <= (256 << 20):
             import torch.distributed._symmetric_memory as symm_mem

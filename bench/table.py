@@ -88,11 +88,18 @@ def headline(doc: dict[str, Any]) -> str:
            "",
            "| size | ironlink us | NCCL us | torch symm_mem us | x NCCL | ironlink busbw GB/s | NCCL busbw GB/s |",
            "|---|---|---|---|---|---|---|"]
+    op = any(r["contender"] == "ironlink_op" for r in rows)
+    if op:  # the public op measured too: its column after ironlink's best launch
+        out[0] += " ironlink.all_reduce: the public op as a user calls it (its own launch and algorithm, PDL)."
+        out[2] = out[2].replace("| ironlink us |", "| ironlink us | ironlink.all_reduce us |")
+        out[3] += "---|"
     for n in HEADLINE_SIZES:
         il, nc = get(rows, "all_reduce", HEADLINE_DTYPE, n, "ironlink"), get(rows, "all_reduce", HEADLINE_DTYPE, n, "nccl")
         if not il or not nc:
             continue
-        out.append(f"| {human(n)} | {il['us']:.2f} | {nc['us']:.2f} | {fmt(symm_best(rows, 'all_reduce', HEADLINE_DTYPE, n))} | "
+        public = f" {fmt(get(rows, 'all_reduce', HEADLINE_DTYPE, n, 'ironlink_op'))} |" if op else ""
+        out.append(f"| {human(n)} | {il['us']:.2f} |{public} {nc['us']:.2f} | "
+                   f"{fmt(symm_best(rows, 'all_reduce', HEADLINE_DTYPE, n))} | "
                    f"{il['vs_nccl']:.2f} | {il['busbw_GBs']:.1f} | {nc['busbw_GBs']:.1f} |")
     return "\n".join(out) + "\n"
 
@@ -133,16 +140,21 @@ def tables(doc: dict[str, Any]) -> str:
         out += ["Config = algorithm and CTAs x num_warps: LL1 one-shot LL, LL2 two-shot LL, 2S two-shot.", ""]
     sizes = sorted({r["bytes"] for r in rows})
     for dt in sorted({r["dtype"] for r in rows}):
-        out += [f"all_reduce {dt}:", "",
-                "| size | ironlink us | busbw | config | NCCL us | busbw | x NCCL | symm one_shot us | symm two_shot us |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        op = any(r["contender"] == "ironlink_op" and r["dtype"] == dt for r in rows)
+        out += [f"all_reduce {dt}" + (" (op: `ironlink.all_reduce` as a user calls it, with PDL and, up to "
+                                      "64 KiB, without):" if op else ":"), "",
+                "| size | ironlink us | busbw | config |" + (" op us | op no PDL us |" if op else "")
+                + " NCCL us | busbw | x NCCL | symm one_shot us | symm two_shot us |",
+                "|---|---|---|---|" + ("---|---|" if op else "") + "---|---|---|---|---|"]
         for n in sizes:
             il, nc = at("all_reduce", dt, n, "ironlink"), at("all_reduce", dt, n, "nccl")
             if not il or not nc:
                 continue
             one, two = at("all_reduce", dt, n, "symm_one_shot"), at("all_reduce", dt, n, "symm_two_shot")
             config = f"{SHORT.get(il.get('algorithm', ''), '')} {il['config']}".strip()
-            out.append(f"| {human(n)} | {il['us']:.2f} | {il['busbw_GBs']:.1f} | {config} | {nc['us']:.2f} | "
+            public = (f" {fmt(at('all_reduce', dt, n, 'ironlink_op'))} | "
+                      f"{fmt(at('all_reduce', dt, n, 'ironlink_op[no_pdl]'))} |") if op else ""
+            out.append(f"| {human(n)} | {il['us']:.2f} | {il['busbw_GBs']:.1f} | {config} |{public} {nc['us']:.2f} | "
                        f"{nc['busbw_GBs']:.1f} | {il['vs_nccl']:.2f} | {fmt(one)} | {fmt(two)} |")
         out += ["", f"all_gather and reduce_scatter {dt} (size = the gathered / scattered buffer):", "",
                 "| size | all_gather ironlink us | NCCL us | x NCCL | reduce_scatter ironlink us | NCCL us | x NCCL |",

@@ -638,11 +638,13 @@ def main() -> int:
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=False))
             cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: 500 graph replays back to back",
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=500))
-        # Shapes of one wave of tiles (push: one-shot at world 2) and of several (push: two-shot by
-        # slices, ragged edges); the case name says which kernel ran.
+        # Shapes of one wave of tiles (push: one-shot at world 2), of two (153 tiles of 128 x 256 on
+        # up to 132 SMs: one-shot at world 2, tuning.MATMUL_ONE_SHOT_MAX_WAVES) and of more (push:
+        # two-shot by slices, ragged edges); the case name says which kernel ran.
         for method in MATMUL_METHODS:
-            for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024), (4100, 2050, 512)),
-                                 ((16, 8192, 512), (100, 1000, 300), (4100, 2050, 512))):
+            for m, n, k in small(((16, 8192, 512), (100, 1000, 300), (1030, 2050, 1024), (2050, 2050, 512),
+                                  (4100, 2050, 512)),
+                                 ((16, 8192, 512), (100, 1000, 300), (2050, 2050, 512), (4100, 2050, 512))):
                 cases.run(f"matmul_all_reduce {matmul_kernel(method, m, n, k, world)} {dtype} {m}x{n}x{k}",
                           lambda: s.matmul(m, n, k, dtype, graph=False, method=method))
             for m, n, k in small(((1030, 2050, 1024), (4100, 2050, 512)), ((100, 1000, 300), (4100, 2050, 512))):
