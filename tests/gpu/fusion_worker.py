@@ -638,6 +638,11 @@ def main() -> int:
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=False))
             cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: 500 graph replays back to back",
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=500))
+        # Decode replays a graph of the op for every token generated: 10,000 replays back to back
+        # (one per decode step of a long answer) and still the reference's bits.
+        for tokens in small((1, 32), (1,)):
+            cases.run(f"all_reduce_rmsnorm default {dtype} {tokens}x8192: 10000 graph replays back to back",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=10000))
         # Shapes of one wave of tiles (push: one-shot at world 2), of two (153 tiles of 128 x 256 on
         # up to 132 SMs: one-shot at world 2, tuning.MATMUL_ONE_SHOT_MAX_WAVES) and of more (push:
         # two-shot by slices, ragged edges); the case name says which kernel ran.
