@@ -45,10 +45,9 @@ def _lib_path(_semantic: Any) -> str:
     compiled with, and fail early, with a useful message, when no library is linked at all
     (otherwise ptxas reports "Unresolved extern function" much later).
     """
-    options = getattr(getattr(_semantic, "builder", None), "options", None)
-    if options is None:  # a front end that does not say how it links (e.g. the interpreter)
-        return ""
     libs = topology.linked_libs(_semantic)
+    if libs is None:  # a front end that does not say how it links (e.g. the interpreter)
+        return ""
     path = topology.ironlink_path(libs)
     if path:
         return path
@@ -64,10 +63,9 @@ def _lib_path(_semantic: Any) -> str:
 def _nvshmem_lib_path(_semantic: Any) -> str:
     """`_lib_path` for the `symm_nvshmem_*` functions, which need NVSHMEM's library linked after
     ironlink's NVSHMEM bitcode; without it they fail here rather than in ptxas."""
-    options = getattr(getattr(_semantic, "builder", None), "options", None)
-    if options is None:
-        return ""
     libs = topology.linked_libs(_semantic)
+    if libs is None:
+        return ""
     if _nvshmem.LIB_NAME not in libs:
         raise RuntimeError(
             "ironlink's symm_nvshmem_* functions need NVSHMEM linked into the kernel: decorate it with "

@@ -18,7 +18,7 @@ compiles once for each, and a kernel that only ever runs on one node never links
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 # The extern_libs keys of ironlink's bitcode: Triton links by path and ignores keys, so the key
 # can carry the one bit the language wrappers need at trace time.
@@ -44,15 +44,18 @@ def spans_several_nodes(ctx: Any) -> bool:
     return isinstance(ctx, int) and ctx in _SEVERAL_NODE_CONTEXTS
 
 
-def linked_libs(_semantic: Any) -> dict[str, str]:
-    """The extern libraries of the kernel being traced ({} where the front end does not say)."""
+def linked_libs(_semantic: Any) -> Optional[dict[str, str]]:
+    """The extern libraries of the kernel being traced; None where the front end does not say
+    how it links (e.g. the interpreter)."""
     options = getattr(getattr(_semantic, "builder", None), "options", None)
+    if options is None:
+        return None
     return dict(getattr(options, "extern_libs", None) or ())
 
 
 def several_nodes(_semantic: Any) -> bool:
     """Whether the kernel being traced was compiled for a context of several nodes."""
-    return SEVERAL_NODES_LIB_NAME in linked_libs(_semantic)
+    return SEVERAL_NODES_LIB_NAME in (linked_libs(_semantic) or {})
 
 
 def ironlink_path(libs: dict[str, str]) -> str:
