@@ -133,7 +133,7 @@ class DirectPath:
         sort.expert_histogram[grid](ids, 2 * k, self.src_counts, m.world, lo, le, s.hist, self.received, WB=self.wb,
                                     K=k, BR=s.br, KB=m.kb, BB=s.bb)
         sort.bucket_scan[(1,)](s.hist, m.sort_programs, le, m.capacity, lo, s.base, counts, offsets, m.overflow,
-                               BB=s.bb, PB=s.pb)
+                               BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
         sort.expert_place[grid](ids, 2 * k, weights, self.src_counts, m.world, lo, le, s.base, m.capacity, slot,
                                 weight, self.source, WB=self.wb, K=k, BR=s.br, KB=m.kb, BB=s.bb)
         if m.fp8:  # raw 2-byte words (int16: no float conversion): the bytes, and the scales beside them

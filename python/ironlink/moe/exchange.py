@@ -190,7 +190,7 @@ class MoeExchange:
         grid = (self.sort_programs,)
         sort.rank_histogram[grid](idx, t, self.local_experts, self.world, s.hist, K=k, BR=s.br, KB=self.kb, BB=s.bb)
         sort.bucket_scan[(1,)](s.hist, self.sort_programs, self.world, _NO_LIMIT, 0, s.base, self.send_counts,
-                               self.send_offsets, self.route_summary, BB=s.bb, PB=s.pb)
+                               self.send_offsets, self.route_summary, BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
         sort.rank_place[grid](idx, t, self.local_experts, self.world, s.base, send_row, K=k, BR=s.br, KB=self.kb,
                               BB=s.bb, WB=_pow2(self.world))
         return send_row
@@ -216,7 +216,7 @@ class MoeExchange:
         sort.expert_histogram[grid](ids, stride, self.recv_counts, self.world, lo, le, s.hist, received, WB=wb, K=k,
                                     BR=s.br, KB=self.kb, BB=s.bb)
         sort.bucket_scan[(1,)](s.hist, self.sort_programs, le, self.capacity, lo, s.base, counts, offsets,
-                               self.overflow, BB=s.bb, PB=s.pb)
+                               self.overflow, BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
         sort.expert_place[grid](ids, stride, weights, self.recv_counts, self.world, lo, le, s.base, self.capacity,
                                 slot, weight, source, WB=wb, K=k, BR=s.br, KB=self.kb, BB=s.bb)
         self._gather(source, self.overflow[3:4])

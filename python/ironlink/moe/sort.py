@@ -31,6 +31,9 @@ ONE_HOT = 1024
 # 128 programs' histograms of up to 64 buckets in one step (with 1024, 5.3 us per scan at 64
 # local experts on one H200, the largest sort kernel at 128 tokens).
 SCAN_TILE = 8192
+# bucket_scan's warps: with 4, its 8192-element tile (and the scan over it) spilled 172 bytes on
+# sm_90 once the pointers were specialized as at a launch (Triton 3.6); with 8 none.
+SCAN_WARPS = 8
 # The summary bucket_scan writes (int64 each):
 SUMMARY = ("over", "crossing", "crossing_count", "total", "extra")
 
@@ -212,5 +215,5 @@ def bucket_scan(hist, programs, buckets, limit, lo, base, counts, offsets, summa
     tl.store(summary + 4, tl.sum(tl.where(b == buckets, total, 0), axis=0).to(tl.int64))
 
 
-__all__ = ["ONE_HOT", "SCAN_TILE", "SORT_PROGRAMS", "SUMMARY", "block_rows", "bucket_scan", "expert_histogram",
+__all__ = ["ONE_HOT", "SCAN_TILE", "SCAN_WARPS", "SORT_PROGRAMS", "SUMMARY", "block_rows", "bucket_scan", "expert_histogram",
            "expert_place", "rank_histogram", "rank_place", "scan_programs"]
