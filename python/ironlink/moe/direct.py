@@ -114,7 +114,7 @@ class DirectPath:
                      (self.stage.view(torch.int32), self.tokens, m.rank, m.row // 2, m.meta_col // 2, m.max_tokens,
                       self.meta, self.src_counts, self.bad),
                      check, "symm_barrier", WORLD=m.world, K=m.topk, MB=_pow2(2 * m.topk),
-                     BR=dk.META_BLOCK_ROWS, num_warps=4)
+                     BR=dk.META_BLOCK_ROWS, num_warps=dk.WARPS)
 
     def place(self, check: bool) -> Layout:
         """Steps 3 and 4: the layout from meta (a counting sort by local expert), then recv_x
