@@ -113,3 +113,22 @@ def test_readme_headline_plot_is_the_newest_runs() -> None:
     want = f"docs/img/{plot.png_name(newest, 'all_reduce', table.HEADLINE_DTYPE)}"
     assert re.search(r"!\[[^\]]*\]\(" + re.escape(want) + r"\)", (REPO / "README.md").read_text()), (
         f"README.md should show {want}, the plot of the run its table comes from")
+
+
+def test_tables_show_the_public_op_where_a_run_timed_it() -> None:
+    """A run with `ironlink_op` rows (bench/ironlink_bench.py times the public ironlink.all_reduce)
+    gets its column in the headline and the per-world tables; a run without has none."""
+    table = _module("table")
+    doc = json.loads((REPO / "bench" / "results" / "experiments" / "allreduce-public-op-2xH200-93d22eb.json").read_text())
+    op = {r["bytes"]: r["us"] for r in doc["results"]
+          if r["collective"] == "all_reduce" and r["dtype"] == "bf16" and r["contender"] == "ironlink_op"}
+    head = table.headline(doc).splitlines()
+    assert "| ironlink us | ironlink.all_reduce us |" in head[2]
+    one_kib = next(line for line in head if line.startswith("| 1 KiB |"))
+    assert one_kib.split("|")[3].strip() == f"{op[1024]:.2f}"
+    full = table.tables(doc)
+    assert "| op us | op no PDL us |" in full
+    row = next(line for line in full.splitlines() if line.startswith("| 256 KiB |"))
+    assert row.split("|")[5].strip() == f"{op[262144]:.2f}" and row.split("|")[6].strip() == "-"
+    doc["results"] = [r for r in doc["results"] if not r["contender"].startswith("ironlink_op")]
+    assert "ironlink.all_reduce us" not in table.headline(doc) and "op us" not in table.tables(doc)
