@@ -74,7 +74,10 @@ def all_to_all_v_launch(max_bytes: int = 0) -> tuple[int, int]:
 
 # Programmatic dependent launch (ironlink.ops.pdl) for the latency-bound kernels: all_reduce_rmsnorm
 # and the all_reduce op. The default of their `pdl=None`; it takes effect only on compute
-# capability 9.0 and later (griddepcontrol). On/off not yet measured (bench/fused.py measures both).
+# capability 9.0 and later (griddepcontrol). The all_reduce op in a graph of 20 back to back on 2
+# H200s (git 93d22eb, bench/results/experiments/allreduce-public-op-2xH200-93d22eb.json), us with /
+# without: 5.03 / 4.94 at 1 KiB, 4.51 / 4.64 at 4 KiB, 6.95 / 7.40 at 16 KiB, 5.64 / 5.85 at 64 KiB;
+# all_reduce_rmsnorm: bench/fused.py's [rows] and [rows,pdl] rows (docs/fused.md).
 DECODE_PDL = True
 
 
