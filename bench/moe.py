@@ -15,7 +15,8 @@ ids and weights, the torch paths a row per (token, choice)), and for ironlink's 
 SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all) and
 `sms_budget` (the value asked for). `--relay` adds ironlink_relay: MoeExchange(path="relay"),
 its two all_to_all_v (the multi-node path, and the one-node path before the direct one), as a
-same-run baseline. Before timing, both torch
+same-run baseline; `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
+CUDA graphs: the steps' shares by difference). Before timing, both torch
 contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
 combine within bf16 tolerance. A benchmark, not a test.
 """
@@ -62,9 +63,9 @@ def row_fingerprints(rows: Any) -> Any:
 
 class MoeBench:
     def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False,
-                 fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False) -> None:
+                 fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False, phases: bool = False) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.profile, self.fp8, self.sms, self.relay = profile, fp8, sms, relay
+        self.profile, self.fp8, self.sms, self.relay, self.phases = profile, fp8, sms, relay, phases
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
@@ -163,6 +164,8 @@ class MoeBench:
                             time_graph(lambda: self._ironlink_layer(moe, x, idx, w), payload), 2 * payload, sent + back)
                 if self.profile:
                     self._profile(lambda: self._ironlink_layer(moe, x, idx, w), at)
+                if self.phases and moe.direct is not None:
+                    self._phases(moe, x, idx, w, recv_x, at, payload)
                 moe.check()
             finally:
                 moe.close()
@@ -227,6 +230,35 @@ class MoeBench:
         if self.rank == 0:
             print(f"profile {shape}:\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25), flush=True)
 
+    def _phases(self, moe: Any, x: Any, idx: Any, w: Any, y: Any, shape: dict[str, Any], payload: int) -> None:
+        """The direct path's phases in CUDA graphs, both ranks in step, as differences of prefixes
+        of the layer (an eager profile cannot: each exchange kernel starts with a barrier that waits
+        for the other rank's late launch). Rows op "prefix:<steps>", the time of the layer up to and
+        with that step; rank 0 prints each step's share."""
+        d = moe.direct
+
+        def upto(steps: int) -> Callable[[], None]:
+            def run() -> None:
+                moe._stage(x, idx, w)
+                if steps > 1:
+                    d.gather(False)
+                if steps > 2:
+                    lay = d.place(False)
+                    if steps > 3:
+                        d.push(y, lay, False)
+                    if steps > 4:
+                        d.sum(x.shape[0])
+            return run
+
+        names = ("stage", "gather_meta", "sort+pull_rows", "reduce_push", "sum_partials")
+        times = [time_graph(upto(i + 1), payload) for i in range(len(names))]
+        moe.check()
+        for i, name in enumerate(names):
+            self.record(f"prefix:{name}", "ironlink", shape, times[i], payload)
+        if self.rank == 0:
+            steps = ", ".join(f"{n} {t - (times[i - 1] if i else 0.0):.1f}" for i, (n, t) in enumerate(zip(names, times)))
+            print(f"phases {shape}: {steps} us", flush=True)
+
     @staticmethod
     def _ironlink_layer(moe: Any, x: Any, idx: Any, w: Any) -> None:
         recv_x, _, _, handle = moe.dispatch(x, idx, w)
@@ -285,6 +317,9 @@ def main() -> None:
     ap.add_argument("--sms", type=int, nargs="+", default=[0],
                     help="MoeExchange SM budgets to time (e.g. 8 16 24 32 0; 0: every SM); the first one's "
                          "result is the reference the others and the contenders must reproduce")
+    ap.add_argument("--phases", action="store_true",
+                    help="also time the direct path's steps in CUDA graphs (prefixes of the layer; rows "
+                         "op 'prefix:<step>')")
     ap.add_argument("--relay", action="store_true",
                     help="also time MoeExchange(path='relay') (two all_to_all_v) as contender ironlink_relay")
     ap.add_argument("--nvshmem-graph", action="store_true",
@@ -303,7 +338,7 @@ def main() -> None:
     heap_bytes = max(ironlink.MoeExchange.heap_bytes(world, largest, args.hidden, args.topk, fp8=fp8, multi_node=relay)
                      for fp8 in (False, True) for relay in (False, args.relay))
     b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
-                 sms=tuple(args.sms), relay=args.relay)
+                 sms=tuple(args.sms), relay=args.relay, phases=args.phases)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:
