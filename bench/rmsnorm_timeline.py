@@ -9,7 +9,7 @@ the all-reduce), `--repeats` launches back to back in one CUDA graph with PDL as
 so both ranks run in step as in a model. Reports the median over those launches of the slowest
 rank's phases, averaged over CTAs: `wait_us` (start to after the PDL wait: the previous kernel's
 tail), `all_reduce_us`, `norm_us`, and the kernel's span; `graph_us` times the same launch
-untraced, 20 back to back in a CUDA graph (as bench/fused.py).
+untraced, 20 back to back in a CUDA graph (as bench/fused.py), `traced_graph_us` the traced one so.
 """
 
 from __future__ import annotations
@@ -86,12 +86,17 @@ def main() -> None:
             heap.check()
             graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl,
                                                  preload=preload), x.nbytes)
+            # The traced launch timed the same way: whether the stamps themselves slow the kernel
+            # (the 2 H100 run's traced launches took 25-110 us where untraced ones took 10-22).
+            traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6,
+                                                        status, pdl, trace=traces[0], preload=preload), x.nbytes)
             mine = sorted(runs, key=lambda r: r["kernel_us"])[len(runs) // 2]
             gathered: list[Any] = [None] * world
             dist.all_gather_object(gathered, mine)
             worst = max(gathered, key=lambda r: r["kernel_us"])
             row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "ctas": p.ctas, "warps": p.warps,
-                   "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2), **worst,
+                   "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2),
+                   "traced_graph_us": round(traced_graph_us, 2), **worst,
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
             record_row(rows, row)
         heap.free(x)
