@@ -77,14 +77,20 @@ def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[
     for m, lay in zip(ms, lays):
         recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
         counts.append(lay.counts)
-        e_of_row = torch.searchsorted(torch.cumsum(lay.counts, 0), torch.arange(m.capacity), right=True)
-        scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
-        rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
-        ys.append((rows * scale).contiguous())
+        ys.append(_scaled_rows(m, lay.counts))
     for m, lay, y in zip(ms, lays, ys):
         m.direct.push(y, lay, False)
     outs = [m.direct.sum(t) for m, t in zip(ms, staged)]
     return recvs, counts, outs
+
+
+def _scaled_rows(m: MoeExchange, counts: Any) -> Any:
+    """The experts' outputs the layers combine: m's recv_x rows (dequantized for fp8), each times
+    its expert's global id + 1 (its expert from the expert `counts` of the layout)."""
+    e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(m.capacity), right=True)
+    scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
+    rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
+    return (rows * scale).contiguous()
 
 
 def exchange(send: list[tuple[Any, Any]], recv: list[tuple[Any, Any, Any]]) -> None:
@@ -113,11 +119,8 @@ def layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -
         c, off, slot, weight, received = m._layout()
         recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
         counts.append(c)
-        e_of_row = torch.searchsorted(torch.cumsum(c, 0), torch.arange(m.capacity), right=True)
-        scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
         handles.append(Handle(t, send_row, slot, weight, received))
-        rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
-        m._reduce_here((rows * scale).contiguous(), handles[-1])
+        m._reduce_here(_scaled_rows(m, c), handles[-1])
     exchange([(m.back_send, m.recv_counts) for m in ms], [(m.back_recv, m.back_counts, m.back_offsets) for m in ms])
     for m, h in zip(ms, handles):
         outs.append(m._sum_ranks(h))

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 import traceback
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -54,6 +54,30 @@ def moe_routing(g: torch.Generator, tokens: int, hidden: int, experts: int, k: i
     idx = scores.topk(k, dim=1).indices
     wts = torch.softmax(torch.randn(tokens, k, device="cuda", generator=g), 1)
     return x, idx, wts
+
+
+def expert_scales(moe: Any, counts: torch.Tensor) -> torch.Tensor:
+    """bf16 [capacity, 1]: for each recv_x row of MoeExchange `moe` (laid out by the expert
+    `counts` its dispatch returned), its expert's global id + 1, the factor the MoE cases' experts
+    scale their rows by (so combine's result depends on which expert each row reached)."""
+    le = moe.local_experts
+    e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
+    return (moe.rank * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None]
+
+
+def moe_scaled_layer(moe: Any, x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor) -> list[torch.Tensor]:
+    """One dispatch + combine on `moe` (check=True, then moe.check()), each expert scaling its
+    rows by `expert_scales` in between (an fp8 dispatch's rows dequantized first): clones of
+    recv_x (and the fp8 scales), the expert counts and offsets, and combine's output."""
+    from ironlink.moe import fp8_dequantize
+
+    recv, counts, offsets, handle = moe.dispatch(x, idx, wts, check=True)
+    rows = fp8_dequantize(*recv, torch.bfloat16) if moe.fp8 else recv
+    out = moe.combine(rows * expert_scales(moe, counts), handle, check=True)
+    torch.cuda.synchronize()
+    moe.check()
+    got = list(recv) if moe.fp8 else [recv]
+    return [t.clone() for t in got + [counts, offsets, out]]
 
 
 def heap_timeout_s() -> float:

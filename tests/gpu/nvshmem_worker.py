@@ -41,7 +41,7 @@ import ironlink.typed as ilt
 from ironlink.language import _abi
 from ironlink.runtime import tuning
 
-from _cases import Cases, heap_timeout_s, moe_routing, same_on_all_ranks, small  # tests/gpu/, the script's own directory
+from _cases import Cases, heap_timeout_s, moe_routing, moe_scaled_layer, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 
 HEAP_BYTES = 160 << 20
 
@@ -578,8 +578,6 @@ def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False
     """One MoeExchange dispatch + combine on `heap` (routing from `seed`, the same on any heap):
     recv_x (and fp8 scales), expert counts and offsets, and the combined output, cloned. Expert e
     of this rank scales its rows by (global expert id + 1) between the two."""
-    from ironlink.moe import fp8_dequantize
-
     rank, world = dist.get_rank(), dist.get_world_size()
     hidden, k, experts = 256, 4, max(2 * world, 8)
     x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(seed * 100 + rank), tokens, hidden, experts, k,
@@ -587,17 +585,9 @@ def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False
     moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts,
                                dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
     try:
-        recv, counts, offsets, handle = moe.dispatch(x, idx, wts, check=True)
-        rows = fp8_dequantize(*recv, torch.bfloat16) if fp8 else recv
-        le = experts // world
-        e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
-        scale = (rank * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None]
-        out = moe.combine(rows * scale, handle, check=True)
-        torch.cuda.synchronize()
-        moe.check()
-        got = list(recv) if fp8 else [recv]
-        assert int(counts.sum()) <= moe.capacity
-        return [t.clone() for t in got + [counts, offsets, out]]
+        results = moe_scaled_layer(moe, x, idx, wts)
+        assert int(results[-3].sum()) <= moe.capacity  # the expert counts
+        return results
     finally:
         moe.close()
 

@@ -24,7 +24,8 @@ import ironlink  # torch-free: importable where the suite then skips
 try:
     import torch
     import torch.distributed as dist
-    from _cases import SMALL, Cases, heap_timeout_s, moe_routing, same_on_all_ranks, small  # tests/gpu/, the script's own directory
+    from _cases import (SMALL, Cases, expert_scales, heap_timeout_s, moe_routing,  # tests/gpu/, the script's own directory
+                        moe_scaled_layer, same_on_all_ranks, small)
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
     Cases = object  # type: ignore[assignment,misc]
@@ -345,9 +346,7 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
 
     def layer() -> Any:
         recv_x, counts, offsets, handle = moe.dispatch(x, idx, wts, check=not graph and not capacity)
-        # Expert e of this rank scales its rows by (global expert id + 1).
-        e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
-        scale.copy_((me * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None])
+        scale.copy_(expert_scales(moe, counts))  # expert e of this rank scales its rows by (global id + 1)
         rows = fp8_dequantize(*recv_x, torch.bfloat16) if fp8 else recv_x
         out = moe.combine(rows * scale, handle, check=not graph)
         return recv_x, counts, out
@@ -423,11 +422,8 @@ def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
     """The direct path (peer loads and stores; every SM, and an 8-SM budget) gives the relay
     path's (two all_to_all_v) recv_x (and fp8 scales), expert counts, offsets and combined rows
     bit for bit, on the same routing (top-8, so a token takes several rows on one rank)."""
-    from ironlink.moe import fp8_dequantize
-
     world, me = s.world, dist.get_rank()
     hidden, k, experts = 512, 8, max(4 * world, 16)
-    le = experts // world
     x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(41 + me), tokens, hidden, experts, k, skewed)
     results = []
     for path, sms in (("relay", None), ("direct", None), ("direct", 8)):
@@ -435,15 +431,7 @@ def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
                                    dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
         try:
             assert moe.path == path
-            recv, counts, offsets, handle = moe.dispatch(x, idx, wts, check=True)
-            rows = fp8_dequantize(*recv, torch.bfloat16) if fp8 else recv
-            e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
-            scale = (me * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None]
-            out = moe.combine(rows * scale, handle, check=True)
-            torch.cuda.synchronize()
-            moe.check()
-            got = list(recv) if fp8 else [recv]
-            results.append([t.clone() for t in got + [counts, offsets, out]])
+            results.append(moe_scaled_layer(moe, x, idx, wts))
         finally:
             moe.close()
     for name, res in zip(("direct", "direct on 8 SMs"), results[1:]):
