@@ -309,9 +309,8 @@ def main() -> None:
                     help="experiment: moe.direct_kernels.PUSH_BLOCK (elements reduce_push sums per step)")
     ap.add_argument("--push-warps", type=int, default=moe_direct.PUSH_WARPS,
                     help="experiment: moe.direct_kernels.PUSH_WARPS (warps of reduce_push's CTAs)")
-    ap.add_argument("--pull-rows", type=int, default=0,
-                    help="experiment: rows pull_rows loads at once per CTA (1, 2, 4; default 0: "
-                         "moe.direct_kernels.PULL_ROWS)")
+    ap.add_argument("--pull-rows", type=int, default=moe_direct.PULL_ROWS,
+                    help="experiment: moe.direct_kernels.PULL_ROWS (rows pull_rows loads at once per CTA: 1, 2, 4)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--no-fp8", action="store_true", help="leave out the ironlink_fp8 rows (fp8 dispatch)")
     ap.add_argument("--sms", type=int, nargs="+", default=[0],
@@ -327,9 +326,7 @@ def main() -> None:
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
-    if args.pull_rows:
-        moe_direct.PULL_ROWS = args.pull_rows
-    moe_direct.PUSH_BLOCK, moe_direct.PUSH_WARPS = args.push_block, args.push_warps
+    moe_direct.PULL_ROWS, moe_direct.PUSH_BLOCK, moe_direct.PUSH_WARPS = args.pull_rows, args.push_block, args.push_warps
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()

@@ -141,8 +141,8 @@ def tables(doc: dict[str, Any]) -> str:
     sizes = sorted({r["bytes"] for r in rows})
     for dt in sorted({r["dtype"] for r in rows}):
         op = any(r["contender"] == "ironlink_op" and r["dtype"] == dt for r in rows)
-        out += [f"all_reduce {dt}" + (" (op: `ironlink.all_reduce` as a user calls it, with PDL and, up to "
-                                      "64 KiB, without):" if op else ":"), "",
+        out += [f"all_reduce {dt}" + (" (op: `ironlink.all_reduce` as a user calls it, with PDL and, where "
+                                      "measured, without):" if op else ":"), "",
                 "| size | ironlink us | busbw | config |" + (" op us | op no PDL us |" if op else "")
                 + " NCCL us | busbw | x NCCL | symm one_shot us | symm two_shot us |",
                 "|---|---|---|---|" + ("---|---|" if op else "") + "---|---|---|---|---|"]
