@@ -223,9 +223,10 @@ def matmul_flat(cc_major: int) -> bool:
 
 # matmul_all_reduce "push" at world 2: one-shot while the tiles take at most this many waves of
 # the CTAs. At M = 1024 (256 tiles of 128 x 256 on 132 CTAs: two waves) one-shot beat two-shot in
-# each of five runs (graph us, one-shot / two-shot): 2 H200s 132.7 / 138.6 (git 784be2d) and
-# 131.9 / 139.5 (7b34909); 2 H100s 139.0 / 142.4 (6759c28) and 136.3 / 141.6 (99b169a); at
-# M = 4096 (eight waves) two-shot won each time (462.8 / 490.0 on 2 H200s at 7b34909).
+# four of five runs (graph us, one-shot / two-shot): 2 H200s 132.7 / 138.6 (git 784be2d) and
+# 131.9 / 139.5 (7b34909); 2 H100s 139.0 / 142.4 (6759c28) and 136.3 / 141.6 (99b169a); level
+# in the fifth (138.6 / 138.9, 2 H200s, f2ca070); at M = 4096 (eight waves) two-shot won each
+# time (462.8 / 490.0 on 2 H200s at 7b34909).
 MATMUL_ONE_SHOT_MAX_WAVES = 2
 
 
