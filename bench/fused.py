@@ -22,7 +22,8 @@
 - matmul_reducescatter (a [M, K / world] x b [K / world, N], K = N = 8192): ironlink_fused
   (ironlink.matmul_reduce_scatter), nccl_torch (torch.matmul, dist.reduce_scatter_tensor),
   torch_symm_fused (torch.ops.symm_mem.fused_matmul_reduce_scatter, where it runs).
-Each point: ironlink_bench.time_graph (calls captured in one graph, median replay, max over ranks).
+Each point: calls captured in one CUDA graph, median replay, max over ranks; the contenders of one
+shape replayed in turns (ironlink_bench.GraphRound), so clock drift over the run falls on each alike.
 A benchmark, not a test: nothing asserts a time.
 """
 
@@ -34,11 +35,10 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import triton
 
 import ironlink
 from ironlink.runtime import tuning
-from ironlink_bench import time_graph, write_results
+from ironlink_bench import GraphRound, write_results
 from ironlink.fused.matmul_allreduce import METHODS
 from ironlink.fused.matmul_allreduce import launch as launch_matmul
 from ironlink.fused.matmul_allreduce import plan as plan_matmul
@@ -55,6 +55,9 @@ class FusedBench:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.rows: list[dict[str, Any]] = []
+        # The current shape's contenders (`record`) until they are timed together (`flush`).
+        self.round = GraphRound()
+        self.pending: list[tuple[dict[str, Any], dict[str, int], dict[str, Any]]] = []
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         # Programmatic dependent launch (ironlink.ops.pdl): what the ops choose by default here, and
         # the settings to measure (both where the GPU has it).
@@ -64,12 +67,20 @@ class FusedBench:
 
     def record(self, op: str, contender: str, shape: dict[str, int], dtype: str, fn: Callable[[], None],
                nbytes: int, **extra: Any) -> None:
-        us = time_graph(fn, nbytes)
+        """Captures `fn` into the current shape's round; `flush` times the round's contenders in turns."""
+        self.round.add(fn, nbytes)
+        self.pending.append(({"op": op, "contender": contender, **shape, "dtype": dtype}, shape, extra))
+
+    def flush(self) -> None:
+        """Times every contender recorded since the last flush side by side (`GraphRound`: clock
+        drift over the run falls on each alike) and appends their rows."""
+        for (row, shape, extra), us in zip(self.pending, self.round.run()):
+            self.rows.append({**row, "us": round(us, 3), **extra})
+            if self.rank == 0:
+                print(f"{row['op']:>18} {row['contender']:>22} {shape} {row['dtype']} {us:10.2f} us {extra or ''}",
+                      flush=True)
+        self.pending.clear()
         self.heap.check()
-        row = {"op": op, "contender": contender, **shape, "dtype": dtype, "us": round(us, 3), **extra}
-        self.rows.append(row)
-        if self.rank == 0:
-            print(f"{op:>18} {contender:>22} {shape} {dtype} {us:10.2f} us {extra or ''}", flush=True)
 
     def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype) -> None:
         shape = {"tokens": tokens, "hidden": hidden}
@@ -90,9 +101,6 @@ class FusedBench:
                 self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}{',pdl' if pdl else ''}]", shape, dt,
                             lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
                                                                 mode=mode, pdl=pdl), nbytes)
-        chosen = f"ironlink_fused[{default}{',pdl' if self.default_pdl else ''}]"
-        best = next(r for r in reversed(self.rows) if r["contender"] == chosen)
-        self.rows.append({**best, "contender": "ironlink_fused", "mode": default, "pdl": self.default_pdl})
         self.record("allreduce_rmsnorm", "nccl_torch", shape, dt, lambda: (dist.all_reduce(x), torch_ops()), nbytes)
         for pdl in self.pdl_settings:
             self.record("allreduce_rmsnorm", f"ironlink_torch{'[pdl]' if pdl else ''}", shape, dt,
@@ -105,6 +113,10 @@ class FusedBench:
                         lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out8, heap=self.heap,
                                                             scale=scale), nbytes, pdl=self.default_pdl)
         self.torch_symm(shape, dt, x, torch_ops, nbytes)
+        self.flush()
+        chosen = f"ironlink_fused[{default}{',pdl' if self.default_pdl else ''}]"
+        best = next(r for r in reversed(self.rows) if r["contender"] == chosen)
+        self.rows.append({**best, "contender": "ironlink_fused", "mode": default, "pdl": self.default_pdl})
         self.heap.free(x)
 
     def torch_symm(self, shape: dict[str, int], dt: str, x: torch.Tensor, torch_ops: Callable[[], None],
@@ -162,8 +174,6 @@ class FusedBench:
             p = push._replace(one_shot=one_shot)
             self.record("matmul_allreduce", f"ironlink_fused[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status), nbytes)
-            if int(status.abs().max()):  # launched here without launch_with_status's check
-                raise RuntimeError(f"matmul_allreduce push {shots}: status {status.tolist()}")
             # Its GEMM alone (the kernel without communication): what the fused time is made of.
             self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)
@@ -173,6 +183,9 @@ class FusedBench:
             contender = "triton_gemm" if meth == method else f"triton_gemm[{meth}]"
             self.record("matmul_allreduce", contender, shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)
+        self.flush()
+        if int(status.abs().max()):  # the push kernels launched here without launch_with_status's check
+            raise RuntimeError(f"matmul_allreduce push: status {status.tolist()}")
         self.heap.free(out)
 
 
@@ -220,6 +233,7 @@ class SequenceParallelBench:
         self.symm_mem.rendezvous(symm, self.group)
         self.torch_fused(op, shape, lambda: torch.ops.symm_mem.fused_all_gather_matmul(symm, [bmat], 0, self.group),
                          a_full.nbytes)
+        self.b.flush()
         heap.free(a_full)
 
     def matmul_scatter(self, m: int, n: int, k: int) -> None:
@@ -241,6 +255,7 @@ class SequenceParallelBench:
                       lambda: (torch.matmul(a, bmat, out=full), dist.reduce_scatter_tensor(out, full)), nbytes)
         self.torch_fused(op, shape,
                          lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, bmat, "sum", 0, self.group), nbytes)
+        self.b.flush()
 
 
 def parse_configs(text: Optional[str]) -> list[tuning.MatmulConfig]:

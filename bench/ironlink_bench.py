@@ -82,35 +82,64 @@ def _reduce_scatter(ctx, inp, out, n, dt, status):
     tl.store(status + tl.program_id(0), il.symm_reduce_scatter(ctx, inp, out, n, 0, dt))
 
 
-def time_graph(fn: Callable[[], None], nbytes: int) -> float:
-    """Median microseconds per call of `fn` under CUDA-graph replay, max over ranks."""
-    iters, reps = iters_reps(nbytes)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(iters):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        dist.barrier()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+class GraphRound:
+    """Contenders timed side by side: each is captured into its own CUDA graph when added (`add`),
+    then `run` replays them in turns, every round in a rotated order, and returns each one's
+    median microseconds per call, max over ranks. A GPU's clocks drift over a long run (a GEMM
+    heats it until power caps the clock): timed one after another, the first contender would get
+    the cool GPU; in turns, the drift falls on all of them alike. Every rank must add the same
+    contenders in the same order (the replays of collectives meet their peers')."""
+
+    def __init__(self) -> None:
+        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int]] = []  # (graph, calls in it, replays)
+
+    def add(self, fn: Callable[[], None], nbytes: int) -> int:
+        """Warms `fn` up, captures `iters_reps(nbytes)[0]` calls of it into a graph; returns its index."""
+        iters, reps = iters_reps(nbytes)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(iters):
+                fn()
         g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / iters)
-    del g
-    t = torch.tensor([statistics.median(times)], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+        torch.cuda.synchronize()
+        self.graphs.append((g, iters, reps))
+        return len(self.graphs) - 1
+
+    def run(self) -> list[float]:
+        """Times every graph added (the most replays any asked for each), then drops them."""
+        n = len(self.graphs)
+        times: list[list[float]] = [[] for _ in range(n)]
+        for r in range(max((reps for _, _, reps in self.graphs), default=0)):
+            for i in [(r + j) % n for j in range(n)]:  # rotated: each contender leads a round in turn
+                g, iters, _ = self.graphs[i]
+                dist.barrier()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                times[i].append(a.elapsed_time(b) * 1000 / iters)
+        self.graphs.clear()
+        if n == 0:
+            return []
+        t = torch.tensor([statistics.median(ts) for ts in times], device="cuda")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+
+def time_graph(fn: Callable[[], None], nbytes: int) -> float:
+    """Median microseconds per call of `fn` under CUDA-graph replay, max over ranks (a
+    `GraphRound` of one)."""
+    timer = GraphRound()
+    timer.add(fn, nbytes)
+    return timer.run()[0]
 
 
 def time_eager(fn: Callable[[], None], reps: int = 20) -> float:
@@ -181,7 +210,8 @@ def run_info(world: int) -> dict[str, Any]:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-        "method": "CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, median per call, max over ranks",
+        "method": ("CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, median per call, max over ranks; "
+                   "where a program times contenders together (GraphRound), their replays in turns"),
         "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
     }
 
