@@ -91,7 +91,8 @@ class GraphRound:
     contenders in the same order (the replays of collectives meet their peers')."""
 
     def __init__(self) -> None:
-        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int]] = []  # (graph, calls in it, replays)
+        # (graph, calls in it, replays, the function: it keeps what its graph reads alive until `run`)
+        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], None]]] = []
 
     def add(self, fn: Callable[[], None], nbytes: int) -> int:
         """Warms `fn` up, captures `iters_reps(nbytes)[0]` calls of it into a graph; returns its index."""
@@ -109,16 +110,16 @@ class GraphRound:
                 fn()
         g.replay()
         torch.cuda.synchronize()
-        self.graphs.append((g, iters, reps))
+        self.graphs.append((g, iters, reps, fn))
         return len(self.graphs) - 1
 
     def run(self) -> list[float]:
         """Times every graph added (the most replays any asked for each), then drops them."""
         n = len(self.graphs)
         times: list[list[float]] = [[] for _ in range(n)]
-        for r in range(max((reps for _, _, reps in self.graphs), default=0)):
+        for r in range(max((reps for _, _, reps, _ in self.graphs), default=0)):
             for i in [(r + j) % n for j in range(n)]:  # rotated: each contender leads a round in turn
-                g, iters, _ = self.graphs[i]
+                g, iters, _, _ = self.graphs[i]
                 dist.barrier()
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
