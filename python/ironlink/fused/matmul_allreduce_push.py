@@ -153,14 +153,17 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
         p1, p1_m0, p1_n0 = t, m0, n0
         step += 1
     if COMMUNICATE:
-        # The last tile's partial goes out now (nothing left to overlap it with); then the last two
+        # The last tile's partial goes out now (nothing left to overlap it with), and the last two
         # tiles are reduced.
         if p1 >= 0:
             push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
                          PUSH_ROWS, TMA_PUSH)
-            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
+        # The tile before it is reduced while the push's last TMA store drains (the signal waits
+        # for it): its peers' partials came in long ago.
         if (p2 >= 0) & (worst == 0):
             worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
+        if p1 >= 0:
+            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
         if (p1 >= 0) & (worst == 0):
             worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
         stamp(trace, 1 + 6 * step, TRACE)

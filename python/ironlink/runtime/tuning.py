@@ -142,17 +142,17 @@ SP_METHODS: dict[str, tuple[tuple[int, str], ...]] = {
     "all_gather_matmul": ((2048, "collective"), (1 << 62, "overlap")),
     "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "overlap")),
 }
-# Where a world size has its own table. World 2, two runs on 2 H200s (git 784be2d and 7b34909:
-# bench/results/fused-2xNVIDIA-H200-20261125-234653.json, -20261126-021817.json), us:
-# all_gather_matmul collective 39.7 / 41.8 against overlap 64.5 / 63.5 at M = 128, overlap
-# 116.2 / 113.9 against collective 130.3 / 127.0 at 1024; matmul_reduce_scatter collective
-# 37.0 / 35.5 against kernel 53.8 / 53.6 at M = 128; its kernel (two-shot by slices, TMA pushes)
-# 118.8 / 120.2 at 1024 and 439.2 / 429.0 at 4096 against overlap 123.6 / 122.7 and 487.5 /
-# 444.9, while overlap wins at 16384 (1866.5 / 1811.6 against 1896.4 / 1858.5). Between 4096
-# and 16384 unmeasured: the switch at 8192.
+# Where a world size has its own table. World 2, on 2 H200s, us: all_gather_matmul collective
+# 39.7 / 41.8 against overlap 64.5 / 63.5 at M = 128, overlap 116.2 / 113.9 against collective
+# 130.3 / 127.0 at 1024 (git 784be2d, 7b34909: bench/results/fused-2xNVIDIA-H200-20261125-234653.json,
+# -20261126-021817.json); matmul_reduce_scatter collective 37.0 / 35.5 against kernel 53.8 / 53.6
+# at M = 128, and its kernel (two-shot by slices, TMA pushes) fastest from 1024 up, with the
+# contenders timed in turns (9bbf473, -20261126-050609.json): 125.0 / 444.8 / 1857.8 at 1024 /
+# 4096 / 16384 against overlap 130.0 / 453.9 / 2054.5 (timed one after another, as before, the
+# overlap method ran first and looked level at 16384).
 SP_METHODS_BY_WORLD: dict[int, dict[str, tuple[tuple[int, str], ...]]] = {
     2: {"all_gather_matmul": ((512, "collective"), (1 << 62, "overlap")),
-        "matmul_reduce_scatter": ((512, "collective"), (8192, "kernel"), (1 << 62, "overlap"))},
+        "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "kernel"))},
 }
 SP_METHOD_NAMES = ("kernel", "collective", "overlap")
 # all_gather_matmul's kernel: the pieces each own-row tile's K loop is cut into, one piece of the
