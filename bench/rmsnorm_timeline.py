@@ -10,6 +10,8 @@ so both ranks run in step as in a model. Reports the median over those launches 
 rank's phases, averaged over CTAs: `wait_us` (start to after the PDL wait: the previous kernel's
 tail), `all_reduce_us`, `norm_us`, and the kernel's span; `graph_us` times the same launch
 untraced, 20 back to back in a CUDA graph (as bench/fused.py), `traced_graph_us` the traced one so.
+`--rows-at-once 1,2` also times mode rows normalizing that many rows at a time (bf16 and FP8 out,
+the variants in turns: ironlink_bench.GraphRound), rows with `variant` and `graph_us`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink_bench import record_row, time_graph, write_results
+from ironlink_bench import GraphRound, record_row, time_graph, write_results
 from ironlink.runtime.distributed import sm_share
 from ironlink.fused.allreduce_rmsnorm import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
@@ -39,11 +41,32 @@ def phases(stamps: torch.Tensor) -> dict[str, float]:
             "start_skew_us": round(float(s[:, 0].max() - s[:, 0].min()), 2)}
 
 
+def rows_at_once(rows: list[dict[str, Any]], heap: Any, p: Any, x: torch.Tensor, residual: torch.Tensor,
+                 weight: torch.Tensor, out: torch.Tensor, status: torch.Tensor, pdl: bool, values: list[int]) -> None:
+    """Mode rows with each of `values` rows normalized at a time, bf16 and FP8 out (Hopper), timed in turns."""
+    t = x.shape[0]
+    out8 = torch.empty(x.shape, device="cuda", dtype=torch.float8_e4m3fn)
+    scale = torch.empty(t, device="cuda", dtype=torch.float32)
+    variants = [(v, fp8) for fp8 in ((False, True) if torch.cuda.get_device_capability()[0] >= 9 else (False,))
+                for v in values]
+    timer = GraphRound()
+    for v, fp8 in variants:
+        q = p._replace(rows_at_once=v, fp8=fp8)
+        o, sc = (out8, scale) if fp8 else (out, out)
+        timer.add(lambda q=q, o=o, sc=sc: launch(heap, q, x, residual, residual, weight, o, sc, 1e-6, status, pdl),
+                  x.nbytes)
+    for (v, fp8), us in zip(variants, timer.run()):
+        record_row(rows, {"tokens": t, "hidden": x.shape[1], "mode": p.mode, "ctas": p.ctas,
+                          "variant": f"rows_at_once={v}{',fp8' if fp8 else ''}", "graph_us": round(us, 2)})
+    heap.check()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,8,32,128")
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--rows-at-once", default="", help="e.g. 1,2: mode rows' rows at a time to compare")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -99,6 +122,9 @@ def main() -> None:
                    "traced_graph_us": round(traced_graph_us, 2), **worst,
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
             record_row(rows, row)
+        if p.mode == "rows" and args.rows_at_once:
+            rows_at_once(rows, heap, p, x, residual, weight, out, status, pdl,
+                         [int(v) for v in args.rows_at_once.split(",")])
         heap.free(x)
     write_results(args.out, world, rows, probe="rmsnorm_timeline")
     heap.close()

@@ -78,6 +78,10 @@ def test_rmsnorm_rows_over_the_ll_tile_all_reduce(tokens: int, hidden: int, worl
     assert p.mode == mode
     if ctas is not None:
         assert p.ctas == ctas
+    if mode == "rows":  # several rows a CTA: normalized RMSNORM_ROWS_AT_ONCE at a time, else one
+        many = tuning.rmsnorm_rows_per_cta(tokens, p.ctas) >= tuning.RMSNORM_ROWS_AT_ONCE
+        assert p.rows_at_once == (tuning.RMSNORM_ROWS_AT_ONCE if many else 1)
+        assert p.rows_at_once == (1 if tokens <= 132 else tuning.RMSNORM_ROWS_AT_ONCE)
     if mode == "rows" and tokens <= 132:
         per = tuning.rmsnorm_rows_per_cta(tokens, p.ctas)
         takes = tuning.tile_all_reduce_takes_ll(p.ctas - 1, per, hidden * 2, world)

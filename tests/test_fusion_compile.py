@@ -83,23 +83,33 @@ _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out":
                 "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
                 "trace": "*i64",
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
-                "PRELOAD": "constexpr", "TRACE": "constexpr"}
+                "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr"}
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
-        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "num_warps": 16})
+        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+         "num_warps": 16})
     # The FP8 output (float8_e4m3fn, per-token scales): Hopper and later (the host refuses it before).
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_fp8"] = (
         allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
-        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False, "MIN_CC": 90,
-         "num_warps": 16})
+        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+         "MIN_CC": 90, "num_warps": 16})
+# Rows mode with several rows a CTA: two normalized at a time (tuning.rmsnorm_rows_at_once).
+KERNELS["allreduce_rmsnorm_rows_2"] = (
+    allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+    {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
+     "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "num_warps": 16})
+KERNELS["allreduce_rmsnorm_rows_2_fp8"] = (
+    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
+     "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "MIN_CC": 90, "num_warps": 16})
 # With programmatic dependent launch (ironlink.ops.pdl): griddepcontrol is sm_90+, the host launches
 # it there only (tests/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_pdl"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
-        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "MIN_CC": 90,
-         "num_warps": 16})
+        {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+         "MIN_CC": 90, "num_warps": 16})
 _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
                "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",

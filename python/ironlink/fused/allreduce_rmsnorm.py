@@ -64,6 +64,7 @@ class Plan(NamedTuple):
     ctas: int
     warps: int
     fp8: bool  # out is float8_e4m3fn, quantized per token
+    rows_at_once: int  # rows: rows a CTA normalizes at a time
 
 
 def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: TensorSpec, scale: Optional[TensorSpec],
@@ -117,36 +118,40 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     else:
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
-    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8)
+    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, tuning.rmsnorm_rows_at_once(tokens, ctas))
 
 
 @triton.jit
 def _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H: tl.constexpr, FP8: tl.constexpr):
     """Row `row`: residual_out = x + residual (rounded), out = its RMS norm times weight; with FP8
     quantized by the row's own scale, stored into scale[row]."""
+    rows = row.to(tl.int64) + tl.arange(0, 1)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
-    at = row.to(tl.int64) * H + cols
-    _norm_values(x, tl.load(residual + at, mask=m, other=0.0), tl.load(weight + cols, mask=m, other=0.0), residual_out,
-                 out, scale, row, H, eps, BLOCK_H, FP8)
+    res = tl.load(residual + rows[:, None] * H + cols[None, :], mask=m[None, :], other=0.0)
+    _norm_values(x, res, tl.load(weight + cols, mask=m, other=0.0), residual_out, out, scale, rows, rows == rows, H,
+                 eps, BLOCK_H, FP8)
 
 
 @triton.jit
-def _norm_values(x, res, w, residual_out, out, scale, row, H, eps, BLOCK_H: tl.constexpr, FP8: tl.constexpr):
-    """`_norm_row` with the row's residual `res` and the weight `w` already loaded."""
+def _norm_values(x, res, w, residual_out, out, scale, rows, valid, H, eps, BLOCK_H: tl.constexpr,
+                 FP8: tl.constexpr):
+    """`_norm_row` for the rows `rows` ([R] int64, those where `valid`) at once, their residual
+    rows `res` ([R, BLOCK_H]) and the weight `w` already loaded: R rows' loads in flight and their
+    reductions side by side, where one row at a time waits for each in turn."""
     cols = tl.arange(0, BLOCK_H)
-    m = cols < H
-    at = row.to(tl.int64) * H + cols
+    m = valid[:, None] & (cols < H)[None, :]
+    at = rows[:, None] * H + cols[None, :]
     v = tl.load(x + at, mask=m, other=0.0).to(tl.float32) + res.to(tl.float32)
     r = v.to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
-    inv = tl.rsqrt(tl.sum(rf * rf, axis=0) / H + eps)
-    y = rf * inv * w.to(tl.float32)
+    inv = tl.rsqrt(tl.sum(rf * rf, axis=1) / H + eps)
+    y = rf * inv[:, None] * w.to(tl.float32)[None, :]
     if FP8:
-        s = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-12) / FP8_MAX
-        tl.store(scale + row, s)
-        y = y / s
+        s = tl.maximum(tl.max(tl.abs(y), axis=1), 1e-12) / FP8_MAX
+        tl.store(scale + rows, s, mask=valid)
+        y = y / s[:, None]
     tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
 
 
@@ -165,11 +170,13 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
 @jit(do_not_specialize=["ctx", "T", "eps"])
 def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
-                             PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False):
+                             PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
+                             ROWS: tl.constexpr = 1):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
-    touching memory (`ironlink.ops.pdl`). PRELOAD (rows): the weight and the CTA's first residual row
+    touching memory (`ironlink.ops.pdl`). Rows mode normalizes ROWS rows at a time
+    (`tuning.rmsnorm_rows_at_once`). PRELOAD (rows): the weight and the CTA's first residual rows
     are loaded before the all-reduce, so their latency hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
     (`fused/trace.py`; bench/rmsnorm_timeline.py)."""
@@ -190,24 +197,29 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
         r0 = pid * per
         r1 = tl.minimum(T, r0 + per)
         rows = tl.maximum(r1 - r0, 0)
+        cols = tl.arange(0, BLOCK_H)
+        m = cols < H
+        lanes = tl.arange(0, ROWS).to(tl.int64)
         if PRELOAD:
-            cols = tl.arange(0, BLOCK_H)
-            m = cols < H
             w = tl.load(weight + cols, mask=m, other=0.0)
-            first = tl.load(residual + r0.to(tl.int64) * H + cols, mask=m & (rows > 0), other=0.0)
-            s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
-            stamp(trace, 2, TRACE)
-            for row in range(r0, r1):
+            at = (r0 + lanes)[:, None] * H + cols[None, :]
+            first = tl.load(residual + at, mask=(r0 + lanes < r1)[:, None] & m[None, :], other=0.0)
+        s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
+        stamp(trace, 2, TRACE)
+        if not PRELOAD:
+            w = tl.load(weight + cols, mask=m, other=0.0)
+        for row in range(r0, r1, ROWS):
+            block = row + lanes
+            valid = block < r1
+            at = block[:, None] * H + cols[None, :]
+            if PRELOAD:
                 if row == r0:
                     res = first
                 else:
-                    res = tl.load(residual + tl.cast(row, tl.int64) * H + cols, mask=m, other=0.0)
-                _norm_values(x, res, w, residual_out, out, scale, row, H, eps, BLOCK_H, FP8)
-        else:
-            s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
-            stamp(trace, 2, TRACE)
-            for row in range(r0, r1):
-                _norm_row(x, residual, residual_out, weight, out, scale, row, H, eps, BLOCK_H, FP8)
+                    res = tl.load(residual + at, mask=valid[:, None] & m[None, :], other=0.0)
+            else:
+                res = tl.load(residual + at, mask=valid[:, None] & m[None, :], other=0.0)
+            _norm_values(x, res, w, residual_out, out, scale, block, valid, H, eps, BLOCK_H, FP8)
     stamp(trace, 3, TRACE)
     tl.store(status + pid, s)
 
@@ -291,7 +303,7 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
     allreduce_rmsnorm_kernel[(p.ctas,)](
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
         trace if trace is not None else status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
-        PRELOAD=preload, TRACE=trace is not None, num_warps=p.warps, **pdl_launch_options(pdl))
+        PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, num_warps=p.warps, **pdl_launch_options(pdl))
 
 
 __all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "launch", "allreduce_rmsnorm_hierarchical_kernel",

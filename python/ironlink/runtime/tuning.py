@@ -119,6 +119,20 @@ def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
     return -(-tokens // max(1, ctas))
 
 
+# all_reduce_rmsnorm "rows": a CTA with several rows normalizes this many at a time (their loads
+# in flight together, their reductions side by side). Prediction (2 H200s): the norm of a CTA's
+# rows is latency-bound, one dependent chain of loads and two block reductions per row; two at a
+# time should take ~5 us off 512 tokens (4 rows a CTA) and ~15 off 2048 (16), more with an FP8
+# out (a third reduction), nothing at 1 to 128 tokens (one row a CTA).
+RMSNORM_ROWS_AT_ONCE = 2
+
+
+def rmsnorm_rows_at_once(tokens: int, ctas: int) -> int:
+    """Rows a CTA of all_reduce_rmsnorm's "rows" mode normalizes at a time: RMSNORM_ROWS_AT_ONCE
+    where it has that many, else 1."""
+    return RMSNORM_ROWS_AT_ONCE if rmsnorm_rows_per_cta(tokens, ctas) >= RMSNORM_ROWS_AT_ONCE else 1
+
+
 def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> str:
     """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks with
     `sms` SMs per rank for its grid."""
@@ -257,5 +271,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
-           "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_per_cta", "sp_method",
+           "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]
