@@ -120,10 +120,12 @@ def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
 
 
 # all_reduce_rmsnorm "rows": a CTA with several rows normalizes this many at a time (their loads
-# in flight together, their reductions side by side). Prediction (2 H200s): the norm of a CTA's
-# rows is latency-bound, one dependent chain of loads and two block reductions per row; two at a
-# time should take ~5 us off 512 tokens (4 rows a CTA) and ~15 off 2048 (16), more with an FP8
-# out (a third reduction), nothing at 1 to 128 tokens (one row a CTA).
+# in flight together, their reductions side by side). On 2 H200s, hidden 8192, in turns (git
+# 345ed84, bench/rmsnorm_timeline.py --rows-at-once 1,2,
+# bench/results/experiments/rmsnorm-rows-at-once-2xNVIDIA-H200-20261126-052212.json), us, one
+# row / two at a time: 512 tokens (4 rows a CTA) 40.9 / 40.0, FP8 out 43.4 / 42.7; 2048 (16)
+# 150.6 / 144.4, FP8 158.8 / 146.8. With one row a CTA two at a time is slower (1 token 9.5 /
+# 9.8), so such CTAs keep one.
 RMSNORM_ROWS_AT_ONCE = 2
 
 
