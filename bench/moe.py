@@ -15,7 +15,8 @@ ids and weights, the torch paths a row per (token, choice)), and for ironlink's 
 SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all) and
 `sms_budget` (the value asked for). `--relay` adds ironlink_relay: MoeExchange(path="relay"),
 its two all_to_all_v (the multi-node path, and the one-node path before the direct one), as a
-same-run baseline; `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
+same-run baseline; ironlink_ll is MoeExchange(path="low_latency") (one kernel each for dispatch
+and combine) up to `--low-latency-max-tokens` tokens; `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
 CUDA graphs: the steps' shares by difference). Before timing, both torch
 contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
 combine within bf16 tolerance. A benchmark, not a test.
@@ -63,9 +64,11 @@ def row_fingerprints(rows: Any) -> Any:
 
 class MoeBench:
     def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False,
-                 fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False, phases: bool = False) -> None:
+                 fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False, phases: bool = False,
+                 low_latency_max_tokens: int = 0) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.profile, self.fp8, self.sms, self.relay, self.phases = profile, fp8, sms, relay, phases
+        self.low_latency_max_tokens = low_latency_max_tokens
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
@@ -141,14 +144,17 @@ class MoeBench:
         pairs, choices = self.remote(idx)
         ref: Optional[Reference] = None
         runs = [("ironlink", None, b) for b in self.sms] + ([("ironlink_relay", "relay", 0)] if self.relay else [])
+        if max(tokens, max_tokens) <= self.low_latency_max_tokens:
+            runs.append(("ironlink_ll", "low_latency", 0))
         for who, path, budget in runs:
             moe = ironlink.MoeExchange(self.heap, max(tokens, max_tokens), self.hidden, self.topk, self.experts,
                                        sms=budget, path=path)
             try:
                 at = {**shape, "sms": moe.sms, "sms_budget": budget}
-                recv_x, counts, _, handle = moe.dispatch(x, idx, w)
+                recv_x, counts, offsets, handle = moe.dispatch(x, idx, w)
                 out = moe.combine(recv_x, handle).clone()
-                got = Reference(row_fingerprints(recv_x[:int(counts.sum())]), out)
+                rows = torch.cat([recv_x[o:o + c] for o, c in zip(offsets.tolist(), counts.tolist())])
+                got = Reference(row_fingerprints(rows), out)
                 differs = ref is not None and not (torch.equal(got.rows, ref.rows) and torch.equal(got.out, ref.out))
                 flag = torch.tensor([int(differs)], device="cuda")
                 dist.all_reduce(flag)  # every rank raises, not only the one that differs
@@ -321,6 +327,8 @@ def main() -> None:
                          "op 'prefix:<step>')")
     ap.add_argument("--relay", action="store_true",
                     help="also time MoeExchange(path='relay') (two all_to_all_v) as contender ironlink_relay")
+    ap.add_argument("--low-latency-max-tokens", type=int, default=1024,
+                    help="time MoeExchange(path='low_latency') as contender ironlink_ll up to this many tokens")
     ap.add_argument("--nvshmem-graph", action="store_true",
                     help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
     args = ap.parse_args()
@@ -334,8 +342,13 @@ def main() -> None:
     largest = max(max(tokens), args.max_tokens)  # one MoeExchange at a time, each closed after its rows
     heap_bytes = max(ironlink.MoeExchange.heap_bytes(world, largest, args.hidden, args.topk, fp8=fp8, multi_node=relay)
                      for fp8 in (False, True) for relay in (False, args.relay))
+    ll = [t for t in tokens if max(t, args.max_tokens) <= args.low_latency_max_tokens]
+    if ll:
+        heap_bytes = max(heap_bytes, ironlink.MoeExchange.heap_bytes(world, max(max(ll), args.max_tokens), args.hidden,
+                                                                     args.topk, path="low_latency"))
     b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
-                 sms=tuple(args.sms), relay=args.relay, phases=args.phases)
+                 sms=tuple(args.sms), relay=args.relay, phases=args.phases,
+                 low_latency_max_tokens=args.low_latency_max_tokens)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:

@@ -21,7 +21,8 @@ from ironlink.moe import direct_kernels
 from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort
 
-from moe_sim import FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, sim_heaps  # tests/, beside this file
+from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, low_latency_layer,  # tests/, beside this file
+                     sim_heaps)
 
 FP8 = torch.float8_e4m3fn
 
@@ -157,6 +158,77 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
             m.check()
 
 
+def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: int, xs: list[Any], ids: list[Any],
+                             ws: list[Any], relay: tuple[list[Any], ...]) -> None:
+    """The low-latency path (simulated one-node heaps, peer stores through the arenas): each
+    received token's row in its expert's block of recv_x at the row its slot names, the blocks
+    filled from their first row, the relay path's expert counts and combined rows bit for bit;
+    three layers in a row (both halves of its buffers, the first twice)."""
+    nbytes = exchange_mod._heap_bytes(world, tokens, h, k, False, SimHeap.ALIGN, path="low_latency")
+    heaps = sim_heaps(world, nbytes)
+    ms = [MoeExchange(sh, tokens, h, k, experts, path="low_latency") for sh in heaps]
+    assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (low_latency) != the bytes allocated"
+    le, block = experts // world, world * tokens
+    assert all(m.capacity == le * block for m in ms)
+    for run in range(3):
+        recvs, counts, outs, lays = low_latency_layer(ms, xs, ids, ws)
+        for p, m in enumerate(ms):
+            assert torch.equal(counts[p], relay[1][p]), f"low-latency path, rank {p}, run {run}: expert counts differ"
+            assert torch.equal(lays[p].offsets, torch.arange(le) * block), f"rank {p}: expert offsets"
+            assert int(lays[p].received) == sum(x.shape[0] for x in xs), f"rank {p}: tokens received"
+            taken = []
+            for q in range(world):
+                for t in range(xs[q].shape[0]):
+                    for j in range(k):
+                        e, s = int(ids[q][t, j]), int(lays[p].slot[q * tokens + t, j])
+                        if p * le <= e < (p + 1) * le:
+                            assert (s - (e - p * le) * block) in range(int(counts[p][e - p * le])), (p, q, t, j, s)
+                            assert torch.equal(recvs[p][s], xs[q][t]), f"rank {p}: recv_x row {s} is not token {t} of {q}"
+                            taken.append(s)
+                        else:
+                            assert s == -1, f"rank {p}: slot {s} for another rank's expert"
+            assert len(set(taken)) == len(taken) == int(counts[p].sum()), f"rank {p}: rows taken twice or left out"
+            assert torch.equal(_bytes(outs[p]), _bytes(relay[2][p])), f"low-latency path, rank {p}, run {run}: combine"
+        for m in ms:
+            m.check()
+
+
+def low_latency_errors(world: int, tokens: int, hidden: int, k: int, experts: int) -> None:
+    """Low-latency path: out-of-range ids skipped and reported by the rank that sent them (combine
+    as the relay path's); an expert chosen more than once by every token overflows its block of
+    recv_x (world * max_tokens rows): CAPACITY_EXCEEDED names it, the rows past it dropped."""
+    nbytes = exchange_mod._heap_bytes(world, tokens, hidden, k, False, SimHeap.ALIGN, path="low_latency")
+    ms = [MoeExchange(sh, tokens, hidden, k, experts, path="low_latency") for sh in sim_heaps(world, nbytes)]
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(tokens, hidden, generator=g).to(torch.bfloat16) for _ in range(world)]
+    ids = [torch.tensor([[0, 2, 4]] * tokens) for _ in range(world)]
+    ids[1][3, 2], ids[1][5, 0] = experts, -1
+    ws = [torch.full((tokens, k), 1 / k) for _ in range(world)]
+    outs = low_latency_layer(ms, xs, ids, ws)[2]
+    relay = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
+    want = layer(relay, xs, ids, ws)[2]
+    for r in range(world):
+        assert torch.equal(_bytes(outs[r]), _bytes(want[r])), f"low-latency path, rank {r}: combine differs from relay"
+    try:
+        ms[1].check()
+        raise AssertionError("rank 1: no error for 2 out-of-range ids")
+    except IronlinkError as e:
+        assert "held 2 expert ids" in str(e), str(e)
+    for m in ms:
+        m.check()  # cleared; the others had none
+    ids = [torch.zeros(tokens, k, dtype=torch.int64) for _ in range(world)]  # expert 0, k times a token
+    low_latency_layer(ms, xs, ids, ws)
+    try:
+        ms[0].check()
+        raise AssertionError("rank 0: no CAPACITY_EXCEEDED for expert 0")
+    except IronlinkError as e:
+        want_words = f"expert 0 received {world * tokens * k} rows but its block of recv_x holds {world * tokens}"
+        assert "CAPACITY_EXCEEDED" in str(e) and want_words in str(e), str(e)
+    for m in ms:
+        m.check()
+    print("ok: low-latency path: out-of-range ids reported by their rank, an expert past its block named")
+
+
 def direct_errors(world: int, tokens: int, hidden: int, k: int, experts: int) -> None:
     """Direct path: out-of-range ids reported by the rank that sent them; the capacity error."""
     nbytes = exchange_mod._heap_bytes(world, tokens, hidden, k, False, SimHeap.ALIGN)
@@ -190,12 +262,13 @@ def top8_world2() -> None:
     xs = [torch.randn(tokens - 3 * r, hidden, generator=g).to(torch.bfloat16) for r in range(world)]
     ids = [torch.rand(x.shape[0], experts, generator=g).topk(k, dim=1).indices for x in xs]
     ws = [torch.softmax(torch.randn(x.shape[0], k, generator=g), 1) for x in xs]
-    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
-    same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, layer(ms, xs, ids, ws))
-    xs[1], ids[1], ws[1] = xs[1][:0], ids[1][:0], ws[1][:0]  # a rank without tokens still takes part
-    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]  # recv_x zeros again
-    same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, layer(ms, xs, ids, ws))
-    print("ok: direct path = relay path at world 2, top-8 of 16, and with a rank of no tokens")
+    for _ in range(2):
+        ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]  # recv_x zeros
+        relay = layer(ms, xs, ids, ws)
+        same_on_direct_path(world, tokens, hidden, k, experts, False, xs, ids, ws, relay)
+        same_on_low_latency_path(world, tokens, hidden, k, experts, xs, ids, ws, relay)
+        xs[1], ids[1], ws[1] = xs[1][:0], ids[1][:0], ws[1][:0]  # a rank without tokens still takes part
+    print("ok: direct and low-latency paths = relay path at world 2, top-8 of 16, and with a rank of no tokens")
 
 
 def main() -> int:
@@ -239,6 +312,8 @@ def main() -> int:
         again = layer(ms, xs, ids, ws)[2]
         assert all(torch.equal(a, b) for a, b in zip(again, outs)), "combine differs run to run"
         same_on_direct_path(world, tokens, h, k, experts, fp8, xs, ids, ws, (recvs, counts, outs))
+        if not fp8:
+            same_on_low_latency_path(world, tokens, h, k, experts, xs, ids, ws, (recvs, counts, outs))
         print(f"ok: {'fp8 ' if fp8 else ''}{'skewed' if skewed else 'uniform'}: world {world}, rows per rank "
               f"{[int(c.sum()) for c in counts]}")
     fp8_every_value()
@@ -259,11 +334,14 @@ def main() -> int:
     for w, h, kk, fp8 in ((3, 36, 3, False), (2, 256, 5, True), (4, 8192, 8, False)):
         fh = FakeHeap(0, w)
         MoeExchange(fh, 5, h, kk, 4 * w, dispatch_dtype=FP8 if fp8 else None)
-        want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN, direct=False)
+        want = exchange_mod._heap_bytes(w, 5, h, kk, fp8, FakeHeap.ALIGN, path="relay")
         assert fh.allocated == want, f"heap_bytes {want} != the {fh.allocated} bytes allocated (world {w}, hidden {h})"
     for kwargs, heap, words in (({"sms": -1}, FakeHeap(0, world), "sms must be"),
                                 ({"path": "ring"}, FakeHeap(0, world), "path must be"),
-                                ({"path": "direct"}, FakeHeap(0, world), "needs a heap of one node")):
+                                ({"path": "direct"}, FakeHeap(0, world), "needs a heap of one node"),
+                                ({"path": "low_latency"}, FakeHeap(0, world), "needs a heap of one node"),
+                                ({"path": "low_latency", "recv_capacity": 8}, sim_heaps(world, 1 << 20)[0],
+                                 "no recv_capacity")):
         try:
             MoeExchange(heap, tokens, hidden, k, experts, **kwargs)
             raise AssertionError(f"accepted {kwargs}")
@@ -287,6 +365,7 @@ def main() -> int:
     ms[0].check()  # cleared
     print("ok: capacity error names expert 0 and its 27 rows; only 4 rows written")
     direct_errors(world, tokens, hidden, k, experts)
+    low_latency_errors(world, tokens, hidden, k, experts)
     top8_world2()
     return 0
 

@@ -84,10 +84,30 @@ def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[
     return recvs, counts, outs
 
 
+def low_latency_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
+    """`layer` on the low-latency path, each kernel's send phase on every rank before its receive
+    phase (the order its signals and waits give on GPUs). Also returns the handles."""
+    ts = [m._check(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    for m, x, i, w, t in zip(ms, xs, ids, ws, ts):
+        m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=1)
+    lays = [m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=2)
+            for m, x, i, w, t in zip(ms, xs, ids, ws, ts)]
+    recvs = [m.recv_x.clone() for m in ms]
+    ys = [_scaled_rows(m, lay.counts) for m, lay in zip(ms, lays)]
+    for m, lay, y, t in zip(ms, lays, ys, ts):
+        m.low_latency.combine(y, lay, t, False, phase=1)
+    outs = [m.low_latency.combine(y, lay, t, False, phase=2) for m, lay, y, t in zip(ms, lays, ys, ts)]
+    return recvs, [lay.counts for lay in lays], outs, lays
+
+
 def _scaled_rows(m: MoeExchange, counts: Any) -> Any:
     """The experts' outputs the layers combine: m's recv_x rows (dequantized for fp8), each times
-    its expert's global id + 1 (its expert from the expert `counts` of the layout)."""
-    e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(m.capacity), right=True)
+    its expert's global id + 1 (its expert from the expert `counts` of the layout, or on the
+    low-latency path from the row's block)."""
+    if m.path == "low_latency":
+        e_of_row = torch.arange(m.capacity) // (m.world * m.max_tokens)
+    else:
+        e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(m.capacity), right=True)
     scale = (m.rank * m.local_experts + e_of_row.clamp(max=m.local_experts - 1) + 1).to(m.dtype)[:, None]
     rows = fp8_dequantize(m.recv_x, m.recv_scales, m.dtype) if m.fp8 else m.recv_x
     return (rows * scale).contiguous()
@@ -131,4 +151,4 @@ def _bytes(t: Any) -> Any:
     return t.contiguous().view(torch.uint8)
 
 
-__all__ = ["FakeHeap", "SimHeap", "_bytes", "direct_layer", "exchange", "layer", "sim_heaps"]
+__all__ = ["FakeHeap", "SimHeap", "_bytes", "direct_layer", "exchange", "layer", "low_latency_layer", "sim_heaps"]

@@ -30,6 +30,7 @@ from ironlink.constants import DTYPE_FLOAT32, STATUS_OK
 from ironlink.language.jit import IronlinkKernel
 from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import kernels as moe_kernels
+from ironlink.moe import low_latency_kernels as moe_ll
 
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
@@ -203,11 +204,25 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_counts": "*i64", "rank": I32, "out": "*bf16",
                       "max_tokens": I32, "hidden": I32, "local_experts": I32},
                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
+    # The low-latency path (moe.low_latency_kernels: tile signals and waits, peer stores), at hidden
+    # 7168, top-8, 2 ranks of 32 experts each.
+    "ll_dispatch": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*bf16",
+                     "landing_words": "*i32", "landing_count": "*i64", "recv_x": "*bf16", "slot": "*i64",
+                     "weight": "*fp32", "own_ids": "*i32", "src_counts": "*i64", "received": "*i64",
+                     "calls": "*i32", "counters": "*i32", "arrivals": "*i32", "expert_counts": "*i64",
+                     "expert_offsets": "*i64", "overflow": "*i64", "bad": "*i64", "rank": I32, "num_experts": I32,
+                     "local_experts": I32, "max_tokens": I32, "hidden": I32, "row": I32, "meta_col": I32,
+                     "deltas": "*i64", "status": "*i32"},
+                    {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False}),
+    "ll_combine": ({"ctx": "i64", "y": "*bf16", "slot": "*i64", "weight": "*fp32", "src_counts": "*i64",
+                    "own_ids": "*i32", "back": "*bf16", "calls": "*i32", "out": "*bf16", "T": I32, "rank": I32,
+                    "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
+                   {"WORLD": 2, "K": 8, "KB": 8, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False}),
 }
 # Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
 MOE_WARPS = {"bucket_scan": moe_sort.SCAN_WARPS, "bucket_scan 256": moe_sort.SCAN_WARPS, "gather_meta": moe_direct.WARPS, "pull_rows": moe_direct.WARPS, "pull_rows 1 row": moe_direct.WARPS,
              "pull_rows fp8": moe_direct.WARPS,
-             "reduce_push": moe_direct.PUSH_WARPS}
+             "reduce_push": moe_direct.PUSH_WARPS, "ll_dispatch": moe_ll.WARPS, "ll_combine": moe_ll.WARPS}
 
 
 # Size arguments that are multiples of 16 at the benchmark's shapes (hidden 7168, top-8).
@@ -227,7 +242,7 @@ MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_sc
 def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) -> None:
     signature, constexprs = MOE_KERNELS[name]
     base = name.split()[0]
-    fn = getattr(moe_kernels, base, None) or getattr(moe_sort, base, None) or getattr(moe_direct, base)
+    fn = next(getattr(m, base) for m in (moe_kernels, moe_sort, moe_direct, moe_ll) if hasattr(m, base))
     if isinstance(fn, IronlinkKernel):
         fn = fn.fn  # the Triton kernel it wraps
     full = {**signature, **{c: "constexpr" for c in constexprs}}

@@ -61,8 +61,25 @@ def expert_scales(moe: Any, counts: torch.Tensor) -> torch.Tensor:
     `counts` its dispatch returned), its expert's global id + 1, the factor the MoE cases' experts
     scale their rows by (so combine's result depends on which expert each row reached)."""
     le = moe.local_experts
-    e_of_row = torch.searchsorted(torch.cumsum(counts, 0), torch.arange(moe.capacity, device="cuda"), right=True)
+    rows = torch.arange(moe.capacity, device="cuda")
+    if moe.path == "low_latency":  # a block of world * max_tokens rows per expert
+        e_of_row = rows // (moe.world * moe.max_tokens)
+    else:
+        e_of_row = torch.searchsorted(torch.cumsum(counts, 0), rows, right=True)
     return (moe.rank * le + e_of_row.clamp(max=le - 1) + 1).to(torch.bfloat16)[:, None]
+
+
+def expert_rows(recv_x: torch.Tensor, counts: torch.Tensor, offsets: torch.Tensor) -> list[torch.Tensor]:
+    """Each expert's rows of recv_x (rows `offsets[e]`.. of `counts[e]`), sorted by their bits:
+    comparable between layouts whose order within an expert differs (the low-latency path fills
+    an expert's block in arrival order)."""
+    out = []
+    for off, n in zip(offsets.tolist(), counts.tolist()):
+        rows = recv_x[off:off + n]
+        bits = rows.contiguous().view(torch.int16).to(torch.int64)
+        key = (bits * torch.arange(1, bits.shape[1] + 1, device=bits.device) ** 2).sum(1)
+        out.append(rows[torch.argsort(key, stable=True)])
+    return out
 
 
 def moe_scaled_layer(moe: Any, x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor) -> list[torch.Tensor]:

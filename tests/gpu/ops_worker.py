@@ -24,8 +24,8 @@ import ironlink  # torch-free: importable where the suite then skips
 try:
     import torch
     import torch.distributed as dist
-    from _cases import (SMALL, Cases, expert_scales, heap_timeout_s, moe_routing,  # tests/gpu/, the script's own directory
-                        moe_scaled_layer, same_on_all_ranks, small)
+    from _cases import (SMALL, Cases, expert_rows, expert_scales, heap_timeout_s,  # tests/gpu/, the script's own directory
+                        moe_routing, moe_scaled_layer, same_on_all_ranks, small)
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
     Cases = object  # type: ignore[assignment,misc]
@@ -319,21 +319,23 @@ FP8_CHECK_ROWS = 16384  # rows per block of the fp8 reference check
 
 def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0, fp8: bool = False,
              shape: tuple[int, int, int] = (256, 4, 0), heap: Any = None, seeds: tuple[int, ...] = (1, 2, 3),
-             sms: Optional[int] = None) -> None:
+             sms: Optional[int] = None, path: Optional[str] = None) -> None:
     """ironlink.MoeExchange: dispatch against the rows every rank routes here (all_gather of x and
     topk_idx, bit-exact, grouped by local expert), combine of y = recv_x * (global expert + 1)
     against a float64 reference; with `graph`, one capture replayed with new routing; with
     `capacity`, a too-small receive buffer gives CAPACITY_EXCEEDED. With `fp8`, the fp8 dispatch:
     its rows and scales bit-exact against `fp8_quantize_reference` of the routed rows, y and the
     reference made from the dequantized rows. `shape`: (hidden, top-k, experts; 0: max(2 * world, 8)),
-    on `heap` (default: the suite's); `sms`: the MoeExchange's SM budget."""
+    on `heap` (default: the suite's); `sms`: the MoeExchange's SM budget; `path` its path (the
+    low-latency path's rows within an expert compared in any order)."""
     from ironlink.moe import fp8_dequantize, fp8_quantize_reference
 
     world, me, heap = s.world, dist.get_rank(), heap or s.heap
     hidden, k, experts = shape[0], shape[1], shape[2] or max(2 * world, 8)
     le = experts // world
     moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None,
-                               dispatch_dtype=torch.float8_e4m3fn if fp8 else None, sms=sms)
+                               dispatch_dtype=torch.float8_e4m3fn if fp8 else None, sms=sms, path=path)
+    assert path is None or moe.path == path
     x = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     idx = torch.empty(tokens, k, device="cuda", dtype=torch.int64)
     wts = torch.empty(tokens, k, device="cuda", dtype=torch.float32)
@@ -349,7 +351,7 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
         scale.copy_(expert_scales(moe, counts))  # expert e of this rank scales its rows by (global id + 1)
         rows = fp8_dequantize(*recv_x, torch.bfloat16) if fp8 else recv_x
         out = moe.combine(rows * scale, handle, check=not graph)
-        return recv_x, counts, out
+        return recv_x, counts, offsets, out
 
     try:
         if capacity:
@@ -379,9 +381,9 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
                 route(seed)
             if graph:
                 g.replay()
-                recv_x, counts, out = captured
+                recv_x, counts, offsets, out = captured
             else:
-                recv_x, counts, out = layer()
+                recv_x, counts, offsets, out = layer()
             torch.cuda.synchronize()
             moe.check()
             xs = [torch.empty_like(x) for _ in range(world)]
@@ -396,6 +398,11 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             want_rows = torch.cat(want)
             n = want_rows.shape[0]
             assert counts.sum().item() == n, f"{counts.tolist()} rows for {n} routed here"
+            if moe.path == "low_latency":  # expert blocks, rows in arrival order
+                packed = torch.cumsum(counts, 0) - counts
+                for e, (a, b) in enumerate(zip(expert_rows(recv_x, counts, offsets),
+                                               expert_rows(want_rows, counts, packed))):
+                    assert torch.equal(a, b), f"expert {me * le + e}: dispatched rows differ from the routing"
             if fp8:
                 # Row by row (in blocks: the fp32 temporaries of every routed row at hidden 8192
                 # took 16 GiB at world 4); each row's quantization is its own.
@@ -405,14 +412,14 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
                     assert torch.equal(recv_x[0][lo:hi].view(torch.uint8), q_ref.view(torch.uint8)), \
                         f"fp8 rows {lo}..{hi} differ"
                     assert torch.equal(recv_x[1][lo:hi], s_ref), f"fp8 scales of rows {lo}..{hi} differ from the reference"
-            else:
+            elif moe.path != "low_latency":
                 assert torch.equal(recv_x[:n], want_rows), "dispatched rows differ from the routing"
             xr = fp8_dequantize(*fp8_quantize_reference(x)) if fp8 else x  # what the experts saw
             ref = torch.zeros(tokens, hidden, dtype=torch.float64, device="cuda")  # one choice at a time: [T, H]
             for j in range(k):
                 ref += xr.double() * ((idx[:, j].double() + 1) * wts[:, j].double())[:, None]
             s.close("combine", out, ref, torch.bfloat16)
-            again = layer()[2] if not graph else out
+            again = layer()[3] if not graph else out
             assert torch.equal(again, out), "combine differs run to run"
     finally:
         moe.close()
@@ -421,7 +428,9 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
 def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
     """The direct path (peer loads and stores; every SM, and an 8-SM budget) gives the relay
     path's (two all_to_all_v) recv_x (and fp8 scales), expert counts, offsets and combined rows
-    bit for bit, on the same routing (top-8, so a token takes several rows on one rank)."""
+    bit for bit, on the same routing (top-8, so a token takes several rows on one rank); the
+    low-latency path (not fp8) its counts, each expert's rows (in any order: by expert block) and
+    combined rows."""
     world, me = s.world, dist.get_rank()
     hidden, k, experts = 512, 8, max(4 * world, 16)
     x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(41 + me), tokens, hidden, experts, k, skewed)
@@ -437,6 +446,18 @@ def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
     for name, res in zip(("direct", "direct on 8 SMs"), results[1:]):
         for i, (a, b) in enumerate(zip(res, results[0])):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{name}: output {i} differs from the relay path's"
+    if not fp8:
+        moe = ironlink.MoeExchange(s.heap, tokens, hidden, k, experts, path="low_latency")
+        try:
+            recv, counts, offsets, out = moe_scaled_layer(moe, x, idx, wts)
+        finally:
+            moe.close()
+        relay_recv, relay_counts, relay_offsets, relay_out = results[0]
+        assert torch.equal(counts, relay_counts), "low_latency: expert counts differ from the relay path's"
+        for e, (a, b) in enumerate(zip(expert_rows(recv, counts, offsets),
+                                       expert_rows(relay_recv, relay_counts, relay_offsets))):
+            assert torch.equal(a, b), f"low_latency: expert {e}'s rows differ from the relay path's"
+        assert torch.equal(out.view(torch.uint8), relay_out.view(torch.uint8)), "low_latency: combine differs from relay"
 
 
 def moe_limits_case(s: Suite, fp8: bool) -> None:
@@ -554,6 +575,11 @@ def main() -> int:
               lambda: moe_paths_case(s, tokens, skewed, fp8))
     s.run("moe on an 8-SM budget in a CUDA graph, routing changed between replays",
           lambda: moe_case(s, 64, True, graph=True, sms=8))
+    for tokens, skewed in ((37, False), (128, True)):
+        s.run(f"moe low-latency path {tokens} tokens {'skewed' if skewed else 'uniform'}",
+              lambda: moe_case(s, tokens, skewed, graph=False, path="low_latency"))
+    s.run("moe low-latency path in a CUDA graph, routing changed between replays",
+          lambda: moe_case(s, 64, False, graph=True, path="low_latency"))
     s.run("moe out-of-range expert ids", lambda: moe_bad_ids_case(s))
     s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
     if not SMALL:

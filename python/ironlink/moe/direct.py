@@ -53,7 +53,7 @@ class DirectPath:
 
         self.m, self.heap, self.ctas, self.sim = m, heap, ctas, sim_deltas
         dev = heap.device
-        # Heap allocation order: layout._heap_shapes(direct=True).
+        # Heap allocation order: layout._heap_shapes(path="direct").
         self.stage = heap.empty((m.max_tokens, m.row), m.dtype)
         self.back = heap.empty((m.world * m.max_tokens, m.hidden), m.dtype)
         self.tokens = heap.empty((1,), torch.int64)

@@ -53,14 +53,28 @@ from ..language import _abi
 from ..runtime.distributed import grid_cap
 from ..runtime.errors import IronlinkError
 from ..runtime.handles import compiling, register
-from ..runtime.tuning import all_to_all_v_launch
+from ..runtime.tuning import MOE_LOW_LATENCY_MAX_TOKENS, all_to_all_v_launch
 from ..ops.variable_all_to_all import all_to_all_v
 from . import kernels, sort
 from .direct import DirectPath, Layout
+from .low_latency import LowLatencyPath, capacity as low_latency_capacity
 from .layout import _RowLayout, _Sort, _heap_bytes, _heap_shapes, _pow2, fp8_dequantize, fp8_quantize_reference
 
 
 _NO_LIMIT = (1 << 62)  # bucket_scan's limit for a sort that cannot overflow
+
+
+PATHS = ("direct", "low_latency", "relay")
+
+
+def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_node: bool) -> str:
+    """The path a MoeExchange takes when not told: relay across nodes; on one node low_latency
+    for up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens (bf16 / fp16 rows, its own capacity),
+    else direct."""
+    if multi_node:
+        return "relay"
+    small = max_tokens <= MOE_LOW_LATENCY_MAX_TOKENS and not fp8 and recv_capacity is None
+    return "low_latency" if small else "direct"
 
 
 class Handle(NamedTuple):
@@ -85,9 +99,10 @@ class MoeExchange:
         `sms`: the SM budget (DeepEP's num_sms): the exchange kernels run that many CTAs and the
         row-moving local kernels PROGRAMS_PER_SM per SM of it, leaving the other SMs to a
         concurrent kernel; None or 0: every SM. The same on every rank.
-        `path`: "direct" (one node: peer loads and stores, no extra passes), "relay" (two
-        all_to_all_v, the only one across nodes), None: direct unless the heap spans nodes. Both
-        give the same bits."""
+        `path`: "direct" (one node: peer loads and stores, no extra passes), "low_latency" (one
+        node: one kernel each for dispatch and combine, recv_x by expert block; moe/low_latency.py),
+        "relay" (two all_to_all_v, the only one across nodes), None: `choose_path`. All give the
+        same combined bits."""
         import torch
 
         world = heap.world_size
@@ -116,11 +131,17 @@ class MoeExchange:
         if sms is not None and sms < 0:
             raise ValueError(f"sms must be None, 0 (every SM) or positive, got {sms}")
         multi_node = bool(getattr(heap, "multi_node", False))
-        if path not in (None, "direct", "relay"):
-            raise ValueError(f"path must be None, 'direct' or 'relay', got {path!r}")
-        if path == "direct" and multi_node:
-            raise ValueError("path='direct' needs a heap of one node (peers on other nodes have no peer pointer); "
+        if path not in (None, *PATHS):
+            raise ValueError(f"path must be None, 'direct', 'low_latency' or 'relay', got {path!r}")
+        if path in ("direct", "low_latency") and multi_node:
+            raise ValueError(f"path={path!r} needs a heap of one node (peers on other nodes have no peer pointer); "
                              "this heap spans several: use path='relay' or None")
+        if path == "low_latency" and (self.fp8 or recv_capacity is not None):
+            raise ValueError("path='low_latency' moves bf16 / fp16 rows into recv_x by expert block (its own "
+                             "capacity): no fp8 dispatch_dtype, no recv_capacity")
+        self.path = path or choose_path(max_tokens, self.fp8, recv_capacity, multi_node)
+        if self.path == "low_latency":
+            self.capacity = low_latency_capacity(world, max_tokens, self.local_experts)
         layout = _RowLayout.of(hidden, topk, self.fp8)
         self.groups, self.meta_col, self.meta_cols, self.scale_col, self.row = layout
         dev = heap.device
@@ -131,12 +152,15 @@ class MoeExchange:
         # all_to_all_v, which cross nodes) on a heap of several nodes. `simulated_peers`: tests.
         sim = getattr(heap, "simulated_peers", None)
         self.direct: Optional[DirectPath] = None
-        self.path = path or ("relay" if multi_node else "direct")
+        self.low_latency: Optional[LowLatencyPath] = None
+        ctas = min(self.sms, grid_cap(dev)) if cuda else 2
         if self.path == "direct":
-            self.direct = DirectPath(self, heap, min(self.sms, grid_cap(dev)) if cuda else 2, sim)
+            self.direct = DirectPath(self, heap, ctas, sim)
+        elif self.path == "low_latency":
+            self.low_latency = LowLatencyPath(self, heap, ctas, sim)
         else:
             e = heap.empty
-            words, counts = _heap_shapes(world, max_tokens, hidden, self.row, direct=False)
+            words, counts = _heap_shapes(world, max_tokens, hidden, self.row, "relay")
             # back_*: combine's one reduced row per received token.
             self.send_buf, self.recv_buf, self.back_send, self.back_recv = (e(shape, self.dtype) for shape in words)
             self.counts = [e(shape, torch.int64) for shape in counts]
@@ -245,6 +269,10 @@ class MoeExchange:
             from .torch_library import dispatch as traced
             recv, counts, offsets, fields = traced(self, x, topk_idx, topk_weights, check)
             return recv, counts, offsets, Handle(*fields)
+        if self.low_latency is not None:
+            t = self._check(x, topk_idx, topk_weights)
+            lay = self.low_latency.dispatch(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t, check)
+            return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), check)
         if self.direct is not None:
             t = self._stage(x, topk_idx, topk_weights)
             self.direct.gather(check)
@@ -308,6 +336,11 @@ class MoeExchange:
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()
+        if self.low_latency is not None:
+            if handle.send_row is not None:
+                raise ValueError("combine got a handle of the relay path; this MoeExchange takes the low-latency path")
+            return self.low_latency.combine(y, Layout(None, None, handle.slot, handle.weight, handle.received),
+                                            handle.tokens, check)
         if self.direct is not None:
             if handle.send_row is not None:
                 raise ValueError("combine got a handle of the relay path; this MoeExchange takes the direct path")
@@ -337,19 +370,20 @@ class MoeExchange:
 
     @staticmethod
     def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False,
-                   multi_node: bool = False) -> int:
+                   multi_node: bool = False, path: Optional[str] = None, recv_capacity: Optional[int] = None) -> int:
         """The heap bytes a MoeExchange of this shape allocates (`fp8`: an fp8 dispatch;
-        `multi_node`: on a heap of several nodes, the relay path's buffers): a `SymmetricHeap` of
-        at least this many bytes holds it. Needs the compiled extension."""
+        `multi_node`: on a heap of several nodes; `path`, `recv_capacity` as given to it): a
+        `SymmetricHeap` of at least this many bytes holds it. Needs the compiled extension."""
         from ..runtime.native import load_native
 
-        return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN, direct=not multi_node)
+        chosen = path or choose_path(max_tokens, fp8, recv_capacity, multi_node)
+        return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN, path=chosen)
 
     def check(self) -> None:
         """Raises (and clears) a capacity overflow flagged by a dispatch on this rank; waits for
         the GPU. Also raises what the heap recorded (`heap.check()`)."""
-        if self.direct is not None:
-            bad_ids = self.direct.bad_ids()
+        if self.direct is not None or self.low_latency is not None:
+            bad_ids = (self.direct or self.low_latency).bad_ids()  # type: ignore[union-attr]
         else:
             bad_ids = self.route_summary.tolist()[4]
             if bad_ids:
@@ -360,6 +394,14 @@ class MoeExchange:
                 f"outside [0, {self.num_experts}); those choices were not sent",
                 status=_abi.STATUS["INVALID_ARGUMENT"], function="MoeExchange.dispatch")
         flag, expert, rows, total, _ = self.overflow.tolist()
+        if flag and self.low_latency is not None:
+            self.overflow.zero_()
+            block = self.world * self.max_tokens
+            raise IronlinkError(
+                f"MoeExchange.dispatch on rank {self.rank}: CAPACITY_EXCEEDED: expert {expert} received {rows} rows "
+                f"but its block of recv_x holds {block} (world * max_tokens: a token chose it more than once); "
+                f"rows past the block were dropped",
+                status=_abi.STATUS["CAPACITY_EXCEEDED"], function="MoeExchange.dispatch")
         if flag:
             self.overflow.zero_()
             raise IronlinkError(
@@ -371,11 +413,11 @@ class MoeExchange:
 
     def close(self) -> None:
         """Frees the heap buffers (collective: same order on every rank)."""
-        if self.direct is not None:
-            self.direct.free()
+        if self.direct is not None or self.low_latency is not None:
+            (self.direct or self.low_latency).free()  # type: ignore[union-attr]
             return
         for t in (*reversed(self.counts), self.back_recv, self.back_send, self.recv_buf, self.send_buf):
             self.heap.free(t)
 
 
-__all__ = ["Handle", "MoeExchange", "fp8_dequantize", "fp8_quantize_reference"]
+__all__ = ["Handle", "MoeExchange", "PATHS", "choose_path", "fp8_dequantize", "fp8_quantize_reference"]

@@ -40,23 +40,27 @@ class _RowLayout(NamedTuple):
 
 
 def _heap_shapes(world: int, max_tokens: int, hidden: int, row: int,
-                 direct: bool) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """The heap tensors of a MoeExchange, in allocation order: (shapes of its buffers of 2-byte
-    words, shapes of its int64 vectors).
+                 path: str) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The heap tensors of a MoeExchange on `path`, in allocation order: (shapes of its buffers of
+    2-byte words, shapes of its int64 vectors).
     Direct path (one node): the stage (one row per token: peers pull from it) and `back` (a row
     per (rank, token): the peers' partial sums land there), then the staged token count.
+    Low-latency path (one node): two halves each of `landing` (a row per (rank, token): the
+    peers push there) and `back`, then the landing token counts.
     Relay path (several nodes): send, receive, combine's send and receive (`world * max_tokens`
     rows each, as a token reaches a rank at most once), then five count vectors."""
-    if direct:
+    if path == "direct":
         return [(max_tokens, row), (world * max_tokens, hidden)], [(1,)]
+    if path == "low_latency":
+        return [(2, world, max_tokens, row), (2, world, max_tokens, hidden)], [(2, world)]
     rows = world * max_tokens
     return [(rows, row), (rows, row), (rows, hidden), (rows, hidden)], [(world,)] * 5
 
 
 def _heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool, align: int,
-                direct: bool = True) -> int:
+                path: str = "direct") -> int:
     """MoeExchange.heap_bytes with the heap allocator's alignment given."""
-    words, counts = _heap_shapes(world, max_tokens, hidden, _RowLayout.of(hidden, topk, fp8).row, direct)
+    words, counts = _heap_shapes(world, max_tokens, hidden, _RowLayout.of(hidden, topk, fp8).row, path)
     sizes = [2 * math.prod(shape) for shape in words] + [8 * math.prod(shape) for shape in counts]
     return sum(_round_up(n, align) for n in sizes)
 

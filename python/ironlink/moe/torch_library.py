@@ -75,7 +75,7 @@ def _dispatch_fake(exchange: int, x: torch.Tensor, topk_idx: torch.Tensor, topk_
     moe = _exchange(exchange, "moe_dispatch")
     rows, i64 = moe.world * moe.max_tokens, torch.int64
     return (x.new_empty((moe.local_experts,), dtype=i64), x.new_empty((moe.local_experts,), dtype=i64),
-            x.new_empty((x.shape[0], 0 if moe.direct is not None else moe.world), dtype=i64),
+            x.new_empty((x.shape[0], moe.world if moe.path == "relay" else 0), dtype=i64),
             x.new_empty((rows, moe.topk), dtype=i64),
             x.new_empty((rows, moe.topk), dtype=torch.float32), x.new_empty((1,), dtype=i64))
 

@@ -119,6 +119,12 @@ def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
     return -(-tokens // max(1, ctas))
 
 
+# MoeExchange takes its low-latency path (one kernel each for dispatch and combine, recv_x by expert
+# block: moe/low_latency.py) for up to this many tokens per rank on one node (bf16 / fp16 rows, no
+# recv_capacity). 0 until it is measured against the direct path on GPUs.
+MOE_LOW_LATENCY_MAX_TOKENS = 0
+
+
 # all_reduce_rmsnorm "rows": a CTA with several rows normalizes this many at a time (their loads
 # in flight together, their reductions side by side). On 2 H200s, hidden 8192, in turns (git
 # 345ed84, bench/rmsnorm_timeline.py --rows-at-once 1,2,
@@ -272,6 +278,6 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     return cfg
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
            "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]

@@ -1,0 +1,115 @@
+"""MoeExchange's low-latency path: dispatch and combine of few tokens (decode) on a heap of one
+node, one kernel launch each (kernels: moe/low_latency_kernels.py, whose docs give the protocol).
+
+Its recv_x is laid out by expert block: expert e's rows start at e * world * max_tokens (the most
+rows an expert can get: every token of every rank), `expert_offsets` says so and `expert_counts`
+how many of them it got; a grouped GEMM over (counts, offsets) reads it as it reads the packed
+layout of the other paths. The rows' order within an expert varies run to run (atomic adds);
+combine's sums do not (each token's choices in order, then the ranks in order: the bits of the
+other paths). The price is memory: recv_x holds local_experts * world * max_tokens rows, against
+world * max_tokens * topk packed, so `MoeExchange` takes this path for small `max_tokens` only
+(`tuning.MOE_LOW_LATENCY_MAX_TOKENS`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ..language._abi import MAX_CTAS
+from ..ops.collectives import launch_with_status
+from . import low_latency_kernels as llk
+from .direct import Layout
+from .layout import _pow2
+
+
+def capacity(world: int, max_tokens: int, local_experts: int) -> int:
+    """recv_x's rows on the low-latency path: a block of world * max_tokens per local expert."""
+    return local_experts * world * max_tokens
+
+
+class LowLatencyPath:
+    """The low-latency path's buffers and launches for one MoeExchange `m`. `sim_deltas` (tests):
+    int64 [world] byte distances to the simulated peers' heaps; the kernels then run in two
+    phases the test orders, without the device library (moe/low_latency_kernels.py, SIM)."""
+
+    def __init__(self, m: Any, heap: Any, ctas: int, sim_deltas: Optional[Any] = None) -> None:
+        import torch
+
+        self.m, self.heap, self.ctas, self.sim = m, heap, ctas, sim_deltas
+        dev = heap.device
+        w, mt = m.world, m.max_tokens
+        # Heap allocation order: layout._heap_shapes(path="low_latency").
+        self.landing = heap.empty((2, w, mt, m.row), m.dtype)
+        self.back = heap.empty((2, w, mt, m.hidden), m.dtype)
+        self.landing_count = heap.empty((2, w), torch.int64)
+        self.landing_count.zero_()
+        zeros = lambda *shape, dtype=torch.int32: torch.zeros(*shape, dtype=dtype, device=dev)  # noqa: E731
+        self.dispatch_calls, self.combine_calls = zeros(MAX_CTAS), zeros(MAX_CTAS)
+        self.counters, self.arrivals = zeros(m.local_experts), zeros(1)
+        self.own_ids = zeros(mt, m.topk)
+        self.src_counts = zeros(w, dtype=torch.int64)
+        self.bad = zeros(ctas, dtype=torch.int64)
+        self.sim_status = zeros(MAX_CTAS)
+
+    def free(self) -> None:
+        for t in (self.landing_count, self.back, self.landing):
+            self.heap.free(t)
+
+    def dispatch(self, x: Any, idx: Any, weights: Any, t: int, check: bool, phase: int = 0) -> Layout:
+        """x [t, hidden], idx / weights [t, topk] (contiguous) to the ranks of their experts: the
+        layout (counts, offsets, slot, weight, received); recv_x filled. `phase` (simulation): 1
+        send, 2 receive."""
+        import torch
+
+        m = self.m
+        rows = m.world * m.max_tokens
+        slot = torch.empty(rows, m.topk, dtype=torch.int64, device=x.device)
+        weight = torch.empty(rows, m.topk, dtype=torch.float32, device=x.device)
+        counts = torch.empty(m.local_experts, dtype=torch.int64, device=x.device)
+        offsets = torch.empty(m.local_experts, dtype=torch.int64, device=x.device)
+        received = torch.empty(1, dtype=torch.int64, device=x.device)
+        block = min(llk.BLOCK, _pow2(m.hidden))
+        args = (x, idx, weights, t, self.landing, self.landing.view(torch.int32), self.landing_count, m.recv_x, slot,
+                weight, self.own_ids, self.src_counts, received, self.dispatch_calls, self.counters, self.arrivals,
+                counts, offsets, m.overflow, self.bad, m.rank, m.num_experts, m.local_experts, m.max_tokens, m.hidden, m.row,
+                m.meta_col)
+        self._run("moe_dispatch", llk.ll_dispatch, args, check, phase, block, LB=_pow2(m.local_experts))
+        return Layout(counts, offsets, slot, weight, received)
+
+    def combine(self, y: Any, layout: Layout, t: int, check: bool, phase: int = 0) -> Any:
+        """[t, hidden]: each own token's rows from the ranks it went to, summed (y: [capacity,
+        hidden] in recv_x's layout, `dtype`, contiguous)."""
+        import torch
+
+        m = self.m
+        out = torch.empty(t, m.hidden, dtype=m.dtype, device=y.device)
+        block = min(llk.BLOCK, _pow2(m.hidden))
+        args = (y, layout.slot, layout.weight, self.src_counts, self.own_ids, self.back, self.combine_calls, out, t,
+                m.rank, m.local_experts, m.max_tokens, m.hidden)
+        self._run("moe_combine", llk.ll_combine, args, check, phase, block)
+        return out
+
+    def _run(self, name: str, kernel: Any, args: tuple[Any, ...], check: bool, phase: int, block: int,
+             **meta: Any) -> None:
+        """`kernel[(ctas,)](ctx, *args, deltas, status, ...)`, its statuses checked as every
+        ironlink call's; simulated, PHASE `phase` of the plain Triton kernel, without the library."""
+        m = self.m
+        meta = dict(WORLD=m.world, K=m.topk, KB=m.kb, BLOCK=block, num_warps=llk.WARPS, **meta)
+        if self.sim is not None:
+            kernel.fn[(self.ctas,)](0, *args, self.sim, self.sim_status, PHASE=phase, SIM=True, **meta)
+            return
+        h = self.heap
+        call: Callable[[Any], None] = lambda status: kernel[(self.ctas,)](h.ctx, *args, self.src_counts, status, PHASE=0,
+                                                                          SIM=False, **meta)
+        launch_with_status(name, h, self.ctas, call, check, function="symm_tile_signal_others/symm_tile_wait_others")
+
+    def bad_ids(self) -> int:
+        """Expert ids outside [0, num_experts) in this rank's last dispatch (waits for the GPU);
+        clears the count."""
+        n = int(self.bad.sum())
+        if n:
+            self.bad.zero_()
+        return n
+
+
+__all__ = ["LowLatencyPath", "capacity"]
