@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ironlink.runtime import tuning
 from ironlink.runtime.errors import IronlinkError
 from ironlink.moe import MoeExchange, fp8_dequantize, fp8_quantize_reference
 from ironlink.moe import direct_kernels
@@ -135,7 +136,8 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
     the relay path's recv_x (and scales), expert counts and combined rows bit for bit, twice."""
     nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN)
     heaps = sim_heaps(world, nbytes)
-    ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None) for sh in heaps]
+    ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None, path="direct")
+          for sh in heaps]
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
     blocks = (direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK)
     for run, rows in enumerate((2, 1, 4)):  # pull_rows: two rows in flight per program, then one, then four
@@ -348,7 +350,14 @@ def main() -> int:
         except ValueError as e:
             assert words in str(e), str(e)
     assert MoeExchange(FakeHeap(0, world), tokens, hidden, k, experts).path == "relay"
-    assert MoeExchange(sim_heaps(world, 1 << 20)[0], tokens, hidden, k, experts, sms=1).path == "direct"
+    # One node: low_latency for few tokens (tuning.MOE_LOW_LATENCY_MAX_TOKENS), else direct, and
+    # direct for an fp8 dispatch or a given recv_capacity.
+    heap = sim_heaps(world, 64 << 20)[0]
+    few, many = tuning.MOE_LOW_LATENCY_MAX_TOKENS, tuning.MOE_LOW_LATENCY_MAX_TOKENS + 1
+    assert MoeExchange(heap, few, hidden, k, experts, sms=1).path == "low_latency"
+    assert MoeExchange(heap, many, hidden, k, experts).path == "direct"
+    assert MoeExchange(heap, few, 256, k, experts, dispatch_dtype=FP8).path == "direct"
+    assert MoeExchange(heap, few, hidden, k, experts, recv_capacity=8).path == "direct"
     print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact; "
           "bad sms / path refused")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.

@@ -41,7 +41,8 @@ import ironlink.typed as ilt
 from ironlink.language import _abi
 from ironlink.runtime import tuning
 
-from _cases import Cases, heap_timeout_s, moe_routing, moe_scaled_layer, same_on_all_ranks, small  # tests/gpu/, the script's own directory
+from _cases import (Cases, expert_rows, heap_timeout_s, moe_routing, moe_scaled_layer,  # tests/gpu/, the script's own directory
+                    same_on_all_ranks, small)
 
 HEAP_BYTES = 160 << 20
 
@@ -577,7 +578,10 @@ class Nodes(Cases):
 def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False) -> list[Any]:
     """One MoeExchange dispatch + combine on `heap` (routing from `seed`, the same on any heap):
     recv_x (and fp8 scales), expert counts and offsets, and the combined output, cloned. Expert e
-    of this rank scales its rows by (global expert id + 1) between the two."""
+    of this rank scales its rows by (global expert id + 1) between the two. Without fp8, recv_x
+    comes as its experts' rows sorted by their bits (`expert_rows`) and without the offsets: the
+    low-latency path (the default for few tokens on one node) lays recv_x out by expert block, in
+    an order that varies run to run, where the relay path (several nodes) packs it."""
     rank, world = dist.get_rank(), dist.get_world_size()
     hidden, k, experts = 256, 4, max(2 * world, 8)
     x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(seed * 100 + rank), tokens, hidden, experts, k,
@@ -587,6 +591,9 @@ def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False
     try:
         results = moe_scaled_layer(moe, x, idx, wts)
         assert int(results[-3].sum()) <= moe.capacity  # the expert counts
+        if not fp8:
+            recv, counts, offsets, out = results
+            return [torch.cat(expert_rows(recv, counts, offsets)), counts, out]
         return results
     finally:
         moe.close()
