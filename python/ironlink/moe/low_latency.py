@@ -41,8 +41,10 @@ class LowLatencyPath:
         # Heap allocation order: layout._heap_shapes(path="low_latency").
         self.landing = heap.empty((2, w, mt, m.row), m.dtype)
         self.back = heap.empty((2, w, mt, m.hidden), m.dtype)
+        # Not zeroed here: a peer may already have written its count into it (a zeroing on this
+        # rank's stream could land after that and erase it); a count is read only after its
+        # writer's signal.
         self.landing_count = heap.empty((2, w), torch.int64)
-        self.landing_count.zero_()
         zeros = lambda *shape, dtype=torch.int32: torch.zeros(*shape, dtype=dtype, device=dev)  # noqa: E731
         self.dispatch_calls, self.combine_calls = zeros(MAX_CTAS), zeros(MAX_CTAS)
         self.counters, self.arrivals = zeros(m.local_experts), zeros(1)
