@@ -10,16 +10,21 @@ Experts are split evenly: rank r holds experts r * E / world .. (r + 1) * E / wo
 
 Each token crosses to each rank that holds one of its experts ONCE, however many of its top-k
 experts live there (about half the rows of sending one per choice at top-8 of 64 on 4 ranks).
-`recv_x` rows `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order, and
-combine returns, per token, its k outputs weighted by its top-k weights: per rank that holds some
-of them, their weighted sum (fp32, choice order, rounded to the payload dtype), then those
-per-rank sums added in rank order in fp32. Identical run to run and on both paths; the rounding
-of the per-rank sums is the one difference from summing all k outputs in fp32 at once. Two paths:
+`recv_x` rows `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order
+(low_latency: in arrival order), and combine returns, per token, its k outputs weighted by its
+top-k weights: per rank that holds some of them, their weighted sum (fp32, choice order, rounded
+to the payload dtype), then those per-rank sums added in rank order in fp32. Identical run to run and on every path; the rounding
+of the per-rank sums is the one difference from summing all k outputs in fp32 at once. Three paths
+(`choose_path` picks one; `path=` forces it):
 - direct (a heap of one node; moe/direct.py): each token is staged once; after a barrier every
   rank reads the others' ids, sorts the (token, choice) pairs by local expert on the GPU and
   pulls each token row once through peer pointers straight into its expert-major rows; combine
   reduces each token's outputs on the expert's rank and stores the sum straight into the
   token's rank, which adds the per-rank rows. `sms` bounds the CTAs of these kernels.
+- low_latency (a heap of one node, up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens: decode;
+  moe/low_latency.py): one kernel each for dispatch and combine, whose CTAs meet only the peers'
+  same-index CTAs; recv_x by expert block (expert e's rows from e * world * max_tokens, in
+  arrival order), so it holds num_experts * max_tokens rows.
 - relay (a heap of several nodes, or `path="relay"`): dispatch packs per destination rank,
   sends with one `ironlink.all_to_all_v` (which crosses nodes) and the receiver copies each
   received token to its expert-major rows; combine reduces on the expert's rank, sends back
