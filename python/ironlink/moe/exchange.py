@@ -13,9 +13,9 @@ experts live there (about half the rows of sending one per choice at top-8 of 64
 `recv_x` rows `expert_offsets[e] ..` are expert e's tokens, in (source rank, token) order
 (low_latency: in arrival order), and combine returns, per token, its k outputs weighted by its
 top-k weights: per rank that holds some of them, their weighted sum (fp32, choice order, rounded
-to the payload dtype), then those per-rank sums added in rank order in fp32. Identical run to run and on every path; the rounding
-of the per-rank sums is the one difference from summing all k outputs in fp32 at once. Three paths
-(`choose_path` picks one; `path=` forces it):
+to the payload dtype), then those per-rank sums added in rank order in fp32. Identical run to run
+and on every path; the rounding of the per-rank sums is the one difference from summing all k
+outputs in fp32 at once. Three paths (`choose_path` picks one; `path=` forces it):
 - direct (a heap of one node; moe/direct.py): each token is staged once; after a barrier every
   rank reads the others' ids, sorts the (token, choice) pairs by local expert on the GPU and
   pulls each token row once through peer pointers straight into its expert-major rows; combine
