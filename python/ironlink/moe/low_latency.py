@@ -45,13 +45,15 @@ class LowLatencyPath:
         # rank's stream could land after that and erase it); a count is read only after its
         # writer's signal.
         self.landing_count = heap.empty((2, w), torch.int64)
-        zeros = lambda *shape, dtype=torch.int32: torch.zeros(*shape, dtype=dtype, device=dev)  # noqa: E731
-        self.dispatch_calls, self.combine_calls = zeros(MAX_CTAS), zeros(MAX_CTAS)
-        self.counters, self.arrivals = zeros(m.local_experts), zeros(1)
-        self.own_ids = zeros(mt, m.topk)
-        self.src_counts = zeros(w, dtype=torch.int64)
-        self.bad = zeros(ctas, dtype=torch.int64)
-        self.sim_status = zeros(MAX_CTAS)
+        i32, i64 = dict(dtype=torch.int32, device=dev), dict(dtype=torch.int64, device=dev)
+        # Each CTA's calls so far (the half of landing / back it uses), one counter each way.
+        self.dispatch_calls, self.combine_calls = torch.zeros(MAX_CTAS, **i32), torch.zeros(MAX_CTAS, **i32)
+        # The experts' row counters and the CTAs' arrivals: zero between dispatches.
+        self.counters, self.arrivals = torch.zeros(m.local_experts, **i32), torch.zeros(1, **i32)
+        self.own_ids = torch.zeros(mt, m.topk, **i32)  # this rank's ids as sent, for combine
+        self.src_counts = torch.zeros(w, **i64)
+        self.bad = torch.zeros(ctas, **i64)
+        self.sim_status = torch.zeros(MAX_CTAS, **i32)
 
     def free(self) -> None:
         for t in (self.landing_count, self.back, self.landing):
