@@ -10,6 +10,8 @@ when the routing changes between replays):
   exchanges, errors); `layout`: row layout, heap shapes, the fp8 reference quantization.
 - `direct`, `direct_kernels`: the direct path on one node (peer loads and stores: each token
   row crosses once, straight into its expert-major rows; combine reduced on the way back).
+- `low_latency`, `low_latency_kernels`: the path for decode batches on one node (one kernel
+  each way; CTAs meet only the peers' same-index CTAs; recv_x by expert block).
 - `sort`: the counting sorts on the GPU (which send row each token takes; each received choice's
   row in the expert-major layout).
 - `kernels`: the local row-moving kernels (pack; the relay path's gather and the two reductions
