@@ -32,7 +32,7 @@ from ..language._abi import MAX_CTAS
 from ..ops.collectives import launch_with_status
 from . import direct_kernels as dk
 from . import kernels, sort
-from .layout import _pow2
+from .layout import _pow2, take_count
 
 
 class Layout(NamedTuple):
@@ -177,10 +177,7 @@ class DirectPath:
     def bad_ids(self) -> int:
         """Expert ids outside [0, num_experts) in this rank's last dispatch (waits for the GPU);
         clears the count."""
-        n = int(self.bad.sum())
-        if n:
-            self.bad.zero_()
-        return n
+        return take_count(self.bad)
 
 
 def _warps(block: int, warps: int = dk.WARPS) -> int:

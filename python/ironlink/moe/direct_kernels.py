@@ -232,6 +232,20 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
 
 
 @triton.jit
+def sum_ranks_chunk(back, dest, t, max_tokens, hidden, c, BLOCK: tl.constexpr, WORLD: tl.constexpr):
+    """fp32 [BLOCK]: columns c.. of token t's rows of `back` [WORLD, max_tokens, hidden] from the
+    ranks in `dest` (its choices' ranks; -1: none), added in rank order: the last sum of combine
+    on the direct and the low-latency path, written once so both give its bits."""
+    offs = tl.arange(0, BLOCK)
+    m = c + offs < hidden
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for p in tl.static_range(WORLD):
+        went = tl.sum((dest == p).to(tl.int32), 0) > 0
+        acc += tl.load(back + (p * max_tokens + t) * hidden + c + offs, mask=m & went, other=0.0).to(tl.float32)
+    return acc
+
+
+@triton.jit
 def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_experts, WORLD: tl.constexpr,
                  WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
     """out[t] = sum over ranks p (in order) of back[p * max_tokens + t] in fp32, over the ranks
@@ -248,14 +262,9 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
         e = tl.load(meta + (first + t) * (2 * K) + jj, mask=jj < K, other=-1)
         dest = tl.where(e >= 0, e // local_experts, -1)
         for c in range(0, hidden, BLOCK):
-            m = c + offs < hidden
-            acc = tl.zeros([BLOCK], dtype=tl.float32)
-            for p in tl.static_range(WORLD):
-                went = tl.sum((dest == p).to(tl.int32), 0) > 0
-                acc += tl.load(back + (p * max_tokens + t) * hidden + c + offs, mask=m & went,
-                               other=0.0).to(tl.float32)
-            tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
+            acc = sum_ranks_chunk(back, dest, t, max_tokens, hidden, c, BLOCK, WORLD)
+            tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
 
 
 __all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "WARPS", "gather_meta", "pull_rows", "reduce_push",
-           "sum_partials"]
+           "sum_partials", "sum_ranks_chunk"]

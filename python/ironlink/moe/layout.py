@@ -85,6 +85,15 @@ class _Sort(NamedTuple):
         return _Sort(bb, sort.block_rows(choices_block, bb), pb, hist, torch.zeros_like(hist))
 
 
+def take_count(counts: Any) -> int:
+    """The sum of `counts` (a device tensor: waits for the GPU), which is then zeroed: a count a
+    path's kernels leave for `MoeExchange.check` (its out-of-range expert ids)."""
+    n = int(counts.sum())
+    if n:
+        counts.zero_()
+    return n
+
+
 def fp8_quantize_reference(x: Any) -> tuple[Any, Any]:
     """(float8_e4m3fn [T, H], fp32 scales [T, H / 128]): the quantization an fp8 dispatch applies
     to rows `x` [T, H], in torch ops; the dispatched bytes and scales equal these bit for bit.

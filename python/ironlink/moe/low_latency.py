@@ -19,7 +19,7 @@ from ..language._abi import MAX_CTAS
 from ..ops.collectives import launch_with_status
 from . import low_latency_kernels as llk
 from .direct import Layout
-from .layout import _pow2
+from .layout import _pow2, take_count
 
 
 def capacity(world: int, max_tokens: int, local_experts: int) -> int:
@@ -110,10 +110,7 @@ class LowLatencyPath:
     def bad_ids(self) -> int:
         """Expert ids outside [0, num_experts) in this rank's last dispatch (waits for the GPU);
         clears the count."""
-        n = int(self.bad.sum())
-        if n:
-            self.bad.zero_()
-        return n
+        return take_count(self.bad)
 
 
 __all__ = ["LowLatencyPath", "capacity"]

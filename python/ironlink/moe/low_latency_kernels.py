@@ -36,7 +36,7 @@ from .. import language as il
 from ..language import _abi
 from ..language import typed as ilt
 from ..language.jit import jit
-from .direct_kernels import _peer
+from .direct_kernels import _peer, sum_ranks_chunk
 from .kernels import weighted_chunk
 
 # Tile indices of the signals: dispatch's CTA c signals and waits on DISPATCH_TILE0 + c, combine's
@@ -48,6 +48,13 @@ COMBINE_TILE0 = tl.constexpr(_abi.MAX_TILES - _abi.MAX_CTAS)
 NO_ROOM = tl.constexpr(-2)
 BLOCK = 8192  # elements of a row moved per step (a whole row of hidden 7168)
 WARPS = 8
+
+
+@triton.jit
+def _this_call(calls):
+    """(this CTA's calls so far, the half of the buffers this call uses: alternate calls alternate)."""
+    call = tl.load(calls + tl.program_id(0))
+    return call, (call % 2).to(tl.int64)
 
 
 @triton.jit
@@ -78,8 +85,7 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing_count, recv
     * max_tokens. counters [local_experts] int32 and arrivals [1] int32: zero between calls. overflow (moe.sort.SUMMARY): an expert whose rows did not fit;
     bad [grid]: this CTA's out-of-range ids among its own tokens."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    call = tl.load(calls + pid)
-    half = (call % 2).to(tl.int64)
+    call, half = _this_call(calls)
     kk = tl.arange(0, KB)
     km = kk < K
     offs = tl.arange(0, BLOCK)
@@ -172,8 +178,7 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, calls, out, T, r
     in recv_x's layout; slot, weight, src_counts, own_ids as dispatch left them; back [2, WORLD,
     max_tokens, hidden] (heap)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    call = tl.load(calls + pid)
-    half = (call % 2).to(tl.int64)
+    call, half = _this_call(calls)
     kk = tl.arange(0, KB)
     km = kk < K
     offs = tl.arange(0, BLOCK)
@@ -196,14 +201,10 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, calls, out, T, r
             t = tl.cast(t0, tl.int64)
             e = tl.load(own_ids + t * K + kk, mask=km, other=-1)
             dest = tl.where(e >= 0, e // local_experts, -1)
+            rows = back + half * WORLD * max_tokens * hidden  # this call's half
             for c in range(0, hidden, BLOCK):
-                m = c + offs < hidden
-                acc = tl.zeros([BLOCK], dtype=tl.float32)
-                for p in tl.static_range(WORLD):
-                    went = tl.sum((dest == p).to(tl.int32), 0) > 0
-                    at = ((half * WORLD + p) * max_tokens + t) * hidden
-                    acc += tl.load(back + at + c + offs, mask=m & went, other=0.0).to(tl.float32)
-                tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
+                acc = sum_ranks_chunk(rows, dest, t, max_tokens, hidden, c, BLOCK, WORLD)
+                tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
         tl.store(calls + pid, call + 1)
     tl.store(status + pid, s)
 
