@@ -15,8 +15,9 @@ ids and weights, the torch paths a row per (token, choice)), and for ironlink's 
 SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all) and
 `sms_budget` (the value asked for). `--relay` adds ironlink_relay: MoeExchange(path="relay"),
 its two all_to_all_v (the multi-node path, and the one-node path before the direct one), as a
-same-run baseline; ironlink_ll is MoeExchange(path="low_latency") (one kernel each for dispatch
-and combine) up to `--low-latency-max-tokens` tokens; `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
+same-run baseline; ironlink_ll (and ironlink_ll_fp8 with an fp8 dispatch) is
+MoeExchange(path="low_latency") (one kernel each for dispatch and combine) up to
+`--low-latency-max-tokens` tokens; `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
 CUDA graphs: the steps' shares by difference). Before timing, both torch
 contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
 combine within bf16 tolerance. A benchmark, not a test.
@@ -178,6 +179,8 @@ class MoeBench:
         assert ref is not None
         if self.fp8:
             self._fp8(shape, x, idx, w, max(tokens, max_tokens), ref, payload, pairs)
+            if max(tokens, max_tokens) <= self.low_latency_max_tokens:
+                self._fp8(shape, x, idx, w, max(tokens, max_tokens), ref, payload, pairs, "low_latency")
         d, c = self._torch_path(x, idx, w)
         self.check("torch_a2a", d()[0], c(), ref)
         torch_bytes = choices * self.hidden * 2  # a row per (token, choice)
@@ -194,13 +197,15 @@ class MoeBench:
             self.record("dispatch_combine", "torch_nvshmem", shape, timed(c), 2 * payload, 2 * torch_bytes)
 
     def _fp8(self, shape: dict[str, Any], x: Any, idx: Any, w: Any, max_tokens: int, ref: Reference,
-             payload: int, pairs: int) -> None:
+             payload: int, pairs: int, path: Optional[str] = None) -> None:
         """The ironlink_fp8 rows: dispatch with dispatch_dtype=float8_e4m3fn (half the bytes, plus a
         scale per 128 channels) and dispatch + combine of its dequantized rows (combine moves bf16
         as before). GB/s counts the bf16 payload, the same work as the other rows. Checked first:
-        combine within fp8's rounding of ironlink's bf16 result."""
+        combine within fp8's rounding of ironlink's bf16 result. `path="low_latency"`: the rows
+        ironlink_ll_fp8, on that path."""
+        who = "ironlink_ll_fp8" if path == "low_latency" else "ironlink_fp8"
         moe = ironlink.MoeExchange(self.heap, max_tokens, self.hidden, self.topk, self.experts,
-                                   dispatch_dtype=torch.float8_e4m3fn)
+                                   dispatch_dtype=torch.float8_e4m3fn, path=path)
         try:
             (q, scales), _, _, handle = moe.dispatch(x, idx, w)
             y = fp8_dequantize(q, scales, torch.bfloat16)
@@ -209,7 +214,7 @@ class MoeBench:
             worst = torch.tensor([err], device="cuda")
             dist.all_reduce(worst, op=dist.ReduceOp.MAX)
             if worst.item() > FP8_TOLERANCE:
-                raise RuntimeError(f"ironlink_fp8: combine rel error {worst.item():.2e} > {FP8_TOLERANCE}")
+                raise RuntimeError(f"{who}: combine rel error {worst.item():.2e} > {FP8_TOLERANCE}")
 
             def layer() -> None:
                 handle = moe.dispatch(x, idx, w)[3]
@@ -217,9 +222,8 @@ class MoeBench:
 
             at = {**shape, "sms": moe.sms, "sms_budget": 0}
             sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
-            self.record("dispatch", "ironlink_fp8", at, time_graph(lambda: moe.dispatch(x, idx, w), payload),
-                        payload, sent)
-            self.record("dispatch_combine", "ironlink_fp8", at, time_graph(layer, payload), 2 * payload, sent + back)
+            self.record("dispatch", who, at, time_graph(lambda: moe.dispatch(x, idx, w), payload), payload, sent)
+            self.record("dispatch_combine", who, at, time_graph(layer, payload), 2 * payload, sent + back)
             moe.check()
         finally:
             moe.close()
@@ -344,8 +348,9 @@ def main() -> None:
                      for fp8 in (False, True) for relay in (False, args.relay))
     ll = [t for t in tokens if max(t, args.max_tokens) <= args.low_latency_max_tokens]
     if ll:
-        heap_bytes = max(heap_bytes, ironlink.MoeExchange.heap_bytes(world, max(max(ll), args.max_tokens), args.hidden,
-                                                                     args.topk, path="low_latency"))
+        heap_bytes = max(heap_bytes, *(ironlink.MoeExchange.heap_bytes(world, max(max(ll), args.max_tokens), args.hidden,
+                                                                       args.topk, fp8=fp8, path="low_latency")
+                                       for fp8 in (False, True)))
     b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
                  sms=tuple(args.sms), relay=args.relay, phases=args.phases,
                  low_latency_max_tokens=args.low_latency_max_tokens)

@@ -161,14 +161,16 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
 
 
 def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: int, xs: list[Any], ids: list[Any],
-                             ws: list[Any], relay: tuple[list[Any], ...]) -> None:
+                             ws: list[Any], relay: tuple[list[Any], ...], fp8: bool = False) -> None:
     """The low-latency path (simulated one-node heaps, peer stores through the arenas): each
-    received token's row in its expert's block of recv_x at the row its slot names, the blocks
-    filled from their first row, the relay path's expert counts and combined rows bit for bit;
-    three layers in a row (both halves of its buffers, the first twice)."""
-    nbytes = exchange_mod._heap_bytes(world, tokens, h, k, False, SimHeap.ALIGN, path="low_latency")
+    received token's row in its expert's block of recv_x at the row its slot names (fp8: its
+    bytes and scales those of `fp8_quantize_reference`), the blocks filled from their first row,
+    the relay path's expert counts and combined rows bit for bit; three layers in a row (both
+    halves of its buffers, the first twice)."""
+    nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN, path="low_latency")
     heaps = sim_heaps(world, nbytes)
-    ms = [MoeExchange(sh, tokens, h, k, experts, path="low_latency") for sh in heaps]
+    ms = [MoeExchange(sh, tokens, h, k, experts, path="low_latency", dispatch_dtype=FP8 if fp8 else None)
+          for sh in heaps]
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (low_latency) != the bytes allocated"
     le, block = experts // world, world * tokens
     assert all(m.capacity == le * block for m in ms)
@@ -185,7 +187,14 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
                         e, s = int(ids[q][t, j]), int(lays[p].slot[q * tokens + t, j])
                         if p * le <= e < (p + 1) * le:
                             assert (s - (e - p * le) * block) in range(int(counts[p][e - p * le])), (p, q, t, j, s)
-                            assert torch.equal(recvs[p][s], xs[q][t]), f"rank {p}: recv_x row {s} is not token {t} of {q}"
+                            if fp8:
+                                q_ref, s_ref = fp8_quantize_reference(xs[q][t:t + 1])
+                                assert torch.equal(recvs[p][0][s].view(torch.uint8), q_ref[0].view(torch.uint8)), \
+                                    f"rank {p}: fp8 recv_x row {s} is not token {t} of {q} quantized"
+                                assert torch.equal(recvs[p][1][s], s_ref[0]), f"rank {p}: fp8 scales of row {s}"
+                            else:
+                                assert torch.equal(recvs[p][s], xs[q][t]), \
+                                    f"rank {p}: recv_x row {s} is not token {t} of {q}"
                             taken.append(s)
                         else:
                             assert s == -1, f"rank {p}: slot {s} for another rank's expert"
@@ -314,8 +323,7 @@ def main() -> int:
         again = layer(ms, xs, ids, ws)[2]
         assert all(torch.equal(a, b) for a, b in zip(again, outs)), "combine differs run to run"
         same_on_direct_path(world, tokens, h, k, experts, fp8, xs, ids, ws, (recvs, counts, outs))
-        if not fp8:
-            same_on_low_latency_path(world, tokens, h, k, experts, xs, ids, ws, (recvs, counts, outs))
+        same_on_low_latency_path(world, tokens, h, k, experts, xs, ids, ws, (recvs, counts, outs), fp8)
         print(f"ok: {'fp8 ' if fp8 else ''}{'skewed' if skewed else 'uniform'}: world {world}, rows per rank "
               f"{[int(c.sum()) for c in counts]}")
     fp8_every_value()

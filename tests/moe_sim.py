@@ -92,7 +92,7 @@ def low_latency_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: 
         m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=1)
     lays = [m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=2)
             for m, x, i, w, t in zip(ms, xs, ids, ws, ts)]
-    recvs = [m.recv_x.clone() for m in ms]
+    recvs = [(m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone() for m in ms]
     ys = [_scaled_rows(m, lay.counts) for m, lay in zip(ms, lays)]
     for m, lay, y, t in zip(ms, lays, ys, ts):
         m.low_latency.combine(y, lay, t, False, phase=1)

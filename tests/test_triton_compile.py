@@ -207,13 +207,27 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # The low-latency path (moe.low_latency_kernels: tile signals and waits, peer stores), at hidden
     # 7168, top-8, 2 ranks of 32 experts each.
     "ll_dispatch": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*bf16",
-                     "landing_words": "*i32", "landing_count": "*i64", "recv_x": "*bf16", "slot": "*i64",
-                     "weight": "*fp32", "own_ids": "*i32", "src_counts": "*i64", "received": "*i64",
-                     "calls": "*i32", "counters": "*i32", "arrivals": "*i32", "expert_counts": "*i64",
-                     "expert_offsets": "*i64", "overflow": "*i64", "bad": "*i64", "rank": I32, "num_experts": I32,
-                     "local_experts": I32, "max_tokens": I32, "hidden": I32, "row": I32, "meta_col": I32,
-                     "deltas": "*i64", "status": "*i32"},
-                    {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False}),
+                     "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "recv": "*bf16",
+                     "recv_side": "*bf16", "slot": "*i64", "weight": "*fp32", "own_ids": "*i32", "src_counts": "*i64",
+                     "received": "*i64", "calls": "*i32", "counters": "*i32", "arrivals": "*i32",
+                     "expert_counts": "*i64", "expert_offsets": "*i64", "overflow": "*i64", "bad": "*i64", "rank": I32,
+                     "num_experts": I32, "local_experts": I32, "max_tokens": I32, "hidden": I32, "row": I32,
+                     "meta_col": I32, "copy_words": I32, "side_col": I32, "side_words": I32, "deltas": "*i64",
+                     "status": "*i32"},
+                    {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 0, "FP8": False,
+                     "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX,
+                     "PHASE": 0, "SIM": False}),
+    "ll_dispatch fp8": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*i16",
+                         "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "recv": "*i16",
+                         "recv_side": "*i16", "slot": "*i64", "weight": "*fp32", "own_ids": "*i32",
+                         "src_counts": "*i64", "received": "*i64", "calls": "*i32", "counters": "*i32",
+                         "arrivals": "*i32", "expert_counts": "*i64", "expert_offsets": "*i64", "overflow": "*i64",
+                         "bad": "*i64", "rank": I32, "num_experts": I32, "local_experts": I32, "max_tokens": I32,
+                         "hidden": I32, "row": I32, "meta_col": I32, "copy_words": I32, "side_col": I32,
+                         "side_words": I32, "deltas": "*i64", "status": "*i32"},
+                        {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 128, "FP8": True,
+                         "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX,
+                         "MIN_AMAX": moe_kernels.FP8_MIN_AMAX, "PHASE": 0, "SIM": False}),
     "ll_combine": ({"ctx": "i64", "y": "*bf16", "slot": "*i64", "weight": "*fp32", "src_counts": "*i64",
                     "own_ids": "*i32", "back": "*bf16", "calls": "*i32", "out": "*bf16", "T": I32, "rank": I32,
                     "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
@@ -222,11 +236,12 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 # Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
 MOE_WARPS = {"bucket_scan": moe_sort.SCAN_WARPS, "bucket_scan 256": moe_sort.SCAN_WARPS, "gather_meta": moe_direct.WARPS, "pull_rows": moe_direct.WARPS, "pull_rows 1 row": moe_direct.WARPS,
              "pull_rows fp8": moe_direct.WARPS,
-             "reduce_push": moe_direct.PUSH_WARPS, "ll_dispatch": moe_ll.WARPS, "ll_combine": moe_ll.WARPS}
+             "reduce_push": moe_direct.PUSH_WARPS, "ll_dispatch": moe_ll.WARPS, "ll_dispatch fp8": moe_ll.WARPS,
+             "ll_combine": moe_ll.WARPS}
 
 
 # Size arguments that are multiples of 16 at the benchmark's shapes (hidden 7168, top-8).
-MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "stride", "src_stride"}
+MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "stride", "src_stride", "copy_words"}
 # Spill bytes allowed per MoE kernel. weighted_partial_sums: Triton 3.9 hoists all K=8 rows'
 # loads (168 registers) and ptxas spills 8 bytes on sm_90/100; 3.5 and 3.6 (the GPU machines')
 # compile it without. Measured kernel times (bench/moe_kernels_sweep.py) are with 3.6.

@@ -400,10 +400,15 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             assert counts.sum().item() == n, f"{counts.tolist()} rows for {n} routed here"
             if moe.path == "low_latency":  # expert blocks, rows in arrival order
                 packed = torch.cumsum(counts, 0) - counts
-                for e, (a, b) in enumerate(zip(expert_rows(recv_x, counts, offsets),
-                                               expert_rows(want_rows, counts, packed))):
+                got_rows, ref_rows = recv_x, want_rows
+                if fp8:  # each row's bytes and scales as one row of 2-byte words
+                    q_ref, s_ref = fp8_quantize_reference(want_rows)
+                    got_rows = torch.cat([recv_x[0].view(torch.int16), recv_x[1].view(torch.int16)], 1)
+                    ref_rows = torch.cat([q_ref.view(torch.int16), s_ref.view(torch.int16)], 1)
+                for e, (a, b) in enumerate(zip(expert_rows(got_rows, counts, offsets),
+                                               expert_rows(ref_rows, counts, packed))):
                     assert torch.equal(a, b), f"expert {me * le + e}: dispatched rows differ from the routing"
-            if fp8:
+            if fp8 and moe.path != "low_latency":
                 # Row by row (in blocks: the fp32 temporaries of every routed row at hidden 8192
                 # took 16 GiB at world 4); each row's quantization is its own.
                 for lo in range(0, n, FP8_CHECK_ROWS):
@@ -580,6 +585,8 @@ def main() -> int:
               lambda: moe_case(s, tokens, skewed, graph=False, path="low_latency"))
     s.run("moe low-latency path in a CUDA graph, routing changed between replays",
           lambda: moe_case(s, 64, False, graph=True, path="low_latency"))
+    s.run("moe low-latency path fp8 dispatch 64 tokens skewed",
+          lambda: moe_case(s, 64, True, graph=False, fp8=True, path="low_latency"))
     s.run("moe out-of-range expert ids", lambda: moe_bad_ids_case(s))
     s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
     if not SMALL:

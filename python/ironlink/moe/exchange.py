@@ -74,8 +74,8 @@ PATHS = ("direct", "low_latency", "relay")
 
 def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_node: bool) -> str:
     """The path a MoeExchange takes when not told: relay across nodes; on one node low_latency
-    for up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens (bf16 / fp16 rows, its own capacity),
-    else direct."""
+    for up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens (bf16 / fp16 dispatch: its fp8 one is not
+    yet measured on GPUs; its own capacity), else direct."""
     if multi_node:
         return "relay"
     small = max_tokens <= MOE_LOW_LATENCY_MAX_TOKENS and not fp8 and recv_capacity is None
@@ -141,9 +141,9 @@ class MoeExchange:
         if path in ("direct", "low_latency") and multi_node:
             raise ValueError(f"path={path!r} needs a heap of one node (peers on other nodes have no peer pointer); "
                              "this heap spans several: use path='relay' or None")
-        if path == "low_latency" and (self.fp8 or recv_capacity is not None):
-            raise ValueError("path='low_latency' moves bf16 / fp16 rows into recv_x by expert block (its own "
-                             "capacity): no fp8 dispatch_dtype, no recv_capacity")
+        if path == "low_latency" and recv_capacity is not None:
+            raise ValueError("path='low_latency' lays recv_x out by expert block, num_experts * max_tokens rows "
+                             "(its own capacity): no recv_capacity")
         self.path = path or choose_path(max_tokens, self.fp8, recv_capacity, multi_node)
         if self.path == "low_latency":
             self.capacity = low_latency_capacity(world, max_tokens, self.local_experts)

@@ -85,16 +85,27 @@ def _e4m3_bits(y):
 
 
 @triton.jit
+def quantize_chunk(v, BLOCK: tl.constexpr, GROUP: tl.constexpr, QMAX: tl.constexpr, MIN_AMAX: tl.constexpr):
+    """(float8_e4m3fn bits [BLOCK] uint8, fp32 scales [BLOCK / GROUP]) of the chunk `v` [BLOCK]
+    (any float dtype; masked-off lanes 0), per GROUP channels: amax = max(|v|, MIN_AMAX), scale =
+    amax / QMAX, bits = e4m3(v * (QMAX / amax)), both divisions IEEE (div_rn): what
+    `moe.fp8_quantize_reference` computes with torch ops. Every fp8 dispatch quantizes with it."""
+    g = tl.reshape(v.to(tl.float32), (BLOCK // GROUP, GROUP))
+    amax = tl.maximum(tl.max(tl.abs(g), axis=1), MIN_AMAX)
+    scale = tl.math.div_rn(amax, tl.full((BLOCK // GROUP,), QMAX, tl.float32))
+    inv = tl.math.div_rn(tl.full((BLOCK // GROUP,), QMAX, tl.float32), amax)
+    return tl.reshape(_e4m3_bits(g * inv[:, None]), (BLOCK,)), scale
+
+
+@triton.jit
 def pack_rows_fp8(x, idx, weights, send_row, out8, words, hidden, meta_word, meta_words, row, scale_word,
                   num_experts, WORLD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, META_BLOCK: tl.constexpr,
                   GROUP: tl.constexpr, QMAX: tl.constexpr, MIN_AMAX: tl.constexpr):
-    """pack_rows with the token quantized to float8_e4m3fn per GROUP channels: row send_row[t, p]
-    of the send buffer (`row` 2-byte words; `out8` / `words` are its byte and 4-byte views) gets
-    the fp8 bytes at byte 0, the ids and weights at word `meta_word` (_pack_meta) and the
-    hidden / GROUP fp32 scales at word `scale_word`. Per group: amax = max(|x|, MIN_AMAX),
-    scale = amax / QMAX, bytes = e4m3(x * (QMAX / amax)), both divisions IEEE (div_rn): what
-    `moe.fp8_quantize_reference` computes with torch ops. hidden is a multiple of GROUP, so a
-    group lies wholly inside or outside the row."""
+    """pack_rows with the token quantized to float8_e4m3fn per GROUP channels (`quantize_chunk`):
+    row send_row[t, p] of the send buffer (`row` 2-byte words; `out8` / `words` are its byte and
+    4-byte views) gets the fp8 bytes at byte 0, the ids and weights at word `meta_word`
+    (_pack_meta) and the hidden / GROUP fp32 scales at word `scale_word`. hidden is a multiple of
+    GROUP, so a group lies wholly inside or outside the row."""
     t = tl.program_id(0).to(tl.int64)
     # The ids and weights first: after the row loop they made Triton 3.5's fp8 kernel spill.
     _pack_meta(idx, weights, send_row, words, t, meta_word, meta_words, row // 2, num_experts, WORLD, K, META_BLOCK)
@@ -102,11 +113,7 @@ def pack_rows_fp8(x, idx, weights, send_row, out8, words, hidden, meta_word, met
     gi = tl.arange(0, BLOCK // GROUP)
     for c in range(0, hidden, BLOCK):
         m = c + offs < hidden
-        v = tl.reshape(tl.load(x + t * hidden + c + offs, mask=m, other=0.0).to(tl.float32), (BLOCK // GROUP, GROUP))
-        amax = tl.maximum(tl.max(tl.abs(v), axis=1), MIN_AMAX)
-        scale = tl.math.div_rn(amax, tl.full((BLOCK // GROUP,), QMAX, tl.float32))
-        inv = tl.math.div_rn(tl.full((BLOCK // GROUP,), QMAX, tl.float32), amax)
-        q = tl.reshape(_e4m3_bits(v * inv[:, None]), (BLOCK,))
+        q, scale = quantize_chunk(tl.load(x + t * hidden + c + offs, mask=m, other=0.0), BLOCK, GROUP, QMAX, MIN_AMAX)
         gm = c + gi * GROUP < hidden
         for p in tl.static_range(WORLD):
             r = tl.load(send_row + t * WORLD + p)
@@ -177,5 +184,5 @@ def sum_rank_rows(rows, send_row, out, hidden, WORLD: tl.constexpr, BLOCK: tl.co
         tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
-__all__ = ["BLOCK", "FP8_GROUP", "FP8_MAX", "FP8_MIN_AMAX", "PROGRAMS_PER_SM", "WARPS", "gather_rows", "pack_rows",
+__all__ = ["BLOCK", "FP8_GROUP", "FP8_MAX", "FP8_MIN_AMAX", "PROGRAMS_PER_SM", "WARPS", "gather_rows", "pack_rows", "quantize_chunk",
            "pack_rows_fp8", "sum_rank_rows", "weighted_partial_sums"]

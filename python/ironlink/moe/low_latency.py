@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from ..language._abi import MAX_CTAS
 from ..ops.collectives import launch_with_status
-from . import low_latency_kernels as llk
+from . import kernels, low_latency_kernels as llk
 from .direct import Layout
 from .layout import _pow2, take_count
 
@@ -73,11 +73,21 @@ class LowLatencyPath:
         offsets = torch.empty(m.local_experts, dtype=torch.int64, device=x.device)
         received = torch.empty(1, dtype=torch.int64, device=x.device)
         block = min(llk.BLOCK, _pow2(m.hidden))
-        args = (x, idx, weights, t, self.landing, self.landing.view(torch.int32), self.landing_count, m.recv_x, slot,
-                weight, self.own_ids, self.src_counts, received, self.dispatch_calls, self.counters, self.arrivals,
-                counts, offsets, m.overflow, self.bad, m.rank, m.num_experts, m.local_experts, m.max_tokens, m.hidden, m.row,
-                m.meta_col)
-        self._run("moe_dispatch", llk.ll_dispatch, args, check, phase, block, LB=_pow2(m.local_experts))
+        if m.fp8:  # the fp8 bytes and their scales move as raw 2-byte words (no float conversion)
+            landing, recv, side = self.landing.view(torch.int16), m.recv_x.view(torch.int16), m.recv_scales.view(
+                torch.int16)
+            words, side_words, side_block = m.hidden // 2, 2 * m.groups, _pow2(max(16, 2 * m.groups))
+        else:
+            landing, recv, side = self.landing, m.recv_x, m.recv_x
+            words, side_words, side_block = m.hidden, 0, 0
+        args = (x, idx, weights, t, landing, self.landing.view(torch.int32), self.landing.view(torch.uint8),
+                self.landing_count, recv, side, slot, weight, self.own_ids, self.src_counts, received,
+                self.dispatch_calls, self.counters, self.arrivals, counts, offsets, m.overflow, self.bad, m.rank,
+                m.num_experts, m.local_experts, m.max_tokens, m.hidden, m.row, m.meta_col, words, m.scale_col,
+                side_words)
+        self._run("moe_dispatch", llk.ll_dispatch, args, check, phase, block, LB=_pow2(m.local_experts),
+                  SIDE_BLOCK=side_block, FP8=m.fp8, GROUP=kernels.FP8_GROUP, QMAX=kernels.FP8_MAX,
+                  MIN_AMAX=kernels.FP8_MIN_AMAX)
         return Layout(counts, offsets, slot, weight, received)
 
     def combine(self, y: Any, layout: Layout, t: int, check: bool, phase: int = 0) -> Any:

@@ -37,7 +37,7 @@ from ..language import _abi
 from ..language import typed as ilt
 from ..language.jit import jit
 from .direct_kernels import _peer, sum_ranks_chunk
-from .kernels import weighted_chunk
+from .kernels import quantize_chunk, weighted_chunk
 
 # Tile indices of the signals: dispatch's CTA c signals and waits on DISPATCH_TILE0 + c, combine's
 # on COMBINE_TILE0 + c; the top of the range, away from the fused ops' tiles (numbered from 0).
@@ -68,22 +68,26 @@ def _meet(ctx, tile, PHASE: tl.constexpr):
 
 
 @jit(do_not_specialize=["ctx", "T", "rank"])
-def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing_count, recv_x, slot, weight, own_ids,
-                src_counts, received, calls, counters, arrivals, expert_counts, expert_offsets, overflow, bad, rank,
-                num_experts,
-                local_experts, max_tokens, hidden, row, meta_col, deltas, status, WORLD: tl.constexpr,
-                K: tl.constexpr, KB: tl.constexpr, LB: tl.constexpr, BLOCK: tl.constexpr, PHASE: tl.constexpr,
-                SIM: tl.constexpr):
+def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_count, recv, recv_side, slot, weight,
+                own_ids, src_counts, received, calls, counters, arrivals, expert_counts, expert_offsets, overflow, bad,
+                rank, num_experts, local_experts, max_tokens, hidden, row, meta_col, copy_words, side_col, side_words,
+                deltas, status, WORLD: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, LB: tl.constexpr,
+                BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, FP8: tl.constexpr, GROUP: tl.constexpr,
+                QMAX: tl.constexpr, MIN_AMAX: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr):
     """Dispatch of this rank's T tokens (x [T, hidden], idx / wts [T, K], contiguous; see the
-    module docs). landing [2, WORLD, max_tokens, row] (heap; landing_words: its int32 view, the
-    ids and weights from word meta_col / 2 of a row), landing_count [2, WORLD] int64 (heap).
-    recv_x [local_experts, WORLD * max_tokens, hidden]: expert e's rows in its block, their number
-    in expert_counts[e]; slot / weight [WORLD * max_tokens, K]: row q * max_tokens + t of source q's
-    token t, its recv_x row per choice (-1: not here, NO_ROOM: its block full) and weight;
-    own_ids [max_tokens, K] int32: this rank's ids as sent (-1 out of range), for combine;
-    src_counts [WORLD]: the tokens of each rank, received [1] their sum. expert_offsets: e * WORLD
-    * max_tokens. counters [local_experts] int32 and arrivals [1] int32: zero between calls. overflow (moe.sort.SUMMARY): an expert whose rows did not fit;
-    bad [grid]: this CTA's out-of-range ids among its own tokens."""
+    module docs). landing [2, WORLD, max_tokens, row] (heap, `row` 2-byte words; landing_words /
+    landing8 its int32 / byte views; a row holds the token, its ids and weights from word
+    meta_col / 2, and with FP8 its scales from word side_col / 2), landing_count [2, WORLD] int64
+    (heap). recv [local_experts * WORLD * max_tokens, copy_words]: expert e's rows in its block, in
+    landing's element type (bf16 / fp16 rows; FP8: int16 words of the fp8 bytes, and recv_side
+    the int16 words of their fp32 scales, side_words a row), their number in expert_counts[e];
+    slot / weight [WORLD * max_tokens, K]: row q * max_tokens + t of source q's token t, its recv
+    row per choice (-1: not here, NO_ROOM: its block full) and weight; own_ids [max_tokens, K]
+    int32: this rank's ids as sent (-1 out of range), for combine; src_counts [WORLD]: the tokens
+    of each rank, received [1] their sum; expert_offsets: e * WORLD * max_tokens. counters
+    [local_experts] int32 and arrivals [1] int32: zero between calls. overflow (moe.sort.SUMMARY):
+    an expert whose rows did not fit; bad [grid]: this CTA's out-of-range ids among its own
+    tokens. FP8: each token quantized per GROUP channels on its way out (kernels.quantize_chunk)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     call, half = _this_call(calls)
     kk = tl.arange(0, KB)
@@ -103,15 +107,25 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing_count, recv
             tl.store(own_ids + t * K + kk, e, mask=km)
             dest = tl.where(ok, e // local_experts, -1)
             at = (half * WORLD + rank) * max_tokens + t  # the token's row in every rank's landing
-            for d in tl.static_range(WORLD):
+            for d in tl.static_range(WORLD):  # the ids and weights to every rank
                 words = _peer(ctx, landing_words, d, deltas, SIM) + at * (row // 2) + meta
                 tl.store(words + kk, e, mask=km)
                 tl.store(words + K + kk, w.to(tl.int32, bitcast=True), mask=km)
-                if tl.sum((dest == d).to(tl.int32), 0) > 0:
-                    dst = _peer(ctx, landing, d, deltas, SIM) + at * row
-                    for c in range(0, hidden, BLOCK):
-                        m = c + offs < hidden
-                        tl.store(dst + c + offs, tl.load(x + t * hidden + c + offs, mask=m), mask=m)
+            for c in range(0, hidden, BLOCK):  # the row, loaded (and quantized) once, to its ranks
+                m = c + offs < hidden
+                v = tl.load(x + t * hidden + c + offs, mask=m, other=0.0)
+                if FP8:
+                    q, scale = quantize_chunk(v, BLOCK, GROUP, QMAX, MIN_AMAX)
+                for d in tl.static_range(WORLD):
+                    if tl.sum((dest == d).to(tl.int32), 0) > 0:
+                        if FP8:
+                            gi = tl.arange(0, BLOCK // GROUP)
+                            tl.store(_peer(ctx, landing8, d, deltas, SIM) + at * (2 * row) + c + offs, q, mask=m)
+                            scales = _peer(ctx, landing_words, d, deltas, SIM) + at * (row // 2) + side_col // 2
+                            tl.store(scales + c // GROUP + gi, scale.to(tl.int32, bitcast=True),
+                                     mask=c + gi * GROUP < hidden)
+                        else:
+                            tl.store(_peer(ctx, landing, d, deltas, SIM) + at * row + c + offs, v, mask=m)
         for d in tl.static_range(WORLD):
             tl.store(_peer(ctx, landing_count, d, deltas, SIM) + half * WORLD + rank, T.to(tl.int64))
         tl.store(bad + pid, nbad.to(tl.int64))
@@ -140,12 +154,19 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing_count, recv
                 tl.store(slot + r * K + kk, to, mask=km)
                 tl.store(weight + r * K + kk, w, mask=km)
                 if tl.sum(fits.to(tl.int32), 0) > 0:
-                    for c in range(0, hidden, BLOCK):
-                        m = c + offs < hidden
+                    for c in range(0, copy_words, BLOCK):
+                        m = c + offs < copy_words
                         v = tl.load(landing + at * row + c + offs, mask=m)
                         for j in tl.static_range(K):
                             tj = tl.sum(tl.where(kk == j, to, 0), 0)
-                            tl.store(recv_x + tj * hidden + c + offs, v, mask=m & (tj >= 0))
+                            tl.store(recv + tj * copy_words + c + offs, v, mask=m & (tj >= 0))
+                    if SIDE_BLOCK > 0:  # an fp8 row's scales, beside it
+                        so = tl.arange(0, SIDE_BLOCK)
+                        sm = so < side_words
+                        sv = tl.load(landing + at * row + side_col + so, mask=sm)
+                        for j in tl.static_range(K):
+                            tj = tl.sum(tl.where(kk == j, to, 0), 0)
+                            tl.store(recv_side + tj * side_words + so, sv, mask=sm & (tj >= 0))
         if pid == 0:
             tl.store(received, total)
         tl.store(calls + pid, call + 1)
