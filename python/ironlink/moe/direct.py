@@ -84,6 +84,18 @@ class DirectPath:
                                                                      SIM=False, **meta)
         launch_with_status(name, h, grid, call, check, function=function)
 
+    def dispatch(self, x: Any, idx: Any, weights: Any, t: int, check: bool) -> Layout:
+        """Steps 1 to 4: x [t, hidden], idx / weights [t, topk] (contiguous) staged, gathered and
+        pulled into recv_x; the layout."""
+        self.stage_tokens(x, idx, weights, t)
+        self.gather(check)
+        return self.place(check)
+
+    def combine(self, y: Any, layout: Layout, t: int, check: bool) -> Any:
+        """Steps 5 and 6: [t, hidden], each own token's expert outputs weighted and summed."""
+        self.push(y, layout, check)
+        return self.sum(t)
+
     def stage_tokens(self, x: Any, idx: Any, weights: Any, t: int) -> None:
         """Step 1: this rank's t tokens, ids and weights into its stage; t into `tokens`."""
         import torch

@@ -52,7 +52,7 @@ in torch ops (bit for bit); combine still takes and returns `dtype` rows.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 from ..language import _abi
 from ..runtime.distributed import grid_cap
@@ -163,7 +163,9 @@ class MoeExchange:
             self.direct = DirectPath(self, heap, ctas, sim)
         elif self.path == "low_latency":
             self.low_latency = LowLatencyPath(self, heap, ctas, sim)
-        else:
+        # The one-node path taken, if any: both have dispatch, combine, bad_ids and free.
+        self.one_node: Optional[Union[DirectPath, LowLatencyPath]] = self.direct or self.low_latency
+        if self.one_node is None:
             e = heap.empty
             words, counts = _heap_shapes(world, max_tokens, hidden, self.row, "relay")
             # back_*: combine's one reduced row per received token.
@@ -274,14 +276,9 @@ class MoeExchange:
             from .torch_library import dispatch as traced
             recv, counts, offsets, fields = traced(self, x, topk_idx, topk_weights, check)
             return recv, counts, offsets, Handle(*fields)
-        if self.low_latency is not None:
+        if self.one_node is not None:
             t = self._check(x, topk_idx, topk_weights)
-            lay = self.low_latency.dispatch(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t, check)
-            return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), check)
-        if self.direct is not None:
-            t = self._stage(x, topk_idx, topk_weights)
-            self.direct.gather(check)
-            lay = self.direct.place(check)
+            lay = self.one_node.dispatch(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t, check)
             return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), check)
         t, send_row = self._pack(x, topk_idx, topk_weights)
         self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
@@ -296,7 +293,8 @@ class MoeExchange:
         return recv, lay.counts, lay.offsets, handle
 
     def _stage(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
-        """Direct path, dispatch step 1 (moe/direct.py): the tokens staged."""
+        """Direct path, dispatch step 1 alone (moe/direct.py): the tokens staged (for the
+        benchmark's and the simulator's step-by-step runs)."""
         assert self.direct is not None
         t = self._check(x, topk_idx, topk_weights)
         self.direct.stage_tokens(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t)
@@ -341,16 +339,11 @@ class MoeExchange:
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()
-        if self.low_latency is not None:
+        if self.one_node is not None:
             if handle.send_row is not None:
-                raise ValueError("combine got a handle of the relay path; this MoeExchange takes the low-latency path")
-            return self.low_latency.combine(y, Layout(None, None, handle.slot, handle.weight, handle.received),
-                                            handle.tokens, check)
-        if self.direct is not None:
-            if handle.send_row is not None:
-                raise ValueError("combine got a handle of the relay path; this MoeExchange takes the direct path")
-            self.direct.push(y, Layout(None, None, handle.slot, handle.weight, handle.received), check)
-            return self.direct.sum(handle.tokens)
+                raise ValueError(f"combine got a handle of the relay path; this MoeExchange takes the {self.path} path")
+            lay = Layout(None, None, handle.slot, handle.weight, handle.received)
+            return self.one_node.combine(y, lay, handle.tokens, check)
         if handle.send_row is None:
             raise ValueError("combine got a handle of the direct path; this MoeExchange takes the relay path")
         self._reduce_here(y, handle)
@@ -387,8 +380,8 @@ class MoeExchange:
     def check(self) -> None:
         """Raises (and clears) a capacity overflow flagged by a dispatch on this rank; waits for
         the GPU. Also raises what the heap recorded (`heap.check()`)."""
-        if self.direct is not None or self.low_latency is not None:
-            bad_ids = (self.direct or self.low_latency).bad_ids()  # type: ignore[union-attr]
+        if self.one_node is not None:
+            bad_ids = self.one_node.bad_ids()
         else:
             bad_ids = self.route_summary.tolist()[4]
             if bad_ids:
@@ -418,8 +411,8 @@ class MoeExchange:
 
     def close(self) -> None:
         """Frees the heap buffers (collective: same order on every rank)."""
-        if self.direct is not None or self.low_latency is not None:
-            (self.direct or self.low_latency).free()  # type: ignore[union-attr]
+        if self.one_node is not None:
+            self.one_node.free()
             return
         for t in (*reversed(self.counts), self.back_recv, self.back_send, self.recv_buf, self.send_buf):
             self.heap.free(t)

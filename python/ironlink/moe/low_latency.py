@@ -72,7 +72,6 @@ class LowLatencyPath:
         counts = torch.empty(m.local_experts, dtype=torch.int64, device=x.device)
         offsets = torch.empty(m.local_experts, dtype=torch.int64, device=x.device)
         received = torch.empty(1, dtype=torch.int64, device=x.device)
-        block = min(llk.BLOCK, _pow2(m.hidden))
         if m.fp8:  # the fp8 bytes and their scales move as raw 2-byte words (no float conversion)
             landing, recv, side = self.landing.view(torch.int16), m.recv_x.view(torch.int16), m.recv_scales.view(
                 torch.int16)
@@ -85,7 +84,7 @@ class LowLatencyPath:
                 self.dispatch_calls, self.counters, self.arrivals, counts, offsets, m.overflow, self.bad, m.rank,
                 m.num_experts, m.local_experts, m.max_tokens, m.hidden, m.row, m.meta_col, words, m.scale_col,
                 side_words)
-        self._run("moe_dispatch", llk.ll_dispatch, args, check, phase, block, LB=_pow2(m.local_experts),
+        self._run("moe_dispatch", llk.ll_dispatch, args, check, phase, LB=_pow2(m.local_experts),
                   SIDE_BLOCK=side_block, FP8=m.fp8, GROUP=kernels.FP8_GROUP, QMAX=kernels.FP8_MAX,
                   MIN_AMAX=kernels.FP8_MIN_AMAX)
         return Layout(counts, offsets, slot, weight, received)
@@ -97,24 +96,24 @@ class LowLatencyPath:
 
         m = self.m
         out = torch.empty(t, m.hidden, dtype=m.dtype, device=y.device)
-        block = min(llk.BLOCK, _pow2(m.hidden))
         args = (y, layout.slot, layout.weight, self.src_counts, self.own_ids, self.back, self.combine_calls, out, t,
                 m.rank, m.local_experts, m.max_tokens, m.hidden)
-        self._run("moe_combine", llk.ll_combine, args, check, phase, block)
+        self._run("moe_combine", llk.ll_combine, args, check, phase)
         return out
 
-    def _run(self, name: str, kernel: Any, args: tuple[Any, ...], check: bool, phase: int, block: int,
-             **meta: Any) -> None:
-        """`kernel[(ctas,)](ctx, *args, deltas, status, ...)`, its statuses checked as every
-        ironlink call's; simulated, PHASE `phase` of the plain Triton kernel, without the library."""
+    def _run(self, name: str, kernel: Any, args: tuple[Any, ...], check: bool, phase: int, **meta: Any) -> None:
+        """`kernel[(ctas,)](ctx, *args, deltas, status, ...)` in steps of BLOCK elements of a row,
+        its statuses checked as every ironlink call's; simulated, PHASE `phase` of the plain Triton
+        kernel, without the library."""
         m = self.m
+        block = min(llk.BLOCK, _pow2(m.hidden))
         meta = dict(WORLD=m.world, K=m.topk, KB=m.kb, BLOCK=block, num_warps=llk.WARPS, **meta)
         if self.sim is not None:
             kernel.fn[(self.ctas,)](0, *args, self.sim, self.sim_status, PHASE=phase, SIM=True, **meta)
             return
         h = self.heap
-        call: Callable[[Any], None] = lambda status: kernel[(self.ctas,)](h.ctx, *args, self.src_counts, status, PHASE=0,
-                                                                          SIM=False, **meta)
+        call: Callable[[Any], None] = lambda status: kernel[(self.ctas,)](h.ctx, *args, self.src_counts, status,
+                                                                          PHASE=0, SIM=False, **meta)
         launch_with_status(name, h, self.ctas, call, check, function="symm_tile_signal_others/symm_tile_wait_others")
 
     def bad_ids(self) -> int:
