@@ -451,18 +451,31 @@ def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
     for name, res in zip(("direct", "direct on 8 SMs"), results[1:]):
         for i, (a, b) in enumerate(zip(res, results[0])):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{name}: output {i} differs from the relay path's"
-    if not fp8:
-        moe = ironlink.MoeExchange(s.heap, tokens, hidden, k, experts, path="low_latency")
-        try:
-            recv, counts, offsets, out = moe_scaled_layer(moe, x, idx, wts)
-        finally:
-            moe.close()
-        relay_recv, relay_counts, relay_offsets, relay_out = results[0]
-        assert torch.equal(counts, relay_counts), "low_latency: expert counts differ from the relay path's"
-        for e, (a, b) in enumerate(zip(expert_rows(recv, counts, offsets),
-                                       expert_rows(relay_recv, relay_counts, relay_offsets))):
-            assert torch.equal(a, b), f"low_latency: expert {e}'s rows differ from the relay path's"
-        assert torch.equal(out.view(torch.uint8), relay_out.view(torch.uint8)), "low_latency: combine differs from relay"
+    moe = ironlink.MoeExchange(s.heap, tokens, hidden, k, experts, path="low_latency",
+                               dispatch_dtype=torch.float8_e4m3fn if fp8 else None)
+    try:
+        low_latency = moe_scaled_layer(moe, x, idx, wts)
+    finally:
+        moe.close()
+    # The low-latency path fills an expert's block in arrival order: compare each expert's rows
+    # as sets (an fp8 row with its scale, dequantized: the scale travels with the row).
+    (recv, counts, offsets, out), (relay_recv, relay_counts, relay_offsets, relay_out) = (
+        moe_received_rows(res) for res in (low_latency, results[0]))
+    assert torch.equal(counts, relay_counts), "low_latency: expert counts differ from the relay path's"
+    for e, (a, b) in enumerate(zip(expert_rows(recv, counts, offsets),
+                                   expert_rows(relay_recv, relay_counts, relay_offsets))):
+        assert torch.equal(a, b), f"low_latency: expert {e}'s rows differ from the relay path's"
+    assert torch.equal(out.view(torch.uint8), relay_out.view(torch.uint8)), "low_latency: combine differs from relay"
+
+
+def moe_received_rows(result: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """(recv_x rows, counts, offsets, combine's output) of a `moe_scaled_layer` result; an fp8
+    dispatch's rows dequantized with their scales (bf16)."""
+    if len(result) == 5:
+        from ironlink.moe import fp8_dequantize
+
+        return (fp8_dequantize(result[0], result[1], torch.bfloat16), *result[2:])
+    return tuple(result)
 
 
 def moe_limits_case(s: Suite, fp8: bool) -> None:
@@ -593,8 +606,9 @@ def main() -> int:
         for fp8 in (False, True):
             s.run(f"moe at the limits: 16384 tokens, hidden 8192, top-8 of 256 experts, skewed{', fp8' if fp8 else ''}",
                   lambda: moe_limits_case(s, fp8))
-    s.run("moe fp8 dispatch in a CUDA graph, routing changed between replays",
-          lambda: moe_case(s, 64, False, graph=True, fp8=True))
+    for path in ("low_latency", "direct"):
+        s.run(f"moe fp8 dispatch in a CUDA graph, routing changed between replays, {path} path",
+              lambda: moe_case(s, 64, False, graph=True, fp8=True, path=path))
     s.run("all_to_all_v over capacity", lambda: all_to_all_v_case(s, 64, torch.bfloat16, (7,), graph=False, out_rows=5))
     s.run("argument errors", s.argument_errors)
     s.run("heap.check() is clean", heap.check)
