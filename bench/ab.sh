@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# A/B of device builds in one GPU session: the benchmark once per bitcode directory, same GPUs,
-# NCCL measured again in each run. JSON per directory under $OUT (default build/ab).
+# A/B of device builds in one GPU session: a benchmark once per bitcode directory, same GPUs,
+# its other contenders (NCCL, torch) measured again in each run. JSON per directory under $OUT
+# (default build/ab). The program is bench/allreduce.py unless $AB_PROG names another
+# (bench/$AB_PROG.py, e.g. fused or rmsnorm_timeline); its lines matching $AB_GREP are shown.
 #   IRONLINK_GIT_REV=$(git rev-parse --short HEAD) bench/ab.sh build build/pull -- --min-bytes 16777216 --dtypes bf16 --skip-gather-scatter
+#   AB_PROG=fused AB_GREP=allreduce_rmsnorm bench/ab.sh build/old build -- --ops allreduce_rmsnorm
 # (build the variant into its own directory first, e.g. from another checkout; $AB_TAG suffixes
 # the JSON names; pass IRONLINK_GIT_REV: the device copy of the tree may not know its revision.)
 set -uo pipefail
@@ -14,11 +17,13 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do dirs+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 # One Triton cache per build: kernels compiled against one bitcode must not serve another.
 n=${NGPU:-$(nvidia-smi -L | wc -l)}
+prog=${AB_PROG:-allreduce}
+pattern=${AB_GREP:-"all_reduce|all_gather|reduce_scatter"}
 rc=0
 for d in "${dirs[@]}"; do
   name=$(echo "$d" | tr '/' '-')${AB_TAG:-}
   echo "== $d"
-  TRITON_CACHE_DIR=/tmp/ironlink-ab-cache-$name IRONLINK_BITCODE_DIR=$d torchrun --standalone --nproc_per_node="$n" bench/allreduce.py \
-    --out "$OUT/ab-$name.json" "$@" 2>&1 | grep -E "all_reduce|all_gather|reduce_scatter" || rc=1
+  TRITON_CACHE_DIR=/tmp/ironlink-ab-cache-$name IRONLINK_BITCODE_DIR=$d torchrun --standalone --nproc_per_node="$n" "bench/$prog.py" \
+    --out "$OUT/ab-$prog-$name.json" "$@" 2>&1 | grep -E "$pattern" || rc=1
 done
 exit $rc

@@ -3,8 +3,8 @@
     torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_py.sh fused)
 
 - allreduce_rmsnorm (tokens x hidden, bf16): ironlink_fused (ironlink.all_reduce_rmsnorm, its default
-  mode and PDL setting; ironlink_fused[rows] / [whole] each mode without programmatic dependent
-  launch, ironlink_fused[rows,pdl] / [whole,pdl] with it, where the GPU has it (sm_90+);
+  mode and PDL setting; ironlink_fused[rows] / [whole] / [push] each mode without programmatic
+  dependent launch, ironlink_fused[rows,pdl] / ... with it, where the GPU has it (sm_90+);
   ironlink_fused[<mode>,fp8] its FP8 output on Hopper, default PDL setting), nccl_torch
   (dist.all_reduce, residual add, F.rms_norm), ironlink_torch (ironlink.all_reduce without PDL
   and the same torch ops; ironlink_torch[pdl] with it), torch_symm_torch (PyTorch's symm_mem
@@ -39,6 +39,7 @@ import torch.nn.functional as F
 import ironlink
 from ironlink.runtime import tuning
 from ironlink_bench import GraphRound, write_results
+from ironlink.fused import allreduce_rmsnorm
 from ironlink.fused.matmul_allreduce import METHODS
 from ironlink.fused.matmul_allreduce import launch as launch_matmul
 from ironlink.fused.matmul_allreduce import plan as plan_matmul
@@ -96,7 +97,7 @@ class FusedBench:
             F.rms_norm(residual, (hidden,), weight, eps)
 
         default = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world, self.sms)
-        for mode in ("rows", "whole"):
+        for mode in allreduce_rmsnorm.MODES:
             for pdl in self.pdl_settings:
                 self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}{',pdl' if pdl else ''}]", shape, dt,
                             lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,

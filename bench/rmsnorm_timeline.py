@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows-at-once", default="", help="e.g. 1,2: mode rows' rows at a time to compare")
+    ap.add_argument("--modes", default="", help="e.g. rows,push: these modes instead of the default one")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -81,52 +82,64 @@ def main() -> None:
         weight = torch.ones(args.hidden, device="cuda", dtype=torch.bfloat16)
         out = torch.empty_like(residual)
         spec = TensorSpec.from_tensor
-        p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"), str(heap.device),
-                 world, sms, None, heap.multi_node, None, None)
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
         pdl = choose_pdl(None, major, "all_reduce_rmsnorm", heap.multi_node)
-        for preload in (True, False):
-            # The launches back to back in one CUDA graph, each with its own stamps: in step with
-            # the other rank as in a model's graph (a launch after a host barrier measures the
-            # ranks' start skew instead).
-            traces = torch.zeros(args.repeats, p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
-            for _ in range(2):  # compile, and create the heap's state outside capture
-                launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[0],
-                       preload=preload)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for i in range(args.repeats):
-                    launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[i],
-                           preload=preload)
-            traces.zero_()
-            torch.cuda.synchronize()
-            dist.barrier()
-            g.replay()
-            torch.cuda.synchronize()
-            runs = [phases(traces[i].cpu()) for i in range(2, args.repeats)]  # the first two: still skewed
-            del g
-            heap.check()
-            graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl,
-                                                 preload=preload), x.nbytes)
-            # The traced launch timed the same way: whether the stamps themselves slow the kernel
-            # (the 2 H100 run's traced launches took 25-110 us where untraced ones took 10-22).
-            traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6,
-                                                        status, pdl, trace=traces[0], preload=preload), x.nbytes)
-            mine = sorted(runs, key=lambda r: r["kernel_us"])[len(runs) // 2]
-            gathered: list[Any] = [None] * world
-            dist.all_gather_object(gathered, mine)
-            worst = max(gathered, key=lambda r: r["kernel_us"])
-            row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "ctas": p.ctas, "warps": p.warps,
-                   "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2),
-                   "traced_graph_us": round(traced_graph_us, 2), **worst,
-                   "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
-            record_row(rows, row)
-        if p.mode == "rows" and args.rows_at_once:
-            rows_at_once(rows, heap, p, x, residual, weight, out, status, pdl,
-                         [int(v) for v in args.rows_at_once.split(",")])
+        for mode in args.modes.split(",") if args.modes else [None]:
+            p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"),
+                     str(heap.device), world, sms, mode, heap.multi_node, None, None)
+            timeline(rows, args, heap, p, x, residual, weight, out, status, pdl)
+        if args.modes == "" and args.rows_at_once:
+            p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"),
+                     str(heap.device), world, sms, None, heap.multi_node, None, None)
+            if p.mode == "rows":
+                rows_at_once(rows, heap, p, x, residual, weight, out, status, pdl,
+                             [int(v) for v in args.rows_at_once.split(",")])
         heap.free(x)
     write_results(args.out, world, rows, probe="rmsnorm_timeline")
+
+
+def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p: Any, x: torch.Tensor,
+             residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, status: torch.Tensor,
+             pdl: bool) -> None:
+    """Plan `p`'s phases with and without PRELOAD: a row each into `rows`."""
+    t, world = p.tokens, dist.get_world_size()
+    for preload in (True, False):
+        # The launches back to back in one CUDA graph, each with its own stamps: in step with
+        # the other rank as in a model's graph (a launch after a host barrier measures the
+        # ranks' start skew instead).
+        traces = torch.zeros(args.repeats, p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
+        for _ in range(2):  # compile, and create the heap's state outside capture
+            launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[0],
+                   preload=preload)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(args.repeats):
+                launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[i],
+                       preload=preload)
+        traces.zero_()
+        torch.cuda.synchronize()
+        dist.barrier()
+        g.replay()
+        torch.cuda.synchronize()
+        runs = [phases(traces[i].cpu()) for i in range(2, args.repeats)]  # the first two: still skewed
+        del g
+        heap.check()
+        graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl,
+                                             preload=preload), x.nbytes)
+        # The traced launch timed the same way: whether the stamps themselves slow the kernel
+        # (the 2 H100 run's traced launches took 25-110 us where untraced ones took 10-22).
+        traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6,
+                                                    status, pdl, trace=traces[0], preload=preload), x.nbytes)
+        mine = sorted(runs, key=lambda r: r["kernel_us"])[len(runs) // 2]
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, mine)
+        worst = max(gathered, key=lambda r: r["kernel_us"])
+        row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "ctas": p.ctas, "warps": p.warps,
+               "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2),
+               "traced_graph_us": round(traced_graph_us, 2), **worst,
+               "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
+        record_row(rows, row)
     heap.close()
     dist.destroy_process_group()
 

@@ -112,6 +112,18 @@ def test_rmsnorm_on_several_nodes_runs_whole_unless_asked() -> None:
     assert rows.mode == "rows" and rows.ctas == 132  # a tile per CTA: at most MAX_CTAS of them
 
 
+def test_rmsnorm_push_mode_plans_its_slots_and_stays_on_one_node() -> None:
+    x, r, w, o = (spec("x", (300, 8192), ptr=1 << 20), spec("residual", (300, 8192), ptr=2 << 30),
+                  spec("weight", (8192,), ptr=3 << 30), spec("out", (300, 8192), ptr=4 << 30))
+    p = arn.plan(x, r, w, o, DEV, 4, 132, mode="push")
+    # A block of rows a CTA, as rows mode; a slot per peer, in two halves (alternate launches).
+    assert p.mode == "push" and p.ctas == 132 and p.workspace_bytes == 2 * 3 * x.nbytes
+    assert p.rows_at_once == tuning.rmsnorm_rows_at_once(300, 132)
+    assert arn.plan(x, r, w, o, DEV, 4, 132, mode="rows").workspace_bytes == 0
+    with pytest.raises(ValueError, match="one node only"):
+        arn.plan(x, r, w, o, DEV, 4, 132, mode="push", multi_node=True)
+
+
 def test_rmsnorm_hidden_limit() -> None:
     with pytest.raises(ValueError, match="hidden size must be in"):
         rms(2, arn.MAX_HIDDEN + 1)

@@ -81,9 +81,10 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
 }
 _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
                 "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                "trace": "*i64",
+                "trace": "*i64", "ws": "*bf16", "epochs": "*i32",
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
-                "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr"}
+                "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
+                "WORLD": "constexpr"}
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
@@ -103,6 +104,17 @@ KERNELS["allreduce_rmsnorm_rows_2_fp8"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "MIN_CC": 90, "num_warps": 16})
+# Mode "push": rows stored into the peers' slots, a tile signal and wait (two ranks, and four: a
+# store per peer).
+for world in (2, 4):
+    KERNELS[f"allreduce_rmsnorm_push_w{world}"] = (
+        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+        {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
+         "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": world, "num_warps": 16})
+KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
+    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
+     "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
 # With programmatic dependent launch (ironlink.ops.pdl): griddepcontrol is sm_90+, the host launches
 # it there only (tests/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
@@ -217,7 +229,11 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     "matmul_allreduce_push_m4096_two_shot_flat": 104, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_rows": 48,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_cols": 40, "allgather_matmul_m16384": 8,
-                    "matmul_reducescatter_m16384": 16}
+                    "matmul_reducescatter_m16384": 16,
+                    # The test kernel around symm_tile_all_reduce (no GEMM): ptxas keeps a stack
+                    # word at 80 registers since the LL one-shot moves two units at a time
+                    # (`ll_packet::one_shot_reduce`); the library's rows kernels stay at 0.
+                    "tiles_then_all_reduce": 8, "tiles_then_all_reduce_64x128_fp32": 16}
 
 _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
 _ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "stride_am", "stride_bk", "stride_sm")

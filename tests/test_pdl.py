@@ -66,9 +66,10 @@ def test_pdl_launch_options_set_the_constexpr_and_the_attribute_together() -> No
 
 _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
                 "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                "trace": "*i64",
+                "trace": "*i64", "ws": "*bf16", "epochs": "*i32",
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
-                "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr"}
+                "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
+                "WORLD": "constexpr"}
 KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
     # name: (kernel, signature, constexprs without PDL, num_warps), as the host ops launch them
     "all_reduce_rmsnorm rows": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
@@ -77,6 +78,9 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
     "all_reduce_rmsnorm whole": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
                                  {"WHOLE": True, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
                                   "ROWS": 1}, 16),
+    "all_reduce_rmsnorm push": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+                                {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
+                                 "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2}, 16),
     "all_reduce": (ops._all_reduce_kernel.fn, {"ctx": "i64", "buf": "*bf16", "n": "i32", "op": "i32",
                                                "status": "*i32", "PDL": "constexpr"}, {}, 8),
 }

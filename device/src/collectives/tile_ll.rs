@@ -12,7 +12,6 @@
 //! context's timeout: `TIMEOUT`, recorded.
 
 use crate::runtime::elem::Reduction;
-use crate::runtime::mem::{load_unit, rotate, store_unit};
 use crate::runtime::sync::Call;
 use crate::transport::ll_packet;
 use crate::transport::tile_inbox::TileInbox;
@@ -24,39 +23,20 @@ use super::tile_shape::Tile;
 pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> {
     let inbox = TileInbox::open(call);
     let local = call.c.heap_base(call.rank);
-    let units = tile.ll_units();
-
-    // Push: unit u to box `rank` of every peer, at index u.
-    let mut u = call.tid;
-    while u < units {
+    let unit = |u: usize| {
         let (offset, valid) = tile.ll_unit(u);
-        // SAFETY: unit u lies inside the checked tile of this rank's heap.
-        let d = unsafe { load_unit::<2>(local + offset, valid) };
-        for k in 1..call.world {
-            let p = rotate(call.rank, k, call.world);
-            // SAFETY: u < units <= the boxes' capacity (`tile_inbox::fits`), p is a peer of
-            // this node: the slot lies in p's tile area.
-            unsafe { ll_packet::send(inbox.slot(call, p, call.rank, u), d, call.epoch) };
-        }
-        u += call.threads;
+        (local + offset, valid)
+    };
+    // SAFETY: unit u < ll_units lies inside the checked tile of this rank's heap; u is below
+    // the boxes' capacity (`tile_inbox::fits`), so box `rank` of peer p and box p here hold it.
+    unsafe {
+        ll_packet::one_shot_reduce(
+            call,
+            red,
+            tile.ll_units(),
+            unit,
+            |p, u| inbox.slot(call, p, call.rank, u),
+            |p, u| inbox.slot(call, call.rank, p, u),
+        )
     }
-
-    // Reduce: each unit with the packets of every peer, in rank order.
-    let mut deadline = call.deadline();
-    let mut late = false;
-    let mut u = call.tid;
-    while u < units {
-        let (offset, valid) = tile.ll_unit(u);
-        // SAFETY: as above; only this thread touches unit u of this rank's tile.
-        let mine = unsafe { load_unit::<2>(local + offset, valid) };
-        let boxes = |p: usize| inbox.slot(call, call.rank, p, u);
-        let Some(sum) = ll_packet::receive_reduced(call, red, mine, boxes, &mut deadline) else {
-            late = true;
-            break;
-        };
-        // SAFETY: as above.
-        unsafe { store_unit::<2>(local + offset, valid, sum) };
-        u += call.threads;
-    }
-    call.agree_on_timeout(late)
 }

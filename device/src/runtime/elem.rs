@@ -93,6 +93,14 @@ pub struct Acc<const W: usize> {
 }
 
 impl<const W: usize> Acc<W> {
+    /// An accumulator to overwrite with `first` (a placeholder for arrays of them).
+    #[inline(always)]
+    pub const fn zero() -> Self {
+        Acc {
+            lanes: [[0.0; 2]; W],
+        }
+    }
+
     #[inline(always)]
     pub fn first(red: &Reduction, words: [u32; W]) -> Self {
         let mut lanes = [[0.0; 2]; W];

@@ -1,5 +1,6 @@
 //! `for_each_rank!`: a loop over the rank indices 0..MAX_RANKS that the macro unrolls itself;
-//! `unroll2!` the same over 0..n for n <= 2 (units a thread has in flight, groups of ranks).
+//! `unroll2!` the same over 0..n for n <= 2 (units a thread has in flight, groups of ranks);
+//! `unroll4!` over 0..n for n <= 4 (the LL packets a thread has in flight).
 //!
 //! Register arrays indexed by a loop variable the compiler leaves rolled end up in local memory
 //! (`.local`, a stack frame); with constant indices they stay in registers.
@@ -35,5 +36,12 @@ macro_rules! for_each_rank {
 macro_rules! unroll2 {
     ($n:expr, $k:ident => $body:stmt) => {
         for_each_constant!($k in [0, 1] if $k < $n => $body)
+    };
+}
+
+/// Runs `$body` with `$k` bound to each constant 0..$n, for `$n` at most 4.
+macro_rules! unroll4 {
+    ($n:expr, $k:ident => $body:stmt) => {
+        for_each_constant!($k in [0, 1, 2, 3] if $k < $n => $body)
     };
 }

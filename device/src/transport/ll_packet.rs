@@ -21,7 +21,7 @@
 use crate::abi::{SymmContext, MAX_RANKS};
 use crate::hw;
 use crate::runtime::elem::{Acc, Reduction};
-use crate::runtime::mem::{div32, div_ceil32, rotate, split};
+use crate::runtime::mem::{div32, div_ceil32, load_unit, rotate, split, store_unit};
 use crate::runtime::scratch::slice_bytes;
 use crate::runtime::sync::{wait_until, Call, Deadline};
 
@@ -161,6 +161,120 @@ pub fn receive_reduced(
         },
     );
     ok.then(|| acc.finish(red, call.world))
+}
+
+/// Units a thread moves at once in `one_shot_reduce` (`unroll4!`): their loads, and later the
+/// polls of their packets, in flight together. One at a time, a thread pays a memory round trip
+/// per unit in each phase: a CTA alone on a 16 KiB row (all_reduce_rmsnorm's decode rows, 512
+/// threads) has four units per thread. On 2 H200s two took all_reduce_rmsnorm at 1 / 8 tokens
+/// (hidden 8192) from 9.26 / 9.59 to 7.93 / 8.00 us, and four did less (8.74 / 9.23: ptxas
+/// spills in the rows kernels at 128 registers); docs/record.md.
+const UNITS_IN_FLIGHT: usize = 2;
+const _: () = assert!(UNITS_IN_FLIGHT <= 4, "unroll4! runs the batch");
+
+/// One-shot LL all-reduce, in place, of `units` 8-byte units by the calling CTA: unit u (at
+/// `unit(u)` = (address in this rank's heap, valid bytes)) goes as a packet to `outbox(p, u)`
+/// in every peer p; then each unit is reduced in rank order, in f32, with the packets at
+/// `inbox(p, u)` here and stored back. Every thread calls it; `TIMEOUT` if a packet never came.
+///
+/// A thread takes UNITS_IN_FLIGHT units at a time: loads them all, then sends them all; on the
+/// way back it goes through the ranks in order, loading rank r + 1's words (its packets, or this
+/// rank's own units) before it waits for rank r's, so about one round trip serves a batch.
+///
+/// # Safety
+/// For u < units: `unit(u)` lies inside this rank's checked data (each unit touched by one
+/// thread only), `outbox(p, u)` is a packet slot in peer p's mapped memory and `inbox(p, u)` one
+/// in this rank's, not written by anything else during the call.
+#[inline(always)]
+pub unsafe fn one_shot_reduce(
+    call: &Call,
+    red: &Reduction,
+    units: usize,
+    unit: impl Fn(usize) -> (usize, usize),
+    outbox: impl Fn(usize, usize) -> usize,
+    inbox: impl Fn(usize, usize) -> usize,
+) -> Result<(), i32> {
+    let batch = UNITS_IN_FLIGHT * call.threads;
+    let at = |base: usize, j: usize| base + j * call.threads;
+
+    let mut base = call.tid;
+    while base < units {
+        let mut data = [[0u32; 2]; UNITS_IN_FLIGHT];
+        unroll4!(UNITS_IN_FLIGHT, j => if at(base, j) < units {
+            let (addr, valid) = unit(at(base, j));
+            // SAFETY: by the caller's guarantee.
+            data[j] = unsafe { load_unit::<2>(addr, valid) };
+        });
+        unroll4!(UNITS_IN_FLIGHT, j => if at(base, j) < units {
+            for k in 1..call.world {
+                let p = rotate(call.rank, k, call.world);
+                // SAFETY: by the caller's guarantee.
+                unsafe { send(outbox(p, at(base, j)), data[j], call.epoch) };
+            }
+        });
+        base += batch;
+    }
+
+    let mut deadline = call.deadline();
+    let mut late = false;
+    let mut base = call.tid;
+    'batches: while base < units {
+        // Rank r's words of the batch, as packets: the received ones for a peer, this rank's own
+        // units dressed as ready packets for itself.
+        let fetch = |r: usize| {
+            let mut pkt = [[0u32; 4]; UNITS_IN_FLIGHT];
+            unroll4!(UNITS_IN_FLIGHT, j => if at(base, j) < units {
+                pkt[j] = if r == call.rank {
+                    let (addr, valid) = unit(at(base, j));
+                    // SAFETY: by the caller's guarantee.
+                    let d = unsafe { load_unit::<2>(addr, valid) };
+                    [d[0], call.epoch, d[1], call.epoch]
+                } else {
+                    // SAFETY: by the caller's guarantee.
+                    unsafe { hw::load_v4_volatile(inbox(r, at(base, j)) as *const [u32; 4]) }
+                };
+            });
+            pkt
+        };
+        let mut acc = [const { Acc::<2>::zero() }; UNITS_IN_FLIGHT];
+        // Rank after rank, in rank order; the next rank's words go out before waiting on these.
+        let mut pkt = fetch(0);
+        for r in 0..call.world {
+            let pkt_next = if r + 1 < call.world {
+                fetch(r + 1)
+            } else {
+                pkt
+            };
+            let mut ok = true;
+            unroll4!(UNITS_IN_FLIGHT, j => if ok && at(base, j) < units {
+                if !ready(&pkt[j], call.epoch) {
+                    ok = wait_until(&mut deadline, || {
+                        // SAFETY: as above (only a peer's packet can be not ready).
+                        pkt[j] = unsafe { hw::load_v4_volatile(inbox(r, at(base, j)) as *const [u32; 4]) };
+                        ready(&pkt[j], call.epoch)
+                    });
+                }
+                let d = [pkt[j][0], pkt[j][2]];
+                if r == 0 {
+                    acc[j] = Acc::first(red, d);
+                } else {
+                    acc[j].add(red, d);
+                }
+            });
+            if !ok {
+                late = true;
+                break 'batches;
+            }
+            pkt = pkt_next;
+        }
+        unroll4!(UNITS_IN_FLIGHT, j => if at(base, j) < units {
+            let (addr, valid) = unit(at(base, j));
+            // SAFETY: by the caller's guarantee.
+            unsafe { store_unit::<2>(addr, valid, acc[j].finish(red, call.world)) };
+        });
+        base += batch;
+    }
+    call.agree_on_timeout(late)
 }
 
 /// Sends `data` as a packet into box `b` at index `idx` of every peer, in rotated order.

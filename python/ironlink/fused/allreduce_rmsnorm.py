@@ -25,7 +25,13 @@ Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
 - "whole": the whole tensor is all-reduced by every CTA with `symm_all_reduce` (its LL one-shot
   for small sizes), `symm_grid_barrier` makes every row visible to every CTA, then each CTA
   normalizes rows. For many tokens, and for rows too large for the LL tile all-reduce.
-Both launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
+- "push": each CTA owns a block of rows, as in "rows", but exchanges them by plain stores into
+  its slots at every peer (a workspace in the heap, alternate halves in alternate launches as
+  matmul_all_reduce's push method), one counted tile signal (`symm_tile_signal_others`, tile =
+  CTA index) and a wait for the peers' (`symm_tile_wait_others`); then it sums its rows over the
+  ranks in rank order in fp32 and normalizes them. The bytes cross NVLink once, where LL packets
+  carry each 8 data bytes in 16. One node only.
+All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes the same two over `symm_all_reduce_hierarchical` and
 `symm_tile_all_reduce_hierarchical` (a kernel linked with the NVSHMEM bitcode); "whole" by
@@ -49,10 +55,11 @@ from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_fo
 from ..ops import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
+from .matmul_allreduce_push import advance_epochs, launch_slots
 from .trace import stamp
 
 MAX_HIDDEN = 16384
-MODES = ("rows", "whole")
+MODES = ("rows", "whole", "push")
 FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
 
 
@@ -64,7 +71,8 @@ class Plan(NamedTuple):
     ctas: int
     warps: int
     fp8: bool  # out is float8_e4m3fn, quantized per token
-    rows_at_once: int  # rows: rows a CTA normalizes at a time
+    rows_at_once: int  # rows, push: rows a CTA normalizes at a time
+    workspace_bytes: int  # push: the rows' slots at this rank, 2 x (world - 1) x [tokens, hidden]
 
 
 def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: TensorSpec, scale: Optional[TensorSpec],
@@ -111,14 +119,17 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world, sms))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "push" and multi_node:
+        raise ValueError("mode 'push' stores into peers' memory: one node only (use 'rows' or 'whole')")
     block_h = triton.next_power_of_2(hidden)
     warps = max(4, min(16, block_h // 512))
-    if mode == "rows":
-        ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
-    else:
+    if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
-    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, tuning.rmsnorm_rows_at_once(tokens, ctas))
+    else:
+        ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
+    workspace = 2 * (world - 1) * x.nbytes if mode == "push" else 0
+    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, tuning.rmsnorm_rows_at_once(tokens, ctas), workspace)
 
 
 @triton.jit
@@ -167,17 +178,59 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
     return s
 
 
+@triton.jit
+def _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
+                       WORLD: tl.constexpr):
+    """"push": stores rows r0..r1 of x into this rank's slot at every peer, signals tile (= CTA)
+    `pid` to them, waits for theirs, and overwrites the rows of x with their sum over the ranks
+    (fp32, rank order, rounded to x's dtype). Returns the status (on a failed wait x is left
+    as it was)."""
+    pid = tl.program_id(0)
+    rank = il.symm_rank(ctx)
+    epoch, parity, slots = launch_slots(ws, epochs, T, H, WORLD)
+    cols = tl.arange(0, BLOCK_H)
+    lanes = tl.arange(0, ROWS).to(tl.int64)
+    slot = tl.cast(T, tl.int64) * H
+    for row in range(r0, r1, ROWS):
+        block = row + lanes
+        m = (block < r1)[:, None] & (cols < H)[None, :]
+        at = block[:, None] * H + cols[None, :]
+        v = tl.load(x + at, mask=m)
+        for k in tl.static_range(1, WORLD):
+            dest = (rank + k) % WORLD
+            tl.store(ilt.peer_pointer(ctx, slots, dest) + ((rank - dest - 1 + WORLD) % WORLD) * slot + at, v, mask=m)
+    s = il.symm_tile_signal_others(ctx, pid)
+    if s == 0:
+        s = il.symm_tile_wait_others(ctx, pid)
+    if s == 0:
+        for row in range(r0, r1, ROWS):
+            block = row + lanes
+            m = (block < r1)[:, None] & (cols < H)[None, :]
+            at = block[:, None] * H + cols[None, :]
+            total = tl.zeros((ROWS, BLOCK_H), dtype=tl.float32)
+            # Unrolled over the ranks: every rank's load is in flight at once.
+            for q in tl.static_range(WORLD):
+                src = tl.where(q == rank, x, slots + ((q - rank - 1 + WORLD) % WORLD) * slot)
+                total += tl.load(src + at, mask=m, other=0.0).to(tl.float32)
+            tl.store(x + at, total.to(x.dtype.element_ty), mask=m)
+    advance_epochs(epochs, epoch + 1)
+    return s
+
+
 @jit(do_not_specialize=["ctx", "T", "eps"])
-def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace,
+def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace, ws, epochs,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
                              PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
-                             ROWS: tl.constexpr = 1):
+                             ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
     touching memory (`ironlink.ops.pdl`). Rows mode normalizes ROWS rows at a time
-    (`tuning.rmsnorm_rows_at_once`). PRELOAD (rows): the weight and the CTA's first residual rows
-    are loaded before the all-reduce, so their latency hides behind it. TRACE: the global timer
+    (`tuning.rmsnorm_rows_at_once`). PUSH: mode "push" (module docs) instead of the tile
+    all-reduce, over `ws` (the rows' slots, heap) and `epochs` (one launch counter per CTA,
+    MAX_CTAS int32, zeroed at creation); WORLD the ranks (else unused). PRELOAD (rows, push): the
+    weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
+    hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
     (`fused/trace.py`; bench/rmsnorm_timeline.py)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -204,7 +257,10 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
             w = tl.load(weight + cols, mask=m, other=0.0)
             at = (r0 + lanes)[:, None] * H + cols[None, :]
             first = tl.load(residual + at, mask=(r0 + lanes < r1)[:, None] & m[None, :], other=0.0)
-        s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
+        if PUSH:
+            s = _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H, ROWS, WORLD)
+        else:
+            s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
         stamp(trace, 2, TRACE)
         if not PRELOAD:
             w = tl.load(weight + cols, mask=m, other=0.0)
@@ -280,7 +336,8 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
         return done
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
     suffix = "_hierarchical" if h.multi_node else ""
-    function = f"symm_tile_all_reduce{suffix}" if p.mode == "rows" else f"symm_all_reduce{suffix}/symm_grid_barrier"
+    function = {"rows": f"symm_tile_all_reduce{suffix}", "whole": f"symm_all_reduce{suffix}/symm_grid_barrier",
+                "push": "symm_tile_signal_others/symm_tile_wait_others"}[p.mode]
     scales = scale if p.fp8 else out  # unread without FP8
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
@@ -300,10 +357,22 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
             heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
             WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8, num_warps=p.warps)
         return
+    ws, epochs = push_workspace(heap, p, x) if p.mode == "push" else (x, status)
     allreduce_rmsnorm_kernel[(p.ctas,)](
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
-        trace if trace is not None else status, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
-        PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, num_warps=p.warps, **pdl_launch_options(pdl))
+        trace if trace is not None else status, ws, epochs, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
+        PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
+        WORLD=heap.world_size, num_warps=p.warps, **pdl_launch_options(pdl))
+
+
+def push_workspace(heap: Any, p: Plan, x: Any) -> tuple[Any, Any]:
+    """Mode "push"'s slots (x's dtype) and per-CTA launch counters (int32 [MAX_CTAS], zeroed when
+    made: equal on every rank), kept in the heap between calls (`heap.workspace`)."""
+    import torch
+
+    ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
+    epochs = heap.workspace("all_reduce_rmsnorm/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
+    return ws, epochs.view(torch.int32)
 
 
 __all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "launch", "allreduce_rmsnorm_hierarchical_kernel",
