@@ -96,6 +96,8 @@ def main() -> None:
                              [int(v) for v in args.rows_at_once.split(",")])
         heap.free(x)
     write_results(args.out, world, rows, probe="rmsnorm_timeline")
+    heap.close()
+    dist.destroy_process_group()
 
 
 def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p: Any, x: torch.Tensor,
@@ -140,8 +142,6 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
                "traced_graph_us": round(traced_graph_us, 2), **worst,
                "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
         record_row(rows, row)
-    heap.close()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

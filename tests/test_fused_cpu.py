@@ -61,12 +61,15 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
 
 
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
-    # World 2: a hidden-8192 bf16 row fits the LL tile all-reduce; one row per CTA up to the SMs.
-    (1, 8192, 2, "rows", 1), (8, 8192, 2, "rows", 8), (32, 8192, 2, "rows", 32), (128, 8192, 2, "rows", 128),
-    # Past the SMs rows by bytes; at world 2 rows at every size (tuning.RMSNORM_WHOLE_MIN_BYTES_BY_WORLD).
-    (132, 8192, 2, "rows", 132), (2048, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
+    # World 2: a hidden-8192 bf16 row fits the LL tile all-reduce (one row per CTA), the choice
+    # at 1 token and up to 64 KiB; "push" past that up to 8 MiB (tuning.RMSNORM_PUSH_BYTES_BY_WORLD).
+    (1, 8192, 2, "rows", 1), (4, 8192, 2, "rows", 4), (5, 8192, 2, "push", 5), (32, 8192, 2, "push", 32),
+    (128, 8192, 2, "push", 128), (512, 8192, 2, "push", 132),
+    # Past that rows by bytes; at world 2 rows at every size (tuning.RMSNORM_WHOLE_MIN_BYTES_BY_WORLD).
+    (513, 8192, 2, "rows", 132), (2048, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
     # Rows too large for it (hidden 16384 at world 2, 8192 at world 4): by bytes, as measured before it.
     (1, 16384, 2, "rows", 1), (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8),
+    (8, 16384, 2, "push", 8),
     # Smaller rows at world 4 fit: 2048 bf16 is 4 KiB.
     (1, 2048, 4, "rows", 1),
 ])
@@ -78,7 +81,7 @@ def test_rmsnorm_rows_over_the_ll_tile_all_reduce(tokens: int, hidden: int, worl
     assert p.mode == mode
     if ctas is not None:
         assert p.ctas == ctas
-    if mode == "rows":  # several rows a CTA: normalized RMSNORM_ROWS_AT_ONCE at a time, else one
+    if mode in ("rows", "push"):  # several rows a CTA: RMSNORM_ROWS_AT_ONCE at a time, else one
         many = tuning.rmsnorm_rows_per_cta(tokens, p.ctas) >= tuning.RMSNORM_ROWS_AT_ONCE
         assert p.rows_at_once == (tuning.RMSNORM_ROWS_AT_ONCE if many else 1)
         assert p.rows_at_once == (1 if tokens <= 132 else tuning.RMSNORM_ROWS_AT_ONCE)

@@ -111,6 +111,12 @@ RMSNORM_WHOLE_MIN_BYTES = 32 << 20
 # 2048 tokens of hidden 8192 (32 MiB) on 2 H100s (158.5 against 163.3 us, git 99b169a) and on
 # 2 H200s (151.8 against 154.2, git 784be2d): rows at every size measured.
 RMSNORM_WHOLE_MIN_BYTES_BY_WORLD: dict[int, int] = {2: 1 << 62}
+# all_reduce_rmsnorm runs "push" (rows stored into the peers' slots, a tile signal per CTA: the
+# bytes cross NVLink once where LL packets double them) for x in (low, high] bytes, on the world
+# sizes listed. 2 H200s, hidden 8192 bf16, push + PDL against rows + PDL (git 7bc5bf5,
+# bench/results/fused-2xNVIDIA-H200-20261126-074602.json): 1 token 13.5 / 10.6 us, 8 9.4 / 9.9,
+# 32 10.2 / 13.0, 128 13.4 / 19.3, 512 39.2 / 41.3, 2048 162.5 / 153.7.
+RMSNORM_PUSH_BYTES_BY_WORLD: dict[int, tuple[int, int]] = {2: (64 << 10, 8 << 20)}
 
 
 def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
@@ -147,11 +153,14 @@ def rmsnorm_rows_at_once(tokens: int, ctas: int) -> int:
 
 def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> str:
     """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks with
-    `sms` SMs per rank for its grid."""
+    `sms` SMs per rank for its grid (one node; several nodes run "whole" unless asked)."""
     ctas = max(1, min(tokens, sms, MAX_LL_TILES))
+    nbytes = tokens * row_bytes
+    push_low, push_high = RMSNORM_PUSH_BYTES_BY_WORLD.get(world, (0, 0))
+    if push_low < nbytes <= push_high:
+        return "push"
     if tile_all_reduce_takes_ll(ctas - 1, rmsnorm_rows_per_cta(tokens, ctas), row_bytes, world):
         return "rows"
-    nbytes = tokens * row_bytes
     whole_from = RMSNORM_WHOLE_MIN_BYTES_BY_WORLD.get(world, RMSNORM_WHOLE_MIN_BYTES)
     return "whole" if nbytes <= RMSNORM_WHOLE_MAX_BYTES or nbytes >= whole_from else "rows"
 
@@ -283,5 +292,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
-           "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
+           "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]
