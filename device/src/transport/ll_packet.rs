@@ -166,7 +166,8 @@ pub fn receive_reduced(
 /// Units a thread moves at once in `one_shot_reduce` (`unroll4!`): their loads, and later the
 /// polls of their packets, in flight together. One at a time, a thread pays a memory round trip
 /// per unit in each phase: a CTA alone on a 16 KiB row (all_reduce_rmsnorm's decode rows, 512
-/// threads) has four units per thread. On 2 H200s two took all_reduce_rmsnorm at 1 / 8 tokens
+/// threads) has four units per thread (whole-tensor one-shot LL keeps one at a time:
+/// `all_reduce::one_shot_ll`). On 2 H200s two took all_reduce_rmsnorm at 1 / 8 tokens
 /// (hidden 8192) from 9.26 / 9.59 to 7.93 / 8.00 us, and four did less (8.74 / 9.23: ptxas
 /// spills in the rows kernels at 128 registers); docs/record.md.
 const UNITS_IN_FLIGHT: usize = 2;
