@@ -358,13 +358,14 @@ def main() -> int:
         except ValueError as e:
             assert words in str(e), str(e)
     assert MoeExchange(FakeHeap(0, world), tokens, hidden, k, experts).path == "relay"
-    # One node: low_latency for few tokens (tuning.MOE_LOW_LATENCY_MAX_TOKENS), else direct, and
-    # direct for an fp8 dispatch or a given recv_capacity.
+    # One node: low_latency for few tokens (tuning.MOE_LOW_LATENCY_MAX_TOKENS; an fp8 dispatch
+    # too), else direct, and direct for a given recv_capacity.
     heap = sim_heaps(world, 64 << 20)[0]
     few, many = tuning.MOE_LOW_LATENCY_MAX_TOKENS, tuning.MOE_LOW_LATENCY_MAX_TOKENS + 1
     assert MoeExchange(heap, few, hidden, k, experts, sms=1).path == "low_latency"
     assert MoeExchange(heap, many, hidden, k, experts).path == "direct"
-    assert MoeExchange(heap, few, 256, k, experts, dispatch_dtype=FP8).path == "direct"
+    assert MoeExchange(heap, few, 256, k, experts, dispatch_dtype=FP8).path == "low_latency"
+    assert MoeExchange(heap, many, 256, k, experts, dispatch_dtype=FP8).path == "direct"
     assert MoeExchange(heap, few, hidden, k, experts, recv_capacity=8).path == "direct"
     print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact; "
           "bad sms / path refused")
