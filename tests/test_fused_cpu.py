@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from ironlink.language import _abi
@@ -283,3 +288,16 @@ def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:
         mrs.check_shapes(spec("a", (65537, 64)), spec("b", (64, 64)), spec("out", (16384, 64)), DEV, 4)
     assert agm.check_shapes(spec("a_shard", (3, 64)), spec("b", (64, 5)), spec("a_full", (12, 64)),
                             spec("out", (12, 5)), DEV, 4) == (3, 64, 5)
+
+
+def test_push_kernels_launch_counters_interpreted() -> None:
+    """tests/epochs_interpreted.py in Triton's interpreter: needs torch (skipped in CI's venv, as
+    tests/test_moe_cpu.py; the GPU suite's machines have it)."""
+    pytest.importorskip("torch")
+    repo = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(p for p in (str(repo / "python"), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    r = subprocess.run([sys.executable, str(repo / "tests" / "epochs_interpreted.py")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: every launch counter advanced" in r.stdout, r.stdout

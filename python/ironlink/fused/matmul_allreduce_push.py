@@ -83,9 +83,10 @@ def launch_slots(ws, epochs, M, N, WORLD: tl.constexpr):
 def advance_epochs(epochs, epoch):
     """Sets every CTA's launch counter (MAX_CTAS of them) to `epoch`, this CTA a share of them, so
     the counters stay equal whatever grid each launch has: the two-shot kernel's CTAs meet the
-    peers' CTAs of other indices in the same slots."""
-    for e in range(tl.program_id(0), EPOCH_COUNTERS, tl.num_programs(0)):
-        tl.store(epochs + e, epoch)
+    peers' CTAs of other indices in the same slots. One masked vector store: counter e is this
+    CTA's when e % grid == its index (a loop of scalar stores cost a one-CTA grid 256 of them)."""
+    e = tl.arange(0, EPOCH_COUNTERS)
+    tl.store(epochs + e, epoch + e * 0, mask=e % tl.num_programs(0) == tl.program_id(0))
 
 
 @jit(do_not_specialize=["ctx"])
