@@ -100,6 +100,11 @@ def ptxas_report(ptx: str, cc: int, tmp_path: Path) -> str:
 # which arch and Triton version spills varies). A cross-node collective waits on the network, so a
 # few local loads per chunk cost nothing there.
 SPILL_ALLOWANCE = {name: 32 for name in _abi.FUNCTIONS if name.endswith("_hierarchical")}
+# The same ptxas choice by (function, arch) with the pinned Triton: on sm_80 the LL tile
+# all-reduce spills 40 bytes at 80 registers since it moves two units per thread at a time
+# (`ll_packet::one_shot_reduce`, 2026-11-26); sm_90 and sm_100, where it runs on our GPUs, have
+# none. Variants without the select of the next rank's packets spilled as much.
+ARCH_SPILL_ALLOWANCE = {("symm_tile_all_reduce", 80): 48, ("symm_tile_all_reduce_hierarchical", 80): 48}
 # Spills only a Triton release other than the pinned one makes (register allocation differs
 # between releases, `_sass.spills_checked`), by (function, arch), in bytes: with Triton 3.9 the
 # call-word check of the first barrier (heaps and grids compared, issue 40) pushes
@@ -125,7 +130,8 @@ def test_function_inlines_without_local_memory(name: str, cc: int, tmp_path: Pat
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     stacks = re.findall(r"(\d+) bytes stack frame", report)
     assert spills and stacks, f"unexpected ptxas -v output:\n{report}"
-    allowed = SPILL_ALLOWANCE.get(name, 0) + (0 if spills_checked() else OTHER_TRITON_SPILLS.get((name, cc), 0))
+    allowed = max(SPILL_ALLOWANCE.get(name, 0), ARCH_SPILL_ALLOWANCE.get((name, cc), 0))
+    allowed += 0 if spills_checked() else OTHER_TRITON_SPILLS.get((name, cc), 0)
     assert all(int(a) <= allowed and int(b) <= allowed for a, b in spills), f"{name} spills on sm_{cc}:\n{report}"
     assert all(int(s) <= allowed for s in stacks), f"{name} needs a stack frame on sm_{cc}:\n{report}"
 
