@@ -111,7 +111,10 @@ ARCH_SPILL_ALLOWANCE = {("symm_tile_all_reduce", 80): 48, ("symm_tile_all_reduce
 # symm_all_reduce on sm_100 and symm_broadcast on sm_90 / sm_100 into spills; none with 3.5 or
 # the pinned 3.6. Hoisting all_reduce's entry barrier to one place took sm_100 to 44 bytes but
 # made the pinned Triton spill 24 on sm_80 (not kept).
-OTHER_TRITON_SPILLS = {("symm_all_reduce", 100): 208, ("symm_broadcast", 90): 8, ("symm_broadcast", 100): 8}
+# With 3.9 the LL tile all-reduce's two units per thread (2026-11-26) spill 36 bytes on sm_90 / sm_100 at
+# 80 registers; the pinned 3.6 has none there.
+OTHER_TRITON_SPILLS = {("symm_all_reduce", 100): 208, ("symm_broadcast", 90): 8, ("symm_broadcast", 100): 8,
+                       ("symm_tile_all_reduce", 90): 40, ("symm_tile_all_reduce", 100): 40}
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)
