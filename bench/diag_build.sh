@@ -10,6 +10,11 @@
 # (device/src/runtime/sync.rs: heaps and grids compared); its results are right, it only
 # reports nothing, so the check's cost is the difference:
 #   IRONLINK_GIT_REV=<rev> bench/ab.sh build build/diag/no_call_check -- --max-bytes 67108864 --dtypes bf16
+# DIAG_VARIANTS="ll_tile_no_exchange ll_tile_no_wait" builds the LL tile all-reduce without its
+# exchange, and without its waits for arrivals (device/src/transport/ll_packet.rs): where the
+# time of all_reduce_rmsnorm's one-row exchange goes, by difference:
+#   IRONLINK_GIT_REV=<rev> AB_PROG=rmsnorm_timeline AB_GREP=tokens bench/ab.sh build \
+#     build/diag/ll_tile_no_exchange build/diag/ll_tile_no_wait -- --tokens 1,8 --modes rows
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for v in ${DIAG_VARIANTS:-no_scatter no_reduce no_stages}; do

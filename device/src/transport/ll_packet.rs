@@ -195,6 +195,13 @@ pub unsafe fn one_shot_reduce(
     outbox: impl Fn(usize, usize) -> usize,
     inbox: impl Fn(usize, usize) -> usize,
 ) -> Result<(), i32> {
+    // Timing diagnostics, never in a normal build (`bench/diag_build.sh`; results wrong):
+    // "ll_tile_no_exchange" leaves both phases out (what the call costs around its exchange),
+    // "ll_tile_no_wait" takes the packets as they are, flags unchecked (the exchange less the
+    // wait for arrivals).
+    if cfg!(ironlink_diag = "ll_tile_no_exchange") {
+        return call.agree_on_timeout(false);
+    }
     let batch = UNITS_IN_FLIGHT * call.threads;
     let at = |base: usize, j: usize| base + j * call.threads;
 
@@ -248,7 +255,7 @@ pub unsafe fn one_shot_reduce(
             };
             let mut ok = true;
             unroll4!(UNITS_IN_FLIGHT, j => if ok && at(base, j) < units {
-                if !ready(&pkt[j], call.epoch) {
+                if !ready(&pkt[j], call.epoch) && !cfg!(ironlink_diag = "ll_tile_no_wait") {
                     ok = wait_until(&mut deadline, || {
                         // SAFETY: as above (only a peer's packet can be not ready).
                         pkt[j] = unsafe { hw::load_v4_volatile(inbox(r, at(base, j)) as *const [u32; 4]) };
