@@ -144,11 +144,13 @@ class MoeBench:
         payload = tokens * self.topk * self.hidden * 2
         pairs, choices = self.remote(idx)
         ref: Optional[Reference] = None
+        size = max(tokens, max_tokens)  # the MoeExchange's max_tokens
+        low_latency = size <= self.low_latency_max_tokens  # ironlink_ll(_fp8) rows too
         runs = [("ironlink", None, b) for b in self.sms] + ([("ironlink_relay", "relay", 0)] if self.relay else [])
-        if max(tokens, max_tokens) <= self.low_latency_max_tokens:
+        if low_latency:
             runs.append(("ironlink_ll", "low_latency", 0))
         for who, path, budget in runs:
-            moe = ironlink.MoeExchange(self.heap, max(tokens, max_tokens), self.hidden, self.topk, self.experts,
+            moe = ironlink.MoeExchange(self.heap, size, self.hidden, self.topk, self.experts,
                                        sms=budget, path=path)
             try:
                 at = {**shape, "sms": moe.sms, "sms_budget": budget}
@@ -178,9 +180,9 @@ class MoeBench:
                 moe.close()
         assert ref is not None
         if self.fp8:
-            self._fp8(shape, x, idx, w, max(tokens, max_tokens), ref, payload, pairs)
-            if max(tokens, max_tokens) <= self.low_latency_max_tokens:
-                self._fp8(shape, x, idx, w, max(tokens, max_tokens), ref, payload, pairs, "low_latency")
+            self._fp8(shape, x, idx, w, size, ref, payload, pairs)
+            if low_latency:
+                self._fp8(shape, x, idx, w, size, ref, payload, pairs, "low_latency")
         d, c = self._torch_path(x, idx, w)
         self.check("torch_a2a", d()[0], c(), ref)
         torch_bytes = choices * self.hidden * 2  # a row per (token, choice)

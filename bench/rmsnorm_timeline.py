@@ -88,10 +88,7 @@ def main() -> None:
             p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"),
                      str(heap.device), world, sms, mode, heap.multi_node, None, None)
             timeline(rows, args, heap, p, x, residual, weight, out, status, pdl)
-        if args.modes == "" and args.rows_at_once:
-            p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"),
-                     str(heap.device), world, sms, None, heap.multi_node, None, None)
-            if p.mode == "rows":
+            if mode is None and args.rows_at_once and p.mode == "rows":  # the default mode only
                 rows_at_once(rows, heap, p, x, residual, weight, out, status, pdl,
                              [int(v) for v in args.rows_at_once.split(",")])
         heap.free(x)

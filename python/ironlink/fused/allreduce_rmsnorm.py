@@ -55,7 +55,7 @@ from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_fo
 from ..ops import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from .matmul_allreduce_push import advance_epochs, launch_slots
+from .matmul_allreduce_push import add_in_rank_order, advance_epochs, launch_slots, store_to_peer_slots
 from .trace import stamp
 
 MAX_HIDDEN = 16384
@@ -195,10 +195,7 @@ def _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H: tl.constexpr, 
         block = row + lanes
         m = (block < r1)[:, None] & (cols < H)[None, :]
         at = block[:, None] * H + cols[None, :]
-        v = tl.load(x + at, mask=m)
-        for k in tl.static_range(1, WORLD):
-            dest = (rank + k) % WORLD
-            tl.store(ilt.peer_pointer(ctx, slots, dest) + ((rank - dest - 1 + WORLD) % WORLD) * slot + at, v, mask=m)
+        store_to_peer_slots(ctx, slots, slot, at, tl.load(x + at, mask=m), m, rank, WORLD)
     s = il.symm_tile_signal_others(ctx, pid)
     if s == 0:
         s = il.symm_tile_wait_others(ctx, pid)
@@ -207,11 +204,7 @@ def _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H: tl.constexpr, 
             block = row + lanes
             m = (block < r1)[:, None] & (cols < H)[None, :]
             at = block[:, None] * H + cols[None, :]
-            total = tl.zeros((ROWS, BLOCK_H), dtype=tl.float32)
-            # Unrolled over the ranks: every rank's load is in flight at once.
-            for q in tl.static_range(WORLD):
-                src = tl.where(q == rank, x, slots + ((q - rank - 1 + WORLD) % WORLD) * slot)
-                total += tl.load(src + at, mask=m, other=0.0).to(tl.float32)
+            total = add_in_rank_order(tl.zeros((ROWS, BLOCK_H), dtype=tl.float32), x, slots, slot, at, m, rank, WORLD)
             tl.store(x + at, total.to(x.dtype.element_ty), mask=m)
     advance_epochs(epochs, epoch + 1)
     return s

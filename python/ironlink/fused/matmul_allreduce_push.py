@@ -23,6 +23,28 @@ EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the push kernels' launch counter
 
 
 @triton.jit
+def store_to_peer_slots(ctx, slots, slot_elems, offs, v, mask, rank, WORLD: tl.constexpr):
+    """Stores `v` at element offsets `offs` of this rank's slot (rank - dest - 1) mod world in
+    every other rank dest's `slots` (a heap address; slots of `slot_elems` elements each)."""
+    for k in tl.static_range(1, WORLD):
+        dest = (rank + k) % WORLD
+        slot = tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * slot_elems
+        tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
+
+
+@triton.jit
+def add_in_rank_order(total, own, slots, slot_elems, offs, mask, rank, WORLD: tl.constexpr):
+    """`total` (fp32) plus, in rank order, every rank's values at element offsets `offs`: this
+    rank's from `own`, peer q's from its slot (q - rank - 1) mod world of `slots` (as
+    `store_to_peer_slots` filled them). Unrolled over the ranks: every load is in flight at once.
+    Lanes outside `mask` hold no value: the callers store `total` under the same mask."""
+    for q in tl.static_range(WORLD):
+        src = tl.where(q == rank, own, slots + ((q - rank - 1 + WORLD) % WORLD) * slot_elems)
+        total += tl.load(src + offs, mask=mask).to(tl.float32)
+    return total
+
+
+@triton.jit
 def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, TMA_PUSH: tl.constexpr):
     """One-shot: copies this rank's partial of the tile at rows m0.., columns n0.., staged in
@@ -39,10 +61,7 @@ def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD:
         if TMA_PUSH:
             peer_slots.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
         else:
-            for k in tl.static_range(1, WORLD):
-                dest = (rank + k) % WORLD
-                slot = tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * M * N
-                tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
+            store_to_peer_slots(ctx, slots, tl.cast(M, tl.int64) * N, offs, v, mask, rank, WORLD)
 
 
 @triton.jit
@@ -61,11 +80,8 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl
             rm = tm * BLOCK_M + r0 + tl.arange(0, REDUCE_ROWS)
             offs = rm[:, None].to(tl.int64) * N + rn[None, :]
             mask = (rm[:, None] < M) & (rn[None, :] < N)
-            total = tl.zeros((REDUCE_ROWS, BLOCK_N), dtype=tl.float32)
-            # Unrolled over the ranks: every rank's load is in flight at once.
-            for q in tl.static_range(WORLD):
-                src = tl.where(q == rank, out, slots + ((q - rank - 1 + WORLD) % WORLD) * slot)
-                total += tl.load(src + offs, mask=mask).to(tl.float32)
+            total = add_in_rank_order(tl.zeros((REDUCE_ROWS, BLOCK_N), dtype=tl.float32), out, slots, slot, offs,
+                                      mask, rank, WORLD)
             tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
     return s
 
@@ -358,4 +374,5 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     tl.store(status + pid, worst)
 
 
-__all__ = ["advance_epochs", "finish_piece", "launch_slots", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel"]
+__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
+           "store_to_peer_slots"]
