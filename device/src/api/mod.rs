@@ -203,12 +203,12 @@ exports! {
     /// In-place all-reduce of `num_elements` elements at `local_ptr + byte_offset` (torch_symm's
     /// signature). Result bitwise identical on all ranks; fp16/bf16 accumulate in fp32.
     fn symm_all_reduce(ctx: i64, local_ptr: i64, byte_offset: i64, num_elements: i64, reduce_op: i32, dtype: i32) -> i32 {
-        let run = |c: &SymmContext| {
-            let r = Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?)?;
-            let (call, first) = Call::begin_loading(c, which!(symm_all_reduce), || all_reduce::first_unit(c, &r))?;
-            all_reduce::all_reduce(&call, &r, &Reduction { op: reduce_op, dtype }, first)
-        };
-        code(ctx::context(ctx).and_then(run))
+        collective(
+            ctx,
+            which!(symm_all_reduce),
+            |c| Region::new(c, local_ptr, byte_offset, num_elements, check_op_dtype(reduce_op, dtype)?),
+            |call, r| all_reduce::all_reduce(call, &r, &Reduction { op: reduce_op, dtype }),
+        )
     }
 
     /// `symm_all_reduce` for a context of any number of nodes: a node-local reduce-scatter over

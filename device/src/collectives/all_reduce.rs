@@ -18,8 +18,6 @@
 //! in rank order, so results are bitwise equal.
 
 use super::choice::{choose, two_shot_variant, Algorithm, TwoShot};
-use crate::abi::SymmContext;
-use crate::hw;
 use crate::runtime::elem::Reduction;
 use crate::runtime::mem::{div_ceil32, load_unit, rotate, split, store_unit, unit_bytes};
 use crate::runtime::region::Region;
@@ -28,31 +26,12 @@ use crate::transport::bulk::{push_to_all, reduce_units, Deliver};
 use crate::transport::ll_packet::{self, Mailboxes};
 use crate::transport::store_rounds::{self, Dest};
 
-/// What the call loads while its epoch is read (`Call::begin_loading`): this thread's first unit
-/// when the message goes one-shot LL (zeros otherwise, and when the thread has none), so that
-/// the data and the epoch come back in one round trip.
-#[inline(always)]
-pub fn first_unit(c: &SymmContext, r: &Region) -> [u32; 2] {
-    let ctas = hw::grid_ctas() as usize;
-    if r.bytes == 0 || choose(c, ctas, r.bytes) != Algorithm::OneShotLl {
-        return [0; 2];
-    }
-    let (lo, hi) = split(r.bytes.div_ceil(8), ctas, hw::cta_rank() as usize);
-    let i = lo + hw::thread_rank() as usize;
-    if i >= hi {
-        return [0; 2];
-    }
-    // SAFETY: unit i lies inside the checked region.
-    unsafe { load_unit::<2>(r.at(c, c.rank as usize) + 8 * i, unit_bytes(i, 8, r.bytes)) }
-}
-
-/// `first` is what `first_unit` loaded for this call.
-pub fn all_reduce(call: &Call, r: &Region, red: &Reduction, first: [u32; 2]) -> Result<(), i32> {
+pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     if r.bytes == 0 {
         return Ok(());
     }
     match choose(call.c, call.ctas, r.bytes) {
-        Algorithm::OneShotLl => one_shot_ll(call, r, red, first),
+        Algorithm::OneShotLl => one_shot_ll(call, r, red),
         Algorithm::TwoShotLl => two_shot_ll(call, r, red),
         Algorithm::TwoShot => two_shot(call, r, red),
     }
@@ -62,27 +41,20 @@ pub fn all_reduce(call: &Call, r: &Region, red: &Reduction, first: [u32; 2]) -> 
 // (`ll_packet::one_shot_reduce`): the op runs many CTAs with about one unit per thread, and the
 // batched loop measured 0.3-0.6 us slower at 1-16 KiB in both orders of an A/B on 2 H200s
 // (docs/record.md, session 27).
-fn one_shot_ll(call: &Call, r: &Region, red: &Reduction, first: [u32; 2]) -> Result<(), i32> {
+fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     // Box p of every rank holds rank p's packets; this CTA sends its units [lo, hi).
     let units = r.bytes.div_ceil(8);
     let Some((lo, hi, mb)) = Mailboxes::open_share(call, units, call.world) else {
         return Ok(()); // Nothing to send or receive, on any rank.
     };
     let own = r.at(call.c, call.rank);
-    // This thread's unit i, `first` for the first one (loaded while the epoch was read).
-    let load = |i: usize| {
-        if i == lo + call.tid {
-            first
-        } else {
-            // SAFETY: unit i lies inside the checked region.
-            unsafe { load_unit::<2>(own + 8 * i, unit_bytes(i, 8, r.bytes)) }
-        }
-    };
 
     let mut i = lo + call.tid;
     while i < hi {
+        // SAFETY: unit i lies inside the checked region.
+        let d = unsafe { load_unit::<2>(own + 8 * i, unit_bytes(i, 8, r.bytes)) };
         // SAFETY: i - lo < capacity (`choose` checked that the CTA's share fits); box rank < world.
-        unsafe { ll_packet::send_to_peers(call, &mb, call.rank, i - lo, load(i)) };
+        unsafe { ll_packet::send_to_peers(call, &mb, call.rank, i - lo, d) };
         i += call.threads;
     }
 
@@ -91,7 +63,8 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction, first: [u32; 2]) -> Res
     let mut i = lo + call.tid;
     while i < hi {
         let valid = unit_bytes(i, 8, r.bytes);
-        let mine = load(i);
+        // SAFETY: inside the checked region; only this thread touches unit i.
+        let mine = unsafe { load_unit::<2>(own + 8 * i, valid) };
         let inbox = |p: usize| mb.slot(call, call.rank, p, i - lo);
         let Some(sum) = ll_packet::receive_reduced(call, red, mine, inbox, &mut deadline) else {
             late = true;

@@ -230,10 +230,6 @@ pub fn sync_threads() {
     maybe_yield();
 }
 
-/// No caches to warm on the host.
-#[inline(always)]
-pub unsafe fn warm_l1(_p: *const u8, _bytes: usize) {}
-
 pub fn now_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_nanos() as u64

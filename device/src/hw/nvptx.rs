@@ -63,21 +63,6 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
-/// Starts bringing `bytes` (at most 1 KiB) at `p` into this SM's L1 in one warp-wide load: lane
-/// i reads the 4 bytes at 32 i (the last word for lanes past the end), one per 32-byte sector,
-/// the unit in which L1 fills. The caller's next load of those bytes waits for that one round
-/// trip, and the loads after it hit L1, instead of each new sector costing a trip of its own
-/// (the context checks read fields in seven sectors one after another). The value is unused; the
-/// asm is not `pure`, so it is kept.
-#[inline(always)]
-pub unsafe fn warm_l1(p: *const u8, bytes: usize) {
-    let lane: u32;
-    asm!("mov.u32 {l}, %laneid;", l = out(reg32) lane, options(nomem, nostack, pure));
-    let off = (lane as usize * 32).min((bytes - 4) & !3);
-    asm!("ld.global.ca.u32 {v}, [{p}];", p = in(reg64) p.add(off), v = out(reg32) _,
-         options(nostack, readonly, preserves_flags));
-}
-
 /// Nanoseconds of the global timer (`%globaltimer`), for timeouts.
 #[inline(always)]
 pub fn now_ns() -> u64 {

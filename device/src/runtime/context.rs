@@ -65,10 +65,6 @@ fn header<'a>(ctx: i64) -> Result<&'a SymmContext, i32> {
     // (or a foreign context whose first words we only compare). The context is immutable while
     // kernels run, except `error`, which is only accessed atomically.
     let c = unsafe { &*(ctx as *const SymmContext) };
-    // SAFETY: a non-null `ctx` points to CONTEXT_SIZE readable bytes (docs/device-api.md: what
-    // every function requires of it; a foreign one is only compared). Warming them first lets the
-    // checks below and the call's own reads of the context take one round trip, not seven.
-    unsafe { hw::warm_l1(ctx as *const u8, core::mem::size_of::<SymmContext>()) };
     if c.magic != CTX_MAGIC {
         return Err(status::UNKNOWN_CONTEXT);
     }

@@ -76,48 +76,27 @@ impl<'a> Call<'a> {
     /// after keeps thread 0 from writing before everyone has read. So a call needs no barrier at
     /// its end.
     pub fn begin(c: &'a SymmContext, which: i32) -> Result<Self, i32> {
-        Self::begin_loading(c, which, || ()).map(|(call, ())| call)
-    }
-
-    /// `begin`, running `load` (reads of this rank's memory, e.g. a thread's first data unit)
-    /// right after the CTA barrier that makes the CTA's earlier writes visible and together
-    /// with the epoch's read: both go out in one round trip, instead of the data waiting for
-    /// the epoch (about 0.3 us of a small all-reduce).
-    #[inline(always)]
-    pub fn begin_loading<T>(
-        c: &'a SymmContext,
-        which: i32,
-        load: impl FnOnce() -> T,
-    ) -> Result<(Self, T), i32> {
         let cta = hw::cta_rank() as usize;
         let ctas = hw::grid_ctas() as usize;
         if ctas > crate::abi::MAX_CTAS {
             return Err(status::INVALID_ARGUMENT);
         }
-        Ok(Self::start(c, which, CTA_SLOTS, cta, ctas, load))
+        Ok(Self::start(c, which, CTA_SLOTS, cta, ctas))
     }
 
     /// Starts a tile call: this CTA alone, matched with tile `tile` on every rank (the caller
     /// checked `tile < MAX_TILES`). Every thread calls it.
     pub fn begin_tile(c: &'a SymmContext, which: i32, tile: usize) -> Self {
-        Self::start(c, which, TILE_SLOTS, tile, 1, || ()).0
+        Self::start(c, which, TILE_SLOTS, tile, 1)
     }
 
     #[inline(always)]
-    fn start<T>(
-        c: &'a SymmContext,
-        which: i32,
-        slots: Slots,
-        cta: usize,
-        ctas: usize,
-        load: impl FnOnce() -> T,
-    ) -> (Self, T) {
+    fn start(c: &'a SymmContext, which: i32, slots: Slots, cta: usize, ctas: usize) -> Self {
         let tid = hw::thread_rank() as usize;
         let word = epoch_word(c, slots, cta);
         hw::sync_threads();
         // SAFETY: `word` is inside this rank's signal region (cta < MAX_CTAS, or tile < MAX_TILES).
         let state = unsafe { hw::load_relaxed_u32(word) };
-        let loaded = load();
         let ll_half = state >> LL_HALF_SHIFT & 1;
         let mut epoch = state.wrapping_add(1) & EPOCH_MASK;
         if epoch == 0 {
@@ -128,7 +107,7 @@ impl<'a> Call<'a> {
             // SAFETY: as above.
             unsafe { hw::store_relaxed_u32(word, epoch | ll_half << LL_HALF_SHIFT) };
         }
-        let call = Call {
+        Call {
             c,
             rank: c.rank as usize,
             world: c.world_size as usize,
@@ -140,8 +119,7 @@ impl<'a> Call<'a> {
             ll_half: ll_half as usize,
             which,
             slots,
-        };
-        (call, loaded)
+        }
     }
 
     /// Marks this call as one in which the CTA exchanges LL packets in half `ll_half`: the next
