@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_py.sh fused)
 
 - allreduce_rmsnorm (tokens x hidden, bf16): ironlink_fused (ironlink.all_reduce_rmsnorm, its default
-  mode and PDL setting; ironlink_fused[rows] / [whole] / [push] each mode without programmatic
+  mode and PDL setting; ironlink_fused[rows] / [whole] / [push] / [split] each mode without programmatic
   dependent launch, ironlink_fused[rows,pdl] / ... with it, where the GPU has it (sm_90+);
   ironlink_fused[<mode>,fp8] its FP8 output on Hopper, default PDL setting), nccl_torch
   (dist.all_reduce, residual add, F.rms_norm), ironlink_torch (ironlink.all_reduce without PDL
@@ -97,7 +97,10 @@ class FusedBench:
             F.rms_norm(residual, (hidden,), weight, eps)
 
         default = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world, self.sms)
+        split_fits = tuning.rmsnorm_split_parts(tokens, hidden * x.element_size(), self.world, self.sms) > 1
         for mode in allreduce_rmsnorm.MODES:
+            if mode == "split" and not split_fits:
+                continue
             for pdl in self.pdl_settings:
                 self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}{',pdl' if pdl else ''}]", shape, dt,
                             lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import triton
 
 from ironlink.language import _abi
 from ironlink.runtime import tuning
@@ -66,14 +67,15 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
 
 
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
-    # World 2: a hidden-8192 bf16 row fits the LL tile all-reduce (one row per CTA), the choice
-    # at 1 token and up to 64 KiB; "push" past that up to 8 MiB (tuning.RMSNORM_PUSH_BYTES_BY_WORLD).
-    (1, 8192, 2, "rows", 1), (4, 8192, 2, "rows", 4), (5, 8192, 2, "push", 5), (32, 8192, 2, "push", 32),
+    # World 2: up to 64 KiB each row cut into slices of a CTA each ("split",
+    # tuning.RMSNORM_SPLIT_MAX_BYTES_BY_WORLD); "push" past that up to 8 MiB
+    # (tuning.RMSNORM_PUSH_BYTES_BY_WORLD).
+    (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (5, 8192, 2, "push", 5), (32, 8192, 2, "push", 32),
     (128, 8192, 2, "push", 128), (512, 8192, 2, "push", 132),
     # Past that rows by bytes; at world 2 rows at every size (tuning.RMSNORM_WHOLE_MIN_BYTES_BY_WORLD).
     (513, 8192, 2, "rows", 132), (2048, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
     # Rows too large for it (hidden 16384 at world 2, 8192 at world 4): by bytes, as measured before it.
-    (1, 16384, 2, "rows", 1), (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8),
+    (1, 16384, 2, "split", 8), (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8),
     (8, 16384, 2, "push", 8),
     # Smaller rows at world 4 fit: 2048 bf16 is 4 KiB.
     (1, 2048, 4, "rows", 1),
@@ -94,6 +96,32 @@ def test_rmsnorm_rows_over_the_ll_tile_all_reduce(tokens: int, hidden: int, worl
         per = tuning.rmsnorm_rows_per_cta(tokens, p.ctas)
         takes = tuning.tile_all_reduce_takes_ll(p.ctas - 1, per, hidden * 2, world)
         assert takes == (hidden * 2 * per <= 16384 and (world == 2 or hidden <= 2048)), (per, takes)
+
+
+@pytest.mark.parametrize("tokens, hidden, parts, cols, warps", [
+    (1, 8192, 8, 1024, 8), (16, 8192, 8, 1024, 8), (17, 8192, 4, 2048, 16), (33, 8192, 4, 2048, 16),
+    (34, 8192, 2, 4096, 16),
+    (1, 2048, 2, 1024, 8), (1, 4000, 2, 2000, 16), (1, 3000, 2, 1504, 16),  # slices of whole 16-byte units
+])
+def test_rmsnorm_split_cuts_rows_into_resident_slices(tokens: int, hidden: int, parts: int, cols: int,
+                                                      warps: int) -> None:
+    shape = (tokens, hidden)
+    p = arn.plan(spec("x", shape, ptr=1 << 20), spec("residual", shape, ptr=2 << 30),
+                 spec("weight", (hidden,), ptr=3 << 30), spec("out", shape, ptr=4 << 30), DEV, 2, 132, mode="split")
+    assert (p.parts, p.slice_cols, p.ctas, p.warps) == (parts, cols, tokens * parts, warps)
+    assert p.block_h == triton.next_power_of_2(cols) and (parts - 1) * cols < hidden
+
+
+@pytest.mark.parametrize("tokens, hidden, multi_node, text", [
+    (67, 8192, False, "mode 'split' needs"), (1, 1024, False, "mode 'split' needs"),
+    (1, 8192, True, "one node only"),
+])
+def test_rmsnorm_split_refuses_what_it_cannot_cut(tokens: int, hidden: int, multi_node: bool, text: str) -> None:
+    shape = (tokens, hidden)
+    with pytest.raises(ValueError, match=text):
+        arn.plan(spec("x", shape, ptr=1 << 20), spec("residual", shape, ptr=2 << 30),
+                 spec("weight", (hidden,), ptr=3 << 30), spec("out", shape, ptr=4 << 30), DEV, 2, 132, mode="split",
+                 multi_node=multi_node)
 
 
 @pytest.mark.parametrize("kw, err, text", [

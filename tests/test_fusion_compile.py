@@ -115,6 +115,17 @@ KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
+# Mode "split": a row's slices on several CTAs, their sums exchanged as tagged words (8 slices of
+# 1024 columns, as hidden 8192 at one token).
+_SPLIT_SIG = {**_RMSNORM_SIG, "ws": "*i64", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32"}
+KERNELS["allreduce_rmsnorm_split"] = (
+    allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
+    {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+     "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "num_warps": 8})
+KERNELS["allreduce_rmsnorm_split_fp8_pdl"] = (
+    allreduce_rmsnorm_kernel.fn, {**_SPLIT_SIG, "out": "*fp8e4nv"},
+    {"WHOLE": 0, "BLOCK_H": 1024, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+     "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "MIN_CC": 90, "num_warps": 4})
 # With programmatic dependent launch (ironlink.ops.pdl): griddepcontrol is sm_90+, the host launches
 # it there only (tests/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):

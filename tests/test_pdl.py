@@ -81,6 +81,10 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
     "all_reduce_rmsnorm push": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
                                 {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
                                  "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2}, 16),
+    "all_reduce_rmsnorm split": (allreduce_rmsnorm_kernel.fn,
+                                 {**_RMSNORM_SIG, "ws": "*i64", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32"},
+                                 {"WHOLE": False, "BLOCK_H": 1024, "FP8": False, "PRELOAD": True, "TRACE": False,
+                                  "ROWS": 1, "WORLD": 2, "SPLIT": True, "PARTS": 8}, 8),
     "all_reduce": (ops._all_reduce_kernel.fn, {"ctx": "i64", "buf": "*bf16", "n": "i32", "op": "i32",
                                                "status": "*i32", "PDL": "constexpr"}, {}, 8),
 }

@@ -514,6 +514,12 @@ def as_several_nodes(s: Suite) -> Iterator[Suite]:
             setattr(module, name, kernel)
 
 
+def split_fits(tokens: int, hidden: int, world: int) -> bool:
+    """Whether all_reduce_rmsnorm's mode "split" runs `tokens` rows of `hidden` 16-bit values here
+    (it refuses rows it cannot cut into slices with every CTA resident)."""
+    return tuning.rmsnorm_split_parts(tokens, 2 * hidden, world, sm_share(torch.cuda.current_device())) > 1
+
+
 def refused(call: Callable[[], object], words: str) -> None:
     """`call` must raise ValueError naming `words`."""
     try:
@@ -530,8 +536,8 @@ def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:
     with as_several_nodes(s) as v:
         for tokens, hidden in small(((1, 8192), (33, 8192), (300, 5120)), ((1, 8192), (33, 8192))):
             for mode in MODES:
-                if mode == "push":  # one node only: refused before any launch
-                    cases.run(f"several-node kernel: all_reduce_rmsnorm push {tokens}x{hidden} refused",
+                if mode in ("push", "split"):  # one node only: refused before any launch
+                    cases.run(f"several-node kernel: all_reduce_rmsnorm {mode} {tokens}x{hidden} refused",
                               lambda: refused(lambda: v.rmsnorm(tokens, hidden, dtype, mode, graph=False),
                                               "one node only"))
                     continue
@@ -630,6 +636,10 @@ def main() -> int:
     for dtype in (torch.bfloat16, torch.float16):
         for tokens, hidden in small(((1, 8192), (5, 4096), (33, 8192), (300, 5120), (1000, 16384)), ((1, 8192), (33, 8192))):
             for mode in MODES:
+                if mode == "split" and not split_fits(tokens, hidden, world):
+                    cases.run(f"all_reduce_rmsnorm split {tokens}x{hidden} refused", lambda: refused(
+                        lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False), "mode 'split' needs"))
+                    continue
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
                           lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
@@ -638,6 +648,8 @@ def main() -> int:
                 33, 8192, dtype, mode, graph=False, separate_residual=True))
             if torch.cuda.get_device_capability()[0] >= 9:
                 for tokens in (1, 33, 300):  # 300: three rows a CTA in rows mode (two at a time, then one)
+                    if mode == "split" and not split_fits(tokens, 8192, world):
+                        continue
                     cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x8192 fp8 out", lambda: s.rmsnorm(
                         tokens, 8192, dtype, mode, graph=False, fp8=True))
         if torch.cuda.get_device_capability()[0] >= 9:

@@ -31,6 +31,15 @@ Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
   CTA index) and a wait for the peers' (`symm_tile_wait_others`); then it sums its rows over the
   ranks in rank order in fp32 and normalizes them. The bytes cross NVLink once, where LL packets
   carry each 8 data bytes in 16. One node only.
+- "split": each row is cut into `parts` column slices, one CTA each (grid tokens x parts): a CTA
+  all-reduces its slice over LL packets (`symm_tile_all_reduce`, tile = CTA index), adds the
+  residual, and publishes its slice's sum of squares (and, with an FP8 out, its largest
+  |residual x weight|) as an 8-byte word tagged with the launch count; it reads its row's other
+  slices' words (this rank's memory, no barrier) and normalizes its slice. For the few tokens of
+  decode: a CTA alone moves a 16 KiB row's packets in about 4.3 us, a slice of 2 KiB in about 2
+  (2 H100s, bench/rmsnorm_timeline.py at hidden 8192 and 1024). Bitwise identical on every rank
+  (the slices' sums are added in slice order); not bitwise the same as "rows", whose row sum runs
+  in another order. One node only.
 All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes the same two over `symm_all_reduce_hierarchical` and
@@ -57,9 +66,15 @@ from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
 from .matmul_allreduce_push import add_in_rank_order, advance_epochs, launch_slots, store_to_peer_slots
 from .trace import stamp
+from triton.language.extra import cuda as tl_cuda
 
 MAX_HIDDEN = 16384
-MODES = ("rows", "whole", "push")
+MODES = ("rows", "whole", "push", "split")
+# "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
+# half the launch count + 1 (never 0, which the zeroed words hold), the low half the f32's bits.
+SPLIT_WORDS = tl.constexpr(2 * _abi.MAX_CTAS)
+_TIMEOUT_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8)  # the context's timeout, in i64 words
+_TIMEOUT = tl.constexpr(_abi.STATUS["TIMEOUT"])
 FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
 
 
@@ -73,6 +88,8 @@ class Plan(NamedTuple):
     fp8: bool  # out is float8_e4m3fn, quantized per token
     rows_at_once: int  # rows, push: rows a CTA normalizes at a time
     workspace_bytes: int  # push: the rows' slots at this rank, 2 x (world - 1) x [tokens, hidden]
+    parts: int = 1  # split: CTAs per row (the slices of a row)
+    slice_cols: int = 0  # split: columns of a slice (the last one may have fewer)
 
 
 def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: TensorSpec, scale: Optional[TensorSpec],
@@ -119,10 +136,23 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world, sms))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode == "push" and multi_node:
-        raise ValueError("mode 'push' stores into peers' memory: one node only (use 'rows' or 'whole')")
+    if mode in ("push", "split") and multi_node:
+        raise ValueError(f"mode {mode!r} runs on one node only (use 'rows' or 'whole')")
     block_h = triton.next_power_of_2(hidden)
     warps = max(4, min(16, block_h // 512))
+    if mode == "split":
+        parts = tuning.rmsnorm_split_parts(tokens, hidden * x.itemsize, world, sms)
+        if parts < 2:
+            raise ValueError(f"mode 'split' needs rows of at least {2 * tuning.RMSNORM_SPLIT_MIN_SLICE_BYTES} bytes "
+                             f"and at most {sms // 2} tokens here, got {tokens} rows of {hidden * x.itemsize}")
+        # Slices of whole 16-byte units, so every slice starts aligned as the row does.
+        unit = max(1, 16 // x.itemsize)
+        cols = -(-hidden // (parts * unit)) * unit
+        block = triton.next_power_of_2(cols)
+        # 8 warps at least: a thread per LL unit of a 2 KiB slice (with 4, ptxas keeps 24 bytes of
+        # stack in the kernel on sm_90).
+        return Plan(tokens, hidden, block, mode, tokens * parts, max(8, min(16, block // 128)), fp8, 1, 0,
+                    parts, cols)
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
@@ -210,18 +240,92 @@ def _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H: tl.constexpr, 
     return s
 
 
+@triton.jit
+def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.constexpr):
+    """"split": publishes this CTA's slice sums (`sumsq`, and `peak` with FP8) tagged with `flag`,
+    waits until its row's PARTS slices have published theirs (a bounded wait: the context's
+    timeout) and returns (the row's sum of squares, its peak, status), added in slice order."""
+    pid = tl.program_id(0)
+    tl.store(words + pid, _tagged(flag, sumsq))
+    if FP8:
+        tl.store(words + SPLIT_WORDS // 2 + pid, _tagged(flag, peak))
+    at = (pid // PARTS) * PARTS + tl.arange(0, PARTS)
+    if FP8:
+        at = tl.join(at, at + SPLIT_WORDS // 2)
+    got = tl.load(words + at, volatile=True)
+    timeout = tl.load(ctx.to(tl.pointer_type(tl.int64)) + _TIMEOUT_WORD)
+    start = tl_cuda.globaltimer()
+    now = start
+    while (_all_tagged(got, flag) == 0) & (now - start <= timeout):
+        got = tl.load(words + at, volatile=True)
+        now = tl_cuda.globaltimer()
+    s = tl.where(_all_tagged(got, flag) == 1, 0, _TIMEOUT)
+    values = (got & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    if FP8:
+        sq, pk = tl.split(values)
+        return tl.sum(sq), tl.max(pk), s
+    return tl.sum(values), 0.0, s
+
+
+@triton.jit
+def _tagged(flag, v):
+    """An f32 `v` as a "split" word tagged with `flag`."""
+    return (flag.to(tl.int64) << 32) | (v.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+
+
+@triton.jit
+def _all_tagged(got, flag):
+    """1 if every word of `got` carries `flag`, else 0."""
+    return tl.min(((got >> 32).to(tl.int32) == flag).to(tl.int32))
+
+
+@triton.jit
+def _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, words, epochs, W,
+               BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr):
+    """"split": CTA pid all-reduces and normalizes slice pid % PARTS (W columns) of row pid // PARTS.
+    Returns the status."""
+    pid = tl.program_id(0)
+    row = (pid // PARTS).to(tl.int64)
+    c0 = (pid % PARTS) * W
+    width = tl.minimum(W, H - c0)
+    cols = c0 + tl.arange(0, BLOCK)
+    m = cols < c0 + width
+    at = row * H + cols
+    w = tl.load(weight + cols, mask=m, other=0.0).to(tl.float32)
+    res = tl.load(residual + at, mask=m, other=0.0)
+    flag = tl.load(epochs + pid) + 1
+    s = ilt.tile_all_reduce(ctx, x + row * H + c0, 1, width, H, pid)
+    r = (tl.load(x + at, mask=m, other=0.0).to(tl.float32) + res.to(tl.float32)).to(residual_out.dtype.element_ty)
+    tl.store(residual_out + at, r, mask=m)
+    rf = r.to(tl.float32)
+    sumsq, peak, waited = _split_sums(ctx, words, flag, tl.sum(rf * rf), tl.max(tl.abs(rf * w)), PARTS, FP8)
+    inv = tl.rsqrt(sumsq / H + eps)
+    y = rf * inv * w
+    if FP8:
+        q = tl.maximum(peak * inv, 1e-12) / FP8_MAX
+        if pid % PARTS == 0:
+            tl.store(scale + row, q)
+        y = y / q
+    tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
+    advance_epochs(epochs, flag)
+    return ilt.failure_or(s, waited)
+
+
 @jit(do_not_specialize=["ctx", "T", "eps"])
 def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace, ws, epochs,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
                              PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
-                             ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2):
+                             ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2,
+                             SPLIT: tl.constexpr = False, PARTS: tl.constexpr = 1, W=0):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
     touching memory (`ironlink.ops.pdl`). Rows mode normalizes ROWS rows at a time
     (`tuning.rmsnorm_rows_at_once`). PUSH: mode "push" (module docs) instead of the tile
     all-reduce, over `ws` (the rows' slots, heap) and `epochs` (one launch counter per CTA,
-    MAX_CTAS int32, zeroed at creation); WORLD the ranks (else unused). PRELOAD (rows, push): the
+    MAX_CTAS int32, zeroed at creation); WORLD the ranks (else unused). SPLIT: mode "split"
+    (module docs), PARTS slices a row of W columns, BLOCK_H a power of two >= W, `ws` the slices' words
+    (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. PRELOAD (rows, push): the
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
@@ -234,7 +338,9 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
     stamp(trace, 1, TRACE)
-    if WHOLE:
+    if SPLIT:
+        s = _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, ws, epochs, W, BLOCK_H, PARTS, FP8)
+    elif WHOLE:
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
         s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
@@ -330,7 +436,8 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
     suffix = "_hierarchical" if h.multi_node else ""
     function = {"rows": f"symm_tile_all_reduce{suffix}", "whole": f"symm_all_reduce{suffix}/symm_grid_barrier",
-                "push": "symm_tile_signal_others/symm_tile_wait_others"}[p.mode]
+                "push": "symm_tile_signal_others/symm_tile_wait_others",
+                "split": "symm_tile_all_reduce/the wait for the row's other slices"}[p.mode]
     scales = scale if p.fp8 else out  # unread without FP8
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
@@ -350,20 +457,25 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
             heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
             WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8, num_warps=p.warps)
         return
-    ws, epochs = push_workspace(heap, p, x) if p.mode == "push" else (x, status)
+    ws, epochs = push_workspace(heap, p, x) if p.mode in ("push", "split") else (x, status)
     allreduce_rmsnorm_kernel[(p.ctas,)](
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
         trace if trace is not None else status, ws, epochs, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
         PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
-        WORLD=heap.world_size, num_warps=p.warps, **pdl_launch_options(pdl))
+        WORLD=heap.world_size, SPLIT=p.mode == "split", PARTS=p.parts, W=p.slice_cols, num_warps=p.warps, **pdl_launch_options(pdl))
 
 
 def push_workspace(heap: Any, p: Plan, x: Any) -> tuple[Any, Any]:
-    """Mode "push"'s slots (x's dtype) and per-CTA launch counters (int32 [MAX_CTAS], zeroed when
-    made: equal on every rank), kept in the heap between calls (`heap.workspace`)."""
+    """Mode "push"'s slots (x's dtype), or mode "split"'s words (int64 [SPLIT_WORDS], zeroed when
+    made), and the per-CTA launch counters both keep (int32 [MAX_CTAS], zeroed when made: equal
+    on every rank), kept in the heap between calls (`heap.workspace`)."""
     import torch
 
-    ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
+    if p.mode == "split":
+        nbytes = 8 * SPLIT_WORDS.value
+        ws = heap.workspace("all_reduce_rmsnorm/split", nbytes, zeroed_prefix=nbytes).view(torch.int64)
+    else:
+        ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
     epochs = heap.workspace("all_reduce_rmsnorm/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
     return ws, epochs.view(torch.int32)
 

@@ -119,6 +119,31 @@ RMSNORM_WHOLE_MIN_BYTES_BY_WORLD: dict[int, int] = {2: 1 << 62}
 RMSNORM_PUSH_BYTES_BY_WORLD: dict[int, tuple[int, int]] = {2: (64 << 10, 8 << 20)}
 
 
+# all_reduce_rmsnorm runs "split" (each row cut into slices of at least RMSNORM_SPLIT_MIN_SLICE_BYTES,
+# one CTA each, at most RMSNORM_SPLIT_MAX_PARTS a row, every CTA resident with an LL tile) for x of
+# up to RMSNORM_SPLIT_MAX_BYTES, on the world sizes listed. One CTA moves a row's LL packets in
+# about 2 us at 2 KiB and 4.3 at 16 KiB (2 H100s, bench/rmsnorm_timeline.py, hidden 1024 and
+# 8192, 1 token: all_reduce_us 3.75 and 6.0 of which 1.75 outside the exchange).
+RMSNORM_SPLIT_MIN_SLICE_BYTES = 2 << 10
+RMSNORM_SPLIT_MAX_PARTS = 8
+RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 64 << 10}
+
+
+def rmsnorm_split_parts(tokens: int, row_bytes: int, world: int, sms: int) -> int:
+    """Slices per row of all_reduce_rmsnorm's "split" mode for `tokens` rows of `row_bytes` on
+    `world` ranks of one node with `sms` SMs for its grid: the most (a power of two up to
+    RMSNORM_SPLIT_MAX_PARTS) whose slices hold RMSNORM_SPLIT_MIN_SLICE_BYTES each and whose grid
+    fits the SMs and the LL tiles (every CTA resident, as a slice waits for its row's others); 1
+    where not even two do."""
+    parts = 1
+    while (2 * parts <= RMSNORM_SPLIT_MAX_PARTS and row_bytes >= 2 * parts * RMSNORM_SPLIT_MIN_SLICE_BYTES
+           and tokens * 2 * parts <= min(sms, MAX_LL_TILES)):
+        parts *= 2
+    if parts > 1 and not tile_all_reduce_takes_ll(tokens * parts - 1, 1, -(-row_bytes // parts), world):
+        return 1
+    return parts
+
+
 def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
     """Rows of each CTA in all_reduce_rmsnorm's "rows" mode on a grid of `ctas` (the last CTAs may
     have fewer, or none)."""
@@ -156,6 +181,9 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -
     `sms` SMs per rank for its grid (one node; several nodes run "whole" unless asked)."""
     ctas = max(1, min(tokens, sms, MAX_LL_TILES))
     nbytes = tokens * row_bytes
+    if nbytes <= RMSNORM_SPLIT_MAX_BYTES_BY_WORLD.get(world, 0) and rmsnorm_split_parts(tokens, row_bytes, world,
+                                                                                       sms) > 1:
+        return "split"
     push_low, push_high = RMSNORM_PUSH_BYTES_BY_WORLD.get(world, (0, 0))
     if push_low < nbytes <= push_high:
         return "push"
