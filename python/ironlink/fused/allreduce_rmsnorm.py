@@ -16,7 +16,7 @@ GEMM) each token's row y is quantized with its own scale: scale = max|y| / 448 (
 value), out = fp8(y / scale), and the scales go to `scale` [T] (fp32). Results are bitwise
 identical on every rank.
 
-Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
+Four ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
 - "rows": each CTA owns a block of rows, all-reduces it with `symm_tile_all_reduce` (tile index
   = CTA index) and normalizes it at once; nothing waits for other CTAs. Where a CTA's block is
   small (one row of up to 16 KiB at world 2, `tuning.tile_all_reduce_takes_ll`) the tile
@@ -39,10 +39,11 @@ Two ways to run it, both one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
   decode: a CTA alone moves a 16 KiB row's packets in about 4.3 us, a slice of 2 KiB in about 2
   (2 H100s, bench/rmsnorm_timeline.py at hidden 8192 and 1024). Bitwise identical on every rank
   (the slices' sums are added in slice order); not bitwise the same as "rows", whose row sum runs
-  in another order. One node only.
+  in another order. One node only; its words and launch counters are a workspace made at the
+  first call (before a CUDA graph capture, as for "push").
 All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
-On a heap of several nodes the same two over `symm_all_reduce_hierarchical` and
+On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and
 `symm_tile_all_reduce_hierarchical` (a kernel linked with the NVSHMEM bitcode); "whole" by
 default there, as no measurement has chosen between them yet.
 """

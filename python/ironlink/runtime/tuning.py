@@ -121,12 +121,15 @@ RMSNORM_PUSH_BYTES_BY_WORLD: dict[int, tuple[int, int]] = {2: (64 << 10, 8 << 20
 
 # all_reduce_rmsnorm runs "split" (each row cut into slices of at least RMSNORM_SPLIT_MIN_SLICE_BYTES,
 # one CTA each, at most RMSNORM_SPLIT_MAX_PARTS a row, every CTA resident with an LL tile) for x of
-# up to RMSNORM_SPLIT_MAX_BYTES, on the world sizes listed. One CTA moves a row's LL packets in
-# about 2 us at 2 KiB and 4.3 at 16 KiB (2 H100s, bench/rmsnorm_timeline.py, hidden 1024 and
-# 8192, 1 token: all_reduce_us 3.75 and 6.0 of which 1.75 outside the exchange).
+# up to the bytes listed for the world size. One CTA moves a row's LL packets in about 2 us at
+# 2 KiB and 4.3 at 16 KiB (2 H100s, bench/rmsnorm_timeline.py, hidden 1024 and 8192, 1 token:
+# all_reduce_us 3.75 and 6.0 of which 1.75 outside the exchange). On 2 H100s, hidden 8192 bf16,
+# with PDL, us, split / rows / push (git 5f070ee, one run of bench/fused.py:
+# bench/results/experiments/rmsnorm-split-2xH100-5f070ee.json): 1 token 6.71 / 9.70 / 9.17,
+# 4 7.36 / 8.99 / 9.30, 8 7.48 / 9.64 / 9.25, 16 7.64 / 8.48 / 8.44, 32 11.46 / 13.08 / 10.78.
 RMSNORM_SPLIT_MIN_SLICE_BYTES = 2 << 10
 RMSNORM_SPLIT_MAX_PARTS = 8
-RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 64 << 10}
+RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 
 
 def rmsnorm_split_parts(tokens: int, row_bytes: int, world: int, sms: int) -> int:
