@@ -3,7 +3,8 @@
     torchrun --nproc_per_node=2 bench/rmsnorm_timeline.py --tokens 1,8,32,128 --out rmsnorm-timeline.json
 
 Launches the op's kernel with TRACE=True (each CTA stores the GPU's global timer at its start,
-after the wait for the previous kernel, after the all-reduce and at its end; ironlink/fused/trace.py)
+after the wait for the previous kernel, after the all-reduce and at its end; ironlink/fused/trace.py;
+mode split also once its row's slice sums are in: `slice_sums_us` from the all-reduce's end)
 in the default mode, with and without PRELOAD (the weight and the first residual row loaded before
 the all-reduce), `--repeats` launches back to back in one CUDA graph with PDL as the op's default,
 so both ranks run in step as in a model. Reports the median over those launches of the slowest
@@ -12,6 +13,7 @@ tail), `all_reduce_us`, `norm_us`, and the kernel's span; `graph_us` times the s
 untraced, 20 back to back in a CUDA graph (as bench/fused.py), `traced_graph_us` the traced one so.
 `--rows-at-once 1,2` also times mode rows normalizing that many rows at a time (bf16 and FP8 out,
 the variants in turns: ironlink_bench.GraphRound), rows with `variant` and `graph_us`.
+`--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch.distributed as dist
 import ironlink
 from ironlink_bench import GraphRound, record_row, time_graph, write_results
 from ironlink.runtime.distributed import sm_share
-from ironlink.fused.allreduce_rmsnorm import launch, plan
+from ironlink.fused.allreduce_rmsnorm import launch, plan, split_into
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
 from ironlink.ops.pdl import choose_pdl
@@ -36,9 +38,12 @@ def phases(stamps: torch.Tensor) -> dict[str, float]:
     """Mean phase times (us) over the CTAs and the kernel span from int64 stamps [ctas, SLOTS]."""
     s = stamps[:, :4].double() / 1e3
     d = s[:, 1:] - s[:, :-1]
-    return {"wait_us": round(float(d[:, 0].mean()), 2), "all_reduce_us": round(float(d[:, 1].mean()), 2),
-            "norm_us": round(float(d[:, 2].mean()), 2), "kernel_us": round(float(s[:, 3].max() - s[:, 0].min()), 2),
-            "start_skew_us": round(float(s[:, 0].max() - s[:, 0].min()), 2)}
+    got = {"wait_us": round(float(d[:, 0].mean()), 2), "all_reduce_us": round(float(d[:, 1].mean()), 2),
+           "norm_us": round(float(d[:, 2].mean()), 2), "kernel_us": round(float(s[:, 3].max() - s[:, 0].min()), 2),
+           "start_skew_us": round(float(s[:, 0].max() - s[:, 0].min()), 2)}
+    if bool((stamps[:, 4] != 0).all()):  # mode split: slot 4 once the row's slice sums are in
+        got["slice_sums_us"] = round(float((stamps[:, 4].double() / 1e3 - s[:, 2]).mean()), 2)
+    return got
 
 
 def rows_at_once(rows: list[dict[str, Any]], heap: Any, p: Any, x: torch.Tensor, residual: torch.Tensor,
@@ -68,6 +73,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows-at-once", default="", help="e.g. 1,2: mode rows' rows at a time to compare")
     ap.add_argument("--modes", default="", help="e.g. rows,push: these modes instead of the default one")
+    ap.add_argument("--split-parts", default="", help="e.g. 4,8,16: mode split with that many slices a row too")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -91,6 +97,10 @@ def main() -> None:
             if mode is None and args.rows_at_once and p.mode == "rows":  # the default mode only
                 rows_at_once(rows, heap, p, x, residual, weight, out, status, pdl,
                              [int(v) for v in args.rows_at_once.split(",")])
+        for parts in (int(v) for v in args.split_parts.split(",") if v):
+            if t * parts <= min(sms, status.numel()):  # every CTA resident
+                timeline(rows, args, heap, split_into(p, parts, x.element_size()), x, residual, weight, out,
+                         status, pdl)
         heap.free(x)
     write_results(args.out, world, rows, probe="rmsnorm_timeline")
     heap.close()
@@ -134,7 +144,7 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, mine)
         worst = max(gathered, key=lambda r: r["kernel_us"])
-        row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "ctas": p.ctas, "warps": p.warps,
+        row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "parts": p.parts, "ctas": p.ctas, "warps": p.warps,
                "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2),
                "traced_graph_us": round(traced_graph_us, 2), **worst,
                "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}

@@ -146,14 +146,7 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         if parts < 2:
             raise ValueError(f"mode 'split' needs rows of at least {2 * tuning.RMSNORM_SPLIT_MIN_SLICE_BYTES} bytes "
                              f"and at most {sms // 2} tokens here, got {tokens} rows of {hidden * x.itemsize}")
-        # Slices of whole 16-byte units, so every slice starts aligned as the row does.
-        unit = max(1, 16 // x.itemsize)
-        cols = -(-hidden // (parts * unit)) * unit
-        block = triton.next_power_of_2(cols)
-        # 8 warps at least: a thread per LL unit of a 2 KiB slice (with 4, ptxas keeps 24 bytes of
-        # stack in the kernel on sm_90).
-        return Plan(tokens, hidden, block, mode, tokens * parts, max(8, min(16, block // 128)), fp8, 1, 0,
-                    parts, cols)
+        return split_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0), parts, x.itemsize)
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
@@ -161,6 +154,18 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
     workspace = 2 * (world - 1) * x.nbytes if mode == "push" else 0
     return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, tuning.rmsnorm_rows_at_once(tokens, ctas), workspace)
+
+
+def split_into(p: Plan, parts: int, itemsize: int) -> Plan:
+    """Plan `p` in mode "split" with `parts` slices a row (elements of `itemsize` bytes): slices of
+    whole 16-byte units, so every slice starts aligned as the row does; a CTA each; 8 warps at
+    least, a thread per LL unit of a 2 KiB slice (with 4, ptxas keeps 24 bytes of stack in the
+    kernel on sm_90). bench/rmsnorm_timeline.py --split-parts compares slice counts with it."""
+    unit = max(1, 16 // itemsize)
+    cols = -(-p.hidden // (parts * unit)) * unit
+    block = triton.next_power_of_2(cols)
+    return p._replace(mode="split", block_h=block, ctas=p.tokens * parts, warps=max(8, min(16, block // 128)),
+                      rows_at_once=1, workspace_bytes=0, parts=parts, slice_cols=cols)
 
 
 @triton.jit
@@ -281,10 +286,10 @@ def _all_tagged(got, flag):
 
 
 @triton.jit
-def _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, words, epochs, W,
-               BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr):
+def _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, words, epochs, W, trace,
+               BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr, TRACE: tl.constexpr):
     """"split": CTA pid all-reduces and normalizes slice pid % PARTS (W columns) of row pid // PARTS.
-    Returns the status."""
+    Returns the status. TRACE: stamps 2 after the slice's all-reduce, 4 after the row's sums."""
     pid = tl.program_id(0)
     row = (pid // PARTS).to(tl.int64)
     c0 = (pid % PARTS) * W
@@ -296,10 +301,12 @@ def _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, words
     res = tl.load(residual + at, mask=m, other=0.0)
     flag = tl.load(epochs + pid) + 1
     s = ilt.tile_all_reduce(ctx, x + row * H + c0, 1, width, H, pid)
+    stamp(trace, 2, TRACE)
     r = (tl.load(x + at, mask=m, other=0.0).to(tl.float32) + res.to(tl.float32)).to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
     sumsq, peak, waited = _split_sums(ctx, words, flag, tl.sum(rf * rf), tl.max(tl.abs(rf * w)), PARTS, FP8)
+    stamp(trace, 4, TRACE)
     inv = tl.rsqrt(sumsq / H + eps)
     y = rf * inv * w
     if FP8:
@@ -340,7 +347,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     allow_next_kernel(PDL)
     stamp(trace, 1, TRACE)
     if SPLIT:
-        s = _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, ws, epochs, W, BLOCK_H, PARTS, FP8)
+        s = _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, ws, epochs, W, trace, BLOCK_H,
+                       PARTS, FP8, TRACE)
     elif WHOLE:
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
@@ -482,4 +490,4 @@ def push_workspace(heap: Any, p: Plan, x: Any) -> tuple[Any, Any]:
 
 
 __all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "launch", "allreduce_rmsnorm_hierarchical_kernel",
-           "allreduce_rmsnorm_kernel", "plan"]
+           "allreduce_rmsnorm_kernel", "plan", "split_into"]
