@@ -3,7 +3,9 @@
     torchrun --nproc_per_node=8 bench/allreduce.py --out bench/results/allreduce-8xh200.json
 
 Each point: `ITERS` calls captured in one CUDA graph, the graph replayed `REPS` times, each replay
-timed with device events; the point is the median replay / ITERS, the maximum over ranks.
+timed with device events; the point is the median replay / ITERS, the maximum over ranks. The
+contenders of one size and dtype (all_reduce's; all_gather's and reduce_scatter's together) are
+replayed in turns (`GraphRound`), so clock drift over the run falls on each alike.
 Reported as us, algbw and busbw (nccl-tests conventions: all_reduce busbw = algbw * 2(n-1)/n,
 all_gather and reduce_scatter busbw = algbw * (n-1)/n) and the ratio to NCCL (NCCL time / ours).
 A benchmark, not a test: nothing here asserts a time.
@@ -91,11 +93,17 @@ class GraphRound:
     contenders in the same order (the replays of collectives meet their peers')."""
 
     def __init__(self) -> None:
-        # (graph, calls in it, replays, the function: it keeps what its graph reads alive until `run`)
-        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], None]]] = []
+        # (graph, calls in it, replays, the function: it keeps what its graph reads alive until `run`,
+        # what runs before each replay)
+        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], None], Optional[Callable[[], None]]]] = []
 
-    def add(self, fn: Callable[[], None], nbytes: int) -> int:
-        """Warms `fn` up, captures `iters_reps(nbytes)[0]` calls of it into a graph; returns its index."""
+    def add(self, fn: Callable[[], None], nbytes: int, before: Optional[Callable[[], None]] = None) -> int:
+        """Warms `fn` up, captures `iters_reps(nbytes)[0]` calls of it into a graph; returns its index.
+        `before` (host code, untimed) runs first and again before each replay: for state the
+        graph's kernels read at run time that other contenders change (a heap context's algorithm
+        limits)."""
+        if before is not None:
+            before()
         iters, reps = iters_reps(nbytes)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -110,16 +118,18 @@ class GraphRound:
                 fn()
         g.replay()
         torch.cuda.synchronize()
-        self.graphs.append((g, iters, reps, fn))
+        self.graphs.append((g, iters, reps, fn, before))
         return len(self.graphs) - 1
 
     def run(self) -> list[float]:
         """Times every graph added (the most replays any asked for each), then drops them."""
         n = len(self.graphs)
         times: list[list[float]] = [[] for _ in range(n)]
-        for r in range(max((reps for _, _, reps, _ in self.graphs), default=0)):
+        for r in range(max((reps for _, _, reps, _, _ in self.graphs), default=0)):
             for i in [(r + j) % n for j in range(n)]:  # rotated: each contender leads a round in turn
-                g, iters, _, _ = self.graphs[i]
+                g, iters, _, _, before = self.graphs[i]
+                if before is not None:
+                    before()
                 dist.barrier()
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
@@ -239,51 +249,56 @@ class Bench:
         self.rows.append(row)
         return row
 
-    def check(self) -> None:
+    def check(self, status: torch.Tensor) -> None:
         torch.cuda.synchronize()
-        bad = self.status[self.status != 0]
+        bad = status[status != 0]
         if bad.numel():
             raise RuntimeError(f"ironlink returned statuses {bad.unique().tolist()}")
 
+    def with_limits(self, limits: tuple[int, int, int]) -> Callable[[], None]:
+        """A GraphRound `before` that sets the heap's algorithm limits to `limits`: the device reads
+        them from the context at each replay, and the contenders of a round force different ones."""
+        return lambda: self.heap.set_algorithm_limits(*limits)
+
     def all_reduce(self, dt: str, nbytes: int) -> None:
+        """Every contender of this size and dtype in one GraphRound; the rows after it."""
         dtype = DTYPES[dt]
         n = nbytes // torch.tensor([], dtype=dtype).element_size()
         x = torch.randn(n, device="cuda").to(dtype)
         code = _abi.DTYPE["BFLOAT16" if dtype == torch.bfloat16 else "FLOAT32"]
-        times: dict[str, tuple[str, float]] = {}
+        timer = GraphRound()
+        # Contender -> (config, its index in the round; None: the best grid config, known after it).
+        added: dict[str, tuple[str, Optional[int]]] = {}
         t = x.clone()
-        times["nccl"] = ("ring/auto", time_graph(lambda: dist.all_reduce(t), nbytes))
+        added["nccl"] = ("ring/auto", timer.add(lambda: dist.all_reduce(t), nbytes))
         if nbytes == SIZES[0]:
-            times["empty_kernel"] = ("8x4", time_graph(lambda: _empty[(8,)](self.status, num_warps=4), nbytes))
+            added["empty_kernel"] = ("8x4", timer.add(lambda: _empty[(8,)](self.status, num_warps=4), nbytes))
         buf = self.heap.empty((n,), dtype)
         buf.copy_(x)
-        best: Optional[tuple[str, float, str]] = None
+        # A row of statuses per grid config: replayed in turns, each keeps its own last call's.
+        status = torch.zeros(len(ALGORITHMS) * len(CONFIGS), *self.status.shape, dtype=self.status.dtype,
+                             device="cuda")
+        grids: list[tuple[str, str, int]] = []  # (algorithm, grid config, index in the round)
         for alg, worth in ALGORITHMS.items():
             if not worth(nbytes):
                 continue
             limits = FORCED_LIMITS[alg]
-            self.heap.set_algorithm_limits(*limits)
             for ctas, warps in CONFIGS:
                 if self.algorithm(limits[:2], ctas, nbytes) != alg:
                     continue  # its packets do not fit this grid's scratch
-                us = time_graph(lambda: _all_reduce[(ctas,)](self.heap.ctx, buf, n, code, self.status, num_warps=warps), nbytes)
-                self.check()
-                row = self.record("all_reduce", dt, nbytes, "ironlink_cfg", f"{ctas}x{warps}", us)
-                row["algorithm"] = alg
-                if best is None or us < best[1]:
-                    best = (f"{ctas}x{warps}", us, alg)
-        assert best is not None
-        times["ironlink"] = best[:2]
-        # What a user's call gets: the public op, its own launch and algorithm choice, with
-        # programmatic dependent launch where the GPU has it (the default) and, for small
-        # messages, without it.
-        self.heap.set_algorithm_limits(*self.default_limits)
-        times["ironlink_op"] = ("", time_graph(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes))
+                # Defaults bind this config: the round keeps the function until `run`.
+                i = timer.add(lambda ctas=ctas, warps=warps, st=status[len(grids)]: _all_reduce[(ctas,)](
+                    self.heap.ctx, buf, n, code, st, num_warps=warps), nbytes, before=self.with_limits(limits))
+                grids.append((alg, f"{ctas}x{warps}", i))
+        added["ironlink"] = ("", None)
+        # What a user's call gets: the public op, its own launch and algorithm choice (the tuned
+        # limits), with programmatic dependent launch where the GPU has it (the default) and, for
+        # small messages, without it.
+        tuned = self.with_limits(self.default_limits)
+        added["ironlink_op"] = ("", timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes, before=tuned))
         if nbytes <= OP_NO_PDL_MAX_BYTES:
-            times["ironlink_op[no_pdl]"] = ("", time_graph(lambda: ironlink.all_reduce(buf, heap=self.heap, pdl=False),
-                                                          nbytes))
-        self.heap.check()
-        self.heap.free(buf)
+            added["ironlink_op[no_pdl]"] = ("", timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap, pdl=False),
+                                                          nbytes, before=tuned))
         if nbytes <= (256 << 20):
             import torch.distributed._symmetric_memory as symm_mem
 
@@ -291,17 +306,32 @@ class Bench:
             symm_mem.rendezvous(s, self.group_name)
             s.copy_(x)
             if nbytes <= (16 << 20):
-                times["symm_one_shot"] = ("", time_graph(lambda: torch.ops.symm_mem.one_shot_all_reduce(s, "sum", self.group_name), nbytes))
-            times["symm_two_shot"] = ("", time_graph(lambda: torch.ops.symm_mem.two_shot_all_reduce_(s, "sum", self.group_name), nbytes))
-            del s
-        for who, (cfg, us) in times.items():
-            row = self.record("all_reduce", dt, nbytes, who, cfg, us)
-            row["vs_nccl"] = round(times["nccl"][1] / us, 3)
+                added["symm_one_shot"] = ("", timer.add(
+                    lambda: torch.ops.symm_mem.one_shot_all_reduce(s, "sum", self.group_name), nbytes))
+            added["symm_two_shot"] = ("", timer.add(
+                lambda: torch.ops.symm_mem.two_shot_all_reduce_(s, "sum", self.group_name), nbytes))
+        us = timer.run()
+        self.heap.set_algorithm_limits(*self.default_limits)  # the last replay's forced ones otherwise
+        self.check(status)
+        self.heap.check()
+        self.heap.free(buf)
+        best: Optional[tuple[str, float, str]] = None
+        for alg, cfg, i in grids:
+            row = self.record("all_reduce", dt, nbytes, "ironlink_cfg", cfg, us[i])
+            row["algorithm"] = alg
+            if best is None or us[i] < best[1]:
+                best = (cfg, us[i], alg)
+        assert best is not None
+        times = {who: best[:2] if i is None else (cfg, us[i]) for who, (cfg, i) in added.items()}
+        for who, (cfg, us_who) in times.items():
+            row = self.record("all_reduce", dt, nbytes, who, cfg, us_who)
+            row["vs_nccl"] = round(times["nccl"][1] / us_who, 3)
             if who == "ironlink":
                 row["algorithm"] = best[2]
 
     def gather_scatter(self, dt: str, nbytes: int) -> None:
-        """all_gather and reduce_scatter of `nbytes` total output / input per rank."""
+        """all_gather and reduce_scatter of `nbytes` total output / input per rank, every contender
+        of both in one GraphRound; the rows after it."""
         dtype = DTYPES[dt]
         esize = torch.tensor([], dtype=dtype).element_size()
         n = nbytes // esize // self.world  # per-rank block
@@ -311,36 +341,46 @@ class Bench:
         full = torch.randn(n * self.world, device="cuda").to(dtype)
         part = full[:n].clone()
         out = torch.empty_like(full)
-        t_ag = time_graph(lambda: dist.all_gather_into_tensor(out, part), nbytes)
+        timer = GraphRound()
+        i_ag = timer.add(lambda: dist.all_gather_into_tensor(out, part), nbytes)
         red = torch.empty_like(part)
-        t_rs = time_graph(lambda: dist.reduce_scatter_tensor(red, full), nbytes)
+        i_rs = timer.add(lambda: dist.reduce_scatter_tensor(red, full), nbytes)
         big = self.heap.empty((n * self.world,), dtype)
         small = self.heap.empty((n,), dtype)
         big.copy_(full)
         small.copy_(part)
-        best_ag: Optional[tuple[float, str, str]] = None
-        best_rs: Optional[tuple[float, str, str]] = None
+        # Rows of statuses, two per grid config: replayed in turns, each keeps its own last call's.
+        status = torch.zeros(2 * len(GATHER_ALGORITHMS) * len(CONFIGS), *self.status.shape, dtype=self.status.dtype,
+                             device="cuda")
+        # (algorithm, grid config, all_gather's index in the round, reduce_scatter's)
+        grids: list[tuple[str, str, int, int]] = []
         for alg, worth in GATHER_ALGORITHMS.items():
             if not worth(nbytes):
                 continue
             limits = FORCED_LIMITS["gather_" + alg]
             gather_max = limits[2]
-            self.heap.set_algorithm_limits(*limits)
             for ctas, warps in CONFIGS:
                 got = _native.gather_algorithm(self.world, self.heap.scratch_bytes, gather_max, ctas, nbytes, n * esize)
                 if got != alg:
                     continue  # its packets do not fit this grid's scratch
-                cfg = f"{ctas}x{warps}"
-                us = time_graph(lambda: _all_gather[(ctas,)](self.heap.ctx, small, big, n, code, self.status, num_warps=warps), nbytes)
-                self.check()
-                best_ag = (us, cfg, alg) if best_ag is None or us < best_ag[0] else best_ag
-                us = time_graph(lambda: _reduce_scatter[(ctas,)](self.heap.ctx, big, small, n, code, self.status, num_warps=warps), nbytes)
-                self.check()
-                best_rs = (us, cfg, alg) if best_rs is None or us < best_rs[0] else best_rs
+                # Defaults bind this config: the round keeps the functions until `run`.
+                ag = timer.add(lambda ctas=ctas, warps=warps, st=status[2 * len(grids)]: _all_gather[(ctas,)](
+                    self.heap.ctx, small, big, n, code, st, num_warps=warps), nbytes, before=self.with_limits(limits))
+                rs = timer.add(lambda ctas=ctas, warps=warps, st=status[2 * len(grids) + 1]: _reduce_scatter[(ctas,)](
+                    self.heap.ctx, big, small, n, code, st, num_warps=warps), nbytes, before=self.with_limits(limits))
+                grids.append((alg, f"{ctas}x{warps}", ag, rs))
+        us = timer.run()
+        self.heap.set_algorithm_limits(*self.default_limits)  # the last replay's forced ones otherwise
+        self.check(status)
         self.heap.free(small)
         self.heap.free(big)
+        best_ag: Optional[tuple[float, str, str]] = None
+        best_rs: Optional[tuple[float, str, str]] = None
+        for alg, cfg, ag, rs in grids:
+            best_ag = (us[ag], cfg, alg) if best_ag is None or us[ag] < best_ag[0] else best_ag
+            best_rs = (us[rs], cfg, alg) if best_rs is None or us[rs] < best_rs[0] else best_rs
         assert best_ag is not None and best_rs is not None
-        for coll, nccl, ours in (("all_gather", t_ag, best_ag), ("reduce_scatter", t_rs, best_rs)):
+        for coll, nccl, ours in (("all_gather", us[i_ag], best_ag), ("reduce_scatter", us[i_rs], best_rs)):
             self.record(coll, dt, nbytes, "nccl", "", nccl)["vs_nccl"] = 1.0
             row = self.record(coll, dt, nbytes, "ironlink", ours[1], ours[0])
             row["vs_nccl"] = round(nccl / ours[0], 3)

@@ -18,7 +18,10 @@ its two all_to_all_v (the multi-node path, and the one-node path before the dire
 same-run baseline; ironlink_ll (and ironlink_ll_fp8 with an fp8 dispatch) is
 MoeExchange(path="low_latency") (one kernel each for dispatch and combine) up to
 `--low-latency-max-tokens` tokens; `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
-CUDA graphs: the steps' shares by difference). Before timing, both torch
+CUDA graphs timed in turns: the steps' shares by difference). The contenders in CUDA graphs of one
+shape (every ironlink row, torch_nvshmem with --nvshmem-graph) are timed together, their replays in
+turns (ironlink_bench.GraphRound), so clock drift over the run falls on each alike; their
+MoeExchanges are open together until then. Before timing, both torch
 contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
 combine within bf16 tolerance. A benchmark, not a test.
 """
@@ -34,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink_bench import time_eager, time_graph, write_results
+from ironlink_bench import GraphRound, time_eager, write_results
 from ironlink.moe import fp8_dequantize
 from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import sort as moe_sort
@@ -73,6 +76,11 @@ class MoeBench:
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
+        # The current shape's graph contenders (`add`: record's arguments but the time) until they
+        # are timed together (`flush`), and the MoeExchanges their graphs read, open until then.
+        self.round = GraphRound()
+        self.pending: list[tuple[str, str, dict[str, Any], int, int]] = []
+        self.exchanges: list[Any] = []
         self.nvshmem: Optional[moe_nvshmem.NvshmemPath] = None
         self.nvshmem_graph = False
         self.nvshmem_note: dict[str, str] = {"skipped": "--no-nvshmem"}  # in the JSON, for the docs table
@@ -100,6 +108,27 @@ class MoeBench:
         if self.rank == 0:
             print(f"{op:>17} {who:>14} {shape} {us:10.2f} us {row['GBps']:8.1f} GB/s "
                   f"{row['nvlink_GBps']:8.1f} NVLink GB/s", flush=True)
+
+    def add(self, op: str, who: str, shape: dict[str, Any], fn: Callable[[], Any], nbytes: int, payload: int,
+            nvlink: int = 0) -> None:
+        """Captures `fn` into the current shape's round (`nbytes`: its graph's size class,
+        ironlink_bench.iters_reps); `flush` times it and records its row as `record` would."""
+        self.round.add(fn, nbytes)
+        self.pending.append((op, who, shape, payload, nvlink))
+
+    def flush(self) -> None:
+        """Times every contender added since the last flush side by side (`GraphRound`: clock drift
+        over the run falls on each alike) and records their rows."""
+        for (op, who, shape, payload, nvlink), us in zip(self.pending, self.round.run()):
+            self.record(op, who, shape, us, payload, nvlink)
+        self.pending.clear()
+
+    def exchange(self, max_tokens: int, **kw: Any) -> Any:
+        """A MoeExchange for the current shape, open until `run` has timed the shape's round (the
+        graphs read its buffers)."""
+        moe = ironlink.MoeExchange(self.heap, max_tokens, self.hidden, self.topk, self.experts, **kw)
+        self.exchanges.append(moe)
+        return moe
 
     def remote(self, idx: Any) -> tuple[int, int]:
         """(token-rank pairs, choices) of this rank's routing `idx` that leave this rank."""
@@ -135,7 +164,8 @@ class MoeBench:
 
     def run(self, tokens: int, skewed: bool, max_tokens: int = 0) -> None:
         """One row set; `max_tokens` (default `tokens`) sizes the MoeExchange, as a server sizes it
-        for its largest batch."""
+        for its largest batch. The contenders in CUDA graphs go into one round (`add`), timed together
+        after the eager ones (`flush`); the MoeExchanges they run on stay open until then."""
         shape = {"tokens": tokens, "hidden": self.hidden, "topk": self.topk, "experts": self.experts,
                  "routing": "skewed" if skewed else "uniform"}
         if max_tokens > tokens:
@@ -149,10 +179,9 @@ class MoeBench:
         runs = [("ironlink", None, b) for b in self.sms] + ([("ironlink_relay", "relay", 0)] if self.relay else [])
         if low_latency:
             runs.append(("ironlink_ll", "low_latency", 0))
-        for who, path, budget in runs:
-            moe = ironlink.MoeExchange(self.heap, size, self.hidden, self.topk, self.experts,
-                                       sms=budget, path=path)
-            try:
+        try:
+            for who, path, budget in runs:
+                moe = self.exchange(size, sms=budget, path=path)
                 at = {**shape, "sms": moe.sms, "sms_budget": budget}
                 recv_x, counts, offsets, handle = moe.dispatch(x, idx, w)
                 out = moe.combine(recv_x, handle).clone()
@@ -166,37 +195,46 @@ class MoeBench:
                                        "rank(s)")
                 ref = ref or got
                 sent, back = pairs * moe.row * 2, pairs * self.hidden * 2  # a stage row: the token, ids, weights
-                self.record("dispatch", who, at, time_graph(lambda: moe.dispatch(x, idx, w), payload), payload, sent)
-                self.record("combine", who, at, time_graph(lambda: moe.combine(recv_x, handle), payload), payload,
-                            back)
-                self.record("dispatch_combine", who, at,
-                            time_graph(lambda: self._ironlink_layer(moe, x, idx, w), payload), 2 * payload, sent + back)
+                # Defaults bind this exchange's objects: the round keeps the functions (and so what
+                # their graphs read, the handle's tensors too) until `flush`.
+                self.add("dispatch", who, at, lambda moe=moe: moe.dispatch(x, idx, w), payload, payload, sent)
+                self.add("combine", who, at, lambda moe=moe, y=recv_x, h=handle: moe.combine(y, h), payload, payload,
+                         back)
+                self.add("dispatch_combine", who, at, lambda moe=moe: self._ironlink_layer(moe, x, idx, w), payload,
+                         2 * payload, sent + back)
                 if self.profile:
                     self._profile(lambda: self._ironlink_layer(moe, x, idx, w), at)
                 if self.phases and moe.direct is not None:
                     self._phases(moe, x, idx, w, recv_x, at, payload)
+            assert ref is not None
+            if self.fp8:
+                self._fp8(shape, x, idx, w, size, ref, payload, pairs)
+                if low_latency:
+                    self._fp8(shape, x, idx, w, size, ref, payload, pairs, "low_latency")
+            d, c = self._torch_path(x, idx, w)
+            self.check("torch_a2a", d()[0], c(), ref)
+            torch_bytes = choices * self.hidden * 2  # a row per (token, choice)
+            self.record("dispatch", "torch_a2a", shape, time_eager(d), payload, torch_bytes)
+            self.record("dispatch_combine", "torch_a2a", shape, time_eager(c), 2 * payload, 2 * torch_bytes)
+            if self.nvshmem is not None:
+                nv = self.nvshmem
+                d, c = nv.contender(x, idx, w)
+                d()
+                self.check("torch_nvshmem", nv.received(), c(), ref)
+                if self.nvshmem_graph:
+                    self.add("dispatch", "torch_nvshmem", shape, d, payload, payload, torch_bytes)
+                    self.add("dispatch_combine", "torch_nvshmem", shape, c, payload, 2 * payload, 2 * torch_bytes)
+                else:
+                    self.record("dispatch", "torch_nvshmem", shape, time_eager(d), payload, torch_bytes)
+                    self.record("dispatch_combine", "torch_nvshmem", shape, time_eager(c), 2 * payload,
+                                2 * torch_bytes)
+            self.flush()
+            for moe in self.exchanges:
                 moe.check()
-            finally:
+        finally:
+            for moe in self.exchanges:
                 moe.close()
-        assert ref is not None
-        if self.fp8:
-            self._fp8(shape, x, idx, w, size, ref, payload, pairs)
-            if low_latency:
-                self._fp8(shape, x, idx, w, size, ref, payload, pairs, "low_latency")
-        d, c = self._torch_path(x, idx, w)
-        self.check("torch_a2a", d()[0], c(), ref)
-        torch_bytes = choices * self.hidden * 2  # a row per (token, choice)
-        self.record("dispatch", "torch_a2a", shape, time_eager(d), payload, torch_bytes)
-        self.record("dispatch_combine", "torch_a2a", shape, time_eager(c), 2 * payload, 2 * torch_bytes)
-        if self.nvshmem is not None:
-            nv = self.nvshmem
-            d, c = nv.contender(x, idx, w)
-            d()
-            self.check("torch_nvshmem", nv.received(), c(), ref)
-            timed: Callable[[Callable[[], Any]], float] = (
-                (lambda fn: time_graph(fn, payload)) if self.nvshmem_graph else time_eager)
-            self.record("dispatch", "torch_nvshmem", shape, timed(d), payload, torch_bytes)
-            self.record("dispatch_combine", "torch_nvshmem", shape, timed(c), 2 * payload, 2 * torch_bytes)
+            self.exchanges.clear()
 
     def _fp8(self, shape: dict[str, Any], x: Any, idx: Any, w: Any, max_tokens: int, ref: Reference,
              payload: int, pairs: int, path: Optional[str] = None) -> None:
@@ -204,31 +242,26 @@ class MoeBench:
         scale per 128 channels) and dispatch + combine of its dequantized rows (combine moves bf16
         as before). GB/s counts the bf16 payload, the same work as the other rows. Checked first:
         combine within fp8's rounding of ironlink's bf16 result. `path="low_latency"`: the rows
-        ironlink_ll_fp8, on that path."""
+        ironlink_ll_fp8, on that path. Added to the shape's round (`run` times it)."""
         who = "ironlink_ll_fp8" if path == "low_latency" else "ironlink_fp8"
-        moe = ironlink.MoeExchange(self.heap, max_tokens, self.hidden, self.topk, self.experts,
-                                   dispatch_dtype=torch.float8_e4m3fn, path=path)
-        try:
-            (q, scales), _, _, handle = moe.dispatch(x, idx, w)
-            y = fp8_dequantize(q, scales, torch.bfloat16)
-            out = moe.combine(y, handle)
-            err = ((out.double() - ref.out.double()).abs().max() / ref.out.double().abs().max()).item()
-            worst = torch.tensor([err], device="cuda")
-            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-            if worst.item() > FP8_TOLERANCE:
-                raise RuntimeError(f"{who}: combine rel error {worst.item():.2e} > {FP8_TOLERANCE}")
+        moe = self.exchange(max_tokens, dispatch_dtype=torch.float8_e4m3fn, path=path)
+        (q, scales), _, _, handle = moe.dispatch(x, idx, w)
+        y = fp8_dequantize(q, scales, torch.bfloat16)
+        out = moe.combine(y, handle)
+        err = ((out.double() - ref.out.double()).abs().max() / ref.out.double().abs().max()).item()
+        worst = torch.tensor([err], device="cuda")
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        if worst.item() > FP8_TOLERANCE:
+            raise RuntimeError(f"{who}: combine rel error {worst.item():.2e} > {FP8_TOLERANCE}")
 
-            def layer() -> None:
-                handle = moe.dispatch(x, idx, w)[3]
-                moe.combine(y, handle)
+        def layer() -> None:
+            handle = moe.dispatch(x, idx, w)[3]
+            moe.combine(y, handle)
 
-            at = {**shape, "sms": moe.sms, "sms_budget": 0}
-            sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
-            self.record("dispatch", who, at, time_graph(lambda: moe.dispatch(x, idx, w), payload), payload, sent)
-            self.record("dispatch_combine", who, at, time_graph(layer, payload), 2 * payload, sent + back)
-            moe.check()
-        finally:
-            moe.close()
+        at = {**shape, "sms": moe.sms, "sms_budget": 0}
+        sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
+        self.add("dispatch", who, at, lambda: moe.dispatch(x, idx, w), payload, payload, sent)
+        self.add("dispatch_combine", who, at, layer, payload, 2 * payload, sent + back)
 
     def _profile(self, fn: Callable[[], None], shape: dict[str, Any]) -> None:
         """Rank 0 prints the GPU time of each kernel of one call (after a warm-up), largest first."""
@@ -246,7 +279,8 @@ class MoeBench:
         """The direct path's phases in CUDA graphs, both ranks in step, as differences of prefixes
         of the layer (an eager profile cannot: each exchange kernel starts with a barrier that waits
         for the other rank's late launch). Rows op "prefix:<steps>", the time of the layer up to and
-        with that step; rank 0 prints each step's share."""
+        with that step; rank 0 prints each step's share. The prefixes are timed together, in a round of
+        their own (their differences need the same clocks)."""
         d = moe.direct
 
         def upto(steps: int) -> Callable[[], None]:
@@ -263,7 +297,10 @@ class MoeBench:
             return run
 
         names = ("stage", "gather_meta", "sort+pull_rows", "reduce_push", "sum_partials")
-        times = [time_graph(upto(i + 1), payload) for i in range(len(names))]
+        timer = GraphRound()
+        for i in range(len(names)):
+            timer.add(upto(i + 1), payload)
+        times = timer.run()
         moe.check()
         for i, name in enumerate(names):
             self.record(f"prefix:{name}", "ironlink", shape, times[i], payload)
@@ -300,6 +337,21 @@ class MoeBench:
             return moe_nvshmem.weighted_sum(rows, w)
 
         return dispatch, layer
+
+
+def shape_heap_bytes(world: int, size: int, hidden: int, topk: int, budgets: int, relay: bool, fp8: bool,
+                     low_latency: bool) -> int:
+    """The heap bytes of the MoeExchanges `MoeBench.run` opens for a shape (max_tokens `size`), all
+    open at once (its graphs are timed in one round): one per SM budget, the relay one, the fp8
+    one, and the low-latency ones (bf16, fp8)."""
+
+    def one(fp8: bool = False, path: Optional[str] = None) -> int:
+        return ironlink.MoeExchange.heap_bytes(world, size, hidden, topk, fp8=fp8, path=path)
+
+    total = budgets * one() + (one(path="relay") if relay else 0) + (one(fp8=True) if fp8 else 0)
+    if low_latency:
+        total += one(path="low_latency") + (one(fp8=True, path="low_latency") if fp8 else 0)
+    return total
 
 
 def main() -> None:
@@ -345,14 +397,9 @@ def main() -> None:
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()
     world = dist.get_world_size()
-    largest = max(max(tokens), args.max_tokens)  # one MoeExchange at a time, each closed after its rows
-    heap_bytes = max(ironlink.MoeExchange.heap_bytes(world, largest, args.hidden, args.topk, fp8=fp8, multi_node=relay)
-                     for fp8 in (False, True) for relay in (False, args.relay))
-    ll = [t for t in tokens if max(t, args.max_tokens) <= args.low_latency_max_tokens]
-    if ll:
-        heap_bytes = max(heap_bytes, *(ironlink.MoeExchange.heap_bytes(world, max(max(ll), args.max_tokens), args.hidden,
-                                                                       args.topk, fp8=fp8, path="low_latency")
-                                       for fp8 in (False, True)))
+    sizes = [max(t, args.max_tokens) for t in tokens]  # each shape's MoeExchanges' max_tokens
+    heap_bytes = max(shape_heap_bytes(world, size, args.hidden, args.topk, len(args.sms), args.relay, not args.no_fp8,
+                                      size <= args.low_latency_max_tokens) for size in sizes)
     b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
                  sms=tuple(args.sms), relay=args.relay, phases=args.phases,
                  low_latency_max_tokens=args.low_latency_max_tokens)
