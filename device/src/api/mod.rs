@@ -203,6 +203,9 @@ exports! {
     /// In-place all-reduce of `num_elements` elements at `local_ptr + byte_offset` (torch_symm's
     /// signature). Result bitwise identical on all ranks; fp16/bf16 accumulate in fp32.
     fn symm_all_reduce(ctx: i64, local_ptr: i64, byte_offset: i64, num_elements: i64, reduce_op: i32, dtype: i32) -> i32 {
+        if cfg!(ironlink_diag = "call_entry") {
+            return status::OK; // as in symm_tile_all_reduce
+        }
         collective(
             ctx,
             which!(symm_all_reduce),
@@ -423,6 +426,11 @@ exports! {
     /// any tile; every rank must call each tile index the same number of times with the same
     /// shape. Small tiles go one-shot over LL packets (no barrier), the others two-shot.
     fn symm_tile_all_reduce(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
+        // Timing diagnostic, never in a normal build (`bench/diag_build.sh`; results wrong):
+        // "call_entry" returns before anything, the cost of calling at all.
+        if cfg!(ironlink_diag = "call_entry") {
+            return status::OK;
+        }
         tile_call(ctx, which!(symm_tile_all_reduce), tile, |c| {
             let t = Tile::new(c, ptr, Shape { rows, cols, row_stride }, check_op_dtype(reduce_op, dtype)?)?;
             Ok(move |call: &Call| tile::all_reduce(call, &t, &Reduction { op: reduce_op, dtype }))

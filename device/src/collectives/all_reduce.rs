@@ -27,6 +27,9 @@ use crate::transport::ll_packet::{self, Mailboxes};
 use crate::transport::store_rounds::{self, Dest};
 
 pub fn all_reduce(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
+    if cfg!(ironlink_diag = "call_begun") {
+        return Ok(()); // as in the tile all-reduce
+    }
     if r.bytes == 0 {
         return Ok(());
     }
