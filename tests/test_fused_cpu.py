@@ -330,3 +330,16 @@ def test_push_kernels_launch_counters_interpreted() -> None:
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: every launch counter advanced" in r.stdout, r.stdout
+
+
+def test_rmsnorm_split_slice_sums_interpreted() -> None:
+    """tests/split_sums_interpreted.py in Triton's interpreter (needs torch, as above): mode
+    split's tagged words, the sum once every slice carries this launch's flag, TIMEOUT on a stale one."""
+    pytest.importorskip("torch")
+    repo = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(p for p in (str(repo / "python"), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    r = subprocess.run([sys.executable, str(repo / "tests" / "split_sums_interpreted.py")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: slice sums in slice order" in r.stdout, r.stdout
