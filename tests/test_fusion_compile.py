@@ -84,7 +84,7 @@ _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out":
                 "trace": "*i64", "ws": "*bf16", "epochs": "*i32",
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
                 "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
-                "WORLD": "constexpr"}
+                "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32"}
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
@@ -117,7 +117,7 @@ KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
 # Mode "split": a row's slices on several CTAs, their sums exchanged as tagged words (8 slices of
 # 1024 columns, as hidden 8192 at one token).
-_SPLIT_SIG = {**_RMSNORM_SIG, "ws": "*i64", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32"}
+_SPLIT_SIG = {**_RMSNORM_SIG, "ws": "*i64"}
 KERNELS["allreduce_rmsnorm_split"] = (
     allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
