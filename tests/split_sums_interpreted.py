@@ -1,7 +1,8 @@
 """all_reduce_rmsnorm mode split's slice sums in Triton's interpreter (TRITON_INTERPRET=1, set by
 tests/test_fused_cpu.py): a slice's words carry the launch's flag and its f32 bits, the row's sum
 is taken in slice order once every slice of the row carries the flag, and a slice whose word
-keeps an older flag gives TIMEOUT after the context's timeout instead of a sum of stale values.
+keeps an older flag gives TIMEOUT after the context's timeout, recorded in the context, instead
+of a sum of stale values.
 The interpreter runs one CTA at a time, so the other slices' words are written beforehand, as
 they would have been by CTAs already past their publication."""
 
@@ -59,6 +60,11 @@ def run(parts: int, fp8: bool, stale: bool, timeout_ns: int) -> list[float]:
     assert words[0] == tagged(flag, 0.5), "this slice's sum, tagged"
     if fp8:
         assert words[half] == tagged(flag, 3.0), "this slice's peak, tagged"
+    error, detail = ctx.view(torch.int32)[[_abi.CONTEXT_FIELDS[f][0] // 4 for f in ("error", "error_detail")]].tolist()
+    if stale:
+        assert (error, list(_abi.FUNCTIONS)[detail]) == (_abi.STATUS["TIMEOUT"], "symm_tile_all_reduce"), (error, detail)
+    else:
+        assert error == 0, error
     return out.tolist()
 
 

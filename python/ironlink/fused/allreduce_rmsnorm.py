@@ -76,6 +76,12 @@ MODES = ("rows", "whole", "push", "split")
 SPLIT_WORDS = tl.constexpr(2 * _abi.MAX_CTAS)
 _TIMEOUT_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8)  # the context's timeout, in i64 words
 _TIMEOUT = tl.constexpr(_abi.STATUS["TIMEOUT"])
+# Where a split CTA records a timed-out wait for its row's slices, as a device function records
+# its errors (`runtime::context::record_error`): the context's error and detail words (i32), the
+# detail naming symm_tile_all_reduce, the call the mode is built on.
+_ERROR_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["error"][0] // 4)
+_DETAIL_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["error_detail"][0] // 4)
+_TILE_ALL_REDUCE = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_all_reduce"))
 FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
 
 
@@ -250,7 +256,7 @@ def _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H: tl.constexpr, 
 def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.constexpr):
     """"split": publishes this CTA's slice sums (`sumsq`, and `peak` with FP8) tagged with `flag`,
     waits until its row's PARTS slices have published theirs (a bounded wait: the context's
-    timeout) and returns (the row's sum of squares, its peak, status), added in slice order."""
+    timeout, then TIMEOUT recorded in the context) and returns (the row's sum of squares, its peak, status), added in slice order."""
     pid = tl.program_id(0)
     tl.store(words + pid, _tagged(flag, sumsq))
     if FP8:
@@ -266,6 +272,10 @@ def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.cons
         got = tl.load(words + at, volatile=True)
         now = tl_cuda.globaltimer()
     s = tl.where(_all_tagged(got, flag) == 1, 0, _TIMEOUT)
+    if s != 0:  # recorded, so that heap.check() raises as for a device function's timeout
+        errors = ctx.to(tl.pointer_type(tl.int32))
+        if tl.atomic_cas(errors + _ERROR_WORD, 0, s) == 0:
+            tl.store(errors + _DETAIL_WORD, _TILE_ALL_REDUCE)
     values = (got & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     if FP8:
         sq, pk = tl.split(values)
