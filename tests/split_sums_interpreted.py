@@ -1,6 +1,6 @@
 """all_reduce_rmsnorm mode split's slice sums in Triton's interpreter (TRITON_INTERPRET=1, set by
 tests/test_fused_cpu.py): a slice's words carry the launch's flag and its f32 bits, the row's sum
-is taken in slice order once every slice of the row carries the flag, and a slice whose word
+is taken once every slice of the row carries the flag, and a slice whose word
 keeps an older flag gives TIMEOUT after the context's timeout, recorded in the context, instead
 of a sum of stale values.
 The interpreter runs one CTA at a time, so the other slices' words are written beforehand, as
@@ -76,7 +76,7 @@ def main() -> None:
         assert s == 0 and top == max(3.0, 10.0 * (parts - 1)), (parts, top, s)
         total, top, s = run(parts, fp8=False, stale=True, timeout_ns=1000)
         assert s == _abi.STATUS["TIMEOUT"], (parts, s)
-    print("ok: slice sums in slice order once every flag is this launch's; a stale one times out")
+    print("ok: slice sums once every flag is this launch's; a stale one times out")
 
 
 if __name__ == "__main__":

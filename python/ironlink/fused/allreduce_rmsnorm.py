@@ -38,8 +38,8 @@ Four ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm
   slices' words (this rank's memory, no barrier) and normalizes its slice. For the few tokens of
   decode: a CTA alone moves a 16 KiB row's packets in about 4.3 us, a slice of 2 KiB in about 2
   (2 H100s, bench/rmsnorm_timeline.py at hidden 8192 and 1024). Bitwise identical on every rank
-  (the slices' sums are added in slice order); not bitwise the same as "rows", whose row sum runs
-  in another order. One node only; its words and launch counters are a workspace made at the
+  (every CTA of a row reduces its slices' sums the same way); not bitwise the same as "rows",
+  whose row sum runs in another order. One node only; its words and launch counters are a workspace made at the
   first call (before a CUDA graph capture, as for "push").
 All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
@@ -256,7 +256,8 @@ def _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H: tl.constexpr, 
 def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.constexpr):
     """"split": publishes this CTA's slice sums (`sumsq`, and `peak` with FP8) tagged with `flag`,
     waits until its row's PARTS slices have published theirs (a bounded wait: the context's
-    timeout, then TIMEOUT recorded in the context) and returns (the row's sum of squares, its peak, status), added in slice order."""
+    timeout, then TIMEOUT recorded in the context) and returns (the row's sum of squares, its
+    peak, status), reduced over the slices the same way on every rank and in every slice's CTA."""
     pid = tl.program_id(0)
     tl.store(words + pid, _tagged(flag, sumsq))
     if FP8:
