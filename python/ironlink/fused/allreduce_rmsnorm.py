@@ -39,8 +39,8 @@ Four ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm
   decode: a CTA alone moves a 16 KiB row's packets in about 4.3 us, a slice of 2 KiB in about 2
   (2 H100s, bench/rmsnorm_timeline.py at hidden 8192 and 1024). Bitwise identical on every rank
   (every CTA of a row reduces its slices' sums the same way); not bitwise the same as "rows",
-  whose row sum runs in another order. One node only; its words and launch counters are a workspace made at the
-  first call (before a CUDA graph capture, as for "push").
+  whose row sum runs in another order. One node only; its words and launch counters are a
+  workspace made at the first call (before a CUDA graph capture, as for "push").
 All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and
@@ -163,12 +163,11 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
 
 
 def split_into(p: Plan, parts: int, itemsize: int) -> Plan:
-    """Plan `p` in mode "split" with `parts` slices a row (elements of `itemsize` bytes): slices of
-    whole 16-byte units, so every slice starts aligned as the row does; a CTA each; 8 warps at
-    least, a thread per LL unit of a 2 KiB slice (with 4, ptxas keeps 24 bytes of stack in the
-    kernel on sm_90). bench/rmsnorm_timeline.py --split-parts compares slice counts with it."""
-    unit = max(1, 16 // itemsize)
-    cols = -(-p.hidden // (parts * unit)) * unit
+    """Plan `p` in mode "split" with `parts` slices a row (elements of `itemsize` bytes), sized by
+    `tuning.rmsnorm_split_slice_bytes`; a CTA each; 8 warps at least, a thread per LL unit of a
+    2 KiB slice (with 4, ptxas keeps 24 bytes of stack in the kernel on sm_90).
+    bench/rmsnorm_timeline.py --split-parts compares slice counts with it."""
+    cols = tuning.rmsnorm_split_slice_bytes(p.hidden * itemsize, parts) // itemsize
     block = triton.next_power_of_2(cols)
     return p._replace(mode="split", block_h=block, ctas=p.tokens * parts, warps=max(8, min(16, block // 128)),
                       rows_at_once=1, workspace_bytes=0, parts=parts, slice_cols=cols)
@@ -343,8 +342,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     (`tuning.rmsnorm_rows_at_once`). PUSH: mode "push" (module docs) instead of the tile
     all-reduce, over `ws` (the rows' slots, heap) and `epochs` (one launch counter per CTA,
     MAX_CTAS int32, zeroed at creation); WORLD the ranks (else unused). SPLIT: mode "split"
-    (module docs), PARTS slices a row of W columns, BLOCK_H a power of two >= W, `ws` the slices' words
-    (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. PRELOAD (rows, push): the
+    (module docs), PARTS slices a row of W columns, BLOCK_H a power of two >= W, `ws` the slices'
+    words (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. PRELOAD (rows, push): the
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
@@ -482,7 +481,8 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
         trace if trace is not None else status, ws, epochs, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
         PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
-        WORLD=heap.world_size, SPLIT=p.mode == "split", PARTS=p.parts, W=p.slice_cols, num_warps=p.warps, **pdl_launch_options(pdl))
+        WORLD=heap.world_size, SPLIT=p.mode == "split", PARTS=p.parts, W=p.slice_cols, num_warps=p.warps,
+        **pdl_launch_options(pdl))
 
 
 def push_workspace(heap: Any, p: Plan, x: Any) -> tuple[Any, Any]:

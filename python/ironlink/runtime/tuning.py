@@ -132,6 +132,12 @@ RMSNORM_SPLIT_MAX_PARTS = 8
 RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 
 
+def rmsnorm_split_slice_bytes(row_bytes: int, parts: int) -> int:
+    """Bytes of each slice (the last may have fewer) when "split" cuts a row of `row_bytes` into
+    `parts`: whole 16-byte units, so every slice starts aligned as the row does."""
+    return -(-row_bytes // (16 * parts)) * 16
+
+
 def rmsnorm_split_parts(tokens: int, row_bytes: int, world: int, sms: int) -> int:
     """Slices per row of all_reduce_rmsnorm's "split" mode for `tokens` rows of `row_bytes` on
     `world` ranks of one node with `sms` SMs for its grid: the most (a power of two up to
@@ -142,7 +148,8 @@ def rmsnorm_split_parts(tokens: int, row_bytes: int, world: int, sms: int) -> in
     while (2 * parts <= RMSNORM_SPLIT_MAX_PARTS and row_bytes >= 2 * parts * RMSNORM_SPLIT_MIN_SLICE_BYTES
            and tokens * 2 * parts <= min(sms, MAX_LL_TILES)):
         parts *= 2
-    if parts > 1 and not tile_all_reduce_takes_ll(tokens * parts - 1, 1, -(-row_bytes // parts), world):
+    if parts > 1 and not tile_all_reduce_takes_ll(tokens * parts - 1, 1, rmsnorm_split_slice_bytes(row_bytes, parts),
+                                                  world):
         return 1
     return parts
 
