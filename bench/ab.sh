@@ -7,6 +7,10 @@
 #   AB_PROG=fused AB_GREP=allreduce_rmsnorm bench/ab.sh build/old build -- --ops allreduce_rmsnorm
 # (build the variant into its own directory first, e.g. from another checkout; $AB_TAG suffixes
 # the JSON names; pass IRONLINK_GIT_REV: the device copy of the tree may not know its revision.)
+# A directory holding python/ironlink is a Python tree instead (Triton kernels changed, not the
+# device library): its package runs against this tree's bitcode and native extension, e.g.
+#   git archive HEAD~1 python | tar -x -C build/ab_old   (carry build/ab_old)
+#   AB_PROG=moe AB_GREP=4096 bench/ab.sh build/ab_old . build/ab_old . -- --tokens 4096
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tests/gpu/setup_native.sh || exit 1
@@ -20,10 +24,17 @@ n=${NGPU:-$(nvidia-smi -L | wc -l)}
 prog=${AB_PROG:-allreduce}
 pattern=${AB_GREP:-"all_reduce|all_gather|reduce_scatter"}
 rc=0
+i=0
 for d in "${dirs[@]}"; do
-  name=$(echo "$d" | tr '/' '-')${AB_TAG:-}
+  i=$((i + 1))
+  name=$i-$(echo "$d" | tr '/.' '--')${AB_TAG:-}
   echo "== $d"
-  TRITON_CACHE_DIR=/tmp/ironlink-ab-cache-$name IRONLINK_BITCODE_DIR=$d torchrun --standalone --nproc_per_node="$n" "bench/$prog.py" \
+  bitcode=$d py=$PYTHONPATH
+  if [ -d "$d/python/ironlink" ]; then
+    bitcode=build py=$PWD/$d/python:$PWD/bench
+    cp python/ironlink/_native*.so "$d/python/ironlink/" 2>/dev/null
+  fi
+  PYTHONPATH=$py TRITON_CACHE_DIR=/tmp/ironlink-ab-cache-$name IRONLINK_BITCODE_DIR=$bitcode torchrun --standalone --nproc_per_node="$n" "bench/$prog.py" \
     --out "$OUT/ab-$prog-$name.json" "$@" 2>&1 | grep -E "$pattern" || rc=1
 done
 exit $rc

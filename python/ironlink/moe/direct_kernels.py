@@ -80,22 +80,11 @@ def _barrier(ctx, SIM: tl.constexpr):
 
 
 @triton.jit
-def _sources(src_counts, WORLD: tl.constexpr, WB: tl.constexpr):
-    """(counts [WB] int64, their inclusive cumsum, the total): the tokens each rank staged (ranks
-    past WORLD count 0)."""
+def _source_counts(src_counts, WORLD: tl.constexpr, WB: tl.constexpr):
+    """[WB] int64: the tokens each rank staged (ranks past WORLD count 0); meta holds them in rank
+    order."""
     w = tl.arange(0, WB)
-    counts = tl.load(src_counts + w, mask=w < WORLD, other=0)
-    ends = tl.cumsum(counts, 0)
-    return counts, ends, tl.sum(counts, 0)
-
-
-@triton.jit
-def _source_of(r, counts, ends, WB: tl.constexpr):
-    """(rank q, token t of q) of row r of `meta` (sources in rank order)."""
-    w = tl.arange(0, WB)
-    q = tl.sum((ends <= r).to(tl.int32), 0)
-    start = tl.sum(tl.where(w < q, counts, 0), 0)
-    return q, r - start
+    return tl.load(src_counts + w, mask=w < WORLD, other=0)
 
 
 @jit(do_not_specialize=["ctx", "rank"])
@@ -147,27 +136,37 @@ def _stage_distances(ctx, stage, deltas, WORLD: tl.constexpr, WB: tl.constexpr, 
 
 
 @triton.jit
-def _pull_sources(slot, r, n, counts, ends, dist, row_bytes, WB: tl.constexpr, K: tl.constexpr,
-                  KB: tl.constexpr):
-    """For rows r ([ROWS] int64) of meta: whether each has a choice here, and the bytes from this
-    rank's `stage` to its stage row at its source (anything where it has none)."""
-    jj = tl.arange(0, KB)
-    mine = tl.load(slot + r[:, None] * K + jj[None, :], mask=(jj[None, :] < K) & (r[:, None] < n), other=-1)
-    w = tl.arange(0, WB)
-    q = tl.sum((ends[None, :] <= r[:, None]).to(tl.int32), 1)  # the source rank of each row
-    at_q = w[None, :] == q[:, None]
-    start = tl.sum(tl.where(w[None, :] < q[:, None], counts[None, :], 0), 1)
-    to_row = tl.sum(tl.where(at_q, dist[None, :], 0), 1) + (r - start) * row_bytes
-    return tl.max(mine, 1) >= 0, tl.multiple_of(to_row, 16)
+def _interleaved(step, t, WORLD: tl.constexpr):
+    """The source whose token t (int64, scalar or [ROWS]) a CTA takes at `step` of its loop over
+    meta: q = (t + step) % WORLD. Over the WORLD steps of a block (t fixed) t visits every
+    source once, and at any step a grid's tokens are spread evenly over the sources. meta's rows
+    are in source order; walked in that order, a rank would copy its own tokens with NVLink idle,
+    then move the peers' over NVLink with HBM nearly idle. Interleaved, the two overlap."""
+    return (t + step) % WORLD
 
 
 @triton.jit
-def _store_choices(out, slot, r, n, v, cols, c, m, K: tl.constexpr, N: tl.constexpr):
-    """out[slot[r, j], c : c + N] = v ([ROWS, N]) for each choice j of each row r ([ROWS]) that is
-    here (slot >= 0)."""
+def _pull_sources(slot, q, t, counts, dist, row_bytes, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr):
+    """For token t of source q ([ROWS] int64 each): its row of meta, whether source q staged it
+    and it has a choice here, and the bytes from this rank's `stage` to its stage row at q
+    (anything where it has none)."""
+    w = tl.arange(0, WB)
+    at_q = w[None, :] == q[:, None]
+    staged = t < tl.sum(tl.where(at_q, counts[None, :], 0), 1)
+    r = tl.sum(tl.where(w[None, :] < q[:, None], counts[None, :], 0), 1) + t
+    jj = tl.arange(0, KB)
+    mine = tl.load(slot + r[:, None] * K + jj[None, :], mask=(jj[None, :] < K) & staged[:, None], other=-1)
+    to_row = tl.sum(tl.where(at_q, dist[None, :], 0), 1) + t * row_bytes
+    return r, staged & (tl.max(mine, 1) >= 0), tl.multiple_of(to_row, 16)
+
+
+@triton.jit
+def _store_choices(out, slot, r, has, v, cols, c, m, K: tl.constexpr, N: tl.constexpr):
+    """out[slot[r, j], c : c + N] = v ([ROWS, N]) for each choice j of each row r ([ROWS]) that
+    `has` and is here (slot >= 0)."""
     offs = tl.arange(0, N)
     for j in tl.static_range(K):
-        sj = tl.load(slot + r * K + j, mask=r < n, other=-1)
+        sj = tl.load(slot + r * K + j, mask=has, other=-1)
         tl.store(out + sj[:, None] * cols + c + offs[None, :], v, mask=m & (sj >= 0)[:, None])
 
 
@@ -178,28 +177,29 @@ def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_
     """For every row r of meta (source q's token t) with a choice here (slot[r, j] >= 0, K per
     row): recv[slot[r, j], :hidden_words] = q's stage row t (loaded once, stored per choice),
     with SIDE_BLOCK > 0 also side_out[slot, :side_cols] = its words from side_col (an fp8
-    dispatch's scales). Rows in 2-byte words; grid-strided, ROWS rows loaded at once (a peer
-    load waits a NVLink round trip: one row per CTA at a time leaves the link idle on a small
-    grid). Then a barrier: once every rank has passed it, no rank reads a stage any more."""
+    dispatch's scales). Rows in 2-byte words; ROWS rows loaded at once per CTA (a peer load
+    waits a NVLink round trip: one row per CTA at a time leaves the link idle on a small grid),
+    the sources interleaved (`_interleaved`). Then a barrier: once every rank has passed it, no rank reads a stage any more."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    counts, ends, n = _sources(src_counts, WORLD, WB)
+    counts = _source_counts(src_counts, WORLD, WB)
     dist = _stage_distances(ctx, stage, deltas, WORLD, WB, SIM)
     base = stage.to(tl.pointer_type(tl.int8))
     offs = tl.arange(0, BLOCK)
-    lanes = tl.arange(0, ROWS).to(tl.int64) * grid
-    for r0 in range(pid.to(tl.int64), n, grid * ROWS):
-        r = r0 + lanes
-        has, to_row = _pull_sources(slot, r, n, counts, ends, dist, row_words * 2, WB, K, KB)
+    units = grid.to(tl.int64) * ROWS  # tokens of each source per block of WORLD steps
+    lanes = pid * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    for step in range(0, tl.cdiv(tl.max(counts, 0), units) * WORLD):
+        t = (step // WORLD) * units + lanes
+        r, has, to_row = _pull_sources(slot, _interleaved(step, t, WORLD), t, counts, dist, row_words * 2, WB, K, KB)
         src = (base + to_row).to(stage.dtype)  # [ROWS] pointers to the rows at their sources
         for c in range(0, hidden_words, BLOCK):
             m = (c + offs < hidden_words)[None, :]
             v = tl.load(src[:, None] + c + offs[None, :], mask=m & has[:, None])
-            _store_choices(recv, slot, r, n, v, hidden_words, c, m, K, BLOCK)
+            _store_choices(recv, slot, r, has, v, hidden_words, c, m, K, BLOCK)
         if SIDE_BLOCK > 0:
             so = tl.arange(0, SIDE_BLOCK)
             sm = (so < side_cols)[None, :]
             sv = tl.load(src[:, None] + side_col + so[None, :], mask=sm & has[:, None])
-            _store_choices(side_out, slot, r, n, sv, side_cols, 0, sm, K, SIDE_BLOCK)
+            _store_choices(side_out, slot, r, has, sv, side_cols, 0, sm, K, SIDE_BLOCK)
     tl.store(status + pid, _barrier(ctx, SIM))
 
 
@@ -211,19 +211,23 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
     row rank * max_tokens + t of q's `back` = sum over j < K (in order) of weight[r, j] *
     y[slot[r, j]] in fp32, skipping slot < 0 (another rank's expert, or past recv_capacity: such
     a token still gets its row, zeros if nothing of it is here), rounded to back's dtype.
-    Grid-strided, between two barriers: the first keeps this combine's stores out of `back` until
+    The sources interleaved (`_interleaved`), between two barriers: the first keeps this combine's stores out of `back` until
     every rank has finished reading the last combine's (a combine repeated on one handle has no
     dispatch in between), the second makes them visible to their ranks."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     first = _barrier(ctx, SIM)
-    counts, ends, n = _sources(src_counts, WORLD, WB)
+    counts = _source_counts(src_counts, WORLD, WB)
+    w = tl.arange(0, WB)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
-    for r in range(pid.to(tl.int64), n, grid):
-        ids = tl.load(meta + r * (2 * K) + jj, mask=jj < K, other=-1)
+    for step in range(0, tl.cdiv(tl.max(counts, 0), grid) * WORLD):
+        t = (step // WORLD) * grid + pid.to(tl.int64)
+        q = _interleaved(step, t, WORLD)
+        r = tl.sum(tl.where(w < q, counts, 0), 0) + t
+        staged = t < tl.sum(tl.where(w == q, counts, 0), 0)
+        ids = tl.load(meta + r * (2 * K) + jj, mask=(jj < K) & staged, other=-1)
         here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
         if here > 0:
-            q, t = _source_of(r, counts, ends, WB)
             dst = _peer(ctx, back, q, deltas, SIM) + (rank * max_tokens + t) * hidden
             for c in range(0, hidden, BLOCK):
                 acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
@@ -252,7 +256,7 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
     token t's valid ids go to (read from this rank's own rows of `meta`: the ids as staged, -1 for
     an out-of-range one; not the caller's topk_idx, which may hold the next routing by now).
     Grid-strided over this rank's tokens."""
-    counts, ends, n = _sources(src_counts, WORLD, WB)
+    counts = _source_counts(src_counts, WORLD, WB)
     w = tl.arange(0, WB)
     mine = tl.sum(tl.where(w == rank, counts, 0), 0)
     first = tl.sum(tl.where(w < rank, counts, 0), 0)
