@@ -634,7 +634,9 @@ def main() -> int:
     for n_tiles, grid in ((9, 4), (64, 64)):
         cases.run(f"signal_others / wait_others exchange {n_tiles} tiles grid {grid}", lambda: s.exchange(n_tiles, grid))
     for dtype in (torch.bfloat16, torch.float16):
-        for tokens, hidden in small(((1, 8192), (5, 4096), (33, 8192), (300, 5120), (1000, 16384)), ((1, 8192), (33, 8192))):
+        # 300 x 5120: several rows a CTA (push: chunks pipelined, the last one ragged).
+        for tokens, hidden in small(((1, 8192), (5, 4096), (33, 8192), (300, 5120), (1000, 16384)),
+                                    ((1, 8192), (33, 8192), (300, 5120))):
             for mode in MODES:
                 if mode == "split" and not split_fits(tokens, hidden, world):
                     cases.run(f"all_reduce_rmsnorm split {tokens}x{hidden} refused", lambda: refused(
@@ -667,6 +669,9 @@ def main() -> int:
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=False))
             cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: 500 graph replays back to back",
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=500))
+        # Push with 16 rows a CTA (8 pipelined chunks): both halves of its slots, alternately.
+        cases.run(f"all_reduce_rmsnorm push {dtype} 2048x8192: 200 graph replays back to back",
+                  lambda: s.rmsnorm(2048, 8192, dtype, "push", graph=True, back_to_back=200))
         # Decode replays a graph of the op for every token generated: 10,000 replays back to back
         # (one per decode step of a long answer) and still the reference's bits.
         for tokens in small((1, 32), (1,)):

@@ -220,33 +220,44 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
 
 
 @triton.jit
-def _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
-                       WORLD: tl.constexpr):
-    """"push": stores rows r0..r1 of x into this rank's slot at every peer, signals tile (= CTA)
-    `pid` to them, waits for theirs, and overwrites the rows of x with their sum over the ranks
-    (fp32, rank order, rounded to x's dtype). Returns the status (on a failed wait x is left
-    as it was)."""
+def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
+                    BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
+    """"push": this CTA's rows r0..r1 in chunks of ROWS rows, pipelined: chunk c is stored into
+    this rank's slot at every peer and signalled (tile = CTA index, one counted signal a chunk),
+    then chunk c - 1 is waited for, summed over the ranks in rank order (fp32, rounded to x's
+    dtype, into x) and normalized. A CTA's sums and norms so run while the link carries its next
+    chunk and the other CTAs' chunks; pushing every row before the first sum left NVLink idle
+    during the sums and HBM nearly idle during the pushes. Returns the status: after a failed
+    signal or wait the CTA stops (its rows not yet summed keep this rank's x)."""
     pid = tl.program_id(0)
     rank = il.symm_rank(ctx)
     epoch, parity, slots = launch_slots(ws, epochs, T, H, WORLD)
     cols = tl.arange(0, BLOCK_H)
+    m = cols < H
+    w = tl.load(weight + cols, mask=m, other=0.0)
     lanes = tl.arange(0, ROWS).to(tl.int64)
     slot = tl.cast(T, tl.int64) * H
-    for row in range(r0, r1, ROWS):
-        block = row + lanes
-        m = (block < r1)[:, None] & (cols < H)[None, :]
-        at = block[:, None] * H + cols[None, :]
-        store_to_peer_slots(ctx, slots, slot, at, tl.load(x + at, mask=m), m, rank, WORLD)
-    s = il.symm_tile_signal_others(ctx, pid)
-    if s == 0:
-        s = il.symm_tile_wait_others(ctx, pid)
-    if s == 0:
-        for row in range(r0, r1, ROWS):
-            block = row + lanes
-            m = (block < r1)[:, None] & (cols < H)[None, :]
+    chunks = tl.cdiv(tl.maximum(r1 - r0, 0), ROWS)
+    s = tl.zeros((), dtype=tl.int32)
+    for c in range(0, chunks + 1):
+        if (c < chunks) & (s == 0):
+            block = r0 + c * ROWS + lanes
+            mk = (block < r1)[:, None] & m[None, :]
             at = block[:, None] * H + cols[None, :]
-            total = add_in_rank_order(tl.zeros((ROWS, BLOCK_H), dtype=tl.float32), x, slots, slot, at, m, rank, WORLD)
-            tl.store(x + at, total.to(x.dtype.element_ty), mask=m)
+            store_to_peer_slots(ctx, slots, slot, at, tl.load(x + at, mask=mk), mk, rank, WORLD)
+            s = il.symm_tile_signal_others(ctx, pid)
+        if (c > 0) & (s == 0):
+            block = r0 + (c - 1) * ROWS + lanes
+            valid = block < r1
+            mk = valid[:, None] & m[None, :]
+            at = block[:, None] * H + cols[None, :]
+            res = tl.load(residual + at, mask=mk, other=0.0)  # in flight during the wait
+            s = il.symm_tile_wait_others(ctx, pid)
+            if s == 0:
+                total = add_in_rank_order(tl.zeros((ROWS, BLOCK_H), dtype=tl.float32), x, slots, slot, at, mk, rank,
+                                          WORLD)
+                tl.store(x + at, total.to(x.dtype.element_ty), mask=mk)
+                _norm_values(x, res, w, residual_out, out, scale, block, valid, H, eps, BLOCK_H, FP8)
     advance_epochs(epochs, epoch + 1)
     return s
 
@@ -363,6 +374,12 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
         s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
+    elif PUSH:
+        per = tl.cdiv(T, grid)
+        r0 = pid * per
+        s = _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0,
+                            tl.minimum(T, r0 + per), T, H, eps, BLOCK_H, ROWS, WORLD, FP8)
+        stamp(trace, 2, TRACE)
     else:
         per = tl.cdiv(T, grid)
         r0 = pid * per
@@ -375,10 +392,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
             w = tl.load(weight + cols, mask=m, other=0.0)
             at = (r0 + lanes)[:, None] * H + cols[None, :]
             first = tl.load(residual + at, mask=(r0 + lanes < r1)[:, None] & m[None, :], other=0.0)
-        if PUSH:
-            s = _push_rows_and_sum(ctx, x, ws, epochs, r0, r1, T, H, BLOCK_H, ROWS, WORLD)
-        else:
-            s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
+        s = ilt.tile_all_reduce(ctx, x + r0.to(tl.int64) * H, rows, H, H, pid)
         stamp(trace, 2, TRACE)
         if not PRELOAD:
             w = tl.load(weight + cols, mask=m, other=0.0)
