@@ -155,7 +155,8 @@ def test_rmsnorm_push_mode_plans_its_slots_and_stays_on_one_node() -> None:
     p = arn.plan(x, r, w, o, DEV, 4, 132, mode="push")
     # A block of rows a CTA, as rows mode; a slot per peer, in two halves (alternate launches).
     assert p.mode == "push" and p.ctas == 132 and p.workspace_bytes == 2 * 3 * x.nbytes
-    assert p.rows_at_once == tuning.rmsnorm_rows_at_once(300, 132)
+    # One row at a time over 4 ranks (two spill on sm_90), two over 2 ranks (3 rows a CTA here).
+    assert p.rows_at_once == 1 and arn.plan(x, r, w, o, DEV, 2, 132, mode="push").rows_at_once == 2
     assert arn.plan(x, r, w, o, DEV, 4, 132, mode="rows").workspace_bytes == 0
     with pytest.raises(ValueError, match="one node only"):
         arn.plan(x, r, w, o, DEV, 4, 132, mode="push", multi_node=True)

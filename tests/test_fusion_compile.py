@@ -105,12 +105,12 @@ KERNELS["allreduce_rmsnorm_rows_2_fp8"] = (
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "MIN_CC": 90, "num_warps": 16})
 # Mode "push": rows stored into the peers' slots, a tile signal and wait (two ranks, and four: a
-# store per peer).
+# store per peer), with as many rows at once as the plan takes for 2048 tokens.
 for world in (2, 4):
     KERNELS[f"allreduce_rmsnorm_push_w{world}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
         {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
-         "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": world, "num_warps": 16})
+         "ROWS": tuning.rmsnorm_rows_at_once(2048, 132, world), "PUSH": True, "WORLD": world, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,

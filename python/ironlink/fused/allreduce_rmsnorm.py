@@ -159,7 +159,8 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     else:
         ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
     workspace = 2 * (world - 1) * x.nbytes if mode == "push" else 0
-    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, tuning.rmsnorm_rows_at_once(tokens, ctas), workspace)
+    rows = tuning.rmsnorm_rows_at_once(tokens, ctas, world if mode == "push" else 0)
+    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace)
 
 
 def split_into(p: Plan, parts: int, itemsize: int) -> Plan:
@@ -193,8 +194,19 @@ def _norm_values(x, res, w, residual_out, out, scale, rows, valid, H, eps, BLOCK
     reductions side by side, where one row at a time waits for each in turn."""
     cols = tl.arange(0, BLOCK_H)
     m = valid[:, None] & (cols < H)[None, :]
+    _norm_sums(tl.load(x + rows[:, None] * H + cols[None, :], mask=m, other=0.0), res, w, residual_out, out, scale,
+               rows, valid, H, eps, BLOCK_H, FP8)
+
+
+@triton.jit
+def _norm_sums(sums, res, w, residual_out, out, scale, rows, valid, H, eps, BLOCK_H: tl.constexpr, FP8: tl.constexpr):
+    """`_norm_values` with the rows' all-reduced sums `sums` ([R, BLOCK_H], x's dtype) in
+    registers: a CTA that has just summed them reads them nowhere (another thread of the CTA may
+    have stored an element, and nothing orders a thread's load after another's store)."""
+    cols = tl.arange(0, BLOCK_H)
+    m = valid[:, None] & (cols < H)[None, :]
     at = rows[:, None] * H + cols[None, :]
-    v = tl.load(x + at, mask=m, other=0.0).to(tl.float32) + res.to(tl.float32)
+    v = sums.to(tl.float32) + res.to(tl.float32)
     r = v.to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
@@ -223,11 +235,12 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
 def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
                     BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"push": this CTA's rows r0..r1 in chunks of ROWS rows, pipelined: chunk c is stored into
-    this rank's slot at every peer and signalled (tile = CTA index, one counted signal a chunk),
-    then chunk c - 1 is waited for, summed over the ranks in rank order (fp32, rounded to x's
-    dtype, into x) and normalized. A CTA's sums and norms so run while the link carries its next
-    chunk and the other CTAs' chunks; pushing every row before the first sum left NVLink idle
-    during the sums and HBM nearly idle during the pushes. Returns the status: after a failed
+    this rank's slot at every peer, then chunk c - 1 is waited for, summed over the ranks in rank
+    order (fp32, rounded to x's dtype, into x) and normalized, then chunk c is signalled (tile =
+    CTA index, one counted signal a chunk). The sums run while the link carries the chunk just
+    stored, and the signal's fence finds its stores drained. Pushing every row before the first
+    sum left NVLink idle during the sums and HBM nearly idle during the pushes; signalling each
+    chunk before the sums kept every CTA in step (all fencing, then all summing). Returns the status: after a failed
     signal or wait the CTA stops (its rows not yet summed keep this rank's x)."""
     pid = tl.program_id(0)
     rank = il.symm_rank(ctx)
@@ -245,19 +258,20 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
             mk = (block < r1)[:, None] & m[None, :]
             at = block[:, None] * H + cols[None, :]
             store_to_peer_slots(ctx, slots, slot, at, tl.load(x + at, mask=mk), mk, rank, WORLD)
-            s = il.symm_tile_signal_others(ctx, pid)
         if (c > 0) & (s == 0):
             block = r0 + (c - 1) * ROWS + lanes
             valid = block < r1
             mk = valid[:, None] & m[None, :]
             at = block[:, None] * H + cols[None, :]
-            res = tl.load(residual + at, mask=mk, other=0.0)  # in flight during the wait
             s = il.symm_tile_wait_others(ctx, pid)
             if s == 0:
+                res = tl.load(residual + at, mask=mk, other=0.0)  # in flight with the slots' loads
                 total = add_in_rank_order(tl.zeros((ROWS, BLOCK_H), dtype=tl.float32), x, slots, slot, at, mk, rank,
-                                          WORLD)
-                tl.store(x + at, total.to(x.dtype.element_ty), mask=mk)
-                _norm_values(x, res, w, residual_out, out, scale, block, valid, H, eps, BLOCK_H, FP8)
+                                          WORLD).to(x.dtype.element_ty)
+                tl.store(x + at, total, mask=mk)
+                _norm_sums(total, res, w, residual_out, out, scale, block, valid, H, eps, BLOCK_H, FP8)
+        if (c < chunks) & (s == 0):  # chunk c's stores drained during chunk c - 1's sums
+            s = il.symm_tile_signal_others(ctx, pid)
     advance_epochs(epochs, epoch + 1)
     return s
 

@@ -180,10 +180,14 @@ MOE_LOW_LATENCY_MAX_TOKENS = 256
 RMSNORM_ROWS_AT_ONCE = 2
 
 
-def rmsnorm_rows_at_once(tokens: int, ctas: int) -> int:
-    """Rows a CTA of all_reduce_rmsnorm's "rows" mode normalizes at a time: RMSNORM_ROWS_AT_ONCE
-    where it has that many, else 1."""
-    return RMSNORM_ROWS_AT_ONCE if rmsnorm_rows_per_cta(tokens, ctas) >= RMSNORM_ROWS_AT_ONCE else 1
+def rmsnorm_rows_at_once(tokens: int, ctas: int, push_world: int = 0) -> int:
+    """Rows a CTA of all_reduce_rmsnorm's "rows" and "push" modes normalizes at a time:
+    RMSNORM_ROWS_AT_ONCE where it has that many, else 1. "push" over more than 2 ranks
+    (`push_world`) takes one: its sum keeps every rank's row in flight, and two rows of hidden 8192
+    from 4 ranks spill on sm_90 (16 warps: 128 registers a thread)."""
+    if push_world > 2 or rmsnorm_rows_per_cta(tokens, ctas) < RMSNORM_ROWS_AT_ONCE:
+        return 1
+    return RMSNORM_ROWS_AT_ONCE
 
 
 def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> str:
