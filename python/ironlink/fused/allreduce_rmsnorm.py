@@ -251,6 +251,11 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
     lanes = tl.arange(0, ROWS).to(tl.int64)
     slot = tl.cast(T, tl.int64) * H
     chunks = tl.cdiv(tl.maximum(r1 - r0, 0), ROWS)
+    # With one row at a time (decode: a row a CTA) the first row's residual is loaded before any
+    # store, as rows mode does ("PRELOAD"), so its latency hides behind the exchange; two rows kept
+    # live through the loop spill on sm_90.
+    if ROWS == 1:
+        first = tl.load(residual + r0 * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks + 1):
         if (c < chunks) & (s == 0):
@@ -265,7 +270,13 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
             at = block[:, None] * H + cols[None, :]
             s = il.symm_tile_wait_others(ctx, pid)
             if s == 0:
-                res = tl.load(residual + at, mask=mk, other=0.0)  # in flight with the slots' loads
+                if ROWS == 1:
+                    if c == 1:
+                        res = first
+                    else:
+                        res = tl.load(residual + at, mask=mk, other=0.0)
+                else:
+                    res = tl.load(residual + at, mask=mk, other=0.0)  # in flight with the slots' loads
                 total = add_in_rank_order(tl.zeros((ROWS, BLOCK_H), dtype=tl.float32), x, slots, slot, at, mk, rank,
                                           WORLD).to(x.dtype.element_ty)
                 tl.store(x + at, total, mask=mk)
