@@ -27,10 +27,11 @@ Four ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm
   normalizes rows. For many tokens, and for rows too large for the LL tile all-reduce.
 - "push": each CTA owns a block of rows, as in "rows", but exchanges them by plain stores into
   its slots at every peer (a workspace in the heap, alternate halves in alternate launches as
-  matmul_all_reduce's push method), one counted tile signal (`symm_tile_signal_others`, tile =
-  CTA index) and a wait for the peers' (`symm_tile_wait_others`); then it sums its rows over the
-  ranks in rank order in fp32 and normalizes them. The bytes cross NVLink once, where LL packets
-  carry each 8 data bytes in 16. One node only.
+  matmul_all_reduce's push method), in chunks of `rows_at_once` rows, pipelined: it stores
+  chunk c, waits for the peers' chunk c - 1 (`symm_tile_wait_others`, tile = CTA index), sums it
+  over the ranks in rank order in fp32 and normalizes it, then signals chunk c
+  (`symm_tile_signal_others`, one counted signal a chunk). The bytes cross NVLink once, where LL
+  packets carry each 8 data bytes in 16, and the sums overlap the link. One node only.
 - "split": each row is cut into `parts` column slices, one CTA each (grid tokens x parts): a CTA
   all-reduces its slice over LL packets (`symm_tile_all_reduce`, tile = CTA index), adds the
   residual, and publishes its slice's sum of squares (and, with an FP8 out, its largest
