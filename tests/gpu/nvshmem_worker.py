@@ -577,11 +577,12 @@ class Nodes(Cases):
 
 def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False) -> list[Any]:
     """One MoeExchange dispatch + combine on `heap` (routing from `seed`, the same on any heap):
-    recv_x (and fp8 scales), expert counts and offsets, and the combined output, cloned. Expert e
-    of this rank scales its rows by (global expert id + 1) between the two. Without fp8, recv_x
-    comes as its experts' rows sorted by their bits (`expert_rows`) and without the offsets: the
-    low-latency path (the default for few tokens on one node) lays recv_x out by expert block, in
-    an order that varies run to run, where the relay path (several nodes) packs it."""
+    recv_x, expert counts and the combined output, cloned. Expert e of this rank scales its rows
+    by (global expert id + 1) between the two. recv_x comes as its experts' rows sorted by their
+    bits (`expert_rows`; an fp8 row's bytes followed by its scales' bytes) and without the
+    offsets: the low-latency path (the default for few tokens on one node, bf16 or fp8) lays
+    recv_x out by expert block, in an order that varies run to run, where the relay path (several
+    nodes) packs it."""
     rank, world = dist.get_rank(), dist.get_world_size()
     hidden, k, experts = 256, 4, max(2 * world, 8)
     x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(seed * 100 + rank), tokens, hidden, experts, k,
@@ -591,10 +592,12 @@ def moe_layer(heap: Any, tokens: int, skewed: bool, seed: int, fp8: bool = False
     try:
         results = moe_scaled_layer(moe, x, idx, wts)
         assert int(results[-3].sum()) <= moe.capacity  # the expert counts
-        if not fp8:
+        if fp8:
+            rows, scales, counts, offsets, out = results
+            recv = torch.cat([rows.view(torch.uint8), scales.contiguous().view(torch.uint8)], 1)
+        else:
             recv, counts, offsets, out = results
-            return [torch.cat(expert_rows(recv, counts, offsets)), counts, out]
-        return results
+        return [torch.cat(expert_rows(recv, counts, offsets)), counts, out]
     finally:
         moe.close()
 
