@@ -211,13 +211,10 @@ def _norm_sums(sums, res, w, residual_out, out, scale, rows, valid, H, eps, BLOC
     r = v.to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
-    wf = w.to(tl.float32)[None, :]
     inv = tl.rsqrt(tl.sum(rf * rf, axis=1) / H + eps)
-    y = rf * inv[:, None] * wf
+    y = rf * inv[:, None] * w.to(tl.float32)[None, :]
     if FP8:
-        # max |y| as inv x max |residual x weight|, as "split" takes it: that reduction needs
-        # no inv, so it runs beside the sum of squares instead of after it.
-        s = tl.maximum(tl.max(tl.abs(rf * wf), axis=1) * inv, 1e-12) / FP8_MAX
+        s = tl.maximum(tl.max(tl.abs(y), axis=1), 1e-12) / FP8_MAX
         tl.store(scale + rows, s, mask=valid)
         y = y / s[:, None]
     tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
