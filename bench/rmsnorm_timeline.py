@@ -11,8 +11,10 @@ so both ranks run in step as in a model. Reports the median over those launches 
 rank's phases, averaged over CTAs: `wait_us` (start to after the PDL wait: the previous kernel's
 tail), `all_reduce_us`, `norm_us`, and the kernel's span; `graph_us` times the same launch
 untraced, 20 back to back in a CUDA graph (as bench/fused.py), `traced_graph_us` the traced one so.
-`--rows-at-once 1,2` also times mode rows normalizing that many rows at a time (bf16 and FP8 out,
-the variants in turns: ironlink_bench.GraphRound), rows with `variant` and `graph_us`.
+`--rows-at-once 1,2` also times the default mode, where it is rows or push, with that many rows
+at a time (push: rows a pipelined chunk; bf16 and FP8 out, the variants in turns:
+ironlink_bench.GraphRound), rows with `variant` and `graph_us`. In push all of a CTA's work
+falls between the wait for the previous kernel and the exchange's end (`all_reduce_us`).
 `--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits).
 """
 
@@ -71,7 +73,8 @@ def main() -> None:
     ap.add_argument("--tokens", default="1,8,32,128")
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--rows-at-once", default="", help="e.g. 1,2: mode rows' rows at a time to compare")
+    ap.add_argument("--rows-at-once", default="",
+                    help="e.g. 1,2: rows at a time (push: rows a chunk) to compare, where the default mode is rows or push")
     ap.add_argument("--modes", default="", help="e.g. rows,push: these modes instead of the default one")
     ap.add_argument("--split-parts", default="", help="e.g. 4,8,16: mode split with that many slices a row too")
     ap.add_argument("--out", default=None)
@@ -94,7 +97,7 @@ def main() -> None:
             p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"),
                      str(heap.device), world, sms, mode, heap.multi_node, None, None)
             timeline(rows, args, heap, p, x, residual, weight, out, status, pdl)
-            if mode is None and args.rows_at_once and p.mode == "rows":  # the default mode only
+            if mode is None and args.rows_at_once and p.mode in ("rows", "push"):  # the default mode only
                 rows_at_once(rows, heap, p, x, residual, weight, out, status, pdl,
                              [int(v) for v in args.rows_at_once.split(",")])
         for parts in (int(v) for v in args.split_parts.split(",") if v):
