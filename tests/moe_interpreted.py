@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ironlink.language import _abi
 from ironlink.runtime import tuning
 from ironlink.runtime.errors import IronlinkError
 from ironlink.moe import MoeExchange, fp8_dequantize, fp8_quantize_reference
@@ -166,7 +167,7 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
     received token's row in its expert's block of recv_x at the row its slot names (fp8: its
     bytes and scales those of `fp8_quantize_reference`), the blocks filled from their first row,
     the relay path's expert counts and combined rows bit for bit; three layers in a row (both
-    halves of its buffers, the first twice)."""
+    halves of its buffers, the first twice), the second with its receive deferred."""
     nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN, path="low_latency")
     heaps = sim_heaps(world, nbytes)
     ms = [MoeExchange(sh, tokens, h, k, experts, path="low_latency", dispatch_dtype=FP8 if fp8 else None)
@@ -175,7 +176,7 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
     le, block = experts // world, world * tokens
     assert all(m.capacity == le * block for m in ms)
     for run in range(3):
-        recvs, counts, outs, lays = low_latency_layer(ms, xs, ids, ws)
+        recvs, counts, outs, lays = low_latency_layer(ms, xs, ids, ws, deferred=run == 1)
         for p, m in enumerate(ms):
             assert torch.equal(counts[p], relay[1][p]), f"low-latency path, rank {p}, run {run}: expert counts differ"
             assert torch.equal(lays[p].offsets, torch.arange(le) * block), f"rank {p}: expert offsets"
@@ -202,6 +203,44 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
             assert torch.equal(_bytes(outs[p]), _bytes(relay[2][p])), f"low-latency path, rank {p}, run {run}: combine"
         for m in ms:
             m.check()
+
+
+def deferred_receive_errors() -> None:
+    """A low-latency dispatch with its receive deferred (`LowLatencyPath.send`): another dispatch
+    or a combine before its receive hook, or the hook twice, raise RuntimeError and launch
+    nothing; a receive whose peer never sent times out (TIMEOUT in the context and in every CTA's
+    status) instead of reading its landing rows."""
+    world, tokens, hidden, k, experts = 2, 6, 40, 2, 4
+    heaps = sim_heaps(world, exchange_mod._heap_bytes(world, tokens, hidden, k, False, SimHeap.ALIGN,
+                                                      path="low_latency"))
+    ms = [MoeExchange(sh, tokens, hidden, k, experts, path="low_latency") for sh in heaps]
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16)
+    ids = torch.rand(tokens, experts, generator=g).topk(k, dim=1).indices
+    w = torch.softmax(torch.randn(tokens, k, generator=g), 1)
+    ll = ms[0].low_latency
+    lay, receive = ll.send(x, ids, w, tokens, False)  # rank 1 never sends
+    calls = ll.dispatch_calls.clone()
+    for what, call in (("dispatch", lambda: ll.dispatch(x, ids, w, tokens, False, phase=1)),
+                       ("combine", lambda: ll.combine(torch.zeros(ms[0].capacity, hidden, dtype=torch.bfloat16), lay,
+                                                      tokens, False, phase=1))):
+        try:
+            call()
+            raise AssertionError(f"{what} ran before the receive hook")
+        except RuntimeError as e:
+            assert "receive hook has not been called" in str(e), str(e)
+    assert torch.equal(ll.dispatch_calls, calls), "a refused call launched"
+    receive(False)
+    timeout = _abi.STATUS["TIMEOUT"]
+    assert ll.sim_status[:ll.ctas].tolist() == [timeout] * ll.ctas, ll.sim_status[:ll.ctas].tolist()
+    error = ll.sim_ctx.view(torch.int32)[_abi.CONTEXT_FIELDS["error"][0] // 4]
+    assert int(error) == timeout, f"context error {int(error)}, not TIMEOUT"
+    try:
+        receive(False)
+        raise AssertionError("the receive hook ran twice")
+    except RuntimeError as e:
+        assert "already called" in str(e), str(e)
+    print("ok: deferred receive: dispatch / combine before the hook and a second hook refused; no sender: TIMEOUT")
 
 
 def low_latency_errors(world: int, tokens: int, hidden: int, k: int, experts: int) -> None:
@@ -384,6 +423,7 @@ def main() -> int:
     print("ok: capacity error names expert 0 and its 27 rows; only 4 rows written")
     direct_errors(world, tokens, hidden, k, experts)
     low_latency_errors(world, tokens, hidden, k, experts)
+    deferred_receive_errors()
     top8_world2()
     return 0
 

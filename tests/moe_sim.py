@@ -14,6 +14,10 @@ import torch
 
 from ironlink.moe import Handle, MoeExchange, fp8_dequantize
 
+import interpreter_clock  # tests/, beside this file
+
+interpreter_clock.install()  # the low-latency dispatch's receive waits for its senders' flags
+
 
 class FakeHeap:
     """A heap of several nodes, as MoeExchange sees it: the relay path (two all_to_all_v, done in
@@ -84,14 +88,24 @@ def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[
     return recvs, counts, outs
 
 
-def low_latency_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
+def low_latency_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any],
+                      deferred: bool = False) -> tuple[list[Any], ...]:
     """`layer` on the low-latency path, each kernel's send phase on every rank before its receive
-    phase (the order its signals and waits give on GPUs). Also returns the handles."""
+    phase (the order its signals and waits give on GPUs). `deferred`: dispatch as
+    `dispatch(return_recv_hook=True)` runs it (`LowLatencyPath.send`, then every rank's receive
+    hook). Also returns the handles."""
     ts = [m._check(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
-    for m, x, i, w, t in zip(ms, xs, ids, ws, ts):
-        m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=1)
-    lays = [m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=2)
-            for m, x, i, w, t in zip(ms, xs, ids, ws, ts)]
+    if deferred:
+        sent = [m.low_latency.send(x.contiguous(), i.contiguous(), w.contiguous(), t, False)
+                for m, x, i, w, t in zip(ms, xs, ids, ws, ts)]
+        for _, receive in sent:
+            receive(False)
+        lays = [lay for lay, _ in sent]
+    else:
+        for m, x, i, w, t in zip(ms, xs, ids, ws, ts):
+            m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=1)
+        lays = [m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=2)
+                for m, x, i, w, t in zip(ms, xs, ids, ws, ts)]
     recvs = [(m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone() for m in ms]
     ys = [_scaled_rows(m, lay.counts) for m, lay in zip(ms, lays)]
     for m, lay, y, t in zip(ms, lays, ys, ts):

@@ -9,27 +9,17 @@ they would have been by CTAs already past their publication."""
 from __future__ import annotations
 
 import struct
-import types
 
 import torch
 import triton
 import triton.language as tl
 
-from ironlink.fused import allreduce_rmsnorm
 from ironlink.fused.allreduce_rmsnorm import SPLIT_WORDS, _split_sums
 from ironlink.language import _abi
 
-_CLOCK = [0]
+import interpreter_clock  # tests/, beside this file
 
-
-@triton.jit
-def _globaltimer():
-    """The interpreter has no %globaltimer: a clock that advances 1 us per reading."""
-    _CLOCK[0] += 1000
-    return tl.full((), _CLOCK[0], tl.int64)
-
-
-allreduce_rmsnorm.tl_cuda = types.SimpleNamespace(globaltimer=_globaltimer)  # type: ignore[assignment]
+interpreter_clock.install()
 
 
 @triton.jit

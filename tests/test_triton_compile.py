@@ -216,25 +216,25 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # The low-latency path (moe.low_latency_kernels: tile signals and waits, peer stores), at hidden
     # 7168, top-8, 2 ranks of 32 experts each.
     "ll_dispatch": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*bf16",
-                     "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "recv": "*bf16",
+                     "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "arrived": "*i64", "recv": "*bf16",
                      "recv_side": "*bf16", "slot": "*i64", "weight": "*fp32", "own_ids": "*i32", "src_counts": "*i64",
                      "received": "*i64", "calls": "*i32", "counters": "*i32", "arrivals": "*i32",
                      "expert_counts": "*i64", "expert_offsets": "*i64", "overflow": "*i64", "bad": "*i64", "rank": I32,
                      "num_experts": I32, "local_experts": I32, "max_tokens": I32, "hidden": I32, "row": I32,
                      "meta_col": I32, "copy_words": I32, "side_col": I32, "side_words": I32, "deltas": "*i64",
                      "status": "*i32"},
-                    {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 0, "FP8": False,
+                    {"WORLD": 2, "WB": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 0, "FP8": False,
                      "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX,
                      "PHASE": 0, "SIM": False}),
     "ll_dispatch fp8": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*i16",
-                         "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "recv": "*i16",
+                         "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "arrived": "*i64", "recv": "*i16",
                          "recv_side": "*i16", "slot": "*i64", "weight": "*fp32", "own_ids": "*i32",
                          "src_counts": "*i64", "received": "*i64", "calls": "*i32", "counters": "*i32",
                          "arrivals": "*i32", "expert_counts": "*i64", "expert_offsets": "*i64", "overflow": "*i64",
                          "bad": "*i64", "rank": I32, "num_experts": I32, "local_experts": I32, "max_tokens": I32,
                          "hidden": I32, "row": I32, "meta_col": I32, "copy_words": I32, "side_col": I32,
                          "side_words": I32, "deltas": "*i64", "status": "*i32"},
-                        {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 128, "FP8": True,
+                        {"WORLD": 2, "WB": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 128, "FP8": True,
                          "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX,
                          "MIN_AMAX": moe_kernels.FP8_MIN_AMAX, "PHASE": 0, "SIM": False}),
     "ll_combine": ({"ctx": "i64", "y": "*bf16", "slot": "*i64", "weight": "*fp32", "src_counts": "*i64",
@@ -242,10 +242,16 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                     "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
                    {"WORLD": 2, "K": 8, "KB": 8, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False}),
 }
+# A dispatch whose receive is deferred (dispatch(return_recv_hook=True)): its send (PHASE 1, the
+# senders' flags) and its receive (PHASE 2, the wait for them) as two kernels.
+for _phase in (1, 2):
+    _sig, _consts = MOE_KERNELS["ll_dispatch"]
+    MOE_KERNELS[f"ll_dispatch phase{_phase}"] = (_sig, {**_consts, "PHASE": _phase})
 # Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
 MOE_WARPS = {"bucket_scan": moe_sort.SCAN_WARPS, "bucket_scan 256": moe_sort.SCAN_WARPS, "gather_meta": moe_direct.WARPS, "pull_rows": moe_direct.WARPS, "pull_rows 1 row": moe_direct.WARPS,
              "pull_rows fp8": moe_direct.WARPS,
              "reduce_push": moe_direct.PUSH_WARPS, "ll_dispatch": moe_ll.WARPS, "ll_dispatch fp8": moe_ll.WARPS,
+             "ll_dispatch phase1": moe_ll.WARPS, "ll_dispatch phase2": moe_ll.WARPS,
              "ll_combine": moe_ll.WARPS}
 
 
@@ -258,7 +264,10 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
 # launch's are: it did at every launch before the test specialized them; not yet reworked.
 # bucket_scan spilled up to 196 bytes on 4 warps and gather_meta 4: on 8 (moe.sort.SCAN_WARPS,
 # moe.direct_kernels.WARPS) none, but bucket_scan with Triton 3.9 on sm_80 (20).
-MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_scan": 24}
+# ll_dispatch's send alone (phase1: a dispatch whose receive is deferred) spills 8-16 bytes at 40
+# registers where the same send followed by the receive (PHASE 0) spills none: ptxas's choice for
+# the shorter kernel, not register pressure.
+MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_scan": 24, "ll_dispatch phase1": 16}
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)

@@ -319,7 +319,7 @@ FP8_CHECK_ROWS = 16384  # rows per block of the fp8 reference check
 
 def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0, fp8: bool = False,
              shape: tuple[int, int, int] = (256, 4, 0), heap: Any = None, seeds: tuple[int, ...] = (1, 2, 3),
-             sms: Optional[int] = None, path: Optional[str] = None) -> None:
+             sms: Optional[int] = None, path: Optional[str] = None, deferred: bool = False) -> None:
     """ironlink.MoeExchange: dispatch against the rows every rank routes here (all_gather of x and
     topk_idx, bit-exact, grouped by local expert), combine of y = recv_x * (global expert + 1)
     against a float64 reference; with `graph`, one capture replayed with new routing; with
@@ -327,8 +327,12 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
     its rows and scales bit-exact against `fp8_quantize_reference` of the routed rows, y and the
     reference made from the dequantized rows. `shape`: (hidden, top-k, experts; 0: max(2 * world, 8)),
     on `heap` (default: the suite's); `sms`: the MoeExchange's SM budget; `path` its path (the
-    low-latency path's rows within an expert compared in any order)."""
+    low-latency path's rows within an expert compared in any order). `deferred`: dispatch with
+    return_recv_hook=True, and between the send and the hook a kernel that signals and waits on
+    the tile indices the low-latency kernels use (a deferred receive waits on flags of its own)."""
+    from fusion_kernels import meet_on_tiles  # tests/gpu, beside this file
     from ironlink.moe import fp8_dequantize, fp8_quantize_reference
+    from ironlink.moe.low_latency_kernels import DISPATCH_TILE0
 
     world, me, heap = s.world, dist.get_rank(), heap or s.heap
     hidden, k, experts = shape[0], shape[1], shape[2] or max(2 * world, 8)
@@ -346,8 +350,18 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
         for static, drawn in zip((x, idx, wts), moe_routing(g, tokens, hidden, experts, k, skewed)):
             static.copy_(drawn)
 
+    tile_status = torch.zeros(moe.sms, device="cuda", dtype=torch.int32)
+
     def layer() -> Any:
-        recv_x, counts, offsets, handle = moe.dispatch(x, idx, wts, check=not graph and not capacity)
+        if deferred:
+            recv_x, counts, offsets, handle, hook = moe.dispatch(x, idx, wts, check=not graph and not capacity,
+                                                                 return_recv_hook=True)
+            assert moe.low_latency is not None
+            grid = moe.low_latency.ctas
+            meet_on_tiles[(grid,)](heap.ctx, DISPATCH_TILE0.value, tile_status)
+            hook()
+        else:
+            recv_x, counts, offsets, handle = moe.dispatch(x, idx, wts, check=not graph and not capacity)
         scale.copy_(expert_scales(moe, counts))  # expert e of this rank scales its rows by (global id + 1)
         rows = fp8_dequantize(*recv_x, torch.bfloat16) if fp8 else recv_x
         out = moe.combine(rows * scale, handle, check=not graph)
@@ -426,6 +440,8 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             s.close("combine", out, ref, torch.bfloat16)
             again = layer()[3] if not graph else out
             assert torch.equal(again, out), "combine differs run to run"
+            torch.cuda.synchronize()
+            assert not tile_status.any(), f"the kernel on the dispatch's tiles: statuses {tile_status.tolist()}"
     finally:
         moe.close()
 
@@ -600,6 +616,11 @@ def main() -> int:
           lambda: moe_case(s, 64, False, graph=True, path="low_latency"))
     s.run("moe low-latency path fp8 dispatch 64 tokens skewed",
           lambda: moe_case(s, 64, True, graph=False, fp8=True, path="low_latency"))
+    # The receive deferred (return_recv_hook) past a kernel on the low-latency kernels' tile indices.
+    s.run("moe low-latency path, receive deferred, 128 tokens skewed",
+          lambda: moe_case(s, 128, True, graph=False, path="low_latency", deferred=True))
+    s.run("moe low-latency path, receive deferred, fp8, in a CUDA graph, routing changed between replays",
+          lambda: moe_case(s, 64, False, graph=True, fp8=True, path="low_latency", deferred=True))
     s.run("moe out-of-range expert ids", lambda: moe_bad_ids_case(s))
     s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
     if not SMALL:

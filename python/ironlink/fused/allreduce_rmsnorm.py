@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 
 from ..language import _abi
+from ..language._flags import tagged, wait_tagged
 from .. import language as il
 from ..runtime import eager, tuning
 from ..language import typed as ilt
@@ -68,20 +69,14 @@ from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
 from .matmul_allreduce_push import add_in_rank_order, advance_epochs, launch_slots, store_to_peer_slots
 from .trace import stamp
-from triton.language.extra import cuda as tl_cuda
 
 MAX_HIDDEN = 16384
 MODES = ("rows", "whole", "push", "split")
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
 # half the launch count + 1 (never 0, which the zeroed words hold), the low half the f32's bits.
 SPLIT_WORDS = tl.constexpr(2 * _abi.MAX_CTAS)
-_TIMEOUT_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8)  # the context's timeout, in i64 words
-_TIMEOUT = tl.constexpr(_abi.STATUS["TIMEOUT"])
-# Where a split CTA records a timed-out wait for its row's slices, as a device function records
-# its errors (`runtime::context::record_error`): the context's error and detail words (i32), the
-# detail naming symm_tile_all_reduce, the call the mode is built on.
-_ERROR_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["error"][0] // 4)
-_DETAIL_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["error_detail"][0] // 4)
+# Where a split CTA's timed-out wait for its row's slices is recorded: the detail names
+# symm_tile_all_reduce, the call the mode is built on.
 _TILE_ALL_REDUCE = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_all_reduce"))
 FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
 
@@ -295,41 +290,18 @@ def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.cons
     timeout, then TIMEOUT recorded in the context) and returns (the row's sum of squares, its
     peak, status), reduced over the slices the same way on every rank and in every slice's CTA."""
     pid = tl.program_id(0)
-    tl.store(words + pid, _tagged(flag, sumsq))
+    tl.store(words + pid, tagged(flag, sumsq))
     if FP8:
-        tl.store(words + SPLIT_WORDS // 2 + pid, _tagged(flag, peak))
+        tl.store(words + SPLIT_WORDS // 2 + pid, tagged(flag, peak))
     at = (pid // PARTS) * PARTS + tl.arange(0, PARTS)
     if FP8:
         at = tl.join(at, at + SPLIT_WORDS // 2)
-    got = tl.load(words + at, volatile=True)
-    timeout = tl.load(ctx.to(tl.pointer_type(tl.int64)) + _TIMEOUT_WORD)
-    start = tl_cuda.globaltimer()
-    now = start
-    while (_all_tagged(got, flag) == 0) & (now - start <= timeout):
-        got = tl.load(words + at, volatile=True)
-        now = tl_cuda.globaltimer()
-    s = tl.where(_all_tagged(got, flag) == 1, 0, _TIMEOUT)
-    if s != 0:  # recorded, so that heap.check() raises as for a device function's timeout
-        errors = ctx.to(tl.pointer_type(tl.int32))
-        if tl.atomic_cas(errors + _ERROR_WORD, 0, s) == 0:
-            tl.store(errors + _DETAIL_WORD, _TILE_ALL_REDUCE)
+    got, s = wait_tagged(ctx, words + at, flag, _TILE_ALL_REDUCE)
     values = (got & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     if FP8:
         sq, pk = tl.split(values)
         return tl.sum(sq), tl.max(pk), s
     return tl.sum(values), 0.0, s
-
-
-@triton.jit
-def _tagged(flag, v):
-    """An f32 `v` as a "split" word tagged with `flag`."""
-    return (flag.to(tl.int64) << 32) | (v.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
-
-
-@triton.jit
-def _all_tagged(got, flag):
-    """1 if every word of `got` carries `flag`, else 0."""
-    return tl.min(((got >> 32).to(tl.int32) == flag).to(tl.int32))
 
 
 @triton.jit

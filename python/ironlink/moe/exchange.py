@@ -94,6 +94,10 @@ class Handle(NamedTuple):
     received: Any  # [1] int64: tokens received (direct path: every rank's tokens)
 
 
+def _received() -> None:
+    """The receive hook of a dispatch whose receive is already done (paths other than low_latency)."""
+
+
 class MoeExchange:
     """Dispatch / combine buffers for one MoE layer shape on one heap (collective to create)."""
 
@@ -270,13 +274,40 @@ class MoeExchange:
                                             self.hidden, 0, self.recv_x, 0, BLOCK=k.BLOCK, SIDE_BLOCK=0,
                                             num_warps=k.WARPS)
 
-    def dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool = False) -> tuple[Any, Any, Any, Handle]:
+    def dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool = False,
+                 return_recv_hook: bool = False) -> tuple[Any, ...]:
         """(recv_x, expert_counts [local experts], expert_offsets, handle); see the module docs.
-        With an fp8 dispatch_dtype, recv_x is the pair (fp8 rows, fp32 scales [rows, hidden / 128])."""
+        With an fp8 dispatch_dtype, recv_x is the pair (fp8 rows, fp32 scales [rows, hidden / 128]).
+        `return_recv_hook`: a fifth value, `hook`. On the low-latency path the receive is then
+        deferred: dispatch launches the send, and `hook()` launches the receive, after which (in
+        stream order) recv_x, the counts and the offsets hold this dispatch's rows; the stream may
+        run other work in between (an attention block) while the rows travel. Call it once, before
+        the next dispatch or combine (RuntimeError otherwise); CUDA-graph capturable like the rest.
+        On the other paths the receive is done when dispatch returns and `hook()` does nothing.
+        `check=True` then checks after the receive. Not under torch.compile."""
         if compiling():  # torch.compile: the registered operator (moe/torch_library.py)
+            if return_recv_hook:
+                raise ValueError("MoeExchange.dispatch(return_recv_hook=True) is not supported under torch.compile")
             from .torch_library import dispatch as traced
             recv, counts, offsets, fields = traced(self, x, topk_idx, topk_weights, check)
             return recv, counts, offsets, Handle(*fields)
+        if return_recv_hook and self.low_latency is not None:
+            t = self._check(x, topk_idx, topk_weights)
+            lay, receive = self.low_latency.send(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t,
+                                                 check)
+
+            def hook() -> None:
+                receive(check)
+                if check:
+                    self.check()
+
+            recv = (self.recv_x, self.recv_scales) if self.fp8 else self.recv_x
+            return recv, lay.counts, lay.offsets, Handle(t, None, lay.slot, lay.weight, lay.received), hook
+        done = self._dispatch(x, topk_idx, topk_weights, check)
+        return (*done, _received) if return_recv_hook else done
+
+    def _dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool) -> tuple[Any, Any, Any, Handle]:
+        """Dispatch, its receive included."""
         if self.one_node is not None:
             t = self._check(x, topk_idx, topk_weights)
             lay = self.one_node.dispatch(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t, check)

@@ -22,9 +22,17 @@ tile index): no barrier over the grid, no counts read before the rows move.
 dispatch (or combine) while a peer still reads the last one's half, and the one after that only
 once the peer has passed its wait, so after its reads. Dispatch and combine need not alternate.
 
+PHASE 0 (the default) is both halves in one launch with the tile signal and wait between. A
+dispatch whose receive is deferred (`MoeExchange.dispatch(..., return_recv_hook=True)`) runs PHASE 1
+(send) now and PHASE 2 (receive) in a later launch, other kernels in between; a tile signal
+pending across those could be taken by theirs (tile indices are shared), so PHASE 1 announces a
+CTA's sends by flag words of its own in every rank's `arrived` (`language._flags`: tagged with
+the call, a release at system scope) and PHASE 2 waits for them (bounded by the context's
+timeout). Combine always runs PHASE 0 on GPUs.
+
 SIM (tests only): peers are buffers of one process reached by adding `deltas[q]` bytes, and the
-test runs PHASE 1 (send) on every rank, then PHASE 2 (receive, or sum); PHASE 0 is both with the
-signal and wait between (GPUs).
+test runs PHASE 1 (send) on every rank, then PHASE 2 (receive, or sum): dispatch's flags are
+written and waited for as on GPUs (`ctx`: a fake context, for its timeout and error words).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import triton.language as tl
 from .. import language as il
 from ..language import _abi
 from ..language import typed as ilt
+from ..language._flags import tagged, wait_tagged
 from ..language.jit import jit
 from .direct_kernels import _peer, sum_ranks_chunk
 from .kernels import quantize_chunk, weighted_chunk
@@ -46,6 +55,9 @@ COMBINE_TILE0 = tl.constexpr(_abi.MAX_TILES - _abi.MAX_CTAS)
 # slot of a choice here whose expert's block of recv_x was full (combine skips it as it skips
 # -1, another rank's expert, but still sends the token's row: zeros where nothing fit).
 NO_ROOM = tl.constexpr(-2)
+# The detail a timed-out wait for the senders' flags records (PHASE 2): the wait that PHASE 0 makes.
+_WAIT_OTHERS = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_wait_others"))
+MAX_CTAS = tl.constexpr(_abi.MAX_CTAS)
 BLOCK = 8192  # elements of a row moved per step (a whole row of hidden 7168)
 WARPS = 8
 
@@ -67,18 +79,47 @@ def _meet(ctx, tile, PHASE: tl.constexpr):
     return s
 
 
+@triton.jit
+def _announce(ctx, arrived, half, rank, call, deltas, WORLD: tl.constexpr, WB: tl.constexpr, SIM: tl.constexpr):
+    """PHASE 1 of dispatch (its receive comes in a later launch): once every thread's stores are
+    issued, word (half, this rank, CTA) of every rank's `arrived` set to this call's flag, a
+    release at system scope, so whoever sees the flag sees the stores (one thread per rank)."""
+    tl.debug_barrier()
+    at = (half * WORLD + rank) * MAX_CTAS + tl.program_id(0)
+    w = tl.arange(0, WB)
+    words = tl.zeros([WB], dtype=tl.int64)
+    for d in tl.static_range(WORLD):
+        words = tl.where(w == d, (_peer(ctx, arrived, d, deltas, SIM) + at).to(tl.int64), words)
+    flag = tagged(call + 1, tl.zeros([WB], dtype=tl.float32))
+    tl.atomic_xchg(words.to(tl.pointer_type(tl.int64)), flag, mask=w < WORLD, sem="release", scope="sys")
+
+
+@triton.jit
+def _await_senders(ctx, arrived, half, call, WORLD: tl.constexpr, WB: tl.constexpr):
+    """PHASE 2 of dispatch: waits until the same-index CTA of every rank has announced this call's
+    sends (`_announce`; bounded: TIMEOUT recorded in the context), then makes their stores
+    visible to every thread of this CTA. Returns the status."""
+    w = tl.minimum(tl.arange(0, WB), WORLD - 1)
+    ptrs = arrived + (half * WORLD + w) * MAX_CTAS + tl.program_id(0)
+    got, s = wait_tagged(ctx, ptrs, call + 1, _WAIT_OTHERS)
+    tl.atomic_add(ptrs, 0, sem="acquire", scope="sys")  # the flags' release -> this CTA's loads
+    tl.debug_barrier()
+    return s
+
+
 @jit(do_not_specialize=["ctx", "T", "rank"])
-def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_count, recv, recv_side, slot, weight,
+def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_count, arrived, recv, recv_side, slot,
+                weight,
                 own_ids, src_counts, received, calls, counters, arrivals, expert_counts, expert_offsets, overflow, bad,
                 rank, num_experts, local_experts, max_tokens, hidden, row, meta_col, copy_words, side_col, side_words,
-                deltas, status, WORLD: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, LB: tl.constexpr,
-                BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, FP8: tl.constexpr, GROUP: tl.constexpr,
+                deltas, status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
+                LB: tl.constexpr, BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, FP8: tl.constexpr, GROUP: tl.constexpr,
                 QMAX: tl.constexpr, MIN_AMAX: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr):
     """Dispatch of this rank's T tokens (x [T, hidden], idx / wts [T, K], contiguous; see the
     module docs). landing [2, WORLD, max_tokens, row] (heap, `row` 2-byte words; landing_words /
     landing8 its int32 / byte views; a row holds the token, its ids and weights from word
     meta_col / 2, and with FP8 its scales from word side_col / 2), landing_count [2, WORLD] int64
-    (heap). recv [local_experts * WORLD * max_tokens, copy_words]: expert e's rows in its block, in
+    (heap), arrived [2, WORLD, MAX_CTAS] int64 (heap, zeroed when made: PHASE 1 and 2's flags). recv [local_experts * WORLD * max_tokens, copy_words]: expert e's rows in its block, in
     landing's element type (bf16 / fp16 rows; FP8: int16 words of the fp8 bytes, and recv_side
     the int16 words of their fp32 scales, side_words a row), their number in expert_counts[e];
     slot / weight [WORLD * max_tokens, K]: row q * max_tokens + t of source q's token t, its recv
@@ -130,7 +171,11 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_c
             tl.store(_peer(ctx, landing_count, d, deltas, SIM) + half * WORLD + rank, T.to(tl.int64))
         tl.store(bad + pid, nbad.to(tl.int64))
         s = _meet(ctx, DISPATCH_TILE0 + pid, PHASE)
+        if PHASE == 1:
+            _announce(ctx, arrived, half, rank, call, deltas, WORLD, WB, SIM)
     if PHASE != 1:
+        if PHASE == 2:
+            s = _await_senders(ctx, arrived, half, call, WORLD, WB)
         cap = WORLD * max_tokens  # rows of an expert's block
         lo = rank * local_experts
         total = tl.zeros((), dtype=tl.int64)
