@@ -197,8 +197,9 @@ def _norm_values(x, res, w, residual_out, out, scale, rows, valid, H, eps, BLOCK
 @triton.jit
 def _norm_sums(sums, res, w, residual_out, out, scale, rows, valid, H, eps, BLOCK_H: tl.constexpr, FP8: tl.constexpr):
     """`_norm_values` with the rows' all-reduced sums `sums` ([R, BLOCK_H], x's dtype) in
-    registers: a CTA that has just summed them reads them nowhere (another thread of the CTA may
-    have stored an element, and nothing orders a thread's load after another's store)."""
+    registers: a CTA that has just stored them into x must not load them back (another thread of
+    the CTA may have stored an element, and nothing orders a thread's load after another's store:
+    push's FP8-out cases read stale sums that way on 2 H100s)."""
     cols = tl.arange(0, BLOCK_H)
     m = valid[:, None] & (cols < H)[None, :]
     at = rows[:, None] * H + cols[None, :]
@@ -236,8 +237,9 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
     CTA index, one counted signal a chunk). The sums run while the link carries the chunk just
     stored, and the signal's fence finds its stores drained. Pushing every row before the first
     sum left NVLink idle during the sums and HBM nearly idle during the pushes; signalling each
-    chunk before the sums kept every CTA in step (all fencing, then all summing). Returns the status: after a failed
-    signal or wait the CTA stops (its rows not yet summed keep this rank's x)."""
+    chunk before the sums kept every CTA in step (all fencing, then all summing). Returns the
+    status: after a failed signal or wait the CTA stops (its rows not yet summed keep this rank's
+    x)."""
     pid = tl.program_id(0)
     rank = il.symm_rank(ctx)
     epoch, parity, slots = launch_slots(ws, epochs, T, H, WORLD)
@@ -251,7 +253,7 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
     # store, as rows mode does ("PRELOAD"), so its latency hides behind the exchange; two rows kept
     # live through the loop spill on sm_90.
     if ROWS == 1:
-        first = tl.load(residual + r0 * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
+        first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks + 1):
         if (c < chunks) & (s == 0):

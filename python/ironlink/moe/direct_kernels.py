@@ -179,7 +179,8 @@ def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_
     with SIDE_BLOCK > 0 also side_out[slot, :side_cols] = its words from side_col (an fp8
     dispatch's scales). Rows in 2-byte words; ROWS rows loaded at once per CTA (a peer load
     waits a NVLink round trip: one row per CTA at a time leaves the link idle on a small grid),
-    the sources interleaved (`_interleaved`). Then a barrier: once every rank has passed it, no rank reads a stage any more."""
+    the sources interleaved (`_interleaved`). Then a barrier: once every rank has passed it, no
+    rank reads a stage any more."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     counts = _source_counts(src_counts, WORLD, WB)
     dist = _stage_distances(ctx, stage, deltas, WORLD, WB, SIM)

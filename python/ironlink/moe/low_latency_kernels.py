@@ -119,7 +119,8 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_c
     module docs). landing [2, WORLD, max_tokens, row] (heap, `row` 2-byte words; landing_words /
     landing8 its int32 / byte views; a row holds the token, its ids and weights from word
     meta_col / 2, and with FP8 its scales from word side_col / 2), landing_count [2, WORLD] int64
-    (heap), arrived [2, WORLD, MAX_CTAS] int64 (heap, zeroed when made: PHASE 1 and 2's flags). recv [local_experts * WORLD * max_tokens, copy_words]: expert e's rows in its block, in
+    (heap), arrived [2, WORLD, MAX_CTAS] int64 (heap, zeroed when made: PHASE 1 and 2's flags).
+    recv [local_experts * WORLD * max_tokens, copy_words]: expert e's rows in its block, in
     landing's element type (bf16 / fp16 rows; FP8: int16 words of the fp8 bytes, and recv_side
     the int16 words of their fp32 scales, side_words a row), their number in expert_counts[e];
     slot / weight [WORLD * max_tokens, K]: row q * max_tokens + t of source q's token t, its recv
