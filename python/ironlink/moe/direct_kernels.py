@@ -212,9 +212,10 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
     row rank * max_tokens + t of q's `back` = sum over j < K (in order) of weight[r, j] *
     y[slot[r, j]] in fp32, skipping slot < 0 (another rank's expert, or past recv_capacity: such
     a token still gets its row, zeros if nothing of it is here), rounded to back's dtype.
-    The sources interleaved (`_interleaved`), between two barriers: the first keeps this combine's stores out of `back` until
-    every rank has finished reading the last combine's (a combine repeated on one handle has no
-    dispatch in between), the second makes them visible to their ranks."""
+    The sources interleaved (`_interleaved`), between two barriers: the first keeps this
+    combine's stores out of `back` until every rank has finished reading the last combine's (a
+    combine repeated on one handle has no dispatch in between), the second makes them visible to
+    their ranks."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     first = _barrier(ctx, SIM)
     counts = _source_counts(src_counts, WORLD, WB)
