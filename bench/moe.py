@@ -17,7 +17,8 @@ SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 
 its two all_to_all_v (the multi-node path, and the one-node path before the direct one), as a
 same-run baseline; ironlink_ll (and ironlink_ll_fp8 with an fp8 dispatch) is
 MoeExchange(path="low_latency") (one kernel each for dispatch and combine) up to
-`--low-latency-max-tokens` tokens; `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
+`--low-latency-max-tokens` tokens, and ironlink_ll_hook the same with its receive deferred
+(`dispatch(return_recv_hook=True)`, the hook called at once: the cost of the two launches); `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
 CUDA graphs timed in turns: the steps' shares by difference). The contenders in CUDA graphs of one
 shape (every ironlink row, torch_nvshmem with --nvshmem-graph) are timed together, their replays in
 turns (ironlink_bench.GraphRound), so clock drift over the run falls on each alike; their
@@ -184,15 +185,7 @@ class MoeBench:
                 moe = self.exchange(size, sms=budget, path=path)
                 at = {**shape, "sms": moe.sms, "sms_budget": budget}
                 recv_x, counts, offsets, handle = moe.dispatch(x, idx, w)
-                out = moe.combine(recv_x, handle).clone()
-                rows = torch.cat([recv_x[o:o + c] for o, c in zip(offsets.tolist(), counts.tolist())])
-                got = Reference(row_fingerprints(rows), out)
-                differs = ref is not None and not (torch.equal(got.rows, ref.rows) and torch.equal(got.out, ref.out))
-                flag = torch.tensor([int(differs)], device="cuda")
-                dist.all_reduce(flag)  # every rank raises, not only the one that differs
-                if flag.item():
-                    raise RuntimeError(f"{who} on {moe.sms} SMs differs from the first ironlink run on {flag.item()} "
-                                       "rank(s)")
+                got = self._reproduces(ref, who, moe, recv_x, counts, offsets, moe.combine(recv_x, handle))
                 ref = ref or got
                 sent, back = pairs * moe.row * 2, pairs * self.hidden * 2  # a stage row: the token, ids, weights
                 # Defaults bind this exchange's objects: the round keeps the functions (and so what
@@ -207,6 +200,8 @@ class MoeBench:
                 if self.phases and moe.direct is not None:
                     self._phases(moe, x, idx, w, recv_x, at, payload)
             assert ref is not None
+            if low_latency:
+                self._hook(shape, x, idx, w, size, ref, payload, pairs)
             if self.fp8:
                 self._fp8(shape, x, idx, w, size, ref, payload, pairs)
                 if low_latency:
@@ -235,6 +230,41 @@ class MoeBench:
             for moe in self.exchanges:
                 moe.close()
             self.exchanges.clear()
+
+    def _reproduces(self, ref: Optional[Reference], who: str, moe: Any, recv_x: Any, counts: Any, offsets: Any,
+                    out: Any) -> Reference:
+        """This run's dispatched rows (as a set) and combined output, after checking them against
+        `ref` (the first ironlink run's; None: this is it) on every rank."""
+        rows = torch.cat([recv_x[o:o + c] for o, c in zip(offsets.tolist(), counts.tolist())])
+        got = Reference(row_fingerprints(rows), out.clone())
+        differs = ref is not None and not (torch.equal(got.rows, ref.rows) and torch.equal(got.out, ref.out))
+        flag = torch.tensor([int(differs)], device="cuda")
+        dist.all_reduce(flag)  # every rank raises, not only the one that differs
+        if flag.item():
+            raise RuntimeError(f"{who} on {moe.sms} SMs differs from the first ironlink run on {flag.item()} rank(s)")
+        return got
+
+    def _hook(self, shape: dict[str, Any], x: Any, idx: Any, w: Any, max_tokens: int, ref: Reference,
+              payload: int, pairs: int) -> None:
+        """The ironlink_ll_hook rows: the low-latency path with its receive deferred and the hook
+        called at once, checked against ironlink's result first. Added to the shape's round."""
+        moe = self.exchange(max_tokens, path="low_latency")
+
+        def dispatch() -> Any:
+            recv_x, counts, offsets, handle, hook = moe.dispatch(x, idx, w, return_recv_hook=True)
+            hook()
+            return recv_x, counts, offsets, handle
+
+        def layer() -> None:
+            recv_x, _, _, handle = dispatch()
+            moe.combine(recv_x, handle)
+
+        recv_x, counts, offsets, handle = dispatch()
+        self._reproduces(ref, "ironlink_ll_hook", moe, recv_x, counts, offsets, moe.combine(recv_x, handle))
+        at = {**shape, "sms": moe.sms, "sms_budget": 0}
+        sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
+        self.add("dispatch", "ironlink_ll_hook", at, dispatch, payload, payload, sent)
+        self.add("dispatch_combine", "ironlink_ll_hook", at, layer, payload, 2 * payload, sent + back)
 
     def _fp8(self, shape: dict[str, Any], x: Any, idx: Any, w: Any, max_tokens: int, ref: Reference,
              payload: int, pairs: int, path: Optional[str] = None) -> None:
