@@ -24,7 +24,9 @@ shape (every ironlink row, torch_nvshmem with --nvshmem-graph) are timed togethe
 turns (ironlink_bench.GraphRound), so clock drift over the run falls on each alike; their
 MoeExchanges are open together until then. Before timing, both torch
 contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
-combine within bf16 tolerance. A benchmark, not a test.
+combine within bf16 tolerance. ironlink's x is a heap tensor, whose rows the direct path pulls in
+place (`--x-outside-heap`: a plain tensor, copied into the stage first, as the torch contenders'
+is); the JSON's "x" says which. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -70,8 +72,12 @@ def row_fingerprints(rows: Any) -> Any:
 class MoeBench:
     def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False,
                  fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False, phases: bool = False,
-                 low_latency_max_tokens: int = 0) -> None:
+                 low_latency_max_tokens: int = 0, x_in_heap: bool = True) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # ironlink's x as a heap tensor (the direct path then pulls its rows in place, as from an
+        # all_reduce_rmsnorm out= in the heap), or as the torch contenders' plain tensor (copied
+        # into the stage first).
+        self.x_in_heap = x_in_heap
         self.profile, self.fp8, self.sms, self.relay, self.phases = profile, fp8, sms, relay, phases
         self.low_latency_max_tokens = low_latency_max_tokens
         self.heap = ironlink.SymmetricHeap(heap_bytes)
@@ -171,7 +177,8 @@ class MoeBench:
                  "routing": "skewed" if skewed else "uniform"}
         if max_tokens > tokens:
             shape["max_tokens"] = max_tokens
-        x, idx, w = self.routing(tokens, skewed)
+        x_torch, idx, w = self.routing(tokens, skewed)
+        x = self.heap.empty(tuple(x_torch.shape), x_torch.dtype).copy_(x_torch) if self.x_in_heap else x_torch
         payload = tokens * self.topk * self.hidden * 2
         pairs, choices = self.remote(idx)
         ref: Optional[Reference] = None
@@ -206,14 +213,14 @@ class MoeBench:
                 self._fp8(shape, x, idx, w, size, ref, payload, pairs)
                 if low_latency:
                     self._fp8(shape, x, idx, w, size, ref, payload, pairs, "low_latency")
-            d, c = self._torch_path(x, idx, w)
+            d, c = self._torch_path(x_torch, idx, w)
             self.check("torch_a2a", d()[0], c(), ref)
             torch_bytes = choices * self.hidden * 2  # a row per (token, choice)
             self.record("dispatch", "torch_a2a", shape, time_eager(d), payload, torch_bytes)
             self.record("dispatch_combine", "torch_a2a", shape, time_eager(c), 2 * payload, 2 * torch_bytes)
             if self.nvshmem is not None:
                 nv = self.nvshmem
-                d, c = nv.contender(x, idx, w)
+                d, c = nv.contender(x_torch, idx, w)
                 d()
                 self.check("torch_nvshmem", nv.received(), c(), ref)
                 if self.nvshmem_graph:
@@ -230,6 +237,8 @@ class MoeBench:
             for moe in self.exchanges:
                 moe.close()
             self.exchanges.clear()
+            if x is not x_torch:
+                self.heap.free(x)
 
     def _reproduces(self, ref: Optional[Reference], who: str, moe: Any, recv_x: Any, counts: Any, offsets: Any,
                     out: Any) -> Reference:
@@ -373,15 +382,15 @@ def shape_heap_bytes(world: int, size: int, hidden: int, topk: int, budgets: int
                      low_latency: bool) -> int:
     """The heap bytes of the MoeExchanges `MoeBench.run` opens for a shape (max_tokens `size`), all
     open at once (its graphs are timed in one round): one per SM budget, the relay one, the fp8
-    one, and the low-latency ones (bf16, fp8)."""
+    one, and the low-latency ones (bf16, the hook's, fp8); and x."""
 
     def one(fp8: bool = False, path: Optional[str] = None) -> int:
         return ironlink.MoeExchange.heap_bytes(world, size, hidden, topk, fp8=fp8, path=path)
 
     total = budgets * one() + (one(path="relay") if relay else 0) + (one(fp8=True) if fp8 else 0)
-    if low_latency:
-        total += one(path="low_latency") + (one(fp8=True, path="low_latency") if fp8 else 0)
-    return total
+    if low_latency:  # ironlink_ll, ironlink_ll_hook, ironlink_ll_fp8
+        total += 2 * one(path="low_latency") + (one(fp8=True, path="low_latency") if fp8 else 0)
+    return total + size * hidden * 2 + (1 << 20)  # x in the heap (MoeBench.x_in_heap), with slack
 
 
 def main() -> None:
@@ -406,6 +415,9 @@ def main() -> None:
     ap.add_argument("--pull-rows", type=int, default=moe_direct.PULL_ROWS,
                     help="experiment: moe.direct_kernels.PULL_ROWS (rows pull_rows loads at once per CTA: 1, 2, 4)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
+    ap.add_argument("--x-outside-heap", action="store_true",
+                    help="give ironlink x as a plain tensor (its rows copied into the stage) instead of a heap "
+                         "tensor (pulled in place)")
     ap.add_argument("--no-fp8", action="store_true", help="leave out the ironlink_fp8 rows (fp8 dispatch)")
     ap.add_argument("--sms", type=int, nargs="+", default=[0],
                     help="MoeExchange SM budgets to time (e.g. 8 16 24 32 0; 0: every SM); the first one's "
@@ -432,13 +444,13 @@ def main() -> None:
                                       size <= args.low_latency_max_tokens) for size in sizes)
     b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
                  sms=tuple(args.sms), relay=args.relay, phases=args.phases,
-                 low_latency_max_tokens=args.low_latency_max_tokens)
+                 low_latency_max_tokens=args.low_latency_max_tokens, x_in_heap=not args.x_outside_heap)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:
         for skewed in (False, True):
             b.run(t, skewed, args.max_tokens)
-    write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note,
+    write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note, x="torch" if args.x_outside_heap else "heap",
                   sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS},
                   direct={"pull_rows": moe_direct.PULL_ROWS, "push_block": moe_direct.PUSH_BLOCK,
                           "push_warps": moe_direct.PUSH_WARPS})

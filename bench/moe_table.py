@@ -55,6 +55,8 @@ def block() -> str:
     caption = (f"{doc['world_size']} x {doc['gpu']}, {doc['date'][:10]}, git {doc['git_rev']}, bf16, hidden "
                f"{first['hidden']}, top-{first['topk']} of {first['experts']} experts; us per call (median, max over "
                "ranks); ironlink in CUDA graphs, torch.distributed eagerly (it syncs with the host)")
+    if doc.get("x") == "heap":
+        caption += " (ironlink's x a heap tensor: its rows pulled in place, not staged)"
     if nv:
         caption += f", torch NVSHMEM (all_to_all_vdev, counts on the GPU) {nv_note.get('timed', 'eagerly')}"
     caption += ("; GB/s = dispatch + combine payload (tokens x top-k x hidden x 2 bytes, each way) per second; "

@@ -134,12 +134,16 @@ def sorts_match_reference() -> None:
 def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, fp8: bool, xs: list[Any],
                         ids: list[Any], ws: list[Any], relay: tuple[list[Any], ...]) -> None:
     """The direct path (simulated one-node heaps, peer loads and stores through the arenas) gives
-    the relay path's recv_x (and scales), expert counts and combined rows bit for bit, twice."""
+    the relay path's recv_x (and scales), expert counts and combined rows bit for bit, three times:
+    x staged, and x in the heap (runs 0 and 2: bf16 rows pulled in place, `rows_in_place`)."""
     nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN)
-    heaps = sim_heaps(world, nbytes)
+    heaps = sim_heaps(world, nbytes + tokens * h * 2 + SimHeap.ALIGN)
     ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None, path="direct")
           for sh in heaps]
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
+    in_heap = [sh.empty(tuple(x.shape), x.dtype).copy_(x) for sh, x in zip(heaps, xs)]
+    for m, x in zip(ms, in_heap):  # in place: bf16 rows of whole 16-byte units (hidden 36 is staged)
+        assert (m.direct.rows_in_place(x) is not None) == (not fp8 and x.shape[0] > 0 and h * 2 % 16 == 0), h
     blocks = (direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK)
     for run, rows in enumerate((2, 1, 4)):  # pull_rows: two rows in flight per program, then one, then four
         for m in ms:
@@ -147,7 +151,7 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
         if run:  # rows in several chunks (masked at the end)
             direct_kernels.PULL_BLOCK = direct_kernels.PUSH_BLOCK = 16
         try:
-            recvs, counts, outs = direct_layer(ms, xs, ids, ws)
+            recvs, counts, outs = direct_layer(ms, xs if run == 1 else in_heap, ids, ws)
         finally:
             direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK = blocks
         for p in range(world):

@@ -187,21 +187,22 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                         {"BB": 256, "PB": moe_sort.scan_programs(moe_sort.SORT_PROGRAMS, 256)}),
     # The direct path (moe.direct_kernels; the first three call the device library: barriers and
     # peer pointers), at hidden 7168, top-8, 4 ranks.
+    "write_header": ({"tokens": "*i64", "t": I32, "offset": "i64", "row_bytes": I32}, {}),
     "gather_meta": ({"ctx": "i64", "stage_words": "*i32", "tokens": "*i64", "rank": I32, "row_words": I32,
-                     "meta_word": I32, "max_tokens": I32, "meta": "*i32", "src_counts": "*i64", "bad": "*i64",
-                     "deltas": "*i64", "status": "*i32"},
+                     "meta_word": I32, "max_tokens": I32, "meta": "*i32", "src_counts": "*i64", "src_rows": "*i64",
+                     "bad": "*i64", "deltas": "*i64", "status": "*i32"},
                     {"WORLD": 4, "K": 8, "MB": 16, "BR": moe_direct.META_BLOCK_ROWS, "SIM": False}),
-    "pull_rows": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
+    "pull_rows": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "src_rows": "*i64", "slot": "*i64",
                    "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16", "side_cols": I32,
                    "deltas": "*i64", "status": "*i32"},
                   {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
                    "ROWS": moe_direct.PULL_ROWS, "SIM": False}),
-    "pull_rows 1 row": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
+    "pull_rows 1 row": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "src_rows": "*i64", "slot": "*i64",
                           "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16",
                           "side_cols": I32, "deltas": "*i64", "status": "*i32"},
                          {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
                           "ROWS": 1, "SIM": False}),
-    "pull_rows fp8": ({"ctx": "i64", "stage": "*i16", "src_counts": "*i64", "slot": "*i64", "row_words": I32,
+    "pull_rows fp8": ({"ctx": "i64", "stage": "*i16", "src_counts": "*i64", "src_rows": "*i64", "slot": "*i64",
                        "hidden_words": I32, "recv": "*i16", "side_col": I32, "side_out": "*i16", "side_cols": I32,
                        "deltas": "*i64", "status": "*i32"},
                       {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": 4096, "SIDE_BLOCK": 128, "ROWS": moe_direct.PULL_ROWS,
@@ -267,7 +268,10 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
 # ll_dispatch's send alone (phase1: a dispatch whose receive is deferred) spills 8-16 bytes at 40
 # registers where the same send followed by the receive (PHASE 0) spills none: ptxas's choice for
 # the shorter kernel, not register pressure.
-MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_scan": 24, "ll_dispatch phase1": 16}
+# pull_rows (four rows of 8192 in flight, 128 values a thread) spills 8 bytes with Triton 3.9 on
+# sm_90 / sm_100 since its sources are interleaved (a source index per row); 3.5 and 3.6 none.
+MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_scan": 24, "ll_dispatch phase1": 16,
+                       "pull_rows": 8}
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)

@@ -319,7 +319,8 @@ FP8_CHECK_ROWS = 16384  # rows per block of the fp8 reference check
 
 def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0, fp8: bool = False,
              shape: tuple[int, int, int] = (256, 4, 0), heap: Any = None, seeds: tuple[int, ...] = (1, 2, 3),
-             sms: Optional[int] = None, path: Optional[str] = None, deferred: bool = False) -> None:
+             sms: Optional[int] = None, path: Optional[str] = None, deferred: bool = False,
+             x_in_heap: bool = False) -> None:
     """ironlink.MoeExchange: dispatch against the rows every rank routes here (all_gather of x and
     topk_idx, bit-exact, grouped by local expert), combine of y = recv_x * (global expert + 1)
     against a float64 reference; with `graph`, one capture replayed with new routing; with
@@ -329,7 +330,8 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
     on `heap` (default: the suite's); `sms`: the MoeExchange's SM budget; `path` its path (the
     low-latency path's rows within an expert compared in any order). `deferred`: dispatch with
     return_recv_hook=True, and between the send and the hook a kernel that signals and waits on
-    the tile indices the low-latency kernels use (a deferred receive waits on flags of its own)."""
+    the tile indices the low-latency kernels use (a deferred receive waits on flags of its own).
+    `x_in_heap`: x a heap tensor (the direct path pulls its rows in place)."""
     from fusion_kernels import meet_on_tiles  # tests/gpu, beside this file
     from ironlink.moe import fp8_dequantize, fp8_quantize_reference
     from ironlink.moe.low_latency_kernels import DISPATCH_TILE0
@@ -340,7 +342,10 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
     moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, recv_capacity=capacity or None,
                                dispatch_dtype=torch.float8_e4m3fn if fp8 else None, sms=sms, path=path)
     assert path is None or moe.path == path
-    x = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    x = heap.empty((tokens, hidden), torch.bfloat16) if x_in_heap else torch.empty(tokens, hidden, device="cuda",
+                                                                                  dtype=torch.bfloat16)
+    if x_in_heap and moe.direct is not None and not fp8:
+        assert moe.direct.rows_in_place(x) is not None, "x in the heap, yet its rows would be staged"
     idx = torch.empty(tokens, k, device="cuda", dtype=torch.int64)
     wts = torch.empty(tokens, k, device="cuda", dtype=torch.float32)
     scale = torch.empty(moe.capacity, 1, device="cuda", dtype=torch.bfloat16)
@@ -444,6 +449,8 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
             assert not tile_status.any(), f"the kernel on the dispatch's tiles: statuses {tile_status.tolist()}"
     finally:
         moe.close()
+        if x_in_heap:
+            heap.free(x)
 
 
 def moe_paths_case(s: Suite, tokens: int, skewed: bool, fp8: bool) -> None:
@@ -616,6 +623,11 @@ def main() -> int:
           lambda: moe_case(s, 64, False, graph=True, path="low_latency"))
     s.run("moe low-latency path fp8 dispatch 64 tokens skewed",
           lambda: moe_case(s, 64, True, graph=False, fp8=True, path="low_latency"))
+    # x in the heap: the direct path pulls its rows in place (no stage copy).
+    s.run("moe direct path, x in the heap, 300 tokens skewed",
+          lambda: moe_case(s, 300, True, graph=False, path="direct", x_in_heap=True))
+    s.run("moe direct path, x in the heap, in a CUDA graph, routing changed between replays",
+          lambda: moe_case(s, 64, False, graph=True, path="direct", x_in_heap=True))
     # The receive deferred (return_recv_hook) past a kernel on the low-latency kernels' tile indices.
     s.run("moe low-latency path, receive deferred, 128 tokens skewed",
           lambda: moe_case(s, 128, True, graph=False, path="low_latency", deferred=True))

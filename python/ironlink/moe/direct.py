@@ -3,9 +3,11 @@ is mapped (kernels: moe/direct_kernels.py). Per layer, in stream order on every 
 
 dispatch
 1. `pack_rows` (one program per token): each token once into this rank's stage (its row, then its
-   expert ids and weights; an fp8 dispatch quantizes it there), its token count into `tokens`;
-2. `gather_meta` (barrier, then peer loads): every rank's token count and ids and weights into
-   `meta`, sources in rank order;
+   expert ids and weights; an fp8 dispatch quantizes it there), its token count into `tokens`
+   (`write_header`); the rows of an x in the heap stay in place (`rows_in_place`: only the ids and
+   weights are staged, and `tokens` says where the rows are);
+2. `gather_meta` (barrier, then peer loads): every rank's token count, where its rows are, and
+   its ids and weights into `meta`, sources in rank order;
 3. the counting sort by local expert over `meta` (moe.sort): expert counts and offsets, and per
    (source token, choice) its recv_x row (`slot`) and weight: the layout, computed on the GPU;
 4. `pull_rows` (peer loads, then a barrier): each source token with a choice here crosses NVLink
@@ -30,6 +32,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from ..language._abi import MAX_CTAS
 from ..ops.collectives import launch_with_status
+from ..runtime.registry import holds
 from . import direct_kernels as dk
 from . import kernels, sort
 from .layout import _pow2, take_count
@@ -56,11 +59,12 @@ class DirectPath:
         # Heap allocation order: layout._heap_shapes(path="direct").
         self.stage = heap.empty((m.max_tokens, m.row), m.dtype)
         self.back = heap.empty((m.world * m.max_tokens, m.hidden), m.dtype)
-        self.tokens = heap.empty((1,), torch.int64)
+        self.tokens = heap.empty((3,), torch.int64)  # the count, and where the token rows are (write_header)
         rows = m.world * m.max_tokens
         self.token_rows = torch.arange(m.max_tokens, dtype=torch.int64, device=dev)  # pack's send_row
         self.meta = torch.zeros(rows, 2 * m.topk, dtype=torch.int32, device=dev)
         self.src_counts = torch.zeros(m.world, dtype=torch.int64, device=dev)
+        self.src_rows = torch.zeros(m.world, dk.SOURCE_WORDS.value, dtype=torch.int64, device=dev)  # gather_meta's
         self.bad = torch.zeros(ctas, dtype=torch.int64, device=dev)
         self.source = torch.empty(m.capacity, dtype=torch.int64, device=dev)  # expert_place's, unused here
         self.received = torch.zeros(1, dtype=torch.int64, device=dev)
@@ -97,18 +101,25 @@ class DirectPath:
         return self.sum(t)
 
     def stage_tokens(self, x: Any, idx: Any, weights: Any, t: int) -> None:
-        """Step 1: this rank's t tokens, ids and weights into its stage; t into `tokens`."""
+        """Step 1: this rank's t tokens' ids and weights into its stage, and their rows: where x
+        lies in the heap with rows the peers can read in place (`rows_in_place`) they stay there,
+        else into the stage too; t and where the rows are into `tokens` (`write_header`)."""
         import torch
 
         m, k = self.m, kernels
-        self.tokens.fill_(t)
+        in_place = self.rows_in_place(x) if t else None
+        offset, row_bytes = in_place or (0, 2 * m.row)
+        dk.write_header[(1,)](self.tokens, t, offset, row_bytes)
         if not t:
             return
         words = self.stage.view(torch.int32)
         meta = (m.meta_col // 2, m.meta_cols // 2)
         meta_block = _pow2(max(16, meta[1]))
         rows = self.token_rows
-        if m.fp8:
+        if in_place:  # the ids and weights alone (no row chunks: hidden 0)
+            k.pack_rows[(t,)](x, idx, weights, rows, self.stage, words, 0, *meta, m.row, m.num_experts, WORLD=1,
+                              K=m.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block, num_warps=k.WARPS)
+        elif m.fp8:
             k.pack_rows_fp8[(t,)](x, idx, weights, rows, self.stage.view(torch.uint8), words, m.hidden, *meta, m.row,
                                   m.scale_col // 2, m.num_experts, WORLD=1, K=m.topk, BLOCK=k.BLOCK,
                                   META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX, MIN_AMAX=k.FP8_MIN_AMAX,
@@ -117,6 +128,27 @@ class DirectPath:
             k.pack_rows[(t,)](x, idx, weights, rows, self.stage, words, m.hidden, *meta, m.row, m.num_experts,
                               WORLD=1, K=m.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block, num_warps=k.WARPS)
 
+    def rows_in_place(self, x: Any) -> Optional[tuple[int, int]]:
+        """(bytes from the stage to x, bytes between its rows) where the peers can pull x's rows in
+        place: a bf16 / fp16 dispatch (an fp8 one quantizes into the stage), x in this heap with
+        unit-stride rows, 16-byte aligned. Else None: the rows are copied into the stage. x must
+        then stay unchanged until this dispatch's pull_rows (its last barrier) has passed on this
+        rank, as the stage does: the next kernels in stream order may write it."""
+        m = self.m
+        if m.fp8 or x.dim() != 2 or x.stride(1) != 1 or x.shape[0] == 0:
+            return None
+        row_bytes, at = x.stride(0) * x.element_size(), x.data_ptr()
+        if row_bytes % 16 or at % 16 or not self._holds(x, at + (x.shape[0] - 1) * row_bytes + m.hidden * x.element_size()):
+            return None
+        return at - self.stage.data_ptr(), row_bytes
+
+    def _holds(self, x: Any, end: int) -> bool:
+        """Whether x (up to byte address `end`) lies in this heap (simulated: in its arena)."""
+        if self.sim is not None:
+            arena = self.heap.arena
+            return arena.data_ptr() <= x.data_ptr() and end <= arena.data_ptr() + arena.numel()
+        return holds(self.heap, x)
+
     def gather(self, check: bool) -> None:
         """Step 2: every rank's token count, ids and weights into meta (sources in rank order)."""
         import torch
@@ -124,7 +156,7 @@ class DirectPath:
         m = self.m
         self._launch("moe_dispatch", dk.gather_meta, self.ctas,
                      (self.stage.view(torch.int32), self.tokens, m.rank, m.row // 2, m.meta_col // 2, m.max_tokens,
-                      self.meta, self.src_counts, self.bad),
+                      self.meta, self.src_counts, self.src_rows, self.bad),
                      check, "symm_barrier", WORLD=m.world, K=m.topk, MB=_pow2(2 * m.topk),
                      BR=dk.META_BLOCK_ROWS, num_warps=dk.WARPS)
 
@@ -150,12 +182,12 @@ class DirectPath:
                                 weight, self.source, WB=self.wb, K=k, BR=s.br, KB=m.kb, BB=s.bb)
         if m.fp8:  # raw 2-byte words (int16: no float conversion): the bytes, and the scales beside them
             words = m.hidden // 2
-            args = (self.stage.view(torch.int16), self.src_counts, slot, m.row, words, m.recv_x.view(torch.int16),
-                    m.scale_col, m.recv_scales.view(torch.int16), 2 * m.groups)
+            args = (self.stage.view(torch.int16), self.src_counts, self.src_rows, slot, words,
+                    m.recv_x.view(torch.int16), m.scale_col, m.recv_scales.view(torch.int16), 2 * m.groups)
             side = _pow2(max(16, 2 * m.groups))
         else:
             words = m.hidden
-            args = (self.stage, self.src_counts, slot, m.row, words, m.recv_x, 0, m.recv_x, 0)
+            args = (self.stage, self.src_counts, self.src_rows, slot, words, m.recv_x, 0, m.recv_x, 0)
             side = 0
         block = min(dk.PULL_BLOCK, _pow2(words))
         self._launch("moe_dispatch", dk.pull_rows, self.ctas, args, check, "symm_barrier", WORLD=m.world, WB=self.wb,

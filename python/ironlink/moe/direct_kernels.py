@@ -56,6 +56,19 @@ PUSH_BLOCK = 8192
 PUSH_WARPS = 16
 WARPS = 8
 META_BLOCK_ROWS = 32  # rows of ids and weights gather_meta copies per step
+# gather_meta's table of sources, int64 words per rank: bytes from this rank's stage to its token
+# rows, bytes between them, its first row of meta, its token count.
+SOURCE_WORDS = tl.constexpr(4)
+
+
+@triton.jit(do_not_specialize=["t", "offset", "row_bytes"])
+def write_header(tokens, t, offset, row_bytes):
+    """This rank's `tokens` words (heap, 3 int64): its token count, and where its token rows are
+    (bytes from its stage, bytes between rows), which gather_meta copies to every rank; one launch,
+    where a fill_ would write only the count."""
+    w = tl.arange(0, 4)
+    v = tl.where(w == 0, t.to(tl.int64), tl.where(w == 1, offset.to(tl.int64), row_bytes.to(tl.int64)))
+    tl.store(tokens + w, v, mask=w < 3)
 
 
 @triton.jit
@@ -88,14 +101,17 @@ def _source_counts(src_counts, WORLD: tl.constexpr, WB: tl.constexpr):
 
 
 @jit(do_not_specialize=["ctx", "rank"])
-def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens, meta, src_counts, bad, deltas,
-                status, WORLD: tl.constexpr, K: tl.constexpr, MB: tl.constexpr, BR: tl.constexpr,
+def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens, meta, src_counts, src_rows, bad,
+                deltas, status, WORLD: tl.constexpr, K: tl.constexpr, MB: tl.constexpr, BR: tl.constexpr,
                 SIM: tl.constexpr):
     """After a barrier (every rank's stage and token count complete): src_counts[q] = rank q's
-    staged tokens (clamped to [0, max_tokens]), meta rows (sources in rank order) = their 2K words
-    of ids (int32; -1 for an id the sender found out of range) and weights (fp32 bits), read from
-    word `meta_word` of each stage row (`row_words` 4-byte words apart); bad[program] = the -1 ids
-    among this rank's own tokens that this program copied (their sum is what check reports)."""
+    staged tokens (clamped to [0, max_tokens]); src_rows[q] = what pull_rows needs of source q
+    (SOURCE_WORDS int64: the bytes from this rank's stage to q's token rows and between them, from
+    q's `tokens` words 1 and 2, see `DirectPath.stage_tokens`; q's first row of meta; its token
+    count); meta rows (sources in rank order) = their 2K words of ids (int32; -1 for an id the
+    sender found out of range) and weights (fp32 bits), read from word `meta_word` of each stage
+    row (`row_words` 4-byte words apart); bad[program] = the -1 ids among this rank's own tokens
+    that this program copied (their sum is what check reports)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     s = _barrier(ctx, SIM)
     j = tl.arange(0, MB)
@@ -104,9 +120,14 @@ def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens
     nbad = tl.zeros((), dtype=tl.int32)
     for q in tl.static_range(WORLD):
         # Clamped: whatever a peer's word holds, meta is written inside its rows.
-        tq = tl.minimum(tl.maximum(tl.load(_peer(ctx, tokens, q, deltas, SIM)), 0), max_tokens)
+        at_q = _peer(ctx, tokens, q, deltas, SIM)
+        tq = tl.minimum(tl.maximum(tl.load(at_q), 0), max_tokens)
         if pid == 0:
             tl.store(src_counts + q, tq)
+            w = tl.arange(0, SOURCE_WORDS)
+            rows_at = tl.load(at_q + 1 + w, mask=w < 2, other=0)  # (bytes from q's stage, between rows)
+            rows_at += tl.where(w == 0, _stage_distance(ctx, stage_words, q, deltas, SIM), 0)
+            tl.store(src_rows + SOURCE_WORDS * q + w, tl.where(w == 2, base, tl.where(w == 3, tq, rows_at)))
         src = _peer(ctx, stage_words, q, deltas, SIM)
         for r0 in range(pid * BR, tq, grid * BR):
             r = r0 + i.to(tl.int64)
@@ -121,18 +142,14 @@ def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens
 
 
 @triton.jit
-def _stage_distances(ctx, stage, deltas, WORLD: tl.constexpr, WB: tl.constexpr, SIM: tl.constexpr):
-    """[WB] int64: for each rank q < WORLD, the bytes from this rank's `stage` to q's (0 past
-    WORLD), multiples of 256 (the heaps' bases are allocation bases)."""
-    w = tl.arange(0, WB)
-    dist = tl.zeros([WB], dtype=tl.int64)
-    for q in tl.static_range(WORLD):
-        if SIM:
-            d = tl.load(deltas + q)
-        else:
-            d = (il.symm_peer_ptr(ctx, stage, q) - stage.to(tl.int64)) // 256 * 256
-        dist = tl.where(w == q, d, dist)
-    return dist
+def _stage_distance(ctx, stage, q, deltas, SIM: tl.constexpr):
+    """The bytes from this rank's `stage` to rank q's (a multiple of 256: the heaps' bases are
+    allocation bases)."""
+    if SIM:
+        d = tl.load(deltas + q)
+    else:
+        d = (il.symm_peer_ptr(ctx, stage, q) - stage.to(tl.int64)) // 256 * 256
+    return d
 
 
 @triton.jit
@@ -146,17 +163,17 @@ def _interleaved(step, t, WORLD: tl.constexpr):
 
 
 @triton.jit
-def _pull_sources(slot, q, t, counts, dist, row_bytes, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr):
+def _pull_sources(slot, src_rows, q, t, K: tl.constexpr, KB: tl.constexpr):
     """For token t of source q ([ROWS] int64 each): its row of meta, whether source q staged it
-    and it has a choice here, and the bytes from this rank's `stage` to its stage row at q
-    (anything where it has none)."""
-    w = tl.arange(0, WB)
-    at_q = w[None, :] == q[:, None]
-    staged = t < tl.sum(tl.where(at_q, counts[None, :], 0), 1)
-    r = tl.sum(tl.where(w[None, :] < q[:, None], counts[None, :], 0), 1) + t
+    and it has a choice here, and the bytes from this rank's `stage` to its token row at q
+    (anything where it has none), from q's entry of gather_meta's table `src_rows` (a few words,
+    loaded per step: nothing per source stays live in registers across the loop)."""
+    at = src_rows + SOURCE_WORDS * q
+    staged = t < tl.load(at + 3)
+    r = tl.load(at + 2) + t
     jj = tl.arange(0, KB)
     mine = tl.load(slot + r[:, None] * K + jj[None, :], mask=(jj[None, :] < K) & staged[:, None], other=-1)
-    to_row = tl.sum(tl.where(at_q, dist[None, :], 0), 1) + t * row_bytes
+    to_row = tl.load(at) + t * tl.load(at + 1)
     return r, staged & (tl.max(mine, 1) >= 0), tl.multiple_of(to_row, 16)
 
 
@@ -171,26 +188,26 @@ def _store_choices(out, slot, r, has, v, cols, c, m, K: tl.constexpr, N: tl.cons
 
 
 @jit(do_not_specialize=["ctx"])
-def pull_rows(ctx, stage, src_counts, slot, row_words, hidden_words, recv, side_col, side_out, side_cols, deltas,
+def pull_rows(ctx, stage, src_counts, src_rows, slot, hidden_words, recv, side_col, side_out, side_cols, deltas,
               status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
               BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, ROWS: tl.constexpr, SIM: tl.constexpr):
     """For every row r of meta (source q's token t) with a choice here (slot[r, j] >= 0, K per
-    row): recv[slot[r, j], :hidden_words] = q's stage row t (loaded once, stored per choice),
+    row): recv[slot[r, j], :hidden_words] = q's token row t (loaded once, stored per choice; where
+    gather_meta's table src_rows says: its stage row, or its x in place),
     with SIDE_BLOCK > 0 also side_out[slot, :side_cols] = its words from side_col (an fp8
     dispatch's scales). Rows in 2-byte words; ROWS rows loaded at once per CTA (a peer load
     waits a NVLink round trip: one row per CTA at a time leaves the link idle on a small grid),
     the sources interleaved (`_interleaved`). Then a barrier: once every rank has passed it, no
     rank reads a stage any more."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    counts = _source_counts(src_counts, WORLD, WB)
-    dist = _stage_distances(ctx, stage, deltas, WORLD, WB, SIM)
+    most = tl.max(_source_counts(src_counts, WORLD, WB), 0)
     base = stage.to(tl.pointer_type(tl.int8))
     offs = tl.arange(0, BLOCK)
     units = grid.to(tl.int64) * ROWS  # tokens of each source per block of WORLD steps
     lanes = pid * ROWS + tl.arange(0, ROWS).to(tl.int64)
-    for step in range(0, tl.cdiv(tl.max(counts, 0), units) * WORLD):
+    for step in range(0, tl.cdiv(most, units) * WORLD):
         t = (step // WORLD) * units + lanes
-        r, has, to_row = _pull_sources(slot, _interleaved(step, t, WORLD), t, counts, dist, row_words * 2, WB, K, KB)
+        r, has, to_row = _pull_sources(slot, src_rows, _interleaved(step, t, WORLD), t, K, KB)
         src = (base + to_row).to(stage.dtype)  # [ROWS] pointers to the rows at their sources
         for c in range(0, hidden_words, BLOCK):
             m = (c + offs < hidden_words)[None, :]
@@ -272,5 +289,5 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
             tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
 
 
-__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "WARPS", "gather_meta", "pull_rows", "reduce_push",
-           "sum_partials", "sum_ranks_chunk"]
+__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "SOURCE_WORDS", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "WARPS", "gather_meta", "pull_rows",
+           "reduce_push", "sum_partials", "sum_ranks_chunk", "write_header"]
