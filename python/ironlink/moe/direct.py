@@ -32,6 +32,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from ..language._abi import MAX_CTAS
 from ..ops.collectives import launch_with_status
+from ..runtime.heap_args import span_bytes
 from ..runtime.registry import holds
 from . import direct_kernels as dk
 from . import kernels, sort
@@ -138,14 +139,15 @@ class DirectPath:
         if m.fp8 or x.dim() != 2 or x.stride(1) != 1 or x.shape[0] == 0:
             return None
         row_bytes, at = x.stride(0) * x.element_size(), x.data_ptr()
-        if row_bytes % 16 or at % 16 or not self._holds(x, at + (x.shape[0] - 1) * row_bytes + m.hidden * x.element_size()):
+        if row_bytes % 16 or at % 16 or not self._holds(x):
             return None
         return at - self.stage.data_ptr(), row_bytes
 
-    def _holds(self, x: Any, end: int) -> bool:
-        """Whether x (up to byte address `end`) lies in this heap (simulated: in its arena)."""
+    def _holds(self, x: Any) -> bool:
+        """Whether x lies in this heap (simulated: in its arena)."""
         if self.sim is not None:
             arena = self.heap.arena
+            end = x.data_ptr() + span_bytes(x.shape, x.stride(), x.element_size())
             return arena.data_ptr() <= x.data_ptr() and end <= arena.data_ptr() + arena.numel()
         return holds(self.heap, x)
 
@@ -200,7 +202,7 @@ class DirectPath:
         m = self.m
         block = min(dk.PUSH_BLOCK, _pow2(m.hidden))
         self._launch("moe_combine", dk.reduce_push, self.ctas,
-                     (y, self.meta, layout.slot, layout.weight, self.src_counts, self.back, m.rank,
+                     (y, self.meta, layout.slot, layout.weight, self.src_counts, self.src_rows, self.back, m.rank,
                       m.rank * m.local_experts, m.local_experts, m.max_tokens, m.hidden),
                      check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,
                      num_warps=_warps(block, dk.PUSH_WARPS))

@@ -163,14 +163,21 @@ def _interleaved(step, t, WORLD: tl.constexpr):
 
 
 @triton.jit
+def _source_row(src_rows, q, t):
+    """(row of meta, whether source q staged it) of token t of source q (int64, scalars or
+    [ROWS]), from q's entry of gather_meta's table `src_rows` (a few words, loaded per step:
+    nothing per source stays live in registers across a loop)."""
+    at = src_rows + SOURCE_WORDS * q
+    return tl.load(at + 2) + t, t < tl.load(at + 3)
+
+
+@triton.jit
 def _pull_sources(slot, src_rows, q, t, K: tl.constexpr, KB: tl.constexpr):
     """For token t of source q ([ROWS] int64 each): its row of meta, whether source q staged it
     and it has a choice here, and the bytes from this rank's `stage` to its token row at q
-    (anything where it has none), from q's entry of gather_meta's table `src_rows` (a few words,
-    loaded per step: nothing per source stays live in registers across the loop)."""
+    (anything where it has none), from gather_meta's table `src_rows`."""
+    r, staged = _source_row(src_rows, q, t)
     at = src_rows + SOURCE_WORDS * q
-    staged = t < tl.load(at + 3)
-    r = tl.load(at + 2) + t
     jj = tl.arange(0, KB)
     mine = tl.load(slot + r[:, None] * K + jj[None, :], mask=(jj[None, :] < K) & staged[:, None], other=-1)
     to_row = tl.load(at) + t * tl.load(at + 1)
@@ -222,8 +229,8 @@ def pull_rows(ctx, stage, src_counts, src_rows, slot, hidden_words, recv, side_c
 
 
 @jit(do_not_specialize=["ctx", "rank", "lo"])
-def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_experts, max_tokens, hidden, deltas,
-                status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
+def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo, local_experts, max_tokens, hidden,
+                deltas, status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
                 BLOCK: tl.constexpr, SIM: tl.constexpr):
     """For every row r of meta (source q's token t) with an expert id in [lo, lo + local_experts):
     row rank * max_tokens + t of q's `back` = sum over j < K (in order) of weight[r, j] *
@@ -235,15 +242,13 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, back, rank, lo, local_ex
     their ranks."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     first = _barrier(ctx, SIM)
-    counts = _source_counts(src_counts, WORLD, WB)
-    w = tl.arange(0, WB)
+    most = tl.max(_source_counts(src_counts, WORLD, WB), 0)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
-    for step in range(0, tl.cdiv(tl.max(counts, 0), grid) * WORLD):
+    for step in range(0, tl.cdiv(most, grid) * WORLD):
         t = (step // WORLD) * grid + pid.to(tl.int64)
         q = _interleaved(step, t, WORLD)
-        r = tl.sum(tl.where(w < q, counts, 0), 0) + t
-        staged = t < tl.sum(tl.where(w == q, counts, 0), 0)
+        r, staged = _source_row(src_rows, q, t)
         ids = tl.load(meta + r * (2 * K) + jj, mask=(jj < K) & staged, other=-1)
         here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
         if here > 0:
@@ -289,5 +294,5 @@ def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_ex
             tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
 
 
-__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "SOURCE_WORDS", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "WARPS", "gather_meta", "pull_rows",
-           "reduce_push", "sum_partials", "sum_ranks_chunk", "write_header"]
+__all__ = ["META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "SOURCE_WORDS", "WARPS", "gather_meta",
+           "pull_rows", "reduce_push", "sum_partials", "sum_ranks_chunk", "write_header"]
