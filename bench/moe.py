@@ -409,11 +409,14 @@ def main() -> None:
     ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
                     help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
     ap.add_argument("--push-block", type=int, default=moe_direct.PUSH_BLOCK,
-                    help="experiment: moe.direct_kernels.PUSH_BLOCK (elements reduce_push sums per step)")
+                    help="experiment: moe.direct_kernels.PUSH_BLOCK (elements reduce_push sums per step per SM)")
     ap.add_argument("--push-warps", type=int, default=moe_direct.PUSH_WARPS,
-                    help="experiment: moe.direct_kernels.PUSH_WARPS (warps of reduce_push's CTAs)")
+                    help="experiment: moe.direct_kernels.PUSH_WARPS (warps of reduce_push per SM)")
     ap.add_argument("--pull-rows", type=int, default=moe_direct.PULL_ROWS,
-                    help="experiment: moe.direct_kernels.PULL_ROWS (rows pull_rows loads at once per CTA: 1, 2, 4)")
+                    help="experiment: moe.direct_kernels.PULL_ROWS (rows pull_rows loads at once per SM: 1, 2, 4)")
+    ap.add_argument("--ctas-per-sm", type=int, default=moe_direct.CTAS_PER_SM,
+                    help="experiment: moe.direct_kernels.CTAS_PER_SM (CTAs of pull_rows and reduce_push per SM, every SM in "
+                         "the budget)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--x-outside-heap", action="store_true",
                     help="give ironlink x as a plain tensor (its rows copied into the stage) instead of a heap "
@@ -435,6 +438,7 @@ def main() -> None:
     tokens = [int(t) for t in args.tokens.split(",")]
     moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
     moe_direct.PULL_ROWS, moe_direct.PUSH_BLOCK, moe_direct.PUSH_WARPS = args.pull_rows, args.push_block, args.push_warps
+    moe_direct.CTAS_PER_SM = args.ctas_per_sm
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()
@@ -453,7 +457,7 @@ def main() -> None:
     write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note, x="torch" if args.x_outside_heap else "heap",
                   sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS},
                   direct={"pull_rows": moe_direct.PULL_ROWS, "push_block": moe_direct.PUSH_BLOCK,
-                          "push_warps": moe_direct.PUSH_WARPS})
+                          "push_warps": moe_direct.PUSH_WARPS, "ctas_per_sm": moe_direct.CTAS_PER_SM})
     b.heap.close()
     dist.destroy_process_group()
 

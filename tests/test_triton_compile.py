@@ -248,10 +248,19 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 for _phase in (1, 2):
     _sig, _consts = MOE_KERNELS["ll_dispatch"]
     MOE_KERNELS[f"ll_dispatch phase{_phase}"] = (_sig, {**_consts, "PHASE": _phase})
+# pull_rows and reduce_push as launched with every SM in the budget: their per-SM shares split
+# over moe_direct.CTAS_PER_SM CTAs, which must then fit in one SM's registers together.
+_SPLIT = moe_direct.CTAS_PER_SM
+_sig, _consts = MOE_KERNELS["pull_rows"]
+MOE_KERNELS["pull_rows split"] = (_sig, {**_consts, "ROWS": max(1, moe_direct.PULL_ROWS // _SPLIT)})
+_sig, _consts = MOE_KERNELS["reduce_push"]
+MOE_KERNELS["reduce_push split"] = (_sig, {**_consts, "BLOCK": moe_direct.PUSH_BLOCK // _SPLIT})
+SPLIT_KERNELS = {"pull_rows split", "reduce_push split"}
 # Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
 MOE_WARPS = {"bucket_scan": moe_sort.SCAN_WARPS, "bucket_scan 256": moe_sort.SCAN_WARPS, "gather_meta": moe_direct.WARPS, "pull_rows": moe_direct.WARPS, "pull_rows 1 row": moe_direct.WARPS,
              "pull_rows fp8": moe_direct.WARPS,
-             "reduce_push": moe_direct.PUSH_WARPS, "ll_dispatch": moe_ll.WARPS, "ll_dispatch fp8": moe_ll.WARPS,
+             "reduce_push": moe_direct.PUSH_WARPS, "pull_rows split": moe_direct.WARPS,
+             "reduce_push split": moe_direct.PUSH_WARPS // _SPLIT, "ll_dispatch": moe_ll.WARPS, "ll_dispatch fp8": moe_ll.WARPS,
              "ll_dispatch phase1": moe_ll.WARPS, "ll_dispatch phase2": moe_ll.WARPS,
              "ll_combine": moe_ll.WARPS}
 
@@ -271,7 +280,8 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
 # pull_rows (four rows of 8192 in flight, 128 values a thread) spills 8 bytes with Triton 3.9 on
 # sm_90 / sm_100 since its sources are interleaved (a source index per row); 3.5 and 3.6 none.
 MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_scan": 24, "ll_dispatch phase1": 16,
-                       "pull_rows": 8}
+                       "pull_rows": 8, "pull_rows split": 8, "reduce_push split": 32}
+REGISTERS_PER_SM = 65536  # sm_80 to sm_100
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)
@@ -295,6 +305,10 @@ def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) 
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     allowed = MOE_SPILL_ALLOWANCE.get(name, 0)
     assert spills and all(int(a) <= allowed and int(b) <= allowed for a, b in spills), f"{name} spills on sm_{cc}:\n{report}"
+    if name in SPLIT_KERNELS:  # CTAS_PER_SM of them resident on one SM
+        threads = 32 * MOE_WARPS[name]
+        used = max(int(r) for r in re.findall(r"Used (\d+) registers", report))
+        assert used * threads * _SPLIT <= REGISTERS_PER_SM, f"{name}: {used} registers x {threads} threads x {_SPLIT} CTAs"
 
 
 # --- argument coercion ----------------------------------------------------------------------------

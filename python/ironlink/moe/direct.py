@@ -52,10 +52,11 @@ class DirectPath:
     uses). `sim_deltas` (tests): int64 [world] byte distances to the simulated peers' heaps; the
     kernels then run without the device library (moe/direct_kernels.py, SIM)."""
 
-    def __init__(self, m: Any, heap: Any, ctas: int, sim_deltas: Optional[Any] = None) -> None:
+    def __init__(self, m: Any, heap: Any, ctas: int, sim_deltas: Optional[Any] = None, per_sm: int = 1) -> None:
         import torch
 
         self.m, self.heap, self.ctas, self.sim = m, heap, ctas, sim_deltas
+        self.per_sm = per_sm  # CTAs per SM of pull_rows and reduce_push (dk.CTAS_PER_SM: every SM in the budget)
         dev = heap.device
         # Heap allocation order: layout._heap_shapes(path="direct").
         self.stage = heap.empty((m.max_tokens, m.row), m.dtype)
@@ -71,7 +72,7 @@ class DirectPath:
         self.received = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sim_status = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)
         self.wb = _pow2(m.world)
-        self.rows_in_flight = dk.PULL_ROWS  # rows each CTA of pull_rows loads at once
+        self.rows_in_flight = max(1, dk.PULL_ROWS // per_sm)  # rows each CTA of pull_rows loads at once
 
     def free(self) -> None:
         for t in (self.tokens, self.back, self.stage):
@@ -88,6 +89,10 @@ class DirectPath:
         call: Callable[[Any], None] = lambda status: kernel[(grid,)](h.ctx, *args, self.src_counts, status,
                                                                      SIM=False, **meta)
         launch_with_status(name, h, grid, call, check, function=function)
+
+    def _grid(self) -> int:
+        """The CTAs of pull_rows and reduce_push: `per_sm` per SM of the budget."""
+        return min(self.ctas * self.per_sm, MAX_CTAS)
 
     def dispatch(self, x: Any, idx: Any, weights: Any, t: int, check: bool) -> Layout:
         """Steps 1 to 4: x [t, hidden], idx / weights [t, topk] (contiguous) staged, gathered and
@@ -192,7 +197,7 @@ class DirectPath:
             args = (self.stage, self.src_counts, self.src_rows, slot, words, m.recv_x, 0, m.recv_x, 0)
             side = 0
         block = min(dk.PULL_BLOCK, _pow2(words))
-        self._launch("moe_dispatch", dk.pull_rows, self.ctas, args, check, "symm_barrier", WORLD=m.world, WB=self.wb,
+        self._launch("moe_dispatch", dk.pull_rows, self._grid(), args, check, "symm_barrier", WORLD=m.world, WB=self.wb,
                      K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, ROWS=self.rows_in_flight, num_warps=_warps(block))
         return Layout(counts, offsets, slot, weight, self.received)
 
@@ -200,12 +205,12 @@ class DirectPath:
         """Step 5: each source token's outputs of this rank's experts, weighted and summed, into
         its source's `back` (y: [capacity, hidden] in recv_x's layout, `dtype`, contiguous)."""
         m = self.m
-        block = min(dk.PUSH_BLOCK, _pow2(m.hidden))
-        self._launch("moe_combine", dk.reduce_push, self.ctas,
+        block = min(dk.PUSH_BLOCK // self.per_sm, _pow2(m.hidden))
+        self._launch("moe_combine", dk.reduce_push, self._grid(),
                      (y, self.meta, layout.slot, layout.weight, self.src_counts, self.src_rows, self.back, m.rank,
                       m.rank * m.local_experts, m.local_experts, m.max_tokens, m.hidden),
                      check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,
-                     num_warps=_warps(block, dk.PUSH_WARPS))
+                     num_warps=_warps(block, dk.PUSH_WARPS // self.per_sm))
 
     def sum(self, t: int) -> Any:
         """Step 6: [t, hidden], each token's partial sums from the ranks it went to, in rank order

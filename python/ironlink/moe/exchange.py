@@ -60,7 +60,7 @@ from ..runtime.errors import IronlinkError
 from ..runtime.handles import compiling, register
 from ..runtime.tuning import MOE_LOW_LATENCY_MAX_TOKENS, all_to_all_v_launch
 from ..ops.variable_all_to_all import all_to_all_v
-from . import kernels, sort
+from . import direct_kernels, kernels, sort
 from .direct import DirectPath, Layout
 from .low_latency import LowLatencyPath, capacity as low_latency_capacity
 from .layout import _RowLayout, _Sort, _heap_bytes, _heap_shapes, _pow2, fp8_dequantize, fp8_quantize_reference
@@ -165,7 +165,8 @@ class MoeExchange:
         self.low_latency: Optional[LowLatencyPath] = None
         ctas = min(self.sms, grid_cap(dev)) if cuda else 2
         if self.path == "direct":
-            self.direct = DirectPath(self, heap, ctas, sim)
+            per_sm = direct_kernels.CTAS_PER_SM if cuda and ctas == device_sms else 1  # every SM in the budget
+            self.direct = DirectPath(self, heap, ctas, sim, per_sm)
         elif self.path == "low_latency":
             self.low_latency = LowLatencyPath(self, heap, ctas, sim)
         # The one-node path taken, if any: both have dispatch, combine, bad_ids and free.
