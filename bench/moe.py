@@ -330,12 +330,10 @@ class MoeBench:
                 if steps > 2:
                     lay = d.place(False)
                     if steps > 3:
-                        d.push(y, lay, False)
-                    if steps > 4:
-                        d.sum(x.shape[0])
+                        d.combine(y, lay, x.shape[0], False)
             return run
 
-        names = ("stage", "gather_meta", "sort+pull_rows", "reduce_push", "sum_partials")
+        names = ("stage", "gather_meta", "sort+pull_rows", "reduce_push")
         timer = GraphRound()
         for i in range(len(names)):
             timer.add(upto(i + 1), payload)
