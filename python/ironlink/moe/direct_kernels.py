@@ -263,23 +263,6 @@ def _landed_words(landed, t, went, rank, max_tokens, WB: tl.constexpr):
 
 
 @triton.jit
-def _all_landed(landed, t, went, rank, flag, max_tokens, WORLD: tl.constexpr, WB: tl.constexpr):
-    """Whether every other rank that token t went to has announced its partial sum (`flag` in
-    its word of `landed`), the same answer in every thread of the CTA (a scalar atomic: one
-    thread reads, the CTA gets its value; each thread's own load could see a flag land between
-    two threads' reads, and split the CTA over both branches of the caller). An acquire at
-    system scope, so the rows read after it are the announced ones."""
-    w = tl.arange(0, WB)
-    ready = True
-    for p in tl.static_range(WORLD):
-        want = (tl.sum((went & (w == p)).to(tl.int32), 0) > 0) & (p != rank)
-        v = tl.atomic_add(landed + p * max_tokens + t, 0, mask=want, sem="acquire", scope="sys")
-        ready = ready & ((~want) | (((v >> 32).to(tl.int32)) == flag))
-    tl.debug_barrier()  # the acquiring thread's view -> every thread's loads
-    return ready
-
-
-@triton.jit
 def _sum_with_own(own, back, went, t, max_tokens, hidden, c, rank, BLOCK: tl.constexpr, WORLD: tl.constexpr,
                   WB: tl.constexpr):
     """`sum_ranks_chunk` with this rank's row given in registers (`own`, already rounded to
@@ -352,7 +335,12 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, landed, 
                                    mask=wb == 0, sem="release", scope="sys")
             elif staged:
                 went = _partial_ranks(ids, local_experts, WB)
-                if _all_landed(landed, t, went, rank, flag, max_tokens, WORLD, WB):
+                words, peers = _landed_words(landed, t, went, rank, max_tokens, WB)
+                got = tl.load(words, mask=(wb < WB) & peers, other=0, volatile=True)
+                if (~peers) | (all_tagged(got, flag) == 1):
+                    if peers:
+                        tl.atomic_add(words, 0, sem="acquire", scope="sys")  # their releases -> our loads
+                        tl.debug_barrier()
                     for c in range(0, hidden, BLOCK):
                         own = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK).to(back.dtype.element_ty)
                         acc = _sum_with_own(own, back, went, t, max_tokens, hidden, c, rank, BLOCK, WORLD, WB)
