@@ -330,10 +330,12 @@ class MoeBench:
                 if steps > 2:
                     lay = d.place(False)
                     if steps > 3:
-                        d.combine(y, lay, x.shape[0], False)
+                        d.push(y, lay, False)
+                    if steps > 4:
+                        d.sum(x.shape[0])
             return run
 
-        names = ("stage", "gather_meta", "sort+pull_rows", "reduce_push")
+        names = ("stage", "gather_meta", "sort+pull_rows", "reduce_push", "sum_partials")
         timer = GraphRound()
         for i in range(len(names)):
             timer.add(upto(i + 1), payload)

@@ -72,8 +72,7 @@ def sim_heaps(world: int, nbytes: int) -> list[SimHeap]:
 
 def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
     """`layer` on the direct path, each step on every rank before the next (the order its
-    barriers give on GPUs): stage, gather the ids, place (sort + pull), push and sum (its loop,
-    then the sums it deferred: on the first rank all of them, on the last none at world 2)."""
+    barriers give on GPUs): stage, gather the ids, place (sort + pull), push, sum."""
     staged = [m._stage(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
     for m in ms:
         m.direct.gather(False)
@@ -83,10 +82,9 @@ def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[
         recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
         counts.append(lay.counts)
         ys.append(_scaled_rows(m, lay.counts))
-    outs = [torch.empty(t, m.hidden, dtype=m.dtype) for m, t in zip(ms, staged)]
-    for phase in (1, 2):  # reduce_push's loop on every rank, then its deferred sums
-        for m, lay, y, out in zip(ms, lays, ys, outs):
-            m.direct.push(y, lay, out, False, phase)
+    for m, lay, y in zip(ms, lays, ys):
+        m.direct.push(y, lay, False)
+    outs = [m.direct.sum(t) for m, t in zip(ms, staged)]
     return recvs, counts, outs
 
 

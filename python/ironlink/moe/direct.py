@@ -13,20 +13,17 @@ dispatch
 4. `pull_rows` (peer loads, then a barrier): each source token with a choice here crosses NVLink
    once and is stored into every recv_x row it takes.
 combine
-5. `reduce_push` (a barrier, then peer stores; one launch): per source token, its outputs of this
-   rank's experts weighted and summed, into row (this rank, token) of the source's `back`, each
-   announced by a flag word in the source's `landed`; and per own token, the sums from the ranks
-   it went to, added in rank order into the output, once their flags say they have landed (the
-   own partial from registers; where a peer's is late, after the loop, from `back`).
+5. `reduce_push` (a barrier, peer stores, a barrier): per source token, its outputs of this
+   rank's experts weighted and summed, into row (this rank, token) of the source's `back`;
+6. `sum_partials` (local): each token's rows from the ranks it went to, summed in rank order.
 
 Nothing reads a count on the host, so a CUDA graph replays it with new routing. The barriers
 order the buffers' reuse: a rank restages (1) only after every rank passed pull_rows' barrier,
-so after every read of its stage; and a rank stores into `back` (5) only after every rank
-passed reduce_push's barrier, which each CTA reaches after reading, in its last combine, the
-rows of `back` that the same-index CTAs store into (token t belongs to CTA t mod grid on every
-rank), even with no dispatch in between (a combine repeated on one handle, as the benchmark
-times it). Each barrier pairs the same-index CTAs of the ranks: every rank launches the same
-grid.
+so after every read of its stage; it reads `back` (6) after every rank passed reduce_push's
+barrier, so after every store into it; and a rank stores into `back` (5) only after every rank
+passed reduce_push's first barrier, which each reaches after reading `back` in its last combine
+(6), even with no dispatch in between (a combine repeated on one handle, as the benchmark times
+it). Each barrier pairs the same-index CTAs of the ranks: every rank launches the same grid.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from ..runtime.heap_args import span_bytes
 from ..runtime.registry import holds
 from . import direct_kernels as dk
 from . import kernels, sort
-from .layout import _pow2, sim_context, take_count
+from .layout import _pow2, take_count
 
 
 class Layout(NamedTuple):
@@ -65,13 +62,6 @@ class DirectPath:
         self.stage = heap.empty((m.max_tokens, m.row), m.dtype)
         self.back = heap.empty((m.world * m.max_tokens, m.hidden), m.dtype)
         self.tokens = heap.empty((3,), torch.int64)  # the count, and where the token rows are (write_header)
-        # The peers' announcements of their partial sums (reduce_push), tagged with each CTA's
-        # combines so far: zeroed, then a barrier, so no zeroing here lands after a peer's flag.
-        self.landed = heap.empty((m.world, m.max_tokens), torch.int64).zero_()
-        if sim_deltas is None:
-            heap.barrier()
-        self.combines = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)  # each CTA's, the flags' tags
-        self.deferred = torch.zeros(m.max_tokens, dtype=torch.int32, device=dev)  # own tokens summed after the loop
         rows = m.world * m.max_tokens
         self.token_rows = torch.arange(m.max_tokens, dtype=torch.int64, device=dev)  # pack's send_row
         self.meta = torch.zeros(rows, 2 * m.topk, dtype=torch.int32, device=dev)
@@ -81,21 +71,19 @@ class DirectPath:
         self.source = torch.empty(m.capacity, dtype=torch.int64, device=dev)  # expert_place's, unused here
         self.received = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sim_status = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)
-        self.sim_ctx = sim_context() if sim_deltas is not None else None  # for the flag waits
         self.wb = _pow2(m.world)
         self.rows_in_flight = max(1, dk.PULL_ROWS // per_sm)  # rows each CTA of pull_rows loads at once
 
     def free(self) -> None:
-        for t in (self.landed, self.tokens, self.back, self.stage):
+        for t in (self.tokens, self.back, self.stage):
             self.heap.free(t)
 
     def _launch(self, name: str, kernel: Any, grid: int, args: tuple[Any, ...], check: bool, function: str,
                 **meta: Any) -> None:
         """`kernel[(grid,)](ctx, *args, deltas, status, SIM=..., **meta)`, its statuses checked as
-        every ironlink call's (launch_with_status); simulated: the plain Triton kernel, no library
-        (ctx: a stand-in for the flag waits)."""
-        if self.sim_ctx is not None:
-            kernel.fn[(grid,)](self.sim_ctx.data_ptr(), *args, self.sim, self.sim_status, SIM=True, **meta)
+        every ironlink call's (launch_with_status); simulated: the plain Triton kernel, no library."""
+        if self.sim is not None:
+            kernel.fn[(grid,)](0, *args, self.sim, self.sim_status, SIM=True, **meta)
             return
         h = self.heap
         call: Callable[[Any], None] = lambda status: kernel[(grid,)](h.ctx, *args, self.src_counts, status,
@@ -115,11 +103,8 @@ class DirectPath:
 
     def combine(self, y: Any, layout: Layout, t: int, check: bool) -> Any:
         """Steps 5 and 6: [t, hidden], each own token's expert outputs weighted and summed."""
-        import torch
-
-        out = torch.empty(t, self.m.hidden, dtype=self.m.dtype, device=self.back.device)
-        self.push(y, layout, out, check)
-        return out
+        self.push(y, layout, check)
+        return self.sum(t)
 
     def stage_tokens(self, x: Any, idx: Any, weights: Any, t: int) -> None:
         """Step 1: this rank's t tokens' ids and weights into its stage, and their rows: where x
@@ -216,20 +201,29 @@ class DirectPath:
                      K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, ROWS=self.rows_in_flight, num_warps=_warps(block))
         return Layout(counts, offsets, slot, weight, self.received)
 
-    def push(self, y: Any, layout: Layout, out: Any, check: bool, phase: int = 0) -> None:
-        """Steps 5 and 6 (reduce_push, one launch): each source token's outputs of this rank's
-        experts, weighted and summed, into its source's `back`, and each own token's sums from the
-        ranks it went to into out [t, hidden] (y: [capacity, hidden] in recv_x's layout, `dtype`,
-        contiguous; meta must still hold this dispatch's ids: one dispatch / combine pair at a
-        time). `phase` (simulation): 1 the loop, 2 the sums it deferred."""
+    def push(self, y: Any, layout: Layout, check: bool) -> None:
+        """Step 5: each source token's outputs of this rank's experts, weighted and summed, into
+        its source's `back` (y: [capacity, hidden] in recv_x's layout, `dtype`, contiguous)."""
         m = self.m
         block = min(dk.PUSH_BLOCK // self.per_sm, _pow2(m.hidden))
         self._launch("moe_combine", dk.reduce_push, self._grid(),
-                     (y, self.meta, layout.slot, layout.weight, self.src_counts, self.src_rows, self.back, self.landed,
-                      self.combines, self.deferred, out, m.rank, m.rank * m.local_experts, m.local_experts,
-                      m.max_tokens, m.hidden),
-                     check, "symm_barrier/the wait for the partial sums", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb,
-                     BLOCK=block, LAG=dk.LAG, PHASE=phase, num_warps=_warps(block, dk.PUSH_WARPS // self.per_sm))
+                     (y, self.meta, layout.slot, layout.weight, self.src_counts, self.src_rows, self.back, m.rank,
+                      m.rank * m.local_experts, m.local_experts, m.max_tokens, m.hidden),
+                     check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,
+                     num_warps=_warps(block, dk.PUSH_WARPS // self.per_sm))
+
+    def sum(self, t: int) -> Any:
+        """Step 6: [t, hidden], each token's partial sums from the ranks it went to, in rank order
+        (meta must still hold this dispatch's ids: one dispatch / combine pair at a time)."""
+        import torch
+
+        m = self.m
+        out = torch.empty(t, m.hidden, dtype=m.dtype, device=self.back.device)
+        if t:
+            dk.sum_partials[(min(t, m.programs),)](self.back, self.meta, self.src_counts, m.rank, out, m.max_tokens,
+                                                   m.hidden, m.local_experts, WORLD=m.world, WB=self.wb, K=m.topk,
+                                                   KB=m.kb, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+        return out
 
     def bad_ids(self) -> int:
         """Expert ids outside [0, num_experts) in this rank's last dispatch (waits for the GPU);

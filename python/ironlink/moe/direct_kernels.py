@@ -15,10 +15,10 @@ row per (token, rank) straight into the token's rank:
   restages before every rank has read it;
 - `reduce_push` (after a barrier: no rank still reads `back`): for each source token with a
   choice here, the weighted sum (fp32, choice order) of its expert outputs here, rounded to the
-  payload dtype; a peer's token's is stored into row (this rank, token) of the source's `back`
-  (a peer store) and announced by a flag word in the source's `landed`; an own token's is added
-  to the peers' partials in rank order in fp32 as soon as their flags are there (else after the
-  loop), into the output: combine is one launch.
+  payload dtype and stored into row (this rank, token) of the source's `back` buffer (a peer
+  store), then a barrier, after which every row a source will read has landed;
+- `sum_partials` (local): each token's rows in `back` from the ranks it went to (its ids as
+  staged, from `meta`), added in rank order in fp32.
 The arithmetic of combine is that of the relay path (weighted_partial_sums, sum_rank_rows), so
 both give the same bits.
 
@@ -34,8 +34,6 @@ import triton.language as tl
 from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
-from ..language import _abi
-from ..language._flags import all_tagged, tagged, wait_tagged
 from .kernels import weighted_chunk
 
 # pull_rows loads a whole row per step where it can (16 KiB per row with 8 warps), PULL_ROWS rows
@@ -69,10 +67,6 @@ META_BLOCK_ROWS = 32  # rows of ids and weights gather_meta copies per step
 # gather_meta's table of sources, int64 words per rank: bytes from this rank's stage to its token
 # rows, bytes between them, its first row of meta, its token count.
 SOURCE_WORDS = tl.constexpr(4)
-# reduce_push takes this rank's own tokens LAG blocks of its loop after the peers' (a block: one
-# token of each source per CTA), so their partial sums have mostly landed when it sums them.
-LAG = 2
-_COMBINE_WAIT = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_wait_others"))
 
 
 @triton.jit(do_not_specialize=["t", "offset", "row_bytes"])
@@ -242,135 +236,35 @@ def pull_rows(ctx, stage, src_counts, src_rows, slot, hidden_words, recv, side_c
     tl.store(status + pid, _barrier(ctx, SIM))
 
 
-@triton.jit
-def _partial_ranks(ids, local_experts, WB: tl.constexpr):
-    """For a token's ids ([KB], -1 for none): [WB] whether each rank holds one of its choices
-    (so sends it a partial sum)."""
-    w = tl.arange(0, WB)
-    dest = tl.where(ids >= 0, ids // local_experts, -1)
-    return tl.sum((dest[None, :] == w[:, None]).to(tl.int32), 1) > 0
-
-
-@triton.jit
-def _landed_words(landed, t, went, rank, max_tokens, WB: tl.constexpr):
-    """([WB] pointers, any): the words of `landed` (this rank's) in which the other ranks token t
-    went to announce its partial sums; a rank it did not go to points at one that it did, so
-    every word polled should carry the flag."""
-    w = tl.arange(0, WB)
-    peers = went & (w != rank)
-    some = tl.min(tl.where(peers, w, WB))
-    return landed + tl.where(peers, w, some).to(tl.int64) * max_tokens + t, some < WB
-
-
-@triton.jit
-def _sum_with_own(own, back, went, t, max_tokens, hidden, c, rank, BLOCK: tl.constexpr, WORLD: tl.constexpr,
-                  WB: tl.constexpr):
-    """`sum_ranks_chunk` with this rank's row given in registers (`own`, already rounded to
-    back's dtype) instead of read from `back`: the same additions in the same order."""
-    offs = tl.arange(0, BLOCK)
-    m = c + offs < hidden
-    w = tl.arange(0, WB)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for p in tl.static_range(WORLD):
-        went_p = tl.sum((went & (w == p)).to(tl.int32), 0) > 0
-        if p == rank:
-            acc += tl.where(went_p, own.to(tl.float32), 0.0)
-        else:
-            acc += tl.load(back + (p * max_tokens + t) * hidden + c + offs, mask=m & went_p,
-                           other=0.0).to(tl.float32)
-    return acc
-
-
 @jit(do_not_specialize=["ctx", "rank", "lo"])
-def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, landed, calls, deferred, out, rank, lo,
-                local_experts, max_tokens, hidden, deltas, status, WORLD: tl.constexpr, WB: tl.constexpr,
-                K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr, LAG: tl.constexpr, PHASE: tl.constexpr,
-                SIM: tl.constexpr):
-    """Combine in one launch. For every row r of meta (source q's token t) with an expert id in
-    [lo, lo + local_experts): its partial sum = sum over j < K (in order) of weight[r, j] *
+def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo, local_experts, max_tokens, hidden,
+                deltas, status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
+                BLOCK: tl.constexpr, SIM: tl.constexpr):
+    """For every row r of meta (source q's token t) with an expert id in [lo, lo + local_experts):
+    row rank * max_tokens + t of q's `back` = sum over j < K (in order) of weight[r, j] *
     y[slot[r, j]] in fp32, skipping slot < 0 (another rank's expert, or past recv_capacity: such
-    a token still gets its partial, zeros if nothing of it is here), rounded to back's dtype.
-    A peer's token: the partial stored into row (rank, t) of q's `back`, then announced in word
-    (rank, t) of q's `landed` [WORLD, max_tokens] (heap; tagged with this combine's flag, a
-    release at system scope). This rank's token t (< its count): out[t] = its ranks' partials
-    added in rank order in fp32 (`sum_ranks_chunk`'s arithmetic), with this rank's own from
-    registers where every other rank's has landed already; where not, the own partial goes to
-    row (rank, t) of `back` and `deferred[t]` = the flag, and the sum waits for the flags after
-    the loop (the loop never waits on a peer, so every rank's announcements come). Own tokens
-    run LAG blocks behind the peers' in the loop, so their partials have mostly landed.
-    Sources interleaved (`_interleaved`) after a barrier that keeps this combine's stores out of
-    `back` until every rank has read the last combine's: the same-index CTA of every rank reads
-    the rows it stores (token t belongs to CTA t mod grid everywhere: every rank launches the
-    same grid). calls [MAX_CTAS] int32: each CTA's combines so far (the flag: that + 1).
-    PHASE 0: all of it; simulation (SIM): 1 the loop, 2 the sums deferred (each on every rank in
-    turn)."""
+    a token still gets its row, zeros if nothing of it is here), rounded to back's dtype.
+    The sources interleaved (`_interleaved`), between two barriers: the first keeps this
+    combine's stores out of `back` until every rank has finished reading the last combine's (a
+    combine repeated on one handle has no dispatch in between), the second makes them visible to
+    their ranks."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    flag = tl.load(calls + pid) + 1
-    counts = _source_counts(src_counts, WORLD, WB)
-    wb = tl.arange(0, WB)
-    mine = tl.sum(tl.where(wb == rank, counts, 0), 0)
+    first = _barrier(ctx, SIM)
+    most = tl.max(_source_counts(src_counts, WORLD, WB), 0)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
-    s = pid * 0
-    if PHASE != 2:
-        s = _barrier(ctx, SIM)
-        most = tl.max(counts, 0)
-        for step in range(0, (tl.cdiv(most, grid) + LAG) * WORLD):
-            tb = (step // WORLD) * grid + pid.to(tl.int64)
-            q = _interleaved(step, tb, WORLD)
-            t = tl.where(q == rank, tb - LAG * grid, tb)
-            r, staged = _source_row(src_rows, q, t)
-            staged = staged & (t >= 0)
-            ids = tl.load(meta + r * (2 * K) + jj, mask=(jj < K) & staged, other=-1)
-            here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
-            if q != rank:
-                if here > 0:
-                    dst = _peer(ctx, back, q, deltas, SIM) + (rank * max_tokens + t) * hidden
-                    for c in range(0, hidden, BLOCK):
-                        acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
-                        tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
-                    tl.debug_barrier()  # every thread's stores issued before the release
-                    at = _peer(ctx, landed, q, deltas, SIM) + rank * max_tokens + t
-                    tl.atomic_xchg(at + wb * 0, tagged(flag + wb * 0, tl.zeros([WB], dtype=tl.float32)),
-                                   mask=wb == 0, sem="release", scope="sys")
-            elif staged:
-                went = _partial_ranks(ids, local_experts, WB)
-                words, peers = _landed_words(landed, t, went, rank, max_tokens, WB)
-                got = tl.load(words, mask=(wb < WB) & peers, other=0, volatile=True)
-                if (~peers) | (all_tagged(got, flag) == 1):
-                    if peers:
-                        tl.atomic_add(words, 0, sem="acquire", scope="sys")  # their releases -> our loads
-                        tl.debug_barrier()
-                    for c in range(0, hidden, BLOCK):
-                        own = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK).to(back.dtype.element_ty)
-                        acc = _sum_with_own(own, back, went, t, max_tokens, hidden, c, rank, BLOCK, WORLD, WB)
-                        tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
-                else:
-                    if here > 0:
-                        dst = back + (rank * max_tokens + t) * hidden
-                        for c in range(0, hidden, BLOCK):
-                            acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
-                            tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
-                    tl.store(deferred + t, flag)
-    if PHASE != 1:
-        tl.debug_barrier()  # this CTA's own rows and marks, stored by any of its threads
-        for t in range(pid.to(tl.int64), mine, grid):
-            if tl.load(deferred + t) == flag:
-                r = _source_row(src_rows, rank, t)[0]
-                ids = tl.load(meta + r * (2 * K) + jj, mask=jj < K, other=-1)
-                went = _partial_ranks(ids, local_experts, WB)
-                words, peers = _landed_words(landed, t, went, rank, max_tokens, WB)
-                if peers:
-                    _, waited = wait_tagged(ctx, words, flag, _COMBINE_WAIT)
-                    s = ilt.failure_or(s, waited)
-                    tl.atomic_add(words, 0, sem="acquire", scope="sys")
-                    tl.debug_barrier()
-                dest = tl.where(ids >= 0, ids // local_experts, -1)
-                for c in range(0, hidden, BLOCK):
-                    acc = sum_ranks_chunk(back, dest, t, max_tokens, hidden, c, BLOCK, WORLD)
-                    tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
-        tl.store(calls + pid, flag)
-    tl.store(status + pid, s)
+    for step in range(0, tl.cdiv(most, grid) * WORLD):
+        t = (step // WORLD) * grid + pid.to(tl.int64)
+        q = _interleaved(step, t, WORLD)
+        r, staged = _source_row(src_rows, q, t)
+        ids = tl.load(meta + r * (2 * K) + jj, mask=(jj < K) & staged, other=-1)
+        here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
+        if here > 0:
+            dst = _peer(ctx, back, q, deltas, SIM) + (rank * max_tokens + t) * hidden
+            for c in range(0, hidden, BLOCK):
+                acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
+                tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
+    tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, SIM)))
 
 
 @triton.jit
@@ -387,5 +281,26 @@ def sum_ranks_chunk(back, dest, t, max_tokens, hidden, c, BLOCK: tl.constexpr, W
     return acc
 
 
+@triton.jit
+def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_experts, WORLD: tl.constexpr,
+                 WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
+    """out[t] = sum over ranks p (in order) of back[p * max_tokens + t] in fp32, over the ranks
+    token t's valid ids go to (read from this rank's own rows of `meta`: the ids as staged, -1 for
+    an out-of-range one; not the caller's topk_idx, which may hold the next routing by now).
+    Grid-strided over this rank's tokens."""
+    counts = _source_counts(src_counts, WORLD, WB)
+    w = tl.arange(0, WB)
+    mine = tl.sum(tl.where(w == rank, counts, 0), 0)
+    first = tl.sum(tl.where(w < rank, counts, 0), 0)
+    offs = tl.arange(0, BLOCK)
+    jj = tl.arange(0, KB)
+    for t in range(tl.program_id(0).to(tl.int64), mine, tl.num_programs(0)):
+        e = tl.load(meta + (first + t) * (2 * K) + jj, mask=jj < K, other=-1)
+        dest = tl.where(e >= 0, e // local_experts, -1)
+        for c in range(0, hidden, BLOCK):
+            acc = sum_ranks_chunk(back, dest, t, max_tokens, hidden, c, BLOCK, WORLD)
+            tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
+
+
 __all__ = ["CTAS_PER_SM", "META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "SOURCE_WORDS", "WARPS", "gather_meta",
-           "pull_rows", "reduce_push", "sum_ranks_chunk", "write_header"]
+           "pull_rows", "reduce_push", "sum_partials", "sum_ranks_chunk", "write_header"]

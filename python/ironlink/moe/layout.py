@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ..language import _abi
 from ..language._abi import MAX_CTAS
 from . import kernels, sort
 
@@ -47,15 +46,14 @@ def _heap_shapes(world: int, max_tokens: int, hidden: int, row: int,
     2-byte words, shapes of its int64 vectors).
     Direct path (one node): the stage (one row per token: peers pull from it) and `back` (a row
     per (rank, token): the peers' partial sums land there), then the staged token count and where
-    the token rows are (the stage, or x where it lies in the heap), and a flag word per (rank,
-    token) announcing that rank's partial sum.
+    the token rows are (the stage, or x where it lies in the heap).
     Low-latency path (one node): two halves each of `landing` (a row per (rank, token): the
     peers push there) and `back`, then the landing token counts and the senders' flags (a word
     per (half, rank, CTA)).
     Relay path (several nodes): send, receive, combine's send and receive (`world * max_tokens`
     rows each, as a token reaches a rank at most once), then five count vectors."""
     if path == "direct":
-        return [(max_tokens, row), (world * max_tokens, hidden)], [(3,), (world, max_tokens)]
+        return [(max_tokens, row), (world * max_tokens, hidden)], [(3,)]
     if path == "low_latency":
         return [(2, world, max_tokens, row), (2, world, max_tokens, hidden)], [(2, world), (2, world, MAX_CTAS)]
     rows = world * max_tokens
@@ -88,20 +86,6 @@ class _Sort(NamedTuple):
         pb = sort.scan_programs(_pow2(programs), bb)
         hist = torch.zeros(programs, bb, dtype=torch.int32, device=device)
         return _Sort(bb, sort.block_rows(choices_block, bb), pb, hist, torch.zeros_like(hist))
-
-
-# Simulation: how long a flag wait polls before TIMEOUT (the interpreter's clock: 1 us a reading).
-SIM_TIMEOUT_NS = 50_000
-
-
-def sim_context() -> Any:
-    """Simulation: a stand-in for the device context that the kernels' flag waits read (its
-    timeout, SIM_TIMEOUT_NS, and its error words), int64 on the CPU."""
-    import torch
-
-    ctx = torch.zeros(_abi.CONTEXT_SIZE // 8, dtype=torch.int64)
-    ctx[_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8] = SIM_TIMEOUT_NS
-    return ctx
 
 
 def take_count(counts: Any) -> int:

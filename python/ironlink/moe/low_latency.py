@@ -15,11 +15,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ..language import _abi
 from ..language._abi import MAX_CTAS
 from ..ops.collectives import launch_with_status
 from . import kernels, low_latency_kernels as llk
 from .direct import Layout
-from .layout import _pow2, sim_context, take_count
+from .layout import _pow2, take_count
+
+
+# Simulation: how long a flag wait polls before TIMEOUT (the interpreter's clock: 1 us a reading).
+SIM_TIMEOUT_NS = 50_000
 
 
 def capacity(world: int, max_tokens: int, local_experts: int) -> int:
@@ -61,7 +66,9 @@ class LowLatencyPath:
         self.bad = torch.zeros(ctas, **i64)
         self.sim_status = torch.zeros(MAX_CTAS, **i32)
         # Simulation: a context for the kernels' flag waits (its timeout and error words).
-        self.sim_ctx = sim_context() if sim_deltas is not None else None
+        self.sim_ctx = torch.zeros(_abi.CONTEXT_SIZE // 8, dtype=torch.int64) if sim_deltas is not None else None
+        if self.sim_ctx is not None:
+            self.sim_ctx[_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8] = SIM_TIMEOUT_NS
 
     def free(self) -> None:
         for t in (self.arrived, self.landing_count, self.back, self.landing):
