@@ -56,9 +56,9 @@ class FusedBench:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.rows: list[dict[str, Any]] = []
-        # The current shape's contenders (`record`) until they are timed together (`flush`).
+        # The current shape's contenders (`record`, each tagged with its row) until they are timed
+        # together (`flush`).
         self.round = GraphRound()
-        self.pending: list[tuple[dict[str, Any], dict[str, int], dict[str, Any]]] = []
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         # Programmatic dependent launch (ironlink.ops.pdl): what the ops choose by default here, and
         # the settings to measure (both where the GPU has it).
@@ -69,18 +69,16 @@ class FusedBench:
     def record(self, op: str, contender: str, shape: dict[str, int], dtype: str, fn: Callable[[], None],
                nbytes: int, **extra: Any) -> None:
         """Captures `fn` into the current shape's round; `flush` times the round's contenders in turns."""
-        self.round.add(fn, nbytes)
-        self.pending.append(({"op": op, "contender": contender, **shape, "dtype": dtype}, shape, extra))
+        self.round.add(fn, nbytes, tag=({"op": op, "contender": contender, **shape, "dtype": dtype}, shape, extra))
 
     def flush(self) -> None:
         """Times every contender recorded since the last flush side by side (`GraphRound`: clock
         drift over the run falls on each alike) and appends their rows."""
-        for (row, shape, extra), us in zip(self.pending, self.round.run()):
+        for (row, shape, extra), us in self.round.run_tagged():
             self.rows.append({**row, "us": round(us, 3), **extra})
             if self.rank == 0:
                 print(f"{row['op']:>18} {row['contender']:>22} {shape} {row['dtype']} {us:10.2f} us {extra or ''}",
                       flush=True)
-        self.pending.clear()
         self.heap.check()
 
     def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype) -> None:

@@ -94,14 +94,16 @@ class GraphRound:
 
     def __init__(self) -> None:
         # (graph, calls in it, replays, the function: it keeps what its graph reads alive until `run`,
-        # what runs before each replay)
-        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], None], Optional[Callable[[], None]]]] = []
+        # what runs before each replay, the caller's tag)
+        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], None], Optional[Callable[[], None]],
+                                Any]] = []
 
-    def add(self, fn: Callable[[], None], nbytes: int, before: Optional[Callable[[], None]] = None) -> int:
+    def add(self, fn: Callable[[], None], nbytes: int, before: Optional[Callable[[], None]] = None,
+            tag: Any = None) -> int:
         """Warms `fn` up, captures `iters_reps(nbytes)[0]` calls of it into a graph; returns its index.
         `before` (host code, untimed) runs first and again before each replay: for state the
         graph's kernels read at run time that other contenders change (a heap context's algorithm
-        limits)."""
+        limits). `tag`: anything, handed back with the time by `run_tagged`."""
         if before is not None:
             before()
         iters, reps = iters_reps(nbytes)
@@ -118,16 +120,20 @@ class GraphRound:
                 fn()
         g.replay()
         torch.cuda.synchronize()
-        self.graphs.append((g, iters, reps, fn, before))
+        self.graphs.append((g, iters, reps, fn, before, tag))
         return len(self.graphs) - 1
 
     def run(self) -> list[float]:
         """Times every graph added (the most replays any asked for each), then drops them."""
+        return [us for _, us in self.run_tagged()]
+
+    def run_tagged(self) -> list[tuple[Any, float]]:
+        """`run`, each time with the tag its graph was added with."""
         n = len(self.graphs)
         times: list[list[float]] = [[] for _ in range(n)]
-        for r in range(max((reps for _, _, reps, _, _ in self.graphs), default=0)):
+        for r in range(max((g[2] for g in self.graphs), default=0)):
             for i in [(r + j) % n for j in range(n)]:  # rotated: each contender leads a round in turn
-                g, iters, _, _, before = self.graphs[i]
+                g, iters, _, _, before, _ = self.graphs[i]
                 if before is not None:
                     before()
                 dist.barrier()
@@ -137,12 +143,13 @@ class GraphRound:
                 b.record()
                 b.synchronize()
                 times[i].append(a.elapsed_time(b) * 1000 / iters)
+        tags = [graph[5] for graph in self.graphs]
         self.graphs.clear()
         if n == 0:
             return []
         t = torch.tensor([statistics.median(ts) for ts in times], device="cuda")
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.tolist()
+        return list(zip(tags, t.tolist()))
 
 
 def time_graph(fn: Callable[[], None], nbytes: int) -> float:

@@ -83,10 +83,10 @@ class MoeBench:
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
-        # The current shape's graph contenders (`add`: record's arguments but the time) until they
-        # are timed together (`flush`), and the MoeExchanges their graphs read, open until then.
+        # The current shape's graph contenders (`add`, each tagged with record's arguments but the
+        # time) until they are timed together (`flush`), and the MoeExchanges their graphs read,
+        # open until then.
         self.round = GraphRound()
-        self.pending: list[tuple[str, str, dict[str, Any], int, int]] = []
         self.exchanges: list[Any] = []
         self.nvshmem: Optional[moe_nvshmem.NvshmemPath] = None
         self.nvshmem_graph = False
@@ -120,15 +120,13 @@ class MoeBench:
             nvlink: int = 0) -> None:
         """Captures `fn` into the current shape's round (`nbytes`: its graph's size class,
         ironlink_bench.iters_reps); `flush` times it and records its row as `record` would."""
-        self.round.add(fn, nbytes)
-        self.pending.append((op, who, shape, payload, nvlink))
+        self.round.add(fn, nbytes, tag=(op, who, shape, payload, nvlink))
 
     def flush(self) -> None:
         """Times every contender added since the last flush side by side (`GraphRound`: clock drift
         over the run falls on each alike) and records their rows."""
-        for (op, who, shape, payload, nvlink), us in zip(self.pending, self.round.run()):
+        for (op, who, shape, payload, nvlink), us in self.round.run_tagged():
             self.record(op, who, shape, us, payload, nvlink)
-        self.pending.clear()
 
     def exchange(self, max_tokens: int, **kw: Any) -> Any:
         """A MoeExchange for the current shape, open until `run` has timed the shape's round (the
