@@ -97,8 +97,9 @@ test-python: venv
 	@IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=python $(VPY) $(PYTEST) tests
 
 lint: $(STAMP)/toolchain venv
-	@echo "== lint: mypy on the Python package, cargo fmt --check, clippy -D warnings"
+	@echo "== lint: mypy on the Python package and bench/, cargo fmt --check, clippy -D warnings"
 	cd python && ../$(VPY) -m mypy --ignore-missing-imports -p ironlink
+	cd bench && ../$(VPY) -m mypy --ignore-missing-imports *.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -q --workspace --all-targets --features python -- -D warnings

@@ -66,7 +66,7 @@ class FusedBench:
         self.default_pdl = choose_pdl(None, major, "all_reduce_rmsnorm")
         self.pdl_settings = (False, True) if major >= MIN_MAJOR else (False,)
 
-    def record(self, op: str, contender: str, shape: dict[str, int], dtype: str, fn: Callable[[], None],
+    def record(self, op: str, contender: str, shape: dict[str, int], dtype: str, fn: Callable[[], Any],
                nbytes: int, **extra: Any) -> None:
         """Captures `fn` into the current shape's round; `flush` times the round's contenders in turns."""
         self.round.add(fn, nbytes, tag=({"op": op, "contender": contender, **shape, "dtype": dtype}, shape, extra))
@@ -103,10 +103,20 @@ class FusedBench:
                 self.record("allreduce_rmsnorm", f"ironlink_fused[{mode}{',pdl' if pdl else ''}]", shape, dt,
                             lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
                                                                 mode=mode, pdl=pdl), nbytes)
-        self.record("allreduce_rmsnorm", "nccl_torch", shape, dt, lambda: (dist.all_reduce(x), torch_ops()), nbytes)
+
+        # Defs, not tuple lambdas: torch_ops returns nothing to put in a tuple.
+        def nccl_torch() -> None:
+            dist.all_reduce(x)
+            torch_ops()
+
+        self.record("allreduce_rmsnorm", "nccl_torch", shape, dt, nccl_torch, nbytes)
         for pdl in self.pdl_settings:
-            self.record("allreduce_rmsnorm", f"ironlink_torch{'[pdl]' if pdl else ''}", shape, dt,
-                        lambda: (ironlink.all_reduce(x, heap=self.heap, pdl=pdl), torch_ops()), nbytes)
+            def ironlink_torch() -> None:
+                ironlink.all_reduce(x, heap=self.heap, pdl=pdl)
+                torch_ops()
+
+            self.record("allreduce_rmsnorm", f"ironlink_torch{'[pdl]' if pdl else ''}", shape, dt, ironlink_torch,
+                        nbytes)
         self.record("allreduce_rmsnorm", "torch_ops", shape, dt, torch_ops, nbytes)
         if torch.cuda.get_device_capability()[0] >= 9:  # the FP8 output (per-token scales) for an FP8 GEMM
             out8 = torch.empty(tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)

@@ -79,13 +79,14 @@ def block() -> str:
             "|---|---|---|---|---|---|---|---|---|---|"]
     for m in sorted({r["M"] for r in rows if r["op"] == OPS[1]}):
         row = next(r for r in rows if r["op"] == OPS[1] and r["contender"] == "ironlink_fused" and r["M"] == m)
-        fused, nccl, unfused = float(row["us"]), us(OPS[1], "nccl_torch", M=m), us(OPS[1], "ironlink_torch", M=m)
+        # fused_us: `fused` above holds a row, not a time.
+        fused_us, nccl, unfused = float(row["us"]), us(OPS[1], "nccl_torch", M=m), us(OPS[1], "ironlink_torch", M=m)
         gemm = us(OPS[1], "triton_gemm[push]", M=m) or us(OPS[1], "triton_gemm", M=m)
         push = us(OPS[1], 'ironlink_fused[push]', M=m)
-        out.append(f"| {m} | {fused:.1f} ({row.get('method', '')}) | {f(push)} | "
+        out.append(f"| {m} | {fused_us:.1f} ({row.get('method', '')}) | {f(push)} | "
                    f"{f(us(OPS[1], 'ironlink_fused[tile]', M=m))} | {f(nccl)} | {f(unfused)} | "
-                   f"{f(us(OPS[1], 'torch_matmul', M=m))} | {f(gemm)} | {(nccl or 0) / fused:.2f} | "
-                   f"{(unfused or 0) / fused:.2f} |")
+                   f"{f(us(OPS[1], 'torch_matmul', M=m))} | {f(gemm)} | {(nccl or 0) / fused_us:.2f} | "
+                   f"{(unfused or 0) / fused_us:.2f} |")
     return "\n".join(out) + "\n"
 
 

@@ -91,7 +91,7 @@ def main() -> None:
     world = dist.get_world_size()
     heap = ironlink.SymmetricHeap(2 << 30)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = []
+    rows: list[dict[str, Any]] = []
     for m in map(int, args.ms.split(",")):
         k = args.k_total // world
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)

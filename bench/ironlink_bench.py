@@ -95,10 +95,10 @@ class GraphRound:
     def __init__(self) -> None:
         # (graph, calls in it, replays, the function: it keeps what its graph reads alive until `run`,
         # what runs before each replay, the caller's tag)
-        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], None], Optional[Callable[[], None]],
+        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], Any], Optional[Callable[[], None]],
                                 Any]] = []
 
-    def add(self, fn: Callable[[], None], nbytes: int, before: Optional[Callable[[], None]] = None,
+    def add(self, fn: Callable[[], Any], nbytes: int, before: Optional[Callable[[], None]] = None,
             tag: Any = None) -> int:
         """Warms `fn` up, captures `iters_reps(nbytes)[0]` calls of it into a graph; returns its index.
         `before` (host code, untimed) runs first and again before each replay: for state the
@@ -293,9 +293,13 @@ class Bench:
             for ctas, warps in CONFIGS:
                 if self.algorithm(limits[:2], ctas, nbytes) != alg:
                     continue  # its packets do not fit this grid's scratch
-                # Defaults bind this config: the round keeps the function until `run`.
-                i = timer.add(lambda ctas=ctas, warps=warps, st=status[len(grids)]: _all_reduce[(ctas,)](
-                    self.heap.ctx, buf, n, code, st, num_warps=warps), nbytes, before=self.with_limits(limits))
+
+                # Defaults bind this config: the round keeps the function until `run`. A def, not a
+                # lambda: mypy cannot type a lambda with defaults (python/mypy#15459).
+                def launch(ctas: int = ctas, warps: int = warps, st: torch.Tensor = status[len(grids)]) -> None:
+                    _all_reduce[(ctas,)](self.heap.ctx, buf, n, code, st, num_warps=warps)
+
+                i = timer.add(launch, nbytes, before=self.with_limits(limits))
                 grids.append((alg, f"{ctas}x{warps}", i))
         added["ironlink"] = ("", None)
         # What a user's call gets: the public op, its own launch and algorithm choice (the tuned
@@ -370,11 +374,19 @@ class Bench:
                 got = _native.gather_algorithm(self.world, self.heap.scratch_bytes, gather_max, ctas, nbytes, n * esize)
                 if got != alg:
                     continue  # its packets do not fit this grid's scratch
-                # Defaults bind this config: the round keeps the functions until `run`.
-                ag = timer.add(lambda ctas=ctas, warps=warps, st=status[2 * len(grids)]: _all_gather[(ctas,)](
-                    self.heap.ctx, small, big, n, code, st, num_warps=warps), nbytes, before=self.with_limits(limits))
-                rs = timer.add(lambda ctas=ctas, warps=warps, st=status[2 * len(grids) + 1]: _reduce_scatter[(ctas,)](
-                    self.heap.ctx, big, small, n, code, st, num_warps=warps), nbytes, before=self.with_limits(limits))
+
+                # Defaults bind this config: the round keeps the functions until `run`. Defs, not
+                # lambdas: mypy cannot type a lambda with defaults (python/mypy#15459).
+                def gather(ctas: int = ctas, warps: int = warps, st: torch.Tensor = status[2 * len(grids)]) -> None:
+                    _all_gather[(ctas,)](self.heap.ctx, small, big, n, code, st, num_warps=warps)
+
+                ag = timer.add(gather, nbytes, before=self.with_limits(limits))
+
+                def scatter(ctas: int = ctas, warps: int = warps,
+                            st: torch.Tensor = status[2 * len(grids) + 1]) -> None:
+                    _reduce_scatter[(ctas,)](self.heap.ctx, big, small, n, code, st, num_warps=warps)
+
+                rs = timer.add(scatter, nbytes, before=self.with_limits(limits))
                 grids.append((alg, f"{ctas}x{warps}", ag, rs))
         us = timer.run()
         self.heap.set_algorithm_limits(*self.default_limits)  # the last replay's forced ones otherwise

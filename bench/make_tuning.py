@@ -67,7 +67,7 @@ def best_per_size(rows: list[dict[str, Any]], collective: str) -> dict[int, tupl
     """bytes -> (us, config, algorithm) of the fastest ironlink config measured for `collective`,
     any dtype (algorithm "" where the file does not say)."""
     contender = "ironlink_cfg" if collective == "all_reduce" else "ironlink"
-    best: dict[int, tuple[float, str]] = {}
+    best: dict[int, tuple[float, str, str]] = {}
     empty = None
     for r in rows:
         if r["collective"] != collective or r["contender"] != contender:

@@ -193,13 +193,24 @@ class MoeBench:
                 got = self._reproduces(ref, who, moe, recv_x, counts, offsets, moe.combine(recv_x, handle))
                 ref = ref or got
                 sent, back = pairs * moe.row * 2, pairs * self.hidden * 2  # a stage row: the token, ids, weights
+
                 # Defaults bind this exchange's objects: the round keeps the functions (and so what
-                # their graphs read, the handle's tensors too) until `flush`.
-                self.add("dispatch", who, at, lambda moe=moe: moe.dispatch(x, idx, w), payload, payload, sent)
-                self.add("combine", who, at, lambda moe=moe, y=recv_x, h=handle: moe.combine(y, h), payload, payload,
-                         back)
-                self.add("dispatch_combine", who, at, lambda moe=moe: self._ironlink_layer(moe, x, idx, w), payload,
-                         2 * payload, sent + back)
+                # their graphs read, the handle's tensors too) until `flush`. Defs, not lambdas: mypy
+                # cannot type a lambda with defaults (python/mypy#15459).
+                def dispatch(moe: Any = moe) -> Any:
+                    return moe.dispatch(x, idx, w)
+
+                self.add("dispatch", who, at, dispatch, payload, payload, sent)
+
+                def combine(moe: Any = moe, y: Any = recv_x, h: Any = handle) -> Any:
+                    return moe.combine(y, h)
+
+                self.add("combine", who, at, combine, payload, payload, back)
+
+                def layer(moe: Any = moe) -> None:
+                    self._ironlink_layer(moe, x, idx, w)
+
+                self.add("dispatch_combine", who, at, layer, payload, 2 * payload, sent + back)
                 if self.profile:
                     self._profile(lambda: self._ironlink_layer(moe, x, idx, w), at)
                 if self.phases and moe.direct is not None:

@@ -60,8 +60,13 @@ def rows_at_once(rows: list[dict[str, Any]], heap: Any, p: Any, x: torch.Tensor,
     for v, fp8 in variants:
         q = p._replace(rows_at_once=v, fp8=fp8)
         o, sc = (out8, scale) if fp8 else (out, out)
-        timer.add(lambda q=q, o=o, sc=sc: launch(heap, q, x, residual, residual, weight, o, sc, 1e-6, status, pdl),
-                  x.nbytes)
+
+        # Defaults bind this variant. A def, not a lambda: mypy cannot type a lambda with defaults
+        # (python/mypy#15459).
+        def variant(q: Any = q, o: torch.Tensor = o, sc: torch.Tensor = sc) -> None:
+            launch(heap, q, x, residual, residual, weight, o, sc, 1e-6, status, pdl)
+
+        timer.add(variant, x.nbytes)
     for (v, fp8), us in zip(variants, timer.run()):
         record_row(rows, {"tokens": t, "hidden": x.shape[1], "mode": p.mode, "ctas": p.ctas,
                           "variant": f"rows_at_once={v}{',fp8' if fp8 else ''}", "graph_us": round(us, 2)})
