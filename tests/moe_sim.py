@@ -94,7 +94,7 @@ def low_latency_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: 
     phase (the order its signals and waits give on GPUs). `deferred`: dispatch as
     `dispatch(return_recv_hook=True)` runs it (`LowLatencyPath.send`, then every rank's receive
     hook). Also returns the handles."""
-    ts = [m._check(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    ts = [m._inputs(x, i, w)[0] for m, x, i, w in zip(ms, xs, ids, ws)]
     if deferred:
         sent = [m.low_latency.send(x.contiguous(), i.contiguous(), w.contiguous(), t, False)
                 for m, x, i, w, t in zip(ms, xs, ids, ws, ts)]

@@ -148,7 +148,7 @@ class StandInExchange(MoeExchange):
     its steps are the ones stood in for here."""
 
     def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
-        t = self._check(x, topk_idx, topk_weights)
+        t = self._inputs(x, topk_idx, topk_weights)[0]
         self._x = x
         return t, torch.arange(t).view(t, 1).expand(t, self.world).clone()
 

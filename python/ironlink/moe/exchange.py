@@ -199,7 +199,8 @@ class MoeExchange:
         self.by_expert = _Sort.make(self.sort_programs, self.local_experts, self.kb, dev)
         self.op_handle = register(self)  # what torch.compile graphs carry instead (moe/torch_library.py)
 
-    def _check(self, x: Any, topk_idx: Any, topk_weights: Any) -> int:
+    def _inputs(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any, Any, Any]:
+        """(tokens, x, topk_idx, topk_weights contiguous), once their shapes and dtypes are checked."""
         import torch
 
         t = x.shape[0]
@@ -214,7 +215,7 @@ class MoeExchange:
             raise TypeError(f"topk_idx must hold integers, got {topk_idx.dtype}")
         if not topk_weights.is_floating_point():
             raise TypeError(f"topk_weights must be floating point, got {topk_weights.dtype}")
-        return t
+        return t, x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous()
 
     def _routing(self, idx: Any, t: int) -> Any:
         """send_row [t, world]: where each token of `idx` (topk_idx, contiguous) goes in the send buffer (rank-major, token order),
@@ -293,9 +294,8 @@ class MoeExchange:
             recv, counts, offsets, fields = traced(self, x, topk_idx, topk_weights, check)
             return recv, counts, offsets, Handle(*fields)
         if return_recv_hook and self.low_latency is not None:
-            t = self._check(x, topk_idx, topk_weights)
-            lay, receive = self.low_latency.send(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t,
-                                                 check)
+            t, x, topk_idx, topk_weights = self._inputs(x, topk_idx, topk_weights)
+            lay, receive = self.low_latency.send(x, topk_idx, topk_weights, t, check)
 
             def hook() -> None:
                 receive(check)
@@ -310,8 +310,8 @@ class MoeExchange:
     def _dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool) -> tuple[Any, Any, Any, Handle]:
         """Dispatch, its receive included."""
         if self.one_node is not None:
-            t = self._check(x, topk_idx, topk_weights)
-            lay = self.one_node.dispatch(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t, check)
+            t, x, topk_idx, topk_weights = self._inputs(x, topk_idx, topk_weights)
+            lay = self.one_node.dispatch(x, topk_idx, topk_weights, t, check)
             return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), check)
         t, send_row = self._pack(x, topk_idx, topk_weights)
         self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
@@ -329,30 +329,28 @@ class MoeExchange:
         """Direct path, dispatch step 1 alone (moe/direct.py): the tokens staged (for the
         benchmark's and the simulator's step-by-step runs)."""
         assert self.direct is not None
-        t = self._check(x, topk_idx, topk_weights)
-        self.direct.stage_tokens(x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous(), t)
+        t, x, topk_idx, topk_weights = self._inputs(x, topk_idx, topk_weights)
+        self.direct.stage_tokens(x, topk_idx, topk_weights, t)
         return t
 
     def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
         """Fills the send buffer and send_counts; (tokens, send_row)."""
         import torch
 
-        t = self._check(x, topk_idx, topk_weights)
-        idx = topk_idx.contiguous()
+        t, x, idx, wts = self._inputs(x, topk_idx, topk_weights)
         send_row = self._routing(idx, t)
         if not t:
             return t, send_row
         k, b, words = kernels, self.send_buf, self.send_buf.view(torch.int32)
-        wts = topk_weights.contiguous()
         meta = (self.meta_col // 2, self.meta_cols // 2)  # the ids and weights, in 4-byte words
         meta_block = _pow2(max(16, meta[1]))
         if self.fp8:
-            k.pack_rows_fp8[(t,)](x.contiguous(), idx, wts, send_row, b.view(torch.uint8), words, self.hidden, *meta,
+            k.pack_rows_fp8[(t,)](x, idx, wts, send_row, b.view(torch.uint8), words, self.hidden, *meta,
                                   self.row, self.scale_col // 2, self.num_experts, WORLD=self.world, K=self.topk,
                                   BLOCK=k.BLOCK, META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX,
                                   MIN_AMAX=k.FP8_MIN_AMAX, num_warps=k.WARPS)
         else:
-            k.pack_rows[(t,)](x.contiguous(), idx, wts, send_row, b, words, self.hidden, *meta, self.row,
+            k.pack_rows[(t,)](x, idx, wts, send_row, b, words, self.hidden, *meta, self.row,
                               self.num_experts, WORLD=self.world, K=self.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block,
                               num_warps=k.WARPS)
         return t, send_row
