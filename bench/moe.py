@@ -12,8 +12,9 @@ rank), hidden, topk, experts, routing (uniform; skewed: expert 0 is every token'
 us, GBps (payload rows x hidden x 2 bytes this rank sends, per second), nvlink_GBps (the bytes
 this rank's rows carry to other ranks, per second: ironlink moves a row per (token, rank) with its
 ids and weights, the torch paths a row per (token, choice)), and for ironlink's rows `sms` (the
-SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all) and
-`sms_budget` (the value asked for). `--relay` adds ironlink_relay: MoeExchange(path="relay"),
+SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all),
+`sms_budget` (the value asked for) and `ctas` (the CTAs of its widest exchange kernel, two per SM
+on every SM). `--relay` adds ironlink_relay: MoeExchange(path="relay"),
 its two all_to_all_v (the multi-node path, and the one-node path before the direct one), as a
 same-run baseline; ironlink_ll (and ironlink_ll_fp8 with an fp8 dispatch) is
 MoeExchange(path="low_latency") (one kernel each for dispatch and combine) up to
@@ -188,7 +189,7 @@ class MoeBench:
         try:
             for who, path, budget in runs:
                 moe = self.exchange(size, sms=budget, path=path)
-                at = {**shape, "sms": moe.sms, "sms_budget": budget}
+                at = {**shape, "sms": moe.sms, "ctas": moe.ctas, "sms_budget": budget}
                 recv_x, counts, offsets, handle = moe.dispatch(x, idx, w)
                 got = self._reproduces(ref, who, moe, recv_x, counts, offsets, moe.combine(recv_x, handle))
                 ref = ref or got
@@ -279,7 +280,7 @@ class MoeBench:
 
         recv_x, counts, offsets, handle = dispatch()
         self._reproduces(ref, "ironlink_ll_hook", moe, recv_x, counts, offsets, moe.combine(recv_x, handle))
-        at = {**shape, "sms": moe.sms, "sms_budget": 0}
+        at = {**shape, "sms": moe.sms, "ctas": moe.ctas, "sms_budget": 0}
         sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
         self.add("dispatch", "ironlink_ll_hook", at, dispatch, payload, payload, sent)
         self.add("dispatch_combine", "ironlink_ll_hook", at, layer, payload, 2 * payload, sent + back)
@@ -306,7 +307,7 @@ class MoeBench:
             handle = moe.dispatch(x, idx, w)[3]
             moe.combine(y, handle)
 
-        at = {**shape, "sms": moe.sms, "sms_budget": 0}
+        at = {**shape, "sms": moe.sms, "ctas": moe.ctas, "sms_budget": 0}
         sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
         self.add("dispatch", who, at, lambda: moe.dispatch(x, idx, w), payload, payload, sent)
         self.add("dispatch_combine", who, at, layer, payload, 2 * payload, sent + back)

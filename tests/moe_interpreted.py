@@ -141,6 +141,7 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
     ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None, path="direct")
           for sh in heaps]
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
+    assert all(m.ctas == m.direct.grid() == 2 for m in ms), [m.ctas for m in ms]  # simulated: 2 CTAs, one per "SM"
     in_heap = [sh.empty(tuple(x.shape), x.dtype).copy_(x) for sh, x in zip(heaps, xs)]
     for m, x in zip(ms, in_heap):  # in place: bf16 rows of whole 16-byte units (hidden 36 is staged)
         assert (m.direct.rows_in_place(x) is not None) == (not fp8 and x.shape[0] > 0 and h * 2 % 16 == 0), h

@@ -90,7 +90,7 @@ class DirectPath:
                                                                      SIM=False, **meta)
         launch_with_status(name, h, grid, call, check, function=function)
 
-    def _grid(self) -> int:
+    def grid(self) -> int:
         """The CTAs of pull_rows and reduce_push: `per_sm` per SM of the budget."""
         return min(self.ctas * self.per_sm, MAX_CTAS)
 
@@ -197,7 +197,7 @@ class DirectPath:
             args = (self.stage, self.src_counts, self.src_rows, slot, words, m.recv_x, 0, m.recv_x, 0)
             side = 0
         block = min(dk.PULL_BLOCK, _pow2(words))
-        self._launch("moe_dispatch", dk.pull_rows, self._grid(), args, check, "symm_barrier", WORLD=m.world, WB=self.wb,
+        self._launch("moe_dispatch", dk.pull_rows, self.grid(), args, check, "symm_barrier", WORLD=m.world, WB=self.wb,
                      K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, ROWS=self.rows_in_flight, num_warps=_warps(block))
         return Layout(counts, offsets, slot, weight, self.received)
 
@@ -206,7 +206,7 @@ class DirectPath:
         its source's `back` (y: [capacity, hidden] in recv_x's layout, `dtype`, contiguous)."""
         m = self.m
         block = min(dk.PUSH_BLOCK // self.per_sm, _pow2(m.hidden))
-        self._launch("moe_combine", dk.reduce_push, self._grid(),
+        self._launch("moe_combine", dk.reduce_push, self.grid(),
                      (y, self.meta, layout.slot, layout.weight, self.src_counts, self.src_rows, self.back, m.rank,
                       m.rank * m.local_experts, m.local_experts, m.max_tokens, m.hidden),
                      check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,

@@ -397,6 +397,16 @@ class MoeExchange:
                                                     WORLD=self.world, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
         return out
 
+    @property
+    def ctas(self) -> int:
+        """The CTAs its widest exchange kernel launches (the direct path's pull_rows and
+        reduce_push: two per SM when the budget is every SM; else one per SM of `sms`)."""
+        if self.direct is not None:
+            return self.direct.grid()
+        if self.low_latency is not None:
+            return int(self.low_latency.ctas)
+        return int(self.a2a_ctas)
+
     @staticmethod
     def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False,
                    multi_node: bool = False, path: Optional[str] = None, recv_capacity: Optional[int] = None) -> int:
