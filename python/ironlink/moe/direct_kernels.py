@@ -34,7 +34,7 @@ import triton.language as tl
 from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
-from .kernels import weighted_chunk_of
+from .kernels import weighted_chunk
 
 # pull_rows loads a whole row per step where it can (16 KiB per row with 8 warps), PULL_ROWS rows
 # at once per SM: a peer load waits a NVLink round trip. On 2 H200s (dispatch us, 4096 / 128
@@ -237,23 +237,6 @@ def pull_rows(ctx, stage, src_counts, src_rows, slot, hidden_words, recv, side_c
     tl.store(status + pid, _barrier(ctx, SIM))
 
 
-@triton.jit
-def _push_token(meta, slot, weight, src_rows, step, pid, grid, lo, local_experts, WORLD: tl.constexpr,
-                K: tl.constexpr, KB: tl.constexpr):
-    """reduce_push's token at `step` of CTA pid's loop: (source q, token t, its choices here,
-    their recv_x rows and weights [KB], -1 / 0 past K or where q did not stage t)."""
-    t = (step // WORLD) * grid + pid.to(tl.int64)
-    q = _interleaved(step, t, WORLD)
-    r, staged = _source_row(src_rows, q, t)
-    jj = tl.arange(0, KB)
-    m = (jj < K) & staged
-    ids = tl.load(meta + r * (2 * K) + jj, mask=m, other=-1)
-    here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
-    slots = tl.load(slot + r * K + jj, mask=m, other=-1)
-    wts = tl.load(weight + r * K + jj, mask=m, other=0.0)
-    return q, t, here, slots, wts
-
-
 @jit(do_not_specialize=["ctx", "rank", "lo"])
 def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo, local_experts, max_tokens, hidden,
                 deltas, status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
@@ -270,18 +253,18 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo
     first = _barrier(ctx, SIM)
     most = tl.max(_source_counts(src_counts, WORLD, WB), 0)
     offs = tl.arange(0, BLOCK)
-    q, t, here, slots, wts = _push_token(meta, slot, weight, src_rows, 0, pid, grid, lo, local_experts, WORLD, K, KB)
+    jj = tl.arange(0, KB)
     for step in range(0, tl.cdiv(most, grid) * WORLD):
-        # The next step's token's meta now, so this one's expert rows are the only loads its sum
-        # waits for (one CTA walks one token at a time: the chain of dependent loads is its cost).
-        nq, nt, nhere, nslots, nwts = _push_token(meta, slot, weight, src_rows, step + 1, pid, grid, lo,
-                                                   local_experts, WORLD, K, KB)
+        t = (step // WORLD) * grid + pid.to(tl.int64)
+        q = _interleaved(step, t, WORLD)
+        r, staged = _source_row(src_rows, q, t)
+        ids = tl.load(meta + r * (2 * K) + jj, mask=(jj < K) & staged, other=-1)
+        here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
         if here > 0:
             dst = _peer(ctx, back, q, deltas, SIM) + (rank * max_tokens + t) * hidden
             for c in range(0, hidden, BLOCK):
-                acc = weighted_chunk_of(y, slots, wts, c, hidden, K, KB, BLOCK)
+                acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
                 tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
-        q, t, here, slots, wts = nq, nt, nhere, nslots, nwts
     tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, SIM)))
 
 

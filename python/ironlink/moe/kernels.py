@@ -158,24 +158,6 @@ def weighted_chunk(y, slot, weight, r, c, hidden, K: tl.constexpr, BLOCK: tl.con
 
 
 @triton.jit
-def weighted_chunk_of(y, slots, weights, c, hidden, K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
-    """`weighted_chunk` of a row whose slots and weights ([KB] each, the first K its choices')
-    were loaded already (so that a loop can load the next row's while this one's rows come): the
-    same additions in the same order. A weight is taken out of the vector by a sum with zeros,
-    exact but for -0.0 -> +0.0, which changes no sum that starts at +0.0."""
-    offs = tl.arange(0, BLOCK)
-    kk = tl.arange(0, KB)
-    m = c + offs < hidden
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for j in tl.static_range(K):
-        s = tl.sum(tl.where(kk == j, slots, 0), 0)
-        w = tl.sum(tl.where(kk == j, weights, 0.0), 0)
-        v = tl.load(y + s * hidden + c + offs, mask=m & (s >= 0), other=0.0)
-        acc += tl.where(s >= 0, w, 0.0) * v.to(tl.float32)
-    return acc
-
-
-@triton.jit
 def weighted_partial_sums(y, slot, weight, count, out, hidden, K: tl.constexpr, BLOCK: tl.constexpr):
     """out[r] = `weighted_chunk` of row r, for r < count[0], grid-strided: each received token's
     outputs of this rank's experts, reduced before they travel back."""
