@@ -55,9 +55,10 @@ PULL_ROWS = 4
 PUSH_BLOCK = 8192
 PUSH_WARPS = 16
 # With every SM in the budget, pull_rows' and reduce_push's per-SM shares above are split over
-# CTAS_PER_SM CTAs per SM (grids capped at MAX_CTAS): a CTA takes one token at a time through a
-# chain of dependent loads (its meta row, its ids, its slots, then its rows; no CTA barrier in
-# the loop, the PTX shows), so two CTAs keep two tokens in flight per SM where one keeps one. On 2
+# CTAS_PER_SM CTAs per SM (grids capped at MAX_CTAS): a CTA has one token's loads in flight at a
+# time (its meta, then the rows they point at; no CTA barrier in the loop, the PTX shows), so two
+# CTAs keep two tokens' loads going per SM (loading the next token's meta early did not help on
+# top of that: docs/record.md, Session 30). On 2
 # H100s (4096 tokens per rank, us uniform / skewed, git bf890ea+, bench/moe.py --ctas-per-sm):
 # reduce_push 251-255 / 267 -> 232 / 242-246, dispatch + combine 589-592 / 624 -> 562 / 587.
 # With a smaller budget one CTA per SM: the hardware would spread twice the CTAs over twice
