@@ -189,7 +189,7 @@ class MoeBench:
         try:
             for who, path, budget in runs:
                 moe = self.exchange(size, sms=budget, path=path)
-                at = {**shape, "sms": moe.sms, "ctas": moe.ctas, "sms_budget": budget}
+                at = ironlink_row(shape, moe, budget)
                 recv_x, counts, offsets, handle = moe.dispatch(x, idx, w)
                 got = self._reproduces(ref, who, moe, recv_x, counts, offsets, moe.combine(recv_x, handle))
                 ref = ref or got
@@ -280,7 +280,7 @@ class MoeBench:
 
         recv_x, counts, offsets, handle = dispatch()
         self._reproduces(ref, "ironlink_ll_hook", moe, recv_x, counts, offsets, moe.combine(recv_x, handle))
-        at = {**shape, "sms": moe.sms, "ctas": moe.ctas, "sms_budget": 0}
+        at = ironlink_row(shape, moe, 0)
         sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
         self.add("dispatch", "ironlink_ll_hook", at, dispatch, payload, payload, sent)
         self.add("dispatch_combine", "ironlink_ll_hook", at, layer, payload, 2 * payload, sent + back)
@@ -307,7 +307,7 @@ class MoeBench:
             handle = moe.dispatch(x, idx, w)[3]
             moe.combine(y, handle)
 
-        at = {**shape, "sms": moe.sms, "ctas": moe.ctas, "sms_budget": 0}
+        at = ironlink_row(shape, moe, 0)
         sent, back = pairs * moe.row * 2, pairs * self.hidden * 2
         self.add("dispatch", who, at, lambda: moe.dispatch(x, idx, w), payload, payload, sent)
         self.add("dispatch_combine", who, at, layer, payload, 2 * payload, sent + back)
@@ -386,6 +386,12 @@ class MoeBench:
             return moe_nvshmem.weighted_sum(rows, w)
 
         return dispatch, layer
+
+
+def ironlink_row(shape: dict[str, Any], moe: Any, budget: int) -> dict[str, Any]:
+    """An ironlink row's shape fields: the SMs its exchange uses, its widest kernel's CTAs, and
+    the SM budget asked for (0: all)."""
+    return {**shape, "sms": moe.sms, "ctas": moe.ctas, "sms_budget": budget}
 
 
 def shape_heap_bytes(world: int, size: int, hidden: int, topk: int, budgets: int, relay: bool, fp8: bool,

@@ -302,8 +302,8 @@ class MoeExchange:
                 if check:
                     self.check()
 
-            recv = (self.recv_x, self.recv_scales) if self.fp8 else self.recv_x
-            return recv, lay.counts, lay.offsets, Handle(t, None, lay.slot, lay.weight, lay.received), hook
+            done = self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), False)
+            return (*done, hook)  # checked in hook(), after the receive
         done = self._dispatch(x, topk_idx, topk_weights, check)
         return (*done, _received) if return_recv_hook else done
 
