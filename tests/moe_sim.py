@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ironlink.moe import Handle, MoeExchange, fp8_dequantize
+from ironlink.moe.direct import Layout
 
 import interpreter_clock  # tests/, beside this file
 
@@ -91,16 +92,15 @@ def direct_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[
 def low_latency_layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any],
                       deferred: bool = False) -> tuple[list[Any], ...]:
     """`layer` on the low-latency path, each kernel's send phase on every rank before its receive
-    phase (the order its signals and waits give on GPUs). `deferred`: dispatch as
-    `dispatch(return_recv_hook=True)` runs it (`LowLatencyPath.send`, then every rank's receive
-    hook). Also returns the handles."""
+    phase (the order its signals and waits give on GPUs). `deferred`: through the public
+    `dispatch(return_recv_hook=True)` (its send on every rank, then every rank's hook). Also
+    returns the handles."""
     ts = [m._inputs(x, i, w)[0] for m, x, i, w in zip(ms, xs, ids, ws)]
     if deferred:
-        sent = [m.low_latency.send(x.contiguous(), i.contiguous(), w.contiguous(), t, False)
-                for m, x, i, w, t in zip(ms, xs, ids, ws, ts)]
-        for _, receive in sent:
-            receive(False)
-        lays = [lay for lay, _ in sent]
+        sent = [m.dispatch(x, i, w, return_recv_hook=True) for m, x, i, w in zip(ms, xs, ids, ws)]
+        for *_, hook in sent:
+            hook()
+        lays = [Layout(counts, offsets, h.slot, h.weight, h.received) for _, counts, offsets, h, _ in sent]
     else:
         for m, x, i, w, t in zip(ms, xs, ids, ws, ts):
             m.low_latency.dispatch(x.contiguous(), i.contiguous(), w.contiguous(), t, False, phase=1)
