@@ -211,9 +211,9 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      "src_counts": "*i64", "src_rows": "*i64", "back": "*bf16", "rank": I32, "lo": I32,
                      "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
                     {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PUSH_BLOCK, "SIM": False}),
-    "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_counts": "*i64", "rank": I32, "out": "*bf16",
+    "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_rows": "*i64", "rank": I32, "out": "*bf16",
                       "max_tokens": I32, "hidden": I32, "local_experts": I32},
-                     {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
+                     {"WORLD": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
     # The low-latency path (moe.low_latency_kernels: tile signals and waits, peer stores), at hidden
     # 7168, top-8, 2 ranks of 32 experts each.
     "ll_dispatch": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*bf16",

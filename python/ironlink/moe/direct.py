@@ -220,8 +220,8 @@ class DirectPath:
         m = self.m
         out = torch.empty(t, m.hidden, dtype=m.dtype, device=self.back.device)
         if t:
-            dk.sum_partials[(min(t, m.programs),)](self.back, self.meta, self.src_counts, m.rank, out, m.max_tokens,
-                                                   m.hidden, m.local_experts, WORLD=m.world, WB=self.wb, K=m.topk,
+            dk.sum_partials[(min(t, m.programs),)](self.back, self.meta, self.src_rows, m.rank, out, m.max_tokens,
+                                                   m.hidden, m.local_experts, WORLD=m.world, K=m.topk,
                                                    KB=m.kb, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
         return out
 

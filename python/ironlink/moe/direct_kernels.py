@@ -173,11 +173,17 @@ def _interleaved(step, t, WORLD: tl.constexpr):
 
 
 @triton.jit
-def _source_row(src_rows, q, t):
-    """(row of meta, whether source q staged it) of token t of source q (int64, scalars or
-    [ROWS]), from q's entry of gather_meta's table `src_rows` (a few words, loaded per step:
-    nothing per source stays live in registers across a loop)."""
-    at = src_rows + SOURCE_WORDS * q
+def _source_entry(src_rows, q):
+    """Source q's entry of gather_meta's table `src_rows` (SOURCE_WORDS int64; q a scalar or
+    [ROWS]). Its words are loaded per step: nothing per source stays live in registers across a
+    loop."""
+    return src_rows + SOURCE_WORDS * q
+
+
+@triton.jit
+def _source_row(at, t):
+    """(row of meta, whether the source staged it) of token t (int64, scalar or [ROWS]) of the
+    source whose table entry is `at` (`_source_entry`)."""
     return tl.load(at + 2) + t, t < tl.load(at + 3)
 
 
@@ -186,8 +192,8 @@ def _pull_sources(slot, src_rows, q, t, K: tl.constexpr, KB: tl.constexpr):
     """For token t of source q ([ROWS] int64 each): its row of meta, whether source q staged it
     and it has a choice here, and the bytes from this rank's `stage` to its token row at q
     (anything where it has none), from gather_meta's table `src_rows`."""
-    r, staged = _source_row(src_rows, q, t)
-    at = src_rows + SOURCE_WORDS * q
+    at = _source_entry(src_rows, q)
+    r, staged = _source_row(at, t)
     jj = tl.arange(0, KB)
     mine = tl.load(slot + r[:, None] * K + jj[None, :], mask=(jj[None, :] < K) & staged[:, None], other=-1)
     to_row = tl.load(at) + t * tl.load(at + 1)
@@ -258,7 +264,7 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo
     for step in range(0, tl.cdiv(most, grid) * WORLD):
         t = (step // WORLD) * grid + pid.to(tl.int64)
         q = _interleaved(step, t, WORLD)
-        r, staged = _source_row(src_rows, q, t)
+        r, staged = _source_row(_source_entry(src_rows, q), t)
         ids = tl.load(meta + r * (2 * K) + jj, mask=(jj < K) & staged, other=-1)
         here = tl.sum(((ids >= lo) & (ids < lo + local_experts)).to(tl.int32), 0)
         if here > 0:
@@ -284,20 +290,19 @@ def sum_ranks_chunk(back, dest, t, max_tokens, hidden, c, BLOCK: tl.constexpr, W
 
 
 @triton.jit
-def sum_partials(back, meta, src_counts, rank, out, max_tokens, hidden, local_experts, WORLD: tl.constexpr,
-                 WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
+def sum_partials(back, meta, src_rows, rank, out, max_tokens, hidden, local_experts, WORLD: tl.constexpr,
+                 K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr):
     """out[t] = sum over ranks p (in order) of back[p * max_tokens + t] in fp32, over the ranks
-    token t's valid ids go to (read from this rank's own rows of `meta`: the ids as staged, -1 for
-    an out-of-range one; not the caller's topk_idx, which may hold the next routing by now).
+    token t's valid ids go to (read from this rank's own rows of `meta`, found through
+    gather_meta's table `src_rows` as pull_rows and reduce_push find them: the ids as staged, -1
+    for an out-of-range one; not the caller's topk_idx, which may hold the next routing by now).
     Grid-strided over this rank's tokens."""
-    counts = _source_counts(src_counts, WORLD, WB)
-    w = tl.arange(0, WB)
-    mine = tl.sum(tl.where(w == rank, counts, 0), 0)
-    first = tl.sum(tl.where(w < rank, counts, 0), 0)
+    own = _source_entry(src_rows, rank)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
-    for t in range(tl.program_id(0).to(tl.int64), mine, tl.num_programs(0)):
-        e = tl.load(meta + (first + t) * (2 * K) + jj, mask=jj < K, other=-1)
+    for t in range(tl.program_id(0).to(tl.int64), tl.load(own + 3), tl.num_programs(0)):
+        r, _ = _source_row(own, t)
+        e = tl.load(meta + r * (2 * K) + jj, mask=jj < K, other=-1)
         dest = tl.where(e >= 0, e // local_experts, -1)
         for c in range(0, hidden, BLOCK):
             acc = sum_ranks_chunk(back, dest, t, max_tokens, hidden, c, BLOCK, WORLD)
