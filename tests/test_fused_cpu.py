@@ -344,3 +344,17 @@ def test_rmsnorm_split_slice_sums_interpreted() -> None:
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: slice sums once every flag" in r.stdout, r.stdout
+
+
+def test_rmsnorm_lamport_slots_interpreted() -> None:
+    """tests/lamport_interpreted.py in Triton's interpreter (needs torch, as above): mode lamport's
+    data-as-flag slots: -0.0 sent as +0.0, the receive bitwise, the slots emptied after it, a
+    missing element TIMEOUT (recorded) rather than data."""
+    pytest.importorskip("torch")
+    repo = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(p for p in (str(repo / "python"), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    r = subprocess.run([sys.executable, str(repo / "tests" / "lamport_interpreted.py")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: lamport slots" in r.stdout, r.stdout

@@ -84,7 +84,8 @@ _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out":
                 "trace": "*i64", "ws": "*bf16", "epochs": "*i32",
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
                 "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
-                "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32"}
+                "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",
+                "LAMPORT": "constexpr"}
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
@@ -115,6 +116,22 @@ KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
+# Mode "lamport": push's layout, the rows polled as they land, one at a time (two ranks and four),
+# and its FP8 output; fp32 slots (32-bit empties).
+for world in (2, 4):
+    KERNELS[f"allreduce_rmsnorm_lamport_w{world}"] = (
+        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+        {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
+         "ROWS": 1, "LAMPORT": True, "WORLD": world, "num_warps": 16})
+KERNELS["allreduce_rmsnorm_lamport_w2_fp8_pdl"] = (
+    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
+     "ROWS": 1, "LAMPORT": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
+KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
+    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
+                                                                          "out", "ws")}},
+    {"WHOLE": 0, "BLOCK_H": 4096, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
+     "ROWS": 1, "LAMPORT": True, "WORLD": 2, "num_warps": 8})
 # Mode "split": a row's slices on several CTAs, their sums exchanged as tagged words (8 slices of
 # 1024 columns, as hidden 8192 at one token).
 _SPLIT_SIG = {**_RMSNORM_SIG, "ws": "*i64"}
@@ -248,7 +265,10 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # The test kernel around symm_tile_all_reduce (no GEMM): ptxas keeps a stack
                     # word at 80 registers since the LL one-shot moves two units at a time
                     # (`ll_packet::one_shot_reduce`); the library's rows kernels stay at 0.
-                    "tiles_then_all_reduce": 8, "tiles_then_all_reduce_64x128_fp32": 16}
+                    "tiles_then_all_reduce": 8, "tiles_then_all_reduce_64x128_fp32": 16,
+                    # Three peers' polls in one unrolled loop at hidden 8192 (16 warps: 128
+                    # registers a thread); world 2, what runs on the lent machines, spills none.
+                    "allreduce_rmsnorm_lamport_w4": 112}
 
 _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
 _ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "stride_am", "stride_bk", "stride_sm")

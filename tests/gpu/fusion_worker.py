@@ -290,8 +290,22 @@ class Suite:
                 check()
             else:
                 self.replays(run, graph, prepare, check)
+            if mode == "lamport":
+                self.lamport_slots_empty()
         finally:
             self.heap.free(x)
+
+    def lamport_slots_empty(self) -> None:
+        """Mode lamport's invariant between calls: every element of its workspaces is -0.0 (each
+        call empties what it read), so no later call can take a stale row for a new one."""
+        torch.cuda.synchronize()
+        for name, kept in self.heap._workspaces.items():
+            if name.startswith("all_reduce_rmsnorm/lamport"):
+                bits = torch.int16 if name.endswith("16") else torch.int32
+                for ws in kept:
+                    v = ws.view(bits)
+                    full = int((v != torch.iinfo(bits).min).sum())
+                    assert full == 0, f"{name}: {full} of {v.numel()} slots not empty after the calls"
 
     def rmsnorm_pdl_chain(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, steps: int = 6,
                           replays: int = 200) -> None:
@@ -536,7 +550,7 @@ def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:
     with as_several_nodes(s) as v:
         for tokens, hidden in small(((1, 8192), (33, 8192), (300, 5120)), ((1, 8192), (33, 8192))):
             for mode in MODES:
-                if mode in ("push", "split"):  # one node only: refused before any launch
+                if mode in ("push", "split", "lamport"):  # one node only: refused before any launch
                     cases.run(f"several-node kernel: all_reduce_rmsnorm {mode} {tokens}x{hidden} refused",
                               lambda: refused(lambda: v.rmsnorm(tokens, hidden, dtype, mode, graph=False),
                                               "one node only"))
@@ -672,6 +686,11 @@ def main() -> int:
         # Push with 16 rows a CTA (8 pipelined chunks): both halves of its slots, alternately.
         cases.run(f"all_reduce_rmsnorm push {dtype} 2048x8192: 200 graph replays back to back",
                   lambda: s.rmsnorm(2048, 8192, dtype, "push", graph=True, back_to_back=200))
+        # Lamport: every slot must be empty again after each call, or the next call that lands
+        # there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
+        for tokens, replays in ((32, 2000), (2048, 200)):
+            cases.run(f"all_reduce_rmsnorm lamport {dtype} {tokens}x8192: {replays} graph replays back to back",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, "lamport", graph=True, back_to_back=replays))
         # Decode replays a graph of the op for every token generated: 10,000 replays back to back
         # (one per decode step of a long answer) and still the reference's bits.
         for tokens in small((1, 32), (1,)):

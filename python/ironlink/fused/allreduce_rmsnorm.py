@@ -16,7 +16,7 @@ GEMM) each token's row y is quantized with its own scale: scale = max|y| / 448 (
 value), out = fp8(y / scale), and the scales go to `scale` [T] (fp32). Results are bitwise
 identical on every rank.
 
-Four ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
+Five ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
 - "rows": each CTA owns a block of rows, all-reduces it with `symm_tile_all_reduce` (tile index
   = CTA index) and normalizes it at once; nothing waits for other CTAs. Where a CTA's block is
   small (one row of up to 16 KiB at world 2, `tuning.tile_all_reduce_takes_ll`) the tile
@@ -42,6 +42,14 @@ Four ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm
   (every CTA of a row reduces its slices' sums the same way); not bitwise the same as "rows",
   whose row sum runs in another order. One node only; its words and launch counters are a
   workspace made at the first call (before a CUDA graph capture, as for "push").
+- "lamport": as "push" (each CTA's rows stored into its slots at every peer, the same
+  workspace layout), but the data is its own flag: the slots hold -0.0 ("empty") until a peer's
+  rows land, senders store -0.0 as +0.0, and the receiver polls the rows themselves until no
+  element is empty (`language._flags.wait_written`, bounded by the context's timeout), sums
+  them, and stores empty back (the workspace, filled with -0.0 when made, is all empty between
+  calls). No signal and no fence: the round trip of push's signal is gone, and the bytes still
+  cross NVLink once. TensorRT-LLM's and FlashInfer's one-shot all-reduce use this scheme. One
+  node only; workspace made at the first call (before a CUDA graph capture).
 All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and
@@ -57,7 +65,7 @@ import triton
 import triton.language as tl
 
 from ..language import _abi
-from ..language._flags import tagged, wait_tagged
+from ..language._flags import empty_like, tagged, unempty, wait_tagged, wait_written
 from .. import language as il
 from ..runtime import eager, tuning
 from ..language import typed as ilt
@@ -71,13 +79,16 @@ from .matmul_allreduce_push import add_in_rank_order, advance_epochs, launch_slo
 from .trace import stamp
 
 MAX_HIDDEN = 16384
-MODES = ("rows", "whole", "push", "split")
+MODES = ("rows", "whole", "push", "split", "lamport")
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
 # half the launch count + 1 (never 0, which the zeroed words hold), the low half the f32's bits.
 SPLIT_WORDS = tl.constexpr(2 * _abi.MAX_CTAS)
 # Where a split CTA's timed-out wait for its row's slices is recorded: the detail names
 # symm_tile_all_reduce, the call the mode is built on.
 _TILE_ALL_REDUCE = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_all_reduce"))
+# Where a "lamport" CTA's timed-out wait for a peer's rows is recorded: the detail names
+# symm_tile_wait, the wait that "push" makes for the same rows.
+_TILE_WAIT = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_wait"))
 FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
 
 
@@ -139,7 +150,7 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world, sms))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode in ("push", "split") and multi_node:
+    if mode in ("push", "split", "lamport") and multi_node:
         raise ValueError(f"mode {mode!r} runs on one node only (use 'rows' or 'whole')")
     block_h = triton.next_power_of_2(hidden)
     warps = max(4, min(16, block_h // 512))
@@ -154,8 +165,11 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
     else:
         ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
-    workspace = 2 * (world - 1) * x.nbytes if mode == "push" else 0
-    rows = tuning.rmsnorm_rows_at_once(tokens, ctas, world if mode == "push" else 0)
+    slots = mode in ("push", "lamport")
+    workspace = 2 * (world - 1) * x.nbytes if slots else 0
+    # "lamport" one row at a time: its wait loop keeps a second row live and spills (440 bytes on
+    # sm_90 at two rows of hidden 8192).
+    rows = 1 if mode == "lamport" else tuning.rmsnorm_rows_at_once(tokens, ctas, world if slots else 0)
     return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace)
 
 
@@ -286,6 +300,61 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
 
 
 @triton.jit
+def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
+                  BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
+    """"lamport": this CTA's rows r0..r1 are stored into this rank's slot at every peer (as push
+    lays them out), every chunk of ROWS rows at once, then chunk by chunk the peers' rows are
+    polled in this rank's slots until no element is empty (`wait_written`), summed over the ranks
+    in rank order (fp32, into x), the slots set back to empty, and the rows normalized. No signal
+    and no fence: the rows are read as they land. Between calls every slot of the workspace is
+    empty (its creator fills it; each call empties what it read), so the layout may change with T.
+    Returns the status: after a failed wait the CTA stops (its rows not yet summed keep this
+    rank's x, and the slots are no longer all empty: heap.check() raises)."""
+    rank = il.symm_rank(ctx)
+    epoch, parity, slots = launch_slots(ws, epochs, T, H, WORLD)
+    cols = tl.arange(0, BLOCK_H)
+    m = cols < H
+    w = tl.load(weight + cols, mask=m, other=0.0)
+    lanes = tl.arange(0, ROWS).to(tl.int64)
+    slot = tl.cast(T, tl.int64) * H
+    chunks = tl.cdiv(tl.maximum(r1 - r0, 0), ROWS)
+    if ROWS == 1:  # decode: a row a CTA; its residual in flight with the exchange
+        first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
+    for c in range(0, chunks):
+        block = r0 + c * ROWS + lanes
+        mk = (block < r1)[:, None] & m[None, :]
+        at = block[:, None] * H + cols[None, :]
+        store_to_peer_slots(ctx, slots, slot, at, unempty(tl.load(x + at, mask=mk)), mk, rank, WORLD)
+    s = tl.zeros((), dtype=tl.int32)
+    for c in range(0, chunks):
+        if s == 0:
+            block = r0 + c * ROWS + lanes
+            valid = block < r1
+            mk = valid[:, None] & m[None, :]
+            at = block[:, None] * H + cols[None, :]
+            if ROWS == 1:
+                res = first
+            else:
+                res = tl.load(residual + at, mask=mk, other=0.0)
+            total = tl.zeros((ROWS, BLOCK_H), dtype=tl.float32)
+            for q in tl.static_range(WORLD):
+                if q == rank:
+                    total += unempty(tl.load(x + at, mask=mk, other=0.0)).to(tl.float32)
+                else:
+                    inbox = slots + ((q - rank - 1 + WORLD) % WORLD) * slot + at
+                    got, waited = wait_written(ctx, inbox, mk, _TILE_WAIT)
+                    s = ilt.failure_or(s, waited)
+                    total += got.to(tl.float32)
+                    tl.store(inbox, empty_like(got), mask=mk)
+            if s == 0:
+                summed = total.to(x.dtype.element_ty)
+                tl.store(x + at, summed, mask=mk)
+                _norm_sums(summed, res, w, residual_out, out, scale, block, valid, H, eps, BLOCK_H, FP8)
+    advance_epochs(epochs, epoch + 1)
+    return s
+
+
+@triton.jit
 def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.constexpr):
     """"split": publishes this CTA's slice sums (`sumsq`, and `peak` with FP8) tagged with `flag`,
     waits until its row's PARTS slices have published theirs (a bounded wait: the context's
@@ -345,7 +414,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
                              PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
                              ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2,
-                             SPLIT: tl.constexpr = False, PARTS: tl.constexpr = 1, W=0):
+                             SPLIT: tl.constexpr = False, PARTS: tl.constexpr = 1, W=0,
+                             LAMPORT: tl.constexpr = False):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
@@ -354,7 +424,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     all-reduce, over `ws` (the rows' slots, heap) and `epochs` (one launch counter per CTA,
     MAX_CTAS int32, zeroed at creation); WORLD the ranks (else unused). SPLIT: mode "split"
     (module docs), PARTS slices a row of W columns, BLOCK_H a power of two >= W, `ws` the slices'
-    words (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. PRELOAD (rows, push): the
+    words (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. LAMPORT: mode "lamport"
+    (module docs), `ws` and `epochs` as for PUSH, every slot empty (-0.0) between calls. PRELOAD (rows, push): the
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
@@ -374,6 +445,12 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
         s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
+    elif LAMPORT:
+        per = tl.cdiv(T, grid)
+        r0 = pid * per
+        s = _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0,
+                          tl.minimum(T, r0 + per), T, H, eps, BLOCK_H, ROWS, WORLD, FP8)
+        stamp(trace, 2, TRACE)
     elif PUSH:
         per = tl.cdiv(T, grid)
         r0 = pid * per
@@ -490,24 +567,35 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
             heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
             WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8, num_warps=p.warps)
         return
-    ws, epochs = push_workspace(heap, p, x) if p.mode in ("push", "split") else (x, status)
+    ws, epochs = push_workspace(heap, p, x) if p.mode in ("push", "split", "lamport") else (x, status)
     allreduce_rmsnorm_kernel[(p.ctas,)](
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
         trace if trace is not None else status, ws, epochs, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
-        PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
+        PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push", LAMPORT=p.mode == "lamport",
         WORLD=heap.world_size, SPLIT=p.mode == "split", PARTS=p.parts, W=p.slice_cols, num_warps=p.warps,
         **pdl_launch_options(pdl))
 
 
 def push_workspace(heap: Any, p: Plan, x: Any) -> tuple[Any, Any]:
-    """Mode "push"'s slots (x's dtype), or mode "split"'s words (int64 [SPLIT_WORDS], zeroed when
-    made), and the per-CTA launch counters both keep (int32 [MAX_CTAS], zeroed when made: equal
-    on every rank), kept in the heap between calls (`heap.workspace`)."""
+    """Mode "push"'s slots (x's dtype), mode "lamport"'s (x's dtype, every element -0.0 when made:
+    "empty"), or mode "split"'s words (int64 [SPLIT_WORDS], zeroed when made), and the per-CTA
+    launch counters all keep (int32 [MAX_CTAS], zeroed when made: equal on every rank), kept in the
+    heap between calls (`heap.workspace`)."""
     import torch
 
     if p.mode == "split":
         nbytes = 8 * SPLIT_WORDS.value
         ws = heap.workspace("all_reduce_rmsnorm/split", nbytes, zeroed_prefix=nbytes).view(torch.int64)
+    elif p.mode == "lamport":
+        # Per element width: -0.0 is 0x8000 in bf16 and fp16, 0x80000000 in fp32. A peer may store
+        # into a new one as soon as it has its own: every rank fills its own, then all meet.
+        def empty(t: Any) -> None:
+            bits = {2: torch.int16, 4: torch.int32}[x.element_size()]
+            t.view(bits).fill_(-(1 << (8 * x.element_size() - 1)))  # the sign bit alone
+            heap.barrier()
+
+        ws = heap.workspace(f"all_reduce_rmsnorm/lamport{8 * x.element_size()}", p.workspace_bytes,
+                            init=empty).view(x.dtype)
     else:
         ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
     epochs = heap.workspace("all_reduce_rmsnorm/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)

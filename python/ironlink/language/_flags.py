@@ -4,7 +4,14 @@ and whose low half a 32-bit value. all_reduce_rmsnorm's split mode publishes its
 within a rank; the MoE low-latency dispatch announces each CTA's sends so across ranks when its
 receive runs in a later launch (a tile signal left pending across other kernels could be taken by
 theirs). A wait is bounded by the context's timeout and then records TIMEOUT in the context as a
-device function records its errors (`runtime::context::record_error`), so heap.check() raises."""
+device function records its errors (`runtime::context::record_error`), so heap.check() raises.
+
+Also data that is its own flag (Lamport's scheme, as TensorRT-LLM's one-shot all-reduce uses it):
+a receive buffer holds negative zero ("empty") in every element until a peer stores into it,
+senders never store negative zero (`unempty`: it becomes +0.0, on every rank alike), and the
+receiver polls the data itself until no element is empty (`wait_written`), then stores empty
+back. No signal, no fence: the bytes cross NVLink once and are read as they land. Each element
+is its own flag, so nothing depends on how a peer's stores are split into packets."""
 
 from __future__ import annotations
 
@@ -46,8 +53,72 @@ def wait_tagged(ctx, ptrs, flag, FUNCTION: tl.constexpr):
         got = tl.load(ptrs, volatile=True)
         now = tl_cuda.globaltimer()
     s = tl.where(all_tagged(got, flag) == 1, 0, _TIMEOUT)
+    _record(ctx, s, FUNCTION)
+    return got, s
+
+
+@triton.jit
+def _record(ctx, s, FUNCTION: tl.constexpr):
+    """Records status `s` (if not 0) in the context with detail FUNCTION, unless an error is
+    recorded there already."""
     if s != 0:
         errors = ctx.to(tl.pointer_type(tl.int32))
         if tl.atomic_cas(errors + _ERROR_WORD, 0, s) == 0:
             tl.store(errors + _DETAIL_WORD, FUNCTION)
+
+
+@triton.jit
+def _bits(v):
+    """v's bits as a signed integer of its width (16 or 32)."""
+    if v.dtype.primitive_bitwidth == 16:
+        b = v.to(tl.int16, bitcast=True)
+    else:
+        b = v.to(tl.int32, bitcast=True)
+    return b
+
+
+@triton.jit
+def is_empty(v):
+    """Where v (16- or 32-bit floats) is negative zero: the sign bit alone, the smallest integer."""
+    if v.dtype.primitive_bitwidth == 16:
+        e = _bits(v) == -32768
+    else:
+        e = _bits(v) == -2147483648
+    return e
+
+
+@triton.jit
+def empty_like(v):
+    """A block of negative zeros shaped and typed as v (from its bits: a -0.0 literal could be
+    folded to +0.0)."""
+    if v.dtype.primitive_bitwidth == 16:
+        e = tl.full(v.shape, -32768, tl.int16).to(v.dtype, bitcast=True)
+    else:
+        e = tl.full(v.shape, -2147483648, tl.int32).to(v.dtype, bitcast=True)
+    return e
+
+
+@triton.jit
+def unempty(v):
+    """v with negative zeros as +0.0: what a sender stores (and uses itself, so every rank sums the
+    same values)."""
+    return tl.where(is_empty(v), tl.zeros_like(v), v)
+
+
+@triton.jit
+def wait_written(ctx, ptrs, mask, FUNCTION: tl.constexpr):
+    """Polls the elements at `ptrs` where `mask` (volatile loads; lanes outside it count as
+    written) until none is empty, for at most the context's timeout. Returns (the values,
+    status): 0, or TIMEOUT, recorded as `wait_tagged` does. Each poll reloads the whole block:
+    a written element does not change until its reader empties it, and a mask of the late lanes
+    alone would split the 16-byte loads into 2-byte ones."""
+    got = tl.load(ptrs, mask=mask, other=0.0, volatile=True)
+    timeout = tl.load(ctx.to(tl.pointer_type(tl.int64)) + _TIMEOUT_WORD)
+    start = tl_cuda.globaltimer()
+    now = start
+    while (tl.max(is_empty(got).to(tl.int32)) == 1) & (now - start <= timeout):
+        got = tl.load(ptrs, mask=mask, other=0.0, volatile=True)
+        now = tl_cuda.globaltimer()
+    s = tl.where(tl.max(is_empty(got).to(tl.int32)) == 1, _TIMEOUT, 0)
+    _record(ctx, s, FUNCTION)
     return got, s

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from ..language import _abi, topology
 from .backends import NativeSettings, check_backend, check_node_size, open_backend
@@ -262,23 +262,27 @@ class SymmetricHeap:
         self._calls.record("alloc", offset, nbytes, native.find(offset)[1], f"shape {dims}, {dtype}")
         return t
 
-    def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0) -> Any:
+    def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0,
+                  init: Optional[Callable[[Any], None]] = None) -> Any:
         """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
         (collective: every rank makes the same calls). A larger request allocates a larger one
         (a power of two); the smaller ones stay allocated until `close()`, so CUDA graphs captured
         with them stay valid. The first `zeroed_prefix` bytes of a new one are zero-filled (on the
-        current stream): counters the op keeps there start equal on every rank. A new one with
-        such counters cannot be made while a CUDA graph is captured (the fill would repeat on
-        every replay): run the op once before capturing it."""
+        current stream): counters the op keeps there start equal on every rank; `init` (if given)
+        is called with a new one, to fill it otherwise. A new one with such contents cannot be
+        made while a CUDA graph is captured (the fill would repeat on every replay): run the op
+        once before capturing it."""
         torch = load_torch()
         kept = self._workspaces.setdefault(name, [])
         if not kept or kept[-1].numel() < nbytes:
-            if zeroed_prefix and torch.cuda.is_current_stream_capturing():
+            if (zeroed_prefix or init) and torch.cuda.is_current_stream_capturing():
                 raise IronlinkError(f"ironlink.{name} needs a workspace of {nbytes} bytes, which cannot be made "
                                     "during CUDA graph capture: call it once with these shapes before capturing")
             kept.append(self.empty(1 << max(12, (nbytes - 1).bit_length()), torch.uint8))
             if zeroed_prefix:
                 kept[-1][:zeroed_prefix].zero_()
+            if init is not None:
+                init(kept[-1])
         return kept[-1]
 
     def zeros(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:

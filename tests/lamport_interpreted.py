@@ -1,0 +1,104 @@
+"""all_reduce_rmsnorm mode lamport's data-as-flag helpers in Triton's interpreter (TRITON_INTERPRET=1,
+set by tests/test_fused_cpu.py): a sender stores -0.0 as +0.0 (`unempty`); a receiver polls its
+slots until no element holds -0.0 (`wait_written`), reads exactly what was sent, and stores
+-0.0 ("empty") back; lanes outside the mask are not waited for; a slot a peer never filled gives
+TIMEOUT after the context's timeout, recorded in the context with detail symm_tile_wait, and its
+values are not taken as data. bf16, fp16 and fp32 (16- and 32-bit empties).
+The interpreter runs one CTA at a time, so the peer's stores are made beforehand by a sender
+launch, as they would have landed from a peer already past them."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ironlink.fused.allreduce_rmsnorm import _TILE_WAIT
+from ironlink.language import _abi
+from ironlink.language._flags import empty_like, is_empty, unempty, wait_written
+
+import interpreter_clock  # tests/, beside this file
+
+interpreter_clock.install()
+
+
+@triton.jit
+def send(x, inbox, n, BLOCK: tl.constexpr):
+    """A peer's stores: x into the inbox, -0.0 sent as +0.0."""
+    i = tl.arange(0, BLOCK)
+    tl.store(inbox + i, unempty(tl.load(x + i, mask=i < n)), mask=i < n)
+
+
+@triton.jit
+def receive(ctx, inbox, got, status, n, BLOCK: tl.constexpr):
+    """Polls the inbox's first n elements, keeps what arrived, empties them again."""
+    i = tl.arange(0, BLOCK)
+    v, s = wait_written(ctx, inbox + i, i < n, _TILE_WAIT)
+    tl.store(got + i, v, mask=i < n)
+    if s == 0:
+        tl.store(inbox + i, empty_like(v), mask=i < n)
+    tl.store(status, s)
+
+
+@triton.jit
+def count_empty(v, out, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out, tl.sum(is_empty(tl.load(v + i)).to(tl.int32)))
+
+
+def empty(n: int, dtype: torch.dtype) -> torch.Tensor:
+    bits = {2: torch.int16, 4: torch.int32}[torch.empty((), dtype=dtype).element_size()]
+    return torch.full((n,), -(1 << (8 * bits.itemsize - 1)), dtype=bits).view(dtype)
+
+
+def context(timeout_ns: int) -> torch.Tensor:
+    ctx = torch.zeros(_abi.CONTEXT_SIZE // 8, dtype=torch.int64)
+    ctx[_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8] = timeout_ns
+    return ctx
+
+
+def error_of(ctx: torch.Tensor) -> tuple[int, str]:
+    error, detail = ctx.view(torch.int32)[[_abi.CONTEXT_FIELDS[f][0] // 4 for f in ("error", "error_detail")]].tolist()
+    return error, (list(_abi.FUNCTIONS)[detail] if error else "")
+
+
+def check(dtype: torch.dtype) -> None:
+    block, n = 64, 50
+    x = torch.randn(block).to(dtype)
+    x[3], x[7] = -0.0, 0.0
+    inbox = empty(block, dtype)
+    assert int(torch.signbit(inbox).sum()) == block
+    send[(1,)](x, inbox, n, BLOCK=block)
+    assert not torch.signbit(inbox[3]) and inbox[3] == 0, "-0.0 leaves as +0.0"
+    assert torch.signbit(inbox[n:]).all(), "nothing stored past n"
+    ctx, got, status = context(10**9), torch.zeros(block, dtype=dtype), torch.zeros(1, dtype=torch.int32)
+    receive[(1,)](ctx.data_ptr(), inbox, got, status, n, BLOCK=block)
+    assert status.item() == 0 and error_of(ctx) == (0, ""), (status, error_of(ctx))
+    want = torch.where(x == 0, torch.zeros_like(x), x)[:n]
+    assert torch.equal(got[:n].view(torch.uint8), want.view(torch.uint8)), "received bitwise what was sent"
+    counted = torch.zeros(1, dtype=torch.int32)
+    count_empty[(1,)](inbox, counted, BLOCK=block)
+    assert counted.item() == block, "every slot empty again after the receive"
+
+    # A peer that stored all but one element: TIMEOUT, recorded, and the slots not emptied.
+    send[(1,)](x, inbox, n - 1, BLOCK=block)
+    ctx = context(20_000)
+    receive[(1,)](ctx.data_ptr(), inbox, got, status, n, BLOCK=block)
+    assert status.item() == _abi.STATUS["TIMEOUT"], status
+    assert error_of(ctx) == (_abi.STATUS["TIMEOUT"], "symm_tile_wait"), error_of(ctx)
+    assert torch.signbit(got[n - 1]) and got[n - 1] == 0, "the missing element is still empty"
+
+    # Masked lanes are not waited for: a receive of the n - 1 stored elements completes.
+    ctx = context(10**9)
+    receive[(1,)](ctx.data_ptr(), inbox, got, status, n - 1, BLOCK=block)
+    assert status.item() == 0 and error_of(ctx) == (0, ""), (status, error_of(ctx))
+
+
+def main() -> None:
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        check(dtype)
+    print("ok: lamport slots: sent bitwise (-0.0 as +0.0), emptied after the receive, a missing element times out")
+
+
+if __name__ == "__main__":
+    main()
