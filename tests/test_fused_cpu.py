@@ -162,6 +162,21 @@ def test_rmsnorm_push_mode_plans_its_slots_and_stays_on_one_node() -> None:
         arn.plan(x, r, w, o, DEV, 4, 132, mode="push", multi_node=True)
 
 
+def test_rmsnorm_lamport_mode_plans_push_slots_one_row_at_a_time() -> None:
+    x, r, w, o = (spec("x", (300, 8192), ptr=1 << 20), spec("residual", (300, 8192), ptr=2 << 30),
+                  spec("weight", (8192,), ptr=3 << 30), spec("out", (300, 8192), ptr=4 << 30))
+    p = arn.plan(x, r, w, o, DEV, 2, 132, mode="lamport")
+    assert p.mode == "lamport" and p.ctas == 132 and p.workspace_bytes == 2 * x.nbytes and p.rows_at_once == 1
+    with pytest.raises(ValueError, match="one node only"):
+        arn.plan(x, r, w, o, DEV, 2, 132, mode="lamport", multi_node=True)
+
+
+def test_every_rmsnorm_mode_names_its_failing_call() -> None:
+    # all_reduce_rmsnorm looks the mode up before every launch: a mode missing here fails every call.
+    assert set(arn.MODE_CALLS) == set(arn.MODES)
+    assert all(c.format(suffix="") for c in arn.MODE_CALLS.values())
+
+
 def test_rmsnorm_hidden_limit() -> None:
     with pytest.raises(ValueError, match="hidden size must be in"):
         rms(2, arn.MAX_HIDDEN + 1)

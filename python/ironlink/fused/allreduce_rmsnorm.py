@@ -80,6 +80,11 @@ from .trace import stamp
 
 MAX_HIDDEN = 16384
 MODES = ("rows", "whole", "push", "split", "lamport")
+# What an error of each mode names as the failing call (`{suffix}`: "_hierarchical" on several nodes).
+MODE_CALLS = {"rows": "symm_tile_all_reduce{suffix}", "whole": "symm_all_reduce{suffix}/symm_grid_barrier",
+              "push": "symm_tile_signal_others/symm_tile_wait_others",
+              "split": "symm_tile_all_reduce/the wait for the row's other slices",
+              "lamport": "the wait for the peers' rows (symm_tile_wait)"}
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
 # half the launch count + 1 (never 0, which the zeroed words hold), the low half the f32's bits.
 SPLIT_WORDS = tl.constexpr(2 * _abi.MAX_CTAS)
@@ -544,10 +549,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     if p.tokens == 0:
         return done
     in_heap(h, "all_reduce_rmsnorm", (x, "x"))
-    suffix = "_hierarchical" if h.multi_node else ""
-    function = {"rows": f"symm_tile_all_reduce{suffix}", "whole": f"symm_all_reduce{suffix}/symm_grid_barrier",
-                "push": "symm_tile_signal_others/symm_tile_wait_others",
-                "split": "symm_tile_all_reduce/the wait for the row's other slices"}[p.mode]
+    function = MODE_CALLS[p.mode].format(suffix="_hierarchical" if h.multi_node else "")
     scales = scale if p.fp8 else out  # unread without FP8
     launch_with_status(
         "all_reduce_rmsnorm", h, p.ctas,
