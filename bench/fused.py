@@ -104,6 +104,9 @@ class FusedBench:
                             lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap,
                                                                 mode=mode, pdl=pdl), nbytes)
 
+        if split_fits:  # split with the other exchange of its slices (tuning.RMSNORM_SPLIT_LAMPORT)
+            self.split_other_exchange(shape, dt, nbytes, lambda: ironlink.all_reduce_rmsnorm(
+                x, residual, weight, eps, out=out, heap=self.heap, mode="split", pdl=self.default_pdl))
         # Defs, not tuple lambdas: torch_ops returns nothing to put in a tuple.
         def nccl_torch() -> None:
             dist.all_reduce(x)
@@ -130,6 +133,18 @@ class FusedBench:
         best = next(r for r in reversed(self.rows) if r["contender"] == chosen)
         self.rows.append({**best, "contender": "ironlink_fused", "mode": default, "pdl": self.default_pdl})
         self.heap.free(x)
+
+    def split_other_exchange(self, shape: dict[str, int], dt: str, nbytes: int, fn: Callable[[], Any]) -> None:
+        """Records mode split with the exchange of its slices that the tuning does not choose
+        (`ironlink_fused[split,lamport]` or `[split,ll]`), with the default PDL setting: its plan is
+        made when the graph is captured, so the setting is flipped around the capture alone."""
+        chosen = tuning.RMSNORM_SPLIT_LAMPORT
+        tuning.RMSNORM_SPLIT_LAMPORT = not chosen
+        try:
+            self.record("allreduce_rmsnorm", f"ironlink_fused[split,{'ll' if chosen else 'lamport'}"
+                        f"{',pdl' if self.default_pdl else ''}]", shape, dt, fn, nbytes)
+        finally:
+            tuning.RMSNORM_SPLIT_LAMPORT = chosen
 
     def torch_symm(self, shape: dict[str, int], dt: str, x: torch.Tensor, torch_ops: Callable[[], None],
                    nbytes: int) -> None:

@@ -15,7 +15,8 @@ untraced, 20 back to back in a CUDA graph (as bench/fused.py), `traced_graph_us`
 at a time (push: rows a pipelined chunk; bf16 and FP8 out, the variants in turns:
 ironlink_bench.GraphRound), rows with `variant` and `graph_us`. In push all of a CTA's work
 falls between the wait for the previous kernel and the exchange's end (`all_reduce_us`).
-`--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits).
+`--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits),
+its slices exchanged over LL packets and through lamport slots (row field `lamport`).
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def main() -> None:
                              [int(v) for v in args.rows_at_once.split(",")])
         for parts in (int(v) for v in args.split_parts.split(",") if v):
             if t * parts <= min(sms, status.numel()):  # every CTA resident
-                timeline(rows, args, heap, split_into(p, parts, x.element_size()), x, residual, weight, out,
-                         status, pdl)
+                for lamport in (False, True):
+                    q = split_into(p, parts, x.element_size(), world, lamport)
+                    timeline(rows, args, heap, q, x, residual, weight, out, status, pdl)
         heap.free(x)
     write_results(args.out, world, rows, probe="rmsnorm_timeline")
     heap.close()
@@ -152,7 +154,8 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, mine)
         worst = max(gathered, key=lambda r: r["kernel_us"])
-        row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "parts": p.parts, "ctas": p.ctas, "warps": p.warps,
+        row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "parts": p.parts, "lamport": p.lamport,
+               "ctas": p.ctas, "warps": p.warps,
                "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2),
                "traced_graph_us": round(traced_graph_us, 2), **worst,
                "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}

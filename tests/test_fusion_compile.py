@@ -81,7 +81,7 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
 }
 _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
                 "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                "trace": "*i64", "ws": "*bf16", "epochs": "*i32",
+                "trace": "*i64", "ws": "*bf16", "epochs": "*i32", "inbox": "*bf16",
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
                 "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
                 "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",
@@ -129,7 +129,7 @@ KERNELS["allreduce_rmsnorm_lamport_w2_fp8_pdl"] = (
      "ROWS": 1, "LAMPORT": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
-                                                                          "out", "ws")}},
+                                                                          "out", "ws", "inbox")}},
     {"WHOLE": 0, "BLOCK_H": 4096, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 2, "num_warps": 8})
 # Mode "split": a row's slices on several CTAs, their sums exchanged as tagged words (8 slices of
@@ -143,6 +143,10 @@ KERNELS["allreduce_rmsnorm_split_traced"] = (  # bench/rmsnorm_timeline.py's lau
     allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": True, "ROWS": 1,
      "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "MIN_CC": 90, "num_warps": 8})
+KERNELS["allreduce_rmsnorm_split_lamport_pdl"] = (  # the slices through lamport slots (tuning.RMSNORM_SPLIT_LAMPORT)
+    allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
+    {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+     "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "LAMPORT": True, "MIN_CC": 90, "num_warps": 8})
 KERNELS["allreduce_rmsnorm_split_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**_SPLIT_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,

@@ -66,7 +66,7 @@ def test_pdl_launch_options_set_the_constexpr_and_the_attribute_together() -> No
 
 _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
                 "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                "trace": "*i64", "ws": "*bf16", "epochs": "*i32",
+                "trace": "*i64", "ws": "*bf16", "epochs": "*i32", "inbox": "*bf16",
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
                 "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
                 "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",

@@ -290,7 +290,7 @@ class Suite:
                 check()
             else:
                 self.replays(run, graph, prepare, check)
-            if mode == "lamport":
+            if mode in ("lamport", "split"):
                 self.lamport_slots_empty()
         finally:
             self.heap.free(x)
@@ -544,6 +544,16 @@ def refused(call: Callable[[], object], words: str) -> None:
     raise AssertionError(f"no ValueError (wanted one naming {words!r})")
 
 
+def with_split_lamport(on: bool, fn: Callable[[], None]) -> None:
+    """Runs `fn` with mode split's slices exchanged through lamport slots (`on`) or LL packets."""
+    chosen = tuning.RMSNORM_SPLIT_LAMPORT
+    tuning.RMSNORM_SPLIT_LAMPORT = on
+    try:
+        fn()
+    finally:
+        tuning.RMSNORM_SPLIT_LAMPORT = chosen
+
+
 def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:
     """The fused ops by their kernels for several nodes (`as_several_nodes`), checked as above."""
     dtype = torch.bfloat16
@@ -686,6 +696,22 @@ def main() -> int:
         # Push with 16 rows a CTA (8 pipelined chunks): both halves of its slots, alternately.
         cases.run(f"all_reduce_rmsnorm push {dtype} 2048x8192: 200 graph replays back to back",
                   lambda: s.rmsnorm(2048, 8192, dtype, "push", graph=True, back_to_back=200))
+        # Split with the exchange of its slices that the tuning does not choose (LL packets or
+        # lamport slots: tuning.RMSNORM_SPLIT_LAMPORT), as the default one is checked above.
+        other = "LL packets" if tuning.RMSNORM_SPLIT_LAMPORT else "lamport slots"
+        for tokens in (1, 8, 16):
+            if split_fits(tokens, 8192, world):
+                cases.run(f"all_reduce_rmsnorm split over {other} {dtype} {tokens}x8192",
+                          lambda: with_split_lamport(not tuning.RMSNORM_SPLIT_LAMPORT, lambda: s.rmsnorm(
+                              tokens, 8192, dtype, "split", graph=False)))
+                if torch.cuda.get_device_capability()[0] >= 9:
+                    cases.run(f"all_reduce_rmsnorm split over {other} {dtype} {tokens}x8192 fp8 out",
+                              lambda: with_split_lamport(not tuning.RMSNORM_SPLIT_LAMPORT, lambda: s.rmsnorm(
+                                  tokens, 8192, dtype, "split", graph=False, fp8=True)))
+        if split_fits(8, 8192, world):
+            cases.run(f"all_reduce_rmsnorm split over {other} {dtype} 8x8192: 2000 graph replays back to back",
+                      lambda: with_split_lamport(not tuning.RMSNORM_SPLIT_LAMPORT, lambda: s.rmsnorm(
+                          8, 8192, dtype, "split", graph=True, back_to_back=2000)))
         # Lamport: every slot must be empty again after each call, or the next call that lands
         # there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
         for tokens, replays in ((32, 2000), (2048, 200)):

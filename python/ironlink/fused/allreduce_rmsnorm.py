@@ -106,9 +106,10 @@ class Plan(NamedTuple):
     warps: int
     fp8: bool  # out is float8_e4m3fn, quantized per token
     rows_at_once: int  # rows, push: rows a CTA normalizes at a time
-    workspace_bytes: int  # push: the rows' slots at this rank, 2 x (world - 1) x [tokens, hidden]
+    workspace_bytes: int  # push, lamport: the rows' slots at this rank, 2 x (world - 1) x [tokens, hidden]
     parts: int = 1  # split: CTAs per row (the slices of a row)
     slice_cols: int = 0  # split: columns of a slice (the last one may have fewer)
+    lamport: bool = False  # lamport, split: the rows exchanged through lamport slots (split: not LL packets)
 
 
 def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: TensorSpec, scale: Optional[TensorSpec],
@@ -164,7 +165,8 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         if parts < 2:
             raise ValueError(f"mode 'split' needs rows of at least {2 * tuning.RMSNORM_SPLIT_MIN_SLICE_BYTES} bytes "
                              f"and at most {sms // 2} tokens here, got {tokens} rows of {hidden * x.itemsize}")
-        return split_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0), parts, x.itemsize)
+        return split_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0), parts, x.itemsize, world,
+                          tuning.RMSNORM_SPLIT_LAMPORT)
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
@@ -175,18 +177,20 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     # "lamport" one row at a time: its wait loop keeps a second row live and spills (440 bytes on
     # sm_90 at two rows of hidden 8192).
     rows = 1 if mode == "lamport" else tuning.rmsnorm_rows_at_once(tokens, ctas, world if slots else 0)
-    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace)
+    return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace, lamport=mode == "lamport")
 
 
-def split_into(p: Plan, parts: int, itemsize: int) -> Plan:
+def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) -> Plan:
     """Plan `p` in mode "split" with `parts` slices a row (elements of `itemsize` bytes), sized by
     `tuning.rmsnorm_split_slice_bytes`; a CTA each; 8 warps at least, a thread per LL unit of a
-    2 KiB slice (with 4, ptxas keeps 24 bytes of stack in the kernel on sm_90).
+    2 KiB slice (with 4, ptxas keeps 24 bytes of stack in the kernel on sm_90); the slices
+    exchanged through lamport slots (`lamport`, over `world` ranks) or LL packets.
     bench/rmsnorm_timeline.py --split-parts compares slice counts with it."""
     cols = tuning.rmsnorm_split_slice_bytes(p.hidden * itemsize, parts) // itemsize
     block = triton.next_power_of_2(cols)
     return p._replace(mode="split", block_h=block, ctas=p.tokens * parts, warps=max(8, min(16, block // 128)),
-                      rows_at_once=1, workspace_bytes=0, parts=parts, slice_cols=cols)
+                      rows_at_once=1, workspace_bytes=2 * (world - 1) * p.tokens * p.hidden * itemsize if lamport
+                      else 0, parts=parts, slice_cols=cols, lamport=lamport)
 
 
 @triton.jit
@@ -305,18 +309,45 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
 
 
 @triton.jit
-def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
+def _lamport_send(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr):
+    """"lamport": this rank's elements of x at offsets `at` (where `mk`) into its slot at every
+    peer (`slots` of `slot` elements each, push's layout), -0.0 sent as +0.0."""
+    store_to_peer_slots(ctx, slots, slot, at, unempty(tl.load(x + at, mask=mk)), mk, rank, WORLD)
+
+
+@triton.jit
+def _lamport_sum(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr):
+    """"lamport": (the sum over the ranks in rank order, fp32, of the elements at offsets `at`:
+    this rank's from x, as `_lamport_send` sent them, each peer's polled in its slot here until
+    none is empty, status). The slots read are set back to empty. After a failed wait the sum is
+    not for use."""
+    s = tl.zeros((), dtype=tl.int32)
+    total = tl.zeros_like(at).to(tl.float32)
+    for q in tl.static_range(WORLD):
+        if q == rank:
+            total += unempty(tl.load(x + at, mask=mk, other=0.0)).to(tl.float32)
+        else:
+            inbox = slots + ((q - rank - 1 + WORLD) % WORLD) * slot + at
+            got, waited = wait_written(ctx, inbox, mk, _TILE_WAIT)
+            s = ilt.failure_or(s, waited)
+            total += got.to(tl.float32)
+            tl.store(inbox, empty_like(got), mask=mk)
+    return total, s
+
+
+@triton.jit
+def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
                   BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"lamport": this CTA's rows r0..r1 are stored into this rank's slot at every peer (as push
-    lays them out), every chunk of ROWS rows at once, then chunk by chunk the peers' rows are
-    polled in this rank's slots until no element is empty (`wait_written`), summed over the ranks
-    in rank order (fp32, into x), the slots set back to empty, and the rows normalized. No signal
-    and no fence: the rows are read as they land. Between calls every slot of the workspace is
-    empty (its creator fills it; each call empties what it read), so the layout may change with T.
-    Returns the status: after a failed wait the CTA stops (its rows not yet summed keep this
-    rank's x, and the slots are no longer all empty: heap.check() raises)."""
+    lays them out, in `inbox`), every chunk of ROWS rows at once, then chunk by chunk the peers'
+    rows are polled in this rank's slots until no element is empty (`wait_written`), summed over
+    the ranks in rank order (fp32, into x), the slots set back to empty, and the rows normalized.
+    No signal and no fence: the rows are read as they land. Between calls every slot of the
+    workspace is empty (its creator fills it; each call empties what it read), so the layout may
+    change with T. Returns the status: after a failed wait the CTA stops (its rows not yet summed
+    keep this rank's x, and the slots are no longer all empty: heap.check() raises)."""
     rank = il.symm_rank(ctx)
-    epoch, parity, slots = launch_slots(ws, epochs, T, H, WORLD)
+    epoch, parity, slots = launch_slots(inbox, epochs, T, H, WORLD)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
     w = tl.load(weight + cols, mask=m, other=0.0)
@@ -327,9 +358,8 @@ def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, ws, epochs
         first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
     for c in range(0, chunks):
         block = r0 + c * ROWS + lanes
-        mk = (block < r1)[:, None] & m[None, :]
-        at = block[:, None] * H + cols[None, :]
-        store_to_peer_slots(ctx, slots, slot, at, unempty(tl.load(x + at, mask=mk)), mk, rank, WORLD)
+        _lamport_send(ctx, x, slots, slot, block[:, None] * H + cols[None, :], (block < r1)[:, None] & m[None, :],
+                      rank, WORLD)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks):
         if s == 0:
@@ -338,19 +368,13 @@ def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, ws, epochs
             mk = valid[:, None] & m[None, :]
             at = block[:, None] * H + cols[None, :]
             if ROWS == 1:
-                res = first
+                if c == 0:
+                    res = first
+                else:
+                    res = tl.load(residual + at, mask=mk, other=0.0)
             else:
                 res = tl.load(residual + at, mask=mk, other=0.0)
-            total = tl.zeros((ROWS, BLOCK_H), dtype=tl.float32)
-            for q in tl.static_range(WORLD):
-                if q == rank:
-                    total += unempty(tl.load(x + at, mask=mk, other=0.0)).to(tl.float32)
-                else:
-                    inbox = slots + ((q - rank - 1 + WORLD) % WORLD) * slot + at
-                    got, waited = wait_written(ctx, inbox, mk, _TILE_WAIT)
-                    s = ilt.failure_or(s, waited)
-                    total += got.to(tl.float32)
-                    tl.store(inbox, empty_like(got), mask=mk)
+            total, s = _lamport_sum(ctx, x, slots, slot, at, mk, rank, WORLD)
             if s == 0:
                 summed = total.to(x.dtype.element_ty)
                 tl.store(x + at, summed, mask=mk)
@@ -381,10 +405,13 @@ def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.cons
 
 
 @triton.jit
-def _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, words, epochs, W, trace,
-               BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr, TRACE: tl.constexpr):
-    """"split": CTA pid all-reduces and normalizes slice pid % PARTS (W columns) of row pid // PARTS.
-    Returns the status. TRACE: stamps 2 after the slice's all-reduce, 4 after the row's sums."""
+def _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, words, epochs, inbox, W, trace,
+               BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr, TRACE: tl.constexpr,
+               LAMPORT: tl.constexpr, WORLD: tl.constexpr):
+    """"split": CTA pid all-reduces and normalizes slice pid % PARTS (W columns) of row pid // PARTS:
+    over LL packets (`symm_tile_all_reduce`), or with LAMPORT through the slots of `inbox` as mode
+    "lamport" exchanges rows. Returns the status. TRACE: stamps 2 after the slice's all-reduce,
+    4 after the row's sums."""
     pid = tl.program_id(0)
     row = (pid // PARTS).to(tl.int64)
     c0 = (pid % PARTS) * W
@@ -395,9 +422,19 @@ def _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, words
     w = tl.load(weight + cols, mask=m, other=0.0).to(tl.float32)
     res = tl.load(residual + at, mask=m, other=0.0)
     flag = tl.load(epochs + pid) + 1
-    s = ilt.tile_all_reduce(ctx, x + row * H + c0, 1, width, H, pid)
+    if LAMPORT:
+        rank = il.symm_rank(ctx)
+        _, _, slots = launch_slots(inbox, epochs, T, H, WORLD)
+        slot = tl.cast(T, tl.int64) * H
+        _lamport_send(ctx, x, slots, slot, at, m, rank, WORLD)
+        total, s = _lamport_sum(ctx, x, slots, slot, at, m, rank, WORLD)
+        summed = total.to(x.dtype.element_ty)
+        tl.store(x + at, summed, mask=m)
+    else:
+        s = ilt.tile_all_reduce(ctx, x + row * H + c0, 1, width, H, pid)
+        summed = tl.load(x + at, mask=m, other=0.0)
     stamp(trace, 2, TRACE)
-    r = (tl.load(x + at, mask=m, other=0.0).to(tl.float32) + res.to(tl.float32)).to(residual_out.dtype.element_ty)
+    r = (summed.to(tl.float32) + res.to(tl.float32)).to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
     sumsq, peak, waited = _split_sums(ctx, words, flag, tl.sum(rf * rf), tl.max(tl.abs(rf * w)), PARTS, FP8)
@@ -416,6 +453,7 @@ def _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, words
 
 @jit(do_not_specialize=["ctx", "T", "eps"])
 def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace, ws, epochs,
+                             inbox,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
                              PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
                              ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2,
@@ -444,8 +482,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     allow_next_kernel(PDL)
     stamp(trace, 1, TRACE)
     if SPLIT:
-        s = _split_row(ctx, x, residual, residual_out, weight, out, scale, H, eps, ws, epochs, W, trace, BLOCK_H,
-                       PARTS, FP8, TRACE)
+        s = _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, ws, epochs, inbox, W, trace,
+                       BLOCK_H, PARTS, FP8, TRACE, LAMPORT, WORLD)
     elif WHOLE:
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
@@ -453,7 +491,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     elif LAMPORT:
         per = tl.cdiv(T, grid)
         r0 = pid * per
-        s = _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0,
+        s = _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0,
                           tl.minimum(T, r0 + per), T, H, eps, BLOCK_H, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     elif PUSH:
@@ -569,26 +607,33 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
             heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
             WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8, num_warps=p.warps)
         return
-    ws, epochs = push_workspace(heap, p, x) if p.mode in ("push", "split", "lamport") else (x, status)
+    ws, epochs, inbox = workspaces(heap, p, x, status)
     allreduce_rmsnorm_kernel[(p.ctas,)](
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
-        trace if trace is not None else status, ws, epochs, WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8,
-        PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push", LAMPORT=p.mode == "lamport",
-        WORLD=heap.world_size, SPLIT=p.mode == "split", PARTS=p.parts, W=p.slice_cols, num_warps=p.warps,
-        **pdl_launch_options(pdl))
+        trace if trace is not None else status, ws, epochs, inbox, WHOLE=p.mode == "whole", BLOCK_H=p.block_h,
+        FP8=p.fp8, PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
+        LAMPORT=p.lamport, WORLD=heap.world_size, SPLIT=p.mode == "split", PARTS=p.parts, W=p.slice_cols,
+        num_warps=p.warps, **pdl_launch_options(pdl))
 
 
-def push_workspace(heap: Any, p: Plan, x: Any) -> tuple[Any, Any]:
-    """Mode "push"'s slots (x's dtype), mode "lamport"'s (x's dtype, every element -0.0 when made:
-    "empty"), or mode "split"'s words (int64 [SPLIT_WORDS], zeroed when made), and the per-CTA
-    launch counters all keep (int32 [MAX_CTAS], zeroed when made: equal on every rank), kept in the
-    heap between calls (`heap.workspace`)."""
+def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
+    """The kernel's `ws`, `epochs` and `inbox` for plan `p`, kept in the heap between calls
+    (`heap.workspace`; x or `status` where the mode reads none): `ws` mode "push"'s slots (x's dtype)
+    or mode "split"'s words (int64 [SPLIT_WORDS], zeroed when made); `epochs` the per-CTA launch
+    counters push, split and lamport keep (int32 [MAX_CTAS], zeroed when made: equal on every
+    rank); `inbox` the lamport slots (x's dtype, every element -0.0 when made: "empty")."""
     import torch
 
+    ws, epochs, inbox = x, status, x
+    if p.mode in ("push", "split", "lamport"):
+        counters = heap.workspace("all_reduce_rmsnorm/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
+        epochs = counters.view(torch.int32)
     if p.mode == "split":
         nbytes = 8 * SPLIT_WORDS.value
         ws = heap.workspace("all_reduce_rmsnorm/split", nbytes, zeroed_prefix=nbytes).view(torch.int64)
-    elif p.mode == "lamport":
+    elif p.mode == "push":
+        ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
+    if p.lamport:
         # Per element width: -0.0 is 0x8000 in bf16 and fp16, 0x80000000 in fp32. A peer may store
         # into a new one as soon as it has its own: every rank fills its own, then all meet.
         def empty(t: Any) -> None:
@@ -596,12 +641,9 @@ def push_workspace(heap: Any, p: Plan, x: Any) -> tuple[Any, Any]:
             t.view(bits).fill_(-(1 << (8 * x.element_size() - 1)))  # the sign bit alone
             heap.barrier()
 
-        ws = heap.workspace(f"all_reduce_rmsnorm/lamport{8 * x.element_size()}", p.workspace_bytes,
-                            init=empty).view(x.dtype)
-    else:
-        ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
-    epochs = heap.workspace("all_reduce_rmsnorm/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
-    return ws, epochs.view(torch.int32)
+        inbox = heap.workspace(f"all_reduce_rmsnorm/lamport{8 * x.element_size()}", p.workspace_bytes,
+                               init=empty).view(x.dtype)
+    return ws, epochs, inbox
 
 
 __all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "launch", "allreduce_rmsnorm_hierarchical_kernel",
