@@ -135,7 +135,18 @@ RMSNORM_SPLIT_MAX_PARTS = 8
 RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 # Whether "split" exchanges its slices through lamport slots (mode "lamport"'s: the bytes cross
 # NVLink once, read as they land) rather than LL packets (two bytes on the link per data byte).
-RMSNORM_SPLIT_LAMPORT = False
+# 2 H100s, hidden 8192 bf16, PDL, in turns (git 2edce18,
+# bench/results/experiments/rmsnorm-lamport-2xH100-2edce18.json), us, split over lamport slots /
+# over LL: 1 token 6.03 / 6.69, 8 7.01 / 8.13, 16 8.15 / 9.60, 32 7.60 / 9.71.
+RMSNORM_SPLIT_LAMPORT = True
+
+# all_reduce_rmsnorm runs "lamport" (push's layout, the rows read as they land: no signal, no
+# fence) for x of more than split's bytes and up to the bytes listed, on the world sizes listed.
+# Same run, lamport / push / split (its default exchange), us: 16 tokens 8.18 / 10.78 / 8.15,
+# 32 7.53 / 8.80 / 7.60, 64 8.73 / 10.82 / 9.13, 128 12.19 / 14.12, 512 37.87 / 39.48, 2048
+# 185.35 / 121.68 (push pipelines a CTA's 16 rows; lamport sends them all, then reads and
+# empties them one at a time).
+RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 8 << 20}
 
 
 def rmsnorm_split_slice_bytes(row_bytes: int, parts: int) -> int:
@@ -204,6 +215,8 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -
     if nbytes <= RMSNORM_SPLIT_MAX_BYTES_BY_WORLD.get(world, 0) and rmsnorm_split_parts(tokens, row_bytes, world,
                                                                                        sms) > 1:
         return "split"
+    if nbytes <= RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD.get(world, 0):
+        return "lamport"
     push_low, push_high = RMSNORM_PUSH_BYTES_BY_WORLD.get(world, (0, 0))
     if push_low < nbytes <= push_high:
         return "push"
@@ -340,5 +353,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
-           "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
+           "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]
