@@ -60,14 +60,16 @@ def block() -> str:
            "us per call (median, max over ranks); x = NCCL + torch time / fused time.", "",
            "all-reduce + residual add + RMSNorm, hidden 8192:", "",
            "| tokens | fused (mode) | rows | rows + PDL | whole | whole + PDL | push | push + PDL | split | split + PDL "
+           "| split over LL + PDL | lamport | lamport + PDL "
            "| fused, FP8 out | NCCL + torch | ironlink + torch | torch ops alone | x |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in sorted({r["tokens"] for r in rows if r["op"] == OPS[0]}):
         fused = next(r for r in rows if r["op"] == OPS[0] and r["contender"] == "ironlink_fused" and r["tokens"] == t)
         nccl = us(OPS[0], "nccl_torch", tokens=t)
         how = fused.get("mode", "") + (", PDL" if fused.get("pdl") else "")
         each = " | ".join(f(us(OPS[0], f"ironlink_fused[{c}]", tokens=t))
-                          for c in ("rows", "rows,pdl", "whole", "whole,pdl", "push", "push,pdl", "split", "split,pdl"))
+                          for c in ("rows", "rows,pdl", "whole", "whole,pdl", "push", "push,pdl", "split", "split,pdl",
+                                    "split,ll,pdl", "lamport", "lamport,pdl"))
         fp8 = us(OPS[0], f"ironlink_fused[{fused.get('mode', '')},fp8]", tokens=t)
         out.append(f"| {t} | {fused['us']:.1f} ({how}) | {each} | {f(fp8)} | {f(nccl)} | "
                    f"{f(us(OPS[0], 'ironlink_torch', tokens=t))} | {f(us(OPS[0], 'torch_ops', tokens=t))} | "
