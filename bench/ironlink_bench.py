@@ -35,6 +35,7 @@ import ironlink.language as il
 from ironlink.language import _abi
 from ironlink import _native
 from ironlink.runtime.heap import DEFAULT_SCRATCH_BYTES
+from ironlink.runtime import tuning
 from ironlink.runtime.tuning import FORCED_LIMITS
 
 # Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
@@ -47,6 +48,10 @@ SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22,
 # The public op is also timed without programmatic dependent launch up to this size (contender
 # "ironlink_op[no_pdl]"), where the launch is a large part of a call.
 OP_NO_PDL_MAX_BYTES = 1 << 16
+# Up to this size the public op is also timed with the other choice of its lamport-slot path
+# (`tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD`): contender "ironlink_op[lamport]" or
+# "ironlink_op[library]" (the device library's all-reduce).
+OP_LAMPORT_MAX_BYTES = 256 << 10
 # ironlink launch configurations tried at each size: (CTAs, num_warps).
 CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8), (132, 16)]
 # The sizes at which each all-reduce algorithm is worth measuring (each is forced through the
@@ -310,6 +315,8 @@ class Bench:
         if nbytes <= OP_NO_PDL_MAX_BYTES:
             added["ironlink_op[no_pdl]"] = ("", timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap, pdl=False),
                                                           nbytes, before=tuned))
+        if nbytes <= OP_LAMPORT_MAX_BYTES:
+            added.update(self.op_other_path(timer, buf, nbytes, tuned))
         if nbytes <= (256 << 20):
             import torch.distributed._symmetric_memory as symm_mem
 
@@ -339,6 +346,22 @@ class Bench:
             row["vs_nccl"] = round(times["nccl"][1] / us_who, 3)
             if who == "ironlink":
                 row["algorithm"] = best[2]
+
+    def op_other_path(self, timer: "GraphRound", buf: torch.Tensor, nbytes: int,
+                      tuned: Callable[[], None]) -> dict[str, tuple[str, Optional[int]]]:
+        """The public op captured with the other choice of its lamport-slot path than the tuning's
+        for this size: the choice is made at capture, so the table is flipped around it alone."""
+        table = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD
+        world = dist.get_world_size()
+        chosen = tuning.all_reduce_takes_lamport(nbytes, world)
+        saved = dict(table)
+        table[world] = 0 if chosen else nbytes
+        try:
+            i = timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes, before=tuned)
+        finally:
+            table.clear()
+            table.update(saved)
+        return {f"ironlink_op[{'library' if chosen else 'lamport'}]": ("", i)}
 
     def gather_scatter(self, dt: str, nbytes: int) -> None:
         """all_gather and reduce_scatter of `nbytes` total output / input per rank, every contender

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ironlink.fused.allreduce_rmsnorm import _TILE_WAIT
+from ironlink.ops.slots import TILE_WAIT as _TILE_WAIT
 from ironlink.language import _abi
 from ironlink.language._flags import empty_like, is_empty, unempty, wait_written
 

@@ -132,6 +132,17 @@ KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
                                                                           "out", "ws", "inbox")}},
     {"WHOLE": 0, "BLOCK_H": 4096, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 2, "num_warps": 8})
+# ironlink.all_reduce's small messages through lamport slots (ops/slots.py), as the op launches it,
+# over 2 and 4 ranks, with every reduction.
+from ironlink.language import _abi  # noqa: E402
+from ironlink.ops.collectives import _all_reduce_lamport_kernel  # noqa: E402
+for world, op in ((2, "SUM"), (2, "AVG"), (4, "MAX"), (4, "PROD")):
+    KERNELS[f"all_reduce_lamport_w{world}_{op.lower()}"] = (
+        _all_reduce_lamport_kernel.fn,
+        {"ctx": "i64", "buf": "*bf16", "n": "i32", "status": "*i32", "inbox": "*bf16", "epochs": "*i32",
+         "WORLD": "constexpr", "OP": "constexpr", "BLOCK": "constexpr", "PDL": "constexpr"},
+        {"WORLD": world, "OP": _abi.REDUCE_OP[op], "BLOCK": tuning.ALL_REDUCE_LAMPORT_CTA_BYTES // 2, "PDL": False,
+         "num_warps": tuning.ALL_REDUCE_LAMPORT_WARPS})
 # Mode "split": a row's slices on several CTAs, their sums exchanged as tagged words (8 slices of
 # 1024 columns, as hidden 8192 at one token).
 _SPLIT_SIG = {**_RMSNORM_SIG, "ws": "*i64"}

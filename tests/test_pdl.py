@@ -91,6 +91,11 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
                                   "ROWS": 1, "WORLD": 2, "SPLIT": True, "PARTS": 8}, 8),
     "all_reduce": (ops._all_reduce_kernel.fn, {"ctx": "i64", "buf": "*bf16", "n": "i32", "op": "i32",
                                                "status": "*i32", "PDL": "constexpr"}, {}, 8),
+    "all_reduce lamport": (ops._all_reduce_lamport_kernel.fn,
+                           {"ctx": "i64", "buf": "*bf16", "n": "i32", "status": "*i32", "inbox": "*bf16",
+                            "epochs": "*i32", "WORLD": "constexpr", "OP": "constexpr", "BLOCK": "constexpr",
+                            "PDL": "constexpr"},
+                           {"WORLD": 2, "OP": 0, "BLOCK": 1024}, 4),
 }
 # A PTX instruction that reads or writes memory other than the kernel's parameters.
 _MEMORY = re.compile(r"^\s*(@!?%p\d+\s+)?(ld|st|atom|red|cp|mbarrier|multimem|prefetch)\b"

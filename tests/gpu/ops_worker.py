@@ -112,6 +112,55 @@ class Suite(Cases):
         finally:
             self.free(buf)
 
+    def all_reduce_lamport(self, n: int, dtype: Any, op: str, replays: int = 0) -> None:
+        """The op through lamport slots (forced here at every size it takes): eagerly, then with
+        `replays`, captured once and replayed with new data each time (a slot left full by one
+        call would hand a later one stale data); bitwise the same on every rank, and every slot
+        empty again at the end."""
+        from ironlink.runtime import tuning
+
+        table = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD
+        saved = dict(table)
+        table[self.world] = 1 << 30
+        buf = None
+        try:
+            buf = self.alloc(n, dtype)
+            src = torch.empty(n, dtype=dtype, device="cuda")
+
+            def step() -> None:
+                buf.copy_(src)
+                ironlink.all_reduce(buf, op=op)
+
+            g = None
+            for i in range(1 + replays):
+                src.copy_(self.data(n, dtype))
+                want = self.ref_all_reduce(src, op)
+                if g is None:
+                    step()
+                else:
+                    g.replay()
+                torch.cuda.synchronize()
+                if op == "max":
+                    assert torch.equal(buf.float(), want), f"call {i}: max differs from NCCL's"
+                else:
+                    self.close(f"call {i}: all_reduce {op}", buf, want, dtype)
+                same_on_all_ranks(buf)
+                if i == 0 and replays:
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        step()
+            del g
+            self.heap.check()
+            width = torch.empty((), dtype=dtype).element_size()
+            for ws in self.heap._workspaces.get(f"all_reduce/lamport{8 * width}", []):
+                v = ws.view({2: torch.int16, 4: torch.int32}[width])
+                full = int((v != torch.iinfo(v.dtype).min).sum())
+                assert full == 0, f"{full} of {v.numel()} lamport slots not empty after the calls"
+        finally:
+            table.clear()
+            table.update(saved)
+            self.free(buf)
+
     def all_reduce_hierarchical(self, n: int, dtype: Any, op: str) -> None:
         """`symm_all_reduce_hierarchical` on this one-node heap (a two-shot all-reduce): against
         NCCL, and bitwise equal on every rank."""
@@ -592,6 +641,14 @@ def main() -> int:
         for op in ("max", "avg"):
             s.run(f"all_reduce {op} {dtype} 1 MiB", lambda: s.all_reduce(n, dtype, op))
             s.run(f"reduce_scatter {op} {dtype} 1 MiB", lambda: s.reduce_scatter(n // world, dtype, op, False))
+        # Through lamport slots: one CTA (1 element, 1 KiB), a ragged last CTA, the most CTAs.
+        lamport_counts = [1, 1024 // esize, 5000, (256 << 10) // esize]
+        for n_lamport in small(lamport_counts, lamport_counts[:3]):
+            for op in ("sum", "max", "min", "prod", "avg"):
+                s.run(f"all_reduce lamport {op} {dtype} {n_lamport} elements",
+                      lambda: s.all_reduce_lamport(n_lamport, dtype, op))
+        s.run(f"all_reduce lamport sum {dtype} 16 KiB: 300 graph replays with new data",
+              lambda: s.all_reduce_lamport((16 << 10) // esize, dtype, "sum", replays=300))
         for op in ("sum", "avg"):
             s.run(f"all_reduce_hierarchical {op} {dtype} (one node: two-shot)",
                   lambda: s.all_reduce_hierarchical(300001, dtype, op))

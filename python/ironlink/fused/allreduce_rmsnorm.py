@@ -65,7 +65,7 @@ import triton
 import triton.language as tl
 
 from ..language import _abi
-from ..language._flags import empty_like, tagged, unempty, wait_tagged, wait_written
+from ..language._flags import tagged, wait_tagged
 from .. import language as il
 from ..runtime import eager, tuning
 from ..language import typed as ilt
@@ -75,7 +75,8 @@ from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_fo
 from ..ops import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from .matmul_allreduce_push import add_in_rank_order, advance_epochs, launch_slots, store_to_peer_slots
+from ..ops.slots import (add_in_rank_order, advance_epochs, epoch_counters, lamport_reduce, lamport_send,
+                         lamport_workspace, launch_slots, store_to_peer_slots)
 from .trace import stamp
 
 MAX_HIDDEN = 16384
@@ -91,9 +92,6 @@ SPLIT_WORDS = tl.constexpr(2 * _abi.MAX_CTAS)
 # Where a split CTA's timed-out wait for its row's slices is recorded: the detail names
 # symm_tile_all_reduce, the call the mode is built on.
 _TILE_ALL_REDUCE = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_all_reduce"))
-# Where a "lamport" CTA's timed-out wait for a peer's rows is recorded: the detail names
-# symm_tile_wait, the wait that "push" makes for the same rows.
-_TILE_WAIT = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_wait"))
 FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
 
 
@@ -309,33 +307,6 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
 
 
 @triton.jit
-def _lamport_send(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr):
-    """"lamport": this rank's elements of x at offsets `at` (where `mk`) into its slot at every
-    peer (`slots` of `slot` elements each, push's layout), -0.0 sent as +0.0."""
-    store_to_peer_slots(ctx, slots, slot, at, unempty(tl.load(x + at, mask=mk)), mk, rank, WORLD)
-
-
-@triton.jit
-def _lamport_sum(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr):
-    """"lamport": (the sum over the ranks in rank order, fp32, of the elements at offsets `at`:
-    this rank's from x, as `_lamport_send` sent them, each peer's polled in its slot here until
-    none is empty, status). The slots read are set back to empty. After a failed wait the sum is
-    not for use."""
-    s = tl.zeros((), dtype=tl.int32)
-    total = tl.zeros_like(at).to(tl.float32)
-    for q in tl.static_range(WORLD):
-        if q == rank:
-            total += unempty(tl.load(x + at, mask=mk, other=0.0)).to(tl.float32)
-        else:
-            inbox = slots + ((q - rank - 1 + WORLD) % WORLD) * slot + at
-            got, waited = wait_written(ctx, inbox, mk, _TILE_WAIT)
-            s = ilt.failure_or(s, waited)
-            total += got.to(tl.float32)
-            tl.store(inbox, empty_like(got), mask=mk)
-    return total, s
-
-
-@triton.jit
 def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
                   BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"lamport": this CTA's rows r0..r1 are stored into this rank's slot at every peer (as push
@@ -358,7 +329,7 @@ def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epo
         first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
     for c in range(0, chunks):
         block = r0 + c * ROWS + lanes
-        _lamport_send(ctx, x, slots, slot, block[:, None] * H + cols[None, :], (block < r1)[:, None] & m[None, :],
+        lamport_send(ctx, x, slots, slot, block[:, None] * H + cols[None, :], (block < r1)[:, None] & m[None, :],
                       rank, WORLD)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks):
@@ -374,7 +345,7 @@ def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epo
                     res = tl.load(residual + at, mask=mk, other=0.0)
             else:
                 res = tl.load(residual + at, mask=mk, other=0.0)
-            total, s = _lamport_sum(ctx, x, slots, slot, at, mk, rank, WORLD)
+            total, s = lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD)
             if s == 0:
                 summed = total.to(x.dtype.element_ty)
                 tl.store(x + at, summed, mask=mk)
@@ -426,8 +397,8 @@ def _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wo
         rank = il.symm_rank(ctx)
         _, _, slots = launch_slots(inbox, epochs, T, H, WORLD)
         slot = tl.cast(T, tl.int64) * H
-        _lamport_send(ctx, x, slots, slot, at, m, rank, WORLD)
-        total, s = _lamport_sum(ctx, x, slots, slot, at, m, rank, WORLD)
+        lamport_send(ctx, x, slots, slot, at, m, rank, WORLD)
+        total, s = lamport_reduce(ctx, x, slots, slot, at, m, rank, WORLD)
         summed = total.to(x.dtype.element_ty)
         tl.store(x + at, summed, mask=m)
     else:
@@ -626,23 +597,14 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
 
     ws, epochs, inbox = x, status, x
     if p.mode in ("push", "split", "lamport"):
-        counters = heap.workspace("all_reduce_rmsnorm/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
-        epochs = counters.view(torch.int32)
+        epochs = epoch_counters(heap, "all_reduce_rmsnorm")
     if p.mode == "split":
         nbytes = 8 * SPLIT_WORDS.value
         ws = heap.workspace("all_reduce_rmsnorm/split", nbytes, zeroed_prefix=nbytes).view(torch.int64)
     elif p.mode == "push":
         ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
     if p.lamport:
-        # Per element width: -0.0 is 0x8000 in bf16 and fp16, 0x80000000 in fp32. A peer may store
-        # into a new one as soon as it has its own: every rank fills its own, then all meet.
-        def empty(t: Any) -> None:
-            bits = {2: torch.int16, 4: torch.int32}[x.element_size()]
-            t.view(bits).fill_(-(1 << (8 * x.element_size() - 1)))  # the sign bit alone
-            heap.barrier()
-
-        inbox = heap.workspace(f"all_reduce_rmsnorm/lamport{8 * x.element_size()}", p.workspace_bytes,
-                               init=empty).view(x.dtype)
+        inbox = lamport_workspace(heap, "all_reduce_rmsnorm", p.workspace_bytes, x.dtype)
     return ws, epochs, inbox
 
 

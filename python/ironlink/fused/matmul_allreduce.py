@@ -56,6 +56,7 @@ from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
+from ..ops.slots import epoch_counters
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
 from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile
@@ -202,8 +203,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     layout = layout_for(a, b)
     a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
-    epochs = heap.workspace("matmul_all_reduce/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
-    epochs = epochs.view(torch.int32)
+    epochs = epoch_counters(heap, "matmul_all_reduce")
     tma_gemm = a_arg is not a
     # TMA pushes need one peer (a descriptor per destination) and 16-byte aligned rows.
     tma = (tma_gemm and heap.world_size == 2 and (tma_push is None or tma_push)

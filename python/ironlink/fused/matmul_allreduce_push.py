@@ -13,36 +13,11 @@ import triton
 import triton.language as tl
 
 from .. import language as il
-from ..language import _abi
 from ..language import typed as ilt
 from ..language.jit import jit
 from .gemm import gemm_range, store_tile, tile_coords
+from ..ops.slots import add_in_rank_order, advance_epochs, launch_slots, store_to_peer_slots
 from .trace import stamp
-
-EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the push kernels' launch counters: one per possible CTA
-
-
-@triton.jit
-def store_to_peer_slots(ctx, slots, slot_elems, offs, v, mask, rank, WORLD: tl.constexpr):
-    """Stores `v` at element offsets `offs` of this rank's slot (rank - dest - 1) mod world in
-    every other rank dest's `slots` (a heap address; slots of `slot_elems` elements each)."""
-    for k in tl.static_range(1, WORLD):
-        dest = (rank + k) % WORLD
-        slot = tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * slot_elems
-        tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
-
-
-@triton.jit
-def add_in_rank_order(total, own, slots, slot_elems, offs, mask, rank, WORLD: tl.constexpr):
-    """`total` (fp32) plus, in rank order, every rank's values at element offsets `offs`: this
-    rank's from `own`, peer q's from its slot (q - rank - 1) mod world of `slots` (as
-    `store_to_peer_slots` filled them). Unrolled over the ranks: every load is in flight at once.
-    Lanes outside `mask` hold no value: the callers store `total` under the same mask."""
-    for q in tl.static_range(WORLD):
-        src = tl.where(q == rank, own, slots + ((q - rank - 1 + WORLD) % WORLD) * slot_elems)
-        total += tl.load(src + offs, mask=mask).to(tl.float32)
-    return total
-
 
 @triton.jit
 def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr,
@@ -84,25 +59,6 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl
                                       mask, rank, WORLD)
             tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
     return s
-
-
-@triton.jit
-def launch_slots(ws, epochs, M, N, WORLD: tl.constexpr):
-    """(this CTA's launch count, its parity, the partials' slots of this parity): the push kernels
-    use alternate halves of `ws` [2, world - 1, M, N] in alternate launches."""
-    epoch = tl.load(epochs + tl.program_id(0))
-    parity = epoch % 2
-    return epoch, parity, ws + parity.to(tl.int64) * (WORLD - 1) * M * N
-
-
-@triton.jit
-def advance_epochs(epochs, epoch):
-    """Sets every CTA's launch counter (MAX_CTAS of them) to `epoch`, this CTA a share of them, so
-    the counters stay equal whatever grid each launch has: the two-shot kernel's CTAs meet the
-    peers' CTAs of other indices in the same slots. One masked vector store: counter e is this
-    CTA's when e % grid == its index (a loop of scalar stores cost a one-CTA grid 256 of them)."""
-    e = tl.arange(0, EPOCH_COUNTERS)
-    tl.store(epochs + e, epoch + e * 0, mask=e % tl.num_programs(0) == tl.program_id(0))
 
 
 @jit(do_not_specialize=["ctx"])

@@ -46,7 +46,8 @@ from ..runtime.registry import heap_for
 from . import sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
                    product_tile, store_tile, tile_coords)
-from .matmul_allreduce_push import advance_epochs, finish_piece, launch_slots
+from ..ops.slots import advance_epochs, epoch_counters, launch_slots
+from .matmul_allreduce_push import finish_piece
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
@@ -236,14 +237,12 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True) -> None:
     """Launches plan `p`'s one-node kernel into the contiguous `out` (no checks:
     `matmul_reduce_scatter` made them); `communicate=False` (the probes): the GEMM alone."""
-    import torch
-
     c = p.config
     world, rows = heap.world_size, p.m // heap.world_size
     layout = layout_for(a, b)
     a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
     ws = heap.workspace("matmul_reduce_scatter", p.workspace_bytes).view(out.dtype)
-    epochs = heap.workspace("matmul_reduce_scatter/epochs", 4 * _abi.MAX_CTAS, zeroed_prefix=4 * _abi.MAX_CTAS)
+    epochs = epoch_counters(heap, "matmul_reduce_scatter")
     # TMA pushes need one peer (a descriptor per destination) and 16-byte aligned rows.
     tma_push = layout.tma and world == 2 and (p.n * out.element_size()) % 16 == 0
     peer_slots = ws
@@ -251,7 +250,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         block = [1, c.block_m, c.block_n // 2]
         peer_slots = peer_descriptor(heap, ws[:2 * rows * p.n].view(2, rows, p.n), block)
     matmul_reducescatter_kernel[(p.ctas,)](
-        heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs.view(torch.int32), p.m, p.n, p.k, a.stride(0),
+        heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
         GROUP_M=c.group_m, WORLD=world, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, TMA_PUSH=tma_push,
         COMMUNICATE=communicate, num_warps=c.warps, num_stages=c.stages)

@@ -33,7 +33,9 @@ from ..runtime.errors import IronlinkError, status_name
 from ..language.jit import jit
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.status_buffers import status_buffer
+from .. import language as il
 from .pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
+from .slots import advance_epochs, epoch_counters, lamport_reduce, lamport_send, lamport_workspace, launch_slots
 
 # torch dtype names (without "torch.") -> ironlink dtype codes.
 DTYPES: dict[str, int] = {name: _abi.DTYPE[key] for name, key in
@@ -177,6 +179,28 @@ def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
 
 
 @jit(do_not_specialize=["ctx", "n"])
+def _all_reduce_lamport_kernel(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, OP: tl.constexpr,
+                               BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    """The small all-reduce through lamport slots (`ops.slots`): CTA pid sends elements
+    pid * BLOCK.. of `buf` into its slot at every peer, reads the peers' as they land, and stores
+    the reduction (rank order, fp32) back into `buf`. No signal, no barrier, no fence: each CTA
+    waits only for the same elements of every peer."""
+    wait_for_previous_kernel(PDL)
+    allow_next_kernel(PDL)
+    rank = il.symm_rank(ctx)
+    epoch, _, slots = launch_slots(inbox, epochs, n, 1, WORLD)
+    at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = at < n
+    slot = tl.cast(n, tl.int64)
+    lamport_send(ctx, buf, slots, slot, at, m, rank, WORLD)
+    total, s = lamport_reduce(ctx, buf, slots, slot, at, m, rank, WORLD, OP)
+    if s == 0:
+        tl.store(buf + at, total.to(buf.dtype.element_ty), mask=m)
+    advance_epochs(epochs, epoch + 1)
+    tl.store(status + tl.program_id(0), s)
+
+
+@jit(do_not_specialize=["ctx", "n"])
 def _all_gather_kernel(ctx, inp, out, n, status):
     tl.store(status + tl.program_id(0), ilt.all_gather(ctx, inp, out, n))
 
@@ -257,8 +281,35 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_reduce", (t, "t"))
         use_pdl = choose_pdl(pdl, torch.cuda.get_device_capability(h.device)[0], "all_reduce", h.multi_node)
-        _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check, use_pdl)
+        if not _all_reduce_lamport(h, t, plan, code, check, use_pdl):
+            _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check, use_pdl)
     return t
+
+
+def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, pdl: bool) -> bool:
+    """Runs `all_reduce` through lamport slots where the tuning takes it (one node, up to
+    `tuning.all_reduce_takes_lamport` bytes) and its workspace exists or can be made (not during
+    a CUDA graph capture: then the device library's all-reduce runs, as before the first eager
+    call); returns whether it ran."""
+    import torch
+
+    if heap.multi_node or not tuning.all_reduce_takes_lamport(plan.nbytes, heap.world_size):
+        return False
+    width = t.element_size()
+    block = tuning.ALL_REDUCE_LAMPORT_CTA_BYTES // width
+    ctas = -(-plan.n // block)
+    nbytes = 2 * (heap.world_size - 1) * plan.nbytes
+    if ctas > grid_cap(heap.device):
+        return False
+    if torch.cuda.is_current_stream_capturing() and not heap.has_workspace(f"all_reduce/lamport{8 * width}", nbytes):
+        return False
+    inbox, epochs = lamport_workspace(heap, "all_reduce", nbytes, t.dtype), epoch_counters(heap, "all_reduce")
+    options = pdl_launch_options(pdl)
+    launch_with_status("all_reduce", heap, ctas, lambda status: _all_reduce_lamport_kernel[(ctas,)](
+        heap.ctx, t, plan.n, status, inbox, epochs, WORLD=heap.world_size, OP=code, BLOCK=block,
+        num_warps=tuning.ALL_REDUCE_LAMPORT_WARPS, **options), check,
+        function="the wait for the peers' elements (symm_tile_wait)")
+    return True
 
 
 @eager.register

@@ -285,6 +285,12 @@ class SymmetricHeap:
                 init(kept[-1])
         return kept[-1]
 
+    def has_workspace(self, name: str, nbytes: int) -> bool:
+        """Whether the workspace `name` of at least `nbytes` exists (`workspace` would return it
+        without making one)."""
+        kept = self._workspaces.get(name, [])
+        return bool(kept) and kept[-1].numel() >= nbytes
+
     def zeros(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
         """Like `empty`, zero-filled (on the current stream)."""
         return self.empty(shape, dtype).zero_()

@@ -140,6 +140,21 @@ RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 # over LL: 1 token 6.03 / 6.69, 8 7.01 / 8.13, 16 8.15 / 9.60, 32 7.60 / 9.71.
 RMSNORM_SPLIT_LAMPORT = True
 
+# ironlink.all_reduce runs through lamport slots (ops/slots.py: each CTA's elements stored into
+# every peer, read as they land, no signal, barrier or fence) for messages of up to the bytes
+# listed, on the world sizes listed and one node, a CTA per ALL_REDUCE_LAMPORT_CTA_BYTES of
+# ALL_REDUCE_LAMPORT_WARPS warps (one 16-byte unit a thread). Not measured yet: off.
+ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {}
+ALL_REDUCE_LAMPORT_CTA_BYTES = 2 << 10
+ALL_REDUCE_LAMPORT_WARPS = 4
+
+
+def all_reduce_takes_lamport(nbytes: int, world: int) -> bool:
+    """Whether ironlink.all_reduce of `nbytes` over `world` ranks of one node runs through lamport
+    slots (ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD)."""
+    return 0 < nbytes <= ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD.get(world, 0)
+
+
 # all_reduce_rmsnorm runs "lamport" (push's layout, the rows read as they land: no signal, no
 # fence) for x of more than split's bytes and up to the bytes listed, on the world sizes listed.
 # Same run, lamport / push / split (its default exchange), us: 16 tokens 8.18 / 10.78 / 8.15,
@@ -353,5 +368,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
-           "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
+           "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
            "tile_all_reduce_takes_ll"]

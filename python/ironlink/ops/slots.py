@@ -1,0 +1,152 @@
+"""Peer slots: a workspace in the heap in which every rank has a slot at every peer (rank r's slot
+at rank d is (r - d - 1) mod world), used in alternate halves by alternate launches, with a
+launch counter per CTA that every CTA keeps equal whatever grid each launch has. Two ways to
+read a slot:
+
+- after a tile signal that the peer posts behind its stores (matmul_all_reduce's and
+  all_reduce_rmsnorm's "push"): `store_to_peer_slots`, then `add_in_rank_order`;
+- as the data lands (Lamport's scheme, as TensorRT-LLM's one-shot all-reduce uses it): every
+  element of the slots is -0.0 ("empty") until a peer stores into it, senders store -0.0 as
+  +0.0, and the reader polls the data itself until no element is empty, then stores empty back,
+  so the slots are all empty between calls (`lamport_send`, `lamport_reduce`,
+  `lamport_workspace`). No signal, no fence; the bytes cross NVLink once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from ..language import _abi
+from ..language import typed as ilt
+from ..language._flags import empty_like, unempty, wait_written
+
+EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the launch counters: one per possible CTA
+# Where a lamport wait that timed out is recorded: the detail names symm_tile_wait, the wait a
+# signalled slot takes for the same data.
+TILE_WAIT = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_wait"))
+# The reductions of a lamport exchange, as the device library numbers them (`_abi.REDUCE_OP`).
+_SUM = tl.constexpr(_abi.REDUCE_OP["SUM"])
+_PROD = tl.constexpr(_abi.REDUCE_OP["PROD"])
+_MAX = tl.constexpr(_abi.REDUCE_OP["MAX"])
+_MIN = tl.constexpr(_abi.REDUCE_OP["MIN"])
+_AVG = tl.constexpr(_abi.REDUCE_OP["AVG"])
+
+
+@triton.jit
+def store_to_peer_slots(ctx, slots, slot_elems, offs, v, mask, rank, WORLD: tl.constexpr):
+    """Stores `v` at element offsets `offs` of this rank's slot (rank - dest - 1) mod world in
+    every other rank dest's `slots` (a heap address; slots of `slot_elems` elements each)."""
+    for k in tl.static_range(1, WORLD):
+        dest = (rank + k) % WORLD
+        slot = tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * slot_elems
+        tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
+
+
+@triton.jit
+def add_in_rank_order(total, own, slots, slot_elems, offs, mask, rank, WORLD: tl.constexpr):
+    """`total` (fp32) plus, in rank order, every rank's values at element offsets `offs`: this
+    rank's from `own`, peer q's from its slot (q - rank - 1) mod world of `slots` (as
+    `store_to_peer_slots` filled them). Unrolled over the ranks: every load is in flight at once.
+    Lanes outside `mask` hold no value: the callers store `total` under the same mask."""
+    for q in tl.static_range(WORLD):
+        src = tl.where(q == rank, own, slots + ((q - rank - 1 + WORLD) % WORLD) * slot_elems)
+        total += tl.load(src + offs, mask=mask).to(tl.float32)
+    return total
+
+
+@triton.jit
+def launch_slots(ws, epochs, M, N, WORLD: tl.constexpr):
+    """(this CTA's launch count, its parity, the partials' slots of this parity): the push kernels
+    use alternate halves of `ws` [2, world - 1, M, N] in alternate launches."""
+    epoch = tl.load(epochs + tl.program_id(0))
+    parity = epoch % 2
+    return epoch, parity, ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+
+
+@triton.jit
+def advance_epochs(epochs, epoch):
+    """Sets every CTA's launch counter (MAX_CTAS of them) to `epoch`, this CTA a share of them, so
+    the counters stay equal whatever grid each launch has: the two-shot kernel's CTAs meet the
+    peers' CTAs of other indices in the same slots. One masked vector store: counter e is this
+    CTA's when e % grid == its index (a loop of scalar stores cost a one-CTA grid 256 of them)."""
+    e = tl.arange(0, EPOCH_COUNTERS)
+    tl.store(epochs + e, epoch + e * 0, mask=e % tl.num_programs(0) == tl.program_id(0))
+
+
+@triton.jit
+def lamport_send(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr):
+    """This rank's elements of x at offsets `at` (where `mk`) into its slot at every peer (`slots`
+    of `slot` elements each), -0.0 sent as +0.0."""
+    store_to_peer_slots(ctx, slots, slot, at, unempty(tl.load(x + at, mask=mk)), mk, rank, WORLD)
+
+
+@triton.jit
+def _combine(acc, v, OP: tl.constexpr):
+    if OP == _PROD:
+        r = acc * v
+    elif OP == _MAX:
+        r = tl.maximum(acc, v)
+    elif OP == _MIN:
+        r = tl.minimum(acc, v)
+    else:
+        r = acc + v
+    return r
+
+
+@triton.jit
+def lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr = _SUM):
+    """(the reduction OP over the ranks in rank order, fp32, of the elements at offsets `at`: this
+    rank's from x, as `lamport_send` sent them, each peer's polled in its slot here until none is
+    empty, status). The slots read are set back to empty. After a failed wait (TIMEOUT, recorded
+    in the context) the result is not for use and the slots are left as they are."""
+    s = tl.zeros((), dtype=tl.int32)
+    total = tl.zeros_like(at).to(tl.float32)
+    for q in tl.static_range(WORLD):
+        if q == rank:
+            v = unempty(tl.load(x + at, mask=mk, other=0.0)).to(tl.float32)
+        else:
+            inbox = slots + ((q - rank - 1 + WORLD) % WORLD) * slot + at
+            got, waited = wait_written(ctx, inbox, mk, TILE_WAIT)
+            s = ilt.failure_or(s, waited)
+            v = got.to(tl.float32)
+            if waited == 0:
+                tl.store(inbox, empty_like(got), mask=mk)
+        if q == 0:
+            total = v
+        else:
+            total = _combine(total, v, OP)
+    if OP == _AVG:
+        total = total / WORLD
+    return total, s
+
+
+def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
+    """The heap workspace `name` (at least `nbytes`) as lamport slots of `dtype`: every element
+    -0.0 when made (bf16 and fp16 0x8000, fp32 0x80000000). A peer may store into a new one as
+    soon as it has its own, so every rank fills its own, then all meet (`heap.barrier`); made
+    outside a CUDA graph capture (`heap.workspace`)."""
+    import torch
+
+    width = torch.empty((), dtype=dtype).element_size()
+
+    def empty(t: Any) -> None:
+        t.view({2: torch.int16, 4: torch.int32}[width]).fill_(-(1 << (8 * width - 1)))  # the sign bit alone
+        heap.barrier()
+
+    return heap.workspace(f"{name}/lamport{8 * width}", nbytes, init=empty).view(dtype)
+
+
+def epoch_counters(heap: Any, name: str) -> Any:
+    """The op `name`'s per-CTA launch counters (int32 [MAX_CTAS], zeroed when made: equal on every
+    rank), kept in the heap between calls."""
+    import torch
+
+    nbytes = 4 * _abi.MAX_CTAS
+    return heap.workspace(f"{name}/epochs", nbytes, zeroed_prefix=nbytes).view(torch.int32)
+
+
+__all__ = ["EPOCH_COUNTERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters", "lamport_reduce",
+           "lamport_send", "lamport_workspace", "launch_slots", "store_to_peer_slots"]
