@@ -652,3 +652,13 @@ def test_decode_ops_launch_with_pdl_where_the_gpu_has_it(fake_torch: Any, major:
     if major < 9:
         with pytest.raises(ValueError, match=r"ironlink.all_reduce\(pdl=True\): it needs compute capability 9.0"):
             ironlink.all_reduce(x, heap=heap, pdl=True)
+
+
+def test_all_reduce_takes_lamport_slots_for_small_messages_at_world_2() -> None:
+    # tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD: measured at world 2 only; others keep the library's.
+    limit = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD[2]
+    assert tuning.all_reduce_takes_lamport(2, 2) and tuning.all_reduce_takes_lamport(limit, 2)
+    assert not tuning.all_reduce_takes_lamport(limit + 1, 2) and not tuning.all_reduce_takes_lamport(0, 2)
+    assert not tuning.all_reduce_takes_lamport(1024, 4) and not tuning.all_reduce_takes_lamport(1024, 8)
+    # Every CTA of it carries ALL_REDUCE_LAMPORT_CTA_BYTES: the largest message fits one wave of an H100.
+    assert -(-limit // tuning.ALL_REDUCE_LAMPORT_CTA_BYTES) <= 132

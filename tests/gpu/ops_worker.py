@@ -78,7 +78,8 @@ class Suite(Cases):
 
     @staticmethod
     def nccl_op(op: str) -> Any:
-        return {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}[op]
+        return {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+                "prod": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}[op]
 
     def ref_all_reduce(self, x: Any, op: str) -> Any:
         r = x.float().clone()
@@ -129,7 +130,7 @@ class Suite(Cases):
 
             def step() -> None:
                 buf.copy_(src)
-                ironlink.all_reduce(buf, op=op)
+                ironlink.all_reduce(buf, op=op, heap=self.heap)
 
             g = None
             for i in range(1 + replays):
@@ -140,8 +141,8 @@ class Suite(Cases):
                 else:
                     g.replay()
                 torch.cuda.synchronize()
-                if op == "max":
-                    assert torch.equal(buf.float(), want), f"call {i}: max differs from NCCL's"
+                if op in ("max", "min"):  # exact in any dtype
+                    assert torch.equal(buf.float(), want), f"call {i}: {op} differs from NCCL's"
                 else:
                     self.close(f"call {i}: all_reduce {op}", buf, want, dtype)
                 same_on_all_ranks(buf)

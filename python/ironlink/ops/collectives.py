@@ -178,7 +178,7 @@ def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
     tl.store(status + tl.program_id(0), ilt.all_reduce(ctx, buf, n, op))
 
 
-@jit(do_not_specialize=["ctx", "n"])
+@jit(do_not_specialize=["ctx"])  # n specialized: divisible by 16, its 16-byte units load and store whole
 def _all_reduce_lamport_kernel(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, OP: tl.constexpr,
                                BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """The small all-reduce through lamport slots (`ops.slots`): CTA pid sends elements

@@ -143,8 +143,11 @@ RMSNORM_SPLIT_LAMPORT = True
 # ironlink.all_reduce runs through lamport slots (ops/slots.py: each CTA's elements stored into
 # every peer, read as they land, no signal, barrier or fence) for messages of up to the bytes
 # listed, on the world sizes listed and one node, a CTA per ALL_REDUCE_LAMPORT_CTA_BYTES of
-# ALL_REDUCE_LAMPORT_WARPS warps (one 16-byte unit a thread). Not measured yet: off.
-ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {}
+# ALL_REDUCE_LAMPORT_WARPS warps (one 16-byte unit a thread). 2 H100s, bf16, graph us, lamport /
+# the device library's one-shot LL (the op's default before), in turns (git 55e318e, its loads
+# still 2 bytes wide, bench/results/experiments/allreduce-lamport-2xH100-55e318e.json): 1 KiB
+# 4.09 / 4.80, 4 KiB 4.21 / 4.51, 16 KiB 4.51 / 4.67, 64 KiB 4.56 / 5.03, 256 KiB 5.80 / 6.33.
+ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 ALL_REDUCE_LAMPORT_CTA_BYTES = 2 << 10
 ALL_REDUCE_LAMPORT_WARPS = 4
 
