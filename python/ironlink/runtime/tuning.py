@@ -146,7 +146,9 @@ RMSNORM_SPLIT_LAMPORT = True
 # ALL_REDUCE_LAMPORT_WARPS warps (one 16-byte unit a thread). 2 H100s, bf16, graph us, lamport /
 # the device library's one-shot LL (the op's default before), in turns (git 55e318e, its loads
 # still 2 bytes wide, bench/results/experiments/allreduce-lamport-2xH100-55e318e.json): 1 KiB
-# 4.09 / 4.80, 4 KiB 4.21 / 4.51, 16 KiB 4.51 / 4.67, 64 KiB 4.56 / 5.03, 256 KiB 5.80 / 6.33.
+# 4.09 / 4.80, 4 KiB 4.21 / 4.51, 16 KiB 4.51 / 4.67, 64 KiB 4.56 / 5.03, 256 KiB 5.80 / 6.33. With
+# 16-byte units (git 0ed3781, allreduce-lamport-on-2xH100-0ed3781.json): 4.09 / 4.99, 3.99 / 4.84,
+# 4.66 / 5.43, 4.09 / 5.07, 4.59 / 6.17 (NCCL 9.7-11.4).
 ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 ALL_REDUCE_LAMPORT_CTA_BYTES = 2 << 10
 ALL_REDUCE_LAMPORT_WARPS = 4
