@@ -336,41 +336,23 @@ def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:
                             spec("out", (12, 5)), DEV, 4) == (3, 64, 5)
 
 
-def test_push_kernels_launch_counters_interpreted() -> None:
-    """tests/epochs_interpreted.py in Triton's interpreter: needs torch (skipped in CI's venv, as
+@pytest.mark.parametrize("script, says", [
+    # The push kernels' launch counters: every counter advanced, whatever the grid.
+    ("epochs_interpreted.py", "ok: every launch counter advanced"),
+    # Mode split's tagged words: the sum once every slice carries this launch's flag, TIMEOUT on a stale one.
+    ("split_sums_interpreted.py", "ok: slice sums once every flag"),
+    # Lamport slots: -0.0 sent as +0.0, the receive bitwise, the slots emptied after it, a missing
+    # element TIMEOUT (recorded) rather than data.
+    ("lamport_interpreted.py", "ok: lamport slots"),
+])
+def test_flag_and_slot_kernels_interpreted(script: str, says: str) -> None:
+    """tests/<script> in Triton's interpreter: needs torch (skipped in CI's venv, as
     tests/test_moe_cpu.py; the GPU suite's machines have it)."""
     pytest.importorskip("torch")
     repo = Path(__file__).resolve().parents[1]
     path = os.pathsep.join(p for p in (str(repo / "python"), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    r = subprocess.run([sys.executable, str(repo / "tests" / "epochs_interpreted.py")], env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run([sys.executable, str(repo / "tests" / script)], env=env, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ok: every launch counter advanced" in r.stdout, r.stdout
-
-
-def test_rmsnorm_split_slice_sums_interpreted() -> None:
-    """tests/split_sums_interpreted.py in Triton's interpreter (needs torch, as above): mode
-    split's tagged words, the sum once every slice carries this launch's flag, TIMEOUT on a stale one."""
-    pytest.importorskip("torch")
-    repo = Path(__file__).resolve().parents[1]
-    path = os.pathsep.join(p for p in (str(repo / "python"), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    r = subprocess.run([sys.executable, str(repo / "tests" / "split_sums_interpreted.py")], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "ok: slice sums once every flag" in r.stdout, r.stdout
-
-
-def test_rmsnorm_lamport_slots_interpreted() -> None:
-    """tests/lamport_interpreted.py in Triton's interpreter (needs torch, as above): mode lamport's
-    data-as-flag slots: -0.0 sent as +0.0, the receive bitwise, the slots emptied after it, a
-    missing element TIMEOUT (recorded) rather than data."""
-    pytest.importorskip("torch")
-    repo = Path(__file__).resolve().parents[1]
-    path = os.pathsep.join(p for p in (str(repo / "python"), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    r = subprocess.run([sys.executable, str(repo / "tests" / "lamport_interpreted.py")], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "ok: lamport slots" in r.stdout, r.stdout
+    assert says in r.stdout, r.stdout

@@ -250,6 +250,48 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
 
 
 @triton.jit
+def _rows_prologue(ctx, slots_ws, epochs, weight, residual, r0, r1, T, H, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
+                   WORLD: tl.constexpr):
+    """What "push" and "lamport" set up for a CTA's rows r0..r1 over the slots of `slots_ws`:
+    (rank, this launch's count, this launch's slots, columns, their mask, the weight, elements a
+    slot, chunks of ROWS rows, the first row's residual). With one row at a time (decode: a row a
+    CTA) that residual is loaded before any store, as rows mode does ("PRELOAD"), so its latency
+    hides behind the exchange; two rows kept live through the loop spill on sm_90 (with more rows
+    at a time it is not loaded)."""
+    rank = il.symm_rank(ctx)
+    epoch, _, slots = launch_slots(slots_ws, epochs, T, H, WORLD)
+    cols = tl.arange(0, BLOCK_H)
+    m = cols < H
+    w = tl.load(weight + cols, mask=m, other=0.0)
+    first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :] & (ROWS == 1),
+                    other=0.0)
+    return (rank, epoch, slots, cols, m, w, tl.cast(T, tl.int64) * H, tl.cdiv(tl.maximum(r1 - r0, 0), ROWS),
+            first)
+
+
+@triton.jit
+def _chunk(r0, r1, c, H, cols, m, ROWS: tl.constexpr):
+    """Chunk c of a CTA's rows r0..r1, ROWS rows: (the rows, which of them are real, the mask of
+    their elements, the elements' offsets)."""
+    block = r0 + c * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    valid = block < r1
+    return block, valid, valid[:, None] & m[None, :], block[:, None] * H + cols[None, :]
+
+
+@triton.jit
+def _chunk_residual(residual, first, at, mk, is_first, ROWS: tl.constexpr):
+    """A chunk's residual rows: the preloaded `first` for the first of one row at a time."""
+    if ROWS == 1:
+        if is_first:
+            res = first
+        else:
+            res = tl.load(residual + at, mask=mk, other=0.0)
+    else:
+        res = tl.load(residual + at, mask=mk, other=0.0)
+    return res
+
+
+@triton.jit
 def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
                     BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"push": this CTA's rows r0..r1 in chunks of ROWS rows, pipelined: chunk c is stored into
@@ -262,40 +304,18 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
     status: after a failed signal or wait the CTA stops (its rows not yet summed keep this rank's
     x)."""
     pid = tl.program_id(0)
-    rank = il.symm_rank(ctx)
-    epoch, parity, slots = launch_slots(ws, epochs, T, H, WORLD)
-    cols = tl.arange(0, BLOCK_H)
-    m = cols < H
-    w = tl.load(weight + cols, mask=m, other=0.0)
-    lanes = tl.arange(0, ROWS).to(tl.int64)
-    slot = tl.cast(T, tl.int64) * H
-    chunks = tl.cdiv(tl.maximum(r1 - r0, 0), ROWS)
-    # With one row at a time (decode: a row a CTA) the first row's residual is loaded before any
-    # store, as rows mode does ("PRELOAD"), so its latency hides behind the exchange; two rows kept
-    # live through the loop spill on sm_90.
-    if ROWS == 1:
-        first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
+    rank, epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(ctx, ws, epochs, weight, residual, r0, r1,
+                                                                         T, H, BLOCK_H, ROWS, WORLD)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks + 1):
         if (c < chunks) & (s == 0):
-            block = r0 + c * ROWS + lanes
-            mk = (block < r1)[:, None] & m[None, :]
-            at = block[:, None] * H + cols[None, :]
+            _, _, mk, at = _chunk(r0, r1, c, H, cols, m, ROWS)
             store_to_peer_slots(ctx, slots, slot, at, tl.load(x + at, mask=mk), mk, rank, WORLD)
         if (c > 0) & (s == 0):
-            block = r0 + (c - 1) * ROWS + lanes
-            valid = block < r1
-            mk = valid[:, None] & m[None, :]
-            at = block[:, None] * H + cols[None, :]
+            block, valid, mk, at = _chunk(r0, r1, c - 1, H, cols, m, ROWS)
             s = il.symm_tile_wait_others(ctx, pid)
             if s == 0:
-                if ROWS == 1:
-                    if c == 1:
-                        res = first
-                    else:
-                        res = tl.load(residual + at, mask=mk, other=0.0)
-                else:
-                    res = tl.load(residual + at, mask=mk, other=0.0)  # in flight with the slots' loads
+                res = _chunk_residual(residual, first, at, mk, c == 1, ROWS)  # in flight with the slots' loads
                 total = add_in_rank_order(tl.zeros((ROWS, BLOCK_H), dtype=tl.float32), x, slots, slot, at, mk, rank,
                                           WORLD).to(x.dtype.element_ty)
                 tl.store(x + at, total, mask=mk)
@@ -317,34 +337,16 @@ def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epo
     workspace is empty (its creator fills it; each call empties what it read), so the layout may
     change with T. Returns the status: after a failed wait the CTA stops (its rows not yet summed
     keep this rank's x, and the slots are no longer all empty: heap.check() raises)."""
-    rank = il.symm_rank(ctx)
-    epoch, parity, slots = launch_slots(inbox, epochs, T, H, WORLD)
-    cols = tl.arange(0, BLOCK_H)
-    m = cols < H
-    w = tl.load(weight + cols, mask=m, other=0.0)
-    lanes = tl.arange(0, ROWS).to(tl.int64)
-    slot = tl.cast(T, tl.int64) * H
-    chunks = tl.cdiv(tl.maximum(r1 - r0, 0), ROWS)
-    if ROWS == 1:  # decode: a row a CTA; its residual in flight with the exchange
-        first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :], other=0.0)
+    rank, epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(ctx, inbox, epochs, weight, residual, r0, r1,
+                                                                         T, H, BLOCK_H, ROWS, WORLD)
     for c in range(0, chunks):
-        block = r0 + c * ROWS + lanes
-        lamport_send(ctx, x, slots, slot, block[:, None] * H + cols[None, :], (block < r1)[:, None] & m[None, :],
-                      rank, WORLD)
+        _, _, mk, at = _chunk(r0, r1, c, H, cols, m, ROWS)
+        lamport_send(ctx, x, slots, slot, at, mk, rank, WORLD)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks):
         if s == 0:
-            block = r0 + c * ROWS + lanes
-            valid = block < r1
-            mk = valid[:, None] & m[None, :]
-            at = block[:, None] * H + cols[None, :]
-            if ROWS == 1:
-                if c == 0:
-                    res = first
-                else:
-                    res = tl.load(residual + at, mask=mk, other=0.0)
-            else:
-                res = tl.load(residual + at, mask=mk, other=0.0)
+            block, valid, mk, at = _chunk(r0, r1, c, H, cols, m, ROWS)
+            res = _chunk_residual(residual, first, at, mk, c == 0, ROWS)
             total, s = lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD)
             if s == 0:
                 summed = total.to(x.dtype.element_ty)
@@ -452,6 +454,9 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
     stamp(trace, 1, TRACE)
+    per = tl.cdiv(T, grid)  # rows, push, lamport: this CTA's block of rows
+    r0 = pid * per
+    r1 = tl.minimum(T, r0 + per)
     if SPLIT:
         s = _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, ws, epochs, inbox, W, trace,
                        BLOCK_H, PARTS, FP8, TRACE, LAMPORT, WORLD)
@@ -460,21 +465,14 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
         stamp(trace, 2, TRACE)
         s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     elif LAMPORT:
-        per = tl.cdiv(T, grid)
-        r0 = pid * per
-        s = _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0,
-                          tl.minimum(T, r0 + per), T, H, eps, BLOCK_H, ROWS, WORLD, FP8)
+        s = _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
+                          BLOCK_H, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     elif PUSH:
-        per = tl.cdiv(T, grid)
-        r0 = pid * per
-        s = _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0,
-                            tl.minimum(T, r0 + per), T, H, eps, BLOCK_H, ROWS, WORLD, FP8)
+        s = _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
+                            BLOCK_H, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     else:
-        per = tl.cdiv(T, grid)
-        r0 = pid * per
-        r1 = tl.minimum(T, r0 + per)
         rows = tl.maximum(r1 - r0, 0)
         cols = tl.arange(0, BLOCK_H)
         m = cols < H
