@@ -139,12 +139,9 @@ class FusedBench:
         (`ironlink_fused[split,lamport]` or `[split,ll]`), with the default PDL setting: its plan is
         made when the graph is captured, so the setting is flipped around the capture alone."""
         chosen = tuning.RMSNORM_SPLIT_LAMPORT
-        tuning.RMSNORM_SPLIT_LAMPORT = not chosen
-        try:
+        with tuning.overridden(RMSNORM_SPLIT_LAMPORT=not chosen):
             self.record("allreduce_rmsnorm", f"ironlink_fused[split,{'ll' if chosen else 'lamport'}"
                         f"{',pdl' if self.default_pdl else ''}]", shape, dt, fn, nbytes)
-        finally:
-            tuning.RMSNORM_SPLIT_LAMPORT = chosen
 
     def torch_symm(self, shape: dict[str, int], dt: str, x: torch.Tensor, torch_ops: Callable[[], None],
                    nbytes: int) -> None:

@@ -351,16 +351,11 @@ class Bench:
                       tuned: Callable[[], None]) -> dict[str, tuple[str, Optional[int]]]:
         """The public op captured with the other choice of its lamport-slot path than the tuning's
         for this size: the choice is made at capture, so the table is flipped around it alone."""
-        table = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD
         world = dist.get_world_size()
         chosen = tuning.all_reduce_takes_lamport(nbytes, world)
-        saved = dict(table)
-        table[world] = 0 if chosen else nbytes
-        try:
+        flipped = {**tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD, world: 0 if chosen else nbytes}
+        with tuning.overridden(ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD=flipped):
             i = timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes, before=tuned)
-        finally:
-            table.clear()
-            table.update(saved)
         return {f"ironlink_op[{'library' if chosen else 'lamport'}]": ("", i)}
 
     def gather_scatter(self, dt: str, nbytes: int) -> None:

@@ -662,3 +662,20 @@ def test_all_reduce_takes_lamport_slots_for_small_messages_at_world_2() -> None:
     assert not tuning.all_reduce_takes_lamport(1024, 4) and not tuning.all_reduce_takes_lamport(1024, 8)
     # Every CTA of it carries ALL_REDUCE_LAMPORT_CTA_BYTES: the largest message fits one wave of an H100.
     assert -(-limit // tuning.ALL_REDUCE_LAMPORT_CTA_BYTES) <= 132
+
+
+def test_tuning_overridden_sets_and_restores_names() -> None:
+    # What the benchmarks and GPU tests use to time or check the choice the tables do not make.
+    limits = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD
+    with tuning.overridden(ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD={2: 0}, RMSNORM_SPLIT_LAMPORT=False):
+        assert not tuning.all_reduce_takes_lamport(1024, 2) and tuning.RMSNORM_SPLIT_LAMPORT is False
+        import ironlink.tuning as public  # the name users import is the same module
+        assert public.RMSNORM_SPLIT_LAMPORT is False
+    assert tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD is limits and tuning.all_reduce_takes_lamport(1024, 2)
+    with pytest.raises(RuntimeError):
+        with tuning.overridden(RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT):
+            raise RuntimeError("restored on the way out")
+    assert tuning.RMSNORM_SPLIT_LAMPORT is True
+    with pytest.raises(AttributeError):
+        with tuning.overridden(RMSNORM_SPLIT_LAMPROT=True):
+            pass

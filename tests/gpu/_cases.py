@@ -43,6 +43,21 @@ def same_on_all_ranks(t: torch.Tensor) -> None:
         assert torch.equal(g, b), f"rank {r}'s result differs bitwise from this rank's"
 
 
+def lamport_slots_empty(heap: Any, name: str, dtypes: Sequence[torch.dtype]) -> None:
+    """Asserts that every lamport slot of op `name` (each of its workspaces for these dtypes,
+    `ironlink.ops.slots.lamport_workspace_name`) holds -0.0: the invariant between calls (each
+    call empties what it read), without which a later call could take a stale row for a new one."""
+    from ironlink.ops.slots import lamport_workspace_name
+
+    torch.cuda.synchronize()
+    for dtype in dtypes:
+        ws_name = lamport_workspace_name(name, dtype)
+        for ws in heap._workspaces.get(ws_name, []):
+            v = ws.view({2: torch.int16, 4: torch.int32}[torch.empty((), dtype=dtype).element_size()])
+            full = int((v != torch.iinfo(v.dtype).min).sum())
+            assert full == 0, f"{ws_name}: {full} of {v.numel()} slots not empty after the calls"
+
+
 def moe_routing(g: torch.Generator, tokens: int, hidden: int, experts: int, k: int,
                 skewed: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(x bf16 [tokens, hidden], top-k expert ids, softmaxed weights [tokens, k]) drawn from `g`, in

@@ -45,7 +45,7 @@ from ironlink.fused.allreduce_rmsnorm import MODES
 from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
 from ironlink.ops.pdl import MIN_MAJOR
 
-from _cases import Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
+from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
 
@@ -291,21 +291,9 @@ class Suite:
             else:
                 self.replays(run, graph, prepare, check)
             if mode in ("lamport", "split"):
-                self.lamport_slots_empty()
+                lamport_slots_empty(self.heap, "all_reduce_rmsnorm", [dtype])
         finally:
             self.heap.free(x)
-
-    def lamport_slots_empty(self) -> None:
-        """Mode lamport's invariant between calls: every element of its workspaces is -0.0 (each
-        call empties what it read), so no later call can take a stale row for a new one."""
-        torch.cuda.synchronize()
-        for name, kept in self.heap._workspaces.items():
-            if name.startswith("all_reduce_rmsnorm/lamport"):
-                bits = torch.int16 if name.endswith("16") else torch.int32
-                for ws in kept:
-                    v = ws.view(bits)
-                    full = int((v != torch.iinfo(bits).min).sum())
-                    assert full == 0, f"{name}: {full} of {v.numel()} slots not empty after the calls"
 
     def rmsnorm_pdl_chain(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, steps: int = 6,
                           replays: int = 200) -> None:
@@ -546,12 +534,8 @@ def refused(call: Callable[[], object], words: str) -> None:
 
 def with_split_lamport(on: bool, fn: Callable[[], None]) -> None:
     """Runs `fn` with mode split's slices exchanged through lamport slots (`on`) or LL packets."""
-    chosen = tuning.RMSNORM_SPLIT_LAMPORT
-    tuning.RMSNORM_SPLIT_LAMPORT = on
-    try:
+    with tuning.overridden(RMSNORM_SPLIT_LAMPORT=on):
         fn()
-    finally:
-        tuning.RMSNORM_SPLIT_LAMPORT = chosen
 
 
 def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:

@@ -25,7 +25,7 @@ try:
     import torch
     import torch.distributed as dist
     from _cases import (SMALL, Cases, expert_rows, expert_scales, heap_timeout_s,  # tests/gpu/, the script's own directory
-                        moe_routing, moe_scaled_layer, same_on_all_ranks, small)
+                        lamport_slots_empty, moe_routing, moe_scaled_layer, same_on_all_ranks, small)
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
     Cases = object  # type: ignore[assignment,misc]
@@ -120,46 +120,39 @@ class Suite(Cases):
         empty again at the end."""
         from ironlink.runtime import tuning
 
-        table = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD
-        saved = dict(table)
-        table[self.world] = 1 << 30
         buf = None
+        forced = {**tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD, self.world: 1 << 30}
         try:
-            buf = self.alloc(n, dtype)
-            src = torch.empty(n, dtype=dtype, device="cuda")
+            with tuning.overridden(ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD=forced):
+                buf = self.alloc(n, dtype)
+                src = torch.empty(n, dtype=dtype, device="cuda")
 
-            def step() -> None:
-                buf.copy_(src)
-                ironlink.all_reduce(buf, op=op, heap=self.heap)
+                def step() -> None:
+                    buf.copy_(src)
+                    ironlink.all_reduce(buf, op=op, heap=self.heap)
 
-            g = None
-            for i in range(1 + replays):
-                src.copy_(self.data(n, dtype))
-                want = self.ref_all_reduce(src, op)
-                if g is None:
-                    step()
-                else:
-                    g.replay()
-                torch.cuda.synchronize()
-                if op in ("max", "min"):  # exact in any dtype
-                    assert torch.equal(buf.float(), want), f"call {i}: {op} differs from NCCL's"
-                else:
-                    self.close(f"call {i}: all_reduce {op}", buf, want, dtype)
-                same_on_all_ranks(buf)
-                if i == 0 and replays:
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
+                g = None
+                for i in range(1 + replays):
+                    src.copy_(self.data(n, dtype))
+                    want = self.ref_all_reduce(src, op)
+                    if g is None:
                         step()
-            del g
-            self.heap.check()
-            width = torch.empty((), dtype=dtype).element_size()
-            for ws in self.heap._workspaces.get(f"all_reduce/lamport{8 * width}", []):
-                v = ws.view({2: torch.int16, 4: torch.int32}[width])
-                full = int((v != torch.iinfo(v.dtype).min).sum())
-                assert full == 0, f"{full} of {v.numel()} lamport slots not empty after the calls"
+                    else:
+                        g.replay()
+                    torch.cuda.synchronize()
+                    if op in ("max", "min"):  # exact in any dtype
+                        assert torch.equal(buf.float(), want), f"call {i}: {op} differs from NCCL's"
+                    else:
+                        self.close(f"call {i}: all_reduce {op}", buf, want, dtype)
+                    same_on_all_ranks(buf)
+                    if i == 0 and replays:
+                        g = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(g):
+                            step()
+                del g
+                self.heap.check()
+                lamport_slots_empty(self.heap, "all_reduce", [dtype])
         finally:
-            table.clear()
-            table.update(saved)
             self.free(buf)
 
     def all_reduce_hierarchical(self, n: int, dtype: Any, op: str) -> None:

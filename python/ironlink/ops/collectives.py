@@ -35,7 +35,8 @@ from ..runtime.registry import heap_for, in_heap
 from ..runtime.status_buffers import status_buffer
 from .. import language as il
 from .pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
-from .slots import advance_epochs, epoch_counters, lamport_reduce, lamport_send, lamport_workspace, launch_slots
+from .slots import (advance_epochs, epoch_counters, lamport_reduce, lamport_send, lamport_workspace,
+                    lamport_workspace_name, launch_slots)
 
 # torch dtype names (without "torch.") -> ironlink dtype codes.
 DTYPES: dict[str, int] = {name: _abi.DTYPE[key] for name, key in
@@ -295,13 +296,13 @@ def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, p
 
     if heap.multi_node or not tuning.all_reduce_takes_lamport(plan.nbytes, heap.world_size):
         return False
-    width = t.element_size()
-    block = tuning.ALL_REDUCE_LAMPORT_CTA_BYTES // width
+    block = tuning.ALL_REDUCE_LAMPORT_CTA_BYTES // t.element_size()
     ctas = -(-plan.n // block)
     nbytes = 2 * (heap.world_size - 1) * plan.nbytes
     if ctas > grid_cap(heap.device):
         return False
-    if torch.cuda.is_current_stream_capturing() and not heap.has_workspace(f"all_reduce/lamport{8 * width}", nbytes):
+    made = heap.has_workspace(lamport_workspace_name("all_reduce", t.dtype), nbytes)
+    if torch.cuda.is_current_stream_capturing() and not made:
         return False
     inbox, epochs = lamport_workspace(heap, "all_reduce", nbytes, t.dtype), epoch_counters(heap, "all_reduce")
     options = pdl_launch_options(pdl)

@@ -123,11 +123,20 @@ def lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: t
     return total, s
 
 
+def lamport_workspace_name(name: str, dtype: Any) -> str:
+    """The heap workspace that holds op `name`'s lamport slots of `dtype`: one per element width,
+    as the width sets the empty value."""
+    import torch
+
+    return f"{name}/lamport{8 * torch.empty((), dtype=dtype).element_size()}"
+
+
 def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
-    """The heap workspace `name` (at least `nbytes`) as lamport slots of `dtype`: every element
-    -0.0 when made (bf16 and fp16 0x8000, fp32 0x80000000). A peer may store into a new one as
-    soon as it has its own, so every rank fills its own, then all meet (`heap.barrier`); made
-    outside a CUDA graph capture (`heap.workspace`)."""
+    """The heap workspace of op `name` (at least `nbytes`) as lamport slots of `dtype`: every
+    element -0.0 when made (bf16 and fp16 0x8000, fp32 0x80000000). A peer may store into a new
+    one as soon as it has its own, so every rank fills its own, then all meet (`heap.barrier`);
+    made outside a CUDA graph capture (`heap.workspace`; `heap.has_workspace(
+    lamport_workspace_name(...), nbytes)` says whether one exists)."""
     import torch
 
     width = torch.empty((), dtype=dtype).element_size()
@@ -136,7 +145,7 @@ def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
         t.view({2: torch.int16, 4: torch.int32}[width]).fill_(-(1 << (8 * width - 1)))  # the sign bit alone
         heap.barrier()
 
-    return heap.workspace(f"{name}/lamport{8 * width}", nbytes, init=empty).view(dtype)
+    return heap.workspace(lamport_workspace_name(name, dtype), nbytes, init=empty).view(dtype)
 
 
 def epoch_counters(heap: Any, name: str) -> Any:
@@ -149,4 +158,4 @@ def epoch_counters(heap: Any, name: str) -> Any:
 
 
 __all__ = ["EPOCH_COUNTERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters", "lamport_reduce",
-           "lamport_send", "lamport_workspace", "launch_slots", "store_to_peer_slots"]
+           "lamport_send", "lamport_workspace", "lamport_workspace_name", "launch_slots", "store_to_peer_slots"]
