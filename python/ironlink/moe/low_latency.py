@@ -56,6 +56,9 @@ class LowLatencyPath:
         if sim_deltas is None:
             heap.barrier()
         self.receive_pending = False  # a deferred dispatch's receive not yet launched
+        # Diagnostics (bench/moe_timeline.py): int64 [ctas, fused.trace.TRACE_SLOTS], zeroed by the
+        # caller; while set, the kernels are built with TRACE and stamp the phases of each CTA.
+        self.trace: Optional[Any] = None
         i32, i64 = dict(dtype=torch.int32, device=dev), dict(dtype=torch.int64, device=dev)
         # Each CTA's calls so far (the half of landing / back it uses), one counter each way.
         self.dispatch_calls, self.combine_calls = torch.zeros(MAX_CTAS, **i32), torch.zeros(MAX_CTAS, **i32)
@@ -155,12 +158,15 @@ class LowLatencyPath:
         block = min(llk.BLOCK, _pow2(m.hidden))
         meta = dict(WORLD=m.world, K=m.topk, KB=m.kb, BLOCK=block, num_warps=llk.WARPS, **meta)
         if self.sim_ctx is not None:
-            kernel.fn[(self.ctas,)](self.sim_ctx.data_ptr(), *args, self.sim, self.sim_status, PHASE=phase, SIM=True,
-                                    **meta)
+            kernel.fn[(self.ctas,)](self.sim_ctx.data_ptr(), *args, self.sim, self.sim_status, self.sim_status,
+                                    PHASE=phase, SIM=True, **meta)
             return
-        h = self.heap
-        call: Callable[[Any], None] = lambda status: kernel[(self.ctas,)](h.ctx, *args, self.src_counts, status,
-                                                                          PHASE=phase, SIM=False, **meta)
+        h, trace = self.heap, self.trace
+
+        def call(status: Any) -> None:
+            kernel[(self.ctas,)](h.ctx, *args, self.src_counts, status, status if trace is None else trace,
+                                 PHASE=phase, SIM=False, TRACE=trace is not None, **meta)
+
         function = {0: "symm_tile_signal_others/symm_tile_wait_others", 1: "the send of a deferred dispatch",
                     2: "the wait for the senders' flags of a deferred dispatch"}[phase]
         launch_with_status(name, h, self.ctas, call, check, function=function)

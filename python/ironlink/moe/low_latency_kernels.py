@@ -45,6 +45,7 @@ from ..language import _abi
 from ..language import typed as ilt
 from ..language._flags import tagged, wait_tagged
 from ..language.jit import jit
+from ..fused.trace import stamp
 from .direct_kernels import _peer, sum_ranks_chunk
 from .kernels import quantize_chunk, weighted_chunk
 
@@ -112,9 +113,10 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_c
                 weight,
                 own_ids, src_counts, received, calls, counters, arrivals, expert_counts, expert_offsets, overflow, bad,
                 rank, num_experts, local_experts, max_tokens, hidden, row, meta_col, copy_words, side_col, side_words,
-                deltas, status, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
+                deltas, status, trace, WORLD: tl.constexpr, WB: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
                 LB: tl.constexpr, BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr, FP8: tl.constexpr, GROUP: tl.constexpr,
-                QMAX: tl.constexpr, MIN_AMAX: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr):
+                QMAX: tl.constexpr, MIN_AMAX: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr,
+                TRACE: tl.constexpr = False):
     """Dispatch of this rank's T tokens (x [T, hidden], idx / wts [T, K], contiguous; see the
     module docs). landing [2, WORLD, max_tokens, row] (heap, `row` 2-byte words; landing_words /
     landing8 its int32 / byte views; a row holds the token, its ids and weights from word
@@ -171,7 +173,9 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_c
         for d in tl.static_range(WORLD):
             tl.store(_peer(ctx, landing_count, d, deltas, SIM) + half * WORLD + rank, T.to(tl.int64))
         tl.store(bad + pid, nbad.to(tl.int64))
+        stamp(trace, 1, TRACE)
         s = _meet(ctx, DISPATCH_TILE0 + pid, PHASE)
+        stamp(trace, 2, TRACE)
         if PHASE == 1:
             _announce(ctx, arrived, half, rank, call, deltas, WORLD, WB, SIM)
     if PHASE != 1:
@@ -215,6 +219,7 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_c
                             tl.store(recv_side + tj * side_words + so, sv, mask=sm & (tj >= 0))
         if pid == 0:
             tl.store(received, total)
+        stamp(trace, 3, TRACE)
         tl.store(calls + pid, call + 1)
         # Every CTA's counter adds are done (their results came back) before its arrival; the
         # last to arrive reads the counters, zeroing them, and the arrivals, for the next call.
@@ -233,17 +238,20 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_c
                 tl.store(overflow + 2, tl.sum(tl.where(ll == first, n, 0), 0).to(tl.int64))
                 tl.store(overflow + 3, tl.sum(tl.where(lm, n, 0), 0).to(tl.int64))
             tl.atomic_xchg(arrivals, 0)
+    stamp(trace, 4, TRACE)
     tl.store(status + pid, s)
 
 
 @jit(do_not_specialize=["ctx", "T", "rank"])
 def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, calls, out, T, rank, local_experts, max_tokens,
-               hidden, deltas, status, WORLD: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr,
-               PHASE: tl.constexpr, SIM: tl.constexpr):
+               hidden, deltas, status, trace, WORLD: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
+               BLOCK: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr, TRACE: tl.constexpr = False):
     """Combine of the last dispatch (see the module docs): out [T, hidden] = per own token, in rank
     order, the rows the ranks it went to sent back. y: [local_experts * WORLD * max_tokens, hidden]
     in recv_x's layout; slot, weight, src_counts, own_ids as dispatch left them; back [2, WORLD,
-    max_tokens, hidden] (heap)."""
+    max_tokens, hidden] (heap). TRACE: stamps at the start (0), once the sums are sent (1), after
+    the meeting (2) and at the end (3)."""
+    stamp(trace, 0, TRACE)
     pid, grid = tl.program_id(0), tl.num_programs(0)
     call, half = _this_call(calls)
     kk = tl.arange(0, KB)
@@ -262,7 +270,9 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, calls, out, T, r
                     for c in range(0, hidden, BLOCK):
                         acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
                         tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
+        stamp(trace, 1, TRACE)
         s = _meet(ctx, COMBINE_TILE0 + pid, PHASE)
+        stamp(trace, 2, TRACE)
     if PHASE != 1:
         for t0 in range(pid, T, grid):
             t = tl.cast(t0, tl.int64)
@@ -273,6 +283,7 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, calls, out, T, r
                 acc = sum_ranks_chunk(rows, dest, t, max_tokens, hidden, c, BLOCK, WORLD)
                 tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
         tl.store(calls + pid, call + 1)
+    stamp(trace, 3, TRACE)
     tl.store(status + pid, s)
 
 
