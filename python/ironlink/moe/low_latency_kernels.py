@@ -78,9 +78,10 @@ def _count_word(words, half, q, WORLD: tl.constexpr):
 
 @triton.jit
 def _send_count(ctx, words, half, rank, n, deltas, WORLD: tl.constexpr, SIM: tl.constexpr):
-    """`n` (>= 0: never empty) into word (half, this rank, this CTA) of every rank's `words`."""
+    """`n` (>= 0: never empty) into word (half, this rank, this CTA) of every other rank's `words`."""
     for d in tl.static_range(WORLD):
-        tl.store(_peer(ctx, _count_word(words, half, rank, WORLD), d, deltas, SIM), n.to(tl.int32))
+        if d != rank:
+            tl.store(_peer(ctx, _count_word(words, half, rank, WORLD), d, deltas, SIM), n.to(tl.int32))
 
 
 @triton.jit
@@ -92,6 +93,16 @@ def _take_count(ctx, words, half, q, WORLD: tl.constexpr):
     got, s = wait_written(ctx, at, o < 1, _WAIT_OTHERS)
     tl.store(at, empty_like(got), mask=o < 1)
     return tl.sum(tl.where(o < 1, got, 0), 0), s
+
+
+@triton.jit
+def _to(ctx, ptr, d, rank, deltas, SIM: tl.constexpr):
+    """`ptr` as rank d's address, this rank's own for d == rank: rows a CTA leaves for itself are
+    stored and loaded at one address (a peer mapping of its own memory would be a second one)."""
+    p = ptr
+    if d != rank:
+        p = _peer(ctx, ptr, d, deltas, SIM)
+    return p
 
 
 @triton.jit
@@ -152,7 +163,7 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
             dest = tl.where(ok, e // local_experts, -1)
             at = (half * WORLD + rank) * max_tokens + t  # the token's row in every rank's landing
             for d in tl.static_range(WORLD):  # the ids and weights to every rank
-                meta = _peer(ctx, words, d, deltas, SIM) + at * row_words + meta_word
+                meta = _to(ctx, words, d, rank, deltas, SIM) + at * row_words + meta_word
                 tl.store(meta + kk, e, mask=km)
                 tl.store(meta + K + kk, w.to(tl.int32, bitcast=True), mask=km)
             for c in range(0, hidden, BLOCK):  # the row, loaded (and quantized) once, to its ranks
@@ -165,10 +176,10 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                     v = unempty(v)
                 for d in tl.static_range(WORLD):
                     if tl.sum((dest == d).to(tl.int32), 0) > 0:
-                        tl.store(_peer(ctx, data, d, deltas, SIM) + at * row_elems + c + offs, v, mask=m)
+                        tl.store(_to(ctx, data, d, rank, deltas, SIM) + at * row_elems + c + offs, v, mask=m)
                         if FP8:
                             gi = tl.arange(0, BLOCK // GROUP)
-                            scales = _peer(ctx, words, d, deltas, SIM) + at * row_words + side_word
+                            scales = _to(ctx, words, d, rank, deltas, SIM) + at * row_words + side_word
                             tl.store(scales + c // GROUP + gi, scale.to(tl.int32, bitcast=True),
                                      mask=c + gi * GROUP < hidden)
         tl.store(bad + pid, nbad.to(tl.int64))
@@ -177,10 +188,16 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
         cap = WORLD * max_tokens  # rows of an expert's block
         lo = rank * local_experts
         total = tl.zeros((), dtype=tl.int64)
+        # This CTA's own tokens' rows (i == 0) it stored itself, in this launch or an earlier one:
+        # after the barrier, plain loads; they are never polled, so they are not emptied.
+        tl.debug_barrier()
         for i in tl.static_range(WORLD):
-            q = (rank + i) % WORLD  # this rank's own rows first: they are in
-            n, sq = _take_count(ctx, counts, half, q, WORLD)
-            s = ilt.failure_or(s, sq)
+            q = (rank + i) % WORLD
+            if i == 0:
+                n = T
+            else:
+                n, sq = _take_count(ctx, counts, half, q, WORLD)
+                s = ilt.failure_or(s, sq)
             # Clamped: whatever the word holds, nothing is read or written outside the buffers.
             tq = tl.minimum(tl.maximum(n, 0), max_tokens).to(tl.int64)
             total += tq
@@ -192,9 +209,13 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                 r = q * max_tokens + tl.cast(t, tl.int64)
                 at = (half * WORLD + q) * max_tokens + t
                 meta = words + at * row_words + meta_word
-                e, se = _take(ctx, meta + kk, km)
-                wb, sw = _take(ctx, meta + K + kk, km)
-                s = ilt.failure_or(s, ilt.failure_or(se, sw))
+                if i == 0:
+                    e = tl.load(meta + kk, mask=km, other=-1)
+                    wb = tl.load(meta + K + kk, mask=km, other=0)
+                else:
+                    e, se = _take(ctx, meta + kk, km)
+                    wb, sw = _take(ctx, meta + K + kk, km)
+                    s = ilt.failure_or(s, ilt.failure_or(se, sw))
                 w = wb.to(tl.float32, bitcast=True)
                 le = e - lo
                 here = km & (e >= 0) & (le >= 0) & (le < local_experts)
@@ -206,16 +227,22 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                 if tl.sum(here.to(tl.int32), 0) > 0:  # the row came here: taken, even where nothing fits
                     for c in range(0, hidden, BLOCK):
                         m = c + offs < hidden
-                        v, sv = _take(ctx, data + at * row_elems + c + offs, m)
-                        s = ilt.failure_or(s, sv)
+                        if i == 0:
+                            v = tl.load(data + at * row_elems + c + offs, mask=m)
+                        else:
+                            v, sv = _take(ctx, data + at * row_elems + c + offs, m)
+                            s = ilt.failure_or(s, sv)
                         for j in tl.static_range(K):
                             tj = tl.sum(tl.where(kk == j, to, 0), 0)
                             tl.store(recv + tj * hidden + c + offs, v, mask=m & (tj >= 0))
                     if SIDE_BLOCK > 0:  # an fp8 row's scales, beside it
                         so = tl.arange(0, SIDE_BLOCK)
                         sm = so < side_words
-                        sv, ss = _take(ctx, words + at * row_words + side_word + so, sm)
-                        s = ilt.failure_or(s, ss)
+                        if i == 0:
+                            sv = tl.load(words + at * row_words + side_word + so, mask=sm)
+                        else:
+                            sv, ss = _take(ctx, words + at * row_words + side_word + so, sm)
+                            s = ilt.failure_or(s, ss)
                         for j in tl.static_range(K):
                             tj = tl.sum(tl.where(kk == j, to, 0), 0)
                             tl.store(recv_side + tj * side_words + so, sv, mask=sm & (tj >= 0))
@@ -269,13 +296,14 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, back_counts, cal
                 # A choice here gets its token a row, zeros if none fit (its source reads one).
                 here = tl.load(slot + r * K + kk, mask=km, other=-1) != -1
                 if tl.sum(here.to(tl.int32), 0) > 0:
-                    dst = _peer(ctx, back, q, deltas, SIM) + ((half * WORLD + rank) * max_tokens + t) * hidden
+                    dst = _to(ctx, back, q, rank, deltas, SIM) + ((half * WORLD + rank) * max_tokens + t) * hidden
                     for c in range(0, hidden, BLOCK):
                         acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
                         tl.store(dst + c + offs, unempty(acc.to(back.dtype.element_ty)), mask=c + offs < hidden)
         _send_count(ctx, back_counts, half, rank, tl.load(src_counts + rank), deltas, WORLD, SIM)
         stamp(trace, 1, TRACE)
     if PHASE != 1:
+        tl.debug_barrier()  # this CTA's sums for its own tokens are stored
         for t0 in range(pid, T, grid):
             t = tl.cast(t0, tl.int64)
             e = tl.load(own_ids + t * K + kk, mask=km, other=-1)
@@ -286,17 +314,22 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, back_counts, cal
                 # the token did not go to.
                 acc = tl.zeros([BLOCK], dtype=tl.float32)
                 for p in tl.static_range(WORLD):
+                    at = back + ((half * WORLD + p) * max_tokens + t) * hidden + c + offs
                     if tl.sum((dest == p).to(tl.int32), 0) > 0:
-                        v, sv = _take(ctx, back + ((half * WORLD + p) * max_tokens + t) * hidden + c + offs, m)
-                        s = ilt.failure_or(s, sv)
+                        if p == rank:  # this CTA's own sum (before the barrier): never polled
+                            v = tl.load(at, mask=m, other=0.0)
+                        else:
+                            v, sv = _take(ctx, at, m)
+                            s = ilt.failure_or(s, sv)
                         acc += tl.where(m, v.to(tl.float32), 0.0)
                     else:
                         acc += tl.zeros([BLOCK], dtype=tl.float32)
                 tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
         stamp(trace, 2, TRACE)
-        for q in tl.static_range(WORLD):  # the rendezvous: every rank's CTA sent what it will send
-            _, sq = _take_count(ctx, back_counts, half, q, WORLD)
-            s = ilt.failure_or(s, sq)
+        for q in tl.static_range(WORLD):  # the rendezvous: every other rank's CTA sent what it will send
+            if q != rank:
+                _, sq = _take_count(ctx, back_counts, half, q, WORLD)
+                s = ilt.failure_or(s, sq)
         tl.store(calls + pid, call + 1)
     stamp(trace, 3, TRACE)
     tl.store(status + pid, s)
