@@ -131,7 +131,11 @@ def ll_dispatch(ctx, x, idx, wts, T, landing, landing_words, landing8, landing_c
     of each rank, received [1] their sum; expert_offsets: e * WORLD * max_tokens. counters
     [local_experts] int32 and arrivals [1] int32: zero between calls. overflow (moe.sort.SUMMARY):
     an expert whose rows did not fit; bad [grid]: this CTA's out-of-range ids among its own
-    tokens. FP8: each token quantized per GROUP channels on its way out (kernels.quantize_chunk)."""
+    tokens. FP8: each token quantized per GROUP channels on its way out (kernels.quantize_chunk).
+    TRACE: the global timer into `trace` [grid, TRACE_SLOTS] at the start (0), once the sends are
+    issued (1), after the meeting with the peers (2), after the copies into recv_x (3) and at the
+    end (4) (bench/moe_timeline.py)."""
+    stamp(trace, 0, TRACE)
     pid, grid = tl.program_id(0), tl.num_programs(0)
     call, half = _this_call(calls)
     kk = tl.arange(0, KB)
