@@ -55,6 +55,19 @@ TOKENS = [128, 512, 2048, 4096, 8192]
 FP8_TOLERANCE = 0.1
 
 
+def routing(rank: int, tokens: int, hidden: int, topk: int, experts: int, skewed: bool) -> tuple[Any, Any, Any]:
+    """The benchmark's inputs on `rank`: (x bf16 [tokens, hidden], top-k of random scores, softmaxed
+    weights); skewed: expert 0 is every token's first choice. Also bench/moe_timeline.py's."""
+    g = torch.Generator(device="cuda").manual_seed(1000 + rank)
+    x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
+    scores = torch.rand(tokens, experts, device="cuda", generator=g)
+    if skewed:
+        scores[:, 0] += 10
+    idx = scores.topk(topk, dim=1).indices
+    w = torch.softmax(torch.randn(tokens, topk, device="cuda", generator=g), 1)
+    return x, idx, w
+
+
 class Reference(NamedTuple):
     """ironlink's result for one routing, which the torch contenders must reproduce."""
 
@@ -159,14 +172,7 @@ class MoeBench:
             raise RuntimeError(f"{who} does not reproduce ironlink's result: {'; '.join(wrong)}")
 
     def routing(self, tokens: int, skewed: bool) -> tuple[Any, Any, Any]:
-        g = torch.Generator(device="cuda").manual_seed(1000 + self.rank)
-        x = torch.randn(tokens, self.hidden, device="cuda", generator=g).to(torch.bfloat16)
-        scores = torch.rand(tokens, self.experts, device="cuda", generator=g)
-        if skewed:
-            scores[:, 0] += 10
-        idx = scores.topk(self.topk, dim=1).indices
-        w = torch.softmax(torch.randn(tokens, self.topk, device="cuda", generator=g), 1)
-        return x, idx, w
+        return routing(self.rank, tokens, self.hidden, self.topk, self.experts, skewed)
 
     def run(self, tokens: int, skewed: bool, max_tokens: int = 0) -> None:
         """One row set; `max_tokens` (default `tokens`) sizes the MoeExchange, as a server sizes it

@@ -27,18 +27,7 @@ import torch.distributed as dist
 import ironlink
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink_bench import record_row, time_graph, write_results
-
-
-def routing(rank: int, tokens: int, hidden: int, topk: int, experts: int, skewed: bool) -> tuple[Any, Any, Any]:
-    """bench/moe.py's routing: random rows, top-k of random scores (skewed: expert 0 first)."""
-    g = torch.Generator(device="cuda").manual_seed(1000 + rank)
-    x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
-    scores = torch.rand(tokens, experts, device="cuda", generator=g)
-    if skewed:
-        scores[:, 0] += 10
-    idx = scores.topk(topk, dim=1).indices
-    w = torch.softmax(torch.randn(tokens, topk, device="cuda", generator=g), 1)
-    return x, idx, w
+from moe import routing  # bench/moe.py: the benchmark's inputs
 
 
 def phases(d: torch.Tensor, c: torch.Tensor) -> dict[str, float]:
