@@ -75,8 +75,8 @@ from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_fo
 from ..ops import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from ..ops.slots import (add_in_rank_order, advance_epochs, epoch_counters, lamport_reduce, lamport_send,
-                         lamport_workspace, launch_slots, store_to_peer_slots)
+from ..ops.slots import (PEERS, add_in_rank_order, advance_epochs, epoch_counters, lamport_reduce, lamport_send,
+                         lamport_workspace, launch_slots, peer_distances, store_to_peer_slots)
 from .trace import stamp
 
 MAX_HIDDEN = 16384
@@ -250,23 +250,21 @@ def _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, sca
 
 
 @triton.jit
-def _rows_prologue(ctx, slots_ws, epochs, weight, residual, r0, r1, T, H, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
+def _rows_prologue(slots_ws, epochs, weight, residual, r0, r1, T, H, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
                    WORLD: tl.constexpr):
     """What "push" and "lamport" set up for a CTA's rows r0..r1 over the slots of `slots_ws`:
-    (rank, this launch's count, this launch's slots, columns, their mask, the weight, elements a
-    slot, chunks of ROWS rows, the first row's residual). With one row at a time (decode: a row a
+    (this launch's count, this launch's slots, columns, their mask, the weight, elements a slot,
+    chunks of ROWS rows, the first row's residual). With one row at a time (decode: a row a
     CTA) that residual is loaded before any store, as rows mode does ("PRELOAD"), so its latency
     hides behind the exchange; two rows kept live through the loop spill on sm_90 (with more rows
     at a time it is not loaded)."""
-    rank = il.symm_rank(ctx)
     epoch, _, slots = launch_slots(slots_ws, epochs, T, H, WORLD)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
     w = tl.load(weight + cols, mask=m, other=0.0)
     first = tl.load(residual + r0.to(tl.int64) * H + cols[None, :], mask=(r0 < r1) & m[None, :] & (ROWS == 1),
                     other=0.0)
-    return (rank, epoch, slots, cols, m, w, tl.cast(T, tl.int64) * H, tl.cdiv(tl.maximum(r1 - r0, 0), ROWS),
-            first)
+    return epoch, slots, cols, m, w, tl.cast(T, tl.int64) * H, tl.cdiv(tl.maximum(r1 - r0, 0), ROWS), first
 
 
 @triton.jit
@@ -292,7 +290,7 @@ def _chunk_residual(residual, first, at, mk, is_first, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
+def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps, rank,
                     BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"push": this CTA's rows r0..r1 in chunks of ROWS rows, pipelined: chunk c is stored into
     this rank's slot at every peer, then chunk c - 1 is waited for, summed over the ranks in rank
@@ -304,8 +302,8 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
     status: after a failed signal or wait the CTA stops (its rows not yet summed keep this rank's
     x)."""
     pid = tl.program_id(0)
-    rank, epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(ctx, ws, epochs, weight, residual, r0, r1,
-                                                                         T, H, BLOCK_H, ROWS, WORLD)
+    epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(ws, epochs, weight, residual, r0, r1, T, H, BLOCK_H,
+                                                                   ROWS, WORLD)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks + 1):
         if (c < chunks) & (s == 0):
@@ -327,7 +325,7 @@ def _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoc
 
 
 @triton.jit
-def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
+def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps, rank, dists,
                   BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"lamport": this CTA's rows r0..r1 are stored into this rank's slot at every peer (as push
     lays them out, in `inbox`), every chunk of ROWS rows at once, then chunk by chunk the peers'
@@ -337,11 +335,11 @@ def _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epo
     workspace is empty (its creator fills it; each call empties what it read), so the layout may
     change with T. Returns the status: after a failed wait the CTA stops (its rows not yet summed
     keep this rank's x, and the slots are no longer all empty: heap.check() raises)."""
-    rank, epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(ctx, inbox, epochs, weight, residual, r0, r1,
-                                                                         T, H, BLOCK_H, ROWS, WORLD)
+    epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(inbox, epochs, weight, residual, r0, r1, T, H,
+                                                                   BLOCK_H, ROWS, WORLD)
     for c in range(0, chunks):
         _, _, mk, at = _chunk(r0, r1, c, H, cols, m, ROWS)
-        lamport_send(ctx, x, slots, slot, at, mk, rank, WORLD)
+        lamport_send(x, slots, slot, at, mk, rank, dists, WORLD)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks):
         if s == 0:
@@ -378,8 +376,8 @@ def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.cons
 
 
 @triton.jit
-def _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, words, epochs, inbox, W, trace,
-               BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr, TRACE: tl.constexpr,
+def _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, words, epochs, inbox, W, trace, rank,
+               dists, BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr, TRACE: tl.constexpr,
                LAMPORT: tl.constexpr, WORLD: tl.constexpr):
     """"split": CTA pid all-reduces and normalizes slice pid % PARTS (W columns) of row pid // PARTS:
     over LL packets (`symm_tile_all_reduce`), or with LAMPORT through the slots of `inbox` as mode
@@ -396,10 +394,9 @@ def _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wo
     res = tl.load(residual + at, mask=m, other=0.0)
     flag = tl.load(epochs + pid) + 1
     if LAMPORT:
-        rank = il.symm_rank(ctx)
         _, _, slots = launch_slots(inbox, epochs, T, H, WORLD)
         slot = tl.cast(T, tl.int64) * H
-        lamport_send(ctx, x, slots, slot, at, m, rank, WORLD)
+        lamport_send(x, slots, slot, at, m, rank, dists, WORLD)
         total, s = lamport_reduce(ctx, x, slots, slot, at, m, rank, WORLD)
         summed = total.to(x.dtype.element_ty)
         tl.store(x + at, summed, mask=m)
@@ -448,8 +445,16 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     (`fused/trace.py`; bench/rmsnorm_timeline.py)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
-    # Anything we read may be the previous kernel's output (x, the residual, the weight, the heap's
-    # counters and LL boxes, the status buffer): wait first. The next kernel waits for our
+    # The rank and the peers' addresses come from the context, which no kernel writes: read
+    # before the wait, their chain of dependent loads overlaps the previous kernel.
+    rank = pid * 0
+    dists = tl.zeros([PEERS], dtype=tl.int64)
+    if PUSH or LAMPORT:
+        rank = il.symm_rank(ctx)
+    if LAMPORT:
+        dists = peer_distances(ctx, inbox, rank, WORLD)
+    # Anything else we read may be the previous kernel's output (x, the residual, the weight, the
+    # heap's counters and LL boxes, the status buffer): wait first. The next kernel waits for our
     # completion before it touches memory, so it may start at once.
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
@@ -459,18 +464,18 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     r1 = tl.minimum(T, r0 + per)
     if SPLIT:
         s = _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, ws, epochs, inbox, W, trace,
-                       BLOCK_H, PARTS, FP8, TRACE, LAMPORT, WORLD)
+                       rank, dists, BLOCK_H, PARTS, FP8, TRACE, LAMPORT, WORLD)
     elif WHOLE:
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
         s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     elif LAMPORT:
         s = _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
-                          BLOCK_H, ROWS, WORLD, FP8)
+                          rank, dists, BLOCK_H, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     elif PUSH:
         s = _push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
-                            BLOCK_H, ROWS, WORLD, FP8)
+                            rank, BLOCK_H, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     else:
         rows = tl.maximum(r1 - r0, 0)

@@ -36,7 +36,7 @@ from ..runtime.status_buffers import status_buffer
 from .. import language as il
 from .pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
 from .slots import (advance_epochs, epoch_counters, lamport_reduce, lamport_send, lamport_workspace,
-                    lamport_workspace_name, launch_slots)
+                    lamport_workspace_name, launch_slots, peer_distances)
 
 # torch dtype names (without "torch.") -> ironlink dtype codes.
 DTYPES: dict[str, int] = {name: _abi.DTYPE[key] for name, key in
@@ -185,15 +185,17 @@ def _all_reduce_lamport_kernel(ctx, buf, n, status, inbox, epochs, WORLD: tl.con
     """The small all-reduce through lamport slots (`ops.slots`): CTA pid sends elements
     pid * BLOCK.. of `buf` into its slot at every peer, reads the peers' as they land, and stores
     the reduction (rank order, fp32) back into `buf`. No signal, no barrier, no fence: each CTA
-    waits only for the same elements of every peer."""
+    waits only for the same elements of every peer. The rank and the peers' addresses come from
+    the context, which no kernel writes: read before the wait for the previous kernel."""
+    rank = il.symm_rank(ctx)
+    dists = peer_distances(ctx, inbox, rank, WORLD)
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
-    rank = il.symm_rank(ctx)
     epoch, _, slots = launch_slots(inbox, epochs, n, 1, WORLD)
     at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = at < n
     slot = tl.cast(n, tl.int64)
-    lamport_send(ctx, buf, slots, slot, at, m, rank, WORLD)
+    lamport_send(buf, slots, slot, at, m, rank, dists, WORLD)
     total, s = lamport_reduce(ctx, buf, slots, slot, at, m, rank, WORLD, OP)
     if s == 0:
         tl.store(buf + at, total.to(buf.dtype.element_ty), mask=m)

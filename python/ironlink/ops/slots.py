@@ -24,6 +24,7 @@ from ..language import typed as ilt
 from ..language._flags import empty_like, unempty, wait_written
 
 EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the launch counters: one per possible CTA
+PEERS = tl.constexpr(_abi.MAX_RANKS)  # lanes of `peer_distances`: the ranks of one node at most
 # Where a lamport wait that timed out is recorded: the detail names symm_tile_wait, the wait a
 # signalled slot takes for the same data.
 TILE_WAIT = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_wait"))
@@ -77,10 +78,30 @@ def advance_epochs(epochs, epoch):
 
 
 @triton.jit
-def lamport_send(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr):
+def peer_distances(ctx, ptr, rank, WORLD: tl.constexpr):
+    """int64 [PEERS]: lane k holds the byte distance from `ptr` (any heap address) to the same
+    address at rank (rank + k) % WORLD (lane 0 and lanes from WORLD: 0). The heap's mapping is
+    fixed for its life, so a kernel may compute this before it waits for the previous kernel
+    (ops.pdl): the context's reads, a chain of dependent loads, then overlap that kernel."""
+    k = tl.arange(0, PEERS)
+    d = tl.zeros([PEERS], dtype=tl.int64)
+    for j in tl.static_range(1, WORLD):
+        d = tl.where(k == j, ilt.peer_pointer(ctx, ptr, (rank + j) % WORLD).to(tl.int64) - ptr.to(tl.int64), d)
+    return d
+
+
+@triton.jit
+def lamport_send(x, slots, slot, at, mk, rank, dists, WORLD: tl.constexpr):
     """This rank's elements of x at offsets `at` (where `mk`) into its slot at every peer (`slots`
-    of `slot` elements each), -0.0 sent as +0.0."""
-    store_to_peer_slots(ctx, slots, slot, at, unempty(tl.load(x + at, mask=mk)), mk, rank, WORLD)
+    of `slot` elements each; the peers' copies `dists` bytes away, `peer_distances`), -0.0 sent as
+    +0.0."""
+    v = unempty(tl.load(x + at, mask=mk))
+    for k in tl.static_range(1, WORLD):
+        dest = (rank + k) % WORLD
+        # Heap bases are 256-byte aligned: saying so keeps the stores' vector width.
+        d = tl.sum(tl.where(tl.arange(0, PEERS) == k, dists, 0)) // 256 * 256
+        peer = (slots.to(tl.pointer_type(tl.int8)) + d).to(slots.dtype)
+        tl.store(peer + tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * slot + at, v, mask=mk)
 
 
 @triton.jit
@@ -157,5 +178,6 @@ def epoch_counters(heap: Any, name: str) -> Any:
     return heap.workspace(f"{name}/epochs", nbytes, zeroed_prefix=nbytes).view(torch.int32)
 
 
-__all__ = ["EPOCH_COUNTERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters", "lamport_reduce",
-           "lamport_send", "lamport_workspace", "lamport_workspace_name", "launch_slots", "store_to_peer_slots"]
+__all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters",
+           "lamport_reduce", "lamport_send", "lamport_workspace", "lamport_workspace_name", "launch_slots",
+           "peer_distances", "store_to_peer_slots"]
