@@ -228,13 +228,25 @@ def _norm_sums(sums, res, w, residual_out, out, scale, rows, valid, H, eps, BLOC
     r = v.to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
-    inv = tl.rsqrt(tl.sum(rf * rf, axis=1) / H + eps)
-    y = rf * inv[:, None] * w.to(tl.float32)[None, :]
+    wf = w.to(tl.float32)[None, :]
     if FP8:
-        s = tl.maximum(tl.max(tl.abs(y), axis=1), 1e-12) / FP8_MAX
+        # max |y| = inv * max |r * w| (inv > 0), as split mode takes it: both row reductions in one
+        # pass over the CTA, not the peak's after the norm's.
+        sumsq, peak = tl.reduce((rf * rf, tl.abs(rf * wf)), 1, _sum_and_max)
+        inv = tl.rsqrt(sumsq / H + eps)
+        s = tl.maximum(peak * inv, 1e-12) / FP8_MAX
         tl.store(scale + rows, s, mask=valid)
-        y = y / s[:, None]
+        y = rf * inv[:, None] * wf / s[:, None]
+    else:
+        inv = tl.rsqrt(tl.sum(rf * rf, axis=1) / H + eps)
+        y = rf * inv[:, None] * wf
     tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _sum_and_max(sum_a, max_a, sum_b, max_b):
+    """The combine of a (sum, max) pair reduction."""
+    return sum_a + sum_b, tl.maximum(max_a, max_b)
 
 
 @triton.jit
