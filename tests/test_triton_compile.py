@@ -226,7 +226,7 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      "status": "*i32", "trace": "*i32"},
                     {"WORLD": 2, "WB": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 0, "FP8": False,
                      "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX,
-                     "PHASE": 0, "SIM": False}),
+                     "PHASE": 0, "SIM": False, "TRACE": False}),
     "ll_dispatch fp8": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*i16",
                          "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "arrived": "*i64", "recv": "*i16",
                          "recv_side": "*i16", "slot": "*i64", "weight": "*fp32", "own_ids": "*i32",
@@ -237,11 +237,11 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                          "side_words": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
                         {"WORLD": 2, "WB": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 128, "FP8": True,
                          "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX,
-                         "MIN_AMAX": moe_kernels.FP8_MIN_AMAX, "PHASE": 0, "SIM": False}),
+                         "MIN_AMAX": moe_kernels.FP8_MIN_AMAX, "PHASE": 0, "SIM": False, "TRACE": False}),
     "ll_combine": ({"ctx": "i64", "y": "*bf16", "slot": "*i64", "weight": "*fp32", "src_counts": "*i64",
                     "own_ids": "*i32", "back": "*bf16", "calls": "*i32", "out": "*bf16", "T": I32, "rank": I32,
                     "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
-                   {"WORLD": 2, "K": 8, "KB": 8, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False}),
+                   {"WORLD": 2, "K": 8, "KB": 8, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False, "TRACE": False}),
 }
 # A dispatch whose receive is deferred (dispatch(return_recv_hook=True)): its send (PHASE 1, the
 # senders' flags) and its receive (PHASE 2, the wait for them) as two kernels.
