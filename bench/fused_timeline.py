@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.runtime import tuning
-from ironlink_bench import record_row, time_graph, write_results
+from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results
 from ironlink.fused.matmul_allreduce import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
@@ -131,10 +131,7 @@ def main() -> None:
             # The same launch untraced, 20 back to back in a CUDA graph (as bench/fused.py times).
             graph_us = time_graph(lambda: launch(heap, p, a, b, out, status, **kw), out.nbytes)
             heap.check()
-            mine = sorted(results, key=lambda r: r["kernel_us"])[len(results) // 2]  # the median launch
-            gathered: list[Any] = [None] * world
-            dist.all_gather_object(gathered, mine)
-            worst = max(gathered, key=lambda r: r["kernel_us"])
+            worst, gathered = slowest_rank_median(results, lambda r: r["kernel_us"])
             row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "tma_push": bool(tma),
                    "signal_at": at, "flat": bool(flat),
                    "config": list(p.config), "ctas": p.ctas, "one_shot": p.one_shot, "graph_us": round(graph_us, 2),

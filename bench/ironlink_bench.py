@@ -186,6 +186,16 @@ def time_eager(fn: Callable[[], None], reps: int = 20) -> float:
     return t.item()
 
 
+def slowest_rank_median(runs: list[dict[str, Any]],
+                        key: Callable[[dict[str, Any]], float]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The timeline probes' summary of repeated traced launches: (of every rank's median run by
+    `key`, the largest; every rank's median, in rank order). Every rank gets both."""
+    mine = sorted(runs, key=key)[len(runs) // 2]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return max(gathered, key=key), gathered
+
+
 def record_row(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
     """Appends `row` to `rows`; rank 0 also prints it as one JSON line (a probe's progress)."""
     rows.append(row)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.fused.trace import TRACE_SLOTS
-from ironlink_bench import record_row, time_graph, write_results
+from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results
 from moe import routing  # bench/moe.py: the benchmark's inputs
 
 
@@ -46,8 +46,7 @@ def phases(d: torch.Tensor, c: torch.Tensor) -> dict[str, float]:
 
 
 def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, tokens: int, skewed: bool) -> None:
-    rank, world = dist.get_rank(), dist.get_world_size()
-    x, idx, w = routing(rank, tokens, args.hidden, args.topk, args.experts, skewed)
+    x, idx, w = routing(dist.get_rank(), tokens, args.hidden, args.topk, args.experts, skewed)
     moe = ironlink.MoeExchange(heap, tokens, args.hidden, args.topk, args.experts, path="low_latency")
     ll = moe.low_latency
     assert ll is not None
@@ -81,10 +80,7 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, to
     moe.check()
     graph_us = time_graph(layer, 2 * tokens * args.hidden * 2)
     traced_graph_us = time_graph(lambda: layer(0), 2 * tokens * args.hidden * 2)
-    mine = sorted(runs, key=lambda r: r["dispatch_us"] + r["combine_us"])[len(runs) // 2]
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, mine)
-    worst = max(gathered, key=lambda r: r["dispatch_us"] + r["combine_us"])
+    worst, _ = slowest_rank_median(runs, lambda r: r["dispatch_us"] + r["combine_us"])
     row = {"tokens": tokens, "hidden": args.hidden, "topk": args.topk, "experts": args.experts,
            "routing": "skewed" if skewed else "uniform", "ctas": ctas, "graph_us": round(graph_us, 2),
            "traced_graph_us": round(traced_graph_us, 2), **{k: round(v, 2) for k, v in worst.items()},

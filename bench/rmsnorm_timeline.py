@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink_bench import GraphRound, record_row, time_graph, write_results
+from ironlink_bench import GraphRound, record_row, slowest_rank_median, time_graph, write_results
 from ironlink.runtime.distributed import sm_share
 from ironlink.fused.allreduce_rmsnorm import launch, plan, split_into
 from ironlink.fused.trace import TRACE_SLOTS
@@ -121,7 +121,7 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
              residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, status: torch.Tensor,
              pdl: bool) -> None:
     """Plan `p`'s phases with and without PRELOAD: a row each into `rows`."""
-    t, world = p.tokens, dist.get_world_size()
+    t = p.tokens
     for preload in (True, False):
         # The launches back to back in one CUDA graph, each with its own stamps: in step with
         # the other rank as in a model's graph (a launch after a host barrier measures the
@@ -150,10 +150,7 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
         # (the 2 H100 run's traced launches took 25-110 us where untraced ones took 10-22).
         traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6,
                                                     status, pdl, trace=traces[0], preload=preload), x.nbytes)
-        mine = sorted(runs, key=lambda r: r["kernel_us"])[len(runs) // 2]
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, mine)
-        worst = max(gathered, key=lambda r: r["kernel_us"])
+        worst, _ = slowest_rank_median(runs, lambda r: r["kernel_us"])
         row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "parts": p.parts, "lamport": p.lamport,
                "ctas": p.ctas, "warps": p.warps,
                "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2),
