@@ -16,7 +16,7 @@ from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
 from .gemm import gemm_range, store_tile, tile_coords
-from ..ops.slots import add_in_rank_order, advance_epochs, launch_slots, store_to_peer_slots
+from ..ops.slots import add_in_rank_order, advance_epochs, launch_slots, slot_of, store_to_peer_slots
 from .trace import stamp
 
 @triton.jit
@@ -186,7 +186,7 @@ def sum_partials(own, slots, m0, n0, M, N, rank, WORLD: tl.constexpr, BLOCK_M: t
         if q == rank:
             total += own.to(tl.float32)
         else:
-            slot = tl.cast((q - rank - 1 + WORLD) % WORLD, tl.int64) * M * N
+            slot = tl.cast(slot_of(q, rank, WORLD), tl.int64) * M * N
             total += tl.load(base + slot + offs, mask=mask).to(tl.float32)
     return total
 

@@ -1,5 +1,5 @@
 """Peer slots: a workspace in the heap in which every rank has a slot at every peer (rank r's slot
-at rank d is (r - d - 1) mod world), used in alternate halves by alternate launches, with a
+at rank d is (r - d - 1) mod world: `slot_of`), used in alternate halves by alternate launches, with a
 launch counter per CTA that every CTA keeps equal whatever grid each launch has. Two ways to
 read a slot:
 
@@ -38,23 +38,30 @@ _AVG = tl.constexpr(_abi.REDUCE_OP["AVG"])
 
 
 @triton.jit
+def slot_of(sender, receiver, WORLD: tl.constexpr):
+    """The index of rank `sender`'s slot in rank `receiver`'s workspace: (sender - receiver - 1)
+    mod world (the world - 1 peers of a rank, in rank order starting after it)."""
+    return (sender - receiver - 1 + WORLD) % WORLD
+
+
+@triton.jit
 def store_to_peer_slots(ctx, slots, slot_elems, offs, v, mask, rank, WORLD: tl.constexpr):
-    """Stores `v` at element offsets `offs` of this rank's slot (rank - dest - 1) mod world in
-    every other rank dest's `slots` (a heap address; slots of `slot_elems` elements each)."""
+    """Stores `v` at element offsets `offs` of this rank's slot (`slot_of`) in every other rank
+    dest's `slots` (a heap address; slots of `slot_elems` elements each)."""
     for k in tl.static_range(1, WORLD):
         dest = (rank + k) % WORLD
-        slot = tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * slot_elems
+        slot = tl.cast(slot_of(rank, dest, WORLD), tl.int64) * slot_elems
         tl.store(ilt.peer_pointer(ctx, slots, dest) + slot + offs, v, mask=mask)
 
 
 @triton.jit
 def add_in_rank_order(total, own, slots, slot_elems, offs, mask, rank, WORLD: tl.constexpr):
     """`total` (fp32) plus, in rank order, every rank's values at element offsets `offs`: this
-    rank's from `own`, peer q's from its slot (q - rank - 1) mod world of `slots` (as
-    `store_to_peer_slots` filled them). Unrolled over the ranks: every load is in flight at once.
+    rank's from `own`, peer q's from its slot (`slot_of`) of `slots` (as `store_to_peer_slots`
+    filled them). Unrolled over the ranks: every load is in flight at once.
     Lanes outside `mask` hold no value: the callers store `total` under the same mask."""
     for q in tl.static_range(WORLD):
-        src = tl.where(q == rank, own, slots + ((q - rank - 1 + WORLD) % WORLD) * slot_elems)
+        src = tl.where(q == rank, own, slots + slot_of(q, rank, WORLD) * slot_elems)
         total += tl.load(src + offs, mask=mask).to(tl.float32)
     return total
 
@@ -102,7 +109,7 @@ def lamport_send(x, slots, slot, at, mk, rank, dists, WORLD: tl.constexpr):
         # Heap bases are 256-byte aligned: saying so keeps the stores' vector width.
         d = tl.sum(tl.where(tl.arange(0, PEERS) == k, dists, 0)) // 256 * 256
         peer = (slots.to(tl.pointer_type(tl.int8)) + d).to(slots.dtype)
-        tl.store(peer + tl.cast((rank - dest - 1 + WORLD) % WORLD, tl.int64) * slot + at, v, mask=mk)
+        tl.store(peer + tl.cast(slot_of(rank, dest, WORLD), tl.int64) * slot + at, v, mask=mk)
 
 
 @triton.jit
@@ -130,7 +137,7 @@ def lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: t
         if q == rank:
             v = unempty(tl.load(x + at, mask=mk, other=0.0)).to(tl.float32)
         else:
-            inbox = slots + ((q - rank - 1 + WORLD) % WORLD) * slot + at
+            inbox = slots + slot_of(q, rank, WORLD) * slot + at
             got, waited = wait_written(ctx, inbox, mk, TILE_WAIT)
             s = ilt.failure_or(s, waited)
             v = got.to(tl.float32)
@@ -181,4 +188,4 @@ def epoch_counters(heap: Any, name: str) -> Any:
 
 __all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters",
            "lamport_reduce", "lamport_send", "lamport_workspace", "lamport_workspace_name", "launch_slots",
-           "peer_distances", "store_to_peer_slots"]
+           "peer_distances", "slot_of", "store_to_peer_slots"]
