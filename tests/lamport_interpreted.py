@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ironlink.ops.slots import TILE_WAIT as _TILE_WAIT
+from ironlink.ops.slots import TILE_WAIT as _TILE_WAIT, lamport_bits
 from ironlink.language import _abi
 from ironlink.language._flags import empty_like, is_empty, unempty, wait_written
 
@@ -47,8 +47,8 @@ def count_empty(v, out, BLOCK: tl.constexpr):
 
 
 def empty(n: int, dtype: torch.dtype) -> torch.Tensor:
-    bits = {2: torch.int16, 4: torch.int32}[torch.empty((), dtype=dtype).element_size()]
-    return torch.full((n,), -(1 << (8 * bits.itemsize - 1)), dtype=bits).view(dtype)
+    bits = lamport_bits(torch.empty(n, dtype=dtype))
+    return bits.fill_(torch.iinfo(bits.dtype).min).view(dtype)
 
 
 def context(timeout_ns: int) -> torch.Tensor:

@@ -47,13 +47,13 @@ def lamport_slots_empty(heap: Any, name: str, dtypes: Sequence[torch.dtype]) -> 
     """Asserts that every lamport slot of op `name` (each of its workspaces for these dtypes,
     `ironlink.ops.slots.lamport_workspace_name`) holds -0.0: the invariant between calls (each
     call empties what it read), without which a later call could take a stale row for a new one."""
-    from ironlink.ops.slots import lamport_workspace_name
+    from ironlink.ops.slots import lamport_bits, lamport_workspace_name
 
     torch.cuda.synchronize()
     for dtype in dtypes:
         ws_name = lamport_workspace_name(name, dtype)
         for ws in heap._workspaces.get(ws_name, []):
-            v = ws.view({2: torch.int16, 4: torch.int32}[torch.empty((), dtype=dtype).element_size()])
+            v = lamport_bits(ws.view(dtype))
             full = int((v != torch.iinfo(v.dtype).min).sum())
             assert full == 0, f"{ws_name}: {full} of {v.numel()} slots not empty after the calls"
 

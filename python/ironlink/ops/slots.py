@@ -160,6 +160,14 @@ def lamport_workspace_name(name: str, dtype: Any) -> str:
     return f"{name}/lamport{8 * torch.empty((), dtype=dtype).element_size()}"
 
 
+def lamport_bits(t: Any) -> Any:
+    """`t` (lamport slots of bf16, fp16 or fp32) as the signed integers of its width, whose
+    smallest value is "empty" (the sign bit alone: -0.0)."""
+    import torch
+
+    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
 def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
     """The heap workspace of op `name` (at least `nbytes`) as lamport slots of `dtype`: every
     element -0.0 when made (bf16 and fp16 0x8000, fp32 0x80000000). A peer may store into a new
@@ -168,10 +176,9 @@ def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
     lamport_workspace_name(...), nbytes)` says whether one exists)."""
     import torch
 
-    width = torch.empty((), dtype=dtype).element_size()
-
     def empty(t: Any) -> None:
-        t.view({2: torch.int16, 4: torch.int32}[width]).fill_(-(1 << (8 * width - 1)))  # the sign bit alone
+        bits = lamport_bits(t.view(dtype))
+        bits.fill_(torch.iinfo(bits.dtype).min)  # the sign bit alone
         heap.barrier()
 
     return heap.workspace(lamport_workspace_name(name, dtype), nbytes, init=empty).view(dtype)
@@ -187,5 +194,5 @@ def epoch_counters(heap: Any, name: str) -> Any:
 
 
 __all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters",
-           "lamport_reduce", "lamport_send", "lamport_workspace", "lamport_workspace_name", "launch_slots",
-           "peer_distances", "slot_of", "store_to_peer_slots"]
+           "lamport_bits", "lamport_reduce", "lamport_send", "lamport_workspace", "lamport_workspace_name",
+           "launch_slots", "peer_distances", "slot_of", "store_to_peer_slots"]
