@@ -240,6 +240,11 @@ def _norm_sums(sums, res, w, residual_out, out, scale, rows, valid, H, eps, BLOC
     else:
         inv = tl.rsqrt(tl.sum(rf * rf, axis=1) / H + eps)
         y = rf * inv[:, None] * wf
+    if FP8:
+        # 8 FP8 bytes a thread, the bf16 stores' layout: stored 16 a thread (16 bytes, what Triton
+        # picks for a byte type), the row took that layout and the bf16 stores of x and
+        # residual_out went back to 8 a thread through shared memory, two bar.sync each.
+        at = tl.max_contiguous(at, [1, 8])
     tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
 
 
