@@ -250,8 +250,10 @@ def run_info(world: int) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, max_bytes: int, scratch_bytes: int) -> None:
+    def __init__(self, max_bytes: int, scratch_bytes: int, lamport_grids: tuple[tuple[int, int], ...] = ()) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # (bytes a CTA, warps) of the public op's lamport path to time beside the tuned one.
+        self.lamport_grids = lamport_grids
         self.group_name = dist.group.WORLD.group_name
         self.max_bytes = max_bytes
         self.heap = ironlink.SymmetricHeap(3 * max_bytes + (64 << 20), scratch_bytes=scratch_bytes)
@@ -327,6 +329,8 @@ class Bench:
                                                           nbytes, before=tuned))
         if nbytes <= OP_LAMPORT_MAX_BYTES:
             added.update(self.op_other_path(timer, buf, nbytes, tuned))
+        if tuning.all_reduce_takes_lamport(nbytes, self.world):
+            added.update(self.op_lamport_grids(timer, buf, nbytes, tuned))
         if nbytes <= (256 << 20):
             import torch.distributed._symmetric_memory as symm_mem
 
@@ -367,6 +371,17 @@ class Bench:
         with tuning.overridden(ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD=flipped):
             i = timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes, before=tuned)
         return {f"ironlink_op[{'library' if chosen else 'lamport'}]": ("", i)}
+
+    def op_lamport_grids(self, timer: "GraphRound", buf: torch.Tensor, nbytes: int,
+                         tuned: Callable[[], None]) -> dict[str, tuple[str, Optional[int]]]:
+        """The public op's lamport path captured with each of `lamport_grids` (bytes a CTA, warps)
+        instead of the tuning's: contenders "ironlink_op[lamport BYTESxWARPS]"."""
+        added: dict[str, tuple[str, Optional[int]]] = {}
+        for cta_bytes, warps in self.lamport_grids:
+            with tuning.overridden(ALL_REDUCE_LAMPORT_CTA_BYTES=cta_bytes, ALL_REDUCE_LAMPORT_WARPS=warps):
+                i = timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes, before=tuned)
+            added[f"ironlink_op[lamport {cta_bytes}x{warps}]"] = ("", i)
+        return added
 
     def gather_scatter(self, dt: str, nbytes: int) -> None:
         """all_gather and reduce_scatter of `nbytes` total output / input per rank, every contender
@@ -444,9 +459,13 @@ def main() -> None:
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--skip-gather-scatter", action="store_true")
     ap.add_argument("--scratch-mib", type=int, default=DEFAULT_SCRATCH_BYTES >> 20, help="scratch region per rank")
+    ap.add_argument("--lamport-grids", default="",
+                    help="comma-separated BYTESxWARPS (bytes a CTA, warps) of the op's lamport path to time "
+                         "beside the tuned grid, e.g. 1024x2,4096x8")
     args = ap.parse_args()
     ironlink.init_distributed()
-    b = Bench(args.max_bytes, args.scratch_mib << 20)
+    grids = tuple((int(g.split("x")[0]), int(g.split("x")[1])) for g in args.lamport_grids.split(",") if g)
+    b = Bench(args.max_bytes, args.scratch_mib << 20, grids)
     listed = [int(s) for s in args.sizes.split(",")] if args.sizes else SIZES
     sizes = [s for s in listed if args.min_bytes <= s <= args.max_bytes]
     for dt in args.dtypes.split(","):
