@@ -20,7 +20,8 @@ from ironlink.language import _lib
 from ironlink.runtime import tuning
 from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
                             matmul_reducescatter_kernel)
-from ironlink.fused.matmul_allreduce import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
+from ironlink.fused.matmul_allreduce import (matmul_allreduce_lamport_kernel, matmul_allreduce_owner_kernel,
+                                             matmul_allreduce_push_kernel)
 from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,6 +188,11 @@ _OWNER_SIG = {**{k: v for k, v in _PUSH_SIG.items() if k in ("ctx", "a", "b", "o
                                                             "GROUP_M", "COMMUNICATE", "TRACE")},
               "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr", "TMA_PUSH": "constexpr",
               "FLAT": "constexpr"}
+_LAMPORT_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "inbox": "*bf16",
+                "epochs": "*i32", **{k: v for k, v in _MATMUL_SIG.items()
+                                     if k in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
+                                              "status", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "COMMUNICATE")},
+                "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr", "PDL": "constexpr"}
 for m in (16, 4096):
     c = tuning.matmul_config(m, 8192, 2048, 4)
     tile = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "COMMUNICATE": True,
@@ -220,6 +226,25 @@ for m in (16, 4096):
                 matmul_allreduce_owner_kernel.fn, {**_OWNER_SIG, **operands, "peer_slots": peer, "peer_out": peer},
                 {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90, "TMA_PUSH": True,
                  "FLAT": flat, **({"MAX_CC": 90} if flat else {})})
+
+# matmul_all_reduce's lamport method, at the small outputs it runs (tuning.matmul_method; at 4096's
+# 128 x 256 tiles its epilogue, the partial and the polled peer's beside the accumulator, spills):
+# through pointers at world 2 (as sm_80 launches it: no PDL) and world 4 with PDL; through TMA
+# descriptors (Hopper and later, b column-major) at world 2 with PDL.
+for m in (16, 128):
+    c = tuning.matmul_config(m, 8192, 2048, 4)
+    lamport = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m,
+               "COMMUNICATE": True, "num_warps": c.warps, "num_stages": c.stages, "TMA": False, "B_ROW_MAJOR": False}
+    KERNELS[f"matmul_allreduce_lamport_m{m}_w2"] = (matmul_allreduce_lamport_kernel.fn, _LAMPORT_SIG,
+                                                    {**lamport, "WORLD": 2, "PDL": False})
+    if m == 16:  # tuning.matmul_method takes lamport at world 2 only; at 64 x 128 tiles three peers' polls spill
+        KERNELS[f"matmul_allreduce_lamport_m{m}_w4_pdl"] = (matmul_allreduce_lamport_kernel.fn, _LAMPORT_SIG,
+                                                            {**lamport, "WORLD": 4, "PDL": True, "MIN_CC": 90})
+    KERNELS[f"matmul_allreduce_lamport_m{m}_tma_pdl"] = (
+        matmul_allreduce_lamport_kernel.fn,
+        {**_LAMPORT_SIG, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>",
+         "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"},
+        {**lamport, "TMA": True, "WORLD": 2, "PDL": True, "MIN_CC": 90})
 
 _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
             "BLOCK_K": "constexpr"}
@@ -283,7 +308,10 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     "tiles_then_all_reduce": 8, "tiles_then_all_reduce_64x128_fp32": 16,
                     # Three peers' polls in one unrolled loop at hidden 8192 (16 warps: 128
                     # registers a thread); world 2, what runs on the lent machines, spills none.
-                    "allreduce_rmsnorm_lamport_w4": 112}
+                    "allreduce_rmsnorm_lamport_w4": 112,
+                    # Through pointers (sm_80, layouts TMA cannot read): a word beside a 64 x 128
+                    # accumulator; the TMA kernel Hopper runs spills none.
+                    "matmul_allreduce_lamport_m128_w2": 8}
 
 _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
 _ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "stride_am", "stride_bk", "stride_sm")

@@ -413,6 +413,7 @@ class Suite:
         try:
             self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap, method=method)
                                   for x in a_scaled], graph, self.nan_fill(out), check)
+            lamport_slots_empty(self.heap, "matmul_all_reduce", [dtype])
         finally:
             self.heap.free(out)
 

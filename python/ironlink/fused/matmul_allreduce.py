@@ -6,7 +6,7 @@
 dtype tile by tile, and the tiles are summed in fp32 in rank order: results are bitwise identical
 on every rank.
 
-Two methods, both one persistent kernel whose CTAs walk the output tiles (grid-stride: CTA c takes
+Three methods, each one persistent kernel whose CTAs walk the output tiles (grid-stride: CTA c takes
 every grid-th tile from c):
 
 - "push" (the default on one node): producer / consumer; no CTA waits for another rank before its
@@ -26,6 +26,11 @@ every grid-th tile from c):
   the heap (`heap.workspace`): 2 x (world - 1) slots of [M, N]; alternate
   launches use alternate halves (a per-CTA launch counter), so a fast rank never overwrites
   partials a slow peer has not summed yet.
+- "lamport" (small outputs, `tuning.matmul_method`): each tile's partial goes from registers into
+  its slot at every peer as data that is its own flag (lamport slots, `ops.slots`) and the CTA
+  polls its own slots for the peers' partials of the tile, sums them in rank order and stores the
+  sum: no staging, fence or signal (`fused.matmul_allreduce_lamport`). With PDL where the GPU has
+  it (`ops.pdl`). Its slots live in the heap too (`lamport_workspace`), the same size as push's.
 - "tile": each tile is all-reduced by the CTA that computed it, with `symm_tile_all_reduce`
   (a rendezvous with the peers' CTAs of the same tile, two cross-rank barriers): simple, but
   every CTA stops at its tile's barriers while nothing else runs on its SM.
@@ -56,15 +61,17 @@ from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
-from ..ops.slots import epoch_counters
+from ..ops.pdl import choose_pdl, pdl_launch_options
+from ..ops.slots import epoch_counters, lamport_workspace
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
 from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile
+from .matmul_allreduce_lamport import matmul_allreduce_lamport_kernel
 from .matmul_allreduce_push import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
 from .trace import stamp
 
 
-METHODS = ("push", "tile")
+METHODS = ("push", "lamport", "tile")
 
 
 class Plan(NamedTuple):
@@ -75,7 +82,7 @@ class Plan(NamedTuple):
     ctas: int
     method: str
     one_shot: bool  # push: every rank sums every tile (else each its slice: two-shot)
-    workspace_bytes: int  # push: the partials' slots, 2 x (world - 1) x [M, N]
+    workspace_bytes: int  # push, lamport: the partials' slots, 2 x (world - 1) x [M, N]
 
 
 def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int, sms: int,
@@ -92,7 +99,7 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     ctas = max(1, min(tiles, sms))
-    ws = 2 * (world - 1) * m * n * out.itemsize if method == "push" else 0
+    ws = 2 * (world - 1) * m * n * out.itemsize if method in ("push", "lamport") else 0
     return Plan(m, n, k, cfg, ctas, method, tuning.matmul_one_shot(tiles, ctas, world), ws)
 
 
@@ -142,8 +149,8 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
                       check: bool = False) -> Any:
     """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
     tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
-    `method`: "push" or "tile" (module docs; default `tuning.matmul_method`), on one node. "push"
-    keeps a workspace in the heap: 2 x (world - 1) x M x N elements.
+    `method`: "push", "lamport" or "tile" (module docs; default `tuning.matmul_method`), on one
+    node. "push" and "lamport" keep a workspace in the heap: 2 x (world - 1) x M x N elements.
     Collective; CUDA-graph capturable when `out` is given and the call ran once before with
     these shapes (the push method's workspace is made then)."""
     if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
@@ -174,8 +181,8 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
                                              num_stages=c.stages),
             check, function=function)
         return out
-    function = ("symm_tile_wait_others/symm_tile_signal/symm_tile_wait" if p.method == "push"
-                else "symm_tile_all_reduce")
+    function = {"push": "symm_tile_wait_others/symm_tile_signal/symm_tile_wait",
+                "lamport": "the wait for the peers' partials (symm_tile_wait)"}.get(p.method, "symm_tile_all_reduce")
     launch_with_status("matmul_all_reduce", h, p.ctas, lambda status: launch(h, p, a, b, out, status), check,
                        function=function)
     return out
@@ -202,6 +209,17 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
 
     layout = layout_for(a, b)
     a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
+    if p.method == "lamport":
+        if trace is not None:
+            raise ValueError("method 'lamport' takes no trace (its tiles have no phases to stamp)")
+        pdl = choose_pdl(None, torch.cuda.get_device_capability(out.device)[0], "matmul_all_reduce")
+        inbox = lamport_workspace(heap, "matmul_all_reduce", p.workspace_bytes, out.dtype)
+        matmul_allreduce_lamport_kernel[(p.ctas,)](
+            heap.ctx, a_arg, b_arg, out, inbox, epoch_counters(heap, "matmul_all_reduce"), p.m, p.n, p.k, *strides,
+            status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, TMA=a_arg is not a,
+            B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, COMMUNICATE=communicate, num_warps=c.warps,
+            num_stages=c.stages, **pdl_launch_options(pdl))
+        return
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
     epochs = epoch_counters(heap, "matmul_all_reduce")
     tma_gemm = a_arg is not a
@@ -231,4 +249,5 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
 
 
 __all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",
+           "matmul_allreduce_lamport_kernel",
            "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel", "plan"]

@@ -100,10 +100,17 @@ def peer_distances(ctx, ptr, rank, WORLD: tl.constexpr):
 
 @triton.jit
 def lamport_send(x, slots, slot, at, mk, rank, dists, WORLD: tl.constexpr):
-    """This rank's elements of x at offsets `at` (where `mk`) into its slot at every peer (`slots`
-    of `slot` elements each; the peers' copies `dists` bytes away, `peer_distances`), -0.0 sent as
-    +0.0."""
-    v = unempty(tl.load(x + at, mask=mk))
+    """This rank's elements of x at offsets `at` (where `mk`) into its slot at every peer:
+    `lamport_store` of them."""
+    lamport_store(tl.load(x + at, mask=mk), slots, slot, at, mk, rank, dists, WORLD)
+
+
+@triton.jit
+def lamport_store(v, slots, slot, at, mk, rank, dists, WORLD: tl.constexpr):
+    """Values `v` (x's dtype, at element offsets `at`, where `mk`) into this rank's slot at every
+    peer (`slots` of `slot` elements each; the peers' copies `dists` bytes away,
+    `peer_distances`), -0.0 sent as +0.0."""
+    v = unempty(v)
     for k in tl.static_range(1, WORLD):
         dest = (rank + k) % WORLD
         # Heap bases are 256-byte aligned: saying so keeps the stores' vector width.
@@ -127,15 +134,22 @@ def _combine(acc, v, OP: tl.constexpr):
 
 @triton.jit
 def lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr = _SUM):
+    """`lamport_reduce_values` with this rank's elements loaded from x (as `lamport_send` sent
+    them)."""
+    return lamport_reduce_values(ctx, tl.load(x + at, mask=mk, other=0.0), slots, slot, at, mk, rank, WORLD, OP)
+
+
+@triton.jit
+def lamport_reduce_values(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr = _SUM):
     """(the reduction OP over the ranks in rank order, fp32, of the elements at offsets `at`: this
-    rank's from x, as `lamport_send` sent them, each peer's polled in its slot here until none is
-    empty, status). The slots read are set back to empty. After a failed wait (TIMEOUT, recorded
-    in the context) the result is not for use and the slots are left as they are."""
+    rank's `own` values, as `lamport_store` sent them, each peer's polled in its slot here until
+    none is empty, status). The slots read are set back to empty. After a failed wait (TIMEOUT,
+    recorded in the context) the result is not for use and the slots are left as they are."""
     s = tl.zeros((), dtype=tl.int32)
     total = tl.zeros_like(at).to(tl.float32)
     for q in tl.static_range(WORLD):
         if q == rank:
-            v = unempty(tl.load(x + at, mask=mk, other=0.0)).to(tl.float32)
+            v = unempty(own).to(tl.float32)
         else:
             inbox = slots + slot_of(q, rank, WORLD) * slot + at
             got, waited = wait_written(ctx, inbox, mk, TILE_WAIT)
@@ -194,5 +208,6 @@ def epoch_counters(heap: Any, name: str) -> Any:
 
 
 __all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters",
-           "lamport_bits", "lamport_reduce", "lamport_send", "lamport_workspace", "lamport_workspace_name",
+           "lamport_bits", "lamport_reduce", "lamport_reduce_values", "lamport_send",
+           "lamport_store", "lamport_workspace", "lamport_workspace_name",
            "launch_slots", "peer_distances", "slot_of", "store_to_peer_slots"]

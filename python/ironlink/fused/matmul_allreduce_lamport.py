@@ -1,0 +1,68 @@
+"""matmul_all_reduce's method "lamport": each tile's partial goes from registers into its slot at
+every peer as data that is its own flag (`ops.slots`: lamport slots, -0.0 is "empty"), and the
+CTA polls its own slots for the peers' partials of the same tile, sums in rank order and stores
+the sum. No staging in `out`, no fence, no tile signal: after the GEMM a tile costs one NVLink
+crossing and the poll. The plan module (`fused.matmul_allreduce`) chooses it where the output is
+small (`tuning.matmul_method`); with several tiles a CTA each tile waits for its peers right after
+its GEMM (nothing else overlaps the wait).
+"""
+
+from __future__ import annotations
+
+import triton.language as tl
+
+from .. import language as il
+from ..language import typed as ilt
+from ..language.jit import jit
+from ..ops.pdl import allow_next_kernel, wait_for_previous_kernel
+from ..ops.slots import advance_epochs, lamport_reduce_values, lamport_store, launch_slots, peer_distances
+from .gemm import gemm_range, tile_coords
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_allreduce_lamport_kernel(ctx, a, b, out, inbox, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+                                    stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
+                                    B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, COMMUNICATE: tl.constexpr = True,
+                                    PDL: tl.constexpr = False):
+    """Method "lamport": out [M, N] (heap, contiguous) = all-reduce of a @ b, each rank's partial
+    rounded to out's dtype before the fp32 sum in rank order (as "push" sums: the same bits).
+    inbox: lamport slots (heap, `lamport_workspace`), 2 x (world - 1) x [M, N], the half by the
+    CTA's launch parity; epochs: the op's per-CTA launch counters. After a failed wait the CTA
+    sends no more tiles (its peers time out too) and the status says TIMEOUT. With PDL the rank and
+    the peers' addresses are read before the wait for the previous kernel (`ops.pdl`).
+    COMMUNICATE=False stores each partial into out: the GEMM alone (the benchmark's reference)."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    rank = il.symm_rank(ctx)
+    dists = peer_distances(ctx, inbox, rank, WORLD)
+    wait_for_previous_kernel(PDL)
+    allow_next_kernel(PDL)
+    epoch, _, slots = launch_slots(inbox, epochs, M, N, WORLD)
+    slot = tl.cast(M, tl.int64) * N
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    worst = pid * 0
+    for t in range(pid, tiles_m * tiles_n, grid):
+        if worst == 0:
+            tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+            m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+            acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, m0, M, n0, N, 0, K, K, stride_am,
+                             stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+            rm = m0 + tl.arange(0, BLOCK_M)
+            rn = n0 + tl.arange(0, BLOCK_N)
+            at = rm[:, None].to(tl.int64) * N + rn[None, :]
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            partial = acc.to(out.dtype.element_ty)
+            if COMMUNICATE:
+                lamport_store(partial, slots, slot, at, mask, rank, dists, WORLD)
+                total, s = lamport_reduce_values(ctx, partial, slots, slot, at, mask, rank, WORLD)
+                worst = ilt.failure_or(s, worst)
+                if s == 0:
+                    tl.store(out + at, total.to(out.dtype.element_ty), mask=mask)
+            else:
+                tl.store(out + at, partial, mask=mask)
+    if COMMUNICATE:
+        advance_epochs(epochs, epoch + 1)
+    tl.store(status + pid, worst)
+
+
+__all__ = ["matmul_allreduce_lamport_kernel"]
