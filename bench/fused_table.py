@@ -76,20 +76,34 @@ def block() -> str:
                    f"{(nccl or 0) / fused['us']:.2f} |")
     out += ["", "matmul + all-reduce ([M, K] x [K, N] per rank, N = 8192, K = 8192 / world); x = the other's time / "
             "fused time:", "",
-            "| M | fused (method) | push | tile | NCCL + torch | ironlink + torch | torch.matmul alone "
+            "| M | fused (method) | push | lamport | tile | NCCL + torch | ironlink + torch | torch.matmul alone "
             "| push's GEMM alone | x NCCL + torch | x ironlink + torch |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in sorted({r["M"] for r in rows if r["op"] == OPS[1]}):
         row = next(r for r in rows if r["op"] == OPS[1] and r["contender"] == "ironlink_fused" and r["M"] == m)
-        # fused_us: `fused` above holds a row, not a time.
-        fused_us, nccl, unfused = float(row["us"]), us(OPS[1], "nccl_torch", M=m), us(OPS[1], "ironlink_torch", M=m)
+        method, fused_us = matmul_default(doc, row)
+        nccl, unfused = us(OPS[1], "nccl_torch", M=m), us(OPS[1], "ironlink_torch", M=m)
         gemm = us(OPS[1], "triton_gemm[push]", M=m) or us(OPS[1], "triton_gemm", M=m)
         push = us(OPS[1], 'ironlink_fused[push]', M=m)
-        out.append(f"| {m} | {fused_us:.1f} ({row.get('method', '')}) | {f(push)} | "
+        out.append(f"| {m} | {fused_us:.1f} ({method}) | {f(push)} | {f(us(OPS[1], 'ironlink_fused[lamport]', M=m))} | "
                    f"{f(us(OPS[1], 'ironlink_fused[tile]', M=m))} | {f(nccl)} | {f(unfused)} | "
                    f"{f(us(OPS[1], 'torch_matmul', M=m))} | {f(gemm)} | {(nccl or 0) / fused_us:.2f} | "
                    f"{(unfused or 0) / fused_us:.2f} |")
     return "\n".join(out) + "\n"
+
+
+def matmul_default(doc: dict[str, Any], row: Row) -> tuple[str, float]:
+    """(method, us) of matmul_all_reduce's default today for the shape of `row` (its
+    "ironlink_fused" row): the per-method row of the method `ironlink.tuning.matmul_method` picks
+    now, where the run recorded its SM count; else what the run's default was."""
+    if "sms" in doc and row.get("config"):
+        block_m, block_n = row["config"][:2]
+        tiles = -(-row["M"] // block_m) * -(-row["N"] // block_n)
+        method = tuning.matmul_method(tiles, min(tiles, int(doc["sms"])), int(doc["world_size"]))
+        for r in doc["results"]:
+            if r["op"] == OPS[1] and r["contender"] == f"ironlink_fused[{method}]" and r["M"] == row["M"]:
+                return method, float(r["us"])
+    return str(row.get("method", "")), float(row["us"])
 
 
 def sp_block() -> str:

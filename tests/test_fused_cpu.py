@@ -222,6 +222,18 @@ def test_matmul_push_plan_sizes_its_workspace_by_world() -> None:
         mar.plan(a, b, out, DEV, 4, 132, method="ring")
 
 
+def test_matmul_takes_lamport_at_world_2_while_every_tile_is_in_the_first_wave() -> None:
+    b = spec("b", (2048, 8192))
+    for m, sms, world, want in ((16, 132, 2, "lamport"),     # 128 tiles of 16 x 64
+                                (128, 132, 2, "lamport"),    # 128 of 64 x 128
+                                (128, 100, 2, "push"),       # two waves on 100 CTAs
+                                (1024, 132, 2, "push"),      # 256 of 128 x 256: two waves
+                                (16, 132, 4, "push")):       # lamport is measured at world 2 only
+        p = mar.plan(spec("a", (m, 2048)), b, spec("out", (m, 8192)), DEV, world, sms)
+        assert p.method == want, (m, sms, world, p)
+        assert p.workspace_bytes == 2 * (world - 1) * m * 8192 * 2  # its slots: push's size
+
+
 @pytest.mark.parametrize("a_strides, b_strides, cc, want", [
     ((2048, 1), (8192, 1), 9, (True, True)),      # both row-major: TMA, b read as is
     ((2048, 1), (1, 2048), 9, (True, False)),     # b column-major: TMA over b's transpose

@@ -95,10 +95,10 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     if tiles > _abi.MAX_TILES:
         raise ValueError(f"{tiles} output tiles of {cfg.block_m}x{cfg.block_n}: at most {_abi.MAX_TILES} "
                          "(a larger tile shape, or split the matmul)")
-    method = method or tuning.matmul_method(m, n, world)
+    ctas = max(1, min(tiles, sms))
+    method = method or tuning.matmul_method(tiles, ctas, world)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    ctas = max(1, min(tiles, sms))
     ws = 2 * (world - 1) * m * n * out.itemsize if method in ("push", "lamport") else 0
     return Plan(m, n, k, cfg, ctas, method, tuning.matmul_one_shot(tiles, ctas, world), ws)
 
