@@ -15,6 +15,9 @@ untraced, 20 back to back in a CUDA graph (as bench/fused.py), `traced_graph_us`
 at a time (push: rows a pipelined chunk; bf16 and FP8 out, the variants in turns:
 ironlink_bench.GraphRound), rows with `variant` and `graph_us`. In push all of a CTA's work
 falls between the wait for the previous kernel and the exchange's end (`all_reduce_us`).
+`--ctas 128,64` also times the default mode, where it is rows, push or lamport, on those grids
+(more rows a CTA on fewer CTAs: at one CTA an SM a launch's CTAs cannot start beside the previous
+launch's), rows with `variant` "ctas=N" and `graph_us`, in turns as `--rows-at-once`.
 `--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits),
 its slices exchanged over LL packets and through lamport slots (row field `lamport`).
 """
@@ -49,18 +52,18 @@ def phases(stamps: torch.Tensor) -> dict[str, float]:
     return got
 
 
-def rows_at_once(rows: list[dict[str, Any]], heap: Any, p: Any, x: torch.Tensor, residual: torch.Tensor,
-                 weight: torch.Tensor, out: torch.Tensor, status: torch.Tensor, pdl: bool, values: list[int]) -> None:
-    """Mode rows with each of `values` rows normalized at a time, bf16 and FP8 out (Hopper), timed in turns."""
+def in_turns(rows: list[dict[str, Any]], heap: Any, variants: list[tuple[str, Any]], x: torch.Tensor,
+             residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, status: torch.Tensor, pdl: bool) -> None:
+    """Each (label, plan) of `variants`, bf16 and FP8 out (Hopper), timed in turns: a row each
+    with `variant` (the label) and `graph_us`."""
     t = x.shape[0]
     out8 = torch.empty(x.shape, device="cuda", dtype=torch.float8_e4m3fn)
     scale = torch.empty(t, device="cuda", dtype=torch.float32)
-    variants = [(v, fp8) for fp8 in ((False, True) if torch.cuda.get_device_capability()[0] >= 9 else (False,))
-                for v in values]
+    runs = [(label, q._replace(fp8=fp8)) for fp8 in ((False, True) if torch.cuda.get_device_capability()[0] >= 9
+                                                      else (False,)) for label, q in variants]
     timer = GraphRound()
-    for v, fp8 in variants:
-        q = p._replace(rows_at_once=v, fp8=fp8)
-        o, sc = (out8, scale) if fp8 else (out, out)
+    for _, q in runs:
+        o, sc = (out8, scale) if q.fp8 else (out, out)
 
         # Defaults bind this variant. A def, not a lambda: mypy cannot type a lambda with defaults
         # (python/mypy#15459).
@@ -68,9 +71,9 @@ def rows_at_once(rows: list[dict[str, Any]], heap: Any, p: Any, x: torch.Tensor,
             launch(heap, q, x, residual, residual, weight, o, sc, 1e-6, status, pdl)
 
         timer.add(variant, x.nbytes)
-    for (v, fp8), us in zip(variants, timer.run()):
-        record_row(rows, {"tokens": t, "hidden": x.shape[1], "mode": p.mode, "ctas": p.ctas,
-                          "variant": f"rows_at_once={v}{',fp8' if fp8 else ''}", "graph_us": round(us, 2)})
+    for (label, q), us in zip(runs, timer.run()):
+        record_row(rows, {"tokens": t, "hidden": x.shape[1], "mode": q.mode, "ctas": q.ctas,
+                          "variant": f"{label}{',fp8' if q.fp8 else ''}", "graph_us": round(us, 2)})
     heap.check()
 
 
@@ -81,6 +84,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows-at-once", default="",
                     help="e.g. 1,2: rows at a time (push: rows a chunk) to compare, where the default mode is rows or push")
+    ap.add_argument("--ctas", default="",
+                    help="e.g. 128,64,32: grids to compare (rows a CTA: ceil(tokens / ctas)), where the default "
+                         "mode is rows, push or lamport; the plan's own grid is timed among them if listed")
     ap.add_argument("--modes", default="", help="e.g. rows,push: these modes instead of the default one")
     ap.add_argument("--split-parts", default="", help="e.g. 4,8,16: mode split with that many slices a row too")
     ap.add_argument("--out", default=None)
@@ -104,8 +110,11 @@ def main() -> None:
                      str(heap.device), world, sms, mode, heap.multi_node, None, None)
             timeline(rows, args, heap, p, x, residual, weight, out, status, pdl)
             if mode is None and args.rows_at_once and p.mode in ("rows", "push"):  # the default mode only
-                rows_at_once(rows, heap, p, x, residual, weight, out, status, pdl,
-                             [int(v) for v in args.rows_at_once.split(",")])
+                in_turns(rows, heap, [(f"rows_at_once={v}", p._replace(rows_at_once=int(v)))
+                                      for v in args.rows_at_once.split(",")], x, residual, weight, out, status, pdl)
+            if mode is None and args.ctas and p.mode in ("rows", "push", "lamport"):  # rows a CTA: ceil(T / ctas)
+                in_turns(rows, heap, [(f"ctas={c}", p._replace(ctas=int(c))) for c in args.ctas.split(",")
+                                      if 0 < int(c) <= min(sms, status.numel())], x, residual, weight, out, status, pdl)
         for parts in (int(v) for v in args.split_parts.split(",") if v):
             if t * parts <= min(sms, status.numel()):  # every CTA resident
                 for lamport in (False, True):
