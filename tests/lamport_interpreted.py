@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ironlink.ops.slots import TILE_WAIT as _TILE_WAIT, lamport_bits
+from ironlink.ops.slots import PEERS, TILE_WAIT as _TILE_WAIT, lamport_bits, lamport_reduce_values, lamport_store
 from ironlink.language import _abi
 from ironlink.language._flags import empty_like, is_empty, unempty, wait_written
 
@@ -94,10 +94,65 @@ def check(dtype: torch.dtype) -> None:
     assert status.item() == 0 and error_of(ctx) == (0, ""), (status, error_of(ctx))
 
 
+@triton.jit
+def values_send(parts, slots, dists, rank, n, WORLD: tl.constexpr, BLOCK: tl.constexpr):
+    """Rank `rank`'s values (row `rank` of parts) from registers into its slot at every peer
+    (`lamport_store`, the peers' slots `dists` bytes away), as matmul_all_reduce's lamport method
+    sends a tile's partial."""
+    i = tl.arange(0, BLOCK)
+    v = tl.load(parts + rank * BLOCK + i, mask=i < n)
+    lamport_store(v, slots, BLOCK, i, i < n, rank, tl.load(dists + tl.arange(0, PEERS)), WORLD)
+
+
+@triton.jit
+def values_reduce(ctx, parts, slots, out, status, rank, n, WORLD: tl.constexpr, BLOCK: tl.constexpr):
+    """Rank `rank`'s sum over the ranks in rank order of its own values (in registers) and the
+    peers' (polled in its slots, emptied after): `lamport_reduce_values`."""
+    i = tl.arange(0, BLOCK)
+    own = tl.load(parts + rank * BLOCK + i, mask=i < n)
+    total, s = lamport_reduce_values(ctx, own, slots, BLOCK, i, i < n, rank, WORLD)
+    tl.store(out + rank * BLOCK + i, total, mask=i < n)
+    tl.store(status + rank, s)
+
+
+def check_values(dtype: torch.dtype, world: int) -> None:
+    """`world` ranks in one process: each sends its values from registers, then each sums: every
+    rank gets the same fp32 bits, the rank-order sum of the values with -0.0 as +0.0, and its
+    slots are empty again."""
+    block, n = 64, 50
+    parts = torch.randn(world, block).to(dtype)
+    parts[0, 3], parts[world - 1, 3], parts[0, 5] = -0.0, -0.0, -0.0
+    # Each rank's slots (world - 1 of BLOCK elements) in one allocation, 256-byte strides apart
+    # (heap bases are 256-byte aligned: lamport_store rounds the distances so).
+    stride = -(-(world - 1) * block * parts.element_size() // 256) * 256 // parts.element_size()
+    heap = empty(world * stride, dtype)
+    slots = [heap[r * stride:] for r in range(world)]
+    for rank in range(world):
+        # Lane k: the bytes from this rank's slots to rank (rank + k) % world's (lane 0: 0).
+        dists = torch.zeros(PEERS, dtype=torch.int64)
+        for k in range(1, world):
+            dists[k] = (((rank + k) % world) - rank) * stride * parts.element_size()
+        values_send[(1,)](parts, slots[rank], dists, rank, n, WORLD=world, BLOCK=block)
+    ctx, out, status = context(10**9), torch.zeros(world, block), torch.zeros(world, dtype=torch.int32)
+    for rank in range(world):
+        values_reduce[(1,)](ctx.data_ptr(), parts, slots[rank], out, status, rank, n, WORLD=world, BLOCK=block)
+    assert status.tolist() == [0] * world and error_of(ctx) == (0, ""), (status, error_of(ctx))
+    sent = torch.where(parts == 0, torch.zeros_like(parts), parts).float()
+    want = sent[0].clone()
+    for q in range(1, world):
+        want += sent[q]
+    for rank in range(world):
+        assert torch.equal(out[rank, :n].view(torch.int32), want[:n].view(torch.int32)), f"rank {rank}'s sum"
+    assert int(torch.signbit(heap).sum()) == heap.numel(), "every slot empty again after the sums"
+
+
 def main() -> None:
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         check(dtype)
-    print("ok: lamport slots: sent bitwise (-0.0 as +0.0), emptied after the receive, a missing element times out")
+        for world in (2, 4):
+            check_values(dtype, world)
+    print("ok: lamport slots: sent bitwise (-0.0 as +0.0), emptied after the receive, a missing element times out; "
+          "values from registers summed in rank order, the same bits on every rank")
 
 
 if __name__ == "__main__":
