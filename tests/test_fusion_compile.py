@@ -370,10 +370,12 @@ FP8_TWINS = {"allreduce_rmsnorm_rows_fp8": "allreduce_rmsnorm_rows",
 @pytest.mark.parametrize("fp8", list(FP8_TWINS))
 def test_fp8_out_keeps_the_bf16_layout(fp8: str) -> None:
     """An FP8 `out` stored 16 to a thread (16 bytes) made Triton lay the whole row out that way and
-    move the bf16 stores of x and residual_out back to 8 a thread through shared memory: 8 more
-    bar.sync in the lamport kernel, 14 in push's (2 H200s: FP8 +2.6-3.1 us at 512 tokens). The FP8
-    store keeps the bf16 layout (8 a thread), so its kernel synchronizes exactly as its twin's."""
-    def barriers(name: str) -> int:
-        return len(re.findall(r"\bbar\.sync\b", _compile(name, 90).asm["ptx"]))
+    move the bf16 stores of x and residual_out back to 8 a thread through shared memory: 16-byte
+    shared stores (st.shared.v4) and two bar.sync per conversion, 4 to 16 of them a kernel (2 H200s:
+    FP8 +2.0-2.9 us at 512 tokens). The FP8 store keeps the bf16 layout (8 a thread), so its kernel
+    has no more of them than its twin. (Its row reduction of a pair, sum and peak, may take more
+    scalar or v2 rounds: Triton 3.9 adds one.)"""
+    def row_conversions(name: str) -> int:
+        return len(re.findall(r"\bst\.shared\.v4\b", _compile(name, 90).asm["ptx"]))
 
-    assert barriers(fp8) == barriers(FP8_TWINS[fp8]), f"{fp8} converts layouts through shared memory"
+    assert row_conversions(fp8) <= row_conversions(FP8_TWINS[fp8]), f"{fp8} converts layouts through shared memory"
