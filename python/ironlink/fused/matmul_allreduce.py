@@ -9,9 +9,9 @@ on every rank.
 Three methods, each one persistent kernel whose CTAs walk the output tiles (grid-stride: CTA c takes
 every grid-th tile from c):
 
-- "push" (the default on one node): producer / consumer; no CTA waits for another rank before its
-  next GEMM tile. Two kernels, chosen by `tuning.matmul_one_shot`:
-  - one-shot (world 2, every tile in one wave: latency rules): after computing tile t a CTA
+- "push" (the default on one node but for world 2's single waves): producer / consumer; no CTA
+  waits for another rank before its next GEMM tile. Two kernels, chosen by `tuning.matmul_one_shot`:
+  - one-shot (world 2, the tiles in at most two waves: latency rules): after computing tile t a CTA
     stages its partial in `out` and pushes it into its slot at every peer during its next tile's
     K loop, signals (`symm_tile_signal_others`), and then sums the tile of two steps before over
     the ranks: one NVLink hop, every rank sums every tile.
@@ -152,7 +152,7 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     `method`: "push", "lamport" or "tile" (module docs; default `tuning.matmul_method`), on one
     node. "push" and "lamport" keep a workspace in the heap: 2 x (world - 1) x M x N elements.
     Collective; CUDA-graph capturable when `out` is given and the call ran once before with
-    these shapes (the push method's workspace is made then)."""
+    these shapes (the push or lamport method's workspace is made then)."""
     if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
         from .torch_library import matmul_all_reduce as traced
         return traced(a, b, out, heap, config, method, check)
