@@ -11,7 +11,7 @@ every grid-th tile from c):
 
 - "push" (the default on one node but for world 2's single waves): producer / consumer; no CTA
   waits for another rank before its next GEMM tile. Two kernels, chosen by `tuning.matmul_one_shot`:
-  - one-shot (world 2, the tiles in at most two waves: latency rules): after computing tile t a CTA
+  - one-shot (world 2, the tiles in at most `tuning.MATMUL_ONE_SHOT_MAX_WAVES` waves: latency rules): after computing tile t a CTA
     stages its partial in `out` and pushes it into its slot at every peer during its next tile's
     K loop, signals (`symm_tile_signal_others`), and then sums the tile of two steps before over
     the ranks: one NVLink hop, every rank sums every tile.
