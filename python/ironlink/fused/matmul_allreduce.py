@@ -11,11 +11,11 @@ every grid-th tile from c):
 
 - "push" (the default on one node but for world 2's single waves): producer / consumer; no CTA
   waits for another rank before its next GEMM tile. Two kernels, chosen by `tuning.matmul_one_shot`:
-  - one-shot (world 2, the tiles in at most `tuning.MATMUL_ONE_SHOT_MAX_WAVES` waves: latency rules): after computing tile t a CTA
-    stages its partial in `out` and pushes it into its slot at every peer during its next tile's
-    K loop, signals (`symm_tile_signal_others`), and then sums the tile of two steps before over
-    the ranks: one NVLink hop, every rank sums every tile.
-  - two-shot by slices (several waves, or more ranks): the ranks own equal slices of the tiles.
+  - one-shot (world 2, the tiles in at most `tuning.MATMUL_ONE_SHOT_MAX_WAVES` waves: latency
+    rules): after computing tile t a CTA stages its partial in `out` and pushes it into its slot
+    at every peer during its next tile's K loop, signals (`symm_tile_signal_others`), and then
+    sums the tile of two steps before over the ranks: one NVLink hop, every rank sums every tile.
+  - two-shot by slices (more waves, or more ranks): the ranks own equal slices of the tiles.
     Rank r computes the other slices first, its own last: a tile it does not own goes from
     registers into its slot at the owner (`symm_tile_signal`); a tile it owns is summed with the
     partials the peers pushed long before (`symm_tile_wait_others` rarely waits) and the sum goes
