@@ -132,3 +132,19 @@ def test_tables_show_the_public_op_where_a_run_timed_it() -> None:
     assert row.split("|")[5].strip() == f"{op[262144]:.2f}" and row.split("|")[6].strip() == "-"
     doc["results"] = [r for r in doc["results"] if not r["contender"].startswith("ironlink_op")]
     assert "ironlink.all_reduce us" not in table.headline(doc) and "op us" not in table.tables(doc)
+
+
+def test_fused_table_names_todays_matmul_default_where_the_run_recorded_its_sms() -> None:
+    """docs/fused.md's "fused (method)" for matmul_all_reduce: the per-method row of the method
+    `ironlink.tuning.matmul_method` picks today where the run recorded its SM count, else the
+    run's own default."""
+    fused_table = _module("fused_table")
+    row = {"op": "matmul_allreduce", "contender": "ironlink_fused", "M": 16, "N": 8192, "us": 26.0,
+           "method": "push", "config": [16, 64, 128, 8, 4, 4]}  # 128 tiles: one wave on 132 SMs
+    rows = [row, {**row, "contender": "ironlink_fused[lamport]", "us": 21.0},
+            {**row, "contender": "ironlink_fused[push]", "us": 25.9}]
+    doc = {"world_size": 2, "results": rows}
+    assert fused_table.matmul_default(doc, row) == ("push", 26.0)  # no SM count: as recorded
+    assert fused_table.matmul_default({**doc, "sms": 132}, row) == ("lamport", 21.0)
+    assert fused_table.matmul_default({**doc, "sms": 100}, row) == ("push", 25.9)  # two waves
+    assert fused_table.matmul_default({**doc, "sms": 132, "world_size": 4}, row) == ("push", 25.9)
