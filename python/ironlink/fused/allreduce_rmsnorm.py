@@ -157,7 +157,7 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     if mode in ("push", "split", "lamport") and multi_node:
         raise ValueError(f"mode {mode!r} runs on one node only (use 'rows' or 'whole')")
     block_h = triton.next_power_of_2(hidden)
-    warps = max(4, min(16, block_h // 512))
+    warps = tuning.rmsnorm_warps(block_h)
     if mode == "split":
         parts = tuning.rmsnorm_split_parts(tokens, hidden * x.itemsize, world, sms)
         if parts < 2:
@@ -180,13 +180,12 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
 
 def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) -> Plan:
     """Plan `p` in mode "split" with `parts` slices a row (elements of `itemsize` bytes), sized by
-    `tuning.rmsnorm_split_slice_bytes`; a CTA each; 8 warps at least, a thread per LL unit of a
-    2 KiB slice (with 4, ptxas keeps 24 bytes of stack in the kernel on sm_90); the slices
+    `tuning.rmsnorm_split_slice_bytes`; a CTA each, of `tuning.rmsnorm_split_warps`; the slices
     exchanged through lamport slots (`lamport`, over `world` ranks) or LL packets.
     bench/rmsnorm_timeline.py --split-parts compares slice counts with it."""
     cols = tuning.rmsnorm_split_slice_bytes(p.hidden * itemsize, parts) // itemsize
     block = triton.next_power_of_2(cols)
-    return p._replace(mode="split", block_h=block, ctas=p.tokens * parts, warps=max(8, min(16, block // 128)),
+    return p._replace(mode="split", block_h=block, ctas=p.tokens * parts, warps=tuning.rmsnorm_split_warps(block),
                       rows_at_once=1, workspace_bytes=2 * (world - 1) * p.tokens * p.hidden * itemsize if lamport
                       else 0, parts=parts, slice_cols=cols, lamport=lamport)
 

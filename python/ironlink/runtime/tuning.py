@@ -171,6 +171,20 @@ def all_reduce_takes_lamport(nbytes: int, world: int) -> bool:
 RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 8 << 20}
 
 
+def rmsnorm_warps(block_h: int) -> int:
+    """Warps of an all_reduce_rmsnorm CTA that holds rows of `block_h` elements (a power of two):
+    a warp per 512 elements (16 a thread), from 4 to 16 (hidden 8192: 16 warps, one CTA an SM
+    at 114 registers a thread)."""
+    return max(4, min(16, block_h // 512))
+
+
+def rmsnorm_split_warps(block: int) -> int:
+    """Warps of a "split" CTA that holds a slice of `block` elements (a power of two): a warp per
+    128 elements (a thread per LL unit, 8 data bytes, at 2-byte elements), from 8 to 16 (with 4,
+    ptxas keeps 24 bytes of stack in the kernel on sm_90)."""
+    return max(8, min(16, block // 128))
+
+
 def rmsnorm_split_slice_bytes(row_bytes: int, parts: int) -> int:
     """Bytes of each slice (the last may have fewer) when "split" cuts a row of `row_bytes` into
     `parts`: whole 16-byte units, so every slice starts aligned as the row does."""
@@ -398,5 +412,5 @@ def overridden(**values: Any) -> Iterator[None]:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
-           "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "sp_method",
+           "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
            "tile_all_reduce_takes_ll"]
