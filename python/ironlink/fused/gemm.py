@@ -84,14 +84,21 @@ def gemm_tile(a, b, row0, row_end, col0, N, K, stride_am, stride_ak, stride_bk, 
 
 
 @triton.jit
+def tile_offsets(m0, n0, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(element offsets [BLOCK_M, BLOCK_N] (int64), mask) of the tile at rows m0.., columns n0.. of
+    a contiguous [M, N] matrix; rows and columns past M, N masked out."""
+    rm = m0 + tl.arange(0, BLOCK_M)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    return rm[:, None].to(tl.int64) * N + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N)
+
+
+@triton.jit
 def store_tile(dst, acc, m0, n0, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Stores the fp32 tile `acc` at rows m0.., columns n0.. of the contiguous [M, N] matrix at
     `dst` (a local or a peer's address), rounded to dst's dtype; rows and columns past M, N
     are left out."""
-    rm = m0 + tl.arange(0, BLOCK_M)
-    rn = n0 + tl.arange(0, BLOCK_N)
-    tl.store(dst + rm[:, None].to(tl.int64) * N + rn[None, :], acc.to(dst.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    at, mask = tile_offsets(m0, n0, M, N, BLOCK_M, BLOCK_N)
+    tl.store(dst + at, acc.to(dst.dtype.element_ty), mask=mask)
 
 
 class OperandLayout(NamedTuple):

@@ -16,7 +16,7 @@ from ..language import typed as ilt
 from ..language.jit import jit
 from ..ops.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..ops.slots import advance_epochs, lamport_reduce_values, lamport_store, launch_slots, peer_distances
-from .gemm import gemm_range, tile_coords
+from .gemm import gemm_range, store_tile, tile_coords, tile_offsets
 
 
 @jit(do_not_specialize=["ctx"])
@@ -47,19 +47,16 @@ def matmul_allreduce_lamport_kernel(ctx, a, b, out, inbox, epochs, M, N, K, stri
             m0, n0 = tm * BLOCK_M, tn * BLOCK_N
             acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, m0, M, n0, N, 0, K, K, stride_am,
                              stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-            rm = m0 + tl.arange(0, BLOCK_M)
-            rn = n0 + tl.arange(0, BLOCK_N)
-            at = rm[:, None].to(tl.int64) * N + rn[None, :]
-            mask = (rm[:, None] < M) & (rn[None, :] < N)
-            partial = acc.to(out.dtype.element_ty)
             if COMMUNICATE:
+                at, mask = tile_offsets(m0, n0, M, N, BLOCK_M, BLOCK_N)
+                partial = acc.to(out.dtype.element_ty)
                 lamport_store(partial, slots, slot, at, mask, rank, dists, WORLD)
                 total, s = lamport_reduce_values(ctx, partial, slots, slot, at, mask, rank, WORLD)
                 worst = ilt.failure_or(s, worst)
                 if s == 0:
                     tl.store(out + at, total.to(out.dtype.element_ty), mask=mask)
             else:
-                tl.store(out + at, partial, mask=mask)
+                store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
     if COMMUNICATE:
         advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
