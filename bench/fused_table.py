@@ -97,8 +97,7 @@ def matmul_default(doc: dict[str, Any], row: Row) -> tuple[str, float]:
     "ironlink_fused" row): the per-method row of the method `ironlink.tuning.matmul_method` picks
     now, where the run recorded its SM count; else what the run's default was."""
     if "sms" in doc and row.get("config"):
-        block_m, block_n = row["config"][:2]
-        tiles = -(-row["M"] // block_m) * -(-row["N"] // block_n)
+        tiles = tuning.MatmulConfig(*row["config"]).tiles(row["M"], row["N"])
         method = tuning.matmul_method(tiles, min(tiles, int(doc["sms"])), int(doc["world_size"]))
         for r in doc["results"]:
             if r["op"] == OPS[1] and r["contender"] == f"ironlink_fused[{method}]" and r["M"] == row["M"]:

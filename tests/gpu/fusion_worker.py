@@ -491,8 +491,7 @@ HIERARCHICAL_KERNELS = ((allreduce_rmsnorm, "allreduce_rmsnorm_hierarchical_kern
 def matmul_kernel(method: Optional[str], m: int, n: int, k: int, world: int) -> str:
     """Which kernel matmul_all_reduce runs for this shape (for the case's name): the method, and
     for "push" one-shot or two-shot (tuning.matmul_one_shot)."""
-    cfg = tuning.matmul_config(m, n, k, world)
-    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    tiles = tuning.matmul_config(m, n, k, world).tiles(m, n)
     ctas = min(tiles, sm_share(torch.cuda.current_device()))
     method = method or tuning.matmul_method(tiles, ctas, world)
     if method != "push":

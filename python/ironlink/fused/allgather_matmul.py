@@ -73,7 +73,7 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
     """Checks the operands (pure: testable without a GPU) and chooses the launch."""
     rows, k, n = check_shapes(a_shard, b, a_full, out, device, world)
     cfg = config or tuning.matmul_config(world * rows, n, k, world)
-    tiles = world * triton.cdiv(rows, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    tiles = world * cfg.tiles(rows, n)
     return Plan(rows, n, k, cfg, max(1, min(tiles, sms)))
 
 

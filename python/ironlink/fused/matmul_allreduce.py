@@ -91,7 +91,7 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     m, k, n, code = check_operands(a, b, device, "matmul_all_reduce")
     check_output(out, (m, n), code, device, "matmul_all_reduce")
     cfg = config or tuning.matmul_config(m, n, k, world)
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    tiles = cfg.tiles(m, n)
     if tiles > _abi.MAX_TILES:
         raise ValueError(f"{tiles} output tiles of {cfg.block_m}x{cfg.block_n}: at most {_abi.MAX_TILES} "
                          "(a larger tile shape, or split the matmul)")

@@ -78,7 +78,7 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     op = "matmul_reduce_scatter"
     m, k, n = check_shapes(a, b, out, device, world)
     cfg = config or tuning.matmul_config(m // world, n, k, world)
-    tiles = triton.cdiv(m // world, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    tiles = cfg.tiles(m // world, n)
     if tiles > _abi.MAX_TILES:
         raise ValueError(f"{op}: {tiles} tiles of {cfg.block_m}x{cfg.block_n} per rank: at most "
                          f"{_abi.MAX_TILES} (a larger tile shape, or split the matmul)")

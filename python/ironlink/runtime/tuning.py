@@ -316,6 +316,10 @@ class MatmulConfig(NamedTuple):
     warps: int
     stages: int
 
+    def tiles(self, m: int, n: int) -> int:
+        """Tiles of this shape in an [m, n] output (partial tiles at the edges count)."""
+        return -(-m // self.block_m) * -(-n // self.block_n)
+
 
 # (largest M, config) in increasing M; past the last, the last. Small M is bound by reading B:
 # narrow tiles give every SM a share of it. Large M: 128 x 256 tiles measured fastest of three on
@@ -386,9 +390,9 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
     widened until the output has at most MAX_TILES tiles (each tile has its own slot)."""
     del k, world
     cfg = next((c for limit, c in MATMUL_CONFIGS if m <= limit), MATMUL_CONFIGS[-1][1])
-    while -(-m // cfg.block_m) * -(-n // cfg.block_n) > MAX_TILES and cfg.block_n < 256:
+    while cfg.tiles(m, n) > MAX_TILES and cfg.block_n < 256:
         cfg = cfg._replace(block_n=cfg.block_n * 2)
-    while -(-m // cfg.block_m) * -(-n // cfg.block_n) > MAX_TILES and cfg.block_m < 256:
+    while cfg.tiles(m, n) > MAX_TILES and cfg.block_m < 256:
         cfg = cfg._replace(block_m=cfg.block_m * 2)
     return cfg
 
