@@ -9,8 +9,9 @@ read a slot:
   element of the slots is -0.0 ("empty") until a peer stores into it, senders store -0.0 as
   +0.0, and the reader polls the data itself until no element is empty, then stores empty back,
   so the slots are all empty between calls (`lamport_send`, `lamport_reduce`,
-  `lamport_workspace`; `lamport_store` and `lamport_reduce_values` take values in registers). No signal, no fence; the bytes cross NVLink once. The peers' copies of
-  the slots are `peer_distances` away, read from the context before a kernel's PDL wait.
+  `lamport_workspace`; `lamport_store` and `lamport_reduce_values` take values in registers).
+  No signal, no fence; the bytes cross NVLink once. The peers' copies of the slots are
+  `peer_distances` away, read from the context before a kernel's PDL wait.
 """
 
 from __future__ import annotations
