@@ -1,17 +1,17 @@
 """Launch-tagged flag words that a kernel waits on by itself, without a device-library signal: an
 int64 word whose high half is a launch count plus one (never the zero the words are made with)
 and whose low half a 32-bit value. all_reduce_rmsnorm's split mode publishes its slices' sums so
-within a rank. A wait is bounded by the context's timeout and then records TIMEOUT in the context as a
+within a rank; the MoE low-latency dispatch announces each CTA's sends so across ranks when its
+receive runs in a later launch (a tile signal left pending across other kernels could be taken by
+theirs). A wait is bounded by the context's timeout and then records TIMEOUT in the context as a
 device function records its errors (`runtime::context::record_error`), so heap.check() raises.
 
 Also data that is its own flag (Lamport's scheme, as TensorRT-LLM's one-shot all-reduce uses it):
-a receive buffer holds "empty" (the sign bit alone: negative zero for floats, fp8 bytes included;
-the smallest integer for int32 words) in every element until a peer stores into it, senders never
-store it (`unempty`: it becomes +0.0, on every rank alike), and the
+a receive buffer holds negative zero ("empty") in every element until a peer stores into it,
+senders never store negative zero (`unempty`: it becomes +0.0, on every rank alike), and the
 receiver polls the data itself until no element is empty (`wait_written`), then stores empty
 back. No signal, no fence: the bytes cross NVLink once and are read as they land. Each element
-is its own flag, so nothing depends on how a peer's stores are split into packets. Users: the
-lamport all-reduces (ops/slots.py) and MoeExchange's low-latency path (moe/low_latency_kernels.py)."""
+is its own flag, so nothing depends on how a peer's stores are split into packets."""
 
 from __future__ import annotations
 
@@ -69,10 +69,8 @@ def _record(ctx, s, FUNCTION: tl.constexpr):
 
 @triton.jit
 def _bits(v):
-    """v's bits as a signed integer of its width (8, 16 or 32)."""
-    if v.dtype.primitive_bitwidth == 8:
-        b = v.to(tl.int8, bitcast=True)
-    elif v.dtype.primitive_bitwidth == 16:
+    """v's bits as a signed integer of its width (16 or 32)."""
+    if v.dtype.primitive_bitwidth == 16:
         b = v.to(tl.int16, bitcast=True)
     else:
         b = v.to(tl.int32, bitcast=True)
@@ -80,35 +78,30 @@ def _bits(v):
 
 
 @triton.jit
-def _sign_bit(v):
-    """The smallest integer of v's width (8, 16 or 32 bits): the sign bit alone, "empty"."""
-    if v.dtype.primitive_bitwidth == 8:
-        e = tl.full(v.shape, -128, tl.int8)
-    elif v.dtype.primitive_bitwidth == 16:
-        e = tl.full(v.shape, -32768, tl.int16)
+def is_empty(v):
+    """Where v (16- or 32-bit floats) is negative zero: the sign bit alone, the smallest integer."""
+    if v.dtype.primitive_bitwidth == 16:
+        e = _bits(v) == -32768
     else:
-        e = tl.full(v.shape, -2147483648, tl.int32)
+        e = _bits(v) == -2147483648
     return e
 
 
 @triton.jit
-def is_empty(v):
-    """Where v (8-, 16- or 32-bit: floats, whose negative zero it is, fp8 bytes or integers) holds
-    the sign bit alone."""
-    return _bits(v) == _sign_bit(v)
-
-
-@triton.jit
 def empty_like(v):
-    """A block of "empty" (the sign bit alone: negative zero) shaped and typed as v (from its bits:
-    a -0.0 literal could be folded to +0.0)."""
-    return _sign_bit(v).to(v.dtype, bitcast=True)
+    """A block of negative zeros shaped and typed as v (from its bits: a -0.0 literal could be
+    folded to +0.0)."""
+    if v.dtype.primitive_bitwidth == 16:
+        e = tl.full(v.shape, -32768, tl.int16).to(v.dtype, bitcast=True)
+    else:
+        e = tl.full(v.shape, -2147483648, tl.int32).to(v.dtype, bitcast=True)
+    return e
 
 
 @triton.jit
 def unempty(v):
-    """v with "empty" (negative zero; for integers the smallest one) as zero: what a sender stores
-    (and uses itself, so every rank sums the same values)."""
+    """v with negative zeros as +0.0: what a sender stores (and uses itself, so every rank sums the
+    same values)."""
     return tl.where(is_empty(v), tl.zeros_like(v), v)
 
 
