@@ -8,10 +8,11 @@ Builds MoeExchange(path="low_latency") for each token count and routing (bench/m
 in one CUDA graph with the kernels built with TRACE (each CTA stores the GPU's global timer at the
 points moe/low_latency_kernels.py names), so both ranks run in step as in a model. Reports, for the
 median layer of the slowest rank, averaged over CTAs: dispatch `send_us` (start to its sends
-issued), `meet_us` (the signal to the peers' same-index CTA and the wait for theirs), `copy_us`
-(the landed rows into recv_x), `arrive_us` (the last-CTA count of arrivals), its span; combine
-`sums_us` (weighted sums sent), `meet_us`, `sum_us` (the ranks' rows added), its span; `gap_us`
-from dispatch's last CTA end to combine's first CTA start, and each kernel's `start_skew_us`.
+issued), `counts_us` (until every rank's count word is in, this rank's own rows taken meanwhile),
+`copy_us` (the peers' landed rows into recv_x), `arrive_us` (the last-CTA count of arrivals), its
+span; combine `sums_us` (weighted sums sent), `sum_us` (the own tokens' rows added as they land),
+`rendezvous_us` (every rank's count word), its span; `gap_us` from dispatch's last CTA end to
+combine's first CTA start, and each kernel's `start_skew_us`.
 `graph_us` / `traced_graph_us` time the layer untraced / traced (20 back to back in a CUDA graph).
 """
 
@@ -35,13 +36,13 @@ def phases(d: torch.Tensor, c: torch.Tensor) -> dict[str, float]:
     dispatch (5 stamps) and combine (4)."""
     ds, cs = d[:, :5].double() / 1e3, c[:, :4].double() / 1e3
     dd, cd = ds[:, 1:] - ds[:, :-1], cs[:, 1:] - cs[:, :-1]
-    return {"send_us": float(dd[:, 0].mean()), "meet_us": float(dd[:, 1].mean()),
+    return {"send_us": float(dd[:, 0].mean()), "counts_us": float(dd[:, 1].mean()),
             "copy_us": float(dd[:, 2].mean()), "arrive_us": float(dd[:, 3].mean()),
             "dispatch_us": float(ds[:, 4].max() - ds[:, 0].min()),
             "dispatch_start_skew_us": float(ds[:, 0].max() - ds[:, 0].min()),
             "gap_us": float(cs[:, 0].min() - ds[:, 4].max()),
-            "sums_us": float(cd[:, 0].mean()), "combine_meet_us": float(cd[:, 1].mean()),
-            "sum_us": float(cd[:, 2].mean()), "combine_us": float(cs[:, 3].max() - cs[:, 0].min()),
+            "sums_us": float(cd[:, 0].mean()), "sum_us": float(cd[:, 1].mean()),
+            "rendezvous_us": float(cd[:, 2].mean()), "combine_us": float(cs[:, 3].max() - cs[:, 0].min()),
             "combine_start_skew_us": float(cs[:, 0].max() - cs[:, 0].min())}
 
 

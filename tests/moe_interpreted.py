@@ -22,6 +22,7 @@ from ironlink.moe import MoeExchange, fp8_dequantize, fp8_quantize_reference
 from ironlink.moe import direct_kernels
 from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort
+from ironlink.moe.low_latency import EMPTY8, EMPTY16
 
 from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, low_latency_layer,  # tests/, beside this file
                      sim_heaps)
@@ -171,8 +172,9 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
     """The low-latency path (simulated one-node heaps, peer stores through the arenas): each
     received token's row in its expert's block of recv_x at the row its slot names (fp8: its
     bytes and scales those of `fp8_quantize_reference`), the blocks filled from their first row,
-    the relay path's expert counts and combined rows bit for bit; three layers in a row (both
-    halves of its buffers, the first twice), the second with its receive deferred."""
+    the relay path's expert counts and combined rows bit for bit; four layers in a row (each of
+    the COPIES of its buffers, the first twice), the second with its receive deferred; after each,
+    every copy but the one that call used is empty wherever a peer writes."""
     nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN, path="low_latency")
     heaps = sim_heaps(world, nbytes)
     ms = [MoeExchange(sh, tokens, h, k, experts, path="low_latency", dispatch_dtype=FP8 if fp8 else None)
@@ -180,8 +182,10 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
     assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (low_latency) != the bytes allocated"
     le, block = experts // world, world * tokens
     assert all(m.capacity == le * block for m in ms)
-    for run in range(3):
+    for run in range(4):
         recvs, counts, outs, lays = low_latency_layer(ms, xs, ids, ws, deferred=run == 1)
+        for p, m in enumerate(ms):
+            others_empty(m, p, world, run % 3, f"run {run}")
         for p, m in enumerate(ms):
             assert torch.equal(counts[p], relay[1][p]), f"low-latency path, rank {p}, run {run}: expert counts differ"
             assert torch.equal(lays[p].offsets, torch.arange(le) * block), f"rank {p}: expert offsets"
@@ -208,6 +212,29 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
             assert torch.equal(_bytes(outs[p]), _bytes(relay[2][p])), f"low-latency path, rank {p}, run {run}: combine"
         for m in ms:
             m.check()
+
+
+def others_empty(m: MoeExchange, rank: int, world: int, used: int, what: str) -> None:
+    """Every copy of `m`'s low-latency buffers but `used` holds "empty" wherever a peer writes:
+    what a call read is emptied in the next, so nothing is left for a later call."""
+    ll = m.low_latency
+    assert ll is not None
+    payload = ll.landing.view(torch.int8)[..., :m.hidden] if m.fp8 else ll.landing.view(torch.int16)[..., :m.hidden]
+    empty_payload = EMPTY8 if m.fp8 else EMPTY16
+    for c in range(ll.landing.shape[0]):
+        if c == used:
+            continue
+        for q in range(world):
+            if q == rank:  # a CTA's rows for itself are stored and read at its own address, never polled
+                continue
+            where = f"{what}, rank {rank}, copy {c}, from rank {q}"
+            assert bool((payload[c, q] == empty_payload).all()), f"{where}: landing rows left"
+            assert bool((ll.landing.view(torch.int32)[c, q, :, m.meta_col // 2:] == -2 ** 31).all()), \
+                f"{where}: ids, weights or scales left"
+            assert bool((ll.back.view(torch.int16)[c, q] == -32768).all()), f"{where}: combine rows left"
+            for name, words in (("dispatch", ll.counts), ("combine", ll.back_counts)):
+                low = words[c, q].view(torch.int32).view(-1, 2)[:, 0]
+                assert bool((low == -2 ** 31).all()), f"{where}: {name} count words left"
 
 
 def deferred_receive_errors() -> None:
@@ -341,6 +368,7 @@ def main() -> int:
                 x[0, 128:] = 0
                 x[1, 128:] *= 1e-3
                 x[2 % x.shape[0], 130] = 1e-9
+                x[2 % x.shape[0], 131] = -1e-9  # fp8 -0.0 (0x80): the low-latency path carries it as it is
         scores = [torch.rand(x.shape[0], experts, generator=g) for x in xs]
         if skewed:
             for s in scores:

@@ -214,33 +214,34 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_rows": "*i64", "rank": I32, "out": "*bf16",
                       "max_tokens": I32, "hidden": I32, "local_experts": I32},
                      {"WORLD": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
-    # The low-latency path (moe.low_latency_kernels: tile signals and waits, peer stores), at hidden
-    # 7168, top-8, 2 ranks of 32 experts each.
-    "ll_dispatch": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*bf16",
-                     "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "arrived": "*i64", "recv": "*bf16",
-                     "recv_side": "*bf16", "slot": "*i64", "weight": "*fp32", "own_ids": "*i32", "src_counts": "*i64",
-                     "received": "*i64", "calls": "*i32", "counters": "*i32", "arrivals": "*i32",
-                     "expert_counts": "*i64", "expert_offsets": "*i64", "overflow": "*i64", "bad": "*i64", "rank": I32,
-                     "num_experts": I32, "local_experts": I32, "max_tokens": I32, "hidden": I32, "row": I32,
-                     "meta_col": I32, "copy_words": I32, "side_col": I32, "side_words": I32, "deltas": "*i64",
-                     "status": "*i32", "trace": "*i32"},
-                    {"WORLD": 2, "WB": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 0, "FP8": False,
+    # The low-latency path (moe.low_latency_kernels: data that is its own flag, peer stores), at
+    # hidden 7168, top-8, 2 ranks of 32 experts each.
+    "ll_dispatch": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "data": "*bf16",
+                     "words": "*i32", "counts": "*i64", "recv": "*bf16", "recv_side": "*bf16", "slot": "*i64",
+                     "weight": "*fp32", "own_ids": "*i32", "src_counts": "*i64", "received": "*i64", "calls": "*i32",
+                     "seen": "*i32", "seen_rows": "*i32", "counters": "*i32", "arrivals": "*i32", "expert_counts": "*i64", "expert_offsets": "*i64",
+                     "overflow": "*i64", "bad": "*i64", "rank": I32, "num_experts": I32, "local_experts": I32,
+                     "max_tokens": I32, "hidden": I32, "row": I32, "meta_word": I32, "side_word": I32,
+                     "side_words": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
+                    {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 0, "FP8": False,
                      "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX,
                      "PHASE": 0, "SIM": False, "TRACE": False}),
-    "ll_dispatch fp8": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "landing": "*i16",
-                         "landing_words": "*i32", "landing8": "*u8", "landing_count": "*i64", "arrived": "*i64", "recv": "*i16",
-                         "recv_side": "*i16", "slot": "*i64", "weight": "*fp32", "own_ids": "*i32",
-                         "src_counts": "*i64", "received": "*i64", "calls": "*i32", "counters": "*i32",
-                         "arrivals": "*i32", "expert_counts": "*i64", "expert_offsets": "*i64", "overflow": "*i64",
-                         "bad": "*i64", "rank": I32, "num_experts": I32, "local_experts": I32, "max_tokens": I32,
-                         "hidden": I32, "row": I32, "meta_col": I32, "copy_words": I32, "side_col": I32,
-                         "side_words": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
-                        {"WORLD": 2, "WB": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 128, "FP8": True,
+    "ll_dispatch fp8": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "data": "*u8",
+                         "words": "*i32", "counts": "*i64", "recv": "*u8", "recv_side": "*i32", "slot": "*i64",
+                         "weight": "*fp32", "own_ids": "*i32", "src_counts": "*i64", "received": "*i64",
+                         "calls": "*i32", "seen": "*i32", "seen_rows": "*i32", "counters": "*i32",
+                         "arrivals": "*i32", "expert_counts": "*i64",
+                         "expert_offsets": "*i64", "overflow": "*i64", "bad": "*i64", "rank": I32, "num_experts": I32,
+                         "local_experts": I32, "max_tokens": I32, "hidden": I32, "row": I32, "meta_word": I32,
+                         "side_word": I32, "side_words": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
+                        {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 64, "FP8": True,
                          "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX,
                          "MIN_AMAX": moe_kernels.FP8_MIN_AMAX, "PHASE": 0, "SIM": False, "TRACE": False}),
     "ll_combine": ({"ctx": "i64", "y": "*bf16", "slot": "*i64", "weight": "*fp32", "src_counts": "*i64",
-                    "own_ids": "*i32", "back": "*bf16", "calls": "*i32", "out": "*bf16", "T": I32, "rank": I32,
-                    "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
+                    "own_ids": "*i32", "back": "*bf16", "back_counts": "*i64", "calls": "*i32",
+                    "seen_tokens": "*i32", "seen_back": "*i32", "out": "*bf16",
+                    "T": I32, "rank": I32, "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64",
+                    "status": "*i32", "trace": "*i32"},
                    {"WORLD": 2, "K": 8, "KB": 8, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False, "TRACE": False}),
 }
 # A dispatch whose receive is deferred (dispatch(return_recv_hook=True)): its send (PHASE 1, the
@@ -266,7 +267,8 @@ MOE_WARPS = {"bucket_scan": moe_sort.SCAN_WARPS, "bucket_scan 256": moe_sort.SCA
 
 
 # Size arguments that are multiples of 16 at the benchmark's shapes (hidden 7168, top-8).
-MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "stride", "src_stride", "copy_words"}
+MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "stride", "src_stride", "copy_words",
+                     "meta_word"}
 # Spill bytes allowed per MoE kernel. weighted_partial_sums: Triton 3.9 hoists all K=8 rows'
 # loads (168 registers) and ptxas spills 8 bytes on sm_90/100; 3.5 and 3.6 (the GPU machines')
 # compile it without. Measured kernel times (bench/moe_kernels_sweep.py) are with 3.6.
@@ -277,9 +279,13 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
 # ll_dispatch's send alone (phase1: a dispatch whose receive is deferred) spills 8-16 bytes at 40
 # registers where the same send followed by the receive (PHASE 0) spills none: ptxas's choice for
 # the shorter kernel, not register pressure.
+# ll_dispatch fp8 spills 24-28 bytes on sm_80 / sm_90 since its receive polls its rows as they land
+# (moe/low_latency_kernels.py): a few of the send's quantizing registers; 64 on sm_100 since it
+# also empties what it read in the previous call.
 # pull_rows (four rows of 8192 in flight, 128 values a thread) spills 8 bytes with Triton 3.9 on
 # sm_90 / sm_100 since its sources are interleaved (a source index per row); 3.5 and 3.6 none.
 MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_scan": 24, "ll_dispatch phase1": 16,
+                       "ll_dispatch fp8": 72,
                        "pull_rows": 8, "pull_rows split": 8, "reduce_push split": 32}
 REGISTERS_PER_SM = 65536  # sm_80 to sm_100
 

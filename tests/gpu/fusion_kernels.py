@@ -156,8 +156,8 @@ def exchange_with_all(ctx, board, got, n_tiles, rank, world, seed, status, TE: t
 @triton.jit
 def meet_on_tiles(ctx, tile0, status):
     # CTA c: symm_tile_signal_others, then symm_tile_wait_others, on tile tile0 + c: a user kernel
-    # on the tile indices MoeExchange's low-latency kernels use (run between a dispatch's send and
-    # its deferred receive, whose flags are its own: tests/gpu/ops_worker.py).
+    # that communicates, run between a low-latency dispatch's send and its deferred receive
+    # (tests/gpu/ops_worker.py).
     t = tile0 + tl.program_id(0)
     s = il.symm_tile_signal_others(ctx, t)
     s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, t))

@@ -372,12 +372,12 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
     reference made from the dequantized rows. `shape`: (hidden, top-k, experts; 0: max(2 * world, 8)),
     on `heap` (default: the suite's); `sms`: the MoeExchange's SM budget; `path` its path (the
     low-latency path's rows within an expert compared in any order). `deferred`: dispatch with
-    return_recv_hook=True, and between the send and the hook a kernel that signals and waits on
-    the tile indices the low-latency kernels use (a deferred receive waits on flags of its own).
+    return_recv_hook=True, and between the send and the hook a kernel of the peers' that signals
+    and waits on tiles (the deferred receive polls its rows as they land, whatever runs between).
     `x_in_heap`: x a heap tensor (the direct path pulls its rows in place)."""
     from fusion_kernels import meet_on_tiles  # tests/gpu, beside this file
     from ironlink.moe import fp8_dequantize, fp8_quantize_reference
-    from ironlink.moe.low_latency_kernels import DISPATCH_TILE0
+    from ironlink.language._abi import MAX_CTAS, MAX_TILES
 
     world, me, heap = s.world, dist.get_rank(), heap or s.heap
     hidden, k, experts = shape[0], shape[1], shape[2] or max(2 * world, 8)
@@ -406,7 +406,7 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
                                                                  return_recv_hook=True)
             assert moe.low_latency is not None
             grid = moe.low_latency.ctas
-            meet_on_tiles[(grid,)](heap.ctx, DISPATCH_TILE0.value, tile_status)
+            meet_on_tiles[(grid,)](heap.ctx, MAX_TILES - MAX_CTAS, tile_status)
             hook()
         else:
             recv_x, counts, offsets, handle = moe.dispatch(x, idx, wts, check=not graph and not capacity)

@@ -1,17 +1,18 @@
 """Launch-tagged flag words that a kernel waits on by itself, without a device-library signal: an
 int64 word whose high half is a launch count plus one (never the zero the words are made with)
 and whose low half a 32-bit value. all_reduce_rmsnorm's split mode publishes its slices' sums so
-within a rank; the MoE low-latency dispatch announces each CTA's sends so across ranks when its
-receive runs in a later launch (a tile signal left pending across other kernels could be taken by
-theirs). A wait is bounded by the context's timeout and then records TIMEOUT in the context as a
+within a rank. A wait is bounded by the context's timeout and then records TIMEOUT in the context as a
 device function records its errors (`runtime::context::record_error`), so heap.check() raises.
 
 Also data that is its own flag (Lamport's scheme, as TensorRT-LLM's one-shot all-reduce uses it):
-a receive buffer holds negative zero ("empty") in every element until a peer stores into it,
-senders never store negative zero (`unempty`: it becomes +0.0, on every rank alike), and the
-receiver polls the data itself until no element is empty (`wait_written`), then stores empty
-back. No signal, no fence: the bytes cross NVLink once and are read as they land. Each element
-is its own flag, so nothing depends on how a peer's stores are split into packets."""
+a receive buffer holds "empty" in every element until a peer stores into it (16 and 32 bits: the
+sign bit alone, negative zero of a float, the smallest int32; 8 bits, fp8 e4m3 bytes: 0xFF, a NaN
+the quantizer never makes from finite values, so a finite fp8 row travels bit for bit), senders
+never store it (`unempty`: -0.0 becomes +0.0, the fp8 NaN 0xFF the NaN 0x7F, on every rank
+alike), and the receiver polls the data itself until no element is empty (`wait_written`), then
+stores empty back (at once, or a call later: moe/low_latency_kernels.py says why it waits). No signal, no fence: the bytes cross NVLink once and are read as they land. Each element
+is its own flag, so nothing depends on how a peer's stores are split into packets. Users: the
+lamport all-reduces (ops/slots.py) and MoeExchange's low-latency path (moe/low_latency_kernels.py)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,10 @@ def _record(ctx, s, FUNCTION: tl.constexpr):
 
 @triton.jit
 def _bits(v):
-    """v's bits as a signed integer of its width (16 or 32)."""
-    if v.dtype.primitive_bitwidth == 16:
+    """v's bits as a signed integer of its width (8, 16 or 32)."""
+    if v.dtype.primitive_bitwidth == 8:
+        b = v.to(tl.int8, bitcast=True)
+    elif v.dtype.primitive_bitwidth == 16:
         b = v.to(tl.int16, bitcast=True)
     else:
         b = v.to(tl.int32, bitcast=True)
@@ -78,31 +81,40 @@ def _bits(v):
 
 
 @triton.jit
-def is_empty(v):
-    """Where v (16- or 32-bit floats) is negative zero: the sign bit alone, the smallest integer."""
-    if v.dtype.primitive_bitwidth == 16:
-        e = _bits(v) == -32768
+def _empty_bits(v):
+    """"Empty" as a signed integer of v's width: 0xFF for 8 bits (an fp8 e4m3 NaN), the sign bit
+    alone for 16 and 32 (negative zero of a float, the smallest integer)."""
+    if v.dtype.primitive_bitwidth == 8:
+        e = tl.full(v.shape, -1, tl.int8)
+    elif v.dtype.primitive_bitwidth == 16:
+        e = tl.full(v.shape, -32768, tl.int16)
     else:
-        e = _bits(v) == -2147483648
+        e = tl.full(v.shape, -2147483648, tl.int32)
     return e
+
+
+@triton.jit
+def is_empty(v):
+    """Where v (8-, 16- or 32-bit: floats, fp8 bytes or integers) holds "empty" (`_empty_bits`)."""
+    return _bits(v) == _empty_bits(v)
 
 
 @triton.jit
 def empty_like(v):
-    """A block of negative zeros shaped and typed as v (from its bits: a -0.0 literal could be
-    folded to +0.0)."""
-    if v.dtype.primitive_bitwidth == 16:
-        e = tl.full(v.shape, -32768, tl.int16).to(v.dtype, bitcast=True)
-    else:
-        e = tl.full(v.shape, -2147483648, tl.int32).to(v.dtype, bitcast=True)
-    return e
+    """A block of "empty" shaped and typed as v (from its bits: a -0.0 literal could be folded to
+    +0.0)."""
+    return _empty_bits(v).to(v.dtype, bitcast=True)
 
 
 @triton.jit
 def unempty(v):
-    """v with negative zeros as +0.0: what a sender stores (and uses itself, so every rank sums the
-    same values)."""
-    return tl.where(is_empty(v), tl.zeros_like(v), v)
+    """v with "empty" replaced: by zero for 16 and 32 bits (-0.0 as +0.0; for integers the
+    smallest one as 0), by 0x7F for 8 bits (the fp8 NaN 0xFF as the NaN 0x7F): what a sender
+    stores (and uses itself, so every rank has the same values)."""
+    other = tl.zeros_like(v)
+    if v.dtype.primitive_bitwidth == 8:
+        other = tl.full(v.shape, 127, tl.int8).to(v.dtype, bitcast=True)
+    return tl.where(is_empty(v), other, v)
 
 
 @triton.jit

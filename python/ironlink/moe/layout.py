@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from ..language._abi import MAX_CTAS
 from . import kernels, sort
+from .low_latency_kernels import COPIES
 
 
 def _round_up(n: int, m: int) -> int:
@@ -47,15 +48,16 @@ def _heap_shapes(world: int, max_tokens: int, hidden: int, row: int,
     Direct path (one node): the stage (one row per token: peers pull from it) and `back` (a row
     per (rank, token): the peers' partial sums land there), then the staged token count and where
     the token rows are (the stage, or x where it lies in the heap).
-    Low-latency path (one node): two halves each of `landing` (a row per (rank, token): the
-    peers push there) and `back`, then the landing token counts and the senders' flags (a word
-    per (half, rank, CTA)).
+    Low-latency path (one node): three copies (used by calls in turn) each of `landing` (a row
+    per (rank, token): the peers push there) and `back`, then dispatch's and combine's count words
+    (a word per (copy, rank, CTA)).
     Relay path (several nodes): send, receive, combine's send and receive (`world * max_tokens`
     rows each, as a token reaches a rank at most once), then five count vectors."""
     if path == "direct":
         return [(max_tokens, row), (world * max_tokens, hidden)], [(3,)]
     if path == "low_latency":
-        return [(2, world, max_tokens, row), (2, world, max_tokens, hidden)], [(2, world), (2, world, MAX_CTAS)]
+        c = COPIES.value
+        return [(c, world, max_tokens, row), (c, world, max_tokens, hidden)], [(c, world, MAX_CTAS)] * 2
     rows = world * max_tokens
     return [(rows, row), (rows, row), (rows, hidden), (rows, hidden)], [(world,)] * 5
 

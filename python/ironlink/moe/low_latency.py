@@ -25,6 +25,8 @@ from .layout import _pow2, take_count
 
 # Simulation: how long a flag wait polls before TIMEOUT (the interpreter's clock: 1 us a reading).
 SIM_TIMEOUT_NS = 50_000
+# "Empty" (language._flags) as an integer of 8 bits (0xFF, an fp8 NaN), 16 and 32 (the sign bit alone).
+EMPTY8, EMPTY16, EMPTY32 = -1, -(1 << 15), -(1 << 31)
 
 
 def capacity(world: int, max_tokens: int, local_experts: int) -> int:
@@ -43,16 +45,16 @@ class LowLatencyPath:
         self.m, self.heap, self.ctas, self.sim = m, heap, ctas, sim_deltas
         dev = heap.device
         w, mt = m.world, m.max_tokens
-        # Heap allocation order: layout._heap_shapes(path="low_latency").
-        self.landing = heap.empty((2, w, mt, m.row), m.dtype)
-        self.back = heap.empty((2, w, mt, m.hidden), m.dtype)
-        # Not zeroed here: a peer may already have written its count into it (a zeroing on this
-        # rank's stream could land after that and erase it); a count is read only after its
-        # writer's signal.
-        self.landing_count = heap.empty((2, w), torch.int64)
-        # The senders' flags of a dispatch whose receive is deferred (low_latency_kernels, PHASE 1
-        # and 2): zeroed, then a barrier, so no zeroing here can land after a peer's first flag.
-        self.arrived = heap.empty((2, w, MAX_CTAS), torch.int64).zero_()
+        # Heap allocation order: layout._heap_shapes(path="low_latency"). Every element a peer
+        # writes starts "empty" (language._flags) and is emptied again by
+        # its reader a call later; the fills come before the barrier, so no peer's first store can
+        # precede them. COPIES of each, used by calls in turn.
+        copies = llk.COPIES.value
+        self.landing = heap.empty((copies, w, mt, m.row), m.dtype)
+        self.back = heap.empty((copies, w, mt, m.hidden), m.dtype)
+        self.counts = heap.empty((copies, w, MAX_CTAS), torch.int64)  # dispatch's token count words
+        self.back_counts = heap.empty((copies, w, MAX_CTAS), torch.int64)  # combine's
+        self._make_empty()
         if sim_deltas is None:
             heap.barrier()
         self.receive_pending = False  # a deferred dispatch's receive not yet launched
@@ -62,6 +64,10 @@ class LowLatencyPath:
         i32, i64 = dict(dtype=torch.int32, device=dev), dict(dtype=torch.int64, device=dev)
         # Each CTA's calls so far (the half of landing / back it uses), one counter each way.
         self.dispatch_calls, self.combine_calls = torch.zeros(MAX_CTAS, **i32), torch.zeros(MAX_CTAS, **i32)
+        # What each CTA read in its previous call, which it empties in the next: dispatch's token
+        # counts per source and which rows came; combine's T and, per call parity, which rows came.
+        self.seen, self.seen_rows = torch.zeros(w, MAX_CTAS, **i32), torch.zeros(w, mt, **i32)
+        self.seen_tokens, self.seen_back = torch.zeros(MAX_CTAS, **i32), torch.zeros(2, w, mt, **i32)
         # The experts' row counters and the CTAs' arrivals: zero between dispatches.
         self.counters, self.arrivals = torch.zeros(m.local_experts, **i32), torch.zeros(1, **i32)
         self.own_ids = torch.zeros(mt, m.topk, **i32)  # this rank's ids as sent, for combine
@@ -73,8 +79,24 @@ class LowLatencyPath:
         if self.sim_ctx is not None:
             self.sim_ctx[_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8] = SIM_TIMEOUT_NS
 
+    def _make_empty(self) -> None:
+        """Fills every element a peer writes with "empty" (language._flags, by width): the
+        payload of each landing row (bf16 / fp16 values, or fp8 bytes), its int32 words (ids,
+        weights, fp8 scales), back's rows and the count words (their low int32 half is the word)."""
+        import torch
+
+        m = self.m
+        if m.fp8:
+            self.landing.view(torch.int8)[..., :m.hidden].fill_(EMPTY8)
+        else:
+            self.landing.view(torch.int16)[..., :m.hidden].fill_(EMPTY16)
+        self.landing.view(torch.int32)[..., m.meta_col // 2:].fill_(EMPTY32)
+        self.back.view(torch.int16).fill_(EMPTY16)
+        for c in (self.counts, self.back_counts):
+            c.view(torch.int32).fill_(EMPTY32)
+
     def free(self) -> None:
-        for t in (self.arrived, self.landing_count, self.back, self.landing):
+        for t in (self.back_counts, self.counts, self.back, self.landing):
             self.heap.free(t)
 
     def dispatch(self, x: Any, idx: Any, weights: Any, t: int, check: bool, phase: int = 0) -> Layout:
@@ -121,20 +143,19 @@ class LowLatencyPath:
         counts = torch.empty(m.local_experts, dtype=torch.int64, device=x.device)
         offsets = torch.empty(m.local_experts, dtype=torch.int64, device=x.device)
         received = torch.empty(1, dtype=torch.int64, device=x.device)
-        if m.fp8:  # the fp8 bytes and their scales move as raw 2-byte words (no float conversion)
-            landing, recv, side = self.landing.view(torch.int16), m.recv_x.view(torch.int16), m.recv_scales.view(
-                torch.int16)
-            words, side_words, side_block = m.hidden // 2, 2 * m.groups, _pow2(max(16, 2 * m.groups))
+        if m.fp8:  # the fp8 bytes and their scales' bits move as raw integers (no float conversion)
+            data, recv, side = self.landing.view(torch.uint8), m.recv_x.view(torch.uint8), m.recv_scales.view(
+                torch.int32)
+            side_words, side_block = m.groups, _pow2(max(16, m.groups))
         else:
-            landing, recv, side = self.landing, m.recv_x, m.recv_x
-            words, side_words, side_block = m.hidden, 0, 0
-        args = (x, idx, weights, t, landing, self.landing.view(torch.int32), self.landing.view(torch.uint8),
-                self.landing_count, self.arrived, recv, side, slot, weight, self.own_ids, self.src_counts, received,
-                self.dispatch_calls, self.counters, self.arrivals, counts, offsets, m.overflow, self.bad, m.rank,
-                m.num_experts, m.local_experts, m.max_tokens, m.hidden, m.row, m.meta_col, words, m.scale_col,
-                side_words)
-        meta = dict(WB=_pow2(m.world), LB=_pow2(m.local_experts), SIDE_BLOCK=side_block, FP8=m.fp8,
-                    GROUP=kernels.FP8_GROUP, QMAX=kernels.FP8_MAX, MIN_AMAX=kernels.FP8_MIN_AMAX)
+            data, recv, side = self.landing, m.recv_x, m.recv_x
+            side_words, side_block = 0, 0
+        args = (x, idx, weights, t, data, self.landing.view(torch.int32), self.counts, recv, side, slot, weight,
+                self.own_ids, self.src_counts, received, self.dispatch_calls, self.seen, self.seen_rows, self.counters, self.arrivals, counts,
+                offsets, m.overflow, self.bad, m.rank, m.num_experts, m.local_experts, m.max_tokens, m.hidden, m.row,
+                m.meta_col // 2, m.scale_col // 2, side_words)
+        meta = dict(LB=_pow2(m.local_experts), SIDE_BLOCK=side_block, FP8=m.fp8, GROUP=kernels.FP8_GROUP,
+                    QMAX=kernels.FP8_MAX, MIN_AMAX=kernels.FP8_MIN_AMAX)
         return Layout(counts, offsets, slot, weight, received), args, meta
 
     def combine(self, y: Any, layout: Layout, t: int, check: bool, phase: int = 0) -> Any:
@@ -145,8 +166,8 @@ class LowLatencyPath:
         self._no_receive_pending()
         m = self.m
         out = torch.empty(t, m.hidden, dtype=m.dtype, device=y.device)
-        args = (y, layout.slot, layout.weight, self.src_counts, self.own_ids, self.back, self.combine_calls, out, t,
-                m.rank, m.local_experts, m.max_tokens, m.hidden)
+        args = (y, layout.slot, layout.weight, self.src_counts, self.own_ids, self.back, self.back_counts,
+                self.combine_calls, self.seen_tokens, self.seen_back, out, t, m.rank, m.local_experts, m.max_tokens, m.hidden)
         self._run("moe_combine", llk.ll_combine, args, check, phase)
         return out
 
@@ -167,8 +188,8 @@ class LowLatencyPath:
             kernel[(self.ctas,)](h.ctx, *args, self.src_counts, status, status if trace is None else trace,
                                  PHASE=phase, SIM=False, TRACE=trace is not None, **meta)
 
-        function = {0: "symm_tile_signal_others/symm_tile_wait_others", 1: "the send of a deferred dispatch",
-                    2: "the wait for the senders' flags of a deferred dispatch"}[phase]
+        function = {0: "the wait for the peers' rows", 1: "the send of a deferred dispatch",
+                    2: "the wait for the peers' rows of a deferred dispatch"}[phase]
         launch_with_status(name, h, self.ctas, call, check, function=function)
 
     def bad_ids(self) -> int:
