@@ -61,8 +61,8 @@ def block() -> str:
            "all-reduce + residual add + RMSNorm, hidden 8192:", "",
            "| tokens | fused (mode) | rows | rows + PDL | whole | whole + PDL | push | push + PDL | split | split + PDL "
            "| split over LL + PDL | lamport | lamport + PDL "
-           "| fused, FP8 out | NCCL + torch | ironlink + torch | torch ops alone | x |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| fused, FP8 out | NCCL + torch | symm_mem + torch | ironlink + torch | torch ops alone | x |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in sorted({r["tokens"] for r in rows if r["op"] == OPS[0]}):
         fused = next(r for r in rows if r["op"] == OPS[0] and r["contender"] == "ironlink_fused" and r["tokens"] == t)
         nccl = us(OPS[0], "nccl_torch", tokens=t)
@@ -71,8 +71,8 @@ def block() -> str:
                           for c in ("rows", "rows,pdl", "whole", "whole,pdl", "push", "push,pdl", "split", "split,pdl",
                                     "split,ll,pdl", "lamport", "lamport,pdl"))
         fp8 = us(OPS[0], f"ironlink_fused[{fused.get('mode', '')},fp8]", tokens=t)
-        out.append(f"| {t} | {fused['us']:.1f} ({how}) | {each} | {f(fp8)} | {f(nccl)} | "
-                   f"{f(us(OPS[0], 'ironlink_torch', tokens=t))} | {f(us(OPS[0], 'torch_ops', tokens=t))} | "
+        others = " | ".join(f(us(OPS[0], c, tokens=t)) for c in ("torch_symm_torch", "ironlink_torch", "torch_ops"))
+        out.append(f"| {t} | {fused['us']:.1f} ({how}) | {each} | {f(fp8)} | {f(nccl)} | {others} | "
                    f"{(nccl or 0) / fused['us']:.2f} |")
     out += ["", "matmul + all-reduce ([M, K] x [K, N] per rank, N = 8192, K = 8192 / world); x = the other's time / "
             "fused time:", "",
