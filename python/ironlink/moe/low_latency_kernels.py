@@ -36,7 +36,7 @@ had emptied what it read in call c: the count words, sent every call whatever th
 rendezvous. `seen` / `seen_rows` (dispatch) and `seen_tokens` / `seen_back` (combine) hold what
 each CTA read in its previous call: the token counts and which rows came.
 
-PHASE 0 (the default) is both halves in one launch. A dispatch whose receive is deferred
+PHASE 0 (the default) is send and receive in one launch. A dispatch whose receive is deferred
 (`MoeExchange.dispatch(..., return_recv_hook=True)`) runs PHASE 1 (send) now and PHASE 2 (receive)
 in a later launch, other kernels in between: the receive polls the same data.
 
