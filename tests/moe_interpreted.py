@@ -22,7 +22,7 @@ from ironlink.moe import MoeExchange, fp8_dequantize, fp8_quantize_reference
 from ironlink.moe import direct_kernels
 from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort
-from ironlink.moe.low_latency import EMPTY8, EMPTY16
+from ironlink.language._flags import EMPTY_BITS
 
 from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, low_latency_layer,  # tests/, beside this file
                      sim_heaps)
@@ -220,7 +220,7 @@ def others_empty(m: MoeExchange, rank: int, world: int, used: int, what: str) ->
     ll = m.low_latency
     assert ll is not None
     payload = ll.landing.view(torch.int8)[..., :m.hidden] if m.fp8 else ll.landing.view(torch.int16)[..., :m.hidden]
-    empty_payload = EMPTY8 if m.fp8 else EMPTY16
+    empty_payload = EMPTY_BITS[8] if m.fp8 else EMPTY_BITS[16]
     for c in range(ll.landing.shape[0]):
         if c == used:
             continue

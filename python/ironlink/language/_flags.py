@@ -10,8 +10,9 @@ sign bit alone, negative zero of a float, the smallest int32; 8 bits, fp8 e4m3 b
 the quantizer never makes from finite values, so a finite fp8 row travels bit for bit), senders
 never store it (`unempty`: -0.0 becomes +0.0, the fp8 NaN 0xFF the NaN 0x7F, on every rank
 alike), and the receiver polls the data itself until no element is empty (`wait_written`), then
-stores empty back (at once, or a call later: moe/low_latency_kernels.py says why it waits). No signal, no fence: the bytes cross NVLink once and are read as they land. Each element
-is its own flag, so nothing depends on how a peer's stores are split into packets. Users: the
+stores empty back (at once, or a call later: moe/low_latency_kernels.py says why it waits). No
+signal, no fence: the bytes cross NVLink once and are read as they land. Each element is its own
+flag, so nothing depends on how a peer's stores are split into packets. Users: the
 lamport all-reduces (ops/slots.py) and MoeExchange's low-latency path (moe/low_latency_kernels.py)."""
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ _TIMEOUT_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8)  # the c
 _TIMEOUT = tl.constexpr(_abi.STATUS["TIMEOUT"])
 _ERROR_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["error"][0] // 4)  # the context's error and detail words (i32)
 _DETAIL_WORD = tl.constexpr(_abi.CONTEXT_FIELDS["error_detail"][0] // 4)
+# "Empty" per element width in bits, as the signed integer of that width: 0xFF for 8 (an fp8 e4m3
+# NaN), the sign bit alone for 16 and 32. The kernels use it through `_empty_bits`; hosts fill new
+# receive buffers with it.
+EMPTY_BITS = {8: -1, 16: -(1 << 15), 32: -(1 << 31)}
+_EMPTY8, _EMPTY16, _EMPTY32 = (tl.constexpr(EMPTY_BITS[w]) for w in (8, 16, 32))
 
 
 @triton.jit
@@ -85,11 +91,11 @@ def _empty_bits(v):
     """"Empty" as a signed integer of v's width: 0xFF for 8 bits (an fp8 e4m3 NaN), the sign bit
     alone for 16 and 32 (negative zero of a float, the smallest integer)."""
     if v.dtype.primitive_bitwidth == 8:
-        e = tl.full(v.shape, -1, tl.int8)
+        e = tl.full(v.shape, _EMPTY8, tl.int8)
     elif v.dtype.primitive_bitwidth == 16:
-        e = tl.full(v.shape, -32768, tl.int16)
+        e = tl.full(v.shape, _EMPTY16, tl.int16)
     else:
-        e = tl.full(v.shape, -2147483648, tl.int32)
+        e = tl.full(v.shape, _EMPTY32, tl.int32)
     return e
 
 

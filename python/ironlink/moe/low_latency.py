@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 from ..language import _abi
 from ..language._abi import MAX_CTAS
+from ..language._flags import EMPTY_BITS
 from ..ops.collectives import launch_with_status
 from . import kernels, low_latency_kernels as llk
 from .direct import Layout
@@ -25,8 +26,6 @@ from .layout import _pow2, take_count
 
 # Simulation: how long a flag wait polls before TIMEOUT (the interpreter's clock: 1 us a reading).
 SIM_TIMEOUT_NS = 50_000
-# "Empty" (language._flags) as an integer of 8 bits (0xFF, an fp8 NaN), 16 and 32 (the sign bit alone).
-EMPTY8, EMPTY16, EMPTY32 = -1, -(1 << 15), -(1 << 31)
 
 
 def capacity(world: int, max_tokens: int, local_experts: int) -> int:
@@ -46,9 +45,9 @@ class LowLatencyPath:
         dev = heap.device
         w, mt = m.world, m.max_tokens
         # Heap allocation order: layout._heap_shapes(path="low_latency"). Every element a peer
-        # writes starts "empty" (language._flags) and is emptied again by
-        # its reader a call later; the fills come before the barrier, so no peer's first store can
-        # precede them. COPIES of each, used by calls in turn.
+        # writes starts "empty" (language._flags) and is emptied again by its reader a call later;
+        # the fills come before the barrier, so no peer's first store can precede them. COPIES of
+        # each, used by calls in turn.
         copies = llk.COPIES.value
         self.landing = heap.empty((copies, w, mt, m.row), m.dtype)
         self.back = heap.empty((copies, w, mt, m.hidden), m.dtype)
@@ -87,13 +86,13 @@ class LowLatencyPath:
 
         m = self.m
         if m.fp8:
-            self.landing.view(torch.int8)[..., :m.hidden].fill_(EMPTY8)
+            self.landing.view(torch.int8)[..., :m.hidden].fill_(EMPTY_BITS[8])
         else:
-            self.landing.view(torch.int16)[..., :m.hidden].fill_(EMPTY16)
-        self.landing.view(torch.int32)[..., m.meta_col // 2:].fill_(EMPTY32)
-        self.back.view(torch.int16).fill_(EMPTY16)
+            self.landing.view(torch.int16)[..., :m.hidden].fill_(EMPTY_BITS[16])
+        self.landing.view(torch.int32)[..., m.meta_col // 2:].fill_(EMPTY_BITS[32])
+        self.back.view(torch.int16).fill_(EMPTY_BITS[16])
         for c in (self.counts, self.back_counts):
-            c.view(torch.int32).fill_(EMPTY32)
+            c.view(torch.int32).fill_(EMPTY_BITS[32])
 
     def free(self) -> None:
         for t in (self.back_counts, self.counts, self.back, self.landing):
@@ -151,9 +150,9 @@ class LowLatencyPath:
             data, recv, side = self.landing, m.recv_x, m.recv_x
             side_words, side_block = 0, 0
         args = (x, idx, weights, t, data, self.landing.view(torch.int32), self.counts, recv, side, slot, weight,
-                self.own_ids, self.src_counts, received, self.dispatch_calls, self.seen, self.seen_rows, self.counters, self.arrivals, counts,
-                offsets, m.overflow, self.bad, m.rank, m.num_experts, m.local_experts, m.max_tokens, m.hidden, m.row,
-                m.meta_col // 2, m.scale_col // 2, side_words)
+                self.own_ids, self.src_counts, received, self.dispatch_calls, self.seen, self.seen_rows,
+                self.counters, self.arrivals, counts, offsets, m.overflow, self.bad, m.rank, m.num_experts,
+                m.local_experts, m.max_tokens, m.hidden, m.row, m.meta_col // 2, m.scale_col // 2, side_words)
         meta = dict(LB=_pow2(m.local_experts), SIDE_BLOCK=side_block, FP8=m.fp8, GROUP=kernels.FP8_GROUP,
                     QMAX=kernels.FP8_MAX, MIN_AMAX=kernels.FP8_MIN_AMAX)
         return Layout(counts, offsets, slot, weight, received), args, meta
@@ -167,7 +166,8 @@ class LowLatencyPath:
         m = self.m
         out = torch.empty(t, m.hidden, dtype=m.dtype, device=y.device)
         args = (y, layout.slot, layout.weight, self.src_counts, self.own_ids, self.back, self.back_counts,
-                self.combine_calls, self.seen_tokens, self.seen_back, out, t, m.rank, m.local_experts, m.max_tokens, m.hidden)
+                self.combine_calls, self.seen_tokens, self.seen_back, out, t, m.rank, m.local_experts, m.max_tokens,
+                m.hidden)
         self._run("moe_combine", llk.ll_combine, args, check, phase)
         return out
 

@@ -104,17 +104,16 @@ def _take_count(ctx, words, copy, q, WORLD: tl.constexpr):
 
 
 @triton.jit
-def _empty_count(words, copy, q, WORLD: tl.constexpr):
-    """Word (copy, q, this CTA) of this rank's `words` made empty again."""
-    o = tl.arange(0, 2)
-    at = _count_word(words, copy, q, WORLD) + o
-    tl.store(at, empty_like(tl.zeros([2], dtype=tl.int32)), mask=o < 1)
-
-
-@triton.jit
 def _empty(at, mask, like):
     """The elements at `at` where `mask` made empty again (`like`: a block of their type)."""
     tl.store(at, empty_like(like), mask=mask)
+
+
+@triton.jit
+def _empty_count(words, copy, q, WORLD: tl.constexpr):
+    """Word (copy, q, this CTA) of this rank's `words` made empty again."""
+    o = tl.arange(0, 2)
+    _empty(_count_word(words, copy, q, WORLD) + o, o < 1, o)
 
 
 @triton.jit
@@ -151,15 +150,30 @@ def _empty_dispatch_reads(counts, words, data, seen, seen_rows, prev, q, max_tok
                 _empty(words + at * row_words + side_word + so, so < side_words, so)
 
 
+@triton.jit
+def _empty_combine_reads(back_counts, back, seen_tokens, seen_back, prev, last_parity, q, max_tokens, hidden,
+                         WORLD: tl.constexpr, BLOCK: tl.constexpr):
+    """What this CTA read from rank q in its previous call (copy `prev`, call parity `last_parity`)
+    made empty again: q's count word and the rows that came from it for this CTA's own tokens."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    _empty_count(back_counts, prev, q, WORLD)
+    offs = tl.arange(0, BLOCK)
+    for t in range(pid, tl.load(seen_tokens + pid), grid):
+        if tl.load(seen_back + (last_parity * WORLD + q) * max_tokens + t) != 0:
+            at = back + ((prev * WORLD + q) * max_tokens + t) * hidden
+            for c in range(0, hidden, BLOCK):
+                _empty(at + c + offs, c + offs < hidden, tl.zeros([BLOCK], dtype=back.dtype.element_ty))
+
+
 @jit(do_not_specialize=["ctx", "T", "rank"])
 def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot, weight, own_ids, src_counts, received,
-                calls, seen, seen_rows, counters, arrivals, expert_counts, expert_offsets, overflow, bad, rank, num_experts,
-                local_experts, max_tokens, hidden, row, meta_word, side_word, side_words, deltas, status, trace,
-                WORLD: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, LB: tl.constexpr, BLOCK: tl.constexpr,
+                calls, seen, seen_rows, counters, arrivals, expert_counts, expert_offsets, overflow, bad, rank,
+                num_experts, local_experts, max_tokens, hidden, row, meta_word, side_word, side_words, deltas, status,
+                trace, WORLD: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, LB: tl.constexpr, BLOCK: tl.constexpr,
                 SIDE_BLOCK: tl.constexpr, FP8: tl.constexpr, GROUP: tl.constexpr, QMAX: tl.constexpr,
                 MIN_AMAX: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr, TRACE: tl.constexpr = False):
     """Dispatch of this rank's T tokens (x [T, hidden], idx / wts [T, K], contiguous; see the
-    module docs). The heap's `landing` [2, WORLD, max_tokens, row 2-byte words] seen as `data`
+    module docs). The heap's `landing` [COPIES, WORLD, max_tokens, row 2-byte words] seen as `data`
     (the payload's elements: bf16 / fp16, or the fp8 bytes, hidden of them from a row's start) and
     `words` (int32: the ids and weights from word meta_word, an fp8 row's side_words fp32 scales from
     word side_word); `counts` [COPIES, WORLD, MAX_CTAS] int64 (heap): the senders' token counts.
@@ -270,9 +284,10 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                 to = tl.where(fits, le.to(tl.int64) * cap + pos, tl.where(here, NO_ROOM, -1))
                 tl.store(slot + r * K + kk, to, mask=km)
                 tl.store(weight + r * K + kk, w, mask=km)
+                came = tl.sum(here.to(tl.int32), 0) > 0  # the row came here: taken, even where nothing fits
                 if i != 0:
-                    tl.store(seen_rows + q * max_tokens + t, (tl.sum(here.to(tl.int32), 0) > 0).to(tl.int32))
-                if tl.sum(here.to(tl.int32), 0) > 0:  # the row came here: taken, even where nothing fits
+                    tl.store(seen_rows + q * max_tokens + t, came.to(tl.int32))
+                if came:
                     for c in range(0, hidden, BLOCK):
                         m = c + offs < hidden
                         if i == 0:
@@ -321,16 +336,17 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
 
 @jit(do_not_specialize=["ctx", "T", "rank"])
 def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, back_counts, calls, seen_tokens, seen_back, out, T,
-               rank, local_experts,
-               max_tokens, hidden, deltas, status, trace, WORLD: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
-               BLOCK: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr, TRACE: tl.constexpr = False):
+               rank, local_experts, max_tokens, hidden, deltas, status, trace, WORLD: tl.constexpr, K: tl.constexpr,
+               KB: tl.constexpr, BLOCK: tl.constexpr, PHASE: tl.constexpr, SIM: tl.constexpr,
+               TRACE: tl.constexpr = False):
     """Combine of the last dispatch (see the module docs): out [T, hidden] = per own token, in rank
     order, the rows the ranks it went to sent back. y: [local_experts * WORLD * max_tokens, hidden]
     in recv_x's layout; slot, weight, src_counts, own_ids as dispatch left them; back [COPIES,
     WORLD, max_tokens, hidden] and back_counts [COPIES, WORLD, MAX_CTAS] int64 (heap, "empty" where
     nothing is pending); seen_tokens [MAX_CTAS] and seen_back [2, WORLD, max_tokens] int32 (zeroed
-    when made): this CTA's T in its previous call, and per call parity which rows came. TRACE: stamps at the start (0), once the sums are sent (1), after the own tokens'
-    sums (2) and at the end (3)."""
+    when made): this CTA's T in its previous call, and per call parity which rows came. TRACE:
+    stamps at the start (0), once the sums are sent (1), after the own tokens' sums (2) and at the
+    end (3)."""
     stamp(trace, 0, TRACE)
     pid, grid = tl.program_id(0), tl.num_programs(0)
     call, copy, prev = _this_call(calls)
@@ -377,21 +393,15 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, back_counts, cal
                             v, sv = wait_written(ctx, at, m, _WAIT_OTHERS)
                             s = ilt.failure_or(s, sv)
                         acc += tl.where(m, v.to(tl.float32), 0.0)
-                    else:
-                        acc += tl.zeros([BLOCK], dtype=tl.float32)
                 tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
         stamp(trace, 2, TRACE)
         for q in tl.static_range(WORLD):  # the rendezvous: every other rank's CTA sent what it will send
             if q != rank:
                 _, sq = _take_count(ctx, back_counts, copy, q, WORLD)
                 s = ilt.failure_or(s, sq)
-                if sq == 0:  # q's kernel of the previous call has ended: what came from it then is emptied
-                    _empty_count(back_counts, prev, q, WORLD)
-                    for t1 in range(pid, tl.load(seen_tokens + pid), grid):
-                        if tl.load(seen_back + ((1 - parity) * WORLD + q) * max_tokens + t1) != 0:
-                            at = back + ((prev * WORLD + q) * max_tokens + t1) * hidden
-                            for c in range(0, hidden, BLOCK):
-                                _empty(at + c + offs, c + offs < hidden, tl.zeros([BLOCK], dtype=back.dtype.element_ty))
+                if sq == 0:  # q's kernel of the previous call has ended (module docs)
+                    _empty_combine_reads(back_counts, back, seen_tokens, seen_back, prev, 1 - parity, q,
+                                         max_tokens, hidden, WORLD, BLOCK)
         tl.store(seen_tokens + pid, T)
         tl.store(calls + pid, call + 1)
     stamp(trace, 3, TRACE)

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ..language import _abi
 from ..language import typed as ilt
-from ..language._flags import empty_like, unempty, wait_written
+from ..language._flags import EMPTY_BITS, empty_like, unempty, wait_written
 
 EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the launch counters: one per possible CTA
 PEERS = tl.constexpr(_abi.MAX_RANKS)  # lanes of `peer_distances`: the ranks of one node at most
@@ -189,11 +189,10 @@ def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
     one as soon as it has its own, so every rank fills its own, then all meet (`heap.barrier`);
     made outside a CUDA graph capture (`heap.workspace`; `heap.has_workspace(
     lamport_workspace_name(...), nbytes)` says whether one exists)."""
-    import torch
 
     def empty(t: Any) -> None:
         bits = lamport_bits(t.view(dtype))
-        bits.fill_(torch.iinfo(bits.dtype).min)  # the sign bit alone
+        bits.fill_(EMPTY_BITS[8 * bits.element_size()])
         heap.barrier()
 
     return heap.workspace(lamport_workspace_name(name, dtype), nbytes, init=empty).view(dtype)
