@@ -229,12 +229,12 @@ def others_empty(m: MoeExchange, rank: int, world: int, used: int, what: str) ->
                 continue
             where = f"{what}, rank {rank}, copy {c}, from rank {q}"
             assert bool((payload[c, q] == empty_payload).all()), f"{where}: landing rows left"
-            assert bool((ll.landing.view(torch.int32)[c, q, :, m.meta_col // 2:] == -2 ** 31).all()), \
+            assert bool((ll.landing.view(torch.int32)[c, q, :, m.meta_col // 2:] == EMPTY_BITS[32]).all()), \
                 f"{where}: ids, weights or scales left"
-            assert bool((ll.back.view(torch.int16)[c, q] == -32768).all()), f"{where}: combine rows left"
+            assert bool((ll.back.view(torch.int16)[c, q] == EMPTY_BITS[16]).all()), f"{where}: combine rows left"
             for name, words in (("dispatch", ll.counts), ("combine", ll.back_counts)):
                 low = words[c, q].view(torch.int32).view(-1, 2)[:, 0]
-                assert bool((low == -2 ** 31).all()), f"{where}: {name} count words left"
+                assert bool((low == EMPTY_BITS[32]).all()), f"{where}: {name} count words left"
 
 
 def deferred_receive_errors() -> None:
