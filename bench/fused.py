@@ -40,7 +40,7 @@ import ironlink
 from ironlink.runtime import tuning
 from ironlink_bench import GraphRound, write_results
 from ironlink.fused import allreduce_rmsnorm
-from ironlink.fused.matmul_allreduce import LAST_TILES, METHODS
+from ironlink.fused.matmul_allreduce import METHODS
 from ironlink.fused.matmul_allreduce import launch as launch_matmul
 from ironlink.fused.matmul_allreduce import plan as plan_matmul
 from ironlink.ops import TensorSpec
@@ -198,10 +198,6 @@ class FusedBench:
             p = push._replace(one_shot=one_shot)
             self.record("matmul_allreduce", f"ironlink_fused[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status), nbytes)
-            if one_shot:  # how a CTA's last tile leaves (tuning.MATMUL_LAST_TILE)
-                for last in LAST_TILES:
-                    self.record("matmul_allreduce", f"ironlink_fused[push,one_shot,{last}]", shape, dt,
-                                lambda: launch_matmul(self.heap, p, a, b, out, status, last_tile=last), nbytes)
             # Its GEMM alone (the kernel without communication): what the fused time is made of.
             self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)

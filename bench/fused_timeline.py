@@ -11,9 +11,7 @@ GPU's global timer at its start and after each phase of each tile (ironlink/fuse
 - method "push", two-shot: the K loop up to the signal point, the previous tile's signal, the
   rest of the K loop, the wait for the peers' partials (owned tiles), the push of the partial or
   of the sum; then the end ("finish": the last signal, the wait for the sums).
-  With `--last-tiles staged,halves` (tuning.MATMUL_LAST_TILE) a CTA's last one-shot tile in
-  halves has other steps at the same stamps (`finish_last_tile`), and "finish" is then empty.
-  The `last_*` columns sum each CTA's last tile alone.
+  One-shot rows also sum each CTA's last tile alone (the `last_<i>_<phase>` columns).
 Per launch it reports, summed over the CTAs of the slowest rank and as a share of CTA time:
 the GEMM, each communication phase, and the time from a CTA's last stamp to the kernel's end
 (idle SMs). Traced launches run one at a time after a host barrier, so a rank that starts first
@@ -94,8 +92,6 @@ def main() -> None:
                     "shares)")
     ap.add_argument("--flat", default=str(int(tuning.MATMUL_FLAT)),
                     help="push two-shot: 1 flattens the tile and K loops, 0 nests them; '0,1' both")
-    ap.add_argument("--last-tiles", default=tuning.MATMUL_LAST_TILE,
-                    help="push one-shot: how a CTA's last tile leaves, comma-separated (tuning.MATMUL_LAST_TILE)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -110,24 +106,23 @@ def main() -> None:
         out = heap.empty((m, args.n), torch.bfloat16)
         specs = [TensorSpec.from_tensor(t, n) for t, n in ((a, "a"), (b, "b"), (out, "out"))]
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        variants = [("push", shot, st, tma, at, flat, last) for shot in args.shots.split(",")
+        variants = [("push", shot, st, tma, at, flat) for shot in args.shots.split(",")
                     for st in map(int, args.staggers.split(",")) for tma in map(int, args.tma_push.split(","))
-                    for at in map(float, args.signal_at.split(",")) for flat in map(int, args.flat.split(","))
-                    for last in args.last_tiles.split(",")]
-        variants.append(("tile", "auto", 0, 0, 1.0, 0, tuning.MATMUL_LAST_TILE))
+                    for at in map(float, args.signal_at.split(",")) for flat in map(int, args.flat.split(","))]
+        variants.append(("tile", "auto", 0, 0, 1.0, 0))
         seen: set[tuple[Any, ...]] = set()
-        for method, shot, stagger, tma, at, flat, last in variants:
+        for method, shot, stagger, tma, at, flat in variants:
             p = plan(*specs, str(heap.device), world, sms, None, method)
             if shot != "auto":
                 p = p._replace(one_shot=shot == "one")
             # One-shot takes the stagger, two-shot the signal point (nested) or neither (flat): each
             # distinct launch once.
-            key = (method, p.one_shot, tma, (stagger, last) if p.one_shot else (flat, None if flat else at))
+            key = (method, p.one_shot, tma, stagger if p.one_shot else (flat, None if flat else at))
             if key in seen:
                 continue
             seen.add(key)
             phases = PHASES["push" if p.one_shot else "push_two_shot"] if method == "push" else PHASES[method]
-            kw = dict(stagger=stagger, tma_push=bool(tma), signal_at=at, flat=bool(flat), last_tile=last)
+            kw = dict(stagger=stagger, tma_push=bool(tma), signal_at=at, flat=bool(flat))
             trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
             for _ in range(3):
                 launch(heap, p, a, b, out, status, **kw)
@@ -145,7 +140,7 @@ def main() -> None:
             heap.check()
             worst, gathered = slowest_rank_median(results, lambda r: r["kernel_us"])
             row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "tma_push": bool(tma),
-                   "signal_at": at, "flat": bool(flat), "last_tile": last,
+                   "signal_at": at, "flat": bool(flat),
                    "config": list(p.config), "ctas": p.ctas, "one_shot": p.one_shot, "graph_us": round(graph_us, 2),
                    **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in results]), 2)}

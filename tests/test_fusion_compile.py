@@ -22,7 +22,6 @@ from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, m
                             matmul_reducescatter_kernel)
 from ironlink.fused.matmul_allreduce import (matmul_allreduce_lamport_kernel, matmul_allreduce_owner_kernel,
                                              matmul_allreduce_push_kernel)
-from ironlink.fused.matmul_allreduce_push import LAST_TILES
 from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,13 +174,11 @@ _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i
                "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "status": "*i32",
                "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
                "GROUP_M": "constexpr", "COMMUNICATE": "constexpr", "TRACE": "constexpr"}
-_PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b")}, "b_half": "*bf16", "out": "*bf16",
-             "ws": "*bf16",
-             "peer_slots": "*bf16", "peer_half": "*bf16", "epochs": "*i32",
+_PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16",
+             "peer_slots": "*bf16", "epochs": "*i32",
              **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
-             "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr", "TMA_PUSH": "constexpr",
-             "HALF_PUSH_ROWS": "constexpr", "LAST_TILE": "constexpr"}
+             "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr", "TMA_PUSH": "constexpr"}
 _OWNER_SIG = {**{k: v for k, v in _PUSH_SIG.items() if k in ("ctx", "a", "b", "out", "ws", "peer_slots")},
               "peer_out": "*bf16", "epochs": "*i32",
               **{k: v for k, v in _MATMUL_SIG.items() if k in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk",
@@ -202,12 +199,10 @@ for m in (16, 4096):
             "TRACE": False, "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"matmul_allreduce_tile_m{m}"] = (matmul_allreduce_kernel.fn, _MATMUL_SIG, tile)
     # The push method, one-shot (world 2) and two-shot by slices (world 4), through pointers.
-    # Each way a CTA's last tile may leave (LAST_TILES, tuning.MATMUL_LAST_TILE).
-    for last, name in enumerate(LAST_TILES):
-        KERNELS[f"matmul_allreduce_push_m{m}_one_shot_last_{name}"] = (
-            matmul_allreduce_push_kernel.fn, _PUSH_SIG,
-            {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2, "PUSH_ROWS": 32, "REDUCE_ROWS": 64,
-             "STAGGER": 8, "TMA_PUSH": False, "HALF_PUSH_ROWS": 64, "LAST_TILE": last})
+    KERNELS[f"matmul_allreduce_push_m{m}_one_shot"] = (
+        matmul_allreduce_push_kernel.fn, _PUSH_SIG,
+        {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2, "PUSH_ROWS": 32, "REDUCE_ROWS": 64, "STAGGER": 8,
+         "TMA_PUSH": False})
     for flat in (False, True):  # flattened on Hopper only (tuning.matmul_flat)
         KERNELS[f"matmul_allreduce_push_m{m}_two_shot{'_flat' if flat else ''}"] = (
             matmul_allreduce_owner_kernel.fn, _OWNER_SIG,
@@ -218,19 +213,11 @@ for m in (16, 4096):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
         push_rows = max(1, min(c.block_m, 8192 // c.block_n))
         operands = {"a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>"}
-        half_block = [c.block_k, c.block_n // 2] if b_row_major else [c.block_n // 2, c.block_k]
-        for last, name in enumerate(LAST_TILES):
-            half_rows = max(1, min(c.block_m, 8192 // (c.block_n // 2)))
-            peer = f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"
-            halves = name == "halves"
-            KERNELS[f"matmul_allreduce_push_m{m}_one_shot_last_{name}_tma_b_{'rows' if b_row_major else 'cols'}"] = (
-                matmul_allreduce_push_kernel.fn,
-                {**_PUSH_SIG, **operands, "b_half": f"tensordesc<bf16{half_block}>" if halves else operands["b"],
-                 "peer_slots": peer,
-                 "peer_half": f"tensordesc<bf16[1, {half_rows}, {c.block_n // 2}]>" if halves else peer},
-                {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
-                 "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True,
-                 "HALF_PUSH_ROWS": half_rows, "LAST_TILE": last})
+        KERNELS[f"matmul_allreduce_push_m{m}_one_shot_tma_b_{'rows' if b_row_major else 'cols'}"] = (
+            matmul_allreduce_push_kernel.fn,
+            {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
+            {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
+             "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True})
         # Flattened (the default: halves pushed) and nested.
         for flat in (True, False):
             peer = f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2 if flat else c.block_n}]>"
@@ -309,11 +296,7 @@ for m in (128, 16384):
 # Lower them, never raise them. The spilling ones are the pointer-GEMM paths (sm_80, layouts
 # TMA cannot read, more than one peer to push to) and, by a few words, the two-shot epilogue
 # (a peer's partial summed beside the accumulator).
-SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m4096_one_shot_last_staged": 88,
-                    # The last tile in halves: two more K loops (through pointers: not Hopper's
-                    # path, which reads through TMA) and their stages beside the reduces.
-                    "matmul_allreduce_push_m4096_one_shot_last_halves": 264,
-                    "matmul_allreduce_push_m16_one_shot_last_halves_tma_b_cols": 8,
+SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m4096_one_shot": 88,
                     "matmul_allreduce_push_m4096_two_shot": 952,
                     "matmul_allreduce_push_m4096_two_shot_flat": 104, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_rows": 48,

@@ -42,7 +42,7 @@ from ironlink.language import _abi
 from ironlink.runtime import tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES
-from ironlink.fused.matmul_allreduce import LAST_TILES, METHODS as MATMUL_METHODS
+from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
 from ironlink.ops.pdl import MIN_MAJOR
 
 from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/, the script's own directory
@@ -532,12 +532,6 @@ def refused(call: Callable[[], object], words: str) -> None:
     raise AssertionError(f"no ValueError (wanted one naming {words!r})")
 
 
-def with_last_tile(last: str, fn: Callable[[], None]) -> None:
-    """Runs `fn` with matmul_all_reduce's one-shot kernel sending a CTA's last tile as `last`."""
-    with tuning.overridden(MATMUL_LAST_TILE=last):
-        fn()
-
-
 def with_split_lamport(on: bool, fn: Callable[[], None]) -> None:
     """Runs `fn` with mode split's slices exchanged through lamport slots (`on`) or LL packets."""
     with tuning.overridden(RMSNORM_SPLIT_LAMPORT=on):
@@ -729,15 +723,6 @@ def main() -> int:
             cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, k, world)} {dtype} b row-major {m}x{n}x{k} "
                       "8 launches back to back",
                       lambda: s.matmul(m, n, k, dtype, graph=False, launches=8, b_row_major=True))
-        # Every way the one-shot kernel may send a CTA's last tile (tuning.MATMUL_LAST_TILE): one
-        # tile a CTA (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
-        if world == 2:
-            for last in LAST_TILES:
-                for m, launches, graph in ((1030, 1, False), (2050, 8, False), (2050, 1, True)):
-                    cases.run(f"matmul_all_reduce push one-shot, last tile {last}, {dtype} {m}x2050x1024 "
-                              f"{launches} launch(es){' in a CUDA graph' if graph else ''}",
-                              lambda: with_last_tile(last, lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
-                                                                            launches=launches, method="push")))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         for m, n in ((200, 4096), (4100, 2050)):

@@ -67,7 +67,7 @@ from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
 from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile
 from .matmul_allreduce_lamport import matmul_allreduce_lamport_kernel
-from .matmul_allreduce_push import LAST_TILES, matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
+from .matmul_allreduce_push import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
 from .trace import stamp
 
 
@@ -190,13 +190,12 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
            trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None,
-           signal_at: Optional[float] = None, flat: Optional[bool] = None, last_tile: Optional[str] = None) -> None:
+           signal_at: Optional[float] = None, flat: Optional[bool] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
     replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
-    tuning.matmul_flat (two-shot), `last_tile` tuning.MATMUL_LAST_TILE (one-shot), `tma_push=False`
-    pushes by stores from registers where TMA could take them.
+    tuning.matmul_flat (two-shot), `tma_push=False` pushes by stores from registers where TMA could take them.
     `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
@@ -232,16 +231,10 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     if p.one_shot:
         push_rows = max(1, min(c.block_m, 8192 // c.block_n))
         peer_slots = peer_descriptor(heap, slots, [1, push_rows, c.block_n]) if tma else ws  # unused unless TMA
-        last = LAST_TILES.index(tuning.MATMUL_LAST_TILE if last_tile is None else last_tile)
-        # "halves": b and the peer's slots also in blocks half as wide, for the last tile's halves.
-        half = c.block_n // 2
-        half_rows = max(1, min(c.block_m, 8192 // half))
-        b_half = operand_descriptors(a, b, layout, c.block_m, half, c.block_k)[1] if last else b_arg
-        peer_half = peer_descriptor(heap, slots, [1, half_rows, half]) if tma and last else peer_slots
         matmul_allreduce_push_kernel[(p.ctas,)](
-            heap.ctx, a_arg, b_arg, b_half, out, ws, peer_slots, peer_half, epochs, p.m, p.n, p.k, *strides, status,
-            stamps, PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
-            STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, HALF_PUSH_ROWS=half_rows, LAST_TILE=last, **common)
+            heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, *strides, status, stamps,
+            PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
+            STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER, **common)
         return
     flat = tuning.matmul_flat(torch.cuda.get_device_capability(out.device)[0]) if flat is None else flat
     block = [1, c.block_m, c.block_n // 2 if flat else c.block_n]

@@ -15,13 +15,9 @@ import triton.language as tl
 from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
-from .gemm import gemm_range, store_tile, tile_coords, tile_offsets
+from .gemm import gemm_range, store_tile, tile_coords
 from ..ops.slots import add_in_rank_order, advance_epochs, launch_slots, slot_of, store_to_peer_slots
 from .trace import stamp
-
-# How the one-shot kernel sends a CTA's last tile (its LAST_TILE constexpr is the index):
-# tuning.MATMUL_LAST_TILE names the default.
-LAST_TILES = ("staged", "halves")
 
 @triton.jit
 def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr,
@@ -30,7 +26,9 @@ def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD:
     `out`, into its slot (rank - dest - 1) mod world of every other rank `dest`'s workspace.
     TMA_PUSH (world 2): through `peer_slots`, a TMA descriptor of the one peer's slots [2, M, N]
     (blocks [1, ROWS, BLOCK_N]), so the copy engine of the SM sends while the warps go on."""
-    # The partial was staged by other threads of this CTA: their stores before these loads.
+    # The partial was staged by this CTA in store_tile's layout, which need not be this one's, and
+    # the K loop between may be empty (split 0, or after the last tile): every thread's stores
+    # before these loads.
     tl.debug_barrier()
     rn = n0 + tl.arange(0, BLOCK_N)
     # Unrolled: the chunks' loads can be in flight together (this runs inside the GEMM's K loop).
@@ -67,106 +65,13 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl
     return s
 
 
-@triton.jit
-def pipelined_tile(ctx, a, b, out, slots, peer_slots, parity, m0, n0, p1, p1_m0, p1_n0, p2, worst, split, M, N, K,
-                   stride_am, stride_ak, stride_bk, stride_bn, rank, trace, step, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
-                   B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
-                   REDUCE_ROWS: tl.constexpr, TMA_PUSH: tl.constexpr, COMMUNICATE: tl.constexpr,
-                   TRACE: tl.constexpr):
-    """One-shot, one tile at rows m0.., columns n0.. with the steps of the tiles before it around
-    its K loop (the kernel's docs): the push of the previous tile `p1` (staged in `out`) after the
-    first `split` of K, its signal after the rest, this tile's partial staged in `out`, and the
-    tile before (`p2`) reduced. Returns the status."""
-    acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, m0, M, n0, N, 0, split, K, stride_am,
-                     stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-    stamp(trace, 1 + 6 * step, TRACE)
-    if COMMUNICATE:
-        if p1 >= 0:
-            push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
-                         PUSH_ROWS, TMA_PUSH)
-    stamp(trace, 2 + 6 * step, TRACE)
-    acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
-                     B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-    stamp(trace, 3 + 6 * step, TRACE)
-    # The signal before the stage: its release then waits only for the push, long drained, not
-    # for the stage's stores.
-    if COMMUNICATE:
-        if p1 >= 0:
-            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
-    stamp(trace, 4 + 6 * step, TRACE)
-    store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
-    stamp(trace, 5 + 6 * step, TRACE)
-    if COMMUNICATE:
-        if (p2 >= 0) & (worst == 0):
-            worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
-    stamp(trace, 6 + 6 * step, TRACE)
-    return worst
-
-
-@triton.jit
-def finish_last_tile(ctx, a, b_half, out, slots, peer_slots, peer_half, parity, t, m0, n0, p1, p1_m0, p1_n0, p2,
-                     worst, split, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rank, trace, step,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                     TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
-                     HALF_PUSH_ROWS: tl.constexpr, REDUCE_ROWS: tl.constexpr, TMA_PUSH: tl.constexpr,
-                     TRACE: tl.constexpr):
-    """One-shot, "halves": the last tile `t` of a CTA, computed as two halves of BLOCK_N / 2
-    columns (`b_half`: b read in such blocks), so that only half of the last wave's partials
-    leave after the GEMM: the first half is staged in `out` and pushed during the second half's
-    K loop (at the CTA's `split`, as the loop pushes the previous tile; `peer_half`: the TMA
-    descriptor of the peer's slots in blocks of HALF_PUSH_ROWS x BLOCK_N / 2), the second after
-    it. The previous tile `p1` is pushed and signalled during the first half, as in the loop;
-    then `p2` and `p1` are reduced while the last push drains, and `t` is signalled and
-    reduced. Returns the status. Stamps as a tile of the loop's: the first part of the first
-    half, p1's push, the rest of both halves with the first half's push, p1's signal, the
-    stages and the second push, the reduces, the signal and reduce of `t` (the end stamp)."""
-    HALF: tl.constexpr = BLOCK_N // 2
-    acc = gemm_range(tl.zeros((BLOCK_M, HALF), dtype=tl.float32), a, b_half, m0, M, n0, N, 0, split, K,
-                     stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, HALF, BLOCK_K)
-    stamp(trace, 1 + 6 * step, TRACE)
-    if p1 >= 0:
-        push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
-                     PUSH_ROWS, TMA_PUSH)
-    stamp(trace, 2 + 6 * step, TRACE)
-    acc = gemm_range(acc, a, b_half, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
-                     B_ROW_MAJOR, BLOCK_M, HALF, BLOCK_K)
-    if p1 >= 0:
-        worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
-    store_tile(out, acc, m0, n0, M, N, BLOCK_M, HALF)
-    acc = gemm_range(tl.zeros((BLOCK_M, HALF), dtype=tl.float32), a, b_half, m0, M, n0 + HALF, N, 0, split, K,
-                     stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, HALF, BLOCK_K)
-    push_partial(ctx, out, slots, peer_half, parity, m0, n0, M, N, rank, WORLD, BLOCK_M, HALF, HALF_PUSH_ROWS,
-                 TMA_PUSH)
-    acc = gemm_range(acc, a, b_half, m0, M, n0 + HALF, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn,
-                     TMA, B_ROW_MAJOR, BLOCK_M, HALF, BLOCK_K)
-    stamp(trace, 3 + 6 * step, TRACE)
-    store_tile(out, acc, m0, n0 + HALF, M, N, BLOCK_M, HALF)
-    push_partial(ctx, out, slots, peer_half, parity, m0, n0 + HALF, M, N, rank, WORLD, BLOCK_M, HALF,
-                 HALF_PUSH_ROWS, TMA_PUSH)
-    stamp(trace, 4 + 6 * step, TRACE)
-    # The earlier tiles' peers' partials are in: reduced while the last push drains.
-    if (p2 >= 0) & (worst == 0):
-        worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
-    if (p1 >= 0) & (worst == 0):
-        worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
-    stamp(trace, 5 + 6 * step, TRACE)
-    worst = ilt.failure_or(il.symm_tile_signal_others(ctx, t), worst)
-    if worst == 0:
-        worst = reduce_tile(ctx, out, slots, t, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
-    stamp(trace, 6 + 6 * step, TRACE)
-    return worst
-
-
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_push_kernel(ctx, a, b, b_half, out, ws, peer_slots, peer_half, epochs, M, N, K, stride_am, stride_ak,
-                                 stride_bk, stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+                                 stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                                  B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
                                  REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr, TMA_PUSH: tl.constexpr,
-                                 HALF_PUSH_ROWS: tl.constexpr = 1, LAST_TILE: tl.constexpr = 0,
-                                 COMMUNICATE: tl.constexpr = True,
-                                 TRACE: tl.constexpr = False):
+                                 COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
     """Method "push", one-shot (see the module docs). out [M, N] (heap, contiguous) = all-reduce
     of a @ b. ws: the partials' slots (heap, this op's workspace): 2 x (world - 1) x [M, N], the
     half by the CTA's launch parity. epochs: one int32 per CTA (MAX_CTAS), the launches so far
@@ -182,10 +87,6 @@ def matmul_allreduce_push_kernel(ctx, a, b, b_half, out, ws, peer_slots, peer_ha
     (`push_partial`); else by stores from registers (`peer_slots` unused). The signal after a
     push waits for the TMA stores' completion (`symm_tile_signal_others`). The staging in `out`
     stays a plain store: the push and the reduce read it back with plain loads.
-    LAST_TILE (`LAST_TILES`): how a CTA's last tile goes: 0 "staged" as the others (staged, then
-    pushed from `out` after the loop), 1 "halves" by `finish_last_tile` (`b_half`: b's
-    descriptor in blocks of BLOCK_N / 2 columns, `peer_half` the peer's slots' in blocks of
-    HALF_PUSH_ROWS x BLOCK_N / 2; else unused).
     COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: six stamps per tile
     (first GEMM part, push, rest of the GEMM, signal, stage, reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -201,28 +102,32 @@ def matmul_allreduce_push_kernel(ctx, a, b, b_half, out, ws, peer_slots, peer_ha
     for t in range(pid, tiles_m * tiles_n, grid):
         tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
         m0, n0 = tm * BLOCK_M, tn * BLOCK_N
-        if LAST_TILE != 0 and COMMUNICATE:
-            if t + grid >= tiles_m * tiles_n:
-                worst = finish_last_tile(ctx, a, b_half, out, slots, peer_slots, peer_half, parity, t, m0, n0, p1,
-                                         p1_m0, p1_n0, p2, worst, split, M, N, K, stride_am, stride_ak, stride_bk,
-                                         stride_bn, rank, trace, step, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA,
-                                         B_ROW_MAJOR, WORLD, PUSH_ROWS, HALF_PUSH_ROWS, REDUCE_ROWS, TMA_PUSH, TRACE)
-                # Everything is pushed, signalled and reduced: nothing is left for after the loop.
-                p1, p2 = pid * 0 - 1, pid * 0 - 1
-            else:
-                worst = pipelined_tile(ctx, a, b, out, slots, peer_slots, parity, m0, n0, p1, p1_m0, p1_n0, p2,
-                                       worst, split, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rank,
-                                       trace, step, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, B_ROW_MAJOR, WORLD,
-                                       PUSH_ROWS, REDUCE_ROWS, TMA_PUSH, COMMUNICATE, TRACE)
-                p2 = p1
-                p1, p1_m0, p1_n0 = t, m0, n0
-        else:
-            worst = pipelined_tile(ctx, a, b, out, slots, peer_slots, parity, m0, n0, p1, p1_m0, p1_n0, p2, worst,
-                                   split, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rank, trace, step,
-                                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, B_ROW_MAJOR, WORLD, PUSH_ROWS,
-                                   REDUCE_ROWS, TMA_PUSH, COMMUNICATE, TRACE)
-            p2 = p1
-            p1, p1_m0, p1_n0 = t, m0, n0
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, 0, split, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 1 + 6 * step, TRACE)
+        if COMMUNICATE:
+            if p1 >= 0:
+                push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M, BLOCK_N,
+                             PUSH_ROWS, TMA_PUSH)
+        stamp(trace, 2 + 6 * step, TRACE)
+        acc = gemm_range(acc, a, b, m0, M, n0, N, split, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA,
+                         B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        stamp(trace, 3 + 6 * step, TRACE)
+        # The signal before the stage: its release then waits only for the push, long drained,
+        # not for the stage's stores.
+        if COMMUNICATE:
+            if p1 >= 0:
+                worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
+        stamp(trace, 4 + 6 * step, TRACE)
+        store_tile(out, acc, m0, n0, M, N, BLOCK_M, BLOCK_N)
+        stamp(trace, 5 + 6 * step, TRACE)
+        if COMMUNICATE:
+            if (p2 >= 0) & (worst == 0):
+                worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
+        stamp(trace, 6 + 6 * step, TRACE)
+        p2 = p1
+        p1, p1_m0, p1_n0 = t, m0, n0
         step += 1
     if COMMUNICATE:
         # The last tile's partial goes out now (nothing left to overlap it with), and the last two
@@ -429,5 +334,5 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     tl.store(status + pid, worst)
 
 
-__all__ = ["LAST_TILES", "add_in_rank_order", "advance_epochs", "finish_piece", "finish_last_tile", "pipelined_tile", "launch_slots", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
+__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
            "store_to_peer_slots"]
