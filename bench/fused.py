@@ -198,6 +198,11 @@ class FusedBench:
             p = push._replace(one_shot=one_shot)
             self.record("matmul_allreduce", f"ironlink_fused[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status), nbytes)
+            if one_shot:  # the tail's push and reduce in turn or interleaved (tuning.MATMUL_TAIL_INTERLEAVED)
+                for tail in ("serial", "interleaved"):
+                    self.record("matmul_allreduce", f"ironlink_fused[push,one_shot,tail_{tail}]", shape, dt,
+                                lambda: launch_matmul(self.heap, p, a, b, out, status,
+                                                      tail_interleaved=tail == "interleaved"), nbytes)
             # Its GEMM alone (the kernel without communication): what the fused time is made of.
             self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)

@@ -532,6 +532,12 @@ def refused(call: Callable[[], object], words: str) -> None:
     raise AssertionError(f"no ValueError (wanted one naming {words!r})")
 
 
+def with_tail_interleaved(on: bool, fn: Callable[[], None]) -> None:
+    """Runs `fn` with matmul_all_reduce's one-shot tail interleaved (`on`) or in turn."""
+    with tuning.overridden(MATMUL_TAIL_INTERLEAVED=on):
+        fn()
+
+
 def with_split_lamport(on: bool, fn: Callable[[], None]) -> None:
     """Runs `fn` with mode split's slices exchanged through lamport slots (`on`) or LL packets."""
     with tuning.overridden(RMSNORM_SPLIT_LAMPORT=on):
@@ -723,6 +729,15 @@ def main() -> int:
             cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, k, world)} {dtype} b row-major {m}x{n}x{k} "
                       "8 launches back to back",
                       lambda: s.matmul(m, n, k, dtype, graph=False, launches=8, b_row_major=True))
+        # The one-shot kernel's tail both ways (tuning.MATMUL_TAIL_INTERLEAVED): one tile a CTA
+        # (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
+        if world == 2:
+            for on in (False, True):
+                for m, launches, graph in ((1030, 1, False), (2050, 8, False), (2050, 1, True)):
+                    cases.run(f"matmul_all_reduce push one-shot, tail {'interleaved' if on else 'in turn'}, "
+                              f"{dtype} {m}x2050x1024 {launches} launch(es){' in a CUDA graph' if graph else ''}",
+                              lambda: with_tail_interleaved(on, lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
+                                                                                 launches=launches, method="push")))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         for m, n in ((200, 4096), (4100, 2050)):
