@@ -41,7 +41,6 @@ from ironlink.runtime import tuning
 from ironlink_bench import GraphRound, write_results
 from ironlink.fused import allreduce_rmsnorm
 from ironlink.fused.matmul_allreduce import METHODS
-from ironlink.fused.matmul_allreduce_push import TAILS
 from ironlink.fused.matmul_allreduce import launch as launch_matmul
 from ironlink.fused.matmul_allreduce import plan as plan_matmul
 from ironlink.ops import TensorSpec
@@ -199,10 +198,11 @@ class FusedBench:
             p = push._replace(one_shot=one_shot)
             self.record("matmul_allreduce", f"ironlink_fused[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status), nbytes)
-            if one_shot:  # each way the kernel may end (tuning.MATMUL_TAIL)
-                for tail in TAILS:
+            if one_shot:  # the tail's push and reduce in turn or interleaved (tuning.MATMUL_TAIL_INTERLEAVED)
+                for tail in ("serial", "interleaved"):
                     self.record("matmul_allreduce", f"ironlink_fused[push,one_shot,tail_{tail}]", shape, dt,
-                                lambda: launch_matmul(self.heap, p, a, b, out, status, tail=tail), nbytes)
+                                lambda: launch_matmul(self.heap, p, a, b, out, status,
+                                                      tail_interleaved=tail == "interleaved"), nbytes)
             # Its GEMM alone (the kernel without communication): what the fused time is made of.
             self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)

@@ -43,7 +43,6 @@ from ironlink.runtime import tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES
 from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
-from ironlink.fused.matmul_allreduce_push import TAILS
 from ironlink.ops.pdl import MIN_MAJOR
 
 from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/, the script's own directory
@@ -533,9 +532,9 @@ def refused(call: Callable[[], object], words: str) -> None:
     raise AssertionError(f"no ValueError (wanted one naming {words!r})")
 
 
-def with_tail(tail: str, fn: Callable[[], None]) -> None:
-    """Runs `fn` with matmul_all_reduce's one-shot kernel ending as `tail` (tuning.MATMUL_TAIL)."""
-    with tuning.overridden(MATMUL_TAIL=tail):
+def with_tail_interleaved(on: bool, fn: Callable[[], None]) -> None:
+    """Runs `fn` with matmul_all_reduce's one-shot tail interleaved (`on`) or in turn."""
+    with tuning.overridden(MATMUL_TAIL_INTERLEAVED=on):
         fn()
 
 
@@ -730,15 +729,15 @@ def main() -> int:
             cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, k, world)} {dtype} b row-major {m}x{n}x{k} "
                       "8 launches back to back",
                       lambda: s.matmul(m, n, k, dtype, graph=False, launches=8, b_row_major=True))
-        # Every way the one-shot kernel may end (tuning.MATMUL_TAIL): one tile a CTA (1030 rows: 81
-        # tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
+        # The one-shot kernel's tail both ways (tuning.MATMUL_TAIL_INTERLEAVED): one tile a CTA
+        # (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
         if world == 2:
-            for tail in TAILS:
+            for on in (False, True):
                 for m, launches, graph in ((1030, 1, False), (2050, 8, False), (2050, 1, True)):
-                    cases.run(f"matmul_all_reduce push one-shot, tail {tail}, {dtype} {m}x2050x1024 "
-                              f"{launches} launch(es){' in a CUDA graph' if graph else ''}",
-                              lambda: with_tail(tail, lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
-                                                                       launches=launches, method="push")))
+                    cases.run(f"matmul_all_reduce push one-shot, tail {'interleaved' if on else 'in turn'}, "
+                              f"{dtype} {m}x2050x1024 {launches} launch(es){' in a CUDA graph' if graph else ''}",
+                              lambda: with_tail_interleaved(on, lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
+                                                                                 launches=launches, method="push")))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         for m, n in ((200, 4096), (4100, 2050)):

@@ -67,7 +67,7 @@ from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
 from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile
 from .matmul_allreduce_lamport import matmul_allreduce_lamport_kernel
-from .matmul_allreduce_push import TAILS, matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
+from .matmul_allreduce_push import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
 from .trace import stamp
 
 
@@ -191,12 +191,12 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
            trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None,
            signal_at: Optional[float] = None, flat: Optional[bool] = None,
-           tail: Optional[str] = None) -> None:
+           tail_interleaved: Optional[bool] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
     replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
-    tuning.matmul_flat (two-shot), `tail` tuning.MATMUL_TAIL (one-shot),
+    tuning.matmul_flat (two-shot), `tail_interleaved` tuning.MATMUL_TAIL_INTERLEAVED (one-shot),
     `tma_push=False` pushes by stores from registers where TMA could take them.
     `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
@@ -237,7 +237,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
             heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, *strides, status, stamps,
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
             STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER,
-            TAIL=TAILS.index(tuning.MATMUL_TAIL if tail is None else tail),
+            TAIL_INTERLEAVED=tuning.MATMUL_TAIL_INTERLEAVED if tail_interleaved is None else tail_interleaved,
             **common)
         return
     flat = tuning.matmul_flat(torch.cuda.get_device_capability(out.device)[0]) if flat is None else flat

@@ -19,9 +19,6 @@ from .gemm import gemm_range, store_tile, tile_coords
 from ..ops.slots import add_in_rank_order, advance_epochs, launch_slots, slot_of, store_to_peer_slots
 from .trace import stamp
 
-# How the one-shot kernel ends (its TAIL constexpr is the index; tuning.MATMUL_TAIL the default).
-TAILS = ("in_turn", "interleaved", "pipelined")
-
 @triton.jit
 def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, TMA_PUSH: tl.constexpr):
@@ -69,34 +66,19 @@ def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl
 
 
 @triton.jit
-def reduce_rows(out, slots, t, r0, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                GROUP_M: tl.constexpr, ROWS: tl.constexpr):
-    """One-shot: rows r0..r0 + ROWS of tile `t` summed over the ranks in rank order (as
-    `reduce_tile`, whose caller waited for the peers' partials) into `out`."""
-    tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rm = tm * BLOCK_M + r0 + tl.arange(0, ROWS)
-    rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs = rm[:, None].to(tl.int64) * N + rn[None, :]
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    total = add_in_rank_order(tl.zeros((ROWS, BLOCK_N), dtype=tl.float32), out, slots, tl.cast(M, tl.int64) * N,
-                              offs, mask, rank, WORLD)
-    tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def push_while_reducing(ctx, out, slots, peer_slots, parity, last, m0, n0, t, worst, M, N, rank,
-                        WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-                        ROWS: tl.constexpr, TMA_PUSH: tl.constexpr, PIPELINED: tl.constexpr):
-    """One-shot, after the loop: `push_partial` of the last tile `last` (rows m0.., columns n0..,
-    staged in `out`) in chunks of ROWS rows, and between them the reduce of tile `t` (the tile
-    before it; none when t < 0) in chunks as large: its peers' partials (waited for after the
-    first chunk, unless `worst` already failed) are summed while the pushed chunks drain.
-    PIPELINED: each chunk of `last` is signalled once delivered (a tile signal per chunk, waited
-    for as many times), and the peers' chunk before it is reduced then, so that after the last
-    chunk lands only that chunk is left to sum; else `last` is left for the caller to signal and
-    reduce whole. Returns the status."""
+def push_while_reducing(ctx, out, slots, peer_slots, parity, m0, n0, t, worst, M, N, rank, WORLD: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr,
+                        TMA_PUSH: tl.constexpr):
+    """One-shot, after the loop: `push_partial` of the last tile (rows m0.., columns n0.., staged
+    in `out`) in chunks of ROWS rows, and between them the reduce of tile `t` (the tile before
+    it; none when t < 0) in chunks as large: its peers' partials (waited for after the first
+    chunk, unless `worst` already failed) are summed while the pushed chunks drain. Returns the
+    status."""
     tl.debug_barrier()  # the staged partial: every thread's stores before these loads (push_partial)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tm, tn = tile_coords(tl.maximum(t, 0), tiles_m, tl.cdiv(N, BLOCK_N), GROUP_M)
     rn = n0 + tl.arange(0, BLOCK_N)
+    rn_t = tn * BLOCK_N + tl.arange(0, BLOCK_N)
     slot = tl.cast(M, tl.int64) * N
     for r0 in tl.static_range(0, BLOCK_M, ROWS):
         rm = m0 + r0 + tl.arange(0, ROWS)
@@ -111,19 +93,12 @@ def push_while_reducing(ctx, out, slots, peer_slots, parity, last, m0, n0, t, wo
             if (t >= 0) & (worst == 0):
                 worst = il.symm_tile_wait_others(ctx, t)
         if (t >= 0) & (worst == 0):
-            reduce_rows(out, slots, t, r0, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, ROWS)
-        if PIPELINED:
-            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, last), worst)
-            if r0 > 0:
-                if worst == 0:
-                    worst = il.symm_tile_wait_others(ctx, last)
-                if worst == 0:
-                    reduce_rows(out, slots, last, r0 - ROWS, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, ROWS)
-    if PIPELINED:
-        if worst == 0:
-            worst = il.symm_tile_wait_others(ctx, last)
-        if worst == 0:
-            reduce_rows(out, slots, last, BLOCK_M - ROWS, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, ROWS)
+            rm_t = tm * BLOCK_M + r0 + tl.arange(0, ROWS)
+            offs_t = rm_t[:, None].to(tl.int64) * N + rn_t[None, :]
+            mask_t = (rm_t[:, None] < M) & (rn_t[None, :] < N)
+            total = add_in_rank_order(tl.zeros((ROWS, BLOCK_N), dtype=tl.float32), out, slots, slot, offs_t, mask_t,
+                                      rank, WORLD)
+            tl.store(out + offs_t, total.to(out.dtype.element_ty), mask=mask_t)
     return worst
 
 
@@ -133,7 +108,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
                                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                                  B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
                                  REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr, TMA_PUSH: tl.constexpr,
-                                 TAIL: tl.constexpr = 0, COMMUNICATE: tl.constexpr = True,
+                                 TAIL_INTERLEAVED: tl.constexpr = False, COMMUNICATE: tl.constexpr = True,
                                  TRACE: tl.constexpr = False):
     """Method "push", one-shot (see the module docs). out [M, N] (heap, contiguous) = all-reduce
     of a @ b. ws: the partials' slots (heap, this op's workspace): 2 x (world - 1) x [M, N], the
@@ -150,11 +125,9 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     (`push_partial`); else by stores from registers (`peer_slots` unused). The signal after a
     push waits for the TMA stores' completion (`symm_tile_signal_others`). The staging in `out`
     stays a plain store: the push and the reduce read it back with plain loads.
-    TAIL (`TAILS`): after the loop, 0 "in_turn": the last tile's push, the reduce of the tile
-    before it, the last tile's signal and reduce; 1 "interleaved": the push in chunks with the
-    reduce between them (`push_while_reducing`; each chunk's TMA store waits for its reads, which
-    on a full NVLink take the transfer's time); 2 "pipelined": as 1, and each chunk signalled
-    when delivered and the peers' reduced as they land.
+    TAIL_INTERLEAVED: after the loop, the last tile's push goes out in chunks with the reduce of
+    the tile before it between them (`push_while_reducing`), not the whole push first: each
+    chunk's TMA store waits for its reads, which on a full NVLink take the transfer's time.
     COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: six stamps per tile
     (first GEMM part, push, rest of the GEMM, signal, stage, reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -200,10 +173,10 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     if COMMUNICATE:
         # The last tile's partial goes out now (nothing left to overlap it with), and the last two
         # tiles are reduced.
-        if TAIL != 0:
+        if TAIL_INTERLEAVED:
             if p1 >= 0:
-                worst = push_while_reducing(ctx, out, slots, peer_slots, parity, p1, p1_m0, p1_n0, p2, worst, M, N,
-                                            rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, PUSH_ROWS, TMA_PUSH, TAIL == 2)
+                worst = push_while_reducing(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, p2, worst, M, N,
+                                            rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, PUSH_ROWS, TMA_PUSH)
         else:
             if p1 >= 0:
                 push_partial(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, M, N, rank, WORLD, BLOCK_M,
@@ -212,12 +185,10 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
             # waits for it): its peers' partials came in long ago.
             if (p2 >= 0) & (worst == 0):
                 worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
-        if TAIL != 2:
-            if p1 >= 0:
-                worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
-            if (p1 >= 0) & (worst == 0):
-                worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M,
-                                    REDUCE_ROWS)
+        if p1 >= 0:
+            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
+        if (p1 >= 0) & (worst == 0):
+            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
         stamp(trace, 1 + 6 * step, TRACE)
         advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
@@ -409,5 +380,5 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     tl.store(status + pid, worst)
 
 
-__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "push_while_reducing", "reduce_rows", "TAILS", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
+__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "push_while_reducing", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
            "store_to_peer_slots"]

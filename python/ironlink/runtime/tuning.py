@@ -364,11 +364,9 @@ def matmul_flat(cc_major: int) -> bool:
 # in the fifth (138.6 / 138.9, 2 H200s, f2ca070); at M = 4096 (eight waves) two-shot won each
 # time (462.8 / 490.0 on 2 H200s at 7b34909).
 MATMUL_ONE_SHOT_MAX_WAVES = 2
-# matmul_all_reduce "push", one-shot: how the kernel ends after its tile loop (fused.
-# matmul_allreduce_push.TAILS): "in_turn" (the last push, then the reduces), "interleaved" (the
-# last push in chunks with the reduce of the tile before between them) or "pipelined" (as
-# interleaved, each chunk also signalled when delivered and the peers' reduced as they land).
-MATMUL_TAIL = "pipelined"
+# matmul_all_reduce "push", one-shot: after the tile loop, the last tile's push in chunks with the
+# reduce of the tile before between them (`push_while_reducing`), rather than the push first.
+MATMUL_TAIL_INTERLEAVED = True
 
 
 def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
@@ -420,6 +418,6 @@ def overridden(**values: Any) -> Iterator[None]:
             setattr(module, name, value)
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_TAIL", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
            "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
            "tile_all_reduce_takes_ll"]
