@@ -15,6 +15,8 @@ every grid-th tile from c):
     rules): after computing tile t a CTA stages its partial in `out` and pushes it into its slot
     at every peer during its next tile's K loop, signals (`symm_tile_signal_others`), and then
     sums the tile of two steps before over the ranks: one NVLink hop, every rank sums every tile.
+    After its last tile a CTA pushes that one in chunks with the reduce of the tile before between
+    them (`tuning.MATMUL_TAIL_INTERLEAVED`), then signals and reduces it.
   - two-shot by slices (more waves, or more ranks): the ranks own equal slices of the tiles.
     Rank r computes the other slices first, its own last: a tile it does not own goes from
     registers into its slot at the owner (`symm_tile_signal`); a tile it owns is summed with the
