@@ -20,48 +20,61 @@ from ..ops.slots import add_in_rank_order, advance_epochs, launch_slots, slot_of
 from .trace import stamp
 
 @triton.jit
+def push_rows(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr, ROWS: tl.constexpr,
+              BLOCK_N: tl.constexpr, TMA_PUSH: tl.constexpr):
+    """One-shot: rows m0..m0 + ROWS, columns n0.. of this rank's partial, staged in `out`, into
+    its slot (rank - dest - 1) mod world of every other rank `dest`'s workspace. TMA_PUSH (world
+    2): through `peer_slots`, a TMA descriptor of the one peer's slots [2, M, N] (blocks [1,
+    ROWS, BLOCK_N]), so the copy engine of the SM sends while the warps go on."""
+    rm = m0 + tl.arange(0, ROWS)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    v = tl.load(out + offs, mask=mask)
+    if TMA_PUSH:
+        peer_slots.store([parity, m0, n0], v.reshape(1, ROWS, BLOCK_N))
+    else:
+        store_to_peer_slots(ctx, slots, tl.cast(M, tl.int64) * N, offs, v, mask, rank, WORLD)
+
+
+@triton.jit
 def push_partial(ctx, out, slots, peer_slots, parity, m0, n0, M, N, rank, WORLD: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, TMA_PUSH: tl.constexpr):
-    """One-shot: copies this rank's partial of the tile at rows m0.., columns n0.., staged in
-    `out`, into its slot (rank - dest - 1) mod world of every other rank `dest`'s workspace.
-    TMA_PUSH (world 2): through `peer_slots`, a TMA descriptor of the one peer's slots [2, M, N]
-    (blocks [1, ROWS, BLOCK_N]), so the copy engine of the SM sends while the warps go on."""
+    """One-shot: `push_rows` of the whole tile at rows m0.., columns n0.., in chunks of ROWS."""
     # The partial was staged by this CTA in store_tile's layout, which need not be this one's, and
     # the K loop between may be empty (split 0, or after the last tile): every thread's stores
     # before these loads.
     tl.debug_barrier()
-    rn = n0 + tl.arange(0, BLOCK_N)
     # Unrolled: the chunks' loads can be in flight together (this runs inside the GEMM's K loop).
     for r0 in tl.static_range(0, BLOCK_M, ROWS):
-        rm = m0 + r0 + tl.arange(0, ROWS)
-        offs = rm[:, None].to(tl.int64) * N + rn[None, :]
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        v = tl.load(out + offs, mask=mask)
-        if TMA_PUSH:
-            peer_slots.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
-        else:
-            store_to_peer_slots(ctx, slots, tl.cast(M, tl.int64) * N, offs, v, mask, rank, WORLD)
+        push_rows(ctx, out, slots, peer_slots, parity, m0 + r0, n0, M, N, rank, WORLD, ROWS, BLOCK_N, TMA_PUSH)
+
+
+@triton.jit
+def reduce_rows(out, slots, m0, n0, M, N, rank, WORLD: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One-shot: rows m0..m0 + ROWS, columns n0.. summed over the ranks in rank order in fp32
+    (this rank's partial in `out`, peer q's in slot (q - rank - 1) mod world of `slots`) into
+    `out`. The caller waited for the peers' partials."""
+    rm = m0 + tl.arange(0, ROWS)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    total = add_in_rank_order(tl.zeros((ROWS, BLOCK_N), dtype=tl.float32), out, slots, tl.cast(M, tl.int64) * N,
+                              offs, mask, rank, WORLD)
+    tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def reduce_tile(ctx, out, slots, t, M, N, rank, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 GROUP_M: tl.constexpr, REDUCE_ROWS: tl.constexpr):
-    """One-shot: waits for every peer's partial of tile `t`, sums the tile over the ranks in rank
-    order in fp32 (this rank's partial in `out`, peer q's in slot (q - rank - 1) mod world of
-    `slots`) into `out`, in chunks of REDUCE_ROWS rows. Returns the status (nothing is read or
-    written after a failed wait)."""
+    """One-shot: waits for every peer's partial of tile `t`, then `reduce_rows` of the whole tile in
+    chunks of REDUCE_ROWS rows. Returns the status (nothing is read or written after a failed
+    wait)."""
     s = il.symm_tile_wait_others(ctx, t)
     if s == 0:
         tm, tn = tile_coords(t, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-        rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-        slot = tl.cast(M, tl.int64) * N
         for r0 in range(0, BLOCK_M, REDUCE_ROWS):
-            rm = tm * BLOCK_M + r0 + tl.arange(0, REDUCE_ROWS)
-            offs = rm[:, None].to(tl.int64) * N + rn[None, :]
-            mask = (rm[:, None] < M) & (rn[None, :] < N)
-            total = add_in_rank_order(tl.zeros((REDUCE_ROWS, BLOCK_N), dtype=tl.float32), out, slots, slot, offs,
-                                      mask, rank, WORLD)
-            tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
+            reduce_rows(out, slots, tm * BLOCK_M + r0, tn * BLOCK_N, M, N, rank, WORLD, REDUCE_ROWS, BLOCK_N)
     return s
 
 
@@ -75,30 +88,14 @@ def push_while_reducing(ctx, out, slots, peer_slots, parity, m0, n0, t, worst, M
     chunk, unless `worst` already failed) are summed while the pushed chunks drain. Returns the
     status."""
     tl.debug_barrier()  # the staged partial: every thread's stores before these loads (push_partial)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tm, tn = tile_coords(tl.maximum(t, 0), tiles_m, tl.cdiv(N, BLOCK_N), GROUP_M)
-    rn = n0 + tl.arange(0, BLOCK_N)
-    rn_t = tn * BLOCK_N + tl.arange(0, BLOCK_N)
-    slot = tl.cast(M, tl.int64) * N
+    tm, tn = tile_coords(tl.maximum(t, 0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     for r0 in tl.static_range(0, BLOCK_M, ROWS):
-        rm = m0 + r0 + tl.arange(0, ROWS)
-        offs = rm[:, None].to(tl.int64) * N + rn[None, :]
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        v = tl.load(out + offs, mask=mask)
-        if TMA_PUSH:
-            peer_slots.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
-        else:
-            store_to_peer_slots(ctx, slots, slot, offs, v, mask, rank, WORLD)
+        push_rows(ctx, out, slots, peer_slots, parity, m0 + r0, n0, M, N, rank, WORLD, ROWS, BLOCK_N, TMA_PUSH)
         if r0 == 0:
             if (t >= 0) & (worst == 0):
                 worst = il.symm_tile_wait_others(ctx, t)
         if (t >= 0) & (worst == 0):
-            rm_t = tm * BLOCK_M + r0 + tl.arange(0, ROWS)
-            offs_t = rm_t[:, None].to(tl.int64) * N + rn_t[None, :]
-            mask_t = (rm_t[:, None] < M) & (rn_t[None, :] < N)
-            total = add_in_rank_order(tl.zeros((ROWS, BLOCK_N), dtype=tl.float32), out, slots, slot, offs_t, mask_t,
-                                      rank, WORLD)
-            tl.store(out + offs_t, total.to(out.dtype.element_ty), mask=mask_t)
+            reduce_rows(out, slots, tm * BLOCK_M + r0, tn * BLOCK_N, M, N, rank, WORLD, ROWS, BLOCK_N)
     return worst
 
 
@@ -380,5 +377,5 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     tl.store(status + pid, worst)
 
 
-__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "push_while_reducing", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
+__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "push_rows", "push_while_reducing", "reduce_rows", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
            "store_to_peer_slots"]
