@@ -532,15 +532,9 @@ def refused(call: Callable[[], object], words: str) -> None:
     raise AssertionError(f"no ValueError (wanted one naming {words!r})")
 
 
-def with_tail_interleaved(on: bool, fn: Callable[[], None]) -> None:
-    """Runs `fn` with matmul_all_reduce's one-shot tail interleaved (`on`) or in turn."""
-    with tuning.overridden(MATMUL_TAIL_INTERLEAVED=on):
-        fn()
-
-
-def with_split_lamport(on: bool, fn: Callable[[], None]) -> None:
-    """Runs `fn` with mode split's slices exchanged through lamport slots (`on`) or LL packets."""
-    with tuning.overridden(RMSNORM_SPLIT_LAMPORT=on):
+def with_tuning(fn: Callable[[], None], **values: Any) -> None:
+    """Runs `fn` with the tuning names given set to these values (`tuning.overridden`)."""
+    with tuning.overridden(**values):
         fn()
 
 
@@ -692,16 +686,17 @@ def main() -> int:
         for tokens in (1, 8, 16):
             if split_fits(tokens, 8192, world):
                 cases.run(f"all_reduce_rmsnorm split over {other} {dtype} {tokens}x8192",
-                          lambda: with_split_lamport(not tuning.RMSNORM_SPLIT_LAMPORT, lambda: s.rmsnorm(
-                              tokens, 8192, dtype, "split", graph=False)))
+                          lambda: with_tuning(lambda: s.rmsnorm(tokens, 8192, dtype, "split", graph=False),
+                                              RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
                 if torch.cuda.get_device_capability()[0] >= 9:
                     cases.run(f"all_reduce_rmsnorm split over {other} {dtype} {tokens}x8192 fp8 out",
-                              lambda: with_split_lamport(not tuning.RMSNORM_SPLIT_LAMPORT, lambda: s.rmsnorm(
-                                  tokens, 8192, dtype, "split", graph=False, fp8=True)))
+                              lambda: with_tuning(lambda: s.rmsnorm(tokens, 8192, dtype, "split", graph=False,
+                                                                    fp8=True),
+                                                  RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
         if split_fits(8, 8192, world):
             cases.run(f"all_reduce_rmsnorm split over {other} {dtype} 8x8192: 2000 graph replays back to back",
-                      lambda: with_split_lamport(not tuning.RMSNORM_SPLIT_LAMPORT, lambda: s.rmsnorm(
-                          8, 8192, dtype, "split", graph=True, back_to_back=2000)))
+                      lambda: with_tuning(lambda: s.rmsnorm(8, 8192, dtype, "split", graph=True, back_to_back=2000),
+                                          RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
         # Lamport: every slot must be empty again after each call, or the next call that lands
         # there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
         for tokens, replays in ((32, 2000), (2048, 200)):
@@ -736,8 +731,9 @@ def main() -> int:
                 for m, launches, graph in ((1030, 1, False), (2050, 8, False), (2050, 1, True)):
                     cases.run(f"matmul_all_reduce push one-shot, tail {'interleaved' if on else 'in turn'}, "
                               f"{dtype} {m}x2050x1024 {launches} launch(es){' in a CUDA graph' if graph else ''}",
-                              lambda: with_tail_interleaved(on, lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
-                                                                                 launches=launches, method="push")))
+                              lambda: with_tuning(lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
+                                                                   launches=launches, method="push"),
+                                                  MATMUL_TAIL_INTERLEAVED=on))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         for m, n in ((200, 4096), (4100, 2050)):
