@@ -136,6 +136,31 @@ pub fn tile_signal_others(c: &SymmContext, tile: usize) {
     tile_signal_where(c, tile, |p| p != me);
 }
 
+/// `tile_signal` to `peer` of `count` tiles at once: tiles `(first + i * stride) % wrap` for
+/// i < count (a CTA's grid-stride walk over `wrap` tiles), with one release for all of them:
+/// a signal's cost is its system-scope release (MEMBAR.SYS, one per warp), not its adds. The
+/// caller checked `count <= 32` (thread i of the first warp adds tile i's count), every tile
+/// index < MAX_TILES and `peer < world`. Every thread calls it.
+pub fn tile_signal_batch(
+    c: &SymmContext,
+    first: usize,
+    stride: usize,
+    count: usize,
+    wrap: usize,
+    peer: usize,
+) {
+    hw::bulk_stores_complete();
+    hw::sync_threads();
+    let i = hw::thread_rank_fresh() as usize;
+    if i < count {
+        let tile = (first + i * stride) % wrap;
+        // As in `tile_signal_where`: the release is cumulative over the CTA's earlier writes.
+        // SAFETY: a semaphore of a mapped peer signal region (tile < MAX_TILES, peer < world).
+        unsafe { hw::red_add_release_u32(tile_semaphore(c, peer, tile, c.rank as usize), 1) };
+    }
+    hw::sync_threads();
+}
+
 /// Thread p (< world) adds one to rank p's semaphore `[tile][rank]` if `to(p)`.
 fn tile_signal_where(c: &SymmContext, tile: usize, to: impl Fn(usize) -> bool) {
     // TMA stores of the tile (e.g. a Triton tensor descriptor's `store` to a peer) are

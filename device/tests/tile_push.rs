@@ -191,3 +191,120 @@ fn tile_wait_others_times_out_when_one_rank_is_missing() {
     assert_eq!(st, vec![status::TIMEOUT, status::TIMEOUT, status::OK]);
     assert_eq!(node.recorded_error(0), status::TIMEOUT);
 }
+
+/// `symm_tile_signal_batch`: each CTA walks tiles grid-stride from a rank-dependent start
+/// (wrapping around the tile count, as matmul_all_reduce's two-shot kernel does), writes one word
+/// per tile into the next rank, and signals its tiles in batches of up to `batch` (the last batch
+/// shorter); the next rank waits for every tile one by one and checks its word. Every round's
+/// values differ, so a tile left out of a batch (a hang: TIMEOUT) or a wait that returned early
+/// (a stale word) fails; the reader acknowledges each round on a second range of tile indices.
+#[test]
+fn tile_signal_batch_covers_each_tile_of_a_strided_walk() {
+    const TILES: usize = 23;
+    const ROUNDS: u32 = 4;
+    let slot = |t: usize| BASE + 4 * t;
+    for (world, batch) in [(2, 1), (2, 3), (2, 32), (3, 4)] {
+        let mut node = Node::new(world, 1 << 16, 1 << 16);
+        clear_flag(&mut node, FLAG);
+        let what = format!("tile signal batch world={world} batch={batch}");
+        let ctas = 4usize;
+        let st = node.run(&what, ctas as u32, 32, |rank, ctx| {
+            let cta = cta_rank() as usize;
+            let (next, prev) = ((rank + 1) % world, (rank + world - 1) % world);
+            let start = |r: usize| (7 * r) % TILES; // each rank's walk starts elsewhere
+            let mine: Vec<usize> = (cta..TILES).step_by(ctas).collect();
+            for round in 0..ROUNDS {
+                let v = |from: usize, t: usize| (from as u32) << 24 | round << 16 | t as u32;
+                for (i, j) in mine.iter().enumerate() {
+                    let t = (j + start(rank)) % TILES;
+                    if thread_rank() == 0 {
+                        put_word(&node, next, slot(t), v(rank, t));
+                    }
+                    let last = i + 1 == mine.len();
+                    if (i + 1) % batch == 0 || last {
+                        let count = if last && (i + 1) % batch != 0 {
+                            (i + 1) % batch
+                        } else {
+                            batch
+                        };
+                        let first = mine[i + 1 - count];
+                        let s = api::symm_tile_signal_batch(
+                            ctx,
+                            ((first + start(rank)) % TILES) as i64,
+                            ctas as i64,
+                            count as i32,
+                            TILES as i64,
+                            next as i32,
+                        );
+                        if s != status::OK {
+                            return s;
+                        }
+                    }
+                }
+                // Read what the previous rank wrote into this one: the tiles its same CTA walked.
+                for j in mine.iter() {
+                    let t = (j + start(prev)) % TILES;
+                    let s = api::symm_tile_wait(ctx, t as i64, prev as i32);
+                    if s != status::OK {
+                        return s;
+                    }
+                    if word(&node, rank, slot(t)).load(Ordering::Relaxed) != v(prev, t) {
+                        put_word(&node, rank, FLAG, 1);
+                    }
+                    let s = api::symm_tile_signal(ctx, (TILES + t) as i64, prev as i32);
+                    if s != status::OK {
+                        return s;
+                    }
+                }
+                for j in mine.iter() {
+                    let t = (j + start(rank)) % TILES;
+                    let s = api::symm_tile_wait(ctx, (TILES + t) as i64, next as i32);
+                    if s != status::OK {
+                        return s;
+                    }
+                }
+            }
+            status::OK
+        });
+        assert_eq!(st, vec![status::OK; world], "{what}");
+        assert_flag_clear(&node, FLAG, &what, "read a stale tile");
+    }
+}
+
+/// Bad batches change nothing and say so: INVALID_ARGUMENT for a first tile outside the walk, a
+/// wrap over MAX_TILES, a negative stride or a count outside 1..=32; a bad peer as every call.
+#[test]
+fn tile_signal_batch_rejects_bad_ranges() {
+    let mut node = Node::new(2, 1 << 16, 1 << 16);
+    let st = node.run("bad batches", 1, 32, |rank, ctx| {
+        let peer = 1 - rank as i32;
+        let max = ironlink_device::abi::MAX_TILES as i64;
+        let bad = [
+            api::symm_tile_signal_batch(ctx, 5, 1, 2, 5, peer),
+            api::symm_tile_signal_batch(ctx, -1, 1, 2, 5, peer),
+            api::symm_tile_signal_batch(ctx, 0, 1, 2, max + 1, peer),
+            api::symm_tile_signal_batch(ctx, 0, 1, 2, 0, peer),
+            api::symm_tile_signal_batch(ctx, 0, -1, 2, 5, peer),
+            api::symm_tile_signal_batch(ctx, 0, 1, 0, 5, peer),
+            api::symm_tile_signal_batch(ctx, 0, 1, 33, 5, peer),
+            api::symm_tile_signal_batch(ctx, 0, 1, 2, 5, 2),
+        ];
+        if bad.iter().all(|&s| s == status::INVALID_ARGUMENT) {
+            status::OK
+        } else {
+            bad.iter()
+                .copied()
+                .find(|&s| s != status::INVALID_ARGUMENT)
+                .unwrap()
+        }
+    });
+    assert_eq!(st, vec![status::OK; 2]);
+    // Nothing was signalled: a wait for any tile of the range times out.
+    for r in 0..2 {
+        node.ctx_mut(r).timeout_ns = 100_000_000;
+    }
+    let st = node.run("after bad batches", 1, 32, |rank, ctx| {
+        api::symm_tile_wait(ctx, 0, 1 - rank as i32)
+    });
+    assert_eq!(st, vec![status::TIMEOUT; 2]);
+}

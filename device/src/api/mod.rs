@@ -13,7 +13,7 @@ mod checks;
 /// The NVSHMEM wrappers (functions in the NVSHMEM bitcode only; their table everywhere).
 pub mod nvshmem;
 
-use crate::abi::{status, SymmContext, ABI_VERSION};
+use crate::abi::{status, SymmContext, ABI_VERSION, MAX_TILES};
 use crate::collectives::{
     all_gather, all_reduce, all_to_all, all_to_all_v, broadcast, hierarchical, reduce,
     reduce_scatter, tile, tile_shape,
@@ -546,6 +546,26 @@ exports! {
         let r = ctx::context(ctx).and_then(|c| {
             let (index, peer) = (tile_index(tile)?, check_rank(c, peer)?);
             primitives::tile_wait(c, index, peer, which!(symm_tile_wait))
+        });
+        code(r)
+    }
+
+    /// `symm_tile_signal` to `peer` of `count` (1 to 32) tiles with one release: tiles
+    /// `(first_tile + i * stride) % wrap` for i < count, e.g. the last `count` tiles of a CTA's
+    /// grid-stride walk over `wrap` tiles. A signal costs a CTA its system-scope release (about
+    /// 2 us with every SM signalling), so a CTA that pushes several tiles to one peer and whose
+    /// reader can wait signals them together. INVALID_ARGUMENT unless 0 <= first_tile < wrap <=
+    /// MAX_TILES, stride >= 0 and 1 <= count <= 32.
+    fn symm_tile_signal_batch(ctx: i64, first_tile: i64, stride: i64, count: i32, wrap: i64, peer: i32) -> i32 {
+        let r = ctx::context(ctx).and_then(|c| {
+            let peer = check_rank(c, peer)?;
+            let wrap_ok = wrap >= 1 && wrap as u64 <= MAX_TILES as u64;
+            if !wrap_ok || first_tile < 0 || first_tile >= wrap || stride < 0 || !(1..=32).contains(&count) {
+                return Err(status::INVALID_ARGUMENT);
+            }
+            let stride = (stride % wrap) as usize; // (first + i * stride) % wrap stays in usize
+            primitives::tile_signal_batch(c, first_tile as usize, stride, count as usize, wrap as usize, peer);
+            Ok(())
         });
         code(r)
     }

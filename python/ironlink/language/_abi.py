@@ -181,6 +181,7 @@ FUNCTIONS = {
     "symm_tile_put": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("rows", "i64"), ("cols", "i64"), ("row_stride", "i64"), ("tile", "i64"), ("peer", "i32"), ("dtype", "i32")), "i32", "Push-as-produced: copies the `rows` x `cols` tile at local `src_ptr` (rows `row_stride`"),
     "symm_tile_signal": ((("ctx", "i64"), ("tile", "i64"), ("peer", "i32")), "i32", "Push-as-produced: tells `peer` that this CTA's earlier writes for tile `tile` (stores"),
     "symm_tile_wait": ((("ctx", "i64"), ("tile", "i64"), ("peer", "i32")), "i32", "Push-as-produced: waits for the next signal of tile `tile` from `peer` (signals are"),
+    "symm_tile_signal_batch": ((("ctx", "i64"), ("first_tile", "i64"), ("stride", "i64"), ("count", "i32"), ("wrap", "i64"), ("peer", "i32")), "i32", "`symm_tile_signal` to `peer` of `count` (1 to 32) tiles with one release: tiles"),
     "symm_tile_signal_others": ((("ctx", "i64"), ("tile", "i64")), "i32", "`symm_tile_signal` to every other rank at once (one thread per rank): what a tile's"),
     "symm_tile_wait_others": ((("ctx", "i64"), ("tile", "i64")), "i32", "`symm_tile_wait` for every other rank at once (one thread per rank): returns when each has"),
     "symm_put": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("nbytes", "i64"), ("peer", "i32")), "i32", "CTA-cooperative copy of `nbytes` from local `src_ptr` to `peer`'s copy of the symmetric"),
