@@ -203,6 +203,10 @@ class FusedBench:
                     self.record("matmul_allreduce", f"ironlink_fused[push,one_shot,tail_{tail}]", shape, dt,
                                 lambda: launch_matmul(self.heap, p, a, b, out, status,
                                                       tail_interleaved=tail == "interleaved"), nbytes)
+            elif self.world == 2:  # signals per tile or in batches (tuning.MATMUL_SIGNAL_EVERY)
+                for every in sorted({1, 2, 4, 8} | {tuning.MATMUL_SIGNAL_EVERY}):
+                    self.record("matmul_allreduce", f"ironlink_fused[push,two_shot,signal_every={every}]", shape, dt,
+                                lambda: launch_matmul(self.heap, p, a, b, out, status, signal_every=every), nbytes)
             # Its GEMM alone (the kernel without communication): what the fused time is made of.
             self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)

@@ -92,6 +92,8 @@ def main() -> None:
                     "shares)")
     ap.add_argument("--flat", default=str(int(tuning.MATMUL_FLAT)),
                     help="push two-shot: 1 flattens the tile and K loops, 0 nests them; '0,1' both")
+    ap.add_argument("--signal-every", default=str(tuning.MATMUL_SIGNAL_EVERY),
+                    help="push two-shot, flat, world 2: signal every this many tiles (comma-separated)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -106,23 +108,24 @@ def main() -> None:
         out = heap.empty((m, args.n), torch.bfloat16)
         specs = [TensorSpec.from_tensor(t, n) for t, n in ((a, "a"), (b, "b"), (out, "out"))]
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        variants = [("push", shot, st, tma, at, flat) for shot in args.shots.split(",")
+        variants = [("push", shot, st, tma, at, flat, every) for shot in args.shots.split(",")
                     for st in map(int, args.staggers.split(",")) for tma in map(int, args.tma_push.split(","))
-                    for at in map(float, args.signal_at.split(",")) for flat in map(int, args.flat.split(","))]
-        variants.append(("tile", "auto", 0, 0, 1.0, 0))
+                    for at in map(float, args.signal_at.split(",")) for flat in map(int, args.flat.split(","))
+                    for every in map(int, args.signal_every.split(","))]
+        variants.append(("tile", "auto", 0, 0, 1.0, 0, 1))
         seen: set[tuple[Any, ...]] = set()
-        for method, shot, stagger, tma, at, flat in variants:
+        for method, shot, stagger, tma, at, flat, every in variants:
             p = plan(*specs, str(heap.device), world, sms, None, method)
             if shot != "auto":
                 p = p._replace(one_shot=shot == "one")
-            # One-shot takes the stagger, two-shot the signal point (nested) or neither (flat): each
-            # distinct launch once.
-            key = (method, p.one_shot, tma, stagger if p.one_shot else (flat, None if flat else at))
+            # One-shot takes the stagger, two-shot the signal point (nested) or the batch of signals
+            # (flat): each distinct launch once.
+            key = (method, p.one_shot, tma, stagger if p.one_shot else (flat, every if flat else at))
             if key in seen:
                 continue
             seen.add(key)
             phases = PHASES["push" if p.one_shot else "push_two_shot"] if method == "push" else PHASES[method]
-            kw = dict(stagger=stagger, tma_push=bool(tma), signal_at=at, flat=bool(flat))
+            kw = dict(stagger=stagger, tma_push=bool(tma), signal_at=at, flat=bool(flat), signal_every=every)
             trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
             for _ in range(3):
                 launch(heap, p, a, b, out, status, **kw)
@@ -140,7 +143,7 @@ def main() -> None:
             heap.check()
             worst, gathered = slowest_rank_median(results, lambda r: r["kernel_us"])
             row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "tma_push": bool(tma),
-                   "signal_at": at, "flat": bool(flat),
+                   "signal_at": at, "flat": bool(flat), "signal_every": every,
                    "config": list(p.config), "ctas": p.ctas, "one_shot": p.one_shot, "graph_us": round(graph_us, 2),
                    **worst, "kernel_us_all_ranks": [r["kernel_us"] for r in gathered],
                    "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in results]), 2)}

@@ -209,7 +209,7 @@ for m in (16, 4096):
         KERNELS[f"matmul_allreduce_push_m{m}_two_shot{'_flat' if flat else ''}"] = (
             matmul_allreduce_owner_kernel.fn, _OWNER_SIG,
             {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 4, "TMA_PUSH": False, "FLAT": flat,
-             **({"MAX_CC": 90} if flat else {})})
+             "SIGNAL_EVERY": 1, **({"MAX_CC": 90} if flat else {})})
     # Through TMA descriptors (Hopper and later, world 2): b row-major, and column-major (read transposed).
     for b_row_major in (True, False):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
@@ -222,14 +222,14 @@ for m in (16, 4096):
                 {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
                 {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
                  "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True, "TAIL_INTERLEAVED": tail})
-        # Flattened (the default: halves pushed) and nested.
-        for flat in (True, False):
+        # Flattened (the default: halves pushed; signals per tile or batched) and nested.
+        for flat, every in ((True, 1), (True, 4), (False, 1)):
             peer = f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2 if flat else c.block_n}]>"
             KERNELS[f"matmul_allreduce_push_m{m}_two_shot_{'flat' if flat else 'nested'}_tma_b_"
-                    f"{'rows' if b_row_major else 'cols'}"] = (
+                    f"{'rows' if b_row_major else 'cols'}{f'_signal_every{every}' if every > 1 else ''}"] = (
                 matmul_allreduce_owner_kernel.fn, {**_OWNER_SIG, **operands, "peer_slots": peer, "peer_out": peer},
                 {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90, "TMA_PUSH": True,
-                 "FLAT": flat, **({"MAX_CC": 90} if flat else {})})
+                 "FLAT": flat, "SIGNAL_EVERY": every, **({"MAX_CC": 90} if flat else {})})
 
 # matmul_all_reduce's lamport method, at the small outputs it runs (tuning.matmul_method; at 4096's
 # 128 x 256 tiles its epilogue, the partial and the polled peer's beside the accumulator, spills):

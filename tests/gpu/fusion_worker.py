@@ -724,6 +724,17 @@ def main() -> int:
             cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, k, world)} {dtype} b row-major {m}x{n}x{k} "
                       "8 launches back to back",
                       lambda: s.matmul(m, n, k, dtype, graph=False, launches=8, b_row_major=True))
+        # The two-shot kernel's signals per tile and in batches (tuning.MATMUL_SIGNAL_EVERY, flat
+        # loop at world 2): 8200 rows make 585 tiles of 128 x 256, four or five a CTA, so batches
+        # of 2 and 3 leave ragged remainders after the loop.
+        if world == 2 and torch.cuda.get_device_capability()[0] == 9:
+            for every in (1, 2, 3):
+                for launches, graph in ((8, False), (1, True)):
+                    cases.run(f"matmul_all_reduce push two-shot, signals every {every} tile(s), {dtype} "
+                              f"8200x2050x512 {launches} launch(es){' in a CUDA graph' if graph else ''}",
+                              lambda: with_tuning(lambda: s.matmul(8200, 2050, 512, dtype, graph=graph,
+                                                                   launches=launches, method="push"),
+                                                  MATMUL_SIGNAL_EVERY=every))
         # The one-shot kernel's tail both ways (tuning.MATMUL_TAIL_INTERLEAVED): one tile a CTA
         # (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
         if world == 2:

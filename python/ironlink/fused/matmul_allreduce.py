@@ -193,12 +193,13 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
            trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None,
            signal_at: Optional[float] = None, flat: Optional[bool] = None,
-           tail_interleaved: Optional[bool] = None) -> None:
+           tail_interleaved: Optional[bool] = None, signal_every: Optional[int] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
     replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
-    tuning.matmul_flat (two-shot), `tail_interleaved` tuning.MATMUL_TAIL_INTERLEAVED (one-shot),
+    tuning.matmul_flat (two-shot), `signal_every` tuning.MATMUL_SIGNAL_EVERY (two-shot, flat, world
+    2), `tail_interleaved` tuning.MATMUL_TAIL_INTERLEAVED (one-shot),
     `tma_push=False` pushes by stores from registers where TMA could take them.
     `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
@@ -249,9 +250,10 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     k_tiles = triton.cdiv(p.k, c.block_k)
     at = tuning.MATMUL_SIGNAL_AT if signal_at is None else signal_at
     signal_k = min(k_tiles, round(at * k_tiles)) * c.block_k
+    every = tuning.MATMUL_SIGNAL_EVERY if signal_every is None else signal_every
     matmul_allreduce_owner_kernel[(p.ctas,)](
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, peer_out, epochs, p.m, p.n, p.k, *strides, signal_k, status,
-        stamps, FLAT=flat, **common)
+        stamps, FLAT=flat, SIGNAL_EVERY=every if flat and heap.world_size == 2 else 1, **common)
 
 
 __all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",

@@ -274,8 +274,8 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
                                   stride_bk, stride_bn, signal_k, status, trace, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                                   TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr,
-                                  TMA_PUSH: tl.constexpr, FLAT: tl.constexpr = False, COMMUNICATE: tl.constexpr = True,
-                                  TRACE: tl.constexpr = False):
+                                  TMA_PUSH: tl.constexpr, FLAT: tl.constexpr = False, SIGNAL_EVERY: tl.constexpr = 1,
+                                  COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
     """Method "push", two-shot by slices (see the module docs). out [M, N] (heap, contiguous) =
     all-reduce of a @ b. ws: the partials' slots (heap): 2 x (world - 1) x [M, N], the half by
     the launch parity (`epochs`, as the one-shot kernel). TMA_PUSH (world 2): `peer_slots` and
@@ -293,6 +293,10 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     FLAT: one K loop per tile, the tile loop flattened with it (`tl.range(flatten=True)`: Triton
     pipelines the loads across tiles instead of draining at each), the signal after the K loop
     (signal_k unused) and the epilogue in two halves of BLOCK_N / 2 columns.
+    SIGNAL_EVERY (FLAT, world 2): a CTA signals its pushes every SIGNAL_EVERY tiles, all of them
+    with one release (`symm_tile_signal_batch`; the rest after the loop): a signal costs its
+    system-scope release, and a tile's reader waits for it only much later (an owner sums the
+    peer's partials in its second half, a rank waits for the sums at its end).
     COMMUNICATE=False: the GEMM alone. TRACE: five stamps per tile (GEMM up to signal_k, signal,
     rest of the GEMM, wait for the partials, push or sum), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -320,9 +324,15 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
             # or signalled any more). Computed, not carried: Triton 3.6's loop flattening
             # breaks on an `if` that assigns a loop-carried value here.
             if COMMUNICATE:
-                prev = (j - grid + first) % tiles
-                if (j >= pid + grid) & (worst == 0):
-                    worst = signal_pushed(ctx, prev, slice_owner(prev, tiles, WORLD), rank)
+                if SIGNAL_EVERY == 1:
+                    prev = (j - grid + first) % tiles
+                    if (j >= pid + grid) & (worst == 0):
+                        worst = signal_pushed(ctx, prev, slice_owner(prev, tiles, WORLD), rank)
+                else:  # the last SIGNAL_EVERY tiles' pushes, at every SIGNAL_EVERY-th tile
+                    i = (j - pid) // grid
+                    if (i % SIGNAL_EVERY == 0) & (i > 0) & (worst == 0):
+                        worst = il.symm_tile_signal_batch(ctx, (j - SIGNAL_EVERY * grid + first) % tiles, grid,
+                                                          SIGNAL_EVERY, tiles, 1 - rank)
             stamp(trace, 2 + 5 * step, TRACE)
             stamp(trace, 3 + 5 * step, TRACE)
         else:
@@ -360,10 +370,16 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
         stamp(trace, 5 + 5 * step, TRACE)
         step += 1
     if COMMUNICATE:
-        if FLAT:  # the last tile's pushes (see the loop)
-            last = (pid + (step - 1) * grid + first) % tiles
-            if (step > 0) & (worst == 0):
-                worst = signal_pushed(ctx, last, slice_owner(last, tiles, WORLD), rank)
+        if FLAT:  # the pushes not signalled in the loop (see there)
+            if SIGNAL_EVERY == 1:
+                last = (pid + (step - 1) * grid + first) % tiles
+                if (step > 0) & (worst == 0):
+                    worst = signal_pushed(ctx, last, slice_owner(last, tiles, WORLD), rank)
+            else:
+                since = (step - 1) // SIGNAL_EVERY * SIGNAL_EVERY  # the first step not signalled
+                if (step > 0) & (worst == 0):
+                    worst = il.symm_tile_signal_batch(ctx, (pid + since * grid + first) % tiles, grid, step - since,
+                                                      tiles, 1 - rank)
         elif pending >= 0:
             worst = ilt.failure_or(signal_pushed(ctx, pending, pending_owner, rank), worst)
         # The sums of the tiles this CTA pushed, from their owners.
