@@ -205,6 +205,24 @@ def slice_owner(t, tiles, WORLD: tl.constexpr):
 
 
 @triton.jit
+def first_owned_j(rank, tiles, WORLD: tl.constexpr):
+    """The number of tiles of the other slices: rank `rank` walks them first (j = 0 ..), its own
+    slice after."""
+    return tiles - (slice_start(rank + 1, tiles, WORLD) - slice_start(rank, tiles, WORLD))
+
+
+@triton.jit
+def signal_points(i, pid, grid, own_j, EVERY: tl.constexpr):
+    """Two-shot with batched signals: a CTA (`pid` of `grid`) signals at its steps that are
+    multiples of EVERY and at its first step whose tile is its rank's own (walk index >= own_j:
+    before its first wait), each time the pushes of the steps since the last such point. Returns
+    (that last point before step i: the first step not yet signalled, whether i is a point)."""
+    i_own = tl.maximum(tl.cdiv(own_j - pid, grid), 0)  # the first owned step
+    since = tl.maximum((i - 1) // EVERY * EVERY, tl.where((i_own < i), i_own, 0))
+    return since, (i > 0) & ((i % EVERY == 0) | (i == i_own))
+
+
+@triton.jit
 def push_tile(ctx, dst, peer_dst, index, value, m0, n0, M, N, peer, TMA_PUSH: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr):
     """Stores the tile `value` (rows m0.., columns n0..) into `peer`'s copy of the contiguous
@@ -293,10 +311,12 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     FLAT: one K loop per tile, the tile loop flattened with it (`tl.range(flatten=True)`: Triton
     pipelines the loads across tiles instead of draining at each), the signal after the K loop
     (signal_k unused) and the epilogue in two halves of BLOCK_N / 2 columns.
-    SIGNAL_EVERY (FLAT, world 2): a CTA signals its pushes every SIGNAL_EVERY tiles, all of them
-    with one release (`symm_tile_signal_batch`; the rest after the loop): a signal costs its
-    system-scope release, and a tile's reader waits for it only much later (an owner sums the
-    peer's partials in its second half, a rank waits for the sums at its end).
+    SIGNAL_EVERY (FLAT, world 2): a CTA signals its pushes every SIGNAL_EVERY tiles, each batch
+    with one release (`symm_tile_signal_batch`), and always at its first owned tile (before its
+    first wait: a partial left unsignalled behind a wait could close a cycle of waits) and after
+    the loop (`signal_points`): a signal costs its system-scope release, and a tile's reader waits
+    for it only much later (an owner sums the peer's partials in its second half, a rank waits
+    for the sums at its end).
     COMMUNICATE=False: the GEMM alone. TRACE: five stamps per tile (GEMM up to signal_k, signal,
     rest of the GEMM, wait for the partials, push or sum), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -328,11 +348,12 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
                     prev = (j - grid + first) % tiles
                     if (j >= pid + grid) & (worst == 0):
                         worst = signal_pushed(ctx, prev, slice_owner(prev, tiles, WORLD), rank)
-                else:  # the last SIGNAL_EVERY tiles' pushes, at every SIGNAL_EVERY-th tile
+                else:  # the pushes since the last signal point, at a signal point
                     i = (j - pid) // grid
-                    if (i % SIGNAL_EVERY == 0) & (i > 0) & (worst == 0):
-                        worst = il.symm_tile_signal_batch(ctx, (j - SIGNAL_EVERY * grid + first) % tiles, grid,
-                                                          SIGNAL_EVERY, tiles, 1 - rank)
+                    since, due = signal_points(i, pid, grid, first_owned_j(rank, tiles, WORLD), SIGNAL_EVERY)
+                    if due & (worst == 0):
+                        worst = il.symm_tile_signal_batch(ctx, (pid + since * grid + first) % tiles, grid, i - since,
+                                                          tiles, 1 - rank)
             stamp(trace, 2 + 5 * step, TRACE)
             stamp(trace, 3 + 5 * step, TRACE)
         else:
@@ -376,7 +397,7 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
                 if (step > 0) & (worst == 0):
                     worst = signal_pushed(ctx, last, slice_owner(last, tiles, WORLD), rank)
             else:
-                since = (step - 1) // SIGNAL_EVERY * SIGNAL_EVERY  # the first step not signalled
+                since, _ = signal_points(step, pid, grid, first_owned_j(rank, tiles, WORLD), SIGNAL_EVERY)
                 if (step > 0) & (worst == 0):
                     worst = il.symm_tile_signal_batch(ctx, (pid + since * grid + first) % tiles, grid, step - since,
                                                       tiles, 1 - rank)
