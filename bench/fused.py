@@ -284,6 +284,11 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method=method),
                           nbytes)
+        if w == 2:  # the kernel's signals per tile, not in batches (tuning.MATMUL_SIGNAL_EVERY)
+            with tuning.overridden(MATMUL_SIGNAL_EVERY=1):
+                self.b.record(op, "ironlink_fused[kernel,signal_every=1]", shape, "bf16",
+                              lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
+                                                                     method="kernel"), nbytes)
         self.b.record(op, "nccl_torch", shape, "bf16",
                       lambda: (torch.matmul(a, bmat, out=full), dist.reduce_scatter_tensor(out, full)), nbytes)
         self.torch_fused(op, shape,

@@ -257,18 +257,21 @@ for m in (128, 16384):
     rs_sig = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "peer_slots": "*bf16",
               "epochs": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32",
               **_STRIDES, "GROUP_M": "constexpr", "WORLD": "constexpr", "TMA": "constexpr",
-              "B_ROW_MAJOR": "constexpr", "TMA_PUSH": "constexpr", "COMMUNICATE": "constexpr"}
+              "B_ROW_MAJOR": "constexpr", "TMA_PUSH": "constexpr", "SIGNAL_EVERY": "constexpr",
+              "COMMUNICATE": "constexpr"}
     rs = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "WORLD": 4,
-          "TMA": False, "B_ROW_MAJOR": False, "TMA_PUSH": False, "COMMUNICATE": True, "num_warps": c.warps,
-          "num_stages": c.stages}
+          "TMA": False, "B_ROW_MAJOR": False, "TMA_PUSH": False, "SIGNAL_EVERY": 1, "COMMUNICATE": True,
+          "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"matmul_reducescatter_m{m}"] = (matmul_reducescatter_kernel.fn, rs_sig, rs)
     # Through TMA descriptors (Hopper and later), b column-major (read transposed), at world 2,
-    # pushed by TMA in halves.
-    KERNELS[f"matmul_reducescatter_m{m}_tma"] = (
-        matmul_reducescatter_kernel.fn,
-        {**rs_sig, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>",
-         "peer_slots": f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2}]>"},
-        {**rs, "WORLD": 2, "TMA": True, "TMA_PUSH": True, "MIN_CC": 90})
+    # pushed by TMA in halves; signals per tile and in batches (tuning.MATMUL_SIGNAL_EVERY).
+    for every in (1, 4):
+        KERNELS[f"matmul_reducescatter_m{m}_tma{f'_signal_every{every}' if every > 1 else ''}"] = (
+            matmul_reducescatter_kernel.fn,
+            {**rs_sig, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>",
+             "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>",
+             "peer_slots": f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2}]>"},
+            {**rs, "WORLD": 2, "TMA": True, "TMA_PUSH": True, "SIGNAL_EVERY": every, "MIN_CC": 90})
     c = tuning.matmul_config(m, 2048, 8192, 4)
     ag_sig = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "a_own": "*bf16", "a_all": "*bf16",
               "peer_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32",

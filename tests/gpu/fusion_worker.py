@@ -735,6 +735,16 @@ def main() -> int:
                               lambda: with_tuning(lambda: s.matmul(8200, 2050, 512, dtype, graph=graph,
                                                                    launches=launches, method="push"),
                                                   MATMUL_SIGNAL_EVERY=every))
+        # matmul_reduce_scatter's kernel signals the same ways: 8200 rows a rank make 585 tiles of
+        # 128 x 256 a block, 1170 in all: eight or nine a CTA, four or five before its own block.
+        if world == 2 and torch.cuda.get_device_capability()[0] == 9:
+            for every in (1, 2, 3):
+                for launches, graph in ((8, False), (1, True)):
+                    cases.run(f"matmul_reduce_scatter kernel, signals every {every} tile(s), {dtype} "
+                              f"16400x2050x512 {launches} launch(es){' in a CUDA graph' if graph else ''}",
+                              lambda: with_tuning(lambda: s.matmul_scatter(16400, 2050, 512, dtype, graph, "kernel",
+                                                                           launches=launches),
+                                                  MATMUL_SIGNAL_EVERY=every))
         # The one-shot kernel's tail both ways (tuning.MATMUL_TAIL_INTERLEAVED): one tile a CTA
         # (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
         if world == 2:

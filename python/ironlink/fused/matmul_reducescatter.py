@@ -101,7 +101,8 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
                                 stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WORLD: tl.constexpr,
                                 TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = False,
-                                TMA_PUSH: tl.constexpr = False, COMMUNICATE: tl.constexpr = True):
+                                TMA_PUSH: tl.constexpr = False, SIGNAL_EVERY: tl.constexpr = 1,
+                                COMMUNICATE: tl.constexpr = True):
     """out [M / WORLD, N] (contiguous) = this rank's rows of the reduce-scatter of a @ b (see the
     module docs): matmul_all_reduce's two-shot by slices with the slices the destinations' row
     blocks and no sums sent back. ws: the partials' slots (heap), 2 x (WORLD - 1) x [M / WORLD, N],
@@ -109,7 +110,10 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
     TMA (Hopper): a and b are TMA descriptors (`gemm.operand_descriptors`; a tile past its block's
     rows reads the next block's, which its slot and the sum leave out). TMA_PUSH (world 2):
     `peer_slots` is a TMA descriptor of the peer's slots [2, M / WORLD, N] (blocks [1, BLOCK_M,
-    BLOCK_N / 2]: the epilogue goes in halves), else unused. COMMUNICATE=False (a probe): every
+    BLOCK_N / 2]: the epilogue goes in halves), else unused. SIGNAL_EVERY (world 2): a CTA
+    signals its partials every SIGNAL_EVERY tiles with one release (`symm_tile_signal_batch`),
+    and the rest at its first tile of its own block, before its first wait (or after the loop if
+    it has none): a signal costs the CTA its system-scope release. COMMUNICATE=False (a probe): every
     tile stored into `out` at its block's position, nothing pushed or waited for."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
@@ -133,9 +137,16 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
                          BLOCK_N, BLOCK_K)
         if COMMUNICATE:
             # The previous tile's push, drained behind this K loop, announced to its destination.
-            prev = (j - grid + first) % total
-            if (j >= pid + grid) & (worst == 0):
-                worst = signal_partial(ctx, prev % tiles, prev // tiles, rank)
+            if SIGNAL_EVERY == 1:
+                prev = (j - grid + first) % total
+                if (j >= pid + grid) & (worst == 0):
+                    worst = signal_partial(ctx, prev % tiles, prev // tiles, rank)
+            else:  # world 2: the peer's block is j < tiles (tile j of it), this rank's own after
+                i = (j - pid) // grid
+                i_own = tl.cdiv(tiles - pid, grid)  # the first step in the own block
+                if (i > 0) & (i <= i_own) & ((i % SIGNAL_EVERY == 0) | (i == i_own)) & (worst == 0):
+                    since = (i - 1) // SIGNAL_EVERY * SIGNAL_EVERY
+                    worst = il.symm_tile_signal_batch(ctx, pid + since * grid, grid, i - since, tiles, 1 - rank)
         own = acc.to(out.dtype.element_ty)
         if COMMUNICATE:
             if dest == rank:
@@ -152,8 +163,14 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
     last = pid + (tl.cdiv(total - pid, grid) - 1) * grid
     last_o = (last + first) % total
     if COMMUNICATE:
-        if (last >= pid) & (worst == 0):
-            worst = signal_partial(ctx, last_o % tiles, last_o // tiles, rank)
+        if SIGNAL_EVERY == 1:
+            if (last >= pid) & (worst == 0):
+                worst = signal_partial(ctx, last_o % tiles, last_o // tiles, rank)
+        else:  # a CTA that never reached its own block: the partials since its last signal
+            steps = tl.cdiv(total - pid, grid)
+            since = (steps - 1) // SIGNAL_EVERY * SIGNAL_EVERY
+            if (steps > 0) & (steps <= tl.cdiv(tiles - pid, grid)) & (worst == 0):
+                worst = il.symm_tile_signal_batch(ctx, pid + since * grid, grid, steps - since, tiles, 1 - rank)
         advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
 
@@ -253,7 +270,8 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
         GROUP_M=c.group_m, WORLD=world, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, TMA_PUSH=tma_push,
-        COMMUNICATE=communicate, num_warps=c.warps, num_stages=c.stages)
+        SIGNAL_EVERY=tuning.MATMUL_SIGNAL_EVERY if world == 2 else 1, COMMUNICATE=communicate, num_warps=c.warps,
+        num_stages=c.stages)
 
 
 __all__ = ["COPY_COLS", "check_shapes", "launch", "matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel",

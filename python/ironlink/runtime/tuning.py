@@ -364,10 +364,12 @@ def matmul_flat(cc_major: int) -> bool:
 # in the fifth (138.6 / 138.9, 2 H200s, f2ca070); at M = 4096 (eight waves) two-shot won each
 # time (462.8 / 490.0 on 2 H200s at 7b34909).
 MATMUL_ONE_SHOT_MAX_WAVES = 2
-# matmul_all_reduce "push", two-shot with the flattened loop at world 2: a CTA signals its pushes
-# every this many tiles with one release (`symm_tile_signal_batch`). With all 132 CTAs signalling,
-# one signal costs a CTA 1.9 us with nothing written before it and 4.6 us after a drained TMA push
-# (2 H200s, bench/signal_probe.py); the two-shot kernel pays it for each of 8 tiles at M = 4096.
+# At world 2, matmul_all_reduce's two-shot kernel (flattened loop) and matmul_reduce_scatter's
+# kernel signal their pushes every this many tiles with one release (`symm_tile_signal_batch`).
+# With all 132 CTAs signalling, one signal costs a CTA 1.9 us with nothing written before it and
+# 4.6 us after a TMA push (2 H200s, bench/signal_probe.py). matmul_all_reduce at M = 4096, graph
+# us, batches of 1 / 2 / 4 / 8 (2 H200s, git 5a2a6ff, one run of bench/fused.py): 485.3 / 470.1 /
+# 462.4 / 465.0 (bench/results/experiments/fused-signal-batch-ab-2xH200-5a2a6ff.json).
 MATMUL_SIGNAL_EVERY = 4
 # matmul_all_reduce "push", one-shot: after the tile loop, the last tile's push in chunks with the
 # reduce of the tile before between them (`push_while_reducing`), rather than the push first.
