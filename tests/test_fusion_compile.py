@@ -175,7 +175,7 @@ _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i
                "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
                "GROUP_M": "constexpr", "COMMUNICATE": "constexpr", "TRACE": "constexpr"}
 _PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16",
-             "peer_slots": "*bf16", "inbox": "*bf16", "epochs": "*i32",
+             "peer_slots": "*bf16", "inbox": "*bf16", "peer_inbox": "*bf16", "epochs": "*i32",
              **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
              "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr", "TMA_PUSH": "constexpr",
@@ -220,7 +220,8 @@ for m in (16, 4096):
             KERNELS[f"matmul_allreduce_push_m{m}_one_shot{'' if tail == 'serial' else '_tail_' + tail}_tma_b_"
                     f"{'rows' if b_row_major else 'cols'}"] = (
                 matmul_allreduce_push_kernel.fn,
-                {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
+                {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>",
+                 "peer_inbox": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
                 {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
                  "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True,
                  "TAIL_INTERLEAVED": tail == "interleaved", "TAIL_LAMPORT": tail == "lamport"})

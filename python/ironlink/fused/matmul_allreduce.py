@@ -240,8 +240,10 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         peer_slots = peer_descriptor(heap, slots, [1, push_rows, c.block_n]) if tma else ws  # unused unless TMA
         lamport = tuning.MATMUL_TAIL_LAMPORT if tail_lamport is None else tail_lamport
         inbox = lamport_workspace(heap, "matmul_all_reduce", p.workspace_bytes, out.dtype) if lamport else ws
+        peer_inbox = (peer_descriptor(heap, inbox[:2 * p.m * p.n].view(2, p.m, p.n), [1, push_rows, c.block_n])
+                      if lamport and tma else inbox)  # unused unless both
         matmul_allreduce_push_kernel[(p.ctas,)](
-            heap.ctx, a_arg, b_arg, out, ws, peer_slots, inbox, epochs, p.m, p.n, p.k, *strides, status, stamps,
+            heap.ctx, a_arg, b_arg, out, ws, peer_slots, inbox, peer_inbox, epochs, p.m, p.n, p.k, *strides, status, stamps,
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
             STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER,
             TAIL_INTERLEAVED=tuning.MATMUL_TAIL_INTERLEAVED if tail_interleaved is None else tail_interleaved,

@@ -18,6 +18,7 @@ from ..language.jit import jit
 from .gemm import gemm_range, store_tile, tile_coords
 from ..ops.slots import (add_in_rank_order, advance_epochs, lamport_reduce, lamport_send, launch_slots, peer_distances,
                          slot_of, store_to_peer_slots)
+from ..language._flags import unempty
 from .trace import stamp
 
 @triton.jit
@@ -101,14 +102,18 @@ def push_while_reducing(ctx, out, slots, peer_slots, parity, m0, n0, t, worst, M
 
 
 @triton.jit
-def lamport_tail(ctx, out, slots, inbox, dists, m0, n0, t, worst, M, N, rank, WORLD: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr):
+def lamport_tail(ctx, out, slots, inbox, peer_inbox, dists, parity, m0, n0, t, worst, M, N, rank, WORLD: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr,
+                 TMA_PUSH: tl.constexpr):
     """One-shot, after the loop, the last tile (rows m0.., columns n0.., staged in `out`) through
     lamport slots (`inbox`: this launch's half of them; `ops.slots`): its rows go in chunks of
     ROWS from `out` into this rank's slot at every peer, with the reduce of tile `t` (the tile
     before it, none when t < 0; its peers' partials waited for after the first chunk) between
     them; then each chunk is summed with the peers' as it lands (polled: no fence, no signal) and
-    stored into `out`. Nothing is sent or summed once a wait failed (`worst`). Returns the status."""
+    stored into `out`. TMA_PUSH (world 2): the chunks go through `peer_inbox`, a TMA descriptor of
+    the peer's slots [2, M, N] (blocks [1, ROWS, BLOCK_N]; `parity` the half), the SM's copy
+    engine sending while the warps reduce; else by stores from registers. Nothing is sent or
+    summed once a wait failed (`worst`). Returns the status."""
     tl.debug_barrier()  # the staged partial: every thread's stores before these loads
     tm, tn = tile_coords(tl.maximum(t, 0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     slot = tl.cast(M, tl.int64) * N
@@ -118,7 +123,11 @@ def lamport_tail(ctx, out, slots, inbox, dists, m0, n0, t, worst, M, N, rank, WO
         at = rm[:, None].to(tl.int64) * N + rn[None, :]
         mask = (rm[:, None] < M) & (rn[None, :] < N)
         if worst == 0:
-            lamport_send(out, inbox, slot, at, mask, rank, dists, WORLD)
+            if TMA_PUSH:
+                v = unempty(tl.load(out + at, mask=mask))  # -0.0 is "empty": sent as +0.0
+                peer_inbox.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
+            else:
+                lamport_send(out, inbox, slot, at, mask, rank, dists, WORLD)
         if r0 == 0:
             if (t >= 0) & (worst == 0):
                 worst = il.symm_tile_wait_others(ctx, t)
@@ -137,7 +146,7 @@ def lamport_tail(ctx, out, slots, inbox, dists, m0, n0, t, worst, M, N, rank, WO
 
 
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, epochs, M, N, K, stride_am, stride_ak,
+def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, peer_inbox, epochs, M, N, K, stride_am, stride_ak,
                                  stride_bk, stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                                  B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
@@ -164,7 +173,8 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, epochs, 
     chunk's TMA store waits for its reads, which on a full NVLink take the transfer's time.
     TAIL_LAMPORT (before TAIL_INTERLEAVED): the last tile goes through lamport slots instead
     (`inbox`: `ops.slots.lamport_workspace`, 2 x (world - 1) x [M, N], the half by the launch
-    parity; `lamport_tail`): no signal for it, and each chunk is summed as it lands.
+    parity; with TMA_PUSH `peer_inbox` a TMA descriptor of the peer's; `lamport_tail`): no
+    signal for it, and each chunk is summed as it lands.
     COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: six stamps per tile
     (first GEMM part, push, rest of the GEMM, signal, stage, reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -215,8 +225,8 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, epochs, 
         # tiles are reduced.
         if TAIL_LAMPORT:
             if p1 >= 0:
-                worst = lamport_tail(ctx, out, slots, inbox_half, dists, p1_m0, p1_n0, p2, worst, M, N, rank, WORLD,
-                                     BLOCK_M, BLOCK_N, GROUP_M, PUSH_ROWS)
+                worst = lamport_tail(ctx, out, slots, inbox_half, peer_inbox, dists, parity, p1_m0, p1_n0, p2, worst,
+                                     M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, PUSH_ROWS, TMA_PUSH)
         elif TAIL_INTERLEAVED:
             if p1 >= 0:
                 worst = push_while_reducing(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, p2, worst, M, N,
