@@ -311,6 +311,7 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # The lamport tail (2026-11-27) through pointers: its chunks' peer addresses.
                     "matmul_allreduce_push_m4096_one_shot_tail_lamport": 128,
                     "matmul_allreduce_push_m16_one_shot_tail_lamport": 8,
+                    "matmul_allreduce_push_m16_one_shot_tail_lamport_tma_b_cols": 8,
                     "matmul_allreduce_push_m4096_two_shot": 952,
                     "matmul_allreduce_push_m4096_two_shot_flat": 104, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_rows": 48,
