@@ -199,11 +199,10 @@ class FusedBench:
             self.record("matmul_allreduce", f"ironlink_fused[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status), nbytes)
             if one_shot:  # the tail's push and reduce in turn or interleaved (tuning.MATMUL_TAIL_INTERLEAVED)
-                for tail in ("serial", "interleaved", "lamport"):
+                for tail in ("serial", "interleaved"):
                     self.record("matmul_allreduce", f"ironlink_fused[push,one_shot,tail_{tail}]", shape, dt,
                                 lambda: launch_matmul(self.heap, p, a, b, out, status,
-                                                      tail_interleaved=tail == "interleaved",
-                                                      tail_lamport=tail == "lamport"), nbytes)
+                                                      tail_interleaved=tail == "interleaved"), nbytes)
             elif self.world == 2:  # signals per tile or in batches (tuning.MATMUL_SIGNAL_EVERY)
                 for every in sorted({1, 2, 4, 8} | {tuning.MATMUL_SIGNAL_EVERY}):
                     self.record("matmul_allreduce", f"ironlink_fused[push,two_shot,signal_every={every}]", shape, dt,

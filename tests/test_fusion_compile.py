@@ -175,11 +175,11 @@ _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i
                "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
                "GROUP_M": "constexpr", "COMMUNICATE": "constexpr", "TRACE": "constexpr"}
 _PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16",
-             "peer_slots": "*bf16", "inbox": "*bf16", "peer_inbox": "*bf16", "epochs": "*i32",
+             "peer_slots": "*bf16", "epochs": "*i32",
              **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
              "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr", "TMA_PUSH": "constexpr",
-             "TAIL_INTERLEAVED": "constexpr", "TAIL_LAMPORT": "constexpr"}
+             "TAIL_INTERLEAVED": "constexpr"}
 _OWNER_SIG = {**{k: v for k, v in _PUSH_SIG.items() if k in ("ctx", "a", "b", "out", "ws", "peer_slots")},
               "peer_out": "*bf16", "epochs": "*i32",
               **{k: v for k, v in _MATMUL_SIG.items() if k in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk",
@@ -200,12 +200,11 @@ for m in (16, 4096):
             "TRACE": False, "num_warps": c.warps, "num_stages": c.stages}
     KERNELS[f"matmul_allreduce_tile_m{m}"] = (matmul_allreduce_kernel.fn, _MATMUL_SIG, tile)
     # The push method, one-shot (world 2) and two-shot by slices (world 4), through pointers.
-    for tail in ("serial", "interleaved", "lamport"):  # tuning.MATMUL_TAIL_INTERLEAVED, MATMUL_TAIL_LAMPORT
-        KERNELS[f"matmul_allreduce_push_m{m}_one_shot{'' if tail == 'serial' else '_tail_' + tail}"] = (
+    for tail in (False, True):  # tuning.MATMUL_TAIL_INTERLEAVED
+        KERNELS[f"matmul_allreduce_push_m{m}_one_shot{'_tail_interleaved' if tail else ''}"] = (
             matmul_allreduce_push_kernel.fn, _PUSH_SIG,
             {**tile, "TMA": False, "B_ROW_MAJOR": False, "WORLD": 2, "PUSH_ROWS": 32, "REDUCE_ROWS": 64,
-             "STAGGER": 8, "TMA_PUSH": False, "TAIL_INTERLEAVED": tail == "interleaved",
-             "TAIL_LAMPORT": tail == "lamport"})
+             "STAGGER": 8, "TMA_PUSH": False, "TAIL_INTERLEAVED": tail})
     for flat in (False, True):  # flattened on Hopper only (tuning.matmul_flat)
         KERNELS[f"matmul_allreduce_push_m{m}_two_shot{'_flat' if flat else ''}"] = (
             matmul_allreduce_owner_kernel.fn, _OWNER_SIG,
@@ -216,15 +215,13 @@ for m in (16, 4096):
         b_block = [c.block_k, c.block_n] if b_row_major else [c.block_n, c.block_k]
         push_rows = max(1, min(c.block_m, 8192 // c.block_n))
         operands = {"a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>", "b": f"tensordesc<bf16{b_block}>"}
-        for tail in ("serial", "interleaved", "lamport"):
-            KERNELS[f"matmul_allreduce_push_m{m}_one_shot{'' if tail == 'serial' else '_tail_' + tail}_tma_b_"
+        for tail in (False, True):
+            KERNELS[f"matmul_allreduce_push_m{m}_one_shot{'_tail_interleaved' if tail else ''}_tma_b_"
                     f"{'rows' if b_row_major else 'cols'}"] = (
                 matmul_allreduce_push_kernel.fn,
-                {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>",
-                 "peer_inbox": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
+                {**_PUSH_SIG, **operands, "peer_slots": f"tensordesc<bf16[1, {push_rows}, {c.block_n}]>"},
                 {**tile, "TMA": True, "B_ROW_MAJOR": b_row_major, "WORLD": 2, "MIN_CC": 90,
-                 "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True,
-                 "TAIL_INTERLEAVED": tail == "interleaved", "TAIL_LAMPORT": tail == "lamport"})
+                 "PUSH_ROWS": push_rows, "REDUCE_ROWS": 64, "STAGGER": 8, "TMA_PUSH": True, "TAIL_INTERLEAVED": tail})
         # Flattened (the default: halves pushed; signals per tile or batched) and nested.
         for flat, every in ((True, 1), (True, 4), (False, 1)):
             peer = f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2 if flat else c.block_n}]>"
@@ -308,10 +305,6 @@ for m in (128, 16384):
 # (a peer's partial summed beside the accumulator).
 SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m4096_one_shot": 88,
                     "matmul_allreduce_push_m4096_one_shot_tail_interleaved": 88,
-                    # The lamport tail (2026-11-27) through pointers: its chunks' peer addresses.
-                    "matmul_allreduce_push_m4096_one_shot_tail_lamport": 128,
-                    "matmul_allreduce_push_m16_one_shot_tail_lamport": 8,
-                    "matmul_allreduce_push_m16_one_shot_tail_lamport_tma_b_cols": 8,
                     "matmul_allreduce_push_m4096_two_shot": 952,
                     "matmul_allreduce_push_m4096_two_shot_flat": 104, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_rows": 48,

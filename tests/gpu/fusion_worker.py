@@ -747,16 +747,14 @@ def main() -> int:
                                                   MATMUL_SIGNAL_EVERY=every))
         # The one-shot kernel's tail both ways (tuning.MATMUL_TAIL_INTERLEAVED): one tile a CTA
         # (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
-        # And through lamport slots (tuning.MATMUL_TAIL_LAMPORT).
         if world == 2:
-            for tail in ("in turn", "interleaved", "lamport"):
+            for on in (False, True):
                 for m, launches, graph in ((1030, 1, False), (2050, 8, False), (2050, 1, True)):
-                    cases.run(f"matmul_all_reduce push one-shot, tail {tail}, "
+                    cases.run(f"matmul_all_reduce push one-shot, tail {'interleaved' if on else 'in turn'}, "
                               f"{dtype} {m}x2050x1024 {launches} launch(es){' in a CUDA graph' if graph else ''}",
                               lambda: with_tuning(lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
                                                                    launches=launches, method="push"),
-                                                  MATMUL_TAIL_INTERLEAVED=tail == "interleaved",
-                                                  MATMUL_TAIL_LAMPORT=tail == "lamport"))
+                                                  MATMUL_TAIL_INTERLEAVED=on))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         for m, n in ((200, 4096), (4100, 2050)):

@@ -193,15 +193,13 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
            trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None,
            signal_at: Optional[float] = None, flat: Optional[bool] = None,
-           tail_interleaved: Optional[bool] = None, signal_every: Optional[int] = None,
-           tail_lamport: Optional[bool] = None) -> None:
+           tail_interleaved: Optional[bool] = None, signal_every: Optional[int] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
     [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
     replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
     tuning.matmul_flat (two-shot), `signal_every` tuning.MATMUL_SIGNAL_EVERY (two-shot, flat, world
-    2), `tail_interleaved` tuning.MATMUL_TAIL_INTERLEAVED and `tail_lamport` tuning.MATMUL_TAIL_LAMPORT
-    (one-shot),
+    2), `tail_interleaved` tuning.MATMUL_TAIL_INTERLEAVED (one-shot),
     `tma_push=False` pushes by stores from registers where TMA could take them.
     `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
@@ -238,16 +236,12 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     if p.one_shot:
         push_rows = max(1, min(c.block_m, 8192 // c.block_n))
         peer_slots = peer_descriptor(heap, slots, [1, push_rows, c.block_n]) if tma else ws  # unused unless TMA
-        lamport = tuning.MATMUL_TAIL_LAMPORT if tail_lamport is None else tail_lamport
-        inbox = lamport_workspace(heap, "matmul_all_reduce", p.workspace_bytes, out.dtype) if lamport else ws
-        peer_inbox = (peer_descriptor(heap, inbox[:2 * p.m * p.n].view(2, p.m, p.n), [1, push_rows, c.block_n])
-                      if lamport and tma else inbox)  # unused unless both
         matmul_allreduce_push_kernel[(p.ctas,)](
-            heap.ctx, a_arg, b_arg, out, ws, peer_slots, inbox, peer_inbox, epochs, p.m, p.n, p.k, *strides, status, stamps,
+            heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, *strides, status, stamps,
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
             STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER,
             TAIL_INTERLEAVED=tuning.MATMUL_TAIL_INTERLEAVED if tail_interleaved is None else tail_interleaved,
-            TAIL_LAMPORT=lamport, **common)
+            **common)
         return
     flat = tuning.matmul_flat(torch.cuda.get_device_capability(out.device)[0]) if flat is None else flat
     block = [1, c.block_m, c.block_n // 2 if flat else c.block_n]

@@ -16,9 +16,7 @@ from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
 from .gemm import gemm_range, store_tile, tile_coords
-from ..ops.slots import (add_in_rank_order, advance_epochs, lamport_reduce, lamport_send, launch_slots, peer_distances,
-                         slot_of, store_to_peer_slots)
-from ..language._flags import unempty
+from ..ops.slots import add_in_rank_order, advance_epochs, launch_slots, slot_of, store_to_peer_slots
 from .trace import stamp
 
 @triton.jit
@@ -101,58 +99,14 @@ def push_while_reducing(ctx, out, slots, peer_slots, parity, m0, n0, t, worst, M
     return worst
 
 
-@triton.jit
-def lamport_tail(ctx, out, slots, inbox, peer_inbox, dists, parity, m0, n0, t, worst, M, N, rank, WORLD: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr,
-                 TMA_PUSH: tl.constexpr):
-    """One-shot, after the loop, the last tile (rows m0.., columns n0.., staged in `out`) through
-    lamport slots (`inbox`: this launch's half of them; `ops.slots`): its rows go in chunks of
-    ROWS from `out` into this rank's slot at every peer, with the reduce of tile `t` (the tile
-    before it, none when t < 0; its peers' partials waited for after the first chunk) between
-    them; then each chunk is summed with the peers' as it lands (polled: no fence, no signal) and
-    stored into `out`. TMA_PUSH (world 2): the chunks go through `peer_inbox`, a TMA descriptor of
-    the peer's slots [2, M, N] (blocks [1, ROWS, BLOCK_N]; `parity` the half), the SM's copy
-    engine sending while the warps reduce; else by stores from registers. Nothing is sent or
-    summed once a wait failed (`worst`). Returns the status."""
-    tl.debug_barrier()  # the staged partial: every thread's stores before these loads
-    tm, tn = tile_coords(tl.maximum(t, 0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    slot = tl.cast(M, tl.int64) * N
-    rn = n0 + tl.arange(0, BLOCK_N)
-    for r0 in tl.static_range(0, BLOCK_M, ROWS):
-        rm = m0 + r0 + tl.arange(0, ROWS)
-        at = rm[:, None].to(tl.int64) * N + rn[None, :]
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        if worst == 0:
-            if TMA_PUSH:
-                v = unempty(tl.load(out + at, mask=mask))  # -0.0 is "empty": sent as +0.0
-                peer_inbox.store([parity, m0 + r0, n0], v.reshape(1, ROWS, BLOCK_N))
-            else:
-                lamport_send(out, inbox, slot, at, mask, rank, dists, WORLD)
-        if r0 == 0:
-            if (t >= 0) & (worst == 0):
-                worst = il.symm_tile_wait_others(ctx, t)
-        if (t >= 0) & (worst == 0):
-            reduce_rows(out, slots, tm * BLOCK_M + r0, tn * BLOCK_N, M, N, rank, WORLD, ROWS, BLOCK_N)
-    for r0 in tl.static_range(0, BLOCK_M, ROWS):
-        rm = m0 + r0 + tl.arange(0, ROWS)
-        at = rm[:, None].to(tl.int64) * N + rn[None, :]
-        mask = (rm[:, None] < M) & (rn[None, :] < N)
-        if worst == 0:
-            total, s = lamport_reduce(ctx, out, inbox, slot, at, mask, rank, WORLD)
-            worst = s
-            if s == 0:
-                tl.store(out + at, total.to(out.dtype.element_ty), mask=mask)
-    return worst
-
-
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, peer_inbox, epochs, M, N, K, stride_am, stride_ak,
-                                 stride_bk, stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+                                 stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                                  B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
                                  REDUCE_ROWS: tl.constexpr, STAGGER: tl.constexpr, TMA_PUSH: tl.constexpr,
-                                 TAIL_INTERLEAVED: tl.constexpr = False, TAIL_LAMPORT: tl.constexpr = False,
-                                 COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
+                                 TAIL_INTERLEAVED: tl.constexpr = False, COMMUNICATE: tl.constexpr = True,
+                                 TRACE: tl.constexpr = False):
     """Method "push", one-shot (see the module docs). out [M, N] (heap, contiguous) = all-reduce
     of a @ b. ws: the partials' slots (heap, this op's workspace): 2 x (world - 1) x [M, N], the
     half by the CTA's launch parity. epochs: one int32 per CTA (MAX_CTAS), the launches so far
@@ -171,10 +125,6 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, peer_inb
     TAIL_INTERLEAVED: after the loop, the last tile's push goes out in chunks with the reduce of
     the tile before it between them (`push_while_reducing`), not the whole push first: each
     chunk's TMA store waits for its reads, which on a full NVLink take the transfer's time.
-    TAIL_LAMPORT (before TAIL_INTERLEAVED): the last tile goes through lamport slots instead
-    (`inbox`: `ops.slots.lamport_workspace`, 2 x (world - 1) x [M, N], the half by the launch
-    parity; with TMA_PUSH `peer_inbox` a TMA descriptor of the peer's; `lamport_tail`): no
-    signal for it, and each chunk is summed as it lands.
     COMMUNICATE=False: the GEMM alone (the benchmark's reference). TRACE: six stamps per tile
     (first GEMM part, push, rest of the GEMM, signal, stage, reduce), one at the end."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
@@ -182,9 +132,6 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, peer_inb
     rank = il.symm_rank(ctx)
     epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    if TAIL_LAMPORT:
-        dists = peer_distances(ctx, inbox, rank, WORLD)
-        _, _, inbox_half = launch_slots(inbox, epochs, M, N, WORLD)
     split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0
     p1, p1_m0, p1_n0 = pid * 0 - 1, pid * 0, pid * 0  # the previous tile: pushed during this one
@@ -223,11 +170,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, peer_inb
     if COMMUNICATE:
         # The last tile's partial goes out now (nothing left to overlap it with), and the last two
         # tiles are reduced.
-        if TAIL_LAMPORT:
-            if p1 >= 0:
-                worst = lamport_tail(ctx, out, slots, inbox_half, peer_inbox, dists, parity, p1_m0, p1_n0, p2, worst,
-                                     M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, PUSH_ROWS, TMA_PUSH)
-        elif TAIL_INTERLEAVED:
+        if TAIL_INTERLEAVED:
             if p1 >= 0:
                 worst = push_while_reducing(ctx, out, slots, peer_slots, parity, p1_m0, p1_n0, p2, worst, M, N,
                                             rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, PUSH_ROWS, TMA_PUSH)
@@ -239,11 +182,10 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, inbox, peer_inb
             # waits for it): its peers' partials came in long ago.
             if (p2 >= 0) & (worst == 0):
                 worst = reduce_tile(ctx, out, slots, p2, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
-        if not TAIL_LAMPORT:
-            if p1 >= 0:
-                worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
-            if (p1 >= 0) & (worst == 0):
-                worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
+        if p1 >= 0:
+            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, p1), worst)
+        if (p1 >= 0) & (worst == 0):
+            worst = reduce_tile(ctx, out, slots, p1, M, N, rank, WORLD, BLOCK_M, BLOCK_N, GROUP_M, REDUCE_ROWS)
         stamp(trace, 1 + 6 * step, TRACE)
         advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
@@ -472,5 +414,5 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     tl.store(status + pid, worst)
 
 
-__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "lamport_tail", "launch_slots", "push_rows", "push_while_reducing", "reduce_rows", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
+__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "push_rows", "push_while_reducing", "reduce_rows", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
            "store_to_peer_slots"]

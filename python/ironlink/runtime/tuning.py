@@ -374,10 +374,6 @@ MATMUL_SIGNAL_EVERY = 4
 # matmul_all_reduce "push", one-shot: after the tile loop, the last tile's push in chunks with the
 # reduce of the tile before between them (`push_while_reducing`), rather than the push first.
 MATMUL_TAIL_INTERLEAVED = True
-# matmul_all_reduce "push", one-shot: the last tile through lamport slots instead (sent from `out`
-# in chunks, each summed as it lands: no signal for it), the reduce of the tile before between
-# the chunks (`lamport_tail`). Before MATMUL_TAIL_INTERLEAVED when on.
-MATMUL_TAIL_LAMPORT = False
 
 
 def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
@@ -429,6 +425,6 @@ def overridden(**values: Any) -> Iterator[None]:
             setattr(module, name, value)
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_TAIL_LAMPORT", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
            "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
            "tile_all_reduce_takes_ll"]
