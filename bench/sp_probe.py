@@ -11,7 +11,9 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
   `register_push`: the shard pushed by stores from registers instead of TMA (world 2);
   `segments=S`: each own-row tile's K loop in S pieces, a piece of the push before each
-  (default `tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS`).
+  (default `tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS`); `gemm_only,segments=1`: the GEMM alone with
+  whole K loops; `triton_flat_gemm`: the same product by matmul_all_reduce's two-shot kernel
+  without communication (one flattened tile loop over all rows: the Triton tile's best here).
 kernel - gemm_only is what the communication costs; gemm_only - torch.matmul the GEMM's gap.
 """
 
@@ -25,6 +27,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.fused import allgather_matmul as agm
+from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.ops import TensorSpec
 from ironlink.runtime.distributed import sm_share
@@ -54,7 +57,15 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     for segments in (1, 2, 8):
         row("all_gather_matmul", f"segments={segments}", shape,
             lambda: agm.launch(heap, p, shard, b, a_full, out, status, segments=segments))
+    row("all_gather_matmul", "gemm_only,segments=1", shape,
+        lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False, segments=1))
+    flat_out = heap.empty((m, n // w), torch.bfloat16)
+    fp = mar.plan(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
+                  None, "push")._replace(one_shot=False)
+    row("all_gather_matmul", "triton_flat_gemm", shape,
+        lambda: mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False))
     heap.check()
+    heap.free(flat_out)
     heap.free(a_full)
 
 
@@ -80,6 +91,7 @@ def main() -> None:
     ap.add_argument("--ms", default="4096,16384")
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--k", type=int, default=8192)
+    ap.add_argument("--only", default="", help="variants to time, '|'-separated (default: all)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -87,6 +99,8 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
 
     def row(op: str, variant: str, shape: tuple[int, int, int], fn: Callable[[], Any]) -> None:
+        if args.only and not any(v == variant for v in args.only.split("|")):
+            return
         m, n, k = shape
         record_row(rows, {"op": op, "variant": variant, "M": m, "N": n, "K": k, "us": round(time_graph(fn, m * k * 2), 2)})
 
