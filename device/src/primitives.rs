@@ -127,13 +127,18 @@ fn tile_semaphore(c: &SymmContext, rank: usize, tile: usize, from: usize) -> *mu
 /// peer pointers) are visible to it: adds one to the peer's semaphore `[tile][rank]`.
 /// The caller checked `tile < MAX_TILES` and `peer < world`. Every thread calls it.
 pub fn tile_signal(c: &SymmContext, tile: usize, peer: usize) {
-    tile_signal_where(c, tile, |p| p == peer);
+    let me = c.rank as usize;
+    release_adds(|p| {
+        (p < c.world_size as usize && p == peer).then(|| tile_semaphore(c, p, tile, me))
+    });
 }
 
 /// `tile_signal` to every other rank at once (thread p signals rank p).
 pub fn tile_signal_others(c: &SymmContext, tile: usize) {
     let me = c.rank as usize;
-    tile_signal_where(c, tile, |p| p != me);
+    release_adds(|p| {
+        (p < c.world_size as usize && p != me).then(|| tile_semaphore(c, p, tile, me))
+    });
 }
 
 /// `tile_signal` to `peer` of `count` tiles at once: tiles `(first + i * stride) % wrap` for
@@ -149,31 +154,25 @@ pub fn tile_signal_batch(
     wrap: usize,
     peer: usize,
 ) {
-    hw::bulk_stores_complete();
-    hw::sync_threads();
-    let i = hw::thread_rank_fresh() as usize;
-    if i < count {
-        let tile = (first + i * stride) % wrap;
-        // As in `tile_signal_where`: the release is cumulative over the CTA's earlier writes.
-        // SAFETY: a semaphore of a mapped peer signal region (tile < MAX_TILES, peer < world).
-        unsafe { hw::red_add_release_u32(tile_semaphore(c, peer, tile, c.rank as usize), 1) };
-    }
-    hw::sync_threads();
+    let me = c.rank as usize;
+    release_adds(|i| (i < count).then(|| tile_semaphore(c, peer, (first + i * stride) % wrap, me)));
 }
 
-/// Thread p (< world) adds one to rank p's semaphore `[tile][rank]` if `to(p)`.
-fn tile_signal_where(c: &SymmContext, tile: usize, to: impl Fn(usize) -> bool) {
-    // TMA stores of the tile (e.g. a Triton tensor descriptor's `store` to a peer) are
-    // asynchronous: their writes must be complete before the release below announces them.
+/// The tile signals' protocol: after every thread's earlier writes of the CTA (TMA stores
+/// included), thread t adds one to the semaphore `semaphore(t)` gives it (none: nothing), with a
+/// posted release. Every thread calls it; `semaphore` must name mapped semaphores only.
+fn release_adds(semaphore: impl Fn(usize) -> Option<*mut u32>) {
+    // TMA stores (e.g. a Triton tensor descriptor's `store` to a peer) are asynchronous: their
+    // writes must be complete before the release below announces them.
     hw::bulk_stores_complete();
     hw::sync_threads();
-    let p = hw::thread_rank_fresh() as usize;
-    if p < c.world_size as usize && to(p) {
+    if let Some(sem) = semaphore(hw::thread_rank_fresh() as usize) {
         // No separate fence (as in `Call::barrier`): the release half of the add is cumulative
         // over the CTA's earlier writes, which the CTA barrier above ordered before it. A `red`
-        // is posted: the CTA does not wait for the round trip to the peer.
-        // SAFETY: a semaphore of a mapped peer signal region (tile checked, p < world).
-        unsafe { hw::red_add_release_u32(tile_semaphore(c, p, tile, c.rank as usize), 1) };
+        // is posted: the CTA does not wait for the round trip to the peer; one MEMBAR.SYS per
+        // warp however many of its threads add.
+        // SAFETY: the caller's semaphores are words of mapped signal regions.
+        unsafe { hw::red_add_release_u32(sem, 1) };
     }
     hw::sync_threads();
 }
