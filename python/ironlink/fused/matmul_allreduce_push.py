@@ -212,12 +212,20 @@ def first_owned_j(rank, tiles, WORLD: tl.constexpr):
 
 
 @triton.jit
+def first_own_step(pid, grid, own_j):
+    """The first step of CTA `pid` of `grid` (walk index pid + step * grid) at a walk index >=
+    own_j: its first tile of its rank's own slice."""
+    return tl.maximum(tl.cdiv(own_j - pid, grid), 0)
+
+
+@triton.jit
 def signal_points(i, pid, grid, own_j, EVERY: tl.constexpr):
-    """Two-shot with batched signals: a CTA (`pid` of `grid`) signals at its steps that are
-    multiples of EVERY and at its first step whose tile is its rank's own (walk index >= own_j:
-    before its first wait), each time the pushes of the steps since the last such point. Returns
-    (that last point before step i: the first step not yet signalled, whether i is a point)."""
-    i_own = tl.maximum(tl.cdiv(own_j - pid, grid), 0)  # the first owned step
+    """Batched signals (two-shot, reduce-scatter's kernel): a CTA (`pid` of `grid`) signals at
+    its steps that are multiples of EVERY and at its first step whose tile is its rank's own
+    (walk index >= own_j: before its first wait), each time the pushes of the steps since the
+    last such point. Returns (that last point before step i: the first step not yet signalled,
+    whether i is a point)."""
+    i_own = first_own_step(pid, grid, own_j)
     since = tl.maximum((i - 1) // EVERY * EVERY, tl.where((i_own < i), i_own, 0))
     return since, (i > 0) & ((i % EVERY == 0) | (i == i_own))
 
@@ -414,5 +422,5 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     tl.store(status + pid, worst)
 
 
-__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "push_rows", "push_while_reducing", "reduce_rows", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
+__all__ = ["add_in_rank_order", "advance_epochs", "finish_piece", "launch_slots", "first_own_step", "push_rows", "push_while_reducing", "reduce_rows", "signal_points", "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel",
            "store_to_peer_slots"]

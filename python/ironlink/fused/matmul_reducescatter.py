@@ -47,7 +47,7 @@ from . import sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
                    product_tile, store_tile, tile_coords)
 from ..ops.slots import advance_epochs, epoch_counters, launch_slots
-from .matmul_allreduce_push import finish_piece
+from .matmul_allreduce_push import finish_piece, first_own_step, signal_points
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
@@ -143,9 +143,9 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
                     worst = signal_partial(ctx, prev % tiles, prev // tiles, rank)
             else:  # world 2: the peer's block is j < tiles (tile j of it), this rank's own after
                 i = (j - pid) // grid
-                i_own = tl.cdiv(tiles - pid, grid)  # the first step in the own block
-                if (i > 0) & (i <= i_own) & ((i % SIGNAL_EVERY == 0) | (i == i_own)) & (worst == 0):
-                    since = (i - 1) // SIGNAL_EVERY * SIGNAL_EVERY
+                since, due = signal_points(i, pid, grid, tiles, SIGNAL_EVERY)
+                # Its own block's tiles push nothing: no signal points after the first of them.
+                if due & (i <= first_own_step(pid, grid, tiles)) & (worst == 0):
                     worst = il.symm_tile_signal_batch(ctx, pid + since * grid, grid, i - since, tiles, 1 - rank)
         own = acc.to(out.dtype.element_ty)
         if COMMUNICATE:
@@ -168,8 +168,8 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
                 worst = signal_partial(ctx, last_o % tiles, last_o // tiles, rank)
         else:  # a CTA that never reached its own block: the partials since its last signal
             steps = tl.cdiv(total - pid, grid)
-            since = (steps - 1) // SIGNAL_EVERY * SIGNAL_EVERY
-            if (steps > 0) & (steps <= tl.cdiv(tiles - pid, grid)) & (worst == 0):
+            since, _ = signal_points(steps, pid, grid, tiles, SIGNAL_EVERY)
+            if (steps > 0) & (steps <= first_own_step(pid, grid, tiles)) & (worst == 0):
                 worst = il.symm_tile_signal_batch(ctx, pid + since * grid, grid, steps - since, tiles, 1 - rank)
         advance_epochs(epochs, epoch + 1)
     tl.store(status + pid, worst)
