@@ -258,6 +258,10 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
                                                              method=method), a_full.nbytes)
+        with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):  # the kernel's CTAs push the shard
+            self.b.record(op, "ironlink_fused[kernel,sm_push]", shape, "bf16",
+                          lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
+                                                             method="kernel"), a_full.nbytes)
         self.b.record(op, "nccl_torch", shape, "bf16",
                       lambda: (dist.all_gather_into_tensor(gathered, shard), torch.matmul(gathered, bmat, out=out)),
                       a_full.nbytes)

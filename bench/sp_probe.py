@@ -5,7 +5,11 @@
 For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fused.py's shapes
 (K = N = 8192, b column-parallel / row-parallel), in CUDA graphs, max over ranks:
 - `torch.matmul`: cuBLAS on the whole local product (the floor a fused op chases);
-- `kernel`: the op as users call it (`method="kernel"`);
+- `kernel`: the op as users call it (`method="kernel"`; all_gather_matmul's shard is contiguous,
+  so the copy engine moves it: `allgather_matmul_copy_engine_kernel`);
+- all_gather_matmul `sm_push`: the kernel whose CTAs push the shard
+  (`tuning.ALL_GATHER_MATMUL_COPY_ENGINE` off; the variants below are of that kernel);
+  `ce_copy`: the copy engine's transfer alone (the shard into every peer's a_full, both ranks at once);
 - `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
   plus, for all_gather_matmul, its grid barrier);
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
@@ -30,6 +34,7 @@ from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.ops import TensorSpec
+from ironlink.runtime import tuning
 from ironlink.runtime.distributed import sm_share
 from ironlink_bench import record_row, time_graph, write_results
 
@@ -48,6 +53,12 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     row("all_gather_matmul", "torch.matmul", shape, lambda: torch.matmul(a_full, b, out=out))
     row("all_gather_matmul", "kernel", shape,
         lambda: ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, out=out, method="kernel"))
+    with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):
+        row("all_gather_matmul", "sm_push", shape,
+            lambda: ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, out=out, method="kernel"))
+    mine = a_full[heap.rank * (m // w):(heap.rank + 1) * (m // w)]
+    row("all_gather_matmul", "ce_copy", shape,
+        lambda: [heap.peer_tensor(mine, (heap.rank + i) % w).copy_(shard) for i in range(1, w)])
     row("all_gather_matmul", "gemm_only", shape,
         lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False))
     row("all_gather_matmul", "nested", shape,

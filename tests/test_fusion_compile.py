@@ -18,7 +18,7 @@ from triton.compiler import ASTSource
 
 from ironlink.language import _lib
 from ironlink.runtime import tuning
-from ironlink.fused import (allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
+from ironlink.fused import (allgather_matmul_copy_engine_kernel, allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
                             matmul_reducescatter_kernel)
 from ironlink.fused.matmul_allreduce import (matmul_allreduce_lamport_kernel, matmul_allreduce_owner_kernel,
                                              matmul_allreduce_push_kernel)
@@ -296,6 +296,18 @@ for m in (128, 16384):
     KERNELS[f"allgather_matmul_m{m}_tma_register_push"] = (
         allgather_matmul_kernel.fn, tma_sig,
         {**ag, "WORLD": 2, "TMA": True, "SEGMENTS": tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS, "MIN_CC": 90})
+    # The copy engine moves the shard (the default on one node): the kernel only waits and computes.
+    ce_sig = {"ctx": "i64", "flags": "*i64", "a_own": "*bf16", "a_all": "*bf16", "b": "*bf16", "out": "*bf16",
+              "ROWS": "i32", "N": "i32", "K": "i32", "stride_sm": "i32", "stride_sk": "i32", **_STRIDES,
+              "GROUP_M": "constexpr", "WORLD": "constexpr", "TMA": "constexpr", "B_ROW_MAJOR": "constexpr",
+              "FLAT": "constexpr"}
+    ce = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "WORLD": 4,
+          "TMA": False, "B_ROW_MAJOR": False, "FLAT": False, "num_warps": c.warps, "num_stages": c.stages}
+    KERNELS[f"allgather_matmul_copy_engine_m{m}"] = (allgather_matmul_copy_engine_kernel.fn, ce_sig, ce)
+    KERNELS[f"allgather_matmul_copy_engine_m{m}_tma_flat"] = (
+        allgather_matmul_copy_engine_kernel.fn,
+        {**ce_sig, "a_own": a_block, "a_all": a_block, "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"},
+        {**ce, "WORLD": 2, "TMA": True, "FLAT": True, "MIN_CC": 90, "MAX_CC": 90})
 
 # Bytes of stack (ptxas spills: invisible in the PTX, whose .local the test refuses) each kernel
 # is allowed on sm_90 with the pinned Triton (`_sass.spills_checked`), as measured when this check
@@ -309,6 +321,8 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     "matmul_allreduce_push_m4096_two_shot_flat": 104, "matmul_allreduce_push_m16_two_shot_nested_tma_b_rows": 16,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_rows": 48,
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_cols": 40, "allgather_matmul_m16384": 8,
+                    # the copy-engine kernel through pointers (its world-4 chunk waits beside the accumulator)
+                    "allgather_matmul_copy_engine_m16384": 112,
                     "matmul_reducescatter_m16384": 16,
                     # The test kernel around symm_tile_all_reduce (no GEMM): ptxas keeps a stack
                     # word at 80 registers since the LL one-shot moves two units at a time
@@ -358,7 +372,7 @@ def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
     assert k.metadata.shared <= smem, f"{name} needs {k.metadata.shared} bytes of shared memory on sm_{cc}"
     for sym in ("symm_grid_barrier", "symm_all_reduce", "symm_tile_all_reduce", "symm_tile_all_gather",
                 "symm_tile_reduce_scatter", "symm_tile_put", "symm_tile_signal", "symm_tile_wait", "symm_tile_signal_others",
-                "symm_tile_wait_others"):
+                "symm_tile_wait_others", "symm_signal_at", "symm_signal_wait_at"):
         assert not re.search(rf"\bcall(\.uni)?\b[^;]*\b{sym}\b", ptx), f"{sym} was not inlined"
     local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
     assert not local, f"{name} uses local memory on sm_{cc}:\n" + "\n".join(local[:10])

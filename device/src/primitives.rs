@@ -60,24 +60,43 @@ pub fn signal(c: &SymmContext, slot: i64, value: i64, op: i32, peer: i32) -> i32
         };
         return s;
     }
-    let p = match signal_slot(c, peer as usize, slot) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
+    match signal_slot(c, peer as usize, slot) {
+        // SAFETY: `p` is a user slot of a mapped peer signal region (checked above).
+        Ok(p) => unsafe { publish(p, value, op) },
+        Err(e) => e,
+    }
+}
+
+/// Sets or adds `value` at `word` (thread 0, release at system scope) after this CTA's earlier
+/// writes are visible wherever `word` is read. Every thread calls it.
+///
+/// # Safety
+/// `word` is an aligned u64 of this rank's or a mapped peer's memory; `op` is SET or ADD.
+unsafe fn publish(word: *mut u64, value: i64, op: i32) -> i32 {
     hw::sync_threads();
     if hw::thread_rank() == 0 {
         hw::fence_system();
-        // SAFETY: `p` is a user slot of a mapped peer signal region (checked above).
-        unsafe {
-            if op == signal_op::SET {
-                hw::store_release_u64(p, value as u64);
-            } else {
-                hw::atomic_add_release_u64(p, value as u64);
-            }
+        if op == signal_op::SET {
+            hw::store_release_u64(word, value as u64);
+        } else {
+            hw::atomic_add_release_u64(word, value as u64);
         }
     }
     hw::sync_threads();
     status::OK
+}
+
+/// `signal` at a u64 of the heap instead of a slot, e.g. a flag that a copy engine also writes
+/// (`cuStreamWriteValue64`) or waits on.
+///
+/// # Safety
+/// `peer_word` is `peer`'s copy of a word of the caller's heap: translated and bounds-checked,
+/// 8-byte aligned.
+pub unsafe fn signal_at(peer_word: *mut u64, value: i64, op: i32) -> i32 {
+    if op != signal_op::SET && op != signal_op::ADD {
+        return status::UNSUPPORTED_OP;
+    }
+    publish(peer_word, value, op)
 }
 
 /// Whether `v cmp target` holds (values compared as signed 64-bit integers).
@@ -95,21 +114,45 @@ fn holds(op: i32, v: i64, target: i64) -> bool {
 /// Waits until this rank's slot satisfies `slot cmp value`; TIMEOUT (recorded) after the
 /// context's timeout. Thread 0 polls; the CTA learns the outcome through the barrier.
 pub fn signal_wait(c: &SymmContext, slot: i64, op: i32, value: i64, which: i32) -> i32 {
-    let p = match signal_slot(c, c.rank as usize, slot) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
+    match signal_slot(c, c.rank as usize, slot) {
+        // SAFETY: our own user slot (checked by `signal_slot`).
+        Ok(p) => unsafe { wait_word(c, p, op, value, which) },
+        Err(e) => e,
+    }
+}
+
+/// `signal_wait` on a u64 of this rank's heap instead of a slot.
+///
+/// # Safety
+/// `word` is a bounds-checked, 8-byte-aligned word of this rank's heap.
+pub unsafe fn signal_wait_at(
+    c: &SymmContext,
+    word: *const u64,
+    op: i32,
+    value: i64,
+    which: i32,
+) -> i32 {
+    wait_word(c, word, op, value, which)
+}
+
+/// Thread 0 polls `word` until `word cmp value`; TIMEOUT (recorded) after the context's timeout.
+/// On sm_90+ the wait then orders the bulk (TMA) loads after it too: a copy engine or a peer may
+/// have written what they read.
+///
+/// # Safety
+/// `word` is an aligned u64 of this rank's memory.
+unsafe fn wait_word(c: &SymmContext, word: *const u64, op: i32, value: i64, which: i32) -> i32 {
     if !(cmp::EQ..=cmp::LE).contains(&op) {
         return status::UNSUPPORTED_OP;
     }
     let mut late = false;
     if hw::thread_rank() == 0 {
         let mut deadline = Deadline::new(c.timeout_ns);
-        // SAFETY: our own user slot (checked above).
         late = !wait_until(&mut deadline, || {
-            holds(op, unsafe { hw::load_acquire_u64(p) } as i64, value)
+            holds(op, hw::load_acquire_u64(word) as i64, value)
         });
         hw::fence_system();
+        hw::fence_proxy_async();
     }
     match agree_on_timeout(c, which, late) {
         Ok(()) => status::OK,

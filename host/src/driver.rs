@@ -196,6 +196,41 @@ impl Device {
         Ok(p)
     }
 
+    /// Makes `stream` (a `CUstream` of this device) write `value` to the u64 at device address
+    /// `addr` once its earlier work is done, after a fence that makes that work's writes visible
+    /// first (`cuStreamWriteValue64`, no SM involved): how a copy engine's transfer is announced
+    /// to a kernel that waits on the word (`symm_signal_wait_at`). Asynchronous, capturable.
+    pub fn stream_write_u64(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
+        let _s = self.scope()?;
+        // SAFETY: our context is current; the caller passes a live stream of this device and an
+        // 8-byte-aligned device address it may write (the driver checks both and fails cleanly).
+        check("cuStreamWriteValue64", unsafe {
+            sys::cuStreamWriteValue64_v2(
+                stream as sys::CUstream,
+                addr,
+                value,
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+            )
+        })
+    }
+
+    /// Makes `stream` wait until the u64 at device address `addr` equals `value` before its later
+    /// work (`cuStreamWaitValue64`): a copy engine's transfer started by a kernel. Asynchronous,
+    /// capturable. The word must be one a kernel of this process always sets (a wait on a stream
+    /// has no timeout).
+    pub fn stream_wait_u64(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
+        let _s = self.scope()?;
+        // SAFETY: as in `stream_write_u64`.
+        check("cuStreamWaitValue64", unsafe {
+            sys::cuStreamWaitValue64_v2(
+                stream as sys::CUstream,
+                addr,
+                value,
+                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+            )
+        })
+    }
+
     /// Frees memory from [`Device::alloc`].
     pub fn free(&self, ptr: u64) -> Result<()> {
         let _s = self.scope()?;

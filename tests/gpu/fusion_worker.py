@@ -434,13 +434,15 @@ class Suite:
                      graph, self.nan_fill(out), check)
 
     def gather_matmul(self, rows: int, n: int, k: int, dtype: torch.dtype, graph: bool, method: str,
-                      launches: int = 1) -> None:
+                      launches: int = 1, contiguous: bool = False) -> None:
+        """contiguous=False: a column-major shard (strides are honoured; the kernel method's CTAs
+        push it); True: a row-major one (the kernel method moves it by the copy engine)."""
         w, r = self.world, self.rank
         shards, b_all = self.operands(rows, n, k, dtype, 97)
         b = b_all[r]
         a_full = self.heap.empty((w * rows, k), dtype)
         out = torch.empty(w * rows, n, device="cuda", dtype=dtype)
-        shard_t = shards[r].t().contiguous().t()  # a column-major shard: strides are honoured
+        shard_t = shards[r].contiguous() if contiguous else shards[r].t().contiguous().t()
         a_scaled = [shard_t * (i + 1) for i in range(launches)]
 
         def check() -> None:
@@ -591,14 +593,22 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
               lambda: s.matmul_scatter(200 * world, 4096, 512, dtype, True, method))
     cases.run(f"all_gather_matmul {method} {dtype} in a CUDA graph",
               lambda: s.gather_matmul(200, 4096, 512, dtype, True, method))
+    if method == "kernel":  # a row-major shard: moved by the copy engine, announced through heap flags
+        for rows, n, k, launches, graph in small(((16, 8192, 512, 1, False), (100, 1000, 300, 8, False),
+                                                  (1030, 2050, 1024, 8, False), (200, 4096, 512, 1, True)),
+                                                 ((100, 1000, 300, 8, False), (200, 4096, 512, 1, True))):
+            cases.run(f"all_gather_matmul kernel, copy engine, {dtype} {rows}x{n}x{k} {launches} launch(es)"
+                      f"{' in a CUDA graph' if graph else ''}",
+                      lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
 
 
 def main() -> int:
     ironlink.init_distributed()
     world = dist.get_world_size()
-    # 512 MiB: the fused ops keep their workspaces (matmul_all_reduce's, all_reduce_rmsnorm push's
-    # slots: twice x) until the heap closes.
-    heap = ironlink.SymmetricHeap(512 << 20, timeout_s=heap_timeout_s())
+    # 1 GiB: the fused ops keep their workspaces (matmul_all_reduce's, all_reduce_rmsnorm push's
+    # slots: twice x) until the heap closes, each a power of two; the 8200-row two-shot cases' is
+    # 128 MiB on top of the smaller ones kept before it (512 MiB ran out there).
+    heap = ironlink.SymmetricHeap(1 << 30, timeout_s=heap_timeout_s())
     s = Suite(heap)
     cases = Cases(before=s.clear_errors)  # one failure's recorded error must not fail the cases after it
     t0 = time.time()

@@ -152,6 +152,17 @@ fn peer_copy(
     Ok(())
 }
 
+/// The context and `peer`'s copy of the u64 at `ptr` (this rank's heap, 8-byte aligned), for
+/// `symm_signal_at` / `symm_signal_wait_at`.
+fn heap_word<'a>(ctx: i64, ptr: i64, peer: i32) -> Result<(&'a SymmContext, *mut u64), i32> {
+    let c = ctx::any_context(ctx)?;
+    if !(ptr as u64).is_multiple_of(8) {
+        return Err(status::MISALIGNED);
+    }
+    let word = ctx::peer_address(c, ptr as u64, 8, peer)?;
+    Ok((c, word as *mut u64))
+}
+
 exports! {
     /// ABI version of this library (`abi::ABI_VERSION`); `unused` is ignored (Triton needs an argument).
     fn ironlink_abi_version(unused: i32) -> i32 {
@@ -620,6 +631,34 @@ exports! {
     fn symm_signal_wait(ctx: i64, slot: i64, cmp_op: i32, value: i64) -> i32 {
         match ctx::any_context(ctx) {
             Ok(c) => primitives::signal_wait(c, slot, cmp_op, value, which!(symm_signal_wait)),
+            Err(e) => e,
+        }
+    }
+
+    /// `symm_signal` at a u64 of the heap instead of a slot: sets (`SIGNAL_OP_SET`) or adds to
+    /// (`SIGNAL_OP_ADD`) `peer`'s copy of the word at `flag_ptr` (a local heap address, 8-byte
+    /// aligned; `peer` may be this rank) after this CTA's earlier writes are visible to that
+    /// peer. For flags that work on streams also writes or waits on (`runtime.stream_flags`: a
+    /// copy engine's transfer announced by `cuStreamWriteValue64`). A peer on another node of a
+    /// multi-node context gives PEER_NOT_MAPPED.
+    fn symm_signal_at(ctx: i64, flag_ptr: i64, value: i64, signal_op: i32, peer: i32) -> i32 {
+        match heap_word(ctx, flag_ptr, peer) {
+            // SAFETY: `heap_word` translated and checked the word (inside the heap, aligned).
+            Ok((_, word)) => unsafe { primitives::signal_at(word, value, signal_op) },
+            Err(e) => e,
+        }
+    }
+
+    /// `symm_signal_wait` on a u64 of this rank's heap (`flag_ptr`, 8-byte aligned) instead of a
+    /// slot: waits until it compares (`CMP_*`) true against `value`, then the CTA (its TMA loads
+    /// too) sees what was written before the word was set; TIMEOUT after the context's timeout
+    /// (recorded).
+    fn symm_signal_wait_at(ctx: i64, flag_ptr: i64, cmp_op: i32, value: i64) -> i32 {
+        match ctx::any_context(ctx).and_then(|c| heap_word(ctx, flag_ptr, c.rank)) {
+            // SAFETY: as in `symm_signal_at`, this rank's own word.
+            Ok((c, word)) => unsafe {
+                primitives::signal_wait_at(c, word, cmp_op, value, which!(symm_signal_wait_at))
+            },
             Err(e) => e,
         }
     }

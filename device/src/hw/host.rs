@@ -418,6 +418,9 @@ pub fn fence_system() {
 /// No bulk asynchronous copies in the simulator: nothing to wait for.
 pub fn bulk_stores_complete() {}
 
+/// No async proxy in the simulator: its loads are ordered by the fences around them.
+pub fn fence_proxy_async() {}
+
 pub fn fence_gpu() {
     deliver_held();
     core::sync::atomic::fence(Ordering::SeqCst)

@@ -252,6 +252,18 @@ pub fn bulk_stores_complete() {
     }
 }
 
+/// Orders this thread's earlier generic accesses before later bulk asynchronous (TMA) accesses
+/// of global memory (`fence.proxy.async.global`): after a wait, TMA loads see what the wait
+/// announced. Before sm_90 there is no async proxy.
+#[inline(always)]
+pub fn fence_proxy_async() {
+    #[cfg(target_feature = "sm_90")]
+    // SAFETY: a fence has no operands.
+    unsafe {
+        asm!("fence.proxy.async.global;", options(nostack))
+    }
+}
+
 /// GPU-scope fence (`fence.acq_rel.gpu`).
 #[inline(always)]
 pub fn fence_gpu() {

@@ -358,6 +358,24 @@ fn nvshmem_init_status(library: Option<String>) -> PyResult<i32> {
     crate::nvshmem_host::init_status(library.as_deref()).py()
 }
 
+/// Device `device`'s `stream` (a `CUstream` handle, e.g. `torch.cuda.Stream.cuda_stream`)
+/// writes `value` to the u64 at `addr` after its earlier work (`Device::stream_write_u64`).
+#[pyfunction]
+fn stream_write_u64(device: i32, stream: u64, addr: u64, value: u64) -> PyResult<()> {
+    driver::Device::open(device)
+        .and_then(|d| d.stream_write_u64(stream, addr, value))
+        .py()
+}
+
+/// Device `device`'s `stream` waits until the u64 at `addr` equals `value`
+/// (`Device::stream_wait_u64`).
+#[pyfunction]
+fn stream_wait_u64(device: i32, stream: u64, addr: u64, value: u64) -> PyResult<()> {
+    driver::Device::open(device)
+        .and_then(|d| d.stream_wait_u64(stream, addr, value))
+        .py()
+}
+
 /// Number of CUDA devices visible to this process (raises without a driver).
 #[pyfunction]
 fn device_count() -> PyResult<i32> {
@@ -482,6 +500,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExternalContext>()?;
     m.add_function(wrap_pyfunction!(driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(stream_write_u64, m)?)?;
+    m.add_function(wrap_pyfunction!(stream_wait_u64, m)?)?;
     m.add_function(wrap_pyfunction!(nvshmem_cumodule_init, m)?)?;
     m.add_function(wrap_pyfunction!(nvshmem_init_status, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack_capsule, m)?)?;

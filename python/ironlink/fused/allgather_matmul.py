@@ -4,7 +4,22 @@
                                                            # -> a_full [M, K], out [M, N]
 
 a_full is every rank's shard stacked in rank order, out = a_full @ b: PyTorch's
-`fused_all_gather_matmul(a_shard, [b], gather_dim=0)`. One persistent launch; each CTA:
+`fused_all_gather_matmul(a_shard, [b], gather_dim=0)`.
+
+Copy engine (one node, a contiguous shard: `uses_copy_engine`, the default). The shard travels
+by the copy engine, so no CTA spends time on it: `allgather_matmul_copy_engine_kernel` computes
+the own rows' tiles from a_shard, then each other rank's tiles chunk by chunk (a chunk is a group
+of GROUP_M tile rows, the order the tile walk takes them) as each chunk's flag says it has
+arrived. A side stream does the transfer (`launch_copy_engine`): it waits for the kernel's "go"
+(`stream_flags.wait_flag`), copies the shard into every peer's a_full chunk by chunk, and after
+each chunk sets the peer's flag for it (`stream_flags.write_flag`: written after the copy, with
+a fence). The kernel's CTA 0 gives the go once every peer's launch has started (each tells the
+others with `symm_signal_at`): until its launch starts a rank may use its a_full. The kernel's
+waits time out (recorded, raised by the host); the stream waits only for its own kernel, which
+gives the go after a timeout too. The last CTA to finish zeroes the ready flags.
+
+SM push (a strided shard, or `tuning.ALL_GATHER_MATMUL_COPY_ENGINE` off): one persistent
+launch; each CTA:
 1. meets the same CTA of every other rank (a signal and a wait each way: a rank may use its
    a_full until its launch starts);
 2. computes its output tiles of this rank's own rows, reading `a_shard` (nothing to wait for),
@@ -36,7 +51,8 @@ import triton
 import triton.language as tl
 
 from .. import language as il
-from ..runtime import eager, tuning
+from ..language import _abi
+from ..runtime import eager, stream_flags, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
@@ -223,6 +239,84 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
     tl.store(status + pid, worst)
 
 
+# The flag words of the copy-engine kernel (`copy_engine_flags`), u64 each, per rank; a chunk is
+# a group of GROUP_M tile rows (the order the tile walk takes them: `gemm.tile_coords`):
+# FLAG_GO: this rank's kernel -> its side stream: every peer's launch has started (they are done
+#   with their a_full), the stream may write this rank's shard into them;
+# FLAG_FREE + p: rank p's kernel -> this rank's kernel: p's launch has started;
+# flag_done(WORLD): the count of this launch's CTAs that have finished;
+# flag_ready(WORLD) + src * chunks + j: rank src's stream -> this rank's kernel: chunk j of src's
+#   shard is in this a_full.
+FLAG_GO: tl.constexpr = tl.constexpr(0)
+FLAG_FREE: tl.constexpr = tl.constexpr(1)
+
+
+def flag_done(world: int) -> int:
+    return FLAG_FREE.value + world
+
+
+def flag_ready(world: int) -> int:
+    return flag_done(world) + 1
+
+
+_EQ: tl.constexpr = tl.constexpr(_abi.CMP["EQ"])
+_SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
+
+
+@jit(do_not_specialize=["ctx"])
+def allgather_matmul_copy_engine_kernel(ctx, flags, a_own, a_all, b, out, ROWS, N, K, stride_sm, stride_sk,
+                                        stride_bk, stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WORLD: tl.constexpr,
+                                        TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, FLAT: tl.constexpr = False):
+    """out = a_full @ b while a copy engine fills a_full (the module docs: "copy engine"): the
+    own rows' tiles from a_own (a_shard), then each other rank's, every chunk once its flag says
+    it has arrived. a_own, a_all, b as in `allgather_matmul_kernel`; `flags` this rank's flag
+    words."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    rank = il.symm_rank(ctx)
+    tiles_m, tiles_n = tl.cdiv(ROWS, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    chunks = tl.cdiv(tiles_m, GROUP_M)
+    done = flags + FLAG_FREE + WORLD
+    ready = done + 1
+    worst = pid * 0
+    if pid == 0:
+        # This launch has started, so this rank is done with its a_full: every peer's stream may
+        # write it. Then wait until every peer says the same and let this rank's stream go (even
+        # after a timeout, which is recorded and raised by the host: a wait on a stream has no
+        # timeout of its own).
+        for i in tl.static_range(1, WORLD):
+            il.symm_signal_at(ctx, flags + FLAG_FREE + rank, 1, _SET, (rank + i) % WORLD)
+        for i in tl.static_range(1, WORLD):
+            p = (rank + i) % WORLD
+            worst = ilt.failure_or(worst, il.symm_signal_wait_at(ctx, flags + FLAG_FREE + p, _EQ, 1))
+            tl.store(flags + FLAG_FREE + p, 0)
+        il.symm_signal_at(ctx, flags + FLAG_GO, 1, _SET, rank)
+    _gemm_rows_of(a_own, stride_sm, stride_sk, 0, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA,
+                  B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, FLAT)
+    own = tiles_m * tiles_n
+    for i in tl.static_range(1, WORLD):
+        src = (rank + i) % WORLD
+        a_src = a_all if TMA else a_all + tl.cast(src, tl.int64) * ROWS * K
+        row0 = src * ROWS if TMA else 0
+        waited = -1  # the last chunk of src this CTA has waited for
+        for t in tl.range((pid + grid - (i * own) % grid) % grid, own, grid, flatten=FLAT):  # continue the walk
+            tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
+            if tm // GROUP_M != waited:
+                waited = tm // GROUP_M
+                worst = ilt.failure_or(worst, il.symm_signal_wait_at(ctx, ready + src * chunks + waited, _EQ, 1))
+            acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a_src, b, row0 + tm * BLOCK_M,
+                             row0 + ROWS, tn * BLOCK_N, N, 0, K, K, K, 1, stride_bk, stride_bn, TMA, B_ROW_MAJOR,
+                             BLOCK_M, BLOCK_N, BLOCK_K)
+            _store_out_tile(out, acc, src, tm, tn, ROWS, N, BLOCK_M, BLOCK_N)
+    # The last CTA to finish clears the ready flags for the next launch (whose peers write them
+    # only after its start: plain stores, ordered by the launch boundary).
+    if tl.atomic_add(done, 1, sem="acq_rel", scope="gpu") == grid - 1:
+        for j in range(0, WORLD * chunks):
+            tl.store(ready + j, 0)
+        tl.store(done, 0)
+    tl.store(status + pid, worst)
+
+
 # A heap of several nodes (see the module docs); linked with the NVSHMEM bitcode.
 @jit(do_not_specialize=["ctx"], nvshmem=True, several_nodes=True)
 def allgather_matmul_hierarchical_kernel(ctx, a_shard, a_full, b, out, ROWS, N, K, stride_sm, stride_sk, stride_bk,
@@ -299,9 +393,89 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
                 h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, *strides, status, **meta),
             check, function="symm_grid_barrier/symm_all_gather_hierarchical")
         return a_full, out
+    if uses_copy_engine(a_shard):
+        flags = copy_engine_flags(h, chunk_count(p), check)
+        launch_with_status("all_gather_matmul", h, p.ctas,
+                           lambda status: launch_copy_engine(h, p, a_shard, b, a_full, out, flags, status), check,
+                           function="symm_signal_wait_at")
+        return a_full, out
     launch_with_status("all_gather_matmul", h, p.ctas, lambda status: launch(h, p, a_shard, b, a_full, out, status),
                        check, function="symm_tile_wait")
     return a_full, out
+
+
+def uses_copy_engine(a_shard: Any) -> bool:
+    """Whether the one-node kernel method runs with the copy engine (`launch_copy_engine`): on
+    unless tuning.ALL_GATHER_MATMUL_COPY_ENGINE is off or the shard is not contiguous (a strided
+    copy would run as a kernel, which could not start while this launch holds every SM)."""
+    return tuning.ALL_GATHER_MATMUL_COPY_ENGINE and a_shard.is_contiguous()
+
+
+def copy_engine_flags(heap: Any, chunks: int, check: bool) -> Any:
+    """This rank's flag words of the copy-engine kernel for shards of `chunks` chunks (int64,
+    `FLAG_GO` ...), a heap workspace, zero between launches. Made on the first call (or a call
+    with more chunks), then a barrier of the ranks, so that no peer sets a flag in it before it
+    is zeroed."""
+    import torch
+
+    count = flag_ready(heap.world_size) + heap.world_size * chunks
+    name = "all_gather_matmul/flags"
+    made = not heap.has_workspace(name, count * 8)
+    flags = heap.workspace(name, count * 8, zeroed_prefix=count * 8).view(torch.int64)[:count]
+    if made:
+        sp_streams.device_barrier(heap, check)
+    return flags
+
+
+def chunk_count(p: Plan) -> int:
+    """The chunks of a shard in the copy-engine kernel: groups of GROUP_M tile rows."""
+    return -(-p.rows // (p.config.group_m * p.config.block_m))
+
+
+def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, flags: Any,
+                       status: Any, flat: Optional[bool] = None) -> None:
+    """Launches plan `p` as `allgather_matmul_copy_engine_kernel` with the shard's transfers on a
+    side stream (no checks: `all_gather_matmul` made them; a_shard contiguous): the stream waits
+    for the kernel's FLAG_GO (the kernel is launched first), copies the shard into every peer's
+    a_full by the copy engine chunk by chunk (`chunk_count`), setting the peer's ready flag of
+    each, and copies it into this a_full; the current stream joins it."""
+    import torch
+
+    c = p.config
+    layout = layout_for(a_shard, b)
+    if (p.k * a_full.element_size()) % 16:  # a_full's rows, read by TMA too
+        layout = layout._replace(tma=False)
+    a_own, b_arg = operand_descriptors(a_shard, b, layout, c.block_m, c.block_n, c.block_k)
+    a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
+    if flat is None:
+        flat = tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
+    w, r, rows = heap.world_size, heap.rank, p.rows
+    main = torch.cuda.current_stream()
+    (side,) = sp_streams.side_streams(heap.device.index, 1)
+    written = torch.cuda.Event()
+    written.record(main)  # the shard is written
+    # The kernel first: the stream's wait below is for a kernel already launched. Enqueued before
+    # it, the wait could deadlock with anything that synchronizes the device in between (the
+    # kernel's first launch loads its module, which waits for every stream).
+    allgather_matmul_copy_engine_kernel[(p.ctas,)](
+        heap.ctx, flags, a_own, a_all, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1), b.stride(0),
+        b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, WORLD=w,
+        TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, num_warps=c.warps,
+        num_stages=c.stages)
+    side.wait_event(written)
+    chunk_rows, chunks = p.config.group_m * p.config.block_m, chunk_count(p)
+    with torch.cuda.stream(side):
+        stream_flags.wait_flag(side, flags[FLAG_GO.value], 1)
+        stream_flags.write_flag(side, flags[FLAG_GO.value], 0)
+        for i in range(1, w):
+            q = (r + i) % w
+            theirs = heap.peer_tensor(a_full, q)[r * rows:(r + 1) * rows]
+            ready = heap.peer_tensor(flags, q)[flag_ready(w) + r * chunks:]
+            for j in range(chunks):  # chunk by chunk: the peer's GEMM starts on the first
+                theirs[j * chunk_rows:(j + 1) * chunk_rows].copy_(a_shard[j * chunk_rows:(j + 1) * chunk_rows])
+                stream_flags.write_flag(side, ready[j], 1)
+        a_full[r * rows:(r + 1) * rows].copy_(a_shard)
+    main.wait_stream(side)
 
 
 def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any, communicate: bool = True,
@@ -345,5 +519,7 @@ def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
     return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
 
 
-__all__ = ["COPY_COLS", "COPY_ROWS", "TMA_COPY_COLS", "TMA_COPY_ROWS", "a_full_descriptor", "launch", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
+__all__ = ["COPY_COLS", "COPY_ROWS", "FLAG_FREE", "FLAG_GO", "allgather_matmul_copy_engine_kernel", "chunk_count",
+           "copy_engine_flags", "flag_done", "flag_ready",
+           "launch_copy_engine", "uses_copy_engine", "TMA_COPY_COLS", "TMA_COPY_ROWS", "a_full_descriptor", "launch", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
            "allgather_matmul_kernel", "plan"]

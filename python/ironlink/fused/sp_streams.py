@@ -64,7 +64,7 @@ def device_barrier(heap: Any, check: bool) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _side_streams(device_index: int, count: int) -> tuple[Any, ...]:
+def side_streams(device_index: int, count: int) -> tuple[Any, ...]:
     """`count` streams for the copies on one GPU, made once per process (a stream per call would
     cost a cudaStreamCreate each time)."""
     import torch
@@ -92,7 +92,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any, out: Any, me
     mine.copy_(a_shard)
     device_barrier(heap, check)
     main = torch.cuda.current_stream()
-    (side,) = _side_streams(heap.device.index, 1)
+    (side,) = side_streams(heap.device.index, 1)
     side.wait_stream(main)
     pulled = []
     for i in range(1, w):
@@ -131,7 +131,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     sends = heap.workspace("matmul_reduce_scatter/sends", nbytes)[:nbytes].view(a.dtype).view(m, n)
     device_barrier(heap, check)
     main = torch.cuda.current_stream()
-    (side,) = _side_streams(heap.device.index, 1)
+    (side,) = side_streams(heap.device.index, 1)
     for i in range(1, w):
         p = (r + i) % w
         torch.matmul(_block(a, p, rows), b, out=_block(sends, p, rows))
@@ -145,4 +145,4 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     torch.sum(partials.view(w, rows, n), 0, out=out)
 
 
-__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter", "method_for"]
+__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter", "method_for", "side_streams"]

@@ -188,6 +188,8 @@ FUNCTIONS = {
     "symm_get": ((("ctx", "i64"), ("dst_ptr", "i64"), ("src_ptr", "i64"), ("nbytes", "i64"), ("peer", "i32")), "i32", "CTA-cooperative copy of `nbytes` from `peer`'s copy of the symmetric `src_ptr` to local"),
     "symm_signal": ((("ctx", "i64"), ("slot", "i64"), ("value", "i64"), ("signal_op", "i32"), ("peer", "i32")), "i32", "Sets (`SIGNAL_OP_SET`) or adds to (`SIGNAL_OP_ADD`) `peer`'s user signal slot `slot`,"),
     "symm_signal_wait": ((("ctx", "i64"), ("slot", "i64"), ("cmp_op", "i32"), ("value", "i64")), "i32", "Waits until this rank's user signal slot `slot` compares (`CMP_*`) true against `value`;"),
+    "symm_signal_at": ((("ctx", "i64"), ("flag_ptr", "i64"), ("value", "i64"), ("signal_op", "i32"), ("peer", "i32")), "i32", "`symm_signal` at a u64 of the heap instead of a slot: sets (`SIGNAL_OP_SET`) or adds to"),
+    "symm_signal_wait_at": ((("ctx", "i64"), ("flag_ptr", "i64"), ("cmp_op", "i32"), ("value", "i64")), "i32", "`symm_signal_wait` on a u64 of this rank's heap (`flag_ptr`, 8-byte aligned) instead of a"),
     "symm_signal_read": ((("ctx", "i64"), ("slot", "i64")), "i64", "The current value of this rank's user signal slot `slot` (or a negative status for a bad"),
     "symm_fence": ((("scope", "i32"),), "i32", "Memory fence at `scope` (`FENCE_SCOPE_CTA` syncs the CTA; GPU and SYSTEM fence each thread)."),
 }
