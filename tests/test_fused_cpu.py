@@ -297,6 +297,24 @@ def test_all_gather_matmul_plan_checks_the_gathered_shape() -> None:
                  DEV, 4, 132)
 
 
+def test_all_gather_matmul_copy_engine_chunks_cover_the_tile_walk() -> None:
+    # The kernel waits for chunk tm // GROUP_M of a peer's rows; the host copies and flags
+    # chunk_count(p) chunks of GROUP_M * BLOCK_M rows: every tile row's chunk must be one the
+    # host flags, and the chunks must cover the rows.
+    for rows in (1, 100, 1024, 1030, 2048, 8192):
+        p = ag(rows, 4096, 8192)
+        c = p.config
+        chunks, chunk_rows = agm.chunk_count(p), c.group_m * c.block_m
+        tiles_m = -(-rows // c.block_m)
+        assert {tm // c.group_m for tm in range(tiles_m)} == set(range(chunks)), rows
+        assert (chunks - 1) * chunk_rows < rows <= chunks * chunk_rows, rows
+    # The flag words (GO, FREE per rank, DONE, READY per rank and chunk) do not overlap.
+    for world in (2, 4, 8):
+        words = [agm.FLAG_GO.value, *(agm.FLAG_FREE.value + q for q in range(world)), agm.flag_done(world),
+                 *(agm.flag_ready(world) + i for i in range(world * 3))]
+        assert sorted(words) == list(range(len(words))), world
+
+
 def test_sequence_parallel_methods_follow_the_tuning_table() -> None:
     for op, table in tuning.SP_METHODS.items():
         limits = [limit for limit, _ in table]

@@ -14,7 +14,7 @@ from typing import Any
 from .native import load_native
 
 
-def _word_address(word: Any) -> int:
+def word_address(word: Any) -> int:
     """The device address of `word`, a one-element 8-byte tensor (a heap tensor's element, or
     a peer's through `heap.peer_tensor`)."""
     if word.numel() != 1 or word.element_size() != 8:
@@ -25,12 +25,12 @@ def _word_address(word: Any) -> int:
 def write_flag(stream: Any, word: Any, value: int) -> None:
     """`stream` writes `value` into `word` once its earlier work is done, after a fence that makes
     that work's writes visible first (a kernel that waited for the word sees them)."""
-    load_native().stream_write_u64(stream.device.index, stream.cuda_stream, _word_address(word), value)
+    load_native().stream_write_u64(stream.device.index, stream.cuda_stream, word_address(word), value)
 
 
 def wait_flag(stream: Any, word: Any, value: int) -> None:
     """`stream`'s later work waits until `word` equals `value`."""
-    load_native().stream_wait_u64(stream.device.index, stream.cuda_stream, _word_address(word), value)
+    load_native().stream_wait_u64(stream.device.index, stream.cuda_stream, word_address(word), value)
 
 
-__all__ = ["wait_flag", "write_flag"]
+__all__ = ["wait_flag", "word_address", "write_flag"]
