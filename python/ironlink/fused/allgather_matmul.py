@@ -432,13 +432,10 @@ def chunk_count(p: Plan) -> int:
     return -(-p.rows // (p.config.group_m * p.config.block_m))
 
 
-def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, flags: Any,
-                       status: Any, flat: Optional[bool] = None) -> None:
-    """Launches plan `p` as `allgather_matmul_copy_engine_kernel` with the shard's transfers on a
-    side stream (no checks: `all_gather_matmul` made them; a_shard contiguous): the stream waits
-    for the kernel's FLAG_GO (the kernel is launched first), copies the shard into every peer's
-    a_full by the copy engine chunk by chunk (`chunk_count`), setting the peer's ready flag of
-    each, and copies it into this a_full; the current stream joins it."""
+def _gemm_operands(p: Plan, a_shard: Any, b: Any, a_full: Any, flat: Optional[bool]) -> tuple[Any, ...]:
+    """What both one-node kernels read: (layout, a_own, b, a_all, flat): TMA descriptors where
+    the layout allows (`gemm.layout_for`; a_full's rows aligned too), else the tensors; `flat`
+    defaults to tuning.matmul_flat."""
     import torch
 
     c = p.config
@@ -449,6 +446,20 @@ def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, ou
     a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
     if flat is None:
         flat = tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
+    return layout, a_own, b_arg, a_all, flat
+
+
+def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, flags: Any,
+                       status: Any, flat: Optional[bool] = None) -> None:
+    """Launches plan `p` as `allgather_matmul_copy_engine_kernel` with the shard's transfers on a
+    side stream (no checks: `all_gather_matmul` made them; a_shard contiguous): the stream waits
+    for the kernel's FLAG_GO (the kernel is launched first), copies the shard into every peer's
+    a_full by the copy engine chunk by chunk (`chunk_count`), setting the peer's ready flag of
+    each, and copies it into this a_full; the current stream joins it."""
+    import torch
+
+    c = p.config
+    layout, a_own, b_arg, a_all, flat = _gemm_operands(p, a_shard, b, a_full, flat)
     w, r, rows = heap.world_size, heap.rank, p.rows
     main = torch.cuda.current_stream()
     (side,) = sp_streams.side_streams(heap.device.index, 1)
@@ -485,16 +496,8 @@ def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, stat
     and the grid barrier alone), `flat` replaces tuning.matmul_flat, `tma_push=False` pushes by
     stores from registers where TMA could take them, `segments` tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS
     (1 for the pointer GEMM: a piece of the push beside its accumulator spills registers)."""
-    import torch
-
     c = p.config
-    layout = layout_for(a_shard, b)
-    if (p.k * a_full.element_size()) % 16:  # a_full's rows, read by TMA too
-        layout = layout._replace(tma=False)
-    a_own, b_arg = operand_descriptors(a_shard, b, layout, c.block_m, c.block_n, c.block_k)
-    a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
-    if flat is None:
-        flat = tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
+    layout, a_own, b_arg, a_all, flat = _gemm_operands(p, a_shard, b, a_full, flat)
     world = heap.world_size
     # TMA pushes need one peer (one descriptor) and the GEMM's TMA (Hopper, aligned rows).
     tma = layout.tma and world == 2 and (tma_push is None or tma_push)
