@@ -288,6 +288,10 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method=method),
                           nbytes)
+        with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True):  # its partials moved by the copy engine
+            self.b.record(op, "ironlink_fused[kernel,copy_engine]", shape, "bf16",
+                          lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method="kernel"),
+                          nbytes)
         if w == 2:  # the kernel's signals per tile, not in batches (tuning.MATMUL_SIGNAL_EVERY)
             with tuning.overridden(MATMUL_SIGNAL_EVERY=1):
                 self.b.record(op, "ironlink_fused[kernel,signal_every=1]", shape, "bf16",

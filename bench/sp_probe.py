@@ -10,6 +10,8 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
 - all_gather_matmul `sm_push`: the kernel whose CTAs push the shard
   (`tuning.ALL_GATHER_MATMUL_COPY_ENGINE` off; the variants below are of that kernel);
   `ce_copy`: the copy engine's transfer alone (the shard into every peer's a_full, both ranks at once);
+- matmul_reduce_scatter `copy_engine`: its partials stored locally and moved by the copy engine
+  (`tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE`);
 - `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
   plus, for all_gather_matmul, its grid barrier);
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
@@ -93,6 +95,9 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
     row("matmul_reduce_scatter", "torch.matmul", shape, lambda: torch.matmul(a, b, out=full))
     row("matmul_reduce_scatter", "kernel", shape,
         lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
+    with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True):
+        row("matmul_reduce_scatter", "copy_engine", shape,
+            lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
     row("matmul_reduce_scatter", "gemm_only", shape, lambda: mrs.launch(heap, p, a, b, out, status, communicate=False))
     heap.check()
 

@@ -14,6 +14,7 @@ from ironlink.language import _abi
 from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import allgather_matmul as agm
+from ironlink.fused import copy_engine
 from ironlink.fused import gemm
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
@@ -308,10 +309,20 @@ def test_all_gather_matmul_copy_engine_chunks_cover_the_tile_walk() -> None:
         tiles_m = -(-rows // c.block_m)
         assert {tm // c.group_m for tm in range(tiles_m)} == set(range(chunks)), rows
         assert (chunks - 1) * chunk_rows < rows <= chunks * chunk_rows, rows
-    # The flag words (GO, FREE per rank, DONE, READY per rank and chunk) do not overlap.
+    # matmul_reduce_scatter's copy-engine kernel counts chunk tm // GROUP_M of each block; the
+    # host waits for chunk_count(p, world) of them, each of its tiles.
+    for world, m in ((2, 2), (2, 4096), (2, 2060), (4, 16384), (8, 8 * 1030)):
+        p = rs(m, 2048, 1024, world=world)
+        c, rows = p.config, m // world
+        tiles_m = -(-rows // c.block_m)
+        chunks = mrs.chunk_count(p, world)
+        assert {tm // c.group_m for tm in range(tiles_m)} == set(range(chunks)), (world, m)
+        per_chunk = [min(c.group_m * c.block_m, rows - j * c.group_m * c.block_m) for j in range(chunks)]
+        assert sum(-(-r // c.block_m) for r in per_chunk) * -(-2048 // c.block_n) == p.tiles, (world, m)
+    # The flag words (GO, FREE per rank, DONE, then the op's) do not overlap.
     for world in (2, 4, 8):
-        words = [agm.FLAG_GO.value, *(agm.FLAG_FREE.value + q for q in range(world)), agm.flag_done(world),
-                 *(agm.flag_ready(world) + i for i in range(world * 3))]
+        words = [copy_engine.FLAG_GO.value, *(copy_engine.FLAG_FREE.value + q for q in range(world)),
+                 copy_engine.flag_done(world), *(copy_engine.flag_data(world) + i for i in range(world * 3))]
         assert sorted(words) == list(range(len(words))), world
 
 

@@ -18,8 +18,8 @@ from triton.compiler import ASTSource
 
 from ironlink.language import _lib
 from ironlink.runtime import tuning
-from ironlink.fused import (allgather_matmul_copy_engine_kernel, allgather_matmul_kernel, allreduce_rmsnorm_kernel, matmul_allreduce_kernel,
-                            matmul_reducescatter_kernel)
+from ironlink.fused import (allgather_matmul_copy_engine_kernel, allgather_matmul_kernel, allreduce_rmsnorm_kernel,
+                            matmul_allreduce_kernel, matmul_reducescatter_copy_engine_kernel, matmul_reducescatter_kernel)
 from ironlink.fused.matmul_allreduce import (matmul_allreduce_lamport_kernel, matmul_allreduce_owner_kernel,
                                              matmul_allreduce_push_kernel)
 from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
@@ -272,6 +272,19 @@ for m in (128, 16384):
              "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>",
              "peer_slots": f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2}]>"},
             {**rs, "WORLD": 2, "TMA": True, "TMA_PUSH": True, "SIGNAL_EVERY": every, "MIN_CC": 90})
+    # The partials stored locally and moved by the copy engine (tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE).
+    rs_ce_sig = {"ctx": "i64", "flags": "*i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "sends": "*bf16",
+                 "slots": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32",
+                 **_STRIDES, "GROUP_M": "constexpr", "WORLD": "constexpr", "TMA": "constexpr",
+                 "B_ROW_MAJOR": "constexpr"}
+    rs_ce = {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "GROUP_M": c.group_m, "WORLD": 4,
+             "TMA": False, "B_ROW_MAJOR": False, "num_warps": c.warps, "num_stages": c.stages}
+    KERNELS[f"matmul_reducescatter_copy_engine_m{m}"] = (matmul_reducescatter_copy_engine_kernel.fn, rs_ce_sig, rs_ce)
+    KERNELS[f"matmul_reducescatter_copy_engine_m{m}_tma"] = (
+        matmul_reducescatter_copy_engine_kernel.fn,
+        {**rs_ce_sig, "a": f"tensordesc<bf16[{c.block_m}, {c.block_k}]>",
+         "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>"},
+        {**rs_ce, "WORLD": 2, "TMA": True, "MIN_CC": 90})
     c = tuning.matmul_config(m, 2048, 8192, 4)
     ag_sig = {"ctx": "i64", "a_shard": "*bf16", "a_full": "*bf16", "a_own": "*bf16", "a_all": "*bf16",
               "peer_full": "*bf16", "b": "*bf16", "out": "*bf16", "ROWS": "i32", "N": "i32", "K": "i32",
@@ -323,6 +336,9 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     "matmul_allreduce_push_m4096_two_shot_nested_tma_b_cols": 40, "allgather_matmul_m16384": 8,
                     # the copy-engine kernel through pointers (its world-4 chunk waits beside the accumulator)
                     "allgather_matmul_copy_engine_m16384": 112,
+                    # matmul_reduce_scatter's copy-engine kernel (off by default): its chunk counters
+                    # beside the accumulator; through pointers, world 4, the peers' partials summed too
+                    "matmul_reducescatter_copy_engine_m16384_tma": 8, "matmul_reducescatter_copy_engine_m16384": 264,
                     "matmul_reducescatter_m16384": 16,
                     # The test kernel around symm_tile_all_reduce (no GEMM): ptxas keeps a stack
                     # word at 80 registers since the LL one-shot moves two units at a time

@@ -11,7 +11,8 @@ functions on heap tensors. One module per op:
 - `gemm`: the GEMM tile they share.
 
 The kernels are importable for use as written or as models (`allreduce_rmsnorm_kernel`,
-`matmul_allreduce_kernel`, `allgather_matmul_kernel`, `allgather_matmul_copy_engine_kernel`, `matmul_reducescatter_kernel`); the host functions check their arguments, choose the launch
+`matmul_allreduce_kernel`, `allgather_matmul_kernel`, `allgather_matmul_copy_engine_kernel`, `matmul_reducescatter_kernel`,
+`matmul_reducescatter_copy_engine_kernel`); the host functions check their arguments, choose the launch
 (`ironlink.tuning`), and report device statuses like the host-level collectives (`check=True`
 raises at once; otherwise `heap.check()` raises recorded timeouts).
 """
@@ -21,7 +22,9 @@ from __future__ import annotations
 from .allgather_matmul import all_gather_matmul, allgather_matmul_copy_engine_kernel, allgather_matmul_kernel
 from .allreduce_rmsnorm import all_reduce_rmsnorm, allreduce_rmsnorm_kernel
 from .matmul_allreduce import matmul_all_reduce, matmul_allreduce_kernel
-from .matmul_reducescatter import matmul_reduce_scatter, matmul_reducescatter_kernel
+from .matmul_reducescatter import (matmul_reduce_scatter, matmul_reducescatter_copy_engine_kernel,
+                                   matmul_reducescatter_kernel)
 
 __all__ = ["all_gather_matmul", "all_reduce_rmsnorm", "allgather_matmul_copy_engine_kernel", "allgather_matmul_kernel", "allreduce_rmsnorm_kernel",
-           "matmul_all_reduce", "matmul_allreduce_kernel", "matmul_reduce_scatter", "matmul_reducescatter_kernel"]
+           "matmul_all_reduce", "matmul_allreduce_kernel", "matmul_reduce_scatter", "matmul_reducescatter_copy_engine_kernel",
+           "matmul_reducescatter_kernel"]

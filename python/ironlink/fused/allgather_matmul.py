@@ -51,14 +51,13 @@ import triton
 import triton.language as tl
 
 from .. import language as il
-from ..language import _abi
 from ..runtime import eager, stream_flags, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for, in_heap
-from . import sp_streams
+from . import copy_engine, sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
                    tile_coords)
 
@@ -239,28 +238,9 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
     tl.store(status + pid, worst)
 
 
-# The flag words of the copy-engine kernel (`copy_engine_flags`), u64 each, per rank; a chunk is
-# a group of GROUP_M tile rows (the order the tile walk takes them: `gemm.tile_coords`):
-# FLAG_GO: this rank's kernel -> its side stream: every peer's launch has started (they are done
-#   with their a_full), the stream may write this rank's shard into them;
-# FLAG_FREE + p: rank p's kernel -> this rank's kernel: p's launch has started;
-# flag_done(WORLD): the count of this launch's CTAs that have finished;
-# flag_ready(WORLD) + src * chunks + j: rank src's stream -> this rank's kernel: chunk j of src's
-#   shard is in this a_full.
-FLAG_GO: tl.constexpr = tl.constexpr(0)
-FLAG_FREE: tl.constexpr = tl.constexpr(1)
-
-
-def flag_done(world: int) -> int:
-    return FLAG_FREE.value + world
-
-
-def flag_ready(world: int) -> int:
-    return flag_done(world) + 1
-
-
-_EQ: tl.constexpr = tl.constexpr(_abi.CMP["EQ"])
-_SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
+# The copy-engine kernel's own flag words (`copy_engine.flag_data` on): rank src's stream -> this
+# rank's kernel, chunk j of src's shard is in this a_full, at src * chunks + j. A chunk is a
+# group of GROUP_M tile rows (the order the tile walk takes them: `gemm.tile_coords`).
 
 
 @jit(do_not_specialize=["ctx"])
@@ -276,21 +256,8 @@ def allgather_matmul_copy_engine_kernel(ctx, flags, a_own, a_all, b, out, ROWS, 
     rank = il.symm_rank(ctx)
     tiles_m, tiles_n = tl.cdiv(ROWS, BLOCK_M), tl.cdiv(N, BLOCK_N)
     chunks = tl.cdiv(tiles_m, GROUP_M)
-    done = flags + FLAG_FREE + WORLD
-    ready = done + 1
-    worst = pid * 0
-    if pid == 0:
-        # This launch has started, so this rank is done with its a_full: every peer's stream may
-        # write it. Then wait until every peer says the same and let this rank's stream go (even
-        # after a timeout, which is recorded and raised by the host: a wait on a stream has no
-        # timeout of its own).
-        for i in tl.static_range(1, WORLD):
-            il.symm_signal_at(ctx, flags + FLAG_FREE + rank, 1, _SET, (rank + i) % WORLD)
-        for i in tl.static_range(1, WORLD):
-            p = (rank + i) % WORLD
-            worst = ilt.failure_or(worst, il.symm_signal_wait_at(ctx, flags + FLAG_FREE + p, _EQ, 1))
-            tl.store(flags + FLAG_FREE + p, 0)
-        il.symm_signal_at(ctx, flags + FLAG_GO, 1, _SET, rank)
+    ready = copy_engine.data_words(flags, WORLD)
+    worst = copy_engine.open_launch(ctx, flags, rank, WORLD)
     _gemm_rows_of(a_own, stride_sm, stride_sk, 0, rank, pid, b, out, ROWS, N, K, stride_bk, stride_bn, tiles_n, TMA,
                   B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, FLAT)
     own = tiles_m * tiles_n
@@ -303,17 +270,14 @@ def allgather_matmul_copy_engine_kernel(ctx, flags, a_own, a_all, b, out, ROWS, 
             tm, tn = tile_coords(t, tiles_m, tiles_n, GROUP_M)
             if tm // GROUP_M != waited:
                 waited = tm // GROUP_M
-                worst = ilt.failure_or(worst, il.symm_signal_wait_at(ctx, ready + src * chunks + waited, _EQ, 1))
+                arrived = il.symm_signal_wait_at(ctx, ready + src * chunks + waited, copy_engine.EQ, 1)
+                worst = ilt.failure_or(worst, arrived)
             acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a_src, b, row0 + tm * BLOCK_M,
                              row0 + ROWS, tn * BLOCK_N, N, 0, K, K, K, 1, stride_bk, stride_bn, TMA, B_ROW_MAJOR,
                              BLOCK_M, BLOCK_N, BLOCK_K)
             _store_out_tile(out, acc, src, tm, tn, ROWS, N, BLOCK_M, BLOCK_N)
-    # The last CTA to finish clears the ready flags for the next launch (whose peers write them
-    # only after its start: plain stores, ordered by the launch boundary).
-    if tl.atomic_add(done, 1, sem="acq_rel", scope="gpu") == grid - 1:
-        for j in range(0, WORLD * chunks):
-            tl.store(ready + j, 0)
-        tl.store(done, 0)
+    if copy_engine.last_cta(flags, WORLD):  # every CTA has passed its waits: clear them for the next launch
+        copy_engine.zero_words(ready, WORLD * chunks)
     tl.store(status + pid, worst)
 
 
@@ -394,7 +358,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
             check, function="symm_grid_barrier/symm_all_gather_hierarchical")
         return a_full, out
     if uses_copy_engine(a_shard):
-        flags = copy_engine_flags(h, chunk_count(p), check)
+        flags = copy_engine.flags_workspace(h, "all_gather_matmul/flags", h.world_size * chunk_count(p), check)
         launch_with_status("all_gather_matmul", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a_shard, b, a_full, out, flags, status), check,
                            function="symm_signal_wait_at")
@@ -409,22 +373,6 @@ def uses_copy_engine(a_shard: Any) -> bool:
     unless tuning.ALL_GATHER_MATMUL_COPY_ENGINE is off or the shard is not contiguous (a strided
     copy would run as a kernel, which could not start while this launch holds every SM)."""
     return tuning.ALL_GATHER_MATMUL_COPY_ENGINE and a_shard.is_contiguous()
-
-
-def copy_engine_flags(heap: Any, chunks: int, check: bool) -> Any:
-    """This rank's flag words of the copy-engine kernel for shards of `chunks` chunks (int64,
-    `FLAG_GO` ...), a heap workspace, zero between launches. Made on the first call (or a call
-    with more chunks), then a barrier of the ranks, so that no peer sets a flag in it before it
-    is zeroed."""
-    import torch
-
-    count = flag_ready(heap.world_size) + heap.world_size * chunks
-    name = "all_gather_matmul/flags"
-    made = not heap.has_workspace(name, count * 8)
-    flags = heap.workspace(name, count * 8, zeroed_prefix=count * 8).view(torch.int64)[:count]
-    if made:
-        sp_streams.device_barrier(heap, check)
-    return flags
 
 
 def chunk_count(p: Plan) -> int:
@@ -453,40 +401,32 @@ def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, ou
                        status: Any, flat: Optional[bool] = None) -> None:
     """Launches plan `p` as `allgather_matmul_copy_engine_kernel` with the shard's transfers on a
     side stream (no checks: `all_gather_matmul` made them; a_shard contiguous): the stream waits
-    for the kernel's FLAG_GO (the kernel is launched first), copies the shard into every peer's
+    for the kernel's go (`copy_engine.launch`), copies the shard into every peer's
     a_full by the copy engine chunk by chunk (`chunk_count`), setting the peer's ready flag of
     each, and copies it into this a_full; the current stream joins it."""
-    import torch
-
     c = p.config
     layout, a_own, b_arg, a_all, flat = _gemm_operands(p, a_shard, b, a_full, flat)
     w, r, rows = heap.world_size, heap.rank, p.rows
-    main = torch.cuda.current_stream()
-    (side,) = sp_streams.side_streams(heap.device.index, 1)
-    written = torch.cuda.Event()
-    written.record(main)  # the shard is written
-    # The kernel first: the stream's wait below is for a kernel already launched. Enqueued before
-    # it, the wait could deadlock with anything that synchronizes the device in between (the
-    # kernel's first launch loads its module, which waits for every stream).
-    allgather_matmul_copy_engine_kernel[(p.ctas,)](
-        heap.ctx, flags, a_own, a_all, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1), b.stride(0),
-        b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, WORLD=w,
-        TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, num_warps=c.warps,
-        num_stages=c.stages)
-    side.wait_event(written)
-    chunk_rows, chunks = p.config.group_m * p.config.block_m, chunk_count(p)
-    with torch.cuda.stream(side):
-        stream_flags.wait_flag(side, flags[FLAG_GO.value], 1)
-        stream_flags.write_flag(side, flags[FLAG_GO.value], 0)
+    chunk_rows, chunks = c.group_m * c.block_m, chunk_count(p)
+
+    def kernel() -> None:
+        allgather_matmul_copy_engine_kernel[(p.ctas,)](
+            heap.ctx, flags, a_own, a_all, b_arg, out, p.rows, p.n, p.k, a_shard.stride(0), a_shard.stride(1),
+            b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+            GROUP_M=c.group_m, WORLD=w, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma,
+            num_warps=c.warps, num_stages=c.stages)
+
+    def transfers(side: Any) -> None:
         for i in range(1, w):
             q = (r + i) % w
             theirs = heap.peer_tensor(a_full, q)[r * rows:(r + 1) * rows]
-            ready = heap.peer_tensor(flags, q)[flag_ready(w) + r * chunks:]
+            ready = heap.peer_tensor(flags, q)[copy_engine.flag_data(w) + r * chunks:]
             for j in range(chunks):  # chunk by chunk: the peer's GEMM starts on the first
                 theirs[j * chunk_rows:(j + 1) * chunk_rows].copy_(a_shard[j * chunk_rows:(j + 1) * chunk_rows])
                 stream_flags.write_flag(side, ready[j], 1)
         a_full[r * rows:(r + 1) * rows].copy_(a_shard)
-    main.wait_stream(side)
+
+    copy_engine.launch(heap, flags, kernel, transfers)
 
 
 def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any, communicate: bool = True,
@@ -522,7 +462,6 @@ def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
     return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
 
 
-__all__ = ["COPY_COLS", "COPY_ROWS", "FLAG_FREE", "FLAG_GO", "allgather_matmul_copy_engine_kernel", "chunk_count",
-           "copy_engine_flags", "flag_done", "flag_ready",
+__all__ = ["COPY_COLS", "COPY_ROWS", "allgather_matmul_copy_engine_kernel", "chunk_count",
            "launch_copy_engine", "uses_copy_engine", "TMA_COPY_COLS", "TMA_COPY_ROWS", "a_full_descriptor", "launch", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
            "allgather_matmul_kernel", "plan"]

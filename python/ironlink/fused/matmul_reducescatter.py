@@ -19,6 +19,14 @@ No staging copy, no pass after the last GEMM. Every rank signals and waits equal
 launch: back-to-back launches and CUDA-graph replays need no reset. The launch is persistent (at
 most one CTA per SM): its waits need every CTA resident.
 
+Copy engine (`tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE`, one node; off until measured):
+`matmul_reducescatter_copy_engine_kernel` walks the tiles in the same order, but a tile of
+another block is stored into a local workspace and counted; a side stream copies each chunk (a
+group of GROUP_M tile rows) into its slot at the block's rank once the kernel's count says all
+its tiles are there, and sets that rank's flag for it (`copy_engine`: the flag words, the go
+after every peer's launch has started, the launch order). No CTA spends time on NVLink stores;
+a tile of the own block waits for its chunk's flags, then sums the partials as above.
+
 On a heap of several nodes a destination's workspace may have no address (another node), so the
 kernel (`matmul_reducescatter_hierarchical_kernel`) computes every tile of a @ b into a workspace
 [M, N], passes a grid barrier, reduce-scatters it in place with
@@ -37,17 +45,17 @@ import triton.language as tl
 
 from ..language import _abi
 from .. import language as il
-from ..runtime import eager, tuning
+from ..runtime import eager, stream_flags, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
 from ..ops import TensorSpec, launch_with_status
 from ..runtime.registry import heap_for
-from . import sp_streams
+from . import copy_engine, sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
                    product_tile, store_tile, tile_coords)
 from ..ops.slots import advance_epochs, epoch_counters, launch_slots
-from .matmul_allreduce_push import finish_piece, first_own_step, signal_points
+from .matmul_allreduce_push import finish_piece, first_own_step, signal_points, sum_partials
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
@@ -84,6 +92,23 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
                          f"{_abi.MAX_TILES} (a larger tile shape, or split the matmul)")
     ws = 2 * (world - 1) * (m // world) * n * a.itemsize  # the partials' slots, by launch parity
     return Plan(m, n, k, cfg, tiles, max(1, min(world * tiles, sms)), ws)
+
+
+@triton.jit
+def walk_step(a, b, j, first, total, tiles, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+              TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Step j of the kernels' tile walk over the `total` tiles of all blocks, from tile `first`
+    (the next rank's block first, this rank's own last): (its index o in block order, its
+    destination block, tile row, first row and column in the block, the fp32 product)."""
+    o = (j + first) % total
+    dest = o // tiles
+    tm, tn = tile_coords(o % tiles, tl.cdiv(rows, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    m0, n0 = tm * BLOCK_M, tn * BLOCK_N
+    acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, dest * rows + m0, (dest + 1) * rows, n0,
+                     N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N,
+                     BLOCK_K)
+    return o, dest, tm, m0, n0, acc
 
 
 @triton.jit
@@ -128,13 +153,8 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
     # Nested tile and K loops: Triton 3.6 fails to flatten this loop (TritonGPUFuseNestedLoops:
     # "scf.if ... source has 2 operands, but target successor needs 3").
     for j in range(pid, total, grid):
-        o = (j + first) % total
-        dest = o // tiles
-        tm, tn = tile_coords(o % tiles, tiles_m, tiles_n, GROUP_M)
-        m0, n0 = tm * BLOCK_M, tn * BLOCK_N
-        acc = gemm_range(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a, b, dest * rows + m0, (dest + 1) * rows,
-                         n0, N, 0, K, K, stride_am, stride_ak, stride_bk, stride_bn, TMA, B_ROW_MAJOR, BLOCK_M,
-                         BLOCK_N, BLOCK_K)
+        o, dest, tm, m0, n0, acc = walk_step(a, b, j, first, total, tiles, rows, N, K, stride_am, stride_ak, stride_bk,
+                                             stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
         if COMMUNICATE:
             # The previous tile's push, drained behind this K loop, announced to its destination.
             if SIGNAL_EVERY == 1:
@@ -172,6 +192,73 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
             if (steps > 0) & (steps <= first_own_step(pid, grid, tiles)) & (worst == 0):
                 worst = il.symm_tile_signal_batch(ctx, pid + since * grid, grid, steps - since, tiles, 1 - rank)
         advance_epochs(epochs, epoch + 1)
+    tl.store(status + pid, worst)
+
+
+# The copy-engine kernel's own flag words (`copy_engine.data_words` on), a chunk being a group of
+# GROUP_M tile rows of a block (the order the tile walk takes them: `gemm.tile_coords`):
+# d * chunks + j: this rank's kernel -> its stream, how many of its partials of chunk j of block d
+#   are stored in `sends` (the stream waits for all of them, then zeroes the count);
+# WORLD * chunks + q * chunks + j: rank q's stream -> this rank's kernel, q's partial of chunk j
+#   of this rank's block is in its slot.
+
+
+@jit(do_not_specialize=["ctx"])
+def matmul_reducescatter_copy_engine_kernel(ctx, flags, a, b, out, sends, slots, M, N, K, stride_am, stride_ak,
+                                            stride_bk, stride_bn, status, BLOCK_M: tl.constexpr,
+                                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                                            WORLD: tl.constexpr, TMA: tl.constexpr = False,
+                                            B_ROW_MAJOR: tl.constexpr = False):
+    """out [M / WORLD, N] (contiguous) = this rank's rows of the reduce-scatter of a @ b, the
+    partials carried by the copy engine (the module docs: "copy engine"). The tiles in the order
+    of `matmul_reducescatter_kernel`; a tile of another block is stored into `sends` [M, N]
+    (heap) and counted, each chunk's count added to its flag word with one release when the CTA
+    moves on; a tile of its own block waits for its chunk's partials from every peer, then sums
+    them from `slots` [WORLD - 1, M / WORLD, N] (heap, `slot_of`) in rank order (fp32). a, b as
+    in `matmul_reducescatter_kernel`; `flags` this rank's flag words (`copy_engine`)."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    rank = il.symm_rank(ctx)
+    rows = M // WORLD
+    tiles_m, tiles_n = tl.cdiv(rows, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n  # per destination block
+    total = WORLD * tiles
+    first = ((rank + 1) % WORLD) * tiles  # the next rank's block first, this rank's own last
+    chunks = tl.cdiv(tiles_m, GROUP_M)
+    counts = copy_engine.data_words(flags, WORLD)
+    ready = counts + WORLD * chunks
+    HALF_N: tl.constexpr = BLOCK_N // 2
+    worst = copy_engine.open_launch(ctx, flags, rank, WORLD)
+    counting = pid * 0 - 1  # the chunk (dest * chunks + j) of this CTA's partials not yet counted
+    pending = pid * 0  # how many
+    waited = pid * 0 - 1  # the chunk of its own block this CTA has waited for
+    for j in range(pid, total, grid):
+        o, dest, tm, m0, n0, acc = walk_step(a, b, j, first, total, tiles, rows, N, K, stride_am, stride_ak, stride_bk,
+                                             stride_bn, TMA, B_ROW_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+        chunk = dest * chunks + tm // GROUP_M
+        if (chunk != counting) & (pending > 0):  # the last chunk's partials, stored by now
+            il.symm_signal_at(ctx, counts + counting, pending, copy_engine.ADD, rank)
+            pending = pending * 0
+        counting = chunk
+        if dest != rank:
+            store_tile(sends + tl.cast(dest, tl.int64) * rows * N, acc, m0, n0, rows, N, BLOCK_M, BLOCK_N)
+            pending += 1
+        else:
+            if tm // GROUP_M != waited:
+                waited = tm // GROUP_M
+                for i in tl.static_range(1, WORLD):
+                    q = (rank + i) % WORLD
+                    arrived = il.symm_signal_wait_at(ctx, ready + q * chunks + waited, copy_engine.EQ, 1)
+                    worst = ilt.failure_or(worst, arrived)
+            # In halves: a peer's partial summed beside the tile fits the registers.
+            left, right = tl.split(acc.to(out.dtype.element_ty).reshape(BLOCK_M, 2, HALF_N).permute(0, 2, 1))
+            store_tile(out, sum_partials(left, slots, m0, n0, rows, N, rank, WORLD, BLOCK_M, HALF_N), m0, n0, rows,
+                       N, BLOCK_M, HALF_N)
+            store_tile(out, sum_partials(right, slots, m0, n0 + HALF_N, rows, N, rank, WORLD, BLOCK_M, HALF_N), m0,
+                       n0 + HALF_N, rows, N, BLOCK_M, HALF_N)
+    if pending > 0:
+        il.symm_signal_at(ctx, counts + counting, pending, copy_engine.ADD, rank)
+    if copy_engine.last_cta(flags, WORLD):  # every CTA has passed its waits: clear them for the next launch
+        copy_engine.zero_words(ready, WORLD * chunks)
     tl.store(status + pid, worst)
 
 
@@ -244,11 +331,67 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
             check, function="symm_grid_barrier/symm_reduce_scatter_hierarchical")
         return out
     dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
-    launch_with_status("matmul_reduce_scatter", h, p.ctas, lambda status: launch(h, p, a, b, dst, status), check,
-                       function="symm_tile_signal/symm_tile_wait_others")
+    if tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE:
+        flags = copy_engine.flags_workspace(h, "matmul_reduce_scatter/flags",
+                                            2 * h.world_size * chunk_count(p, h.world_size), check)
+        launch_with_status("matmul_reduce_scatter", h, p.ctas,
+                           lambda status: launch_copy_engine(h, p, a, b, dst, flags, status), check,
+                           function="symm_signal_wait_at")
+    else:
+        launch_with_status("matmul_reduce_scatter", h, p.ctas, lambda status: launch(h, p, a, b, dst, status), check,
+                           function="symm_tile_signal/symm_tile_wait_others")
     if dst is not out:
         out.copy_(dst)
     return out
+
+
+def chunk_count(p: Plan, world: int) -> int:
+    """The chunks of a block in the copy-engine kernel: groups of GROUP_M tile rows."""
+    tiles_m = -(-(p.m // world) // p.config.block_m)
+    return -(-tiles_m // p.config.group_m)
+
+
+def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any, status: Any) -> None:
+    """Launches plan `p` as `matmul_reducescatter_copy_engine_kernel` into the contiguous `out`
+    with the partials' transfers on a side stream (no checks: `matmul_reduce_scatter` made them):
+    after the kernel's go (`copy_engine.launch`), for each other block in the kernel's order and
+    each chunk of it, the stream waits until the kernel has counted all the chunk's tiles,
+    zeroes the count, copies the chunk from `sends` into its slot at the block's rank and sets
+    that rank's ready flag of it."""
+    c = p.config
+    world, r, rows = heap.world_size, heap.rank, p.m // heap.world_size
+    layout = layout_for(a, b)
+    a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
+    nbytes = p.m * p.n * out.element_size()
+    sends = heap.workspace("matmul_reduce_scatter/sends", nbytes)[:nbytes].view(out.dtype).view(p.m, p.n)
+    slot_bytes = (world - 1) * rows * p.n * out.element_size()
+    slots = heap.workspace("matmul_reduce_scatter/slots", slot_bytes)[:slot_bytes].view(out.dtype)
+    slots = slots.view(world - 1, rows, p.n)
+    chunks, chunk_rows = chunk_count(p, world), c.group_m * c.block_m
+    tiles_n = -(-p.n // c.block_n)
+    counts = copy_engine.flag_data(world)
+    ready = counts + world * chunks
+
+    def kernel() -> None:
+        matmul_reducescatter_copy_engine_kernel[(p.ctas,)](
+            heap.ctx, flags, a_arg, b_arg, out, sends, slots, p.m, p.n, p.k, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
+            WORLD=world, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, num_warps=c.warps, num_stages=c.stages)
+
+    def transfers(side: Any) -> None:
+        for i in range(1, world):
+            d = (r + i) % world  # the kernel's order of blocks
+            theirs = heap.peer_tensor(slots, d)[(r - d - 1) % world]  # ops.slots.slot_of(r, d)
+            their_ready = heap.peer_tensor(flags, d)[ready + r * chunks:]
+            for j in range(chunks):
+                lo, hi = j * chunk_rows, min((j + 1) * chunk_rows, rows)
+                tiles = -(-(hi - lo) // c.block_m) * tiles_n
+                stream_flags.wait_flag(side, flags[counts + d * chunks + j], tiles)
+                stream_flags.write_flag(side, flags[counts + d * chunks + j], 0)
+                theirs[lo:hi].copy_(sends[d * rows + lo:d * rows + hi])
+                stream_flags.write_flag(side, their_ready[j], 1)
+
+    copy_engine.launch(heap, flags, kernel, transfers)
 
 
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True) -> None:
@@ -274,5 +417,6 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         num_stages=c.stages)
 
 
-__all__ = ["COPY_COLS", "check_shapes", "launch", "matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel",
+__all__ = ["COPY_COLS", "check_shapes", "chunk_count", "launch", "launch_copy_engine", "matmul_reduce_scatter",
+           "matmul_reducescatter_copy_engine_kernel", "matmul_reducescatter_hierarchical_kernel",
            "matmul_reducescatter_kernel", "plan"]

@@ -1,0 +1,124 @@
+"""What the fused kernels whose data the copy engine carries share (all_gather_matmul's and
+matmul_reduce_scatter's one-kernel methods on one node): the flag words between a kernel, its
+side stream and the peers, the start and end of a launch, and the launch order.
+
+Flag words (u64, a heap workspace per op, zero between launches), per rank:
+- FLAG_GO: this rank's kernel -> its side stream: every peer's launch has started, so the
+  stream may write into the peers' buffers (the stream waits for it, then zeroes it);
+- FLAG_FREE + p: rank p's kernel -> this rank's kernel: p's launch has started, so p is done
+  with the buffers this rank's stream writes (a rank may use them until its launch starts);
+- flag_done(world): the count of the launch's CTAs that have finished (`last_cta`);
+- from flag_data(world) on: the op's own words (chunk flags).
+
+The stream waits (no timeout) only for words its own kernel sets, after a timeout too; every
+wait on a peer is in a kernel and times out (recorded; the host raises).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import triton
+import triton.language as tl
+
+from .. import language as il
+from ..language import _abi
+from ..language import typed as ilt
+from ..runtime import stream_flags
+from . import sp_streams
+
+FLAG_GO: tl.constexpr = tl.constexpr(0)
+FLAG_FREE: tl.constexpr = tl.constexpr(1)
+EQ: tl.constexpr = tl.constexpr(_abi.CMP["EQ"])
+SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
+ADD: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["ADD"])
+
+
+def flag_done(world: int) -> int:
+    return FLAG_FREE.value + world
+
+
+def flag_data(world: int) -> int:
+    return flag_done(world) + 1
+
+
+@triton.jit
+def data_words(flags, WORLD: tl.constexpr):
+    """The op's own words in a kernel: `flags + flag_data(WORLD)`."""
+    return flags + FLAG_FREE + WORLD + 1
+
+
+@triton.jit
+def open_launch(ctx, flags, rank, WORLD: tl.constexpr):
+    """CTA 0: tells every peer that this launch has started, waits until each says the same,
+    then lets the side stream go (even after a timeout: the stream's wait has none of its own).
+    Returns the status (0 on other CTAs)."""
+    worst = rank * 0
+    if tl.program_id(0) == 0:
+        for i in tl.static_range(1, WORLD):
+            il.symm_signal_at(ctx, flags + FLAG_FREE + rank, 1, SET, (rank + i) % WORLD)
+        for i in tl.static_range(1, WORLD):
+            p = (rank + i) % WORLD
+            worst = ilt.failure_or(worst, il.symm_signal_wait_at(ctx, flags + FLAG_FREE + p, EQ, 1))
+            tl.store(flags + FLAG_FREE + p, 0)
+        il.symm_signal_at(ctx, flags + FLAG_GO, 1, SET, rank)
+    return worst
+
+
+@triton.jit
+def last_cta(flags, WORLD: tl.constexpr):
+    """Whether this CTA is the launch's last to get here (it then zeroes the count; the caller
+    zeroes the op's words that its CTAs waited on)."""
+    done = flags + FLAG_FREE + WORLD
+    last = tl.atomic_add(done, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1
+    if last:
+        tl.store(done, 0)
+    return last
+
+
+@triton.jit
+def zero_words(words, count, BLOCK: tl.constexpr = 128):
+    """Zeroes `count` words at `words` (plain stores: the next launch's peers write them only
+    after it has started)."""
+    for i in range(0, count, BLOCK):
+        at = i + tl.arange(0, BLOCK)
+        tl.store(words + at, tl.zeros([BLOCK], dtype=tl.int64), mask=at < count)
+
+
+def flags_workspace(heap: Any, name: str, data_words: int, check: bool) -> Any:
+    """This rank's flag words of op `name` (int64 [flag_data(world) + data_words]), a heap
+    workspace, zero between launches. Made on the first call (or one that needs more words), then
+    a barrier of the ranks, so that no peer sets a flag in it before it is zeroed."""
+    import torch
+
+    count = flag_data(heap.world_size) + data_words
+    made = not heap.has_workspace(name, count * 8)
+    flags = heap.workspace(name, count * 8, zeroed_prefix=count * 8).view(torch.int64)[:count]
+    if made:
+        sp_streams.device_barrier(heap, check)
+    return flags
+
+
+def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callable[[Any], None]) -> None:
+    """Launches `kernel` on the current stream, then runs `transfers(side)` on a side stream
+    after the go of this launch (and after the current stream's earlier work); the current
+    stream joins it. The kernel goes first: a stream wait enqueued before it could deadlock with
+    anything that synchronizes the device in between (the kernel's first launch loads its
+    module, which waits for every stream)."""
+    import torch
+
+    main = torch.cuda.current_stream()
+    (side,) = sp_streams.side_streams(heap.device.index, 1)
+    before = torch.cuda.Event()
+    before.record(main)  # what the kernel's inputs need
+    kernel()
+    side.wait_event(before)
+    with torch.cuda.stream(side):
+        stream_flags.wait_flag(side, flags[FLAG_GO.value], 1)
+        stream_flags.write_flag(side, flags[FLAG_GO.value], 0)
+        transfers(side)
+    main.wait_stream(side)
+
+
+__all__ = ["ADD", "EQ", "FLAG_FREE", "FLAG_GO", "SET", "data_words", "flag_data", "flag_done", "flags_workspace", "last_cta", "launch",
+           "open_launch", "zero_words"]
