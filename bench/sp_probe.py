@@ -10,6 +10,8 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
 - all_gather_matmul `sm_push`: the kernel whose CTAs push the shard
   (`tuning.ALL_GATHER_MATMUL_COPY_ENGINE` off; the variants below are of that kernel);
   `ce_copy`: the copy engine's transfer alone (the shard into every peer's a_full, both ranks at once);
+  `triton_flat_gemm+ce_copy`: `triton_flat_gemm` (below) with that transfer on a side stream at
+  the same time, no flags and no waits (what the copies cost the GEMM: HBM, power);
 - matmul_reduce_scatter `copy_engine`: its partials stored locally and moved by the copy engine
   (`tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE`);
 - `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
@@ -77,6 +79,18 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
                   None, "push")._replace(one_shot=False)
     row("all_gather_matmul", "triton_flat_gemm", shape,
         lambda: mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False))
+
+    def gemm_beside_copies() -> None:  # no flags, no waits: what the copies alone cost the GEMM
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for i in range(1, w):
+                heap.peer_tensor(mine, (heap.rank + i) % w).copy_(shard)
+        mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False)
+        main.wait_stream(side)
+
+    side = torch.cuda.Stream()
+    row("all_gather_matmul", "triton_flat_gemm+ce_copy", shape, gemm_beside_copies)
     heap.check()
     heap.free(flat_out)
     heap.free(a_full)
