@@ -105,28 +105,29 @@ fn copy_engine_launches_deliver_this_launchs_data() {
                     sync_threads();
                     continue;
                 }
+                // One word of this rank's heap set to 1 at `peer`, or waited for to be 1 here.
+                let set = |offset: usize, peer: usize| {
+                    api::symm_signal_at(
+                        ctx,
+                        node.addr(rank, offset),
+                        1,
+                        signal_op::SET,
+                        peer as i32,
+                    )
+                };
+                let wait = |offset: usize| {
+                    api::symm_signal_wait_at(ctx, node.addr(rank, offset), cmp::EQ, 1)
+                };
                 if cta == 0 {
                     for i in 1..world {
-                        let p = ((rank + i) % world) as i32;
-                        let s = api::symm_signal_at(
-                            ctx,
-                            node.addr(rank, FREE + 8 * rank),
-                            1,
-                            signal_op::SET,
-                            p,
-                        );
+                        let s = set(FREE + 8 * rank, (rank + i) % world);
                         if s != status::OK {
                             return s;
                         }
                     }
                     for i in 1..world {
                         let p = (rank + i) % world;
-                        let s = api::symm_signal_wait_at(
-                            ctx,
-                            node.addr(rank, FREE + 8 * p),
-                            cmp::EQ,
-                            1,
-                        );
+                        let s = wait(FREE + 8 * p);
                         if s != status::OK {
                             return s;
                         }
@@ -134,25 +135,14 @@ fn copy_engine_launches_deliver_this_launchs_data() {
                             u64_at(&node, rank, FREE + 8 * p).store(0, Ordering::Relaxed);
                         }
                     }
-                    let s = api::symm_signal_at(
-                        ctx,
-                        node.addr(rank, GO),
-                        1,
-                        signal_op::SET,
-                        rank as i32,
-                    );
+                    let s = set(GO, rank);
                     if s != status::OK {
                         return s;
                     }
                 }
                 for i in 1..world {
                     let src = (rank + i) % world;
-                    let s = api::symm_signal_wait_at(
-                        ctx,
-                        node.addr(rank, ready(world, src)),
-                        cmp::EQ,
-                        1,
-                    );
+                    let s = wait(ready(world, src));
                     if s != status::OK {
                         return s;
                     }
