@@ -300,25 +300,26 @@ def test_all_gather_matmul_plan_checks_the_gathered_shape() -> None:
 
 def test_all_gather_matmul_copy_engine_chunks_cover_the_tile_walk() -> None:
     # The kernel waits for chunk tm // GROUP_M of a peer's rows; the host copies and flags
-    # chunk_count(p) chunks of GROUP_M * BLOCK_M rows: every tile row's chunk must be one the
-    # host flags, and the chunks must cover the rows.
+    # copy_engine.chunks(rows, config), GROUP_M * BLOCK_M rows each: every tile row's chunk must
+    # be one the host flags, and the chunks must cover the rows.
     for rows in (1, 100, 1024, 1030, 2048, 8192):
         p = ag(rows, 4096, 8192)
         c = p.config
-        chunks, chunk_rows = agm.chunk_count(p), c.group_m * c.block_m
+        bounds, chunk_rows = copy_engine.chunks(rows, c), c.group_m * c.block_m
+        chunks = len(bounds)
         tiles_m = -(-rows // c.block_m)
         assert {tm // c.group_m for tm in range(tiles_m)} == set(range(chunks)), rows
         assert (chunks - 1) * chunk_rows < rows <= chunks * chunk_rows, rows
+        assert bounds == [(j * chunk_rows, min((j + 1) * chunk_rows, rows)) for j in range(chunks)], rows
     # matmul_reduce_scatter's copy-engine kernel counts chunk tm // GROUP_M of each block; the
-    # host waits for chunk_count(p, world) of them, each of its tiles.
+    # host waits for each chunk of copy_engine.chunks(rows, config), each of its tiles.
     for world, m in ((2, 2), (2, 4096), (2, 2060), (4, 16384), (8, 8 * 1030)):
         p = rs(m, 2048, 1024, world=world)
         c, rows = p.config, m // world
         tiles_m = -(-rows // c.block_m)
-        chunks = mrs.chunk_count(p, world)
-        assert {tm // c.group_m for tm in range(tiles_m)} == set(range(chunks)), (world, m)
-        per_chunk = [min(c.group_m * c.block_m, rows - j * c.group_m * c.block_m) for j in range(chunks)]
-        assert sum(-(-r // c.block_m) for r in per_chunk) * -(-2048 // c.block_n) == p.tiles, (world, m)
+        bounds = copy_engine.chunks(rows, c)
+        assert {tm // c.group_m for tm in range(tiles_m)} == set(range(len(bounds))), (world, m)
+        assert sum(-(-(hi - lo) // c.block_m) for lo, hi in bounds) * -(-2048 // c.block_n) == p.tiles, (world, m)
     # The flag words (GO, FREE per rank, DONE, then the op's) do not overlap.
     for world in (2, 4, 8):
         words = [copy_engine.FLAG_GO.value, *(copy_engine.FLAG_FREE.value + q for q in range(world)),

@@ -116,15 +116,19 @@ fn holds(op: i32, v: i64, target: i64) -> bool {
 pub fn signal_wait(c: &SymmContext, slot: i64, op: i32, value: i64, which: i32) -> i32 {
     match signal_slot(c, c.rank as usize, slot) {
         // SAFETY: our own user slot (checked by `signal_slot`).
-        Ok(p) => unsafe { wait_word(c, p, op, value, which) },
+        Ok(p) => unsafe { signal_wait_at(c, p, op, value, which) },
         Err(e) => e,
     }
 }
 
-/// `signal_wait` on a u64 of this rank's heap instead of a slot.
+/// `signal_wait` on a u64 of this rank's memory instead of a slot: thread 0 polls `word` until
+/// `word cmp value`; TIMEOUT (recorded) after the context's timeout. On sm_90+ the wait then
+/// orders the bulk (TMA) loads after it too: a copy engine or a peer may have written what they
+/// read.
 ///
 /// # Safety
-/// `word` is a bounds-checked, 8-byte-aligned word of this rank's heap.
+/// `word` is an aligned u64 of this rank's memory (for `symm_signal_wait_at`: bounds-checked in
+/// the heap).
 pub unsafe fn signal_wait_at(
     c: &SymmContext,
     word: *const u64,
@@ -132,16 +136,6 @@ pub unsafe fn signal_wait_at(
     value: i64,
     which: i32,
 ) -> i32 {
-    wait_word(c, word, op, value, which)
-}
-
-/// Thread 0 polls `word` until `word cmp value`; TIMEOUT (recorded) after the context's timeout.
-/// On sm_90+ the wait then orders the bulk (TMA) loads after it too: a copy engine or a peer may
-/// have written what they read.
-///
-/// # Safety
-/// `word` is an aligned u64 of this rank's memory.
-unsafe fn wait_word(c: &SymmContext, word: *const u64, op: i32, value: i64, which: i32) -> i32 {
     if !(cmp::EQ..=cmp::LE).contains(&op) {
         return status::UNSUPPORTED_OP;
     }

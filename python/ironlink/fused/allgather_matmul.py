@@ -276,8 +276,7 @@ def allgather_matmul_copy_engine_kernel(ctx, flags, a_own, a_all, b, out, ROWS, 
                              row0 + ROWS, tn * BLOCK_N, N, 0, K, K, K, 1, stride_bk, stride_bn, TMA, B_ROW_MAJOR,
                              BLOCK_M, BLOCK_N, BLOCK_K)
             _store_out_tile(out, acc, src, tm, tn, ROWS, N, BLOCK_M, BLOCK_N)
-    if copy_engine.last_cta(flags, WORLD):  # every CTA has passed its waits: clear them for the next launch
-        copy_engine.zero_words(ready, WORLD * chunks)
+    copy_engine.close_launch(flags, ready, WORLD * chunks, WORLD)
     tl.store(status + pid, worst)
 
 
@@ -358,7 +357,8 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
             check, function="symm_grid_barrier/symm_all_gather_hierarchical")
         return a_full, out
     if uses_copy_engine(a_shard):
-        flags = copy_engine.flags_workspace(h, "all_gather_matmul/flags", h.world_size * chunk_count(p), check)
+        flags = copy_engine.flags_workspace(h, "all_gather_matmul/flags",
+                                            h.world_size * len(copy_engine.chunks(p.rows, p.config)), check)
         launch_with_status("all_gather_matmul", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a_shard, b, a_full, out, flags, status), check,
                            function="symm_signal_wait_at")
@@ -373,11 +373,6 @@ def uses_copy_engine(a_shard: Any) -> bool:
     unless tuning.ALL_GATHER_MATMUL_COPY_ENGINE is off or the shard is not contiguous (a strided
     copy would run as a kernel, which could not start while this launch holds every SM)."""
     return tuning.ALL_GATHER_MATMUL_COPY_ENGINE and a_shard.is_contiguous()
-
-
-def chunk_count(p: Plan) -> int:
-    """The chunks of a shard in the copy-engine kernel: groups of GROUP_M tile rows."""
-    return -(-p.rows // (p.config.group_m * p.config.block_m))
 
 
 def _gemm_operands(p: Plan, a_shard: Any, b: Any, a_full: Any, flat: Optional[bool]) -> tuple[Any, ...]:
@@ -402,12 +397,12 @@ def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, ou
     """Launches plan `p` as `allgather_matmul_copy_engine_kernel` with the shard's transfers on a
     side stream (no checks: `all_gather_matmul` made them; a_shard contiguous): the stream waits
     for the kernel's go (`copy_engine.launch`), copies the shard into every peer's
-    a_full by the copy engine chunk by chunk (`chunk_count`), setting the peer's ready flag of
+    a_full by the copy engine chunk by chunk (`copy_engine.chunks`), setting the peer's ready flag of
     each, and copies it into this a_full; the current stream joins it."""
     c = p.config
     layout, a_own, b_arg, a_all, flat = _gemm_operands(p, a_shard, b, a_full, flat)
     w, r, rows = heap.world_size, heap.rank, p.rows
-    chunk_rows, chunks = c.group_m * c.block_m, chunk_count(p)
+    chunks = copy_engine.chunks(rows, c)
 
     def kernel() -> None:
         allgather_matmul_copy_engine_kernel[(p.ctas,)](
@@ -420,9 +415,9 @@ def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, ou
         for i in range(1, w):
             q = (r + i) % w
             theirs = heap.peer_tensor(a_full, q)[r * rows:(r + 1) * rows]
-            ready = heap.peer_tensor(flags, q)[copy_engine.flag_data(w) + r * chunks:]
-            for j in range(chunks):  # chunk by chunk: the peer's GEMM starts on the first
-                theirs[j * chunk_rows:(j + 1) * chunk_rows].copy_(a_shard[j * chunk_rows:(j + 1) * chunk_rows])
+            ready = heap.peer_tensor(flags, q)[copy_engine.flag_data(w) + r * len(chunks):]
+            for j, (lo, hi) in enumerate(chunks):  # chunk by chunk: the peer's GEMM starts on the first
+                theirs[lo:hi].copy_(a_shard[lo:hi])
                 stream_flags.write_flag(side, ready[j], 1)
         a_full[r * rows:(r + 1) * rows].copy_(a_shard)
 
@@ -462,6 +457,6 @@ def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
     return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
 
 
-__all__ = ["COPY_COLS", "COPY_ROWS", "allgather_matmul_copy_engine_kernel", "chunk_count",
+__all__ = ["COPY_COLS", "COPY_ROWS", "allgather_matmul_copy_engine_kernel",
            "launch_copy_engine", "uses_copy_engine", "TMA_COPY_COLS", "TMA_COPY_ROWS", "a_full_descriptor", "launch", "check_shapes", "all_gather_matmul", "allgather_matmul_hierarchical_kernel",
            "allgather_matmul_kernel", "plan"]

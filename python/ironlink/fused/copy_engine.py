@@ -7,8 +7,11 @@ Flag words (u64, a heap workspace per op, zero between launches), per rank:
   stream may write into the peers' buffers (the stream waits for it, then zeroes it);
 - FLAG_FREE + p: rank p's kernel -> this rank's kernel: p's launch has started, so p is done
   with the buffers this rank's stream writes (a rank may use them until its launch starts);
-- flag_done(world): the count of the launch's CTAs that have finished (`last_cta`);
+- flag_done(world): the count of the launch's CTAs that have finished (`close_launch`);
 - from flag_data(world) on: the op's own words (chunk flags).
+
+A chunk is a group of GROUP_M tile rows of a block, the order the kernels' tile walk takes them
+(`gemm.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`.
 
 The stream waits (no timeout) only for words its own kernel sets, after a timeout too; every
 wait on a peer is in a kernel and times out (recorded; the host raises).
@@ -17,6 +20,8 @@ wait on a peer is in a kernel and times out (recorded; the host raises).
 from __future__ import annotations
 
 from typing import Any, Callable
+
+from ..runtime import tuning
 
 import triton
 import triton.language as tl
@@ -32,6 +37,12 @@ FLAG_FREE: tl.constexpr = tl.constexpr(1)
 EQ: tl.constexpr = tl.constexpr(_abi.CMP["EQ"])
 SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
 ADD: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["ADD"])
+
+
+def chunks(rows: int, config: tuning.MatmulConfig) -> list[tuple[int, int]]:
+    """The row ranges [lo, hi) of a block of `rows` rows, a chunk each: GROUP_M tile rows."""
+    step = config.group_m * config.block_m
+    return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
 
 
 def flag_done(world: int) -> int:
@@ -66,32 +77,25 @@ def open_launch(ctx, flags, rank, WORLD: tl.constexpr):
 
 
 @triton.jit
-def last_cta(flags, WORLD: tl.constexpr):
-    """Whether this CTA is the launch's last to get here (it then zeroes the count; the caller
-    zeroes the op's words that its CTAs waited on)."""
+def close_launch(flags, words, count, WORLD: tl.constexpr, BLOCK: tl.constexpr = 128):
+    """The launch's last CTA to get here (every other CTA has passed its waits) zeroes the count
+    of finished CTAs and the `count` flag words at `words` its CTAs waited on: plain stores, as
+    the next launch's peers write them only after it has started."""
     done = flags + FLAG_FREE + WORLD
-    last = tl.atomic_add(done, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1
-    if last:
+    if tl.atomic_add(done, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
         tl.store(done, 0)
-    return last
+        for i in range(0, count, BLOCK):
+            at = i + tl.arange(0, BLOCK)
+            tl.store(words + at, tl.zeros([BLOCK], dtype=tl.int64), mask=at < count)
 
 
-@triton.jit
-def zero_words(words, count, BLOCK: tl.constexpr = 128):
-    """Zeroes `count` words at `words` (plain stores: the next launch's peers write them only
-    after it has started)."""
-    for i in range(0, count, BLOCK):
-        at = i + tl.arange(0, BLOCK)
-        tl.store(words + at, tl.zeros([BLOCK], dtype=tl.int64), mask=at < count)
-
-
-def flags_workspace(heap: Any, name: str, data_words: int, check: bool) -> Any:
-    """This rank's flag words of op `name` (int64 [flag_data(world) + data_words]), a heap
+def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
+    """This rank's flag words of op `name` (int64 [flag_data(world) + op_words]), a heap
     workspace, zero between launches. Made on the first call (or one that needs more words), then
     a barrier of the ranks, so that no peer sets a flag in it before it is zeroed."""
     import torch
 
-    count = flag_data(heap.world_size) + data_words
+    count = flag_data(heap.world_size) + op_words
     made = not heap.has_workspace(name, count * 8)
     flags = heap.workspace(name, count * 8, zeroed_prefix=count * 8).view(torch.int64)[:count]
     if made:
@@ -120,5 +124,5 @@ def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callabl
     main.wait_stream(side)
 
 
-__all__ = ["ADD", "EQ", "FLAG_FREE", "FLAG_GO", "SET", "data_words", "flag_data", "flag_done", "flags_workspace", "last_cta", "launch",
-           "open_launch", "zero_words"]
+__all__ = ["ADD", "EQ", "FLAG_FREE", "FLAG_GO", "SET", "chunks", "close_launch", "data_words", "flag_data", "flag_done",
+           "flags_workspace", "launch", "open_launch"]

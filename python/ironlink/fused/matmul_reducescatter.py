@@ -257,8 +257,7 @@ def matmul_reducescatter_copy_engine_kernel(ctx, flags, a, b, out, sends, slots,
                        n0 + HALF_N, rows, N, BLOCK_M, HALF_N)
     if pending > 0:
         il.symm_signal_at(ctx, counts + counting, pending, copy_engine.ADD, rank)
-    if copy_engine.last_cta(flags, WORLD):  # every CTA has passed its waits: clear them for the next launch
-        copy_engine.zero_words(ready, WORLD * chunks)
+    copy_engine.close_launch(flags, ready, WORLD * chunks, WORLD)
     tl.store(status + pid, worst)
 
 
@@ -333,7 +332,8 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
     if tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE:
         flags = copy_engine.flags_workspace(h, "matmul_reduce_scatter/flags",
-                                            2 * h.world_size * chunk_count(p, h.world_size), check)
+                                            2 * h.world_size * len(copy_engine.chunks(p.m // h.world_size, p.config)),
+                                            check)
         launch_with_status("matmul_reduce_scatter", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a, b, dst, flags, status), check,
                            function="symm_signal_wait_at")
@@ -343,12 +343,6 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     if dst is not out:
         out.copy_(dst)
     return out
-
-
-def chunk_count(p: Plan, world: int) -> int:
-    """The chunks of a block in the copy-engine kernel: groups of GROUP_M tile rows."""
-    tiles_m = -(-(p.m // world) // p.config.block_m)
-    return -(-tiles_m // p.config.group_m)
 
 
 def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any, status: Any) -> None:
@@ -367,10 +361,10 @@ def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any,
     slot_bytes = (world - 1) * rows * p.n * out.element_size()
     slots = heap.workspace("matmul_reduce_scatter/slots", slot_bytes)[:slot_bytes].view(out.dtype)
     slots = slots.view(world - 1, rows, p.n)
-    chunks, chunk_rows = chunk_count(p, world), c.group_m * c.block_m
+    chunks = copy_engine.chunks(rows, c)
     tiles_n = -(-p.n // c.block_n)
     counts = copy_engine.flag_data(world)
-    ready = counts + world * chunks
+    ready = counts + world * len(chunks)
 
     def kernel() -> None:
         matmul_reducescatter_copy_engine_kernel[(p.ctas,)](
@@ -382,12 +376,11 @@ def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any,
         for i in range(1, world):
             d = (r + i) % world  # the kernel's order of blocks
             theirs = heap.peer_tensor(slots, d)[(r - d - 1) % world]  # ops.slots.slot_of(r, d)
-            their_ready = heap.peer_tensor(flags, d)[ready + r * chunks:]
-            for j in range(chunks):
-                lo, hi = j * chunk_rows, min((j + 1) * chunk_rows, rows)
-                tiles = -(-(hi - lo) // c.block_m) * tiles_n
-                stream_flags.wait_flag(side, flags[counts + d * chunks + j], tiles)
-                stream_flags.write_flag(side, flags[counts + d * chunks + j], 0)
+            their_ready = heap.peer_tensor(flags, d)[ready + r * len(chunks):]
+            for j, (lo, hi) in enumerate(chunks):
+                count = flags[counts + d * len(chunks) + j]
+                stream_flags.wait_flag(side, count, -(-(hi - lo) // c.block_m) * tiles_n)  # the chunk's tiles
+                stream_flags.write_flag(side, count, 0)
                 theirs[lo:hi].copy_(sends[d * rows + lo:d * rows + hi])
                 stream_flags.write_flag(side, their_ready[j], 1)
 
@@ -417,6 +410,6 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         num_stages=c.stages)
 
 
-__all__ = ["COPY_COLS", "check_shapes", "chunk_count", "launch", "launch_copy_engine", "matmul_reduce_scatter",
+__all__ = ["COPY_COLS", "check_shapes", "launch", "launch_copy_engine", "matmul_reduce_scatter",
            "matmul_reducescatter_copy_engine_kernel", "matmul_reducescatter_hierarchical_kernel",
            "matmul_reducescatter_kernel", "plan"]
