@@ -61,8 +61,12 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         row("all_gather_matmul", "sm_push", shape,
             lambda: ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, out=out, method="kernel"))
     mine = a_full[heap.rank * (m // w):(heap.rank + 1) * (m // w)]
-    row("all_gather_matmul", "ce_copy", shape,
-        lambda: [heap.peer_tensor(mine, (heap.rank + i) % w).copy_(shard) for i in range(1, w)])
+
+    def copy_shard() -> None:  # into every peer's a_full, by the copy engine (the current stream)
+        for i in range(1, w):
+            heap.peer_tensor(mine, (heap.rank + i) % w).copy_(shard)
+
+    row("all_gather_matmul", "ce_copy", shape, copy_shard)
     row("all_gather_matmul", "gemm_only", shape,
         lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False))
     row("all_gather_matmul", "nested", shape,
@@ -84,8 +88,7 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         main = torch.cuda.current_stream()
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            for i in range(1, w):
-                heap.peer_tensor(mine, (heap.rank + i) % w).copy_(shard)
+            copy_shard()
         mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False)
         main.wait_stream(side)
 

@@ -593,22 +593,18 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
               lambda: s.matmul_scatter(200 * world, 4096, 512, dtype, True, method))
     cases.run(f"all_gather_matmul {method} {dtype} in a CUDA graph",
               lambda: s.gather_matmul(200, 4096, 512, dtype, True, method))
-    if method == "kernel":  # the reduce-scatter's partials moved by the copy engine (off by default)
-        for m, n, k, launches, graph in small(((16 * world, 8192, 512, 1, False), (100 * world, 1000, 300, 8, False),
-                                               (1030 * world, 2050, 1024, 8, False), (200 * world, 4096, 512, 1, True)),
-                                              ((100 * world, 1000, 300, 8, False), (200 * world, 4096, 512, 1, True))):
-            cases.run(f"matmul_reduce_scatter kernel, copy engine, {dtype} {m}x{n}x{k} {launches} launch(es)"
-                      f"{' in a CUDA graph' if graph else ''}",
-                      lambda: with_tuning(lambda: s.matmul_scatter(m, n, k, dtype, graph, method, launches=launches),
-                                          MATMUL_REDUCE_SCATTER_COPY_ENGINE=True))
-    if method == "kernel":  # a row-major shard: moved by the copy engine, announced through heap flags
+    if method == "kernel":  # the copy engine carries the data: all_gather_matmul's row-major shard
+        # (the default), matmul_reduce_scatter's partials (tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE)
         for rows, n, k, launches, graph in small(((16, 8192, 512, 1, False), (100, 1000, 300, 8, False),
                                                   (1030, 2050, 1024, 8, False), (200, 4096, 512, 1, True)),
                                                  ((100, 1000, 300, 8, False), (200, 4096, 512, 1, True))):
-            cases.run(f"all_gather_matmul kernel, copy engine, {dtype} {rows}x{n}x{k} {launches} launch(es)"
-                      f"{' in a CUDA graph' if graph else ''}",
+            how = f"{dtype} {{}}x{n}x{k} {launches} launch(es){' in a CUDA graph' if graph else ''}"
+            cases.run(f"matmul_reduce_scatter kernel, copy engine, {how.format(rows * world)}",
+                      lambda: with_tuning(lambda: s.matmul_scatter(rows * world, n, k, dtype, graph, method,
+                                                                   launches=launches),
+                                          MATMUL_REDUCE_SCATTER_COPY_ENGINE=True))
+            cases.run(f"all_gather_matmul kernel, copy engine, {how.format(rows)}",
                       lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
-
 
 def main() -> int:
     ironlink.init_distributed()
