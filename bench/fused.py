@@ -30,6 +30,7 @@ A benchmark, not a test: nothing asserts a time.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any, Callable, Optional
 
 import torch
@@ -38,6 +39,7 @@ import torch.nn.functional as F
 
 import ironlink
 from ironlink.runtime import tuning
+from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
 from ironlink_bench import GraphRound, write_results
 from ironlink.fused import allreduce_rmsnorm
 from ironlink.fused.matmul_allreduce import METHODS
@@ -52,9 +54,11 @@ SP_MS = [128, 1024, 4096, 16384]  # the sequence-parallel ops' M
 
 
 class FusedBench:
-    def __init__(self, heap_bytes: int) -> None:
+    def __init__(self, heap_bytes: int, timeout_s: float, check_each: bool, contenders: str) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.heap = ironlink.SymmetricHeap(heap_bytes)
+        self.contenders = re.compile(contenders)  # records only those it finds in a contender's name
+        self.heap = ironlink.SymmetricHeap(heap_bytes, timeout_s=timeout_s)
+        self.check_each = check_each  # heap.check() after each contender's warm-up and capture
         self.rows: list[dict[str, Any]] = []
         # The current shape's contenders (`record`, each tagged with its row) until they are timed
         # together (`flush`).
@@ -69,7 +73,14 @@ class FusedBench:
     def record(self, op: str, contender: str, shape: dict[str, int], dtype: str, fn: Callable[[], Any],
                nbytes: int, **extra: Any) -> None:
         """Captures `fn` into the current shape's round; `flush` times the round's contenders in turns."""
+        if not self.contenders.search(contender):
+            return
         self.round.add(fn, nbytes, tag=({"op": op, "contender": contender, **shape, "dtype": dtype}, shape, extra))
+        if self.check_each:
+            try:
+                self.heap.check()
+            except Exception as e:
+                raise RuntimeError(f"{op} {contender} {shape}: {e}") from None
 
     def flush(self) -> None:
         """Times every contender recorded since the last flush side by side (`GraphRound`: clock
@@ -234,6 +245,8 @@ class SequenceParallelBench:
         self.group = dist.group.WORLD.group_name
 
     def torch_fused(self, op: str, shape: dict[str, int], fn: Callable[[], Any], nbytes: int) -> None:
+        if not self.b.contenders.search("torch_symm_fused"):
+            return
         try:
             fn()
             torch.cuda.synchronize()
@@ -258,6 +271,10 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
                                                              method=method), a_full.nbytes)
+        with tuning.overridden(COPY_ENGINE_MIN_CHUNKS={**tuning.COPY_ENGINE_MIN_CHUNKS, "all_gather_matmul": 4}):
+            self.b.record(op, "ironlink_fused[kernel,min_chunks=4]", shape, "bf16",
+                          lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
+                                                             method="kernel"), a_full.nbytes)
         with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):  # the kernel's CTAs push the shard
             self.b.record(op, "ironlink_fused[kernel,sm_push]", shape, "bf16",
                           lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
@@ -288,13 +305,20 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method=method),
                           nbytes)
-        with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True):  # its partials moved by the copy engine
-            self.b.record(op, "ironlink_fused[kernel,copy_engine]", shape, "bf16",
-                          lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method="kernel"),
-                          nbytes)
-        if w == 2:  # the kernel's signals per tile, not in batches (tuning.MATMUL_SIGNAL_EVERY)
-            with tuning.overridden(MATMUL_SIGNAL_EVERY=1):
-                self.b.record(op, "ironlink_fused[kernel,signal_every=1]", shape, "bf16",
+        for engine, name in ((True, "copy_engine"), (False, "sm_push")):  # who moves the partials
+            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=engine):
+                self.b.record(op, f"ironlink_fused[kernel,{name}]", shape, "bf16",
+                              lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
+                                                                     method="kernel"), nbytes)
+        for least in (1, 4):  # the copy engine's chunks a block (tuning.COPY_ENGINE_MIN_CHUNKS)
+            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True, COPY_ENGINE_MIN_CHUNKS={
+                    **tuning.COPY_ENGINE_MIN_CHUNKS, "matmul_reduce_scatter": least}):
+                self.b.record(op, f"ironlink_fused[kernel,copy_engine,min_chunks={least}]", shape, "bf16",
+                              lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
+                                                                     method="kernel"), nbytes)
+        if w == 2:  # the pushing kernel's signals per tile, not in batches (tuning.MATMUL_SIGNAL_EVERY)
+            with tuning.overridden(MATMUL_SIGNAL_EVERY=1, MATMUL_REDUCE_SCATTER_COPY_ENGINE=False):
+                self.b.record(op, "ironlink_fused[kernel,sm_push,signal_every=1]", shape, "bf16",
                               lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
                                                                      method="kernel"), nbytes)
         self.b.record(op, "nccl_torch", shape, "bf16",
@@ -321,10 +345,14 @@ def main() -> None:
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--k-total", type=int, default=8192, help="K before the split over ranks")
+    ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the heap's wait timeout")
+    ap.add_argument("--contenders", default="", help="a regular expression: time only the contenders it finds")
+    ap.add_argument("--check-each", action="store_true",
+                    help="check the heap after each contender's warm-up and capture (which one failed)")
     ap.add_argument("--matmul-configs", default=None, help="extra configs: 'BM,BN,BK,GROUP_M,warps,stages;...'")
     args = ap.parse_args()
     ironlink.init_distributed()
-    b = FusedBench(4 << 30)  # the sequence-parallel ops' workspaces at M = 16384: ~2 GiB
+    b = FusedBench(4 << 30, args.timeout_s, args.check_each, args.contenders)  # the sequence-parallel ops' workspaces at M = 16384: ~2 GiB
     ops = args.ops.split(",")
     if "allreduce_rmsnorm" in ops:
         for t in map(int, args.tokens.split(",")):

@@ -593,18 +593,39 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
               lambda: s.matmul_scatter(200 * world, 4096, 512, dtype, True, method))
     cases.run(f"all_gather_matmul {method} {dtype} in a CUDA graph",
               lambda: s.gather_matmul(200, 4096, 512, dtype, True, method))
-    if method == "kernel":  # the copy engine carries the data: all_gather_matmul's row-major shard
-        # (the default), matmul_reduce_scatter's partials (tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE)
+    if method == "kernel":  # the copy engine carries the data (the defaults: all_gather_matmul's
+        # row-major shard, matmul_reduce_scatter's partials) or the kernel's CTAs push it
         for rows, n, k, launches, graph in small(((16, 8192, 512, 1, False), (100, 1000, 300, 8, False),
                                                   (1030, 2050, 1024, 8, False), (200, 4096, 512, 1, True)),
                                                  ((100, 1000, 300, 8, False), (200, 4096, 512, 1, True))):
             how = f"{dtype} {{}}x{n}x{k} {launches} launch(es){' in a CUDA graph' if graph else ''}"
-            cases.run(f"matmul_reduce_scatter kernel, copy engine, {how.format(rows * world)}",
-                      lambda: with_tuning(lambda: s.matmul_scatter(rows * world, n, k, dtype, graph, method,
-                                                                   launches=launches),
-                                          MATMUL_REDUCE_SCATTER_COPY_ENGINE=True))
+            for engine, name in ((True, "copy engine"), (False, "SM push")):
+                cases.run(f"matmul_reduce_scatter kernel, {name}, {how.format(rows * world)}",
+                          lambda engine=engine: with_tuning(
+                              lambda: s.matmul_scatter(rows * world, n, k, dtype, graph, method, launches=launches),
+                              MATMUL_REDUCE_SCATTER_COPY_ENGINE=engine))
             cases.run(f"all_gather_matmul kernel, copy engine, {how.format(rows)}",
                       lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
+        # Called on the stream the copies would take (PyTorch's pool hands it out again): they must
+        # take another, or each rank's kernel waits for transfers queued behind itself.
+        for op in ("matmul_reduce_scatter", "all_gather_matmul"):
+            cases.run(f"{op} kernel, copy engine, {dtype}, called on the copies' stream",
+                      lambda op=op: on_side_stream(lambda: with_tuning(
+                          lambda: s.matmul_scatter(200 * world, 1000, 300, dtype, False, method, launches=2)
+                          if op == "matmul_reduce_scatter" else
+                          s.gather_matmul(200, 1000, 300, dtype, False, method, launches=2, contiguous=True),
+                          MATMUL_REDUCE_SCATTER_COPY_ENGINE=True)))
+
+def on_side_stream(fn: Callable[[], None]) -> None:
+    """Runs `fn` with the first stream of sp_streams' pool as the current stream."""
+    from ironlink.fused import sp_streams
+
+    stream = sp_streams._made_streams(torch.cuda.current_device(), 2)[0]
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+
 
 def main() -> int:
     ironlink.init_distributed()

@@ -11,7 +11,8 @@ Flag words (u64, a heap workspace per op, zero between launches), per rank:
 - from flag_data(world) on: the op's own words (chunk flags).
 
 A chunk is a group of GROUP_M tile rows of a block, the order the kernels' tile walk takes them
-(`gemm.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`.
+(`gemm.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`. The
+kernels run `chunked(op, rows, config)`: GROUP_M small enough for a few chunks a block.
 
 The stream waits (no timeout) only for words its own kernel sets, after a timeout too; every
 wait on a peer is in a kernel and times out (recorded; the host raises).
@@ -37,6 +38,17 @@ FLAG_FREE: tl.constexpr = tl.constexpr(1)
 EQ: tl.constexpr = tl.constexpr(_abi.CMP["EQ"])
 SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
 ADD: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["ADD"])
+
+
+def chunked(op: str, rows: int, config: tuning.MatmulConfig) -> tuning.MatmulConfig:
+    """`config` with GROUP_M halved until a block of `rows` rows has at least
+    tuning.COPY_ENGINE_MIN_CHUNKS[op] chunks (or GROUP_M is 1): the config op's copy-engine
+    kernel runs."""
+    tiles_m = -(-rows // config.block_m)
+    group_m = config.group_m
+    while group_m > 1 and -(-tiles_m // group_m) < tuning.COPY_ENGINE_MIN_CHUNKS[op]:
+        group_m //= 2
+    return config._replace(group_m=group_m)
 
 
 def chunks(rows: int, config: tuning.MatmulConfig) -> list[tuple[int, int]]:
@@ -112,7 +124,7 @@ def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callabl
     import torch
 
     main = torch.cuda.current_stream()
-    (side,) = sp_streams.side_streams(heap.device.index, 1)
+    (side,) = sp_streams.side_streams(heap.device.index, 1, main)
     before = torch.cuda.Event()
     before.record(main)  # what the kernel's inputs need
     kernel()
@@ -124,5 +136,5 @@ def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callabl
     main.wait_stream(side)
 
 
-__all__ = ["ADD", "EQ", "FLAG_FREE", "FLAG_GO", "SET", "chunks", "close_launch", "data_words", "flag_data", "flag_done",
+__all__ = ["ADD", "EQ", "FLAG_FREE", "FLAG_GO", "SET", "chunked", "chunks", "close_launch", "data_words", "flag_data", "flag_done",
            "flags_workspace", "launch", "open_launch"]

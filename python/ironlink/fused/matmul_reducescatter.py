@@ -19,7 +19,8 @@ No staging copy, no pass after the last GEMM. Every rank signals and waits equal
 launch: back-to-back launches and CUDA-graph replays need no reset. The launch is persistent (at
 most one CTA per SM): its waits need every CTA resident.
 
-Copy engine (`tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE`, one node; off until measured):
+Copy engine (one node, `tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE`; faster, off until the whole
+GPU suite has run with it):
 `matmul_reducescatter_copy_engine_kernel` walks the tiles in the same order, but a tile of
 another block is stored into a local workspace and counted; a side stream copies each chunk (a
 group of GROUP_M tile rows) into its slot at the block's rank once the kernel's count says all
@@ -331,6 +332,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
         return out
     dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
     if tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE:
+        p = p._replace(config=copy_engine.chunked("matmul_reduce_scatter", p.m // h.world_size, p.config))
         flags = copy_engine.flags_workspace(h, "matmul_reduce_scatter/flags",
                                             2 * h.world_size * len(copy_engine.chunks(p.m // h.world_size, p.config)),
                                             check)

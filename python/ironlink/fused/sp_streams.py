@@ -64,12 +64,22 @@ def device_barrier(heap: Any, check: bool) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def side_streams(device_index: int, count: int) -> tuple[Any, ...]:
-    """`count` streams for the copies on one GPU, made once per process (a stream per call would
-    cost a cudaStreamCreate each time)."""
+def _made_streams(device_index: int, count: int) -> tuple[Any, ...]:
+    """`count` streams of PyTorch's pool on one GPU, taken once per process (a stream per call
+    would cost a cudaStreamCreate each time)."""
     import torch
 
     return tuple(torch.cuda.Stream(device=device_index) for _ in range(count))
+
+
+def side_streams(device_index: int, count: int, main: Any) -> tuple[Any, ...]:
+    """`count` streams for the copies on one GPU, none of them `main` (the caller's current
+    stream). torch.cuda.Stream() hands out PyTorch's pool round robin (32 a priority), so the
+    caller's stream may be one of ours: a copy-engine kernel's transfers queued behind the kernel
+    on its own stream would wait for it while it waits for the peers' transfers, queued the same
+    way (in bench/fused.py, whose GraphRound takes a pool stream per contender, a contender's
+    stream came round to the side stream: every copy-engine wait timed out)."""
+    return tuple(s for s in _made_streams(device_index, count + 1) if s != main)[:count]
 
 
 def _block(t: Any, p: int, rows: int) -> Any:
@@ -92,7 +102,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any, out: Any, me
     mine.copy_(a_shard)
     device_barrier(heap, check)
     main = torch.cuda.current_stream()
-    (side,) = side_streams(heap.device.index, 1)
+    (side,) = side_streams(heap.device.index, 1, main)
     side.wait_stream(main)
     pulled = []
     for i in range(1, w):
@@ -131,7 +141,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     sends = heap.workspace("matmul_reduce_scatter/sends", nbytes)[:nbytes].view(a.dtype).view(m, n)
     device_barrier(heap, check)
     main = torch.cuda.current_stream()
-    (side,) = side_streams(heap.device.index, 1)
+    (side,) = side_streams(heap.device.index, 1, main)
     for i in range(1, w):
         p = (r + i) % w
         torch.matmul(_block(a, p, rows), b, out=_block(sends, p, rows))

@@ -295,9 +295,22 @@ ALL_GATHER_MATMUL_PUSH_SEGMENTS = 4
 # kernel's CTAs push the shard themselves (above).
 ALL_GATHER_MATMUL_COPY_ENGINE = True
 # matmul_reduce_scatter's kernel on one node: its partials stored locally and moved by the copy
-# engine (`matmul_reducescatter_copy_engine_kernel`) instead of pushed by its CTAs. Off until
-# measured on GPUs (written in session 37 without a GPU left to run it).
+# engine (`matmul_reducescatter_copy_engine_kernel`) instead of pushed by its CTAs. Faster at every
+# M measured; graph us, copy engine / CTAs' pushes / torch_symm_fused, M = 2048, 4096, 8192, 16384
+# (2 H200s, session 38, bench/results/experiments/fused-copy-engine-2xNVIDIA-H200-20261127.json):
+# 211.0 / 231.5 / 234.9, 415.1 / 461.3 / 484.9, 875.0 / 907.9 / 956.7, 1789.5 / 1797.5 / 2025.8.
+# Off until the whole GPU fusion suite has passed with it on (its own cases pass: "copy engine").
 MATMUL_REDUCE_SCATTER_COPY_ENGINE = False
+# The copy-engine kernels, by op: a block of a rank's rows is cut into at least this many chunks
+# (the GEMM's GROUP_M halved until it is, down to 1). matmul_reduce_scatter's own tiles wait for
+# the peers' copies of the same rows, which start only when a whole chunk is computed: with one
+# chunk a block (GROUP_M 8, 1024 rows, M = 2048) its copy-engine kernel took 265.9 us, with 2
+# chunks 211.0, with 4 215.3; at M = 4096, 8192, 16384 2 / 1 / 4 chunks at least: 415.1 / 416.1 /
+# 426.8, 875.0 / 879.1 / 879.4, 1789.5 / 1790.5 / 1795.0. all_gather_matmul's kernel reads the
+# peers' rows only after its own: GROUP_M as planned / 4 chunks at least 201.4 / 211.6 (M = 2048),
+# 393.3 / 385.0 (M = 4096). 2 H200s, session 38
+# (bench/results/experiments/fused-copy-engine-2xNVIDIA-H200-20261127.json).
+COPY_ENGINE_MIN_CHUNKS = {"all_gather_matmul": 1, "matmul_reduce_scatter": 2}
 
 
 def sp_method(op: str, m: int, world: int = 0) -> str:
@@ -433,6 +446,6 @@ def overridden(**values: Any) -> Iterator[None]:
             setattr(module, name, value)
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_REDUCE_SCATTER_COPY_ENGINE", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "COPY_ENGINE_MIN_CHUNKS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_REDUCE_SCATTER_COPY_ENGINE", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
            "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
            "tile_all_reduce_takes_ll"]
