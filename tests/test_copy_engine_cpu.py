@@ -67,3 +67,37 @@ def test_the_side_stream_is_never_the_current_one(monkeypatch: pytest.MonkeyPatc
     assert copy_engine.sp_streams.side_streams(0, 1, other) == (first,)
     assert copy_engine.sp_streams.side_streams(0, 1, first) == (second,)
     assert copy_engine.sp_streams.side_streams(0, 1, second) == (first,)
+
+
+def test_flag_words_are_zero_for_every_shape_that_shares_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A flags workspace is made for the first call's words, a power of two of at least 4 KiB
+    # (SymmetricHeap.workspace); a later call of another shape with more words uses the same one.
+    # Its words must all start zero, not hold what freed heap memory held: a stale word would let a
+    # kernel read a chunk before it arrived, or keep a stream waiting for a count forever.
+    import numpy as np
+
+    class Heap:
+        world_size = 2
+
+        def __init__(self) -> None:
+            self.kept: dict[str, Any] = {}
+
+        def has_workspace(self, name: str, nbytes: int) -> bool:
+            return name in self.kept and self.kept[name].size >= nbytes
+
+        def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0, init: Any = None) -> Any:
+            if not self.has_workspace(name, nbytes):
+                self.kept[name] = np.full(1 << max(12, (nbytes - 1).bit_length()), 0xAB, dtype=np.uint8)
+                self.kept[name][:zeroed_prefix] = 0
+                if init is not None:
+                    init(self.kept[name])
+            return self.kept[name]
+
+    barriers: list[str] = []
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(int64=np.int64))
+    monkeypatch.setattr(copy_engine.sp_streams, "device_barrier", lambda heap, check: barriers.append("barrier"))
+    heap = Heap()
+    few = copy_engine.flags_workspace(heap, "op/flags", 4, False)
+    assert len(few) == copy_engine.flag_data(2) + 4 and not few.any() and barriers == ["barrier"]
+    many = copy_engine.flags_workspace(heap, "op/flags", 64, False)
+    assert len(many) == copy_engine.flag_data(2) + 64 and not many.any() and barriers == ["barrier"]

@@ -103,13 +103,18 @@ def close_launch(flags, words, count, WORLD: tl.constexpr, BLOCK: tl.constexpr =
 
 def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
     """This rank's flag words of op `name` (int64 [flag_data(world) + op_words]), a heap
-    workspace, zero between launches. Made on the first call (or one that needs more words), then
-    a barrier of the ranks, so that no peer sets a flag in it before it is zeroed."""
+    workspace, zero between launches. Made on the first call (or one that needs more words), all
+    of it zeroed (a later call with more words, another shape's, uses the same one: its words
+    must be zero too, not what freed heap memory held), then a barrier of the ranks, so that no
+    peer sets a flag in it before it is zeroed."""
     import torch
+
+    def zero_all(workspace: Any) -> None:
+        workspace[:] = 0
 
     count = flag_data(heap.world_size) + op_words
     made = not heap.has_workspace(name, count * 8)
-    flags = heap.workspace(name, count * 8, zeroed_prefix=count * 8).view(torch.int64)[:count]
+    flags = heap.workspace(name, count * 8, init=zero_all).view(torch.int64)[:count]
     if made:
         sp_streams.device_barrier(heap, check)
     return flags
