@@ -101,3 +101,9 @@ def test_flag_words_are_zero_for_every_shape_that_shares_them(monkeypatch: pytes
     assert len(few) == copy_engine.flag_data(2) + 4 and not few.any() and barriers == ["barrier"]
     many = copy_engine.flags_workspace(heap, "op/flags", 64, False)
     assert len(many) == copy_engine.flag_data(2) + 64 and not many.any() and barriers == ["barrier"]
+    # prepare: the op's chunked config and its flag words, `words_per_chunk` a chunk and rank.
+    planned = copy_engine.tuning.MatmulConfig(128, 256, 64, 8, 8, 3)
+    with copy_engine.tuning.overridden(COPY_ENGINE_MIN_CHUNKS={"matmul_reduce_scatter": 2}):
+        config, flags = copy_engine.prepare(heap, "matmul_reduce_scatter", 1024, planned, 2, False)
+    assert config == planned._replace(group_m=4)  # 8 tile rows: 2 chunks of 4
+    assert len(flags) == copy_engine.flag_data(2) + 2 * 2 * 2 and "matmul_reduce_scatter/flags" in heap.kept

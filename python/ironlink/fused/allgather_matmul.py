@@ -357,9 +357,8 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
             check, function="symm_grid_barrier/symm_all_gather_hierarchical")
         return a_full, out
     if uses_copy_engine(a_shard):
-        p = p._replace(config=copy_engine.chunked("all_gather_matmul", p.rows, p.config))
-        flags = copy_engine.flags_workspace(h, "all_gather_matmul/flags",
-                                            h.world_size * len(copy_engine.chunks(p.rows, p.config)), check)
+        config, flags = copy_engine.prepare(h, "all_gather_matmul", p.rows, p.config, 1, check)  # a flag a chunk
+        p = p._replace(config=config)
         launch_with_status("all_gather_matmul", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a_shard, b, a_full, out, flags, status), check,
                            function="symm_signal_wait_at")

@@ -120,6 +120,16 @@ def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
     return flags
 
 
+def prepare(heap: Any, op: str, rows: int, config: tuning.MatmulConfig, words_per_chunk: int,
+            check: bool) -> tuple[tuning.MatmulConfig, Any]:
+    """What op's copy-engine kernel runs with for blocks of `rows` rows: its config
+    (`chunked`) and its flag words (`flags_workspace` "<op>/flags"), `words_per_chunk` of the
+    op's own words per rank and chunk."""
+    config = chunked(op, rows, config)
+    words = words_per_chunk * heap.world_size * len(chunks(rows, config))
+    return config, flags_workspace(heap, f"{op}/flags", words, check)
+
+
 def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callable[[Any], None]) -> None:
     """Launches `kernel` on the current stream, then runs `transfers(side)` on a side stream
     after the go of this launch (and after the current stream's earlier work); the current
@@ -142,4 +152,4 @@ def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callabl
 
 
 __all__ = ["ADD", "EQ", "FLAG_FREE", "FLAG_GO", "SET", "chunked", "chunks", "close_launch", "data_words", "flag_data", "flag_done",
-           "flags_workspace", "launch", "open_launch"]
+           "flags_workspace", "launch", "open_launch", "prepare"]

@@ -331,11 +331,9 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
             check, function="symm_grid_barrier/symm_reduce_scatter_hierarchical")
         return out
     dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
-    if tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE:
-        p = p._replace(config=copy_engine.chunked("matmul_reduce_scatter", p.m // h.world_size, p.config))
-        flags = copy_engine.flags_workspace(h, "matmul_reduce_scatter/flags",
-                                            2 * h.world_size * len(copy_engine.chunks(p.m // h.world_size, p.config)),
-                                            check)
+    if tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE:  # two words a chunk and rank: a count and a flag
+        config, flags = copy_engine.prepare(h, "matmul_reduce_scatter", p.m // h.world_size, p.config, 2, check)
+        p = p._replace(config=config)
         launch_with_status("matmul_reduce_scatter", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a, b, dst, flags, status), check,
                            function="symm_signal_wait_at")
