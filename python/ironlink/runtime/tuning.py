@@ -299,8 +299,8 @@ ALL_GATHER_MATMUL_COPY_ENGINE = True
 # M measured; graph us, copy engine / CTAs' pushes / torch_symm_fused, M = 2048, 4096, 8192, 16384
 # (2 H200s, session 38, bench/results/experiments/fused-copy-engine-2xNVIDIA-H200-20261127.json):
 # 211.0 / 231.5 / 234.9, 415.1 / 461.3 / 484.9, 875.0 / 907.9 / 956.7, 1789.5 / 1797.5 / 2025.8.
-# Off until the whole GPU fusion suite has passed with it on (its own cases pass: "copy engine").
-MATMUL_REDUCE_SCATTER_COPY_ENGINE = False
+# False: the kernel's CTAs push the partials themselves (`matmul_reducescatter_kernel`).
+MATMUL_REDUCE_SCATTER_COPY_ENGINE = True
 # The copy-engine kernels, by op: a block of a rank's rows is cut into at least this many chunks
 # (the GEMM's GROUP_M halved until it is, down to 1). matmul_reduce_scatter's own tiles wait for
 # the peers' copies of the same rows, which start only when a whole chunk is computed: with one
