@@ -60,7 +60,7 @@ def eager_sequence(op: str, ms: list[int], calls: int, heap: Any) -> None:
         for i in range(calls):
             if op == "rs":
                 a, b, out = reduce_scatter_operands(m)
-                with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True):
+                with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
                     ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel", check=True)
                 ref = torch.matmul(a.float(), b.float())
                 dist.all_reduce(ref)
@@ -91,7 +91,7 @@ def graph_sequence(spec: str, heap: Any) -> None:
         for name in names.split(","):
             method = {"coll": "collective", "ovl": "overlap"}.get(name, "kernel")
             ce = name.startswith("ce")
-            tables = dict(MATMUL_REDUCE_SCATTER_COPY_ENGINE=ce, COPY_ENGINE_MIN_CHUNKS={
+            tables = dict(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0 if ce else None, COPY_ENGINE_MIN_CHUNKS={
                 **tuning.COPY_ENGINE_MIN_CHUNKS, "matmul_reduce_scatter": int(name[2:]) if ce else 1})
 
             def call(method: str = method) -> None:
@@ -123,7 +123,7 @@ def on_copy_stream(op: str, old_choice: bool, heap: Any) -> None:
         sp_streams.side_streams = lambda device, count, main: sp_streams._made_streams(device, count + 1)[:count]
     stream = sp_streams._made_streams(torch.cuda.current_device(), 2)[0]
     try:
-        with torch.cuda.stream(stream), tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True):
+        with torch.cuda.stream(stream), tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
             if op == "rs":
                 a = torch.randn(1024, 512, device="cuda").to(torch.bfloat16)
                 b = torch.randn(512, 1024, device="cuda").to(torch.bfloat16)

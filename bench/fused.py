@@ -305,19 +305,19 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method=method),
                           nbytes)
-        for engine, name in ((True, "copy_engine"), (False, "sm_push")):  # who moves the partials
-            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=engine):
+        for least, name in ((0, "copy_engine"), (None, "sm_push")):  # who moves the partials, at any M
+            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=least):
                 self.b.record(op, f"ironlink_fused[kernel,{name}]", shape, "bf16",
                               lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
                                                                      method="kernel"), nbytes)
         for least in (1, 4):  # the copy engine's chunks a block (tuning.COPY_ENGINE_MIN_CHUNKS)
-            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True, COPY_ENGINE_MIN_CHUNKS={
+            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0, COPY_ENGINE_MIN_CHUNKS={
                     **tuning.COPY_ENGINE_MIN_CHUNKS, "matmul_reduce_scatter": least}):
                 self.b.record(op, f"ironlink_fused[kernel,copy_engine,min_chunks={least}]", shape, "bf16",
                               lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
                                                                      method="kernel"), nbytes)
         if w == 2:  # the pushing kernel's signals per tile, not in batches (tuning.MATMUL_SIGNAL_EVERY)
-            with tuning.overridden(MATMUL_SIGNAL_EVERY=1, MATMUL_REDUCE_SCATTER_COPY_ENGINE=False):
+            with tuning.overridden(MATMUL_SIGNAL_EVERY=1, MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=None):
                 self.b.record(op, "ironlink_fused[kernel,sm_push,signal_every=1]", shape, "bf16",
                               lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
                                                                      method="kernel"), nbytes)

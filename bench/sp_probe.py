@@ -13,7 +13,7 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
   `triton_flat_gemm+ce_copy`: `triton_flat_gemm` (below) with that transfer on a side stream at
   the same time, no flags and no waits (what the copies cost the GEMM: HBM, power);
 - matmul_reduce_scatter `copy_engine`: its partials stored locally and moved by the copy engine
-  (`tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE`);
+  (`tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS` = 0);
 - `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
   plus, for all_gather_matmul, its grid barrier);
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
@@ -112,7 +112,7 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
     row("matmul_reduce_scatter", "torch.matmul", shape, lambda: torch.matmul(a, b, out=full))
     row("matmul_reduce_scatter", "kernel", shape,
         lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
-    with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE=True):
+    with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
         row("matmul_reduce_scatter", "copy_engine", shape,
             lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
     row("matmul_reduce_scatter", "gemm_only", shape, lambda: mrs.launch(heap, p, a, b, out, status, communicate=False))

@@ -272,7 +272,7 @@ for m in (128, 16384):
              "b": f"tensordesc<bf16[{c.block_n}, {c.block_k}]>",
              "peer_slots": f"tensordesc<bf16[1, {c.block_m}, {c.block_n // 2}]>"},
             {**rs, "WORLD": 2, "TMA": True, "TMA_PUSH": True, "SIGNAL_EVERY": every, "MIN_CC": 90})
-    # The partials stored locally and moved by the copy engine (tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE).
+    # The partials stored locally and moved by the copy engine (tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS).
     rs_ce_sig = {"ctx": "i64", "flags": "*i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "sends": "*bf16",
                  "slots": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32",
                  **_STRIDES, "GROUP_M": "constexpr", "WORLD": "constexpr", "TMA": "constexpr",

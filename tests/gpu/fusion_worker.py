@@ -599,11 +599,11 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
                                                   (1030, 2050, 1024, 8, False), (200, 4096, 512, 1, True)),
                                                  ((100, 1000, 300, 8, False), (200, 4096, 512, 1, True))):
             how = f"{dtype} {{}}x{n}x{k} {launches} launch(es){' in a CUDA graph' if graph else ''}"
-            for engine, name in ((True, "copy engine"), (False, "SM push")):
+            for least, name in ((0, "copy engine"), (None, "SM push")):
                 cases.run(f"matmul_reduce_scatter kernel, {name}, {how.format(rows * world)}",
-                          lambda engine=engine: with_tuning(
+                          lambda least=least: with_tuning(
                               lambda: s.matmul_scatter(rows * world, n, k, dtype, graph, method, launches=launches),
-                              MATMUL_REDUCE_SCATTER_COPY_ENGINE=engine))
+                              MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=least))
             cases.run(f"all_gather_matmul kernel, copy engine, {how.format(rows)}",
                       lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
         # Called on the stream the copies would take (PyTorch's pool hands it out again): they must
@@ -614,7 +614,7 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
                           lambda: s.matmul_scatter(200 * world, 1000, 300, dtype, False, method, launches=2)
                           if op == "matmul_reduce_scatter" else
                           s.gather_matmul(200, 1000, 300, dtype, False, method, launches=2, contiguous=True),
-                          MATMUL_REDUCE_SCATTER_COPY_ENGINE=True)))
+                          MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0)))
 
 def on_side_stream(fn: Callable[[], None]) -> None:
     """Runs `fn` with the first stream of sp_streams' pool as the current stream."""

@@ -294,13 +294,23 @@ ALL_GATHER_MATMUL_PUSH_SEGMENTS = 4
 # to every peer (announced through heap flags) and the kernel's CTAs only compute; False: the
 # kernel's CTAs push the shard themselves (above).
 ALL_GATHER_MATMUL_COPY_ENGINE = True
-# matmul_reduce_scatter's kernel on one node: its partials stored locally and moved by the copy
-# engine (`matmul_reducescatter_copy_engine_kernel`) instead of pushed by its CTAs. Faster at every
-# M measured; graph us, copy engine / CTAs' pushes / torch_symm_fused, M = 2048, 4096, 8192, 16384
-# (2 H200s, session 38, bench/results/experiments/fused-copy-engine-2xNVIDIA-H200-20261127.json):
-# 211.0 / 231.5 / 234.9, 415.1 / 461.3 / 484.9, 875.0 / 907.9 / 956.7, 1789.5 / 1797.5 / 2025.8.
-# False: the kernel's CTAs push the partials themselves (`matmul_reducescatter_kernel`).
-MATMUL_REDUCE_SCATTER_COPY_ENGINE = True
+# matmul_reduce_scatter's kernel on one node: from a rank's block of this many rows on
+# (M // world), its partials are stored locally and moved by the copy engine
+# (`matmul_reducescatter_copy_engine_kernel`); below it, and with None, the kernel's CTAs push
+# them (`matmul_reducescatter_kernel`); 0: the copy engine at every M. Graph us, copy engine /
+# CTAs' pushes / torch_symm_fused, 2 H200s: M = 1024 (512 rows a block) 160.3 / 123.6 / 125.6
+# (a chunk's copy starts only when the chunk is computed: the last one is not hidden), session 39,
+# bench/results/fused-2xNVIDIA-H200-20261127.json; M = 2048, 4096, 8192, 16384 211.0 / 231.5 /
+# 234.9, 415.1 / 461.3 / 484.9, 875.0 / 907.9 / 956.7, 1789.5 / 1797.5 / 2025.8, session 38,
+# bench/results/experiments/fused-copy-engine-2xNVIDIA-H200-20261127.json.
+MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS: int | None = 1024
+
+
+def matmul_reduce_scatter_takes_copy_engine(block_rows: int) -> bool:
+    """Whether matmul_reduce_scatter's kernel on one node, with blocks of `block_rows` rows a
+    rank, has the copy engine move its partials (MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS)."""
+    least = MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS
+    return least is not None and block_rows >= least
 # The copy-engine kernels, by op: a block of a rank's rows is cut into at least this many chunks
 # (the GEMM's GROUP_M halved until it is, down to 1). matmul_reduce_scatter's own tiles wait for
 # the peers' copies of the same rows, which start only when a whole chunk is computed: with one
@@ -446,6 +456,6 @@ def overridden(**values: Any) -> Iterator[None]:
             setattr(module, name, value)
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "COPY_ENGINE_MIN_CHUNKS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_REDUCE_SCATTER_COPY_ENGINE", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
-           "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "COPY_ENGINE_MIN_CHUNKS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
+           "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "matmul_reduce_scatter_takes_copy_engine", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
            "tile_all_reduce_takes_ll"]
