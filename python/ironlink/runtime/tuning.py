@@ -298,11 +298,12 @@ ALL_GATHER_MATMUL_COPY_ENGINE = True
 # (M // world), its partials are stored locally and moved by the copy engine
 # (`matmul_reducescatter_copy_engine_kernel`); below it, and with None, the kernel's CTAs push
 # them (`matmul_reducescatter_kernel`); 0: the copy engine at every M. Graph us, copy engine /
-# CTAs' pushes / torch_symm_fused, 2 H200s: M = 1024 (512 rows a block) 160.3 / 123.6 / 125.6
-# (a chunk's copy starts only when the chunk is computed: the last one is not hidden), session 39,
-# bench/results/fused-2xNVIDIA-H200-20261127.json; M = 2048, 4096, 8192, 16384 211.0 / 231.5 /
-# 234.9, 415.1 / 461.3 / 484.9, 875.0 / 907.9 / 956.7, 1789.5 / 1797.5 / 2025.8, session 38,
-# bench/results/experiments/fused-copy-engine-2xNVIDIA-H200-20261127.json.
+# CTAs' pushes / torch_symm_fused, 2 H200s:
+# - M = 1024 (512 rows a block): 160.3 / 123.6 / 125.6 (session 39, bench/results/experiments/
+#   fused-rs-copy-engine-every-m-2xNVIDIA-H200-16ab847.json; why is not probed);
+# - M = 2048 / 4096 / 8192 / 16384: 211.0 / 231.5 / 234.9, 415.1 / 461.3 / 484.9, 875.0 / 907.9 /
+#   956.7, 1789.5 / 1797.5 / 2025.8 (session 38, bench/results/experiments/
+#   fused-copy-engine-2xNVIDIA-H200-20261127.json).
 MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS: int | None = 1024
 
 
