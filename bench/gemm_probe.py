@@ -3,8 +3,12 @@ benchmark. For matmul_all_reduce's GEMM (issue 36): is the gap to cuBLAS the nes
 which drains the software pipeline at every tile, or the tile code itself?
 
     torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 1024,4096 --n 8192 --k 4096 --out gemm-probe.json
+    # all_gather_matmul's per-rank product, several tiles and GROUP_M:
+    torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 4096,16384 --n 4096 --k 8192 \
+        --tiles 128x256x64,256x128x64 --group-ms 8,16 --variants flatten,flatten_subtile
 
-Variants of one kernel (tile 128 x 256 x 64, 8 warps, bf16, b row-major [K, N]):
+Variants of one kernel (tile BLOCK_M x BLOCK_N x BLOCK_K from --tiles, default 128 x 256 x 64;
+8 warps, bf16, b row-major [K, N]):
 - nested: the tile loop and the K loop as written (what the fused kernels do today);
 - flatten: `tl.range(..., flatten=True)`: Triton fuses the two loops into one and pipelines the
   loads across tile boundaries;
@@ -17,6 +21,7 @@ Against torch.matmul into a preallocated output; CUDA graphs of 20 calls, median
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from typing import Any
 
@@ -63,11 +68,14 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--stages", default="3,4")
+    ap.add_argument("--tiles", default="128x256x64", help="BLOCK_MxBLOCK_NxBLOCK_K, comma-separated")
+    ap.add_argument("--group-ms", default="8", help="GROUP_M values, comma-separated")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="of " + ", ".join(VARIANTS))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()  # time_graph takes the max over ranks: each rank times its own GPU
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    bm, bn, bk = 128, 256, 64
+    tiles_mnk = [tuple(map(int, t.split("x"))) for t in args.tiles.split(",")]
     rows: list[dict[str, Any]] = []
     for m in map(int, args.ms.split(",")):
         a = torch.randn(m, args.k, device="cuda").to(torch.bfloat16)
@@ -76,28 +84,31 @@ def main() -> None:
         ref = a @ b
         us = time_graph(lambda: torch.matmul(a, b, out=c), c.nbytes)
         record_row(rows, {"M": m, "N": args.n, "K": args.k, "variant": "torch.matmul", "us": round(us, 2)})
-        a_d = TensorDescriptor(a, list(a.shape), list(a.stride()), [bm, bk])
-        b_d = TensorDescriptor(b, list(b.shape), list(b.stride()), [bk, bn])
-        tiles = triton.cdiv(m, bm) * triton.cdiv(args.n, bn)
-        for name, (flatten, ws, subtile) in VARIANTS.items():
-            for stages in map(int, args.stages.split(",")):
-                c_d = TensorDescriptor(c, list(c.shape), list(c.stride()), [bm, bn // 2 if subtile else bn])
-                row: dict[str, Any] = {"M": m, "N": args.n, "K": args.k, "variant": name, "stages": stages}
-                try:
-                    def run() -> None:
-                        persistent_gemm[(min(sms, tiles),)](a_d, b_d, c_d, m, args.n, args.k, BLOCK_M=bm, BLOCK_N=bn,
-                                                            BLOCK_K=bk, GROUP_M=8, FLATTEN=flatten, WS=ws,
-                                                            SUBTILE=subtile, num_warps=8, num_stages=stages)
-                    c.zero_()
-                    t0 = time.time()
-                    run()
-                    torch.cuda.synchronize()
-                    row["compile_s"] = round(time.time() - t0, 1)
-                    row["max_err"] = float((c.float() - ref.float()).abs().max())
-                    row["us"] = round(time_graph(run, c.nbytes), 2)
-                except Exception as e:  # a variant this Triton or GPU does not take
-                    row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                record_row(rows, row)
+        for (bm, bn, bk), group_m, name, stages in itertools.product(
+                tiles_mnk, map(int, args.group_ms.split(",")), args.variants.split(","),
+                map(int, args.stages.split(","))):
+            flatten, ws, subtile = VARIANTS[name]
+            a_d = TensorDescriptor(a, list(a.shape), list(a.stride()), [bm, bk])
+            b_d = TensorDescriptor(b, list(b.shape), list(b.stride()), [bk, bn])
+            c_d = TensorDescriptor(c, list(c.shape), list(c.stride()), [bm, bn // 2 if subtile else bn])
+            tiles = triton.cdiv(m, bm) * triton.cdiv(args.n, bn)
+            row: dict[str, Any] = {"M": m, "N": args.n, "K": args.k, "variant": name, "stages": stages,
+                                   "tile": f"{bm}x{bn}x{bk}", "group_m": group_m}
+            try:
+                def run() -> None:
+                    persistent_gemm[(min(sms, tiles),)](a_d, b_d, c_d, m, args.n, args.k, BLOCK_M=bm, BLOCK_N=bn,
+                                                        BLOCK_K=bk, GROUP_M=group_m, FLATTEN=flatten, WS=ws,
+                                                        SUBTILE=subtile, num_warps=8, num_stages=stages)
+                c.zero_()
+                t0 = time.time()
+                run()
+                torch.cuda.synchronize()
+                row["compile_s"] = round(time.time() - t0, 1)
+                row["max_err"] = float((c.float() - ref.float()).abs().max())
+                row["us"] = round(time_graph(run, c.nbytes), 2)
+            except Exception as e:  # a variant this Triton or GPU does not take
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            record_row(rows, row)
     write_results(args.out, dist.get_world_size(), rows, probe="gemm_probe")
     dist.destroy_process_group()
 
