@@ -2,9 +2,9 @@
 benchmark. For matmul_all_reduce's GEMM (issue 36): is the gap to cuBLAS the nested tile loop,
 which drains the software pipeline at every tile, or the tile code itself?
 
-    torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 1024,4096 --n 8192 --k 4096 --out gemm-probe.json
+    torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 1024,4096 --N 8192 --K 4096 --out gemm-probe.json
     # all_gather_matmul's per-rank product, several tiles and GROUP_M:
-    torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 4096,16384 --n 4096 --k 8192 \
+    torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 4096,16384 --N 4096 --K 8192 \
         --tiles 128x256x64,256x128x64 --group-ms 8,16 --variants flatten,flatten_subtile
 
 Variants of one kernel (tile BLOCK_M x BLOCK_N x BLOCK_K from --tiles, default 128 x 256 x 64;
@@ -65,8 +65,8 @@ VARIANTS = {"nested": (False, False, False), "flatten": (True, False, False), "w
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ms", default="1024,4096")
-    ap.add_argument("--n", type=int, default=8192)
-    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--N", dest="n", type=int, default=8192)
+    ap.add_argument("--K", dest="k", type=int, default=4096)
     ap.add_argument("--stages", default="3,4")
     ap.add_argument("--tiles", default="128x256x64", help="BLOCK_MxBLOCK_NxBLOCK_K, comma-separated")
     ap.add_argument("--group-ms", default="8", help="GROUP_M values, comma-separated")
