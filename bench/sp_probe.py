@@ -37,6 +37,7 @@ import ironlink
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
+from ironlink.fused import sp_streams
 from ironlink.ops import TensorSpec
 from ironlink.runtime import tuning
 from ironlink.runtime.distributed import sm_share
@@ -86,13 +87,14 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
 
     def gemm_beside_copies() -> None:  # no flags, no waits: what the copies alone cost the GEMM
         main = torch.cuda.current_stream()
+        # Never the current stream (a pool stream may be): the copies would queue behind the GEMM.
+        side = sp_streams.side_streams(torch.cuda.current_device(), 1, main)[0]
         side.wait_stream(main)
         with torch.cuda.stream(side):
             copy_shard()
         mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False)
         main.wait_stream(side)
 
-    side = torch.cuda.Stream()
     row("all_gather_matmul", "triton_flat_gemm+ce_copy", shape, gemm_beside_copies)
     heap.check()
     heap.free(flat_out)
