@@ -59,9 +59,9 @@ def test_the_kernel_goes_before_the_wait_for_its_go(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_side_stream_is_never_the_current_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    # PyTorch's pool hands its streams out again: a caller's current stream may be the first one
-    # sp_streams took. The copies then take the next (else a copy-engine kernel waits for
-    # transfers queued behind itself: every wait timed out on 2 H200s).
+    # A caller's current stream may be the first one sp_streams made (it was, when they came from
+    # PyTorch's pool, which hands its streams out again). The copies then take the next (else a
+    # copy-engine kernel waits for transfers queued behind itself: every wait timed out on 2 H200s).
     first, second, other = object(), object(), object()
     monkeypatch.setattr(copy_engine.sp_streams, "_made_streams", lambda device, count: (first, second)[:count])
     assert copy_engine.sp_streams.side_streams(0, 1, other) == (first,)
@@ -122,3 +122,24 @@ def test_reduce_scatter_takes_the_copy_engine_only_from_its_least_block_rows() -
         assert tuning.matmul_reduce_scatter_takes_copy_engine(1)
     with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=None):
         assert not tuning.matmul_reduce_scatter_takes_copy_engine(1 << 20)
+
+
+def test_the_copies_streams_are_made_for_them_not_taken_from_pytorchs_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pool stream is handed out to every caller: a user's work on it would hold the copies back
+    # (and hang a copy-engine kernel until its timeout if that work waited for the op).
+    made: list[int] = []
+
+    class Native:
+        def stream_create(self, device: int) -> int:
+            made.append(device)
+            return 0x1000 + len(made)
+
+    def no_pool_stream(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a stream of PyTorch's pool")
+
+    cuda = SimpleNamespace(Stream=no_pool_stream,
+                           ExternalStream=lambda handle, device: SimpleNamespace(handle=handle, device=device))
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr("ironlink.runtime.native.load_native", lambda: Native())
+    streams = copy_engine.sp_streams._made_streams.__wrapped__(3, 2)
+    assert [(s.handle, s.device) for s in streams] == [(0x1001, 3), (0x1002, 3)] and made == [3, 3]

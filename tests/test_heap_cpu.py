@@ -155,6 +155,8 @@ def test_no_driver_is_a_clean_error(native):
         native.LocalHeap.create(0, 1 << 20, 0, 0, 1)
     with pytest.raises(IronlinkError, match="libcuda"):
         native.device_count()
+    with pytest.raises(IronlinkError, match="libcuda"):
+        native.stream_create(0)
 
 
 def test_native_argument_errors(native):

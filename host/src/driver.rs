@@ -231,6 +231,23 @@ impl Device {
         })
     }
 
+    /// Creates a stream of this device's primary context that no one else hands out
+    /// (`cuStreamCreate`, `CU_STREAM_NON_BLOCKING` as PyTorch's own streams): for the copy engine's
+    /// transfers, which must not queue behind a caller's work on a shared stream. The caller keeps
+    /// it for the life of the process (a stream in use by captured graphs must not be destroyed).
+    pub fn stream_create(&self) -> Result<u64> {
+        let _s = self.scope()?;
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: our context is current; valid out-pointer; the flag is a valid stream flag.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(
+                &mut stream,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+            )
+        })?;
+        Ok(stream as u64)
+    }
+
     /// Frees memory from [`Device::alloc`].
     pub fn free(&self, ptr: u64) -> Result<()> {
         let _s = self.scope()?;

@@ -376,6 +376,15 @@ fn stream_wait_u64(device: i32, stream: u64, addr: u64, value: u64) -> PyResult<
         .py()
 }
 
+/// A new stream of device `device` (a `CUstream` handle for `torch.cuda.ExternalStream`) that
+/// only its caller uses, kept for the life of the process (`Device::stream_create`).
+#[pyfunction]
+fn stream_create(device: i32) -> PyResult<u64> {
+    driver::Device::open(device)
+        .and_then(|d| d.stream_create())
+        .py()
+}
+
 /// Number of CUDA devices visible to this process (raises without a driver).
 #[pyfunction]
 fn device_count() -> PyResult<i32> {
@@ -500,6 +509,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExternalContext>()?;
     m.add_function(wrap_pyfunction!(driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(stream_create, m)?)?;
     m.add_function(wrap_pyfunction!(stream_write_u64, m)?)?;
     m.add_function(wrap_pyfunction!(stream_wait_u64, m)?)?;
     m.add_function(wrap_pyfunction!(nvshmem_cumodule_init, m)?)?;

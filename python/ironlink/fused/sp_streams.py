@@ -65,20 +65,26 @@ def device_barrier(heap: Any, check: bool) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _made_streams(device_index: int, count: int) -> tuple[Any, ...]:
-    """`count` streams of PyTorch's pool on one GPU, taken once per process (a stream per call
-    would cost a cudaStreamCreate each time)."""
+    """`count` streams of one GPU made for ironlink's copies once per process (`cuStreamCreate`,
+    non-blocking), not taken from PyTorch's pool: `torch.cuda.Stream()` hands its 32 streams a
+    priority out round robin to every caller, so a user's work could sit on ours; the copies
+    would queue behind it, and if it waits for this op, a copy-engine kernel would wait for
+    transfers that never start (until its timeout)."""
     import torch
 
-    return tuple(torch.cuda.Stream(device=device_index) for _ in range(count))
+    from ..runtime.native import load_native
+
+    return tuple(torch.cuda.ExternalStream(load_native().stream_create(device_index), device=device_index)
+                 for _ in range(count))
 
 
 def side_streams(device_index: int, count: int, main: Any) -> tuple[Any, ...]:
     """`count` streams for the copies on one GPU, none of them `main` (the caller's current
-    stream). torch.cuda.Stream() hands out PyTorch's pool round robin (32 a priority), so the
-    caller's stream may be one of ours: a copy-engine kernel's transfers queued behind the kernel
-    on its own stream would wait for it while it waits for the peers' transfers, queued the same
-    way (in bench/fused.py, whose GraphRound takes a pool stream per contender, a contender's
-    stream came round to the side stream: every copy-engine wait timed out)."""
+    stream): a copy-engine kernel's transfers queued behind the kernel on its own stream would
+    wait for it while it waits for the peers' transfers, queued the same way (when these were
+    pool streams, bench/fused.py's GraphRound, which takes a pool stream per contender, came
+    round to the side stream: every copy-engine wait timed out). A caller may still run on one of
+    ours (tests do, on purpose)."""
     return tuple(s for s in _made_streams(device_index, count + 1) if s != main)[:count]
 
 
