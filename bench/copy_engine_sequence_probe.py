@@ -113,7 +113,7 @@ def checked(heap: Any, where: str) -> None:
 
 def on_copy_stream(op: str, old_choice: bool, heap: Any) -> None:
     """One call of op's copy-engine kernel with the stream its copies would take as the current
-    stream. old_choice: the side stream chosen as before session 38 (the pool's first, whatever
+    stream. old_choice: the side stream chosen as before session 38 (sp_streams' first, whatever
     the current stream): shows the timeout the fix removes."""
     from ironlink.fused import sp_streams
 

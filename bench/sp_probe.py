@@ -87,7 +87,7 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
 
     def gemm_beside_copies() -> None:  # no flags, no waits: what the copies alone cost the GEMM
         main = torch.cuda.current_stream()
-        # Never the current stream (a pool stream may be): the copies would queue behind the GEMM.
+        # Never the current stream: the copies would queue behind the GEMM.
         side = sp_streams.side_streams(torch.cuda.current_device(), 1, main)[0]
         side.wait_stream(main)
         with torch.cuda.stream(side):

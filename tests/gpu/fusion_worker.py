@@ -606,7 +606,7 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
                               MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=least))
             cases.run(f"all_gather_matmul kernel, copy engine, {how.format(rows)}",
                       lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
-        # Called on the stream the copies would take (PyTorch's pool hands it out again): they must
+        # Called on the stream the copies would take (as a pool stream once could be): they must
         # take another, or each rank's kernel waits for transfers queued behind itself.
         for op in ("matmul_reduce_scatter", "all_gather_matmul"):
             cases.run(f"{op} kernel, copy engine, {dtype}, called on the copies' stream",
@@ -617,7 +617,7 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
                           MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0)))
 
 def on_side_stream(fn: Callable[[], None]) -> None:
-    """Runs `fn` with the first stream of sp_streams' pool as the current stream."""
+    """Runs `fn` with the first of sp_streams' streams as the current stream."""
     from ironlink.fused import sp_streams
 
     stream = sp_streams._made_streams(torch.cuda.current_device(), 2)[0]

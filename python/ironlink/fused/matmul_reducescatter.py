@@ -20,7 +20,7 @@ launch: back-to-back launches and CUDA-graph replays need no reset. The launch i
 most one CTA per SM): its waits need every CTA resident.
 
 Copy engine (one node, from `tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS` rows a block on:
-faster than the CTAs' pushes above there, slower below, where the last chunk's copy shows):
+faster than the CTAs' pushes above there, slower below, measured; why is not probed):
 `matmul_reducescatter_copy_engine_kernel` walks the tiles in the same order, but a tile of
 another block is stored into a local workspace and counted; a side stream copies each chunk (a
 group of GROUP_M tile rows) into its slot at the block's rank once the kernel's count says all
@@ -331,8 +331,9 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
             check, function="symm_grid_barrier/symm_reduce_scatter_hierarchical")
         return out
     dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
-    if tuning.matmul_reduce_scatter_takes_copy_engine(p.m // h.world_size):  # 2 words a chunk and rank
-        config, flags = copy_engine.prepare(h, "matmul_reduce_scatter", p.m // h.world_size, p.config, 2, check)
+    rows = p.m // h.world_size  # a rank's block
+    if tuning.matmul_reduce_scatter_takes_copy_engine(rows):  # 2 words a chunk and rank
+        config, flags = copy_engine.prepare(h, "matmul_reduce_scatter", rows, p.config, 2, check)
         p = p._replace(config=config)
         launch_with_status("matmul_reduce_scatter", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a, b, dst, flags, status), check,

@@ -312,6 +312,8 @@ def matmul_reduce_scatter_takes_copy_engine(block_rows: int) -> bool:
     rank, has the copy engine move its partials (MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS)."""
     least = MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS
     return least is not None and block_rows >= least
+
+
 # The copy-engine kernels, by op: a block of a rank's rows is cut into at least this many chunks
 # (the GEMM's GROUP_M halved until it is, down to 1). matmul_reduce_scatter's own tiles wait for
 # the peers' copies of the same rows, which start only when a whole chunk is computed: with one
