@@ -119,7 +119,7 @@ KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
 # Mode "lamport": push's layout, the rows polled as they land, one at a time (two ranks and four),
 # and its FP8 output; fp32 slots (32-bit empties).
-for world in (2, 4):
+for world in (2, 4, 8):
     KERNELS[f"allreduce_rmsnorm_lamport_w{world}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
         {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
@@ -128,6 +128,10 @@ KERNELS["allreduce_rmsnorm_lamport_w2_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
+KERNELS["allreduce_rmsnorm_lamport_w4_fp8_pdl"] = (
+    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
+     "ROWS": 1, "LAMPORT": True, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
                                                                           "out", "ws", "inbox")}},
@@ -137,7 +141,8 @@ KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
 # over 2 and 4 ranks, with every reduction.
 from ironlink.language import _abi  # noqa: E402
 from ironlink.ops.collectives import _all_reduce_lamport_kernel  # noqa: E402
-for world, op in ((2, "SUM"), (2, "AVG"), (4, "MAX"), (4, "PROD")):
+# At 4 and 8 ranks every peer's slot is polled in one loop (ops.slots._reduce_together).
+for world, op in ((2, "SUM"), (2, "AVG"), (4, "MAX"), (4, "PROD"), (4, "SUM"), (8, "AVG")):
     KERNELS[f"all_reduce_lamport_w{world}_{op.lower()}"] = (
         _all_reduce_lamport_kernel.fn,
         {"ctx": "i64", "buf": "*bf16", "n": "i32", "status": "*i32", "inbox": "*bf16", "epochs": "*i32",
@@ -159,6 +164,13 @@ KERNELS["allreduce_rmsnorm_split_lamport_pdl"] = (  # the slices through lamport
     allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
      "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "LAMPORT": True, "MIN_CC": 90, "num_warps": 8})
+# Over 4 ranks (the peers' slices polled together) and 8 (peer by peer: ops.slots.POLL_TOGETHER_MAX_ELEMENTS
+# is about the block, and a slice of 1024 columns of 8 ranks fits).
+for world in (4, 8):
+    KERNELS[f"allreduce_rmsnorm_split_lamport_w{world}_pdl"] = (
+        allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
+        {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+         "PUSH": False, "WORLD": world, "SPLIT": True, "PARTS": 8, "LAMPORT": True, "MIN_CC": 90, "num_warps": 8})
 KERNELS["allreduce_rmsnorm_split_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**_SPLIT_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
@@ -344,9 +356,12 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # word at 80 registers since the LL one-shot moves two units at a time
                     # (`ll_packet::one_shot_reduce`); the library's rows kernels stay at 0.
                     "tiles_then_all_reduce": 8, "tiles_then_all_reduce_64x128_fp32": 16,
-                    # Three peers' polls in one unrolled loop at hidden 8192 (16 warps: 128
-                    # registers a thread); world 2, what runs on the lent machines, spills none.
-                    "allreduce_rmsnorm_lamport_w4": 112,
+                    # Lamport rows of hidden 8192 (16 warps: 128 registers a thread): world 4 polls
+                    # its three peers' rows as one [4, 8192] block (ops.slots._reduce_together; 112
+                    # bytes when they were polled one by one); world 8 one by one, seven rows
+                    # unrolled; world 2 spills none.
+                    "allreduce_rmsnorm_lamport_w4": 16, "allreduce_rmsnorm_lamport_w4_fp8_pdl": 48,
+                    "allreduce_rmsnorm_lamport_w8": 344,
                     # Through pointers (sm_80, layouts TMA cannot read): a word beside a 64 x 128
                     # accumulator; the TMA kernel Hopper runs spills none.
                     "matmul_allreduce_lamport_m128_w2": 8}

@@ -36,6 +36,10 @@ _PROD = tl.constexpr(_abi.REDUCE_OP["PROD"])
 _MAX = tl.constexpr(_abi.REDUCE_OP["MAX"])
 _MIN = tl.constexpr(_abi.REDUCE_OP["MIN"])
 _AVG = tl.constexpr(_abi.REDUCE_OP["AVG"])
+# The most elements (ranks x a block's) that `lamport_reduce_values` polls in one loop: 4 ranks of a
+# row of hidden 8192 (at 16 warps, 32 registers a thread for the bf16 rows). Larger blocks (8 ranks
+# of such a row) poll peer by peer.
+POLL_TOGETHER_MAX_ELEMENTS = tl.constexpr(32768)
 
 
 @triton.jit
@@ -142,10 +146,64 @@ def lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: t
 
 @triton.jit
 def lamport_reduce_values(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr = _SUM):
-    """(the reduction OP over the ranks in rank order, fp32, of the elements at offsets `at`: this
-    rank's `own` values, as `lamport_store` sent them, each peer's polled in its slot here until
-    none is empty, status). The slots read are set back to empty. After a failed wait (TIMEOUT,
-    recorded in the context) the result is not for use and the slots are left as they are."""
+    """(the reduction OP over the ranks, fp32, of the elements at offsets `at` (a 1-D or 2-D
+    block): this rank's `own` values, as `lamport_store` sent them, each peer's polled in its slot
+    here until none is empty, status). The slots read are set back to empty. After a failed wait
+    (TIMEOUT, recorded in the context) the result is not for use and the slots are left as they
+    are. The order of the reduction is the same on every rank (results are bitwise identical).
+    At 4 and 8 ranks, where every rank's block fits in registers at once
+    (POLL_TOGETHER_MAX_ELEMENTS), every peer's slot is polled in one loop (`_reduce_together`);
+    otherwise peer by peer, in rank order."""
+    if ((WORLD == 4) or (WORLD == 8)) and (WORLD * at.numel <= POLL_TOGETHER_MAX_ELEMENTS):
+        total, s = _reduce_together(ctx, own, slots, slot, at, mk, rank, WORLD, OP)
+    else:
+        total, s = _reduce_peer_by_peer(ctx, own, slots, slot, at, mk, rank, WORLD, OP)
+    return total, s
+
+
+@triton.jit
+def _reduce_together(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr):
+    """`lamport_reduce_values` with one poll loop over every peer's slot: a block [WORLD, *at]
+    whose row q is rank q's elements (this rank's row `own`, not polled), loaded together, so a
+    CTA waits one round trip for all of its peers' data where a loop per peer waits one each
+    (WORLD a power of two: the rows are an arange). Reduced over the rows in one fixed order."""
+    q = tl.arange(0, WORLD)
+    if len(at.shape) == 1:
+        q = q[:, None]
+        at_q, mk_q, own_q = at[None, :], mk[None, :], own[None, :]
+    else:
+        q = q[:, None, None]
+        at_q, mk_q, own_q = at[None, :, :], mk[None, :, :], own[None, :, :]
+    peer = q != rank
+    # Row q = rank points past the slots (index WORLD - 1); it is masked out of every access.
+    inbox = slots + slot_of(q, rank, WORLD).to(tl.int64) * slot + at_q
+    polled = mk_q & peer
+    got, s = wait_written(ctx, inbox, polled, TILE_WAIT)
+    if s == 0:
+        tl.store(inbox, empty_like(got), mask=polled)
+    v = tl.where(peer, got, unempty(own_q)).to(tl.float32)
+    if OP == _PROD:
+        total = tl.reduce(v, 0, _multiply)
+    elif OP == _MAX:
+        total = tl.max(v, axis=0)
+    elif OP == _MIN:
+        total = tl.min(v, axis=0)
+    else:
+        total = tl.sum(v, axis=0)
+    if OP == _AVG:
+        total = total / WORLD
+    return total, s
+
+
+@triton.jit
+def _multiply(a, b):
+    return a * b
+
+
+@triton.jit
+def _reduce_peer_by_peer(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr):
+    """`lamport_reduce_values` one peer at a time, in rank order: a block of one rank in
+    registers at a time."""
     s = tl.zeros((), dtype=tl.int32)
     total = tl.zeros_like(at).to(tl.float32)
     for q in tl.static_range(WORLD):
