@@ -16,7 +16,7 @@ GEMM) each token's row y is quantized with its own scale: scale = max|y| / 448 (
 value), out = fp8(y / scale), and the scales go to `scale` [T] (fp32). Results are bitwise
 identical on every rank.
 
-Five ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
+Six ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_mode`):
 - "rows": each CTA owns a block of rows, all-reduces it with `symm_tile_all_reduce` (tile index
   = CTA index) and normalizes it at once; nothing waits for other CTAs. Where a CTA's block is
   small (one row of up to 16 KiB at world 2, `tuning.tile_all_reduce_takes_ll`) the tile
@@ -50,6 +50,17 @@ Five ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm
   calls). No signal and no fence: the round trip of push's signal is gone, and the bytes still
   cross NVLink once. TensorRT-LLM's and FlashInfer's one-shot all-reduce use this scheme. One
   node only; workspace made at the first call (before a CUDA graph capture).
+- "two_shot": the rows are owned by the ranks in blocks (rank j the j-th of `world` blocks of
+  ceil(T / world) rows); each CTA takes rows pid, pid + grid, ... and sends those another rank owns
+  to its owner's lamport slots (a reduce-scatter), sums the rows this rank owns as the peers' land
+  (fixed order, fp32, rounded to x's dtype), sends each sum to every peer (an all-gather into one
+  lamport slot a row: a row has one sender), and normalizes every row from its sum: the rows it
+  summed at once, the others as they land. A rank sends 2 (world - 1) / world of x where "lamport"
+  sends (world - 1) copies: at world 4 half the bytes, for a second hop's latency. Every rank
+  normalizes the same bits of the sum with the same code, so results are bitwise identical. Each
+  CTA waits only for the same CTA index of its peers (no residency needed). One node only; its
+  workspace (two halves, alternate launches, each (world - 1) owned blocks and T rows) made at the
+  first call (before a CUDA graph capture).
 All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and
@@ -65,7 +76,7 @@ import triton
 import triton.language as tl
 
 from ..language import _abi
-from ..language._flags import tagged, wait_tagged
+from ..language._flags import empty_like, tagged, unempty, wait_tagged, wait_written
 from .. import language as il
 from ..runtime import eager, tuning
 from ..language import typed as ilt
@@ -75,17 +86,21 @@ from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_fo
 from ..ops import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from ..ops.slots import (PEERS, add_in_rank_order, advance_epochs, epoch_counters, lamport_reduce, lamport_send,
-                         lamport_workspace, launch_slots, peer_distances, store_to_peer_slots)
+from ..ops.slots import (PEERS, TILE_WAIT, add_in_rank_order, advance_epochs, at_peer, epoch_counters,
+                         lamport_reduce, lamport_reduce_values, lamport_send, lamport_store, lamport_workspace,
+                         launch_slots, peer_distances, slot_of, store_to_peer_slots)
 from .trace import stamp
 
 MAX_HIDDEN = 16384
-MODES = ("rows", "whole", "push", "split", "lamport")
+MODES = ("rows", "whole", "push", "split", "lamport", "two_shot")
 # What an error of each mode names as the failing call (`{suffix}`: "_hierarchical" on several nodes).
+# The modes whose slots and counters are one node's (refused on a heap of several nodes).
+ONE_NODE_MODES = ("push", "split", "lamport", "two_shot")
 MODE_CALLS = {"rows": "symm_tile_all_reduce{suffix}", "whole": "symm_all_reduce{suffix}/symm_grid_barrier",
               "push": "symm_tile_signal_others/symm_tile_wait_others",
               "split": "symm_tile_all_reduce/the wait for the row's other slices",
-              "lamport": "the wait for the peers' rows (symm_tile_wait)"}
+              "lamport": "the wait for the peers' rows (symm_tile_wait)",
+              "two_shot": "the wait for the peers' rows (symm_tile_wait)"}
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
 # half the launch count + 1 (never 0, which the zeroed words hold), the low half the f32's bits.
 SPLIT_WORDS = tl.constexpr(2 * _abi.MAX_CTAS)
@@ -104,10 +119,10 @@ class Plan(NamedTuple):
     warps: int
     fp8: bool  # out is float8_e4m3fn, quantized per token
     rows_at_once: int  # rows, push: rows a CTA normalizes at a time
-    workspace_bytes: int  # push, lamport: the rows' slots at this rank, 2 x (world - 1) x [tokens, hidden]
+    workspace_bytes: int  # push, lamport, two_shot: the rows' slots at this rank (`two_shot_slots` for two_shot)
     parts: int = 1  # split: CTAs per row (the slices of a row)
     slice_cols: int = 0  # split: columns of a slice (the last one may have fewer)
-    lamport: bool = False  # lamport, split: the rows exchanged through lamport slots (split: not LL packets)
+    lamport: bool = False  # lamport, split, two_shot: the rows exchanged through lamport slots (split: not LL packets)
 
 
 def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: TensorSpec, scale: Optional[TensorSpec],
@@ -154,7 +169,7 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world, sms))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode in ("push", "split", "lamport") and multi_node:
+    if mode in ONE_NODE_MODES and multi_node:
         raise ValueError(f"mode {mode!r} runs on one node only (use 'rows' or 'whole')")
     block_h = triton.next_power_of_2(hidden)
     warps = tuning.rmsnorm_warps(block_h)
@@ -165,6 +180,9 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
                              f"and at most {sms // 2} tokens here, got {tokens} rows of {hidden * x.itemsize}")
         return split_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0), parts, x.itemsize, world,
                           tuning.RMSNORM_SPLIT_LAMPORT)
+    if mode == "two_shot":
+        return Plan(tokens, hidden, block_h, mode, max(1, min(tokens, sms, _abi.MAX_CTAS)), warps, fp8, 1,
+                    2 * two_shot_slots(tokens, hidden, world) * x.itemsize, lamport=True)
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
@@ -176,6 +194,12 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     # sm_90 at two rows of hidden 8192).
     rows = 1 if mode == "lamport" else tuning.rmsnorm_rows_at_once(tokens, ctas, world if slots else 0)
     return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace, lamport=mode == "lamport")
+
+
+def two_shot_slots(tokens: int, hidden: int, world: int) -> int:
+    """Elements of one half of mode "two_shot"'s workspace: a slot of the rows this rank owns
+    (ceil(tokens / world)) for each peer, then one of every row for the gathered sums."""
+    return ((world - 1) * -(-tokens // world) + tokens) * hidden
 
 
 def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) -> Plan:
@@ -437,6 +461,60 @@ def _split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wo
     return ilt.failure_or(s, waited)
 
 
+@triton.jit
+def _two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, T, H, eps, rank, dists,
+                   BLOCK_H: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
+    """"two_shot" (module docs): this CTA's rows pid, pid + grid, ... Slots of this launch's half
+    of `inbox`: for each peer, a slot of the rows this rank owns (`slot_of`: the reduce-scatter),
+    then one slot of every row (the gathered sums; a row's owner is its only sender). Returns the
+    status: after a failed wait the CTA stops (heap.check() raises)."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    epoch = tl.load(epochs + pid)
+    per = tl.cdiv(T, WORLD)  # rows a rank owns (the last ranks may own fewer, or none)
+    owned = per.to(tl.int64) * H  # elements of a reduce-scatter slot
+    half = inbox + (epoch % 2).to(tl.int64) * ((WORLD - 1) * owned + tl.cast(T, tl.int64) * H)
+    gathered = half + (WORLD - 1) * owned
+    cols = tl.arange(0, BLOCK_H)
+    m = cols < H
+    mk = m[None, :]
+    w = tl.load(weight + cols, mask=m, other=0.0)
+    # 1. Reduce-scatter: each row another rank owns to this rank's slot there (no wait).
+    for i in range(pid, T, grid):
+        owner = i // per
+        if owner != rank:
+            local = (i - owner * per).to(tl.int64) * H + cols[None, :]
+            there = at_peer(half, dists, (owner - rank + WORLD) % WORLD)
+            tl.store(there + slot_of(rank, owner, WORLD).to(tl.int64) * owned + local, unempty(tl.load(x + i.to(tl.int64) * H + cols[None, :], mask=mk)), mask=mk)
+    # 2. The rows this rank owns: summed as the peers' land, the sum to every peer, normalized.
+    s = tl.zeros((), dtype=tl.int32)
+    for i in range(pid, T, grid):
+        if (i // per == rank) & (s == 0):
+            row = i.to(tl.int64) + tl.arange(0, 1)
+            at = row[:, None] * H + cols[None, :]
+            res = tl.load(residual + at, mask=mk, other=0.0)
+            local = (i - rank * per).to(tl.int64) * H + cols[None, :]
+            total, s = lamport_reduce_values(ctx, tl.load(x + at, mask=mk, other=0.0), half, owned, local, mk, rank,
+                                             WORLD)
+            if s == 0:
+                summed = unempty(total.to(x.dtype.element_ty))  # as the peers will get it
+                lamport_store(summed, gathered, 0, at, mk, rank, dists, WORLD)
+                tl.store(x + at, summed, mask=mk)
+                _norm_sums(summed, res, w, residual_out, out, scale, row, row == row, H, eps, BLOCK_H, FP8)
+    # 3. The other rows: their sums polled as they land, the slot set back to empty, normalized.
+    for i in range(pid, T, grid):
+        if (i // per != rank) & (s == 0):
+            row = i.to(tl.int64) + tl.arange(0, 1)
+            at = row[:, None] * H + cols[None, :]
+            res = tl.load(residual + at, mask=mk, other=0.0)
+            summed, s = wait_written(ctx, gathered + at, mk, TILE_WAIT)
+            if s == 0:
+                tl.store(gathered + at, empty_like(summed), mask=mk)
+                tl.store(x + at, summed, mask=mk)
+                _norm_sums(summed, res, w, residual_out, out, scale, row, row == row, H, eps, BLOCK_H, FP8)
+    advance_epochs(epochs, epoch + 1)
+    return s
+
+
 @jit(do_not_specialize=["ctx", "T", "eps"])
 def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace, ws, epochs,
                              inbox,
@@ -444,7 +522,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
                              PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
                              ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2,
                              SPLIT: tl.constexpr = False, PARTS: tl.constexpr = 1, W=0,
-                             LAMPORT: tl.constexpr = False):
+                             LAMPORT: tl.constexpr = False, TWO_SHOT: tl.constexpr = False):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
@@ -454,7 +532,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     MAX_CTAS int32, zeroed at creation); WORLD the ranks (else unused). SPLIT: mode "split"
     (module docs), PARTS slices a row of W columns, BLOCK_H a power of two >= W, `ws` the slices'
     words (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. LAMPORT: mode "lamport"
-    (module docs), `ws` and `epochs` as for PUSH, every slot empty (-0.0) between calls. PRELOAD (rows, push): the
+    (module docs), `ws` and `epochs` as for PUSH, every slot empty (-0.0) between calls. TWO_SHOT
+    (with LAMPORT): mode "two_shot" (module docs), `inbox` its slots. PRELOAD (rows, push): the
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
@@ -485,6 +564,10 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
         s = _norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
+    elif TWO_SHOT:
+        s = _two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, T, H, eps, rank, dists,
+                           BLOCK_H, WORLD, FP8)
+        stamp(trace, 2, TRACE)
     elif LAMPORT:
         s = _lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
                           rank, dists, BLOCK_H, ROWS, WORLD, FP8)
@@ -602,7 +685,8 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
         trace if trace is not None else status, ws, epochs, inbox, WHOLE=p.mode == "whole", BLOCK_H=p.block_h,
         FP8=p.fp8, PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
-        LAMPORT=p.lamport, WORLD=heap.world_size, SPLIT=p.mode == "split", PARTS=p.parts, W=p.slice_cols,
+        LAMPORT=p.lamport, TWO_SHOT=p.mode == "two_shot", WORLD=heap.world_size, SPLIT=p.mode == "split",
+        PARTS=p.parts, W=p.slice_cols,
         num_warps=p.warps, **pdl_launch_options(pdl))
 
 
@@ -615,7 +699,7 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
     import torch
 
     ws, epochs, inbox = x, status, x
-    if p.mode in ("push", "split", "lamport"):
+    if p.mode in ONE_NODE_MODES:
         epochs = epoch_counters(heap, "all_reduce_rmsnorm")
     if p.mode == "split":
         nbytes = 8 * SPLIT_WORDS.value
@@ -627,5 +711,5 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
     return ws, epochs, inbox
 
 
-__all__ = ["MAX_HIDDEN", "MODES", "all_reduce_rmsnorm", "launch", "allreduce_rmsnorm_hierarchical_kernel",
+__all__ = ["MAX_HIDDEN", "MODES", "ONE_NODE_MODES", "all_reduce_rmsnorm", "two_shot_slots", "launch", "allreduce_rmsnorm_hierarchical_kernel",
            "allreduce_rmsnorm_kernel", "plan", "split_into"]

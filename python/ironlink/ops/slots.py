@@ -118,10 +118,15 @@ def lamport_store(v, slots, slot, at, mk, rank, dists, WORLD: tl.constexpr):
     v = unempty(v)
     for k in tl.static_range(1, WORLD):
         dest = (rank + k) % WORLD
-        # Heap bases are 256-byte aligned: saying so keeps the stores' vector width.
-        d = tl.sum(tl.where(tl.arange(0, PEERS) == k, dists, 0)) // 256 * 256
-        peer = (slots.to(tl.pointer_type(tl.int8)) + d).to(slots.dtype)
-        tl.store(peer + tl.cast(slot_of(rank, dest, WORLD), tl.int64) * slot + at, v, mask=mk)
+        tl.store(at_peer(slots, dists, k) + tl.cast(slot_of(rank, dest, WORLD), tl.int64) * slot + at, v, mask=mk)
+
+
+@triton.jit
+def at_peer(ptr, dists, k):
+    """`ptr` (a heap address) at rank (rank + k) % world: lane k of `peer_distances` added."""
+    # Heap bases are 256-byte aligned: saying so keeps the stores' vector width.
+    d = tl.sum(tl.where(tl.arange(0, PEERS) == k, dists, 0)) // 256 * 256
+    return (ptr.to(tl.pointer_type(tl.int8)) + d).to(ptr.dtype)
 
 
 @triton.jit
@@ -265,7 +270,7 @@ def epoch_counters(heap: Any, name: str) -> Any:
     return heap.workspace(f"{name}/epochs", nbytes, zeroed_prefix=nbytes).view(torch.int32)
 
 
-__all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "epoch_counters",
+__all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "at_peer", "epoch_counters",
            "lamport_bits", "lamport_reduce", "lamport_reduce_values", "lamport_send",
            "lamport_store", "lamport_workspace", "lamport_workspace_name",
            "launch_slots", "peer_distances", "slot_of", "store_to_peer_slots"]
