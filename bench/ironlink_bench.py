@@ -35,7 +35,7 @@ import ironlink.language as il
 from ironlink.language import _abi
 from ironlink import _native
 from ironlink.runtime.heap import DEFAULT_SCRATCH_BYTES
-from ironlink.runtime import tuning
+from ironlink.runtime import decode_table, tuning
 from ironlink.runtime.tuning import FORCED_LIMITS
 
 # Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
@@ -49,7 +49,7 @@ SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22,
 # "ironlink_op[no_pdl]"), where the launch is a large part of a call.
 OP_NO_PDL_MAX_BYTES = 1 << 16
 # Up to this size the public op is also timed with the other choice of its lamport-slot path
-# (`tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD`): contender "ironlink_op[lamport]" or
+# (the decode table's all_reduce path, `decode_table.table_for`): contender "ironlink_op[lamport]" or
 # "ironlink_op[library]" (the device library's all-reduce).
 OP_LAMPORT_MAX_BYTES = 256 << 10
 # ironlink launch configurations tried at each size: (CTAs, num_warps).
@@ -363,12 +363,13 @@ class Bench:
 
     def op_other_path(self, timer: "GraphRound", buf: torch.Tensor, nbytes: int,
                       tuned: Callable[[], None]) -> dict[str, tuple[str, Optional[int]]]:
-        """The public op captured with the other choice of its lamport-slot path than the tuning's
-        for this size: the choice is made at capture, so the table is flipped around it alone."""
+        """The public op captured with the other choice of its lamport-slot path than the decode
+        table's for this size: the choice is made at capture, so a table with the other path is
+        substituted around it alone."""
         world = dist.get_world_size()
         chosen = tuning.all_reduce_takes_lamport(nbytes, world)
-        flipped = {**tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD, world: 0 if chosen else nbytes}
-        with tuning.overridden(ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD=flipped):
+        flipped = decode_table.table_for(world)._replace(all_reduce=((nbytes, "library" if chosen else "lamport"),))
+        with decode_table.substituted(world, flipped):
             i = timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes, before=tuned)
         return {f"ironlink_op[{'library' if chosen else 'lamport'}]": ("", i)}
 

@@ -68,20 +68,20 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
 
 
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
-    # World 2: up to 256 KiB each row cut into slices of a CTA each ("split",
-    # tuning.RMSNORM_SPLIT_MAX_BYTES_BY_WORLD); "lamport" past that up to 8 MiB
-    # (tuning.RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD), "push" up to 32 MiB (tuning.RMSNORM_PUSH_BYTES_BY_WORLD).
+    # World 2's committed decode table (runtime/tables/decode-w2.json): up to 256 KiB each row cut
+    # into slices of a CTA each ("split"); "lamport" past that up to 8 MiB, "push" up to 32 MiB.
     (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (16, 8192, 2, "split", 128), (17, 8192, 2, "lamport", 17),
     (32, 8192, 2, "lamport", 32),
     (128, 8192, 2, "lamport", 128), (512, 8192, 2, "lamport", 132), (513, 8192, 2, "push", 132),
     (2048, 8192, 2, "push", 132),
-    # Past that rows by bytes; at world 2 rows at every size (tuning.RMSNORM_WHOLE_MIN_BYTES_BY_WORLD).
+    # Past that rows at every size.
     (2049, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
-    # Rows too large for it (hidden 16384 at world 2, 8192 at world 4): by bytes, as measured before it.
-    (1, 16384, 2, "split", 8), (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8),
-    (8, 16384, 2, "split", 64), (9, 16384, 2, "lamport", 9),
-    # Smaller rows at world 4 fit: 2048 bf16 is 4 KiB.
-    (1, 2048, 4, "rows", 1),
+    # Split where a row of hidden 16384 still cuts into resident slices, else the next entry's mode.
+    (1, 16384, 2, "split", 8), (8, 16384, 2, "split", 64), (9, 16384, 2, "lamport", 9),
+    # World 4's committed table, by bytes of x alone: whole up to 16 KiB and from 32 MiB, rows
+    # between (rows that fit the LL tile, 2048 bf16, no longer run "rows" below 16 KiB).
+    (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8), (1, 2048, 4, "whole", None),
+    (2047, 8192, 4, "rows", 132), (2048, 8192, 4, "whole", None),
 ])
 def test_rmsnorm_rows_over_the_ll_tile_all_reduce(tokens: int, hidden: int, world: int, mode: str,
                                                   ctas: int | None) -> None:

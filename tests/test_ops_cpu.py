@@ -19,7 +19,7 @@ import pytest
 import ironlink
 from ironlink.language import _abi
 from ironlink.ops import collectives as ops
-from ironlink.runtime import registry, status_buffers, tuning
+from ironlink.runtime import decode_table, registry, status_buffers, tuning
 from ironlink.ops import variable_all_to_all as a2av
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import allreduce_rmsnorm as arn
@@ -657,8 +657,10 @@ def test_decode_ops_launch_with_pdl_where_the_gpu_has_it(fake_torch: Any, major:
 
 
 def test_all_reduce_takes_lamport_slots_for_small_messages_at_world_2() -> None:
-    # tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD: measured at world 2 only; others keep the library's.
-    limit = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD[2]
+    # The committed decode tables: lamport slots up to 256 KiB at world 2; world 4 keeps the
+    # library's everywhere, and world 8 (no table) derives that from world 4.
+    limit = decode_table.table_for(2).all_reduce[-1][0]
+    assert limit == 256 << 10
     assert tuning.all_reduce_takes_lamport(2, 2) and tuning.all_reduce_takes_lamport(limit, 2)
     assert not tuning.all_reduce_takes_lamport(limit + 1, 2) and not tuning.all_reduce_takes_lamport(0, 2)
     assert not tuning.all_reduce_takes_lamport(1024, 4) and not tuning.all_reduce_takes_lamport(1024, 8)
@@ -667,13 +669,12 @@ def test_all_reduce_takes_lamport_slots_for_small_messages_at_world_2() -> None:
 
 
 def test_tuning_overridden_sets_and_restores_names() -> None:
-    # What the benchmarks and GPU tests use to time or check the choice the tables do not make.
-    limits = tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD
-    with tuning.overridden(ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD={2: 0}, RMSNORM_SPLIT_LAMPORT=False):
-        assert not tuning.all_reduce_takes_lamport(1024, 2) and tuning.RMSNORM_SPLIT_LAMPORT is False
+    # What the benchmarks and GPU tests use to time or check the choice the tuning does not make.
+    with tuning.overridden(ALL_REDUCE_LAMPORT_WARPS=8, RMSNORM_SPLIT_LAMPORT=False):
+        assert tuning.ALL_REDUCE_LAMPORT_WARPS == 8 and tuning.RMSNORM_SPLIT_LAMPORT is False
         import ironlink.tuning as public  # the name users import is the same module
         assert public.RMSNORM_SPLIT_LAMPORT is False
-    assert tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD is limits and tuning.all_reduce_takes_lamport(1024, 2)
+    assert tuning.ALL_REDUCE_LAMPORT_WARPS == 4 and tuning.RMSNORM_SPLIT_LAMPORT is True
     with pytest.raises(RuntimeError):
         with tuning.overridden(RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT):
             raise RuntimeError("restored on the way out")

@@ -118,12 +118,12 @@ class Suite(Cases):
         `replays`, captured once and replayed with new data each time (a slot left full by one
         call would hand a later one stale data); bitwise the same on every rank, and every slot
         empty again at the end."""
-        from ironlink.runtime import tuning
+        from ironlink.runtime import decode_table
 
         buf = None
-        forced = {**tuning.ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD, self.world: 1 << 30}
+        forced = decode_table.table_for(self.world)._replace(all_reduce=((decode_table.NO_LIMIT, "lamport"),))
         try:
-            with tuning.overridden(ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD=forced):
+            with decode_table.substituted(self.world, forced):
                 buf = self.alloc(n, dtype)
                 src = torch.empty(n, dtype=dtype, device="cuda")
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from ..language._abi import MAX_CTAS, MAX_LL_TILES, MAX_RANKS, MAX_TILES, SIGNAL_LAYOUT, THRESHOLDS
+from . import decode_table
 from .tuning_table import ALGORITHM_LIMITS, TABLES
 
 Tables = Mapping[str, Mapping[int, Sequence[tuple[int, int, int]]]]
@@ -99,34 +100,33 @@ def tile_all_reduce_takes_ll(tile: int, rows: int, row_bytes: int, world: int) -
     return rows * row_bytes <= THRESHOLDS["TILE_LL_MAX_BYTES"] and packets <= capacity
 
 
-# all_reduce_rmsnorm runs "rows" (each CTA all-reduces and normalizes its own rows) where each
-# CTA's rows go over the LL tile all-reduce (one row per CTA: at most `sms` tokens, rows that fit
-# the LL tile: up to 8192 bf16 at world 2), and otherwise for x of more than
-# RMSNORM_WHOLE_MAX_BYTES and less than RMSNORM_WHOLE_MIN_BYTES; "whole" (every CTA all-reduces, a
-# grid barrier, then the norm) else. Measured on 4 H200s, hidden 8192 bf16, before the LL tile
-# all-reduce (bench/results/fused-4xNVIDIA-H200-20261122-125136.json): whole won at 1 token (9.7
-# vs 12.0 us) and 2048 (210 vs 222 us), rows from 8 to 512 tokens (12.9 vs 15.4 us at 8). Rows over
-# LL at 1 token (no grid barrier, no tile barrier) is chosen without a measurement yet.
-RMSNORM_WHOLE_MAX_BYTES = 16 << 10
-RMSNORM_WHOLE_MIN_BYTES = 32 << 20
-# Where a world size has its own RMSNORM_WHOLE_MIN_BYTES. World 2: rows + PDL beat whole + PDL at
-# 2048 tokens of hidden 8192 (32 MiB) on 2 H100s (158.5 against 163.3 us, git 99b169a) and on
-# 2 H200s (151.8 against 154.2, git 784be2d): rows at every size measured.
-RMSNORM_WHOLE_MIN_BYTES_BY_WORLD: dict[int, int] = {2: 1 << 62}
-# all_reduce_rmsnorm runs "push" (rows stored into the peers' slots, a tile signal per CTA: the
-# bytes cross NVLink once where LL packets double them) for x in (low, high] bytes, on the world
-# sizes listed. 2 H200s, hidden 8192 bf16, push + PDL against rows + PDL (git 7bc5bf5,
-# bench/results/fused-2xNVIDIA-H200-20261126-074602.json): 1 token 13.5 / 10.6 us, 8 9.4 / 9.9,
-# 32 10.2 / 13.0, 128 13.4 / 19.3, 512 39.2 / 41.3, 2048 162.5 / 153.7. With a CTA's rows pipelined
-# in chunks (git 85d32ab, 2 H100s, bench/ab.sh, two runs each): 2048 tokens push + PDL 122.0 /
-# 130.2 us against rows + PDL 155.3 / 169.4 (the push before the pipeline: 187.3 / 184.6); 512
-# 40.0 / 40.7 against 41.2 / 42.2. Bounded by the workspace it keeps in the heap: twice x.
-RMSNORM_PUSH_BYTES_BY_WORLD: dict[int, tuple[int, int]] = {2: (64 << 10, 32 << 20)}
+# all_reduce_rmsnorm's mode and ironlink.all_reduce's path by bytes come from the decode table of
+# the world size (runtime/decode_table.py: a user's tuning file from `python -m ironlink.tune`,
+# else the committed runtime/tables/decode-w{world}.json, else one derived from the nearest world).
+# The committed world-2 table (hand-made before the tuner) and the measurements behind it:
+# - all_reduce_rmsnorm "split" up to 256 KiB: below, after RMSNORM_SPLIT_MAX_PARTS.
+# - "lamport" up to 8 MiB: below, after RMSNORM_SPLIT_LAMPORT.
+# - "push" (rows stored into the peers' slots, a tile signal per CTA: the bytes cross NVLink once
+#   where LL packets double them) up to 32 MiB. 2 H200s, hidden 8192 bf16, push + PDL against rows
+#   + PDL (git 7bc5bf5, bench/results/fused-2xNVIDIA-H200-20261126-074602.json): 1 token 13.5 /
+#   10.6 us, 8 9.4 / 9.9, 32 10.2 / 13.0, 128 13.4 / 19.3, 512 39.2 / 41.3, 2048 162.5 / 153.7. With
+#   a CTA's rows pipelined in chunks (git 85d32ab, 2 H100s, bench/ab.sh, two runs each): 2048 tokens
+#   push + PDL 122.0 / 130.2 us against rows + PDL 155.3 / 169.4 (the push before the pipeline:
+#   187.3 / 184.6); 512 40.0 / 40.7 against 41.2 / 42.2. Its workspace in the heap: twice x.
+# - "rows" beyond: rows + PDL beat whole + PDL at 2048 tokens of hidden 8192 (32 MiB) on 2 H100s
+#   (158.5 against 163.3 us, git 99b169a) and on 2 H200s (151.8 against 154.2, git 784be2d).
+# - ironlink.all_reduce "lamport" up to 256 KiB: below, after ALL_REDUCE_LAMPORT_WARPS.
+# The committed world-4 table is world 4's choice before the tuner: "whole" (every CTA
+# all-reduces, a grid barrier, then the norm) up to 16 KiB and from 32 MiB, "rows" between (each
+# CTA all-reduces and normalizes its own rows). Measured on 4 H200s, hidden 8192 bf16, before the
+# LL tile all-reduce (bench/results/fused-4xNVIDIA-H200-20261122-125136.json): whole won at 1 token
+# (9.7 vs 12.0 us) and 2048 (210 vs 222 us), rows from 8 to 512 tokens (12.9 vs 15.4 us at 8).
 
 
-# all_reduce_rmsnorm runs "split" (each row cut into slices of at least RMSNORM_SPLIT_MIN_SLICE_BYTES,
-# one CTA each, at most RMSNORM_SPLIT_MAX_PARTS a row, every CTA resident with an LL tile) for x of
-# up to the bytes listed for the world size. One CTA moves a row's LL packets in about 2 us at
+# all_reduce_rmsnorm's "split" cuts each row into slices of at least RMSNORM_SPLIT_MIN_SLICE_BYTES,
+# one CTA each, at most RMSNORM_SPLIT_MAX_PARTS a row, every CTA resident with an LL tile (it runs
+# for a shape only where at least two fit: `rmsnorm_mode_runs`). Why world 2 runs it up to 256 KiB
+# of x: one CTA moves a row's LL packets in about 2 us at
 # 2 KiB and 4.3 at 16 KiB (2 H100s, bench/rmsnorm_timeline.py, hidden 1024 and 8192, 1 token:
 # all_reduce_us 3.75 and 6.0 of which 1.75 outside the exchange). On 2 H100s, hidden 8192 bf16,
 # with PDL, us, split / rows / push (git 5f070ee, one run of bench/fused.py:
@@ -134,7 +134,6 @@ RMSNORM_PUSH_BYTES_BY_WORLD: dict[int, tuple[int, int]] = {2: (64 << 10, 32 << 2
 # 4 7.36 / 8.99 / 9.30, 8 7.48 / 9.64 / 9.25, 16 7.64 / 8.48 / 8.44, 32 11.46 / 13.08 / 10.78.
 RMSNORM_SPLIT_MIN_SLICE_BYTES = 2 << 10
 RMSNORM_SPLIT_MAX_PARTS = 8
-RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 # Whether "split" exchanges its slices through lamport slots (mode "lamport"'s: the bytes cross
 # NVLink once, read as they land) rather than LL packets (two bytes on the link per data byte).
 # 2 H100s, hidden 8192 bf16, PDL, in turns (git 2edce18,
@@ -142,33 +141,30 @@ RMSNORM_SPLIT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 # over LL: 1 token 6.03 / 6.69, 8 7.01 / 8.13, 16 8.15 / 9.60, 32 7.60 / 9.71.
 RMSNORM_SPLIT_LAMPORT = True
 
-# ironlink.all_reduce runs through lamport slots (ops/slots.py: each CTA's elements stored into
-# every peer, read as they land, no signal, barrier or fence) for messages of up to the bytes
-# listed, on the world sizes listed and one node, a CTA per ALL_REDUCE_LAMPORT_CTA_BYTES of
-# ALL_REDUCE_LAMPORT_WARPS warps (one 16-byte unit a thread). 2 H100s, bf16, graph us, lamport /
-# the device library's one-shot LL (the op's default before), in turns (git 55e318e, its loads
-# still 2 bytes wide, bench/results/experiments/allreduce-lamport-2xH100-55e318e.json): 1 KiB
-# 4.09 / 4.80, 4 KiB 4.21 / 4.51, 16 KiB 4.51 / 4.67, 64 KiB 4.56 / 5.03, 256 KiB 5.80 / 6.33. With
+# ironlink.all_reduce through lamport slots (ops/slots.py: each CTA's elements stored into every
+# peer, read as they land, no signal, barrier or fence), where the decode table takes it on one
+# node, runs a CTA per ALL_REDUCE_LAMPORT_CTA_BYTES of ALL_REDUCE_LAMPORT_WARPS warps (one 16-byte
+# unit a thread). Why world 2 takes it up to 256 KiB: 2 H100s, bf16, graph us, lamport / the
+# device library's one-shot LL (the op's default before), in turns (git 55e318e, its loads still
+# 2 bytes wide, bench/results/experiments/allreduce-lamport-2xH100-55e318e.json): 1 KiB 4.09 /
+# 4.80, 4 KiB 4.21 / 4.51, 16 KiB 4.51 / 4.67, 64 KiB 4.56 / 5.03, 256 KiB 5.80 / 6.33. With
 # 16-byte units (git 0ed3781, allreduce-lamport-on-2xH100-0ed3781.json): 4.09 / 4.99, 3.99 / 4.84,
 # 4.66 / 5.43, 4.09 / 5.07, 4.59 / 6.17 (NCCL 9.7-11.4).
-ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 256 << 10}
 ALL_REDUCE_LAMPORT_CTA_BYTES = 2 << 10
 ALL_REDUCE_LAMPORT_WARPS = 4
 
 
 def all_reduce_takes_lamport(nbytes: int, world: int) -> bool:
     """Whether ironlink.all_reduce of `nbytes` over `world` ranks of one node runs through lamport
-    slots (ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD)."""
-    return 0 < nbytes <= ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD.get(world, 0)
+    slots (the decode table's all_reduce path, `decode_table.table_for`)."""
+    return nbytes > 0 and decode_table.table_for(world).all_reduce_path(nbytes) == "lamport"
 
 
-# all_reduce_rmsnorm runs "lamport" (push's layout, the rows read as they land: no signal, no
-# fence) for x of more than split's bytes and up to the bytes listed, on the world sizes listed.
-# Same run, lamport / push / split (its default exchange), us: 16 tokens 8.18 / 10.78 / 8.15,
-# 32 7.53 / 8.80 / 7.60, 64 8.73 / 10.82 / 9.13, 128 12.19 / 14.12, 512 37.87 / 39.48, 2048
-# 185.35 / 121.68 (push pipelines a CTA's 16 rows; lamport sends them all, then reads and
-# empties them one at a time).
-RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD: dict[int, int] = {2: 8 << 20}
+# Why world 2's "lamport" (push's layout, the rows read as they land: no signal, no fence) runs
+# from split's bytes up to 8 MiB: the run of RMSNORM_SPLIT_LAMPORT, lamport / push / split (its
+# default exchange), us: 16 tokens 8.18 / 10.78 / 8.15, 32 7.53 / 8.80 / 7.60, 64 8.73 / 10.82 /
+# 9.13, 128 12.19 / 14.12, 512 37.87 / 39.48, 2048 185.35 / 121.68 (push pipelines a CTA's 16
+# rows; lamport sends them all, then reads and empties them one at a time).
 
 
 def rmsnorm_warps(block_h: int) -> int:
@@ -243,23 +239,21 @@ def rmsnorm_rows_at_once(tokens: int, ctas: int, push_world: int = 0) -> int:
     return RMSNORM_ROWS_AT_ONCE
 
 
+def rmsnorm_mode_runs(mode: str, tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> bool:
+    """Whether all_reduce_rmsnorm's `mode` runs for `tokens` rows of `row_bytes` over `world`
+    ranks of one node with `sms` SMs for its grid: "split" where it cuts rows into two slices or
+    more (`rmsnorm_split_parts`); every other mode at any shape."""
+    return mode != "split" or rmsnorm_split_parts(tokens, row_bytes, world, sms) > 1
+
+
 def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> str:
     """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks with
-    `sms` SMs per rank for its grid (one node; several nodes run "whole" unless asked)."""
-    ctas = max(1, min(tokens, sms, MAX_LL_TILES))
-    nbytes = tokens * row_bytes
-    if nbytes <= RMSNORM_SPLIT_MAX_BYTES_BY_WORLD.get(world, 0) and rmsnorm_split_parts(tokens, row_bytes, world,
-                                                                                       sms) > 1:
-        return "split"
-    if nbytes <= RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD.get(world, 0):
-        return "lamport"
-    push_low, push_high = RMSNORM_PUSH_BYTES_BY_WORLD.get(world, (0, 0))
-    if push_low < nbytes <= push_high:
-        return "push"
-    if tile_all_reduce_takes_ll(ctas - 1, rmsnorm_rows_per_cta(tokens, ctas), row_bytes, world):
-        return "rows"
-    whole_from = RMSNORM_WHOLE_MIN_BYTES_BY_WORLD.get(world, RMSNORM_WHOLE_MIN_BYTES)
-    return "whole" if nbytes <= RMSNORM_WHOLE_MAX_BYTES or nbytes >= whole_from else "rows"
+    `sms` SMs per rank for its grid (one node; several nodes run "whole" unless asked): the decode
+    table's mode for the bytes of x, or where that one cannot run for the shape
+    (`rmsnorm_mode_runs`) the next entry's that can; "rows", which runs at any shape, where none
+    can."""
+    modes = decode_table.table_for(world).rmsnorm_modes(tokens * row_bytes)
+    return next((mode for mode in modes if rmsnorm_mode_runs(mode, tokens, row_bytes, world, sms)), "rows")
 
 
 # all_gather_matmul / matmul_reduce_scatter (ironlink.fused): how they run, by M (rows of the
@@ -460,5 +454,5 @@ def overridden(**values: Any) -> Iterator[None]:
 
 
 __all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "COPY_ENGINE_MIN_CHUNKS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
-           "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_MAX_BYTES_BY_WORLD", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_LAMPORT_MAX_BYTES_BY_WORLD", "RMSNORM_PUSH_BYTES_BY_WORLD", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_WHOLE_MAX_BYTES", "RMSNORM_WHOLE_MIN_BYTES", "RMSNORM_WHOLE_MIN_BYTES_BY_WORLD", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "matmul_reduce_scatter_takes_copy_engine", "overridden", "rmsnorm_mode", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
+           "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "matmul_reduce_scatter_takes_copy_engine", "overridden", "rmsnorm_mode", "rmsnorm_mode_runs", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
            "tile_all_reduce_takes_ll"]

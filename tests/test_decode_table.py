@@ -1,0 +1,182 @@
+"""The decode tables (ironlink.runtime.decode_table), without torch or a GPU: lookups in a table,
+the file format and its errors, where a world's table comes from, derived tables, and the ops'
+choices following a substituted table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ironlink.fused.allreduce_rmsnorm import MODES
+from ironlink.runtime import decode_table as dt
+from ironlink.runtime import tuning
+
+K, M = 1 << 10, 1 << 20
+W2 = dt.DecodeTable(((256 * K, "lamport"),),
+                    ((256 * K, "split"), (8 * M, "lamport"), (32 * M, "push"), (dt.NO_LIMIT, "rows")))
+
+
+@pytest.fixture(autouse=True)
+def found_afresh() -> Iterator[None]:
+    """Each test looks its tables up afresh, and leaves none found behind for the next."""
+    dt.forget()
+    yield
+    dt.forget()
+
+
+def write(directory: Path, world: int, table: dt.DecodeTable, **info: Any) -> Path:
+    path = dt.table_path(directory, world)
+    dt.write_file(path, dt.document(world, table, {"gpu": "test", **info}, {}))
+    return path
+
+
+def test_lookups_in_a_table() -> None:
+    assert [W2.all_reduce_path(n) for n in (1, 256 * K, 256 * K + 1)] == ["lamport", "lamport", "library"]
+    assert W2.rmsnorm_modes(1) == ("split", "lamport", "push", "rows")
+    assert W2.rmsnorm_modes(8 * M + 1) == ("push", "rows")
+    last = dt.DecodeTable((), ((16 * K, "whole"), (1 * M, "rows")))
+    assert last.rmsnorm_modes(2 * M) == ("rows",)  # past the last entry, the last mode
+
+
+def test_file_round_trip(tmp_path: Path) -> None:
+    timings = {"all_reduce": {1024: {"lamport": 2.5, "library": 4.25}}, "all_reduce_rmsnorm": {16384: {"rows": 9.0}}}
+    path = tmp_path / "sub" / "decode-w2.json"  # the folder is made
+    dt.write_file(path, dt.document(2, W2, {"gpu": "NVIDIA H200", "hidden": 8192}, timings))
+    assert dt.read_file(path, 2) == W2
+    doc = json.loads(path.read_text())
+    assert doc["format"] == dt.FORMAT and doc["world"] == 2 and doc["gpu"] == "NVIDIA H200"
+    assert doc["all_reduce_rmsnorm"][0] == [256 * K, "split"]
+    assert doc["timings"]["all_reduce"] == {"1024": {"lamport": 2.5, "library": 4.25}}
+    assert [p.name for p in path.parent.iterdir()] == ["decode-w2.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("doc, words", [
+    ("{not json", "not a JSON decode table"),
+    ([], "not a JSON object"),
+    ({"format": 2, "world": 2, "all_reduce": [], "all_reduce_rmsnorm": [[1, "rows"]]}, "format 2, this ironlink"),
+    ({"world": 2, "all_reduce": [], "all_reduce_rmsnorm": [[1, "rows"]]}, "format None"),
+    ({"format": 1, "world": 4, "all_reduce": [], "all_reduce_rmsnorm": [[1, "rows"]]}, "world 4"),
+    ({"format": 1, "world": 2, "all_reduce_rmsnorm": [[1, "rows"]]}, "'all_reduce' must be a list"),
+    ({"format": 1, "world": 2, "all_reduce": [[1, "nccl"]], "all_reduce_rmsnorm": [[1, "rows"]]},
+     "'nccl' is not one of ('lamport', 'library')"),
+    ({"format": 1, "world": 2, "all_reduce": [], "all_reduce_rmsnorm": [[1, "fastest"]]}, "'fastest' is not one of"),
+    ({"format": 1, "world": 2, "all_reduce": [], "all_reduce_rmsnorm": [[2, "rows"], [2, "whole"]]},
+     "positive and ascending, got 2 after 2"),
+    ({"format": 1, "world": 2, "all_reduce": [], "all_reduce_rmsnorm": [[0, "rows"]]}, "positive and ascending"),
+    ({"format": 1, "world": 2, "all_reduce": [[True, "lamport"]], "all_reduce_rmsnorm": [[1, "rows"]]},
+     "is not [max_bytes, name]"),
+    ({"format": 1, "world": 2, "all_reduce": [], "all_reduce_rmsnorm": [[1.5, "rows"]]}, "is not [max_bytes, name]"),
+    ({"format": 1, "world": 2, "all_reduce": [], "all_reduce_rmsnorm": []}, "'all_reduce_rmsnorm' is empty"),
+])
+def test_a_malformed_file_is_refused_by_name(tmp_path: Path, doc: Any, words: str) -> None:
+    path = dt.table_path(tmp_path, 2)
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    with pytest.raises(ValueError) as e:
+        dt.read_file(path, 2)
+    assert str(path) in str(e.value) and words in str(e.value), str(e.value)
+    # Never passed over: the lookup that finds it raises too.
+    with pytest.raises(ValueError, match="decode-w2.json"):
+        dt.find(2, tmp_path)
+
+
+def test_the_user_file_beats_the_committed_one_which_beats_a_derived_one(tmp_path: Path) -> None:
+    user, committed = tmp_path / "user", tmp_path / "committed"
+    write(committed, 2, W2)
+    assert dt.find(2, user, committed) == dt.InUse(W2, str(committed / "decode-w2.json"))
+    mine = dt.DecodeTable((), ((dt.NO_LIMIT, "whole"),))
+    write(user, 2, mine)
+    assert dt.find(2, user, committed) == dt.InUse(mine, str(user / "decode-w2.json"))
+    # World 4 has no file: derived from world 2's table in use, the user's.
+    assert dt.find(4, user, committed).source == f"derived from {user / 'decode-w2.json'} (world 2)"
+    write(committed, 4, W2._replace(all_reduce=()))
+    assert dt.find(4, user, committed).source == str(committed / "decode-w4.json")
+
+
+def test_the_committed_tables() -> None:
+    assert dt.find(2, Path("/nonexistent")) == dt.InUse(W2, str(dt.COMMITTED_DIR / "decode-w2.json"))
+    w4 = dt.find(4, Path("/nonexistent")).table
+    assert w4 == dt.DecodeTable((), ((16 * K, "whole"), (32 * M - 1, "rows"), (dt.NO_LIMIT, "whole")))
+
+
+def test_world_8_derives_from_world_4_the_nearest_smaller(tmp_path: Path) -> None:
+    # World 4's committed table has no one-shot entry: world 8 takes it as it is.
+    found = dt.find(8, tmp_path)
+    assert found.table == dt.find(4, tmp_path).table
+    assert found.source == f"derived from {dt.COMMITTED_DIR / 'decode-w4.json'} (world 4)"
+
+
+def test_derived_one_shot_limits_scale_by_the_copies_sent() -> None:
+    # World 8 from world 2: each rank sends 7 copies where it sent 1, so a one-shot entry covers a
+    # seventh of the bytes; "rows" keeps its limit.
+    assert dt.derive(W2, 2, 8) == dt.DecodeTable(
+        ((256 * K // 7, "lamport"),),
+        ((256 * K // 7, "split"), (8 * M // 7, "lamport"), (32 * M // 7, "push"), (dt.NO_LIMIT, "rows")))
+    assert dt.derive(W2, 2, 3).all_reduce == ((128 * K, "lamport"),)
+    # From a larger world: kept.
+    assert dt.derive(W2, 4, 2) == W2
+    # An entry that no longer reaches past the one before it covers nothing: dropped.
+    t = dt.DecodeTable((), ((64 * K, "whole"), (128 * K, "lamport"), (1 * M, "rows")))
+    assert dt.derive(t, 2, 8).all_reduce_rmsnorm == ((64 * K, "whole"), (1 * M, "rows"))
+    # World 1 has no peers: no one-shot path.
+    assert dt.derive(W2, 2, 1) == dt.DecodeTable((), ((dt.NO_LIMIT, "rows"),))
+
+
+def test_a_world_without_a_smaller_one_derives_from_the_nearest_larger(tmp_path: Path) -> None:
+    write(tmp_path, 4, W2._replace(all_reduce=()))
+    write(tmp_path, 8, dt.DecodeTable())
+    assert dt.find(3, tmp_path, tmp_path / "none").source.endswith("decode-w4.json (world 4)")
+    assert dt.find(6, tmp_path, tmp_path / "none").source.endswith("decode-w4.json (world 4)")
+    assert dt.find(2, tmp_path, tmp_path / "none").table == W2._replace(all_reduce=())  # kept, from larger
+    with pytest.raises(ValueError, match="no decode table for world 2"):
+        dt.find(2, tmp_path / "a", tmp_path / "b")
+
+
+def test_the_ops_read_the_users_folder_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dt.TUNING_DIR_ENV, str(tmp_path))
+    assert dt.tuning_dir() == tmp_path
+    assert tuning.rmsnorm_mode(1, 16384, 2) == "split"  # the committed table
+    write(tmp_path, 2, dt.DecodeTable(((1 * M, "lamport"),), ((dt.NO_LIMIT, "push"),)))
+    assert tuning.rmsnorm_mode(1, 16384, 2) == "split"  # found once, kept
+    dt.forget()
+    assert tuning.rmsnorm_mode(1, 16384, 2) == "push" and tuning.all_reduce_takes_lamport(1 * M, 2)
+    assert dt.in_use(2).source == str(tmp_path / "decode-w2.json")
+
+
+def test_the_default_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(dt.TUNING_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert dt.tuning_dir() == tmp_path / "ironlink"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert dt.tuning_dir() == tmp_path / ".cache" / "ironlink"
+
+
+def test_the_ops_follow_a_substituted_table() -> None:
+    assert tuning.all_reduce_takes_lamport(1024, 2) and tuning.rmsnorm_mode(1, 16384, 2) == "split"
+    library = dt.DecodeTable((), ((16 * K, "whole"), (dt.NO_LIMIT, "push")))
+    with dt.substituted(2, library):
+        assert dt.in_use(2) == dt.InUse(library, "substituted")
+        assert not tuning.all_reduce_takes_lamport(1024, 2)
+        assert tuning.rmsnorm_mode(1, 16384, 2) == "whole" and tuning.rmsnorm_mode(2, 16384, 2) == "push"
+        with dt.substituted(2, W2._replace(all_reduce=((dt.NO_LIMIT, "lamport"),))):
+            assert tuning.all_reduce_takes_lamport(1 << 30, 2)
+        assert not tuning.all_reduce_takes_lamport(1024, 2)
+        assert tuning.rmsnorm_mode(1, 16384, 4) == "whole"  # other worlds keep theirs
+    assert tuning.all_reduce_takes_lamport(1024, 2) and tuning.rmsnorm_mode(1, 16384, 2) == "split"
+    with pytest.raises(RuntimeError):
+        with dt.substituted(2, library):
+            raise RuntimeError("restored on the way out")
+    assert dt.in_use(2).source.endswith("decode-w2.json")
+
+
+def test_a_mode_that_cannot_run_falls_to_the_next_that_can() -> None:
+    # "split" needs two resident slices a row: 67 tokens of hidden 8192 on 132 SMs do not fit.
+    assert not tuning.rmsnorm_mode_runs("split", 67, 16384, 2, 132)
+    assert all(tuning.rmsnorm_mode_runs(m, 67, 16384, 2, 132) for m in MODES if m != "split")
+    with dt.substituted(2, dt.DecodeTable((), ((4 * M, "split"), (8 * M, "whole"), (dt.NO_LIMIT, "rows")))):
+        assert tuning.rmsnorm_mode(67, 16384, 2, 132) == "whole" and tuning.rmsnorm_mode(8, 16384, 2, 132) == "split"
+    with dt.substituted(2, dt.DecodeTable((), ((dt.NO_LIMIT, "split"),))):
+        assert tuning.rmsnorm_mode(67, 16384, 2, 132) == "rows"  # none can: rows, which runs at any shape
