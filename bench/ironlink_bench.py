@@ -21,8 +21,6 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -37,11 +35,9 @@ from ironlink import _native
 from ironlink.runtime.heap import DEFAULT_SCRATCH_BYTES
 from ironlink.runtime import decode_table, tuning
 from ironlink.runtime.tuning import FORCED_LIMITS
-
-# Calls per graph and timed replays: fewer for large messages, whose calls take milliseconds.
-def iters_reps(nbytes: int) -> tuple[int, int]:
-    return (20, 15) if nbytes <= (16 << 20) else (5, 7)
-
+# The graph timer and the revision a run records live in the package (the tuner's, `python -m
+# ironlink.tune`); the bench programs import them from here.
+from ironlink.tune.timing import GraphRound, git_rev, iters_reps, time_graph  # noqa: F401
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 2 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30]
@@ -87,82 +83,6 @@ def _all_gather(ctx, inp, out, n, dt, status):
 @triton.jit
 def _reduce_scatter(ctx, inp, out, n, dt, status):
     tl.store(status + tl.program_id(0), il.symm_reduce_scatter(ctx, inp, out, n, 0, dt))
-
-
-class GraphRound:
-    """Contenders timed side by side: each is captured into its own CUDA graph when added (`add`),
-    then `run` replays them in turns, every round in a rotated order, and returns each one's
-    median microseconds per call, max over ranks. A GPU's clocks drift over a long run (a GEMM
-    heats it until power caps the clock): timed one after another, the first contender would get
-    the cool GPU; in turns, the drift falls on all of them alike. Every rank must add the same
-    contenders in the same order (the replays of collectives meet their peers')."""
-
-    def __init__(self) -> None:
-        # (graph, calls in it, replays, the function: it keeps what its graph reads alive until `run`,
-        # what runs before each replay, the caller's tag)
-        self.graphs: list[tuple[torch.cuda.CUDAGraph, int, int, Callable[[], Any], Optional[Callable[[], None]],
-                                Any]] = []
-
-    def add(self, fn: Callable[[], Any], nbytes: int, before: Optional[Callable[[], None]] = None,
-            tag: Any = None) -> int:
-        """Warms `fn` up, captures `iters_reps(nbytes)[0]` calls of it into a graph; returns its index.
-        `before` (host code, untimed) runs first and again before each replay: for state the
-        graph's kernels read at run time that other contenders change (a heap context's algorithm
-        limits). `tag`: anything, handed back with the time by `run_tagged`."""
-        if before is not None:
-            before()
-        iters, reps = iters_reps(nbytes)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(iters):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        self.graphs.append((g, iters, reps, fn, before, tag))
-        return len(self.graphs) - 1
-
-    def run(self) -> list[float]:
-        """Times every graph added (the most replays any asked for each), then drops them."""
-        return [us for _, us in self.run_tagged()]
-
-    def run_tagged(self) -> list[tuple[Any, float]]:
-        """`run`, each time with the tag its graph was added with."""
-        n = len(self.graphs)
-        times: list[list[float]] = [[] for _ in range(n)]
-        for r in range(max((g[2] for g in self.graphs), default=0)):
-            for i in [(r + j) % n for j in range(n)]:  # rotated: each contender leads a round in turn
-                g, iters, _, _, before, _ = self.graphs[i]
-                if before is not None:
-                    before()
-                dist.barrier()
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                b.synchronize()
-                times[i].append(a.elapsed_time(b) * 1000 / iters)
-        tags = [graph[5] for graph in self.graphs]
-        self.graphs.clear()
-        if n == 0:
-            return []
-        t = torch.tensor([statistics.median(ts) for ts in times], device="cuda")
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return list(zip(tags, t.tolist()))
-
-
-def time_graph(fn: Callable[[], None], nbytes: int) -> float:
-    """Median microseconds per call of `fn` under CUDA-graph replay, max over ranks (a
-    `GraphRound` of one)."""
-    timer = GraphRound()
-    timer.add(fn, nbytes)
-    return timer.run()[0]
 
 
 def time_eager(fn: Callable[[], None], reps: int = 20) -> float:
@@ -211,25 +131,6 @@ def write_results(path: Optional[str], world: int, rows: list[dict[str, Any]], *
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump({**run_info(world), **extra, "results": rows}, f, indent=1)
-
-
-# Written by `make wheel` beside the bitcode it packs (`git describe --always --dirty`): the
-# revision the device code was built from, carried to the GPU machine with build/, whose copy of
-# the tree may hold a stale .git.
-BUILD_REV = Path(__file__).resolve().parents[1] / "build" / "git_rev"
-
-
-def git_rev() -> str:
-    """$IRONLINK_GIT_REV, else build/git_rev of this checkout, else `git rev-parse` here."""
-    rev = os.environ.get("IRONLINK_GIT_REV")
-    if rev:
-        return rev
-    if BUILD_REV.is_file():
-        return BUILD_REV.read_text().strip()
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 def run_info(world: int) -> dict[str, Any]:
