@@ -41,7 +41,7 @@ from ironlink.runtime.distributed import grid_cap, sm_share
 from ironlink.language import _abi
 from ironlink.runtime import tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
-from ironlink.fused.allreduce_rmsnorm import MODES
+from ironlink.fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
 from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
 from ironlink.ops.pdl import MIN_MAJOR
 
@@ -546,7 +546,7 @@ def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:
     with as_several_nodes(s) as v:
         for tokens, hidden in small(((1, 8192), (33, 8192), (300, 5120)), ((1, 8192), (33, 8192))):
             for mode in MODES:
-                if mode in ("push", "split", "lamport"):  # one node only: refused before any launch
+                if mode in ONE_NODE_MODES:  # refused before any launch
                     cases.run(f"several-node kernel: all_reduce_rmsnorm {mode} {tokens}x{hidden} refused",
                               lambda: refused(lambda: v.rmsnorm(tokens, hidden, dtype, mode, graph=False),
                                               "one node only"))

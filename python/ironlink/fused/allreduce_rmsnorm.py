@@ -482,17 +482,18 @@ def _two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, ep
     for i in range(pid, T, grid):
         owner = i // per
         if owner != rank:
-            local = (i - owner * per).to(tl.int64) * H + cols[None, :]
+            local = tl.cast(i - owner * per, tl.int64) * H + cols[None, :]
             there = at_peer(half, dists, (owner - rank + WORLD) % WORLD)
-            tl.store(there + slot_of(rank, owner, WORLD).to(tl.int64) * owned + local, unempty(tl.load(x + i.to(tl.int64) * H + cols[None, :], mask=mk)), mask=mk)
+            v = unempty(tl.load(x + tl.cast(i, tl.int64) * H + cols[None, :], mask=mk))
+            tl.store(there + slot_of(rank, owner, WORLD).to(tl.int64) * owned + local, v, mask=mk)
     # 2. The rows this rank owns: summed as the peers' land, the sum to every peer, normalized.
     s = tl.zeros((), dtype=tl.int32)
     for i in range(pid, T, grid):
         if (i // per == rank) & (s == 0):
-            row = i.to(tl.int64) + tl.arange(0, 1)
+            row = tl.cast(i, tl.int64) + tl.arange(0, 1)
             at = row[:, None] * H + cols[None, :]
             res = tl.load(residual + at, mask=mk, other=0.0)
-            local = (i - rank * per).to(tl.int64) * H + cols[None, :]
+            local = tl.cast(i - rank * per, tl.int64) * H + cols[None, :]
             total, s = lamport_reduce_values(ctx, tl.load(x + at, mask=mk, other=0.0), half, owned, local, mk, rank,
                                              WORLD)
             if s == 0:
@@ -503,7 +504,7 @@ def _two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, ep
     # 3. The other rows: their sums polled as they land, the slot set back to empty, normalized.
     for i in range(pid, T, grid):
         if (i // per != rank) & (s == 0):
-            row = i.to(tl.int64) + tl.arange(0, 1)
+            row = tl.cast(i, tl.int64) + tl.arange(0, 1)
             at = row[:, None] * H + cols[None, :]
             res = tl.load(residual + at, mask=mk, other=0.0)
             summed, s = wait_written(ctx, gathered + at, mk, TILE_WAIT)

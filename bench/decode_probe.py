@@ -1,0 +1,125 @@
+"""What a decode call costs in steady state, and what a graph replay adds once: a probe, not a
+benchmark.
+
+    torchrun --nproc_per_node=4 bench/decode_probe.py --out decode-probe.json
+    CUDA_VISIBLE_DEVICES=0,2 torchrun --nproc_per_node=2 bench/decode_probe.py   (one pair of GPUs)
+
+bench/fused.py and bench/allreduce.py time a CUDA graph of 20 back-to-back calls after a barrier
+and report its time / 20, max over ranks. The ranks leave the barrier and launch their graph at
+different times; the first rank's first call waits for the last rank's, so its time holds that
+skew once, spread over the 20 calls, and more ranks mean a larger skew. Here each contender is
+captured twice, --short and --long calls, both replayed in turns, and per rank:
+- `graph_us`: the short graph's time / its calls (what those benchmarks report at 20 calls);
+- `steady_us`: (long - short) / (long calls - short calls): the period of calls in step, what a
+  model's graph of many layers pays per call;
+- `once_us`: short - short calls x steady: what a replay adds once (the skew, the launch);
+each the median over --reps replays, max over ranks; `rank_spread_us`: the short graph's
+slowest rank's time / calls minus the fastest's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from functools import partial
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+import ironlink
+from ironlink.tune.timing import captured
+from ironlink_bench import record_row, write_results
+
+
+@triton.jit
+def _empty(status):
+    tl.store(status + tl.program_id(0), 0)
+
+
+def replay_us(g: torch.cuda.CUDAGraph) -> float:
+    dist.barrier()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1000
+
+
+def measure(contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]], short: int, long: int,
+            reps: int) -> list[dict[str, Any]]:
+    """Every contender's short and long graph, replayed in turns (rotated each round)."""
+    graphs = [(captured(fn, short), captured(fn, long)) for _, _, fn in contenders]
+    times: list[tuple[list[float], list[float]]] = [([], []) for _ in contenders]
+    n = len(graphs)
+    for r in range(reps):
+        for i in [(r + j) % n for j in range(n)]:
+            for which in (0, 1):
+                times[i][which].append(replay_us(graphs[i][which]))
+    mine = torch.tensor([[statistics.median(t[0]), statistics.median(t[1])] for t in times], device="cuda")
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    per_rank = torch.stack(every).double()  # [ranks, contenders, 2]
+    rows = []
+    for i, (name, shape, _) in enumerate(contenders):
+        t_short, t_long = per_rank[:, i, 0], per_rank[:, i, 1]
+        steady = (t_long - t_short) / (long - short)
+        rows.append({"contender": name, **shape, "graph_us": round(float((t_short / short).max()), 2),
+                     "steady_us": round(float(steady.max()), 2),
+                     "once_us": round(float((t_short - short * steady).max()), 2),
+                     "rank_spread_us": round(float((t_short / short).max() - (t_short / short).min()), 2),
+                     "calls": [short, long]})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--short", type=int, default=20)
+    ap.add_argument("--long", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--tokens", default="1,8,32,128")
+    ap.add_argument("--modes", default="split,lamport,two_shot",
+                    help="all_reduce_rmsnorm modes timed beside the default where they can run")
+    args = ap.parse_args()
+    ironlink.init_distributed()
+    world = dist.get_world_size()
+    heap = ironlink.SymmetricHeap(1 << 30)
+    status = torch.zeros(256, dtype=torch.int32, device="cuda")
+    contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]] = [
+        ("empty_kernel", {}, lambda: _empty[(1,)](status))]
+    for nbytes in (1024, 16384):
+        buf = heap.zeros((nbytes // 2,), torch.bfloat16)
+        nccl = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+        contenders.append(("nccl_all_reduce", {"bytes": nbytes}, partial(dist.all_reduce, nccl)))
+        contenders.append(("ironlink_op", {"bytes": nbytes}, partial(ironlink.all_reduce, buf, heap=heap)))
+    for tokens in map(int, args.tokens.split(",")):
+        x = heap.zeros((tokens, args.hidden), torch.bfloat16)
+        residual = torch.randn(tokens, args.hidden, device="cuda").to(torch.bfloat16)
+        weight = torch.ones(args.hidden, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(residual)
+        for mode in [None, *args.modes.split(",")]:
+            def fused(x: torch.Tensor = x, residual: torch.Tensor = residual, weight: torch.Tensor = weight,
+                      out: torch.Tensor = out, mode: Any = mode) -> Any:
+                return ironlink.all_reduce_rmsnorm(x, residual, weight, 1e-6, out=out, heap=heap, mode=mode)
+            try:
+                fused()
+            except ValueError:  # a mode that cannot run this shape (split's grid)
+                continue
+            contenders.append((f"ironlink_fused[{mode or 'default'}]", {"tokens": tokens}, fused))
+    rows: list[dict[str, Any]] = []
+    for row in measure(contenders, args.short, args.long, args.reps):
+        record_row(rows, row)
+    heap.check()
+    write_results(args.out, world, rows, probe="decode_probe",
+                  devices=torch.cuda.get_device_name(), visible=str(torch.cuda.device_count()))
+    heap.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
