@@ -10,9 +10,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from ironlink.fused.allreduce_rmsnorm import MODES
+from ironlink.fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
 from ironlink.runtime import decode_table as dt
 from ironlink.runtime import tuning
+from ironlink.tune.choose import choose_table
 
 K, M = 1 << 10, 1 << 20
 W2 = dt.DecodeTable(((256 * K, "lamport"),),
@@ -95,16 +96,21 @@ def test_the_user_file_beats_the_committed_one_which_beats_a_derived_one(tmp_pat
     assert dt.find(4, user, committed).source == str(committed / "decode-w4.json")
 
 
-def test_the_committed_tables() -> None:
-    assert dt.find(2, Path("/nonexistent")) == dt.InUse(W2, str(dt.COMMITTED_DIR / "decode-w2.json"))
-    w4 = dt.find(4, Path("/nonexistent")).table
-    assert w4 == dt.DecodeTable((), ((16 * K, "whole"), (32 * M - 1, "rows"), (dt.NO_LIMIT, "whole")))
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_committed_tables_are_what_the_tuner_chose_from_their_timings(world: int) -> None:
+    path = dt.COMMITTED_DIR / f"decode-w{world}.json"
+    found = dt.find(world, Path("/nonexistent"))
+    assert found.source == str(path)
+    doc = json.loads(path.read_text())
+    timings = {op: {int(n): t for n, t in by.items()} for op, by in doc["timings"].items()}
+    assert timings["all_reduce"] and timings["all_reduce_rmsnorm"], "a tuner run's file, with its timings"
+    assert found.table == choose_table(timings["all_reduce"], timings["all_reduce_rmsnorm"], MODES,
+                                       [m for m in MODES if m not in ONE_NODE_MODES])
 
 
 def test_world_8_derives_from_world_4_the_nearest_smaller(tmp_path: Path) -> None:
-    # World 4's committed table has no one-shot entry: world 8 takes it as it is.
     found = dt.find(8, tmp_path)
-    assert found.table == dt.find(4, tmp_path).table
+    assert found.table == dt.derive(dt.find(4, tmp_path).table, 4, 8)
     assert found.source == f"derived from {dt.COMMITTED_DIR / 'decode-w4.json'} (world 4)"
 
 
@@ -164,7 +170,7 @@ def test_the_ops_follow_a_substituted_table() -> None:
         with dt.substituted(2, W2._replace(all_reduce=((dt.NO_LIMIT, "lamport"),))):
             assert tuning.all_reduce_takes_lamport(1 << 30, 2)
         assert not tuning.all_reduce_takes_lamport(1024, 2)
-        assert tuning.rmsnorm_mode(1, 16384, 4) == "whole"  # other worlds keep theirs
+        assert tuning.rmsnorm_mode(1, 16384, 4) == "split"  # other worlds keep theirs
     assert tuning.all_reduce_takes_lamport(1024, 2) and tuning.rmsnorm_mode(1, 16384, 2) == "split"
     with pytest.raises(RuntimeError):
         with dt.substituted(2, library):

@@ -62,26 +62,27 @@ def test_rmsnorm_residual_out_is_checked() -> None:
 
 def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
     one, some, many = rms(1), rms(512), rms(2048)
-    assert (one.mode, some.mode, many.mode) == ("whole", "rows", "whole")
-    assert some.ctas == 132 and one.block_h == 8192
-    assert rms(3, 5000).block_h == 8192  # the next power of two
+    assert (one.mode, some.mode, many.mode) == ("split", "rows", "whole")
+    assert some.ctas == 132 and some.block_h == 8192 and one.block_h == 1024  # split: a slice of 1024 a CTA
+    assert rms(300, 5000).block_h == 8192  # the next power of two
 
 
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
-    # World 2's committed decode table (runtime/tables/decode-w2.json): up to 256 KiB each row cut
-    # into slices of a CTA each ("split"); "lamport" past that up to 8 MiB, "push" up to 32 MiB.
+    # World 2's committed decode table (runtime/tables/decode-w2.json, the tuner's run on 2 H200s):
+    # up to 256 KiB each row cut into slices of a CTA each ("split"), "lamport" past that up to
+    # 2 MiB, "two_shot" up to 8 MiB, "push" up to 32 MiB, then "rows" (no workspace).
     (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (16, 8192, 2, "split", 128), (17, 8192, 2, "lamport", 17),
-    (32, 8192, 2, "lamport", 32),
-    (128, 8192, 2, "lamport", 128), (512, 8192, 2, "lamport", 132), (513, 8192, 2, "push", 132),
-    (2048, 8192, 2, "push", 132),
-    # Past that rows at every size.
+    (32, 8192, 2, "lamport", 32), (128, 8192, 2, "lamport", 128), (129, 8192, 2, "two_shot", 129),
+    (512, 8192, 2, "two_shot", 132), (513, 8192, 2, "push", 132), (2048, 8192, 2, "push", 132),
     (2049, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
     # Split where a row of hidden 16384 still cuts into resident slices, else the next entry's mode.
     (1, 16384, 2, "split", 8), (8, 16384, 2, "split", 64), (9, 16384, 2, "lamport", 9),
-    # World 4's committed table, by bytes of x alone: whole up to 16 KiB and from 32 MiB, rows
-    # between (rows that fit the LL tile, 2048 bf16, no longer run "rows" below 16 KiB).
-    (1, 8192, 4, "whole", None), (8, 8192, 4, "rows", 8), (1, 2048, 4, "whole", None),
-    (2047, 8192, 4, "rows", 132), (2048, 8192, 4, "whole", None),
+    # World 4's (4 H200s): split up to 256 KiB, lamport up to 512 KiB, two_shot up to 4 MiB, rows
+    # up to 16 MiB, whole past that. A row of 2048 bf16 cuts into two slices.
+    (1, 8192, 4, "split", 8), (16, 8192, 4, "split", 128), (17, 8192, 4, "lamport", 17),
+    (32, 8192, 4, "lamport", 32), (33, 8192, 4, "two_shot", 33), (256, 8192, 4, "two_shot", 132),
+    (257, 8192, 4, "rows", 132), (1024, 8192, 4, "rows", 132), (1025, 8192, 4, "whole", None),
+    (4096, 8192, 4, "whole", None), (1, 2048, 4, "split", 2),
 ])
 def test_rmsnorm_rows_over_the_ll_tile_all_reduce(tokens: int, hidden: int, world: int, mode: str,
                                                   ctas: int | None) -> None:

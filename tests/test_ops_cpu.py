@@ -12,7 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -346,8 +346,19 @@ class _Stream:
 
 
 @pytest.fixture()
-def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """sys.modules["torch"] replaced for one test (ops imports torch inside its functions)."""
+def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """sys.modules["torch"] replaced for one test (ops imports torch inside its functions). The
+    fake heap's world (8) takes the device library's all-reduce at every size here and
+    all_reduce_rmsnorm's modes without a workspace (which fake tensors cannot hold): these tests
+    check those launches; the lamport paths' are checked on GPUs (tests/gpu/ops_worker.py,
+    fusion_worker.py)."""
+    k, m, no_limit = 1 << 10, 1 << 20, decode_table.NO_LIMIT
+    library = decode_table.DecodeTable((), ((16 * k, "whole"), (32 * m - 1, "rows"), (no_limit, "whole")))
+    with decode_table.substituted(_Heap.world_size, library):
+        yield _fake_torch(monkeypatch)
+
+
+def _fake_torch(monkeypatch: pytest.MonkeyPatch) -> Any:
     import contextlib
     import sys
     import types
@@ -656,14 +667,18 @@ def test_decode_ops_launch_with_pdl_where_the_gpu_has_it(fake_torch: Any, major:
             ironlink.all_reduce(x, heap=heap, pdl=True)
 
 
-def test_all_reduce_takes_lamport_slots_for_small_messages_at_world_2() -> None:
-    # The committed decode tables: lamport slots up to 256 KiB at world 2; world 4 keeps the
-    # library's everywhere, and world 8 (no table) derives that from world 4.
-    limit = decode_table.table_for(2).all_reduce[-1][0]
-    assert limit == 256 << 10
-    assert tuning.all_reduce_takes_lamport(2, 2) and tuning.all_reduce_takes_lamport(limit, 2)
-    assert not tuning.all_reduce_takes_lamport(limit + 1, 2) and not tuning.all_reduce_takes_lamport(0, 2)
-    assert not tuning.all_reduce_takes_lamport(1024, 4) and not tuning.all_reduce_takes_lamport(1024, 8)
+def test_all_reduce_takes_lamport_slots_for_small_messages() -> None:
+    # The committed decode tables: lamport slots up to 256 KiB at worlds 2 and 4 (the tuner's runs
+    # on H200s), and world 8 (no table) derives from world 4: 3 / 7 of its bytes, as each rank sends
+    # 7 copies where it sent 3.
+    for world in (2, 4):
+        limit = next(b for b, path in decode_table.table_for(world).all_reduce if path == "lamport")
+        assert limit == 256 << 10
+        assert tuning.all_reduce_takes_lamport(2, world) and tuning.all_reduce_takes_lamport(limit, world)
+        assert not tuning.all_reduce_takes_lamport(limit + 1, world) and not tuning.all_reduce_takes_lamport(0, world)
+    assert tuning.all_reduce_takes_lamport((256 << 10) * 3 // 7, 8)
+    assert not tuning.all_reduce_takes_lamport((256 << 10) * 3 // 7 + 1, 8)
+    limit = 256 << 10
     # Every CTA of it carries ALL_REDUCE_LAMPORT_CTA_BYTES: the largest message fits one wave of an H100.
     assert -(-limit // tuning.ALL_REDUCE_LAMPORT_CTA_BYTES) <= 132
 

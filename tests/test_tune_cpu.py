@@ -44,6 +44,18 @@ def test_a_table_from_timings() -> None:
     assert choose.choose_table({}, {}, MODES) == dt.DecodeTable()  # nothing measured: rows, the library
 
 
+def test_sizes_past_the_largest_measured_keep_no_workspace() -> None:
+    # push won the largest size, but it keeps 2 (world - 1) x in the heap: past 32 MiB, the faster
+    # of rows and whole there (rows here); a table whose last mode keeps none is left as it is.
+    rms = {16 * K: {"rows": 9.0, "split": 7.0}, 32 * M: {"rows": 150.0, "whole": 155.0, "push": 120.0}}
+    table = choose.choose_table({}, rms, MODES, ("rows", "whole"))
+    assert table.all_reduce_rmsnorm == ((16 * K, "split"), (32 * M, "push"), (dt.NO_LIMIT, "rows"))
+    assert table.rmsnorm_modes(64 * M) == ("rows",)
+    rms[32 * M] = {"whole": 100.0, "push": 120.0}
+    assert choose.choose_table({}, rms, MODES, ("rows", "whole")).all_reduce_rmsnorm == (
+        (16 * K, "split"), (32 * M, "whole"))
+
+
 def test_the_summary_names_the_choice_and_the_runner_up() -> None:
     lines = choose.summary("ironlink.all_reduce", {1 * K: {"library": 4.5, "lamport": 2.44}, 1 * M: {"library": 20.0}},
                            dt.ALL_REDUCE_PATHS)

@@ -141,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import torch.distributed as dist
 
     import ironlink
-    from ..fused.allreduce_rmsnorm import MODES
+    from ..fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
     from .timing import git_rev
 
     ironlink.init_distributed()
@@ -157,7 +157,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     progress = Progress(rank == 0)
     ar = measure_all_reduce(heap, dtype, progress)
     rms = measure_rmsnorm(heap, dtype, args.hidden, tokens, progress)
-    table = choose_table(ar, rms, MODES)
+    table = choose_table(ar, rms, MODES, [m for m in MODES if m not in ONE_NODE_MODES])
     if rank == 0:
         path = Path(args.out) if args.out else decode_table.table_path(decode_table.tuning_dir(), world)
         info = {"gpu": torch.cuda.get_device_name(), "hidden": args.hidden, "dtype": args.dtype,
