@@ -15,6 +15,11 @@ captured twice, --short and --long calls, both replayed in turns, and per rank:
 - `once_us`: short - short calls x steady: what a replay adds once (the skew, the launch);
 each the median over --reps replays, max over ranks; `rank_spread_us`: the short graph's
 slowest rank's time / calls minus the fastest's.
+
+`fanout[k]` isolates what the number of peers costs: the lamport all-reduce's exchange of 1 KiB
+(one CTA, ops/slots.py's slots and waits) where each rank sends to its k next ranks and waits for
+its k previous ones, k = 1 .. world - 1, PDL as the op. k = 1 at world 4 against world 2's: what
+four GPUs cost at one peer; k = 3 against k = 1: what each peer more costs.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ import triton
 import triton.language as tl
 
 import ironlink
+from ironlink import language as il
+from ironlink.language import typed as ilt
+from ironlink.language._flags import empty_like, unempty, wait_written
+from ironlink.language.jit import jit
+from ironlink.ops.pdl import allow_next_kernel, pdl_launch_options, wait_for_previous_kernel
+from ironlink.ops.slots import (TILE_WAIT, advance_epochs, at_peer, epoch_counters, lamport_workspace, launch_slots,
+                                peer_distances, slot_of)
 from ironlink.tune.timing import captured
 from ironlink_bench import record_row, write_results
 
@@ -37,6 +49,41 @@ from ironlink_bench import record_row, write_results
 @triton.jit
 def _empty(status):
     tl.store(status + tl.program_id(0), 0)
+
+
+@jit(do_not_specialize=["ctx"])
+def _fanout(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
+            PDL: tl.constexpr = False):
+    """Rank r stores buf into its lamport slot at ranks r + 1 .. r + K and polls its slots of
+    ranks r - 1 .. r - K until written, emptying them (no sum: the exchange alone)."""
+    rank = il.symm_rank(ctx)
+    dists = peer_distances(ctx, inbox, rank, WORLD)
+    wait_for_previous_kernel(PDL)
+    allow_next_kernel(PDL)
+    epoch, _, slots = launch_slots(inbox, epochs, n, 1, WORLD)
+    at = tl.arange(0, BLOCK)
+    m = at < n
+    v = unempty(tl.load(buf + at, mask=m))
+    for k in tl.static_range(1, K + 1):
+        dest = (rank + k) % WORLD
+        tl.store(at_peer(slots, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * n + at, v, mask=m)
+    s = tl.zeros((), dtype=tl.int32)
+    for k in tl.static_range(1, K + 1):
+        mine = slots + slot_of((rank - k + WORLD) % WORLD, rank, WORLD).to(tl.int64) * n + at
+        got, w = wait_written(ctx, mine, m, TILE_WAIT)
+        if w == 0:
+            tl.store(mine, empty_like(got), mask=m)
+        s = ilt.failure_or(s, w)
+    advance_epochs(epochs, epoch + 1)
+    tl.store(status + tl.program_id(0), s)
+
+
+def fanout(heap: Any, buf: torch.Tensor, status: torch.Tensor, k: int) -> Callable[[], Any]:
+    world = heap.world_size
+    inbox = lamport_workspace(heap, "decode_probe/fanout", 2 * (world - 1) * buf.nbytes, buf.dtype)
+    epochs = epoch_counters(heap, "decode_probe/fanout")
+    return partial(_fanout[(1,)], heap.ctx, buf, buf.numel(), status, inbox, epochs, WORLD=world, K=k,
+                   BLOCK=buf.numel(), num_warps=4, **pdl_launch_options(True))
 
 
 def replay_us(g: torch.cuda.CUDAGraph) -> float:
@@ -97,6 +144,9 @@ def main() -> None:
         nccl = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device="cuda")
         contenders.append(("nccl_all_reduce", {"bytes": nbytes}, partial(dist.all_reduce, nccl)))
         contenders.append(("ironlink_op", {"bytes": nbytes}, partial(ironlink.all_reduce, buf, heap=heap)))
+    one_kib = heap.zeros((512,), torch.bfloat16)
+    for k in range(1, world):
+        contenders.append((f"fanout[{k}]", {"bytes": 1024}, fanout(heap, one_kib, status, k)))
     for tokens in map(int, args.tokens.split(",")):
         x = heap.zeros((tokens, args.hidden), torch.bfloat16)
         residual = torch.randn(tokens, args.hidden, device="cuda").to(torch.bfloat16)
