@@ -137,14 +137,58 @@ def sp_block() -> str:
     return "\n".join(out) + "\n"
 
 
+def newest_rmsnorm_per_world() -> dict[int, Path]:
+    """The newest fused-*.json with all_reduce_rmsnorm rows at each world size measured."""
+    best: dict[int, tuple[str, str, Path]] = {}
+    for p in RESULTS.glob("fused-*.json"):
+        doc = json.loads(p.read_text())
+        if any(r["op"] == OPS[0] for r in doc["results"]):
+            world, key = int(doc["world_size"]), (doc["date"], p.name, p)
+            if world not in best or key[:2] > best[world][:2]:
+                best[world] = key
+    return {w: best[w][2] for w in sorted(best)}
+
+
+def decode_block() -> str:
+    """all_reduce_rmsnorm's default against NCCL + torch at every world size measured, side by
+    side (README.md and docs/fused.md: the decode path as the world grows)."""
+    runs = {w: json.loads(p.read_text()) for w, p in newest_rmsnorm_per_world().items()}
+    if not runs:
+        return "No measurement committed yet (`bench/run_py.sh fused --ops allreduce_rmsnorm`).\n"
+    out = ["all_reduce_rmsnorm (hidden 8192, bf16, CUDA graphs of 20 calls, us per call, median, max over ranks): "
+           "ironlink's default (its mode) against NCCL's all-reduce + torch's add and RMSNorm; x = NCCL + torch / "
+           "ironlink. Runs: " + "; ".join(f"{w} x {d['gpu']}, {d['date'][:10]}, git {d['git_rev']}"
+                                         for w, d in runs.items()) + ".", "",
+           "| tokens | " + " | ".join(f"world {w}: ironlink (mode) | NCCL + torch | x" for w in runs) + " |",
+           "|---|" + "---|---|---|" * len(runs)]
+    tokens = sorted({r["tokens"] for d in runs.values() for r in d["results"] if r["op"] == OPS[0]})
+    for t in tokens:
+        cells = []
+        for d in runs.values():
+            at = {r["contender"]: r for r in d["results"] if r["op"] == OPS[0] and r["tokens"] == t}
+            if "ironlink_fused" not in at or "nccl_torch" not in at:
+                cells.append("- | - | -")
+                continue
+            fused, nccl = at["ironlink_fused"], float(at["nccl_torch"]["us"])
+            cells.append(f"{fused['us']:.1f} ({fused.get('mode', '')}) | {nccl:.1f} | {nccl / fused['us']:.2f}")
+        out.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+DECODE_BEGIN, DECODE_END = "<!-- decode:begin -->\n", "<!-- decode:end -->"
+README = REPO / "README.md"
+
+
 def write() -> None:
     text = replace_between(DOC.read_text(), BEGIN, END, block(), "docs/fused.md")
-    DOC.write_text(replace_between(text, SP_BEGIN, SP_END, sp_block(), "docs/fused.md"))
-    print("wrote the fused blocks of docs/fused.md")
+    text = replace_between(text, SP_BEGIN, SP_END, sp_block(), "docs/fused.md")
+    DOC.write_text(replace_between(text, DECODE_BEGIN, DECODE_END, decode_block(), "docs/fused.md"))
+    README.write_text(replace_between(README.read_text(), DECODE_BEGIN, DECODE_END, decode_block(), "README.md"))
+    print("wrote the fused blocks of docs/fused.md and the decode block of README.md")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         write()
     else:
-        sys.stdout.write(block() + "\n" + sp_block())
+        sys.stdout.write(block() + "\n" + sp_block() + "\n" + decode_block())

@@ -54,6 +54,13 @@ def test_fused_tables_match_newest_results() -> None:
     assert got == fused.sp_block(), "docs/fused.md's sequence-parallel tables are stale: run `make docs`"
 
 
+def test_decode_tables_match_newest_results() -> None:
+    fused = _module("fused_table")
+    for doc in (REPO / "README.md", REPO / "docs" / "fused.md"):
+        got = doc.read_text().split(fused.DECODE_BEGIN, 1)[1].split(fused.DECODE_END, 1)[0]
+        assert got == fused.decode_block(), f"{doc.name}'s decode table is stale: run `make docs`"
+
+
 def test_moe_table_matches_newest_results() -> None:
     moe = _module("moe_table")
     text = (REPO / "docs" / "moe.md").read_text()
