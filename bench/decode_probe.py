@@ -42,7 +42,7 @@ from ironlink.language.jit import jit
 from ironlink.ops.pdl import allow_next_kernel, pdl_launch_options, wait_for_previous_kernel
 from ironlink.ops.slots import (TILE_WAIT, advance_epochs, at_peer, epoch_counters, lamport_workspace, launch_slots,
                                 peer_distances, slot_of)
-from ironlink.tune.timing import captured
+from ironlink.tune.timing import captured, replay_us
 from ironlink_bench import record_row, write_results
 
 
@@ -84,16 +84,6 @@ def fanout(heap: Any, buf: torch.Tensor, status: torch.Tensor, k: int) -> Callab
     epochs = epoch_counters(heap, "decode_probe/fanout")
     return partial(_fanout[(1,)], heap.ctx, buf, buf.numel(), status, inbox, epochs, WORLD=world, K=k,
                    BLOCK=buf.numel(), num_warps=4, **pdl_launch_options(True))
-
-
-def replay_us(g: torch.cuda.CUDAGraph) -> float:
-    dist.barrier()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    g.replay()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) * 1000
 
 
 def measure(contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]], short: int, long: int,

@@ -38,6 +38,18 @@ def captured(fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
     return g
 
 
+def replay_us(g: torch.cuda.CUDAGraph) -> float:
+    """Microseconds of one replay of `g` (device events around it), started after a barrier of
+    the ranks."""
+    dist.barrier()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1000
+
+
 class GraphRound:
     """Contenders timed side by side: each is captured into its own CUDA graph when added (`add`),
     then `run` replays them in turns, every round in a rotated order, and returns each one's
@@ -77,13 +89,7 @@ class GraphRound:
                 g, iters, _, _, before, _ = self.graphs[i]
                 if before is not None:
                     before()
-                dist.barrier()
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                b.synchronize()
-                times[i].append(a.elapsed_time(b) * 1000 / iters)
+                times[i].append(replay_us(g) / iters)
         tags = [graph[5] for graph in self.graphs]
         self.graphs.clear()
         if n == 0:
@@ -120,4 +126,4 @@ def git_rev() -> str:
         return "unknown"
 
 
-__all__ = ["BUILD_REV", "GraphRound", "captured", "git_rev", "iters_reps", "time_graph"]
+__all__ = ["BUILD_REV", "GraphRound", "captured", "git_rev", "iters_reps", "replay_us", "time_graph"]
