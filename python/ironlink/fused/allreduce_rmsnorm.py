@@ -79,6 +79,7 @@ from ..language import _abi
 from ..language._flags import empty_like, tagged, unempty, wait_tagged, wait_written
 from .. import language as il
 from ..runtime import eager, tuning
+from ..runtime.decode_table import RMSNORM_MODES
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
@@ -92,7 +93,7 @@ from ..ops.slots import (PEERS, TILE_WAIT, add_in_rank_order, advance_epochs, at
 from .trace import stamp
 
 MAX_HIDDEN = 16384
-MODES = ("rows", "whole", "push", "split", "lamport", "two_shot")
+MODES = RMSNORM_MODES  # the names the decode tables choose from (runtime/decode_table.py)
 # What an error of each mode names as the failing call (`{suffix}`: "_hierarchical" on several nodes).
 # The modes whose slots and counters are one node's (refused on a heap of several nodes).
 ONE_NODE_MODES = ("push", "split", "lamport", "two_shot")

@@ -2,7 +2,7 @@
 
 A `DecodeTable` says, by message bytes, which path `ironlink.all_reduce` takes ("lamport": its
 lamport-slot kernel; "library": the device library's all-reduce) and which mode
-`ironlink.all_reduce_rmsnorm` runs (a name of `fused.allreduce_rmsnorm.MODES`, by the bytes of
+`ironlink.all_reduce_rmsnorm` runs (a name of `RMSNORM_MODES`, by the bytes of
 x). `tuning.all_reduce_takes_lamport` and `tuning.rmsnorm_mode` read it when an op plans a call,
 so a CUDA graph keeps what its capture chose.
 
@@ -30,6 +30,9 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 # The version of the file format; a file of another is refused (re-run the tuner).
 FORMAT = 1
 ALL_REDUCE_PATHS = ("lamport", "library")
+# all_reduce_rmsnorm's modes (fused/allreduce_rmsnorm.py's MODES is this tuple; its docs say what
+# each does): the names a table may hold, in the order of preference on a tie.
+RMSNORM_MODES = ("rows", "whole", "push", "split", "lamport", "two_shot")
 # "No limit" as the tables write it (an int, as JSON has no infinity).
 NO_LIMIT = 1 << 62
 # The one-shot paths: each rank sends every peer a copy of its data (all_reduce "lamport";
@@ -70,14 +73,6 @@ class InUse(NamedTuple):
     source: str
 
 
-def _rmsnorm_modes() -> tuple[str, ...]:
-    # The one upward import of runtime/: the mode names are the op's own. Tables are read when an
-    # op plans a call, after the package has loaded.
-    from ..fused.allreduce_rmsnorm import MODES
-
-    return tuple(MODES)
-
-
 def _entries(doc: Mapping[str, Any], key: str, names: Sequence[str], bad: Callable[[str], ValueError]) -> Entries:
     raw = doc.get(key)
     if not isinstance(raw, list):
@@ -109,7 +104,7 @@ def from_document(doc: Any, world: int, where: str) -> DecodeTable:
         raise bad(f"format {doc.get('format')!r}, this ironlink reads format {FORMAT}")
     if doc.get("world") != world:
         raise bad(f"world {doc.get('world')!r}")
-    rmsnorm = _entries(doc, "all_reduce_rmsnorm", _rmsnorm_modes(), bad)
+    rmsnorm = _entries(doc, "all_reduce_rmsnorm", RMSNORM_MODES, bad)
     if not rmsnorm:
         raise bad("'all_reduce_rmsnorm' is empty")
     return DecodeTable(_entries(doc, "all_reduce", ALL_REDUCE_PATHS, bad), rmsnorm)
@@ -248,6 +243,6 @@ def substituted(world: int, table: DecodeTable) -> Iterator[None]:
             _substitutes[world] = saved
 
 
-__all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "NO_LIMIT", "ONE_SHOT",
+__all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "NO_LIMIT", "ONE_SHOT", "RMSNORM_MODES",
            "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document", "in_use", "read_file",
            "substituted", "table_for", "table_path", "tuning_dir", "write_file"]
