@@ -174,6 +174,27 @@ def test_rmsnorm_lamport_mode_plans_push_slots_one_row_at_a_time() -> None:
         arn.plan(x, r, w, o, DEV, 2, 132, mode="lamport", multi_node=True)
 
 
+@pytest.mark.parametrize("tokens, world", [(300, 4), (300, 2), (1, 4), (5, 8), (2048, 4)])
+def test_rmsnorm_two_shot_plans_owned_blocks_and_gathered_rows(tokens: int, world: int) -> None:
+    h = 8192
+    x, r, w, o = (spec("x", (tokens, h), ptr=1 << 20), spec("residual", (tokens, h), ptr=2 << 30),
+                  spec("weight", (h,), ptr=3 << 30), spec("out", (tokens, h), ptr=4 << 30))
+    p = arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot")
+    # Rows strided over the CTAs (no residency needed), one at a time; the slots read as they land.
+    assert p.mode == "two_shot" and p.ctas == min(tokens, 132) and p.rows_at_once == 1 and p.lamport
+    # Each half (alternate launches): a slot of the ceil(T / world) rows this rank owns for each
+    # peer, then one slot of every row for the gathered sums.
+    owned = -(-tokens // world)
+    assert arn.two_shot_slots(tokens, h, world) == ((world - 1) * owned + tokens) * h
+    assert p.workspace_bytes == 2 * arn.two_shot_slots(tokens, h, world) * x.itemsize
+    # Less than lamport's (world - 1) copies of x a half from 4 ranks on, once there are rows to share.
+    if world >= 4 and tokens >= world:
+        assert p.workspace_bytes < arn.plan(x, r, w, o, DEV, world, 132, mode="lamport").workspace_bytes
+    assert "two_shot" in arn.ONE_NODE_MODES
+    with pytest.raises(ValueError, match="one node only"):
+        arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot", multi_node=True)
+
+
 def test_every_rmsnorm_mode_names_its_failing_call() -> None:
     # all_reduce_rmsnorm looks the mode up before every launch: a mode missing here fails every call.
     assert set(arn.MODE_CALLS) == set(arn.MODES)
