@@ -1,9 +1,10 @@
 """Runs the copy-engine kernels of matmul_reduce_scatter and all_gather_matmul in sequences of
 shapes and calls, each on a fresh heap, and says per rank whether every call passed: which
 sequences make a copy-engine wait time out. Session 38 found the deadlock of a side stream that
-was the caller's stream this way (docs/record.md).
+was the caller's stream this way (docs/record.md, as bench/copy_engine_sequence_probe.py). A
+correctness check run by hand, not by tests/gpu/run.sh; needs only the package (setup_native.sh).
 
-    torchrun --nproc_per_node=2 bench/copy_engine_sequence_probe.py [--on-copy-stream] \\
+    torchrun --nproc_per_node=2 tests/gpu/copy_engine_sequences.py [--on-copy-stream] \\
         [--graphs "2048:sm,ce2/4096:ce2;..."] [--sequences "rs:2048,4096;ag:2048,4096"]
 """
 from __future__ import annotations
@@ -81,7 +82,7 @@ def graph_sequence(spec: str, heap: Any) -> None:
     replayed in turns as bench/fused.py does (GraphRound), the heap checked after each capture and
     after the replays. Contenders: sm (the SM-push kernel), coll, ovl, ce1 / ce2 / ce4 (the
     copy-engine kernel with that many chunks at least)."""
-    from ironlink_bench import GraphRound
+    from ironlink.tune.timing import GraphRound  # what bench/ironlink_bench.py re-exports
 
     for step in spec.split("/"):
         m_text, names = step.split(":")
