@@ -20,7 +20,7 @@ TRITON_NEWEST := 3.9.0
 MANYLINUX := manylinux_2_28
 LLVM_BIN   = $(shell rustc +$(TOOLCHAIN) --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
 # DIAG=<variant> builds a timing-diagnostic bitcode (`--cfg ironlink_diag`, see
-# device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/diag_build.sh);
+# device/src/transport/store_rounds.rs) into build/diag/<variant>/ instead (bench/probes/diag_build.sh);
 # with NVSHMEM=1 its NVSHMEM bitcode (e.g. DIAG=final_ack_wait, device/src/transport/remote.rs).
 DIAG      ?=
 # NVSHMEM=1 builds the NVSHMEM bitcode (`--cfg ironlink_nvshmem`: device/src/hw/nvshmem.rs declares
@@ -97,9 +97,9 @@ test-python: venv
 	@IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=python $(VPY) $(PYTEST) tests
 
 lint: $(STAMP)/toolchain venv
-	@echo "== lint: mypy on the Python package and bench/, cargo fmt --check, clippy -D warnings"
+	@echo "== lint: mypy on the Python package and bench/ (probes/ and report/ too), cargo fmt --check, clippy -D warnings"
 	cd python && ../$(VPY) -m mypy --ignore-missing-imports -p ironlink
-	cd bench && ../$(VPY) -m mypy --ignore-missing-imports *.py
+	cd bench && ../$(VPY) -m mypy --ignore-missing-imports *.py probes/*.py report/*.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -q --workspace --all-targets --features python -- -D warnings
@@ -170,9 +170,9 @@ bench-moe: wheel
 # The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
 # the newest bench/results/*.json at each world size (tests/test_readme_bench.py checks them).
 docs: venv
-	$(VPY) bench/plot.py
-	$(VPY) bench/table.py --write
-	$(VPY) bench/fused_table.py --write
-	$(VPY) bench/moe_table.py --write
-	$(VPY) bench/tutorial_table.py --write
-	$(VPY) bench/backends_table.py --write
+	$(VPY) bench/report/plot.py
+	$(VPY) bench/report/table.py --write
+	$(VPY) bench/report/fused_table.py --write
+	$(VPY) bench/report/moe_table.py --write
+	$(VPY) bench/report/tutorial_table.py --write
+	$(VPY) bench/report/backends_table.py --write

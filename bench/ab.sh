@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B of device builds in one GPU session: a benchmark once per bitcode directory, same GPUs,
 # its other contenders (NCCL, torch) measured again in each run. JSON per directory under $OUT
-# (default build/ab). The program is bench/allreduce.py unless $AB_PROG names another
-# (bench/$AB_PROG.py, e.g. fused or rmsnorm_timeline); its lines matching $AB_GREP are shown.
+# (default build/ab). The program is bench/allreduce.py unless $AB_PROG names another by its path
+# under bench/ without .py (bench/$AB_PROG.py, e.g. fused or probes/rmsnorm_timeline); its lines
+# matching $AB_GREP are shown.
 #   IRONLINK_GIT_REV=$(git rev-parse --short HEAD) bench/ab.sh build build/pull -- --min-bytes 16777216 --dtypes bf16 --skip-gather-scatter
 #   AB_PROG=fused AB_GREP=allreduce_rmsnorm bench/ab.sh build/old build -- --ops allreduce_rmsnorm
 # (build the variant into its own directory first, e.g. from another checkout; $AB_TAG suffixes
@@ -22,6 +23,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do dirs+=("$1"); shift; done
 # One Triton cache per build: kernels compiled against one bitcode must not serve another.
 n=${NGPU:-$(nvidia-smi -L | wc -l)}
 prog=${AB_PROG:-allreduce}
+[ -f "bench/$prog.py" ] || { echo "no bench/$prog.py (AB_PROG is a path under bench/ without .py)" >&2; exit 2; }
 pattern=${AB_GREP:-"all_reduce|all_gather|reduce_scatter"}
 rc=0
 i=0
@@ -35,6 +37,6 @@ for d in "${dirs[@]}"; do
     cp python/ironlink/_native*.so "$d/python/ironlink/" 2>/dev/null
   fi
   PYTHONPATH=$py TRITON_CACHE_DIR=/tmp/ironlink-ab-cache-$name IRONLINK_BITCODE_DIR=$bitcode torchrun --standalone --nproc_per_node="$n" "bench/$prog.py" \
-    --out "$OUT/ab-$prog-$name.json" "$@" 2>&1 | grep -E "$pattern" || rc=1
+    --out "$OUT/ab-${prog##*/}-$name.json" "$@" 2>&1 | grep -E "$pattern" || rc=1
 done
 exit $rc

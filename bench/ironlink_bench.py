@@ -11,7 +11,8 @@ all_gather and reduce_scatter busbw = algbw * (n-1)/n) and the ratio to NCCL (NC
 A benchmark, not a test: nothing here asserts a time.
 
 Not part of the wheel: the bench programs (and the tutorial's timers) import it as `ironlink_bench`
-from bench/ (their own folder, or the PYTHONPATH that tests/gpu/setup_native.sh sets).
+from bench/ (their own folder; the probes in bench/probes/ put it on sys.path; or the PYTHONPATH
+that tests/gpu/setup_native.sh sets).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ FP8_TOLERANCE = 0.1
 
 def routing(rank: int, tokens: int, hidden: int, topk: int, experts: int, skewed: bool) -> tuple[Any, Any, Any]:
     """The benchmark's inputs on `rank`: (x bf16 [tokens, hidden], top-k of random scores, softmaxed
-    weights); skewed: expert 0 is every token's first choice. Also bench/moe_timeline.py's."""
+    weights); skewed: expert 0 is every token's first choice. Also bench/probes/moe_timeline.py's."""
     g = torch.Generator(device="cuda").manual_seed(1000 + rank)
     x = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
     scores = torch.rand(tokens, experts, device="cuda", generator=g)

@@ -167,7 +167,7 @@ KERNELS["allreduce_rmsnorm_split"] = (
     allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
      "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "num_warps": 8})
-KERNELS["allreduce_rmsnorm_split_traced"] = (  # bench/rmsnorm_timeline.py's launch
+KERNELS["allreduce_rmsnorm_split_traced"] = (  # bench/probes/rmsnorm_timeline.py's launch
     allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": True, "ROWS": 1,
      "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "MIN_CC": 90, "num_warps": 8})

@@ -1,6 +1,7 @@
-"""README.md's headline table and docs/performance.md's tables are exactly what bench/table.py makes
-of the committed results (docs/fused.md, moe.md and tutorial.md what their own scripts make), and
-the plots the docs show exist (`make docs` regenerates all of them)."""
+"""README.md's headline table and docs/performance.md's tables are exactly what
+bench/report/table.py makes of the committed results (docs/fused.md, moe.md and tutorial.md what
+their own scripts in bench/report/ make), and the plots the docs show exist (`make docs`
+regenerates all of them)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ BEGIN, END = "<!-- bench:begin -->\n", "<!-- bench:end -->"
 
 
 def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / "report" / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -34,7 +35,7 @@ def test_readme_headline_matches_newest_results() -> None:
     got = _block(REPO / "README.md")
     assert got == table.readme_block(), (
         f"README.md's benchmark table is stale ({table.newest().name}): run `make docs` "
-        "(or paste `python3 bench/table.py`)")
+        "(or paste `python3 bench/report/table.py`)")
 
 
 def test_performance_tables_match_newest_results() -> None:
@@ -42,7 +43,8 @@ def test_performance_tables_match_newest_results() -> None:
     got = _block(REPO / "docs" / "performance.md")
     names = ", ".join(p.name for p in table.newest_per_world())
     assert got == table.full_block(), (
-        f"docs/performance.md's tables are stale ({names}): run `make docs` (or paste `python3 bench/table.py --full`)")
+        f"docs/performance.md's tables are stale ({names}): run `make docs` "
+        "(or paste `python3 bench/report/table.py --full`)")
 
 
 def test_fused_tables_match_newest_results() -> None:

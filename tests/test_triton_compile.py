@@ -271,7 +271,7 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
                      "meta_word"}
 # Spill bytes allowed per MoE kernel. weighted_partial_sums: Triton 3.9 hoists all K=8 rows'
 # loads (168 registers) and ptxas spills 8 bytes on sm_90/100; 3.5 and 3.6 (the GPU machines')
-# compile it without. Measured kernel times (bench/moe_kernels_sweep.py) are with 3.6.
+# compile it without. Measured kernel times (bench/probes/moe_kernels_sweep.py) are with 3.6.
 # reduce_push spills with Triton 3.9 on sm_100 (32 bytes) once its pointers are specialized as a
 # launch's are: it did at every launch before the test specialized them; not yet reworked.
 # bucket_scan spilled up to 196 bytes on 4 warps and gather_meta 4: on 8 (moe.sort.SCAN_WARPS,

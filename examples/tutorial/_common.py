@@ -6,7 +6,7 @@ Each lesson runs as `torchrun --nproc_per_node=N examples/tutorial/0X_....py`. R
     04 ring all-gather: ok (world 4), 31.2 us; ironlink.all_gather 12.9 us
 
 and, when $IRONLINK_TUTORIAL_JSON names a file, appends one row per measured variant to it
-(bench/tutorial_table.py makes docs/tutorial.md's table from such files).
+(bench/report/tutorial_table.py makes docs/tutorial.md's table from such files).
 
 torch is imported inside functions (and inside each lesson's main) so that CI, which has Triton
 but no torch, can import the lessons and compile their kernels (tests/test_tutorial_compile.py).

@@ -21,7 +21,7 @@
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
 #   tutorial     every lesson of examples/tutorial/ at each world size, one line each; their
-#                timings go to $OUT/tutorial-<N>x<GPU>-<date>.json (bench/tutorial_table.py)
+#                timings go to $OUT/tutorial-<N>x<GPU>-<date>.json (bench/report/tutorial_table.py)
 #   misuse       misuse caught or made safe: two streams on one heap, a closed heap, a destroyed
 #                group, a call on some ranks, different grids, asymmetric heaps; largest world
 #                (tests/gpu/misuse_worker.py)
@@ -105,7 +105,7 @@ mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
 if [ -n "$shared_gpu" ]; then
   # Without MPS the GPU time-slices between processes: each wait on a peer lasts a slice (~6 ms
-  # per round trip measured on an H200, against ~50 us under MPS; bench/shared_gpu_probe.py).
+  # per round trip measured on an H200, against ~50 us under MPS; bench/probes/shared_gpu_probe.py).
   export IRONLINK_SHARED_GPU=1 CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps}
   export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/ironlink-mps-log}
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"

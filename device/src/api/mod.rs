@@ -445,7 +445,7 @@ exports! {
     /// any tile; every rank must call each tile index the same number of times with the same
     /// shape. Small tiles go one-shot over LL packets (no barrier), the others two-shot.
     fn symm_tile_all_reduce(ctx: i64, ptr: i64, rows: i64, cols: i64, row_stride: i64, tile: i64, reduce_op: i32, dtype: i32) -> i32 {
-        // Timing diagnostic, never in a normal build (`bench/diag_build.sh`; results wrong):
+        // Timing diagnostic, never in a normal build (`bench/probes/diag_build.sh`; results wrong):
         // "call_entry" returns before anything, the cost of calling at all.
         if cfg!(ironlink_diag = "call_entry") {
             return status::OK;

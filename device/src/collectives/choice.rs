@@ -5,7 +5,7 @@
 //! Two kinds of limits:
 //! - context fields (`SymmContext::ar_one_shot_max_bytes`, `ar_ll_max_bytes`,
 //!   `gather_ll_max_bytes`): set per heap from the measured tuning table
-//!   (`python/ironlink/runtime/tuning_table.py`, written by `bench/make_tuning.py`), defaults below;
+//!   (`python/ironlink/runtime/tuning_table.py`, written by `bench/report/make_tuning.py`), defaults below;
 //! - the named constants below: measured switches that do not depend on the world size.
 //!
 //! They reach Python through the generated `python/ironlink/language/_abi.py` (`THRESHOLDS`).

@@ -77,7 +77,7 @@ fn reduce_unit(call: &Call, offset: usize, valid: usize, red: &Reduction) -> [u3
 /// In-place all-reduce of `tile` with the same tile on every rank: one-shot over LL packets
 /// for small tiles (`tile_ll`), else two-shot (see the module docs); `choice` decides.
 pub fn all_reduce(call: &Call, tile: &Tile, red: &Reduction) -> Result<(), i32> {
-    // Timing diagnostic, never in a normal build (`bench/diag_build.sh`; results wrong):
+    // Timing diagnostic, never in a normal build (`bench/probes/diag_build.sh`; results wrong):
     // "call_begun" returns once the checks and `Call::begin_tile` are done.
     if cfg!(ironlink_diag = "call_begun") {
         return Ok(());

@@ -195,7 +195,7 @@ pub unsafe fn one_shot_reduce(
     outbox: impl Fn(usize, usize) -> usize,
     inbox: impl Fn(usize, usize) -> usize,
 ) -> Result<(), i32> {
-    // Timing diagnostics, never in a normal build (`bench/diag_build.sh`; results wrong):
+    // Timing diagnostics, never in a normal build (`bench/probes/diag_build.sh`; results wrong):
     // "ll_tile_no_exchange" leaves both phases out (what the call costs around its exchange),
     // "ll_tile_no_wait" takes the packets as they are, flags unchecked (the exchange less the
     // wait for arrivals).

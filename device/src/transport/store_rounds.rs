@@ -7,7 +7,7 @@
 //! peer has posted it reduces its own shard from its input and the scratch (local loads) and
 //! stores the result into every rank's buffer ("reduce and broadcast"; the reduce-scatter stores
 //! it into its output only). Everything crosses NVLink as stores: on 4 H200s, SM stores to peers
-//! move 352 GB/s per GPU where loads from peers move 322 (`bench/nvlink_probe.py`).
+//! move 352 GB/s per GPU where loads from peers move 322 (`bench/probes/nvlink_probe.py`).
 //!
 //! A call starts and ends with a barrier among same-index CTAs: a peer's previous call, or its
 //! next one, may be an LL call, which writes the same scratch slice without a barrier of its own.
@@ -259,7 +259,7 @@ pub fn run(call: &Call, r: &Region, shard: usize, dest: Dest, red: &Reduction) -
 
 // Timing diagnostics, never in a normal build: `--cfg ironlink_diag="no_scatter"`, `"no_reduce"`
 // or `"no_stages"` leaves that stage out (flags and barriers stay), so that each stage's time
-// comes out by difference (`bench/diag_build.sh`). The results of such a build are wrong.
+// comes out by difference (`bench/probes/diag_build.sh`). The results of such a build are wrong.
 #[inline(always)]
 fn stage_scatter(plan: &Plan, round: usize) {
     if !cfg!(ironlink_diag = "no_scatter") && !cfg!(ironlink_diag = "no_stages") {

@@ -1,6 +1,6 @@
 """Where the one-kernel sequence-parallel ops lose time: a probe, not a benchmark (issue 36).
 
-    torchrun --nproc_per_node=2 bench/sp_probe.py --ms 4096,16384 --out sp-probe.json
+    torchrun --nproc_per_node=2 bench/probes/sp_probe.py --ms 4096,16384 --out sp-probe.json
 
 For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fused.py's shapes
 (K = N = 8192, b column-parallel / row-parallel), in CUDA graphs, max over ranks:
@@ -28,6 +28,8 @@ kernel - gemm_only is what the communication costs; gemm_only - torch.matmul the
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -41,7 +43,9 @@ from ironlink.fused import sp_streams
 from ironlink.ops import TensorSpec
 from ironlink.runtime import tuning
 from ironlink.runtime.distributed import sm_share
-from ironlink_bench import record_row, time_graph, write_results
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
+from ironlink_bench import record_row, time_graph, write_results  # noqa: E402
 
 
 def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]) -> None:

@@ -1,6 +1,6 @@
 """What one tile signal costs a CTA, by what it has in flight: a probe, not a benchmark.
 
-    torchrun --standalone --nproc_per_node=2 bench/signal_probe.py --out signal-probe.json
+    torchrun --standalone --nproc_per_node=2 bench/probes/signal_probe.py --out signal-probe.json
 
 matmul_all_reduce's two-shot kernel spends about 2.9 us per tile in `symm_tile_signal` (2 H100s,
 docs/record.md), more than its push. The signal waits for the CTA's bulk (TMA) stores, passes a
@@ -20,6 +20,8 @@ the max over ranks (global timer, ns).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,7 +33,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import ironlink
 import ironlink.language as il
 import ironlink.typed as ilt
-from ironlink_bench import record_row, write_results
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
+from ironlink_bench import record_row, write_results  # noqa: E402
 
 CASES = ("bare", "local", "peer_stores", "tma_now", "tma_drained")
 

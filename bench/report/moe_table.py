@@ -1,7 +1,7 @@
 """docs/moe.md's benchmark table, made from the newest bench/results/moe-*.json.
 
-    python3 bench/moe_table.py            # print the block
-    python3 bench/moe_table.py --write    # rewrite it in docs/moe.md (`make docs` does this)
+    python3 bench/report/moe_table.py            # print the block
+    python3 bench/report/moe_table.py --write    # rewrite it in docs/moe.md (`make docs` does this)
 
 The block sits between `<!-- moe:begin -->` and `<!-- moe:end -->`; tests/test_readme_bench.py
 checks that docs/moe.md carries exactly this output.
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "report"))  # bench/report/doc_blocks.py, whether run as a script or loaded by path
 from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "moe.md"

@@ -2,8 +2,8 @@
 # The decode path's GPU work in one call (issue 60): steps run in the order given, each on the
 # local GPUs, logs and JSON under $OUT (default build/decode). World W runs on the first W GPUs.
 #
-#   bench/decode_gpu.sh tune "4 2" probe 4 pairs "0,2 2,3"
-#   bench/decode_gpu.sh ab build/ab_old .        (git archive OLD python | tar -x -C build/ab_old; carry build/)
+#   bench/probes/decode_gpu.sh tune "4 2" probe 4 pairs "0,2 2,3"
+#   bench/probes/decode_gpu.sh ab build/ab_old .        (git archive OLD python | tar -x -C build/ab_old; carry build/)
 #
 # Steps:
 #   tune WORLDS     the tuner (`python -m ironlink.tune`) at each world: $OUT/decode-wW.json, what
@@ -12,16 +12,16 @@
 #                   matmul_all_reduce; ops: ironlink.all_reduce, its lamport path forced too)
 #   bench WORLDS    bench/fused.py's all_reduce_rmsnorm and bench/allreduce.py's messages up to
 #                   256 KiB with the lamport path's grids
-#   probe WORLDS    bench/decode_probe.py: steady state against a replay's start, the fan-out
+#   probe WORLDS    bench/probes/decode_probe.py: steady state against a replay's start, the fan-out
 #                   probe, the rmsnorm modes at 1 to 128 tokens
-#   pairs PAIRS     bench/decode_probe.py at world 2 on each pair of GPUs ("0,2 2,3")
+#   pairs PAIRS     bench/probes/decode_probe.py at world 2 on each pair of GPUs ("0,2 2,3")
 #   shared8         the fusion suite's all_reduce_rmsnorm cases at world 8 on these GPUs
 #                   (--shared-gpu: correctness only; $W8_LIMIT_S bounds it, default 300)
 #   ab OLD NEW      two Python trees against one bitcode (bench/ab.sh) at world 4:
-#                   bench/rmsnorm_timeline.py (lamport; split over 8 slices) and bench/allreduce.py
+#                   bench/probes/rmsnorm_timeline.py (lamport; split over 8 slices) and bench/allreduce.py
 #                   up to 64 KiB
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source tests/gpu/setup_native.sh || exit 1
 export OUT=${OUT:-build/decode} PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
 mkdir -p "$OUT"
@@ -50,14 +50,14 @@ bench() {
 
 probe() {
   for w in $1; do
-    on "$w" timeout 150 torchrun --standalone --nproc_per_node="$w" bench/decode_probe.py \
+    on "$w" timeout 150 torchrun --standalone --nproc_per_node="$w" bench/probes/decode_probe.py \
       --out "$OUT/decode-probe-w$w.json" 2>&1 | grep '"contender"'
   done
 }
 
 pairs() {
   for pair in $1; do
-    CUDA_VISIBLE_DEVICES=$pair timeout 60 torchrun --standalone --nproc_per_node=2 bench/decode_probe.py --tokens 1 \
+    CUDA_VISIBLE_DEVICES=$pair timeout 60 torchrun --standalone --nproc_per_node=2 bench/probes/decode_probe.py --tokens 1 \
       --modes split --out "$OUT/decode-probe-pair${pair/,/}.json" 2>&1 | grep '"contender"' | sed "s/^/pair $pair: /"
   done
 }
@@ -69,7 +69,7 @@ shared8() {
 }
 
 ab() {
-  NGPU=4 AB_PROG=rmsnorm_timeline AB_GREP='"tokens"' AB_TAG=-w4 bench/ab.sh "$1" "$2" -- \
+  NGPU=4 AB_PROG=probes/rmsnorm_timeline AB_GREP='"tokens"' AB_TAG=-w4 bench/ab.sh "$1" "$2" -- \
     --tokens 1,8,32,128 --modes lamport --split-parts 8
   NGPU=4 AB_TAG=-w4 bench/ab.sh "$1" "$2" -- --sizes 1024,4096,16384,65536 --dtypes bf16 --skip-gather-scatter
 }

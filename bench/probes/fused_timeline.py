@@ -1,6 +1,6 @@
 """Where a fused matmul + all-reduce spends its time, per CTA: a probe, not a benchmark.
 
-    torchrun --nproc_per_node=2 bench/fused_timeline.py --ms 1024,4096 --out timeline.json
+    torchrun --nproc_per_node=2 bench/probes/fused_timeline.py --ms 1024,4096 --out timeline.json
 
 Launches matmul_all_reduce's kernels (every method) with TRACE=True, so each CTA stores the
 GPU's global timer at its start and after each phase of each tile (ironlink/fused/trace.py):
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,10 +32,12 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.runtime import tuning
-from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results
 from ironlink.fused.matmul_allreduce import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
+from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results  # noqa: E402
 
 PHASES = {"tile": ("gemm", "tile_all_reduce"), "push": ("gemm", "push_prev", "gemm", "signal", "stage", "reduce"),
           "push_two_shot": ("gemm", "signal_prev", "gemm", "wait_partials", "push_or_sum")}

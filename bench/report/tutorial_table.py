@@ -1,8 +1,8 @@
 """docs/tutorial.md's cost table, made from the newest bench/results/tutorial-*.json with 4 ranks
 (until one exists: with the most ranks measured, and the table says so).
 
-    python3 bench/tutorial_table.py            # print the block
-    python3 bench/tutorial_table.py --write    # rewrite it in docs/tutorial.md (`make docs` does this)
+    python3 bench/report/tutorial_table.py            # print the block
+    python3 bench/report/tutorial_table.py --write    # rewrite it in docs/tutorial.md (`make docs` does this)
 
 Each lesson of examples/tutorial/ appends its rows to $IRONLINK_TUTORIAL_JSON when it is set
 (`tests/gpu/run.sh tutorial` sets it under $OUT; copy the 4-GPU file to bench/results/). The block
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "report"))  # bench/report/doc_blocks.py, whether run as a script or loaded by path
 from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "tutorial.md"

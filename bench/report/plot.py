@@ -1,8 +1,8 @@
 """Plots of a benchmark run: latency and bus bandwidth against message size, ironlink vs NCCL vs
 torch symm_mem, one PNG per collective and dtype, under docs/img/.
 
-    python3 bench/plot.py                  # the newest run at each world size (what `make docs` draws)
-    python3 bench/plot.py FILE.json ...    # these runs
+    python3 bench/report/plot.py                  # the newest run at each world size (what `make docs` draws)
+    python3 bench/report/plot.py FILE.json ...    # these runs
 
 Needs matplotlib (requirements-dev.txt). The file names (`outputs`) depend only on the JSON, so
 tests/test_readme_bench.py can check that the committed PNGs exist without matplotlib.
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IMG = REPO / "docs" / "img"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -24,7 +24,7 @@ Row = dict[str, Any]
 
 
 def _table() -> Any:
-    """bench/table.py as a module (it picks the newest runs)."""
+    """bench/report/table.py as a module (it picks the newest runs)."""
     spec = importlib.util.spec_from_file_location("bench_table", Path(__file__).with_name("table.py"))
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)

@@ -1,8 +1,8 @@
 """What a decode call costs in steady state, and what a graph replay adds once: a probe, not a
 benchmark.
 
-    torchrun --nproc_per_node=4 bench/decode_probe.py --out decode-probe.json
-    CUDA_VISIBLE_DEVICES=0,2 torchrun --nproc_per_node=2 bench/decode_probe.py   (one pair of GPUs)
+    torchrun --nproc_per_node=4 bench/probes/decode_probe.py --out decode-probe.json
+    CUDA_VISIBLE_DEVICES=0,2 torchrun --nproc_per_node=2 bench/probes/decode_probe.py   (one pair of GPUs)
 
 bench/fused.py and bench/allreduce.py time a CUDA graph of 20 back-to-back calls after a barrier
 and report its time / 20, max over ranks. The ranks leave the barrier and launch their graph at
@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -43,7 +45,9 @@ from ironlink.ops.pdl import allow_next_kernel, pdl_launch_options, wait_for_pre
 from ironlink.ops.slots import (TILE_WAIT, advance_epochs, at_peer, epoch_counters, lamport_workspace, launch_slots,
                                 peer_distances, slot_of)
 from ironlink.tune.timing import captured, replay_us
-from ironlink_bench import record_row, write_results
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
+from ironlink_bench import record_row, write_results  # noqa: E402
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """Where MoeExchange's low-latency dispatch and combine spend their time, per CTA: a probe, not a
 benchmark.
 
-    torchrun --nproc_per_node=2 bench/moe_timeline.py --tokens 128 --out moe-timeline.json
+    torchrun --nproc_per_node=2 bench/probes/moe_timeline.py --tokens 128 --out moe-timeline.json
 
 Builds MoeExchange(path="low_latency") for each token count and routing (bench/moe.py's: hidden
 7168, top-8 of 64, uniform and skewed), and runs `--repeats` dispatch + combine layers back to back
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,8 +29,10 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.fused.trace import TRACE_SLOTS
-from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results
-from moe import routing  # bench/moe.py: the benchmark's inputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: ironlink_bench and moe.py, run from anywhere
+from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results  # noqa: E402
+from moe import routing  # noqa: E402  bench/moe.py: the benchmark's inputs
 
 
 def phases(d: torch.Tensor, c: torch.Tensor) -> dict[str, float]:

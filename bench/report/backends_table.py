@@ -1,7 +1,7 @@
 """docs/backends.md's measured table, made from the newest bench/results/backends-*.json.
 
-    python3 bench/backends_table.py            # print the block
-    python3 bench/backends_table.py --write    # rewrite it in docs/backends.md (`make docs` does this)
+    python3 bench/report/backends_table.py            # print the block
+    python3 bench/report/backends_table.py --write    # rewrite it in docs/backends.md (`make docs` does this)
 
 One row per message size: each backend's time and its ratio to the P2P heap's (`vs_p2p`: P2P
 time / this one, so above 1 is faster). The block sits between `<!-- backends:begin -->` and
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "report"))  # bench/report/doc_blocks.py, whether run as a script or loaded by path
 from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "docs" / "backends.md"

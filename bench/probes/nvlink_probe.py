@@ -1,6 +1,6 @@
 """NVLink probe: how fast can SM loads and stores move data between the GPUs of this node?
 
-    torchrun --standalone --nproc_per_node=4 bench/nvlink_probe.py --out probe.json
+    torchrun --standalone --nproc_per_node=4 bench/probes/nvlink_probe.py --out probe.json
 
 A measurement tool for the large-message all-reduce work, not part of the library: plain Triton
 kernels (no ironlink code) move `--egress` bytes per rank, all ranks at once, in these patterns:

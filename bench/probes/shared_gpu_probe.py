@@ -7,7 +7,7 @@ other context is scheduled; with MPS both kernels run at once. Prints the time p
 or TIMEOUT if a wait ran past its bound. Used to decide whether multi-rank GPU tests can run on
 a machine with one GPU (timings there mean nothing; correctness does).
 
-    python3 bench/shared_gpu_probe.py [--rounds N]
+    python3 bench/probes/shared_gpu_probe.py [--rounds N]
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The benchmark tables of README.md and docs/performance.md, made from bench/results/*.json.
 
-    python3 bench/table.py              # print README.md's headline table (newest run)
-    python3 bench/table.py --full       # print docs/performance.md's tables (newest run per world size)
-    python3 bench/table.py FILE.json    # print the full tables of one result file
-    python3 bench/table.py --write      # rewrite both blocks in place (`make docs` does this)
+    python3 bench/report/table.py              # print README.md's headline table (newest run)
+    python3 bench/report/table.py --full       # print docs/performance.md's tables (newest run per world size)
+    python3 bench/report/table.py FILE.json    # print the full tables of one result file
+    python3 bench/report/table.py --write      # rewrite both blocks in place (`make docs` does this)
 
 Each file carries its block between `<!-- bench:begin -->` and `<!-- bench:end -->`.
 tests/test_readme_bench.py checks that both files carry exactly this output for the committed
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "report"))  # bench/report/doc_blocks.py, whether run as a script or loaded by path
 from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 README = REPO / "README.md"

@@ -1,7 +1,7 @@
 """docs/fused.md's benchmark tables, made from the newest bench/results/fused-*.json that has the ops.
 
-    python3 bench/fused_table.py            # print the block
-    python3 bench/fused_table.py --write    # rewrite it in docs/fused.md (`make docs` does this)
+    python3 bench/report/fused_table.py            # print the block
+    python3 bench/report/fused_table.py --write    # rewrite it in docs/fused.md (`make docs` does this)
 
 The tensor-parallel ops' block sits between `<!-- fused:begin -->` and `<!-- fused:end -->`, the
 sequence-parallel ops' between `<!-- sp:begin -->` and `<!-- sp:end -->`; tests/test_readme_bench.py
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))  # bench/doc_blocks.py, whether run as a script or loaded by path
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "report"))  # bench/report/doc_blocks.py, whether run as a script or loaded by path
 from doc_blocks import replace_between  # noqa: E402
 sys.path.insert(0, str(REPO / "python"))  # ironlink.tuning: the methods the docs call the default
 from ironlink.runtime import tuning  # noqa: E402

@@ -2,9 +2,9 @@
 benchmark. For matmul_all_reduce's GEMM (issue 36): is the gap to cuBLAS the nested tile loop,
 which drains the software pipeline at every tile, or the tile code itself?
 
-    torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 1024,4096 --N 8192 --K 4096 --out gemm-probe.json
+    torchrun --nproc_per_node=2 bench/probes/gemm_probe.py --ms 1024,4096 --N 8192 --K 4096 --out gemm-probe.json
     # all_gather_matmul's per-rank product, several tiles and GROUP_M:
-    torchrun --nproc_per_node=2 bench/gemm_probe.py --ms 4096,16384 --N 4096 --K 8192 \
+    torchrun --nproc_per_node=2 bench/probes/gemm_probe.py --ms 4096,16384 --N 4096 --K 8192 \
         --tiles 128x256x64,256x128x64 --group-ms 8,16 --variants flatten,flatten_subtile
 
 Variants of one kernel (tile BLOCK_M x BLOCK_N x BLOCK_K from --tiles, default 128 x 256 x 64;
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,8 +34,10 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import ironlink
-from ironlink_bench import record_row, time_graph, write_results
 from ironlink.fused.gemm import tile_coords
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
+from ironlink_bench import record_row, time_graph, write_results  # noqa: E402
 
 
 @triton.jit

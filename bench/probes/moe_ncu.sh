@@ -3,9 +3,9 @@
 # kernels (pull_rows: dispatch, reduce_push: combine) at 4096 tokens per rank, both ranks
 # profiled, one launch of each per rank. Single-pass metrics (no kernel replay, which would
 # leave the peer waiting) and --clock-control none (the clocks stay as they are).
-#   OUT=/tmp/r bench/moe_ncu.sh        # writes $OUT/moe-ncu.csv
+#   OUT=/tmp/r bench/probes/moe_ncu.sh        # writes $OUT/moe-ncu.csv
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source tests/gpu/setup_native.sh || exit 1
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"

@@ -13,16 +13,16 @@
 # DIAG_VARIANTS="ll_tile_no_exchange ll_tile_no_wait" builds the LL tile all-reduce without its
 # exchange, and without its waits for arrivals (device/src/transport/ll_packet.rs): where the
 # time of all_reduce_rmsnorm's one-row exchange goes, by difference:
-#   IRONLINK_GIT_REV=<rev> AB_PROG=rmsnorm_timeline AB_GREP=tokens bench/ab.sh build \
+#   IRONLINK_GIT_REV=<rev> AB_PROG=probes/rmsnorm_timeline AB_GREP=tokens bench/ab.sh build \
 #     build/diag/ll_tile_no_exchange build/diag/ll_tile_no_wait -- --tokens 1,8 --modes rows
 # DIAG_VARIANTS="call_entry call_checked call_begun" builds symm_all_reduce and symm_tile_all_reduce
 # returning at entry, once the context and arguments are checked, and once the call's begin is
 # done too (call_checked: every collective): what a call costs before its algorithm, by
 # difference with ll_tile_no_exchange and the normal build:
-#   IRONLINK_GIT_REV=<rev> AB_PROG=rmsnorm_timeline AB_GREP=tokens bench/ab.sh build build/diag/call_entry \
+#   IRONLINK_GIT_REV=<rev> AB_PROG=probes/rmsnorm_timeline AB_GREP=tokens bench/ab.sh build build/diag/call_entry \
 #     build/diag/call_checked build/diag/call_begun build/diag/ll_tile_no_exchange -- --tokens 1 --modes rows
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 for v in ${DIAG_VARIANTS:-no_scatter no_reduce no_stages}; do
   make -s CUDA_ARCH=sm_90 DIAG="$v"
 done

@@ -4,18 +4,22 @@ benchmark's largest shapes, for chunk sizes, warps and grid sizes. Prints GB/s o
 config; the chosen one goes to moe/kernels.py BLOCK / WARPS by hand, with the result recorded under
 bench/results/experiments/.
 
-    torchrun --nproc_per_node=1 bench/moe_kernels_sweep.py [--rows 32768] [--hidden 7168] [--topk 8]
+    torchrun --nproc_per_node=1 bench/probes/moe_kernels_sweep.py [--rows 32768] [--hidden 7168] [--topk 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from ironlink.moe import kernels as k
-from ironlink_bench import time_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
+from ironlink_bench import time_graph  # noqa: E402
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Where all_reduce_rmsnorm's time goes, per CTA: a probe, not a benchmark.
 
-    torchrun --nproc_per_node=2 bench/rmsnorm_timeline.py --tokens 1,8,32,128 --out rmsnorm-timeline.json
+    torchrun --nproc_per_node=2 bench/probes/rmsnorm_timeline.py --tokens 1,8,32,128 --out rmsnorm-timeline.json
 
 Launches the op's kernel with TRACE=True (each CTA stores the GPU's global timer at its start,
 after the wait for the previous kernel, after the all-reduce and at its end; ironlink/fused/trace.py;
@@ -26,18 +26,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink_bench import GraphRound, record_row, slowest_rank_median, time_graph, write_results
 from ironlink.runtime.distributed import sm_share
 from ironlink.fused.allreduce_rmsnorm import launch, plan, split_into
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.ops import TensorSpec
 from ironlink.ops.pdl import choose_pdl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
+from ironlink_bench import GraphRound, record_row, slowest_rank_median, time_graph, write_results  # noqa: E402
 
 
 def phases(stamps: torch.Tensor) -> dict[str, float]:
