@@ -38,7 +38,7 @@ Six ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
   |residual x weight|) as an 8-byte word tagged with the launch count; it reads its row's other
   slices' words (this rank's memory, no barrier) and normalizes its slice. For the few tokens of
   decode: a CTA alone moves a 16 KiB row's packets in about 4.3 us, a slice of 2 KiB in about 2
-  (2 H100s, bench/rmsnorm_timeline.py at hidden 8192 and 1024). Bitwise identical on every rank
+  (2 H100s, bench/probes/rmsnorm_timeline.py at hidden 8192 and 1024). Bitwise identical on every rank
   (every CTA of a row reduces its slices' sums the same way); not bitwise the same as "rows",
   whose row sum runs in another order. One node only; its words and launch counters are a
   workspace made at the first call (before a CUDA graph capture, as for "push").
@@ -207,7 +207,7 @@ def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) ->
     """Plan `p` in mode "split" with `parts` slices a row (elements of `itemsize` bytes), sized by
     `tuning.rmsnorm_split_slice_bytes`; a CTA each, of `tuning.rmsnorm_split_warps`; the slices
     exchanged through lamport slots (`lamport`, over `world` ranks) or LL packets.
-    bench/rmsnorm_timeline.py --split-parts compares slice counts with it."""
+    bench/probes/rmsnorm_timeline.py --split-parts compares slice counts with it."""
     cols = tuning.rmsnorm_split_slice_bytes(p.hidden * itemsize, parts) // itemsize
     block = triton.next_power_of_2(cols)
     return p._replace(mode="split", block_h=block, ctas=p.tokens * parts, warps=tuning.rmsnorm_split_warps(block),
@@ -539,7 +539,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
-    (`fused/trace.py`; bench/rmsnorm_timeline.py)."""
+    (`fused/trace.py`; bench/probes/rmsnorm_timeline.py)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     # The rank and the peers' addresses come from the context, which no kernel writes: read
@@ -674,7 +674,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
 def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight: Any, out: Any, scale: Any,
            eps: float, status: Any, pdl: bool, trace: Any = None, preload: bool = True) -> None:
     """Launches plan `p` (no checks: `all_reduce_rmsnorm` made them; `scale` is any tensor
-    without FP8). bench/rmsnorm_timeline.py calls it directly: `trace` (int64 [ctas,
+    without FP8). bench/probes/rmsnorm_timeline.py calls it directly: `trace` (int64 [ctas,
     TRACE_SLOTS], zeroed) records the phases of each CTA, `preload=False` loads the residual and
     the weight after the all-reduce (rows)."""
     if heap.multi_node:

@@ -2,7 +2,7 @@
 
 A kernel built with TRACE=True stores the GPU's global timer (ns) at the points it names into
 `trace` [grid, TRACE_SLOTS] (int64, zero-filled by the caller; slot 0 is the CTA's start);
-bench/fused_timeline.py launches them and summarizes. With TRACE=False (every library launch)
+bench/probes/fused_timeline.py launches them and summarizes. With TRACE=False (every library launch)
 `stamp` compiles to nothing.
 """
 

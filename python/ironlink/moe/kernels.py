@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Measured on one H200 at the benchmark's largest shapes (bench/moe_kernels_sweep.py,
+# Measured on one H200 at the benchmark's largest shapes (bench/probes/moe_kernels_sweep.py,
 # bench/results/experiments/moe-kernels-sweep-1xH200-20261123.log): 2048-element chunks, 4 warps and
 # 8 programs per SM copy 32768 expert rows in 240 us (3.9 TB/s of HBM traffic) and reduce them in
 # 219 us, against 323 and 272 us with 1024, 4 warps and 4 per SM.

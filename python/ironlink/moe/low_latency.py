@@ -57,7 +57,7 @@ class LowLatencyPath:
         if sim_deltas is None:
             heap.barrier()
         self.receive_pending = False  # a deferred dispatch's receive not yet launched
-        # Diagnostics (bench/moe_timeline.py): int64 [ctas, fused.trace.TRACE_SLOTS], zeroed by the
+        # Diagnostics (bench/probes/moe_timeline.py): int64 [ctas, fused.trace.TRACE_SLOTS], zeroed by the
         # caller; while set, the kernels are built with TRACE and stamp the phases of each CTA.
         self.trace: Optional[Any] = None
         i32, i64 = dict(dtype=torch.int32, device=dev), dict(dtype=torch.int64, device=dev)

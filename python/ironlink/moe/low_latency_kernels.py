@@ -191,7 +191,7 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
     out-of-range ids among its own tokens. FP8: each token quantized per GROUP channels on its
     way out (kernels.quantize_chunk). TRACE: the global timer into `trace` [grid, TRACE_SLOTS] at
     the start (0), once the sends are issued (1), after the count words (2), after the copies into
-    recv_x (3) and at the end (4) (bench/moe_timeline.py)."""
+    recv_x (3) and at the end (4) (bench/probes/moe_timeline.py)."""
     stamp(trace, 0, TRACE)
     pid, grid = tl.program_id(0), tl.num_programs(0)
     call, copy, prev = _this_call(calls)

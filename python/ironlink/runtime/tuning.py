@@ -1,6 +1,6 @@
 """Launch configs (CTAs, num_warps) of ironlink's host-level collectives.
 
-The measurements live in `tuning_table.py`, generated from a benchmark by `bench/make_tuning.py`;
+The measurements live in `tuning_table.py`, generated from a benchmark by `bench/report/make_tuning.py`;
 this module only looks them up.
 """
 
@@ -127,7 +127,7 @@ def tile_all_reduce_takes_ll(tile: int, rows: int, row_bytes: int, world: int) -
 # one CTA each, at most RMSNORM_SPLIT_MAX_PARTS a row, every CTA resident with an LL tile (it runs
 # for a shape only where at least two fit: `rmsnorm_mode_runs`). Why world 2 runs it up to 256 KiB
 # of x: one CTA moves a row's LL packets in about 2 us at
-# 2 KiB and 4.3 at 16 KiB (2 H100s, bench/rmsnorm_timeline.py, hidden 1024 and 8192, 1 token:
+# 2 KiB and 4.3 at 16 KiB (2 H100s, bench/probes/rmsnorm_timeline.py, hidden 1024 and 8192, 1 token:
 # all_reduce_us 3.75 and 6.0 of which 1.75 outside the exchange). On 2 H100s, hidden 8192 bf16,
 # with PDL, us, split / rows / push (git 5f070ee, one run of bench/fused.py:
 # bench/results/experiments/rmsnorm-split-2xH100-5f070ee.json): 1 token 6.71 / 9.70 / 9.17,
@@ -221,7 +221,7 @@ MOE_LOW_LATENCY_MAX_TOKENS = 256
 
 # all_reduce_rmsnorm "rows": a CTA with several rows normalizes this many at a time (their loads
 # in flight together, their reductions side by side). On 2 H200s, hidden 8192, in turns (git
-# 345ed84, bench/rmsnorm_timeline.py --rows-at-once 1,2,
+# 345ed84, bench/probes/rmsnorm_timeline.py --rows-at-once 1,2,
 # bench/results/experiments/rmsnorm-rows-at-once-2xNVIDIA-H200-20261126-052212.json), us, one
 # row / two at a time: 512 tokens (4 rows a CTA) 40.9 / 40.0, FP8 out 43.4 / 42.7; 2048 (16)
 # 150.6 / 144.4, FP8 158.8 / 146.8. With one row a CTA two at a time is slower (1 token 9.5 /
@@ -395,7 +395,7 @@ MATMUL_ONE_SHOT_MAX_WAVES = 2
 # At world 2, matmul_all_reduce's two-shot kernel (flattened loop) and matmul_reduce_scatter's
 # kernel signal their pushes every this many tiles with one release (`symm_tile_signal_batch`).
 # With all 132 CTAs signalling, one signal costs a CTA 1.9 us with nothing written before it and
-# 4.6 us after a TMA push (2 H200s, bench/signal_probe.py). matmul_all_reduce at M = 4096, graph
+# 4.6 us after a TMA push (2 H200s, bench/probes/signal_probe.py). matmul_all_reduce at M = 4096, graph
 # us, batches of 1 / 2 / 4 / 8 (2 H200s, git 5a2a6ff, one run of bench/fused.py): 485.3 / 470.1 /
 # 462.4 / 465.0 (bench/results/experiments/fused-signal-batch-ab-2xH200-5a2a6ff.json).
 MATMUL_SIGNAL_EVERY = 4
