@@ -71,7 +71,7 @@ _RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out":
                 "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
                 "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
                 "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",
-                "LAMPORT": "constexpr"}
+                "LAMPORT": "constexpr", "TWO_SHOT": "constexpr"}
 KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
     # name: (kernel, signature, constexprs without PDL, num_warps), as the host ops launch them
     "all_reduce_rmsnorm rows": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
@@ -86,6 +86,9 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
     "all_reduce_rmsnorm lamport": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
                                    {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
                                     "ROWS": 1, "LAMPORT": True, "WORLD": 2}, 16),
+    "all_reduce_rmsnorm two_shot": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+                                    {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
+                                     "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "WORLD": 4}, 16),
     "all_reduce_rmsnorm split": (allreduce_rmsnorm_kernel.fn,
                                  {**_RMSNORM_SIG, "ws": "*i64"},
                                  {"WHOLE": False, "BLOCK_H": 1024, "FP8": False, "PRELOAD": True, "TRACE": False,
