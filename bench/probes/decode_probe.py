@@ -39,11 +39,11 @@ import triton.language as tl
 import ironlink
 from ironlink import language as il
 from ironlink.language import typed as ilt
-from ironlink.language._flags import empty_like, unempty, wait_written
+from ironlink.language._flags import unempty
 from ironlink.language.jit import jit
 from ironlink.ops.pdl import allow_next_kernel, pdl_launch_options, wait_for_previous_kernel
-from ironlink.ops.slots import (TILE_WAIT, advance_epochs, at_peer, epoch_counters, lamport_workspace, launch_slots,
-                                peer_distances, slot_of)
+from ironlink.ops.slots import (advance_epochs, at_peer, epoch_counters, lamport_receive, lamport_workspace,
+                                launch_slots, peer_distances, slot_of)
 from ironlink.tune.timing import captured, replay_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
@@ -73,10 +73,7 @@ def _fanout(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, K: tl.const
         tl.store(at_peer(slots, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * n + at, v, mask=m)
     s = tl.zeros((), dtype=tl.int32)
     for k in tl.static_range(1, K + 1):
-        mine = slots + slot_of((rank - k + WORLD) % WORLD, rank, WORLD).to(tl.int64) * n + at
-        got, w = wait_written(ctx, mine, m, TILE_WAIT)
-        if w == 0:
-            tl.store(mine, empty_like(got), mask=m)
+        _, w = lamport_receive(ctx, slots + slot_of((rank - k + WORLD) % WORLD, rank, WORLD).to(tl.int64) * n + at, m)
         s = ilt.failure_or(s, w)
     advance_epochs(epochs, epoch + 1)
     tl.store(status + tl.program_id(0), s)

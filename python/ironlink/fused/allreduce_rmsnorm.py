@@ -76,7 +76,7 @@ import triton
 import triton.language as tl
 
 from ..language import _abi
-from ..language._flags import empty_like, tagged, unempty, wait_tagged, wait_written
+from ..language._flags import tagged, unempty, wait_tagged
 from .. import language as il
 from ..runtime import eager, tuning
 from ..runtime.decode_table import RMSNORM_MODES
@@ -87,16 +87,16 @@ from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_fo
 from ..ops import TensorSpec, check_tensor, launch_with_status
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from ..ops.slots import (PEERS, TILE_WAIT, add_in_rank_order, advance_epochs, at_peer, epoch_counters,
+from ..ops.slots import (PEERS, add_in_rank_order, advance_epochs, at_peer, epoch_counters, lamport_receive,
                          lamport_reduce, lamport_reduce_values, lamport_send, lamport_store, lamport_workspace,
                          launch_slots, peer_distances, slot_of, store_to_peer_slots)
 from .trace import stamp
 
 MAX_HIDDEN = 16384
 MODES = RMSNORM_MODES  # the names the decode tables choose from (runtime/decode_table.py)
-# What an error of each mode names as the failing call (`{suffix}`: "_hierarchical" on several nodes).
 # The modes whose slots and counters are one node's (refused on a heap of several nodes).
 ONE_NODE_MODES = ("push", "split", "lamport", "two_shot")
+# What an error of each mode names as the failing call (`{suffix}`: "_hierarchical" on several nodes).
 MODE_CALLS = {"rows": "symm_tile_all_reduce{suffix}", "whole": "symm_all_reduce{suffix}/symm_grid_barrier",
               "push": "symm_tile_signal_others/symm_tile_wait_others",
               "split": "symm_tile_all_reduce/the wait for the row's other slices",
@@ -508,9 +508,8 @@ def _two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, ep
             row = tl.cast(i, tl.int64) + tl.arange(0, 1)
             at = row[:, None] * H + cols[None, :]
             res = tl.load(residual + at, mask=mk, other=0.0)
-            summed, s = wait_written(ctx, gathered + at, mk, TILE_WAIT)
+            summed, s = lamport_receive(ctx, gathered + at, mk)
             if s == 0:
-                tl.store(gathered + at, empty_like(summed), mask=mk)
                 tl.store(x + at, summed, mask=mk)
                 _norm_sums(summed, res, w, residual_out, out, scale, row, row == row, H, eps, BLOCK_H, FP8)
     advance_epochs(epochs, epoch + 1)
@@ -713,5 +712,5 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
     return ws, epochs, inbox
 
 
-__all__ = ["MAX_HIDDEN", "MODES", "ONE_NODE_MODES", "all_reduce_rmsnorm", "two_shot_slots", "launch", "allreduce_rmsnorm_hierarchical_kernel",
-           "allreduce_rmsnorm_kernel", "plan", "split_into"]
+__all__ = ["MAX_HIDDEN", "MODES", "ONE_NODE_MODES", "all_reduce_rmsnorm", "launch",
+           "allreduce_rmsnorm_hierarchical_kernel", "allreduce_rmsnorm_kernel", "plan", "split_into", "two_shot_slots"]

@@ -143,6 +143,17 @@ def _combine(acc, v, OP: tl.constexpr):
 
 
 @triton.jit
+def lamport_receive(ctx, ptrs, mask):
+    """(the elements at `ptrs` where `mask`, polled until none is empty (`wait_written`, bounded
+    by the context's timeout, TIMEOUT recorded as symm_tile_wait), status), the slots read set
+    back to empty; after a failed wait they are left as they are."""
+    got, s = wait_written(ctx, ptrs, mask, TILE_WAIT)
+    if s == 0:
+        tl.store(ptrs, empty_like(got), mask=mask)
+    return got, s
+
+
+@triton.jit
 def lamport_reduce(ctx, x, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr = _SUM):
     """`lamport_reduce_values` with this rank's elements loaded from x (as `lamport_send` sent
     them)."""
@@ -182,10 +193,7 @@ def _reduce_together(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, O
     peer = q != rank
     # Row q = rank points past the slots (index WORLD - 1); it is masked out of every access.
     inbox = slots + slot_of(q, rank, WORLD).to(tl.int64) * slot + at_q
-    polled = mk_q & peer
-    got, s = wait_written(ctx, inbox, polled, TILE_WAIT)
-    if s == 0:
-        tl.store(inbox, empty_like(got), mask=polled)
+    got, s = lamport_receive(ctx, inbox, mk_q & peer)
     v = tl.where(peer, got, unempty(own_q)).to(tl.float32)
     if OP == _PROD:
         total = tl.reduce(v, 0, _multiply)
@@ -215,12 +223,9 @@ def _reduce_peer_by_peer(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexp
         if q == rank:
             v = unempty(own).to(tl.float32)
         else:
-            inbox = slots + slot_of(q, rank, WORLD) * slot + at
-            got, waited = wait_written(ctx, inbox, mk, TILE_WAIT)
+            got, waited = lamport_receive(ctx, slots + slot_of(q, rank, WORLD) * slot + at, mk)
             s = ilt.failure_or(s, waited)
             v = got.to(tl.float32)
-            if waited == 0:
-                tl.store(inbox, empty_like(got), mask=mk)
         if q == 0:
             total = v
         else:
@@ -271,6 +276,6 @@ def epoch_counters(heap: Any, name: str) -> Any:
 
 
 __all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "at_peer", "epoch_counters",
-           "lamport_bits", "lamport_reduce", "lamport_reduce_values", "lamport_send",
+           "lamport_bits", "lamport_receive", "lamport_reduce", "lamport_reduce_values", "lamport_send",
            "lamport_store", "lamport_workspace", "lamport_workspace_name",
            "launch_slots", "peer_distances", "slot_of", "store_to_peer_slots"]

@@ -103,7 +103,8 @@ def tile_all_reduce_takes_ll(tile: int, rows: int, row_bytes: int, world: int) -
 # all_reduce_rmsnorm's mode and ironlink.all_reduce's path by bytes come from the decode table of
 # the world size (runtime/decode_table.py: a user's tuning file from `python -m ironlink.tune`,
 # else the committed runtime/tables/decode-w{world}.json, else one derived from the nearest world).
-# The committed world-2 table (hand-made before the tuner) and the measurements behind it:
+# The committed tables are the tuner's runs on H200s (their files hold every timing). Before the
+# tuner, world 2's choices were made by hand from these measurements (docs/record.md has the rest):
 # - all_reduce_rmsnorm "split" up to 256 KiB: below, after RMSNORM_SPLIT_MAX_PARTS.
 # - "lamport" up to 8 MiB: below, after RMSNORM_SPLIT_LAMPORT.
 # - "push" (rows stored into the peers' slots, a tile signal per CTA: the bytes cross NVLink once
@@ -116,7 +117,7 @@ def tile_all_reduce_takes_ll(tile: int, rows: int, row_bytes: int, world: int) -
 # - "rows" beyond: rows + PDL beat whole + PDL at 2048 tokens of hidden 8192 (32 MiB) on 2 H100s
 #   (158.5 against 163.3 us, git 99b169a) and on 2 H200s (151.8 against 154.2, git 784be2d).
 # - ironlink.all_reduce "lamport" up to 256 KiB: below, after ALL_REDUCE_LAMPORT_WARPS.
-# The committed world-4 table is world 4's choice before the tuner: "whole" (every CTA
+# World 4's choice before the tuner: "whole" (every CTA
 # all-reduces, a grid barrier, then the norm) up to 16 KiB and from 32 MiB, "rows" between (each
 # CTA all-reduces and normalizes its own rows). Measured on 4 H200s, hidden 8192 bf16, before the
 # LL tile all-reduce (bench/results/fused-4xNVIDIA-H200-20261122-125136.json): whole won at 1 token
