@@ -45,8 +45,8 @@ from ironlink.fused import allreduce_rmsnorm
 from ironlink.fused.matmul_allreduce import METHODS
 from ironlink.fused.matmul_allreduce import launch as launch_matmul
 from ironlink.fused.matmul_allreduce import plan as plan_matmul
-from ironlink.ops import TensorSpec
-from ironlink.ops.pdl import MIN_MAJOR, choose_pdl
+from ironlink.runtime.tensor_spec import TensorSpec
+from ironlink.runtime.pdl import MIN_MAJOR, choose_pdl
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
 MS = [16, 128, 1024, 4096]
@@ -64,7 +64,7 @@ class FusedBench:
         # together (`flush`).
         self.round = GraphRound()
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # Programmatic dependent launch (ironlink.ops.pdl): what the ops choose by default here, and
+        # Programmatic dependent launch (ironlink.runtime.pdl): what the ops choose by default here, and
         # the settings to measure (both where the GPU has it).
         major = torch.cuda.get_device_capability()[0]
         self.default_pdl = choose_pdl(None, major, "all_reduce_rmsnorm")

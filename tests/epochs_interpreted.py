@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ironlink.ops.slots import advance_epochs, launch_slots
+from ironlink.language.slots import advance_epochs, launch_slots
 from ironlink.language import _abi
 
 

@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ironlink.ops.slots import PEERS, TILE_WAIT as _TILE_WAIT, lamport_bits, lamport_reduce_values, lamport_store
+from ironlink.language.slots import PEERS, TILE_WAIT as _TILE_WAIT, lamport_reduce_values, lamport_store
+from ironlink.runtime.workspaces import lamport_bits
 from ironlink.language import _abi
 from ironlink.language._flags import empty_like, is_empty, unempty, wait_written
 

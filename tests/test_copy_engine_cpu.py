@@ -45,10 +45,10 @@ def test_the_kernel_goes_before_the_wait_for_its_go(monkeypatch: pytest.MonkeyPa
 
     cuda = SimpleNamespace(current_stream=lambda: main, Event=Event, stream=on)
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
-    monkeypatch.setattr(copy_engine.sp_streams, "_made_streams", lambda device, count: (side, Stream("spare")))
-    monkeypatch.setattr(copy_engine.stream_flags, "wait_flag",
+    monkeypatch.setattr(copy_engine.streams, "_made_streams", lambda device, count: (side, Stream("spare")))
+    monkeypatch.setattr(copy_engine.streams, "wait_flag",
                         lambda s, word, value: calls.append(f"{s.name} waits for word {word} == {value}"))
-    monkeypatch.setattr(copy_engine.stream_flags, "write_flag",
+    monkeypatch.setattr(copy_engine.streams, "write_flag",
                         lambda s, word, value: calls.append(f"{s.name} writes {value} into word {word}"))
     heap = SimpleNamespace(device=SimpleNamespace(index=0))
     go = copy_engine.FLAG_GO.value
@@ -59,14 +59,14 @@ def test_the_kernel_goes_before_the_wait_for_its_go(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_side_stream_is_never_the_current_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A caller's current stream may be the first one sp_streams made (it was, when they came from
+    # A caller's current stream may be the first one runtime.streams made (it was, when they came from
     # PyTorch's pool, which hands its streams out again). The copies then take the next (else a
     # copy-engine kernel waits for transfers queued behind itself: every wait timed out on 2 H200s).
     first, second, other = object(), object(), object()
-    monkeypatch.setattr(copy_engine.sp_streams, "_made_streams", lambda device, count: (first, second)[:count])
-    assert copy_engine.sp_streams.side_streams(0, 1, other) == (first,)
-    assert copy_engine.sp_streams.side_streams(0, 1, first) == (second,)
-    assert copy_engine.sp_streams.side_streams(0, 1, second) == (first,)
+    monkeypatch.setattr(copy_engine.streams, "_made_streams", lambda device, count: (first, second)[:count])
+    assert copy_engine.streams.side_streams(0, 1, other) == (first,)
+    assert copy_engine.streams.side_streams(0, 1, first) == (second,)
+    assert copy_engine.streams.side_streams(0, 1, second) == (first,)
 
 
 def test_flag_words_are_zero_for_every_shape_that_shares_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,6 +140,6 @@ def test_the_copies_streams_are_made_for_them_not_taken_from_pytorchs_pool(monke
     cuda = SimpleNamespace(Stream=no_pool_stream,
                            ExternalStream=lambda handle, device: SimpleNamespace(handle=handle, device=device))
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
-    monkeypatch.setattr("ironlink.runtime.native.load_native", lambda: Native())
-    streams = copy_engine.sp_streams._made_streams.__wrapped__(3, 2)
+    monkeypatch.setattr("ironlink.runtime.streams.load_native", lambda: Native())
+    streams = copy_engine.streams._made_streams.__wrapped__(3, 2)
     assert [(s.handle, s.device) for s in streams] == [(0x1001, 3), (0x1002, 3)] and made == [3, 3]

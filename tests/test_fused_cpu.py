@@ -19,7 +19,7 @@ from ironlink.fused import gemm
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.fused import sp_streams
-from ironlink.ops import TensorSpec
+from ironlink.runtime.tensor_spec import TensorSpec
 
 DEV = "cuda:0"
 

@@ -148,11 +148,11 @@ KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
                                                                           "out", "ws", "inbox")}},
     {"WHOLE": 0, "BLOCK_H": 4096, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 2, "num_warps": 8})
-# ironlink.all_reduce's small messages through lamport slots (ops/slots.py), as the op launches it,
+# ironlink.all_reduce's small messages through lamport slots (language/slots.py), as the op launches it,
 # over 2 and 4 ranks, with every reduction.
 from ironlink.language import _abi  # noqa: E402
 from ironlink.ops.collectives import _all_reduce_lamport_kernel  # noqa: E402
-# At 4 and 8 ranks every peer's slot is polled in one loop (ops.slots._reduce_together).
+# At 4 and 8 ranks every peer's slot is polled in one loop (language.slots._reduce_together).
 for world, op in ((2, "SUM"), (2, "AVG"), (4, "MAX"), (4, "PROD"), (4, "SUM"), (8, "AVG")):
     KERNELS[f"all_reduce_lamport_w{world}_{op.lower()}"] = (
         _all_reduce_lamport_kernel.fn,
@@ -175,7 +175,7 @@ KERNELS["allreduce_rmsnorm_split_lamport_pdl"] = (  # the slices through lamport
     allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
      "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "LAMPORT": True, "MIN_CC": 90, "num_warps": 8})
-# Over 4 ranks (the peers' slices polled together) and 8 (peer by peer: ops.slots.POLL_TOGETHER_MAX_ELEMENTS
+# Over 4 ranks (the peers' slices polled together) and 8 (peer by peer: language.slots.POLL_TOGETHER_MAX_ELEMENTS
 # is about the block, and a slice of 1024 columns of 8 ranks fits).
 for world in (4, 8):
     KERNELS[f"allreduce_rmsnorm_split_lamport_w{world}_pdl"] = (
@@ -186,7 +186,7 @@ KERNELS["allreduce_rmsnorm_split_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**_SPLIT_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
      "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "MIN_CC": 90, "num_warps": 4})
-# With programmatic dependent launch (ironlink.ops.pdl): griddepcontrol is sm_90+, the host launches
+# With programmatic dependent launch (ironlink.language.pdl): griddepcontrol is sm_90+, the host launches
 # it there only (tests/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_pdl"] = (
@@ -368,7 +368,7 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # (`ll_packet::one_shot_reduce`); the library's rows kernels stay at 0.
                     "tiles_then_all_reduce": 8, "tiles_then_all_reduce_64x128_fp32": 16,
                     # Lamport rows of hidden 8192 (16 warps: 128 registers a thread): world 4 polls
-                    # its three peers' rows as one [4, 8192] block (ops.slots._reduce_together; 112
+                    # its three peers' rows as one [4, 8192] block (language.slots._reduce_together; 112
                     # bytes when they were polled one by one); world 8 one by one, seven rows
                     # unrolled; world 2 spills none.
                     "allreduce_rmsnorm_lamport_w4": 16, "allreduce_rmsnorm_lamport_w4_fp8_pdl": 48,

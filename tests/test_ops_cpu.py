@@ -26,7 +26,9 @@ from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.runtime.errors import IronlinkError
-from ironlink.ops import Plan, TensorSpec
+from ironlink.ops import Plan
+from ironlink.runtime import launch
+from ironlink.runtime.tensor_spec import TensorSpec, reduce_op_code
 
 from test_triton_compile import compile_for
 from test_typed import _fresh_triton_cache, extern_calls  # noqa: F401 - the fixture applies here too
@@ -51,15 +53,15 @@ def test_host_functions_are_exported_lazily() -> None:
 
 
 def test_reduce_ops() -> None:
-    assert ops.reduce_op_code("sum") == _abi.REDUCE_OP["SUM"]
-    assert ops.reduce_op_code("AVG") == _abi.REDUCE_OP["AVG"]
-    assert ops.reduce_op_code(_abi.REDUCE_OP["MAX"]) == _abi.REDUCE_OP["MAX"]
+    assert reduce_op_code("sum") == _abi.REDUCE_OP["SUM"]
+    assert reduce_op_code("AVG") == _abi.REDUCE_OP["AVG"]
+    assert reduce_op_code(_abi.REDUCE_OP["MAX"]) == _abi.REDUCE_OP["MAX"]
     from ironlink.constants import REDUCE_OP_MIN
 
-    assert ops.reduce_op_code(REDUCE_OP_MIN) == _abi.REDUCE_OP["MIN"]  # a tl.constexpr
+    assert reduce_op_code(REDUCE_OP_MIN) == _abi.REDUCE_OP["MIN"]  # a tl.constexpr
     for bad in ("mean", 99, True, None):
         with pytest.raises(ValueError, match="op must be one of 'sum', 'max', 'min', 'prod', 'avg'"):
-            ops.reduce_op_code(bad)  # type: ignore[arg-type]
+            reduce_op_code(bad)  # type: ignore[arg-type]
 
 
 def test_all_reduce_plan_and_tensor_checks() -> None:
@@ -106,10 +108,10 @@ def test_reduce_scatter_plan() -> None:
 
 
 def test_statuses() -> None:
-    ops.check_statuses([0] * 64, "all_reduce", 0)
+    launch.check_statuses([0] * 64, "all_reduce", 0)
     with pytest.raises(IronlinkError, match=r"ironlink.all_gather: symm_all_gather returned INVALID_ARGUMENT \(-9\), "
                                             r"TIMEOUT \(-7\) on rank 5") as e:
-        ops.check_statuses([0, -7, -9, -9], "all_gather", 5)
+        launch.check_statuses([0, -7, -9, -9], "all_gather", 5)
     assert e.value.status == -9 and e.value.function == "symm_all_gather"
 
 
@@ -417,7 +419,7 @@ class _Heap:
         return self.node_size < self.world_size
 
     def __init__(self, *tensors: Any) -> None:
-        from ironlink.runtime.stream_order import StreamOrder
+        from ironlink.runtime.streams import StreamOrder
 
         self.mine = {id(t) for t in tensors}
         self.stream_order = StreamOrder()
@@ -500,14 +502,14 @@ def test_multi_node_heaps_take_the_same_kernels_and_refuse_the_rest(fake_torch: 
     ironlink.reduce_scatter(x, out, heap=heap)
     ironlink.all_to_all_v(x, counts, out, recv_counts, recv_offsets, heap=heap)
     assert [k for k, *_ in fake_torch.launches] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"]
-    assert ops.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v",
+    assert launch.MULTI_NODE_OPS == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v",
                                   "all_reduce_rmsnorm", "matmul_all_reduce", "all_gather_matmul",
                                   "matmul_reduce_scatter"}
     with pytest.raises(IronlinkError, match=r"ironlink.barrier has no multi-node version yet; this heap spans 4 "
                                             r"nodes of 2 ranks, where all_gather, all_gather_matmul, all_reduce, "
                                             r"all_reduce_rmsnorm, all_to_all_v, matmul_all_reduce, "
                                             r"matmul_reduce_scatter, reduce_scatter run"):
-        ops.launch_with_status("barrier", heap, 1, lambda status: None, False)
+        launch.launch_with_status("barrier", heap, 1, lambda status: None, False)
     assert len(fake_torch.launches) == 4  # refused before any launch
 
 
@@ -604,11 +606,11 @@ def test_all_to_all_v_rejects_bad_tensors(kw: dict, err: type, text: str) -> Non
         _a2av(**kw)
 
 
-# --- stream order and unusable heaps (ops.launch_with_status) --------------------------------------
+# --- stream order and unusable heaps (runtime.launch.launch_with_status) --------------------------------------
 
 
 def test_stream_order_waits_only_when_the_stream_changes() -> None:
-    from ironlink.runtime.stream_order import StreamOrder
+    from ironlink.runtime.streams import StreamOrder
 
     order, a, b, c = StreamOrder(), _Stream("a"), _Stream("b"), _Stream("c")
     order.before_call(a, capturing=False)

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (ironlink.ops.pdl), no GPU needed: what the installed Triton offers,
+"""Programmatic dependent launch (ironlink.language.pdl, ironlink.runtime.pdl), no GPU needed: what the installed Triton offers,
 when the ops launch with it, and the PDL kernels compiled for sm_90 and sm_100 with nothing that
 touches memory before `griddepcontrol.wait` but the context (generic loads: the rank and the
 peers' addresses, written once when the heap is made), and every path reaching the wait. (Inlining, local memory and spills of the
@@ -18,7 +18,7 @@ from triton.compiler import ASTSource
 
 from ironlink.language import _lib
 from ironlink.ops import collectives as ops
-from ironlink.ops import pdl
+from ironlink.runtime import pdl
 from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm_kernel
 

@@ -17,7 +17,7 @@ each the median over --reps replays, max over ranks; `rank_spread_us`: the short
 slowest rank's time / calls minus the fastest's.
 
 `fanout[k]` isolates what the number of peers costs: the lamport all-reduce's exchange of 1 KiB
-(one CTA, ops/slots.py's slots and waits) where each rank sends to its k next ranks and waits for
+(one CTA, language/slots.py's slots and waits) where each rank sends to its k next ranks and waits for
 its k previous ones, k = 1 .. world - 1, PDL as the op. k = 1 at world 4 against world 2's: what
 four GPUs cost at one peer; k = 3 against k = 1: what each peer more costs.
 """
@@ -41,9 +41,10 @@ from ironlink import language as il
 from ironlink.language import typed as ilt
 from ironlink.language._flags import unempty
 from ironlink.language.jit import jit
-from ironlink.ops.pdl import allow_next_kernel, pdl_launch_options, wait_for_previous_kernel
-from ironlink.ops.slots import (advance_epochs, at_peer, epoch_counters, lamport_receive, lamport_workspace,
-                                launch_slots, peer_distances, slot_of)
+from ironlink.language.pdl import allow_next_kernel, wait_for_previous_kernel
+from ironlink.language.slots import advance_epochs, at_peer, lamport_receive, launch_slots, peer_distances, slot_of
+from ironlink.runtime.pdl import pdl_launch_options
+from ironlink.runtime.workspaces import epoch_counters, lamport_workspace
 from ironlink.tune.timing import captured, replay_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere

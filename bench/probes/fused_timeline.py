@@ -34,7 +34,7 @@ import ironlink
 from ironlink.runtime import tuning
 from ironlink.fused.matmul_allreduce import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
-from ironlink.ops import TensorSpec
+from ironlink.runtime.tensor_spec import TensorSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
 from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results  # noqa: E402

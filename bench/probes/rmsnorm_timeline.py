@@ -37,8 +37,8 @@ import ironlink
 from ironlink.runtime.distributed import sm_share
 from ironlink.fused.allreduce_rmsnorm import launch, plan, split_into
 from ironlink.fused.trace import TRACE_SLOTS
-from ironlink.ops import TensorSpec
-from ironlink.ops.pdl import choose_pdl
+from ironlink.runtime.tensor_spec import TensorSpec
+from ironlink.runtime.pdl import choose_pdl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
 from ironlink_bench import GraphRound, record_row, slowest_rank_median, time_graph, write_results  # noqa: E402

@@ -39,8 +39,8 @@ import ironlink
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
-from ironlink.fused import sp_streams
-from ironlink.ops import TensorSpec
+from ironlink.runtime.streams import side_streams
+from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime import tuning
 from ironlink.runtime.distributed import sm_share
 
@@ -92,7 +92,7 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     def gemm_beside_copies() -> None:  # no flags, no waits: what the copies alone cost the GEMM
         main = torch.cuda.current_stream()
         # Never the current stream: the copies would queue behind the GEMM.
-        side = sp_streams.side_streams(torch.cuda.current_device(), 1, main)[0]
+        side = side_streams(torch.cuda.current_device(), 1, main)[0]
         side.wait_stream(main)
         with torch.cuda.stream(side):
             copy_shard()

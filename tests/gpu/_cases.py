@@ -45,9 +45,9 @@ def same_on_all_ranks(t: torch.Tensor) -> None:
 
 def lamport_slots_empty(heap: Any, name: str, dtypes: Sequence[torch.dtype]) -> None:
     """Asserts that every lamport slot of op `name` (each of its workspaces for these dtypes,
-    `ironlink.ops.slots.lamport_workspace_name`) holds -0.0: the invariant between calls (each
+    `ironlink.runtime.workspaces.lamport_workspace_name`) holds -0.0: the invariant between calls (each
     call empties what it read), without which a later call could take a stale row for a new one."""
-    from ironlink.ops.slots import lamport_bits, lamport_workspace_name
+    from ironlink.runtime.workspaces import lamport_bits, lamport_workspace_name
 
     torch.cuda.synchronize()
     for dtype in dtypes:

@@ -114,15 +114,15 @@ def checked(heap: Any, where: str) -> None:
 
 def on_copy_stream(op: str, old_choice: bool, heap: Any) -> None:
     """One call of op's copy-engine kernel with the stream its copies would take as the current
-    stream. old_choice: the side stream chosen as before session 38 (sp_streams' first, whatever
+    stream. old_choice: the side stream chosen as before session 38 (the first made stream, whatever
     the current stream): shows the timeout the fix removes."""
-    from ironlink.fused import sp_streams
+    from ironlink.runtime import streams
 
     w = dist.get_world_size()
-    chosen = sp_streams.side_streams
+    chosen = streams.side_streams
     if old_choice:
-        sp_streams.side_streams = lambda device, count, main: sp_streams._made_streams(device, count + 1)[:count]
-    stream = sp_streams._made_streams(torch.cuda.current_device(), 2)[0]
+        streams.side_streams = lambda device, count, main: streams._made_streams(device, count + 1)[:count]
+    stream = streams._made_streams(torch.cuda.current_device(), 2)[0]
     try:
         with torch.cuda.stream(stream), tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
             if op == "rs":
@@ -135,7 +135,7 @@ def on_copy_stream(op: str, old_choice: bool, heap: Any) -> None:
                 a_full = heap.empty((512 * w, 512), torch.bfloat16)
                 ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, method="kernel", check=True)
     finally:
-        sp_streams.side_streams = chosen
+        streams.side_streams = chosen
 
 
 def main() -> None:

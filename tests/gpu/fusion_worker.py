@@ -43,7 +43,7 @@ from ironlink.runtime import tuning
 from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
 from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
-from ironlink.ops.pdl import MIN_MAJOR
+from ironlink.runtime.pdl import MIN_MAJOR
 
 from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/, the script's own directory
 from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
@@ -297,7 +297,7 @@ class Suite:
 
     def rmsnorm_pdl_chain(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, steps: int = 6,
                           replays: int = 200) -> None:
-        """Programmatic dependent launch (ironlink.ops.pdl) against none. A chain of dependent launches:
+        """Programmatic dependent launch (ironlink.language.pdl) against none. A chain of dependent launches:
         step i is all_reduce_rmsnorm(src -> dst), the residual carried from step to step, then
         ironlink.all_reduce(dst, "avg"), and dst is the next step's src. Run eagerly and as a CUDA
         graph (inputs reset inside it) replayed `replays` times back to back, with PDL off, on,

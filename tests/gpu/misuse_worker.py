@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc_per_node=4 tests/gpu/misuse_worker.py    # tests/gpu/run.sh misuse
 
-- two streams issuing calls on one heap: the heap orders them (ironlink/stream_order.py), so a
+- two streams issuing calls on one heap: the heap orders them (ironlink/runtime/streams.py), so a
   large all-reduce on one stream and small ones on another, issued with no sync, all come out
   right;
 - a heap used after close(), and after its process group was destroyed: IronlinkError naming the

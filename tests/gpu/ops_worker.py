@@ -167,7 +167,7 @@ class Suite(Cases):
             buf.copy_(x)
             want = self.ref_all_reduce(x, op)
             status = torch.full((4,), -100, dtype=torch.int32, device=buf.device)
-            _hierarchical_kernel[(4,)](self.heap.ctx, buf, n, ilt_ops.reduce_op_code(op), status)
+            _hierarchical_kernel[(4,)](self.heap.ctx, buf, n, reduce_op_code(op), status)
             torch.cuda.synchronize()
             assert status.tolist() == [0] * 4, f"statuses {status.tolist()}"
             self.close(f"all_reduce_hierarchical {op}", buf, want, dtype)
@@ -292,7 +292,7 @@ if torch is not None:
     import triton.language as tl
 
     import ironlink.typed as ilt
-    from ironlink.ops import collectives as ilt_ops
+    from ironlink.runtime.tensor_spec import reduce_op_code
 
     # The hierarchical algorithm pinned on this one-node heap (P2P bitcode).
     @ironlink.jit(several_nodes=True)

@@ -81,7 +81,7 @@ def compile_one(spec: tuple[str, str, int]) -> str:
     import collectives_worker as k
     from ironlink.ops import collectives as ops
     from ironlink.ops import variable_all_to_all
-    from ironlink.ops.pdl import choose_pdl, pdl_launch_options
+    from ironlink.runtime.pdl import choose_pdl, pdl_launch_options
 
     kind, dtype, warps = spec
     d, i32, i64 = getattr(torch, dtype), torch.int32, torch.int64
@@ -92,7 +92,7 @@ def compile_one(spec: tuple[str, str, int]) -> str:
         "dev_broadcast": lambda: k.broadcast_k.warmup(ctx, d, 0, 0, 0, i32, **launch),
         "dev_reduce": lambda: k.reduce_k.warmup(ctx, d, d, 0, 0, 0, 0, i32, **launch),
         "dev_all_to_all": lambda: k.all_to_all_k.warmup(ctx, d, d, 0, 0, i32, **launch),
-        # The variant ironlink.all_reduce launches here (with or without PDL: ironlink.ops.pdl).
+        # The variant ironlink.all_reduce launches here (with or without PDL: ironlink.runtime.pdl).
         "all_reduce": lambda: ops._all_reduce_kernel.warmup(ctx, d, 0, 0, i32, **launch, **pdl_launch_options(
             choose_pdl(None, torch.cuda.get_device_capability()[0], "all_reduce"))),
         "all_gather": lambda: ops._all_gather_kernel.warmup(ctx, d, d, 0, i32, **launch),

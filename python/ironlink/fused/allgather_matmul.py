@@ -11,8 +11,8 @@ by the copy engine, so no CTA spends time on it: `allgather_matmul_copy_engine_k
 the own rows' tiles from a_shard, then each other rank's tiles chunk by chunk (a chunk is a group
 of GROUP_M tile rows, the order the tile walk takes them) as each chunk's flag says it has
 arrived. A side stream does the transfer (`launch_copy_engine`): it waits for the kernel's "go"
-(`stream_flags.wait_flag`), copies the shard into every peer's a_full chunk by chunk, and after
-each chunk sets the peer's flag for it (`stream_flags.write_flag`: written after the copy, with
+(`streams.wait_flag`), copies the shard into every peer's a_full chunk by chunk, and after
+each chunk sets the peer's flag for it (`streams.write_flag`: written after the copy, with
 a fence). The kernel's CTA 0 gives the go once every peer's launch has started (each tells the
 others with `symm_signal_at`): until its launch starts a rank may use its a_full. The kernel's
 waits time out (recorded, raised by the host); the stream waits only for its own kernel, which
@@ -51,11 +51,12 @@ import triton
 import triton.language as tl
 
 from .. import language as il
-from ..runtime import eager, stream_flags, tuning
+from ..runtime import eager, streams, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
-from ..ops import TensorSpec, launch_with_status
+from ..runtime.launch import launch_with_status
+from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for, in_heap
 from . import copy_engine, sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
@@ -418,7 +419,7 @@ def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, ou
             ready = heap.peer_tensor(flags, q)[copy_engine.flag_data(w) + r * len(chunks):]
             for j, (lo, hi) in enumerate(chunks):  # chunk by chunk: the peer's GEMM starts on the first
                 theirs[lo:hi].copy_(a_shard[lo:hi])
-                stream_flags.write_flag(side, ready[j], 1)
+                streams.write_flag(side, ready[j], 1)
         a_full[r * rows:(r + 1) * rows].copy_(a_shard)
 
     copy_engine.launch(heap, flags, kernel, transfers)

@@ -61,7 +61,7 @@ Six ways to run it, each one launch (`mode`, chosen by `ironlink.tuning.rmsnorm_
   CTA waits only for the same CTA index of its peers (no residency needed). One node only; its
   workspace (two halves, alternate launches, each (world - 1) owned blocks and T rows) made at the
   first call (before a CUDA graph capture).
-All launch with programmatic dependent launch where the GPU has it (`ironlink.ops.pdl`, `pdl=`): the
+All launch with programmatic dependent launch where the GPU has it (`ironlink.language.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and
 `symm_tile_all_reduce_hierarchical` (a kernel linked with the NVSHMEM bitcode); "whole" by
@@ -83,13 +83,16 @@ from ..runtime.decode_table import RMSNORM_MODES
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
-from ..ops.pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
-from ..ops import TensorSpec, check_tensor, launch_with_status
+from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
+from ..runtime.pdl import choose_pdl, pdl_launch_options
+from ..runtime.launch import launch_with_status
+from ..runtime.tensor_spec import TensorSpec, check_tensor
+from ..runtime.workspaces import epoch_counters, lamport_workspace
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from ..ops.slots import (PEERS, add_in_rank_order, advance_epochs, at_peer, epoch_counters, lamport_receive,
-                         lamport_reduce, lamport_reduce_values, lamport_send, lamport_store, lamport_workspace,
-                         launch_slots, peer_distances, slot_of, store_to_peer_slots)
+from ..language.slots import (PEERS, add_in_rank_order, advance_epochs, at_peer, lamport_receive, lamport_reduce,
+                              lamport_reduce_values, lamport_send, lamport_store, launch_slots, peer_distances, slot_of,
+                              store_to_peer_slots)
 from .trace import stamp
 
 MAX_HIDDEN = 16384
@@ -527,7 +530,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
-    touching memory (`ironlink.ops.pdl`). Rows mode normalizes ROWS rows at a time
+    touching memory (`ironlink.language.pdl`). Rows mode normalizes ROWS rows at a time
     (`tuning.rmsnorm_rows_at_once`). PUSH: mode "push" (module docs) instead of the tile
     all-reduce, over `ws` (the rows' slots, heap) and `epochs` (one launch counter per CTA,
     MAX_CTAS int32, zeroed at creation); WORLD the ranks (else unused). SPLIT: mode "split"
@@ -634,7 +637,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     tensor like x) may be x itself. An `out` of dtype torch.float8_e4m3fn gets the normalized rows
     quantized per token (module docs; Hopper and later), with the scales in `scale` (fp32
     [tokens]; allocated when None), and the call returns (out, residual, scale). `pdl`: launch
-    with programmatic dependent launch (`ironlink.ops.pdl`; None: `tuning.DECODE_PDL` where the GPU
+    with programmatic dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU
     has it, compute capability 9.0+; one-node heaps). Collective; CUDA-graph capturable."""
     if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
         from .torch_library import all_reduce_rmsnorm as traced

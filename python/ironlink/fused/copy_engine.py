@@ -30,7 +30,7 @@ import triton.language as tl
 from .. import language as il
 from ..language import _abi
 from ..language import typed as ilt
-from ..runtime import stream_flags
+from ..runtime import streams
 from . import sp_streams
 
 FLAG_GO: tl.constexpr = tl.constexpr(0)
@@ -139,14 +139,14 @@ def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callabl
     import torch
 
     main = torch.cuda.current_stream()
-    (side,) = sp_streams.side_streams(heap.device.index, 1, main)
+    (side,) = streams.side_streams(heap.device.index, 1, main)
     before = torch.cuda.Event()
     before.record(main)  # what the kernel's inputs need
     kernel()
     side.wait_event(before)
     with torch.cuda.stream(side):
-        stream_flags.wait_flag(side, flags[FLAG_GO.value], 1)
-        stream_flags.write_flag(side, flags[FLAG_GO.value], 0)
+        streams.wait_flag(side, flags[FLAG_GO.value], 1)
+        streams.write_flag(side, flags[FLAG_GO.value], 0)
         transfers(side)
     main.wait_stream(side)
 

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ..language import _abi
-from ..ops import TensorSpec, check_tensor
+from ..runtime.tensor_spec import TensorSpec, check_tensor
 
 
 @triton.jit

@@ -29,10 +29,10 @@ every grid-th tile from c):
   launches use alternate halves (a per-CTA launch counter), so a fast rank never overwrites
   partials a slow peer has not summed yet.
 - "lamport" (small outputs, `tuning.matmul_method`): each tile's partial goes from registers into
-  its slot at every peer as data that is its own flag (lamport slots, `ops.slots`) and the CTA
+  its slot at every peer as data that is its own flag (lamport slots, `ironlink.language.slots`) and the CTA
   polls its own slots for the peers' partials of the tile, sums them in rank order and stores the
   sum: no staging, fence or signal (`fused.matmul_allreduce_lamport`). With PDL where the GPU has
-  it (`ops.pdl`). Its slots live in the heap too (`lamport_workspace`), the same size as push's.
+  it (`ironlink.language.pdl`). Its slots live in the heap too (`lamport_workspace`), the same size as push's.
 - "tile": each tile is all-reduced by the CTA that computed it, with `symm_tile_all_reduce`
   (a rendezvous with the peers' CTAs of the same tile, two cross-rank barriers): simple, but
   every CTA stops at its tile's barriers while nothing else runs on its SM.
@@ -62,9 +62,10 @@ from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
-from ..ops import TensorSpec, launch_with_status
-from ..ops.pdl import choose_pdl, pdl_launch_options
-from ..ops.slots import epoch_counters, lamport_workspace
+from ..runtime.launch import launch_with_status
+from ..runtime.pdl import choose_pdl, pdl_launch_options
+from ..runtime.tensor_spec import TensorSpec
+from ..runtime.workspaces import epoch_counters, lamport_workspace
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
 from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile

@@ -1,5 +1,5 @@
 """matmul_all_reduce's method "lamport": each tile's partial goes from registers into its slot at
-every peer as data that is its own flag (`ops.slots`: lamport slots, -0.0 is "empty"), and the
+every peer as data that is its own flag (`ironlink.language.slots`: lamport slots, -0.0 is "empty"), and the
 CTA polls its own slots for the peers' partials of the same tile, sums in rank order and stores
 the sum. No staging in `out`, no fence, no tile signal: after the GEMM a tile costs one NVLink
 crossing and the poll. The plan module (`fused.matmul_allreduce`) chooses it where the output is
@@ -14,8 +14,8 @@ import triton.language as tl
 from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
-from ..ops.pdl import allow_next_kernel, wait_for_previous_kernel
-from ..ops.slots import advance_epochs, lamport_reduce_values, lamport_store, launch_slots, peer_distances
+from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
+from ..language.slots import advance_epochs, lamport_reduce_values, lamport_store, launch_slots, peer_distances
 from .gemm import gemm_range, store_tile, tile_coords, tile_offsets
 
 
@@ -30,7 +30,7 @@ def matmul_allreduce_lamport_kernel(ctx, a, b, out, inbox, epochs, M, N, K, stri
     inbox: lamport slots (heap, `lamport_workspace`), 2 x (world - 1) x [M, N], the half by the
     CTA's launch parity; epochs: the op's per-CTA launch counters. After a failed wait the CTA
     sends no more tiles (its peers time out too) and the status says TIMEOUT. With PDL the rank and
-    the peers' addresses are read before the wait for the previous kernel (`ops.pdl`).
+    the peers' addresses are read before the wait for the previous kernel (`ironlink.language.pdl`).
     COMMUNICATE=False stores each partial into out: the GEMM alone (the benchmark's reference)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)

@@ -46,16 +46,18 @@ import triton.language as tl
 
 from ..language import _abi
 from .. import language as il
-from ..runtime import eager, stream_flags, tuning
+from ..runtime import eager, streams, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import sm_share
 from ..language.jit import jit
-from ..ops import TensorSpec, launch_with_status
+from ..runtime.launch import launch_with_status
+from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for
 from . import copy_engine, sp_streams
 from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
                    product_tile, store_tile, tile_coords)
-from ..ops.slots import advance_epochs, epoch_counters, launch_slots
+from ..language.slots import advance_epochs, launch_slots
+from ..runtime.workspaces import epoch_counters
 from .matmul_allreduce_push import finish_piece, first_own_step, signal_points, sum_partials
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
@@ -376,14 +378,14 @@ def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any,
     def transfers(side: Any) -> None:
         for i in range(1, world):
             d = (r + i) % world  # the kernel's order of blocks
-            theirs = heap.peer_tensor(slots, d)[(r - d - 1) % world]  # ops.slots.slot_of(r, d)
+            theirs = heap.peer_tensor(slots, d)[(r - d - 1) % world]  # language.slots.slot_of(r, d)
             their_ready = heap.peer_tensor(flags, d)[ready + r * len(chunks):]
             for j, (lo, hi) in enumerate(chunks):
                 count = flags[counts + d * len(chunks) + j]
-                stream_flags.wait_flag(side, count, -(-(hi - lo) // c.block_m) * tiles_n)  # the chunk's tiles
-                stream_flags.write_flag(side, count, 0)
+                streams.wait_flag(side, count, -(-(hi - lo) // c.block_m) * tiles_n)  # the chunk's tiles
+                streams.write_flag(side, count, 0)
                 theirs[lo:hi].copy_(sends[d * rows + lo:d * rows + hi])
-                stream_flags.write_flag(side, their_ready[j], 1)
+                streams.write_flag(side, their_ready[j], 1)
 
     copy_engine.launch(heap, flags, kernel, transfers)
 

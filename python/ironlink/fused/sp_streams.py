@@ -27,7 +27,6 @@ node.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional
 
 import triton.language as tl
@@ -35,7 +34,9 @@ import triton.language as tl
 from .. import language as il
 from ..runtime import tuning
 from ..language.jit import jit
-from ..ops import all_gather, launch_with_status, reduce_scatter
+from ..ops import all_gather, reduce_scatter
+from ..runtime.launch import launch_with_status
+from ..runtime import streams
 from ..runtime.registry import holds
 
 
@@ -63,31 +64,6 @@ def device_barrier(heap: Any, check: bool) -> None:
                        function="symm_barrier")
 
 
-@functools.lru_cache(maxsize=None)
-def _made_streams(device_index: int, count: int) -> tuple[Any, ...]:
-    """`count` streams of one GPU made for ironlink's copies once per process (`cuStreamCreate`,
-    non-blocking), not taken from PyTorch's pool: `torch.cuda.Stream()` hands its 32 streams a
-    priority out round robin to every caller, so a user's work could sit on ours; the copies
-    would queue behind it, and if it waits for this op, a copy-engine kernel would wait for
-    transfers that never start (until its timeout)."""
-    import torch
-
-    from ..runtime.native import load_native
-
-    return tuple(torch.cuda.ExternalStream(load_native().stream_create(device_index), device=device_index)
-                 for _ in range(count))
-
-
-def side_streams(device_index: int, count: int, main: Any) -> tuple[Any, ...]:
-    """`count` streams for the copies on one GPU, none of them `main` (the caller's current
-    stream): a copy-engine kernel's transfers queued behind the kernel on its own stream would
-    wait for it while it waits for the peers' transfers, queued the same way (when these were
-    pool streams, bench/fused.py's GraphRound, which takes a pool stream per contender, came
-    round to the side stream: every copy-engine wait timed out). A caller may still run on one of
-    ours (tests do, on purpose)."""
-    return tuple(s for s in _made_streams(device_index, count + 1) if s != main)[:count]
-
-
 def _block(t: Any, p: int, rows: int) -> Any:
     """Rank p's block of rows of `t`."""
     return t[p * rows:(p + 1) * rows]
@@ -108,7 +84,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any, out: Any, me
     mine.copy_(a_shard)
     device_barrier(heap, check)
     main = torch.cuda.current_stream()
-    (side,) = side_streams(heap.device.index, 1, main)
+    (side,) = streams.side_streams(heap.device.index, 1, main)
     side.wait_stream(main)
     pulled = []
     for i in range(1, w):
@@ -147,7 +123,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     sends = heap.workspace("matmul_reduce_scatter/sends", nbytes)[:nbytes].view(a.dtype).view(m, n)
     device_barrier(heap, check)
     main = torch.cuda.current_stream()
-    (side,) = side_streams(heap.device.index, 1, main)
+    (side,) = streams.side_streams(heap.device.index, 1, main)
     for i in range(1, w):
         p = (r + i) % w
         torch.matmul(_block(a, p, rows), b, out=_block(sends, p, rows))
@@ -161,4 +137,4 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     torch.sum(partials.view(w, rows, n), 0, out=out)
 
 
-__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter", "method_for", "side_streams"]
+__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter", "method_for"]

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..ops.torch_library import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
+from ..runtime.torch_ops import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
 from ..runtime import eager, tuning
 
 

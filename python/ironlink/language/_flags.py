@@ -13,7 +13,7 @@ alike), and the receiver polls the data itself until no element is empty (`wait_
 stores empty back (at once, or a call later: moe/low_latency_kernels.py says why it waits). No
 signal, no fence: the bytes cross NVLink once and are read as they land. Each element is its own
 flag, so nothing depends on how a peer's stores are split into packets. Users: the
-lamport all-reduces (ops/slots.py) and MoeExchange's low-latency path (moe/low_latency_kernels.py)."""
+lamport all-reduces (language/slots.py) and MoeExchange's low-latency path (moe/low_latency_kernels.py)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple, Optional
 
 from ..language._abi import MAX_CTAS
-from ..ops.collectives import launch_with_status
+from ..runtime.launch import launch_with_status
 from ..runtime.heap_args import span_bytes
 from ..runtime.registry import holds
 from . import direct_kernels as dk

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from ..language import _abi
 from ..language._abi import MAX_CTAS
 from ..language._flags import EMPTY_BITS
-from ..ops.collectives import launch_with_status
+from ..runtime.launch import launch_with_status
 from . import kernels, low_latency_kernels as llk
 from .direct import Layout
 from .layout import _pow2, take_count

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..ops.torch_library import LIB
+from ..runtime.torch_ops import LIB
 from ..runtime import handles
 
 DispatchOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]

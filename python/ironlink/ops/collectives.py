@@ -14,8 +14,8 @@ on a non-zero device status; otherwise errors the device records (timeouts) are 
 collective has run outside capture on that device: the first call compiles its kernel and
 allocates the per-device status buffer, neither of which may happen while capturing.
 
-The argument checks are pure functions over `TensorSpec`s (shapes, dtype names, pointers), so they
-are testable without torch or a GPU.
+The argument checks are pure functions over `TensorSpec`s (`ironlink.runtime.tensor_spec`), so
+they are testable without torch or a GPU.
 """
 
 from __future__ import annotations
@@ -24,61 +24,21 @@ from typing import Any, NamedTuple, Optional, Union
 
 import triton.language as tl
 
-from ..language import _abi
 from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import grid_cap
 from ..runtime.handles import compiling
-from ..runtime.errors import IronlinkError, status_name
 from ..language.jit import jit
 from ..runtime.registry import heap_for, in_heap
-from ..runtime.status_buffers import status_buffer
+from ..runtime.launch import launch_with_status
+from ..runtime.tensor_spec import TensorSpec, check_tensor, overlap, reduce_op_code
 from .. import language as il
-from .pdl import allow_next_kernel, choose_pdl, pdl_launch_options, wait_for_previous_kernel
-from .slots import (advance_epochs, epoch_counters, lamport_reduce, lamport_send, lamport_workspace,
-                    lamport_workspace_name, launch_slots, peer_distances)
+from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
+from ..language.slots import advance_epochs, lamport_reduce, lamport_send, launch_slots, peer_distances
+from ..runtime.pdl import choose_pdl, pdl_launch_options
+from ..runtime.workspaces import epoch_counters, lamport_workspace, lamport_workspace_name
 
-# torch dtype names (without "torch.") -> ironlink dtype codes.
-DTYPES: dict[str, int] = {name: _abi.DTYPE[key] for name, key in
-                          (("float32", "FLOAT32"), ("float16", "FLOAT16"), ("bfloat16", "BFLOAT16"))}
-REDUCE_OPS: dict[str, int] = {name.lower(): code for name, code in _abi.REDUCE_OP.items()}
-
-__all__ = ["TensorSpec", "Plan", "all_reduce", "all_gather", "reduce_scatter"]
-
-
-# --- pure checks ---------------------------------------------------------------------------------
-
-
-class TensorSpec(NamedTuple):
-    """What the checks need to know about a tensor; `from_tensor` builds one from torch."""
-
-    name: str  # the argument's name, for messages
-    shape: tuple[int, ...]
-    dtype: str  # torch's name without "torch.": "bfloat16"
-    itemsize: int
-    contiguous: bool
-    device: str  # "cuda:0"
-    data_ptr: int = 0
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.itemsize
-
-    @staticmethod
-    def from_tensor(t: Any, name: str) -> "TensorSpec":
-        import torch
-
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        return TensorSpec(name, tuple(t.shape), str(t.dtype).removeprefix("torch."), t.element_size(),
-                          t.is_contiguous(), str(t.device), t.data_ptr())
+__all__ = ["Plan", "all_reduce", "all_gather", "reduce_scatter"]
 
 
 class Plan(NamedTuple):
@@ -87,37 +47,6 @@ class Plan(NamedTuple):
     n: int
     dtype: int
     nbytes: int
-
-
-def dtype_code(t: TensorSpec) -> int:
-    code = DTYPES.get(t.dtype)
-    if code is None:
-        raise TypeError(f"{t.name} has dtype {t.dtype}; ironlink collectives support {', '.join(DTYPES)}")
-    return code
-
-
-def reduce_op_code(op: Union[str, int]) -> int:
-    """"sum"/"max"/"min"/"prod"/"avg" (any case) or a REDUCE_OP_* value -> the op code."""
-    if isinstance(op, str) and op.lower() in REDUCE_OPS:
-        return REDUCE_OPS[op.lower()]
-    value = getattr(op, "value", op)  # ironlink.constants are tl.constexpr
-    if isinstance(value, int) and not isinstance(value, bool) and value in REDUCE_OPS.values():
-        return value
-    raise ValueError(f"op must be one of {', '.join(map(repr, REDUCE_OPS))} (or a REDUCE_OP_* code), got {op!r}")
-
-
-def check_tensor(t: TensorSpec, device: str) -> int:
-    """`t`'s dtype code, after checking it is supported, contiguous and on the heap's `device`."""
-    code = dtype_code(t)
-    if not t.contiguous:
-        raise ValueError(f"{t.name} must be contiguous (the device functions take a flat range), shape {t.shape}")
-    if t.device != device:
-        raise ValueError(f"{t.name} is on {t.device}, but the symmetric heap is on {device}")
-    return code
-
-
-def _overlap(a: TensorSpec, b: TensorSpec) -> bool:
-    return a.nbytes > 0 and b.nbytes > 0 and a.data_ptr < b.data_ptr + b.nbytes and b.data_ptr < a.data_ptr + a.nbytes
 
 
 def plan_all_reduce(t: TensorSpec, device: str) -> Plan:
@@ -135,7 +64,7 @@ def _plan_blocks(whole: TensorSpec, block: TensorSpec, world: int, rank: int, de
             f"{whole.name} must have world size x {block.name}'s elements ({world} x {block.numel} = "
             f"{world * block.numel}), got {whole.numel} (shape {whole.shape})"
         )
-    if _overlap(whole, block) and block.data_ptr != whole.data_ptr + rank * block.nbytes:
+    if overlap(whole, block) and block.data_ptr != whole.data_ptr + rank * block.nbytes:
         raise ValueError(
             f"{block.name} overlaps {whole.name} but is not its block for rank {rank} "
             f"({whole.name}[{rank * block.numel}:{(rank + 1) * block.numel}]), the only overlap allowed"
@@ -151,17 +80,6 @@ def plan_reduce_scatter(out: TensorSpec, inp: TensorSpec, world: int, rank: int,
     return _plan_blocks(inp, out, world, rank, device)
 
 
-def check_statuses(statuses: list[int], collective: str, rank: int, function: Optional[str] = None) -> None:
-    """Raises IronlinkError for the first non-zero per-CTA status (all CTAs see the same arguments,
-    so they almost always agree; the message lists every distinct code). `function` names the
-    device function(s) behind `collective` (default: symm_<collective>)."""
-    bad = sorted({s for s in statuses if s != 0})
-    if bad:
-        names = ", ".join(f"{status_name(s)} ({s})" for s in bad)
-        fn = function or f"symm_{collective}"
-        raise IronlinkError(f"ironlink.{collective}: {fn} returned {names} on rank {rank}", status=bad[0], function=fn)
-
-
 # --- kernels -------------------------------------------------------------------------------------
 # One per collective; each CTA writes its status. ctx, n and op are not specialized: their values
 # do not change the code (the device dispatches on op at run time), and every specialization would
@@ -172,7 +90,7 @@ def check_statuses(statuses: list[int], collective: str, rank: int, function: Op
 
 @jit(do_not_specialize=["ctx", "n", "op"])
 def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
-    # With PDL (ironlink.ops.pdl): the buffer, the heap's state and the status buffer may be the
+    # With PDL (ironlink.language.pdl): the buffer, the heap's state and the status buffer may be the
     # previous kernel's output, so wait for it first; the next kernel waits for us likewise.
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
@@ -182,7 +100,7 @@ def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
 @jit(do_not_specialize=["ctx"])  # n specialized: divisible by 16, its 16-byte units load and store whole
 def _all_reduce_lamport_kernel(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, OP: tl.constexpr,
                                BLOCK: tl.constexpr, PDL: tl.constexpr = False):
-    """The small all-reduce through lamport slots (`ops.slots`): CTA pid sends elements
+    """The small all-reduce through lamport slots (`language.slots`): CTA pid sends elements
     pid * BLOCK.. of `buf` into its slot at every peer, reads the peers' as they land, and stores
     the reduction (rank order, fp32) back into `buf`. No signal, no barrier, no fence: each CTA
     waits only for the same elements of every peer. The rank and the peers' addresses come from
@@ -215,44 +133,6 @@ def _reduce_scatter_kernel(ctx, inp, out, n, op, status):
 
 # --- host side -----------------------------------------------------------------------------------
 
-# The host-level calls that serve a heap of several nodes (SymmetricHeap.multi_node).
-# The fused ones run their collective hierarchically after a grid barrier (no tile calls there).
-MULTI_NODE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v", "all_reduce_rmsnorm",
-                            "matmul_all_reduce", "all_gather_matmul", "matmul_reduce_scatter"})
-
-
-def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool, function: Optional[str] = None) -> None:
-    """Runs `launch(status)` (a kernel launch of `ctas` CTAs, each writing its status to
-    `status[pid]`) on the heap's device; with `check`, waits and raises on a bad status. Every
-    host-level call launches through here: it refuses a closed heap (or one whose group is gone)
-    and orders the call after the heap's last call if that ran on another stream."""
-    import torch
-
-    heap.usable(f"ironlink.{name}")  # closed, or its process group destroyed: nothing is launched
-    if heap.multi_node and name not in MULTI_NODE_OPS:
-        raise IronlinkError(
-            f"ironlink.{name} has no multi-node version yet; this heap spans "
-            f"{heap.world_size // heap.node_size} nodes of {heap.node_size} ranks, where "
-            f"{', '.join(sorted(MULTI_NODE_OPS))} run (docs/backends.md)"
-        )
-    capturing = torch.cuda.is_current_stream_capturing()
-    if check and capturing:
-        raise ValueError(f"ironlink.{name}(check=True) reads statuses on the host, which capture forbids; "
-                         "call heap.check() after replaying instead")
-    device = heap.device
-    status = status_buffer(torch, device, capturing, name)
-    # Triton launches on the current device's current stream; the heap's device is the one that must run it.
-    with torch.cuda.device(device):
-        # Two of the heap's calls must never run at once: after a call on another stream, wait for it.
-        heap.stream_order.before_call(torch.cuda.current_stream(device), capturing)
-        launch(status)
-        if check:
-            try:
-                check_statuses(status[:ctas].tolist(), name, heap.rank, function)
-            except IronlinkError as e:
-                raise heap.explain(e) from None  # HEAP_ASYMMETRIC: which heap call differs
-
-
 def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any, ...], check: bool,
             pdl: bool = False) -> None:
     """`pdl`: the kernel takes a PDL constexpr and launches with programmatic dependent launch."""
@@ -270,7 +150,7 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
                pdl: Optional[bool] = None) -> Any:
     """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
     group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
-    dependent launch (`ironlink.ops.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
+    dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
     capability 9.0+; one-node heaps). Returns `t`."""
     if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
         from .torch_library import all_reduce as traced

@@ -21,7 +21,8 @@ import triton.language as tl
 
 from ..language import typed as ilt
 from ..language.jit import jit
-from .collectives import TensorSpec, check_tensor, launch_with_status
+from ..runtime.launch import launch_with_status
+from ..runtime.tensor_spec import TensorSpec, check_tensor
 from ..runtime.registry import heap_for, in_heap
 from ..language._abi import MAX_CTAS
 from ..runtime.distributed import grid_cap

@@ -32,7 +32,7 @@ from .native import load_native, load_torch
 from .nvshmem_memory import check_spans_world
 from .rendezvous import Rendezvous
 from .status_buffers import status_buffer
-from .stream_order import StreamOrder
+from .streams import StreamOrder
 from .tuning import algorithm_limits
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
@@ -140,7 +140,7 @@ class SymmetricHeap:
 
     @property
     def stream_order(self) -> StreamOrder:
-        """The stream of this heap's last host-level call (see `ironlink.runtime.stream_order`)."""
+        """The stream of this heap's last host-level call (see `ironlink.runtime.streams`)."""
         return self._stream_order
 
     @property

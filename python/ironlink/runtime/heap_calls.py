@@ -10,7 +10,7 @@ from ..language import _abi
 from .errors import IronlinkError
 from .heap_log import HeapLog, asymmetry_report, exchange
 from .native import load_native, load_torch
-from .stream_order import StreamOrder
+from .streams import StreamOrder
 
 _KDL_CUDA = 2  # DLPack's device type of CUDA memory
 

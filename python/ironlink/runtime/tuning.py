@@ -75,7 +75,7 @@ def all_to_all_v_launch(max_bytes: int = 0) -> tuple[int, int]:
     return min(ctas, MAX_CTAS), 16
 
 
-# Programmatic dependent launch (ironlink.ops.pdl) for the latency-bound kernels: all_reduce_rmsnorm
+# Programmatic dependent launch (ironlink.runtime.pdl, ironlink.language.pdl) for the latency-bound kernels: all_reduce_rmsnorm
 # and the all_reduce op. The default of their `pdl=None`; it takes effect only on compute
 # capability 9.0 and later (griddepcontrol). The all_reduce op in a graph of 20 back to back on 2
 # H200s (git 93d22eb, bench/results/experiments/allreduce-public-op-2xH200-93d22eb.json), us with /
@@ -142,7 +142,7 @@ RMSNORM_SPLIT_MAX_PARTS = 8
 # over LL: 1 token 6.03 / 6.69, 8 7.01 / 8.13, 16 8.15 / 9.60, 32 7.60 / 9.71.
 RMSNORM_SPLIT_LAMPORT = True
 
-# ironlink.all_reduce through lamport slots (ops/slots.py: each CTA's elements stored into every
+# ironlink.all_reduce through lamport slots (language/slots.py: each CTA's elements stored into every
 # peer, read as they land, no signal, barrier or fence), where the decode table takes it on one
 # node, runs a CTA per ALL_REDUCE_LAMPORT_CTA_BYTES of ALL_REDUCE_LAMPORT_WARPS warps (one 16-byte
 # unit a thread). Why world 2 takes it up to 256 KiB: 2 H100s, bf16, graph us, lamport / the

@@ -27,15 +27,9 @@ before its own wait touches none of our data.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-from ..runtime import tuning
-
-MIN_MAJOR = 9  # griddepcontrol: sm_90 (Hopper) and later
 
 
 @triton.jit
@@ -52,26 +46,4 @@ def allow_next_kernel(PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
-def choose_pdl(requested: Optional[bool], major: int, op: str, multi_node: bool = False) -> bool:
-    """Whether `op` launches with PDL on a GPU of compute capability `major`.x: `requested`, or
-    `tuning.DECODE_PDL` where it is None; off where the GPU lacks it or the heap spans several
-    nodes (those kernels do not take it), where asking for it raises ValueError."""
-    why_not = None
-    if multi_node:
-        why_not = "the kernels of a heap of several nodes do not take it"
-    elif major < MIN_MAJOR:
-        why_not = f"it needs compute capability {MIN_MAJOR}.0 or later (griddepcontrol), this GPU is {major}.x"
-    if requested is None:
-        return tuning.DECODE_PDL and why_not is None
-    if requested and why_not:
-        raise ValueError(f"ironlink.{op}(pdl=True): {why_not}")
-    return bool(requested)
-
-
-def pdl_launch_options(pdl: bool) -> dict[str, bool]:
-    """The keyword arguments a launch of a kernel with a `PDL` constexpr takes: the constexpr (the
-    griddepcontrol instructions) and Triton's launch attribute go together."""
-    return {"PDL": True, "launch_pdl": True} if pdl else {}
-
-
-__all__ = ["MIN_MAJOR", "allow_next_kernel", "choose_pdl", "pdl_launch_options", "wait_for_previous_kernel"]
+__all__ = ["allow_next_kernel", "wait_for_previous_kernel"]

@@ -1,4 +1,4 @@
-"""runtime.stream_flags without a GPU: what a stream may write or wait on."""
+"""runtime.streams' flags without a GPU: what a stream may write or wait on."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from ironlink.runtime import stream_flags
+from ironlink.runtime import streams
 
 
 @dataclass
 class Word:
-    """What stream_flags reads of a tensor."""
+    """What streams' flags read of a tensor."""
 
     count: int
     size: int
@@ -28,7 +28,7 @@ class Word:
 
 
 def test_a_stream_flag_is_one_8_byte_word() -> None:
-    assert stream_flags.word_address(Word(1, 8, 0x2010)) == 0x2010
+    assert streams.word_address(Word(1, 8, 0x2010)) == 0x2010
     for bad in (Word(2, 8), Word(1, 4), Word(4, 2), Word(0, 8)):
         with pytest.raises(ValueError, match="one 8-byte element"):
-            stream_flags.word_address(bad)
+            streams.word_address(bad)

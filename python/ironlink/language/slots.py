@@ -8,22 +8,21 @@ read a slot:
 - as the data lands (Lamport's scheme, as TensorRT-LLM's one-shot all-reduce uses it): every
   element of the slots is -0.0 ("empty") until a peer stores into it, senders store -0.0 as
   +0.0, and the reader polls the data itself until no element is empty, then stores empty back,
-  so the slots are all empty between calls (`lamport_send`, `lamport_reduce`,
-  `lamport_workspace`; `lamport_store` and `lamport_reduce_values` take values in registers).
+  so the slots are all empty between calls (`lamport_send`, `lamport_reduce`; the workspace is
+  `ironlink.runtime.workspaces.lamport_workspace`; `lamport_store` and `lamport_reduce_values`
+  take values in registers).
   No signal, no fence; the bytes cross NVLink once. The peers' copies of the slots are
   `peer_distances` away, read from the context before a kernel's PDL wait.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import triton
 import triton.language as tl
 
-from ..language import _abi
-from ..language import typed as ilt
-from ..language._flags import EMPTY_BITS, empty_like, unempty, wait_written
+from . import _abi
+from . import typed as ilt
+from ._flags import empty_like, unempty, wait_written
 
 EPOCH_COUNTERS = tl.constexpr(_abi.MAX_CTAS)  # the launch counters: one per possible CTA
 PEERS = tl.constexpr(_abi.MAX_RANKS)  # lanes of `peer_distances`: the ranks of one node at most
@@ -95,7 +94,7 @@ def peer_distances(ctx, ptr, rank, WORLD: tl.constexpr):
     """int64 [PEERS]: lane k holds the byte distance from `ptr` (any heap address) to the same
     address at rank (rank + k) % WORLD (lane 0 and lanes from WORLD: 0). The heap's mapping is
     fixed for its life, so a kernel may compute this before it waits for the previous kernel
-    (ops.pdl): the context's reads, a chain of dependent loads, then overlap that kernel."""
+    (`pdl`): the context's reads, a chain of dependent loads, then overlap that kernel."""
     k = tl.arange(0, PEERS)
     d = tl.zeros([PEERS], dtype=tl.int64)
     for j in tl.static_range(1, WORLD):
@@ -235,47 +234,6 @@ def _reduce_peer_by_peer(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexp
     return total, s
 
 
-def lamport_workspace_name(name: str, dtype: Any) -> str:
-    """The heap workspace that holds op `name`'s lamport slots of `dtype`: one per element width,
-    as the width sets the empty value."""
-    import torch
-
-    return f"{name}/lamport{8 * torch.empty((), dtype=dtype).element_size()}"
-
-
-def lamport_bits(t: Any) -> Any:
-    """`t` (lamport slots of bf16, fp16 or fp32) as the signed integers of its width, whose
-    smallest value is "empty" (the sign bit alone: -0.0)."""
-    import torch
-
-    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
-def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
-    """The heap workspace of op `name` (at least `nbytes`) as lamport slots of `dtype`: every
-    element -0.0 when made (bf16 and fp16 0x8000, fp32 0x80000000). A peer may store into a new
-    one as soon as it has its own, so every rank fills its own, then all meet (`heap.barrier`);
-    made outside a CUDA graph capture (`heap.workspace`; `heap.has_workspace(
-    lamport_workspace_name(...), nbytes)` says whether one exists)."""
-
-    def empty(t: Any) -> None:
-        bits = lamport_bits(t.view(dtype))
-        bits.fill_(EMPTY_BITS[8 * bits.element_size()])
-        heap.barrier()
-
-    return heap.workspace(lamport_workspace_name(name, dtype), nbytes, init=empty).view(dtype)
-
-
-def epoch_counters(heap: Any, name: str) -> Any:
-    """The op `name`'s per-CTA launch counters (int32 [MAX_CTAS], zeroed when made: equal on every
-    rank), kept in the heap between calls."""
-    import torch
-
-    nbytes = 4 * _abi.MAX_CTAS
-    return heap.workspace(f"{name}/epochs", nbytes, zeroed_prefix=nbytes).view(torch.int32)
-
-
-__all__ = ["EPOCH_COUNTERS", "PEERS", "TILE_WAIT", "add_in_rank_order", "advance_epochs", "at_peer", "epoch_counters",
-           "lamport_bits", "lamport_receive", "lamport_reduce", "lamport_reduce_values", "lamport_send",
-           "lamport_store", "lamport_workspace", "lamport_workspace_name",
+__all__ = ["EPOCH_COUNTERS", "PEERS", "POLL_TOGETHER_MAX_ELEMENTS", "TILE_WAIT", "add_in_rank_order", "advance_epochs",
+           "at_peer", "lamport_receive", "lamport_reduce", "lamport_reduce_values", "lamport_send", "lamport_store",
            "launch_slots", "peer_distances", "slot_of", "store_to_peer_slots"]
