@@ -484,6 +484,7 @@ class SeveralNodesView:
         return getattr(self._heap, name)
 
 
+# Each host module's own binding of its kernel: what its launch calls.
 HIERARCHICAL_KERNELS = ((allreduce_rmsnorm, "allreduce_rmsnorm_hierarchical_kernel"),
                         (matmul_allreduce, "matmul_allreduce_hierarchical_kernel"),
                         (allgather_matmul, "allgather_matmul_hierarchical_kernel"),

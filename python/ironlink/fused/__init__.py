@@ -1,7 +1,8 @@
 """Fused compute + communication ops: Triton kernels that call ironlink inline, and host
 functions on heap tensors. One module per op:
 
-- `allreduce_rmsnorm`: all-reduce + residual add + RMSNorm (`all_reduce_rmsnorm`).
+- `allreduce_rmsnorm`: all-reduce + residual add + RMSNorm (`all_reduce_rmsnorm`; its kernels in
+  `allreduce_rmsnorm_kernels`, the modes' exchanges and the norm in modules of their own).
 - `matmul_allreduce`: row-parallel linear, each output tile all-reduced as it is computed
   (`matmul_all_reduce`).
 - `allgather_matmul`: all-gather + matmul, the GEMM consuming other ranks' rows as they arrive
@@ -20,7 +21,8 @@ raises at once; otherwise `heap.check()` raises recorded timeouts).
 from __future__ import annotations
 
 from .allgather_matmul import all_gather_matmul, allgather_matmul_copy_engine_kernel, allgather_matmul_kernel
-from .allreduce_rmsnorm import all_reduce_rmsnorm, allreduce_rmsnorm_kernel
+from .allreduce_rmsnorm import all_reduce_rmsnorm
+from .allreduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
 from .matmul_allreduce import matmul_all_reduce, matmul_allreduce_kernel
 from .matmul_reducescatter import (matmul_reduce_scatter, matmul_reducescatter_copy_engine_kernel,
                                    matmul_reducescatter_kernel)

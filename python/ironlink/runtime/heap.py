@@ -28,7 +28,7 @@ from .errors import IronlinkError, device_error
 from .heap_args import check_algorithm_limits, check_size, check_timeout, normalize_shape, span_bytes
 from .handles import register
 from .heap_calls import HeapCalls
-from .native import load_native, load_torch
+from .native import cuda_tensor, load_native, load_torch
 from .nvshmem_memory import check_spans_world
 from .rendezvous import Rendezvous
 from .status_buffers import status_buffer
@@ -38,7 +38,6 @@ from .tuning import algorithm_limits
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 # The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
 DEFAULT_TIMEOUT_S: float = _abi.DEFAULT_TIMEOUT_NS / 1e9
-_KDL_CUDA = 2  # DLPack's device type of CUDA memory
 
 
 class SymmetricHeap:
@@ -234,11 +233,8 @@ class SymmetricHeap:
     # -- tensors --------------------------------------------------------------------------
     def _view(self, rank: int, offset: int, nbytes: int) -> Any:
         """A uint8 tensor over `nbytes` at `offset` of `rank`'s region, on this GPU."""
-        torch = load_torch()
-        native = self._open()
-        ptr = native.peer_base(rank) + offset
-        cap = load_native().dlpack_capsule(ptr, nbytes, _KDL_CUDA, self._device.index, self._owner)
-        return torch.from_dlpack(cap)
+        ptr = self._open().peer_base(rank) + offset
+        return cuda_tensor(ptr, nbytes, self._device.index, self._owner)
 
     def empty(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
         """An uninitialized tensor in symmetric memory (collective: same order on all ranks).

@@ -9,10 +9,9 @@ from typing import Any
 from ..language import _abi
 from .errors import IronlinkError
 from .heap_log import HeapLog, asymmetry_report, exchange
-from .native import load_native, load_torch
+from .native import cuda_tensor, load_torch
 from .streams import StreamOrder
 
-_KDL_CUDA = 2  # DLPack's device type of CUDA memory
 
 
 class HeapCalls:
@@ -39,8 +38,7 @@ class HeapCalls:
         torch = load_torch()
         if self._digest_word is None:
             offset, size = _abi.CONTEXT_FIELDS["heap_digest"]
-            cap = load_native().dlpack_capsule(int(native.ctx) + offset, size, _KDL_CUDA, device.index, owner)
-            self._digest_word = torch.from_dlpack(cap).view(torch.int64)
+            self._digest_word = cuda_tensor(int(native.ctx) + offset, size, device.index, owner).view(torch.int64)
         digest = int(native.digest)
         with torch.cuda.device(device):
             stream = torch.cuda.current_stream(device)

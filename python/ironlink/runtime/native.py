@@ -30,4 +30,14 @@ def load_torch() -> Any:
     return torch
 
 
-__all__ = ["load_native", "load_torch"]
+_KDL_CUDA = 2  # DLPack's device type of CUDA memory
+
+
+def cuda_tensor(ptr: int, nbytes: int, device_index: int, owner: Any) -> Any:
+    """A torch uint8 tensor over `nbytes` of device memory at `ptr` on GPU `device_index` (a
+    DLPack capsule from the extension; `owner` is kept alive as long as the tensor)."""
+    cap = load_native().dlpack_capsule(ptr, nbytes, _KDL_CUDA, device_index, owner)
+    return load_torch().from_dlpack(cap)
+
+
+__all__ = ["cuda_tensor", "load_native", "load_torch"]
