@@ -27,7 +27,6 @@ import triton.language as tl
 from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import grid_cap
-from ..runtime.handles import compiling
 from ..language.jit import jit
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.launch import launch_with_status
@@ -143,18 +142,22 @@ def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any
                        lambda status: kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps, **options), check)
 
 
-# @eager.register: the operator of the same name (ops/torch_library.py) runs the function, found by
-# name in runtime.eager (the operators cannot import this module: it imports them, to route).
-@eager.register
+def torch_operators() -> Any:
+    """This layer's torch.library operators: imported (with torch) only while Dynamo traces a call."""
+    from . import torch_library
+    return torch_library
+
+
+# @eager.routed: the operator of the same name (ops/torch_library.py) runs the function, found by
+# name in runtime.eager (the operators cannot import this module: it imports them, to route), and
+# a call that Dynamo traces goes to that operator.
+@eager.routed(torch_operators)
 def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False,
                pdl: Optional[bool] = None) -> Any:
     """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
     group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
     dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
     capability 9.0+; one-node heaps). Returns `t`."""
-    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
-        from .torch_library import all_reduce as traced
-        return traced(t, reduce_op_code(op), heap, check, pdl)
     import torch
 
     code = reduce_op_code(op)
@@ -195,13 +198,10 @@ def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, p
     return True
 
 
-@eager.register
+@eager.routed(torch_operators)
 def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = False) -> Any:
     """Block p of `out` (world x inp.numel() elements) gets rank p's `inp`, as
     torch.distributed.all_gather_into_tensor. `inp` may be this rank's block of `out`. Returns `out`."""
-    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
-        from .torch_library import all_gather as traced
-        return traced(out, inp, heap, check)
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(out, "out", heap, "all_gather")
     plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
@@ -211,15 +211,12 @@ def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = Fal
     return out
 
 
-@eager.register
+@eager.routed(torch_operators)
 def reduce_scatter(
     out: Any, inp: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False
 ) -> Any:
     """`out` gets the reduction over ranks of block `rank` of `inp` (world x out.numel() elements), as
     torch.distributed.reduce_scatter_tensor. `out` may be this rank's block of `inp`. Returns `out`."""
-    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
-        from .torch_library import reduce_scatter as traced
-        return traced(out, inp, reduce_op_code(op), heap, check)
     code = reduce_op_code(op)
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(inp, "inp", heap, "reduce_scatter")

@@ -23,11 +23,12 @@ rank, since every rank compiles the same graph.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
 from ..runtime import eager
+from ..runtime.tensor_spec import reduce_op_code
 from ..runtime.torch_ops import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
 
 
@@ -71,13 +72,14 @@ for _op in (all_reduce_op, all_gather_op, reduce_scatter_op, all_to_all_v_op):
 
 
 # --- what the public functions run while Dynamo traces them --------------------------------------
-# `op` (all_reduce, reduce_scatter) is the reduce op's code: the public function converts it
-# (`collectives.reduce_op_code`, which raises for a bad op while tracing, as in eager).
+# Each takes its public function's arguments (`runtime.eager.routed` passes them as given); the
+# reduce op goes to the operator as its code (`reduce_op_code`, which raises for a bad op while
+# tracing, as in eager).
 
 
-def all_reduce(t: torch.Tensor, op: int, heap: Any = None, check: bool = False,
+def all_reduce(t: torch.Tensor, op: Union[str, int] = "sum", heap: Any = None, check: bool = False,
                pdl: Optional[bool] = None) -> torch.Tensor:
-    torch.ops.ironlink.all_reduce(handle_of(heap), t, op, check, pdl)
+    torch.ops.ironlink.all_reduce(handle_of(heap), t, reduce_op_code(op), check, pdl)
     return t
 
 
@@ -86,9 +88,9 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, heap: Any = None, check: bo
     return out
 
 
-def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: int, heap: Any = None,
+def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op: Union[str, int] = "sum", heap: Any = None,
                    check: bool = False) -> torch.Tensor:
-    torch.ops.ironlink.reduce_scatter(handle_of(heap), out, inp, op, check)
+    torch.ops.ironlink.reduce_scatter(handle_of(heap), out, inp, reduce_op_code(op), check)
     return out
 
 

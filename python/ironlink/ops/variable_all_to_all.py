@@ -27,7 +27,7 @@ from ..runtime.registry import heap_for, in_heap
 from ..language._abi import MAX_CTAS
 from ..runtime.distributed import grid_cap
 from ..runtime import eager
-from ..runtime.handles import compiling
+from .collectives import torch_operators
 from ..runtime.tuning import all_to_all_v_launch
 
 
@@ -64,7 +64,7 @@ def _all_to_all_v_kernel(ctx, inp, in_rows, send_counts, out, out_rows, recv_cou
     tl.store(status + tl.program_id(0), s)
 
 
-@eager.register  # what torch.ops.ironlink.all_to_all_v runs (ops/torch_library.py finds it there)
+@eager.routed(torch_operators)  # what torch.ops.ironlink.all_to_all_v runs, and where a traced call goes
 def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, recv_offsets: Any = None,
                  heap: Optional[Any] = None, check: bool = False, ctas: Optional[int] = None) -> tuple[Any, Any, Any]:
     """(out, recv_counts, recv_offsets); see the module docs. `recv_counts` / `recv_offsets` default
@@ -72,9 +72,6 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
     overrides the grid, e.g. `tuning.all_to_all_v_launch(bound)[0]` for a bound on the bytes
     moved. Collective; CUDA-graph capturable once it has run outside capture (and with
     recv_counts / recv_offsets given)."""
-    if compiling():  # torch.compile: the registered operator (ops/torch_library.py)
-        from .torch_library import all_to_all_v as traced
-        return traced(inp, send_counts, out, recv_counts, recv_offsets, heap, check, ctas)
     import torch
 
     h = heap_for(inp, "inp", heap, "all_to_all_v")

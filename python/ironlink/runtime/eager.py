@@ -1,12 +1,13 @@
 """The public functions that ironlink's PyTorch custom operators (`torch.ops.ironlink.*`) run,
-by name, entered by the modules that own them.
+by name, entered by the modules that own them, and the routing of those functions to the
+operators while Dynamo traces them (`routed`).
 
 Each layer's `torch_library` (`ops/`, `fused/`) defines its operators with torch at import; the
 public functions it runs (`ops.collectives.all_reduce`, ...) live in modules that must import
 without torch, and those route to their `torch_library` while Dynamo traces them. Were the
 operators to import the public modules too, each layer would be an import circle. So the
 imports run one way: a public module imports this table (no torch) and enters its function with
-`@register` when it is imported; the operator's implementation looks the function up here by
+`@routed` (or `@register`) when it is imported; the operator's implementation looks the function up here by
 name (`function`) when the compiled graph runs it.
 
 Every public module is entered before any operator can run: a `torch_library` module is imported
@@ -17,9 +18,11 @@ exchange their handle names (`runtime.handles`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, TypeVar
 
 from .errors import IronlinkError
+from .handles import compiling
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,6 +37,26 @@ def register(fn: F) -> F:
     return fn
 
 
+def routed(library: Callable[[], Any]) -> Callable[[F], F]:
+    """Decorator of a public op: enters it (`register`), and while Dynamo traces a call
+    (`handles.compiling()`) calls instead the routing function of the same name in the module
+    `library()` returns (its layer's `torch_library`, imported only then: it imports torch), which
+    calls the registered operator with the same arguments; in eager the op itself runs."""
+
+    def decorate(fn: F) -> F:
+        register(fn)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return getattr(library(), fn.__name__)(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return decorate
+
+
 def function(name: str) -> Callable[..., Any]:
     """The public function entered as `name`; IronlinkError if its module was never imported."""
     fn = FUNCTIONS.get(name)
@@ -43,4 +66,4 @@ def function(name: str) -> Callable[..., Any]:
     return fn
 
 
-__all__ = ["FUNCTIONS", "function", "register"]
+__all__ = ["FUNCTIONS", "function", "register", "routed"]
