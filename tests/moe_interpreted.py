@@ -24,8 +24,8 @@ from ironlink.moe import exchange as exchange_mod
 from ironlink.moe import sort as moe_sort
 from ironlink.language._flags import EMPTY_BITS
 
-from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, low_latency_layer,  # tests/, beside this file
-                     sim_heaps)
+from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, low_latency_layer, pack,  # tests/, beside this file
+                     relays, sim_heaps)
 
 FP8 = torch.float8_e4m3fn
 
@@ -60,9 +60,10 @@ def fp8_every_value() -> None:
     g[:groups, 1:].reshape(-1)[:values.numel()] = values
     x = g.reshape(tokens, hidden)
     m = MoeExchange(FakeHeap(0, 1), tokens, hidden, 1, 1, dispatch_dtype=FP8)
-    t, _ = m._pack(x, torch.zeros(tokens, 1, dtype=torch.int64), torch.ones(tokens, 1))
-    q = m.send_buf[:t].view(torch.uint8)[:, :hidden]
-    scales = m.send_buf[:t].view(torch.float32)[:, m.scale_col // 2:m.scale_col // 2 + hidden // 128]
+    t, _ = pack(m, x, torch.zeros(tokens, 1, dtype=torch.int64), torch.ones(tokens, 1))
+    send_buf = relays([m])[0].send_buf
+    q = send_buf[:t].view(torch.uint8)[:, :hidden]
+    scales = send_buf[:t].view(torch.float32)[:, m.scale_col // 2:m.scale_col // 2 + hidden // 128]
     q_ref, s_ref = fp8_quantize_reference(x)
     assert torch.equal(s_ref, torch.ones_like(s_ref)) and torch.equal(scales, s_ref), "scales of 448-max groups"
     diff = (q != q_ref.view(torch.uint8)).nonzero()
@@ -100,16 +101,17 @@ def sorts_match_reference() -> None:
     ids = [torch.randint(0, experts, (tokens, k), generator=g) for _ in range(world)]
     ids[1][3, 2], ids[1][7, 0], ids[2][0, 4] = experts, -1, 1000  # 3 out-of-range ids
     ws = [torch.rand(tokens, k, generator=g) for _ in range(world)]
-    packed = [m._pack(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
-    for r, (m, (_, send_row)) in enumerate(zip(ms, packed)):
+    rs = relays(ms)
+    packed = [pack(m, x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    for r, (rp, (_, send_row)) in enumerate(zip(rs, packed)):
         want = reference_send_rows(ids[r], world, le)
         assert torch.equal(send_row, want), f"rank {r}: send rows differ from the reference"
-        assert torch.equal(m.send_counts, (want >= 0).sum(0)), f"rank {r}: send counts"
-    exchange([(m.send_buf, m.send_counts) for m in ms], [(m.recv_buf, m.recv_counts, m.recv_offsets) for m in ms])
-    for r, m in enumerate(ms):
-        counts, offsets, slot, weight, received = m._layout()
+        assert torch.equal(rp.send_counts, (want >= 0).sum(0)), f"rank {r}: send counts"
+    exchange([(p.send_buf, p.send_counts) for p in rs], [(p.recv_buf, p.recv_counts, p.recv_offsets) for p in rs])
+    for r, (m, rp) in enumerate(zip(ms, rs)):
+        counts, offsets, slot, weight, received = rp.place()[:5]
         n = int(received)
-        raw = m.recv_buf.view(torch.int32)[:n, m.meta_col // 2:m.meta_col // 2 + k].to(torch.int64)
+        raw = rp.recv_buf.view(torch.int32)[:n, m.meta_col // 2:m.meta_col // 2 + k].to(torch.int64)
         assert bool((((raw >= 0) & (raw < experts)) | (raw == -1)).all()), f"rank {r}: an out-of-range id travelled"
         got = raw - r * le
         local = (got >= 0) & (got < le)
@@ -120,9 +122,9 @@ def sorts_match_reference() -> None:
         assert torch.equal(slot[:n].reshape(-1), want_slot), f"rank {r}: slots differ from a stable argsort"
         assert torch.equal(counts, torch.bincount(key, minlength=le + 1)[:le]), f"rank {r}: expert counts"
         assert torch.equal(offsets, torch.cumsum(counts, 0) - counts), f"rank {r}: expert offsets"
-        weights = m.recv_buf.view(torch.float32)[:n, m.meta_col // 2 + k:m.meta_col // 2 + 2 * k]
+        weights = rp.recv_buf.view(torch.float32)[:n, m.meta_col // 2 + k:m.meta_col // 2 + 2 * k]
         assert torch.equal(weight[:n], weights), f"rank {r}: weights"
-        assert torch.equal(m.recv_x[:order.numel()], m.recv_buf[order // k, :hidden]), f"rank {r}: recv_x rows"
+        assert torch.equal(m.recv_x[:order.numel()], rp.recv_buf[order // k, :hidden]), f"rank {r}: recv_x rows"
     for r, bad in ((0, 0), (1, 2), (2, 1)):
         try:
             ms[r].check()

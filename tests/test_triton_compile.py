@@ -31,6 +31,7 @@ from ironlink.language.jit import IronlinkKernel
 from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import kernels as moe_kernels
 from ironlink.moe import low_latency_kernels as moe_ll
+from ironlink.moe import relay_kernels as moe_relay
 
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
@@ -297,7 +298,7 @@ REGISTERS_PER_SM = 65536  # sm_80 to sm_100
 def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) -> None:
     signature, constexprs = MOE_KERNELS[name]
     base = name.split()[0]
-    fn = next(getattr(m, base) for m in (moe_kernels, moe_sort, moe_direct, moe_ll) if hasattr(m, base))
+    fn = next(getattr(m, base) for m in (moe_kernels, moe_relay, moe_sort, moe_direct, moe_ll) if hasattr(m, base))
     if isinstance(fn, IronlinkKernel):
         fn = fn.fn  # the Triton kernel it wraps
     full = {**signature, **{c: "constexpr" for c in constexprs}}

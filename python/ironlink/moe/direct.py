@@ -28,7 +28,7 @@ it). Each barrier pairs the same-index CTAs of the ranks: every rank launches th
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 from ..language._abi import MAX_CTAS
 from ..runtime.launch import launch_with_status
@@ -36,20 +36,12 @@ from ..runtime.heap_args import span_bytes
 from ..runtime.registry import holds
 from . import direct_kernels as dk
 from . import kernels, sort
-from .layout import _pow2, take_count
-
-
-class Layout(NamedTuple):
-    counts: Any  # [local experts] int64
-    offsets: Any  # [local experts] int64
-    slot: Any  # [world * max_tokens, topk] int64: recv_x row of each source token's choice, -1: not here
-    weight: Any  # [world * max_tokens, topk] fp32
-    received: Any  # [1] int64: source tokens (rows of meta)
+from .layout import Layout, _pow2, _Sort, take_count
 
 
 class DirectPath:
-    """The direct path's buffers and launches for one MoeExchange `m` (whose shapes and sorts it
-    uses). `sim_deltas` (tests): int64 [world] byte distances to the simulated peers' heaps; the
+    """The direct path's buffers and launches for one MoeExchange `m` (whose shapes, recv_x and
+    overflow summary it uses). `sim_deltas` (tests): int64 [world] byte distances to the simulated peers' heaps; the
     kernels then run without the device library (moe/direct_kernels.py, SIM)."""
 
     def __init__(self, m: Any, heap: Any, ctas: int, sim_deltas: Optional[Any] = None, per_sm: int = 1) -> None:
@@ -72,6 +64,7 @@ class DirectPath:
         self.received = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sim_status = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)
         self.wb = _pow2(m.world)
+        self.by_expert = _Sort.make(m.sort_programs, m.local_experts, m.kb, dev)  # place's counting sort
         self.rows_in_flight = max(1, dk.PULL_ROWS // per_sm)  # rows each CTA of pull_rows loads at once
 
     def free(self) -> None:
@@ -172,7 +165,7 @@ class DirectPath:
         (and an fp8 dispatch's scales) pulled from the sources' stages."""
         import torch
 
-        m, s = self.m, self.m.by_expert
+        m, s = self.m, self.by_expert
         rows, k, le = self.meta.shape[0], m.topk, m.local_experts
         dev = self.meta.device
         counts = torch.empty(le, dtype=torch.int64, device=dev)
@@ -236,4 +229,4 @@ def _warps(block: int, warps: int = dk.WARPS) -> int:
     return warps if block >= 2048 else 4
 
 
-__all__ = ["DirectPath", "Layout"]
+__all__ = ["DirectPath"]

@@ -19,8 +19,8 @@ row per (token, rank) straight into the token's rank:
   store), then a barrier, after which every row a source will read has landed;
 - `sum_partials` (local): each token's rows in `back` from the ranks it went to (its ids as
   staged, from `meta`), added in rank order in fp32.
-The arithmetic of combine is that of the relay path (weighted_partial_sums, sum_rank_rows), so
-both give the same bits.
+The arithmetic of combine is that of the relay path (moe/relay_kernels.py: weighted_partial_sums,
+sum_rank_rows), so both give the same bits.
 
 SIM (tests only): peers are buffers of one process, reached by adding `deltas[q]` bytes, and the
 barriers are the test's own phase order; the kernels then run in Triton's interpreter.

@@ -1,6 +1,7 @@
 """Shapes and pure helpers of MoeExchange (moe/exchange.py): a send row's layout, the heap
-tensors each path allocates (and so `MoeExchange.heap_bytes`), a counting sort's launch shape,
-and the fp8 dispatch's reference quantization in torch ops."""
+tensors each path allocates (and so `MoeExchange.heap_bytes`), the layout a dispatch leaves for
+its combine (`Layout`, every path's), a counting sort's launch shape, and the fp8 dispatch's
+reference quantization in torch ops."""
 
 from __future__ import annotations
 
@@ -19,6 +20,19 @@ def _round_up(n: int, m: int) -> int:
 def _pow2(n: int) -> int:
     """The smallest power of two >= n (Triton block shapes)."""
     return 1 << max(0, n - 1).bit_length()
+
+
+class Layout(NamedTuple):
+    """What a path's dispatch gives (and its combine takes back, as the Handle's fields)."""
+
+    counts: Any  # [local experts] int64
+    offsets: Any  # [local experts] int64
+    slot: Any  # [world * max_tokens, topk] int64: recv_x row of each source token's choice, -1: not here
+    weight: Any  # [world * max_tokens, topk] fp32
+    received: Any  # [1] int64: source tokens (rows of meta, or of the relay path's receive buffer)
+    # Relay path: [T, world] int64, each token's row in the send (and combine's receive) buffer,
+    # -1: not sent; the one-node paths: None.
+    send_row: Any = None
 
 
 class _RowLayout(NamedTuple):
@@ -125,4 +139,4 @@ def fp8_dequantize(q: Any, scales: Any, dtype: Any = None) -> Any:
     return deq.reshape(t, h).to(dtype or torch.float32)
 
 
-__all__ = ["fp8_dequantize", "fp8_quantize_reference"]
+__all__ = ["Layout", "fp8_dequantize", "fp8_quantize_reference"]

@@ -20,8 +20,7 @@ from ..language._abi import MAX_CTAS
 from ..language._flags import EMPTY_BITS
 from ..runtime.launch import launch_with_status
 from . import kernels, low_latency_kernels as llk
-from .direct import Layout
-from .layout import _pow2, take_count
+from .layout import Layout, _pow2, take_count
 
 
 # Simulation: how long a flag wait polls before TIMEOUT (the interpreter's clock: 1 us a reading).
@@ -97,6 +96,10 @@ class LowLatencyPath:
     def free(self) -> None:
         for t in (self.back_counts, self.counts, self.back, self.landing):
             self.heap.free(t)
+
+    def grid(self) -> int:
+        """The CTAs of its two kernels."""
+        return int(self.ctas)
 
     def dispatch(self, x: Any, idx: Any, weights: Any, t: int, check: bool, phase: int = 0) -> Layout:
         """x [t, hidden], idx / weights [t, topk] (contiguous) to the ranks of their experts: the
