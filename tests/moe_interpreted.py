@@ -11,21 +11,20 @@ Harness: tests/moe_sim.py. Exits non-zero with a message on the first mismatch."
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from ironlink.language import _abi
-from ironlink.runtime import tuning
 from ironlink.runtime.errors import IronlinkError
-from ironlink.moe import MoeExchange, fp8_dequantize, fp8_quantize_reference
-from ironlink.moe import direct_kernels
+from ironlink.moe import MoeConfig, MoeExchange, fp8_dequantize, fp8_quantize_reference
 from ironlink.moe import exchange as exchange_mod
-from ironlink.moe import sort as moe_sort
+from ironlink.moe.config import DEFAULT
 from ironlink.language._flags import EMPTY_BITS
 
-from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, low_latency_layer, pack,  # tests/, beside this file
-                     relays, sim_heaps)
+from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer,  # tests/, beside this file
+                     low_latency_layer, pack, relays, sim_heaps)
 
 FP8 = torch.float8_e4m3fn
 
@@ -90,12 +89,8 @@ def sorts_match_reference() -> None:
     reported by check)."""
     world, tokens, hidden, k, experts = 3, 40, 16, 5, 12
     le = experts // world
-    one_hot = moe_sort.ONE_HOT
-    moe_sort.ONE_HOT = 64  # 1 or 2 rows per block: every program walks several blocks
-    try:
-        ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
-    finally:
-        moe_sort.ONE_HOT = one_hot
+    small = replace(DEFAULT, one_hot=64)  # 1 or 2 rows per block: every program walks several blocks
+    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, config=small) for r in range(world)]
     g = torch.Generator().manual_seed(11)
     xs = [torch.randn(tokens, hidden, generator=g).to(torch.bfloat16) for _ in range(world)]
     ids = [torch.randint(0, experts, (tokens, k), generator=g) for _ in range(world)]
@@ -148,16 +143,12 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
     in_heap = [sh.empty(tuple(x.shape), x.dtype).copy_(x) for sh, x in zip(heaps, xs)]
     for m, x in zip(ms, in_heap):  # in place: bf16 rows of whole 16-byte units (hidden 36 is staged)
         assert (m.direct.rows_in_place(x) is not None) == (not fp8 and x.shape[0] > 0 and h * 2 % 16 == 0), h
-    blocks = (direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK)
     for run, rows in enumerate((2, 1, 4)):  # pull_rows: two rows in flight per program, then one, then four
         for m in ms:
             m.direct.rows_in_flight = rows
-        if run:  # rows in several chunks (masked at the end)
-            direct_kernels.PULL_BLOCK = direct_kernels.PUSH_BLOCK = 16
-        try:
-            recvs, counts, outs = direct_layer(ms, xs if run == 1 else in_heap, ids, ws)
-        finally:
-            direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK = blocks
+            # From the second run, rows in several chunks (masked at the end).
+            m.direct.config = replace(DEFAULT, pull_block=16, push_block=16) if run else DEFAULT
+        recvs, counts, outs = direct_layer(ms, xs if run == 1 else in_heap, ids, ws)
         for p in range(world):
             want = relay[0][p] if fp8 else (relay[0][p],)
             got = recvs[p] if fp8 else (recvs[p],)
@@ -432,17 +423,30 @@ def main() -> int:
         except ValueError as e:
             assert words in str(e), str(e)
     assert MoeExchange(FakeHeap(0, world), tokens, hidden, k, experts).path == "relay"
-    # One node: low_latency for few tokens (tuning.MOE_LOW_LATENCY_MAX_TOKENS; an fp8 dispatch
-    # too), else direct, and direct for a given recv_capacity.
+    # One node: low_latency for few tokens (MoeConfig.low_latency_max_tokens; an fp8 dispatch
+    # too), else direct, and direct for a given recv_capacity; a config's own limit.
     heap = sim_heaps(world, 64 << 20)[0]
-    few, many = tuning.MOE_LOW_LATENCY_MAX_TOKENS, tuning.MOE_LOW_LATENCY_MAX_TOKENS + 1
+    few, many = DEFAULT.low_latency_max_tokens, DEFAULT.low_latency_max_tokens + 1
     assert MoeExchange(heap, few, hidden, k, experts, sms=1).path == "low_latency"
     assert MoeExchange(heap, many, hidden, k, experts).path == "direct"
     assert MoeExchange(heap, few, 256, k, experts, dispatch_dtype=FP8).path == "low_latency"
     assert MoeExchange(heap, many, 256, k, experts, dispatch_dtype=FP8).path == "direct"
     assert MoeExchange(heap, few, hidden, k, experts, recv_capacity=8).path == "direct"
+    for n, limit, want in ((few, few - 1, "direct"), (many, many, "low_latency")):
+        assert MoeExchange(heap, n, hidden, k, experts, config=MoeConfig(low_latency_max_tokens=limit)).path == want
+    for bad, words in (({"pull_rows": 3}, "a power of two"), ({"row_block": 0}, "must be at least 1")):
+        try:
+            MoeConfig(**bad)
+            raise AssertionError(f"MoeConfig accepted {bad}")
+        except ValueError as e:
+            assert words in str(e), str(e)
+    try:
+        MoeExchange(FakeHeap(0, world), tokens, 256, k, experts, dispatch_dtype=FP8, config=MoeConfig(row_block=64))
+        raise AssertionError("fp8 dispatch accepted row_block = 64")
+    except ValueError as e:
+        assert "at least 128" in str(e), str(e)
     print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact; "
-          "bad sms / path refused")
+          "bad sms / path / config refused")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
     xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]

@@ -7,8 +7,9 @@ when the routing changes between replays):
     out = moe.combine(y, handle)                               # [T, H], weighted sum over top-k
 
 - `exchange`: `MoeExchange` (the front: argument checks, path choice, recv_x, errors; dispatch
-  and combine handed to the path's object); `layout`: row layout, heap shapes, the layout a
-  dispatch leaves for its combine, the fp8 reference quantization.
+  and combine handed to the path's object); `config`: `MoeConfig`, its launch choices (blocks,
+  warps, grids, the low-latency token limit: `MoeExchange(..., config=)`); `layout`: row layout,
+  heap shapes, the layout a dispatch leaves for its combine, the fp8 reference quantization.
 - `direct`, `direct_kernels`: the direct path on one node (peer loads and stores: each token
   row crosses once, straight into its expert-major rows; combine reduced on the way back).
 - `low_latency`, `low_latency_kernels`: the path for decode batches on one node (one kernel
@@ -23,6 +24,7 @@ when the routing changes between replays):
 
 from __future__ import annotations
 
+from .config import MoeConfig
 from .exchange import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
 
-__all__ = ["Handle", "MoeExchange", "fp8_dequantize", "fp8_quantize_reference"]
+__all__ = ["Handle", "MoeConfig", "MoeExchange", "fp8_dequantize", "fp8_quantize_reference"]

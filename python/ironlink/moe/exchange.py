@@ -21,7 +21,7 @@ outputs in fp32 at once. Three paths (`choose_path` picks one; `path=` forces it
   pulls each token row once through peer pointers straight into its expert-major rows; combine
   reduces each token's outputs on the expert's rank and stores the sum straight into the
   token's rank, which adds the per-rank rows. `sms` bounds the CTAs of these kernels.
-- low_latency (a heap of one node, up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens: decode;
+- low_latency (a heap of one node, up to `MoeConfig.low_latency_max_tokens` tokens: decode;
   moe/low_latency.py): one kernel each for dispatch and combine, whose CTAs meet only the peers'
   same-index CTAs; recv_x by expert block (expert e's rows from e * world * max_tokens, in
   arrival order), so it holds num_experts * max_tokens rows.
@@ -61,8 +61,8 @@ from ..language import _abi
 from ..runtime.distributed import grid_cap
 from ..runtime.errors import IronlinkError
 from ..runtime.handles import compiling, register
-from ..runtime.tuning import MOE_LOW_LATENCY_MAX_TOKENS
-from . import direct_kernels, kernels, sort
+from . import kernels, sort
+from .config import DEFAULT, MoeConfig
 from .direct import DirectPath
 from .low_latency import LowLatencyPath, capacity as low_latency_capacity
 from .layout import Layout, _RowLayout, _heap_bytes, _pow2, fp8_dequantize, fp8_quantize_reference
@@ -71,14 +71,15 @@ from .relay import RelayPath
 PATHS = ("direct", "low_latency", "relay")
 
 
-def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_node: bool) -> str:
+def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_node: bool,
+                config: MoeConfig) -> str:
     """The path a MoeExchange takes when not told: relay across nodes; on one node low_latency
-    for up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens (any dispatch dtype, fp8 included; it
-    sizes its own receive buffer, so not with a `recv_capacity`), else direct."""
+    for up to `config.low_latency_max_tokens` tokens (any dispatch dtype, fp8 included; it sizes
+    its own receive buffer, so not with a `recv_capacity`), else direct."""
     del fp8  # both dispatch dtypes are faster on the low-latency path (docs/moe.md)
     if multi_node:
         return "relay"
-    small = max_tokens <= MOE_LOW_LATENCY_MAX_TOKENS and recv_capacity is None
+    small = max_tokens <= config.low_latency_max_tokens and recv_capacity is None
     return "low_latency" if small else "direct"
 
 
@@ -102,16 +103,18 @@ class MoeExchange:
 
     def __init__(self, heap: Any, max_tokens: int, hidden: int, topk: int, num_experts: int,
                  dtype: Any = None, recv_capacity: Optional[int] = None, dispatch_dtype: Any = None,
-                 sms: Optional[int] = None, path: Optional[str] = None) -> None:
+                 sms: Optional[int] = None, path: Optional[str] = None, config: Optional[MoeConfig] = None) -> None:
         """`dtype` (bf16 default, or fp16): the tokens given to dispatch and the rows of combine.
         `dispatch_dtype`: `dtype` (default) or torch.float8_e4m3fn (see the module docs).
         `sms`: the SM budget (DeepEP's num_sms): the exchange kernels run that many CTAs and the
-        row-moving local kernels PROGRAMS_PER_SM per SM of it, leaving the other SMs to a
+        row-moving local kernels `config.programs_per_sm` per SM of it, leaving the other SMs to a
         concurrent kernel; None or 0: every SM. The same on every rank.
         `path`: "direct" (one node: peer loads and stores, no extra passes), "low_latency" (one
         node: one kernel each for dispatch and combine, recv_x by expert block; moe/low_latency.py),
         "relay" (two all_to_all_v, the only one across nodes), None: `choose_path`. All give the
-        same combined bits."""
+        same combined bits.
+        `config`: the launch choices (moe/config.py's MoeConfig: blocks, warps, grids, the
+        low-latency token limit); None: `moe.config.DEFAULT`. The same on every rank."""
         import torch
 
         world = heap.world_size
@@ -121,6 +124,9 @@ class MoeExchange:
             raise ValueError(f"max_tokens, hidden and topk must be positive, got {max_tokens}, {hidden}, {topk}")
         if topk > num_experts:
             raise ValueError(f"topk = {topk} exceeds num_experts = {num_experts}")
+        if config is not None and not isinstance(config, MoeConfig):
+            raise TypeError(f"config must be a MoeConfig (ironlink.moe.MoeConfig), got {type(config).__name__}")
+        self.config = config or DEFAULT
         self.dtype = dtype or torch.bfloat16
         if self.dtype not in (torch.bfloat16, torch.float16):
             raise TypeError(f"MoeExchange moves bf16 or fp16 rows, got {self.dtype}")
@@ -131,6 +137,9 @@ class MoeExchange:
         if self.fp8 and hidden % kernels.FP8_GROUP:
             raise ValueError(f"fp8 dispatch scales each token per {kernels.FP8_GROUP} channels: hidden = {hidden} "
                              f"must be a multiple of {kernels.FP8_GROUP}")
+        if self.fp8 and min(self.config.row_block, self.config.low_latency_block) < kernels.FP8_GROUP:
+            raise ValueError(f"fp8 dispatch quantizes whole {kernels.FP8_GROUP}-channel groups per block: "
+                             f"config.row_block and config.low_latency_block must be at least {kernels.FP8_GROUP}")
         self.heap, self.world, self.rank = heap, world, heap.rank
         self.max_tokens, self.hidden, self.topk, self.num_experts = max_tokens, hidden, topk, num_experts
         self.local_experts = num_experts // world
@@ -148,7 +157,7 @@ class MoeExchange:
         if path == "low_latency" and recv_capacity is not None:
             raise ValueError("path='low_latency' lays recv_x out by expert block, num_experts * max_tokens rows "
                              "(its own capacity): no recv_capacity")
-        self.path = path or choose_path(max_tokens, self.fp8, recv_capacity, multi_node)
+        self.path = path or choose_path(max_tokens, self.fp8, recv_capacity, multi_node, self.config)
         if self.path == "low_latency":
             self.capacity = low_latency_capacity(world, max_tokens, self.local_experts)
         layout = _RowLayout.of(hidden, topk, self.fp8)
@@ -157,10 +166,10 @@ class MoeExchange:
         cuda = torch.device(dev).type == "cuda"
         device_sms = torch.cuda.get_device_properties(dev).multi_processor_count if cuda else 2
         self.sms = min(sms or device_sms, device_sms)
-        # Launch sizes the paths share: the row kernels' grid (PROGRAMS_PER_SM per SM of the
+        # Launch sizes the paths share: the row kernels' grid (programs_per_sm per SM of the
         # budget), the counting sorts' programs, the top-k block.
-        self.programs = kernels.PROGRAMS_PER_SM * self.sms
-        self.sort_programs = sort.SORT_PROGRAMS if cuda else 2
+        self.programs = self.config.programs_per_sm * self.sms
+        self.sort_programs = self.config.sort_programs if cuda else 2
         self.kb = _pow2(topk)
         # Zeros, not empty: a grouped GEMM over padded expert tiles reads rows past the counts, and
         # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
@@ -176,12 +185,12 @@ class MoeExchange:
         ctas = min(self.sms, grid_cap(dev)) if cuda else 2
         self.impl: Union[DirectPath, LowLatencyPath, RelayPath]
         if self.path == "direct":
-            per_sm = direct_kernels.CTAS_PER_SM if cuda and ctas == device_sms else 1  # every SM in the budget
-            self.impl = DirectPath(self, heap, ctas, sim, per_sm)
+            per_sm = self.config.ctas_per_sm if cuda and ctas == device_sms else 1  # every SM in the budget
+            self.impl = DirectPath(self, heap, ctas, self.config, sim, per_sm)
         elif self.path == "low_latency":
-            self.impl = LowLatencyPath(self, heap, ctas, sim)
+            self.impl = LowLatencyPath(self, heap, ctas, self.config, sim)
         else:
-            self.impl = RelayPath(self, heap, sms)
+            self.impl = RelayPath(self, heap, self.config, sms)
         self.op_handle = register(self)  # what torch.compile graphs carry instead (moe/torch_library.py)
 
     @property
@@ -292,13 +301,15 @@ class MoeExchange:
 
     @staticmethod
     def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False,
-                   multi_node: bool = False, path: Optional[str] = None, recv_capacity: Optional[int] = None) -> int:
+                   multi_node: bool = False, path: Optional[str] = None, recv_capacity: Optional[int] = None,
+                   config: Optional[MoeConfig] = None) -> int:
         """The heap bytes a MoeExchange of this shape allocates (`fp8`: an fp8 dispatch;
-        `multi_node`: on a heap of several nodes; `path`, `recv_capacity` as given to it): a
-        `SymmetricHeap` of at least this many bytes holds it. Needs the compiled extension."""
+        `multi_node`: on a heap of several nodes; `path`, `recv_capacity`, `config` as given to it:
+        they pick the path): a `SymmetricHeap` of at least this many bytes holds it. Needs the
+        compiled extension."""
         from ..runtime.native import load_native
 
-        chosen = path or choose_path(max_tokens, fp8, recv_capacity, multi_node)
+        chosen = path or choose_path(max_tokens, fp8, recv_capacity, multi_node, config or DEFAULT)
         return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN, path=chosen)
 
     def check(self) -> None:

@@ -5,7 +5,7 @@ None of them talks to a peer; the relay path's own copies and reductions are in
 moe/relay_kernels.py.
 
 Rows are `hidden` elements of a 2-byte dtype; every kernel walks a row in BLOCK-element chunks
-(16-byte vectors per thread). An fp8 dispatch (`pack_rows_fp8`) quantizes each token per
+(MoeConfig.row_block: 16-byte vectors per thread). An fp8 dispatch (`pack_rows_fp8`) quantizes each token per
 FP8_GROUP channels on its way into the send buffer; the buffers still count in 2-byte words (an
 fp8 row of `hidden` bytes is hidden / 2 words), so the exchange and the copies move it unchanged.
 """
@@ -15,13 +15,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Measured on one H200 at the benchmark's largest shapes (bench/probes/moe_kernels_sweep.py,
-# bench/results/experiments/moe-kernels-sweep-1xH200-20261123.log): 2048-element chunks, 4 warps and
-# 8 programs per SM copy 32768 expert rows in 240 us (3.9 TB/s of HBM traffic) and reduce them in
-# 219 us, against 323 and 272 us with 1024, 4 warps and 4 per SM.
-BLOCK = 2048  # elements per chunk: 128 threads x 16 bf16 = two 16-byte vectors each
-WARPS = 4
-PROGRAMS_PER_SM = 8  # the grid of the kernels that stride over rows counted on the device
 # fp8 dispatch: one fp32 scale per 128 channels of a token (the 1x128 blocks of DeepEP's fp8
 # dispatch and DeepGEMM's fp8 grouped GEMMs), scale = amax / 448 (e4m3's largest finite value).
 # (Passed to the kernel as constexprs: a Triton kernel reads no plain module globals.)
@@ -139,5 +132,4 @@ def weighted_chunk(y, slot, weight, r, c, hidden, K: tl.constexpr, BLOCK: tl.con
     return acc
 
 
-__all__ = ["BLOCK", "FP8_GROUP", "FP8_MAX", "FP8_MIN_AMAX", "PROGRAMS_PER_SM", "WARPS", "pack_rows", "pack_rows_fp8",
-           "quantize_chunk", "weighted_chunk"]
+__all__ = ["FP8_GROUP", "FP8_MAX", "FP8_MIN_AMAX", "pack_rows", "pack_rows_fp8", "quantize_chunk", "weighted_chunk"]

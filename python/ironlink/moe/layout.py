@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from ..language._abi import MAX_CTAS
 from . import kernels, sort
+from .config import MoeConfig
 from .low_latency_kernels import COPIES
 
 
@@ -95,13 +96,13 @@ class _Sort(NamedTuple):
     base: Any
 
     @staticmethod
-    def make(programs: int, buckets: int, choices_block: int, device: Any) -> "_Sort":
+    def make(programs: int, buckets: int, choices_block: int, device: Any, config: MoeConfig) -> "_Sort":
         import torch
 
         bb = _pow2(buckets)
-        pb = sort.scan_programs(_pow2(programs), bb)
+        pb = sort.scan_programs(_pow2(programs), bb, config.scan_tile)
         hist = torch.zeros(programs, bb, dtype=torch.int32, device=device)
-        return _Sort(bb, sort.block_rows(choices_block, bb), pb, hist, torch.zeros_like(hist))
+        return _Sort(bb, sort.block_rows(choices_block, bb, config.one_hot), pb, hist, torch.zeros_like(hist))
 
 
 def take_count(counts: Any) -> int:

@@ -65,8 +65,6 @@ NO_ROOM = tl.constexpr(-2)
 # signals of the other paths make.
 _WAIT_OTHERS = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_wait_others"))
 MAX_CTAS = tl.constexpr(_abi.MAX_CTAS)
-BLOCK = 8192  # elements of a row moved per step (a whole row of hidden 7168)
-WARPS = 8
 # landing, back and the count words come in COPIES, used by calls in turn (module docs).
 COPIES = tl.constexpr(3)
 
@@ -408,4 +406,4 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, back_counts, cal
     tl.store(status + pid, s)
 
 
-__all__ = ["BLOCK", "NO_ROOM", "WARPS", "ll_combine", "ll_dispatch"]
+__all__ = ["NO_ROOM", "ll_combine", "ll_dispatch"]

@@ -30,6 +30,7 @@ from ..ops.variable_all_to_all import all_to_all_v
 from ..runtime.distributed import grid_cap
 from ..runtime.tuning import all_to_all_v_launch
 from . import kernels, relay_kernels as rk, sort
+from .config import MoeConfig
 from .layout import Layout, _heap_shapes, _pow2, _Sort
 
 _NO_LIMIT = (1 << 62)  # bucket_scan's limit for a sort that cannot overflow
@@ -37,13 +38,13 @@ _NO_LIMIT = (1 << 62)  # bucket_scan's limit for a sort that cannot overflow
 
 class RelayPath:
     """The relay path's buffers and launches for one MoeExchange `m` (whose shapes, recv_x and
-    overflow summary it uses). `sms`: the SM budget as given to MoeExchange (None or 0: every
-    SM), which also bounds the exchanges' CTAs."""
+    overflow summary it uses), launched as `config` says. `sms`: the SM budget as given to
+    MoeExchange (None or 0: every SM), which also bounds the exchanges' CTAs."""
 
-    def __init__(self, m: Any, heap: Any, sms: Optional[int] = None) -> None:
+    def __init__(self, m: Any, heap: Any, config: MoeConfig, sms: Optional[int] = None) -> None:
         import torch
 
-        self.m, self.heap = m, heap
+        self.m, self.heap, self.config = m, heap, config
         dev = heap.device
         # Heap allocation order: layout._heap_shapes(path="relay"). back_*: combine's one reduced
         # row per received token.
@@ -59,8 +60,8 @@ class RelayPath:
         a2a_bytes = 2 * m.world * m.max_tokens * m.row
         self.a2a_ctas = min(all_to_all_v_launch(a2a_bytes)[0], grid_cap(dev), sms or grid_cap(dev))
         # By destination rank, with one more bucket for ids outside [0, num_experts); by local expert.
-        self.by_rank = _Sort.make(m.sort_programs, m.world + 1, m.kb, dev)
-        self.by_expert = _Sort.make(m.sort_programs, m.local_experts, m.kb, dev)
+        self.by_rank = _Sort.make(m.sort_programs, m.world + 1, m.kb, dev, config)
+        self.by_expert = _Sort.make(m.sort_programs, m.local_experts, m.kb, dev, config)
 
     def free(self) -> None:
         for t in (*reversed(self.counts), self.back_recv, self.back_send, self.recv_buf, self.send_buf):
@@ -96,7 +97,8 @@ class RelayPath:
         grid = (m.sort_programs,)
         sort.rank_histogram[grid](idx, t, m.local_experts, m.world, s.hist, K=k, BR=s.br, KB=m.kb, BB=s.bb)
         sort.bucket_scan[(1,)](s.hist, m.sort_programs, m.world, _NO_LIMIT, 0, s.base, self.send_counts,
-                               self.send_offsets, self.route_summary, BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
+                               self.send_offsets, self.route_summary, BB=s.bb, PB=s.pb,
+                               num_warps=self.config.scan_warps)
         sort.rank_place[grid](idx, t, m.local_experts, m.world, s.base, send_row, K=k, BR=s.br, KB=m.kb,
                               BB=s.bb, WB=_pow2(m.world))
         return send_row
@@ -106,7 +108,7 @@ class RelayPath:
         [t, topk] (contiguous); send_row (`route`)."""
         import torch
 
-        m = self.m
+        m, c = self.m, self.config
         send_row = self.route(idx, t)
         if not t:
             return send_row
@@ -116,12 +118,12 @@ class RelayPath:
         if m.fp8:
             k.pack_rows_fp8[(t,)](x, idx, weights, send_row, b.view(torch.uint8), words, m.hidden, *meta,
                                   m.row, m.scale_col // 2, m.num_experts, WORLD=m.world, K=m.topk,
-                                  BLOCK=k.BLOCK, META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX,
-                                  MIN_AMAX=k.FP8_MIN_AMAX, num_warps=k.WARPS)
+                                  BLOCK=c.row_block, META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX,
+                                  MIN_AMAX=k.FP8_MIN_AMAX, num_warps=c.row_warps)
         else:
             k.pack_rows[(t,)](x, idx, weights, send_row, b, words, m.hidden, *meta, m.row,
-                              m.num_experts, WORLD=m.world, K=m.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block,
-                              num_warps=k.WARPS)
+                              m.num_experts, WORLD=m.world, K=m.topk, BLOCK=c.row_block, META_BLOCK=meta_block,
+                              num_warps=c.row_warps)
         return send_row
 
     def exchange(self, inp: Any, send_counts: Any, out: Any, recv_counts: Any, recv_offsets: Any,
@@ -153,7 +155,7 @@ class RelayPath:
         sort.expert_histogram[grid](ids, stride, self.recv_counts, m.world, lo, le, s.hist, received, WB=wb, K=k,
                                     BR=s.br, KB=m.kb, BB=s.bb)
         sort.bucket_scan[(1,)](s.hist, m.sort_programs, le, m.capacity, lo, s.base, counts, offsets,
-                               m.overflow, BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
+                               m.overflow, BB=s.bb, PB=s.pb, num_warps=self.config.scan_warps)
         sort.expert_place[grid](ids, stride, weights, self.recv_counts, m.world, lo, le, s.base, m.capacity,
                                 slot, weight, source, WB=wb, K=k, BR=s.br, KB=m.kb, BB=s.bb)
         self._gather(source, m.overflow[3:4])
@@ -163,22 +165,22 @@ class RelayPath:
         """recv_x[i] (and recv_scales[i]) = received token rows[i]'s payload, i < min(total, capacity)."""
         import torch
 
-        m, k = self.m, kernels
+        m, c = self.m, self.config
         if m.fp8:  # copied as raw 2-byte words (int16: no float conversion): the bytes, and the scales beside them
             rk.gather_rows[(m.programs,)](self.recv_buf.view(torch.int16), m.row, rows, total, m.capacity,
                                           m.recv_x.view(torch.int16), m.hidden // 2, m.scale_col,
-                                          m.recv_scales.view(torch.int16), 2 * m.groups, BLOCK=k.BLOCK,
-                                          SIDE_BLOCK=_pow2(max(16, 2 * m.groups)), num_warps=k.WARPS)
+                                          m.recv_scales.view(torch.int16), 2 * m.groups, BLOCK=c.row_block,
+                                          SIDE_BLOCK=_pow2(max(16, 2 * m.groups)), num_warps=c.row_warps)
         else:
             rk.gather_rows[(m.programs,)](self.recv_buf, m.row, rows, total, m.capacity, m.recv_x, m.hidden, 0,
-                                          m.recv_x, 0, BLOCK=k.BLOCK, SIDE_BLOCK=0, num_warps=k.WARPS)
+                                          m.recv_x, 0, BLOCK=c.row_block, SIDE_BLOCK=0, num_warps=c.row_warps)
 
     def reduce_here(self, y: Any, layout: Layout) -> None:
         """Step 4: back_send[r] = received token r's outputs of this rank's experts, weighted and
         summed."""
-        m = self.m
+        m, c = self.m, self.config
         rk.weighted_partial_sums[(m.programs,)](y, layout.slot, layout.weight, layout.received, self.back_send,
-                                                m.hidden, K=m.topk, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+                                                m.hidden, K=m.topk, BLOCK=c.row_block, num_warps=c.row_warps)
 
     def sum_ranks(self, layout: Layout, t: int) -> Any:
         """Step 6: [t, hidden], each token's per-rank sums (back from the ranks it went to, along
@@ -189,7 +191,7 @@ class RelayPath:
         out = torch.empty(t, m.hidden, dtype=m.dtype, device=self.back_recv.device)
         if t:
             rk.sum_rank_rows[(t,)](self.back_recv, layout.send_row, out, m.hidden, WORLD=m.world,
-                                   BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+                                   BLOCK=self.config.row_block, num_warps=self.config.row_warps)
         return out
 
     def bad_ids(self) -> int:

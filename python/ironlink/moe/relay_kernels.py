@@ -2,7 +2,7 @@
 around its two all_to_all_v exchanges. None of them talks to a peer.
 
 Rows are `hidden` elements of a 2-byte dtype (an fp8 row counts as hidden / 2 words, copied
-unchanged), walked in BLOCK-element chunks. The row count of each kernel is only known on the
+unchanged), walked in BLOCK-element chunks (MoeConfig.row_block). The row count of each kernel is only known on the
 device (it came from the peers), so each runs a fixed grid that strides over the rows up to a
 count read from device memory: a CUDA graph replays them correctly when the routing changes.
 The weighted sum of combine is `kernels.weighted_chunk`, the one every path calls, so the paths'
