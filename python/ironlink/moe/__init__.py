@@ -12,8 +12,9 @@ when the routing changes between replays):
   heap shapes, the layout a dispatch leaves for its combine, the fp8 reference quantization.
 - `direct`, `direct_kernels`: the direct path on one node (peer loads and stores: each token
   row crosses once, straight into its expert-major rows; combine reduced on the way back).
-- `low_latency`, `low_latency_kernels`: the path for decode batches on one node (one kernel
-  each way; CTAs meet only the peers' same-index CTAs; recv_x by expert block).
+- `low_latency`, `low_latency_kernels`, `low_latency_copies`: the path for decode batches on one
+  node (one kernel each way; CTAs meet only the peers' same-index CTAs; recv_x by expert block;
+  its buffers in copies used by calls in turn).
 - `relay`, `relay_kernels`: the path across nodes (two all_to_all_v; the receiver copies each
   token to its expert-major rows, combine reduces before the way back).
 - `sort`: the counting sorts on the GPU (which send row each token takes; each received choice's

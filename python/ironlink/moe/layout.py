@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from ..language._abi import MAX_CTAS
 from . import kernels, sort
 from .config import MoeConfig
-from .low_latency_kernels import COPIES
+from .low_latency_copies import COPIES
 
 
 def _round_up(n: int, m: int) -> int:

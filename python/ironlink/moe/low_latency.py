@@ -1,5 +1,6 @@
 """MoeExchange's low-latency path: dispatch and combine of few tokens (decode) on a heap of one
-node, one kernel launch each (kernels: moe/low_latency_kernels.py, whose docs give the protocol).
+node, one kernel launch each (kernels: moe/low_latency_kernels.py, whose docs give the protocol,
+and the bookkeeping of its buffers' copies, moe/low_latency_copies.py).
 
 Its recv_x is laid out by expert block: expert e's rows start at e * world * max_tokens (the most
 rows an expert can get: every token of every rank), `expert_offsets` says so and `expert_counts`
@@ -22,6 +23,7 @@ from ..runtime.launch import launch_with_status
 from . import kernels, low_latency_kernels as llk
 from .config import MoeConfig
 from .layout import Layout, _pow2, take_count
+from .low_latency_copies import COPIES
 
 
 # Simulation: how long a flag wait polls before TIMEOUT (the interpreter's clock: 1 us a reading).
@@ -49,7 +51,7 @@ class LowLatencyPath:
         # writes starts "empty" (language._flags) and is emptied again by its reader a call later;
         # the fills come before the barrier, so no peer's first store can precede them. COPIES of
         # each, used by calls in turn.
-        copies = llk.COPIES.value
+        copies = COPIES.value
         self.landing = heap.empty((copies, w, mt, m.row), m.dtype)
         self.back = heap.empty((copies, w, mt, m.hidden), m.dtype)
         self.counts = heap.empty((copies, w, MAX_CTAS), torch.int64)  # dispatch's token count words
