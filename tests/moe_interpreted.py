@@ -432,8 +432,8 @@ def main() -> int:
     assert MoeExchange(heap, few, 256, k, experts, dispatch_dtype=FP8).path == "low_latency"
     assert MoeExchange(heap, many, 256, k, experts, dispatch_dtype=FP8).path == "direct"
     assert MoeExchange(heap, few, hidden, k, experts, recv_capacity=8).path == "direct"
-    for n, limit, want in ((few, few - 1, "direct"), (many, many, "low_latency")):
-        assert MoeExchange(heap, n, hidden, k, experts, config=MoeConfig(low_latency_max_tokens=limit)).path == want
+    for n, limit, chosen in ((few, few - 1, "direct"), (many, many, "low_latency")):
+        assert MoeExchange(heap, n, hidden, k, experts, config=MoeConfig(low_latency_max_tokens=limit)).path == chosen
     for bad, words in (({"pull_rows": 3}, "a power of two"), ({"row_block": 0}, "must be at least 1")):
         try:
             MoeConfig(**bad)

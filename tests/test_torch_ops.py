@@ -177,7 +177,7 @@ class StandInExchange(MoeExchange):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.impl = StandInRelay(self, self.heap)
+        self.impl = StandInRelay(self, self.heap, self.config)
 
 
 class StandInHeap(FakeHeap):
