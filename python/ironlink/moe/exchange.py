@@ -29,9 +29,10 @@ outputs in fp32 at once. Three paths (`choose_path` picks one; `path=` forces it
   destination rank, sends with one `ironlink.all_to_all_v` (which crosses nodes) and the receiver
   copies each received token to its expert-major rows; combine reduces on the expert's rank,
   sends back with a second all_to_all_v and sums there.
-`MoeExchange` is the front: it checks the arguments, picks the path, holds recv_x and the
-overflow summary all paths write, and hands dispatch and combine to the path's object
-(`DirectPath`, `LowLatencyPath` or `RelayPath`), which holds that path's heap buffers.
+`MoeExchange` is the front: it checks the arguments, picks the path, holds recv_x, the overflow
+summary all paths write and the launch choices (`config`: moe/config.py's MoeConfig), and hands
+dispatch and combine to the path's object (`DirectPath`, `LowLatencyPath` or `RelayPath`), made
+with that config, which allocates and frees that path's heap buffers.
 
 Buffers are sized at construction: the heap holds the staged tokens and world * max_tokens
 returning rows (relay: world * max_tokens token rows each way; a token reaches a rank at most
