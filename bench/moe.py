@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Callable, NamedTuple, Optional
 
 import torch
@@ -42,9 +43,8 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink_bench import GraphRound, time_eager, write_results
-from ironlink.moe import fp8_dequantize
-from ironlink.moe import direct_kernels as moe_direct
-from ironlink.moe import sort as moe_sort
+from ironlink.moe import MoeConfig, fp8_dequantize
+from ironlink.moe.config import DEFAULT
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
 import moe_nvshmem  # noqa: E402
@@ -86,7 +86,7 @@ def row_fingerprints(rows: Any) -> Any:
 class MoeBench:
     def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False,
                  fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False, phases: bool = False,
-                 low_latency_max_tokens: int = 0, x_in_heap: bool = True) -> None:
+                 low_latency_max_tokens: int = 0, x_in_heap: bool = True, config: MoeConfig = DEFAULT) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # ironlink's x as a heap tensor (the direct path then pulls its rows in place, as from an
         # all_reduce_rmsnorm out= in the heap), or as the torch contenders' plain tensor (copied
@@ -94,6 +94,7 @@ class MoeBench:
         self.x_in_heap = x_in_heap
         self.profile, self.fp8, self.sms, self.relay, self.phases = profile, fp8, sms, relay, phases
         self.low_latency_max_tokens = low_latency_max_tokens
+        self.config = config  # every MoeExchange's launch choices (the experiment flags')
         self.heap = ironlink.SymmetricHeap(heap_bytes)
         self.hidden, self.topk, self.experts = hidden, topk, experts
         self.rows: list[dict[str, Any]] = []
@@ -145,7 +146,8 @@ class MoeBench:
     def exchange(self, max_tokens: int, **kw: Any) -> Any:
         """A MoeExchange for the current shape, open until `run` has timed the shape's round (the
         graphs read its buffers)."""
-        moe = ironlink.MoeExchange(self.heap, max_tokens, self.hidden, self.topk, self.experts, **kw)
+        moe = ironlink.MoeExchange(self.heap, max_tokens, self.hidden, self.topk, self.experts, config=self.config,
+                                   **kw)
         self.exchanges.append(moe)
         return moe
 
@@ -401,13 +403,13 @@ def ironlink_row(shape: dict[str, Any], moe: Any, budget: int) -> dict[str, Any]
 
 
 def shape_heap_bytes(world: int, size: int, hidden: int, topk: int, budgets: int, relay: bool, fp8: bool,
-                     low_latency: bool) -> int:
+                     low_latency: bool, config: MoeConfig = DEFAULT) -> int:
     """The heap bytes of the MoeExchanges `MoeBench.run` opens for a shape (max_tokens `size`), all
     open at once (its graphs are timed in one round): one per SM budget, the relay one, the fp8
     one, and the low-latency ones (bf16, the hook's, fp8); and x."""
 
     def one(fp8: bool = False, path: Optional[str] = None) -> int:
-        return ironlink.MoeExchange.heap_bytes(world, size, hidden, topk, fp8=fp8, path=path)
+        return ironlink.MoeExchange.heap_bytes(world, size, hidden, topk, fp8=fp8, path=path, config=config)
 
     total = budgets * one() + (one(path="relay") if relay else 0) + (one(fp8=True) if fp8 else 0)
     if low_latency:  # ironlink_ll, ironlink_ll_hook, ironlink_ll_fp8
@@ -426,18 +428,18 @@ def main() -> None:
                     help="also print the GPU time of each kernel of one ironlink layer per token count (torch.profiler)")
     ap.add_argument("--max-tokens", type=int, default=0,
                     help="size every MoeExchange for this many tokens (default: each row's own count)")
-    ap.add_argument("--sort-one-hot", type=int, default=moe_sort.ONE_HOT,
-                    help="experiment: moe_sort.ONE_HOT (elements of a counting sort's one-hot block)")
-    ap.add_argument("--sort-programs", type=int, default=moe_sort.SORT_PROGRAMS,
-                    help="experiment: moe_sort.SORT_PROGRAMS (programs of the histogram and place kernels)")
-    ap.add_argument("--push-block", type=int, default=moe_direct.PUSH_BLOCK,
-                    help="experiment: moe.direct_kernels.PUSH_BLOCK (elements reduce_push sums per step per SM)")
-    ap.add_argument("--push-warps", type=int, default=moe_direct.PUSH_WARPS,
-                    help="experiment: moe.direct_kernels.PUSH_WARPS (warps of reduce_push per SM)")
-    ap.add_argument("--pull-rows", type=int, default=moe_direct.PULL_ROWS,
-                    help="experiment: moe.direct_kernels.PULL_ROWS (rows pull_rows loads at once per SM: 1, 2, 4)")
-    ap.add_argument("--ctas-per-sm", type=int, default=moe_direct.CTAS_PER_SM,
-                    help="experiment: moe.direct_kernels.CTAS_PER_SM (CTAs of pull_rows and reduce_push per SM, every SM in "
+    ap.add_argument("--sort-one-hot", type=int, default=DEFAULT.one_hot,
+                    help="experiment: MoeConfig.one_hot (elements of a counting sort's one-hot block)")
+    ap.add_argument("--sort-programs", type=int, default=DEFAULT.sort_programs,
+                    help="experiment: MoeConfig.sort_programs (programs of the histogram and place kernels)")
+    ap.add_argument("--push-block", type=int, default=DEFAULT.push_block,
+                    help="experiment: MoeConfig.push_block (elements reduce_push sums per step per SM)")
+    ap.add_argument("--push-warps", type=int, default=DEFAULT.push_warps,
+                    help="experiment: MoeConfig.push_warps (warps of reduce_push per SM)")
+    ap.add_argument("--pull-rows", type=int, default=DEFAULT.pull_rows,
+                    help="experiment: MoeConfig.pull_rows (rows pull_rows loads at once per SM: 1, 2, 4)")
+    ap.add_argument("--ctas-per-sm", type=int, default=DEFAULT.ctas_per_sm,
+                    help="experiment: MoeConfig.ctas_per_sm (CTAs of pull_rows and reduce_push per SM, every SM in "
                          "the budget)")
     ap.add_argument("--no-nvshmem", action="store_true", help="leave out the torch_nvshmem contender")
     ap.add_argument("--x-outside-heap", action="store_true",
@@ -458,28 +460,28 @@ def main() -> None:
                     help="time torch_nvshmem in a CUDA graph (default: eagerly; its capture is untested)")
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
-    moe_sort.ONE_HOT, moe_sort.SORT_PROGRAMS = args.sort_one_hot, args.sort_programs
-    moe_direct.PULL_ROWS, moe_direct.PUSH_BLOCK, moe_direct.PUSH_WARPS = args.pull_rows, args.push_block, args.push_warps
-    moe_direct.CTAS_PER_SM = args.ctas_per_sm
+    # The experiment flags' launch choices, given to every MoeExchange (MoeBench.exchange).
+    config = replace(DEFAULT, one_hot=args.sort_one_hot, sort_programs=args.sort_programs, pull_rows=args.pull_rows,
+                     push_block=args.push_block, push_warps=args.push_warps, ctas_per_sm=args.ctas_per_sm)
     # The device is pinned before the group starts: PyTorch's NVSHMEM TeamManager (torch_nvshmem)
     # keeps the device it first saw and refuses any other ("TeamManager on multiple devices").
     ironlink.init_distributed()
     world = dist.get_world_size()
     sizes = [max(t, args.max_tokens) for t in tokens]  # each shape's MoeExchanges' max_tokens
     heap_bytes = max(shape_heap_bytes(world, size, args.hidden, args.topk, len(args.sms), args.relay, not args.no_fp8,
-                                      size <= args.low_latency_max_tokens) for size in sizes)
+                                      size <= args.low_latency_max_tokens, config) for size in sizes)
     b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
                  sms=tuple(args.sms), relay=args.relay, phases=args.phases,
-                 low_latency_max_tokens=args.low_latency_max_tokens, x_in_heap=not args.x_outside_heap)
+                 low_latency_max_tokens=args.low_latency_max_tokens, x_in_heap=not args.x_outside_heap, config=config)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:
         for skewed in (False, True):
             b.run(t, skewed, args.max_tokens)
     write_results(args.out, b.world, b.rows, torch_nvshmem=b.nvshmem_note, x="torch" if args.x_outside_heap else "heap",
-                  sort={"one_hot": moe_sort.ONE_HOT, "programs": moe_sort.SORT_PROGRAMS},
-                  direct={"pull_rows": moe_direct.PULL_ROWS, "push_block": moe_direct.PUSH_BLOCK,
-                          "push_warps": moe_direct.PUSH_WARPS, "ctas_per_sm": moe_direct.CTAS_PER_SM})
+                  sort={"one_hot": config.one_hot, "programs": config.sort_programs},
+                  direct={"pull_rows": config.pull_rows, "push_block": config.push_block,
+                          "push_warps": config.push_warps, "ctas_per_sm": config.ctas_per_sm})
     b.heap.close()
     dist.destroy_process_group()
 

@@ -11,21 +11,20 @@ Harness: tests/moe_sim.py. Exits non-zero with a message on the first mismatch."
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from ironlink.language import _abi
-from ironlink.runtime import tuning
 from ironlink.runtime.errors import IronlinkError
-from ironlink.moe import MoeExchange, fp8_dequantize, fp8_quantize_reference
-from ironlink.moe import direct_kernels
+from ironlink.moe import MoeConfig, MoeExchange, fp8_dequantize, fp8_quantize_reference
 from ironlink.moe import exchange as exchange_mod
-from ironlink.moe import sort as moe_sort
+from ironlink.moe.config import DEFAULT
 from ironlink.language._flags import EMPTY_BITS
 
-from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer, low_latency_layer,  # tests/, beside this file
-                     sim_heaps)
+from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer,  # tests/, beside this file
+                     low_latency_layer, pack, relays, sim_heaps)
 
 FP8 = torch.float8_e4m3fn
 
@@ -60,9 +59,10 @@ def fp8_every_value() -> None:
     g[:groups, 1:].reshape(-1)[:values.numel()] = values
     x = g.reshape(tokens, hidden)
     m = MoeExchange(FakeHeap(0, 1), tokens, hidden, 1, 1, dispatch_dtype=FP8)
-    t, _ = m._pack(x, torch.zeros(tokens, 1, dtype=torch.int64), torch.ones(tokens, 1))
-    q = m.send_buf[:t].view(torch.uint8)[:, :hidden]
-    scales = m.send_buf[:t].view(torch.float32)[:, m.scale_col // 2:m.scale_col // 2 + hidden // 128]
+    t, _ = pack(m, x, torch.zeros(tokens, 1, dtype=torch.int64), torch.ones(tokens, 1))
+    send_buf = relays([m])[0].send_buf
+    q = send_buf[:t].view(torch.uint8)[:, :hidden]
+    scales = send_buf[:t].view(torch.float32)[:, m.scale_col // 2:m.scale_col // 2 + hidden // 128]
     q_ref, s_ref = fp8_quantize_reference(x)
     assert torch.equal(s_ref, torch.ones_like(s_ref)) and torch.equal(scales, s_ref), "scales of 448-max groups"
     diff = (q != q_ref.view(torch.uint8)).nonzero()
@@ -89,27 +89,24 @@ def sorts_match_reference() -> None:
     reported by check)."""
     world, tokens, hidden, k, experts = 3, 40, 16, 5, 12
     le = experts // world
-    one_hot = moe_sort.ONE_HOT
-    moe_sort.ONE_HOT = 64  # 1 or 2 rows per block: every program walks several blocks
-    try:
-        ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts) for r in range(world)]
-    finally:
-        moe_sort.ONE_HOT = one_hot
+    small = replace(DEFAULT, one_hot=64)  # 1 or 2 rows per block: every program walks several blocks
+    ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, config=small) for r in range(world)]
     g = torch.Generator().manual_seed(11)
     xs = [torch.randn(tokens, hidden, generator=g).to(torch.bfloat16) for _ in range(world)]
     ids = [torch.randint(0, experts, (tokens, k), generator=g) for _ in range(world)]
     ids[1][3, 2], ids[1][7, 0], ids[2][0, 4] = experts, -1, 1000  # 3 out-of-range ids
     ws = [torch.rand(tokens, k, generator=g) for _ in range(world)]
-    packed = [m._pack(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
-    for r, (m, (_, send_row)) in enumerate(zip(ms, packed)):
+    rs = relays(ms)
+    packed = [pack(m, x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    for r, (rp, (_, send_row)) in enumerate(zip(rs, packed)):
         want = reference_send_rows(ids[r], world, le)
         assert torch.equal(send_row, want), f"rank {r}: send rows differ from the reference"
-        assert torch.equal(m.send_counts, (want >= 0).sum(0)), f"rank {r}: send counts"
-    exchange([(m.send_buf, m.send_counts) for m in ms], [(m.recv_buf, m.recv_counts, m.recv_offsets) for m in ms])
-    for r, m in enumerate(ms):
-        counts, offsets, slot, weight, received = m._layout()
+        assert torch.equal(rp.send_counts, (want >= 0).sum(0)), f"rank {r}: send counts"
+    exchange([(p.send_buf, p.send_counts) for p in rs], [(p.recv_buf, p.recv_counts, p.recv_offsets) for p in rs])
+    for r, (m, rp) in enumerate(zip(ms, rs)):
+        counts, offsets, slot, weight, received = rp.place()[:5]
         n = int(received)
-        raw = m.recv_buf.view(torch.int32)[:n, m.meta_col // 2:m.meta_col // 2 + k].to(torch.int64)
+        raw = rp.recv_buf.view(torch.int32)[:n, m.meta_col // 2:m.meta_col // 2 + k].to(torch.int64)
         assert bool((((raw >= 0) & (raw < experts)) | (raw == -1)).all()), f"rank {r}: an out-of-range id travelled"
         got = raw - r * le
         local = (got >= 0) & (got < le)
@@ -120,9 +117,9 @@ def sorts_match_reference() -> None:
         assert torch.equal(slot[:n].reshape(-1), want_slot), f"rank {r}: slots differ from a stable argsort"
         assert torch.equal(counts, torch.bincount(key, minlength=le + 1)[:le]), f"rank {r}: expert counts"
         assert torch.equal(offsets, torch.cumsum(counts, 0) - counts), f"rank {r}: expert offsets"
-        weights = m.recv_buf.view(torch.float32)[:n, m.meta_col // 2 + k:m.meta_col // 2 + 2 * k]
+        weights = rp.recv_buf.view(torch.float32)[:n, m.meta_col // 2 + k:m.meta_col // 2 + 2 * k]
         assert torch.equal(weight[:n], weights), f"rank {r}: weights"
-        assert torch.equal(m.recv_x[:order.numel()], m.recv_buf[order // k, :hidden]), f"rank {r}: recv_x rows"
+        assert torch.equal(m.recv_x[:order.numel()], rp.recv_buf[order // k, :hidden]), f"rank {r}: recv_x rows"
     for r, bad in ((0, 0), (1, 2), (2, 1)):
         try:
             ms[r].check()
@@ -146,16 +143,12 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
     in_heap = [sh.empty(tuple(x.shape), x.dtype).copy_(x) for sh, x in zip(heaps, xs)]
     for m, x in zip(ms, in_heap):  # in place: bf16 rows of whole 16-byte units (hidden 36 is staged)
         assert (m.direct.rows_in_place(x) is not None) == (not fp8 and x.shape[0] > 0 and h * 2 % 16 == 0), h
-    blocks = (direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK)
     for run, rows in enumerate((2, 1, 4)):  # pull_rows: two rows in flight per program, then one, then four
         for m in ms:
             m.direct.rows_in_flight = rows
-        if run:  # rows in several chunks (masked at the end)
-            direct_kernels.PULL_BLOCK = direct_kernels.PUSH_BLOCK = 16
-        try:
-            recvs, counts, outs = direct_layer(ms, xs if run == 1 else in_heap, ids, ws)
-        finally:
-            direct_kernels.PULL_BLOCK, direct_kernels.PUSH_BLOCK = blocks
+            # From the second run, rows in several chunks (masked at the end).
+            m.direct.config = replace(DEFAULT, pull_block=16, push_block=16) if run else DEFAULT
+        recvs, counts, outs = direct_layer(ms, xs if run == 1 else in_heap, ids, ws)
         for p in range(world):
             want = relay[0][p] if fp8 else (relay[0][p],)
             got = recvs[p] if fp8 else (recvs[p],)
@@ -430,17 +423,30 @@ def main() -> int:
         except ValueError as e:
             assert words in str(e), str(e)
     assert MoeExchange(FakeHeap(0, world), tokens, hidden, k, experts).path == "relay"
-    # One node: low_latency for few tokens (tuning.MOE_LOW_LATENCY_MAX_TOKENS; an fp8 dispatch
-    # too), else direct, and direct for a given recv_capacity.
+    # One node: low_latency for few tokens (MoeConfig.low_latency_max_tokens; an fp8 dispatch
+    # too), else direct, and direct for a given recv_capacity; a config's own limit.
     heap = sim_heaps(world, 64 << 20)[0]
-    few, many = tuning.MOE_LOW_LATENCY_MAX_TOKENS, tuning.MOE_LOW_LATENCY_MAX_TOKENS + 1
+    few, many = DEFAULT.low_latency_max_tokens, DEFAULT.low_latency_max_tokens + 1
     assert MoeExchange(heap, few, hidden, k, experts, sms=1).path == "low_latency"
     assert MoeExchange(heap, many, hidden, k, experts).path == "direct"
     assert MoeExchange(heap, few, 256, k, experts, dispatch_dtype=FP8).path == "low_latency"
     assert MoeExchange(heap, many, 256, k, experts, dispatch_dtype=FP8).path == "direct"
     assert MoeExchange(heap, few, hidden, k, experts, recv_capacity=8).path == "direct"
+    for n, limit, chosen in ((few, few - 1, "direct"), (many, many, "low_latency")):
+        assert MoeExchange(heap, n, hidden, k, experts, config=MoeConfig(low_latency_max_tokens=limit)).path == chosen
+    for bad, words in (({"pull_rows": 3}, "a power of two"), ({"row_block": 0}, "must be at least 1")):
+        try:
+            MoeConfig(**bad)
+            raise AssertionError(f"MoeConfig accepted {bad}")
+        except ValueError as e:
+            assert words in str(e), str(e)
+    try:
+        MoeExchange(FakeHeap(0, world), tokens, 256, k, experts, dispatch_dtype=FP8, config=MoeConfig(row_block=64))
+        raise AssertionError("fp8 dispatch accepted row_block = 64")
+    except ValueError as e:
+        assert "at least 128" in str(e), str(e)
     print("ok: fp8 dispatch refuses hidden = 200; dispatch refuses float ids and integer weights; heap_bytes exact; "
-          "bad sms / path refused")
+          "bad sms / path / config refused")
     # Capacity: expert 0 takes every first choice; rank 0's 4-row recv_x overflows on expert 0.
     ms = [MoeExchange(FakeHeap(r, world), tokens, hidden, k, experts, recv_capacity=4) for r in range(world)]
     xs = [torch.ones(tokens, hidden, dtype=torch.bfloat16) for _ in range(world)]

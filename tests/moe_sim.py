@@ -1,6 +1,7 @@
 """The simulation harness of tests/moe_interpreted.py: `world` ranks of MoeExchange in one
 process, Triton kernels in the interpreter. The relay path's heap (`FakeHeap`, a heap of several
-nodes as MoeExchange sees it) with its two all_to_all_v done in Python (`exchange`, `layer`); the
+nodes as MoeExchange sees it) with its two all_to_all_v done in Python between its steps
+(`exchange`, `layer`); the
 direct path's one-node heaps (`SimHeap`: arenas at the same offsets, so a peer's copy of an
 address is a fixed byte distance away) with each step run on every rank before the next, the
 order its barriers give on GPUs (`direct_layer`)."""
@@ -12,8 +13,9 @@ from typing import Any
 
 import torch
 
-from ironlink.moe import Handle, MoeExchange, fp8_dequantize
-from ironlink.moe.direct import Layout
+from ironlink.moe import MoeExchange, fp8_dequantize
+from ironlink.moe.layout import Layout
+from ironlink.moe.relay import RelayPath
 
 import interpreter_clock  # tests/, beside this file
 
@@ -142,22 +144,38 @@ def exchange(send: list[tuple[Any, Any]], recv: list[tuple[Any, Any, Any]]) -> N
     assert world == len(recv)
 
 
+def pack(m: MoeExchange, x: Any, ids: Any, ws: Any) -> tuple[int, Any]:
+    """The relay path's dispatch step 1 on m (`RelayPath.pack`): (tokens, send_row)."""
+    assert m.relay is not None
+    t, x, ids, ws = m._inputs(x, ids, ws)
+    return t, m.relay.pack(x, ids, ws, t)
+
+
+def relays(ms: list[MoeExchange]) -> list[RelayPath]:
+    """The relay paths of `ms` (every simulated rank's)."""
+    paths = [m.relay for m in ms]
+    assert all(p is not None for p in paths), "not the relay path"
+    return [p for p in paths if p is not None]
+
+
 def layer(ms: list[MoeExchange], xs: list[Any], ids: list[Any], ws: list[Any]) -> tuple[list[Any], ...]:
     """dispatch, y = recv_x * (global expert + 1), combine, on every simulated rank (recvs: recv_x,
-    or (recv_x, recv_scales) for fp8, whose y uses the dequantized rows)."""
-    packed = [m._pack(x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
-    exchange([(m.send_buf, m.send_counts) for m in ms], [(m.recv_buf, m.recv_counts, m.recv_offsets) for m in ms])
+    or (recv_x, recv_scales) for fp8, whose y uses the dequantized rows): the relay path's steps
+    (moe/relay.py), its two exchanges done here."""
+    rs = relays(ms)
+    packed = [pack(m, x, i, w) for m, x, i, w in zip(ms, xs, ids, ws)]
+    exchange([(r.send_buf, r.send_counts) for r in rs], [(r.recv_buf, r.recv_counts, r.recv_offsets) for r in rs])
     outs, recvs, counts = [], [], []
-    handles = []
-    for m, (t, send_row) in zip(ms, packed):
-        c, off, slot, weight, received = m._layout()
+    lays = []
+    for m, r, (t, send_row) in zip(ms, rs, packed):
+        lay = r.place()._replace(send_row=send_row)
         recvs.append((m.recv_x.clone(), m.recv_scales.clone()) if m.fp8 else m.recv_x.clone())
-        counts.append(c)
-        handles.append(Handle(t, send_row, slot, weight, received))
-        m._reduce_here(_scaled_rows(m, c), handles[-1])
-    exchange([(m.back_send, m.recv_counts) for m in ms], [(m.back_recv, m.back_counts, m.back_offsets) for m in ms])
-    for m, h in zip(ms, handles):
-        outs.append(m._sum_ranks(h))
+        counts.append(lay.counts)
+        lays.append(lay)
+        r.reduce_here(_scaled_rows(m, lay.counts), lay)
+    exchange([(r.back_send, r.recv_counts) for r in rs], [(r.back_recv, r.back_counts, r.back_offsets) for r in rs])
+    for r, lay, (t, _) in zip(rs, lays, packed):
+        outs.append(r.sum_ranks(lay, t))
     return recvs, counts, outs
 
 
@@ -165,4 +183,5 @@ def _bytes(t: Any) -> Any:
     return t.contiguous().view(torch.uint8)
 
 
-__all__ = ["FakeHeap", "SimHeap", "_bytes", "direct_layer", "exchange", "layer", "low_latency_layer", "sim_heaps"]
+__all__ = ["FakeHeap", "SimHeap", "_bytes", "direct_layer", "exchange", "layer", "low_latency_layer", "pack", "relays",
+           "sim_heaps"]

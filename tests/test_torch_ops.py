@@ -22,7 +22,9 @@ torch = pytest.importorskip("torch")
 
 import ironlink  # noqa: E402
 from ironlink.fused import torch_library as fused_lib  # noqa: E402,F401 - registers the fused operators
-from ironlink.moe.exchange import Handle, MoeExchange  # noqa: E402
+from ironlink.moe.exchange import MoeExchange  # noqa: E402
+from ironlink.moe.layout import Layout  # noqa: E402
+from ironlink.moe.relay import RelayPath  # noqa: E402
 from ironlink.ops import torch_library as ops_lib  # noqa: E402
 from ironlink.runtime import eager, handles  # noqa: E402
 from ironlink.runtime.errors import IronlinkError  # noqa: E402
@@ -142,33 +144,40 @@ class StandIns:
         return out.copy_(((a @ b) * WORLD)[:out.shape[0]])
 
 
-class StandInExchange(MoeExchange):
-    """A MoeExchange of one simulated rank whose steps are torch on the CPU: every token goes to
-    recv_x in token order, expert 0 gets them all, combine doubles them. Built with path="relay":
-    its steps are the ones stood in for here."""
+class StandInRelay(RelayPath):
+    """The relay path of a StandInExchange, its steps torch on the CPU: every token goes to recv_x
+    in token order, expert 0 gets them all, combine doubles them."""
 
-    def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
-        t = self._inputs(x, topk_idx, topk_weights)[0]
+    def pack(self, x: Any, idx: Any, weights: Any, t: int) -> Any:
         self._x = x
-        return t, torch.arange(t).view(t, 1).expand(t, self.world).clone()
+        return torch.arange(t).view(t, 1).expand(t, self.m.world).clone()
 
-    def _exchange(self, *args: Any) -> None:
+    def exchange(self, *args: Any) -> None:
         pass
 
-    def _layout(self) -> tuple[Any, ...]:
-        t = self._x.shape[0]
-        self.recv_x[:t] = self._x
-        counts = torch.zeros(self.local_experts, dtype=torch.int64)
+    def place(self) -> Layout:
+        m, t = self.m, self._x.shape[0]
+        m.recv_x[:t] = self._x
+        counts = torch.zeros(m.local_experts, dtype=torch.int64)
         counts[0] = t
-        rows = self.world * self.max_tokens
-        slot = torch.full((rows, self.topk), -1, dtype=torch.int64)
-        return (counts, torch.zeros_like(counts), slot, torch.ones(rows, self.topk), torch.tensor([t]))
+        rows = m.world * m.max_tokens
+        slot = torch.full((rows, m.topk), -1, dtype=torch.int64)
+        return Layout(counts, torch.zeros_like(counts), slot, torch.ones(rows, m.topk), torch.tensor([t]))
 
-    def _reduce_here(self, y: Any, handle: Handle) -> None:
+    def reduce_here(self, y: Any, layout: Layout) -> None:
         self._y = y
 
-    def _sum_ranks(self, handle: Handle) -> Any:
-        return self._y[:handle.tokens] * 2
+    def sum_ranks(self, layout: Layout, t: int) -> Any:
+        return self._y[:t] * 2
+
+
+class StandInExchange(MoeExchange):
+    """A MoeExchange of one simulated rank whose relay path (built with path="relay") is
+    `StandInRelay`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.impl = StandInRelay(self, self.heap, self.config)
 
 
 class StandInHeap(FakeHeap):

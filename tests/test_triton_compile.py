@@ -31,9 +31,11 @@ from ironlink.language.jit import IronlinkKernel
 from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import kernels as moe_kernels
 from ironlink.moe import low_latency_kernels as moe_ll
+from ironlink.moe import relay_kernels as moe_relay
 
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
+from ironlink.moe.config import DEFAULT as MOE_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 CAPABILITIES = (80, 90, 100)  # each compiled against its own bitcode: sm_80, sm_90, sm_100
@@ -147,73 +149,73 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "pack_rows": ({"x": "*bf16", "idx": "*i64", "weights": "*fp32", "send_row": "*i64", "out": "*bf16",
                    "words": "*i32", "hidden": I32, "meta_word": I32, "meta_words": I32, "row": I32,
                    "num_experts": I32},
-                  {"WORLD": 4, "K": 8, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 16}),
+                  {"WORLD": 4, "K": 8, "BLOCK": MOE_CONFIG.row_block, "META_BLOCK": 16}),
     "pack_rows_fp8": ({"x": "*bf16", "idx": "*i64", "weights": "*fp32", "send_row": "*i64", "out8": "*u8",
                        "words": "*i32", "hidden": I32, "meta_word": I32, "meta_words": I32, "row": I32,
                        "scale_word": I32, "num_experts": I32},
-                      {"WORLD": 4, "K": 8, "BLOCK": moe_kernels.BLOCK, "META_BLOCK": 16, "GROUP": moe_kernels.FP8_GROUP,
+                      {"WORLD": 4, "K": 8, "BLOCK": MOE_CONFIG.row_block, "META_BLOCK": 16, "GROUP": moe_kernels.FP8_GROUP,
                        "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX}),
     "gather_rows": ({"src": "*bf16", "src_stride": I32, "index": "*i64", "count": "*i64", "limit": I32, "out": "*bf16",
                      "hidden": I32, "side_col": I32, "side_out": "*bf16", "side_cols": I32},
-                    {"BLOCK": moe_kernels.BLOCK, "SIDE_BLOCK": 0}),
+                    {"BLOCK": MOE_CONFIG.row_block, "SIDE_BLOCK": 0}),
     "gather_rows fp8": ({"src": "*i16", "src_stride": I32, "index": "*i64", "count": "*i64", "limit": I32,
                          "out": "*i16", "hidden": I32, "side_col": I32, "side_out": "*i16", "side_cols": I32},
-                        {"BLOCK": moe_kernels.BLOCK, "SIDE_BLOCK": 128}),
+                        {"BLOCK": MOE_CONFIG.row_block, "SIDE_BLOCK": 128}),
     "weighted_partial_sums": ({"y": "*bf16", "slot": "*i64", "weight": "*fp32", "count": "*i64", "out": "*bf16",
-                               "hidden": I32}, {"K": 8, "BLOCK": moe_kernels.BLOCK}),
+                               "hidden": I32}, {"K": 8, "BLOCK": MOE_CONFIG.row_block}),
     "sum_rank_rows": ({"rows": "*bf16", "send_row": "*i64", "out": "*bf16", "hidden": I32},
-                      {"WORLD": 4, "BLOCK": moe_kernels.BLOCK}),
+                      {"WORLD": 4, "BLOCK": MOE_CONFIG.row_block}),
     # The counting sorts (moe.sort), by rank (4 ranks + the out-of-range bucket) and by expert (16
     # local experts; 256, the most one-hot columns per row, with the fewest rows per block).
     "rank_histogram": ({"ids": "*i64", "n": I32, "per_rank": I32, "world": I32, "hist": "*i32"},
-                       {"K": 8, "BR": moe_sort.block_rows(8, 8), "KB": 8, "BB": 8}),
+                       {"K": 8, "BR": moe_sort.block_rows(8, 8, MOE_CONFIG.one_hot), "KB": 8, "BB": 8}),
     "rank_place": ({"ids": "*i64", "n": I32, "per_rank": I32, "world": I32, "base": "*i32", "send_row": "*i64"},
-                   {"K": 8, "BR": moe_sort.block_rows(8, 8), "KB": 8, "BB": 8, "WB": 4}),
+                   {"K": 8, "BR": moe_sort.block_rows(8, 8, MOE_CONFIG.one_hot), "KB": 8, "BB": 8, "WB": 4}),
     "expert_histogram": ({"ids": "*i32", "stride": I32, "recv_counts": "*i64", "world": I32, "lo": I32,
                           "buckets": I32, "hist": "*i32", "received": "*i64"},
-                         {"WB": 4, "K": 8, "BR": moe_sort.block_rows(8, 16), "KB": 8, "BB": 16}),
+                         {"WB": 4, "K": 8, "BR": moe_sort.block_rows(8, 16, MOE_CONFIG.one_hot), "KB": 8, "BB": 16}),
     "expert_place": ({"ids": "*i32", "stride": I32, "weights": "*fp32", "recv_counts": "*i64", "world": I32,
                       "lo": I32, "buckets": I32, "base": "*i32", "capacity": I32, "slot": "*i64", "weight": "*fp32",
-                      "source": "*i64"}, {"WB": 4, "K": 8, "BR": moe_sort.block_rows(8, 16), "KB": 8, "BB": 16}),
+                      "source": "*i64"}, {"WB": 4, "K": 8, "BR": moe_sort.block_rows(8, 16, MOE_CONFIG.one_hot), "KB": 8, "BB": 16}),
     "expert_place 256": ({"ids": "*i32", "stride": I32, "weights": "*fp32", "recv_counts": "*i64", "world": I32,
                           "lo": I32, "buckets": I32, "base": "*i32", "capacity": I32, "slot": "*i64",
                           "weight": "*fp32", "source": "*i64"},
-                         {"WB": 1, "K": 8, "BR": moe_sort.block_rows(8, 256), "KB": 8, "BB": 256}),
+                         {"WB": 1, "K": 8, "BR": moe_sort.block_rows(8, 256, MOE_CONFIG.one_hot), "KB": 8, "BB": 256}),
     "bucket_scan": ({"hist": "*i32", "programs": I32, "buckets": I32, "limit": "i64", "lo": I32, "base": "*i32",
                      "counts": "*i64", "offsets": "*i64", "summary": "*i64"},
-                    {"BB": 64, "PB": moe_sort.scan_programs(moe_sort.SORT_PROGRAMS, 64)}),
+                    {"BB": 64, "PB": moe_sort.scan_programs(MOE_CONFIG.sort_programs, 64, MOE_CONFIG.scan_tile)}),
     "bucket_scan 256": ({"hist": "*i32", "programs": I32, "buckets": I32, "limit": "i64", "lo": I32, "base": "*i32",
                          "counts": "*i64", "offsets": "*i64", "summary": "*i64"},
-                        {"BB": 256, "PB": moe_sort.scan_programs(moe_sort.SORT_PROGRAMS, 256)}),
+                        {"BB": 256, "PB": moe_sort.scan_programs(MOE_CONFIG.sort_programs, 256, MOE_CONFIG.scan_tile)}),
     # The direct path (moe.direct_kernels; the first three call the device library: barriers and
     # peer pointers), at hidden 7168, top-8, 4 ranks.
     "write_header": ({"tokens": "*i64", "t": I32, "offset": "i64", "row_bytes": I32}, {}),
     "gather_meta": ({"ctx": "i64", "stage_words": "*i32", "tokens": "*i64", "rank": I32, "row_words": I32,
                      "meta_word": I32, "max_tokens": I32, "meta": "*i32", "src_counts": "*i64", "src_rows": "*i64",
                      "bad": "*i64", "deltas": "*i64", "status": "*i32"},
-                    {"WORLD": 4, "K": 8, "MB": 16, "BR": moe_direct.META_BLOCK_ROWS, "SIM": False}),
+                    {"WORLD": 4, "K": 8, "MB": 16, "BR": MOE_CONFIG.meta_block_rows, "SIM": False}),
     "pull_rows": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "src_rows": "*i64", "slot": "*i64",
                    "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16", "side_cols": I32,
                    "deltas": "*i64", "status": "*i32"},
-                  {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
-                   "ROWS": moe_direct.PULL_ROWS, "SIM": False}),
+                  {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": MOE_CONFIG.pull_block, "SIDE_BLOCK": 0,
+                   "ROWS": MOE_CONFIG.pull_rows, "SIM": False}),
     "pull_rows 1 row": ({"ctx": "i64", "stage": "*bf16", "src_counts": "*i64", "src_rows": "*i64", "slot": "*i64",
                           "hidden_words": I32, "recv": "*bf16", "side_col": I32, "side_out": "*bf16",
                           "side_cols": I32, "deltas": "*i64", "status": "*i32"},
-                         {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PULL_BLOCK, "SIDE_BLOCK": 0,
+                         {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": MOE_CONFIG.pull_block, "SIDE_BLOCK": 0,
                           "ROWS": 1, "SIM": False}),
     "pull_rows fp8": ({"ctx": "i64", "stage": "*i16", "src_counts": "*i64", "src_rows": "*i64", "slot": "*i64",
                        "hidden_words": I32, "recv": "*i16", "side_col": I32, "side_out": "*i16", "side_cols": I32,
                        "deltas": "*i64", "status": "*i32"},
-                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": 4096, "SIDE_BLOCK": 128, "ROWS": moe_direct.PULL_ROWS,
+                      {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": 4096, "SIDE_BLOCK": 128, "ROWS": MOE_CONFIG.pull_rows,
                        "SIM": False}),
     "reduce_push": ({"ctx": "i64", "y": "*bf16", "meta": "*i32", "slot": "*i64", "weight": "*fp32",
                      "src_counts": "*i64", "src_rows": "*i64", "back": "*bf16", "rank": I32, "lo": I32,
                      "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64", "status": "*i32"},
-                    {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": moe_direct.PUSH_BLOCK, "SIM": False}),
+                    {"WORLD": 4, "WB": 4, "K": 8, "KB": 8, "BLOCK": MOE_CONFIG.push_block, "SIM": False}),
     "sum_partials": ({"back": "*bf16", "meta": "*i32", "src_rows": "*i64", "rank": I32, "out": "*bf16",
                       "max_tokens": I32, "hidden": I32, "local_experts": I32},
-                     {"WORLD": 4, "K": 8, "KB": 8, "BLOCK": moe_kernels.BLOCK}),
+                     {"WORLD": 4, "K": 8, "KB": 8, "BLOCK": MOE_CONFIG.row_block}),
     # The low-latency path (moe.low_latency_kernels: data that is its own flag, peer stores), at
     # hidden 7168, top-8, 2 ranks of 32 experts each.
     "ll_dispatch": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "data": "*bf16",
@@ -223,7 +225,7 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      "overflow": "*i64", "bad": "*i64", "rank": I32, "num_experts": I32, "local_experts": I32,
                      "max_tokens": I32, "hidden": I32, "row": I32, "meta_word": I32, "side_word": I32,
                      "side_words": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
-                    {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 0, "FP8": False,
+                    {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": MOE_CONFIG.low_latency_block, "SIDE_BLOCK": 0, "FP8": False,
                      "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX, "MIN_AMAX": moe_kernels.FP8_MIN_AMAX,
                      "PHASE": 0, "SIM": False, "TRACE": False}),
     "ll_dispatch fp8": ({"ctx": "i64", "x": "*bf16", "idx": "*i64", "wts": "*fp32", "T": I32, "data": "*u8",
@@ -234,7 +236,7 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                          "expert_offsets": "*i64", "overflow": "*i64", "bad": "*i64", "rank": I32, "num_experts": I32,
                          "local_experts": I32, "max_tokens": I32, "hidden": I32, "row": I32, "meta_word": I32,
                          "side_word": I32, "side_words": I32, "deltas": "*i64", "status": "*i32", "trace": "*i32"},
-                        {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": moe_ll.BLOCK, "SIDE_BLOCK": 64, "FP8": True,
+                        {"WORLD": 2, "K": 8, "KB": 8, "LB": 32, "BLOCK": MOE_CONFIG.low_latency_block, "SIDE_BLOCK": 64, "FP8": True,
                          "GROUP": moe_kernels.FP8_GROUP, "QMAX": moe_kernels.FP8_MAX,
                          "MIN_AMAX": moe_kernels.FP8_MIN_AMAX, "PHASE": 0, "SIM": False, "TRACE": False}),
     "ll_combine": ({"ctx": "i64", "y": "*bf16", "slot": "*i64", "weight": "*fp32", "src_counts": "*i64",
@@ -242,7 +244,7 @@ MOE_KERNELS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                     "seen_tokens": "*i32", "seen_back": "*i32", "out": "*bf16",
                     "T": I32, "rank": I32, "local_experts": I32, "max_tokens": I32, "hidden": I32, "deltas": "*i64",
                     "status": "*i32", "trace": "*i32"},
-                   {"WORLD": 2, "K": 8, "KB": 8, "BLOCK": moe_ll.BLOCK, "PHASE": 0, "SIM": False, "TRACE": False}),
+                   {"WORLD": 2, "K": 8, "KB": 8, "BLOCK": MOE_CONFIG.low_latency_block, "PHASE": 0, "SIM": False, "TRACE": False}),
 }
 # A dispatch whose receive is deferred (dispatch(return_recv_hook=True)): its send (PHASE 1, the
 # senders' flags) and its receive (PHASE 2, the wait for them) as two kernels.
@@ -250,20 +252,20 @@ for _phase in (1, 2):
     _sig, _consts = MOE_KERNELS["ll_dispatch"]
     MOE_KERNELS[f"ll_dispatch phase{_phase}"] = (_sig, {**_consts, "PHASE": _phase})
 # pull_rows and reduce_push as launched with every SM in the budget: their per-SM shares split
-# over moe_direct.CTAS_PER_SM CTAs, which must then fit in one SM's registers together.
-_SPLIT = moe_direct.CTAS_PER_SM
+# over MOE_CONFIG.ctas_per_sm CTAs, which must then fit in one SM's registers together.
+_SPLIT = MOE_CONFIG.ctas_per_sm
 _sig, _consts = MOE_KERNELS["pull_rows"]
-MOE_KERNELS["pull_rows split"] = (_sig, {**_consts, "ROWS": max(1, moe_direct.PULL_ROWS // _SPLIT)})
+MOE_KERNELS["pull_rows split"] = (_sig, {**_consts, "ROWS": max(1, MOE_CONFIG.pull_rows // _SPLIT)})
 _sig, _consts = MOE_KERNELS["reduce_push"]
-MOE_KERNELS["reduce_push split"] = (_sig, {**_consts, "BLOCK": moe_direct.PUSH_BLOCK // _SPLIT})
+MOE_KERNELS["reduce_push split"] = (_sig, {**_consts, "BLOCK": MOE_CONFIG.push_block // _SPLIT})
 SPLIT_KERNELS = {"pull_rows split", "reduce_push split"}
-# Warps per MoE kernel where not moe_kernels.WARPS: as moe.direct launches them.
-MOE_WARPS = {"bucket_scan": moe_sort.SCAN_WARPS, "bucket_scan 256": moe_sort.SCAN_WARPS, "gather_meta": moe_direct.WARPS, "pull_rows": moe_direct.WARPS, "pull_rows 1 row": moe_direct.WARPS,
-             "pull_rows fp8": moe_direct.WARPS,
-             "reduce_push": moe_direct.PUSH_WARPS, "pull_rows split": moe_direct.WARPS,
-             "reduce_push split": moe_direct.PUSH_WARPS // _SPLIT, "ll_dispatch": moe_ll.WARPS, "ll_dispatch fp8": moe_ll.WARPS,
-             "ll_dispatch phase1": moe_ll.WARPS, "ll_dispatch phase2": moe_ll.WARPS,
-             "ll_combine": moe_ll.WARPS}
+# Warps per MoE kernel where not MOE_CONFIG.row_warps: as moe.direct launches them.
+MOE_WARPS = {"bucket_scan": MOE_CONFIG.scan_warps, "bucket_scan 256": MOE_CONFIG.scan_warps, "gather_meta": MOE_CONFIG.direct_warps, "pull_rows": MOE_CONFIG.direct_warps, "pull_rows 1 row": MOE_CONFIG.direct_warps,
+             "pull_rows fp8": MOE_CONFIG.direct_warps,
+             "reduce_push": MOE_CONFIG.push_warps, "pull_rows split": MOE_CONFIG.direct_warps,
+             "reduce_push split": MOE_CONFIG.push_warps // _SPLIT, "ll_dispatch": MOE_CONFIG.low_latency_warps, "ll_dispatch fp8": MOE_CONFIG.low_latency_warps,
+             "ll_dispatch phase1": MOE_CONFIG.low_latency_warps, "ll_dispatch phase2": MOE_CONFIG.low_latency_warps,
+             "ll_combine": MOE_CONFIG.low_latency_warps}
 
 
 # Size arguments that are multiples of 16 at the benchmark's shapes (hidden 7168, top-8).
@@ -274,8 +276,8 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
 # compile it without. Measured kernel times (bench/probes/moe_kernels_sweep.py) are with 3.6.
 # reduce_push spills with Triton 3.9 on sm_100 (32 bytes) once its pointers are specialized as a
 # launch's are: it did at every launch before the test specialized them; not yet reworked.
-# bucket_scan spilled up to 196 bytes on 4 warps and gather_meta 4: on 8 (moe.sort.SCAN_WARPS,
-# moe.direct_kernels.WARPS) none, but bucket_scan with Triton 3.9 on sm_80 (20).
+# bucket_scan spilled up to 196 bytes on 4 warps and gather_meta 4: on 8 (MoeConfig.scan_warps,
+# MoeConfig.direct_warps) none, but bucket_scan with Triton 3.9 on sm_80 (20).
 # ll_dispatch's send alone (phase1: a dispatch whose receive is deferred) spills 8-20 bytes at 40-64
 # registers (20 with Triton 3.5 on sm_80) where the same send followed by the receive (PHASE 0)
 # spills none: ptxas's choice for the shorter kernel, not register pressure.
@@ -297,7 +299,7 @@ REGISTERS_PER_SM = 65536  # sm_80 to sm_100
 def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) -> None:
     signature, constexprs = MOE_KERNELS[name]
     base = name.split()[0]
-    fn = next(getattr(m, base) for m in (moe_kernels, moe_sort, moe_direct, moe_ll) if hasattr(m, base))
+    fn = next(getattr(m, base) for m in (moe_kernels, moe_relay, moe_sort, moe_direct, moe_ll) if hasattr(m, base))
     if isinstance(fn, IronlinkKernel):
         fn = fn.fn  # the Triton kernel it wraps
     full = {**signature, **{c: "constexpr" for c in constexprs}}
@@ -308,12 +310,12 @@ def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) 
              if full[n].startswith("*") or n in MOE_ALIGNED_SIZES}
     bc = (("ironlink", bitcode(cc)),)
     k = triton.compile(ASTSource(fn, full, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
-                       options={"extern_libs": bc, "num_warps": MOE_WARPS.get(name, moe_kernels.WARPS)})
+                       options={"extern_libs": bc, "num_warps": MOE_WARPS.get(name, MOE_CONFIG.row_warps)})
     report = ptxas_report(k.asm["ptx"], cc, tmp_path)
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     allowed = MOE_SPILL_ALLOWANCE.get(name, 0)
     assert spills and all(int(a) <= allowed and int(b) <= allowed for a, b in spills), f"{name} spills on sm_{cc}:\n{report}"
-    if name in SPLIT_KERNELS:  # CTAS_PER_SM of them resident on one SM
+    if name in SPLIT_KERNELS:  # ctas_per_sm of them resident on one SM
         threads = 32 * MOE_WARPS[name]
         used = max(int(r) for r in re.findall(r"Used (\d+) registers", report))
         assert used * threads * _SPLIT <= REGISTERS_PER_SM, f"{name}: {used} registers x {threads} threads x {_SPLIT} CTAs"

@@ -1,8 +1,8 @@
-"""Launch-config sweep of MoeExchange's local kernels (ironlink.moe.kernels) on one GPU: the
+"""Launch-config sweep of MoeExchange's local kernels (ironlink.moe.relay_kernels) on one GPU: the
 expert-layout copy (gather_rows) and the weighted per-rank reduction (weighted_partial_sums) at the
 benchmark's largest shapes, for chunk sizes, warps and grid sizes. Prints GB/s of HBM traffic per
-config; the chosen one goes to moe/kernels.py BLOCK / WARPS by hand, with the result recorded under
-bench/results/experiments/.
+config; the chosen one goes to the defaults of MoeConfig's row_block / row_warps / programs_per_sm
+(moe/config.py) by hand, with the result recorded under bench/results/experiments/.
 
     torchrun --nproc_per_node=1 bench/probes/moe_kernels_sweep.py [--rows 32768] [--hidden 7168] [--topk 8]
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ironlink.moe import kernels as k
+from ironlink.moe import relay_kernels as k
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
 from ironlink_bench import time_graph  # noqa: E402
@@ -52,8 +52,8 @@ def main() -> None:
                 continue
             for per_sm in (2, 4, 8):
                 grid = (per_sm * sms,)
-                g = time_graph(lambda: k.gather_rows[grid](src, h + 32, index, count_rows, rows, out, h, BLOCK=block,
-                                                           num_warps=warps), gather_bytes)
+                g = time_graph(lambda: k.gather_rows[grid](src, h + 32, index, count_rows, rows, out, h, 0, out, 0,
+                                                           BLOCK=block, SIDE_BLOCK=0, num_warps=warps), gather_bytes)
                 p = time_graph(lambda: k.weighted_partial_sums[grid](y, slot, weight, count_tokens, back, h, K=topk,
                                                                      BLOCK=block, num_warps=warps), partial_bytes)
                 print(f"BLOCK {block:5d} warps {warps:2d} programs {grid[0]:5d}: gather_rows {g:8.1f} us "

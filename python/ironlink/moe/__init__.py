@@ -6,20 +6,26 @@ when the routing changes between replays):
     y = experts(recv_x, expert_counts, expert_offsets)       # grouped GEMM over local experts
     out = moe.combine(y, handle)                               # [T, H], weighted sum over top-k
 
-- `exchange`: `MoeExchange` (the layer: buffers, path choice, the relay path's two all_to_all_v
-  exchanges, errors); `layout`: row layout, heap shapes, the fp8 reference quantization.
+- `exchange`: `MoeExchange` (the front: argument checks, path choice, recv_x, errors; dispatch
+  and combine handed to the path's object); `config`: `MoeConfig`, its launch choices (blocks,
+  warps, grids, the low-latency token limit: `MoeExchange(..., config=)`); `layout`: row layout,
+  heap shapes, the layout a dispatch leaves for its combine, the fp8 reference quantization.
 - `direct`, `direct_kernels`: the direct path on one node (peer loads and stores: each token
   row crosses once, straight into its expert-major rows; combine reduced on the way back).
-- `low_latency`, `low_latency_kernels`: the path for decode batches on one node (one kernel
-  each way; CTAs meet only the peers' same-index CTAs; recv_x by expert block).
+- `low_latency`, `low_latency_kernels`, `low_latency_copies`: the path for decode batches on one
+  node (one kernel each way; CTAs meet only the peers' same-index CTAs; recv_x by expert block;
+  its buffers in copies used by calls in turn).
+- `relay`, `relay_kernels`: the path across nodes (two all_to_all_v; the receiver copies each
+  token to its expert-major rows, combine reduces before the way back).
 - `sort`: the counting sorts on the GPU (which send row each token takes; each received choice's
   row in the expert-major layout).
-- `kernels`: the local row-moving kernels (pack; the relay path's gather and the two reductions
-  of its combine).
+- `kernels`: the row kernels the paths share (pack into a send row, fp8 quantization, the
+  weighted sum of combine).
 """
 
 from __future__ import annotations
 
+from .config import MoeConfig
 from .exchange import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
 
-__all__ = ["Handle", "MoeExchange", "fp8_dequantize", "fp8_quantize_reference"]
+__all__ = ["Handle", "MoeConfig", "MoeExchange", "fp8_dequantize", "fp8_quantize_reference"]

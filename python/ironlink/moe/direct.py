@@ -28,7 +28,7 @@ it). Each barrier pairs the same-index CTAs of the ranks: every rank launches th
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 from ..language._abi import MAX_CTAS
 from ..runtime.launch import launch_with_status
@@ -36,27 +36,22 @@ from ..runtime.heap_args import span_bytes
 from ..runtime.registry import holds
 from . import direct_kernels as dk
 from . import kernels, sort
-from .layout import _pow2, take_count
-
-
-class Layout(NamedTuple):
-    counts: Any  # [local experts] int64
-    offsets: Any  # [local experts] int64
-    slot: Any  # [world * max_tokens, topk] int64: recv_x row of each source token's choice, -1: not here
-    weight: Any  # [world * max_tokens, topk] fp32
-    received: Any  # [1] int64: source tokens (rows of meta)
+from .config import MoeConfig
+from .layout import Layout, _pow2, _Sort, take_count
 
 
 class DirectPath:
-    """The direct path's buffers and launches for one MoeExchange `m` (whose shapes and sorts it
-    uses). `sim_deltas` (tests): int64 [world] byte distances to the simulated peers' heaps; the
-    kernels then run without the device library (moe/direct_kernels.py, SIM)."""
+    """The direct path's buffers and launches for one MoeExchange `m` (whose shapes, recv_x and
+    overflow summary it uses), launched as `config` says. `sim_deltas` (tests): int64 [world] byte
+    distances to the simulated peers' heaps; the kernels then run without the device library
+    (moe/direct_kernels.py, SIM)."""
 
-    def __init__(self, m: Any, heap: Any, ctas: int, sim_deltas: Optional[Any] = None, per_sm: int = 1) -> None:
+    def __init__(self, m: Any, heap: Any, ctas: int, config: MoeConfig, sim_deltas: Optional[Any] = None,
+                 per_sm: int = 1) -> None:
         import torch
 
-        self.m, self.heap, self.ctas, self.sim = m, heap, ctas, sim_deltas
-        self.per_sm = per_sm  # CTAs per SM of pull_rows and reduce_push (dk.CTAS_PER_SM: every SM in the budget)
+        self.m, self.heap, self.ctas, self.config, self.sim = m, heap, ctas, config, sim_deltas
+        self.per_sm = per_sm  # CTAs per SM of pull_rows and reduce_push (config.ctas_per_sm: every SM in the budget)
         dev = heap.device
         # Heap allocation order: layout._heap_shapes(path="direct").
         self.stage = heap.empty((m.max_tokens, m.row), m.dtype)
@@ -72,7 +67,8 @@ class DirectPath:
         self.received = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sim_status = torch.zeros(MAX_CTAS, dtype=torch.int32, device=dev)
         self.wb = _pow2(m.world)
-        self.rows_in_flight = max(1, dk.PULL_ROWS // per_sm)  # rows each CTA of pull_rows loads at once
+        self.by_expert = _Sort.make(m.sort_programs, m.local_experts, m.kb, dev, config)  # place's counting sort
+        self.rows_in_flight = max(1, config.pull_rows // per_sm)  # rows each CTA of pull_rows loads at once
 
     def free(self) -> None:
         for t in (self.tokens, self.back, self.stage):
@@ -112,7 +108,7 @@ class DirectPath:
         else into the stage too; t and where the rows are into `tokens` (`write_header`)."""
         import torch
 
-        m, k = self.m, kernels
+        m, k, c = self.m, kernels, self.config
         in_place = self.rows_in_place(x) if t else None
         offset, row_bytes = in_place or (0, 2 * m.row)
         dk.write_header[(1,)](self.tokens, t, offset, row_bytes)
@@ -124,15 +120,15 @@ class DirectPath:
         rows = self.token_rows
         if in_place:  # the ids and weights alone (no row chunks: hidden 0)
             k.pack_rows[(t,)](x, idx, weights, rows, self.stage, words, 0, *meta, m.row, m.num_experts, WORLD=1,
-                              K=m.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block, num_warps=k.WARPS)
+                              K=m.topk, BLOCK=c.row_block, META_BLOCK=meta_block, num_warps=c.row_warps)
         elif m.fp8:
             k.pack_rows_fp8[(t,)](x, idx, weights, rows, self.stage.view(torch.uint8), words, m.hidden, *meta, m.row,
-                                  m.scale_col // 2, m.num_experts, WORLD=1, K=m.topk, BLOCK=k.BLOCK,
+                                  m.scale_col // 2, m.num_experts, WORLD=1, K=m.topk, BLOCK=c.row_block,
                                   META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX, MIN_AMAX=k.FP8_MIN_AMAX,
-                                  num_warps=k.WARPS)
+                                  num_warps=c.row_warps)
         else:
             k.pack_rows[(t,)](x, idx, weights, rows, self.stage, words, m.hidden, *meta, m.row, m.num_experts,
-                              WORLD=1, K=m.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block, num_warps=k.WARPS)
+                              WORLD=1, K=m.topk, BLOCK=c.row_block, META_BLOCK=meta_block, num_warps=c.row_warps)
 
     def rows_in_place(self, x: Any) -> Optional[tuple[int, int]]:
         """(bytes from the stage to x, bytes between its rows) where the peers can pull x's rows in
@@ -165,14 +161,14 @@ class DirectPath:
                      (self.stage.view(torch.int32), self.tokens, m.rank, m.row // 2, m.meta_col // 2, m.max_tokens,
                       self.meta, self.src_counts, self.src_rows, self.bad),
                      check, "symm_barrier", WORLD=m.world, K=m.topk, MB=_pow2(2 * m.topk),
-                     BR=dk.META_BLOCK_ROWS, num_warps=dk.WARPS)
+                     BR=self.config.meta_block_rows, num_warps=self.config.direct_warps)
 
     def place(self, check: bool) -> Layout:
         """Steps 3 and 4: the layout from meta (a counting sort by local expert), then recv_x
         (and an fp8 dispatch's scales) pulled from the sources' stages."""
         import torch
 
-        m, s = self.m, self.m.by_expert
+        m, s = self.m, self.by_expert
         rows, k, le = self.meta.shape[0], m.topk, m.local_experts
         dev = self.meta.device
         counts = torch.empty(le, dtype=torch.int64, device=dev)
@@ -184,7 +180,7 @@ class DirectPath:
         sort.expert_histogram[grid](ids, 2 * k, self.src_counts, m.world, lo, le, s.hist, self.received, WB=self.wb,
                                     K=k, BR=s.br, KB=m.kb, BB=s.bb)
         sort.bucket_scan[(1,)](s.hist, m.sort_programs, le, m.capacity, lo, s.base, counts, offsets, m.overflow,
-                               BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
+                               BB=s.bb, PB=s.pb, num_warps=self.config.scan_warps)
         sort.expert_place[grid](ids, 2 * k, weights, self.src_counts, m.world, lo, le, s.base, m.capacity, slot,
                                 weight, self.source, WB=self.wb, K=k, BR=s.br, KB=m.kb, BB=s.bb)
         if m.fp8:  # raw 2-byte words (int16: no float conversion): the bytes, and the scales beside them
@@ -196,21 +192,22 @@ class DirectPath:
             words = m.hidden
             args = (self.stage, self.src_counts, self.src_rows, slot, words, m.recv_x, 0, m.recv_x, 0)
             side = 0
-        block = min(dk.PULL_BLOCK, _pow2(words))
+        block = min(self.config.pull_block, _pow2(words))
         self._launch("moe_dispatch", dk.pull_rows, self.grid(), args, check, "symm_barrier", WORLD=m.world, WB=self.wb,
-                     K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, ROWS=self.rows_in_flight, num_warps=_warps(block))
+                     K=k, KB=m.kb, BLOCK=block, SIDE_BLOCK=side, ROWS=self.rows_in_flight,
+                     num_warps=_warps(block, self.config.direct_warps))
         return Layout(counts, offsets, slot, weight, self.received)
 
     def push(self, y: Any, layout: Layout, check: bool) -> None:
         """Step 5: each source token's outputs of this rank's experts, weighted and summed, into
         its source's `back` (y: [capacity, hidden] in recv_x's layout, `dtype`, contiguous)."""
-        m = self.m
-        block = min(dk.PUSH_BLOCK // self.per_sm, _pow2(m.hidden))
+        m, c = self.m, self.config
+        block = min(c.push_block // self.per_sm, _pow2(m.hidden))
         self._launch("moe_combine", dk.reduce_push, self.grid(),
                      (y, self.meta, layout.slot, layout.weight, self.src_counts, self.src_rows, self.back, m.rank,
                       m.rank * m.local_experts, m.local_experts, m.max_tokens, m.hidden),
                      check, "symm_barrier", WORLD=m.world, WB=self.wb, K=m.topk, KB=m.kb, BLOCK=block,
-                     num_warps=_warps(block, dk.PUSH_WARPS // self.per_sm))
+                     num_warps=_warps(block, c.push_warps // self.per_sm))
 
     def sum(self, t: int) -> Any:
         """Step 6: [t, hidden], each token's partial sums from the ranks it went to, in rank order
@@ -222,7 +219,8 @@ class DirectPath:
         if t:
             dk.sum_partials[(min(t, m.programs),)](self.back, self.meta, self.src_rows, m.rank, out, m.max_tokens,
                                                    m.hidden, m.local_experts, WORLD=m.world, K=m.topk,
-                                                   KB=m.kb, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
+                                                   KB=m.kb, BLOCK=self.config.row_block,
+                                                   num_warps=self.config.row_warps)
         return out
 
     def bad_ids(self) -> int:
@@ -231,9 +229,9 @@ class DirectPath:
         return take_count(self.bad)
 
 
-def _warps(block: int, warps: int = dk.WARPS) -> int:
+def _warps(block: int, warps: int) -> int:
     """`warps` for the blocks of a row (16-byte vectors per thread at 2048 elements and up), 4 below."""
     return warps if block >= 2048 else 4
 
 
-__all__ = ["DirectPath", "Layout"]
+__all__ = ["DirectPath"]

@@ -19,8 +19,8 @@ row per (token, rank) straight into the token's rank:
   store), then a barrier, after which every row a source will read has landed;
 - `sum_partials` (local): each token's rows in `back` from the ranks it went to (its ids as
   staged, from `meta`), added in rank order in fp32.
-The arithmetic of combine is that of the relay path (weighted_partial_sums, sum_rank_rows), so
-both give the same bits.
+The arithmetic of combine is that of the relay path (moe/relay_kernels.py: weighted_partial_sums,
+sum_rank_rows), so both give the same bits.
 
 SIM (tests only): peers are buffers of one process, reached by adding `deltas[q]` bytes, and the
 barriers are the test's own phase order; the kernels then run in Triton's interpreter.
@@ -36,36 +36,6 @@ from ..language import typed as ilt
 from ..language.jit import jit
 from .kernels import weighted_chunk
 
-# pull_rows loads a whole row per step where it can (16 KiB per row with 8 warps), PULL_ROWS rows
-# at once per SM: a peer load waits a NVLink round trip. On 2 H200s (dispatch us, 4096 / 128
-# tokens per rank, uniform; git aec1f0e, bench/moe.py --pull-rows): on 16 SMs 1146.6 / 56.9 with
-# one row, 890.9 / 50.9 with two, 794.1 / 48.9 with four; on all 132 SMs 343.5 / 34.8, 352.8 /
-# 35.7, 340.5 / 34.8 (on all SMs more rows in flight change nothing measurable).
-PULL_BLOCK = 8192
-PULL_ROWS = 4
-
-
-# reduce_push keeps K rows' chunks live at once (K loads issued together): PUSH_BLOCK elements
-# per SM over PUSH_WARPS warps, 512 per warp, the per-thread share of weighted_partial_sums (2048
-# over 4 warps), which compiles without spills at K = 8 (94-105 registers on sm_90). A whole row
-# of hidden 7168 per step over 16 warps keeps twice the loads in flight per SM: combine on 2 H200s
-# (us, 4096 / 128 tokens per rank, uniform; git 324ac61, bench/moe.py --push-block --push-warps):
-# 4096 over 8 warps 361.7 / 21.0 on 132 SMs, 2062.9 / 54.4 on 16; 4096 over 16 341.7 / -,
-# 1573.0 / -; 8192 over 16 325.3 / 22.3, 1456.6 / 48.1.
-PUSH_BLOCK = 8192
-PUSH_WARPS = 16
-# With every SM in the budget, pull_rows' and reduce_push's per-SM shares above are split over
-# CTAS_PER_SM CTAs per SM (grids capped at MAX_CTAS): a CTA has one token's loads in flight at a
-# time (its meta, then the rows they point at; no CTA barrier in the loop, the PTX shows), so two
-# CTAs keep two tokens' loads going per SM (loading the next token's meta early did not help on
-# top of that: docs/record.md, Session 30). On 2
-# H100s (4096 tokens per rank, us uniform / skewed, git bf890ea+, bench/moe.py --ctas-per-sm):
-# reduce_push 251-255 / 267 -> 232 / 242-246, dispatch + combine 589-592 / 624 -> 562 / 587.
-# With a smaller budget one CTA per SM: the hardware would spread twice the CTAs over twice
-# the SMs.
-CTAS_PER_SM = 2
-WARPS = 8
-META_BLOCK_ROWS = 32  # rows of ids and weights gather_meta copies per step
 # gather_meta's table of sources, int64 words per rank: bytes from this rank's stage to its token
 # rows, bytes between them, its first row of meta, its token count.
 SOURCE_WORDS = tl.constexpr(4)
@@ -309,5 +279,4 @@ def sum_partials(back, meta, src_rows, rank, out, max_tokens, hidden, local_expe
             tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
 
 
-__all__ = ["CTAS_PER_SM", "META_BLOCK_ROWS", "PULL_BLOCK", "PULL_ROWS", "PUSH_BLOCK", "PUSH_WARPS", "SOURCE_WORDS", "WARPS", "gather_meta",
-           "pull_rows", "reduce_push", "sum_partials", "sum_ranks_chunk", "write_header"]
+__all__ = ["SOURCE_WORDS", "gather_meta", "pull_rows", "reduce_push", "sum_partials", "sum_ranks_chunk", "write_header"]

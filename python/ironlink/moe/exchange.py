@@ -21,14 +21,18 @@ outputs in fp32 at once. Three paths (`choose_path` picks one; `path=` forces it
   pulls each token row once through peer pointers straight into its expert-major rows; combine
   reduces each token's outputs on the expert's rank and stores the sum straight into the
   token's rank, which adds the per-rank rows. `sms` bounds the CTAs of these kernels.
-- low_latency (a heap of one node, up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens: decode;
+- low_latency (a heap of one node, up to `MoeConfig.low_latency_max_tokens` tokens: decode;
   moe/low_latency.py): one kernel each for dispatch and combine, whose CTAs meet only the peers'
   same-index CTAs; recv_x by expert block (expert e's rows from e * world * max_tokens, in
   arrival order), so it holds num_experts * max_tokens rows.
-- relay (a heap of several nodes, or `path="relay"`): dispatch packs per destination rank,
-  sends with one `ironlink.all_to_all_v` (which crosses nodes) and the receiver copies each
-  received token to its expert-major rows; combine reduces on the expert's rank, sends back
-  with a second all_to_all_v and sums there.
+- relay (a heap of several nodes, or `path="relay"`; moe/relay.py): dispatch packs per
+  destination rank, sends with one `ironlink.all_to_all_v` (which crosses nodes) and the receiver
+  copies each received token to its expert-major rows; combine reduces on the expert's rank,
+  sends back with a second all_to_all_v and sums there.
+`MoeExchange` is the front: it checks the arguments, picks the path, holds recv_x, the overflow
+summary all paths write and the launch choices (`config`: moe/config.py's MoeConfig), and hands
+dispatch and combine to the path's object (`DirectPath`, `LowLatencyPath` or `RelayPath`), made
+with that config, which allocates and frees that path's heap buffers.
 
 Buffers are sized at construction: the heap holds the staged tokens and world * max_tokens
 returning rows (relay: world * max_tokens token rows each way; a token reaches a rank at most
@@ -58,28 +62,25 @@ from ..language import _abi
 from ..runtime.distributed import grid_cap
 from ..runtime.errors import IronlinkError
 from ..runtime.handles import compiling, register
-from ..runtime.tuning import MOE_LOW_LATENCY_MAX_TOKENS, all_to_all_v_launch
-from ..ops.variable_all_to_all import all_to_all_v
-from . import direct_kernels, kernels, sort
-from .direct import DirectPath, Layout
+from . import kernels, sort
+from .config import DEFAULT, MoeConfig
+from .direct import DirectPath
 from .low_latency import LowLatencyPath, capacity as low_latency_capacity
-from .layout import _RowLayout, _Sort, _heap_bytes, _heap_shapes, _pow2, fp8_dequantize, fp8_quantize_reference
-
-
-_NO_LIMIT = (1 << 62)  # bucket_scan's limit for a sort that cannot overflow
-
+from .layout import Layout, _RowLayout, _heap_bytes, _pow2, fp8_dequantize, fp8_quantize_reference
+from .relay import RelayPath
 
 PATHS = ("direct", "low_latency", "relay")
 
 
-def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_node: bool) -> str:
+def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_node: bool,
+                config: MoeConfig) -> str:
     """The path a MoeExchange takes when not told: relay across nodes; on one node low_latency
-    for up to `tuning.MOE_LOW_LATENCY_MAX_TOKENS` tokens (any dispatch dtype, fp8 included; it
-    sizes its own receive buffer, so not with a `recv_capacity`), else direct."""
+    for up to `config.low_latency_max_tokens` tokens (any dispatch dtype, fp8 included; it sizes
+    its own receive buffer, so not with a `recv_capacity`), else direct."""
     del fp8  # both dispatch dtypes are faster on the low-latency path (docs/moe.md)
     if multi_node:
         return "relay"
-    small = max_tokens <= MOE_LOW_LATENCY_MAX_TOKENS and recv_capacity is None
+    small = max_tokens <= config.low_latency_max_tokens and recv_capacity is None
     return "low_latency" if small else "direct"
 
 
@@ -88,7 +89,7 @@ class Handle(NamedTuple):
 
     tokens: int
     send_row: Any  # relay path: [T, world] int64, the token's row in the send (and combine's receive) buffer,
-    # -1: not sent; direct path: None
+    # -1: not sent; the one-node paths: None
     slot: Any  # [world * max_tokens, topk] int64: recv_x row of each received token's choice, -1: not here
     weight: Any  # [world * max_tokens, topk] fp32: the received tokens' top-k weights
     received: Any  # [1] int64: tokens received (direct path: every rank's tokens)
@@ -103,16 +104,18 @@ class MoeExchange:
 
     def __init__(self, heap: Any, max_tokens: int, hidden: int, topk: int, num_experts: int,
                  dtype: Any = None, recv_capacity: Optional[int] = None, dispatch_dtype: Any = None,
-                 sms: Optional[int] = None, path: Optional[str] = None) -> None:
+                 sms: Optional[int] = None, path: Optional[str] = None, config: Optional[MoeConfig] = None) -> None:
         """`dtype` (bf16 default, or fp16): the tokens given to dispatch and the rows of combine.
         `dispatch_dtype`: `dtype` (default) or torch.float8_e4m3fn (see the module docs).
         `sms`: the SM budget (DeepEP's num_sms): the exchange kernels run that many CTAs and the
-        row-moving local kernels PROGRAMS_PER_SM per SM of it, leaving the other SMs to a
+        row-moving local kernels `config.programs_per_sm` per SM of it, leaving the other SMs to a
         concurrent kernel; None or 0: every SM. The same on every rank.
         `path`: "direct" (one node: peer loads and stores, no extra passes), "low_latency" (one
         node: one kernel each for dispatch and combine, recv_x by expert block; moe/low_latency.py),
         "relay" (two all_to_all_v, the only one across nodes), None: `choose_path`. All give the
-        same combined bits."""
+        same combined bits.
+        `config`: the launch choices (moe/config.py's MoeConfig: blocks, warps, grids, the
+        low-latency token limit); None: `moe.config.DEFAULT`. The same on every rank."""
         import torch
 
         world = heap.world_size
@@ -122,6 +125,9 @@ class MoeExchange:
             raise ValueError(f"max_tokens, hidden and topk must be positive, got {max_tokens}, {hidden}, {topk}")
         if topk > num_experts:
             raise ValueError(f"topk = {topk} exceeds num_experts = {num_experts}")
+        if config is not None and not isinstance(config, MoeConfig):
+            raise TypeError(f"config must be a MoeConfig (ironlink.moe.MoeConfig), got {type(config).__name__}")
+        self.config = config or DEFAULT
         self.dtype = dtype or torch.bfloat16
         if self.dtype not in (torch.bfloat16, torch.float16):
             raise TypeError(f"MoeExchange moves bf16 or fp16 rows, got {self.dtype}")
@@ -132,6 +138,9 @@ class MoeExchange:
         if self.fp8 and hidden % kernels.FP8_GROUP:
             raise ValueError(f"fp8 dispatch scales each token per {kernels.FP8_GROUP} channels: hidden = {hidden} "
                              f"must be a multiple of {kernels.FP8_GROUP}")
+        if self.fp8 and min(self.config.row_block, self.config.low_latency_block) < kernels.FP8_GROUP:
+            raise ValueError(f"fp8 dispatch quantizes whole {kernels.FP8_GROUP}-channel groups per block: "
+                             f"config.row_block and config.low_latency_block must be at least {kernels.FP8_GROUP}")
         self.heap, self.world, self.rank = heap, world, heap.rank
         self.max_tokens, self.hidden, self.topk, self.num_experts = max_tokens, hidden, topk, num_experts
         self.local_experts = num_experts // world
@@ -149,7 +158,7 @@ class MoeExchange:
         if path == "low_latency" and recv_capacity is not None:
             raise ValueError("path='low_latency' lays recv_x out by expert block, num_experts * max_tokens rows "
                              "(its own capacity): no recv_capacity")
-        self.path = path or choose_path(max_tokens, self.fp8, recv_capacity, multi_node)
+        self.path = path or choose_path(max_tokens, self.fp8, recv_capacity, multi_node, self.config)
         if self.path == "low_latency":
             self.capacity = low_latency_capacity(world, max_tokens, self.local_experts)
         layout = _RowLayout.of(hidden, topk, self.fp8)
@@ -158,46 +167,47 @@ class MoeExchange:
         cuda = torch.device(dev).type == "cuda"
         device_sms = torch.cuda.get_device_properties(dev).multi_processor_count if cuda else 2
         self.sms = min(sms or device_sms, device_sms)
-        # The direct path where every peer's heap is mapped (one node); the relay path (two
-        # all_to_all_v, which cross nodes) on a heap of several nodes. `simulated_peers`: tests.
-        sim = getattr(heap, "simulated_peers", None)
-        self.direct: Optional[DirectPath] = None
-        self.low_latency: Optional[LowLatencyPath] = None
-        ctas = min(self.sms, grid_cap(dev)) if cuda else 2
-        if self.path == "direct":
-            per_sm = direct_kernels.CTAS_PER_SM if cuda and ctas == device_sms else 1  # every SM in the budget
-            self.direct = DirectPath(self, heap, ctas, sim, per_sm)
-        elif self.path == "low_latency":
-            self.low_latency = LowLatencyPath(self, heap, ctas, sim)
-        # The one-node path taken, if any: both have dispatch, combine, bad_ids and free.
-        self.one_node: Optional[Union[DirectPath, LowLatencyPath]] = self.direct or self.low_latency
-        if self.one_node is None:
-            e = heap.empty
-            words, counts = _heap_shapes(world, max_tokens, hidden, self.row, "relay")
-            # back_*: combine's one reduced row per received token.
-            self.send_buf, self.recv_buf, self.back_send, self.back_recv = (e(shape, self.dtype) for shape in words)
-            self.counts = [e(shape, torch.int64) for shape in counts]
-            self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
+        # Launch sizes the paths share: the row kernels' grid (programs_per_sm per SM of the
+        # budget), the counting sorts' programs, the top-k block.
+        self.programs = self.config.programs_per_sm * self.sms
+        self.sort_programs = self.config.sort_programs if cuda else 2
+        self.kb = _pow2(topk)
         # Zeros, not empty: a grouped GEMM over padded expert tiles reads rows past the counts, and
         # those must be defined values (compute-sanitizer initcheck flagged them), once per layer.
         self.recv_x = torch.zeros(self.capacity, hidden, dtype=self.dispatch_dtype, device=dev)
         self.recv_scales = torch.zeros(self.capacity, self.groups, dtype=torch.float32, device=dev)
-        # The counting sorts' summaries (moe.sort.SUMMARY): the layout's says whether recv_x overflowed
-        # (over, the expert crossing the limit, its rows, all rows), the routing's counts the
-        # out-of-range expert ids (extra).
+        # The layout's counting-sort summary (moe.sort.SUMMARY): whether recv_x overflowed (over,
+        # the expert crossing the limit, its rows, all rows); every path writes it, `check` reads it.
         self.overflow = torch.zeros(len(sort.SUMMARY), dtype=torch.int64, device=dev)
-        self.route_summary = torch.zeros(len(sort.SUMMARY), dtype=torch.int64, device=dev)
-        self.send_offsets = torch.zeros(world, dtype=torch.int64, device=dev)
-        # Same on every rank (the exchanges match CTAs by index): sized by the largest exchange.
-        a2a_bytes = 2 * world * max_tokens * self.row
-        self.a2a_ctas = min(all_to_all_v_launch(a2a_bytes)[0], grid_cap(dev), sms or grid_cap(dev))
-        self.programs = kernels.PROGRAMS_PER_SM * self.sms
-        self.sort_programs = sort.SORT_PROGRAMS if cuda else 2
-        self.kb = _pow2(topk)
-        # By destination rank, with one more bucket for ids outside [0, num_experts); by local expert.
-        self.by_rank = _Sort.make(self.sort_programs, world + 1, self.kb, dev)
-        self.by_expert = _Sort.make(self.sort_programs, self.local_experts, self.kb, dev)
+        # The path's object, which allocates the path's heap buffers: the direct or low-latency
+        # path where every peer's heap is mapped (one node), the relay path (two all_to_all_v,
+        # which cross nodes) on a heap of several nodes. `simulated_peers`: tests.
+        sim = getattr(heap, "simulated_peers", None)
+        ctas = min(self.sms, grid_cap(dev)) if cuda else 2
+        self.impl: Union[DirectPath, LowLatencyPath, RelayPath]
+        if self.path == "direct":
+            per_sm = self.config.ctas_per_sm if cuda and ctas == device_sms else 1  # every SM in the budget
+            self.impl = DirectPath(self, heap, ctas, self.config, sim, per_sm)
+        elif self.path == "low_latency":
+            self.impl = LowLatencyPath(self, heap, ctas, self.config, sim)
+        else:
+            self.impl = RelayPath(self, heap, self.config, sms)
         self.op_handle = register(self)  # what torch.compile graphs carry instead (moe/torch_library.py)
+
+    @property
+    def direct(self) -> Optional[DirectPath]:
+        """The direct path's object, where this exchange takes it (tests and bench/moe.py run its steps)."""
+        return self.impl if isinstance(self.impl, DirectPath) else None
+
+    @property
+    def low_latency(self) -> Optional[LowLatencyPath]:
+        """The low-latency path's object, where this exchange takes it."""
+        return self.impl if isinstance(self.impl, LowLatencyPath) else None
+
+    @property
+    def relay(self) -> Optional[RelayPath]:
+        """The relay path's object, where this exchange takes it."""
+        return self.impl if isinstance(self.impl, RelayPath) else None
 
     def _inputs(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any, Any, Any]:
         """(tokens, x, topk_idx, topk_weights contiguous), once their shapes and dtypes are checked."""
@@ -216,65 +226,6 @@ class MoeExchange:
         if not topk_weights.is_floating_point():
             raise TypeError(f"topk_weights must be floating point, got {topk_weights.dtype}")
         return t, x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous()
-
-    def _routing(self, idx: Any, t: int) -> Any:
-        """send_row [t, world]: where each token of `idx` (topk_idx, contiguous) goes in the send buffer (rank-major, token order),
-        -1 where it does not go; fills send_counts. A counting sort by destination rank on the GPU
-        (moe.sort); ids outside [0, num_experts) go nowhere and are counted for `check`."""
-        import torch
-
-        s, k = self.by_rank, self.topk
-        send_row = torch.empty(t, self.world, dtype=torch.int64, device=idx.device)
-        grid = (self.sort_programs,)
-        sort.rank_histogram[grid](idx, t, self.local_experts, self.world, s.hist, K=k, BR=s.br, KB=self.kb, BB=s.bb)
-        sort.bucket_scan[(1,)](s.hist, self.sort_programs, self.world, _NO_LIMIT, 0, s.base, self.send_counts,
-                               self.send_offsets, self.route_summary, BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
-        sort.rank_place[grid](idx, t, self.local_experts, self.world, s.base, send_row, K=k, BR=s.br, KB=self.kb,
-                              BB=s.bb, WB=_pow2(self.world))
-        return send_row
-
-    def _layout(self) -> tuple[Any, Any, Any, Any, Any]:
-        """From the received tokens' ids: (expert counts, expert offsets, slot, weight, received),
-        recv_x filled, overflow set. A counting sort by local expert on the GPU (moe.sort): its work
-        follows the rows received, not the buffers' capacity."""
-        import torch
-
-        rows, k, le, s = self.recv_buf.shape[0], self.topk, self.local_experts, self.by_expert
-        dev = self.recv_buf.device
-        stride = self.row // 2  # a row in 4-byte words
-        ids = self.recv_buf.view(torch.int32)[:, self.meta_col // 2:]
-        weights = self.recv_buf.view(torch.float32)[:, self.meta_col // 2 + k:]
-        counts = torch.empty(le, dtype=torch.int64, device=dev)
-        offsets = torch.empty(le, dtype=torch.int64, device=dev)
-        slot = torch.empty(rows, k, dtype=torch.int64, device=dev)
-        weight = torch.empty(rows, k, dtype=torch.float32, device=dev)
-        received = torch.empty(1, dtype=torch.int64, device=dev)
-        source = torch.empty(self.capacity, dtype=torch.int64, device=dev)
-        lo, grid, wb = self.rank * le, (self.sort_programs,), _pow2(self.world)
-        sort.expert_histogram[grid](ids, stride, self.recv_counts, self.world, lo, le, s.hist, received, WB=wb, K=k,
-                                    BR=s.br, KB=self.kb, BB=s.bb)
-        sort.bucket_scan[(1,)](s.hist, self.sort_programs, le, self.capacity, lo, s.base, counts, offsets,
-                               self.overflow, BB=s.bb, PB=s.pb, num_warps=sort.SCAN_WARPS)
-        sort.expert_place[grid](ids, stride, weights, self.recv_counts, self.world, lo, le, s.base, self.capacity,
-                                slot, weight, source, WB=wb, K=k, BR=s.br, KB=self.kb, BB=s.bb)
-        self._gather(source, self.overflow[3:4])
-        return counts, offsets, slot, weight, received
-
-    def _gather(self, rows: Any, total: Any) -> None:
-        """recv_x[i] (and recv_scales[i]) = received token rows[i]'s payload, i < min(total, capacity)."""
-        import torch
-
-        k = kernels
-        if self.fp8:  # copied as raw 2-byte words (int16: no float conversion): the bytes, and the scales beside them
-            k.gather_rows[(self.programs,)](self.recv_buf.view(torch.int16), self.row, rows, total, self.capacity,
-                                            self.recv_x.view(torch.int16), self.hidden // 2, self.scale_col,
-                                            self.recv_scales.view(torch.int16), 2 * self.groups, BLOCK=k.BLOCK,
-                                            SIDE_BLOCK=_pow2(max(16, 2 * self.groups)),
-                                            num_warps=k.WARPS)
-        else:
-            k.gather_rows[(self.programs,)](self.recv_buf, self.row, rows, total, self.capacity, self.recv_x,
-                                            self.hidden, 0, self.recv_x, 0, BLOCK=k.BLOCK, SIDE_BLOCK=0,
-                                            num_warps=k.WARPS)
 
     def dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool = False,
                  return_recv_hook: bool = False) -> tuple[Any, ...]:
@@ -309,15 +260,9 @@ class MoeExchange:
 
     def _dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool) -> tuple[Any, Any, Any, Handle]:
         """Dispatch, its receive included."""
-        if self.one_node is not None:
-            t, x, topk_idx, topk_weights = self._inputs(x, topk_idx, topk_weights)
-            lay = self.one_node.dispatch(x, topk_idx, topk_weights, t, check)
-            return self._dispatched(lay, Handle(t, None, lay.slot, lay.weight, lay.received), check)
-        t, send_row = self._pack(x, topk_idx, topk_weights)
-        self._exchange(self.send_buf, self.send_counts, self.recv_buf, self.recv_counts, self.recv_offsets, check)
-        counts, offsets, slot, weight, received = self._layout()
-        return self._dispatched(Layout(counts, offsets, slot, weight, received),
-                                Handle(t, send_row, slot, weight, received), check)
+        t, x, topk_idx, topk_weights = self._inputs(x, topk_idx, topk_weights)
+        lay = self.impl.dispatch(x, topk_idx, topk_weights, t, check)
+        return self._dispatched(lay, Handle(t, lay.send_row, lay.slot, lay.weight, lay.received), check)
 
     def _dispatched(self, lay: Layout, handle: Handle, check: bool) -> tuple[Any, Any, Any, Handle]:
         if check:
@@ -333,34 +278,6 @@ class MoeExchange:
         self.direct.stage_tokens(x, topk_idx, topk_weights, t)
         return t
 
-    def _pack(self, x: Any, topk_idx: Any, topk_weights: Any) -> tuple[int, Any]:
-        """Fills the send buffer and send_counts; (tokens, send_row)."""
-        import torch
-
-        t, x, idx, wts = self._inputs(x, topk_idx, topk_weights)
-        send_row = self._routing(idx, t)
-        if not t:
-            return t, send_row
-        k, b, words = kernels, self.send_buf, self.send_buf.view(torch.int32)
-        meta = (self.meta_col // 2, self.meta_cols // 2)  # the ids and weights, in 4-byte words
-        meta_block = _pow2(max(16, meta[1]))
-        if self.fp8:
-            k.pack_rows_fp8[(t,)](x, idx, wts, send_row, b.view(torch.uint8), words, self.hidden, *meta,
-                                  self.row, self.scale_col // 2, self.num_experts, WORLD=self.world, K=self.topk,
-                                  BLOCK=k.BLOCK, META_BLOCK=meta_block, GROUP=k.FP8_GROUP, QMAX=k.FP8_MAX,
-                                  MIN_AMAX=k.FP8_MIN_AMAX, num_warps=k.WARPS)
-        else:
-            k.pack_rows[(t,)](x, idx, wts, send_row, b, words, self.hidden, *meta, self.row,
-                              self.num_experts, WORLD=self.world, K=self.topk, BLOCK=k.BLOCK, META_BLOCK=meta_block,
-                              num_warps=k.WARPS)
-        return t, send_row
-
-    def _exchange(self, inp: Any, send_counts: Any, out: Any, recv_counts: Any, recv_offsets: Any,
-                  check: bool) -> None:
-        """The collective step of dispatch and combine (a test runs it between simulated ranks)."""
-        all_to_all_v(inp, send_counts, out, recv_counts, recv_offsets, heap=self.heap, check=check,
-                     ctas=self.a2a_ctas)
-
     def combine(self, y: Any, handle: Handle, check: bool = False) -> Any:
         """[T, H]: each token's k expert outputs (rows of `y`, laid out as dispatch's recv_x)
         weighted by its top-k weights and summed; see the module docs."""
@@ -370,63 +287,36 @@ class MoeExchange:
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()
-        if self.one_node is not None:
-            if handle.send_row is not None:
-                raise ValueError(f"combine got a handle of the relay path; this MoeExchange takes the {self.path} path")
-            lay = Layout(None, None, handle.slot, handle.weight, handle.received)
-            return self.one_node.combine(y, lay, handle.tokens, check)
-        if handle.send_row is None:
+        if self.path != "relay" and handle.send_row is not None:
+            raise ValueError(f"combine got a handle of the relay path; this MoeExchange takes the {self.path} path")
+        if self.path == "relay" and handle.send_row is None:
             raise ValueError("combine got a handle of the direct path; this MoeExchange takes the relay path")
-        self._reduce_here(y, handle)
-        self._exchange(self.back_send, self.recv_counts, self.back_recv, self.back_counts, self.back_offsets, check)
-        return self._sum_ranks(handle)
-
-    def _reduce_here(self, y: Any, handle: Handle) -> None:
-        """back_send[r]: received token r's outputs of this rank's experts, weighted and summed."""
-        kernels.weighted_partial_sums[(self.programs,)](y, handle.slot, handle.weight, handle.received, self.back_send,
-                                                        self.hidden, K=self.topk, BLOCK=kernels.BLOCK,
-                                                        num_warps=kernels.WARPS)
-
-    def _sum_ranks(self, handle: Handle) -> Any:
-        """[T, H]: each token's per-rank sums (back from the ranks it went to) added in rank order."""
-        import torch
-
-        out = torch.empty(handle.tokens, self.hidden, dtype=self.dtype, device=self.back_recv.device)
-        if handle.tokens:
-            kernels.sum_rank_rows[(handle.tokens,)](self.back_recv, handle.send_row, out, self.hidden,
-                                                    WORLD=self.world, BLOCK=kernels.BLOCK, num_warps=kernels.WARPS)
-        return out
+        lay = Layout(None, None, handle.slot, handle.weight, handle.received, handle.send_row)
+        return self.impl.combine(y, lay, handle.tokens, check)
 
     @property
     def ctas(self) -> int:
         """The CTAs its widest exchange kernel launches (the direct path's pull_rows and
         reduce_push: two per SM when the budget is every SM; else one per SM of `sms`)."""
-        if self.direct is not None:
-            return self.direct.grid()
-        if self.low_latency is not None:
-            return int(self.low_latency.ctas)
-        return int(self.a2a_ctas)
+        return self.impl.grid()
 
     @staticmethod
     def heap_bytes(world: int, max_tokens: int, hidden: int, topk: int, fp8: bool = False,
-                   multi_node: bool = False, path: Optional[str] = None, recv_capacity: Optional[int] = None) -> int:
+                   multi_node: bool = False, path: Optional[str] = None, recv_capacity: Optional[int] = None,
+                   config: Optional[MoeConfig] = None) -> int:
         """The heap bytes a MoeExchange of this shape allocates (`fp8`: an fp8 dispatch;
-        `multi_node`: on a heap of several nodes; `path`, `recv_capacity` as given to it): a
-        `SymmetricHeap` of at least this many bytes holds it. Needs the compiled extension."""
+        `multi_node`: on a heap of several nodes; `path`, `recv_capacity`, `config` as given to it:
+        they pick the path): a `SymmetricHeap` of at least this many bytes holds it. Needs the
+        compiled extension."""
         from ..runtime.native import load_native
 
-        chosen = path or choose_path(max_tokens, fp8, recv_capacity, multi_node)
+        chosen = path or choose_path(max_tokens, fp8, recv_capacity, multi_node, config or DEFAULT)
         return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN, path=chosen)
 
     def check(self) -> None:
         """Raises (and clears) a capacity overflow flagged by a dispatch on this rank; waits for
         the GPU. Also raises what the heap recorded (`heap.check()`)."""
-        if self.one_node is not None:
-            bad_ids = self.one_node.bad_ids()
-        else:
-            bad_ids = self.route_summary.tolist()[4]
-            if bad_ids:
-                self.route_summary.zero_()
+        bad_ids = self.impl.bad_ids()
         if bad_ids:
             raise IronlinkError(
                 f"MoeExchange.dispatch on rank {self.rank}: INVALID_ARGUMENT: topk_idx held {bad_ids} expert ids "
@@ -452,11 +342,7 @@ class MoeExchange:
 
     def close(self) -> None:
         """Frees the heap buffers (collective: same order on every rank)."""
-        if self.one_node is not None:
-            self.one_node.free()
-            return
-        for t in (*reversed(self.counts), self.back_recv, self.back_send, self.recv_buf, self.send_buf):
-            self.heap.free(t)
+        self.impl.free()
 
 
 __all__ = ["Handle", "MoeExchange", "PATHS", "choose_path", "fp8_dequantize", "fp8_quantize_reference"]

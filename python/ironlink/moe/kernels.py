@@ -1,12 +1,13 @@
-"""The row-moving Triton kernels of MoeExchange (moe/exchange.py): local copies and
-reductions around its two all_to_all_v exchanges. None of them talks to a peer.
+"""The row kernels MoeExchange's paths share (moe/exchange.py): the pack of a token into a send row
+(the relay path's send buffer, the direct path's stage), the fp8 quantization of every fp8 dispatch
+and the weighted sum of every combine (`weighted_chunk`: one arithmetic, so the paths' bits agree).
+None of them talks to a peer; the relay path's own copies and reductions are in
+moe/relay_kernels.py.
 
 Rows are `hidden` elements of a 2-byte dtype; every kernel walks a row in BLOCK-element chunks
-(16-byte vectors per thread). An fp8 dispatch (`pack_rows_fp8`) quantizes each token per
+(MoeConfig.row_block: 16-byte vectors per thread). An fp8 dispatch (`pack_rows_fp8`) quantizes each token per
 FP8_GROUP channels on its way into the send buffer; the buffers still count in 2-byte words (an
-fp8 row of `hidden` bytes is hidden / 2 words), so the exchange and the copies move it unchanged. Kernels whose row count is only known on the device (it came from
-the peers) run a fixed grid that strides over the rows up to a count read from device memory, so
-a CUDA graph replays them correctly when the routing changes.
+fp8 row of `hidden` bytes is hidden / 2 words), so the exchange and the copies move it unchanged.
 """
 
 from __future__ import annotations
@@ -14,13 +15,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Measured on one H200 at the benchmark's largest shapes (bench/probes/moe_kernels_sweep.py,
-# bench/results/experiments/moe-kernels-sweep-1xH200-20261123.log): 2048-element chunks, 4 warps and
-# 8 programs per SM copy 32768 expert rows in 240 us (3.9 TB/s of HBM traffic) and reduce them in
-# 219 us, against 323 and 272 us with 1024, 4 warps and 4 per SM.
-BLOCK = 2048  # elements per chunk: 128 threads x 16 bf16 = two 16-byte vectors each
-WARPS = 4
-PROGRAMS_PER_SM = 8  # the grid of the kernels that stride over rows counted on the device
 # fp8 dispatch: one fp32 scale per 128 channels of a token (the 1x128 blocks of DeepEP's fp8
 # dispatch and DeepGEMM's fp8 grouped GEMMs), scale = amax / 448 (e4m3's largest finite value).
 # (Passed to the kernel as constexprs: a Triton kernel reads no plain module globals.)
@@ -123,29 +117,10 @@ def pack_rows_fp8(x, idx, weights, send_row, out8, words, hidden, meta_word, met
 
 
 @triton.jit
-def gather_rows(src, src_stride, index, count, limit, out, hidden, side_col, side_out, side_cols,
-                BLOCK: tl.constexpr, SIDE_BLOCK: tl.constexpr):
-    """out[i, :hidden] = src[index[i], :hidden] for i < min(count[0], limit), grid-strided; with
-    SIDE_BLOCK > 0 also side_out[i, :side_cols] = src[index[i], side_col : side_col + side_cols]
-    (an fp8 dispatch's scales, copied with their row)."""
-    n = tl.minimum(tl.load(count).to(tl.int64), limit)
-    offs = tl.arange(0, BLOCK)
-    for i in range(tl.program_id(0).to(tl.int64), n, tl.num_programs(0)):
-        s = tl.load(index + i)
-        for c in range(0, hidden, BLOCK):
-            m = c + offs < hidden
-            tl.store(out + i * hidden + c + offs, tl.load(src + s * src_stride + c + offs, mask=m), mask=m)
-        if SIDE_BLOCK > 0:
-            so = tl.arange(0, SIDE_BLOCK)
-            sm = so < side_cols
-            tl.store(side_out + i * side_cols + so, tl.load(src + s * src_stride + side_col + so, mask=sm), mask=sm)
-
-
-@triton.jit
 def weighted_chunk(y, slot, weight, r, c, hidden, K: tl.constexpr, BLOCK: tl.constexpr):
     """fp32 [BLOCK]: the sum over j < K, in order, of weight[r, j] * y[slot[r, j], c:c + BLOCK],
     skipping slot < 0 (columns from `hidden` on read as 0). The one arithmetic of combine's
-    weighted sum: both paths call it, so their bits agree."""
+    weighted sum: every path's combine calls it, so their bits agree."""
     offs = tl.arange(0, BLOCK)
     m = c + offs < hidden
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -157,32 +132,4 @@ def weighted_chunk(y, slot, weight, r, c, hidden, K: tl.constexpr, BLOCK: tl.con
     return acc
 
 
-@triton.jit
-def weighted_partial_sums(y, slot, weight, count, out, hidden, K: tl.constexpr, BLOCK: tl.constexpr):
-    """out[r] = `weighted_chunk` of row r, for r < count[0], grid-strided: each received token's
-    outputs of this rank's experts, reduced before they travel back."""
-    n = tl.load(count).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    for r in range(tl.program_id(0).to(tl.int64), n, tl.num_programs(0)):
-        for c in range(0, hidden, BLOCK):
-            acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
-            tl.store(out + r * hidden + c + offs, acc.to(out.dtype.element_ty), mask=c + offs < hidden)
-
-
-@triton.jit
-def sum_rank_rows(rows, send_row, out, hidden, WORLD: tl.constexpr, BLOCK: tl.constexpr):
-    """out[t] = sum over ranks p (in order) of rows[send_row[t, p]] in fp32, skipping
-    send_row < 0. One program per token."""
-    t = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    for c in range(0, hidden, BLOCK):
-        m = c + offs < hidden
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for p in tl.static_range(WORLD):
-            r = tl.load(send_row + t * WORLD + p)
-            acc += tl.load(rows + r * hidden + c + offs, mask=m & (r >= 0), other=0.0).to(tl.float32)
-        tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
-
-
-__all__ = ["BLOCK", "FP8_GROUP", "FP8_MAX", "FP8_MIN_AMAX", "PROGRAMS_PER_SM", "WARPS", "gather_rows", "pack_rows", "quantize_chunk",
-           "pack_rows_fp8", "sum_rank_rows", "weighted_partial_sums"]
+__all__ = ["FP8_GROUP", "FP8_MAX", "FP8_MIN_AMAX", "pack_rows", "pack_rows_fp8", "quantize_chunk", "weighted_chunk"]

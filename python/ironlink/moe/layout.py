@@ -1,6 +1,7 @@
 """Shapes and pure helpers of MoeExchange (moe/exchange.py): a send row's layout, the heap
-tensors each path allocates (and so `MoeExchange.heap_bytes`), a counting sort's launch shape,
-and the fp8 dispatch's reference quantization in torch ops."""
+tensors each path allocates (and so `MoeExchange.heap_bytes`), the layout a dispatch leaves for
+its combine (`Layout`, every path's), a counting sort's launch shape, and the fp8 dispatch's
+reference quantization in torch ops."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any, NamedTuple
 
 from ..language._abi import MAX_CTAS
 from . import kernels, sort
-from .low_latency_kernels import COPIES
+from .config import MoeConfig
+from .low_latency_copies import COPIES
 
 
 def _round_up(n: int, m: int) -> int:
@@ -19,6 +21,19 @@ def _round_up(n: int, m: int) -> int:
 def _pow2(n: int) -> int:
     """The smallest power of two >= n (Triton block shapes)."""
     return 1 << max(0, n - 1).bit_length()
+
+
+class Layout(NamedTuple):
+    """What a path's dispatch gives (and its combine takes back, as the Handle's fields)."""
+
+    counts: Any  # [local experts] int64
+    offsets: Any  # [local experts] int64
+    slot: Any  # [world * max_tokens, topk] int64: recv_x row of each source token's choice, -1: not here
+    weight: Any  # [world * max_tokens, topk] fp32
+    received: Any  # [1] int64: source tokens (rows of meta, or of the relay path's receive buffer)
+    # Relay path: [T, world] int64, each token's row in the send (and combine's receive) buffer,
+    # -1: not sent; the one-node paths: None.
+    send_row: Any = None
 
 
 class _RowLayout(NamedTuple):
@@ -81,13 +96,13 @@ class _Sort(NamedTuple):
     base: Any
 
     @staticmethod
-    def make(programs: int, buckets: int, choices_block: int, device: Any) -> "_Sort":
+    def make(programs: int, buckets: int, choices_block: int, device: Any, config: MoeConfig) -> "_Sort":
         import torch
 
         bb = _pow2(buckets)
-        pb = sort.scan_programs(_pow2(programs), bb)
+        pb = sort.scan_programs(_pow2(programs), bb, config.scan_tile)
         hist = torch.zeros(programs, bb, dtype=torch.int32, device=device)
-        return _Sort(bb, sort.block_rows(choices_block, bb), pb, hist, torch.zeros_like(hist))
+        return _Sort(bb, sort.block_rows(choices_block, bb, config.one_hot), pb, hist, torch.zeros_like(hist))
 
 
 def take_count(counts: Any) -> int:
@@ -125,4 +140,4 @@ def fp8_dequantize(q: Any, scales: Any, dtype: Any = None) -> Any:
     return deq.reshape(t, h).to(dtype or torch.float32)
 
 
-__all__ = ["fp8_dequantize", "fp8_quantize_reference"]
+__all__ = ["Layout", "fp8_dequantize", "fp8_quantize_reference"]

@@ -1,5 +1,6 @@
 """MoeExchange's low-latency path: dispatch and combine of few tokens (decode) on a heap of one
-node, one kernel launch each (kernels: moe/low_latency_kernels.py, whose docs give the protocol).
+node, one kernel launch each (kernels: moe/low_latency_kernels.py, whose docs give the protocol,
+and the bookkeeping of its buffers' copies, moe/low_latency_copies.py).
 
 Its recv_x is laid out by expert block: expert e's rows start at e * world * max_tokens (the most
 rows an expert can get: every token of every rank), `expert_offsets` says so and `expert_counts`
@@ -8,7 +9,7 @@ layout of the other paths. The rows' order within an expert varies run to run (a
 combine's sums do not (each token's choices in order, then the ranks in order: the bits of the
 other paths). The price is memory: recv_x holds local_experts * world * max_tokens rows, against
 world * max_tokens * topk packed, so `MoeExchange` takes this path for small `max_tokens` only
-(`tuning.MOE_LOW_LATENCY_MAX_TOKENS`).
+(`MoeConfig.low_latency_max_tokens`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from ..language._abi import MAX_CTAS
 from ..language._flags import EMPTY_BITS
 from ..runtime.launch import launch_with_status
 from . import kernels, low_latency_kernels as llk
-from .direct import Layout
-from .layout import _pow2, take_count
+from .config import MoeConfig
+from .layout import Layout, _pow2, take_count
+from .low_latency_copies import COPIES
 
 
 # Simulation: how long a flag wait polls before TIMEOUT (the interpreter's clock: 1 us a reading).
@@ -34,21 +36,22 @@ def capacity(world: int, max_tokens: int, local_experts: int) -> int:
 
 
 class LowLatencyPath:
-    """The low-latency path's buffers and launches for one MoeExchange `m`. `sim_deltas` (tests):
-    int64 [world] byte distances to the simulated peers' heaps; the kernels then run in two
-    phases the test orders, without the device library (moe/low_latency_kernels.py, SIM)."""
+    """The low-latency path's buffers and launches for one MoeExchange `m`, launched as `config`
+    says. `sim_deltas` (tests): int64 [world] byte distances to the simulated peers' heaps; the
+    kernels then run in two phases the test orders, without the device library
+    (moe/low_latency_kernels.py, SIM)."""
 
-    def __init__(self, m: Any, heap: Any, ctas: int, sim_deltas: Optional[Any] = None) -> None:
+    def __init__(self, m: Any, heap: Any, ctas: int, config: MoeConfig, sim_deltas: Optional[Any] = None) -> None:
         import torch
 
-        self.m, self.heap, self.ctas, self.sim = m, heap, ctas, sim_deltas
+        self.m, self.heap, self.ctas, self.config, self.sim = m, heap, ctas, config, sim_deltas
         dev = heap.device
         w, mt = m.world, m.max_tokens
         # Heap allocation order: layout._heap_shapes(path="low_latency"). Every element a peer
         # writes starts "empty" (language._flags) and is emptied again by its reader a call later;
         # the fills come before the barrier, so no peer's first store can precede them. COPIES of
         # each, used by calls in turn.
-        copies = llk.COPIES.value
+        copies = COPIES.value
         self.landing = heap.empty((copies, w, mt, m.row), m.dtype)
         self.back = heap.empty((copies, w, mt, m.hidden), m.dtype)
         self.counts = heap.empty((copies, w, MAX_CTAS), torch.int64)  # dispatch's token count words
@@ -97,6 +100,10 @@ class LowLatencyPath:
     def free(self) -> None:
         for t in (self.back_counts, self.counts, self.back, self.landing):
             self.heap.free(t)
+
+    def grid(self) -> int:
+        """The CTAs of its two kernels."""
+        return int(self.ctas)
 
     def dispatch(self, x: Any, idx: Any, weights: Any, t: int, check: bool, phase: int = 0) -> Layout:
         """x [t, hidden], idx / weights [t, topk] (contiguous) to the ranks of their experts: the
@@ -176,8 +183,8 @@ class LowLatencyPath:
         PHASE `phase` (0: all of it; dispatch 1 / 2: send / receive), its statuses checked as every
         ironlink call's; simulated, the plain Triton kernel without the library."""
         m = self.m
-        block = min(llk.BLOCK, _pow2(m.hidden))
-        meta = dict(WORLD=m.world, K=m.topk, KB=m.kb, BLOCK=block, num_warps=llk.WARPS, **meta)
+        block = min(self.config.low_latency_block, _pow2(m.hidden))
+        meta = dict(WORLD=m.world, K=m.topk, KB=m.kb, BLOCK=block, num_warps=self.config.low_latency_warps, **meta)
         if self.sim_ctx is not None:
             kernel.fn[(self.ctas,)](self.sim_ctx.data_ptr(), *args, self.sim, self.sim_status, self.sim_status,
                                     PHASE=phase, SIM=True, **meta)

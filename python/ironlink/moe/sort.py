@@ -3,8 +3,9 @@ takes (bucketed by destination rank) and which recv_x row each received choice t
 local expert). Stable: items keep their order (token, then choice) inside a bucket. Counts,
 offsets and positions are written to device memory; nothing is read back to the host.
 
-Each sort is three kernels over a fixed grid (`sort_programs`), so a CUDA graph replays them for
-any count, and their work follows the items there are, not the buffers' capacity:
+Each sort is three kernels over a fixed grid (`MoeExchange.sort_programs`), so a CUDA graph replays
+them for any count, and their work follows the items there are, not the buffers' capacity (the
+launch shape: MoeConfig's sort_programs, one_hot, scan_tile, scan_warps):
 - `*_histogram`: program p counts the bucket of every item of its share (a contiguous run of
   rows, whole blocks of BR rows) into hist[p];
 - `bucket_scan` (one program): per bucket its total and offset (exclusive scan over buckets), and
@@ -21,31 +22,20 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Programs of the histogram and place kernels on a GPU (a few rows each at the largest shapes).
-SORT_PROGRAMS = 128
-# Elements of the one-hot [items, buckets] block a program ranks at once: 1024 gave dispatch 41 us at
-# 128 tokens on one H200 against 49 with 256 or 4096, the same at 4096 and 8192 tokens (bench/results/
-# experiments/moe-sort-sweep-1xH200-20261125.log; 8192 made rank_place spill).
-ONE_HOT = 1024
-# Elements of the [programs, buckets] histogram tile bucket_scan reads at once: 8192 takes the
-# 128 programs' histograms of up to 64 buckets in one step (with 1024, 5.3 us per scan at 64
-# local experts on one H200, the largest sort kernel at 128 tokens).
-SCAN_TILE = 8192
-# bucket_scan's warps: with 4, its 8192-element tile (and the scan over it) spilled 172 bytes on
-# sm_90 once the pointers were specialized as at a launch (Triton 3.6); with 8 none.
-SCAN_WARPS = 8
 # The summary bucket_scan writes (int64 each):
 SUMMARY = ("over", "crossing", "crossing_count", "total", "extra")
 
 
-def block_rows(choices_block: int, buckets_block: int) -> int:
-    """Rows per block, so a block's one-hot matrix holds at most ONE_HOT elements."""
-    return max(1, ONE_HOT // (choices_block * buckets_block))
+def block_rows(choices_block: int, buckets_block: int, one_hot: int) -> int:
+    """Rows per block, so a block's one-hot matrix holds at most `one_hot` elements
+    (MoeConfig.one_hot)."""
+    return max(1, one_hot // (choices_block * buckets_block))
 
 
-def scan_programs(programs_block: int, buckets_block: int) -> int:
-    """Programs' histograms per step of bucket_scan, at most SCAN_TILE elements."""
-    return max(1, min(programs_block, SCAN_TILE // buckets_block))
+def scan_programs(programs_block: int, buckets_block: int, scan_tile: int) -> int:
+    """Programs' histograms per step of bucket_scan, at most `scan_tile` elements
+    (MoeConfig.scan_tile)."""
+    return max(1, min(programs_block, scan_tile // buckets_block))
 
 
 @triton.jit
@@ -215,5 +205,5 @@ def bucket_scan(hist, programs, buckets, limit, lo, base, counts, offsets, summa
     tl.store(summary + 4, tl.sum(tl.where(b == buckets, total, 0), axis=0).to(tl.int64))
 
 
-__all__ = ["ONE_HOT", "SCAN_TILE", "SCAN_WARPS", "SORT_PROGRAMS", "SUMMARY", "block_rows", "bucket_scan", "expert_histogram",
-           "expert_place", "rank_histogram", "rank_place", "scan_programs"]
+__all__ = ["SUMMARY", "block_rows", "bucket_scan", "expert_histogram", "expert_place", "rank_histogram", "rank_place",
+           "scan_programs"]

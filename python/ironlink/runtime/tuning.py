@@ -210,16 +210,6 @@ def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
     return -(-tokens // max(1, ctas))
 
 
-# MoeExchange takes its low-latency path (one kernel each for dispatch and combine, recv_x by expert
-# block: moe/low_latency.py) for up to this many tokens per rank on one node (any dispatch dtype, no
-# recv_capacity; fp8 dispatch + combine at 128 tokens 33.4 us low-latency / 55.4 direct, git 01cf02b). Dispatch + combine on 2 H200s, hidden 7168, top-8 of 64, us, low-latency /
-# direct (git dc488a3, bench/moe.py): 1 token 25.2 / 41.1, 32 27.1 / 44.5, 128 35.1 / 55.1, 512
-# 101.4 / 121.8 (uniform; skewed alike). Its recv_x takes num_experts * max_tokens rows (an
-# expert block holds every token of every rank) where the direct path's takes world * max_tokens
-# * topk: 4x at top-8 of 64 on 2 ranks. The limit keeps that to a decode batch's size.
-MOE_LOW_LATENCY_MAX_TOKENS = 256
-
-
 # all_reduce_rmsnorm "rows": a CTA with several rows normalizes this many at a time (their loads
 # in flight together, their reductions side by side). On 2 H200s, hidden 8192, in turns (git
 # 345ed84, bench/probes/rmsnorm_timeline.py --rows-at-once 1,2,
@@ -454,6 +444,6 @@ def overridden(**values: Any) -> Iterator[None]:
             setattr(module, name, value)
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "COPY_ENGINE_MIN_CHUNKS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MOE_LOW_LATENCY_MAX_TOKENS", "MatmulConfig",
+__all__ = ["ALGORITHM_LIMITS", "ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "ALL_TO_ALL_V_CTAS", "COPY_ENGINE_MIN_CHUNKS", "all_to_all_v_launch", "FORCED_LIMITS", "MATMUL_CONFIGS", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MATMUL_FLAT", "MATMUL_PUSH_STAGGER", "MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS", "MATMUL_SIGNAL_AT", "MAX_CTAS", "MatmulConfig",
            "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_WARPS", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_ROWS_AT_ONCE", "SP_METHODS", "SP_METHODS_BY_WORLD", "SP_METHOD_NAMES", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "check_sp_method", "choose", "matmul_config", "matmul_flat", "matmul_method", "matmul_one_shot", "matmul_reduce_scatter_takes_copy_engine", "overridden", "rmsnorm_mode", "rmsnorm_mode_runs", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_warps", "rmsnorm_warps", "sp_method",
            "tile_all_reduce_takes_ll"]
