@@ -15,7 +15,7 @@ from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import copy_engine
-from ironlink.fused import gemm
+from ironlink.fused import gemm_operands
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.fused import sp_streams
@@ -268,7 +268,7 @@ def test_matmul_takes_lamport_at_world_2_while_every_tile_is_in_the_first_wave()
 def test_matmul_operands_take_tma_only_where_the_layout_allows(a_strides: tuple[int, int],
                                                                b_strides: tuple[int, int], cc: int,
                                                                want: tuple[bool, bool]) -> None:
-    assert tuple(gemm.operand_layout(a_strides, b_strides, 2, cc)) == want
+    assert tuple(gemm_operands.operand_layout(a_strides, b_strides, 2, cc)) == want
 
 
 def test_matmul_rejects_mismatched_k() -> None:

@@ -59,8 +59,8 @@ from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for, in_heap
 from . import copy_engine, sp_streams
-from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
-                   tile_coords)
+from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
+from .gemm_tiles import copy_rows, gemm_range, tile_coords
 
 COPY_ROWS, COPY_COLS = 8, 1024  # a unit of the push of the shard: 16 KiB of bf16 (units spread over all CTAs)
 TMA_COPY_ROWS, TMA_COPY_COLS = 32, 256  # the same through TMA (a box is at most 256 elements wide)
@@ -183,7 +183,7 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
                             COMMUNICATE: tl.constexpr = True):
     """a_full [WORLD * ROWS, K] (heap, contiguous) <- every rank's a_shard [ROWS, K]; out = a_full @ b
     (see the module docs). The GEMM reads a_own (this rank's rows), a_all (a_full) and b: with TMA
-    (Hopper), TMA descriptors of a_shard, a_full and b (`gemm.operand_descriptors`), else a_shard,
+    (Hopper), TMA descriptors of a_shard, a_full and b (`gemm_operands.operand_descriptors`), else a_shard,
     a_full and b themselves; the copies read a_shard and write a_full through pointers. FLAT: the
     other ranks' tiles in a tile loop flattened with the K loop (`tuning.matmul_flat`). TMA_PUSH
     (world 2): the push to the peer through `peer_full` (`_copy_units`), else unused. SEGMENTS:
@@ -241,7 +241,7 @@ def allgather_matmul_kernel(ctx, a_shard, a_full, a_own, a_all, peer_full, b, ou
 
 # The copy-engine kernel's own flag words (`copy_engine.flag_data` on): rank src's stream -> this
 # rank's kernel, chunk j of src's shard is in this a_full, at src * chunks + j. A chunk is a
-# group of GROUP_M tile rows (the order the tile walk takes them: `gemm.tile_coords`).
+# group of GROUP_M tile rows (the order the tile walk takes them: `gemm_tiles.tile_coords`).
 
 
 @jit(do_not_specialize=["ctx"])
@@ -378,7 +378,7 @@ def uses_copy_engine(a_shard: Any) -> bool:
 
 def _gemm_operands(p: Plan, a_shard: Any, b: Any, a_full: Any, flat: Optional[bool]) -> tuple[Any, ...]:
     """What both one-node kernels read: (layout, a_own, b, a_all, flat): TMA descriptors where
-    the layout allows (`gemm.layout_for`; a_full's rows aligned too), else the tensors; `flat`
+    the layout allows (`gemm_operands.layout_for`; a_full's rows aligned too), else the tensors; `flat`
     defaults to tuning.matmul_flat."""
     import torch
 

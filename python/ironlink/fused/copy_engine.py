@@ -11,7 +11,7 @@ Flag words (u64, a heap workspace per op, zero between launches), per rank:
 - from flag_data(world) on: the op's own words (chunk flags).
 
 A chunk is a group of GROUP_M tile rows of a block, the order the kernels' tile walk takes them
-(`gemm.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`. The
+(`gemm_tiles.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`. The
 kernels run `chunked(op, rows, config)`: GROUP_M small enough for a few chunks a block.
 
 The stream waits (no timeout) only for words its own kernel sets, after a timeout too; every

@@ -39,7 +39,7 @@ every grid-th tile from c):
 
 The push kernels live in `fused.matmul_allreduce_push`; this module plans and launches every
 method. The operands are read through TMA descriptors where the GPU and their layout allow
-(`gemm.operand_layout`), else through pointers with their strides. Tiles per launch are at most
+(`gemm_operands.operand_layout`), else through pointers with their strides. Tiles per launch are at most
 `MAX_TILES`; the tile shape (`tuning.matmul_config`) grows for larger outputs to stay within it.
 
 On a heap of several nodes the kernel computes every tile, passes a grid barrier and all-reduces
@@ -68,7 +68,8 @@ from ..runtime.tensor_spec import TensorSpec
 from ..runtime.workspaces import epoch_counters, lamport_workspace
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile
+from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
+from .gemm_tiles import product_tile
 from .matmul_allreduce_lamport import matmul_allreduce_lamport_kernel
 from .matmul_allreduce_push import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
 from .trace import stamp

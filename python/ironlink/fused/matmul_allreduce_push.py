@@ -15,7 +15,7 @@ import triton.language as tl
 from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
-from .gemm import gemm_range, store_tile, tile_coords
+from .gemm_tiles import gemm_range, store_tile, tile_coords
 from ..language.slots import add_in_rank_order, advance_epochs, launch_slots, slot_of, store_to_peer_slots
 from .trace import stamp
 

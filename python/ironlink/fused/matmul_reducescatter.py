@@ -54,8 +54,8 @@ from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for
 from . import copy_engine, sp_streams
-from .gemm import (check_operands, check_output, copy_rows, gemm_range, layout_for, operand_descriptors, peer_descriptor,
-                   product_tile, store_tile, tile_coords)
+from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
+from .gemm_tiles import copy_rows, gemm_range, product_tile, store_tile, tile_coords
 from ..language.slots import advance_epochs, launch_slots
 from ..runtime.workspaces import epoch_counters
 from .matmul_allreduce_push import finish_piece, first_own_step, signal_points, sum_partials
@@ -135,7 +135,7 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
     module docs): matmul_all_reduce's two-shot by slices with the slices the destinations' row
     blocks and no sums sent back. ws: the partials' slots (heap), 2 x (WORLD - 1) x [M / WORLD, N],
     the half by the launch parity (`epochs`: one int32 per possible CTA, zeroed at creation).
-    TMA (Hopper): a and b are TMA descriptors (`gemm.operand_descriptors`; a tile past its block's
+    TMA (Hopper): a and b are TMA descriptors (`gemm_operands.operand_descriptors`; a tile past its block's
     rows reads the next block's, which its slot and the sum leave out). TMA_PUSH (world 2):
     `peer_slots` is a TMA descriptor of the peer's slots [2, M / WORLD, N] (blocks [1, BLOCK_M,
     BLOCK_N / 2]: the epilogue goes in halves), else unused. SIGNAL_EVERY (world 2): a CTA
@@ -199,7 +199,7 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
 
 
 # The copy-engine kernel's own flag words (`copy_engine.data_words` on), a chunk being a group of
-# GROUP_M tile rows of a block (the order the tile walk takes them: `gemm.tile_coords`):
+# GROUP_M tile rows of a block (the order the tile walk takes them: `gemm_tiles.tile_coords`):
 # d * chunks + j: this rank's kernel -> its stream, how many of its partials of chunk j of block d
 #   are stored in `sends` (the stream waits for all of them, then zeroes the count);
 # WORLD * chunks + q * chunks + j: rank q's stream -> this rank's kernel, q's partial of chunk j
