@@ -18,7 +18,7 @@ from ironlink.fused import copy_engine
 from ironlink.fused import gemm_operands
 from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
-from ironlink.fused import sp_streams
+from ironlink.fused import cublas_methods
 from ironlink.runtime.tensor_spec import TensorSpec
 
 DEV = "cuda:0"
@@ -392,16 +392,16 @@ def test_sequence_parallel_method_names_are_checked() -> None:
 
 def test_heaps_of_several_nodes_default_to_collective_and_refuse_overlap() -> None:
     for op in tuning.SP_METHODS:
-        assert sp_streams.method_for(op, 16384, None, multi_node=False) == tuning.sp_method(op, 16384) == "overlap"
-        assert sp_streams.method_for(op, 16384, None, multi_node=True) == "collective"
+        assert cublas_methods.method_for(op, 16384, None, multi_node=False) == tuning.sp_method(op, 16384) == "overlap"
+        assert cublas_methods.method_for(op, 16384, None, multi_node=True) == "collective"
         for method in ("kernel", "collective"):
-            assert sp_streams.method_for(op, 128, method, multi_node=True) == method
-        assert sp_streams.method_for(op, 128, "overlap", multi_node=False) == "overlap"
+            assert cublas_methods.method_for(op, 128, method, multi_node=True) == method
+        assert cublas_methods.method_for(op, 128, "overlap", multi_node=False) == "overlap"
         with pytest.raises(ValueError, match=f"{op}: method 'overlap' copies from peers' memory with the copy "
                                              "engine, which reaches only this node"):
-            sp_streams.method_for(op, 128, "overlap", multi_node=True)
+            cublas_methods.method_for(op, 128, "overlap", multi_node=True)
         with pytest.raises(ValueError, match="method must be one of"):
-            sp_streams.method_for(op, 128, "fastest", multi_node=True)
+            cublas_methods.method_for(op, 128, "fastest", multi_node=True)
 
 
 def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:

@@ -618,10 +618,11 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
                           MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0)))
 
 def on_side_stream(fn: Callable[[], None]) -> None:
-    """Runs `fn` with the first of sp_streams' streams as the current stream."""
-    from ironlink.fused import sp_streams
+    """Runs `fn` with the first of the side streams the ops take (runtime.streams) as the current
+    stream."""
+    from ironlink.runtime import streams
 
-    stream = sp_streams._made_streams(torch.cuda.current_device(), 2)[0]
+    stream = streams._made_streams(torch.cuda.current_device(), 2)[0]
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         fn()

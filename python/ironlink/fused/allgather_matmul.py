@@ -58,7 +58,7 @@ from ..language.jit import jit
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for, in_heap
-from . import copy_engine, sp_streams
+from . import copy_engine, cublas_methods
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .gemm_tiles import copy_rows, gemm_range, tile_coords
 
@@ -314,7 +314,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     a heap tensor (default: allocated from `heap`, the caller frees it with heap.free); `out` any
     contiguous CUDA tensor (default: a new one). `method`: "kernel" (this module's one-kernel
     Triton version; `config` its tiles), "collective" or "overlap" (cuBLAS GEMMs and ironlink
-    transfers, `fused.sp_streams`); default `tuning.sp_method` ("collective" on a heap of several
+    transfers, `fused.cublas_methods`); default `tuning.sp_method` ("collective" on a heap of several
     nodes, where "overlap" is refused). Collective; CUDA-graph capturable when a_full is given."""
     from ..runtime.handles import compiling
 
@@ -332,13 +332,13 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     if out is None:
         out = torch.empty((h.world_size * rows, n), device=a_shard.device, dtype=a_shard.dtype)
     spec = TensorSpec.from_tensor
-    method = sp_streams.method_for("all_gather_matmul", a_full.shape[0], method, h.multi_node, h.world_size)
+    method = cublas_methods.method_for("all_gather_matmul", a_full.shape[0], method, h.multi_node, h.world_size)
     if method != "kernel":
         rows, _, n = check_shapes(spec(a_shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"),
                            str(h.device), h.world_size)
         if rows and n:
             in_heap(h, "all_gather_matmul", (a_full, "a_full"))
-            sp_streams.all_gather_matmul(a_shard, b, h, a_full, out, method, check)
+            cublas_methods.gather_then_multiply(a_shard, b, h, a_full, out, method, check)
         return a_full, out
     sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(spec(a_shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(h.device),

@@ -31,7 +31,7 @@ from .. import language as il
 from ..language import _abi
 from ..language import typed as ilt
 from ..runtime import streams
-from . import sp_streams
+from . import barrier
 
 FLAG_GO: tl.constexpr = tl.constexpr(0)
 FLAG_FREE: tl.constexpr = tl.constexpr(1)
@@ -116,7 +116,7 @@ def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
     made = not heap.has_workspace(name, count * 8)
     flags = heap.workspace(name, count * 8, init=zero_all).view(torch.int64)[:count]
     if made:
-        sp_streams.device_barrier(heap, check)
+        barrier.device_barrier(heap, check)
     return flags
 
 

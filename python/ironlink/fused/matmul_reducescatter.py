@@ -53,7 +53,7 @@ from ..language.jit import jit
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for
-from . import copy_engine, sp_streams
+from . import copy_engine, cublas_methods
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .gemm_tiles import copy_rows, gemm_range, product_tile, store_tile, tile_coords
 from ..language.slots import advance_epochs, launch_slots
@@ -293,7 +293,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     fp16, any strides). `out` may be any CUDA tensor (default: a new one, contiguous). Uses
     workspaces of about M x N elements from `heap`, kept between calls (`heap.workspace`).
     `method`: "kernel" (this module's one-kernel Triton version; `config` its tiles), "collective"
-    or "overlap" (cuBLAS GEMMs and ironlink transfers, `fused.sp_streams`); default
+    or "overlap" (cuBLAS GEMMs and ironlink transfers, `fused.cublas_methods`); default
     `tuning.sp_method` ("collective" on a heap of several nodes, where "overlap" is refused).
     Collective; CUDA-graph capturable."""
     from ..runtime.handles import compiling
@@ -309,11 +309,11 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     if out is None:
         out = torch.empty((a.shape[0] // h.world_size, b.shape[-1]), device=a.device, dtype=a.dtype)
     specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")
-    method = sp_streams.method_for("matmul_reduce_scatter", a.shape[0], method, h.multi_node, h.world_size)
+    method = cublas_methods.method_for("matmul_reduce_scatter", a.shape[0], method, h.multi_node, h.world_size)
     if method != "kernel":
         m, _, n = check_shapes(*specs, str(h.device), h.world_size)
         if m and n:
-            sp_streams.matmul_reduce_scatter(a, b, h, out, method, check)
+            cublas_methods.multiply_then_scatter(a, b, h, out, method, check)
         return out
     sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(*specs, str(h.device), h.world_size, sms, config)
