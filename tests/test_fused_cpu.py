@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -16,10 +17,12 @@ from ironlink.fused import allreduce_rmsnorm as arn
 from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import copy_engine
 from ironlink.fused import gemm_operands
-from ironlink.fused import matmul_allreduce as mar
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.fused import cublas_methods
 from ironlink.runtime.tensor_spec import TensorSpec
+
+# The fused host modules named after their ops (the package's attributes of those names are the ops).
+mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
 
 DEV = "cuda:0"
 

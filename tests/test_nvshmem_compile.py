@@ -35,7 +35,7 @@ from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.fused.allgather_matmul import allgather_matmul_hierarchical_kernel
 from ironlink.fused.allreduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel
-from ironlink.fused.matmul_allreduce import matmul_allreduce_hierarchical_kernel
+from ironlink.fused.matmul_all_reduce_kernels import matmul_allreduce_hierarchical_kernel
 from ironlink.fused.matmul_reducescatter import matmul_reducescatter_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 

@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.fused import allgather_matmul as agm
-from ironlink.fused import matmul_allreduce as mar
+from ironlink.fused.matmul_all_reduce import launch as launch_matmul, plan as plan_matmul
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.runtime.streams import side_streams
 from ironlink.runtime.tensor_spec import TensorSpec
@@ -84,10 +84,10 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     row("all_gather_matmul", "gemm_only,segments=1", shape,
         lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False, segments=1))
     flat_out = heap.empty((m, n // w), torch.bfloat16)
-    fp = mar.plan(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
+    fp = plan_matmul(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
                   None, "push")._replace(one_shot=False)
     row("all_gather_matmul", "triton_flat_gemm", shape,
-        lambda: mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False))
+        lambda: launch_matmul(heap, fp, a_full, b, flat_out, status, communicate=False))
 
     def gemm_beside_copies() -> None:  # no flags, no waits: what the copies alone cost the GEMM
         main = torch.cuda.current_stream()
@@ -96,7 +96,7 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         side.wait_stream(main)
         with torch.cuda.stream(side):
             copy_shard()
-        mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False)
+        launch_matmul(heap, fp, a_full, b, flat_out, status, communicate=False)
         main.wait_stream(side)
 
     row("all_gather_matmul", "triton_flat_gemm+ce_copy", shape, gemm_beside_copies)

@@ -23,7 +23,8 @@ from __future__ import annotations
 from .allgather_matmul import all_gather_matmul, allgather_matmul_copy_engine_kernel, allgather_matmul_kernel
 from .allreduce_rmsnorm import all_reduce_rmsnorm
 from .allreduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
-from .matmul_allreduce import matmul_all_reduce, matmul_allreduce_kernel
+from .matmul_all_reduce import matmul_all_reduce
+from .matmul_all_reduce_kernels import matmul_allreduce_kernel
 from .matmul_reducescatter import (matmul_reduce_scatter, matmul_reducescatter_copy_engine_kernel,
                                    matmul_reducescatter_kernel)
 

@@ -4,7 +4,7 @@
 
 Rank d's `out` gets rows d * M / world .. of sum_over_ranks(a_r @ b_r): PyTorch's
 `fused_matmul_reduce_scatter(a, b, "sum", scatter_dim=0)`. One persistent launch, the two-shot
-by slices of `fused.matmul_allreduce_push` with the destinations' row blocks as the slices:
+by slices of `fused.matmul_all_reduce_two_shot_kernels` with the destinations' row blocks as the slices:
 - Rank r walks the output tiles block by block from block r + 1 on, its own block last. A tile
   of another block goes, rounded to the output dtype, from registers into its slot at the
   block's rank (a TMA store at world 2), announced to it (`symm_tile_signal`) once the CTA has
@@ -58,7 +58,7 @@ from .gemm_operands import check_operands, check_output, layout_for, operand_des
 from .gemm_tiles import copy_rows, gemm_range, product_tile, store_tile, tile_coords
 from ..language.slots import advance_epochs, launch_slots
 from ..runtime.workspaces import epoch_counters
-from .matmul_allreduce_push import finish_piece, first_own_step, signal_points, sum_partials
+from .matmul_all_reduce_two_shot_kernels import finish_piece, first_own_step, signal_points, sum_partials
 
 COPY_COLS = 1024  # elements of a row of the result copied per piece to `out` (on a heap of several nodes)
 
