@@ -23,7 +23,7 @@ from ironlink.fused import (allgather_matmul_copy_engine_kernel, allgather_matmu
 from ironlink.fused.matmul_all_reduce_kernels import matmul_allreduce_lamport_kernel
 from ironlink.fused.matmul_all_reduce_one_shot_kernels import matmul_allreduce_push_kernel
 from ironlink.fused.matmul_all_reduce_two_shot_kernels import matmul_allreduce_owner_kernel
-from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
+from ironlink.fused.all_gather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))

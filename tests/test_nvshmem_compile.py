@@ -31,9 +31,9 @@ import ironlink
 import ironlink.language as il
 from ironlink.language import _abi, _lib, _nvshmem
 from ironlink.runtime import tuning
-from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import matmul_reducescatter as mrs
-from ironlink.fused.allgather_matmul import allgather_matmul_hierarchical_kernel
+from ironlink.fused.all_gather_matmul import COPY_COLS as GATHER_COPY_COLS
+from ironlink.fused.all_gather_matmul_kernels import allgather_matmul_hierarchical_kernel
 from ironlink.fused.allreduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel
 from ironlink.fused.matmul_all_reduce_kernels import matmul_allreduce_hierarchical_kernel
 from ironlink.fused.matmul_reducescatter import matmul_reducescatter_hierarchical_kernel
@@ -198,7 +198,7 @@ for _m in (16, 4096):
                                         ("symm_all_reduce_hierarchical", "symm_grid_barrier"))
     FUSED[f"allgather_matmul_m{_m}"] = (
         allgather_matmul_hierarchical_kernel, _GATHER_MATMUL,
-        {**_tiles(_m), **_group, "COPY_COLS": agm.COPY_COLS, "WORLD": 4},
+        {**_tiles(_m), **_group, "COPY_COLS": GATHER_COPY_COLS, "WORLD": 4},
         ("symm_all_gather_hierarchical", "symm_grid_barrier", "symm_rank"))
     FUSED[f"matmul_reducescatter_m{_m}"] = (
         matmul_reducescatter_hierarchical_kernel, _MATMUL_SCATTER,

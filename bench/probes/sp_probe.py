@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink.fused import allgather_matmul as agm
+from ironlink.fused.all_gather_matmul import launch as launch_gather, plan as plan_gather
 from ironlink.fused.matmul_all_reduce import launch as launch_matmul, plan as plan_matmul
 from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.runtime.streams import side_streams
@@ -55,8 +55,8 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     a_full = heap.empty((m, k), torch.bfloat16)
     out = torch.empty(m, n // w, device="cuda", dtype=torch.bfloat16)
     spec = TensorSpec.from_tensor
-    p = agm.plan(spec(shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(heap.device), w,
-                 sm_share(heap.device))
+    p = plan_gather(spec(shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(heap.device),
+                    w, sm_share(heap.device))
     status = torch.zeros(p.ctas, dtype=torch.int32, device="cuda")
     shape = (m, n // w, k)
     row("all_gather_matmul", "torch.matmul", shape, lambda: torch.matmul(a_full, b, out=out))
@@ -73,19 +73,19 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
 
     row("all_gather_matmul", "ce_copy", shape, copy_shard)
     row("all_gather_matmul", "gemm_only", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False))
     row("all_gather_matmul", "nested", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, flat=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, flat=False))
     row("all_gather_matmul", "register_push", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, tma_push=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, tma_push=False))
     for segments in (1, 2, 8):
         row("all_gather_matmul", f"segments={segments}", shape,
-            lambda: agm.launch(heap, p, shard, b, a_full, out, status, segments=segments))
+            lambda: launch_gather(heap, p, shard, b, a_full, out, status, segments=segments))
     row("all_gather_matmul", "gemm_only,segments=1", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False, segments=1))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False, segments=1))
     flat_out = heap.empty((m, n // w), torch.bfloat16)
     fp = plan_matmul(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
-                  None, "push")._replace(one_shot=False)
+                     None, "push")._replace(one_shot=False)
     row("all_gather_matmul", "triton_flat_gemm", shape,
         lambda: launch_matmul(heap, fp, a_full, b, flat_out, status, communicate=False))
 

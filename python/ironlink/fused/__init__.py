@@ -20,7 +20,8 @@ raises at once; otherwise `heap.check()` raises recorded timeouts).
 
 from __future__ import annotations
 
-from .allgather_matmul import all_gather_matmul, allgather_matmul_copy_engine_kernel, allgather_matmul_kernel
+from .all_gather_matmul import all_gather_matmul
+from .all_gather_matmul_kernels import allgather_matmul_copy_engine_kernel, allgather_matmul_kernel
 from .allreduce_rmsnorm import all_reduce_rmsnorm
 from .allreduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
 from .matmul_all_reduce import matmul_all_reduce
