@@ -31,12 +31,12 @@ import ironlink
 import ironlink.language as il
 from ironlink.language import _abi, _lib, _nvshmem
 from ironlink.runtime import tuning
-from ironlink.fused import matmul_reducescatter as mrs
 from ironlink.fused.all_gather_matmul import COPY_COLS as GATHER_COPY_COLS
 from ironlink.fused.all_gather_matmul_kernels import allgather_matmul_hierarchical_kernel
 from ironlink.fused.allreduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel
 from ironlink.fused.matmul_all_reduce_kernels import matmul_allreduce_hierarchical_kernel
-from ironlink.fused.matmul_reducescatter import matmul_reducescatter_hierarchical_kernel
+from ironlink.fused.matmul_reduce_scatter import COPY_COLS as SCATTER_COPY_COLS
+from ironlink.fused.matmul_reduce_scatter_kernels import matmul_reducescatter_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,7 +202,7 @@ for _m in (16, 4096):
         ("symm_all_gather_hierarchical", "symm_grid_barrier", "symm_rank"))
     FUSED[f"matmul_reducescatter_m{_m}"] = (
         matmul_reducescatter_hierarchical_kernel, _MATMUL_SCATTER,
-        {**_tiles(_m), **_group, "WORLD": 4, "COPY_COLS": mrs.COPY_COLS},
+        {**_tiles(_m), **_group, "WORLD": 4, "COPY_COLS": SCATTER_COPY_COLS},
         ("symm_reduce_scatter_hierarchical", "symm_grid_barrier", "symm_rank"))
 
 

@@ -38,7 +38,7 @@ import torch.distributed as dist
 import ironlink
 from ironlink.fused.all_gather_matmul import launch as launch_gather, plan as plan_gather
 from ironlink.fused.matmul_all_reduce import launch as launch_matmul, plan as plan_matmul
-from ironlink.fused import matmul_reducescatter as mrs
+from ironlink.fused.matmul_reduce_scatter import launch as launch_scatter, plan as plan_scatter
 from ironlink.runtime.streams import side_streams
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime import tuning
@@ -112,7 +112,7 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
     out = torch.empty(m // w, n, device="cuda", dtype=torch.bfloat16)
     full = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     spec = TensorSpec.from_tensor
-    p = mrs.plan(spec(a, "a"), spec(b, "b"), spec(out, "out"), str(heap.device), w, sm_share(heap.device))
+    p = plan_scatter(spec(a, "a"), spec(b, "b"), spec(out, "out"), str(heap.device), w, sm_share(heap.device))
     status = torch.zeros(p.ctas, dtype=torch.int32, device="cuda")
     shape = (m, n, k // w)
     row("matmul_reduce_scatter", "torch.matmul", shape, lambda: torch.matmul(a, b, out=full))
@@ -121,7 +121,8 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
     with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
         row("matmul_reduce_scatter", "copy_engine", shape,
             lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
-    row("matmul_reduce_scatter", "gemm_only", shape, lambda: mrs.launch(heap, p, a, b, out, status, communicate=False))
+    row("matmul_reduce_scatter", "gemm_only", shape,
+        lambda: launch_scatter(heap, p, a, b, out, status, communicate=False))
     heap.check()
 
 

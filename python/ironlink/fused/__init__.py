@@ -26,8 +26,8 @@ from .allreduce_rmsnorm import all_reduce_rmsnorm
 from .allreduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
 from .matmul_all_reduce import matmul_all_reduce
 from .matmul_all_reduce_kernels import matmul_allreduce_kernel
-from .matmul_reducescatter import (matmul_reduce_scatter, matmul_reducescatter_copy_engine_kernel,
-                                   matmul_reducescatter_kernel)
+from .matmul_reduce_scatter import matmul_reduce_scatter
+from .matmul_reduce_scatter_kernels import matmul_reducescatter_copy_engine_kernel, matmul_reducescatter_kernel
 
 __all__ = ["all_gather_matmul", "all_reduce_rmsnorm", "allgather_matmul_copy_engine_kernel", "allgather_matmul_kernel", "allreduce_rmsnorm_kernel",
            "matmul_all_reduce", "matmul_allreduce_kernel", "matmul_reduce_scatter", "matmul_reducescatter_copy_engine_kernel",
