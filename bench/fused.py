@@ -42,9 +42,9 @@ from ironlink.runtime import tuning
 from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
 from ironlink_bench import GraphRound, write_results
 from ironlink.fused import allreduce_rmsnorm
-from ironlink.fused.matmul_allreduce import METHODS
-from ironlink.fused.matmul_allreduce import launch as launch_matmul
-from ironlink.fused.matmul_allreduce import plan as plan_matmul
+from ironlink.fused.matmul_all_reduce import METHODS
+from ironlink.fused.matmul_all_reduce import launch as launch_matmul
+from ironlink.fused.matmul_all_reduce import plan as plan_matmul
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime.pdl import MIN_MAJOR, choose_pdl
 

@@ -95,7 +95,7 @@ def test_flag_words_are_zero_for_every_shape_that_shares_them(monkeypatch: pytes
 
     barriers: list[str] = []
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(int64=np.int64))
-    monkeypatch.setattr(copy_engine.sp_streams, "device_barrier", lambda heap, check: barriers.append("barrier"))
+    monkeypatch.setattr(copy_engine.barrier, "device_barrier", lambda heap, check: barriers.append("barrier"))
     heap = Heap()
     few = copy_engine.flags_workspace(heap, "op/flags", 4, False)
     assert len(few) == copy_engine.flag_data(2) + 4 and not few.any() and barriers == ["barrier"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -13,13 +14,15 @@ import triton
 from ironlink.language import _abi
 from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm as arn
-from ironlink.fused import allgather_matmul as agm
 from ironlink.fused import copy_engine
-from ironlink.fused import gemm
-from ironlink.fused import matmul_allreduce as mar
-from ironlink.fused import matmul_reducescatter as mrs
-from ironlink.fused import sp_streams
+from ironlink.fused import gemm_operands
+from ironlink.fused import cublas_methods
 from ironlink.runtime.tensor_spec import TensorSpec
+
+# The fused host modules named after their ops (the package's attributes of those names are the ops).
+agm = importlib.import_module("ironlink.fused.all_gather_matmul")
+mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
+mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")
 
 DEV = "cuda:0"
 
@@ -268,7 +271,7 @@ def test_matmul_takes_lamport_at_world_2_while_every_tile_is_in_the_first_wave()
 def test_matmul_operands_take_tma_only_where_the_layout_allows(a_strides: tuple[int, int],
                                                                b_strides: tuple[int, int], cc: int,
                                                                want: tuple[bool, bool]) -> None:
-    assert tuple(gemm.operand_layout(a_strides, b_strides, 2, cc)) == want
+    assert tuple(gemm_operands.operand_layout(a_strides, b_strides, 2, cc)) == want
 
 
 def test_matmul_rejects_mismatched_k() -> None:
@@ -392,16 +395,16 @@ def test_sequence_parallel_method_names_are_checked() -> None:
 
 def test_heaps_of_several_nodes_default_to_collective_and_refuse_overlap() -> None:
     for op in tuning.SP_METHODS:
-        assert sp_streams.method_for(op, 16384, None, multi_node=False) == tuning.sp_method(op, 16384) == "overlap"
-        assert sp_streams.method_for(op, 16384, None, multi_node=True) == "collective"
+        assert cublas_methods.method_for(op, 16384, None, multi_node=False) == tuning.sp_method(op, 16384) == "overlap"
+        assert cublas_methods.method_for(op, 16384, None, multi_node=True) == "collective"
         for method in ("kernel", "collective"):
-            assert sp_streams.method_for(op, 128, method, multi_node=True) == method
-        assert sp_streams.method_for(op, 128, "overlap", multi_node=False) == "overlap"
+            assert cublas_methods.method_for(op, 128, method, multi_node=True) == method
+        assert cublas_methods.method_for(op, 128, "overlap", multi_node=False) == "overlap"
         with pytest.raises(ValueError, match=f"{op}: method 'overlap' copies from peers' memory with the copy "
                                              "engine, which reaches only this node"):
-            sp_streams.method_for(op, 128, "overlap", multi_node=True)
+            cublas_methods.method_for(op, 128, "overlap", multi_node=True)
         with pytest.raises(ValueError, match="method must be one of"):
-            sp_streams.method_for(op, 128, "fastest", multi_node=True)
+            cublas_methods.method_for(op, 128, "fastest", multi_node=True)
 
 
 def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:

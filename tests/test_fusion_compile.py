@@ -20,9 +20,10 @@ from ironlink.language import _lib
 from ironlink.runtime import tuning
 from ironlink.fused import (allgather_matmul_copy_engine_kernel, allgather_matmul_kernel, allreduce_rmsnorm_kernel,
                             matmul_allreduce_kernel, matmul_reducescatter_copy_engine_kernel, matmul_reducescatter_kernel)
-from ironlink.fused.matmul_allreduce import (matmul_allreduce_lamport_kernel, matmul_allreduce_owner_kernel,
-                                             matmul_allreduce_push_kernel)
-from ironlink.fused.allgather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
+from ironlink.fused.matmul_all_reduce_kernels import matmul_allreduce_lamport_kernel
+from ironlink.fused.matmul_all_reduce_one_shot_kernels import matmul_allreduce_push_kernel
+from ironlink.fused.matmul_all_reduce_two_shot_kernels import matmul_allreduce_owner_kernel
+from ironlink.fused.all_gather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))

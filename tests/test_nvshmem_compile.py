@@ -31,12 +31,12 @@ import ironlink
 import ironlink.language as il
 from ironlink.language import _abi, _lib, _nvshmem
 from ironlink.runtime import tuning
-from ironlink.fused import allgather_matmul as agm
-from ironlink.fused import matmul_reducescatter as mrs
-from ironlink.fused.allgather_matmul import allgather_matmul_hierarchical_kernel
+from ironlink.fused.all_gather_matmul import COPY_COLS as GATHER_COPY_COLS
+from ironlink.fused.all_gather_matmul_kernels import allgather_matmul_hierarchical_kernel
 from ironlink.fused.allreduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel
-from ironlink.fused.matmul_allreduce import matmul_allreduce_hierarchical_kernel
-from ironlink.fused.matmul_reducescatter import matmul_reducescatter_hierarchical_kernel
+from ironlink.fused.matmul_all_reduce_kernels import matmul_allreduce_hierarchical_kernel
+from ironlink.fused.matmul_reduce_scatter import COPY_COLS as SCATTER_COPY_COLS
+from ironlink.fused.matmul_reduce_scatter_kernels import matmul_reducescatter_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -198,11 +198,11 @@ for _m in (16, 4096):
                                         ("symm_all_reduce_hierarchical", "symm_grid_barrier"))
     FUSED[f"allgather_matmul_m{_m}"] = (
         allgather_matmul_hierarchical_kernel, _GATHER_MATMUL,
-        {**_tiles(_m), **_group, "COPY_COLS": agm.COPY_COLS, "WORLD": 4},
+        {**_tiles(_m), **_group, "COPY_COLS": GATHER_COPY_COLS, "WORLD": 4},
         ("symm_all_gather_hierarchical", "symm_grid_barrier", "symm_rank"))
     FUSED[f"matmul_reducescatter_m{_m}"] = (
         matmul_reducescatter_hierarchical_kernel, _MATMUL_SCATTER,
-        {**_tiles(_m), **_group, "WORLD": 4, "COPY_COLS": mrs.COPY_COLS},
+        {**_tiles(_m), **_group, "WORLD": 4, "COPY_COLS": SCATTER_COPY_COLS},
         ("symm_reduce_scatter_hierarchical", "symm_grid_barrier", "symm_rank"))
 
 

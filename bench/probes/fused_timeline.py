@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.runtime import tuning
-from ironlink.fused.matmul_allreduce import launch, plan
+from ironlink.fused.matmul_all_reduce import launch, plan
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.runtime.tensor_spec import TensorSpec
 

@@ -34,7 +34,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import ironlink
-from ironlink.fused.gemm import tile_coords
+from ironlink.fused.gemm_tiles import tile_coords
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
 from ironlink_bench import record_row, time_graph, write_results  # noqa: E402

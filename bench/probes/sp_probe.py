@@ -36,9 +36,9 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink.fused import allgather_matmul as agm
-from ironlink.fused import matmul_allreduce as mar
-from ironlink.fused import matmul_reducescatter as mrs
+from ironlink.fused.all_gather_matmul import launch as launch_gather, plan as plan_gather
+from ironlink.fused.matmul_all_reduce import launch as launch_matmul, plan as plan_matmul
+from ironlink.fused.matmul_reduce_scatter import launch as launch_scatter, plan as plan_scatter
 from ironlink.runtime.streams import side_streams
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime import tuning
@@ -55,8 +55,8 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     a_full = heap.empty((m, k), torch.bfloat16)
     out = torch.empty(m, n // w, device="cuda", dtype=torch.bfloat16)
     spec = TensorSpec.from_tensor
-    p = agm.plan(spec(shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(heap.device), w,
-                 sm_share(heap.device))
+    p = plan_gather(spec(shard, "a_shard"), spec(b, "b"), spec(a_full, "a_full"), spec(out, "out"), str(heap.device),
+                    w, sm_share(heap.device))
     status = torch.zeros(p.ctas, dtype=torch.int32, device="cuda")
     shape = (m, n // w, k)
     row("all_gather_matmul", "torch.matmul", shape, lambda: torch.matmul(a_full, b, out=out))
@@ -73,21 +73,21 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
 
     row("all_gather_matmul", "ce_copy", shape, copy_shard)
     row("all_gather_matmul", "gemm_only", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False))
     row("all_gather_matmul", "nested", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, flat=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, flat=False))
     row("all_gather_matmul", "register_push", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, tma_push=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, tma_push=False))
     for segments in (1, 2, 8):
         row("all_gather_matmul", f"segments={segments}", shape,
-            lambda: agm.launch(heap, p, shard, b, a_full, out, status, segments=segments))
+            lambda: launch_gather(heap, p, shard, b, a_full, out, status, segments=segments))
     row("all_gather_matmul", "gemm_only,segments=1", shape,
-        lambda: agm.launch(heap, p, shard, b, a_full, out, status, communicate=False, segments=1))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False, segments=1))
     flat_out = heap.empty((m, n // w), torch.bfloat16)
-    fp = mar.plan(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
-                  None, "push")._replace(one_shot=False)
+    fp = plan_matmul(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
+                     None, "push")._replace(one_shot=False)
     row("all_gather_matmul", "triton_flat_gemm", shape,
-        lambda: mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False))
+        lambda: launch_matmul(heap, fp, a_full, b, flat_out, status, communicate=False))
 
     def gemm_beside_copies() -> None:  # no flags, no waits: what the copies alone cost the GEMM
         main = torch.cuda.current_stream()
@@ -96,7 +96,7 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         side.wait_stream(main)
         with torch.cuda.stream(side):
             copy_shard()
-        mar.launch(heap, fp, a_full, b, flat_out, status, communicate=False)
+        launch_matmul(heap, fp, a_full, b, flat_out, status, communicate=False)
         main.wait_stream(side)
 
     row("all_gather_matmul", "triton_flat_gemm+ce_copy", shape, gemm_beside_copies)
@@ -112,7 +112,7 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
     out = torch.empty(m // w, n, device="cuda", dtype=torch.bfloat16)
     full = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     spec = TensorSpec.from_tensor
-    p = mrs.plan(spec(a, "a"), spec(b, "b"), spec(out, "out"), str(heap.device), w, sm_share(heap.device))
+    p = plan_scatter(spec(a, "a"), spec(b, "b"), spec(out, "out"), str(heap.device), w, sm_share(heap.device))
     status = torch.zeros(p.ctas, dtype=torch.int32, device="cuda")
     shape = (m, n, k // w)
     row("matmul_reduce_scatter", "torch.matmul", shape, lambda: torch.matmul(a, b, out=full))
@@ -121,7 +121,8 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
     with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
         row("matmul_reduce_scatter", "copy_engine", shape,
             lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
-    row("matmul_reduce_scatter", "gemm_only", shape, lambda: mrs.launch(heap, p, a, b, out, status, communicate=False))
+    row("matmul_reduce_scatter", "gemm_only", shape,
+        lambda: launch_scatter(heap, p, a, b, out, status, communicate=False))
     heap.check()
 
 

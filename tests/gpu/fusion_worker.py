@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import time
 from typing import Any, Callable, Iterator, Optional
@@ -40,9 +41,8 @@ import ironlink
 from ironlink.runtime.distributed import grid_cap, sm_share
 from ironlink.language import _abi
 from ironlink.runtime import tuning
-from ironlink.fused import allgather_matmul, allreduce_rmsnorm, matmul_allreduce, matmul_reducescatter
 from ironlink.fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
-from ironlink.fused.matmul_allreduce import METHODS as MATMUL_METHODS
+from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
 
 from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/, the script's own directory
@@ -484,11 +484,13 @@ class SeveralNodesView:
         return getattr(self._heap, name)
 
 
-# Each host module's own binding of its kernel: what its launch calls.
-HIERARCHICAL_KERNELS = ((allreduce_rmsnorm, "allreduce_rmsnorm_hierarchical_kernel"),
-                        (matmul_allreduce, "matmul_allreduce_hierarchical_kernel"),
-                        (allgather_matmul, "allgather_matmul_hierarchical_kernel"),
-                        (matmul_reducescatter, "matmul_reducescatter_hierarchical_kernel"))
+# Each host module's own binding of its kernel: what its launch calls. The modules by their paths:
+# ironlink.fused's attributes named after the ops are the ops.
+HIERARCHICAL_KERNELS = tuple((importlib.import_module(f"ironlink.fused.{module}"), kernel) for module, kernel in (
+    ("allreduce_rmsnorm", "allreduce_rmsnorm_hierarchical_kernel"),
+    ("matmul_all_reduce", "matmul_allreduce_hierarchical_kernel"),
+    ("all_gather_matmul", "allgather_matmul_hierarchical_kernel"),
+    ("matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel")))
 
 
 def matmul_kernel(method: Optional[str], m: int, n: int, k: int, world: int) -> str:
@@ -618,10 +620,11 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
                           MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0)))
 
 def on_side_stream(fn: Callable[[], None]) -> None:
-    """Runs `fn` with the first of sp_streams' streams as the current stream."""
-    from ironlink.fused import sp_streams
+    """Runs `fn` with the first of the side streams the ops take (runtime.streams) as the current
+    stream."""
+    from ironlink.runtime import streams
 
-    stream = sp_streams._made_streams(torch.cuda.current_device(), 2)[0]
+    stream = streams._made_streams(torch.cuda.current_device(), 2)[0]
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         fn()

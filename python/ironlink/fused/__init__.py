@@ -20,12 +20,14 @@ raises at once; otherwise `heap.check()` raises recorded timeouts).
 
 from __future__ import annotations
 
-from .allgather_matmul import all_gather_matmul, allgather_matmul_copy_engine_kernel, allgather_matmul_kernel
+from .all_gather_matmul import all_gather_matmul
+from .all_gather_matmul_kernels import allgather_matmul_copy_engine_kernel, allgather_matmul_kernel
 from .allreduce_rmsnorm import all_reduce_rmsnorm
 from .allreduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
-from .matmul_allreduce import matmul_all_reduce, matmul_allreduce_kernel
-from .matmul_reducescatter import (matmul_reduce_scatter, matmul_reducescatter_copy_engine_kernel,
-                                   matmul_reducescatter_kernel)
+from .matmul_all_reduce import matmul_all_reduce
+from .matmul_all_reduce_kernels import matmul_allreduce_kernel
+from .matmul_reduce_scatter import matmul_reduce_scatter
+from .matmul_reduce_scatter_kernels import matmul_reducescatter_copy_engine_kernel, matmul_reducescatter_kernel
 
 __all__ = ["all_gather_matmul", "all_reduce_rmsnorm", "allgather_matmul_copy_engine_kernel", "allgather_matmul_kernel", "allreduce_rmsnorm_kernel",
            "matmul_all_reduce", "matmul_allreduce_kernel", "matmul_reduce_scatter", "matmul_reducescatter_copy_engine_kernel",

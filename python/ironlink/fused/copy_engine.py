@@ -11,7 +11,7 @@ Flag words (u64, a heap workspace per op, zero between launches), per rank:
 - from flag_data(world) on: the op's own words (chunk flags).
 
 A chunk is a group of GROUP_M tile rows of a block, the order the kernels' tile walk takes them
-(`gemm.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`. The
+(`gemm_tiles.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`. The
 kernels run `chunked(op, rows, config)`: GROUP_M small enough for a few chunks a block.
 
 The stream waits (no timeout) only for words its own kernel sets, after a timeout too; every
@@ -31,7 +31,7 @@ from .. import language as il
 from ..language import _abi
 from ..language import typed as ilt
 from ..runtime import streams
-from . import sp_streams
+from . import barrier
 
 FLAG_GO: tl.constexpr = tl.constexpr(0)
 FLAG_FREE: tl.constexpr = tl.constexpr(1)
@@ -116,7 +116,7 @@ def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
     made = not heap.has_workspace(name, count * 8)
     flags = heap.workspace(name, count * 8, init=zero_all).view(torch.int64)[:count]
     if made:
-        sp_streams.device_barrier(heap, check)
+        barrier.device_barrier(heap, check)
     return flags
 
 

@@ -1,23 +1,20 @@
-"""What the fused matmul ops share: the GEMM tile, one [BLOCK_M, BLOCK_N] tile of a @ b in fp32,
-the grid-stride copy of a matrix their kernels for several nodes make, and the TMA descriptor of
-the peer's copy of a heap tensor that their pushes at world 2 write through.
+"""The GEMM tile the fused matmul kernels share: one [BLOCK_M, BLOCK_N] tile of a @ b in fp32,
+its place in the tile walk and its store, and the grid-stride copy of a matrix their kernels for
+several nodes make (device code; how the host checks the operands and lays them out for these:
+`gemm_operands`).
 
 A plain Triton GEMM (software-pipelined by Triton's `num_stages`), written once so every fused
 op computes its tiles the same way and a faster tile loop lands in all of them. Two ways to read
 the operands: through pointers with their strides (any layout, any GPU), or through TMA tensor
-descriptors (`operand_descriptors`: Hopper and later, row-major `a`, `b` row- or column-major,
-16-byte aligned rows), which the copy engine of each SM fetches while the warps multiply.
+descriptors (`gemm_operands.operand_descriptors`: Hopper and later, row-major `a`, `b` row- or
+column-major, 16-byte aligned rows), which the copy engine of each SM fetches while the warps
+multiply.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import triton
 import triton.language as tl
-
-from ..language import _abi
-from ..runtime.tensor_spec import TensorSpec, check_tensor
 
 
 @triton.jit
@@ -101,87 +98,6 @@ def store_tile(dst, acc, m0, n0, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.conste
     tl.store(dst + at, acc.to(dst.dtype.element_ty), mask=mask)
 
 
-class OperandLayout(NamedTuple):
-    """How the kernels read a and b: through TMA descriptors (`tma`), b stored row-major or not."""
-
-    tma: bool
-    b_row_major: bool
-
-
-def operand_layout(a_strides: tuple[int, ...], b_strides: tuple[int, ...], itemsize: int,
-                   cc_major: int) -> OperandLayout:
-    """TMA where the GPU has it (compute capability 9 and up) and the operands allow it: `a`
-    row-major, `b` row- or column-major, every row 16-byte aligned (the bases are checked on the
-    tensors by `operand_descriptors`). Otherwise the pointer path (any strides)."""
-    def rows_aligned(stride: int) -> bool:
-        return (stride * itemsize) % 16 == 0
-
-    a_ok = a_strides[1] == 1 and rows_aligned(a_strides[0])
-    b_row = b_strides[1] == 1 and rows_aligned(b_strides[0])
-    b_col = b_strides[0] == 1 and rows_aligned(b_strides[1])
-    return OperandLayout(cc_major >= 9 and a_ok and (b_row or b_col), b_row)
-
-
-def layout_for(a: Any, b: Any) -> OperandLayout:
-    """`operand_layout` of two torch tensors on their GPU, with their bases' alignment."""
-    import torch
-
-    layout = operand_layout((a.stride(0), a.stride(1)), (b.stride(0), b.stride(1)), a.element_size(),
-                            torch.cuda.get_device_capability(a.device)[0])
-    aligned = a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
-    return layout if aligned else OperandLayout(False, layout.b_row_major)
-
-
-def operand_descriptors(a: Any, b: Any, layout: OperandLayout, block_m: int, block_n: int,
-                        block_k: int) -> tuple[Any, Any]:
-    """The kernel arguments for a and b: TMA descriptors when `layout.tma`, else the tensors
-    themselves. The caller checked the bases are 16-byte aligned (`layout_for`)."""
-    if not layout.tma:
-        return a, b
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [block_m, block_k])
-    if layout.b_row_major:
-        b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [block_k, block_n])
-    else:
-        bt = b.t()
-        b_desc = TensorDescriptor(bt, list(bt.shape), list(bt.stride()), [block_n, block_k])
-    return a_desc, b_desc
-
-
-def peer_descriptor(heap: Any, t: Any, block: list[int]) -> Any:
-    """A TMA descriptor of the one peer's copy of the contiguous heap tensor `t` (heap tensors are
-    16-byte aligned), in blocks `block`: for the pushes at world 2."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    peer = heap.peer_tensor(t, 1 - heap.rank)
-    return TensorDescriptor(peer, list(t.shape), list(t.stride()), block)
-
-
-def check_operands(a: TensorSpec, b: TensorSpec, device: str, op: str) -> tuple[int, int, int, int]:
-    """(M, K, N, dtype code) of a [M, K] @ b [K, N], after checking both are 2-D, agree on K,
-    share a dtype, bf16 or fp16 (any strides: the kernels read them with their strides)."""
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ValueError(f"{op}: a and b must be 2-D, got shapes {a.shape} and {b.shape}")
-    (m, k), (kb, n) = a.shape, b.shape
-    if kb != k:
-        raise ValueError(f"{op}: a is [M, K] = {list(a.shape)} and b is [K, N] = {list(b.shape)}: their K differ")
-    code = check_tensor(a._replace(contiguous=True), device)
-    if check_tensor(b._replace(contiguous=True), device) != code:
-        raise TypeError(f"{op}: a ({a.dtype}) and b ({b.dtype}) must have one dtype")
-    if code == _abi.DTYPE["FLOAT32"]:
-        raise TypeError(f"{op} takes bfloat16 or float16 operands (fp32 accumulation inside)")
-    return m, k, n, code
-
-
-def check_output(t: TensorSpec, shape: tuple[int, ...], code: int, device: str, op: str) -> None:
-    """`t` is contiguous, on `device`, of dtype `code` and `shape`."""
-    if check_tensor(t, device) != code:
-        raise TypeError(f"{op}: {t.name} ({t.dtype}) must have the operands' dtype")
-    if t.shape != shape:
-        raise ValueError(f"{op}: {t.name} must have shape {shape}, got {t.shape}")
-
-
 @triton.jit
 def product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -193,3 +109,6 @@ def product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_
                     BLOCK_M, BLOCK_N, BLOCK_K)
     store_tile(out, acc, tm * BLOCK_M, tn * BLOCK_N, M, N, BLOCK_M, BLOCK_N)
     return tm * BLOCK_M, tn * BLOCK_N
+
+
+__all__ = ["copy_rows", "gemm_range", "gemm_tile", "product_tile", "store_tile", "tile_coords", "tile_offsets"]

@@ -1,12 +1,14 @@
-"""The sequence-parallel ops as ironlink transfers around cuBLAS GEMMs (torch.matmul) on streams:
+"""The sequence-parallel ops by ironlink transfers around cuBLAS GEMMs (torch.matmul) on streams:
 what `all_gather_matmul` and `matmul_reduce_scatter` run unless `method="kernel"` asks for their
-one-kernel Triton versions. Two methods; `tuning.sp_method` picks one per op and M:
+one-kernel Triton versions (`method_for` says which runs). `gather_then_multiply` is
+all_gather_matmul's, `multiply_then_scatter` matmul_reduce_scatter's. Two methods;
+`tuning.sp_method` picks one per op and M:
 
 - "collective": the whole exchange as one ironlink collective and one GEMM. Best while the GEMM
   is small: one GEMM reads b once, a GEMM split by rank block reads it `world` times.
 - "overlap": the GEMM split by rank block, overlapped with copy-engine transfers over NVLink
-  (they take no SMs from the GEMM); device-side ironlink barriers order the ranks, so nothing
-  waits on the host and the whole op captures into a CUDA graph.
+  (they take no SMs from the GEMM); device-side ironlink barriers (`barrier.device_barrier`)
+  order the ranks, so nothing waits on the host and the whole op captures into a CUDA graph.
   all_gather_matmul: barrier (peers are done reading this rank's block of a_full) - own shard into
   a_full - barrier (every shard in place) - a side stream pulls the peers' blocks one after another
   (rank + 1 first) while the main stream multiplies the own block, then each peer block once its
@@ -29,15 +31,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import triton.language as tl
-
-from .. import language as il
-from ..runtime import tuning
-from ..language.jit import jit
 from ..ops import all_gather, reduce_scatter
-from ..runtime.launch import launch_with_status
-from ..runtime import streams
+from ..runtime import streams, tuning
 from ..runtime.registry import holds
+from .barrier import device_barrier
 
 
 def method_for(op: str, m: int, method: Optional[str], multi_node: bool, world: int = 0) -> str:
@@ -53,24 +50,14 @@ def method_for(op: str, m: int, method: Optional[str], multi_node: bool, world: 
     return method
 
 
-@jit(do_not_specialize=["ctx"])
-def _barrier_kernel(ctx, status):
-    tl.store(status + tl.program_id(0), il.symm_barrier(ctx))
-
-
-def device_barrier(heap: Any, check: bool) -> None:
-    """A barrier of the heap's ranks on the current stream (one CTA; nothing waits on the host)."""
-    launch_with_status("barrier", heap, 1, lambda status: _barrier_kernel[(1,)](heap.ctx, status), check,
-                       function="symm_barrier")
-
-
 def _block(t: Any, p: int, rows: int) -> Any:
     """Rank p's block of rows of `t`."""
     return t[p * rows:(p + 1) * rows]
 
 
-def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any, out: Any, method: str, check: bool) -> None:
-    """a_full <- every rank's a_shard, out = a_full @ b, by `method` (see the module docs)."""
+def gather_then_multiply(a_shard: Any, b: Any, heap: Any, a_full: Any, out: Any, method: str, check: bool) -> None:
+    """all_gather_matmul by cuBLAS: a_full <- every rank's a_shard, out = a_full @ b, by `method` (see
+    the module docs)."""
     import torch
 
     w, r, rows = heap.world_size, heap.rank, a_shard.shape[0]
@@ -101,8 +88,9 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any, out: Any, me
     main.wait_stream(side)
 
 
-def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, check: bool) -> None:
-    """out = this rank's rows of the sum over ranks of a @ b, by `method` (see the module docs)."""
+def multiply_then_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, check: bool) -> None:
+    """matmul_reduce_scatter by cuBLAS: out = this rank's rows of the sum over ranks of a @ b, by
+    `method` (see the module docs)."""
     import torch
 
     w, r = heap.world_size, heap.rank
@@ -137,4 +125,4 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     torch.sum(partials.view(w, rows, n), 0, out=out)
 
 
-__all__ = ["all_gather_matmul", "device_barrier", "matmul_reduce_scatter", "method_for"]
+__all__ = ["gather_then_multiply", "method_for", "multiply_then_scatter"]

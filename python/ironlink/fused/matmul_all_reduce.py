@@ -31,16 +31,18 @@ every grid-th tile from c):
 - "lamport" (small outputs, `tuning.matmul_method`): each tile's partial goes from registers into
   its slot at every peer as data that is its own flag (lamport slots, `ironlink.language.slots`) and the CTA
   polls its own slots for the peers' partials of the tile, sums them in rank order and stores the
-  sum: no staging, fence or signal (`fused.matmul_allreduce_lamport`). With PDL where the GPU has
+  sum: no staging, fence or signal (`matmul_allreduce_lamport_kernel`). With PDL where the GPU has
   it (`ironlink.language.pdl`). Its slots live in the heap too (`lamport_workspace`), the same size as push's.
 - "tile": each tile is all-reduced by the CTA that computed it, with `symm_tile_all_reduce`
   (a rendezvous with the peers' CTAs of the same tile, two cross-rank barriers): simple, but
   every CTA stops at its tile's barriers while nothing else runs on its SM.
 
-The push kernels live in `fused.matmul_allreduce_push`; this module plans and launches every
-method. The operands are read through TMA descriptors where the GPU and their layout allow
-(`gemm.operand_layout`), else through pointers with their strides. Tiles per launch are at most
-`MAX_TILES`; the tile shape (`tuning.matmul_config`) grows for larger outputs to stay within it.
+This module plans and launches every method; its kernels are in `matmul_all_reduce_kernels`
+("tile", "lamport", several nodes), `matmul_all_reduce_one_shot_kernels` and
+`matmul_all_reduce_two_shot_kernels` ("push"). The operands are read through TMA descriptors
+where the GPU and their layout allow (`gemm_operands.operand_layout`), else through pointers with
+their strides. Tiles per launch are at most `MAX_TILES`; the tile shape (`tuning.matmul_config`)
+grows for larger outputs to stay within it.
 
 On a heap of several nodes the kernel computes every tile, passes a grid barrier and all-reduces
 the whole output with `symm_all_reduce_hierarchical` (one launch, linked with the NVSHMEM bitcode;
@@ -54,24 +56,21 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 import triton
-import triton.language as tl
 
 from ..language import _abi
-from .. import language as il
 from ..runtime import eager, tuning
-from ..language import typed as ilt
 from ..runtime.distributed import sm_share
-from ..language.jit import jit
 from ..runtime.launch import launch_with_status
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.workspaces import epoch_counters, lamport_workspace
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.handles import compiling
-from .gemm import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor, product_tile
-from .matmul_allreduce_lamport import matmul_allreduce_lamport_kernel
-from .matmul_allreduce_push import matmul_allreduce_owner_kernel, matmul_allreduce_push_kernel
-from .trace import stamp
+from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
+from .matmul_all_reduce_kernels import (matmul_allreduce_hierarchical_kernel, matmul_allreduce_kernel,
+                                        matmul_allreduce_lamport_kernel)
+from .matmul_all_reduce_one_shot_kernels import matmul_allreduce_push_kernel
+from .matmul_all_reduce_two_shot_kernels import matmul_allreduce_owner_kernel
 
 
 METHODS = ("push", "lamport", "tile")
@@ -104,46 +103,6 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     ws = 2 * (world - 1) * m * n * out.itemsize if method in ("push", "lamport") else 0
     return Plan(m, n, k, cfg, ctas, method, tuning.matmul_one_shot(tiles, ctas, world), ws)
-
-
-@jit(do_not_specialize=["ctx"])
-def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status, trace,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            GROUP_M: tl.constexpr, COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
-    """Method "tile": out [M, N] (heap, contiguous) = all-reduce of a @ b, tile by tile (see the
-    module docs). COMMUNICATE=False leaves out the all-reduce: the GEMM alone. TRACE: stamps per
-    tile (GEMM done, tile all-reduced)."""
-    pid, grid = tl.program_id(0), tl.num_programs(0)
-    stamp(trace, 0, TRACE)
-    worst = pid * 0
-    step = 0
-    for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
-        m0, n0 = product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-        stamp(trace, 1 + 2 * step, TRACE)
-        if COMMUNICATE:
-            s = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
-                                    tl.minimum(BLOCK_N, N - n0), N, t)
-            worst = ilt.failure_or(s, worst)
-        stamp(trace, 2 + 2 * step, TRACE)
-        step += 1
-    tl.store(status + pid, worst)
-
-
-# A heap of several nodes: every tile first, a grid barrier, then the hierarchical all-reduce of the
-# whole output (see the module docs); linked with the NVSHMEM bitcode.
-@jit(do_not_specialize=["ctx"], nvshmem=True, several_nodes=True)
-def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, status,
-                                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                         GROUP_M: tl.constexpr):
-    pid, grid = tl.program_id(0), tl.num_programs(0)
-    for t in range(pid, tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), grid):
-        product_tile(a, b, out, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K,
-                      GROUP_M)
-    # Every CTA's tiles visible to every CTA: each all-reduces a slice of the whole output.
-    s = il.symm_grid_barrier(ctx)
-    r = ilt.all_reduce(ctx, out, M * N)
-    tl.store(status + pid, ilt.failure_or(s, r))
 
 
 @eager.register  # what the operator of its name runs (fused/torch_library.py finds it there)
@@ -257,6 +216,4 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         stamps, FLAT=flat, SIGNAL_EVERY=every if flat and heap.world_size == 2 else 1, **common)
 
 
-__all__ = ["METHODS", "launch", "matmul_all_reduce", "matmul_allreduce_hierarchical_kernel", "matmul_allreduce_kernel",
-           "matmul_allreduce_lamport_kernel",
-           "matmul_allreduce_owner_kernel", "matmul_allreduce_push_kernel", "plan"]
+__all__ = ["METHODS", "Plan", "launch", "matmul_all_reduce", "plan"]
