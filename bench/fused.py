@@ -41,7 +41,7 @@ import ironlink
 from ironlink.runtime import tuning
 from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
 from ironlink_bench import GraphRound, write_results
-from ironlink.fused import allreduce_rmsnorm
+from ironlink.fused.all_reduce_rmsnorm import MODES as RMSNORM_MODES
 from ironlink.fused.matmul_all_reduce import METHODS
 from ironlink.fused.matmul_all_reduce import launch as launch_matmul
 from ironlink.fused.matmul_all_reduce import plan as plan_matmul
@@ -107,7 +107,7 @@ class FusedBench:
 
         default = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world, self.sms)
         split_fits = tuning.rmsnorm_split_parts(tokens, hidden * x.element_size(), self.world, self.sms) > 1
-        for mode in allreduce_rmsnorm.MODES:
+        for mode in RMSNORM_MODES:
             if mode == "split" and not split_fits:
                 continue
             for pdl in self.pdl_settings:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ironlink.fused.allreduce_rmsnorm_exchanges import SPLIT_WORDS, _split_sums
+from ironlink.fused.all_reduce_rmsnorm_exchanges import SPLIT_WORDS, _split_sums
 from ironlink.language import _abi
 
 import interpreter_clock  # tests/, beside this file

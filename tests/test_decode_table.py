@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from ironlink.fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
+from ironlink.fused.all_reduce_rmsnorm import MODES, ONE_NODE_MODES
 from ironlink.runtime import decode_table as dt
 from ironlink.runtime import tuning
 from ironlink.tune.choose import choose_table

@@ -13,13 +13,14 @@ import triton
 
 from ironlink.language import _abi
 from ironlink.runtime import tuning
-from ironlink.fused import allreduce_rmsnorm as arn
+
 from ironlink.fused import copy_engine
 from ironlink.fused import gemm_operands
 from ironlink.fused import cublas_methods
 from ironlink.runtime.tensor_spec import TensorSpec
 
 # The fused host modules named after their ops (the package's attributes of those names are the ops).
+arn = importlib.import_module("ironlink.fused.all_reduce_rmsnorm")
 agm = importlib.import_module("ironlink.fused.all_gather_matmul")
 mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
 mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")

@@ -33,7 +33,7 @@ from ironlink.language import _abi, _lib, _nvshmem
 from ironlink.runtime import tuning
 from ironlink.fused.all_gather_matmul import COPY_COLS as GATHER_COPY_COLS
 from ironlink.fused.all_gather_matmul_kernels import allgather_matmul_hierarchical_kernel
-from ironlink.fused.allreduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel
+from ironlink.fused.all_reduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel
 from ironlink.fused.matmul_all_reduce_kernels import matmul_allreduce_hierarchical_kernel
 from ironlink.fused.matmul_reduce_scatter import COPY_COLS as SCATTER_COPY_COLS
 from ironlink.fused.matmul_reduce_scatter_kernels import matmul_reducescatter_hierarchical_kernel

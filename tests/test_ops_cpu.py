@@ -22,7 +22,7 @@ from ironlink.language import _abi
 from ironlink.ops import collectives as ops
 from ironlink.runtime import decode_table, registry, status_buffers, tuning
 from ironlink.ops import variable_all_to_all as a2av
-from ironlink.fused import allreduce_rmsnorm as arn
+
 from ironlink.runtime.errors import IronlinkError
 from ironlink.ops import Plan
 from ironlink.runtime import launch
@@ -32,6 +32,7 @@ from test_triton_compile import compile_for
 from test_typed import _fresh_triton_cache, extern_calls  # noqa: F401 - the fixture applies here too
 
 # The fused host modules named after their ops (the package's attributes of those names are the ops).
+arn = importlib.import_module("ironlink.fused.all_reduce_rmsnorm")
 agm = importlib.import_module("ironlink.fused.all_gather_matmul")
 mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
 mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")

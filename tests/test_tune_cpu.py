@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ironlink.fused.allreduce_rmsnorm import MODES
+from ironlink.fused.all_reduce_rmsnorm import MODES
 from ironlink.runtime import decode_table as dt
 from ironlink.tune import choose
 from ironlink.tune.__main__ import report

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.runtime.distributed import sm_share
-from ironlink.fused.allreduce_rmsnorm import launch, plan, split_into
+from ironlink.fused.all_reduce_rmsnorm import launch, plan, split_into
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime.pdl import choose_pdl

@@ -41,7 +41,7 @@ import ironlink
 from ironlink.runtime.distributed import grid_cap, sm_share
 from ironlink.language import _abi
 from ironlink.runtime import tuning
-from ironlink.fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
+from ironlink.fused.all_reduce_rmsnorm import MODES, ONE_NODE_MODES
 from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
 
@@ -487,7 +487,7 @@ class SeveralNodesView:
 # Each host module's own binding of its kernel: what its launch calls. The modules by their paths:
 # ironlink.fused's attributes named after the ops are the ops.
 HIERARCHICAL_KERNELS = tuple((importlib.import_module(f"ironlink.fused.{module}"), kernel) for module, kernel in (
-    ("allreduce_rmsnorm", "allreduce_rmsnorm_hierarchical_kernel"),
+    ("all_reduce_rmsnorm", "allreduce_rmsnorm_hierarchical_kernel"),
     ("matmul_all_reduce", "matmul_allreduce_hierarchical_kernel"),
     ("all_gather_matmul", "allgather_matmul_hierarchical_kernel"),
     ("matmul_reduce_scatter", "matmul_reducescatter_hierarchical_kernel")))

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+from .operators import torch_operators
 from ..runtime import eager, streams, tuning
 from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
@@ -89,7 +90,7 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
     return Plan(rows, n, k, cfg, max(1, min(tiles, sms)))
 
 
-@eager.register  # what the operator of its name runs (fused/torch_library.py finds it there)
+@eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, check: bool = False,
                       method: Optional[str] = None) -> tuple[Any, Any]:
@@ -100,11 +101,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     Triton version; `config` its tiles), "collective" or "overlap" (cuBLAS GEMMs and ironlink
     transfers, `fused.cublas_methods`); default `tuning.sp_method` ("collective" on a heap of several
     nodes, where "overlap" is refused). Collective; CUDA-graph capturable when a_full is given."""
-    from ..runtime.handles import compiling
-
-    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
-        from .torch_library import all_gather_matmul as traced
-        return traced(a_shard, b, heap, a_full, out, config, check, method)
+    
     import torch
 
     if heap is None and a_full is None:

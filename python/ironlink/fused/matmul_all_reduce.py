@@ -58,6 +58,7 @@ from typing import Any, NamedTuple, Optional
 import triton
 
 from ..language import _abi
+from .operators import torch_operators
 from ..runtime import eager, tuning
 from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
@@ -65,7 +66,6 @@ from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.workspaces import epoch_counters, lamport_workspace
 from ..runtime.registry import heap_for, in_heap
-from ..runtime.handles import compiling
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .matmul_all_reduce_kernels import (matmul_allreduce_hierarchical_kernel, matmul_allreduce_kernel,
                                         matmul_allreduce_lamport_kernel)
@@ -105,7 +105,7 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     return Plan(m, n, k, cfg, ctas, method, tuning.matmul_one_shot(tiles, ctas, world), ws)
 
 
-@eager.register  # what the operator of its name runs (fused/torch_library.py finds it there)
+@eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, method: Optional[str] = None,
                       check: bool = False) -> Any:
@@ -115,9 +115,6 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     node. "push" and "lamport" keep a workspace in the heap: 2 x (world - 1) x M x N elements.
     Collective; CUDA-graph capturable when `out` is given and the call ran once before with
     these shapes (the push or lamport method's workspace is made then)."""
-    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
-        from .torch_library import matmul_all_reduce as traced
-        return traced(a, b, out, heap, config, method, check)
     if heap is None and out is None:
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")

@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 from ..language import _abi
+from .operators import torch_operators
 from ..runtime import eager, streams, tuning
 from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
@@ -92,7 +93,7 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
     return Plan(m, n, k, cfg, tiles, max(1, min(world * tiles, sms)), ws)
 
 
-@eager.register  # what the operator of its name runs (fused/torch_library.py finds it there)
+@eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Optional[tuning.MatmulConfig] = None,
                           check: bool = False, method: Optional[str] = None) -> Any:
     """`out` [M / world, N]: this rank's rows of sum over ranks of `a` [M, K] @ `b` [K, N] (bf16 or
@@ -102,11 +103,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     or "overlap" (cuBLAS GEMMs and ironlink transfers, `fused.cublas_methods`); default
     `tuning.sp_method` ("collective" on a heap of several nodes, where "overlap" is refused).
     Collective; CUDA-graph capturable."""
-    from ..runtime.handles import compiling
-
-    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
-        from .torch_library import matmul_reduce_scatter as traced
-        return traced(a, b, heap, out, config, check, method)
+    
     import torch
 
     if heap is None:

@@ -33,6 +33,7 @@ from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec, check_tensor, overlap, reduce_op_code
 from .. import language as il
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
+from .operators import torch_operators
 from ..language.slots import advance_epochs, lamport_reduce, lamport_send, launch_slots, peer_distances
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.workspaces import epoch_counters, lamport_workspace, lamport_workspace_name
@@ -140,12 +141,6 @@ def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any
     options = pdl_launch_options(pdl)
     launch_with_status(collective, heap, ctas,
                        lambda status: kernel[(ctas,)](heap.ctx, *args, status, num_warps=warps, **options), check)
-
-
-def torch_operators() -> Any:
-    """This layer's torch.library operators: imported (with torch) only while Dynamo traces a call."""
-    from . import torch_library
-    return torch_library
 
 
 # @eager.routed: the operator of the same name (ops/torch_library.py) runs the function, found by

@@ -27,7 +27,7 @@ from ..runtime.registry import heap_for, in_heap
 from ..language._abi import MAX_CTAS
 from ..runtime.distributed import grid_cap
 from ..runtime import eager
-from .collectives import torch_operators
+from .operators import torch_operators
 from ..runtime.tuning import all_to_all_v_launch
 
 

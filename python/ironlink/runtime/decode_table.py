@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 # The version of the file format; a file of another is refused (re-run the tuner).
 FORMAT = 1
 ALL_REDUCE_PATHS = ("lamport", "library")
-# all_reduce_rmsnorm's modes (fused/allreduce_rmsnorm.py's MODES is this tuple; its docs say what
+# all_reduce_rmsnorm's modes (fused/all_reduce_rmsnorm.py's MODES is this tuple; its docs say what
 # each does): the names a table may hold, in the order of preference on a tie.
 RMSNORM_MODES = ("rows", "whole", "push", "split", "lamport", "two_shot")
 # "No limit" as the tables write it (an int, as JSON has no infinity).

@@ -86,7 +86,7 @@ def measure_rmsnorm(heap: Any, dtype: Any, hidden: int, tokens: Sequence[int],
     import torch
 
     import ironlink
-    from ..fused.allreduce_rmsnorm import MODES
+    from ..fused.all_reduce_rmsnorm import MODES
     from ..runtime import tuning
     from ..runtime.distributed import sm_share
     from .timing import GraphRound
@@ -141,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import torch.distributed as dist
 
     import ironlink
-    from ..fused.allreduce_rmsnorm import MODES, ONE_NODE_MODES
+    from ..fused.all_reduce_rmsnorm import MODES, ONE_NODE_MODES
     from .timing import git_rev
 
     ironlink.init_distributed()

@@ -19,9 +19,9 @@ identical on every rank.
 Six modes, each one launch, chosen by bytes from the decode table of the world size
 (`ironlink.runtime.decode_table`; `mode=` overrides): "rows" and "whole" over the device
 library's tile and whole-tensor all-reduces; "push", "lamport", "split" and "two_shot" over slots
-in the heap, one node only. What each mode does is in `allreduce_rmsnorm_exchanges` (the one-node
-modes' exchanges) and `allreduce_rmsnorm_kernels` (the kernel); the norm of a row is
-`allreduce_rmsnorm_norm`.
+in the heap, one node only. What each mode does is in `all_reduce_rmsnorm_exchanges` (the one-node
+modes' exchanges) and `all_reduce_rmsnorm_kernels` (the kernel); the norm of a row is
+`all_reduce_rmsnorm_norm`.
 All launch with programmatic dependent launch where the GPU has it (`ironlink.language.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and
@@ -36,17 +36,17 @@ from typing import Any, NamedTuple, Optional
 import triton
 
 from ..language import _abi
+from .operators import torch_operators
 from ..runtime import eager, tuning
 from ..runtime.decode_table import RMSNORM_MODES
 from ..runtime.distributed import sm_share
-from ..runtime.handles import compiling
 from ..runtime.launch import launch_with_status
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.tensor_spec import TensorSpec, check_tensor
 from ..runtime.workspaces import epoch_counters, lamport_workspace
-from .allreduce_rmsnorm_exchanges import SPLIT_WORDS
-from .allreduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel, allreduce_rmsnorm_kernel
+from .all_reduce_rmsnorm_exchanges import SPLIT_WORDS
+from .all_reduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel, allreduce_rmsnorm_kernel
 
 MAX_HIDDEN = 16384
 MODES = RMSNORM_MODES  # the names the decode tables choose from (runtime/decode_table.py)
@@ -164,7 +164,7 @@ def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) ->
                       else 0, parts=parts, slice_cols=cols, lamport=lamport)
 
 
-@eager.register  # what the operators all_reduce_rmsnorm(_out) run (fused/torch_library.py finds it there)
+@eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
                        heap: Any = None, mode: Optional[str] = None, check: bool = False,
                        residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None) -> tuple[Any, ...]:
@@ -176,9 +176,6 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     [tokens]; allocated when None), and the call returns (out, residual, scale). `pdl`: launch
     with programmatic dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU
     has it, compute capability 9.0+; one-node heaps). Collective; CUDA-graph capturable."""
-    if compiling():  # torch.compile: the registered operator (fused/torch_library.py)
-        from .torch_library import all_reduce_rmsnorm as traced
-        return traced(x, residual, weight, eps, out, heap, mode, check, residual_out, scale, pdl)
     import torch
 
     h = heap_for(x, "x", heap, "all_reduce_rmsnorm")

@@ -1,5 +1,5 @@
 """all_reduce_rmsnorm's kernels: one for a heap of one node, whose constexprs pick the mode
-(`allreduce_rmsnorm_exchanges` says what each does), and one for a heap of several nodes over the
+(`all_reduce_rmsnorm_exchanges` says what each does), and one for a heap of several nodes over the
 hierarchical all-reduces, linked with the NVSHMEM bitcode."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from ..language import typed as ilt
 from ..language.jit import jit
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..language.slots import PEERS, peer_distances
-from .allreduce_rmsnorm_exchanges import lamport_rows, push_pipelined, split_row, two_shot_rows
-from .allreduce_rmsnorm_norm import norm_after_grid_barrier, norm_row, norm_values
+from .all_reduce_rmsnorm_exchanges import lamport_rows, push_pipelined, split_row, two_shot_rows
+from .all_reduce_rmsnorm_norm import norm_after_grid_barrier, norm_row, norm_values
 from .trace import stamp
 
 

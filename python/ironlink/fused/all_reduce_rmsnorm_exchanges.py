@@ -1,5 +1,5 @@
 """The exchanges of all_reduce_rmsnorm's modes, as device functions its kernel calls
-(`allreduce_rmsnorm_kernels`); the host side chooses the mode (`all_reduce_rmsnorm`).
+(`all_reduce_rmsnorm_kernels`); the host side chooses the mode (`all_reduce_rmsnorm`).
 
 The six modes, each one launch (`mode`, chosen by the decode table, `tuning.rmsnorm_mode`):
 - "rows": each CTA owns a block of rows, all-reduces it with `symm_tile_all_reduce` (tile index
@@ -60,7 +60,7 @@ from ..language import typed as ilt
 from ..language.slots import (add_in_rank_order, advance_epochs, at_peer, lamport_receive, lamport_reduce,
                               lamport_reduce_values, lamport_send, lamport_store, launch_slots, slot_of,
                               store_to_peer_slots)
-from .allreduce_rmsnorm_norm import FP8_MAX, norm_sums
+from .all_reduce_rmsnorm_norm import FP8_MAX, norm_sums
 from .trace import stamp
 
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
