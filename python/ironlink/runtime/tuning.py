@@ -250,7 +250,7 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -
 # all_gather_matmul / matmul_reduce_scatter (ironlink.fused): how they run, by M (rows of the
 # whole product). "collective": one ironlink collective and one cuBLAS GEMM; "overlap": the GEMM
 # split by rank block, overlapped with copy-engine transfers; "kernel": the one-kernel Triton
-# version (fused/allgather_matmul.py, fused/matmul_reducescatter.py). (largest M, method) in
+# version (fused/all_gather_matmul.py, fused/matmul_reduce_scatter.py). (largest M, method) in
 # increasing M; past the last, the last. Measured on 4 H200s, K = N = 8192, bf16
 # (bench/results/fused-4xNVIDIA-H200-20261122-183637.json): all_gather_matmul collective 96 /
 # overlap 109 us at M = 1024, 350 / 290 at 4096; matmul_reduce_scatter collective 28 / overlap 52
@@ -273,7 +273,7 @@ SP_METHODS_BY_WORLD: dict[int, dict[str, tuple[tuple[int, str], ...]]] = {
 }
 SP_METHOD_NAMES = ("kernel", "collective", "overlap")
 # all_gather_matmul's kernel: the pieces each own-row tile's K loop is cut into, one piece of the
-# push of the shard before each (fused/allgather_matmul.py).
+# push of the shard before each (fused/all_gather_matmul_kernels.py).
 ALL_GATHER_MATMUL_PUSH_SEGMENTS = 4
 # all_gather_matmul's kernel on one node with a contiguous shard: the copy engine moves the shard
 # to every peer (announced through heap flags) and the kernel's CTAs only compute; False: the
