@@ -34,7 +34,7 @@ import ironlink.language as il
 from ironlink.language import _abi
 from ironlink import _native
 from ironlink.runtime.heap import DEFAULT_SCRATCH_BYTES
-from ironlink.runtime import decode_table, tuning
+from ironlink.runtime.tuning import decode_table, tuning
 from ironlink.runtime.tuning import FORCED_LIMITS
 # The graph timer and the revision a run records live in the package (the tuner's, `python -m
 # ironlink.tune`); the bench programs import them from here.

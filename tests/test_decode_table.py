@@ -1,4 +1,4 @@
-"""The decode tables (ironlink.runtime.decode_table), without torch or a GPU: lookups in a table,
+"""The decode tables (ironlink.runtime.tuning.decode_table), without torch or a GPU: lookups in a table,
 the file format and its errors, where a world's table comes from, derived tables, and the ops'
 choices following a substituted table."""
 
@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 
 from ironlink.fused.all_reduce_rmsnorm import MODES, ONE_NODE_MODES
-from ironlink.runtime import decode_table as dt
+from ironlink.runtime.tuning import decode_table as dt
 from ironlink.runtime import tuning
 from ironlink.tune.choose import choose_table
 

@@ -72,7 +72,7 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
 
 
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
-    # World 2's committed decode table (runtime/tables/decode-w2.json, the tuner's run on 2 H200s):
+    # World 2's committed decode table (runtime/tuning/tables/decode-w2.json, the tuner's run on 2 H200s):
     # up to 256 KiB each row cut into slices of a CTA each ("split"), "lamport" past that up to
     # 2 MiB, "two_shot" up to 8 MiB, "push" up to 32 MiB, then "rows" (no workspace).
     (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (16, 8192, 2, "split", 128), (17, 8192, 2, "lamport", 17),
@@ -368,18 +368,20 @@ def test_all_gather_matmul_copy_engine_chunks_cover_the_tile_walk() -> None:
 
 
 def test_sequence_parallel_methods_follow_the_tuning_table() -> None:
-    for op, table in tuning.SP_METHODS.items():
-        limits = [limit for limit, _ in table]
-        assert limits == sorted(limits), f"{op}: SP_METHODS limits must increase"
-        assert {m for _, m in table} <= set(tuning.SP_METHOD_NAMES)
-        for limit, method in table:
-            assert tuning.sp_method(op, limit) == method
-    assert tuning.sp_method("matmul_reduce_scatter", 128) == "collective"
-    assert tuning.sp_method("matmul_reduce_scatter", 16384) == "overlap"
+    for world, tables in tuning.SP_METHODS.items():
+        for op, table in tables.items():
+            limits = [limit for limit, _ in table]
+            assert limits == sorted(limits), f"{op}: SP_METHODS limits must increase"
+            assert {m for _, m in table} <= set(tuning.SP_METHOD_NAMES)
+            for limit, method in table:
+                assert tuning.sp_method(op, limit, world) == method
+    assert tuning.sp_method("matmul_reduce_scatter", 128, 4) == "collective"
+    assert tuning.sp_method("matmul_reduce_scatter", 16384, 4) == "overlap"
+    # A world without a table takes the nearest smaller measured one's (tuning.lookup.nearest_world).
+    assert tuning.sp_method("matmul_reduce_scatter", 16384, 8) == "overlap"
+    assert tuning.sp_method("matmul_reduce_scatter", 16384, 3) == "kernel"
     # World 2 has its own table: the one-kernel reduce-scatter from M = 1024 up; all-gather +
     # matmul overlaps from M = 1024.
-    for table in tuning.SP_METHODS_BY_WORLD[2].values():
-        assert [limit for limit, _ in table] == sorted(limit for limit, _ in table)
     assert tuning.sp_method("matmul_reduce_scatter", 128, 2) == "collective"
     assert tuning.sp_method("matmul_reduce_scatter", 4096, 2) == "kernel"
     assert tuning.sp_method("matmul_reduce_scatter", 16384, 2) == "kernel"
@@ -395,17 +397,17 @@ def test_sequence_parallel_method_names_are_checked() -> None:
 
 
 def test_heaps_of_several_nodes_default_to_collective_and_refuse_overlap() -> None:
-    for op in tuning.SP_METHODS:
-        assert cublas_methods.method_for(op, 16384, None, multi_node=False) == tuning.sp_method(op, 16384) == "overlap"
-        assert cublas_methods.method_for(op, 16384, None, multi_node=True) == "collective"
+    for op in tuning.SP_METHODS[4]:
+        assert cublas_methods.method_for(op, 16384, None, False, 4) == tuning.sp_method(op, 16384, 4) == "overlap"
+        assert cublas_methods.method_for(op, 16384, None, multi_node=True, world=4) == "collective"
         for method in ("kernel", "collective"):
-            assert cublas_methods.method_for(op, 128, method, multi_node=True) == method
-        assert cublas_methods.method_for(op, 128, "overlap", multi_node=False) == "overlap"
+            assert cublas_methods.method_for(op, 128, method, multi_node=True, world=4) == method
+        assert cublas_methods.method_for(op, 128, "overlap", multi_node=False, world=4) == "overlap"
         with pytest.raises(ValueError, match=f"{op}: method 'overlap' copies from peers' memory with the copy "
                                              "engine, which reaches only this node"):
-            cublas_methods.method_for(op, 128, "overlap", multi_node=True)
+            cublas_methods.method_for(op, 128, "overlap", multi_node=True, world=4)
         with pytest.raises(ValueError, match="method must be one of"):
-            cublas_methods.method_for(op, 128, "fastest", multi_node=True)
+            cublas_methods.method_for(op, 128, "fastest", multi_node=True, world=4)
 
 
 def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:

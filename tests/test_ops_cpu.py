@@ -20,7 +20,8 @@ import pytest
 import ironlink
 from ironlink.language import _abi
 from ironlink.ops import collectives as ops
-from ironlink.runtime import decode_table, registry, status_buffers, tuning
+from ironlink.runtime import registry, status_buffers, tuning
+from ironlink.runtime.tuning import decode_table
 from ironlink.ops import variable_all_to_all as a2av
 
 from ironlink.runtime.errors import IronlinkError
@@ -207,7 +208,8 @@ def test_choose_clamps_ctas(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tuning.choose("all_reduce", 10, 8) == (1, 4)
     assert tuning.choose("all_reduce", 2000, 8) == (_abi.MAX_CTAS, 8)
     assert tuning.choose("all_reduce", 2000, 3) == (16, 4)  # nearest measured world
-    assert tuning.choose("all_reduce", 2000, 5) == (_abi.MAX_CTAS, 8)  # tie between 2 and 8: the larger
+    assert tuning.choose("all_reduce", 2000, 5) == (16, 4)  # the nearest smaller measured world (lookup.nearest_world)
+    assert tuning.choose("all_reduce", 2000, 9) == (_abi.MAX_CTAS, 8)  # above every measured world: the largest
 
 
 def _make_tuning() -> ModuleType:

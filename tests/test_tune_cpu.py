@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ironlink.fused.all_reduce_rmsnorm import MODES
-from ironlink.runtime import decode_table as dt
+from ironlink.runtime.tuning import decode_table as dt
 from ironlink.tune import choose
 from ironlink.tune.__main__ import report
 

@@ -7,7 +7,7 @@
 #
 # Steps:
 #   tune WORLDS     the tuner (`python -m ironlink.tune`) at each world: $OUT/decode-wW.json, what
-#                   python/ironlink/runtime/tables/ commits
+#                   python/ironlink/runtime/tuning/tables/ commits
 #   suites WORLDS   the GPU suites' all-reduce cases (fusion: all_reduce_rmsnorm in every mode,
 #                   matmul_all_reduce; ops: ironlink.all_reduce, its lamport path forced too)
 #   bench WORLDS    bench/fused.py's all_reduce_rmsnorm and bench/allreduce.py's messages up to

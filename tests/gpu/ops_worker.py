@@ -120,7 +120,7 @@ class Suite(Cases):
         `replays`, captured once and replayed with new data each time (a slot left full by one
         call would hand a later one stale data); bitwise the same on every rank, and every slot
         empty again at the end."""
-        from ironlink.runtime import decode_table
+        from ironlink.runtime.tuning import decode_table
 
         buf = None
         forced = decode_table.table_for(self.world)._replace(all_reduce=((decode_table.NO_LIMIT, "lamport"),))

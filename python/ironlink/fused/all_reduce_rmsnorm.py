@@ -17,7 +17,7 @@ value), out = fp8(y / scale), and the scales go to `scale` [T] (fp32). Results a
 identical on every rank.
 
 Six modes, each one launch, chosen by bytes from the decode table of the world size
-(`ironlink.runtime.decode_table`; `mode=` overrides): "rows" and "whole" over the device
+(`ironlink.runtime.tuning.decode_table`; `mode=` overrides): "rows" and "whole" over the device
 library's tile and whole-tensor all-reduces; "push", "lamport", "split" and "two_shot" over slots
 in the heap, one node only. What each mode does is in `all_reduce_rmsnorm_exchanges` (the one-node
 modes' exchanges) and `all_reduce_rmsnorm_kernels` (the kernel); the norm of a row is
@@ -38,7 +38,7 @@ import triton
 from ..language import _abi
 from .operators import torch_operators
 from ..runtime import eager, tuning
-from ..runtime.decode_table import RMSNORM_MODES
+from ..runtime.tuning.decode_table import RMSNORM_MODES
 from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.pdl import choose_pdl, pdl_launch_options
@@ -49,7 +49,7 @@ from .all_reduce_rmsnorm_exchanges import SPLIT_WORDS
 from .all_reduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel, allreduce_rmsnorm_kernel
 
 MAX_HIDDEN = 16384
-MODES = RMSNORM_MODES  # the names the decode tables choose from (runtime/decode_table.py)
+MODES = RMSNORM_MODES  # the names the decode tables choose from (runtime/tuning/decode_table.py)
 # The modes whose slots and counters are one node's (refused on a heap of several nodes).
 ONE_NODE_MODES = ("push", "split", "lamport", "two_shot")
 # What an error of each mode names as the failing call (`{suffix}`: "_hierarchical" on several nodes).

@@ -37,7 +37,7 @@ from ..runtime.registry import holds
 from .barrier import device_barrier
 
 
-def method_for(op: str, m: int, method: Optional[str], multi_node: bool, world: int = 0) -> str:
+def method_for(op: str, m: int, method: Optional[str], multi_node: bool, world: int) -> str:
     """The method `op` runs by for an M-row product at `world` ranks: `method` if given (checked),
     else the tuning table's; on a heap of several nodes (`multi_node`) never "overlap" (see the
     module docs)."""

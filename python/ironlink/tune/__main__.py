@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..runtime import decode_table
+from ..runtime.tuning import decode_table
 from .choose import Timings, choose_table, size_text, summary
 
 ALL_REDUCE_SIZES = tuple(1 << k for k in range(10, 21, 2))  # 1 KiB to 1 MiB by powers of 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from ..runtime.decode_table import ALL_REDUCE_PATHS, NO_LIMIT, DecodeTable, Entries
+from ..runtime.tuning.decode_table import ALL_REDUCE_PATHS, NO_LIMIT, DecodeTable, Entries
 
 # bytes -> candidate -> microseconds (the max over ranks of each rank's median).
 Timings = Mapping[int, Mapping[str, float]]

@@ -10,7 +10,7 @@ Where the table of a world size comes from, looked up once per world and kept (`
 1. the user's tuning file, `decode-w{world}.json` in `tuning_dir()` ($IRONLINK_TUNING_DIR, else
    $XDG_CACHE_HOME/ironlink, else ~/.cache/ironlink), as `python -m ironlink.tune` writes it on
    their node;
-2. the committed one shipped in the package (`runtime/tables/decode-w{world}.json`, the same
+2. the committed one shipped in the package (`runtime/tuning/tables/decode-w{world}.json`, the same
    format);
 3. else one derived from the nearest world that has either (`derive`).
 A file that exists but is malformed, of another format version or of another world raises
@@ -26,6 +26,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+
+from .lookup import by_size, nearest_world
 
 # The version of the file format; a file of another is refused (re-run the tuner).
 FORMAT = 1
@@ -55,7 +57,7 @@ class DecodeTable(NamedTuple):
 
     def all_reduce_path(self, nbytes: int) -> str:
         """The path of an all_reduce of `nbytes`."""
-        return next((path for limit, path in self.all_reduce if nbytes <= limit), "library")
+        return by_size(self.all_reduce, nbytes)[1] if self.all_reduce and nbytes <= self.all_reduce[-1][0] else "library"
 
     def rmsnorm_modes(self, nbytes: int) -> tuple[str, ...]:
         """The modes for an x of `nbytes`, in order of preference: its entry's, then each later
@@ -192,12 +194,13 @@ def find(world: int, user_dir: Path, committed_dir: Path = COMMITTED_DIR) -> InU
         path = table_path(directory, world)
         if path.is_file():
             return InUse(read_file(path, world), str(path))
-    nearest = sorted((_worlds(user_dir) | _worlds(committed_dir)) - {world}, key=lambda m: (m > world, abs(m - world)))
-    if not nearest:
+    measured = (_worlds(user_dir) | _worlds(committed_dir)) - {world}
+    if not measured:
         raise ValueError(f"no decode table for world {world} in {user_dir} or {committed_dir}, nor any to derive "
                          f"one from")
-    base = find(nearest[0], user_dir, committed_dir)
-    return InUse(derive(base.table, nearest[0], world), f"derived from {base.source} (world {nearest[0]})")
+    nearest = nearest_world(measured, world)
+    base = find(nearest, user_dir, committed_dir)
+    return InUse(derive(base.table, nearest, world), f"derived from {base.source} (world {nearest})")
 
 
 # The tables found so far, by world (`in_use`), and those substituted (`substituted`).
