@@ -44,15 +44,15 @@ def routed(library: Callable[[], Any]) -> Callable[[F], F]:
     calls the registered operator with the same arguments; in eager the op itself runs."""
 
     def decorate(fn: F) -> F:
-        register(fn)
-
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             if compiling():
                 return getattr(library(), fn.__name__)(*args, **kwargs)
             return fn(*args, **kwargs)
 
-        return call  # type: ignore[return-value]
+        # The operators run the public function itself (when a compiled graph runs them, nothing
+        # is tracing: `call` runs `fn`).
+        return register(call)  # type: ignore[return-value]
 
     return decorate
 
