@@ -39,11 +39,15 @@ PYTEST    := -m pytest -q -n auto
 all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
-all-archs: nvshmem
-	@for a in $(ARCHS); do $(MAKE) --no-print-directory CUDA_ARCH=$$a || exit 1; done
+# Every arch's bitcode, both kinds, built side by side (one cargo target dir each, so they never
+# wait on each other's lock; each rustc is one thread: codegen-units = 1, fat LTO).
+NPROC     := $(shell nproc 2>/dev/null || echo 2)
+ALL_BC    := $(foreach a,$(subst _,,$(ARCHS)),$(BCDIR)/ironlink_$(a).bc $(BCDIR)/ironlink_nvshmem_$(a).bc)
+all-archs: $(STAMP)/toolchain
+	@$(MAKE) --no-print-directory -j$(NPROC) $(ALL_BC)
 
-nvshmem:
-	@for a in $(ARCHS); do $(MAKE) --no-print-directory CUDA_ARCH=$$a NVSHMEM=1 || exit 1; done
+nvshmem: $(STAMP)/toolchain
+	@$(MAKE) --no-print-directory -j$(NPROC) $(filter $(BCDIR)/ironlink_nvshmem_%,$(ALL_BC))
 
 toolchain: $(STAMP)/toolchain
 $(STAMP)/toolchain: rust-toolchain.toml
