@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -205,6 +206,7 @@ class FusedBench:
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
         # The push method's two kernels whatever tuning.matmul_one_shot picks: one-shot and two-shot.
         push = plan_matmul(*specs, str(self.heap.device), self.world, self.sms, None, "push")
+        pacing = tuning.push_pacing(torch.cuda.get_device_capability()[0])  # the measured one, varied below
         for shots, one_shot in (("one_shot", True), ("two_shot", False)):
             p = push._replace(one_shot=one_shot)
             self.record("matmul_allreduce", f"ironlink_fused[push,{shots}]", shape, dt,
@@ -212,12 +214,13 @@ class FusedBench:
             if one_shot:  # the tail's push and reduce in turn or interleaved (tuning.MATMUL_TAIL_INTERLEAVED)
                 for tail in ("serial", "interleaved"):
                     self.record("matmul_allreduce", f"ironlink_fused[push,one_shot,tail_{tail}]", shape, dt,
-                                lambda: launch_matmul(self.heap, p, a, b, out, status,
-                                                      tail_interleaved=tail == "interleaved"), nbytes)
+                                lambda: launch_matmul(self.heap, p, a, b, out, status, pacing=replace(
+                                    pacing, tail_interleaved=tail == "interleaved")), nbytes)
             elif self.world == 2:  # signals per tile or in batches (tuning.MATMUL_SIGNAL_EVERY)
                 for every in sorted({1, 2, 4, 8} | {tuning.MATMUL_SIGNAL_EVERY}):
                     self.record("matmul_allreduce", f"ironlink_fused[push,two_shot,signal_every={every}]", shape, dt,
-                                lambda: launch_matmul(self.heap, p, a, b, out, status, signal_every=every), nbytes)
+                                lambda: launch_matmul(self.heap, p, a, b, out, status,
+                                                      pacing=replace(pacing, signal_every=every)), nbytes)
             # Its GEMM alone (the kernel without communication): what the fused time is made of.
             self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
                         lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)

@@ -129,7 +129,8 @@ def main() -> None:
                 continue
             seen.add(key)
             phases = PHASES["push" if p.one_shot else "push_two_shot"] if method == "push" else PHASES[method]
-            kw = dict(stagger=stagger, tma_push=bool(tma), signal_at=at, flat=bool(flat), signal_every=every)
+            kw = dict(pacing=tuning.PushPacing(stagger or tuning.MATMUL_PUSH_STAGGER, tuning.MATMUL_TAIL_INTERLEAVED, at,
+                                               bool(flat), every, tma_push=bool(tma)))
             trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
             for _ in range(3):
                 launch(heap, p, a, b, out, status, **kw)

@@ -135,20 +135,20 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
              pdl: bool) -> None:
     """Plan `p`'s phases with and without PRELOAD: a row each into `rows`."""
     t = p.tokens
+    plan_of = p
     for preload in (True, False):
+        p = plan_of._replace(preload=preload)
         # The launches back to back in one CUDA graph, each with its own stamps: in step with
         # the other rank as in a model's graph (a launch after a host barrier measures the
         # ranks' start skew instead).
         traces = torch.zeros(args.repeats, p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
         for _ in range(2):  # compile, and create the heap's state outside capture
-            launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[0],
-                   preload=preload)
+            launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[0])
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for i in range(args.repeats):
-                launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[i],
-                       preload=preload)
+                launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[i])
         traces.zero_()
         torch.cuda.synchronize()
         dist.barrier()
@@ -157,12 +157,12 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
         runs = [phases(traces[i].cpu()) for i in range(2, args.repeats)]  # the first two: still skewed
         del g
         heap.check()
-        graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl,
-                                             preload=preload), x.nbytes)
+        graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl),
+                            x.nbytes)
         # The traced launch timed the same way: whether the stamps themselves slow the kernel
         # (the 2 H100 run's traced launches took 25-110 us where untraced ones took 10-22).
         traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6,
-                                                    status, pdl, trace=traces[0], preload=preload), x.nbytes)
+                                                    status, pdl, trace=traces[0]), x.nbytes)
         worst, _ = slowest_rank_median(runs, lambda r: r["kernel_us"])
         row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "parts": p.parts, "lamport": p.lamport,
                "ctas": p.ctas, "warps": p.warps,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,15 +75,17 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     row("all_gather_matmul", "ce_copy", shape, copy_shard)
     row("all_gather_matmul", "gemm_only", shape,
         lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False))
+    measured = tuning.gather_push(torch.cuda.get_device_capability()[0])
     row("all_gather_matmul", "nested", shape,
-        lambda: launch_gather(heap, p, shard, b, a_full, out, status, flat=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, push=replace(measured, flat=False)))
     row("all_gather_matmul", "register_push", shape,
-        lambda: launch_gather(heap, p, shard, b, a_full, out, status, tma_push=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, push=replace(measured, tma_push=False)))
     for segments in (1, 2, 8):
         row("all_gather_matmul", f"segments={segments}", shape,
-            lambda: launch_gather(heap, p, shard, b, a_full, out, status, segments=segments))
+            lambda: launch_gather(heap, p, shard, b, a_full, out, status, push=replace(measured, segments=segments)))
     row("all_gather_matmul", "gemm_only,segments=1", shape,
-        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False, segments=1))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False,
+                              push=replace(measured, segments=1)))
     flat_out = heap.empty((m, n // w), torch.bfloat16)
     fp = plan_matmul(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
                      None, "push")._replace(one_shot=False)

@@ -157,32 +157,35 @@ def uses_copy_engine(a_shard: Any) -> bool:
     return tuning.ALL_GATHER_MATMUL_COPY_ENGINE and a_shard.is_contiguous()
 
 
-def _gemm_operands(p: Plan, a_shard: Any, b: Any, a_full: Any, flat: Optional[bool]) -> tuple[Any, ...]:
-    """What both one-node kernels read: (layout, a_own, b, a_all, flat): TMA descriptors where
-    the layout allows (`gemm_operands.layout_for`; a_full's rows aligned too), else the tensors; `flat`
-    defaults to tuning.matmul_flat."""
-    import torch
-
+def _gemm_operands(p: Plan, a_shard: Any, b: Any, a_full: Any) -> tuple[Any, ...]:
+    """What both one-node kernels read: (layout, a_own, b, a_all): TMA descriptors where the layout
+    allows (`gemm_operands.layout_for`; a_full's rows aligned too), else the tensors."""
     c = p.config
     layout = layout_for(a_shard, b)
     if (p.k * a_full.element_size()) % 16:  # a_full's rows, read by TMA too
         layout = layout._replace(tma=False)
     a_own, b_arg = operand_descriptors(a_shard, b, layout, c.block_m, c.block_n, c.block_k)
     a_all = a_full_descriptor(a_full, c.block_m, c.block_k) if layout.tma else a_full
-    if flat is None:
-        flat = tuning.matmul_flat(torch.cuda.get_device_capability(a_shard.device)[0])
-    return layout, a_own, b_arg, a_all, flat
+    return layout, a_own, b_arg, a_all
+
+
+def _measured_push(push: Optional[tuning.GatherPush], a_shard: Any) -> tuning.GatherPush:
+    import torch
+
+    return push or tuning.gather_push(torch.cuda.get_device_capability(a_shard.device)[0])
 
 
 def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, flags: Any,
-                       status: Any, flat: Optional[bool] = None) -> None:
+                       status: Any, push: Optional[tuning.GatherPush] = None) -> None:
     """Launches plan `p` as `allgather_matmul_copy_engine_kernel` with the shard's transfers on a
     side stream (no checks: `all_gather_matmul` made them; a_shard contiguous): the stream waits
     for the kernel's go (`copy_engine.launch`), copies the shard into every peer's
     a_full by the copy engine chunk by chunk (`copy_engine.chunks`), setting the peer's ready flag of
-    each, and copies it into this a_full; the current stream joins it."""
+    each, and copies it into this a_full; the current stream joins it. `push`: its `flat` only
+    (the copy engine pushes)."""
     c = p.config
-    layout, a_own, b_arg, a_all, flat = _gemm_operands(p, a_shard, b, a_full, flat)
+    layout, a_own, b_arg, a_all = _gemm_operands(p, a_shard, b, a_full)
+    flat = _measured_push(push, a_shard).flat
     w, r, rows = heap.world_size, heap.rank, p.rows
     chunks = copy_engine.chunks(rows, c)
 
@@ -207,17 +210,17 @@ def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, ou
 
 
 def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any, communicate: bool = True,
-           flat: Optional[bool] = None, tma_push: Optional[bool] = None, segments: Optional[int] = None) -> None:
+           push: Optional[tuning.GatherPush] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `all_gather_matmul` made them). The probes
     call it directly: `communicate=False` leaves out the push and the waits on peers (the GEMM
-    and the grid barrier alone), `flat` replaces tuning.matmul_flat, `tma_push=False` pushes by
-    stores from registers where TMA could take them, `segments` tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS
-    (1 for the pointer GEMM: a piece of the push beside its accumulator spills registers)."""
+    and the grid barrier alone), `push` replaces the measured choices (`tuning.gather_push`)."""
     c = p.config
-    layout, a_own, b_arg, a_all, flat = _gemm_operands(p, a_shard, b, a_full, flat)
+    layout, a_own, b_arg, a_all = _gemm_operands(p, a_shard, b, a_full)
+    how = _measured_push(push, a_shard)
+    flat = how.flat
     world = heap.world_size
     # TMA pushes need one peer (one descriptor) and the GEMM's TMA (Hopper, aligned rows).
-    tma = layout.tma and world == 2 and (tma_push is None or tma_push)
+    tma = layout.tma and world == 2 and how.tma_push
     copy_rows, copy_cols = (TMA_COPY_ROWS, TMA_COPY_COLS) if tma else (COPY_ROWS, COPY_COLS)
     peer_full = a_full
     if tma:
@@ -227,7 +230,7 @@ def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, stat
         a_shard.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
         GROUP_M=c.group_m, COPY_ROWS=copy_rows, COPY_COLS=copy_cols, WORLD=world, TMA=layout.tma,
         B_ROW_MAJOR=layout.b_row_major, FLAT=flat and layout.tma, TMA_PUSH=tma,
-        SEGMENTS=segments or (tuning.ALL_GATHER_MATMUL_PUSH_SEGMENTS if layout.tma else 1), COMMUNICATE=communicate,
+        SEGMENTS=how.segments if layout.tma else 1, COMMUNICATE=communicate,
         num_warps=c.warps, num_stages=c.stages)
 
 

@@ -73,6 +73,7 @@ class Plan(NamedTuple):
     parts: int = 1  # split: CTAs per row (the slices of a row)
     slice_cols: int = 0  # split: columns of a slice (the last one may have fewer)
     lamport: bool = False  # lamport, split, two_shot: the rows exchanged through lamport slots (split: not LL packets)
+    preload: bool = True  # rows: the weight and first residual rows loaded before the all-reduce (a probe: False)
 
 
 def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: TensorSpec, scale: Optional[TensorSpec],
@@ -208,11 +209,11 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
 
 
 def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight: Any, out: Any, scale: Any,
-           eps: float, status: Any, pdl: bool, trace: Any = None, preload: bool = True) -> None:
+           eps: float, status: Any, pdl: bool, trace: Any = None) -> None:
     """Launches plan `p` (no checks: `all_reduce_rmsnorm` made them; `scale` is any tensor
     without FP8). bench/probes/rmsnorm_timeline.py calls it directly: `trace` (int64 [ctas,
-    TRACE_SLOTS], zeroed) records the phases of each CTA, `preload=False` loads the residual and
-    the weight after the all-reduce (rows)."""
+    TRACE_SLOTS], zeroed) records the phases of each CTA; a plan with `preload=False` loads the
+    residual and the weight after the all-reduce (rows)."""
     if heap.multi_node:
         allreduce_rmsnorm_hierarchical_kernel[(p.ctas,)](
             heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
@@ -222,7 +223,7 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
     allreduce_rmsnorm_kernel[(p.ctas,)](
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
         trace if trace is not None else status, ws, epochs, inbox, WHOLE=p.mode == "whole", BLOCK_H=p.block_h,
-        FP8=p.fp8, PRELOAD=preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
+        FP8=p.fp8, PRELOAD=p.preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
         LAMPORT=p.lamport, TWO_SHOT=p.mode == "two_shot", WORLD=heap.world_size, SPLIT=p.mode == "split",
         PARTS=p.parts, W=p.slice_cols,
         num_warps=p.warps, **pdl_launch_options(pdl))

@@ -148,17 +148,12 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
 
 
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
-           trace: Any = None, stagger: Optional[int] = None, tma_push: Optional[bool] = None,
-           signal_at: Optional[float] = None, flat: Optional[bool] = None,
-           tail_interleaved: Optional[bool] = None, signal_every: Optional[int] = None) -> None:
+           trace: Any = None, pacing: Optional[tuning.PushPacing] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
     benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
-    [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `stagger`
-    replaces tuning.MATMUL_PUSH_STAGGER (one-shot), `signal_at` tuning.MATMUL_SIGNAL_AT and `flat`
-    tuning.matmul_flat (two-shot), `signal_every` tuning.MATMUL_SIGNAL_EVERY (two-shot, flat, world
-    2), `tail_interleaved` tuning.MATMUL_TAIL_INTERLEAVED (one-shot),
-    `tma_push=False` pushes by stores from registers where TMA could take them.
-    `p.one_shot` may be overridden (`p._replace`): both kernels take the same workspace."""
+    [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `pacing`
+    replaces the push kernels' measured pacing (`tuning.push_pacing`). `p.one_shot` may be
+    overridden (`p._replace`): both kernels take the same workspace."""
     c = p.config
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
     stamps = trace if trace is not None else status
@@ -182,12 +177,12 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
             B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, COMMUNICATE=communicate, num_warps=c.warps,
             num_stages=c.stages, **pdl_launch_options(pdl))
         return
+    pace = pacing or tuning.push_pacing(torch.cuda.get_device_capability(out.device)[0])
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
     epochs = epoch_counters(heap, "matmul_all_reduce")
     tma_gemm = a_arg is not a
     # TMA pushes need one peer (a descriptor per destination) and 16-byte aligned rows.
-    tma = (tma_gemm and heap.world_size == 2 and (tma_push is None or tma_push)
-           and (p.n * out.element_size()) % 16 == 0)
+    tma = tma_gemm and heap.world_size == 2 and pace.tma_push and (p.n * out.element_size()) % 16 == 0
     common = dict(TMA=tma_gemm, B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, TMA_PUSH=tma, **meta)
     slots = ws[:2 * p.m * p.n].view(2, p.m, p.n) if tma else ws  # [parity, M, N] at world 2
     if p.one_shot:
@@ -196,18 +191,15 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         matmul_allreduce_push_kernel[(p.ctas,)](
             heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, *strides, status, stamps,
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
-            STAGGER=stagger or tuning.MATMUL_PUSH_STAGGER,
-            TAIL_INTERLEAVED=tuning.MATMUL_TAIL_INTERLEAVED if tail_interleaved is None else tail_interleaved,
-            **common)
+            STAGGER=pace.stagger, TAIL_INTERLEAVED=pace.tail_interleaved, **common)
         return
-    flat = tuning.matmul_flat(torch.cuda.get_device_capability(out.device)[0]) if flat is None else flat
+    flat = pace.flat
     block = [1, c.block_m, c.block_n // 2 if flat else c.block_n]
     peer_slots = peer_descriptor(heap, slots, block) if tma else ws
     peer_out = peer_descriptor(heap, out.view(1, p.m, p.n), block) if tma else out
     k_tiles = triton.cdiv(p.k, c.block_k)
-    at = tuning.MATMUL_SIGNAL_AT if signal_at is None else signal_at
-    signal_k = min(k_tiles, round(at * k_tiles)) * c.block_k
-    every = tuning.MATMUL_SIGNAL_EVERY if signal_every is None else signal_every
+    signal_k = min(k_tiles, round(pace.signal_at * k_tiles)) * c.block_k
+    every = pace.signal_every
     matmul_allreduce_owner_kernel[(p.ctas,)](
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, peer_out, epochs, p.m, p.n, p.k, *strides, signal_k, status,
         stamps, FLAT=flat, SIGNAL_EVERY=every if flat and heap.world_size == 2 else 1, **common)

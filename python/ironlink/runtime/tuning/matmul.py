@@ -4,6 +4,7 @@ the sequence-parallel ops' kernels take."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ...language._abi import MAX_TILES
@@ -80,6 +81,25 @@ MATMUL_SIGNAL_EVERY = 4
 MATMUL_TAIL_INTERLEAVED = True
 
 
+@dataclass(frozen=True)
+class PushPacing:
+    """How matmul_all_reduce's "push" kernels pace their pushes: what `launch` takes (`pacing=`).
+    `push_pacing` gives the measured choices; a probe builds its own (`dataclasses.replace`)."""
+
+    stagger: int  # one-shot: the CTAs push at `stagger` points of a tile's K loop (MATMUL_PUSH_STAGGER)
+    tail_interleaved: bool  # one-shot: the last tile's push between the reduces (MATMUL_TAIL_INTERLEAVED)
+    signal_at: float  # two-shot, nested loop: the signal after this share of the next K loop (MATMUL_SIGNAL_AT)
+    flat: bool  # two-shot: the flattened tile loop (`matmul_flat`)
+    signal_every: int  # two-shot, flat, world 2: a release every this many tiles (MATMUL_SIGNAL_EVERY)
+    tma_push: bool = True  # world 2: TMA pushes where the layout allows; False: stores from registers
+
+
+def push_pacing(cc_major: int) -> PushPacing:
+    """The measured pacing on a GPU of compute capability `cc_major`.x."""
+    return PushPacing(MATMUL_PUSH_STAGGER, MATMUL_TAIL_INTERLEAVED, MATMUL_SIGNAL_AT, matmul_flat(cc_major),
+                      MATMUL_SIGNAL_EVERY)
+
+
 def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
     """matmul_all_reduce "push": one-shot (every rank sums every tile, one NVLink hop) at world 2
     while the tiles take at most MATMUL_ONE_SHOT_MAX_WAVES waves, where latency rules; else
@@ -112,5 +132,5 @@ def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
 
 
 __all__ = ["MATMUL_CONFIGS", "MATMUL_FLAT", "MATMUL_ONE_SHOT_MAX_WAVES", "MATMUL_PUSH_STAGGER", "MATMUL_SIGNAL_AT",
-           "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MatmulConfig", "matmul_config", "matmul_flat",
-           "matmul_method", "matmul_one_shot"]
+           "MATMUL_SIGNAL_EVERY", "MATMUL_TAIL_INTERLEAVED", "MatmulConfig", "PushPacing", "matmul_config", "matmul_flat",
+           "matmul_method", "matmul_one_shot", "push_pacing"]

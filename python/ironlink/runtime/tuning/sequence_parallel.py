@@ -4,7 +4,10 @@ their kernels."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .lookup import by_size, nearest_world
+from .matmul import matmul_flat
 
 
 # all_gather_matmul / matmul_reduce_scatter (ironlink.fused): how they run, by M (rows of the
@@ -72,6 +75,23 @@ def matmul_reduce_scatter_takes_copy_engine(block_rows: int) -> bool:
 COPY_ENGINE_MIN_CHUNKS = {"all_gather_matmul": 1, "matmul_reduce_scatter": 2}
 
 
+@dataclass(frozen=True)
+class GatherPush:
+    """How all_gather_matmul's kernel runs its GEMM and pushes the shard: what its `launch` takes
+    (`push=`). `gather_push` gives the measured choices; a probe builds its own."""
+
+    flat: bool  # the flattened tile loop (`matmul_flat`), with the GEMM's TMA
+    segments: int  # pieces of each own-row tile's K loop, a piece of the push before each, with the
+    # GEMM's TMA (ALL_GATHER_MATMUL_PUSH_SEGMENTS; the pointer GEMM takes 1: a piece beside its
+    # accumulator spills registers)
+    tma_push: bool = True  # world 2: TMA pushes where the layout allows; False: stores from registers
+
+
+def gather_push(cc_major: int) -> GatherPush:
+    """The measured choices on a GPU of compute capability `cc_major`.x."""
+    return GatherPush(matmul_flat(cc_major), ALL_GATHER_MATMUL_PUSH_SEGMENTS)
+
+
 def sp_method(op: str, m: int, world: int) -> str:
     """How the sequence-parallel op `op` runs for an M-row product at `world` ranks (SP_METHODS of
     `lookup.nearest_world`)."""
@@ -85,6 +105,7 @@ def check_sp_method(method: str) -> str:
     return method
 
 
-__all__ = ["ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "COPY_ENGINE_MIN_CHUNKS",
+__all__ = ["ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "COPY_ENGINE_MIN_CHUNKS", "GatherPush",
+           "gather_push",
            "MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS", "SP_METHODS", "SP_METHOD_NAMES", "check_sp_method",
            "matmul_reduce_scatter_takes_copy_engine", "sp_method"]
