@@ -53,7 +53,7 @@ def test_wheel_packs_the_bitcode_and_the_extension() -> None:
     assert "ironlink/language/_abi.py" in names
     assert "ironlink/language/_nvshmem.py" in names
     # The committed decode tables, package data that ironlink.runtime.tuning.decode_table reads.
-    tables = sorted((REPO / "python" / "ironlink" / "runtime" / "tables").glob("decode-w*.json"))
+    tables = sorted((REPO / "python" / "ironlink" / "runtime" / "tuning" / "tables").glob("decode-w*.json"))
     assert tables and {f"ironlink/runtime/tuning/tables/{t.name}" for t in tables} <= names
     assert not [n for n in names if "bench" in n], "the benchmark harness stays in bench/, out of the wheel"
 
