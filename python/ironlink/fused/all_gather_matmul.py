@@ -170,6 +170,7 @@ def _gemm_operands(p: Plan, a_shard: Any, b: Any, a_full: Any) -> tuple[Any, ...
 
 
 def _measured_push(push: Optional[tuning.GatherPush], a_shard: Any) -> tuning.GatherPush:
+    """`push`, or the measured choices on a_shard's GPU (`tuning.gather_push`)."""
     import torch
 
     return push or tuning.gather_push(torch.cuda.get_device_capability(a_shard.device)[0])

@@ -1,11 +1,11 @@
 """The host-level collectives as PyTorch custom operators (`torch.ops.ironlink.*`), so that
 torch.compile captures them in its graph, fullgraph and under CUDA graphs (mode="reduce-overhead").
 
-`ironlink.all_reduce(...)` and the others route here while Dynamo traces them
-(`runtime.handles.compiling()`); in eager they run as before, without the dispatcher's cost. The
-routing functions below have the public signatures (the reduce op as its code, which the public
-function passes) and do only what Dynamo can trace: they turn the heap into its int handle
-(custom operators take no Python objects) and call the operator. Everything that reads addresses
+`ironlink.all_reduce(...)` and the others route here while Dynamo traces them (`runtime.eager.routed`);
+in eager they run as before, without the dispatcher's cost. The routing functions below take the
+public functions' arguments and do only what Dynamo can trace: they turn the heap into its int
+handle (custom operators take no Python objects) and the reduce op into its code, and call the
+operator. Everything that reads addresses
 (`data_ptr`, heap membership) and launches runs in the operator's implementation, which calls the
 public function itself, checks included, when the compiled graph runs. This module imports none
 of the public modules (they import it, to route): each of them enters its function in
@@ -15,15 +15,13 @@ Every operator mutates its outputs in place and returns nothing (its fake implem
 nothing to compute), as the public functions do; the routing functions return the tensors the
 public ones return. Inductor may hand an operator a copy of a heap tensor instead of the tensor
 (when it cannot write an argument in place, or when the tensor was written by another op of the
-graph first, e.g. `torch.mm(..., out=buf)`): the implementation then stages it through a heap
-workspace of its own (`on_heap`) and copies the results back, so the op computes the same bits,
-at the cost of two copies. Staging allocates from the heap on its first use, identically on every
-rank, since every rank compiles the same graph.
+graph first, e.g. `torch.mm(..., out=buf)`): the implementation then stages it through the heap
+(`runtime.torch_ops.on_heap` and `copy_back`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import torch
 

@@ -7,8 +7,8 @@ public functions it runs (`ops.collectives.all_reduce`, ...) live in modules tha
 without torch, and those route to their `torch_library` while Dynamo traces them. Were the
 operators to import the public modules too, each layer would be an import circle. So the
 imports run one way: a public module imports this table (no torch) and enters its function with
-`@routed` (or `@register`) when it is imported; the operator's implementation looks the function up here by
-name (`function`) when the compiled graph runs it.
+`@routed` (or `@register`) when it is imported; the operator's implementation looks the function
+up here by name (`function`) when the compiled graph runs it.
 
 Every public module is entered before any operator can run: a `torch_library` module is imported
 through its package (`ironlink.ops`, `ironlink.fused`), whose `__init__` imports all of that

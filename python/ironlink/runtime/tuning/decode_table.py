@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
-from .lookup import by_size, nearest_world
+from .lookup import nearest_world
 
 # The version of the file format; a file of another is refused (re-run the tuner).
 FORMAT = 1
@@ -57,7 +57,7 @@ class DecodeTable(NamedTuple):
 
     def all_reduce_path(self, nbytes: int) -> str:
         """The path of an all_reduce of `nbytes`."""
-        return by_size(self.all_reduce, nbytes)[1] if self.all_reduce and nbytes <= self.all_reduce[-1][0] else "library"
+        return next((path for limit, path in self.all_reduce if nbytes <= limit), "library")
 
     def rmsnorm_modes(self, nbytes: int) -> tuple[str, ...]:
         """The modes for an x of `nbytes`, in order of preference: its entry's, then each later

@@ -11,29 +11,28 @@ from .matmul import matmul_flat
 
 
 # all_gather_matmul / matmul_reduce_scatter (ironlink.fused): how they run, by M (rows of the
-# whole product). "collective": one ironlink collective and one cuBLAS GEMM; "overlap": the GEMM
-# split by rank block, overlapped with copy-engine transfers; "kernel": the one-kernel Triton
-# version (fused/all_gather_matmul.py, fused/matmul_reduce_scatter.py). (largest M, method) in
-# increasing M; past the last, the last. Measured on 4 H200s, K = N = 8192, bf16
-# (bench/results/fused-4xNVIDIA-H200-20261122-183637.json): all_gather_matmul collective 96 /
-# overlap 109 us at M = 1024, 350 / 290 at 4096; matmul_reduce_scatter collective 28 / overlap 52
-# at M = 128, 102 / 89 at 1024. The kernel method was slowest at every M.
-_MEASURED_AT_4: dict[str, tuple[tuple[int, str], ...]] = {
-    "all_gather_matmul": ((2048, "collective"), (1 << 62, "overlap")),
-    "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "overlap")),
-}
-# Where a world size has its own table. World 2, on 2 H200s, us: all_gather_matmul collective
-# 39.7 / 41.8 against overlap 64.5 / 63.5 at M = 128, overlap 116.2 / 113.9 against collective
-# 130.3 / 127.0 at 1024 (git 784be2d, 7b34909: bench/results/fused-2xNVIDIA-H200-20261125-234653.json,
-# -20261126-021817.json); matmul_reduce_scatter collective 37.0 / 35.5 against kernel 53.8 / 53.6
-# at M = 128, and its kernel (two-shot by slices, TMA pushes) fastest from 1024 up, with the
-# contenders timed in turns (9bbf473, -20261126-050609.json): 125.0 / 444.8 / 1857.8 at 1024 /
-# 4096 / 16384 against overlap 130.0 / 453.9 / 2054.5 (timed one after another, as before, the
-# overlap method ran first and looked level at 16384).
+# whole product) and measured world size. "collective": one ironlink collective and one cuBLAS
+# GEMM; "overlap": the GEMM split by rank block, overlapped with copy-engine transfers; "kernel":
+# the one-kernel Triton version (fused/all_gather_matmul.py, fused/matmul_reduce_scatter.py).
+# (largest M, method) in increasing M; past the last, the last; a world without a table takes
+# `lookup.nearest_world`'s.
 SP_METHODS: dict[int, dict[str, tuple[tuple[int, str], ...]]] = {
+    # 2 H200s, us: all_gather_matmul collective 39.7 / 41.8 against overlap 64.5 / 63.5 at M = 128,
+    # overlap 116.2 / 113.9 against collective 130.3 / 127.0 at 1024 (git 784be2d, 7b34909:
+    # bench/results/fused-2xNVIDIA-H200-20261125-234653.json, -20261126-021817.json);
+    # matmul_reduce_scatter collective 37.0 / 35.5 against kernel 53.8 / 53.6 at M = 128, and its
+    # kernel (two-shot by slices, TMA pushes) fastest from 1024 up, with the contenders timed in
+    # turns (9bbf473, -20261126-050609.json): 125.0 / 444.8 / 1857.8 at 1024 / 4096 / 16384 against
+    # overlap 130.0 / 453.9 / 2054.5 (timed one after another, as before, the overlap method ran
+    # first and looked level at 16384).
     2: {"all_gather_matmul": ((512, "collective"), (1 << 62, "overlap")),
         "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "kernel"))},
-    4: _MEASURED_AT_4,
+    # 4 H200s, K = N = 8192, bf16 (bench/results/fused-4xNVIDIA-H200-20261122-183637.json):
+    # all_gather_matmul collective 96 / overlap 109 us at M = 1024, 350 / 290 at 4096;
+    # matmul_reduce_scatter collective 28 / overlap 52 at M = 128, 102 / 89 at 1024. The kernel
+    # method was slowest at every M.
+    4: {"all_gather_matmul": ((2048, "collective"), (1 << 62, "overlap")),
+        "matmul_reduce_scatter": ((512, "collective"), (1 << 62, "overlap"))},
 }
 SP_METHOD_NAMES = ("kernel", "collective", "overlap")
 # all_gather_matmul's kernel: the pieces each own-row tile's K loop is cut into, one piece of the
