@@ -34,8 +34,8 @@ import ironlink.language as il
 from ironlink.language import _abi
 from ironlink import _native
 from ironlink.runtime.heap import DEFAULT_SCRATCH_BYTES
-from ironlink.runtime.tuning import decode_table, tuning
-from ironlink.runtime.tuning import FORCED_LIMITS
+from ironlink.runtime import tuning
+from ironlink.runtime.tuning import FORCED_LIMITS, decode_table
 # The graph timer and the revision a run records live in the package (the tuner's, `python -m
 # ironlink.tune`); the bench programs import them from here.
 from ironlink.tune.timing import GraphRound, git_rev, iters_reps, time_graph  # noqa: F401
