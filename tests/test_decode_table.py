@@ -182,6 +182,10 @@ def test_a_mode_that_cannot_run_falls_to_the_next_that_can() -> None:
     # "split" needs two resident slices a row: 67 tokens of hidden 8192 on 132 SMs do not fit.
     assert not tuning.rmsnorm_mode_runs("split", 67, 16384, 2, 132)
     assert all(tuning.rmsnorm_mode_runs(m, 67, 16384, 2, 132) for m in MODES if m != "split")
+    # "two_shot" holds a row as [world, chunk]: a power-of-two world only; world 3 takes the next entry.
+    assert [w for w in range(2, 9) if tuning.rmsnorm_mode_runs("two_shot", 64, 16384, w, 132)] == [2, 4, 8]
+    with dt.substituted(3, dt.DecodeTable((), ((4 * M, "two_shot"), (dt.NO_LIMIT, "rows")))):
+        assert tuning.rmsnorm_mode(64, 16384, 3, 132) == "rows"
     with dt.substituted(2, dt.DecodeTable((), ((4 * M, "split"), (8 * M, "whole"), (dt.NO_LIMIT, "rows")))):
         assert tuning.rmsnorm_mode(67, 16384, 2, 132) == "whole" and tuning.rmsnorm_mode(8, 16384, 2, 132) == "split"
     with dt.substituted(2, dt.DecodeTable((), ((dt.NO_LIMIT, "split"),))):

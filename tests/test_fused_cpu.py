@@ -65,28 +65,33 @@ def test_rmsnorm_residual_out_is_checked() -> None:
 
 
 def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
-    one, some, many = rms(1), rms(512), rms(2048)
+    one, some, many = rms(1), rms(1024), rms(2048)
     assert (one.mode, some.mode, many.mode) == ("split", "rows", "whole")
     assert some.ctas == 132 and some.block_h == 8192 and one.block_h == 1024  # split: a slice of 1024 a CTA
-    assert rms(300, 5000).block_h == 8192  # the next power of two
+    two_shot = rms(300, 5000)  # 3 MB at world 4: the table's two_shot, a block of a rank's chunk of the row
+    assert two_shot.mode == "two_shot" and two_shot.block_h == 2048 and two_shot.slice_cols == 1264
+    assert rms(2048, 5000).block_h == 8192  # a whole row's: the next power of two
 
 
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
-    # World 2's committed decode table (runtime/tuning/tables/decode-w2.json, the tuner's run on 2 H200s):
-    # up to 256 KiB each row cut into slices of a CTA each ("split"), "lamport" past that up to
-    # 2 MiB, "two_shot" up to 8 MiB, "push" up to 32 MiB, then "rows" (no workspace).
-    (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (16, 8192, 2, "split", 128), (17, 8192, 2, "lamport", 17),
-    (32, 8192, 2, "lamport", 32), (128, 8192, 2, "lamport", 128), (129, 8192, 2, "two_shot", 129),
-    (512, 8192, 2, "two_shot", 132), (513, 8192, 2, "push", 132), (2048, 8192, 2, "push", 132),
+    # World 2's committed decode table (runtime/tuning/tables/decode-w2.json, the tuner's run on 4 H200s,
+    # world 2 on two of them): each row cut into slices of a CTA each ("split") up to 128 KiB,
+    # "lamport" up to 256 KiB, split again up to 1 MiB (the two within 0.4 us of each other there),
+    # "two_shot" up to 2 MiB, lamport up to 8 MiB, "push" up to 32 MiB, then "rows" (no workspace).
+    (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (8, 8192, 2, "split", 64), (9, 8192, 2, "lamport", 9),
+    (16, 8192, 2, "lamport", 16), (17, 8192, 2, "split", 68), (64, 8192, 2, "split", 128),
+    (65, 8192, 2, "two_shot", 65), (128, 8192, 2, "two_shot", 128), (129, 8192, 2, "lamport", 129),
+    (512, 8192, 2, "lamport", 132), (513, 8192, 2, "push", 132), (2048, 8192, 2, "push", 132),
     (2049, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
     # Split where a row of hidden 16384 still cuts into resident slices, else the next entry's mode.
-    (1, 16384, 2, "split", 8), (8, 16384, 2, "split", 64), (9, 16384, 2, "lamport", 9),
-    # World 4's (4 H200s): split up to 256 KiB, lamport up to 512 KiB, two_shot up to 4 MiB, rows
-    # up to 16 MiB, whole past that. A row of 2048 bf16 cuts into two slices.
-    (1, 8192, 4, "split", 8), (16, 8192, 4, "split", 128), (17, 8192, 4, "lamport", 17),
-    (32, 8192, 4, "lamport", 32), (33, 8192, 4, "two_shot", 33), (256, 8192, 4, "two_shot", 132),
-    (257, 8192, 4, "rows", 132), (1024, 8192, 4, "rows", 132), (1025, 8192, 4, "whole", None),
-    (4096, 8192, 4, "whole", None), (1, 2048, 4, "split", 2),
+    (1, 16384, 2, "split", 8), (5, 16384, 2, "lamport", 5), (32, 16384, 2, "split", 128),
+    (33, 16384, 2, "two_shot", 33),
+    # World 4's (4 H200s): split up to 256 KiB, two_shot up to 8 MiB, rows up to 16 MiB, whole past
+    # that. A row of 2048 bf16 cuts into two slices.
+    (1, 8192, 4, "split", 8), (16, 8192, 4, "split", 128), (17, 8192, 4, "two_shot", 17),
+    (32, 8192, 4, "two_shot", 32), (512, 8192, 4, "two_shot", 132), (513, 8192, 4, "rows", 132),
+    (1024, 8192, 4, "rows", 132), (1025, 8192, 4, "whole", None), (4096, 8192, 4, "whole", None),
+    (1, 2048, 4, "split", 2),
 ])
 def test_rmsnorm_rows_over_the_ll_tile_all_reduce(tokens: int, hidden: int, world: int, mode: str,
                                                   ctas: int | None) -> None:
@@ -151,7 +156,7 @@ def test_rmsnorm_on_several_nodes_runs_whole_unless_asked() -> None:
                   spec("weight", (8192,), ptr=3 << 30), spec("out", (512, 8192), ptr=4 << 30))
     p = arn.plan(x, r, w, o, DEV, 4, 132, multi_node=True)
     assert p.mode == "whole" and p.ctas == min(132, tuning.choose("all_reduce", x.nbytes, 4)[0])
-    assert arn.plan(x, r, w, o, DEV, 4, 132).mode == "rows"  # what one node would run
+    assert arn.plan(x, r, w, o, DEV, 4, 132).mode == "two_shot"  # what one node would run
     rows = arn.plan(x, r, w, o, DEV, 4, 132, mode="rows", multi_node=True)
     assert rows.mode == "rows" and rows.ctas == 132  # a tile per CTA: at most MAX_CTAS of them
 
@@ -178,23 +183,31 @@ def test_rmsnorm_lamport_mode_plans_push_slots_one_row_at_a_time() -> None:
         arn.plan(x, r, w, o, DEV, 2, 132, mode="lamport", multi_node=True)
 
 
-@pytest.mark.parametrize("tokens, world", [(300, 4), (300, 2), (1, 4), (5, 8), (2048, 4)])
-def test_rmsnorm_two_shot_plans_owned_blocks_and_gathered_rows(tokens: int, world: int) -> None:
-    h = 8192
+@pytest.mark.parametrize("tokens, world, hidden", [(300, 4, 8192), (300, 2, 8192), (1, 4, 8192), (5, 8, 8192),
+                                                  (2048, 4, 8192), (3, 4, 40), (2, 8, 24)])
+def test_rmsnorm_two_shot_plans_owned_chunks_and_gathered_rows(tokens: int, world: int, hidden: int) -> None:
+    h = hidden
     x, r, w, o = (spec("x", (tokens, h), ptr=1 << 20), spec("residual", (tokens, h), ptr=2 << 30),
                   spec("weight", (h,), ptr=3 << 30), spec("out", (tokens, h), ptr=4 << 30))
     p = arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot")
     # Rows strided over the CTAs (no residency needed), one at a time; the slots read as they land.
     assert p.mode == "two_shot" and p.ctas == min(tokens, 132) and p.rows_at_once == 1 and p.lamport
-    # Each half (alternate launches): a slot of the ceil(T / world) rows this rank owns for each
-    # peer, then one slot of every row for the gathered sums.
-    owned = -(-tokens // world)
-    assert arn.two_shot_slots(tokens, h, world) == ((world - 1) * owned + tokens) * h
+    # Each rank owns a chunk of every row: 16-column units, world chunks cover the row, the last
+    # ones may be narrower or empty (hidden 24 at 8 ranks: 16, 8, then six empty).
+    chunk = arn.two_shot_chunk(h, world)
+    assert chunk % 16 == 0 and world * chunk >= h > world * (chunk - 16)
+    assert p.slice_cols == chunk and p.block_h == triton.next_power_of_2(chunk)
+    assert p.warps == tuning.rmsnorm_warps(triton.next_power_of_2(h))  # step 3 holds a whole row
+    # Each half (alternate launches): for each peer a slot of this rank's chunk of every row, then
+    # one slot of every row whole for the gathered sums.
+    assert arn.two_shot_slots(tokens, h, world) == ((world - 1) * chunk + h) * tokens
     assert p.workspace_bytes == 2 * arn.two_shot_slots(tokens, h, world) * x.itemsize
-    # Less than lamport's (world - 1) copies of x a half from 4 ranks on, once there are rows to share.
-    if world >= 4 and tokens >= world:
+    # Less than lamport's (world - 1) copies of x a half from 4 ranks on.
+    if world >= 4 and h % (16 * world) == 0:
         assert p.workspace_bytes < arn.plan(x, r, w, o, DEV, world, 132, mode="lamport").workspace_bytes
     assert "two_shot" in arn.ONE_NODE_MODES
+    with pytest.raises(ValueError, match="power-of-two world"):
+        arn.plan(x, r, w, o, DEV, 3, 132, mode="two_shot")
     with pytest.raises(ValueError, match="one node only"):
         arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot", multi_node=True)
 

@@ -133,16 +133,16 @@ KERNELS["allreduce_rmsnorm_lamport_w4_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
-# Mode "two_shot": a reduce-scatter and an all-gather through lamport slots, a row at a time (2, 4
-# and 8 ranks; 8 polls its peers' rows one by one) and its FP8 output.
-for world in (2, 4, 8):
+# Mode "two_shot": a reduce-scatter and an all-gather of each row's chunks through lamport slots
+# (BLOCK_H: a chunk's block at hidden 8192; 2, 4 and 8 ranks) and its FP8 output.
+for world, chunk_block in ((2, 4096), (4, 2048), (8, 1024)):
     KERNELS[f"allreduce_rmsnorm_two_shot_w{world}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
-        {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
+        {"WHOLE": 0, "BLOCK_H": chunk_block, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
          "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "WORLD": world, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_two_shot_w4_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
-    {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
+    {"WHOLE": 0, "BLOCK_H": 2048, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
@@ -374,10 +374,11 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # unrolled; world 2 spills none.
                     "allreduce_rmsnorm_lamport_w4": 16, "allreduce_rmsnorm_lamport_w4_fp8_pdl": 48,
                     "allreduce_rmsnorm_lamport_w8": 344,
-                    # Two-shot rows (the same row of 4 or 8 ranks polled, a second loop of rows for
-                    # the gathered sums beside it).
-                    "allreduce_rmsnorm_two_shot_w4": 56, "allreduce_rmsnorm_two_shot_w4_fp8_pdl": 48,
-                    "allreduce_rmsnorm_two_shot_w8": 312,
+                    # Two-shot by column chunks: a row's chunk from every rank polled as one block,
+                    # then the row whole as a [world, chunk] block beside its residual and weight
+                    # (FP8: the pair of row reductions too; w8 was 312 when ranks owned rows).
+                    "allreduce_rmsnorm_two_shot_w2": 8, "allreduce_rmsnorm_two_shot_w4": 56,
+                    "allreduce_rmsnorm_two_shot_w4_fp8_pdl": 104, "allreduce_rmsnorm_two_shot_w8": 112,
                     # Through pointers (sm_80, layouts TMA cannot read): a word beside a 64 x 128
                     # accumulator; the TMA kernel Hopper runs spills none.
                     "matmul_allreduce_lamport_m128_w2": 8}

@@ -740,11 +740,15 @@ def main() -> int:
             cases.run(f"all_reduce_rmsnorm split over {other} {dtype} 8x8192: 2000 graph replays back to back",
                       lambda: with_tuning(lambda: s.rmsnorm(8, 8192, dtype, "split", graph=True, back_to_back=2000),
                                           RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
-        # Lamport: every slot must be empty again after each call, or the next call that lands
-        # there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
-        for tokens, replays in ((32, 2000), (2048, 200)):
-            cases.run(f"all_reduce_rmsnorm lamport {dtype} {tokens}x8192: {replays} graph replays back to back",
-                      lambda: s.rmsnorm(tokens, 8192, dtype, "lamport", graph=True, back_to_back=replays))
+        # Lamport and two_shot: every slot must be empty again after each call, or the next call
+        # that lands there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
+        for mode, tokens, replays in (("lamport", 32, 2000), ("lamport", 2048, 200), ("two_shot", 128, 2000),
+                                      ("two_shot", 2048, 200)):
+            cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x8192: {replays} graph replays back to back",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, mode, graph=True, back_to_back=replays))
+        # two_shot's chunks of a row of 1000 at world 4: three of 256 columns and one of 232.
+        cases.run(f"all_reduce_rmsnorm two_shot {dtype} 7x1000 (ragged chunks)",
+                  lambda: s.rmsnorm(7, 1000, dtype, "two_shot", graph=False))
         # Decode replays a graph of the op for every token generated: 10,000 replays back to back
         # (one per decode step of a long answer) and still the reference's bits.
         for tokens in small((1, 32), (1,)):

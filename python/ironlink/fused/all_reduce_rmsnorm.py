@@ -71,7 +71,7 @@ class Plan(NamedTuple):
     rows_at_once: int  # rows, push: rows a CTA normalizes at a time
     workspace_bytes: int  # push, lamport, two_shot: the rows' slots at this rank (`two_shot_slots` for two_shot)
     parts: int = 1  # split: CTAs per row (the slices of a row)
-    slice_cols: int = 0  # split: columns of a slice (the last one may have fewer)
+    slice_cols: int = 0  # split: columns of a slice (the last one may have fewer); two_shot: of a rank's chunk
     lamport: bool = False  # lamport, split, two_shot: the rows exchanged through lamport slots (split: not LL packets)
     preload: bool = True  # rows: the weight and first residual rows loaded before the all-reduce (a probe: False)
 
@@ -131,9 +131,14 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
                              f"and at most {sms // 2} tokens here, got {tokens} rows of {hidden * x.itemsize}")
         return split_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0), parts, x.itemsize, world,
                           tuning.RMSNORM_SPLIT_LAMPORT)
-    if mode == "two_shot":
-        return Plan(tokens, hidden, block_h, mode, max(1, min(tokens, sms, _abi.MAX_CTAS)), warps, fp8, 1,
-                    2 * two_shot_slots(tokens, hidden, world) * x.itemsize, lamport=True)
+    if mode == "two_shot":  # blocks of a row's chunk; the warps of a whole row, which step 3 holds
+        if world & (world - 1):
+            raise ValueError(f"mode 'two_shot' needs a power-of-two world (its rows are [world, chunk] blocks), "
+                             f"got {world}")
+        chunk = two_shot_chunk(hidden, world)
+        return Plan(tokens, hidden, triton.next_power_of_2(chunk), mode, max(1, min(tokens, sms, _abi.MAX_CTAS)),
+                    warps, fp8, 1, 2 * two_shot_slots(tokens, hidden, world) * x.itemsize, slice_cols=chunk,
+                    lamport=True)
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
@@ -147,10 +152,17 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace, lamport=mode == "lamport")
 
 
+def two_shot_chunk(hidden: int, world: int) -> int:
+    """Columns of each rank's chunk of a row in mode "two_shot": hidden / world rounded up to a
+    multiple of 16 (every chunk starts 16-byte aligned, as the row does; the last chunks may be
+    narrower, or empty)."""
+    return -(-hidden // (16 * world)) * 16
+
+
 def two_shot_slots(tokens: int, hidden: int, world: int) -> int:
-    """Elements of one half of mode "two_shot"'s workspace: a slot of the rows this rank owns
-    (ceil(tokens / world)) for each peer, then one of every row for the gathered sums."""
-    return ((world - 1) * -(-tokens // world) + tokens) * hidden
+    """Elements of one half of mode "two_shot"'s workspace: for each peer a slot of every row's
+    chunk of this rank (`two_shot_chunk`), then one of every row whole for the gathered sums."""
+    return ((world - 1) * two_shot_chunk(hidden, world) + hidden) * tokens
 
 
 def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) -> Plan:
@@ -251,4 +263,4 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
 
 
 __all__ = ["MAX_HIDDEN", "MODES", "ONE_NODE_MODES", "all_reduce_rmsnorm", "launch", "plan", "split_into",
-           "two_shot_slots"]
+           "two_shot_chunk", "two_shot_slots"]

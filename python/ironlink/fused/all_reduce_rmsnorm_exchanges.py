@@ -35,17 +35,20 @@ The six modes, each one launch (`mode`, chosen by the decode table, `tuning.rmsn
   calls). No signal and no fence: the round trip of push's signal is gone, and the bytes still
   cross NVLink once. TensorRT-LLM's and FlashInfer's one-shot all-reduce use this scheme. One
   node only; workspace made at the first call (before a CUDA graph capture).
-- "two_shot": the rows are owned by the ranks in blocks (rank j the j-th of `world` blocks of
-  ceil(T / world) rows); each CTA takes rows pid, pid + grid, ... and sends those another rank owns
-  to its owner's lamport slots (a reduce-scatter), sums the rows this rank owns as the peers' land
-  (fixed order, fp32, rounded to x's dtype), sends each sum to every peer (an all-gather into one
-  lamport slot a row: a row has one sender), and normalizes every row from its sum: the rows it
-  summed at once, the others as they land. A rank sends 2 (world - 1) / world of x where "lamport"
-  sends (world - 1) copies: at world 4 half the bytes, for a second hop's latency. Every rank
-  normalizes the same bits of the sum with the same code, so results are bitwise identical. Each
-  CTA waits only for the same CTA index of its peers (no residency needed). One node only; its
-  workspace (two halves, alternate launches, each (world - 1) owned blocks and T rows) made at the
-  first call (before a CUDA graph capture).
+- "two_shot": each row's columns are owned by the ranks in chunks (rank j the j-th of `world`
+  chunks of C columns, a multiple of 16); each CTA takes rows pid, pid + grid, ... and sends every
+  chunk another rank owns to its owner's lamport slots (a reduce-scatter), sums this rank's chunk
+  of each row as the peers' land (fixed order, fp32, rounded to x's dtype), sends the sum to every
+  peer (an all-gather into one lamport slot a row: a chunk has one sender), then reads each row
+  whole as the peers' chunks land and normalizes it. A rank sends 2 (world - 1) / world of x where
+  "lamport" sends (world - 1) copies: at world 4 half the bytes, for a second hop's latency. Every
+  CTA moves the same bytes: owning rows instead (rank j the j-th block of rows) left a quarter of
+  the CTAs sending three copies of a row while the rest sent one, and a CTA's stores are slow
+  (about 7 GB/s on an H200: one CTA sends 48 KiB in 7.75 us, bench/probes/rmsnorm_timeline.py).
+  Every rank normalizes the same bits of the sum with the same code, so results are bitwise
+  identical. Each CTA waits only for the same CTA index of its peers (no residency needed). One
+  node only; its workspace (two halves, alternate launches, each (world - 1) slots of T chunk rows
+  and T whole rows) made at the first call (before a CUDA graph capture).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from ..language import typed as ilt
 from ..language.slots import (add_in_rank_order, advance_epochs, at_peer, lamport_receive, lamport_reduce,
                               lamport_reduce_values, lamport_send, lamport_store, launch_slots, slot_of,
                               store_to_peer_slots)
-from .all_reduce_rmsnorm_norm import FP8_MAX, norm_sums
+from .all_reduce_rmsnorm_norm import FP8_MAX, norm_row_block, norm_sums
 from .trace import stamp
 
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
@@ -244,55 +247,60 @@ def split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wor
 
 
 @triton.jit
-def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, T, H, eps, rank, dists,
-                   BLOCK_H: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
-    """"two_shot" (module docs): this CTA's rows pid, pid + grid, ... Slots of this launch's half
-    of `inbox`: for each peer, a slot of the rows this rank owns (`slot_of`: the reduce-scatter),
-    then one slot of every row (the gathered sums; a row's owner is its only sender). Returns the
-    status: after a failed wait the CTA stops (heap.check() raises)."""
+def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, T, H, C, eps, rank, dists,
+                   BLOCK_C: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
+    """"two_shot" (module docs): this CTA's rows pid, pid + grid, ..., each row's columns owned
+    in chunks of C (rank j the j-th; BLOCK_C a power of two >= C). Slots of this launch's half of
+    `inbox`: for each peer a slot of T chunk rows (what it sends for this rank's chunk: the
+    reduce-scatter), then one of T whole rows (the owners' summed chunks: the all-gather, one
+    sender per chunk). Returns the status: after a failed wait the CTA stops (heap.check()
+    raises)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     epoch = tl.load(epochs + pid)
-    per = tl.cdiv(T, WORLD)  # rows a rank owns (the last ranks may own fewer, or none)
-    owned = per.to(tl.int64) * H  # elements of a reduce-scatter slot
-    half = inbox + (epoch % 2).to(tl.int64) * ((WORLD - 1) * owned + tl.cast(T, tl.int64) * H)
-    gathered = half + (WORLD - 1) * owned
-    cols = tl.arange(0, BLOCK_H)
-    m = cols < H
-    mk = m[None, :]
-    w = tl.load(weight + cols, mask=m, other=0.0)
-    # 1. Reduce-scatter: each row another rank owns to this rank's slot there (no wait).
+    scattered = tl.cast(T, tl.int64) * C  # elements of a reduce-scatter slot
+    half = inbox + (epoch % 2).to(tl.int64) * ((WORLD - 1) * scattered + tl.cast(T, tl.int64) * H)
+    gathered = half + (WORLD - 1) * scattered
+    c = tl.arange(0, BLOCK_C)
+    # 1. Reduce-scatter: every row's chunk that peer k owns, to this rank's slot there (no wait).
     for i in range(pid, T, grid):
-        owner = i // per
-        if owner != rank:
-            local = tl.cast(i - owner * per, tl.int64) * H + cols[None, :]
-            there = at_peer(half, dists, (owner - rank + WORLD) % WORLD)
-            v = unempty(tl.load(x + tl.cast(i, tl.int64) * H + cols[None, :], mask=mk))
-            tl.store(there + slot_of(rank, owner, WORLD).to(tl.int64) * owned + local, v, mask=mk)
-    # 2. The rows this rank owns: summed as the peers' land, the sum to every peer, normalized.
+        row = tl.cast(i, tl.int64)
+        for k in tl.static_range(1, WORLD):
+            dest = (rank + k) % WORLD
+            mk = c < tl.minimum(C, H - dest * C)
+            v = unempty(tl.load(x + row * H + dest * C + c, mask=mk))
+            there = at_peer(half, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * scattered
+            tl.store(there + row * C + c, v, mask=mk)
+    # 2. This rank's chunk of each row: summed as the peers' land (fixed order, fp32, rounded to
+    # x's dtype), stored into x and sent to every peer's gathered row.
     s = tl.zeros((), dtype=tl.int32)
+    mine = c < tl.minimum(C, H - rank * C)
     for i in range(pid, T, grid):
-        if (i // per == rank) & (s == 0):
-            row = tl.cast(i, tl.int64) + tl.arange(0, 1)
-            at = row[:, None] * H + cols[None, :]
-            res = tl.load(residual + at, mask=mk, other=0.0)
-            local = tl.cast(i - rank * per, tl.int64) * H + cols[None, :]
-            total, s = lamport_reduce_values(ctx, tl.load(x + at, mask=mk, other=0.0), half, owned, local, mk, rank,
-                                             WORLD)
+        if s == 0:
+            at = tl.cast(i, tl.int64) * H + rank * C + c
+            total, s = lamport_reduce_values(ctx, tl.load(x + at, mask=mine, other=0.0), half, scattered,
+                                             tl.cast(i, tl.int64) * C + c, mine, rank, WORLD)
             if s == 0:
                 summed = unempty(total.to(x.dtype.element_ty))  # as the peers will get it
-                lamport_store(summed, gathered, 0, at, mk, rank, dists, WORLD)
-                tl.store(x + at, summed, mask=mk)
-                norm_sums(summed, res, w, residual_out, out, scale, row, row == row, H, eps, BLOCK_H, FP8)
-    # 3. The other rows: their sums polled as they land, the slot set back to empty, normalized.
+                lamport_store(summed, gathered, 0, at, mine, rank, dists, WORLD)
+                tl.store(x + at, summed, mask=mine)
+    # 3. Each row whole: the peers' chunks polled as they land (the slot set back to empty), this
+    # rank's read back from x (the barrier orders this CTA's stores of step 2 before the loads),
+    # normalized. A row is [WORLD, BLOCK_C]: chunk j in row j (WORLD a power of two).
+    tl.debug_barrier()
+    j = tl.arange(0, WORLD)[:, None]
+    cols = j * C + c[None, :]
+    m = (c[None, :] < C) & (cols < H)
+    theirs = m & (j != rank)
     for i in range(pid, T, grid):
-        if (i // per != rank) & (s == 0):
-            row = tl.cast(i, tl.int64) + tl.arange(0, 1)
-            at = row[:, None] * H + cols[None, :]
-            res = tl.load(residual + at, mask=mk, other=0.0)
-            summed, s = lamport_receive(ctx, gathered + at, mk)
+        if s == 0:
+            row = tl.cast(i, tl.int64) * H  # offsets from the row's start: int32 lanes
+            res = tl.load(residual + row + cols, mask=m, other=0.0)
+            w = tl.load(weight + cols, mask=m, other=0.0)
+            got, s = lamport_receive(ctx, gathered + row + cols, theirs)
             if s == 0:
-                tl.store(x + at, summed, mask=mk)
-                norm_sums(summed, res, w, residual_out, out, scale, row, row == row, H, eps, BLOCK_H, FP8)
+                summed = tl.where(theirs, got, tl.load(x + row + cols, mask=m & (j == rank), other=0.0))
+                tl.store(x + row + cols, summed, mask=theirs)
+                norm_row_block(summed, res, w, residual_out + row, out + row, scale + i, cols, m, H, eps, FP8)
     advance_epochs(epochs, epoch + 1)
     return s
 

@@ -138,7 +138,10 @@ def rmsnorm_rows_at_once(tokens: int, ctas: int, push_world: int = 0) -> int:
 def rmsnorm_mode_runs(mode: str, tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> bool:
     """Whether all_reduce_rmsnorm's `mode` runs for `tokens` rows of `row_bytes` over `world`
     ranks of one node with `sms` SMs for its grid: "split" where it cuts rows into two slices or
-    more (`rmsnorm_split_parts`); every other mode at any shape."""
+    more (`rmsnorm_split_parts`); "two_shot" at a power-of-two world; every other mode at any
+    shape."""
+    if mode == "two_shot":
+        return world & (world - 1) == 0
     return mode != "split" or rmsnorm_split_parts(tokens, row_bytes, world, sms) > 1
 
 
