@@ -80,16 +80,16 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
     # "two_shot" up to 2 MiB, lamport up to 8 MiB, "push" up to 32 MiB, then "rows" (no workspace).
     (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (8, 8192, 2, "split", 64), (9, 8192, 2, "lamport", 9),
     (16, 8192, 2, "lamport", 16), (17, 8192, 2, "split", 68), (64, 8192, 2, "split", 128),
-    (65, 8192, 2, "two_shot", 65), (128, 8192, 2, "two_shot", 128), (129, 8192, 2, "lamport", 129),
+    (65, 8192, 2, "two_shot", 130), (128, 8192, 2, "two_shot", 128), (129, 8192, 2, "lamport", 129),
     (512, 8192, 2, "lamport", 132), (513, 8192, 2, "push", 132), (2048, 8192, 2, "push", 132),
     (2049, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
     # Split where a row of hidden 16384 still cuts into resident slices, else the next entry's mode.
     (1, 16384, 2, "split", 8), (5, 16384, 2, "lamport", 5), (32, 16384, 2, "split", 128),
-    (33, 16384, 2, "two_shot", 33),
+    (33, 16384, 2, "two_shot", 132),
     # World 4's (4 H200s): split up to 256 KiB, two_shot up to 8 MiB, rows up to 16 MiB, whole past
     # that. A row of 2048 bf16 cuts into two slices.
-    (1, 8192, 4, "split", 8), (16, 8192, 4, "split", 128), (17, 8192, 4, "two_shot", 17),
-    (32, 8192, 4, "two_shot", 32), (512, 8192, 4, "two_shot", 132), (513, 8192, 4, "rows", 132),
+    (1, 8192, 4, "split", 8), (16, 8192, 4, "split", 128), (17, 8192, 4, "two_shot", 68),
+    (32, 8192, 4, "two_shot", 128), (512, 8192, 4, "two_shot", 132), (513, 8192, 4, "rows", 132),
     (1024, 8192, 4, "rows", 132), (1025, 8192, 4, "whole", None), (4096, 8192, 4, "whole", None),
     (1, 2048, 4, "split", 2),
 ])
@@ -190,18 +190,22 @@ def test_rmsnorm_two_shot_plans_owned_chunks_and_gathered_rows(tokens: int, worl
     x, r, w, o = (spec("x", (tokens, h), ptr=1 << 20), spec("residual", (tokens, h), ptr=2 << 30),
                   spec("weight", (h,), ptr=3 << 30), spec("out", (tokens, h), ptr=4 << 30))
     p = arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot")
-    # Rows strided over the CTAs (no residency needed), one at a time; the slots read as they land.
-    assert p.mode == "two_shot" and p.ctas == min(tokens, 132) and p.rows_at_once == 1 and p.lamport
-    # Each rank owns a chunk of every row: 16-column units, world chunks cover the row, the last
-    # ones may be narrower or empty (hidden 24 at 8 ranks: 16, 8, then six empty).
-    chunk = arn.two_shot_chunk(h, world)
-    assert chunk % 16 == 0 and world * chunk >= h > world * (chunk - 16)
+    # Few rows: each cut into slices of a CTA each, as many as fit the SMs (at most 8) with chunks
+    # of at least 512 bytes; else a CTA a row, rows strided over the CTAs (no residency needed).
+    parts = tuning.rmsnorm_two_shot_parts(tokens, h * 2, world, 132)
+    assert parts == {(300, 8192): 1, (1, 8192): 8, (5, 8192): 4, (2048, 8192): 1, (3, 40): 1, (2, 24): 1}[(tokens, h)]
+    assert p.parts == parts and p.ctas == (tokens * parts if parts > 1 else min(tokens, 132))
+    assert p.mode == "two_shot" and p.rows_at_once == 1 and p.lamport
+    # Each rank owns a chunk of every slice: 16-column units, world chunks cover the slice, the
+    # last ones may be narrower or empty (hidden 24 at 8 ranks: 16, 8, then six empty).
+    chunk = arn.two_shot_chunk(h, world, parts)
+    assert chunk % 16 == 0 and parts * world * chunk >= h > parts * world * (chunk - 16)
     assert p.slice_cols == chunk and p.block_h == triton.next_power_of_2(chunk)
-    assert p.warps == tuning.rmsnorm_warps(triton.next_power_of_2(h))  # step 3 holds a whole row
-    # Each half (alternate launches): for each peer a slot of this rank's chunk of every row, then
-    # one slot of every row whole for the gathered sums.
-    assert arn.two_shot_slots(tokens, h, world) == ((world - 1) * chunk + h) * tokens
-    assert p.workspace_bytes == 2 * arn.two_shot_slots(tokens, h, world) * x.itemsize
+    assert p.warps == tuning.rmsnorm_warps(world * p.block_h)  # step 3 holds a slice as [world, chunk]
+    # Each half (alternate launches): for each peer a slot of this rank's chunk of every slice,
+    # then one slot of every row whole for the gathered sums.
+    assert arn.two_shot_slots(tokens, h, world, parts) == ((world - 1) * parts * chunk + h) * tokens
+    assert p.workspace_bytes == 2 * arn.two_shot_slots(tokens, h, world, parts) * x.itemsize
     # Less than lamport's (world - 1) copies of x a half from 4 ranks on.
     if world >= 4 and h % (16 * world) == 0:
         assert p.workspace_bytes < arn.plan(x, r, w, o, DEV, world, 132, mode="lamport").workspace_bytes

@@ -139,11 +139,18 @@ for world, chunk_block in ((2, 4096), (4, 2048), (8, 1024)):
     KERNELS[f"allreduce_rmsnorm_two_shot_w{world}"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
         {"WHOLE": 0, "BLOCK_H": chunk_block, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
-         "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "WORLD": world, "num_warps": 16})
+         "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 1, "WORLD": world, "num_warps": 16})
+# Over slices (few rows: a CTA a slice of world chunks, the slices' sums of squares shared as
+# split's are): 32 rows of hidden 8192 at world 4 in 4 slices, chunks of 512, 4 warps.
+for fp8 in (False, True):
+    KERNELS[f"allreduce_rmsnorm_two_shot_w4_parts4{'_fp8' if fp8 else ''}"] = (
+        allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "ws": "*i64", **({"out": "*fp8e4nv"} if fp8 else {})},
+        {"WHOLE": 0, "BLOCK_H": 512, "FP8": fp8, "PDL": fp8, "PRELOAD": True, "TRACE": False, "ROWS": 1,
+         "LAMPORT": True, "TWO_SHOT": True, "PARTS": 4, "WORLD": 4, "num_warps": 4, **({"MIN_CC": 90} if fp8 else {})})
 KERNELS["allreduce_rmsnorm_two_shot_w4_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 2048, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
-     "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
+     "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 1, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
     allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
                                                                           "out", "ws", "inbox")}},

@@ -19,7 +19,8 @@ falls between the wait for the previous kernel and the exchange's end (`all_redu
 (more rows a CTA on fewer CTAs: at one CTA an SM a launch's CTAs cannot start beside the previous
 launch's), rows with `variant` "ctas=N" and `graph_us`, in turns as `--rows-at-once`.
 `--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits),
-its slices exchanged over LL packets and through lamport slots (row field `lamport`).
+its slices exchanged over LL packets and through lamport slots (row field `lamport`);
+`--two-shot-parts 1,4` mode two_shot so (row field `parts`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.runtime.distributed import sm_share
-from ironlink.fused.all_reduce_rmsnorm import launch, plan, split_into
+from ironlink.fused.all_reduce_rmsnorm import launch, plan, split_into, two_shot_into
 from ironlink.fused.trace import TRACE_SLOTS
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime.pdl import choose_pdl
@@ -93,6 +94,8 @@ def main() -> None:
                          "mode is rows, push or lamport; the plan's own grid is timed among them if listed")
     ap.add_argument("--modes", default="", help="e.g. rows,push: these modes instead of the default one")
     ap.add_argument("--split-parts", default="", help="e.g. 4,8,16: mode split with that many slices a row too")
+    ap.add_argument("--two-shot-parts", default="",
+                    help="e.g. 1,2,4,8: mode two_shot with that many slices a row too (where the grid fits)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -127,6 +130,10 @@ def main() -> None:
                 for lamport in (False, True):
                     q = split_into(p, parts, x.element_size(), world, lamport)
                     timeline(rows, args, heap, q, x, residual, weight, out, status, pdl)
+        for parts in (int(v) for v in args.two_shot_parts.split(",") if v):
+            if parts == 1 or t * parts <= min(sms, status.numel()):  # slices: every CTA resident
+                timeline(rows, args, heap, two_shot_into(p, parts, x.element_size(), world, sms), x, residual, weight,
+                         out, status, pdl)
         heap.free(x)
     write_results(args.out, world, rows, probe="rmsnorm_timeline")
     heap.close()

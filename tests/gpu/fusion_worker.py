@@ -742,13 +742,15 @@ def main() -> int:
                                           RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
         # Lamport and two_shot: every slot must be empty again after each call, or the next call
         # that lands there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
-        for mode, tokens, replays in (("lamport", 32, 2000), ("lamport", 2048, 200), ("two_shot", 128, 2000),
-                                      ("two_shot", 2048, 200)):
+        for mode, tokens, replays in (("lamport", 32, 2000), ("lamport", 2048, 200), ("two_shot", 32, 2000),
+                                      ("two_shot", 128, 2000), ("two_shot", 2048, 200)):
             cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x8192: {replays} graph replays back to back",
                       lambda: s.rmsnorm(tokens, 8192, dtype, mode, graph=True, back_to_back=replays))
-        # two_shot's chunks of a row of 1000 at world 4: three of 256 columns and one of 232.
-        cases.run(f"all_reduce_rmsnorm two_shot {dtype} 7x1000 (ragged chunks)",
-                  lambda: s.rmsnorm(7, 1000, dtype, "two_shot", graph=False))
+        # two_shot's ragged chunks at world 4: a row of 1000, a CTA a row (chunks of 256, the last
+        # 232); rows of 5000 in 4 slices a row (chunks of 320, the last slice's last 200).
+        for tokens, hidden in ((7, 1000), (3, 5000)):
+            cases.run(f"all_reduce_rmsnorm two_shot {dtype} {tokens}x{hidden} (ragged chunks)",
+                      lambda: s.rmsnorm(tokens, hidden, dtype, "two_shot", graph=False))
         # Decode replays a graph of the op for every token generated: 10,000 replays back to back
         # (one per decode step of a long answer) and still the reference's bits.
         for tokens in small((1, 32), (1,)):

@@ -70,7 +70,7 @@ class Plan(NamedTuple):
     fp8: bool  # out is float8_e4m3fn, quantized per token
     rows_at_once: int  # rows, push: rows a CTA normalizes at a time
     workspace_bytes: int  # push, lamport, two_shot: the rows' slots at this rank (`two_shot_slots` for two_shot)
-    parts: int = 1  # split: CTAs per row (the slices of a row)
+    parts: int = 1  # split, two_shot: CTAs per row (the slices of a row)
     slice_cols: int = 0  # split: columns of a slice (the last one may have fewer); two_shot: of a rank's chunk
     lamport: bool = False  # lamport, split, two_shot: the rows exchanged through lamport slots (split: not LL packets)
     preload: bool = True  # rows: the weight and first residual rows loaded before the all-reduce (a probe: False)
@@ -131,14 +131,13 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
                              f"and at most {sms // 2} tokens here, got {tokens} rows of {hidden * x.itemsize}")
         return split_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0), parts, x.itemsize, world,
                           tuning.RMSNORM_SPLIT_LAMPORT)
-    if mode == "two_shot":  # blocks of a row's chunk; the warps of a whole row, which step 3 holds
+    if mode == "two_shot":  # blocks of a chunk; the warps of a slice ([world, chunk]), which step 3 holds
         if world & (world - 1):
             raise ValueError(f"mode 'two_shot' needs a power-of-two world (its rows are [world, chunk] blocks), "
                              f"got {world}")
-        chunk = two_shot_chunk(hidden, world)
-        return Plan(tokens, hidden, triton.next_power_of_2(chunk), mode, max(1, min(tokens, sms, _abi.MAX_CTAS)),
-                    warps, fp8, 1, 2 * two_shot_slots(tokens, hidden, world) * x.itemsize, slice_cols=chunk,
-                    lamport=True)
+        return two_shot_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0),
+                             tuning.rmsnorm_two_shot_parts(tokens, hidden * x.itemsize, world, sms), x.itemsize, world,
+                             sms)
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
@@ -152,17 +151,32 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
     return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace, lamport=mode == "lamport")
 
 
-def two_shot_chunk(hidden: int, world: int) -> int:
-    """Columns of each rank's chunk of a row in mode "two_shot": hidden / world rounded up to a
-    multiple of 16 (every chunk starts 16-byte aligned, as the row does; the last chunks may be
-    narrower, or empty)."""
-    return -(-hidden // (16 * world)) * 16
+def two_shot_chunk(hidden: int, world: int, parts: int = 1) -> int:
+    """Columns of each rank's chunk of a slice in mode "two_shot" (a row cut into `parts` slices of
+    `world` chunks): hidden / (parts x world) rounded up to a multiple of 16 (every chunk starts
+    16-byte aligned, as the row does; the last chunks may be narrower, or empty)."""
+    return -(-hidden // (16 * world * parts)) * 16
 
 
-def two_shot_slots(tokens: int, hidden: int, world: int) -> int:
-    """Elements of one half of mode "two_shot"'s workspace: for each peer a slot of every row's
-    chunk of this rank (`two_shot_chunk`), then one of every row whole for the gathered sums."""
-    return ((world - 1) * two_shot_chunk(hidden, world) + hidden) * tokens
+def two_shot_slots(tokens: int, hidden: int, world: int, parts: int = 1) -> int:
+    """Elements of one half of mode "two_shot"'s workspace: for each peer a slot of this rank's
+    chunk (`two_shot_chunk`) of every slice of every row, then one of every row whole for the
+    gathered sums."""
+    return ((world - 1) * parts * two_shot_chunk(hidden, world, parts) + hidden) * tokens
+
+
+def two_shot_into(p: Plan, parts: int, itemsize: int, world: int, sms: int) -> Plan:
+    """Plan `p` in mode "two_shot" with `parts` slices a row (a CTA each; 1: a CTA a row, rows
+    strided over at most `sms` CTAs), chunks of `two_shot_chunk` columns, the warps of a slice
+    held as [world, chunk]. bench/probes/rmsnorm_timeline.py --two-shot-parts compares slice counts
+    with it."""
+    chunk = two_shot_chunk(p.hidden, world, parts)
+    block = triton.next_power_of_2(chunk)
+    return p._replace(mode="two_shot", block_h=block,
+                      ctas=p.tokens * parts if parts > 1 else max(1, min(p.tokens, sms, _abi.MAX_CTAS)),
+                      warps=tuning.rmsnorm_warps(world * block), rows_at_once=1,
+                      workspace_bytes=2 * two_shot_slots(p.tokens, p.hidden, world, parts) * itemsize, parts=parts,
+                      slice_cols=chunk, lamport=True)
 
 
 def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) -> Plan:
@@ -244,15 +258,16 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
 def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
     """The kernel's `ws`, `epochs` and `inbox` for plan `p`, kept in the heap between calls
     (`heap.workspace`; x or `status` where the mode reads none): `ws` mode "push"'s slots (x's dtype)
-    or mode "split"'s words (int64 [SPLIT_WORDS], zeroed when made); `epochs` the per-CTA launch
-    counters push, split and lamport keep (int32 [MAX_CTAS], zeroed when made: equal on every
-    rank); `inbox` the lamport slots (x's dtype, every element -0.0 when made: "empty")."""
+    or the slices' words of "split" and of "two_shot" over slices (int64 [SPLIT_WORDS], zeroed when
+    made); `epochs` the per-CTA launch counters of the one-node modes (int32 [MAX_CTAS], zeroed when
+    made: equal on every rank); `inbox` the lamport slots (x's dtype, every element -0.0 when made:
+    "empty")."""
     import torch
 
     ws, epochs, inbox = x, status, x
     if p.mode in ONE_NODE_MODES:
         epochs = epoch_counters(heap, "all_reduce_rmsnorm")
-    if p.mode == "split":
+    if p.mode == "split" or (p.mode == "two_shot" and p.parts > 1):
         nbytes = 8 * SPLIT_WORDS.value
         ws = heap.workspace("all_reduce_rmsnorm/split", nbytes, zeroed_prefix=nbytes).view(torch.int64)
     elif p.mode == "push":
@@ -263,4 +278,4 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
 
 
 __all__ = ["MAX_HIDDEN", "MODES", "ONE_NODE_MODES", "all_reduce_rmsnorm", "launch", "plan", "split_into",
-           "two_shot_chunk", "two_shot_slots"]
+           "two_shot_chunk", "two_shot_into", "two_shot_slots"]

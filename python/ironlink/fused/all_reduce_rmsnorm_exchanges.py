@@ -247,61 +247,95 @@ def split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wor
 
 
 @triton.jit
-def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, T, H, C, eps, rank, dists,
-                   BLOCK_C: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
-    """"two_shot" (module docs): this CTA's rows pid, pid + grid, ..., each row's columns owned
-    in chunks of C (rank j the j-th; BLOCK_C a power of two >= C). Slots of this launch's half of
-    `inbox`: for each peer a slot of T chunk rows (what it sends for this rank's chunk: the
-    reduce-scatter), then one of T whole rows (the owners' summed chunks: the all-gather, one
-    sender per chunk). Returns the status: after a failed wait the CTA stops (heap.check()
+def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inbox, epochs, T, H, C, eps, rank, dists,
+                   BLOCK_C: tl.constexpr, PARTS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
+    """"two_shot" (module docs): this CTA's units pid, pid + grid, ..., unit u the slice u % PARTS
+    of row u // PARTS (WORLD chunks of C columns; BLOCK_C a power of two >= C), rank j owning chunk
+    j of every slice. Slots of this launch's half of `inbox`: for each peer a slot of T x PARTS
+    chunks (what it sends for this rank's chunk of each unit: the reduce-scatter), then one of T
+    whole rows (the owners' summed chunks: the all-gather, one sender per chunk). With PARTS > 1
+    (a unit a CTA, every CTA resident) the slices of a row share their sums of squares through
+    `words`, as split does. Returns the status: after a failed wait the CTA stops (heap.check()
     raises)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     epoch = tl.load(epochs + pid)
-    scattered = tl.cast(T, tl.int64) * C  # elements of a reduce-scatter slot
+    units = T * PARTS
+    scattered = tl.cast(units, tl.int64) * C  # elements of a reduce-scatter slot
     half = inbox + (epoch % 2).to(tl.int64) * ((WORLD - 1) * scattered + tl.cast(T, tl.int64) * H)
     gathered = half + (WORLD - 1) * scattered
     c = tl.arange(0, BLOCK_C)
-    # 1. Reduce-scatter: every row's chunk that peer k owns, to this rank's slot there (no wait).
-    for i in range(pid, T, grid):
-        row = tl.cast(i, tl.int64)
+    # 1. Reduce-scatter: each unit's chunk that peer k owns, to this rank's slot there (no wait).
+    for u in range(pid, units, grid):
+        row = tl.cast(u // PARTS, tl.int64) * H
         for k in tl.static_range(1, WORLD):
             dest = (rank + k) % WORLD
-            mk = c < tl.minimum(C, H - dest * C)
-            v = unempty(tl.load(x + row * H + dest * C + c, mask=mk))
+            lo = (u % PARTS) * WORLD * C + dest * C  # the chunk's first column
+            mk = c < tl.minimum(C, H - lo)
+            v = unempty(tl.load(x + row + lo + c, mask=mk))
             there = at_peer(half, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * scattered
-            tl.store(there + row * C + c, v, mask=mk)
-    # 2. This rank's chunk of each row: summed as the peers' land (fixed order, fp32, rounded to
+            tl.store(there + tl.cast(u, tl.int64) * C + c, v, mask=mk)
+    # 2. This rank's chunk of each unit: summed as the peers' land (fixed order, fp32, rounded to
     # x's dtype), stored into x and sent to every peer's gathered row.
     s = tl.zeros((), dtype=tl.int32)
-    mine = c < tl.minimum(C, H - rank * C)
-    for i in range(pid, T, grid):
+    for u in range(pid, units, grid):
         if s == 0:
-            at = tl.cast(i, tl.int64) * H + rank * C + c
+            lo = (u % PARTS) * WORLD * C + rank * C
+            mine = c < tl.minimum(C, H - lo)
+            at = tl.cast(u // PARTS, tl.int64) * H + lo + c
             total, s = lamport_reduce_values(ctx, tl.load(x + at, mask=mine, other=0.0), half, scattered,
-                                             tl.cast(i, tl.int64) * C + c, mine, rank, WORLD)
+                                             tl.cast(u, tl.int64) * C + c, mine, rank, WORLD)
             if s == 0:
                 summed = unempty(total.to(x.dtype.element_ty))  # as the peers will get it
                 lamport_store(summed, gathered, 0, at, mine, rank, dists, WORLD)
                 tl.store(x + at, summed, mask=mine)
-    # 3. Each row whole: the peers' chunks polled as they land (the slot set back to empty), this
+    # 3. Each unit whole: the peers' chunks polled as they land (the slot set back to empty), this
     # rank's read back from x (the barrier orders this CTA's stores of step 2 before the loads),
-    # normalized. A row is [WORLD, BLOCK_C]: chunk j in row j (WORLD a power of two).
+    # normalized. A unit is [WORLD, BLOCK_C]: chunk j in row j (WORLD a power of two).
     tl.debug_barrier()
     j = tl.arange(0, WORLD)[:, None]
-    cols = j * C + c[None, :]
-    m = (c[None, :] < C) & (cols < H)
-    theirs = m & (j != rank)
-    for i in range(pid, T, grid):
+    for u in range(pid, units, grid):
         if s == 0:
-            row = tl.cast(i, tl.int64) * H  # offsets from the row's start: int32 lanes
+            row = tl.cast(u // PARTS, tl.int64) * H  # offsets from the row's start: int32 lanes
+            cols = (u % PARTS) * WORLD * C + j * C + c[None, :]
+            m = (c[None, :] < C) & (cols < H)
+            theirs = m & (j != rank)
             res = tl.load(residual + row + cols, mask=m, other=0.0)
             w = tl.load(weight + cols, mask=m, other=0.0)
             got, s = lamport_receive(ctx, gathered + row + cols, theirs)
             if s == 0:
                 summed = tl.where(theirs, got, tl.load(x + row + cols, mask=m & (j == rank), other=0.0))
                 tl.store(x + row + cols, summed, mask=theirs)
-                norm_row_block(summed, res, w, residual_out + row, out + row, scale + i, cols, m, H, eps, FP8)
+                if PARTS == 1:
+                    norm_row_block(summed, res, w, residual_out + row, out + row, scale + u, cols, m, H, eps, FP8)
+                else:
+                    s = _norm_slice(ctx, summed, res, w, residual_out + row, out + row, scale + u // PARTS, words,
+                                    epoch + 1, cols, m, H, eps, u % PARTS == 0, PARTS, FP8)
     advance_epochs(epochs, epoch + 1)
+    return s
+
+
+@triton.jit
+def _norm_slice(ctx, sums, res, w, residual_out, out, scale, words, flag, at, m, H, eps, first, PARTS: tl.constexpr,
+                FP8: tl.constexpr):
+    """`norm_row_block` for one slice of a row (a CTA's, of PARTS): its sum of squares (and with
+    FP8 its peak |residual x weight|) shared with the row's other slices through `words` tagged
+    with `flag` (`_split_sums`); the row's scale stored by its `first` slice. Returns the status of
+    the wait for the other slices."""
+    r = (sums.to(tl.float32) + res.to(tl.float32)).to(residual_out.dtype.element_ty)
+    tl.store(residual_out + at, r, mask=m)
+    rf = r.to(tl.float32)
+    wf = w.to(tl.float32)
+    sumsq, peak, s = _split_sums(ctx, words, flag, tl.sum(tl.sum(rf * rf, axis=1), axis=0),
+                                 tl.max(tl.max(tl.abs(rf * wf), axis=1), axis=0), PARTS, FP8)
+    inv = tl.rsqrt(sumsq / H + eps)
+    y = rf * inv * wf
+    if FP8:
+        q = tl.maximum(peak * inv, 1e-12) / FP8_MAX
+        if first:
+            tl.store(scale, q)
+        y = y / q
+        at = tl.max_contiguous(at, [1, 8])  # as norm_sums: the bf16 stores' 8 a thread
+    tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
     return s
 
 

@@ -35,7 +35,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     words (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. LAMPORT: mode "lamport"
     (module docs), `ws` and `epochs` as for PUSH, every slot empty (-0.0) between calls. TWO_SHOT
     (with LAMPORT): mode "two_shot" (module docs), `inbox` its slots, chunks of W columns, BLOCK_H a
-    power of two >= W. PRELOAD (rows, push): the
+    power of two >= W, PARTS slices a row (more than one: `ws` the slices' words, as for SPLIT). PRELOAD (rows, push): the
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
@@ -67,8 +67,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
         stamp(trace, 2, TRACE)
         s = norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     elif TWO_SHOT:
-        s = two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, T, H, W, eps, rank,
-                           dists, BLOCK_H, WORLD, FP8)
+        s = two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, ws, inbox, epochs, T, H, W, eps, rank,
+                           dists, BLOCK_H, PARTS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     elif LAMPORT:
         s = lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,

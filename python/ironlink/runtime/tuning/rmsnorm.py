@@ -93,6 +93,28 @@ def rmsnorm_split_slice_bytes(row_bytes: int, parts: int) -> int:
     return -(-row_bytes // (16 * parts)) * 16
 
 
+# all_reduce_rmsnorm's "two_shot" cuts each row into slices of `world` chunks (a CTA a slice) where
+# few rows leave SMs idle: a CTA sends a chunk to each peer twice (the reduce-scatter, then the
+# sum), and one CTA's stores move about 7 GB/s on an H200, so 32 rows of hidden 8192 on 32 CTAs
+# spend ~3.4 us storing 24 KiB each. At most RMSNORM_TWO_SHOT_MAX_PARTS slices a row, chunks of at
+# least RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES, every CTA resident (the slices of a row wait for each
+# other's sums of squares).
+RMSNORM_TWO_SHOT_MAX_PARTS = 8
+RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES = 512
+
+
+def rmsnorm_two_shot_parts(tokens: int, row_bytes: int, world: int, sms: int) -> int:
+    """Slices per row of all_reduce_rmsnorm's "two_shot" for `tokens` rows of `row_bytes` over
+    `world` ranks with `sms` SMs for its grid: the most (a power of two up to
+    RMSNORM_TWO_SHOT_MAX_PARTS) whose chunks hold RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES and whose grid
+    (a CTA a slice) fits the SMs; 1 (a CTA a row, rows strided over the CTAs) where two do not."""
+    parts = 1
+    while (2 * parts <= RMSNORM_TWO_SHOT_MAX_PARTS and row_bytes >= 2 * parts * world * RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES
+           and tokens * 2 * parts <= min(sms, MAX_CTAS)):
+        parts *= 2
+    return parts
+
+
 def rmsnorm_split_parts(tokens: int, row_bytes: int, world: int, sms: int) -> int:
     """Slices per row of all_reduce_rmsnorm's "split" mode for `tokens` rows of `row_bytes` on
     `world` ranks of one node with `sms` SMs for its grid: the most (a power of two up to
@@ -156,5 +178,6 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -
 
 
 __all__ = ["RMSNORM_ROWS_AT_ONCE", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_SPLIT_MAX_PARTS", "RMSNORM_SPLIT_MIN_SLICE_BYTES",
+           "RMSNORM_TWO_SHOT_MAX_PARTS", "RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES", "rmsnorm_two_shot_parts",
            "rmsnorm_mode", "rmsnorm_mode_runs", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_parts",
            "rmsnorm_split_slice_bytes", "rmsnorm_split_warps", "rmsnorm_warps", "tile_all_reduce_takes_ll"]
