@@ -98,9 +98,13 @@ def rmsnorm_split_slice_bytes(row_bytes: int, parts: int) -> int:
 # sum), and one CTA's stores move about 7 GB/s on an H200, so 32 rows of hidden 8192 on 32 CTAs
 # spend ~3.4 us storing 24 KiB each. At most RMSNORM_TWO_SHOT_MAX_PARTS slices a row, chunks of at
 # least RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES, every CTA resident (the slices of a row wait for each
-# other's sums of squares).
+# other's sums of squares). 4 H200s, hidden 8192 bf16, PDL (bench/probes/rmsnorm_timeline.py
+# --two-shot-parts 1,2,4,8, one run: bench/results/experiments/two-shot-parts-timeline-4xH200-56fcab4.json),
+# us for 1 / 2 / 4 / 8 slices a row: 1 token 11.07 / 9.66 / 7.57 / 8.48; 8 tokens 12.59 / 9.59 /
+# 8.75 / 9.19; 16 tokens 12.48 / 9.79 / 9.20 / 10.02; 32 tokens 13.33 / 11.27 / 10.14; 64 tokens
+# 15.63 / 12.83. Chunks of 512 bytes (8 slices of a row of 16 KiB) lose to 1 KiB (4 slices).
 RMSNORM_TWO_SHOT_MAX_PARTS = 8
-RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES = 512
+RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES = 1024
 
 
 def rmsnorm_two_shot_parts(tokens: int, row_bytes: int, world: int, sms: int) -> int:
