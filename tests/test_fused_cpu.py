@@ -86,9 +86,11 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
     # Split where a row of hidden 16384 still cuts into resident slices, else the next entry's mode.
     (1, 16384, 2, "split", 8), (5, 16384, 2, "lamport", 5), (32, 16384, 2, "split", 128),
     (33, 16384, 2, "two_shot", 132),
-    # World 4's (4 H200s): split up to 256 KiB, two_shot up to 8 MiB, rows up to 16 MiB, whole past
-    # that. A row of 2048 bf16 cuts into two slices.
-    (1, 8192, 4, "split", 8), (16, 8192, 4, "split", 128), (17, 8192, 4, "two_shot", 68),
+    # World 4's (4 H200s): split up to 128 KiB, two_shot up to 8 MiB (few rows cut into slices of
+    # a CTA each: 4 a row up to 33 rows), rows up to 16 MiB, whole past that. A row of 2048 bf16
+    # cuts into two slices.
+    (1, 8192, 4, "split", 8), (8, 8192, 4, "split", 64), (9, 8192, 4, "two_shot", 36),
+    (16, 8192, 4, "two_shot", 64), (17, 8192, 4, "two_shot", 68),
     (32, 8192, 4, "two_shot", 128), (512, 8192, 4, "two_shot", 132), (513, 8192, 4, "rows", 132),
     (1024, 8192, 4, "rows", 132), (1025, 8192, 4, "whole", None), (4096, 8192, 4, "whole", None),
     (1, 2048, 4, "split", 2),
@@ -151,6 +153,18 @@ def test_rmsnorm_rejects_bad_tensors(kw: dict, err: type, text: str) -> None:
         rms(**kw)
 
 
+def test_rmsnorm_fp8_out_takes_rows_where_two_shot_has_no_slices() -> None:
+    def plan8(tokens: int, world: int) -> arn.Plan:
+        x, r, w = (spec("x", (tokens, 8192), ptr=1 << 20), spec("residual", (tokens, 8192), ptr=2 << 30),
+                   spec("weight", (8192,), ptr=3 << 30))
+        o, scale = spec("out", (tokens, 8192), "float8_e4m3fn", 4 << 30), spec("scale", (tokens,), "float32", 5 << 30)
+        return arn.plan(x, r, w, o, DEV, world, 132, scale=scale)
+    # World 4's table: two_shot from 9 to 512 tokens; slices up to 66 rows, a CTA a row from 67.
+    assert [plan8(t, 4).mode for t in (32, 66, 67, 128, 512)] == ["two_shot", "two_shot", "rows", "rows", "rows"]
+    assert rms(128).mode == "two_shot"  # a bf16 out keeps the table's mode
+    assert plan8(128, 2).mode == "two_shot"  # world 2's FP8 two_shot costs what its bf16 does
+
+
 def test_rmsnorm_on_several_nodes_runs_whole_unless_asked() -> None:
     x, r, w, o = (spec("x", (512, 8192), ptr=1 << 20), spec("residual", (512, 8192), ptr=2 << 30),
                   spec("weight", (8192,), ptr=3 << 30), spec("out", (512, 8192), ptr=4 << 30))
@@ -191,9 +205,9 @@ def test_rmsnorm_two_shot_plans_owned_chunks_and_gathered_rows(tokens: int, worl
                   spec("weight", (h,), ptr=3 << 30), spec("out", (tokens, h), ptr=4 << 30))
     p = arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot")
     # Few rows: each cut into slices of a CTA each, as many as fit the SMs (at most 8) with chunks
-    # of at least 512 bytes; else a CTA a row, rows strided over the CTAs (no residency needed).
+    # of at least 1 KiB; else a CTA a row, rows strided over the CTAs (no residency needed).
     parts = tuning.rmsnorm_two_shot_parts(tokens, h * 2, world, 132)
-    assert parts == {(300, 8192): 1, (1, 8192): 8, (5, 8192): 4, (2048, 8192): 1, (3, 40): 1, (2, 24): 1}[(tokens, h)]
+    assert parts == {(300, 8192): 1, (1, 8192): 4, (5, 8192): 2, (2048, 8192): 1, (3, 40): 1, (2, 24): 1}[(tokens, h)]
     assert p.parts == parts and p.ctas == (tokens * parts if parts > 1 else min(tokens, 132))
     assert p.mode == "two_shot" and p.rows_at_once == 1 and p.lamport
     # Each rank owns a chunk of every slice: 16-column units, world chunks cover the slice, the

@@ -381,17 +381,17 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # unrolled; world 2 spills none.
                     "allreduce_rmsnorm_lamport_w4": 16, "allreduce_rmsnorm_lamport_w4_fp8_pdl": 48,
                     "allreduce_rmsnorm_lamport_w8": 344,
-                    # Two-shot by column chunks: a row's chunk from every rank polled as one block,
-                    # then the row whole as a [world, chunk] block beside its residual and weight
-                    # (FP8: the pair of row reductions too; w8 was 312 when ranks owned rows).
-                    "allreduce_rmsnorm_two_shot_w2": 8, "allreduce_rmsnorm_two_shot_w4": 56,
-                    "allreduce_rmsnorm_two_shot_w4_fp8_pdl": 104, "allreduce_rmsnorm_two_shot_w8": 112,
+                    # Split's slices of 1024 columns (W a multiple of 16, as launched at hidden 8192):
+                    # 8 ranks' slices polled as one block; the FP8 peak beside the sum of squares.
+                    # Two-shot by column chunks spills none (312 bytes at world 8 when ranks owned rows).
+                    "allreduce_rmsnorm_split_lamport_w8_pdl": 8, "allreduce_rmsnorm_split_fp8_pdl": 32,
                     # Through pointers (sm_80, layouts TMA cannot read): a word beside a 64 x 128
                     # accumulator; the TMA kernel Hopper runs spills none.
                     "matmul_allreduce_lamport_m128_w2": 8}
 
 _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
-_ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "stride_am", "stride_bk", "stride_sm")
+# Sizes Triton specializes as multiples of 16 where they are (every launch these cases stand for).
+_ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "W", "stride_am", "stride_bk", "stride_sm")
 
 
 def _compile(name: str, cc: int) -> Any:
