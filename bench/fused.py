@@ -117,8 +117,9 @@ class FusedBench:
                                                                 mode=mode, pdl=pdl), nbytes)
 
         if split_fits:  # split with the other exchange of its slices (tuning.RMSNORM_SPLIT_LAMPORT)
+            flipped = tuning.RmsnormConfig(split_lamport=not tuning.RMSNORM_SPLIT_LAMPORT)
             self.split_other_exchange(shape, dt, nbytes, lambda: ironlink.all_reduce_rmsnorm(
-                x, residual, weight, eps, out=out, heap=self.heap, mode="split", pdl=self.default_pdl))
+                x, residual, weight, eps, out=out, heap=self.heap, mode="split", pdl=self.default_pdl, config=flipped))
         # Defs, not tuple lambdas: torch_ops returns nothing to put in a tuple.
         def nccl_torch() -> None:
             dist.all_reduce(x)
@@ -148,13 +149,12 @@ class FusedBench:
         self.heap.free(x)
 
     def split_other_exchange(self, shape: dict[str, int], dt: str, nbytes: int, fn: Callable[[], Any]) -> None:
-        """Records mode split with the exchange of its slices that the tuning does not choose
-        (`ironlink_fused[split,lamport]` or `[split,ll]`), with the default PDL setting: its plan is
-        made when the graph is captured, so the setting is flipped around the capture alone."""
+        """Records `fn`, mode split with the exchange of its slices that the tuning does not choose
+        (its config flipped: `ironlink_fused[split,lamport]` or `[split,ll]`), with the default PDL
+        setting."""
         chosen = tuning.RMSNORM_SPLIT_LAMPORT
-        with tuning.overridden(RMSNORM_SPLIT_LAMPORT=not chosen):
-            self.record("allreduce_rmsnorm", f"ironlink_fused[split,{'ll' if chosen else 'lamport'}"
-                        f"{',pdl' if self.default_pdl else ''}]", shape, dt, fn, nbytes)
+        self.record("allreduce_rmsnorm", f"ironlink_fused[split,{'ll' if chosen else 'lamport'}"
+                    f"{',pdl' if self.default_pdl else ''}]", shape, dt, fn, nbytes)
 
     def torch_symm(self, shape: dict[str, int], dt: str, x: torch.Tensor, torch_ops: Callable[[], None],
                    nbytes: int) -> None:

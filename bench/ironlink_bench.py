@@ -281,8 +281,8 @@ class Bench:
         instead of the tuning's: contenders "ironlink_op[lamport BYTESxWARPS]"."""
         added: dict[str, tuple[str, Optional[int]]] = {}
         for cta_bytes, warps in self.lamport_grids:
-            with tuning.overridden(ALL_REDUCE_LAMPORT_CTA_BYTES=cta_bytes, ALL_REDUCE_LAMPORT_WARPS=warps):
-                i = timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap), nbytes, before=tuned)
+            grid = tuning.AllReduceConfig(lamport_cta_bytes=cta_bytes, lamport_warps=warps)
+            i = timer.add(lambda grid=grid: ironlink.all_reduce(buf, heap=self.heap, config=grid), nbytes, before=tuned)
             added[f"ironlink_op[lamport {cta_bytes}x{warps}]"] = ("", i)
         return added
 

@@ -6,6 +6,7 @@ generator `bench/report/make_tuning.py` are plain Python; the three kernels comp
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -21,7 +22,7 @@ import ironlink
 from ironlink.language import _abi
 from ironlink.ops import collectives as ops
 from ironlink.runtime import registry, status_buffers, tuning
-from ironlink.runtime.tuning import decode_table
+from ironlink.runtime.tuning import decode_table, op_config
 from ironlink.ops import variable_all_to_all as a2av
 
 from ironlink.runtime.errors import IronlinkError
@@ -692,16 +693,40 @@ def test_all_reduce_takes_lamport_slots_for_small_messages() -> None:
 
 
 def test_tuning_overridden_sets_and_restores_names() -> None:
-    # What the benchmarks and GPU tests use to time or check the choice the tuning does not make.
-    with tuning.overridden(ALL_REDUCE_LAMPORT_WARPS=8, RMSNORM_SPLIT_LAMPORT=False):
-        assert tuning.ALL_REDUCE_LAMPORT_WARPS == 8 and tuning.RMSNORM_SPLIT_LAMPORT is False
+    # What the benchmarks and GPU tests still use for the sequence-parallel ops' copy-engine choices.
+    with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False, MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
+        assert tuning.ALL_GATHER_MATMUL_COPY_ENGINE is False and tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS == 0
         import ironlink.tuning as public  # the name users import is the same module
-        assert public.RMSNORM_SPLIT_LAMPORT is False
-    assert tuning.ALL_REDUCE_LAMPORT_WARPS == 4 and tuning.RMSNORM_SPLIT_LAMPORT is True
+        assert public.ALL_GATHER_MATMUL_COPY_ENGINE is False
+    assert tuning.ALL_GATHER_MATMUL_COPY_ENGINE is True and tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS == 1024
     with pytest.raises(RuntimeError):
-        with tuning.overridden(RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT):
+        with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):
             raise RuntimeError("restored on the way out")
-    assert tuning.RMSNORM_SPLIT_LAMPORT is True
+    assert tuning.ALL_GATHER_MATMUL_COPY_ENGINE is True
     with pytest.raises(AttributeError):
-        with tuning.overridden(RMSNORM_SPLIT_LAMPROT=True):
+        with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENIGNE=False):
             pass
+
+
+def test_op_configs_default_to_the_tuning_and_cross_a_compiled_graph_as_strings() -> None:
+    # An op's choices beyond its table are a frozen config passed to it, not a posted global.
+    assert tuning.AllReduceConfig() == tuning.AllReduceConfig(tuning.ALL_REDUCE_LAMPORT_CTA_BYTES,
+                                                              tuning.ALL_REDUCE_LAMPORT_WARPS)
+    assert tuning.RmsnormConfig().split_lamport is tuning.RMSNORM_SPLIT_LAMPORT
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tuning.RmsnormConfig().split_lamport = False  # type: ignore[misc]
+    for config in (tuning.AllReduceConfig(lamport_cta_bytes=4096, lamport_warps=8),
+                   tuning.RmsnormConfig(split_lamport=False)):
+        text = op_config.as_arg(config)
+        assert isinstance(text, str) and op_config.from_arg(type(config), text) == config
+    assert op_config.as_arg(None) == "" and op_config.from_arg(tuning.RmsnormConfig, "") is None
+    # The rmsnorm plan takes it: split over LL packets where the default takes lamport slots.
+    x = TensorSpec("x", (1, 8192), "bfloat16", 2, True, "cuda:0", 1 << 20)
+    r, w, o = x._replace(name="residual", data_ptr=2 << 30), TensorSpec("weight", (8192,), "bfloat16", 2, True,
+                                                                         "cuda:0", 3 << 30), x._replace(name="out")
+    arn = importlib.import_module("ironlink.fused.all_reduce_rmsnorm")
+    assert arn.plan(x, r, w, o, "cuda:0", 4, 132, mode="split").lamport is tuning.RMSNORM_SPLIT_LAMPORT
+    flipped = tuning.RmsnormConfig(split_lamport=not tuning.RMSNORM_SPLIT_LAMPORT)
+    assert arn.plan(x, r, w, o, "cuda:0", 4, 132, mode="split", config=flipped).lamport is flipped.split_lamport
+
+

@@ -93,7 +93,8 @@ class StandIns:
     def need(self, heap: FakeHeap, name: str, *ts: Any) -> None:
         self.not_in_heap += [name for t in ts if not heap.holds(t)]
 
-    def all_reduce(self, t: Any, op: Any = "sum", heap: Any = None, check: bool = False, pdl: Any = None) -> Any:
+    def all_reduce(self, t: Any, op: Any = "sum", heap: Any = None, check: bool = False, pdl: Any = None,
+                   config: Any = None) -> Any:
         self.need(heap, "all_reduce", t)
         return t.mul_(WORLD)
 
@@ -115,7 +116,7 @@ class StandIns:
 
     def all_reduce_rmsnorm(self, x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
                            heap: Any = None, mode: Any = None, check: bool = False, residual_out: Any = None,
-                           scale: Any = None, pdl: Any = None) -> Any:
+                           scale: Any = None, pdl: Any = None, config: Any = None) -> Any:
         self.need(heap, "all_reduce_rmsnorm", x)
         x.mul_(WORLD)
         r = residual if residual_out is None else residual_out
@@ -240,7 +241,7 @@ def test_every_operator_is_registered_with_its_mutations() -> None:
         assert eager.function(name) is getattr(ironlink, name), name
     # Operators that only write their arguments return nothing (nothing for a fake to compute).
     assert str(torch.ops.ironlink.all_reduce.default._schema) == (
-        "ironlink::all_reduce(SymInt heap, Tensor(a1!) t, SymInt op, bool check, bool? pdl) -> ()")
+        "ironlink::all_reduce(SymInt heap, Tensor(a1!) t, SymInt op, bool check, bool? pdl, str config) -> ()")
 
 
 def test_fake_implementations_write_nothing_and_trace() -> None:
@@ -250,7 +251,7 @@ def test_fake_implementations_write_nothing_and_trace() -> None:
     heap = FakeHeap()
 
     def f(t: Any, out: Any, inp: Any, a: Any, b: Any, big: Any) -> Any:
-        torch.ops.ironlink.all_reduce(heap.handle, t, 0, False, None)
+        torch.ops.ironlink.all_reduce(heap.handle, t, 0, False, None, "")
         torch.ops.ironlink.all_gather(heap.handle, out, inp, False)
         torch.ops.ironlink.matmul_all_reduce(heap.handle, a, b, big, [16, 16, 16, 1, 4, 2], None, False)
         return t + 1, out, big
@@ -258,7 +259,7 @@ def test_fake_implementations_write_nothing_and_trace() -> None:
     with FakeTensorMode():
         args = (torch.empty(8), torch.empty(16), torch.empty(8), torch.empty(4, 3, dtype=torch.bfloat16),
                 torch.empty(3, 5, dtype=torch.bfloat16), torch.empty(4, 5, dtype=torch.bfloat16))
-        assert torch.ops.ironlink.all_reduce(heap.handle, args[0], 0, False, None) is None
+        assert torch.ops.ironlink.all_reduce(heap.handle, args[0], 0, False, None, "") is None
     gm = make_fx(f, tracing_mode="fake")(*[torch.empty(a.shape, dtype=a.dtype) for a in args])
     targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     assert targets[:3] == ["ironlink.all_reduce.default", "ironlink.all_gather.default",
@@ -306,11 +307,11 @@ def test_an_operator_without_a_heap_names_the_fix() -> None:
 def test_staging_runs_the_op_on_heap_copies(stand_ins: StandIns) -> None:
     heap = FakeHeap()
     t = torch.arange(6.0)
-    ops_lib.all_reduce_op(heap.handle, t, 0, False, None)  # not a heap tensor: staged
+    ops_lib.all_reduce_op(heap.handle, t, 0, False, None, "")  # not a heap tensor: staged
     assert torch.equal(t, torch.arange(6.0) * WORLD) and stand_ins.not_in_heap == []
     inside = heap.empty((6,))
     inside.copy_(torch.arange(6.0))
-    ops_lib.all_reduce_op(heap.handle, inside, 0, False, None)  # a heap tensor: in place, no new workspace
+    ops_lib.all_reduce_op(heap.handle, inside, 0, False, None, "")  # a heap tensor: in place, no new workspace
     assert torch.equal(inside, torch.arange(6.0) * WORLD) and len(heap.workspaces) == 1
 
 
@@ -466,19 +467,19 @@ def test_opcheck_mutations_and_fakes(stand_ins: StandIns) -> None:
     fakes agree with the implementations, and the operators survive AOT dispatch."""
     heap = FakeHeap()
     cases = [
-        (torch.ops.ironlink.all_reduce.default, (heap.handle, torch.randn(8), 0, False, None)),
+        (torch.ops.ironlink.all_reduce.default, (heap.handle, torch.randn(8), 0, False, None, "")),
         (torch.ops.ironlink.all_gather.default, (heap.handle, torch.zeros(16), torch.randn(8), False)),
         (torch.ops.ironlink.reduce_scatter.default, (heap.handle, torch.zeros(8), torch.randn(16), 0, False)),
         (torch.ops.ironlink.all_reduce_rmsnorm.default,
          (heap.handle, torch.randn(2, 8), torch.randn(2, 8), torch.rand(8), torch.zeros(2, 8), None, 1e-6, None, False,
-          None)),
+          None, "")),
         (torch.ops.ironlink.matmul_all_reduce.default,
          (heap.handle, torch.randn(2, 3), torch.randn(3, 4), torch.zeros(2, 4), None, None, False)),
         (torch.ops.ironlink.matmul_reduce_scatter.default,
          (heap.handle, torch.randn(4, 3), torch.randn(3, 4), torch.zeros(2, 4), None, False, None)),
         (torch.ops.ironlink.all_reduce_rmsnorm_out.default,
          (heap.handle, torch.randn(2, 8), torch.randn(2, 8), torch.zeros(2, 8), torch.rand(8), None,
-          torch.zeros(2), 1e-6, "rows", False, False)),
+          torch.zeros(2), 1e-6, "rows", False, False, '{"split_lamport": false}')),
         (torch.ops.ironlink.all_gather_matmul.default,
          (heap.handle, torch.randn(2, 3), torch.randn(3, 4), torch.zeros(4, 3), torch.zeros(4, 4),
           [16, 16, 16, 1, 4, 2], False, "kernel")),

@@ -1,6 +1,6 @@
 """`ironlink.tuning`, the name users import (launch choices of the host-level and fused ops): bound
-to the module `ironlink.runtime.tuning` itself, so a setting made here, as
-`ironlink.tuning.DECODE_PDL = False`, is the one the ops read."""
+to the package `ironlink.runtime.tuning` itself. A choice is overridden by passing an op's config
+(`ironlink.all_reduce(t, config=ironlink.tuning.AllReduceConfig(...))`), not by setting a name here."""
 
 import sys
 

@@ -230,11 +230,13 @@ class Suite:
             self.heap.free(board)
 
     def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, graph: bool,
-                back_to_back: int = 0, separate_residual: bool = False, fp8: bool = False) -> None:
+                back_to_back: int = 0, separate_residual: bool = False, fp8: bool = False,
+                config: tuning.RmsnormConfig | None = None) -> None:
         """Eager once, or in a CUDA graph replayed 3 times; with `back_to_back`, a graph of the
         inputs' reset and the op replayed that many times without a host sync, checked at the end.
         `separate_residual`: the sum goes to residual_out, residual stays; `fp8`: out is
-        float8_e4m3fn with per-token scales, checked dequantized against the float64 reference."""
+        float8_e4m3fn with per-token scales, checked dequantized against the float64 reference;
+        `config`: the op's (`tuning.RmsnormConfig`)."""
         w, r = self.world, self.rank
         x = self.heap.empty((tokens, hidden), dtype)
         gen = torch.Generator(device="cuda").manual_seed(1234)
@@ -272,7 +274,8 @@ class Suite:
 
         def run() -> None:
             ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out, heap=self.heap, mode=mode,
-                                        residual_out=res_out if separate_residual else None, scale=scale)
+                                        residual_out=res_out if separate_residual else None, scale=scale,
+                                        config=config)
 
         try:
             if back_to_back:
@@ -726,20 +729,17 @@ def main() -> int:
         # Split with the exchange of its slices that the tuning does not choose (LL packets or
         # lamport slots: tuning.RMSNORM_SPLIT_LAMPORT), as the default one is checked above.
         other = "LL packets" if tuning.RMSNORM_SPLIT_LAMPORT else "lamport slots"
+        flipped = tuning.RmsnormConfig(split_lamport=not tuning.RMSNORM_SPLIT_LAMPORT)
         for tokens in (1, 8, 16):
             if split_fits(tokens, 8192, world):
                 cases.run(f"all_reduce_rmsnorm split over {other} {dtype} {tokens}x8192",
-                          lambda: with_tuning(lambda: s.rmsnorm(tokens, 8192, dtype, "split", graph=False),
-                                              RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
+                          lambda: s.rmsnorm(tokens, 8192, dtype, "split", graph=False, config=flipped))
                 if torch.cuda.get_device_capability()[0] >= 9:
                     cases.run(f"all_reduce_rmsnorm split over {other} {dtype} {tokens}x8192 fp8 out",
-                              lambda: with_tuning(lambda: s.rmsnorm(tokens, 8192, dtype, "split", graph=False,
-                                                                    fp8=True),
-                                                  RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
+                              lambda: s.rmsnorm(tokens, 8192, dtype, "split", graph=False, fp8=True, config=flipped))
         if split_fits(8, 8192, world):
             cases.run(f"all_reduce_rmsnorm split over {other} {dtype} 8x8192: 2000 graph replays back to back",
-                      lambda: with_tuning(lambda: s.rmsnorm(8, 8192, dtype, "split", graph=True, back_to_back=2000),
-                                          RMSNORM_SPLIT_LAMPORT=not tuning.RMSNORM_SPLIT_LAMPORT))
+                      lambda: s.rmsnorm(8, 8192, dtype, "split", graph=True, back_to_back=2000, config=flipped))
         # Lamport and two_shot: every slot must be empty again after each call, or the next call
         # that lands there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
         for mode, tokens, replays in (("lamport", 32, 2000), ("lamport", 2048, 200), ("two_shot", 32, 2000),

@@ -97,9 +97,11 @@ def check_outputs(x: TensorSpec, residual_out: Optional[TensorSpec], out: Tensor
 
 def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpec, device: str, world: int,
          sms: int, mode: Optional[str] = None, multi_node: bool = False, residual_out: Optional[TensorSpec] = None,
-         scale: Optional[TensorSpec] = None) -> Plan:
-    """Checks the tensors (pure: testable without a GPU) and chooses the launch. A heap of several
-    nodes (`multi_node`) runs "whole" unless `mode` asks for "rows" (see the module docs)."""
+         scale: Optional[TensorSpec] = None, config: Optional[tuning.RmsnormConfig] = None) -> Plan:
+    """Checks the tensors (pure: testable without a GPU) and chooses the launch, with `config`'s
+    choices (None: `tuning.RmsnormConfig()`). A heap of several nodes (`multi_node`) runs "whole"
+    unless `mode` asks for "rows" (see the module docs)."""
+    config = config or tuning.RmsnormConfig()
     if len(x.shape) != 2:
         raise ValueError(f"x must be 2-D [tokens, hidden], got shape {x.shape}")
     tokens, hidden = x.shape
@@ -130,7 +132,7 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
             raise ValueError(f"mode 'split' needs rows of at least {2 * tuning.RMSNORM_SPLIT_MIN_SLICE_BYTES} bytes "
                              f"and at most {sms // 2} tokens here, got {tokens} rows of {hidden * x.itemsize}")
         return split_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0), parts, x.itemsize, world,
-                          tuning.RMSNORM_SPLIT_LAMPORT)
+                          config.split_lamport)
     if mode == "two_shot":  # blocks of a chunk; the warps of a slice ([world, chunk]), which step 3 holds
         if world & (world - 1):
             raise ValueError(f"mode 'two_shot' needs a power-of-two world (its rows are [world, chunk] blocks), "
@@ -194,7 +196,8 @@ def split_into(p: Plan, parts: int, itemsize: int, world: int, lamport: bool) ->
 @eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, out: Any = None,
                        heap: Any = None, mode: Optional[str] = None, check: bool = False,
-                       residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None) -> tuple[Any, ...]:
+                       residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None,
+                       config: Optional[tuning.RmsnormConfig] = None) -> tuple[Any, ...]:
     """All-reduce `x` (a [tokens, hidden] heap tensor, overwritten with the sum), add it into
     `residual` (in place, or into `residual_out` leaving `residual` as it is) and RMS-normalize
     the result with `weight`; returns (out, residual or residual_out). `out` (default: a new
@@ -202,7 +205,8 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     quantized per token (module docs; Hopper and later), with the scales in `scale` (fp32
     [tokens]; allocated when None), and the call returns (out, residual, scale). `pdl`: launch
     with programmatic dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU
-    has it, compute capability 9.0+; one-node heaps). Collective; CUDA-graph capturable."""
+    has it, compute capability 9.0+; one-node heaps). `config`: choices beyond the decode table
+    and `mode` (`tuning.RmsnormConfig`; None: its defaults). Collective; CUDA-graph capturable."""
     import torch
 
     h = heap_for(x, "x", heap, "all_reduce_rmsnorm")
@@ -220,7 +224,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     sms = sm_share(h.device)  # the grid barrier needs every CTA of every rank resident
     p = plan(spec(x, "x"), spec(residual, "residual"), spec(weight, "weight"), spec(out, "out"), str(h.device),
              h.world_size, sms, mode, h.multi_node, spec(res_out, "residual_out") if residual_out is not None else None,
-             spec(scale, "scale") if scale is not None else None)
+             spec(scale, "scale") if scale is not None else None, config)
     done = (out, res_out, scale) if p.fp8 else (out, res_out)
     if p.tokens == 0:
         return done

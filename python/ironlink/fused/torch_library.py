@@ -18,6 +18,7 @@ import torch
 
 from ..runtime.torch_ops import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
 from ..runtime import eager, tuning
+from ..runtime.tuning import op_config
 
 
 def _config(config: Optional[list[int]]) -> Optional[tuning.MatmulConfig]:
@@ -26,32 +27,34 @@ def _config(config: Optional[list[int]]) -> Optional[tuning.MatmulConfig]:
 
 def _rmsnorm(heap: int, x: torch.Tensor, residual: torch.Tensor, residual_out: Optional[torch.Tensor],
              weight: torch.Tensor, out: Optional[torch.Tensor], scale: Optional[torch.Tensor], eps: float,
-             rms_mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
+             rms_mode: Optional[str], check: bool, pdl: Optional[bool], rms_config: str) -> None:
     """Both operators' implementation; `out` None: the normalized rows go to x (out=x)."""
     h = heap_of(heap, x, "all_reduce_rmsnorm")
     staged = on_heap(h, "all_reduce_rmsnorm", (x,))
     sx = staged[0]
     run = eager.function("all_reduce_rmsnorm")
     run(sx, residual, weight, eps, sx if out is None else out, heap=h, mode=rms_mode, check=check,
-        residual_out=residual_out, scale=scale, pdl=pdl)
+        residual_out=residual_out, scale=scale, pdl=pdl,
+        config=op_config.from_arg(tuning.RmsnormConfig, rms_config))
     copy_back((x,), staged)
 
 
-# residual updated in place (residual_out=None). The mode is `rms_mode`: auto_functionalized takes
-# an argument of its own named `mode`.
+# residual updated in place (residual_out=None). The mode is `rms_mode`, the config `rms_config`
+# (`runtime.tuning.op_config`'s string): auto_functionalized takes an argument of its own named `mode`.
 @torch.library.custom_op(f"{LIB}::all_reduce_rmsnorm", mutates_args=("x", "residual", "out", "scale"))
 def all_reduce_rmsnorm_op(heap: int, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                           out: Optional[torch.Tensor], scale: Optional[torch.Tensor], eps: float,
-                          rms_mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
-    _rmsnorm(heap, x, residual, None, weight, out, scale, eps, rms_mode, check, pdl)
+                          rms_mode: Optional[str], check: bool, pdl: Optional[bool], rms_config: str) -> None:
+    _rmsnorm(heap, x, residual, None, weight, out, scale, eps, rms_mode, check, pdl, rms_config)
 
 
 # residual + sum written to residual_out, residual only read.
 @torch.library.custom_op(f"{LIB}::all_reduce_rmsnorm_out", mutates_args=("x", "residual_out", "out", "scale"))
 def all_reduce_rmsnorm_out_op(heap: int, x: torch.Tensor, residual: torch.Tensor, residual_out: torch.Tensor,
                               weight: torch.Tensor, out: Optional[torch.Tensor], scale: Optional[torch.Tensor],
-                              eps: float, rms_mode: Optional[str], check: bool, pdl: Optional[bool]) -> None:
-    _rmsnorm(heap, x, residual, residual_out, weight, out, scale, eps, rms_mode, check, pdl)
+                              eps: float, rms_mode: Optional[str], check: bool, pdl: Optional[bool],
+                              rms_config: str) -> None:
+    _rmsnorm(heap, x, residual, residual_out, weight, out, scale, eps, rms_mode, check, pdl, rms_config)
 
 
 @torch.library.custom_op(f"{LIB}::matmul_all_reduce", mutates_args=("out",))
@@ -91,7 +94,8 @@ for _op in (all_reduce_rmsnorm_op, all_reduce_rmsnorm_out_op, matmul_all_reduce_
 
 def all_reduce_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
                        out: Any = None, heap: Any = None, mode: Optional[str] = None, check: bool = False,
-                       residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None) -> tuple[Any, ...]:
+                       residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None,
+                       config: Optional[tuning.RmsnormConfig] = None) -> tuple[Any, ...]:
     into_x = out is x  # one tensor cannot be two mutated arguments: out=None tells the operator
     if out is None:
         out = torch.empty_like(x)
@@ -101,11 +105,11 @@ def all_reduce_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     out_arg = None if into_x else out
     if residual_out is None:
         torch.ops.ironlink.all_reduce_rmsnorm(handle_of(heap), x, residual, weight, out_arg, scale, eps, mode, check,
-                                              pdl)
+                                              pdl, op_config.as_arg(config))
         res = residual
     else:
         torch.ops.ironlink.all_reduce_rmsnorm_out(handle_of(heap), x, residual, residual_out, weight, out_arg, scale,
-                                                  eps, mode, check, pdl)
+                                                  eps, mode, check, pdl, op_config.as_arg(config))
         res = residual_out
     return (out, res, scale) if fp8 else (out, res)
 

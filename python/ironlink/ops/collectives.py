@@ -148,11 +148,12 @@ def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any
 # a call that Dynamo traces goes to that operator.
 @eager.routed(torch_operators)
 def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False,
-               pdl: Optional[bool] = None) -> Any:
+               pdl: Optional[bool] = None, config: Optional[tuning.AllReduceConfig] = None) -> Any:
     """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
     group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
     dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
-    capability 9.0+; one-node heaps). Returns `t`."""
+    capability 9.0+; one-node heaps). `config`: choices beyond the decode table
+    (`tuning.AllReduceConfig`; None: its defaults). Returns `t`."""
     import torch
 
     code = reduce_op_code(op)
@@ -162,21 +163,22 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_reduce", (t, "t"))
         use_pdl = choose_pdl(pdl, torch.cuda.get_device_capability(h.device)[0], "all_reduce", h.multi_node)
-        if not _all_reduce_lamport(h, t, plan, code, check, use_pdl):
+        if not _all_reduce_lamport(h, t, plan, code, check, use_pdl, config or tuning.AllReduceConfig()):
             _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check, use_pdl)
     return t
 
 
-def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, pdl: bool) -> bool:
+def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, pdl: bool,
+                        config: tuning.AllReduceConfig) -> bool:
     """Runs `all_reduce` through lamport slots where the tuning takes it (one node, up to
     `tuning.all_reduce_takes_lamport` bytes) and its workspace exists or can be made (not during
     a CUDA graph capture: then the device library's all-reduce runs, as before the first eager
-    call); returns whether it ran."""
+    call), on the grid `config` gives; returns whether it ran."""
     import torch
 
     if heap.multi_node or not tuning.all_reduce_takes_lamport(plan.nbytes, heap.world_size):
         return False
-    block = tuning.ALL_REDUCE_LAMPORT_CTA_BYTES // t.element_size()
+    block = config.lamport_cta_bytes // t.element_size()
     ctas = -(-plan.n // block)
     nbytes = 2 * (heap.world_size - 1) * plan.nbytes
     if ctas > grid_cap(heap.device):
@@ -188,7 +190,7 @@ def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, p
     options = pdl_launch_options(pdl)
     launch_with_status("all_reduce", heap, ctas, lambda status: _all_reduce_lamport_kernel[(ctas,)](
         heap.ctx, t, plan.n, status, inbox, epochs, WORLD=heap.world_size, OP=code, BLOCK=block,
-        num_warps=tuning.ALL_REDUCE_LAMPORT_WARPS, **options), check,
+        num_warps=config.lamport_warps, **options), check,
         function="the wait for the peers' elements (symm_tile_wait)")
     return True
 

@@ -4,8 +4,8 @@ torch.compile captures them in its graph, fullgraph and under CUDA graphs (mode=
 `ironlink.all_reduce(...)` and the others route here while Dynamo traces them (`runtime.eager.routed`);
 in eager they run as before, without the dispatcher's cost. The routing functions below take the
 public functions' arguments and do only what Dynamo can trace: they turn the heap into its int
-handle (custom operators take no Python objects) and the reduce op into its code, and call the
-operator. Everything that reads addresses
+handle (custom operators take no Python objects), the reduce op into its code and a config into
+its string (`runtime.tuning.op_config`), and call the operator. Everything that reads addresses
 (`data_ptr`, heap membership) and launches runs in the operator's implementation, which calls the
 public function itself, checks included, when the compiled graph runs. This module imports none
 of the public modules (they import it, to route): each of them enters its function in
@@ -25,16 +25,18 @@ from typing import Any, Optional, Union
 
 import torch
 
-from ..runtime import eager
+from ..runtime import eager, tuning
 from ..runtime.tensor_spec import reduce_op_code
+from ..runtime.tuning import op_config
 from ..runtime.torch_ops import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
 
 
 @torch.library.custom_op(f"{LIB}::all_reduce", mutates_args=("t",))
-def all_reduce_op(heap: int, t: torch.Tensor, op: int, check: bool, pdl: Optional[bool]) -> None:
+def all_reduce_op(heap: int, t: torch.Tensor, op: int, check: bool, pdl: Optional[bool], config: str) -> None:
     h = heap_of(heap, t, "all_reduce")
     staged = on_heap(h, "all_reduce", (t,))
-    eager.function("all_reduce")(staged[0], op, heap=h, check=check, pdl=pdl)
+    eager.function("all_reduce")(staged[0], op, heap=h, check=check, pdl=pdl,
+                                 config=op_config.from_arg(tuning.AllReduceConfig, config))
     copy_back((t,), staged)
 
 
@@ -76,8 +78,8 @@ for _op in (all_reduce_op, all_gather_op, reduce_scatter_op, all_to_all_v_op):
 
 
 def all_reduce(t: torch.Tensor, op: Union[str, int] = "sum", heap: Any = None, check: bool = False,
-               pdl: Optional[bool] = None) -> torch.Tensor:
-    torch.ops.ironlink.all_reduce(handle_of(heap), t, reduce_op_code(op), check, pdl)
+               pdl: Optional[bool] = None, config: Optional[tuning.AllReduceConfig] = None) -> torch.Tensor:
+    torch.ops.ironlink.all_reduce(handle_of(heap), t, reduce_op_code(op), check, pdl, op_config.as_arg(config))
     return t
 
 

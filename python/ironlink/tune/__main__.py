@@ -69,7 +69,7 @@ def measure_all_reduce(heap: Any, dtype: Any, progress: Progress) -> dict[int, d
         buf = heap.zeros(nbytes // torch.tensor([], dtype=dtype).element_size(), dtype)  # zeros stay finite
         timer = GraphRound()
         for path in decode_table.ALL_REDUCE_PATHS:
-            if path == "lamport" and -(-nbytes // tuning.ALL_REDUCE_LAMPORT_CTA_BYTES) > grid_cap(heap.device):
+            if path == "lamport" and -(-nbytes // tuning.AllReduceConfig().lamport_cta_bytes) > grid_cap(heap.device):
                 continue
             # The op's path is read from the table when it plans a call: at the capture, here.
             with decode_table.substituted(world, decode_table.DecodeTable(all_reduce=((decode_table.NO_LIMIT, path),))):

@@ -9,7 +9,9 @@ that chose it:
 - `matmul`: matmul_all_reduce (the GEMM tile, the method, the push kernels' pacing);
 - `sequence_parallel`: all_gather_matmul and matmul_reduce_scatter (method, copy engine);
 - `lookup`: the one lookup by size and the one rule for a world size without measurements
-  (`nearest_world`) that every table uses.
+  (`nearest_world`) that every table uses;
+- `op_config`: an op's choices as a frozen config passed to it (`config=`: `AllReduceConfig`,
+  `RmsnormConfig`), and the string a torch.compile graph carries in its place.
 MoeExchange's choices are its `MoeConfig` (`ironlink.moe.config`), passed to it.
 
 This package holds every name of those modules (`ironlink.tuning` is this package), so an op
@@ -24,7 +26,7 @@ import sys
 from typing import Any, Iterator
 
 from ...language._abi import MAX_CTAS
-from . import collectives, lookup, matmul, rmsnorm, sequence_parallel
+from . import collectives, lookup, matmul, op_config, rmsnorm, sequence_parallel
 from .collectives import *  # noqa: F401,F403
 from .lookup import *  # noqa: F401,F403
 from .matmul import *  # noqa: F401,F403

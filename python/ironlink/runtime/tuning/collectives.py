@@ -5,6 +5,7 @@ path of the small all_reduce and PDL for the decode kernels."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from ...language._abi import MAX_CTAS
@@ -86,11 +87,20 @@ ALL_REDUCE_LAMPORT_CTA_BYTES = 2 << 10
 ALL_REDUCE_LAMPORT_WARPS = 4
 
 
+@dataclass(frozen=True)
+class AllReduceConfig:
+    """ironlink.all_reduce's choices beyond its decode table (`all_reduce(config=)`): the grid of
+    its lamport path, bytes a CTA and warps (bench/allreduce.py --lamport-grids times others)."""
+
+    lamport_cta_bytes: int = ALL_REDUCE_LAMPORT_CTA_BYTES
+    lamport_warps: int = ALL_REDUCE_LAMPORT_WARPS
+
+
 def all_reduce_takes_lamport(nbytes: int, world: int) -> bool:
     """Whether ironlink.all_reduce of `nbytes` over `world` ranks of one node runs through lamport
     slots (the decode table's all_reduce path, `decode_table.table_for`)."""
     return nbytes > 0 and decode_table.table_for(world).all_reduce_path(nbytes) == "lamport"
 
 
-__all__ = ["ALGORITHM_LIMITS", "ALL_REDUCE_LAMPORT_CTA_BYTES", "ALL_REDUCE_LAMPORT_WARPS", "ALL_TO_ALL_V_CTAS", "DECODE_PDL",
+__all__ = ["ALGORITHM_LIMITS", "ALL_REDUCE_LAMPORT_CTA_BYTES", "AllReduceConfig", "ALL_REDUCE_LAMPORT_WARPS", "ALL_TO_ALL_V_CTAS", "DECODE_PDL",
            "FORCED_LIMITS", "TABLES", "algorithm_limits", "all_reduce_takes_lamport", "all_to_all_v_launch", "choose"]

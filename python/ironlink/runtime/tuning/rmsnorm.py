@@ -5,6 +5,8 @@ above it (the measurements behind it are in docs/record.md)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...language._abi import MAX_CTAS, MAX_LL_TILES, MAX_RANKS, SIGNAL_LAYOUT, THRESHOLDS
 from . import decode_table
 
@@ -64,6 +66,15 @@ RMSNORM_SPLIT_MAX_PARTS = 8
 # bench/results/experiments/rmsnorm-lamport-2xH100-2edce18.json), us, split over lamport slots /
 # over LL: 1 token 6.03 / 6.69, 8 7.01 / 8.13, 16 8.15 / 9.60, 32 7.60 / 9.71.
 RMSNORM_SPLIT_LAMPORT = True
+
+
+@dataclass(frozen=True)
+class RmsnormConfig:
+    """all_reduce_rmsnorm's choices beyond its decode table and `mode=` (`all_reduce_rmsnorm(config=)`):
+    whether "split" exchanges its slices through lamport slots or LL packets (bench/fused.py times
+    the other one, the GPU suites check it)."""
+
+    split_lamport: bool = RMSNORM_SPLIT_LAMPORT
 
 
 # Why world 2's "lamport" (push's layout, the rows read as they land: no signal, no fence) runs
@@ -195,7 +206,7 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS, f
     return mode
 
 
-__all__ = ["RMSNORM_FP8_INSTEAD_OF_TWO_SHOT_ROWS", "RMSNORM_ROWS_AT_ONCE", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_SPLIT_MAX_PARTS", "RMSNORM_SPLIT_MIN_SLICE_BYTES",
+__all__ = ["RMSNORM_FP8_INSTEAD_OF_TWO_SHOT_ROWS", "RMSNORM_ROWS_AT_ONCE", "RmsnormConfig", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_SPLIT_MAX_PARTS", "RMSNORM_SPLIT_MIN_SLICE_BYTES",
            "RMSNORM_TWO_SHOT_MAX_PARTS", "RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES", "rmsnorm_two_shot_parts",
            "rmsnorm_mode", "rmsnorm_mode_runs", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_parts",
            "rmsnorm_split_slice_bytes", "rmsnorm_split_warps", "rmsnorm_warps", "tile_all_reduce_takes_ll"]
