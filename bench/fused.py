@@ -275,14 +275,13 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
                                                              method=method), a_full.nbytes)
-        with tuning.overridden(COPY_ENGINE_MIN_CHUNKS={**tuning.COPY_ENGINE_MIN_CHUNKS, "all_gather_matmul": 4}):
-            self.b.record(op, "ironlink_fused[kernel,min_chunks=4]", shape, "bf16",
-                          lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
-                                                             method="kernel"), a_full.nbytes)
-        with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):  # the kernel's CTAs push the shard
-            self.b.record(op, "ironlink_fused[kernel,sm_push]", shape, "bf16",
-                          lambda: ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out,
-                                                             method="kernel"), a_full.nbytes)
+        for name, gather in (("min_chunks=4", tuning.GatherExchange(min_chunks=4)),
+                             ("sm_push", tuning.GatherExchange(copy_engine=False))):  # sm_push: the CTAs push the shard
+            def gather_call(exchange: tuning.GatherExchange = gather) -> Any:
+                return ironlink.all_gather_matmul(shard, bmat, heap=heap, a_full=a_full, out=out, method="kernel",
+                                                  exchange=exchange)
+
+            self.b.record(op, f"ironlink_fused[kernel,{name}]", shape, "bf16", gather_call, a_full.nbytes)
         self.b.record(op, "nccl_torch", shape, "bf16",
                       lambda: (dist.all_gather_into_tensor(gathered, shard), torch.matmul(gathered, bmat, out=out)),
                       a_full.nbytes)
@@ -309,22 +308,20 @@ class SequenceParallelBench:
             self.b.record(op, f"ironlink_fused[{method}]", shape, "bf16",
                           lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method=method),
                           nbytes)
-        for least, name in ((0, "copy_engine"), (None, "sm_push")):  # who moves the partials, at any M
-            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=least):
-                self.b.record(op, f"ironlink_fused[kernel,{name}]", shape, "bf16",
-                              lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
-                                                                     method="kernel"), nbytes)
-        for least in (1, 4):  # the copy engine's chunks a block (tuning.COPY_ENGINE_MIN_CHUNKS)
-            with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0, COPY_ENGINE_MIN_CHUNKS={
-                    **tuning.COPY_ENGINE_MIN_CHUNKS, "matmul_reduce_scatter": least}):
-                self.b.record(op, f"ironlink_fused[kernel,copy_engine,min_chunks={least}]", shape, "bf16",
-                              lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
-                                                                     method="kernel"), nbytes)
+        exchanges = [("copy_engine", tuning.ScatterExchange(copy_engine_min_rows=0)),  # who moves the partials
+                     ("sm_push", tuning.ScatterExchange(copy_engine_min_rows=None)),  # at any M
+                     *((f"copy_engine,min_chunks={least}", tuning.ScatterExchange(copy_engine_min_rows=0,
+                                                                                   min_chunks=least))
+                       for least in (1, 4))]  # the copy engine's chunks a block
         if w == 2:  # the pushing kernel's signals per tile, not in batches (tuning.MATMUL_SIGNAL_EVERY)
-            with tuning.overridden(MATMUL_SIGNAL_EVERY=1, MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=None):
-                self.b.record(op, "ironlink_fused[kernel,sm_push,signal_every=1]", shape, "bf16",
-                              lambda: ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out,
-                                                                     method="kernel"), nbytes)
+            exchanges.append(("sm_push,signal_every=1", tuning.ScatterExchange(copy_engine_min_rows=None,
+                                                                                 signal_every=1)))
+        for name, scatter in exchanges:
+            def scatter_call(exchange: tuning.ScatterExchange = scatter) -> Any:
+                return ironlink.matmul_reduce_scatter(a, bmat, heap=self.b.heap, out=out, method="kernel",
+                                                      exchange=exchange)
+
+            self.b.record(op, f"ironlink_fused[kernel,{name}]", shape, "bf16", scatter_call, nbytes)
         self.b.record(op, "nccl_torch", shape, "bf16",
                       lambda: (torch.matmul(a, bmat, out=full), dist.reduce_scatter_tensor(out, full)), nbytes)
         self.torch_fused(op, shape,

@@ -103,8 +103,7 @@ def test_flag_words_are_zero_for_every_shape_that_shares_them(monkeypatch: pytes
     assert len(many) == copy_engine.flag_data(2) + 64 and not many.any() and barriers == ["barrier"]
     # prepare: the op's chunked config and its flag words, `words_per_chunk` a chunk and rank.
     planned = copy_engine.tuning.MatmulConfig(128, 256, 64, 8, 8, 3)
-    with copy_engine.tuning.overridden(COPY_ENGINE_MIN_CHUNKS={"matmul_reduce_scatter": 2}):
-        config, flags = copy_engine.prepare(heap, "matmul_reduce_scatter", 1024, planned, 2, False)
+    config, flags = copy_engine.prepare(heap, "matmul_reduce_scatter", 1024, planned, 2, 2, False)
     assert config == planned._replace(group_m=4)  # 8 tile rows: 2 chunks of 4
     assert len(flags) == copy_engine.flag_data(2) + 2 * 2 * 2 and "matmul_reduce_scatter/flags" in heap.kept
 
@@ -116,12 +115,11 @@ def test_reduce_scatter_takes_the_copy_engine_only_from_its_least_block_rows() -
 
     least = tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS
     assert least is not None and least > 512
-    assert not tuning.matmul_reduce_scatter_takes_copy_engine(least - 1)
-    assert tuning.matmul_reduce_scatter_takes_copy_engine(least)
-    with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
-        assert tuning.matmul_reduce_scatter_takes_copy_engine(1)
-    with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=None):
-        assert not tuning.matmul_reduce_scatter_takes_copy_engine(1 << 20)
+    assert tuning.ScatterExchange().copy_engine_min_rows == least  # the default: the measured choice
+    assert not tuning.ScatterExchange().takes_copy_engine(least - 1)
+    assert tuning.ScatterExchange().takes_copy_engine(least)
+    assert tuning.ScatterExchange(copy_engine_min_rows=0).takes_copy_engine(1)
+    assert not tuning.ScatterExchange(copy_engine_min_rows=None).takes_copy_engine(1 << 20)
 
 
 def test_the_copies_streams_are_made_for_them_not_taken_from_pytorchs_pool(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -361,7 +361,7 @@ def test_all_gather_matmul_copy_engine_chunks_cover_the_tile_walk() -> None:
     # be one the host flags, and the chunks must cover the rows.
     for rows in (1, 100, 1024, 1030, 2048, 8192):
         p = ag(rows, 4096, 8192)
-        c = copy_engine.chunked("all_gather_matmul", rows, p.config)
+        c = copy_engine.chunked(rows, p.config, tuning.GatherExchange().min_chunks)
         bounds, chunk_rows = copy_engine.chunks(rows, c), c.group_m * c.block_m
         chunks = len(bounds)
         tiles_m = -(-rows // c.block_m)
@@ -373,24 +373,24 @@ def test_all_gather_matmul_copy_engine_chunks_cover_the_tile_walk() -> None:
     for world, m in ((2, 2), (2, 4096), (2, 2060), (4, 16384), (8, 8 * 1030)):
         p = rs(m, 2048, 1024, world=world)
         rows = m // world
-        c = copy_engine.chunked("matmul_reduce_scatter", rows, p.config)
+        c = copy_engine.chunked(rows, p.config, tuning.ScatterExchange().min_chunks)
         tiles_m = -(-rows // c.block_m)
         bounds = copy_engine.chunks(rows, c)
         assert {tm // c.group_m for tm in range(tiles_m)} == set(range(len(bounds))), (world, m)
         assert sum(-(-(hi - lo) // c.block_m) for lo, hi in bounds) * -(-2048 // c.block_n) == p.tiles, (world, m)
-    # copy_engine.chunked: at least COPY_ENGINE_MIN_CHUNKS[op] chunks a block unless GROUP_M is 1,
-    # the largest such GROUP_M (a power of two halving), the rest of the config as planned.
-    for op in ("all_gather_matmul", "matmul_reduce_scatter"):
-        for least in (1, 2, 4):
-            with tuning.overridden(COPY_ENGINE_MIN_CHUNKS={**tuning.COPY_ENGINE_MIN_CHUNKS, op: least}):
-                for rows in (1, 128, 1024, 2048, 4096, 8192, 1 << 16):
-                    planned = ag(rows, 4096, 8192).config
-                    c = copy_engine.chunked(op, rows, planned)
-                    assert c._replace(group_m=planned.group_m) == planned, rows
-                    assert len(copy_engine.chunks(rows, c)) >= least or c.group_m == 1, rows
-                    assert c.group_m == planned.group_m or len(copy_engine.chunks(
-                        rows, c._replace(group_m=2 * c.group_m))) < least, rows
-                assert copy_engine.chunked(op, 1024, ag(1024, 4096, 8192).config).group_m == 8 // least
+    # copy_engine.chunked: at least `min_chunks` chunks a block unless GROUP_M is 1, the largest
+    # such GROUP_M (a power of two halving), the rest of the config as planned.
+    for least in (1, 2, 4):
+        for rows in (1, 128, 1024, 2048, 4096, 8192, 1 << 16):
+            planned = ag(rows, 4096, 8192).config
+            c = copy_engine.chunked(rows, planned, least)
+            assert c._replace(group_m=planned.group_m) == planned, rows
+            assert len(copy_engine.chunks(rows, c)) >= least or c.group_m == 1, rows
+            assert c.group_m == planned.group_m or len(copy_engine.chunks(
+                rows, c._replace(group_m=2 * c.group_m))) < least, rows
+        assert copy_engine.chunked(1024, ag(1024, 4096, 8192).config, least).group_m == 8 // least
+    assert (tuning.GatherExchange().min_chunks, tuning.ScatterExchange().min_chunks) == (
+        tuning.COPY_ENGINE_MIN_CHUNKS["all_gather_matmul"], tuning.COPY_ENGINE_MIN_CHUNKS["matmul_reduce_scatter"])
     # The flag words (GO, FREE per rank, DONE, then the op's) do not overlap.
     for world in (2, 4, 8):
         words = [copy_engine.FLAG_GO.value, *(copy_engine.FLAG_FREE.value + q for q in range(world)),

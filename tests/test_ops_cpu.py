@@ -535,8 +535,8 @@ def test_fused_ops_take_the_hierarchical_kernels_on_several_nodes(fake_torch: An
     ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap)
     ironlink.matmul_all_reduce(a, b, out=c, heap=heap)
     # One node: the kernels whose CTAs push (the copy-engine launches need real streams: GPU cases).
-    with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):
-        ironlink.all_gather_matmul(a, b, heap, a_full=a_full, out=gathered_out, method="kernel")
+    ironlink.all_gather_matmul(a, b, heap, a_full=a_full, out=gathered_out, method="kernel",
+                               exchange=tuning.GatherExchange(copy_engine=False))
     ironlink.matmul_reduce_scatter(a, b, heap, out=scattered, method="kernel")
     several = node_size < heap.world_size
     suffix = "_hierarchical" if several else ""
@@ -692,31 +692,18 @@ def test_all_reduce_takes_lamport_slots_for_small_messages() -> None:
     assert -(-limit // tuning.ALL_REDUCE_LAMPORT_CTA_BYTES) <= 132
 
 
-def test_tuning_overridden_sets_and_restores_names() -> None:
-    # What the benchmarks and GPU tests still use for the sequence-parallel ops' copy-engine choices.
-    with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False, MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
-        assert tuning.ALL_GATHER_MATMUL_COPY_ENGINE is False and tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS == 0
-        import ironlink.tuning as public  # the name users import is the same module
-        assert public.ALL_GATHER_MATMUL_COPY_ENGINE is False
-    assert tuning.ALL_GATHER_MATMUL_COPY_ENGINE is True and tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS == 1024
-    with pytest.raises(RuntimeError):
-        with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):
-            raise RuntimeError("restored on the way out")
-    assert tuning.ALL_GATHER_MATMUL_COPY_ENGINE is True
-    with pytest.raises(AttributeError):
-        with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENIGNE=False):
-            pass
-
-
 def test_op_configs_default_to_the_tuning_and_cross_a_compiled_graph_as_strings() -> None:
-    # An op's choices beyond its table are a frozen config passed to it, not a posted global.
+    # An op's choices beyond its table are a frozen config passed to it, not a posted global: no
+    # setter is left (tuning.overridden is gone).
+    assert not hasattr(tuning, "overridden")
     assert tuning.AllReduceConfig() == tuning.AllReduceConfig(tuning.ALL_REDUCE_LAMPORT_CTA_BYTES,
                                                               tuning.ALL_REDUCE_LAMPORT_WARPS)
     assert tuning.RmsnormConfig().split_lamport is tuning.RMSNORM_SPLIT_LAMPORT
     with pytest.raises(dataclasses.FrozenInstanceError):
         tuning.RmsnormConfig().split_lamport = False  # type: ignore[misc]
     for config in (tuning.AllReduceConfig(lamport_cta_bytes=4096, lamport_warps=8),
-                   tuning.RmsnormConfig(split_lamport=False)):
+                   tuning.RmsnormConfig(split_lamport=False), tuning.GatherExchange(copy_engine=False, min_chunks=4),
+                   tuning.ScatterExchange(copy_engine_min_rows=None, signal_every=1)):
         text = op_config.as_arg(config)
         assert isinstance(text, str) and op_config.from_arg(type(config), text) == config
     assert op_config.as_arg(None) == "" and op_config.from_arg(tuning.RmsnormConfig, "") is None

@@ -128,20 +128,21 @@ class StandIns:
         return out, r
 
     def matmul_all_reduce(self, a: Any, b: Any, out: Any = None, heap: Any = None, config: Any = None,
-                          method: Any = None, check: bool = False) -> Any:
+                          method: Any = None, check: bool = False, exchange: Any = None) -> Any:
         self.need(heap, "matmul_all_reduce", out)
         assert config is None or isinstance(config, ironlink.tuning.MatmulConfig)
         return out.copy_((a @ b) * WORLD)
 
     def all_gather_matmul(self, a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: Any = None,
-                          config: Any = None, check: bool = False, method: Any = None) -> Any:
+                          config: Any = None, check: bool = False, method: Any = None, exchange: Any = None) -> Any:
         self.need(heap, "all_gather_matmul", a_full)
         a_full.copy_(a_shard.repeat(WORLD, 1))
         out.copy_(a_full @ b)
         return a_full, out
 
     def matmul_reduce_scatter(self, a: Any, b: Any, heap: Any, out: Any = None, config: Any = None,
-                              check: bool = False, method: Any = None) -> Any:
+                              check: bool = False, method: Any = None, exchange: Any = None) -> Any:
+        assert exchange is None or isinstance(exchange, ironlink.tuning.ScatterExchange)
         return out.copy_(((a @ b) * WORLD)[:out.shape[0]])
 
 
@@ -474,15 +475,16 @@ def test_opcheck_mutations_and_fakes(stand_ins: StandIns) -> None:
          (heap.handle, torch.randn(2, 8), torch.randn(2, 8), torch.rand(8), torch.zeros(2, 8), None, 1e-6, None, False,
           None, "")),
         (torch.ops.ironlink.matmul_all_reduce.default,
-         (heap.handle, torch.randn(2, 3), torch.randn(3, 4), torch.zeros(2, 4), None, None, False)),
+         (heap.handle, torch.randn(2, 3), torch.randn(3, 4), torch.zeros(2, 4), None, None, False, "")),
         (torch.ops.ironlink.matmul_reduce_scatter.default,
-         (heap.handle, torch.randn(4, 3), torch.randn(3, 4), torch.zeros(2, 4), None, False, None)),
+         (heap.handle, torch.randn(4, 3), torch.randn(3, 4), torch.zeros(2, 4), None, False, None,
+          '{"copy_engine_min_rows": 0, "min_chunks": 2, "signal_every": 4}')),
         (torch.ops.ironlink.all_reduce_rmsnorm_out.default,
          (heap.handle, torch.randn(2, 8), torch.randn(2, 8), torch.zeros(2, 8), torch.rand(8), None,
           torch.zeros(2), 1e-6, "rows", False, False, '{"split_lamport": false}')),
         (torch.ops.ironlink.all_gather_matmul.default,
          (heap.handle, torch.randn(2, 3), torch.randn(3, 4), torch.zeros(4, 3), torch.zeros(4, 4),
-          [16, 16, 16, 1, 4, 2], False, "kernel")),
+          [16, 16, 16, 1, 4, 2], False, "kernel", "")),
         (torch.ops.ironlink.all_to_all_v.default,
          (heap.handle, torch.randn(3, 4), torch.tensor([1, 2]), torch.zeros(6, 4), torch.zeros(2, dtype=torch.int64),
           torch.zeros(2, dtype=torch.int64), False, None)),

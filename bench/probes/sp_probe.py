@@ -8,12 +8,12 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
 - `kernel`: the op as users call it (`method="kernel"`; all_gather_matmul's shard is contiguous,
   so the copy engine moves it: `allgather_matmul_copy_engine_kernel`);
 - all_gather_matmul `sm_push`: the kernel whose CTAs push the shard
-  (`tuning.ALL_GATHER_MATMUL_COPY_ENGINE` off; the variants below are of that kernel);
+  (`tuning.GatherExchange(copy_engine=False)`; the variants below are of that kernel);
   `ce_copy`: the copy engine's transfer alone (the shard into every peer's a_full, both ranks at once);
   `triton_flat_gemm+ce_copy`: `triton_flat_gemm` (below) with that transfer on a side stream at
   the same time, no flags and no waits (what the copies cost the GEMM: HBM, power);
 - matmul_reduce_scatter `copy_engine`: its partials stored locally and moved by the copy engine
-  (`tuning.MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS` = 0);
+  (`tuning.ScatterExchange(copy_engine_min_rows=0)`);
 - `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
   plus, for all_gather_matmul, its grid barrier);
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
@@ -63,9 +63,9 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
     row("all_gather_matmul", "torch.matmul", shape, lambda: torch.matmul(a_full, b, out=out))
     row("all_gather_matmul", "kernel", shape,
         lambda: ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, out=out, method="kernel"))
-    with tuning.overridden(ALL_GATHER_MATMUL_COPY_ENGINE=False):
-        row("all_gather_matmul", "sm_push", shape,
-            lambda: ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, out=out, method="kernel"))
+    row("all_gather_matmul", "sm_push", shape,
+        lambda: ironlink.all_gather_matmul(shard, b, heap=heap, a_full=a_full, out=out, method="kernel",
+                                           exchange=tuning.GatherExchange(copy_engine=False)))
     mine = a_full[heap.rank * (m // w):(heap.rank + 1) * (m // w)]
 
     def copy_shard() -> None:  # into every peer's a_full, by the copy engine (the current stream)
@@ -121,9 +121,9 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
     row("matmul_reduce_scatter", "torch.matmul", shape, lambda: torch.matmul(a, b, out=full))
     row("matmul_reduce_scatter", "kernel", shape,
         lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
-    with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
-        row("matmul_reduce_scatter", "copy_engine", shape,
-            lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel"))
+    row("matmul_reduce_scatter", "copy_engine", shape,
+        lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel",
+                                               exchange=tuning.ScatterExchange(copy_engine_min_rows=0)))
     row("matmul_reduce_scatter", "gemm_only", shape,
         lambda: launch_scatter(heap, p, a, b, out, status, communicate=False))
     heap.check()

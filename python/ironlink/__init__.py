@@ -54,7 +54,7 @@ _LAZY = {
 }
 
 
-# The documented module names, reachable as attributes (`ironlink.tuning.DECODE_PDL = False`)
+# The documented module names, reachable as attributes (`ironlink.tuning.AllReduceConfig`)
 # without importing them first.
 _MODULES = frozenset({"typed", "tuning", "torch_interop", "fused", "moe", "ops", "runtime"})
 

@@ -1,5 +1,5 @@
 """`ironlink.tuning`, the name users import (launch choices of the host-level and fused ops): bound
-to the package `ironlink.runtime.tuning` itself. A choice is overridden by passing an op's config
+to the package `ironlink.runtime.tuning` itself. A choice is changed by passing an op its config
 (`ironlink.all_reduce(t, config=ironlink.tuning.AllReduceConfig(...))`), not by setting a name here."""
 
 import sys

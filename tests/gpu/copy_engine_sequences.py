@@ -61,8 +61,8 @@ def eager_sequence(op: str, ms: list[int], calls: int, heap: Any) -> None:
         for i in range(calls):
             if op == "rs":
                 a, b, out = reduce_scatter_operands(m)
-                with tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
-                    ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel", check=True)
+                ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel", check=True,
+                                               exchange=tuning.ScatterExchange(copy_engine_min_rows=0))
                 ref = torch.matmul(a.float(), b.float())
                 dist.all_reduce(ref)
                 want = ref[r * (m // w):(r + 1) * (m // w)]
@@ -92,14 +92,13 @@ def graph_sequence(spec: str, heap: Any) -> None:
         for name in names.split(","):
             method = {"coll": "collective", "ovl": "overlap"}.get(name, "kernel")
             ce = name.startswith("ce")
-            tables = dict(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0 if ce else None, COPY_ENGINE_MIN_CHUNKS={
-                **tuning.COPY_ENGINE_MIN_CHUNKS, "matmul_reduce_scatter": int(name[2:]) if ce else 1})
+            exchange = tuning.ScatterExchange(copy_engine_min_rows=0 if ce else None,
+                                              min_chunks=int(name[2:]) if ce else 1)
 
-            def call(method: str = method) -> None:
-                ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method=method)
+            def call(method: str = method, exchange: tuning.ScatterExchange = exchange) -> None:
+                ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method=method, exchange=exchange)
 
-            with tuning.overridden(**tables):
-                rnd.add(call, m * N * 2)
+            rnd.add(call, m * N * 2)
             checked(heap, f"M={m} {name}")
         rnd.run()
         checked(heap, f"M={m} replays")
@@ -124,11 +123,12 @@ def on_copy_stream(op: str, old_choice: bool, heap: Any) -> None:
         streams.side_streams = lambda device, count, main: streams._made_streams(device, count + 1)[:count]
     stream = streams._made_streams(torch.cuda.current_device(), 2)[0]
     try:
-        with torch.cuda.stream(stream), tuning.overridden(MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0):
+        with torch.cuda.stream(stream):
             if op == "rs":
                 a = torch.randn(1024, 512, device="cuda").to(torch.bfloat16)
                 b = torch.randn(512, 1024, device="cuda").to(torch.bfloat16)
-                ironlink.matmul_reduce_scatter(a, b, heap=heap, method="kernel", check=True)
+                ironlink.matmul_reduce_scatter(a, b, heap=heap, method="kernel", check=True,
+                                               exchange=tuning.ScatterExchange(copy_engine_min_rows=0))
             else:
                 shard = torch.randn(512, 512, device="cuda").to(torch.bfloat16)
                 b = torch.randn(512, 1024, device="cuda").to(torch.bfloat16)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from dataclasses import replace
 import sys
 import time
 from typing import Any, Callable, Iterator, Optional
@@ -402,7 +403,8 @@ class Suite:
     # scaled by 1, 2, ...: a tile summed late or read early shows in the last result.
 
     def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1,
-               method: Optional[str] = None, b_row_major: bool = False) -> None:
+               method: Optional[str] = None, b_row_major: bool = False,
+               exchange: Optional[tuning.PushPacing] = None) -> None:
         a_all, b_all = self.operands(m, n, k, dtype, 99)
         # b column-major by default: strides are honoured (and the TMA path reads b's transpose).
         b = b_all[self.rank] if b_row_major else b_all[self.rank].t().contiguous().t()
@@ -414,14 +416,15 @@ class Suite:
             same_on_all_ranks(out)
 
         try:
-            self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap, method=method)
+            self.replays(lambda: [ironlink.matmul_all_reduce(x, b, out=out, heap=self.heap, method=method,
+                                                             exchange=exchange)
                                   for x in a_scaled], graph, self.nan_fill(out), check)
             lamport_slots_empty(self.heap, "matmul_all_reduce", [dtype])
         finally:
             self.heap.free(out)
 
     def matmul_scatter(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, method: str,
-                       launches: int = 1) -> None:
+                       launches: int = 1, exchange: Optional[tuning.ScatterExchange] = None) -> None:
         w, r = self.world, self.rank
         a_all, b_all = self.operands(m, n, k, dtype, 98)
         b = b_all[r].t().contiguous().t()
@@ -432,7 +435,8 @@ class Suite:
             ref = sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches
             self.close_to(out, ref[r * m // w:(r + 1) * m // w], dtype)
 
-        self.replays(lambda: [ironlink.matmul_reduce_scatter(x, b, heap=self.heap, out=out, method=method)
+        self.replays(lambda: [ironlink.matmul_reduce_scatter(x, b, heap=self.heap, out=out, method=method,
+                                                             exchange=exchange)
                               for x in a_scaled],
                      graph, self.nan_fill(out), check)
 
@@ -540,12 +544,6 @@ def refused(call: Callable[[], object], words: str) -> None:
     raise AssertionError(f"no ValueError (wanted one naming {words!r})")
 
 
-def with_tuning(fn: Callable[[], None], **values: Any) -> None:
-    """Runs `fn` with the tuning names given set to these values (`tuning.overridden`)."""
-    with tuning.overridden(**values):
-        fn()
-
-
 def hierarchical_cases(cases: Cases, s: Suite, world: int) -> None:
     """The fused ops by their kernels for several nodes (`as_several_nodes`), checked as above."""
     dtype = torch.bfloat16
@@ -607,20 +605,20 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
             how = f"{dtype} {{}}x{n}x{k} {launches} launch(es){' in a CUDA graph' if graph else ''}"
             for least, name in ((0, "copy engine"), (None, "SM push")):
                 cases.run(f"matmul_reduce_scatter kernel, {name}, {how.format(rows * world)}",
-                          lambda least=least: with_tuning(
-                              lambda: s.matmul_scatter(rows * world, n, k, dtype, graph, method, launches=launches),
-                              MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=least))
+                          lambda least=least: s.matmul_scatter(
+                              rows * world, n, k, dtype, graph, method, launches=launches,
+                              exchange=tuning.ScatterExchange(copy_engine_min_rows=least)))
             cases.run(f"all_gather_matmul kernel, copy engine, {how.format(rows)}",
                       lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
         # Called on the stream the copies would take (as a pool stream once could be): they must
         # take another, or each rank's kernel waits for transfers queued behind itself.
         for op in ("matmul_reduce_scatter", "all_gather_matmul"):
             cases.run(f"{op} kernel, copy engine, {dtype}, called on the copies' stream",
-                      lambda op=op: on_side_stream(lambda: with_tuning(
-                          lambda: s.matmul_scatter(200 * world, 1000, 300, dtype, False, method, launches=2)
+                      lambda op=op: on_side_stream(
+                          lambda: s.matmul_scatter(200 * world, 1000, 300, dtype, False, method, launches=2,
+                                                   exchange=tuning.ScatterExchange(copy_engine_min_rows=0))
                           if op == "matmul_reduce_scatter" else
-                          s.gather_matmul(200, 1000, 300, dtype, False, method, launches=2, contiguous=True),
-                          MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS=0)))
+                          s.gather_matmul(200, 1000, 300, dtype, False, method, launches=2, contiguous=True)))
 
 def on_side_stream(fn: Callable[[], None]) -> None:
     """Runs `fn` with the first of the side streams the ops take (runtime.streams) as the current
@@ -781,9 +779,8 @@ def main() -> int:
                 for launches, graph in ((8, False), (1, True)):
                     cases.run(f"matmul_all_reduce push two-shot, signals every {every} tile(s), {dtype} "
                               f"8200x2050x512 {launches} launch(es){' in a CUDA graph' if graph else ''}",
-                              lambda: with_tuning(lambda: s.matmul(8200, 2050, 512, dtype, graph=graph,
-                                                                   launches=launches, method="push"),
-                                                  MATMUL_SIGNAL_EVERY=every))
+                              lambda: s.matmul(8200, 2050, 512, dtype, graph=graph, launches=launches, method="push",
+                                               exchange=replace(tuning.push_pacing(9), signal_every=every)))
         # matmul_reduce_scatter's kernel signals the same ways: 8200 rows a rank make 585 tiles of
         # 128 x 256 a block, 1170 in all: eight or nine a CTA, four or five before its own block.
         if world == 2 and torch.cuda.get_device_capability()[0] == 9:
@@ -791,9 +788,8 @@ def main() -> int:
                 for launches, graph in ((8, False), (1, True)):
                     cases.run(f"matmul_reduce_scatter kernel, signals every {every} tile(s), {dtype} "
                               f"16400x2050x512 {launches} launch(es){' in a CUDA graph' if graph else ''}",
-                              lambda: with_tuning(lambda: s.matmul_scatter(16400, 2050, 512, dtype, graph, "kernel",
-                                                                           launches=launches),
-                                                  MATMUL_SIGNAL_EVERY=every))
+                              lambda: s.matmul_scatter(16400, 2050, 512, dtype, graph, "kernel", launches=launches,
+                                                       exchange=tuning.ScatterExchange(signal_every=every)))
         # The one-shot kernel's tail both ways (tuning.MATMUL_TAIL_INTERLEAVED): one tile a CTA
         # (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
         if world == 2:
@@ -801,9 +797,9 @@ def main() -> int:
                 for m, launches, graph in ((1030, 1, False), (2050, 8, False), (2050, 1, True)):
                     cases.run(f"matmul_all_reduce push one-shot, tail {'interleaved' if on else 'in turn'}, "
                               f"{dtype} {m}x2050x1024 {launches} launch(es){' in a CUDA graph' if graph else ''}",
-                              lambda: with_tuning(lambda: s.matmul(m, 2050, 1024, dtype, graph=graph,
-                                                                   launches=launches, method="push"),
-                                                  MATMUL_TAIL_INTERLEAVED=on))
+                              lambda: s.matmul(m, 2050, 1024, dtype, graph=graph, launches=launches, method="push",
+                                               exchange=replace(tuning.push_pacing(torch.cuda.get_device_capability()[0]),
+                                                                tail_interleaved=on)))
         for method in tuning.SP_METHOD_NAMES:
             sp_cases(cases, s, world, dtype, method)
         for m, n in ((200, 4096), (4100, 2050)):

@@ -93,14 +93,16 @@ def plan(a_shard: TensorSpec, b: TensorSpec, a_full: TensorSpec, out: TensorSpec
 @eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, check: bool = False,
-                      method: Optional[str] = None) -> tuple[Any, Any]:
+                      method: Optional[str] = None, exchange: Optional[tuning.GatherExchange] = None) -> tuple[Any, Any]:
     """(a_full, out): `a_full` [M, K] = every rank's `a_shard` [M / world, K] in rank order, `out`
     [M, N] = a_full @ `b` [K, N] (bf16 or fp16; a_shard and b with any strides). `a_full` must be
     a heap tensor (default: allocated from `heap`, the caller frees it with heap.free); `out` any
     contiguous CUDA tensor (default: a new one). `method`: "kernel" (this module's one-kernel
     Triton version; `config` its tiles), "collective" or "overlap" (cuBLAS GEMMs and ironlink
     transfers, `fused.cublas_methods`); default `tuning.sp_method` ("collective" on a heap of several
-    nodes, where "overlap" is refused). Collective; CUDA-graph capturable when a_full is given."""
+    nodes, where "overlap" is refused). `exchange`: how the kernel method moves the shard
+    (`tuning.GatherExchange`; None: its defaults). Collective; CUDA-graph capturable when a_full
+    is given."""
     
     import torch
 
@@ -138,8 +140,9 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
                 h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, *strides, status, **meta),
             check, function="symm_grid_barrier/symm_all_gather_hierarchical")
         return a_full, out
-    if uses_copy_engine(a_shard):
-        config, flags = copy_engine.prepare(h, "all_gather_matmul", p.rows, p.config, 1, check)  # a flag a chunk
+    exchange = exchange or tuning.GatherExchange()
+    if uses_copy_engine(a_shard, exchange):  # a flag a chunk
+        config, flags = copy_engine.prepare(h, "all_gather_matmul", p.rows, p.config, exchange.min_chunks, 1, check)
         p = p._replace(config=config)
         launch_with_status("all_gather_matmul", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a_shard, b, a_full, out, flags, status), check,
@@ -150,11 +153,11 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     return a_full, out
 
 
-def uses_copy_engine(a_shard: Any) -> bool:
-    """Whether the one-node kernel method runs with the copy engine (`launch_copy_engine`): on
-    unless tuning.ALL_GATHER_MATMUL_COPY_ENGINE is off or the shard is not contiguous (a strided
-    copy would run as a kernel, which could not start while this launch holds every SM)."""
-    return tuning.ALL_GATHER_MATMUL_COPY_ENGINE and a_shard.is_contiguous()
+def uses_copy_engine(a_shard: Any, exchange: tuning.GatherExchange) -> bool:
+    """Whether the one-node kernel method runs with the copy engine (`launch_copy_engine`): as
+    `exchange` says, unless the shard is not contiguous (a strided copy would run as a kernel,
+    which could not start while this launch holds every SM)."""
+    return exchange.copy_engine and a_shard.is_contiguous()
 
 
 def _gemm_operands(p: Plan, a_shard: Any, b: Any, a_full: Any) -> tuple[Any, ...]:

@@ -12,7 +12,8 @@ Flag words (u64, a heap workspace per op, zero between launches), per rank:
 
 A chunk is a group of GROUP_M tile rows of a block, the order the kernels' tile walk takes them
 (`gemm_tiles.tile_coords`): tile row tm is in chunk tm // GROUP_M, rows `chunks(rows, config)`. The
-kernels run `chunked(op, rows, config)`: GROUP_M small enough for a few chunks a block.
+kernels run `chunked(rows, config, min_chunks)`: GROUP_M small enough for a few chunks a block (the
+op's exchange config says how few: `tuning.GatherExchange`, `tuning.ScatterExchange`).
 
 The stream waits (no timeout) only for words its own kernel sets, after a timeout too; every
 wait on a peer is in a kernel and times out (recorded; the host raises).
@@ -40,13 +41,12 @@ SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
 ADD: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["ADD"])
 
 
-def chunked(op: str, rows: int, config: tuning.MatmulConfig) -> tuning.MatmulConfig:
-    """`config` with GROUP_M halved until a block of `rows` rows has at least
-    tuning.COPY_ENGINE_MIN_CHUNKS[op] chunks (or GROUP_M is 1): the config op's copy-engine
-    kernel runs."""
+def chunked(rows: int, config: tuning.MatmulConfig, min_chunks: int) -> tuning.MatmulConfig:
+    """`config` with GROUP_M halved until a block of `rows` rows has at least `min_chunks` chunks
+    (or GROUP_M is 1): the config a copy-engine kernel runs."""
     tiles_m = -(-rows // config.block_m)
     group_m = config.group_m
-    while group_m > 1 and -(-tiles_m // group_m) < tuning.COPY_ENGINE_MIN_CHUNKS[op]:
+    while group_m > 1 and -(-tiles_m // group_m) < min_chunks:
         group_m //= 2
     return config._replace(group_m=group_m)
 
@@ -120,12 +120,12 @@ def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
     return flags
 
 
-def prepare(heap: Any, op: str, rows: int, config: tuning.MatmulConfig, words_per_chunk: int,
+def prepare(heap: Any, op: str, rows: int, config: tuning.MatmulConfig, min_chunks: int, words_per_chunk: int,
             check: bool) -> tuple[tuning.MatmulConfig, Any]:
     """What op's copy-engine kernel runs with for blocks of `rows` rows: its config
-    (`chunked`) and its flag words (`flags_workspace` "<op>/flags"), `words_per_chunk` of the
-    op's own words per rank and chunk."""
-    config = chunked(op, rows, config)
+    (`chunked` into at least `min_chunks` chunks) and its flag words (`flags_workspace`
+    "<op>/flags"), `words_per_chunk` of the op's own words per rank and chunk."""
+    config = chunked(rows, config, min_chunks)
     words = words_per_chunk * heap.world_size * len(chunks(rows, config))
     return config, flags_workspace(heap, f"{op}/flags", words, check)
 

@@ -108,13 +108,14 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
 @eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, method: Optional[str] = None,
-                      check: bool = False) -> Any:
+                      check: bool = False, exchange: Optional[tuning.PushPacing] = None) -> Any:
     """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
     tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
     `method`: "push", "lamport" or "tile" (module docs; default `tuning.matmul_method`), on one
     node. "push" and "lamport" keep a workspace in the heap: 2 x (world - 1) x M x N elements.
-    Collective; CUDA-graph capturable when `out` is given and the call ran once before with
-    these shapes (the push or lamport method's workspace is made then)."""
+    `exchange`: how the push kernels pace their pushes (`tuning.PushPacing`; None: the measured
+    `tuning.push_pacing`). Collective; CUDA-graph capturable when `out` is given and the call ran
+    once before with these shapes (the push or lamport method's workspace is made then)."""
     if heap is None and out is None:
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
@@ -142,8 +143,8 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
         return out
     function = {"push": "symm_tile_wait_others/symm_tile_signal/symm_tile_wait",
                 "lamport": "the wait for the peers' partials (symm_tile_wait)"}.get(p.method, "symm_tile_all_reduce")
-    launch_with_status("matmul_all_reduce", h, p.ctas, lambda status: launch(h, p, a, b, out, status), check,
-                       function=function)
+    launch_with_status("matmul_all_reduce", h, p.ctas, lambda status: launch(h, p, a, b, out, status, pacing=exchange),
+                       check, function=function)
     return out
 
 

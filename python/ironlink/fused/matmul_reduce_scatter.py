@@ -95,14 +95,16 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
 
 @eager.routed(torch_operators)  # the operators of its name run it; a traced call goes to them
 def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Optional[tuning.MatmulConfig] = None,
-                          check: bool = False, method: Optional[str] = None) -> Any:
+                          check: bool = False, method: Optional[str] = None,
+                          exchange: Optional[tuning.ScatterExchange] = None) -> Any:
     """`out` [M / world, N]: this rank's rows of sum over ranks of `a` [M, K] @ `b` [K, N] (bf16 or
     fp16, any strides). `out` may be any CUDA tensor (default: a new one, contiguous). Uses
     workspaces of about M x N elements from `heap`, kept between calls (`heap.workspace`).
     `method`: "kernel" (this module's one-kernel Triton version; `config` its tiles), "collective"
     or "overlap" (cuBLAS GEMMs and ironlink transfers, `fused.cublas_methods`); default
     `tuning.sp_method` ("collective" on a heap of several nodes, where "overlap" is refused).
-    Collective; CUDA-graph capturable."""
+    `exchange`: how the kernel method moves the partials (`tuning.ScatterExchange`; None: its
+    defaults). Collective; CUDA-graph capturable."""
     
     import torch
 
@@ -137,14 +139,16 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
         return out
     dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
     rows = p.m // h.world_size  # a rank's block
-    if tuning.matmul_reduce_scatter_takes_copy_engine(rows):  # 2 words a chunk and rank
-        config, flags = copy_engine.prepare(h, "matmul_reduce_scatter", rows, p.config, 2, check)
+    exchange = exchange or tuning.ScatterExchange()
+    if exchange.takes_copy_engine(rows):  # 2 words a chunk and rank
+        config, flags = copy_engine.prepare(h, "matmul_reduce_scatter", rows, p.config, exchange.min_chunks, 2, check)
         p = p._replace(config=config)
         launch_with_status("matmul_reduce_scatter", h, p.ctas,
                            lambda status: launch_copy_engine(h, p, a, b, dst, flags, status), check,
                            function="symm_signal_wait_at")
     else:
-        launch_with_status("matmul_reduce_scatter", h, p.ctas, lambda status: launch(h, p, a, b, dst, status), check,
+        launch_with_status("matmul_reduce_scatter", h, p.ctas,
+                           lambda status: launch(h, p, a, b, dst, status, signal_every=exchange.signal_every), check,
                            function="symm_tile_signal/symm_tile_wait_others")
     if dst is not out:
         out.copy_(dst)
@@ -193,9 +197,11 @@ def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any,
     copy_engine.launch(heap, flags, kernel, transfers)
 
 
-def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True) -> None:
+def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
+           signal_every: int = tuning.MATMUL_SIGNAL_EVERY) -> None:
     """Launches plan `p`'s one-node kernel into the contiguous `out` (no checks:
-    `matmul_reduce_scatter` made them); `communicate=False` (the probes): the GEMM alone."""
+    `matmul_reduce_scatter` made them), at world 2 a release every `signal_every` tiles
+    (`tuning.ScatterExchange`); `communicate=False` (the probes): the GEMM alone."""
     c = p.config
     world, rows = heap.world_size, p.m // heap.world_size
     layout = layout_for(a, b)
@@ -212,7 +218,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
         GROUP_M=c.group_m, WORLD=world, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, TMA_PUSH=tma_push,
-        SIGNAL_EVERY=tuning.MATMUL_SIGNAL_EVERY if world == 2 else 1, COMMUNICATE=communicate, num_warps=c.warps,
+        SIGNAL_EVERY=signal_every if world == 2 else 1, COMMUNICATE=communicate, num_warps=c.warps,
         num_stages=c.stages)
 
 

@@ -59,28 +59,31 @@ def all_reduce_rmsnorm_out_op(heap: int, x: torch.Tensor, residual: torch.Tensor
 
 @torch.library.custom_op(f"{LIB}::matmul_all_reduce", mutates_args=("out",))
 def matmul_all_reduce_op(heap: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-                         config: Optional[list[int]], method: Optional[str], check: bool) -> None:
+                         config: Optional[list[int]], method: Optional[str], check: bool, exchange: str) -> None:
     h = heap_of(heap, out, "matmul_all_reduce")
     staged = on_heap(h, "matmul_all_reduce", (out,))
-    eager.function("matmul_all_reduce")(a, b, staged[0], heap=h, config=_config(config), method=method, check=check)
+    eager.function("matmul_all_reduce")(a, b, staged[0], heap=h, config=_config(config), method=method, check=check,
+                                        exchange=op_config.from_arg(tuning.PushPacing, exchange))
     copy_back((out,), staged)
 
 
 @torch.library.custom_op(f"{LIB}::all_gather_matmul", mutates_args=("a_full", "out"))
 def all_gather_matmul_op(heap: int, a_shard: torch.Tensor, b: torch.Tensor, a_full: torch.Tensor, out: torch.Tensor,
-                         config: Optional[list[int]], check: bool, method: Optional[str]) -> None:
+                         config: Optional[list[int]], check: bool, method: Optional[str], exchange: str) -> None:
     h = heap_of(heap, a_full, "all_gather_matmul")
     staged = on_heap(h, "all_gather_matmul", (a_full,))
     run = eager.function("all_gather_matmul")
-    run(a_shard, b, h, staged[0], out, config=_config(config), check=check, method=method)
+    run(a_shard, b, h, staged[0], out, config=_config(config), check=check, method=method,
+        exchange=op_config.from_arg(tuning.GatherExchange, exchange))
     copy_back((a_full,), staged)
 
 
 @torch.library.custom_op(f"{LIB}::matmul_reduce_scatter", mutates_args=("out",))
 def matmul_reduce_scatter_op(heap: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-                             config: Optional[list[int]], check: bool, method: Optional[str]) -> None:
+                             config: Optional[list[int]], check: bool, method: Optional[str], exchange: str) -> None:
     h = heap_of(heap, a, "matmul_reduce_scatter")
-    eager.function("matmul_reduce_scatter")(a, b, h, out, config=_config(config), check=check, method=method)
+    eager.function("matmul_reduce_scatter")(a, b, h, out, config=_config(config), check=check, method=method,
+                                            exchange=op_config.from_arg(tuning.ScatterExchange, exchange))
 
 
 # Nothing to compute for a fake tensor: each operator only writes its arguments.
@@ -116,35 +119,37 @@ def all_reduce_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
 def matmul_all_reduce(a: torch.Tensor, b: torch.Tensor, out: Any = None, heap: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, method: Optional[str] = None,
-                      check: bool = False) -> torch.Tensor:
+                      check: bool = False, exchange: Optional[tuning.PushPacing] = None) -> torch.Tensor:
     if out is None:
         refuse_allocation("ironlink.matmul_all_reduce", "out")
     cfg = None if config is None else list(config)
-    torch.ops.ironlink.matmul_all_reduce(handle_of(heap), a, b, out, cfg, method, check)
+    torch.ops.ironlink.matmul_all_reduce(handle_of(heap), a, b, out, cfg, method, check, op_config.as_arg(exchange))
     return out
 
 
 def all_gather_matmul(a_shard: torch.Tensor, b: torch.Tensor, heap: Any, a_full: Any = None, out: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, check: bool = False,
-                      method: Optional[str] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      method: Optional[str] = None,
+                      exchange: Optional[tuning.GatherExchange] = None) -> tuple[torch.Tensor, torch.Tensor]:
     if a_full is None:
         refuse_allocation("ironlink.all_gather_matmul", "a_full")
     if out is None:
         out = torch.empty((a_full.shape[0], b.shape[-1]), device=a_shard.device, dtype=a_shard.dtype)
     cfg = None if config is None else list(config)
-    torch.ops.ironlink.all_gather_matmul(handle_of(heap), a_shard, b, a_full, out, cfg, check, method)
+    torch.ops.ironlink.all_gather_matmul(handle_of(heap), a_shard, b, a_full, out, cfg, check, method,
+                                         op_config.as_arg(exchange))
     return a_full, out
 
 
 def matmul_reduce_scatter(a: torch.Tensor, b: torch.Tensor, heap: Any, out: Any = None,
                           config: Optional[tuning.MatmulConfig] = None, check: bool = False,
-                          method: Optional[str] = None) -> torch.Tensor:
+                          method: Optional[str] = None, exchange: Optional[tuning.ScatterExchange] = None) -> torch.Tensor:
     if heap is None:
         raise ValueError("matmul_reduce_scatter needs heap= (its workspace lives in the symmetric heap)")
     if out is None:
         out = torch.empty((a.shape[0] // heap.world_size, b.shape[-1]), device=a.device, dtype=a.dtype)
     cfg = None if config is None else list(config)
-    torch.ops.ironlink.matmul_reduce_scatter(handle_of(heap), a, b, out, cfg, check, method)
+    torch.ops.ironlink.matmul_reduce_scatter(handle_of(heap), a, b, out, cfg, check, method, op_config.as_arg(exchange))
     return out
 
 

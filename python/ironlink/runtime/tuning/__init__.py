@@ -15,45 +15,19 @@ that chose it:
 MoeExchange's choices are its `MoeConfig` (`ironlink.moe.config`), passed to it.
 
 This package holds every name of those modules (`ironlink.tuning` is this package), so an op
-reads `tuning.X`. `overridden` sets a name for a block, in the package and in the module that
-owns it, for benchmarks and tests that time or check a choice the tables do not make.
+reads `tuning.X`. Nothing here is set at run time: a benchmark or test that times or checks a
+choice the tables do not make passes the op a config of its own (`op_config`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from typing import Any, Iterator
-
 from ...language._abi import MAX_CTAS
-from . import collectives, lookup, matmul, op_config, rmsnorm, sequence_parallel
+from . import collectives, lookup, matmul, op_config, rmsnorm, sequence_parallel  # noqa: F401
 from .collectives import *  # noqa: F401,F403
 from .lookup import *  # noqa: F401,F403
 from .matmul import *  # noqa: F401,F403
 from .rmsnorm import *  # noqa: F401,F403
 from .sequence_parallel import *  # noqa: F401,F403
 
-_OWNERS = (collectives, lookup, matmul, rmsnorm, sequence_parallel)
-
-
-@contextlib.contextmanager
-def overridden(**values: Any) -> Iterator[None]:
-    """Sets the tuning names given (a name no module here has raises AttributeError) to these
-    values for the block, then restores them. The ops read the choices when they plan a call, so
-    a CUDA graph keeps what its capture chose."""
-    package = sys.modules[__name__]
-    places = {name: [package, *(m for m in _OWNERS if hasattr(m, name))] for name in values}
-    saved = {name: getattr(package, name) for name in values}  # AttributeError for a name no module has
-    for name, value in values.items():
-        for place in places[name]:
-            setattr(place, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            for place in places[name]:
-                setattr(place, name, value)
-
-
 __all__ = [*collectives.__all__, *lookup.__all__, *matmul.__all__, *rmsnorm.__all__, *sequence_parallel.__all__,
-           "MAX_CTAS", "overridden"]
+           "MAX_CTAS"]

@@ -5,9 +5,10 @@ their kernels."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from .lookup import by_size, nearest_world
-from .matmul import matmul_flat
+from .matmul import MATMUL_SIGNAL_EVERY, matmul_flat
 
 
 # all_gather_matmul / matmul_reduce_scatter (ironlink.fused): how they run, by M (rows of the
@@ -55,13 +56,6 @@ ALL_GATHER_MATMUL_COPY_ENGINE = True
 MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS: int | None = 1024
 
 
-def matmul_reduce_scatter_takes_copy_engine(block_rows: int) -> bool:
-    """Whether matmul_reduce_scatter's kernel on one node, with blocks of `block_rows` rows a
-    rank, has the copy engine move its partials (MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS)."""
-    least = MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS
-    return least is not None and block_rows >= least
-
-
 # The copy-engine kernels, by op: a block of a rank's rows is cut into at least this many chunks
 # (the GEMM's GROUP_M halved until it is, down to 1). matmul_reduce_scatter's own tiles wait for
 # the peers' copies of the same rows, which start only when a whole chunk is computed: with one
@@ -72,6 +66,35 @@ def matmul_reduce_scatter_takes_copy_engine(block_rows: int) -> bool:
 # 393.3 / 385.0 (M = 4096). 2 H200s, session 38
 # (bench/results/experiments/fused-copy-engine-2xNVIDIA-H200-20261127.json).
 COPY_ENGINE_MIN_CHUNKS = {"all_gather_matmul": 1, "matmul_reduce_scatter": 2}
+
+
+@dataclass(frozen=True)
+class GatherExchange:
+    """How all_gather_matmul's kernel method moves the shard (`all_gather_matmul(exchange=)`; None:
+    these defaults, the measured choices): by the copy engine where the shard is contiguous
+    (ALL_GATHER_MATMUL_COPY_ENGINE; False: the kernel's CTAs push it), in at least `min_chunks`
+    chunks a block (COPY_ENGINE_MIN_CHUNKS)."""
+
+    copy_engine: bool = ALL_GATHER_MATMUL_COPY_ENGINE
+    min_chunks: int = COPY_ENGINE_MIN_CHUNKS["all_gather_matmul"]
+
+
+@dataclass(frozen=True)
+class ScatterExchange:
+    """How matmul_reduce_scatter's kernel method moves the partials (`matmul_reduce_scatter(exchange=)`;
+    None: these defaults, the measured choices): by the copy engine from blocks of
+    `copy_engine_min_rows` rows a rank on (MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS; None: never,
+    0: always), in at least `min_chunks` chunks a block (COPY_ENGINE_MIN_CHUNKS); else the CTAs push
+    them, at world 2 with a release every `signal_every` tiles (MATMUL_SIGNAL_EVERY)."""
+
+    copy_engine_min_rows: Optional[int] = MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS
+    min_chunks: int = COPY_ENGINE_MIN_CHUNKS["matmul_reduce_scatter"]
+    signal_every: int = MATMUL_SIGNAL_EVERY
+
+    def takes_copy_engine(self, block_rows: int) -> bool:
+        """Whether the kernel on one node, with blocks of `block_rows` rows a rank, has the copy
+        engine move its partials."""
+        return self.copy_engine_min_rows is not None and block_rows >= self.copy_engine_min_rows
 
 
 @dataclass(frozen=True)
@@ -104,7 +127,6 @@ def check_sp_method(method: str) -> str:
     return method
 
 
-__all__ = ["ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "COPY_ENGINE_MIN_CHUNKS", "GatherPush",
-           "gather_push",
-           "MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS", "SP_METHODS", "SP_METHOD_NAMES", "check_sp_method",
-           "matmul_reduce_scatter_takes_copy_engine", "sp_method"]
+__all__ = ["ALL_GATHER_MATMUL_COPY_ENGINE", "ALL_GATHER_MATMUL_PUSH_SEGMENTS", "COPY_ENGINE_MIN_CHUNKS", "GatherExchange",
+           "GatherPush", "gather_push", "MATMUL_REDUCE_SCATTER_COPY_ENGINE_MIN_ROWS", "SP_METHODS", "SP_METHOD_NAMES",
+           "ScatterExchange", "check_sp_method", "sp_method"]
