@@ -28,6 +28,7 @@ from ironlink.fused.all_gather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
 import fusion_kernels as fk  # noqa: E402  (tests/gpu is not a package)
+from _archs import CAPABILITIES  # noqa: E402  (tests/, beside this file)
 from _sass import spills_checked, stack_bytes  # noqa: E402  (tests/, beside this file)
 
 KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
@@ -412,7 +413,7 @@ def _compile(name: str, cc: int) -> Any:
                           options={"extern_libs": (("ironlink", str(bc)),), **launch})
 
 
-@pytest.mark.parametrize("cc", (80, 90, 100))
+@pytest.mark.parametrize("cc", CAPABILITIES)
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_fused_kernel_compiles_and_inlines(name: str, cc: int) -> None:
     given = KERNELS[name][2]

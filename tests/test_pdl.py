@@ -16,6 +16,7 @@ from triton.backends import backends
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from _archs import CAPABILITIES  # tests/, beside this file
 from ironlink.language import _lib
 from ironlink.ops import collectives as ops
 from ironlink.runtime import pdl
@@ -127,7 +128,7 @@ def compile_ptx(name: str, cc: int, with_pdl: bool) -> str:
     return str(k.asm["ptx"])
 
 
-@pytest.mark.parametrize("cc", (80, 90, 100))
+@pytest.mark.parametrize("cc", CAPABILITIES)
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_pdl_kernel_waits_before_touching_memory(name: str, cc: int) -> None:
     if cc < pdl.MIN_MAJOR * 10:

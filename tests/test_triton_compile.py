@@ -33,12 +33,12 @@ from ironlink.moe import kernels as moe_kernels
 from ironlink.moe import low_latency_kernels as moe_ll
 from ironlink.moe import relay_kernels as moe_relay
 
+from _archs import CAPABILITIES  # tests/, beside this file: sm_80/90/100 unless the Makefile names fewer
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
 from ironlink.moe.config import DEFAULT as MOE_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
-CAPABILITIES = (80, 90, 100)  # each compiled against its own bitcode: sm_80, sm_90, sm_100
 
 
 @pytest.fixture(scope="module", autouse=True)
