@@ -52,8 +52,9 @@ bench() {
 
 probe() {
   for w in $1; do
-    on "$w" timeout 150 torchrun --standalone --nproc_per_node="$w" bench/probes/decode_probe.py \
-      --out "$OUT/decode-probe-w$w.json" 2>&1 | grep '"contender"'
+    on "$w" timeout 300 torchrun --standalone --nproc_per_node="$w" bench/probes/decode_probe.py \
+      --out "$OUT/decode-probe-w$w.json" > "$OUT/decode-probe-w$w.log" 2>&1
+    grep '"contender"' "$OUT/decode-probe-w$w.log" || grep "decode_probe:\|Error" "$OUT/decode-probe-w$w.log" | tail -5
   done
 }
 

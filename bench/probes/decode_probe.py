@@ -90,11 +90,21 @@ def fanout(heap: Any, buf: torch.Tensor, status: torch.Tensor, k: int) -> Callab
 
 def measure(contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]], short: int, long: int,
             reps: int) -> list[dict[str, Any]]:
-    """Every contender's short and long graph, replayed in turns (rotated each round)."""
-    graphs = [(captured(fn, short), captured(fn, long)) for _, _, fn in contenders]
+    """Every contender's short and long graph, replayed in turns (rotated each round). Rank 0
+    says on stderr which contender it captures and which round it replays, so a run that stops
+    names where (its two runs of 2026-11-28 on 4 H200s printed nothing in 150 and 280 s)."""
+    def say(what: str) -> None:
+        if dist.get_rank() == 0:
+            print(f"decode_probe: {what}", file=sys.stderr, flush=True)
+
+    graphs = []
+    for name, shape, fn in contenders:
+        say(f"capturing {name} {shape}")
+        graphs.append((captured(fn, short), captured(fn, long)))
     times: list[tuple[list[float], list[float]]] = [([], []) for _ in contenders]
     n = len(graphs)
     for r in range(reps):
+        say(f"round {r + 1} of {reps}")
         for i in [(r + j) % n for j in range(n)]:
             for which in (0, 1):
                 times[i][which].append(replay_us(graphs[i][which]))
