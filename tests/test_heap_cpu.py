@@ -11,11 +11,7 @@ tree stays clean.
 from __future__ import annotations
 
 import gc
-import importlib
 import inspect
-import os
-import shutil
-import subprocess
 import sys
 import weakref
 from pathlib import Path
@@ -31,6 +27,7 @@ from ironlink.runtime.heap_args import check_size, check_timeout, normalize_shap
 from ironlink.runtime.rendezvous import Rendezvous, gather_failures, same_requests
 
 REPO = Path(__file__).resolve().parents[1]
+from _native import build_native, native  # noqa: E402,F401 - tests/, beside this file; the fixture applies here
 
 try:
     import torch  # noqa: F401
@@ -38,33 +35,6 @@ try:
     HAVE_TORCH = True
 except ImportError:
     HAVE_TORCH = False
-
-
-def _build_native(tmp_dir: Path):
-    """Builds the extension with cargo and makes `ironlink._native` importable from tmp_dir."""
-    cargo = shutil.which("cargo")
-    if cargo is None:
-        pytest.skip("ironlink._native is not installed and cargo is not available to build it")
-    env = dict(os.environ, CARGO_TARGET_DIR=str(REPO / "target" / "pyext"), PYO3_PYTHON=sys.executable)
-    subprocess.run(
-        [cargo, "build", "-q", "--lib", "--features", "python,pyo3/extension-module"],
-        cwd=REPO,
-        env=env,
-        check=True,
-        timeout=900,
-    )
-    so = REPO / "target" / "pyext" / "debug" / "libironlink.so"
-    shutil.copy(so, tmp_dir / "_native.abi3.so")
-    ironlink.__path__.append(str(tmp_dir))
-    return importlib.import_module("ironlink._native")
-
-
-@pytest.fixture(scope="module")
-def native(tmp_path_factory):
-    try:
-        return importlib.import_module("ironlink._native")
-    except ImportError:
-        return _build_native(tmp_path_factory.mktemp("native"))
 
 
 # -- pure Python: no extension, no torch --------------------------------------------------

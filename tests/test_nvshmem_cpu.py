@@ -18,7 +18,7 @@ from ironlink.runtime.heap import SymmetricHeap
 from ironlink.runtime.backends import BACKENDS, check_backend, check_node_size
 from ironlink.runtime.nvshmem_memory import buffer_offset, check_spans_world, open_heap, peer_bases, prepare_backend
 
-from test_heap_cpu import native  # noqa: F401 - the fixture that builds or imports the extension
+from _native import native  # noqa: F401 - the fixture that builds or imports the extension
 
 
 def test_backend_names() -> None:

@@ -1,14 +1,14 @@
 """ironlink._native opens NVSHMEM's host library at run time (libloading; nothing from NVSHMEM at
 build time): here the PINNED 3.4.5 release's ``libnvshmem_host.so.3``, from the wheel that
-tests/test_nvshmem_compile.py downloads and caches (skipped, saying so, when it cannot)."""
+tests/_nvshmem_wheel.py downloads and caches (skipped, saying so, when it cannot)."""
 
 from __future__ import annotations
 
 import importlib
 
 import pytest
-from test_heap_cpu import _build_native  # the same extension build as the heap's CPU tests
-from test_nvshmem_compile import _extract
+from _native import build_native  # the same extension build as the heap's CPU tests
+from _nvshmem_wheel import extract
 
 
 def test_native_loader_opens_the_pinned_host_library(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -18,6 +18,6 @@ def test_native_loader_opens_the_pinned_host_library(tmp_path_factory: pytest.Te
     try:
         native = importlib.import_module("ironlink._native")
     except ImportError:
-        native = _build_native(tmp_path_factory.mktemp("native"))
-    host = _extract("libnvshmem_host.so.3")
+        native = build_native(tmp_path_factory.mktemp("native"))
+    host = extract("libnvshmem_host.so.3")
     assert native.nvshmem_init_status(str(host)) == 0

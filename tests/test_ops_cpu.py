@@ -30,8 +30,7 @@ from ironlink.ops import Plan
 from ironlink.runtime import launch
 from ironlink.runtime.tensor_spec import TensorSpec, reduce_op_code
 
-from test_triton_compile import compile_for
-from test_typed import _fresh_triton_cache, extern_calls  # noqa: F401 - the fixture applies here too
+from _compile import compile_for, extern_calls, fresh_triton_cache  # noqa: F401 - the fixture applies here
 
 # The fused host modules named after their ops (the package's attributes of those names are the ops).
 arn = importlib.import_module("ironlink.fused.all_reduce_rmsnorm")

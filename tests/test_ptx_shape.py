@@ -14,7 +14,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import ironlink.language as il
-from test_triton_compile import bitcode
+from _compile import bitcode
 
 
 @triton.jit

@@ -12,7 +12,7 @@ import re
 import subprocess
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import triton
@@ -34,41 +34,10 @@ from ironlink.moe import low_latency_kernels as moe_ll
 from ironlink.moe import relay_kernels as moe_relay
 
 from _archs import CAPABILITIES  # tests/, beside this file: sm_80/90/100 unless the Makefile names fewer
+from _compile import REPO, bitcode, compile_for, fresh_triton_cache  # noqa: F401 - the fixture applies here
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
 from ironlink.moe.config import DEFAULT as MOE_CONFIG
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    # Triton's cache key covers the kernel source and the bitcode's hash, not our wrapper code:
-    # a private cache makes every run compile from scratch.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-        yield
-
-
-def bitcode(cc: int) -> str:
-    path = REPO / "build" / _lib.bitcode_filename(divmod(cc, 10))
-    assert path.is_file(), f"{path} is missing: run `make all-archs` (make test does)"
-    return str(path)
-
-
-def compile_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[str, Any], **options: Any) -> Any:
-    options.setdefault("extern_libs", (("ironlink", bitcode(cc)),))
-    try:
-        return triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", cc, 32), options=options)
-    except ValueError as e:
-        if "Failed to parse library" not in str(e):
-            raise
-        pytest.fail(
-            f"{e}: the LLVM inside Triton {triton.__version__} cannot read this bitcode "
-            "(see tests/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
-            pytrace=False,
-        )
-
 
 @triton.jit
 def _call_kernel(out_ptr, args, FN: tl.constexpr):

@@ -17,28 +17,9 @@ import ironlink.typed as ilt
 from ironlink.language import _abi
 from ironlink.constants import REDUCE_OP_MAX
 
-from test_triton_compile import compile_for
+from _compile import compile_for, extern_calls, fresh_triton_cache  # noqa: F401 - the fixture applies here
 
 DTYPES = {"fp32": _abi.DTYPE["FLOAT32"], "fp16": _abi.DTYPE["FLOAT16"], "bf16": _abi.DTYPE["BFLOAT16"]}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    # Triton's cache key does not cover ironlink.typed's Python code: compile from scratch.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-        yield
-
-
-def extern_calls(ttir: str) -> dict[str, list[dict[str, Any]]]:
-    """symbol -> for each call, its arguments by C name: the int for integer constants, else the SSA name."""
-    consts = {name: int(v) for name, v in re.findall(r"(%[\w.]+) = arith\.constant (-?\d+) : i(?:32|64)", ttir)}
-    calls: dict[str, list[dict[str, Any]]] = {}
-    for operands, symbol in re.findall(r'tt\.extern_elementwise ([^{]*)\{[^}]*symbol = "(\w+)"', ttir):
-        names = [a for a, _ in _abi.FUNCTIONS[symbol][0]]
-        values = [consts.get(o.strip(), o.strip()) for o in operands.split(",")]
-        calls.setdefault(symbol, []).append(dict(zip(names, values)))
-    return calls
 
 
 @triton.jit

@@ -1,0 +1,59 @@
+"""What the compile tests share (a helper, no tests of its own): the repository root, a private
+Triton cache per test module (`fresh_triton_cache`: import it into a module and it applies there),
+the built bitcode of an arch, `compile_for` (a Triton kernel to cubin against it, no GPU) and
+`extern_calls` (the device calls a kernel's TTIR makes, with their constant arguments)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ironlink.language import _abi, _lib
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    # Triton's cache key covers the kernel source and the bitcode's hash, not our wrapper code:
+    # a private cache makes every run compile from scratch.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        yield
+
+
+def bitcode(cc: int) -> str:
+    path = REPO / "build" / _lib.bitcode_filename(divmod(cc, 10))
+    assert path.is_file(), f"{path} is missing: run `make all-archs` (make test does)"
+    return str(path)
+
+
+def compile_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[str, Any], **options: Any) -> Any:
+    options.setdefault("extern_libs", (("ironlink", bitcode(cc)),))
+    try:
+        return triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", cc, 32), options=options)
+    except ValueError as e:
+        if "Failed to parse library" not in str(e):
+            raise
+        pytest.fail(
+            f"{e}: the LLVM inside Triton {triton.__version__} cannot read this bitcode "
+            "(see tests/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
+            pytrace=False,
+        )
+
+
+def extern_calls(ttir: str) -> dict[str, list[dict[str, Any]]]:
+    """symbol -> for each call, its arguments by C name: the int for integer constants, else the SSA name."""
+    consts = {name: int(v) for name, v in re.findall(r"(%[\w.]+) = arith\.constant (-?\d+) : i(?:32|64)", ttir)}
+    calls: dict[str, list[dict[str, Any]]] = {}
+    for operands, symbol in re.findall(r'tt\.extern_elementwise ([^{]*)\{[^}]*symbol = "(\w+)"', ttir):
+        names = [a for a, _ in _abi.FUNCTIONS[symbol][0]]
+        values = [consts.get(o.strip(), o.strip()) for o in operands.split(",")]
+        calls.setdefault(symbol, []).append(dict(zip(names, values)))
+    return calls
