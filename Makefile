@@ -143,8 +143,8 @@ wheel: all-archs venv
 # newer ptxas-blackwell too). All three archs in both took 865 of make test's 1738 s at f83c6f0 on
 # the 2-core CI machine (tests/_archs.py; IRONLINK_COMPILE_ARCHS=80,90,100 compiles every arch).
 TRITON_RANGE := $(TRITON_OLDEST):90 $(TRITON_NEWEST):90,100
-TRITON_TESTS := tests/test_triton_compile.py tests/test_ptx_shape.py tests/test_typed.py tests/test_fusion_compile.py \
-                tests/test_nvshmem_link.py tests/test_nvshmem_compile.py tests/test_pdl.py
+TRITON_TESTS := $(addprefix tests/compile/,test_triton_compile.py test_ptx_shape.py test_typed.py test_fusion_compile.py \
+                  test_nvshmem_link.py test_nvshmem_compile.py test_pdl.py)
 test-triton-range: all-archs $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
 	@for pair in $(TRITON_RANGE); do v=$${pair%%:*}; archs=$${IRONLINK_COMPILE_ARCHS:-$${pair#*:}}; \
 	  echo "== compile tests with Triton $$v for sm_$$archs"; \
@@ -177,7 +177,7 @@ bench-moe: wheel
 	bench/run_py.sh moe
 
 # The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
-# the newest bench/results/*.json at each world size (tests/test_readme_bench.py checks them).
+# the newest bench/results/*.json at each world size (tests/packaging/test_readme_bench.py checks them).
 docs: venv
 	$(VPY) bench/report/plot.py
 	$(VPY) bench/report/table.py --write

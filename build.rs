@@ -4,7 +4,7 @@
 //! It sits at the top because it belongs to the workspace's root package, the host crate that
 //! maturin builds into `ironlink._native`: every build of the Python extension therefore
 //! regenerates `python/ironlink/language/_abi.py` from the one Rust source of truth, and
-//! `tests/test_abi_sync.py` fails if the committed copy is stale.
+//! `tests/cpu/test_abi_sync.py` fails if the committed copy is stale.
 
 use ironlink_device::abi;
 use std::fmt::Write as _;

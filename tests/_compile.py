@@ -43,7 +43,7 @@ def compile_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[st
             raise
         pytest.fail(
             f"{e}: the LLVM inside Triton {triton.__version__} cannot read this bitcode "
-            "(see tests/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
+            "(see tests/compile/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
             pytrace=False,
         )
 

@@ -1,5 +1,5 @@
 """Generated blocks inside the docs: the text between a begin and an end marker comment, which
-the bench/report/*_table.py scripts rewrite (`make docs`) and tests/test_readme_bench.py checks."""
+the bench/report/*_table.py scripts rewrite (`make docs`) and tests/packaging/test_readme_bench.py checks."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     python3 bench/report/fused_table.py --write    # rewrite it in docs/fused.md (`make docs` does this)
 
 The tensor-parallel ops' block sits between `<!-- fused:begin -->` and `<!-- fused:end -->`, the
-sequence-parallel ops' between `<!-- sp:begin -->` and `<!-- sp:end -->`; tests/test_readme_bench.py
+sequence-parallel ops' between `<!-- sp:begin -->` and `<!-- sp:end -->`; tests/packaging/test_readme_bench.py
 checks that docs/fused.md carries exactly this output.
 """
 

@@ -3,7 +3,7 @@
     python3 bench/report/moe_table.py            # print the block
     python3 bench/report/moe_table.py --write    # rewrite it in docs/moe.md (`make docs` does this)
 
-The block sits between `<!-- moe:begin -->` and `<!-- moe:end -->`; tests/test_readme_bench.py
+The block sits between `<!-- moe:begin -->` and `<!-- moe:end -->`; tests/packaging/test_readme_bench.py
 checks that docs/moe.md carries exactly this output.
 """
 

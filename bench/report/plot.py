@@ -5,7 +5,7 @@ torch symm_mem, one PNG per collective and dtype, under docs/img/.
     python3 bench/report/plot.py FILE.json ...    # these runs
 
 Needs matplotlib (requirements-dev.txt). The file names (`outputs`) depend only on the JSON, so
-tests/test_readme_bench.py can check that the committed PNGs exist without matplotlib.
+tests/packaging/test_readme_bench.py can check that the committed PNGs exist without matplotlib.
 """
 
 from __future__ import annotations

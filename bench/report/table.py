@@ -6,7 +6,7 @@
     python3 bench/report/table.py --write      # rewrite both blocks in place (`make docs` does this)
 
 Each file carries its block between `<!-- bench:begin -->` and `<!-- bench:end -->`.
-tests/test_readme_bench.py checks that both files carry exactly this output for the committed
+tests/packaging/test_readme_bench.py checks that both files carry exactly this output for the committed
 results, so neither can drift from them.
 """
 

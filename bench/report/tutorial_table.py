@@ -6,7 +6,7 @@
 
 Each lesson of examples/tutorial/ appends its rows to $IRONLINK_TUTORIAL_JSON when it is set
 (`tests/gpu/run.sh tutorial` sets it under $OUT; copy the 4-GPU file to bench/results/). The block
-sits between `<!-- tutorial:begin -->` and `<!-- tutorial:end -->`; tests/test_readme_bench.py
+sits between `<!-- tutorial:begin -->` and `<!-- tutorial:end -->`; tests/packaging/test_readme_bench.py
 checks that docs/tutorial.md carries exactly this output.
 """
 

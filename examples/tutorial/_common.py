@@ -9,7 +9,7 @@ and, when $IRONLINK_TUTORIAL_JSON names a file, appends one row per measured var
 (bench/report/tutorial_table.py makes docs/tutorial.md's table from such files).
 
 torch is imported inside functions (and inside each lesson's main) so that CI, which has Triton
-but no torch, can import the lessons and compile their kernels (tests/test_tutorial_compile.py).
+but no torch, can import the lessons and compile their kernels (tests/compile/test_tutorial_compile.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Triton kernels that fuse ironlink calls into producers: run by fusion_worker.py on GPUs and
-compiled for sm_80/90/100 without a GPU by tests/test_fusion_compile.py."""
+compiled for sm_80/90/100 without a GPU by tests/compile/test_fusion_compile.py."""
 
 from __future__ import annotations
 

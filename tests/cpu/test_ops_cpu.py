@@ -38,7 +38,7 @@ agm = importlib.import_module("ironlink.fused.all_gather_matmul")
 mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
 mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEV = "cuda:0"
 
 
@@ -496,7 +496,7 @@ def test_ranks_sharing_a_gpu_launch_their_share_of_it(fake_torch: Any, monkeypat
 
 def test_multi_node_heaps_take_the_same_kernels_and_refuse_the_rest(fake_torch: Any) -> None:
     # One kernel per collective: @ironlink.jit compiles it for several nodes by the context
-    # (tests/test_topology.py); the host call launches the same kernel on any heap.
+    # (tests/compile/test_topology.py); the host call launches the same kernel on any heap.
     x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
     counts = _FakeTensor(8, "int64", ptr=0x90000)
     heap = _Heap(x, out, counts)

@@ -20,7 +20,7 @@ import ironlink
 import ironlink.language as il
 from ironlink.language import _abi, _lib, _nvshmem
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARCHS = ("sm_80", "sm_90", "sm_100")
 
 

@@ -2,7 +2,7 @@
 when the ops launch with it, and the PDL kernels compiled for sm_90 and sm_100 with nothing that
 touches memory before `griddepcontrol.wait` but the context (generic loads: the rank and the
 peers' addresses, written once when the heap is made), and every path reaching the wait. (Inlining, local memory and spills of the
-all_reduce_rmsnorm PDL variants: tests/test_fusion_compile.py.)"""
+all_reduce_rmsnorm PDL variants: tests/compile/test_fusion_compile.py.)"""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ironlink.runtime import pdl
 from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm_kernel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -26,7 +26,7 @@ from ironlink.runtime.heap import SymmetricHeap
 from ironlink.runtime.heap_args import check_size, check_timeout, normalize_shape, span_bytes
 from ironlink.runtime.rendezvous import Rendezvous, gather_failures, same_requests
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from _native import build_native, native  # noqa: E402,F401 - tests/, beside this file; the fixture applies here
 
 try:

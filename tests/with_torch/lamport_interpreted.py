@@ -1,5 +1,5 @@
 """all_reduce_rmsnorm mode lamport's data-as-flag helpers in Triton's interpreter (TRITON_INTERPRET=1,
-set by tests/test_fused_cpu.py): a sender stores -0.0 as +0.0 (`unempty`); a receiver polls its
+set by tests/with_torch/test_interpreted.py): a sender stores -0.0 as +0.0 (`unempty`); a receiver polls its
 slots until no element holds -0.0 (`wait_written`), reads exactly what was sent, and stores
 -0.0 ("empty") back; lanes outside the mask are not waited for; a slot a peer never filled gives
 TIMEOUT after the context's timeout, recorded in the context with detail symm_tile_wait, and its

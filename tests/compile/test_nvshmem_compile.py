@@ -34,7 +34,7 @@ from ironlink.fused.matmul_reduce_scatter import COPY_COLS as SCATTER_COPY_COLS
 from ironlink.fused.matmul_reduce_scatter_kernels import matmul_reducescatter_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from _nvshmem_wheel import PINNED, extract  # noqa: E402 - tests/, beside this file
 @pytest.fixture(scope="module")
 def nvshmem_bc() -> Path:

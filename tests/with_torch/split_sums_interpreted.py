@@ -1,5 +1,5 @@
 """all_reduce_rmsnorm mode split's slice sums in Triton's interpreter (TRITON_INTERPRET=1, set by
-tests/test_fused_cpu.py): a slice's words carry the launch's flag and its f32 bits, the row's sum
+tests/with_torch/test_interpreted.py): a slice's words carry the launch's flag and its f32 bits, the row's sum
 is taken once every slice of the row carries the flag, and a slice whose word
 keeps an older flag gives TIMEOUT after the context's timeout, recorded in the context, instead
 of a sum of stale values.

@@ -1,12 +1,12 @@
 """MoeExchange's routing, layout, kernels and capacity check on the CPU: `world` simulated ranks in
-one process, Triton kernels in the interpreter (TRITON_INTERPRET=1, set by tests/test_moe_cpu.py
+one process, Triton kernels in the interpreter (TRITON_INTERPRET=1, set by tests/with_torch/test_interpreted.py
 before Triton is imported), the two all_to_all_v exchanges done in Python between the ranks'
 buffers. Checks dispatch bit-exact against the routing, combine against a float64 reference, and
 the capacity error; for the fp8 dispatch, the rows and scales bit-exact against
 `fp8_quantize_reference` (torch's own fp8 conversion), every bf16 value up to 448 quantized as
 torch does, and the dequantized rows within fp8's rounding. The direct path (one-node heaps,
 peer loads and stores through simulated arenas) bitwise against the relay path, and its errors.
-Harness: tests/moe_sim.py. Exits non-zero with a message on the first mismatch."""
+Harness: tests/with_torch/moe_sim.py. Exits non-zero with a message on the first mismatch."""
 
 from __future__ import annotations
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import triton
@@ -449,25 +445,3 @@ def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:
         mrs.check_shapes(spec("a", (65537, 64)), spec("b", (64, 64)), spec("out", (16384, 64)), DEV, 4)
     assert agm.check_shapes(spec("a_shard", (3, 64)), spec("b", (64, 5)), spec("a_full", (12, 64)),
                             spec("out", (12, 5)), DEV, 4) == (3, 64, 5)
-
-
-@pytest.mark.parametrize("script, says", [
-    # The push kernels' launch counters: every counter advanced, whatever the grid.
-    ("epochs_interpreted.py", "ok: every launch counter advanced"),
-    # Mode split's tagged words: the sum once every slice carries this launch's flag, TIMEOUT on a stale one.
-    ("split_sums_interpreted.py", "ok: slice sums once every flag"),
-    # Lamport slots: -0.0 sent as +0.0, the receive bitwise, the slots emptied after it, a missing
-    # element TIMEOUT (recorded) rather than data.
-    ("lamport_interpreted.py", "ok: lamport slots"),
-])
-def test_flag_and_slot_kernels_interpreted(script: str, says: str) -> None:
-    """tests/<script> in Triton's interpreter: needs torch (skipped in CI's venv, as
-    tests/test_moe_cpu.py; the GPU suite's machines have it)."""
-    pytest.importorskip("torch")
-    repo = Path(__file__).resolve().parents[1]
-    path = os.pathsep.join(p for p in (str(repo / "python"), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    r = subprocess.run([sys.executable, str(repo / "tests" / script)], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert says in r.stdout, r.stdout

@@ -138,7 +138,7 @@ def test_no_arch_without_a_gpu_says_what_to_do() -> None:
 
 def test_repository_build_is_the_development_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(_lib.ENV_BITCODE_DIR, raising=False)
-    assert _lib.REPO_BUILD_DIR == Path(__file__).resolve().parents[1] / "build"
+    assert _lib.REPO_BUILD_DIR == Path(__file__).resolve().parents[2] / "build"
     if not (_lib.PACKAGE_LIB_DIR / "ironlink_sm90.bc").exists():
         assert ironlink.bitcode_path("sm_90") == str(_lib.REPO_BUILD_DIR / "ironlink_sm90.bc")
 

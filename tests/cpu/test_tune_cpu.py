@@ -15,7 +15,7 @@ from ironlink.runtime.tuning import decode_table as dt
 from ironlink.tune import choose
 from ironlink.tune.__main__ import report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 K, M = 1 << 10, 1 << 20
 
 

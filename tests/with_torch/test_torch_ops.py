@@ -29,7 +29,7 @@ from ironlink.ops import torch_library as ops_lib  # noqa: E402
 from ironlink.runtime import eager, handles  # noqa: E402
 from ironlink.runtime.errors import IronlinkError  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORLD = 2
 
 

@@ -21,7 +21,7 @@ from triton.compiler import ASTSource
 
 from ironlink.language import _abi, _lib
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARCHS = ("sm_80", "sm_90", "sm_100")
 
 

@@ -1,4 +1,4 @@
-"""The simulation harness of tests/moe_interpreted.py: `world` ranks of MoeExchange in one
+"""The simulation harness of tests/with_torch/moe_interpreted.py: `world` ranks of MoeExchange in one
 process, Triton kernels in the interpreter. The relay path's heap (`FakeHeap`, a heap of several
 nodes as MoeExchange sees it) with its two all_to_all_v done in Python between its steps
 (`exchange`, `layer`); the

@@ -17,7 +17,7 @@ import ironlink.language as il
 from ironlink.language import _abi
 from ironlink import constants
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ABI_PY = "python/ironlink/language/_abi.py"
 
 

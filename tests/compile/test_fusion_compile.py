@@ -25,7 +25,7 @@ from ironlink.fused.matmul_all_reduce_one_shot_kernels import matmul_allreduce_p
 from ironlink.fused.matmul_all_reduce_two_shot_kernels import matmul_allreduce_owner_kernel
 from ironlink.fused.all_gather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
 import fusion_kernels as fk  # noqa: E402  (tests/gpu is not a package)
 from _archs import CAPABILITIES  # noqa: E402  (tests/, beside this file)
@@ -196,7 +196,7 @@ KERNELS["allreduce_rmsnorm_split_fp8_pdl"] = (
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
      "PUSH": False, "WORLD": 2, "SPLIT": True, "PARTS": 8, "MIN_CC": 90, "num_warps": 4})
 # With programmatic dependent launch (ironlink.language.pdl): griddepcontrol is sm_90+, the host launches
-# it there only (tests/test_pdl.py: nothing touches memory before the wait).
+# it there only (tests/compile/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_pdl"] = (
         allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,

@@ -1,5 +1,5 @@
 """The push kernels' launch counters in Triton's interpreter (TRITON_INTERPRET=1, set by
-tests/test_fused_cpu.py): `advance_epochs` sets every one of the MAX_CTAS counters, whatever the
+tests/with_torch/test_interpreted.py): `advance_epochs` sets every one of the MAX_CTAS counters, whatever the
 grid, and `launch_slots` gives alternate halves of the workspace in alternate launches."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # The newest glibc a wheel may require: manylinux_2_28 covers RHEL 8, Ubuntu 20.04 and newer.
 MAX_GLIBC = (2, 28)
 

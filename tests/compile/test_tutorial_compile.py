@@ -21,7 +21,7 @@ from ironlink.language import _lib
 
 from _sass import spills_checked, stack_bytes  # tests/, beside this file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "examples" / "tutorial"
 LESSONS = sorted(TUTORIAL.glob("[0-9][0-9]_*.py"))
 MAX_LINES = 130

@@ -1,0 +1,48 @@
+"""Kernels in Triton's interpreter on the CPU, each script run in a subprocess with
+TRITON_INTERPRET=1 (the scripts beside this file): the fused ops' flag and slot helpers, and
+MoeExchange on simulated ranks (`moe_interpreted.py`, its harness `moe_sim.py`). Needs torch,
+which the CI venv does not carry (its only PyPI wheel pulls in the CUDA libraries): skipped there;
+run on any machine with torch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def _interpreted(script: str, timeout: int) -> str:
+    """The stdout of tests/with_torch/<script> in Triton's interpreter; fails on a non-zero exit.
+    The caller's PYTHONPATH after ours: Triton 3.6's interpreter needs numpy < 2.4 (2.4 refuses
+    range() over its one-element arrays), which a path entry can supply."""
+    pytest.importorskip("torch")
+    path = os.pathsep.join(p for p in (str(REPO / "python"), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    r = subprocess.run([sys.executable, str(HERE / script)], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("script, says", [
+    # The push kernels' launch counters: every counter advanced, whatever the grid.
+    ("epochs_interpreted.py", "ok: every launch counter advanced"),
+    # Mode split's tagged words: the sum once every slice carries this launch's flag, TIMEOUT on a stale one.
+    ("split_sums_interpreted.py", "ok: slice sums once every flag"),
+    # Lamport slots: -0.0 sent as +0.0, the receive bitwise, the slots emptied after it, a missing
+    # element TIMEOUT (recorded) rather than data.
+    ("lamport_interpreted.py", "ok: lamport slots"),
+])
+def test_flag_and_slot_kernels_interpreted(script: str, says: str) -> None:
+    out = _interpreted(script, 300)
+    assert says in out, out
+
+
+def test_moe_exchange_interpreted() -> None:
+    out = _interpreted("moe_interpreted.py", 600)
+    assert out.count("ok:") == 11, out
