@@ -7,6 +7,7 @@ import importlib
 import pytest
 import triton
 
+import ironlink
 from ironlink.language import _abi
 from ironlink.runtime import tuning
 
@@ -445,3 +446,32 @@ def test_the_stream_methods_check_shapes_without_the_tile_limit() -> None:
         mrs.check_shapes(spec("a", (65537, 64)), spec("b", (64, 64)), spec("out", (16384, 64)), DEV, 4)
     assert agm.check_shapes(spec("a_shard", (3, 64)), spec("b", (64, 5)), spec("a_full", (12, 64)),
                             spec("out", (12, 5)), DEV, 4) == (3, 64, 5)
+
+
+def test_the_fused_ops_say_the_heap_bytes_their_workspaces_take() -> None:
+    # A user sizes the heap before the first call (issue 62): every workspace a call may make, for
+    # calls of up to the shape given in any order (a larger request makes a new power of two, the
+    # smaller ones stay for the CUDA graphs captured with them: < 2x the largest).
+    ws = importlib.import_module("ironlink.runtime.workspaces")
+    assert [ws.workspace_size(n) for n in (1, 4096, 4097, 98304)] == [4096, 4096, 8192, 131072]
+    assert ws.workspaces_heap_bytes({"a": 98304, "b": 1024, "c": 0}) == (2 * 131072 - 4096) + 4096
+    # all_reduce_rmsnorm at 1 token, world 4: split over lamport slots, 8 slices: the slots
+    # (2 x 3 peers x 16 KiB), the slices' words (8 x 512) and the launch counters (4 x 256).
+    plan1 = rms(1)
+    assert plan1.mode == "split" and plan1.lamport
+    assert arn.workspace_requests(plan1, 2) == {"all_reduce_rmsnorm/epochs": 1024, "all_reduce_rmsnorm/split": 4096,
+                                                "all_reduce_rmsnorm/lamport16": 98304}
+    assert ironlink.all_reduce_rmsnorm.heap_bytes(1, 8192, 4) == (2 * 131072 - 4096) + 4096 + 4096
+    # Up to 2048 tokens the largest of every workspace any token count takes: more than one shape's.
+    many = ironlink.all_reduce_rmsnorm.heap_bytes(2048, 8192, 4)
+    assert many >= ws.workspaces_heap_bytes(arn.workspace_requests(rms(512), 2)) > 0
+    assert ironlink.all_reduce_rmsnorm.heap_bytes(8, 8192, 4, fp8=True) >= ironlink.all_reduce_rmsnorm.heap_bytes(1, 8192, 4)
+    # matmul_all_reduce: "push" and "lamport" keep 2 x (world - 1) x [M, N] and the counters; "tile" nothing.
+    mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
+    assert ironlink.matmul_all_reduce.heap_bytes(1024, 8192, 2048, 4, method="tile") == 0
+    push = 2 * 3 * 1024 * 8192 * 2
+    assert ironlink.matmul_all_reduce.heap_bytes(1024, 8192, 2048, 4, method="push") == \
+        (2 * ws.workspace_size(push) - 4096) + 4096
+    assert set(mar.workspace_requests(mar.plan(spec("a", (16, 2048)), spec("b", (2048, 8192)),
+                                               spec("out", (16, 8192), ptr=1 << 40), DEV, 4, 132, None, "lamport"),
+                                      2)) == {"matmul_all_reduce/lamport16", "matmul_all_reduce/epochs"}

@@ -44,7 +44,8 @@ from ..runtime.launch import launch_with_status
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.tensor_spec import TensorSpec, check_tensor
-from ..runtime.workspaces import epoch_counters, lamport_workspace
+from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
+                                  workspaces_heap_bytes)
 from .all_reduce_rmsnorm_exchanges import SPLIT_WORDS
 from .all_reduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel, allreduce_rmsnorm_kernel
 
@@ -259,27 +260,69 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
         num_warps=p.warps, **pdl_launch_options(pdl))
 
 
+_NAME = "all_reduce_rmsnorm"  # the op's workspaces are named after it
+_WORDS = f"{_NAME}/split"  # the slices' words of "split" and of "two_shot" over slices
+
+
+def workspace_requests(p: Plan, itemsize: int) -> dict[str, int]:
+    """The heap workspaces plan `p` (x of elements of `itemsize` bytes) takes, name -> bytes: what
+    `workspaces` asks `heap.workspace` for, and what `heap_bytes` adds up."""
+    need: dict[str, int] = {}
+    if p.mode in ONE_NODE_MODES:
+        need[epochs_name(_NAME)] = EPOCH_COUNTER_BYTES
+    if p.mode == "split" or (p.mode == "two_shot" and p.parts > 1):
+        need[_WORDS] = 8 * SPLIT_WORDS.value
+    elif p.mode == "push":
+        need[_NAME] = p.workspace_bytes
+    if p.lamport:
+        need[lamport_name(_NAME, itemsize)] = p.workspace_bytes
+    return need
+
+
 def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
     """The kernel's `ws`, `epochs` and `inbox` for plan `p`, kept in the heap between calls
-    (`heap.workspace`; x or `status` where the mode reads none): `ws` mode "push"'s slots (x's dtype)
-    or the slices' words of "split" and of "two_shot" over slices (int64 [SPLIT_WORDS], zeroed when
-    made); `epochs` the per-CTA launch counters of the one-node modes (int32 [MAX_CTAS], zeroed when
-    made: equal on every rank); `inbox` the lamport slots (x's dtype, every element -0.0 when made:
-    "empty")."""
+    (`heap.workspace`, of the sizes `workspace_requests` gives; x or `status` where the mode reads
+    none): `ws` mode "push"'s slots (x's dtype) or the slices' words of "split" and of "two_shot"
+    over slices (int64 [SPLIT_WORDS], zeroed when made); `epochs` the per-CTA launch counters of the
+    one-node modes (int32 [MAX_CTAS], zeroed when made: equal on every rank); `inbox` the lamport
+    slots (x's dtype, every element -0.0 when made: "empty")."""
     import torch
 
+    need = workspace_requests(p, x.element_size())
     ws, epochs, inbox = x, status, x
-    if p.mode in ONE_NODE_MODES:
-        epochs = epoch_counters(heap, "all_reduce_rmsnorm")
-    if p.mode == "split" or (p.mode == "two_shot" and p.parts > 1):
-        nbytes = 8 * SPLIT_WORDS.value
-        ws = heap.workspace("all_reduce_rmsnorm/split", nbytes, zeroed_prefix=nbytes).view(torch.int64)
-    elif p.mode == "push":
-        ws = heap.workspace("all_reduce_rmsnorm", p.workspace_bytes).view(x.dtype)
+    if epochs_name(_NAME) in need:
+        epochs = epoch_counters(heap, _NAME)
+    if _WORDS in need:
+        ws = heap.workspace(_WORDS, need[_WORDS], zeroed_prefix=need[_WORDS]).view(torch.int64)
+    elif _NAME in need:
+        ws = heap.workspace(_NAME, need[_NAME]).view(x.dtype)
     if p.lamport:
-        inbox = lamport_workspace(heap, "all_reduce_rmsnorm", p.workspace_bytes, x.dtype)
+        inbox = lamport_workspace(heap, _NAME, p.workspace_bytes, x.dtype)
     return ws, epochs, inbox
 
 
-__all__ = ["MAX_HIDDEN", "MODES", "ONE_NODE_MODES", "all_reduce_rmsnorm", "launch", "plan", "split_into",
-           "two_shot_chunk", "two_shot_into", "two_shot_slots"]
+def heap_bytes(tokens: int, hidden: int, world: int, dtype: str = "bfloat16", fp8: bool = False,
+               sms: int = 132) -> int:
+    """The symmetric-heap bytes all_reduce_rmsnorm's workspaces may take for calls of up to
+    `tokens` rows of `hidden` elements of `dtype` ("bfloat16", "float16", "float32") over `world`
+    ranks of one node with `sms` SMs, in any order (`fp8`: with an FP8 out), beside x itself: size
+    the heap with it (`SymmetricHeap(x bytes + this + the rest)`). Pure: no GPU needed."""
+    itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
+    need: dict[str, int] = {}
+    for t in range(1, tokens + 1):
+        x = TensorSpec("x", (t, hidden), dtype, itemsize, True, "cuda:0", 1 << 20)
+        out = x._replace(name="out", dtype="float8_e4m3fn", itemsize=1, data_ptr=3 << 40) if fp8 else \
+            x._replace(name="out", data_ptr=3 << 40)
+        scale = TensorSpec("scale", (t,), "float32", 4, True, "cuda:0", 4 << 40) if fp8 else None
+        p = plan(x, x._replace(name="residual", data_ptr=1 << 40), TensorSpec("weight", (hidden,), dtype, itemsize, True,
+                 "cuda:0", 2 << 40), out, "cuda:0", world, sms, scale=scale)
+        for name, nbytes in workspace_requests(p, itemsize).items():
+            need[name] = max(need.get(name, 0), nbytes)
+    return workspaces_heap_bytes(need)
+
+
+all_reduce_rmsnorm.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
+
+
+__all__ = ["MAX_HIDDEN", "MODES", "ONE_NODE_MODES", "all_reduce_rmsnorm", "heap_bytes", "launch", "plan", "split_into",
+           "two_shot_chunk", "two_shot_into", "two_shot_slots", "workspace_requests"]

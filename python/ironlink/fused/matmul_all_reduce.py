@@ -64,7 +64,8 @@ from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.tensor_spec import TensorSpec
-from ..runtime.workspaces import epoch_counters, lamport_workspace
+from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
+                                  workspaces_heap_bytes)
 from ..runtime.registry import heap_for, in_heap
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .matmul_all_reduce_kernels import (matmul_allreduce_hierarchical_kernel, matmul_allreduce_kernel,
@@ -148,6 +149,36 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     return out
 
 
+def workspace_requests(p: Plan, itemsize: int) -> dict[str, int]:
+    """The heap workspaces plan `p` (out of elements of `itemsize` bytes) takes, name -> bytes:
+    "push" its slots, "lamport" its lamport slots, both the launch counters; "tile" none."""
+    if p.method == "push":
+        return {"matmul_all_reduce": p.workspace_bytes, epochs_name("matmul_all_reduce"): EPOCH_COUNTER_BYTES}
+    if p.method == "lamport":
+        return {lamport_name("matmul_all_reduce", itemsize): p.workspace_bytes,
+                epochs_name("matmul_all_reduce"): EPOCH_COUNTER_BYTES}
+    return {}
+
+
+def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms: int = 132,
+               method: Optional[str] = None) -> int:
+    """The symmetric-heap bytes matmul_all_reduce's workspaces may take for calls of [up to m, k] @
+    [k, n] of `dtype` ("bfloat16" or "float16") over `world` ranks of one node with `sms` SMs, in
+    any order (`method` as given to the op), beside `out` itself: size the heap with it. Pure: no
+    GPU needed."""
+    need: dict[str, int] = {}
+    for rows in range(1, m + 1):
+        a = TensorSpec("a", (rows, k), dtype, 2, True, "cuda:0", 1 << 20)
+        p = plan(a, TensorSpec("b", (k, n), dtype, 2, True, "cuda:0", 1 << 40),
+                 TensorSpec("out", (rows, n), dtype, 2, True, "cuda:0", 2 << 40), "cuda:0", world, sms, None, method)
+        for name, nbytes in workspace_requests(p, 2).items():
+            need[name] = max(need.get(name, 0), nbytes)
+    return workspaces_heap_bytes(need)
+
+
+matmul_all_reduce.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
+
+
 def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
            trace: Any = None, pacing: Optional[tuning.PushPacing] = None) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
@@ -206,4 +237,4 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         stamps, FLAT=flat, SIGNAL_EVERY=every if flat and heap.world_size == 2 else 1, **common)
 
 
-__all__ = ["METHODS", "Plan", "launch", "matmul_all_reduce", "plan"]
+__all__ = ["METHODS", "Plan", "heap_bytes", "launch", "matmul_all_reduce", "plan", "workspace_requests"]

@@ -34,6 +34,7 @@ from .rendezvous import Rendezvous
 from .status_buffers import status_buffer
 from .streams import StreamOrder
 from .tuning import algorithm_limits
+from .workspaces import workspace_size
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 # The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
@@ -274,7 +275,7 @@ class SymmetricHeap:
             if (zeroed_prefix or init) and torch.cuda.is_current_stream_capturing():
                 raise IronlinkError(f"ironlink.{name} needs a workspace of {nbytes} bytes, which cannot be made "
                                     "during CUDA graph capture: call it once with these shapes before capturing")
-            kept.append(self.empty(1 << max(12, (nbytes - 1).bit_length()), torch.uint8))
+            kept.append(self.empty(workspace_size(nbytes), torch.uint8))
             if zeroed_prefix:
                 kept[-1][:zeroed_prefix].zero_()
             if init is not None:

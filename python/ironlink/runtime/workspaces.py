@@ -10,12 +10,31 @@ from ..language import _abi
 from ..language._flags import EMPTY_BITS
 
 
+def workspace_size(nbytes: int) -> int:
+    """The bytes `heap.workspace` allocates for a request of `nbytes`: the next power of two,
+    4 KiB at least (a multiple of the heap's allocation alignment)."""
+    return 1 << max(12, (nbytes - 1).bit_length())
+
+
+def workspaces_heap_bytes(requests: dict[str, int]) -> int:
+    """The heap bytes an op's workspaces may take when the largest request of workspace `name` is
+    `requests[name]`, the requests made in any order: a larger request makes a new workspace and
+    the smaller ones stay (CUDA graphs captured with them stay valid), so a name may hold every
+    power of two from 4 KiB up to its largest, less than twice the largest."""
+    return sum(2 * workspace_size(n) - 4096 for n in requests.values() if n > 0)
+
+
+def lamport_name(name: str, itemsize: int) -> str:
+    """The heap workspace that holds op `name`'s lamport slots of elements of `itemsize` bytes:
+    one per element width, as the width sets the empty value."""
+    return f"{name}/lamport{8 * itemsize}"
+
+
 def lamport_workspace_name(name: str, dtype: Any) -> str:
-    """The heap workspace that holds op `name`'s lamport slots of `dtype`: one per element width,
-    as the width sets the empty value."""
+    """`lamport_name` for elements of torch `dtype`."""
     import torch
 
-    return f"{name}/lamport{8 * torch.empty((), dtype=dtype).element_size()}"
+    return lamport_name(name, torch.empty((), dtype=dtype).element_size())
 
 
 def lamport_bits(t: Any) -> Any:
@@ -41,13 +60,22 @@ def lamport_workspace(heap: Any, name: str, nbytes: int, dtype: Any) -> Any:
     return heap.workspace(lamport_workspace_name(name, dtype), nbytes, init=empty).view(dtype)
 
 
+EPOCH_COUNTER_BYTES = 4 * _abi.MAX_CTAS  # an op's launch counters: int32 [MAX_CTAS]
+
+
+def epochs_name(name: str) -> str:
+    """The heap workspace of op `name`'s launch counters."""
+    return f"{name}/epochs"
+
+
 def epoch_counters(heap: Any, name: str) -> Any:
     """The op `name`'s per-CTA launch counters (int32 [MAX_CTAS], zeroed when made: equal on every
     rank), kept in the heap between calls."""
     import torch
 
-    nbytes = 4 * _abi.MAX_CTAS
-    return heap.workspace(f"{name}/epochs", nbytes, zeroed_prefix=nbytes).view(torch.int32)
+    nbytes = EPOCH_COUNTER_BYTES
+    return heap.workspace(epochs_name(name), nbytes, zeroed_prefix=nbytes).view(torch.int32)
 
 
-__all__ = ["epoch_counters", "lamport_bits", "lamport_workspace", "lamport_workspace_name"]
+__all__ = ["EPOCH_COUNTER_BYTES", "epoch_counters", "epochs_name", "lamport_bits", "lamport_name", "lamport_workspace",
+           "lamport_workspace_name", "workspace_size", "workspaces_heap_bytes"]
