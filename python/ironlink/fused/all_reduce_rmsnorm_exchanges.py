@@ -63,7 +63,7 @@ from ..language import typed as ilt
 from ..language.slots import (add_in_rank_order, advance_epochs, at_peer, lamport_receive, lamport_reduce,
                               lamport_reduce_values, lamport_send, lamport_store, launch_slots, slot_of,
                               store_to_peer_slots)
-from .all_reduce_rmsnorm_norm import FP8_MAX, norm_row_block, norm_sums
+from .all_reduce_rmsnorm_norm import FP8_MAX, norm_sums
 from .trace import stamp
 
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
@@ -305,28 +305,30 @@ def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inb
             if s == 0:
                 summed = tl.where(theirs, got, tl.load(x + row + cols, mask=m & (j == rank), other=0.0))
                 tl.store(x + row + cols, summed, mask=theirs)
-                if PARTS == 1:
-                    norm_row_block(summed, res, w, residual_out + row, out + row, scale + u, cols, m, H, eps, FP8)
-                else:
-                    s = _norm_slice(ctx, summed, res, w, residual_out + row, out + row, scale + u // PARTS, words,
-                                    epoch + 1, cols, m, H, eps, u % PARTS == 0, PARTS, FP8)
+                s = _norm_unit(ctx, summed, res, w, residual_out + row, out + row, scale + u // PARTS, words,
+                               epoch + 1, cols, m, H, eps, u % PARTS == 0, PARTS, FP8)
     advance_epochs(epochs, epoch + 1)
     return s
 
 
 @triton.jit
-def _norm_slice(ctx, sums, res, w, residual_out, out, scale, words, flag, at, m, H, eps, first, PARTS: tl.constexpr,
-                FP8: tl.constexpr):
-    """`norm_row_block` for one slice of a row (a CTA's, of PARTS): its sum of squares (and with
-    FP8 its peak |residual x weight|) shared with the row's other slices through `words` tagged
-    with `flag` (`_split_sums`); the row's scale stored by its `first` slice. Returns the status of
-    the wait for the other slices."""
+def _norm_unit(ctx, sums, res, w, residual_out, out, scale, words, flag, at, m, H, eps, first, PARTS: tl.constexpr,
+               FP8: tl.constexpr):
+    """The norm of one "two_shot" unit held as a [world, chunk] block: `sums`, its residual `res`
+    and the weight `w` at element offsets `at` (where `m`) of `residual_out` and `out`. The row's
+    sum of squares (and with FP8 its peak |residual x weight|) is this block's, or with PARTS > 1
+    (the unit a slice of the row) shared with the row's other slices through `words` tagged with
+    `flag` (`_split_sums`); the row's scale stored by its `first` unit. Returns the status of the
+    wait for the other slices (0 with one slice a row)."""
     r = (sums.to(tl.float32) + res.to(tl.float32)).to(residual_out.dtype.element_ty)
     tl.store(residual_out + at, r, mask=m)
     rf = r.to(tl.float32)
     wf = w.to(tl.float32)
-    sumsq, peak, s = _split_sums(ctx, words, flag, tl.sum(tl.sum(rf * rf, axis=1), axis=0),
-                                 tl.max(tl.max(tl.abs(rf * wf), axis=1), axis=0), PARTS, FP8)
+    sumsq = tl.sum(tl.sum(rf * rf, axis=1), axis=0)
+    peak = tl.max(tl.max(tl.abs(rf * wf), axis=1), axis=0)  # read with FP8 only
+    s = tl.zeros((), dtype=tl.int32)
+    if PARTS > 1:
+        sumsq, peak, s = _split_sums(ctx, words, flag, sumsq, peak, PARTS, FP8)
     inv = tl.rsqrt(sumsq / H + eps)
     y = rf * inv * wf
     if FP8:

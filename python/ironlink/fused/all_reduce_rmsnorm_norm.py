@@ -72,28 +72,6 @@ def norm_sums(sums, res, w, residual_out, out, scale, rows, valid, H, eps, BLOCK
 
 
 @triton.jit
-def norm_row_block(sums, res, w, residual_out, out, scale, at, m, H, eps, FP8: tl.constexpr):
-    """`norm_sums` for one row held as a 2-D block (two_shot's [world, chunk]): `sums`, its residual
-    `res` and the weight `w` at element offsets `at` (where `m`) of `residual_out` and `out`,
-    reduced over the whole block; with FP8 the row's scale stored at `scale`."""
-    r = (sums.to(tl.float32) + res.to(tl.float32)).to(residual_out.dtype.element_ty)
-    tl.store(residual_out + at, r, mask=m)
-    rf = r.to(tl.float32)
-    wf = w.to(tl.float32)
-    if FP8:
-        sumsq, peak = tl.reduce(tl.reduce((rf * rf, tl.abs(rf * wf)), 1, sum_and_max), 0, sum_and_max)
-        inv = tl.rsqrt(sumsq / H + eps)
-        q = tl.maximum(peak * inv, 1e-12) / FP8_MAX
-        tl.store(scale, q)
-        y = rf * inv * wf / q
-        at = tl.max_contiguous(at, [1, 8])  # as norm_sums: the bf16 stores' 8 a thread
-    else:
-        inv = tl.rsqrt(tl.sum(tl.sum(rf * rf, axis=1), axis=0) / H + eps)
-        y = rf * inv * wf
-    tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
-
-
-@triton.jit
 def sum_and_max(sum_a, max_a, sum_b, max_b):
     """The combine of a (sum, max) pair reduction."""
     return sum_a + sum_b, tl.maximum(max_a, max_b)
@@ -111,5 +89,4 @@ def norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scal
     return s
 
 
-__all__ = ["FP8_MAX", "norm_after_grid_barrier", "norm_row", "norm_row_block", "norm_sums", "norm_values",
-           "sum_and_max"]
+__all__ = ["FP8_MAX", "norm_after_grid_barrier", "norm_row", "norm_sums", "norm_values", "sum_and_max"]
