@@ -454,7 +454,8 @@ def test_the_fused_ops_say_the_heap_bytes_their_workspaces_take() -> None:
     # smaller ones stay for the CUDA graphs captured with them: < 2x the largest).
     ws = importlib.import_module("ironlink.runtime.workspaces")
     assert [ws.workspace_size(n) for n in (1, 4096, 4097, 98304)] == [4096, 4096, 8192, 131072]
-    assert ws.workspaces_heap_bytes({"a": 98304, "b": 1024, "c": 0}) == (2 * 131072 - 4096) + 4096
+    assert ws.workspaces_heap_bytes([{"a": 98304, "b": 1024, "c": 0}]) == (2 * 131072 - 4096) + 4096
+    assert ws.workspaces_heap_bytes([{"a": 1024}, {"a": 98304, "b": 1024}]) == (2 * 131072 - 4096) + 4096
     # all_reduce_rmsnorm at 1 token, world 4: split over lamport slots, 8 slices: the slots
     # (2 x 3 peers x 16 KiB), the slices' words (8 x 512) and the launch counters (4 x 256).
     plan1 = rms(1)
@@ -464,7 +465,7 @@ def test_the_fused_ops_say_the_heap_bytes_their_workspaces_take() -> None:
     assert ironlink.all_reduce_rmsnorm.heap_bytes(1, 8192, 4) == (2 * 131072 - 4096) + 4096 + 4096
     # Up to 2048 tokens the largest of every workspace any token count takes: more than one shape's.
     many = ironlink.all_reduce_rmsnorm.heap_bytes(2048, 8192, 4)
-    assert many >= ws.workspaces_heap_bytes(arn.workspace_requests(rms(512), 2)) > 0
+    assert many >= ws.workspaces_heap_bytes([arn.workspace_requests(rms(512), 2)]) > 0
     assert ironlink.all_reduce_rmsnorm.heap_bytes(8, 8192, 4, fp8=True) >= ironlink.all_reduce_rmsnorm.heap_bytes(1, 8192, 4)
     # matmul_all_reduce: "push" and "lamport" keep 2 x (world - 1) x [M, N] and the counters; "tile" nothing.
     mar = importlib.import_module("ironlink.fused.matmul_all_reduce")

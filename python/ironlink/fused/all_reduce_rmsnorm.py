@@ -308,17 +308,16 @@ def heap_bytes(tokens: int, hidden: int, world: int, dtype: str = "bfloat16", fp
     ranks of one node with `sms` SMs, in any order (`fp8`: with an FP8 out), beside x itself: size
     the heap with it (`SymmetricHeap(x bytes + this + the rest)`). Pure: no GPU needed."""
     itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
-    need: dict[str, int] = {}
-    for t in range(1, tokens + 1):
+    weight = TensorSpec("weight", (hidden,), dtype, itemsize, True, "cuda:0", 2 << 40)
+
+    def plan_of(t: int) -> Plan:
         x = TensorSpec("x", (t, hidden), dtype, itemsize, True, "cuda:0", 1 << 20)
         out = x._replace(name="out", dtype="float8_e4m3fn", itemsize=1, data_ptr=3 << 40) if fp8 else \
             x._replace(name="out", data_ptr=3 << 40)
         scale = TensorSpec("scale", (t,), "float32", 4, True, "cuda:0", 4 << 40) if fp8 else None
-        p = plan(x, x._replace(name="residual", data_ptr=1 << 40), TensorSpec("weight", (hidden,), dtype, itemsize, True,
-                 "cuda:0", 2 << 40), out, "cuda:0", world, sms, scale=scale)
-        for name, nbytes in workspace_requests(p, itemsize).items():
-            need[name] = max(need.get(name, 0), nbytes)
-    return workspaces_heap_bytes(need)
+        return plan(x, x._replace(name="residual", data_ptr=1 << 40), weight, out, "cuda:0", world, sms, scale=scale)
+
+    return workspaces_heap_bytes(workspace_requests(plan_of(t), itemsize) for t in range(1, tokens + 1))
 
 
 all_reduce_rmsnorm.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs

@@ -166,14 +166,13 @@ def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms:
     [k, n] of `dtype` ("bfloat16" or "float16") over `world` ranks of one node with `sms` SMs, in
     any order (`method` as given to the op), beside `out` itself: size the heap with it. Pure: no
     GPU needed."""
-    need: dict[str, int] = {}
-    for rows in range(1, m + 1):
-        a = TensorSpec("a", (rows, k), dtype, 2, True, "cuda:0", 1 << 20)
-        p = plan(a, TensorSpec("b", (k, n), dtype, 2, True, "cuda:0", 1 << 40),
-                 TensorSpec("out", (rows, n), dtype, 2, True, "cuda:0", 2 << 40), "cuda:0", world, sms, None, method)
-        for name, nbytes in workspace_requests(p, 2).items():
-            need[name] = max(need.get(name, 0), nbytes)
-    return workspaces_heap_bytes(need)
+    b = TensorSpec("b", (k, n), dtype, 2, True, "cuda:0", 1 << 40)
+
+    def plan_of(rows: int) -> Plan:
+        return plan(TensorSpec("a", (rows, k), dtype, 2, True, "cuda:0", 1 << 20), b,
+                    TensorSpec("out", (rows, n), dtype, 2, True, "cuda:0", 2 << 40), "cuda:0", world, sms, None, method)
+
+    return workspaces_heap_bytes(workspace_requests(plan_of(rows), 2) for rows in range(1, m + 1))
 
 
 matmul_all_reduce.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs

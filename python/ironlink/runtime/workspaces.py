@@ -4,7 +4,7 @@ heap between calls under the op's name."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from ..language import _abi
 from ..language._flags import EMPTY_BITS
@@ -16,12 +16,16 @@ def workspace_size(nbytes: int) -> int:
     return 1 << max(12, (nbytes - 1).bit_length())
 
 
-def workspaces_heap_bytes(requests: dict[str, int]) -> int:
-    """The heap bytes an op's workspaces may take when the largest request of workspace `name` is
-    `requests[name]`, the requests made in any order: a larger request makes a new workspace and
-    the smaller ones stay (CUDA graphs captured with them stay valid), so a name may hold every
-    power of two from 4 KiB up to its largest, less than twice the largest."""
-    return sum(2 * workspace_size(n) - 4096 for n in requests.values() if n > 0)
+def workspaces_heap_bytes(calls: Iterable[dict[str, int]]) -> int:
+    """The heap bytes an op's workspaces may take over `calls` (each call's requests, name ->
+    bytes), made in any order: a larger request makes a new workspace and the smaller ones stay
+    (CUDA graphs captured with them stay valid), so a name may hold every power of two from 4 KiB
+    up to its largest request, less than twice that."""
+    largest: dict[str, int] = {}
+    for requests in calls:
+        for name, nbytes in requests.items():
+            largest[name] = max(largest.get(name, 0), nbytes)
+    return sum(2 * workspace_size(n) - 4096 for n in largest.values() if n > 0)
 
 
 def lamport_name(name: str, itemsize: int) -> str:
