@@ -1,7 +1,8 @@
 """What the compile tests share (a helper, no tests of its own): the repository root, a private
 Triton cache per test module (`fresh_triton_cache`: import it into a module and it applies there),
 the built bitcode of an arch, `compile_for` (a Triton kernel to cubin against it, no GPU) and
-`extern_calls` (the device calls a kernel's TTIR makes, with their constant arguments)."""
+`extern_calls` (the device calls a kernel's TTIR makes, with their constant arguments), and the
+signature of `allreduce_rmsnorm_kernel` (`RMSNORM_SIGNATURE`) that the compile tests build on."""
 
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ from triton.compiler import ASTSource
 from ironlink.language import _abi, _lib
 
 REPO = Path(__file__).resolve().parents[1]
+# ironlink.fused.allreduce_rmsnorm_kernel's arguments, bf16 tensors (a case overrides what differs).
+RMSNORM_SIGNATURE = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
+                     "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
+                     "trace": "*i64", "ws": "*bf16", "epochs": "*i32", "inbox": "*bf16",
+                     "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
+                     "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
+                     "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",
+                     "LAMPORT": "constexpr", "TWO_SHOT": "constexpr"}
 
 
 @pytest.fixture(scope="module", autouse=True)

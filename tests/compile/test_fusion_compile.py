@@ -16,7 +16,6 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ironlink.language import _lib
 from ironlink.runtime import tuning
 from ironlink.fused import (allgather_matmul_copy_engine_kernel, allgather_matmul_kernel, allreduce_rmsnorm_kernel,
                             matmul_allreduce_kernel, matmul_reducescatter_copy_engine_kernel, matmul_reducescatter_kernel)
@@ -29,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
 import fusion_kernels as fk  # noqa: E402  (tests/gpu is not a package)
 from _archs import CAPABILITIES  # noqa: E402  (tests/, beside this file)
+from _compile import RMSNORM_SIGNATURE, bitcode  # noqa: E402  (tests/, beside this file)
 from _sass import spills_checked, stack_bytes  # noqa: E402  (tests/, beside this file)
 
 KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
@@ -82,78 +82,71 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
         {"TE": 1024},
     ),
 }
-_RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
-                "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                "trace": "*i64", "ws": "*bf16", "epochs": "*i32", "inbox": "*bf16",
-                "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
-                "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
-                "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",
-                "LAMPORT": "constexpr", "TWO_SHOT": "constexpr"}
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}"] = (
-        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+        allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
         {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
          "num_warps": 16})
     # The FP8 output (float8_e4m3fn, per-token scales): Hopper and later (the host refuses it before).
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_fp8"] = (
-        allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+        allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
         {"WHOLE": whole, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
          "MIN_CC": 90, "num_warps": 16})
 # Rows mode with several rows a CTA: two normalized at a time (tuning.rmsnorm_rows_at_once).
 KERNELS["allreduce_rmsnorm_rows_2"] = (
-    allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+    allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_rows_2_fp8"] = (
-    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "MIN_CC": 90, "num_warps": 16})
 # Mode "push": rows stored into the peers' slots, a tile signal and wait (two ranks, and four: a
 # store per peer), with as many rows at once as the plan takes for 2048 tokens.
 for world in (2, 4):
     KERNELS[f"allreduce_rmsnorm_push_w{world}"] = (
-        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+        allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
         {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
          "ROWS": tuning.rmsnorm_rows_at_once(2048, 132, world), "PUSH": True, "WORLD": world, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
-    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
 # Mode "lamport": push's layout, the rows polled as they land, one at a time (two ranks and four),
 # and its FP8 output; fp32 slots (32-bit empties).
 for world in (2, 4, 8):
     KERNELS[f"allreduce_rmsnorm_lamport_w{world}"] = (
-        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+        allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
         {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
          "ROWS": 1, "LAMPORT": True, "WORLD": world, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp8_pdl"] = (
-    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 2, "MIN_CC": 90, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_lamport_w4_fp8_pdl"] = (
-    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
 # Mode "two_shot": a reduce-scatter and an all-gather of each row's chunks through lamport slots
 # (BLOCK_H: a chunk's block at hidden 8192; 2, 4 and 8 ranks) and its FP8 output.
 for world, chunk_block in ((2, 4096), (4, 2048), (8, 1024)):
     KERNELS[f"allreduce_rmsnorm_two_shot_w{world}"] = (
-        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+        allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
         {"WHOLE": 0, "BLOCK_H": chunk_block, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
          "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 1, "WORLD": world, "num_warps": 16})
 # Over slices (few rows: a CTA a slice of world chunks, the slices' sums of squares shared as
 # split's are): 32 rows of hidden 8192 at world 4 in 4 slices, chunks of 512, 4 warps.
 for fp8 in (False, True):
     KERNELS[f"allreduce_rmsnorm_two_shot_w4_parts4{'_fp8' if fp8 else ''}"] = (
-        allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "ws": "*i64", **({"out": "*fp8e4nv"} if fp8 else {})},
+        allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "ws": "*i64", **({"out": "*fp8e4nv"} if fp8 else {})},
         {"WHOLE": 0, "BLOCK_H": 512, "FP8": fp8, "PDL": fp8, "PRELOAD": True, "TRACE": False, "ROWS": 1,
          "LAMPORT": True, "TWO_SHOT": True, "PARTS": 4, "WORLD": 4, "num_warps": 4, **({"MIN_CC": 90} if fp8 else {})})
 KERNELS["allreduce_rmsnorm_two_shot_w4_fp8_pdl"] = (
-    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "out": "*fp8e4nv"},
+    allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 2048, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 1, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
-    allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
+    allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
                                                                           "out", "ws", "inbox")}},
     {"WHOLE": 0, "BLOCK_H": 4096, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "WORLD": 2, "num_warps": 8})
@@ -171,7 +164,7 @@ for world, op in ((2, "SUM"), (2, "AVG"), (4, "MAX"), (4, "PROD"), (4, "SUM"), (
          "num_warps": tuning.ALL_REDUCE_LAMPORT_WARPS})
 # Mode "split": a row's slices on several CTAs, their sums exchanged as tagged words (8 slices of
 # 1024 columns, as hidden 8192 at one token).
-_SPLIT_SIG = {**_RMSNORM_SIG, "ws": "*i64"}
+_SPLIT_SIG = {**RMSNORM_SIGNATURE, "ws": "*i64"}
 KERNELS["allreduce_rmsnorm_split"] = (
     allreduce_rmsnorm_kernel.fn, _SPLIT_SIG,
     {"WHOLE": 0, "BLOCK_H": 1024, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False, "ROWS": 1,
@@ -199,7 +192,7 @@ KERNELS["allreduce_rmsnorm_split_fp8_pdl"] = (
 # it there only (tests/compile/test_pdl.py: nothing touches memory before the wait).
 for whole in (0, 1):
     KERNELS[f"allreduce_rmsnorm_{'whole' if whole else 'rows'}_pdl"] = (
-        allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+        allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
         {"WHOLE": whole, "BLOCK_H": 8192, "FP8": False, "PDL": True, "PRELOAD": True, "TRACE": False, "ROWS": 1,
          "MIN_CC": 90, "num_warps": 16})
 _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i32", "N": "i32", "K": "i32",
@@ -407,10 +400,8 @@ def _compile(name: str, cc: int) -> Any:
     names = list(signature)
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if signature[n].startswith("*") or (n in _ALIGNED_SIZES and signature[n] != "constexpr")}
-    bc = REPO / "build" / _lib.bitcode_filename(divmod(cc, 10))
-    assert bc.is_file(), f"{bc} is missing: run `make all-archs` (make test does)"
     return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
-                          options={"extern_libs": (("ironlink", str(bc)),), **launch})
+                          options={"extern_libs": (("ironlink", bitcode(cc)),), **launch})
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)

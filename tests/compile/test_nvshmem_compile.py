@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import triton
@@ -34,18 +33,13 @@ from ironlink.fused.matmul_reduce_scatter import COPY_COLS as SCATTER_COPY_COLS
 from ironlink.fused.matmul_reduce_scatter_kernels import matmul_reducescatter_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
-REPO = Path(__file__).resolve().parents[2]
-from _nvshmem_wheel import PINNED, extract  # noqa: E402 - tests/, beside this file
+from _compile import fresh_triton_cache  # noqa: F401 - tests/, beside this file; the fixture applies here
+from _nvshmem_wheel import PINNED, extract  # tests/, beside this file
+
+
 @pytest.fixture(scope="module")
 def nvshmem_bc() -> Path:
     return extract("libnvshmem_device.bc")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-        yield
 
 
 @triton.jit

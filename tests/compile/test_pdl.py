@@ -7,8 +7,7 @@ all_reduce_rmsnorm PDL variants: tests/compile/test_fusion_compile.py.)"""
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import pytest
 import triton
@@ -17,20 +16,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from _archs import CAPABILITIES  # tests/, beside this file
-from ironlink.language import _lib
+from _compile import RMSNORM_SIGNATURE, bitcode, fresh_triton_cache  # noqa: F401 - the fixture applies here
 from ironlink.ops import collectives as ops
 from ironlink.runtime import pdl
 from ironlink.runtime import tuning
 from ironlink.fused import allreduce_rmsnorm_kernel
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fresh_triton_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:  # compile from scratch: the cache key ignores our wrappers
-        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-        yield
 
 
 def test_triton_launch_takes_launch_pdl() -> None:
@@ -66,36 +56,29 @@ def test_pdl_launch_options_set_the_constexpr_and_the_attribute_together() -> No
     assert pdl.pdl_launch_options(False) == {}  # the kernel as it was before PDL
 
 
-_RMSNORM_SIG = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
-                "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                "trace": "*i64", "ws": "*bf16", "epochs": "*i32", "inbox": "*bf16",
-                "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
-                "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
-                "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",
-                "LAMPORT": "constexpr", "TWO_SHOT": "constexpr"}
 KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
     # name: (kernel, signature, constexprs without PDL, num_warps), as the host ops launch them
-    "all_reduce_rmsnorm rows": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+    "all_reduce_rmsnorm rows": (allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
                                 {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
                                  "ROWS": tuning.RMSNORM_ROWS_AT_ONCE}, 16),
-    "all_reduce_rmsnorm whole": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+    "all_reduce_rmsnorm whole": (allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
                                  {"WHOLE": True, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
                                   "ROWS": 1}, 16),
-    "all_reduce_rmsnorm push": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+    "all_reduce_rmsnorm push": (allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
                                 {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
                                  "ROWS": tuning.RMSNORM_ROWS_AT_ONCE, "PUSH": True, "WORLD": 2}, 16),
-    "all_reduce_rmsnorm lamport": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+    "all_reduce_rmsnorm lamport": (allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
                                    {"WHOLE": False, "BLOCK_H": 8192, "FP8": False, "PRELOAD": True, "TRACE": False,
                                     "ROWS": 1, "LAMPORT": True, "WORLD": 2}, 16),
-    "all_reduce_rmsnorm two_shot": (allreduce_rmsnorm_kernel.fn, _RMSNORM_SIG,
+    "all_reduce_rmsnorm two_shot": (allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
                                     {"WHOLE": False, "BLOCK_H": 2048, "FP8": False, "PRELOAD": True, "TRACE": False,
                                      "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 1, "WORLD": 4}, 16),
-    "all_reduce_rmsnorm two_shot slices": (allreduce_rmsnorm_kernel.fn, {**_RMSNORM_SIG, "ws": "*i64"},
+    "all_reduce_rmsnorm two_shot slices": (allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "ws": "*i64"},
                                            {"WHOLE": False, "BLOCK_H": 512, "FP8": False, "PRELOAD": True,
                                             "TRACE": False, "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 4,
                                             "WORLD": 4}, 4),
     "all_reduce_rmsnorm split": (allreduce_rmsnorm_kernel.fn,
-                                 {**_RMSNORM_SIG, "ws": "*i64"},
+                                 {**RMSNORM_SIGNATURE, "ws": "*i64"},
                                  {"WHOLE": False, "BLOCK_H": 1024, "FP8": False, "PRELOAD": True, "TRACE": False,
                                   "ROWS": 1, "WORLD": 2, "SPLIT": True, "PARTS": 8}, 8),
     "all_reduce": (ops._all_reduce_kernel.fn, {"ctx": "i64", "buf": "*bf16", "n": "i32", "op": "i32",
@@ -124,10 +107,8 @@ def test_memory_pattern_exempts_only_generic_loads() -> None:
 
 def compile_ptx(name: str, cc: int, with_pdl: bool) -> str:
     fn, signature, constexprs, warps = KERNELS[name]
-    bc = REPO / "build" / _lib.bitcode_filename(divmod(cc, 10))
-    assert bc.is_file(), f"{bc} is missing: run `make all-archs` (make test does)"
     k = triton.compile(ASTSource(fn, signature, {**constexprs, "PDL": with_pdl}), target=GPUTarget("cuda", cc, 32),
-                       options={"extern_libs": (("ironlink", str(bc)),), "num_warps": warps})
+                       options={"extern_libs": (("ironlink", bitcode(cc)),), "num_warps": warps})
     assert k.asm["cubin"], "no cubin"
     return str(k.asm["ptx"])
 
