@@ -18,9 +18,9 @@ from ironlink.runtime.workspaces import lamport_bits
 from ironlink.language import _abi
 from ironlink.language._flags import empty_like, is_empty, unempty, wait_written
 
-import interpreter_clock  # tests/, beside this file
+import interpreter_shims  # tests/, beside this file
 
-interpreter_clock.install()
+interpreter_shims.install()
 
 
 @triton.jit

@@ -464,6 +464,7 @@ def main() -> int:
     low_latency_errors(world, tokens, hidden, k, experts)
     deferred_receive_errors()
     top8_world2()
+    print("done: every MoE check above ran")
     return 0
 
 

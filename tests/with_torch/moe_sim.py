@@ -17,9 +17,9 @@ from ironlink.moe import MoeExchange, fp8_dequantize
 from ironlink.moe.layout import Layout
 from ironlink.moe.relay import RelayPath
 
-import interpreter_clock  # tests/, beside this file
+import interpreter_shims  # tests/, beside this file
 
-interpreter_clock.install()  # the low-latency dispatch's receive waits for its senders' flags
+interpreter_shims.install()  # the low-latency dispatch's receive waits for its senders' flags
 
 
 class FakeHeap:

@@ -19,8 +19,8 @@ REPO = HERE.parents[1]
 
 def _interpreted(script: str, timeout: int) -> str:
     """The stdout of tests/with_torch/<script> in Triton's interpreter; fails on a non-zero exit.
-    The caller's PYTHONPATH after ours: Triton 3.6's interpreter needs numpy < 2.4 (2.4 refuses
-    range() over its one-element arrays), which a path entry can supply."""
+    The caller's PYTHONPATH after ours. What the interpreter lacks (a clock, numpy >= 2.4's
+    scalars, low addresses) the scripts take from interpreter_shims.py."""
     pytest.importorskip("torch")
     path = os.pathsep.join(p for p in (str(REPO / "python"), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
@@ -45,4 +45,4 @@ def test_flag_and_slot_kernels_interpreted(script: str, says: str) -> None:
 
 def test_moe_exchange_interpreted() -> None:
     out = _interpreted("moe_interpreted.py", 600)
-    assert out.count("ok:") == 11, out
+    assert "done: every MoE check above ran" in out, out

@@ -254,7 +254,7 @@ def test_fake_implementations_write_nothing_and_trace() -> None:
     def f(t: Any, out: Any, inp: Any, a: Any, b: Any, big: Any) -> Any:
         torch.ops.ironlink.all_reduce(heap.handle, t, 0, False, None, "")
         torch.ops.ironlink.all_gather(heap.handle, out, inp, False)
-        torch.ops.ironlink.matmul_all_reduce(heap.handle, a, b, big, [16, 16, 16, 1, 4, 2], None, False)
+        torch.ops.ironlink.matmul_all_reduce(heap.handle, a, b, big, [16, 16, 16, 1, 4, 2], None, False, "")
         return t + 1, out, big
 
     with FakeTensorMode():
