@@ -42,7 +42,7 @@ from ironlink.language import typed as ilt
 from ironlink.language._flags import unempty
 from ironlink.language.jit import jit
 from ironlink.language.pdl import allow_next_kernel, wait_for_previous_kernel
-from ironlink.language.slots import advance_epochs, at_peer, lamport_receive, launch_slots, peer_distances, slot_of
+from ironlink.language.slots import advance_epochs, at_peer, lamport_receive, peer_distances, slot_of
 from ironlink.runtime.pdl import pdl_launch_options
 from ironlink.runtime.workspaces import epoch_counters, lamport_workspace
 from ironlink.tune.timing import captured, replay_us
@@ -60,12 +60,16 @@ def _empty(status):
 def _fanout(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
             PDL: tl.constexpr = False):
     """Rank r stores buf into its lamport slot at ranks r + 1 .. r + K and polls its slots of
-    ranks r - 1 .. r - K until written, emptying them (no sum: the exchange alone)."""
+    ranks r - 1 .. r - K until written, emptying them (no sum: the exchange alone).
+    The slots rotate over WORLD copies, not the ops' two: with K < world - 1 the waits form a
+    chain, not a clique, and a rank may run up to world - 2 calls ahead of the rank after it
+    (at world 4, K = 1 overwrote slots not yet read with two copies: every call timed out)."""
     rank = il.symm_rank(ctx)
     dists = peer_distances(ctx, inbox, rank, WORLD)
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
-    epoch, _, slots = launch_slots(inbox, epochs, n, 1, WORLD)
+    epoch = tl.load(epochs + tl.program_id(0))
+    slots = inbox + (epoch % WORLD).to(tl.int64) * (WORLD - 1) * n
     at = tl.arange(0, BLOCK)
     m = at < n
     v = unempty(tl.load(buf + at, mask=m))
@@ -82,7 +86,7 @@ def _fanout(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, K: tl.const
 
 def fanout(heap: Any, buf: torch.Tensor, status: torch.Tensor, k: int) -> Callable[[], Any]:
     world = heap.world_size
-    inbox = lamport_workspace(heap, "decode_probe/fanout", 2 * (world - 1) * buf.nbytes, buf.dtype)
+    inbox = lamport_workspace(heap, "decode_probe/fanout", world * (world - 1) * buf.nbytes, buf.dtype)
     epochs = epoch_counters(heap, "decode_probe/fanout")
     return partial(_fanout[(1,)], heap.ctx, buf, buf.numel(), status, inbox, epochs, WORLD=world, K=k,
                    BLOCK=buf.numel(), num_warps=4, **pdl_launch_options(True))
