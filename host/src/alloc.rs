@@ -2,7 +2,10 @@
 //!
 //! It hands out *offsets*, not addresses: the same sequence of `alloc`/`free` calls gives the same
 //! offsets on every rank, which is what makes the heap symmetric (a tensor lives at the same
-//! offset in every rank's region). It is deterministic on purpose: no size classes or caches
+//! offset in every rank's region). The ops' workspaces (`alloc_top`) are a stack that grows down
+//! from the region's end, so their offsets follow from the workspace calls alone: the same on
+//! every rank even where the user's own allocations differ between ranks (a misuse the kernels
+//! that read peers' workspaces could not otherwise see before their stores land). It is deterministic on purpose: no size classes or caches
 //! whose state could differ between ranks. It also folds every event into a digest
 //! (`abi::heap_digest`) that kernels compare across ranks, so that a rank whose sequence differs
 //! is reported (`HEAP_ASYMMETRIC`) rather than computing on the wrong tensors.
@@ -30,6 +33,8 @@ pub struct Allocator {
     used: BTreeMap<u64, u64>,
     /// Every successful alloc and free so far, folded in order (`heap_digest::fold`).
     digest: u64,
+    /// Live allocations of `alloc_top`; the lowest is the floor the next one goes under.
+    top: std::collections::BTreeSet<u64>,
 }
 
 impl Allocator {
@@ -45,6 +50,7 @@ impl Allocator {
             free,
             used: BTreeMap::new(),
             digest: heap_digest::EMPTY,
+            top: std::collections::BTreeSet::new(),
         }
     }
 
@@ -94,12 +100,62 @@ impl Allocator {
         Ok(off)
     }
 
+    /// Allocates `bytes` (as `alloc` rounds them) directly under the lowest live `alloc_top`
+    /// allocation, or at the region's end if there is none, and returns its offset. The offset
+    /// depends only on the `alloc_top` calls, never on `alloc`'s: where an `alloc` block already
+    /// lies there, this fails (`WorkspaceRegionTaken`) rather than go elsewhere.
+    pub fn alloc_top(&mut self, bytes: u64) -> Result<u64> {
+        let floor = self.top.first().copied().unwrap_or(self.capacity);
+        let need = round_up(bytes.max(1), ALIGN);
+        let start = need.and_then(|n| floor.checked_sub(n));
+        let (Some(need), Some(start)) = (need, start) else {
+            return Err(self.workspace_taken(bytes, floor, floor));
+        };
+        // The free block holding [start, floor), if all of it is free.
+        let Some((&off, &len)) = self
+            .free
+            .range(..=start)
+            .next_back()
+            .filter(|(&o, &l)| o + l >= floor)
+        else {
+            return Err(self.workspace_taken(bytes, floor, start));
+        };
+        self.free.remove(&off);
+        if start > off {
+            self.free.insert(off, start - off);
+        }
+        if off + len > floor {
+            self.free.insert(floor, off + len - floor);
+        }
+        self.used.insert(start, need);
+        self.top.insert(start);
+        self.digest = heap_digest::fold(self.digest, heap_digest::ALLOC, start, need);
+        Ok(start)
+    }
+
+    fn workspace_taken(&self, requested: u64, floor: u64, start: u64) -> Error {
+        // The live `alloc` block nearest under the floor, if it reaches into [start, floor).
+        let blocking = self
+            .used
+            .range(..floor)
+            .next_back()
+            .filter(|(o, l)| !self.top.contains(o) && *o + *l > start)
+            .map(|(&o, &l)| (o, l));
+        Error::WorkspaceRegionTaken {
+            requested,
+            floor,
+            blocking,
+            capacity: self.capacity,
+        }
+    }
+
     /// Frees the allocation that starts at `offset`; returns its (rounded) length.
     pub fn free(&mut self, offset: u64) -> Result<u64> {
         let len = self
             .used
             .remove(&offset)
             .ok_or(Error::NotAllocated(offset))?;
+        self.top.remove(&offset);
         let (mut start, mut end) = (offset, offset + len);
         // Merge with the free block just before, if it ends where we start.
         if let Some((&p_off, &p_len)) = self.free.range(..start).next_back() {
@@ -242,5 +298,61 @@ mod tests {
         }
         assert_eq!(a.free_bytes(), 1 << 24);
         assert_eq!(a.free.len(), 1);
+    }
+
+    #[test]
+    fn workspaces_sit_at_the_same_offsets_whatever_the_user_allocated() {
+        // Rank a allocates 1000 fp32 first, rank b 2000 (the misuse of issue 62): their user
+        // tensors part, their workspaces do not.
+        let (mut a, mut b) = (Allocator::new(1 << 20), Allocator::new(1 << 20));
+        a.alloc(4000).unwrap();
+        b.alloc(8000).unwrap();
+        let (xa, xb) = (a.alloc(8192).unwrap(), b.alloc(8192).unwrap());
+        assert_ne!(xa, xb);
+        for n in [100_000, 3000, 65536] {
+            assert_eq!(a.alloc_top(n).unwrap(), b.alloc_top(n).unwrap());
+        }
+        assert_eq!(
+            a.alloc_top(256).unwrap(),
+            (1 << 20) - 100_096 - 3072 - 65536 - 256
+        );
+        // Under the workspaces the user region stays first-fit from the bottom.
+        assert_eq!(a.alloc(100).unwrap(), xa + 8192);
+    }
+
+    #[test]
+    fn a_workspace_never_goes_elsewhere_than_under_the_last() {
+        let mut a = Allocator::new(4096);
+        let top = a.alloc_top(1000).unwrap();
+        assert_eq!(top, 3072);
+        // The user fills [0, 2048); then [2048, 3072) holds a tensor: the next workspace may not
+        // go past it.
+        a.alloc(2048).unwrap();
+        let user = a.alloc(1024).unwrap();
+        assert_eq!(user, 2048);
+        let e = a.alloc_top(256).unwrap_err();
+        assert_eq!(
+            e,
+            Error::WorkspaceRegionTaken {
+                requested: 256,
+                floor: 3072,
+                blocking: Some((2048, 1024)),
+                capacity: 4096
+            }
+        );
+        assert!(e.to_string().contains("heap_bytes()"), "{e}");
+        a.free(user).unwrap();
+        assert_eq!(a.alloc_top(256).unwrap(), 2816);
+        // Too large for what is left under the floor: no block named.
+        match a.alloc_top(1 << 20).unwrap_err() {
+            Error::WorkspaceRegionTaken { blocking, .. } => assert_eq!(blocking, None),
+            e => panic!("{e}"),
+        }
+        // Freeing the workspaces (the heap's close) gives every byte back in one block.
+        a.free(2816).unwrap();
+        a.free(top).unwrap();
+        a.free(0).unwrap();
+        assert_eq!((a.free_bytes(), a.free.len()), (4096, 1));
+        assert_eq!(a.alloc_top(4096).unwrap(), 0);
     }
 }

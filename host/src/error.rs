@@ -27,6 +27,16 @@ pub enum Error {
         largest_free: u64,
         capacity: u64,
     },
+    /// An op's workspace (`Allocator::alloc_top`) of `requested` bytes does not fit under
+    /// `floor`, the lowest workspace so far (or the region's end): the user's allocations reach
+    /// into the workspaces' region (`blocking`: the nearest one under the floor), or the heap is
+    /// too small.
+    WorkspaceRegionTaken {
+        requested: u64,
+        floor: u64,
+        blocking: Option<(u64, u64)>,
+        capacity: u64,
+    },
     /// `free` of an offset that is not the start of a live allocation.
     NotAllocated(u64),
     /// The object was closed; `what` names it.
@@ -83,6 +93,27 @@ impl fmt::Display for Error {
                  {capacity} bytes are free (largest free block {largest_free} bytes); create the \
                  heap with more bytes or free tensors first"
             ),
+            Error::WorkspaceRegionTaken {
+                requested,
+                floor,
+                blocking,
+                capacity,
+            } => {
+                write!(
+                    f,
+                    "symmetric heap out of memory for an op's workspace: {requested} bytes are \
+                     needed under offset {floor} of the {capacity}-byte region (the ops' \
+                     workspaces are a stack at its end, at the same offsets on every rank)"
+                )?;
+                if let Some((o, l)) = blocking {
+                    write!(f, "; the tensor at [{o}, {}) lies in the way", o + l)?;
+                }
+                write!(
+                    f,
+                    "; create the heap with more bytes (the ops' heap_bytes() say how many) or \
+                     free tensors first"
+                )
+            }
             Error::NotAllocated(off) => write!(
                 f,
                 "offset {off} of the symmetric heap is not the start of a live allocation \

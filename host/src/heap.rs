@@ -322,6 +322,14 @@ impl SymmHeap {
         self.alloc.alloc(bytes)
     }
 
+    /// Allocates an op's workspace of `bytes` at the end of the user region
+    /// (`Allocator::alloc_top`): the same offset on every rank that made the same workspace calls,
+    /// whatever tensors each allocated.
+    pub fn alloc_top(&mut self, bytes: u64) -> Result<u64> {
+        self.inner()?;
+        self.alloc.alloc_top(bytes)
+    }
+
     /// Frees the allocation at `offset`.
     pub fn free(&mut self, offset: u64) -> Result<()> {
         self.inner()?;

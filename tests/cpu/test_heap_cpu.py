@@ -355,7 +355,9 @@ def test_workspace_zeroes_new_counters_and_refuses_to_make_them_during_capture(
     heap = SymmetricHeap.__new__(SymmetricHeap)  # the state __init__ leaves, without a GPU
     heap._workspaces = {}
     made: list[int] = []
-    monkeypatch.setattr(heap, "empty", lambda n, dtype: made.append(n) or Bytes(n), raising=False)
+    native = types.SimpleNamespace(alloc_top=lambda n: made.append(n) or 1 << 20)
+    monkeypatch.setattr(heap, "_open", lambda what="": native, raising=False)
+    monkeypatch.setattr(heap, "_tensor_at", lambda offset, n, dims, dtype: Bytes(n), raising=False)
     epochs = heap.workspace("op/epochs", 1024, zeroed_prefix=1024)
     assert made == [4096] and epochs.zeroed == 1024  # a power of two, at least 4 KiB; counters zeroed
     assert heap.workspace("op/epochs", 1024, zeroed_prefix=1024) is epochs and made == [4096]  # kept as it is
@@ -365,3 +367,27 @@ def test_workspace_zeroes_new_counters_and_refuses_to_make_them_during_capture(
                                             r"made during CUDA graph capture"):
         heap.workspace("op/epochs", 8192, zeroed_prefix=1024)
     assert heap.workspace("op/data", 8192) is not None  # nothing to zero: allowed while capturing
+
+
+def test_workspace_out_of_memory_names_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workspaces come from the end of the user region (`alloc_top`, the same offsets on every
+    rank whatever tensors each allocated); when they do not fit, the error names the op and
+    its bytes before the allocator's reason."""
+    import types
+
+    fake_torch = types.ModuleType("torch")
+    fake_torch.uint8 = "uint8"  # type: ignore[attr-defined]
+    fake_torch.cuda = types.SimpleNamespace(is_current_stream_capturing=lambda: False)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    heap = SymmetricHeap.__new__(SymmetricHeap)
+    heap._workspaces = {}
+
+    def full(n: int) -> int:
+        raise IronlinkError("symmetric heap out of memory for an op's workspace: ...")
+
+    monkeypatch.setattr(heap, "_open", lambda what="": types.SimpleNamespace(alloc_top=full), raising=False)
+    with pytest.raises(IronlinkError, match=r"^ironlink.matmul_all_reduce/lamport needs a workspace of 8388608 "
+                                            r"bytes: symmetric heap out of memory for an op's workspace"):
+        heap.workspace("matmul_all_reduce/lamport", 8 << 20)
+    assert heap._workspaces == {"matmul_all_reduce/lamport": []}
+

@@ -233,6 +233,28 @@ def _asymmetric(make_heaps_differ: Any, seq: int, calls: Any) -> None:
         heap.close()
 
 
+def asymmetric_small_all_reduce() -> None:
+    """Issue 62's misuse: on a fresh heap rank r allocates 1000 * (r + 1) floats, then every rank
+    x (4096 bf16) and all-reduces it with check=True. The small all-reduce reads only this rank's
+    x and stores into the peers' lamport workspace, which sits at the same offset on every rank
+    (the end of the user region, whatever each rank allocated): the right sum on every rank, and
+    the other tensor untouched. (Before, the workspace followed each rank's own tensors: peers
+    stored into other memory and the call timed out.)"""
+    import ironlink
+
+    heap = ironlink.SymmetricHeap(32 << 20, timeout_s=TIMEOUT_S)
+    try:
+        pad = heap.zeros((1000 * (dist.get_rank() + 1),), torch.float32)
+        x = heap.empty((4096,), torch.bfloat16)
+        x.copy_(ints(x.numel()))
+        want = summed(x)
+        ironlink.all_reduce(x, heap=heap, check=True)
+        assert torch.equal(x, want), "wrong sum over an asymmetric heap"
+        assert not pad.any(), "the small all-reduce wrote another tensor"
+    finally:
+        heap.close()
+
+
 F32 = "torch.float32"
 
 
@@ -287,6 +309,7 @@ def main() -> int:
     cases.run("a user kernel launched with different grids", different_grids)
     cases.run("asymmetric heaps: an allocation on one rank only", asymmetric_allocation)
     cases.run("asymmetric heaps: a free on one rank only", asymmetric_free)
+    cases.run("asymmetric heaps: a small all-reduce over the lamport workspace", asymmetric_small_all_reduce)
     code = cases.report("misuse", world, t0)
     dist.destroy_process_group()
     return code

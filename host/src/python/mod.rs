@@ -274,6 +274,12 @@ impl PyHeap {
         self.with(|h| h.alloc(nbytes))
     }
 
+    /// Allocates an op's workspace of `nbytes` at the end of the user region, at an offset
+    /// that follows from the workspace calls alone (`Allocator::alloc_top`).
+    fn alloc_top(&self, nbytes: u64) -> PyResult<u64> {
+        self.with(|h| h.alloc_top(nbytes))
+    }
+
     fn free(&self, offset: u64) -> PyResult<()> {
         self.with(|h| h.free(offset))
     }

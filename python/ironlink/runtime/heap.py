@@ -246,8 +246,12 @@ class SymmetricHeap:
         dtype = torch.float32 if dtype is None else dtype
         dims = normalize_shape(shape)
         nbytes = math.prod(dims) * dtype.itemsize
+        return self._tensor_at(self._open().alloc(nbytes), nbytes, dims, dtype)
+
+    def _tensor_at(self, offset: int, nbytes: int, dims: tuple[int, ...], dtype: Any) -> Any:
+        """The tensor over the allocation just made at `offset`, its call recorded (or the
+        allocation freed again, both recorded, if the view fails)."""
         native = self._open()
-        offset = native.alloc(nbytes)
         try:
             t = self._view(self._rank, offset, nbytes).view(dtype).view(dims)
         except BaseException:
@@ -264,7 +268,9 @@ class SymmetricHeap:
         """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
         (collective: every rank makes the same calls). A larger request allocates a larger one
         (a power of two); the smaller ones stay allocated until `close()`, so CUDA graphs captured
-        with them stay valid. The first `zeroed_prefix` bytes of a new one are zero-filled (on the
+        with them stay valid. Workspaces are a stack at the end of the user region: their offsets
+        follow from the workspace calls alone, the same on every rank even where the ranks'
+        own tensors differ (peers store into them at this rank's offsets). The first `zeroed_prefix` bytes of a new one are zero-filled (on the
         current stream): counters the op keeps there start equal on every rank; `init` (if given)
         is called with a new one, to fill it otherwise. A new one with such contents cannot be
         made while a CUDA graph is captured (the fill would repeat on every replay): run the op
@@ -275,7 +281,12 @@ class SymmetricHeap:
             if (zeroed_prefix or init) and torch.cuda.is_current_stream_capturing():
                 raise IronlinkError(f"ironlink.{name} needs a workspace of {nbytes} bytes, which cannot be made "
                                     "during CUDA graph capture: call it once with these shapes before capturing")
-            kept.append(self.empty(workspace_size(nbytes), torch.uint8))
+            size, native = workspace_size(nbytes), self._open()
+            try:
+                offset = native.alloc_top(size)
+            except IronlinkError as e:
+                raise IronlinkError(f"ironlink.{name} needs a workspace of {size} bytes: {e}") from e
+            kept.append(self._tensor_at(offset, size, (size,), torch.uint8))
             if zeroed_prefix:
                 kept[-1][:zeroed_prefix].zero_()
             if init is not None:
