@@ -112,11 +112,12 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(rank)
     a = torch.randn(M, k, device="cuda", generator=gen).to(torch.bfloat16)
     b = (torch.randn(k, N, device="cuda", generator=gen) / k ** 0.5).to(torch.bfloat16)
-    with ironlink.SymmetricHeap((3 * world + 1) * M * N * 2 + (64 << 20)) as heap:  # + the library op's workspace
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    lib_bytes = ironlink.matmul_all_reduce.heap_bytes(M, N, k, world, "bfloat16", sms)  # the library op's workspaces
+    with ironlink.SymmetricHeap((3 * world + 1) * M * N * 2 + lib_bytes) as heap:
         out, inbox = heap.empty((M, N), torch.bfloat16), heap.empty((world, M, N), torch.bfloat16)
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        # Resident (a CTA waits for peers' CTAs): at most one CTA per SM.
-        grid = (min(torch.cuda.get_device_properties(0).multi_processor_count, (M // BM) * (N // BN)),)
+        grid = (min(sms, (M // BM) * (N // BN)),)  # resident (a CTA waits for peers' CTAs): a CTA per SM at most
         a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [BM, BK])
         b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [BK, BN])
 
@@ -130,8 +131,7 @@ def main() -> int:
         dist.all_gather(parts[0], a), dist.all_gather(parts[1], b)
         ref = sum(x.double() @ y.double() for x, y in zip(*parts))
         err = ((out.double() - ref).norm() / ref.norm()).item()
-        ours = out.clone()
-        dist.broadcast(ours, 0)
+        dist.broadcast(ours := out.clone(), 0)
         same = bool(torch.equal(ours, out))
         t_fused = time_graph(fused, out.nbytes)
         t_lib = time_graph(lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=heap), out.nbytes)

@@ -52,7 +52,11 @@ def main() -> None:
     import torch  # in main, not above: CI compiles the kernels without torch
     import torch.distributed as dist
 
-    lesson = start(heap_bytes=4 * M * N * 2 + (1 << 20))
+    def heap_bytes(world: int) -> int:  # out and lib_out, then the library op's workspaces (8 MiB at world 4)
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        return 2 * M * N * 2 + ironlink.matmul_all_reduce.heap_bytes(M, N, K, world, "float16", sms)
+
+    lesson = start(heap_bytes)
     rank, world, heap, status = lesson.rank, lesson.world, lesson.heap, lesson.status
     # Entries in {-1, 0, 1}: every partial and every sum (|x| <= K * world = 1024) is exact in fp16.
     a = torch.randint(-1, 2, (M, K), device="cuda").half()

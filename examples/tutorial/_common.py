@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 # NVLink multicast stays off for NCCL and torch alike (ironlink never uses it).
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -49,13 +49,14 @@ class Lesson:
     status: Any  # torch.Tensor: one int32 per CTA: what each CTA's ironlink calls returned (0 = OK)
 
 
-def start(heap_bytes: int) -> Lesson:
-    """One process per GPU: the process group, then a symmetric heap of `heap_bytes` per rank."""
+def start(heap_bytes: Union[int, Callable[[int], int]]) -> Lesson:
+    """One process per GPU: the process group, then a symmetric heap of `heap_bytes` per rank
+    (or of `heap_bytes(world)`, for a lesson whose library op's workspace grows with the world)."""
     import torch
     import torch.distributed as dist
 
     ironlink.init_distributed()  # this rank's GPU (LOCAL_RANK), then the NCCL group on it
-    heap = ironlink.SymmetricHeap(heap_bytes)
+    heap = ironlink.SymmetricHeap(heap_bytes if isinstance(heap_bytes, int) else heap_bytes(dist.get_world_size()))
     status = torch.zeros(1024, dtype=torch.int32, device="cuda")
     return Lesson(dist.get_rank(), dist.get_world_size(), heap, status)
 
