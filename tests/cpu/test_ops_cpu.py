@@ -716,3 +716,19 @@ def test_op_configs_default_to_the_tuning_and_cross_a_compiled_graph_as_strings(
     assert arn.plan(x, r, w, o, "cuda:0", 4, 132, mode="split", config=flipped).lamport is flipped.split_lamport
 
 
+
+
+def test_all_reduce_says_the_heap_bytes_its_lamport_path_takes() -> None:
+    # The decode sizes go through lamport slots (issue 62: size the heap before the first call):
+    # 2 x (world - 1) copies of the message and the launch counters, up to the table's lamport
+    # limit; past it the device library's all-reduce takes scratch memory only.
+    counters = 4 * _abi.MAX_CTAS
+    limit = max(lim for lim, path in decode_table.table_for(4).all_reduce if path == "lamport")
+    assert ops.workspace_requests(16384, 2, 4) == {"all_reduce/lamport16": 6 * 16384, "all_reduce/epochs": counters}
+    assert ops.workspace_requests(16384, 2, 4, multi_node=True) == {}
+    assert ops.workspace_requests(limit + 1, 2, 4) == {}
+    assert ironlink.all_reduce.heap_bytes(0, 4) == 0
+    assert ironlink.all_reduce.heap_bytes(16384, 4) == (2 * 131072 - 4096) + (2 * max(4096, counters) - 4096)
+    # Any size past the limit needs what the limit needs, and fp32 names its own slots.
+    assert ironlink.all_reduce.heap_bytes(1 << 30, 4) == ironlink.all_reduce.heap_bytes(limit, 4) > 0
+    assert ops.workspace_requests(4096, 4, 2) == {"all_reduce/lamport32": 2 * 4096, "all_reduce/epochs": counters}

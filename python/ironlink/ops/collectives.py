@@ -36,7 +36,8 @@ from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from .operators import torch_operators
 from ..language.slots import advance_epochs, lamport_reduce, lamport_send, launch_slots, peer_distances
 from ..runtime.pdl import choose_pdl, pdl_launch_options
-from ..runtime.workspaces import epoch_counters, lamport_workspace, lamport_workspace_name
+from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
+                                  lamport_workspace_name, workspaces_heap_bytes)
 
 __all__ = ["Plan", "all_reduce", "all_gather", "reduce_scatter"]
 
@@ -176,11 +177,12 @@ def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, p
     call), on the grid `config` gives; returns whether it ran."""
     import torch
 
-    if heap.multi_node or not tuning.all_reduce_takes_lamport(plan.nbytes, heap.world_size):
+    requests = workspace_requests(plan.nbytes, t.element_size(), heap.world_size, heap.multi_node)
+    if not requests:
         return False
     block = config.lamport_cta_bytes // t.element_size()
     ctas = -(-plan.n // block)
-    nbytes = 2 * (heap.world_size - 1) * plan.nbytes
+    nbytes = requests[lamport_name("all_reduce", t.element_size())]
     if ctas > grid_cap(heap.device):
         return False
     made = heap.has_workspace(lamport_workspace_name("all_reduce", t.dtype), nbytes)
@@ -193,6 +195,32 @@ def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, p
         num_warps=config.lamport_warps, **options), check,
         function="the wait for the peers' elements (symm_tile_wait)")
     return True
+
+
+def workspace_requests(nbytes: int, itemsize: int, world: int, multi_node: bool = False) -> dict[str, int]:
+    """The heap workspaces an all_reduce of `nbytes` (elements of `itemsize` bytes) over `world`
+    ranks takes, name -> bytes: where the tuning sends it through lamport slots, the slots (each
+    peer's copy, two calls' worth) and the launch counters; else none (the device library's
+    all-reduce uses the heap's scratch region)."""
+    if multi_node or not tuning.all_reduce_takes_lamport(nbytes, world):
+        return {}
+    return {lamport_name("all_reduce", itemsize): 2 * (world - 1) * nbytes,
+            epochs_name("all_reduce"): EPOCH_COUNTER_BYTES}
+
+
+def heap_bytes(nbytes: int, world: int, dtype: str = "bfloat16") -> int:
+    """The symmetric-heap bytes all_reduce's workspaces may take for calls of up to `nbytes` of
+    `dtype` ("float32", "float16" or "bfloat16") over `world` ranks of one node, in any order,
+    beside the tensor itself: size the heap with it. Pure: no GPU needed."""
+    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    # The lamport path takes every size up to a limit: its largest call is the largest size up
+    # to `nbytes` that the tuning sends there.
+    limits = [lim for lim, path in tuning.decode_table.table_for(world).all_reduce if path == "lamport"]
+    largest = min(nbytes, max(limits, default=0))
+    return workspaces_heap_bytes([workspace_requests(largest, itemsize, world)])
+
+
+all_reduce.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
 
 
 @eager.routed(torch_operators)
