@@ -16,6 +16,8 @@
 #                   probe, the rmsnorm modes at 1 to 128 tokens
 #   timeline WORLDS bench/probes/rmsnorm_timeline.py: per-CTA phases of split, lamport and two_shot
 #                   at 1, 32 and 128 tokens (split also over 16 slices a row)
+#   fp8 WORLDS      bench/probes/rmsnorm_timeline.py --fp8: per-CTA phases of two_shot and rows at 32,
+#                   128 and 512 tokens, bf16 against FP8 out (where an FP8 out's extra time goes)
 #   pairs PAIRS     bench/probes/decode_probe.py at world 2 on each pair of GPUs ("0,2 2,3")
 #   shared8         the fusion suite's all_reduce_rmsnorm cases at world 8 on these GPUs
 #                   (--shared-gpu: correctness only; $W8_LIMIT_S bounds it, default 300)
@@ -66,6 +68,14 @@ timeline() {
   done
 }
 
+fp8() {
+  for w in $1; do
+    on "$w" timeout 200 torchrun --standalone --nproc_per_node="$w" bench/probes/rmsnorm_timeline.py \
+      --tokens 32,128,512 --modes two_shot,rows --fp8 --out "$OUT/timeline-fp8-w$w.json" 2>&1 |
+      grep '"tokens"' | cut -c1-300
+  done
+}
+
 pairs() {
   for pair in $1; do
     CUDA_VISIBLE_DEVICES=$pair timeout 60 torchrun --standalone --nproc_per_node=2 bench/probes/decode_probe.py --tokens 1 \
@@ -88,7 +98,7 @@ ab() {
 while [ $# -gt 0 ]; do
   step=$1; shift
   case $step in
-    tune|suites|bench|probe|timeline|pairs) "$step" "${1:?$step needs an argument}"; shift ;;
+    tune|suites|bench|probe|timeline|fp8|pairs) "$step" "${1:?$step needs an argument}"; shift ;;
     shared8) shared8 ;;
     ab) ab "${1:?ab OLD NEW}" "${2:?ab OLD NEW}"; shift 2 ;;
     *) echo "unknown step $step (see the head of $0)" >&2; exit 2 ;;

@@ -21,6 +21,8 @@ launch's), rows with `variant` "ctas=N" and `graph_us`, in turns as `--rows-at-o
 `--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits),
 its slices exchanged over LL packets and through lamport slots (row field `lamport`);
 `--two-shot-parts 1,4` mode two_shot so (row field `parts`).
+`--fp8` times every plan's phases with an FP8 out too (Hopper; row field `fp8`): where an FP8
+out's extra time goes (session 42: +6.7 us at 128 tokens in two_shot).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def main() -> None:
     ap.add_argument("--split-parts", default="", help="e.g. 4,8,16: mode split with that many slices a row too")
     ap.add_argument("--two-shot-parts", default="",
                     help="e.g. 1,2,4,8: mode two_shot with that many slices a row too (where the grid fits)")
+    ap.add_argument("--fp8", action="store_true", help="every plan with an FP8 out too (Hopper)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     ironlink.init_distributed()
@@ -143,22 +146,27 @@ def main() -> None:
 def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p: Any, x: torch.Tensor,
              residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, status: torch.Tensor,
              pdl: bool) -> None:
-    """Plan `p`'s phases with and without PRELOAD: a row each into `rows`."""
+    """Plan `p`'s phases with and without PRELOAD (and with an FP8 out, `--fp8`): a row each into
+    `rows`."""
     t = p.tokens
     plan_of = p
-    for preload in (True, False):
-        p = plan_of._replace(preload=preload)
+    out8 = torch.empty(x.shape, device="cuda", dtype=torch.float8_e4m3fn)
+    scale = torch.empty(t, device="cuda", dtype=torch.float32)
+    fp8s = (False, True) if args.fp8 and torch.cuda.get_device_capability()[0] >= 9 else (False,)
+    for fp8, preload in ((f, pre) for f in fp8s for pre in (True, False)):
+        p = plan_of._replace(preload=preload, fp8=fp8)
+        o, sc = (out8, scale) if fp8 else (out, out)
         # The launches back to back in one CUDA graph, each with its own stamps: in step with
         # the other rank as in a model's graph (a launch after a host barrier measures the
         # ranks' start skew instead).
         traces = torch.zeros(args.repeats, p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
         for _ in range(2):  # compile, and create the heap's state outside capture
-            launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[0])
+            launch(heap, p, x, residual, residual, weight, o, sc, 1e-6, status, pdl, trace=traces[0])
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for i in range(args.repeats):
-                launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl, trace=traces[i])
+                launch(heap, p, x, residual, residual, weight, o, sc, 1e-6, status, pdl, trace=traces[i])
         traces.zero_()
         torch.cuda.synchronize()
         dist.barrier()
@@ -167,15 +175,15 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
         runs = [phases(traces[i].cpu()) for i in range(2, args.repeats)]  # the first two: still skewed
         del g
         heap.check()
-        graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6, status, pdl),
-                            x.nbytes)
+        graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, o, sc, 1e-6, status, pdl),
+                              x.nbytes)
         # The traced launch timed the same way: whether the stamps themselves slow the kernel
         # (the 2 H100 run's traced launches took 25-110 us where untraced ones took 10-22).
-        traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, out, out, 1e-6,
+        traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, o, sc, 1e-6,
                                                     status, pdl, trace=traces[0]), x.nbytes)
         worst, _ = slowest_rank_median(runs, lambda r: r["kernel_us"])
         row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "parts": p.parts, "lamport": p.lamport,
-               "ctas": p.ctas, "warps": p.warps,
+               "fp8": fp8, "ctas": p.ctas, "warps": p.warps,
                "preload": preload, "pdl_in_graph": pdl, "graph_us": round(graph_us, 2),
                "traced_graph_us": round(traced_graph_us, 2), **worst,
                "kernel_us_spread": round(statistics.pstdev([r["kernel_us"] for r in runs]), 2)}
