@@ -339,8 +339,15 @@ class _FakeTensor:
     def tolist(self) -> list[int]:
         return self.values
 
-    def view(self, dtype: str) -> "_FakeTensor":  # a workspace's bytes as `dtype`: the same memory
+    def view(self, dtype: Any) -> "_FakeTensor":  # a workspace's bytes as `dtype` or a shape: the same memory
         return self
+
+    def copy_(self, src: "_FakeTensor") -> "_FakeTensor":
+        COPIES.append((self.ptr, src.ptr))
+        return self
+
+
+COPIES: list[tuple[int, int]] = []  # (destination, source) data pointers of _FakeTensor.copy_, in order
 
 
 class _Stream:
@@ -732,3 +739,25 @@ def test_all_reduce_says_the_heap_bytes_its_lamport_path_takes() -> None:
     # Any size past the limit needs what the limit needs, and fp32 names its own slots.
     assert ironlink.all_reduce.heap_bytes(1 << 30, 4) == ironlink.all_reduce.heap_bytes(limit, 4) > 0
     assert ops.workspace_requests(4096, 4, 2) == {"all_reduce/lamport32": 2 * 4096, "all_reduce/epochs": counters}
+    # Tensors outside the heap: the staging workspace too, for the largest call.
+    assert ironlink.all_reduce.heap_bytes(1 << 20, 4, outside_heap=True) == \
+        ironlink.all_reduce.heap_bytes(1 << 20, 4) + (2 * (1 << 20) - 4096)
+
+
+def test_all_reduce_stages_a_tensor_outside_the_heap(fake_torch: Any) -> None:
+    # Any tensor in (issue 63): the device library's all-reduce reads the peers' copies at the
+    # buffer's offset, so a tensor outside the heap goes through the heap workspace
+    # "all_reduce/staged" (the same offset on every rank): copied in, reduced there, copied back.
+    x, heap = _FakeTensor(4096, ptr=0x777000), _Heap()
+    COPIES.clear()
+    ironlink.all_reduce(x, heap=heap)
+    (name, _, args, _), = fake_torch.launches
+    assert name == "all_reduce" and args[1].ptr == 0xF000000 and args[2] == 4096
+    assert COPIES == [(0xF000000, 0x777000), (0x777000, 0xF000000)]
+    # A heap tensor is reduced where it is, and without heap= a foreign tensor is still refused.
+    heap.mine.add(id(x))
+    ironlink.all_reduce(x, heap=heap)
+    assert fake_torch.launches[-1][2][1] is x and len(COPIES) == 2
+    with pytest.raises(IronlinkError, match=r"t is not in a symmetric heap ironlink knows of"):
+        ironlink.all_reduce(_FakeTensor(8, ptr=0x999000))
+

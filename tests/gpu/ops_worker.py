@@ -115,6 +115,32 @@ class Suite(Cases):
         finally:
             self.free(buf)
 
+    def all_reduce_outside_heap(self, n: int, dtype: Any, graph: bool) -> None:
+        """An ordinary CUDA tensor (not of the heap), eagerly or replayed in a CUDA graph with new
+        data each time: the lamport sizes take it where it is, the larger ones stage it through a
+        heap workspace; the sum is NCCL's and the heap's free bytes change only by that
+        workspace (made at the first call)."""
+        t = torch.empty(n, dtype=dtype, device="cuda")
+        for replay in range(3 if graph else 1):
+            x = self.data(n, dtype)
+            want = self.ref_all_reduce(x, "sum")
+            t.copy_(x)
+            if graph and replay == 0:
+                ironlink.all_reduce(t, heap=self.heap, check=True)  # outside capture: workspaces made
+                t.copy_(x)
+                free = self.heap.free_bytes
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    ironlink.all_reduce(t, heap=self.heap)
+                assert self.heap.free_bytes == free, "capture took heap memory"
+            if graph:
+                g.replay()
+            else:
+                ironlink.all_reduce(t, heap=self.heap, check=True)
+            torch.cuda.synchronize()
+            self.heap.check()
+            self.close(f"all_reduce of a tensor outside the heap (replay {replay})", t, want, dtype)
+
     def all_reduce_lamport(self, n: int, dtype: Any, op: str, replays: int = 0) -> None:
         """The op through lamport slots (forced here at every size it takes): eagerly, then with
         `replays`, captured once and replayed with new data each time (a slot left full by one
@@ -648,6 +674,10 @@ def main() -> int:
         for op in ("sum", "avg"):
             s.run(f"all_reduce_hierarchical {op} {dtype} (one node: two-shot)",
                   lambda: s.all_reduce_hierarchical(300001, dtype, op))
+        for nbytes in (1024, 64 << 10, 4 << 20):  # lamport sizes (taken where they are), then staged
+            for graph in (False, True):
+                s.run(f"all_reduce sum {dtype} {nbytes} B outside the heap{' in a CUDA graph' if graph else ''}",
+                      lambda: s.all_reduce_outside_heap(nbytes // esize, dtype, graph))
         s.run(f"all_gather in place {dtype}", lambda: s.all_gather(4099, dtype, True))
         s.run(f"reduce_scatter in place {dtype}", lambda: s.reduce_scatter(4099, dtype, "sum", True))
         s.run(f"cuda graph {dtype} small", lambda: s.cuda_graph(dtype, 300))

@@ -28,7 +28,7 @@ from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import grid_cap
 from ..language.jit import jit
-from ..runtime.registry import heap_for, in_heap
+from ..runtime.registry import heap_for, holds, in_heap
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec, check_tensor, overlap, reduce_op_code
 from .. import language as il
@@ -150,11 +150,15 @@ def _launch(collective: str, kernel: Any, heap: Any, plan: Plan, args: tuple[Any
 @eager.routed(torch_operators)
 def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False,
                pdl: Optional[bool] = None, config: Optional[tuning.AllReduceConfig] = None) -> Any:
-    """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor of the heap) over the heap's
-    group; `op` is "sum", "max", "min", "prod" or "avg". `pdl`: launch with programmatic
-    dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute
-    capability 9.0+; one-node heaps). `config`: choices beyond the decode table
-    (`tuning.AllReduceConfig`; None: its defaults). Returns `t`."""
+    """In-place all-reduce of `t` (a contiguous fp32/fp16/bf16 tensor on the heap's GPU) over the
+    heap's group; `op` is "sum", "max", "min", "prod" or "avg". `t` may be any CUDA tensor
+    (with `heap=`): the lamport path (the decode sizes) reads only this rank's `t` and stores into
+    the peers' workspaces, so it takes `t` where it is; the device library's all-reduce reads the
+    peers' copies at `t`'s offset, so a `t` outside the heap goes through a heap workspace there
+    (two copies). `pdl`: launch with programmatic dependent launch (`ironlink.language.pdl`;
+    None: `tuning.DECODE_PDL` where the GPU has it, compute capability 9.0+; one-node heaps).
+    `config`: choices beyond the decode table (`tuning.AllReduceConfig`; None: its defaults).
+    Returns `t`."""
     import torch
 
     code = reduce_op_code(op)
@@ -162,10 +166,16 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     h = heap_for(t, "t", heap, "all_reduce")
     plan = plan_all_reduce(spec, str(h.device))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
-        in_heap(h, "all_reduce", (t, "t"))
         use_pdl = choose_pdl(pdl, torch.cuda.get_device_capability(h.device)[0], "all_reduce", h.multi_node)
-        if not _all_reduce_lamport(h, t, plan, code, check, use_pdl, config or tuning.AllReduceConfig()):
+        if _all_reduce_lamport(h, t, plan, code, check, use_pdl, config or tuning.AllReduceConfig()):
+            return t
+        if holds(h, t):
             _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check, use_pdl)
+        else:  # every rank stages alike: the workspace sits at the same offset everywhere
+            staged = h.workspace("all_reduce/staged", plan.nbytes)[:plan.nbytes].view(t.dtype).view(t.shape)
+            staged.copy_(t)
+            _launch("all_reduce", _all_reduce_kernel, h, plan, (staged, plan.n, code), check, use_pdl)
+            t.copy_(staged)
     return t
 
 
@@ -208,16 +218,18 @@ def workspace_requests(nbytes: int, itemsize: int, world: int, multi_node: bool 
             epochs_name("all_reduce"): EPOCH_COUNTER_BYTES}
 
 
-def heap_bytes(nbytes: int, world: int, dtype: str = "bfloat16") -> int:
+def heap_bytes(nbytes: int, world: int, dtype: str = "bfloat16", outside_heap: bool = False) -> int:
     """The symmetric-heap bytes all_reduce's workspaces may take for calls of up to `nbytes` of
     `dtype` ("float32", "float16" or "bfloat16") over `world` ranks of one node, in any order,
-    beside the tensor itself: size the heap with it. Pure: no GPU needed."""
+    beside the tensor itself (`outside_heap`: the tensors are not the heap's, and the staging
+    workspace counts too): size the heap with it. Pure: no GPU needed."""
     itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
     # The lamport path takes every size up to a limit: its largest call is the largest size up
     # to `nbytes` that the tuning sends there.
     limits = [lim for lim, path in tuning.decode_table.table_for(world).all_reduce if path == "lamport"]
     largest = min(nbytes, max(limits, default=0))
-    return workspaces_heap_bytes([workspace_requests(largest, itemsize, world)])
+    staged = {"all_reduce/staged": nbytes} if outside_heap else {}
+    return workspaces_heap_bytes([workspace_requests(largest, itemsize, world), staged])
 
 
 all_reduce.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
