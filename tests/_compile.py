@@ -1,7 +1,7 @@
 """What the compile tests share (a helper, no tests of its own): the repository root, a private
 Triton cache per test module (`fresh_triton_cache`: import it into a module and it applies there),
-the built bitcode of an arch, `compile_for` (a Triton kernel to cubin against it, no GPU) and
-`extern_calls` (the device calls a kernel's TTIR makes, with their constant arguments), and the
+the built bitcode of an arch, `compile_for` (a Triton kernel to cubin against it, no GPU),
+`ttir_for` (the same, stopped at its TTIR) and `extern_calls` (the device calls a kernel's TTIR makes, with their constant arguments), and the
 signature of `allreduce_rmsnorm_kernel` (`RMSNORM_SIGNATURE`) that the compile tests build on."""
 
 from __future__ import annotations
@@ -55,6 +55,40 @@ def compile_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[st
             "(see tests/compile/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
             pytrace=False,
         )
+
+
+class _TtirReady(Exception):
+    """Raised by the ttir stage `ttir_for` installs, carrying the module's text."""
+
+    def __init__(self, ttir: str) -> None:
+        super().__init__("ttir ready")
+        self.ttir = ttir
+
+
+def ttir_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[str, Any], **options: Any) -> str:
+    """`compile_for` stopped after Triton's TTIR stage: the text of the TTIR, which is all a test of
+    the device calls a kernel makes needs. Lowering to PTX and ptxas, which it skips, take most of
+    a compile (about 15 s of a test that traced every collective). A kernel that Triton's cache
+    already holds comes from there whole."""
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    shipped = CUDABackend.add_stages
+
+    def add_stages(self: Any, stages: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        shipped(self, stages, *args, **kwargs)
+        make_ttir = stages["ttir"]
+
+        def ttir_then_stop(src: Any, metadata: Any) -> Any:
+            raise _TtirReady(str(make_ttir(src, metadata)))
+
+        stages["ttir"] = ttir_then_stop
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CUDABackend, "add_stages", add_stages)
+        try:
+            return str(compile_for(cc, fn, signature, constexprs, **options).asm["ttir"])
+        except _TtirReady as ready:
+            return ready.ttir
 
 
 def extern_calls(ttir: str) -> dict[str, list[dict[str, Any]]]:

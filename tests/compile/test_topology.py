@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from triton.runtime.jit import KernelInterface
 
 import ironlink
 import ironlink.language as il
 import ironlink.typed as ilt
 from ironlink.language import _abi, _lib, _nvshmem, topology
+
+from _compile import fresh_triton_cache, ttir_for  # noqa: F401 - the fixture applies here
 
 SEVERAL = topology.SEVERAL_NODES_LIB_NAME
 
@@ -34,9 +34,7 @@ def raw_barrier(ctx, status):
 
 def ttir(fn: Any, signature: dict[str, str], key: str) -> str:
     """`fn` traced with the P2P bitcode linked under `key` (the hierarchical symbols are in it too)."""
-    libs = ((key, _lib.bitcode_path("sm_90")),)
-    k = triton.compile(ASTSource(fn, signature, {}), target=GPUTarget("cuda", 90, 32), options={"extern_libs": libs})
-    return str(k.asm["ttir"])
+    return ttir_for(90, fn, signature, {}, extern_libs=((key, _lib.bitcode_path("sm_90")),))
 
 
 @pytest.mark.parametrize("key, symbol", [("ironlink", "symm_all_reduce"), (SEVERAL, "symm_all_reduce_hierarchical")])

@@ -34,7 +34,7 @@ from ironlink.moe import low_latency_kernels as moe_ll
 from ironlink.moe import relay_kernels as moe_relay
 
 from _archs import CAPABILITIES  # tests/, beside this file: sm_80/90/100 unless the Makefile names fewer
-from _compile import REPO, bitcode, compile_for, fresh_triton_cache  # noqa: F401 - the fixture applies here
+from _compile import REPO, bitcode, compile_for, fresh_triton_cache, ttir_for  # noqa: F401 - the fixture applies here
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
 from ironlink.moe.config import DEFAULT as MOE_CONFIG
@@ -305,8 +305,7 @@ def _coercion_kernel(out_ptr, ctx32, x_ptr, peer64, u32):
 
 def test_arguments_are_cast_to_declared_types() -> None:
     sig = {"out_ptr": "*i64", "ctx32": "i32", "x_ptr": "*fp32", "peer64": "i64", "u32": "u32"}
-    k = compile_for(90, _coercion_kernel, sig, {})
-    ttir = k.asm["ttir"]
+    ttir = ttir_for(90, _coercion_kernel, sig, {})
     calls = re.findall(r"tt\.extern_elementwise .*? : \(([^)]*)\) -> (\w+)", ttir)
     assert calls, ttir
     declared = {name: tuple(t for _, t in args) for name, (args, _, _) in _abi.FUNCTIONS.items()}

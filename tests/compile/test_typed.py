@@ -17,7 +17,7 @@ import ironlink.typed as ilt
 from ironlink.language import _abi
 from ironlink.constants import REDUCE_OP_MAX
 
-from _compile import compile_for, extern_calls, fresh_triton_cache  # noqa: F401 - the fixture applies here
+from _compile import compile_for, extern_calls, fresh_triton_cache, ttir_for  # noqa: F401 - the fixture applies here
 
 DTYPES = {"fp32": _abi.DTYPE["FLOAT32"], "fp16": _abi.DTYPE["FLOAT16"], "bf16": _abi.DTYPE["BFLOAT16"]}
 
@@ -37,7 +37,7 @@ def _every_collective(ctx, x_ptr, y_ptr, n, status):
 @pytest.mark.parametrize("ty", list(DTYPES))
 def test_dtype_code_follows_the_pointer(ty: str) -> None:
     sig = {"ctx": "i64", "x_ptr": f"*{ty}", "y_ptr": f"*{ty}", "n": "i64", "status": "*i32"}
-    ttir = compile_for(90, _every_collective, sig, {}).asm["ttir"]
+    ttir = ttir_for(90, _every_collective, sig, {})
     calls = extern_calls(ttir)
     want = DTYPES[ty]
     every = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"]
