@@ -33,6 +33,7 @@ from ironlink.fused.matmul_reduce_scatter import COPY_COLS as SCATTER_COPY_COLS
 from ironlink.fused.matmul_reduce_scatter_kernels import matmul_reducescatter_hierarchical_kernel
 from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
+from _archs import sampled
 from _compile import fresh_triton_cache  # noqa: F401 - tests/, beside this file; the fixture applies here
 from _nvshmem_wheel import PINNED, extract  # tests/, beside this file
 
@@ -91,7 +92,7 @@ def call_kernel(out, args, FN: tl.constexpr):
 HIERARCHICAL = sorted(name for name in _abi.FUNCTIONS if name.endswith("_hierarchical"))
 
 
-@pytest.mark.parametrize("name", HIERARCHICAL)
+@pytest.mark.parametrize("name", sampled(HIERARCHICAL, ["symm_all_reduce_hierarchical", "symm_tile_all_reduce_hierarchical"]))
 def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) -> None:
     # In the NVSHMEM bitcode the cross-node exchange is compiled in (the P2P one leaves it out):
     # it must link against NVSHMEM's put-with-signal and quiet, inline, and use no local memory.
@@ -154,7 +155,8 @@ for _m in (16, 4096):
         ("symm_reduce_scatter_hierarchical", "symm_grid_barrier", "symm_rank"))
 
 
-@pytest.mark.parametrize("name", list(FUSED))
+@pytest.mark.parametrize("name", sampled(list(FUSED), ["allreduce_rmsnorm_rows", "matmul_allreduce_m16",
+                                                     "allgather_matmul_m16", "matmul_reducescatter_m16"]))
 def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path) -> None:
     kernel, signature, given, functions = FUSED[name]
     with pytest.MonkeyPatch.context() as mp:
