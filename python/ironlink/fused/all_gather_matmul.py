@@ -111,7 +111,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     h = heap_for(a_full if a_full is not None else a_shard, "a_full", heap, "all_gather_matmul")
     rows, n = a_shard.shape[0], b.shape[-1]
     if a_full is None:
-        a_full = h.empty((h.world_size * rows, a_shard.shape[-1]), a_shard.dtype)
+        a_full = h.empty_for("all_gather_matmul", "a_full", (h.world_size * rows, a_shard.shape[-1]), a_shard.dtype)
     if out is None:
         out = torch.empty((h.world_size * rows, n), device=a_shard.device, dtype=a_shard.dtype)
     spec = TensorSpec.from_tensor

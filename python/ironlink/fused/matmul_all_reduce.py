@@ -121,7 +121,7 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
     if out is None:
-        out = h.empty((a.shape[0], b.shape[-1]), a.dtype)
+        out = h.empty_for("matmul_all_reduce", "out", (a.shape[0], b.shape[-1]), a.dtype)
     if h.multi_node and method is not None:
         raise ValueError("matmul_all_reduce: method= chooses between one-node kernels; this heap spans several "
                          "nodes (one hierarchical kernel)")

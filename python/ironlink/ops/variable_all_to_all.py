@@ -76,9 +76,9 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
 
     h = heap_for(inp, "inp", heap, "all_to_all_v")
     if recv_counts is None:
-        recv_counts = h.empty((h.world_size,), torch.int64)
+        recv_counts = h.empty_for("all_to_all_v", "recv_counts", (h.world_size,), torch.int64)
     if recv_offsets is None:
-        recv_offsets = h.empty((h.world_size,), torch.int64)
+        recv_offsets = h.empty_for("all_to_all_v", "recv_offsets", (h.world_size,), torch.int64)
     spec = TensorSpec.from_tensor
     p = plan(spec(inp, "inp"), spec(send_counts, "send_counts"), spec(out, "out"), spec(recv_counts, "recv_counts"),
              spec(recv_offsets, "recv_offsets"), str(h.device), h.world_size, ctas)

@@ -248,6 +248,16 @@ class SymmetricHeap:
         nbytes = math.prod(dims) * dtype.itemsize
         return self._tensor_at(self._open().alloc(nbytes), nbytes, dims, dtype)
 
+    def empty_for(self, op: str, name: str, shape: Union[int, Iterable[int]], dtype: Any) -> Any:
+        """`empty` for the argument `name` that op `op` allocates when the caller passed none
+        (collective as `empty`); out of memory names the op and the argument, and says how to
+        avoid it."""
+        try:
+            return self.empty(shape, dtype)
+        except IronlinkError as e:
+            raise IronlinkError(f"ironlink.{op}: {name} was not given, and allocating it from the heap failed "
+                                f"(pass {name}= to use memory of your own): {e}") from e
+
     def _tensor_at(self, offset: int, nbytes: int, dims: tuple[int, ...], dtype: Any) -> Any:
         """The tensor over the allocation just made at `offset`, its call recorded (or the
         allocation freed again, both recorded, if the view fails)."""
@@ -270,8 +280,9 @@ class SymmetricHeap:
         (a power of two); the smaller ones stay allocated until `close()`, so CUDA graphs captured
         with them stay valid. Workspaces are a stack at the end of the user region: their offsets
         follow from the workspace calls alone, the same on every rank even where the ranks'
-        own tensors differ (peers store into them at this rank's offsets). The first `zeroed_prefix` bytes of a new one are zero-filled (on the
-        current stream): counters the op keeps there start equal on every rank; `init` (if given)
+        own tensors differ (peers store into them at this rank's offsets). The first
+        `zeroed_prefix` bytes of a new one are zero-filled (on the current stream): counters the
+        op keeps there start equal on every rank; `init` (if given)
         is called with a new one, to fill it otherwise. A new one with such contents cannot be
         made while a CUDA graph is captured (the fill would repeat on every replay): run the op
         once before capturing it."""
