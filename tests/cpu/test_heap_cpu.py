@@ -395,6 +395,8 @@ def test_workspace_out_of_memory_names_the_op(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_an_op_allocating_an_argument_names_itself_when_the_heap_is_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ironlink.runtime.staging import empty_for
+
     heap = SymmetricHeap.__new__(SymmetricHeap)
 
     def full(shape: Any, dtype: Any = None) -> Any:
@@ -404,6 +406,6 @@ def test_an_op_allocating_an_argument_names_itself_when_the_heap_is_full(monkeyp
     with pytest.raises(IronlinkError, match=r"^ironlink.matmul_all_reduce: out was not given, and allocating it from "
                                             r"the heap failed \(pass out= to use memory of your own\): symmetric heap "
                                             r"out of memory: requested 8388608 bytes"):
-        heap.empty_for("matmul_all_reduce", "out", (1024, 4096), "bfloat16")
+        empty_for(heap, "matmul_all_reduce", "out", (1024, 4096), "bfloat16")
     monkeypatch.setattr(heap, "empty", lambda shape, dtype=None: ("made", shape, dtype), raising=False)
-    assert heap.empty_for("all_to_all_v", "recv_counts", (4,), "int64") == ("made", (4,), "int64")
+    assert empty_for(heap, "all_to_all_v", "recv_counts", (4,), "int64") == ("made", (4,), "int64")

@@ -342,6 +342,11 @@ class _FakeTensor:
     def view(self, dtype: Any) -> "_FakeTensor":  # a workspace's bytes as `dtype` or a shape: the same memory
         return self
 
+    is_cuda = True
+
+    def numel(self) -> int:
+        return len(self.values)
+
     def copy_(self, src: "_FakeTensor") -> "_FakeTensor":
         COPIES.append((self.ptr, src.ptr))
         return self
@@ -747,7 +752,7 @@ def test_all_reduce_says_the_heap_bytes_its_lamport_path_takes() -> None:
 def test_all_reduce_stages_a_tensor_outside_the_heap(fake_torch: Any) -> None:
     # Any tensor in (issue 63): the device library's all-reduce reads the peers' copies at the
     # buffer's offset, so a tensor outside the heap goes through the heap workspace
-    # "all_reduce/staged" (the same offset on every rank): copied in, reduced there, copied back.
+    # (runtime.staging, at the same offset on every rank): copied in, reduced there, copied back.
     x, heap = _FakeTensor(4096, ptr=0x777000), _Heap()
     COPIES.clear()
     ironlink.all_reduce(x, heap=heap)

@@ -54,6 +54,7 @@ from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for, in_heap
+from ..runtime.staging import empty_for
 from . import copy_engine, cublas_methods
 from .all_gather_matmul_kernels import (allgather_matmul_copy_engine_kernel, allgather_matmul_hierarchical_kernel,
                                         allgather_matmul_kernel)
@@ -111,7 +112,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     h = heap_for(a_full if a_full is not None else a_shard, "a_full", heap, "all_gather_matmul")
     rows, n = a_shard.shape[0], b.shape[-1]
     if a_full is None:
-        a_full = h.empty_for("all_gather_matmul", "a_full", (h.world_size * rows, a_shard.shape[-1]), a_shard.dtype)
+        a_full = empty_for(h, "all_gather_matmul", "a_full", (h.world_size * rows, a_shard.shape[-1]), a_shard.dtype)
     if out is None:
         out = torch.empty((h.world_size * rows, n), device=a_shard.device, dtype=a_shard.dtype)
     spec = TensorSpec.from_tensor

@@ -67,6 +67,7 @@ from ..runtime.tensor_spec import TensorSpec
 from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
                                   workspaces_heap_bytes)
 from ..runtime.registry import heap_for, in_heap
+from ..runtime.staging import empty_for
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .matmul_all_reduce_kernels import (matmul_allreduce_hierarchical_kernel, matmul_allreduce_kernel,
                                         matmul_allreduce_lamport_kernel)
@@ -121,7 +122,7 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
     if out is None:
-        out = h.empty_for("matmul_all_reduce", "out", (a.shape[0], b.shape[-1]), a.dtype)
+        out = empty_for(h, "matmul_all_reduce", "out", (a.shape[0], b.shape[-1]), a.dtype)
     if h.multi_node and method is not None:
         raise ValueError("matmul_all_reduce: method= chooses between one-node kernels; this heap spans several "
                          "nodes (one hierarchical kernel)")

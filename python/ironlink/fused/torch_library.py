@@ -16,7 +16,8 @@ from typing import Any, Optional
 
 import torch
 
-from ..runtime.torch_ops import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
+from ..runtime.staging import copy_back, on_heap
+from ..runtime.torch_ops import LIB, handle_of, heap_of, refuse_allocation
 from ..runtime import eager, tuning
 from ..runtime.tuning import op_config
 

@@ -28,7 +28,8 @@ from ..runtime import eager, tuning
 from ..language import typed as ilt
 from ..runtime.distributed import grid_cap
 from ..language.jit import jit
-from ..runtime.registry import heap_for, holds, in_heap
+from ..runtime.registry import heap_for, in_heap
+from ..runtime.staging import copy_back, on_heap, staging_name
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec, check_tensor, overlap, reduce_op_code
 from .. import language as il
@@ -155,8 +156,9 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     (with `heap=`): the lamport path (the decode sizes) reads only this rank's `t` and stores into
     the peers' workspaces, so it takes `t` where it is; the device library's all-reduce reads the
     peers' copies at `t`'s offset, so a `t` outside the heap goes through a heap workspace there
-    (two copies). `pdl`: launch with programmatic dependent launch (`ironlink.language.pdl`;
-    None: `tuning.DECODE_PDL` where the GPU has it, compute capability 9.0+; one-node heaps).
+    (`runtime.staging`: two copies). `pdl`: launch with programmatic dependent launch
+    (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU has it, compute capability
+    9.0+; one-node heaps).
     `config`: choices beyond the decode table (`tuning.AllReduceConfig`; None: its defaults).
     Returns `t`."""
     import torch
@@ -169,13 +171,9 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
         use_pdl = choose_pdl(pdl, torch.cuda.get_device_capability(h.device)[0], "all_reduce", h.multi_node)
         if _all_reduce_lamport(h, t, plan, code, check, use_pdl, config or tuning.AllReduceConfig()):
             return t
-        if holds(h, t):
-            _launch("all_reduce", _all_reduce_kernel, h, plan, (t, plan.n, code), check, use_pdl)
-        else:  # every rank stages alike: the workspace sits at the same offset everywhere
-            staged = h.workspace("all_reduce/staged", plan.nbytes)[:plan.nbytes].view(t.dtype).view(t.shape)
-            staged.copy_(t)
-            _launch("all_reduce", _all_reduce_kernel, h, plan, (staged, plan.n, code), check, use_pdl)
-            t.copy_(staged)
+        staged = on_heap(h, "all_reduce", (t,))  # every rank alike: the workspace at one offset everywhere
+        _launch("all_reduce", _all_reduce_kernel, h, plan, (staged[0], plan.n, code), check, use_pdl)
+        copy_back((t,), staged)
     return t
 
 
@@ -228,7 +226,7 @@ def heap_bytes(nbytes: int, world: int, dtype: str = "bfloat16", outside_heap: b
     # to `nbytes` that the tuning sends there.
     limits = [lim for lim, path in tuning.decode_table.table_for(world).all_reduce if path == "lamport"]
     largest = min(nbytes, max(limits, default=0))
-    staged = {"all_reduce/staged": nbytes} if outside_heap else {}
+    staged = {staging_name("all_reduce", 0): nbytes} if outside_heap else {}
     return workspaces_heap_bytes([workspace_requests(largest, itemsize, world), staged])
 
 

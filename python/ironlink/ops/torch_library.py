@@ -16,7 +16,7 @@ nothing to compute), as the public functions do; the routing functions return th
 public ones return. Inductor may hand an operator a copy of a heap tensor instead of the tensor
 (when it cannot write an argument in place, or when the tensor was written by another op of the
 graph first, e.g. `torch.mm(..., out=buf)`): the implementation then stages it through the heap
-(`runtime.torch_ops.on_heap` and `copy_back`).
+(`runtime.staging.on_heap` and `copy_back`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import torch
 from ..runtime import eager, tuning
 from ..runtime.tensor_spec import reduce_op_code
 from ..runtime.tuning import op_config
-from ..runtime.torch_ops import LIB, copy_back, handle_of, heap_of, on_heap, refuse_allocation
+from ..runtime.staging import copy_back, on_heap
+from ..runtime.torch_ops import LIB, handle_of, heap_of, refuse_allocation
 
 
 @torch.library.custom_op(f"{LIB}::all_reduce", mutates_args=("t",))

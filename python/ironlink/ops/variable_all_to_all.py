@@ -24,6 +24,7 @@ from ..language.jit import jit
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec, check_tensor
 from ..runtime.registry import heap_for, in_heap
+from ..runtime.staging import empty_for
 from ..language._abi import MAX_CTAS
 from ..runtime.distributed import grid_cap
 from ..runtime import eager
@@ -76,9 +77,9 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
 
     h = heap_for(inp, "inp", heap, "all_to_all_v")
     if recv_counts is None:
-        recv_counts = h.empty_for("all_to_all_v", "recv_counts", (h.world_size,), torch.int64)
+        recv_counts = empty_for(h, "all_to_all_v", "recv_counts", (h.world_size,), torch.int64)
     if recv_offsets is None:
-        recv_offsets = h.empty_for("all_to_all_v", "recv_offsets", (h.world_size,), torch.int64)
+        recv_offsets = empty_for(h, "all_to_all_v", "recv_offsets", (h.world_size,), torch.int64)
     spec = TensorSpec.from_tensor
     p = plan(spec(inp, "inp"), spec(send_counts, "send_counts"), spec(out, "out"), spec(recv_counts, "recv_counts"),
              spec(recv_offsets, "recv_offsets"), str(h.device), h.world_size, ctas)

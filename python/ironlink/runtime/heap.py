@@ -34,7 +34,7 @@ from .rendezvous import Rendezvous
 from .status_buffers import status_buffer
 from .streams import StreamOrder
 from .tuning import algorithm_limits
-from .workspaces import workspace_size
+from .workspaces import kept_workspace
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 # The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
@@ -248,16 +248,6 @@ class SymmetricHeap:
         nbytes = math.prod(dims) * dtype.itemsize
         return self._tensor_at(self._open().alloc(nbytes), nbytes, dims, dtype)
 
-    def empty_for(self, op: str, name: str, shape: Union[int, Iterable[int]], dtype: Any) -> Any:
-        """`empty` for the argument `name` that op `op` allocates when the caller passed none
-        (collective as `empty`); out of memory names the op and the argument, and says how to
-        avoid it."""
-        try:
-            return self.empty(shape, dtype)
-        except IronlinkError as e:
-            raise IronlinkError(f"ironlink.{op}: {name} was not given, and allocating it from the heap failed "
-                                f"(pass {name}= to use memory of your own): {e}") from e
-
     def _tensor_at(self, offset: int, nbytes: int, dims: tuple[int, ...], dtype: Any) -> Any:
         """The tensor over the allocation just made at `offset`, its call recorded (or the
         allocation freed again, both recorded, if the view fails)."""
@@ -276,33 +266,22 @@ class SymmetricHeap:
     def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0,
                   init: Optional[Callable[[Any], None]] = None) -> Any:
         """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
-        (collective: every rank makes the same calls). A larger request allocates a larger one
-        (a power of two); the smaller ones stay allocated until `close()`, so CUDA graphs captured
-        with them stay valid. Workspaces are a stack at the end of the user region: their offsets
-        follow from the workspace calls alone, the same on every rank even where the ranks'
-        own tensors differ (peers store into them at this rank's offsets). The first
-        `zeroed_prefix` bytes of a new one are zero-filled (on the current stream): counters the
-        op keeps there start equal on every rank; `init` (if given)
-        is called with a new one, to fill it otherwise. A new one with such contents cannot be
-        made while a CUDA graph is captured (the fill would repeat on every replay): run the op
-        once before capturing it."""
+        (collective: every rank makes the same calls), kept and made as `workspaces.kept_workspace`
+        says. Workspaces are a stack at the end of the user region: their offsets follow from the
+        workspace calls alone, the same on every rank even where the ranks' own tensors differ
+        (peers store into them at this rank's offsets)."""
         torch = load_torch()
-        kept = self._workspaces.setdefault(name, [])
-        if not kept or kept[-1].numel() < nbytes:
-            if (zeroed_prefix or init) and torch.cuda.is_current_stream_capturing():
-                raise IronlinkError(f"ironlink.{name} needs a workspace of {nbytes} bytes, which cannot be made "
-                                    "during CUDA graph capture: call it once with these shapes before capturing")
-            size, native = workspace_size(nbytes), self._open()
-            try:
-                offset = native.alloc_top(size)
-            except IronlinkError as e:
-                raise IronlinkError(f"ironlink.{name} needs a workspace of {size} bytes: {e}") from e
-            kept.append(self._tensor_at(offset, size, (size,), torch.uint8))
-            if zeroed_prefix:
-                kept[-1][:zeroed_prefix].zero_()
-            if init is not None:
-                init(kept[-1])
-        return kept[-1]
+        return kept_workspace(self._workspaces, name, nbytes, self._new_workspace,
+                              torch.cuda.is_current_stream_capturing, zeroed_prefix, init)
+
+    def _new_workspace(self, name: str, size: int) -> Any:
+        """A new workspace of op `name`, `size` bytes, from the stack at the region's end."""
+        native = self._open()
+        try:
+            offset = native.alloc_top(size)
+        except IronlinkError as e:
+            raise IronlinkError(f"ironlink.{name} needs a workspace of {size} bytes: {e}") from e
+        return self._tensor_at(offset, size, (size,), load_torch().uint8)
 
     def has_workspace(self, name: str, nbytes: int) -> bool:
         """Whether the workspace `name` of at least `nbytes` exists (`workspace` would return it

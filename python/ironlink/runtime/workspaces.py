@@ -4,16 +4,41 @@ heap between calls under the op's name."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 from ..language import _abi
 from ..language._flags import EMPTY_BITS
+from .errors import IronlinkError
 
 
 def workspace_size(nbytes: int) -> int:
     """The bytes `heap.workspace` allocates for a request of `nbytes`: the next power of two,
     4 KiB at least (a multiple of the heap's allocation alignment)."""
     return 1 << max(12, (nbytes - 1).bit_length())
+
+
+def kept_workspace(kept: dict[str, list[Any]], name: str, nbytes: int, make: Callable[[str, int], Any],
+                   capturing: Callable[[], bool], zeroed_prefix: int = 0,
+                   init: Optional[Callable[[Any], None]] = None) -> Any:
+    """Op `name`'s workspace of at least `nbytes` among the heap's `kept` ones (name -> the ones
+    made, smallest first). A larger request makes a larger one, `make(name, workspace_size(nbytes))`;
+    the smaller ones stay allocated until the heap closes, so CUDA graphs captured with them stay
+    valid. The first `zeroed_prefix` bytes of a new one are zero-filled (on the current stream):
+    counters the op keeps there start equal on every rank; `init` (if given) is called with a new
+    one, to fill it otherwise. A new one with such contents cannot be made while a CUDA graph is
+    captured (`capturing()`: the fill would repeat on every replay): run the op once before
+    capturing it."""
+    made = kept.setdefault(name, [])
+    if not made or made[-1].numel() < nbytes:
+        if (zeroed_prefix or init) and capturing():
+            raise IronlinkError(f"ironlink.{name} needs a workspace of {nbytes} bytes, which cannot be made "
+                                "during CUDA graph capture: call it once with these shapes before capturing")
+        made.append(make(name, workspace_size(nbytes)))
+        if zeroed_prefix:
+            made[-1][:zeroed_prefix].zero_()
+        if init is not None:
+            init(made[-1])
+    return made[-1]
 
 
 def workspaces_heap_bytes(calls: Iterable[dict[str, int]]) -> int:
@@ -81,5 +106,5 @@ def epoch_counters(heap: Any, name: str) -> Any:
     return heap.workspace(epochs_name(name), nbytes, zeroed_prefix=nbytes).view(torch.int32)
 
 
-__all__ = ["EPOCH_COUNTER_BYTES", "epoch_counters", "epochs_name", "lamport_bits", "lamport_name", "lamport_workspace",
-           "lamport_workspace_name", "workspace_size", "workspaces_heap_bytes"]
+__all__ = ["EPOCH_COUNTER_BYTES", "epoch_counters", "epochs_name", "kept_workspace", "lamport_bits", "lamport_name",
+           "lamport_workspace", "lamport_workspace_name", "workspace_size", "workspaces_heap_bytes"]
