@@ -31,6 +31,13 @@ from _archs import CAPABILITIES  # noqa: E402  (tests/, beside this file)
 from _compile import RMSNORM_SIGNATURE, bitcode  # noqa: E402  (tests/, beside this file)
 from _sass import spills_checked, stack_bytes  # noqa: E402  (tests/, beside this file)
 
+
+def _tiles_all_reduce_signature(x: str) -> dict[str, str]:
+    """`tiles_then_all_reduce`'s arguments, its tensor of type `x`."""
+    return {"ctx": "i64", "x": x, "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "seed": "i32",
+            "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"}
+
+
 KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
     "produce_then_all_reduce": (
         fk.produce_then_all_reduce.fn,
@@ -40,21 +47,18 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any]]] = {
     ),
     "tiles_then_all_reduce": (
         fk.tiles_then_all_reduce.fn,
-        {"ctx": "i64", "x": "*bf16", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "seed": "i32",
-         "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
+        _tiles_all_reduce_signature("*bf16"),
         {"dt": 2, "out_dt": triton.language.bfloat16, "TR": 32, "TC": 64},
     ),
     # The GPU suite's LL tile shapes: one hidden-8192 row per tile, and 64 x 128 fp32 tiles.
     "tiles_then_all_reduce_row": (
         fk.tiles_then_all_reduce.fn,
-        {"ctx": "i64", "x": "*bf16", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "seed": "i32",
-         "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
+        _tiles_all_reduce_signature("*bf16"),
         {"dt": 2, "out_dt": triton.language.bfloat16, "TR": 1, "TC": 8192},
     ),
     "tiles_then_all_reduce_64x128_fp32": (
         fk.tiles_then_all_reduce.fn,
-        {"ctx": "i64", "x": "*fp32", "rows": "i32", "cols": "i32", "stride": "i32", "rank": "i32", "seed": "i32",
-         "dt": "constexpr", "out_dt": "constexpr", "status": "*i32", "TR": "constexpr", "TC": "constexpr"},
+        _tiles_all_reduce_signature("*fp32"),
         {"dt": 0, "out_dt": triton.language.float32, "TR": 64, "TC": 128},
     ),
     "tiles_then_all_gather": (
