@@ -13,7 +13,8 @@
 #   bench WORLDS    bench/fused.py's all_reduce_rmsnorm and bench/allreduce.py's messages up to
 #                   256 KiB with the lamport path's grids
 #   probe WORLDS    bench/probes/decode_probe.py: steady state against a replay's start, the fan-out
-#                   probe, the rmsnorm modes at 1 to 128 tokens
+#                   probe, the rmsnorm default and split at 1 to 128 tokens ($PROBE_ARGS replaces
+#                   its arguments)
 #   timeline WORLDS bench/probes/rmsnorm_timeline.py: per-CTA phases of split, lamport and two_shot
 #                   at 1, 32 and 128 tokens (split also over 16 slices a row)
 #   fp8 WORLDS      bench/probes/rmsnorm_timeline.py --fp8: per-CTA phases of two_shot and rows at 32,
@@ -54,7 +55,9 @@ bench() {
 
 probe() {
   for w in $1; do
+    # shellcheck disable=SC2086  # PROBE_ARGS: several arguments
     on "$w" timeout 300 torchrun --standalone --nproc_per_node="$w" bench/probes/decode_probe.py \
+      ${PROBE_ARGS:---reps 4 --tokens 1,8,32,128 --modes split} \
       --out "$OUT/decode-probe-w$w.json" > "$OUT/decode-probe-w$w.log" 2>&1
     grep '"contender"' "$OUT/decode-probe-w$w.log" || grep "decode_probe:\|Error" "$OUT/decode-probe-w$w.log" | tail -5
   done

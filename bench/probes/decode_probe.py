@@ -7,12 +7,16 @@ benchmark.
 bench/fused.py and bench/allreduce.py time a CUDA graph of 20 back-to-back calls after a barrier
 and report its time / 20, max over ranks. The ranks leave the barrier and launch their graph at
 different times; the first rank's first call waits for the last rank's, so its time holds that
-skew once, spread over the 20 calls, and more ranks mean a larger skew. Here each contender is
-captured twice, --short and --long calls, both replayed in turns, and per rank:
-- `graph_us`: the short graph's time / its calls (what those benchmarks report at 20 calls);
+skew once, spread over the 20 calls, and more ranks mean a larger skew. Since 2026-11-28 their
+timer (ironlink.tune.timing.replay_us) starts every rank's replay together on the device; here
+each contender is captured twice, --short and --long calls, replayed in turns, and per rank:
+- `graph_us`: the short graph's time / its calls, started together (what those benchmarks
+  report at 20 calls);
+- `graph_host_us`: the same, timed from the host barrier (what they reported before);
 - `steady_us`: (long - short) / (long calls - short calls): the period of calls in step, what a
   model's graph of many layers pays per call;
-- `once_us`: short - short calls x steady: what a replay adds once (the skew, the launch);
+- `once_us`: short - short calls x steady: what a replay adds once (the launch, what skew is
+  left);
 each the median over --reps replays, max over ranks; `rank_spread_us`: the short graph's
 slowest rank's time / calls minus the fastest's.
 
@@ -105,22 +109,24 @@ def measure(contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]], sho
     for name, shape, fn in contenders:
         say(f"capturing {name} {shape}")
         graphs.append((captured(fn, short), captured(fn, long)))
-    times: list[tuple[list[float], list[float]]] = [([], []) for _ in contenders]
+    times: list[tuple[list[float], list[float], list[float]]] = [([], [], []) for _ in contenders]
     n = len(graphs)
     for r in range(reps):
         say(f"round {r + 1} of {reps}")
         for i in [(r + j) % n for j in range(n)]:
             for which in (0, 1):
                 times[i][which].append(replay_us(graphs[i][which]))
-    mine = torch.tensor([[statistics.median(t[0]), statistics.median(t[1])] for t in times], device="cuda")
+            times[i][2].append(replay_us(graphs[i][0], aligned=False))
+    mine = torch.tensor([[statistics.median(t) for t in ts] for ts in times], device="cuda")
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
-    per_rank = torch.stack(every).double()  # [ranks, contenders, 2]
+    per_rank = torch.stack(every).double()  # [ranks, contenders, 3]
     rows = []
     for i, (name, shape, _) in enumerate(contenders):
-        t_short, t_long = per_rank[:, i, 0], per_rank[:, i, 1]
+        t_short, t_long, t_host = per_rank[:, i, 0], per_rank[:, i, 1], per_rank[:, i, 2]
         steady = (t_long - t_short) / (long - short)
         rows.append({"contender": name, **shape, "graph_us": round(float((t_short / short).max()), 2),
+                     "graph_host_us": round(float((t_host / short).max()), 2),
                      "steady_us": round(float(steady.max()), 2),
                      "once_us": round(float((t_short - short * steady).max()), 2),
                      "rank_spread_us": round(float((t_short / short).max() - (t_short / short).min()), 2),

@@ -38,16 +38,46 @@ def captured(fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
     return g
 
 
-def replay_us(g: torch.cuda.CUDAGraph) -> float:
+# Device cycles each rank's stream sleeps before the ranks meet on the device: about 1 ms on an
+# H100 / H200 (1.7-2 GHz), longer than the host barrier's release skew (42-95 us measured on 4
+# H200s, session 43) plus the time a host takes to queue the meeting and the replay behind it.
+ALIGNED_START_SLEEP_CYCLES = 2_000_000
+
+
+def replay_us(g: torch.cuda.CUDAGraph, aligned: bool = True) -> float:
     """Microseconds of one replay of `g` (device events around it), started after a barrier of
-    the ranks."""
+    the ranks.
+
+    A host barrier (`dist.barrier`) releases the ranks tens of microseconds apart, and a graph of
+    collectives started that way holds the skew once: its first call waits for the last rank's,
+    which a 20-call graph adds to every call's time (2-5 us a call at world 4). With `aligned`
+    (the default) every rank's stream first sleeps, so that each host has queued the rest before
+    its GPU gets there, then the ranks meet in a one-element NCCL all-reduce on the device; the
+    timed replay starts when that returns, on every rank within the all-reduce's own release
+    skew, as the layers of a model's step run in step. `aligned=False` times from the host
+    barrier (what this timer did before 2026-11-28; bench/probes/decode_probe.py reports both)."""
     dist.barrier()
+    if aligned:
+        torch.cuda._sleep(ALIGNED_START_SLEEP_CYCLES)
+        dist.all_reduce(_meeting_token())
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     g.replay()
     b.record()
     b.synchronize()
     return a.elapsed_time(b) * 1000
+
+
+_MEETING: dict[int, torch.Tensor] = {}
+
+
+def _meeting_token() -> torch.Tensor:
+    """The one-element tensor the ranks meet on, one per device (made once: an allocation in the
+    timed path would put the caching allocator between the ranks)."""
+    dev = torch.cuda.current_device()
+    if dev not in _MEETING:
+        _MEETING[dev] = torch.zeros(1, device="cuda")
+    return _MEETING[dev]
 
 
 class GraphRound:
@@ -126,4 +156,4 @@ def git_rev() -> str:
         return "unknown"
 
 
-__all__ = ["BUILD_REV", "GraphRound", "captured", "git_rev", "iters_reps", "replay_us", "time_graph"]
+__all__ = ["ALIGNED_START_SLEEP_CYCLES", "BUILD_REV", "GraphRound", "captured", "git_rev", "iters_reps", "replay_us", "time_graph"]
