@@ -117,29 +117,36 @@ def after_group_destroyed() -> None:
 
 
 def only_some_ranks() -> None:
-    """Rank 0 skips an all-reduce the others make: they get TIMEOUT naming the call, within the
-    timeout; the same through heap.check() without check=True."""
+    """Rank 0 skips an all-reduce the others make: they get TIMEOUT naming the call and the wait
+    that timed out, within the timeout; the same through heap.check() without check=True. At a
+    decode size (the lamport path, whose wait is `symm_tile_wait`) and a larger one (the device
+    library's `symm_all_reduce`)."""
     import ironlink
     from ironlink.language import _abi
+    from ironlink.ops.collectives import workspace_requests
 
-    for checked in (True, False):
-        heap = ironlink.SymmetricHeap(1 << 20, timeout_s=TIMEOUT_S)
-        try:
-            x = heap.zeros((4096,), torch.float32)
-            ironlink.all_reduce(x, heap=heap, check=True)  # compiled and in step first
-            heap.barrier()
-            if dist.get_rank() != 0:
-                t0 = time.time()
-                if checked:
-                    e = expect_error(lambda: ironlink.all_reduce(x, check=True), "ironlink.all_reduce", "TIMEOUT")
-                else:
-                    ironlink.all_reduce(x)
-                    e = expect_error(heap.check, "symm_all_reduce", "TIMEOUT", "skipped the call")
-                took = time.time() - t0
-                assert e.status == _abi.STATUS["TIMEOUT"] and e.function == "symm_all_reduce", (e.status, e.function)
-                assert took < TIMEOUT_S + SLACK_S, f"TIMEOUT raised after {took:.1f} s (timeout {TIMEOUT_S} s)"
-        finally:
-            heap.close()
+    for n in (4096, 1 << 20):  # fp32: 16 KiB and 4 MiB
+        lamport = bool(workspace_requests(4 * n, 4, dist.get_world_size()))
+        function = "symm_tile_wait" if lamport else "symm_all_reduce"  # the device function that waited
+        for checked in (True, False):
+            heap = ironlink.SymmetricHeap(16 << 20, timeout_s=TIMEOUT_S)
+            try:
+                x = heap.zeros((n,), torch.float32)
+                ironlink.all_reduce(x, heap=heap, check=True)  # compiled and in step first
+                heap.barrier()
+                if dist.get_rank() != 0:
+                    t0 = time.time()
+                    if checked:
+                        e = expect_error(lambda: ironlink.all_reduce(x, check=True), "ironlink.all_reduce",
+                                         "TIMEOUT", function)
+                    else:
+                        ironlink.all_reduce(x)
+                        e = expect_error(heap.check, function, "TIMEOUT", "skipped the call")
+                    took = time.time() - t0
+                    assert e.status == _abi.STATUS["TIMEOUT"] and function in e.function, (n, e.status, e.function)
+                    assert took < TIMEOUT_S + SLACK_S, f"TIMEOUT raised after {took:.1f} s (timeout {TIMEOUT_S} s)"
+            finally:
+                heap.close()
 
 
 def different_grids() -> None:

@@ -248,15 +248,17 @@ def split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wor
 
 @triton.jit
 def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inbox, epochs, T, H, C, eps, rank, dists,
-                   BLOCK_C: tl.constexpr, PARTS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
+                  trace, BLOCK_C: tl.constexpr, PARTS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr,
+                  TRACE: tl.constexpr):
     """"two_shot" (module docs): this CTA's units pid, pid + grid, ..., unit u the slice u % PARTS
     of row u // PARTS (WORLD chunks of C columns; BLOCK_C a power of two >= C), rank j owning chunk
     j of every slice. Slots of this launch's half of `inbox`: for each peer a slot of T x PARTS
     chunks (what it sends for this rank's chunk of each unit: the reduce-scatter), then one of T
     whole rows (the owners' summed chunks: the all-gather, one sender per chunk). With PARTS > 1
     (a unit a CTA, every CTA resident) the slices of a row share their sums of squares through
-    `words`, as split does. Returns the status: after a failed wait the CTA stops (heap.check()
-    raises)."""
+    `words`, as split does. TRACE: slot 2 of `trace` stamped before each unit's norm (the last
+    unit's stays: with a unit a CTA the exchange and the norm apart). Returns the status: after a
+    failed wait the CTA stops (heap.check() raises)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     epoch = tl.load(epochs + pid)
     units = T * PARTS
@@ -305,6 +307,7 @@ def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inb
             if s == 0:
                 summed = tl.where(theirs, got, tl.load(x + row + cols, mask=m & (j == rank), other=0.0))
                 tl.store(x + row + cols, summed, mask=theirs)
+                stamp(trace, 2, TRACE)
                 s = _norm_unit(ctx, summed, res, w, residual_out + row, out + row, scale + u // PARTS, words,
                                epoch + 1, cols, m, H, eps, u % PARTS == 0, PARTS, FP8)
     advance_epochs(epochs, epoch + 1)

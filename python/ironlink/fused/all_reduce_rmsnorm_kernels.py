@@ -68,8 +68,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
         s = norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     elif TWO_SHOT:
         s = two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, ws, inbox, epochs, T, H, W, eps, rank,
-                           dists, BLOCK_H, PARTS, WORLD, FP8)
-        stamp(trace, 2, TRACE)
+                           dists, trace, BLOCK_H, PARTS, WORLD, FP8, TRACE)  # stamps slot 2 itself
     elif LAMPORT:
         s = lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
                           rank, dists, BLOCK_H, ROWS, WORLD, FP8)
