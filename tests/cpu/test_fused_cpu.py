@@ -150,16 +150,18 @@ def test_rmsnorm_rejects_bad_tensors(kw: dict, err: type, text: str) -> None:
         rms(**kw)
 
 
-def test_rmsnorm_fp8_out_takes_rows_where_two_shot_has_no_slices() -> None:
+def test_rmsnorm_fp8_out_runs_the_tables_mode() -> None:
     def plan8(tokens: int, world: int) -> arn.Plan:
         x, r, w = (spec("x", (tokens, 8192), ptr=1 << 20), spec("residual", (tokens, 8192), ptr=2 << 30),
                    spec("weight", (8192,), ptr=3 << 30))
         o, scale = spec("out", (tokens, 8192), "float8_e4m3fn", 4 << 30), spec("scale", (tokens,), "float32", 5 << 30)
         return arn.plan(x, r, w, o, DEV, world, 132, scale=scale)
-    # World 4's table: two_shot from 9 to 512 tokens; slices up to 66 rows, a CTA a row from 67.
-    assert [plan8(t, 4).mode for t in (32, 66, 67, 128, 512)] == ["two_shot", "two_shot", "rows", "rows", "rows"]
-    assert rms(128).mode == "two_shot"  # a bf16 out keeps the table's mode
-    assert plan8(128, 2).mode == "two_shot"  # world 2's FP8 two_shot costs what its bf16 does
+    # World 4's table: two_shot from 9 to 512 tokens (slices up to 66 rows, a CTA a row from 67),
+    # for an FP8 out as for bf16 (before session 44 an FP8 out took rows where two_shot had no slices).
+    for tokens in (32, 66, 67, 128, 512):
+        assert plan8(tokens, 4).mode == rms(tokens).mode == "two_shot", tokens
+        assert plan8(tokens, 4).fp8
+    assert plan8(128, 2).mode == "two_shot"
 
 
 def test_rmsnorm_on_several_nodes_runs_whole_unless_asked() -> None:

@@ -120,7 +120,7 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         raise ValueError(f"hidden size must be in [1, {MAX_HIDDEN}], got {hidden}")
     if residual.data_ptr == x.data_ptr and tokens:
         raise ValueError("residual must not be x (x holds the all-reduced sum, residual the sum plus residual)")
-    mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world, sms, fp8))
+    mode = mode or ("whole" if multi_node else tuning.rmsnorm_mode(tokens, hidden * x.itemsize, world, sms))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode in ONE_NODE_MODES and multi_node:

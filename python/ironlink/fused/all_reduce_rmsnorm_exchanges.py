@@ -299,6 +299,12 @@ def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inb
         if s == 0:
             row = tl.cast(u // PARTS, tl.int64) * H  # offsets from the row's start: int32 lanes
             cols = (u % PARTS) * WORLD * C + j * C + c[None, :]
+            if FP8:
+                # 8 a thread, the bf16 accesses' width. The hint marks the op that made `cols`, so it
+                # is set here: set in _norm_unit, on its argument, it was lost, the FP8 store's 16 a
+                # thread became the whole block's layout and the exchange took 7 us more at 128
+                # tokens (4 H200s, rmsnorm_timeline --fp8, session 44).
+                cols = tl.max_contiguous(cols, [1, 8])
             m = (c[None, :] < C) & (cols < H)
             theirs = m & (j != rank)
             res = tl.load(residual + row + cols, mask=m, other=0.0)
@@ -339,7 +345,6 @@ def _norm_unit(ctx, sums, res, w, residual_out, out, scale, words, flag, at, m, 
         if first:
             tl.store(scale, q)
         y = y / q
-        at = tl.max_contiguous(at, [1, 8])  # as norm_sums: the bf16 stores' 8 a thread
     tl.store(out + at, y.to(out.dtype.element_ty), mask=m)
     return s
 

@@ -182,31 +182,19 @@ def rmsnorm_mode_runs(mode: str, tokens: int, row_bytes: int, world: int, sms: i
     return mode != "split" or rmsnorm_split_parts(tokens, row_bytes, world, sms) > 1
 
 
-# An FP8 out from "two_shot" a CTA a row (no slices) at 4 ranks and more is far slower than its bf16
-# out, where every other mode's FP8 out costs under 1 us: 4 H200s, hidden 8192, PDL, the default
-# mode with and without FP8 out (bench/results/fused-4xNVIDIA-H200-20261128-142446.json), us: 128
-# tokens 25.25 / 18.54, 512 78.49 / 55.04 (32 tokens, 4 slices a row: 13.43 / 11.11; at world 2,
-# 128 tokens: 12.47 / 11.77). The cause is not found yet (the kernel's SASS has the bf16 out's
-# vector accesses and no spill); until it is, such an FP8 out takes "rows" (its FP8 out 58.44 us
-# at 512 tokens on the same machine, `experiments/fused-two-shot-chunks-old-table-4xH200-b.json`).
-RMSNORM_FP8_INSTEAD_OF_TWO_SHOT_ROWS = "rows"
-
-
-def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS, fp8: bool = False) -> str:
+def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -> str:
     """How `all_reduce_rmsnorm` runs for `tokens` rows of `row_bytes` over `world` ranks with
     `sms` SMs per rank for its grid (one node; several nodes run "whole" unless asked): the decode
     table's mode for the bytes of x, or where that one cannot run for the shape
     (`rmsnorm_mode_runs`) the next entry's that can; "rows", which runs at any shape, where none
-    can. With an FP8 out (`fp8`), "two_shot" a CTA a row at 4 ranks and more becomes
-    RMSNORM_FP8_INSTEAD_OF_TWO_SHOT_ROWS."""
+    can. An FP8 out runs the same mode (its extra cost is the norm's peak and the narrower
+    stores)."""
     modes = decode_table.table_for(world).rmsnorm_modes(tokens * row_bytes)
     mode = next((mode for mode in modes if rmsnorm_mode_runs(mode, tokens, row_bytes, world, sms)), "rows")
-    if fp8 and mode == "two_shot" and world > 2 and rmsnorm_two_shot_parts(tokens, row_bytes, world, sms) == 1:
-        return RMSNORM_FP8_INSTEAD_OF_TWO_SHOT_ROWS
     return mode
 
 
-__all__ = ["RMSNORM_FP8_INSTEAD_OF_TWO_SHOT_ROWS", "RMSNORM_ROWS_AT_ONCE", "RmsnormConfig", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_SPLIT_MAX_PARTS", "RMSNORM_SPLIT_MIN_SLICE_BYTES",
+__all__ = ["RMSNORM_ROWS_AT_ONCE", "RmsnormConfig", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_SPLIT_MAX_PARTS", "RMSNORM_SPLIT_MIN_SLICE_BYTES",
            "RMSNORM_TWO_SHOT_MAX_PARTS", "RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES", "rmsnorm_two_shot_parts",
            "rmsnorm_mode", "rmsnorm_mode_runs", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_parts",
            "rmsnorm_split_slice_bytes", "rmsnorm_split_warps", "rmsnorm_warps", "tile_all_reduce_takes_ll"]
