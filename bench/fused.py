@@ -137,7 +137,7 @@ class FusedBench:
         if torch.cuda.get_device_capability()[0] >= 9:  # the FP8 output (per-token scales) for an FP8 GEMM
             out8 = torch.empty(tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)
             scale = torch.empty(tokens, device="cuda", dtype=torch.float32)
-            default8 = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world, self.sms, fp8=True)
+            default8 = tuning.rmsnorm_mode(tokens, hidden * x.element_size(), self.world, self.sms)
             self.record("allreduce_rmsnorm", f"ironlink_fused[{default8},fp8]", shape, dt,
                         lambda: ironlink.all_reduce_rmsnorm(x, residual, weight, eps, out=out8, heap=self.heap,
                                                             scale=scale), nbytes, pdl=self.default_pdl)

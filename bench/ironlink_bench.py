@@ -146,6 +146,8 @@ def run_info(world: int) -> dict[str, Any]:
         "triton": triton.__version__,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())),
         "method": ("CUDA graph of 20 calls (5 above 16 MiB), 15 (7) timed replays, median per call, max over ranks; "
+                   "each replay started on every rank together (a device sleep, then a one-element NCCL all-reduce: "
+                   "ironlink.tune.timing.replay_us); "
                    "where a program times contenders together (GraphRound), their replays in turns"),
         "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
     }

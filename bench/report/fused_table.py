@@ -155,7 +155,11 @@ def decode_block() -> str:
     runs = {w: json.loads(p.read_text()) for w, p in newest_rmsnorm_per_world().items()}
     if not runs:
         return "No measurement committed yet (`bench/run_py.sh fused --ops allreduce_rmsnorm`).\n"
-    out = ["all_reduce_rmsnorm (hidden 8192, bf16, CUDA graphs of 20 calls, us per call, median, max over ranks): "
+    started = ("every rank's replay started together on the device" if all("started on every rank" in d["method"]
+                                                                          for d in runs.values())
+               else "started after a host barrier")
+    out = [f"all_reduce_rmsnorm (hidden 8192, bf16, CUDA graphs of 20 calls, {started}, us per call, median, max "
+           "over ranks): "
            "ironlink's default (its mode) against NCCL's all-reduce + torch's add and RMSNorm; x = NCCL + torch / "
            "ironlink. Runs: " + "; ".join(f"{w} x {d['gpu']}, {d['date'][:10]}, git {d['git_rev']}"
                                          for w, d in runs.items()) + ".", "",
