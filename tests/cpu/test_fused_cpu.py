@@ -478,3 +478,43 @@ def test_the_fused_ops_say_the_heap_bytes_their_workspaces_take() -> None:
     assert set(mar.workspace_requests(mar.plan(spec("a", (16, 2048)), spec("b", (2048, 8192)),
                                                spec("out", (16, 8192), ptr=1 << 40), DEV, 4, 132, None, "lamport"),
                                       2)) == {"matmul_all_reduce/lamport16", "matmul_all_reduce/epochs"}
+
+
+def test_the_sequence_parallel_ops_say_the_heap_bytes_they_take() -> None:
+    # all_gather_matmul and matmul_reduce_scatter (issue 62 item 3): every workspace a call of up to
+    # the shape may make by the method the op would choose (or the one given), in any order.
+    ws = importlib.import_module("ironlink.runtime.workspaces")
+    agm = importlib.import_module("ironlink.fused.all_gather_matmul")
+    mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")
+    m, n, k, world = 4096, 8192, 8192, 4
+    a_full = -(-m * k * 2 // 4096) * 4096
+    # cuBLAS methods move the shard with the library's all-gather or the copy engine: nothing kept,
+    # only the a_full the op allocates when the caller passes none.
+    assert ironlink.all_gather_matmul.heap_bytes(m, n, k, world, method="collective", a_full=True) == 0
+    assert ironlink.all_gather_matmul.heap_bytes(m, n, k, world, method="collective") == a_full
+    # The kernel with the copy engine keeps its flag words: the largest block's count of chunks.
+    on = tuning.GatherExchange(copy_engine=True)
+    flags = agm.workspace_requests(agm.plan(spec("a_shard", (m // world, k)), spec("b", (k, n)),
+                                            spec("a_full", (m, k), ptr=1 << 40), spec("out", (m, n), ptr=2 << 40),
+                                            DEV, world, 132), world, "kernel", on)
+    words = copy_engine.planned(world, m // world, tuning.matmul_config(m, n, k, world), on.min_chunks, 1)[1]
+    assert flags == {"all_gather_matmul/flags": copy_engine.flags_bytes(world, words)} and words > 0
+    assert 0 < ironlink.all_gather_matmul.heap_bytes(m, n, k, world, method="kernel", exchange=on, a_full=True) \
+        <= 2 * ws.workspace_size(flags["all_gather_matmul/flags"])
+    off = tuning.GatherExchange(copy_engine=False)
+    assert ironlink.all_gather_matmul.heap_bytes(m, n, k, world, method="kernel", exchange=off, a_full=True) == 0
+    # matmul_reduce_scatter: "collective" keeps the partials ([M, N]), "overlap" the partials and
+    # the sends; the kernel without the copy engine its slots by launch parity and the counters.
+    full = m * n * 2
+    assert ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="collective") == 2 * ws.workspace_size(full) - 4096
+    assert ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="overlap") == 2 * (2 * ws.workspace_size(full) - 4096)
+    never = tuning.ScatterExchange(copy_engine_min_rows=None)
+    slots = 2 * (world - 1) * (m // world) * n * 2
+    assert ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel", exchange=never) == \
+        (2 * ws.workspace_size(slots) - 4096) + 4096
+    # With the copy engine from every size on: the sends, the landing slots, the flags.
+    always = tuning.ScatterExchange(copy_engine_min_rows=0)
+    p = mrs.plan(spec("a", (m, k)), spec("b", (k, n)), spec("out", (m // world, n), ptr=1 << 40), DEV, world, 132)
+    assert set(mrs.workspace_requests(p, 2, world, "kernel", always)) == \
+        {"matmul_reduce_scatter/sends", "matmul_reduce_scatter/slots", "matmul_reduce_scatter/flags"}
+    assert mrs.workspace_requests(p, 2, world, "kernel", always, multi_node=True) == {"matmul_reduce_scatter/partials": full}

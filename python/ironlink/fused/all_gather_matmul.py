@@ -55,6 +55,7 @@ from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.staging import empty_for
+from ..runtime.workspaces import workspaces_heap_bytes
 from . import copy_engine, cublas_methods
 from .all_gather_matmul_kernels import (allgather_matmul_copy_engine_kernel, allgather_matmul_hierarchical_kernel,
                                         allgather_matmul_kernel)
@@ -154,6 +155,43 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     return a_full, out
 
 
+def workspace_requests(p: Plan, world: int, method: str, exchange: tuning.GatherExchange,
+                       multi_node: bool = False) -> dict[str, int]:
+    """The heap workspaces a call of plan `p` takes by `method` with a contiguous shard, name ->
+    bytes: the copy engine's flag words where `exchange` takes it (`copy_engine.prepare`), else
+    none. `heap_bytes` adds them up."""
+    if method != "kernel" or multi_node or not exchange.copy_engine:
+        return {}
+    _, words = copy_engine.planned(world, p.rows, p.config, exchange.min_chunks, 1)
+    return {copy_engine.flags_name("all_gather_matmul"): copy_engine.flags_bytes(world, words)}
+
+
+def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms: int = 132,
+               method: Optional[str] = None, exchange: Optional[tuning.GatherExchange] = None,
+               a_full: bool = False) -> int:
+    """The symmetric-heap bytes all_gather_matmul may take for calls of an M x K a_full (up to `m`
+    rows, a multiple of `world`) @ [k, n] of `dtype` ("bfloat16" or "float16") over `world` ranks
+    of one node with `sms` SMs, in any order (`method`, `exchange` as given to the op): its
+    workspaces and, unless the caller passes its own `a_full` (which must be on the heap too),
+    the a_full it allocates, rounded up to 4 KiB (the caller frees it). `out` is any CUDA tensor,
+    outside this count. Size the heap with it. Pure: no GPU needed."""
+    itemsize = 2
+    b = TensorSpec("b", (k, n), dtype, itemsize, True, "cuda:0", 1 << 40)
+
+    def requests(rows: int) -> dict[str, int]:
+        p = plan(TensorSpec("a_shard", (rows, k), dtype, itemsize, True, "cuda:0", 1 << 20), b,
+                 TensorSpec("a_full", (world * rows, k), dtype, itemsize, True, "cuda:0", 2 << 40),
+                 TensorSpec("out", (world * rows, n), dtype, itemsize, True, "cuda:0", 3 << 40), "cuda:0", world, sms)
+        chosen = cublas_methods.method_for("all_gather_matmul", world * rows, method, False, world)
+        return workspace_requests(p, world, chosen, exchange or tuning.GatherExchange())
+
+    made = 0 if a_full or m == 0 else -(-m * k * itemsize // 4096) * 4096
+    return made + workspaces_heap_bytes(requests(rows) for rows in range(1, m // world + 1))
+
+
+all_gather_matmul.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
+
+
 def uses_copy_engine(a_shard: Any, exchange: tuning.GatherExchange) -> bool:
     """Whether the one-node kernel method runs with the copy engine (`launch_copy_engine`): as
     `exchange` says, unless the shard is not contiguous (a strided copy would run as a kernel,
@@ -247,5 +285,6 @@ def a_full_descriptor(a_full: Any, block_m: int, block_k: int) -> Any:
     return TensorDescriptor(a_full, list(a_full.shape), list(a_full.stride()), [block_m, block_k])
 
 
-__all__ = ["COPY_COLS", "COPY_ROWS", "Plan", "TMA_COPY_COLS", "TMA_COPY_ROWS", "a_full_descriptor",
+__all__ = ["COPY_COLS", "COPY_ROWS", "Plan", "TMA_COPY_COLS", "TMA_COPY_ROWS", "a_full_descriptor", "heap_bytes",
+           "workspace_requests",
            "all_gather_matmul", "check_shapes", "launch", "launch_copy_engine", "plan", "uses_copy_engine"]

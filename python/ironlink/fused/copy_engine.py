@@ -112,7 +112,7 @@ def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
     def zero_all(workspace: Any) -> None:
         workspace[:] = 0
 
-    count = flag_data(heap.world_size) + op_words
+    count = flags_bytes(heap.world_size, op_words) // 8
     made = not heap.has_workspace(name, count * 8)
     flags = heap.workspace(name, count * 8, init=zero_all).view(torch.int64)[:count]
     if made:
@@ -120,14 +120,31 @@ def flags_workspace(heap: Any, name: str, op_words: int, check: bool) -> Any:
     return flags
 
 
+def flags_bytes(world: int, op_words: int) -> int:
+    """The bytes of an op's flag words at `world` ranks with `op_words` words of its own."""
+    return 8 * (flag_data(world) + op_words)
+
+
+def flags_name(op: str) -> str:
+    """The heap workspace of op's flag words."""
+    return f"{op}/flags"
+
+
+def planned(world: int, rows: int, config: tuning.MatmulConfig, min_chunks: int,
+            words_per_chunk: int) -> tuple[tuning.MatmulConfig, int]:
+    """(config, op words) of an op's copy-engine kernel for blocks of `rows` rows: its config
+    `chunked` into at least `min_chunks` chunks, and `words_per_chunk` of the op's own words per
+    rank and chunk (pure: `prepare` and the ops' heap_bytes)."""
+    config = chunked(rows, config, min_chunks)
+    return config, words_per_chunk * world * len(chunks(rows, config))
+
+
 def prepare(heap: Any, op: str, rows: int, config: tuning.MatmulConfig, min_chunks: int, words_per_chunk: int,
             check: bool) -> tuple[tuning.MatmulConfig, Any]:
-    """What op's copy-engine kernel runs with for blocks of `rows` rows: its config
-    (`chunked` into at least `min_chunks` chunks) and its flag words (`flags_workspace`
-    "<op>/flags"), `words_per_chunk` of the op's own words per rank and chunk."""
-    config = chunked(rows, config, min_chunks)
-    words = words_per_chunk * heap.world_size * len(chunks(rows, config))
-    return config, flags_workspace(heap, f"{op}/flags", words, check)
+    """What op's copy-engine kernel runs with for blocks of `rows` rows (`planned`): its config
+    and its flag words (`flags_workspace` `flags_name(op)`)."""
+    config, words = planned(heap.world_size, rows, config, min_chunks, words_per_chunk)
+    return config, flags_workspace(heap, flags_name(op), words, check)
 
 
 def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callable[[Any], None]) -> None:
@@ -152,4 +169,4 @@ def launch(heap: Any, flags: Any, kernel: Callable[[], None], transfers: Callabl
 
 
 __all__ = ["ADD", "EQ", "FLAG_FREE", "FLAG_GO", "SET", "chunked", "chunks", "close_launch", "data_words", "flag_data", "flag_done",
-           "flags_workspace", "launch", "open_launch", "prepare"]
+           "flags_bytes", "flags_name", "flags_workspace", "launch", "open_launch", "planned", "prepare"]

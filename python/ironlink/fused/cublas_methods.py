@@ -36,6 +36,10 @@ from ..runtime import streams, tuning
 from ..runtime.registry import holds
 from .barrier import device_barrier
 
+# matmul_reduce_scatter's heap workspaces of M x N elements: the partial products ("collective",
+# "overlap", the kernel on several nodes) and the products sent from ("overlap", the copy engine).
+PARTIALS, SENDS = "matmul_reduce_scatter/partials", "matmul_reduce_scatter/sends"
+
 
 def method_for(op: str, m: int, method: Optional[str], multi_node: bool, world: int) -> str:
     """The method `op` runs by for an M-row product at `world` ranks: `method` if given (checked),
@@ -97,7 +101,7 @@ def multiply_then_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     m, n = a.shape[0], b.shape[1]
     rows = m // w
     nbytes = m * n * a.element_size()
-    partials = heap.workspace("matmul_reduce_scatter/partials", nbytes)[:nbytes].view(a.dtype).view(m, n)
+    partials = heap.workspace(PARTIALS, nbytes)[:nbytes].view(a.dtype).view(m, n)
     if method == "collective":
         torch.matmul(a, b, out=partials)
         mine = _block(partials, r, rows)
@@ -108,7 +112,7 @@ def multiply_then_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
             out.copy_(mine)
         return
     # `partials` holds the slots: block q = rank q's partial product of this rank's rows.
-    sends = heap.workspace("matmul_reduce_scatter/sends", nbytes)[:nbytes].view(a.dtype).view(m, n)
+    sends = heap.workspace(SENDS, nbytes)[:nbytes].view(a.dtype).view(m, n)
     device_barrier(heap, check)
     main = torch.cuda.current_stream()
     (side,) = streams.side_streams(heap.device.index, 1, main)
@@ -125,4 +129,4 @@ def multiply_then_scatter(a: Any, b: Any, heap: Any, out: Any, method: str, chec
     torch.sum(partials.view(w, rows, n), 0, out=out)
 
 
-__all__ = ["gather_then_multiply", "method_for", "multiply_then_scatter"]
+__all__ = ["PARTIALS", "SENDS", "gather_then_multiply", "method_for", "multiply_then_scatter"]

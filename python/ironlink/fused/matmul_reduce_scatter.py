@@ -50,7 +50,7 @@ from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for
-from ..runtime.workspaces import epoch_counters
+from ..runtime.workspaces import EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, workspaces_heap_bytes
 from . import copy_engine, cublas_methods
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .matmul_reduce_scatter_kernels import (matmul_reducescatter_copy_engine_kernel,
@@ -127,7 +127,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     c = p.config
     if h.multi_node:
         nbytes = p.m * p.n * a.element_size()
-        partials = h.workspace("matmul_reduce_scatter/partials", nbytes)[:nbytes].view(a.dtype)
+        partials = h.workspace(cublas_methods.PARTIALS, nbytes)[:nbytes].view(a.dtype)
         launch_with_status(
             "matmul_reduce_scatter", h, p.ctas,
             lambda status: matmul_reducescatter_hierarchical_kernel[(p.ctas,)](
@@ -155,6 +155,48 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     return out
 
 
+# The copy engine's landing slots at each rank: (world - 1) blocks of M / world x N elements.
+SLOTS = "matmul_reduce_scatter/slots"
+
+
+def workspace_requests(p: Plan, itemsize: int, world: int, method: str, exchange: tuning.ScatterExchange,
+                       multi_node: bool = False) -> dict[str, int]:
+    """The heap workspaces a call of plan `p` (elements of `itemsize` bytes) takes by `method`,
+    name -> bytes: what `matmul_reduce_scatter` asks `heap.workspace` for, and what `heap_bytes`
+    adds up."""
+    full, rows = p.m * p.n * itemsize, p.m // world
+    if method == "collective" or (method == "kernel" and multi_node):
+        return {cublas_methods.PARTIALS: full}
+    if method == "overlap":
+        return {cublas_methods.PARTIALS: full, cublas_methods.SENDS: full}
+    if exchange.takes_copy_engine(rows):
+        _, words = copy_engine.planned(world, rows, p.config, exchange.min_chunks, 2)
+        return {cublas_methods.SENDS: full, SLOTS: (world - 1) * rows * p.n * itemsize,
+                copy_engine.flags_name("matmul_reduce_scatter"): copy_engine.flags_bytes(world, words)}
+    return {"matmul_reduce_scatter": p.workspace_bytes, epochs_name("matmul_reduce_scatter"): EPOCH_COUNTER_BYTES}
+
+
+def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms: int = 132,
+               method: Optional[str] = None, exchange: Optional[tuning.ScatterExchange] = None) -> int:
+    """The symmetric-heap bytes matmul_reduce_scatter's workspaces may take for calls of [up to
+    m, k] @ [k, n] (M a multiple of `world`) of `dtype` ("bfloat16" or "float16") over `world`
+    ranks of one node with `sms` SMs, in any order (`method`, `exchange` as given to the op);
+    `out` is any CUDA tensor, outside this count: size the heap with it. Pure: no GPU needed."""
+    itemsize = 2
+    b = TensorSpec("b", (k, n), dtype, itemsize, True, "cuda:0", 1 << 40)
+
+    def requests(rows: int) -> dict[str, int]:
+        p = plan(TensorSpec("a", (rows, k), dtype, itemsize, True, "cuda:0", 1 << 20), b,
+                 TensorSpec("out", (rows // world, n), dtype, itemsize, True, "cuda:0", 2 << 40), "cuda:0", world, sms)
+        chosen = cublas_methods.method_for("matmul_reduce_scatter", rows, method, False, world)
+        return workspace_requests(p, itemsize, world, chosen, exchange or tuning.ScatterExchange())
+
+    return workspaces_heap_bytes(requests(rows) for rows in range(world, m + 1, world))
+
+
+matmul_reduce_scatter.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
+
+
 def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any, status: Any) -> None:
     """Launches plan `p` as `matmul_reducescatter_copy_engine_kernel` into the contiguous `out`
     with the partials' transfers on a side stream (no checks: `matmul_reduce_scatter` made them):
@@ -167,9 +209,9 @@ def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any,
     layout = layout_for(a, b)
     a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
     nbytes = p.m * p.n * out.element_size()
-    sends = heap.workspace("matmul_reduce_scatter/sends", nbytes)[:nbytes].view(out.dtype).view(p.m, p.n)
+    sends = heap.workspace(cublas_methods.SENDS, nbytes)[:nbytes].view(out.dtype).view(p.m, p.n)
     slot_bytes = (world - 1) * rows * p.n * out.element_size()
-    slots = heap.workspace("matmul_reduce_scatter/slots", slot_bytes)[:slot_bytes].view(out.dtype)
+    slots = heap.workspace(SLOTS, slot_bytes)[:slot_bytes].view(out.dtype)
     slots = slots.view(world - 1, rows, p.n)
     chunks = copy_engine.chunks(rows, c)
     tiles_n = -(-p.n // c.block_n)
@@ -222,4 +264,5 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         num_stages=c.stages)
 
 
-__all__ = ["COPY_COLS", "Plan", "check_shapes", "launch", "launch_copy_engine", "matmul_reduce_scatter", "plan"]
+__all__ = ["COPY_COLS", "Plan", "SLOTS", "check_shapes", "heap_bytes", "launch", "launch_copy_engine",
+           "matmul_reduce_scatter", "plan", "workspace_requests"]
