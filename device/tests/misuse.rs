@@ -218,6 +218,85 @@ fn different_grids_are_reported_on_every_rank() {
     }
 }
 
+/// The LL paths have no entry barrier: their packets carry the sender's grid instead
+/// (`ll_packet::Flags`), so a packet from a peer on another grid is never taken, and when the wait
+/// times out it is told apart from one never written; a rank whose grid took a barrier path for
+/// the same bytes finds the LL rank's announced call word (`Call::announce`). Every rank records
+/// GRID_MISMATCH after the timeout, its CTAs with a partner return it, and no input is written
+/// (issue 62).
+#[test]
+fn different_grids_on_the_ll_paths_are_reported_on_every_rank() {
+    let (f32, sum) = (dtype::FLOAT32, reduce_op::SUM);
+    // Sizes under `small_algorithm_limits`: one-shot LL up to 64 bytes, two-shot LL to 1 KiB,
+    // all_gather / reduce_scatter LL to 4 KiB of output.
+    let cases: Vec<(&str, RankCall)> = vec![
+        (
+            "one-shot LL all_reduce",
+            Box::new(|node: &Node, r, ctx| all_reduce_sum(node, r, ctx, 16)),
+        ),
+        (
+            // 120 units (960 bytes): whole shards at worlds 2 and 3. With a shorter last shard, a thread of the
+            // last rank with no unit of its own to reduce waits in the gather and, timed out,
+            // stores what its slots held (all_reduce::two_shot_ll; docs/reliability.md).
+            "two-shot LL all_reduce",
+            Box::new(|node: &Node, r, ctx| all_reduce_sum(node, r, ctx, 240)),
+        ),
+        (
+            "LL all_gather",
+            Box::new(move |node: &Node, r, ctx| {
+                api::symm_all_gather(ctx, node.addr(r, IN), node.addr(r, OUT), 64, f32)
+            }),
+        ),
+        (
+            "LL reduce_scatter",
+            Box::new(move |node: &Node, r, ctx| {
+                api::symm_reduce_scatter(ctx, node.addr(r, IN), node.addr(r, OUT), 64, sum, f32)
+            }),
+        ),
+    ];
+    for world in [2, 3] {
+        for odd in [4u32, 1] {
+            for (name, call) in &cases {
+                let mut grids = vec![2u32; world];
+                grids[world - 1] = odd;
+                let mut node = node(world, &vec![allocated(&[4096]); world]);
+                short_timeouts(&mut node);
+                let inputs: Vec<Vec<u8>> =
+                    (0..world).map(|r| node.heap(r)[IN..OUT].to_vec()).collect();
+                let label = format!("{name}, grids {grids:?}");
+                let t = std::time::Instant::now();
+                let st = node.run_grids(&label, &grids, 32, |r, ctx| call(&node, r, ctx));
+                // A CTA with no partner on the other grid times out beside its siblings that find
+                // the mismatch: it may return TIMEOUT; what the rank records is the mismatch.
+                for (r, seen) in st.iter().enumerate() {
+                    assert!(
+                        seen.contains(&status::GRID_MISMATCH),
+                        "{label}: rank {r} returned {seen:?}"
+                    );
+                    assert!(
+                        seen.iter()
+                            .all(|&s| s == status::GRID_MISMATCH || s == status::TIMEOUT),
+                        "{label}: rank {r} returned {seen:?}"
+                    );
+                }
+                for (r, input) in inputs.iter().enumerate() {
+                    assert_eq!(
+                        node.recorded_error(r),
+                        status::GRID_MISMATCH,
+                        "{label}: rank {r} recorded"
+                    );
+                    // all_gather copies its own block to its output first; the inputs stay as they were.
+                    assert!(
+                        node.heap(r)[IN..OUT] == input[..],
+                        "{label}: rank {r}'s input was written"
+                    );
+                }
+                assert!(t.elapsed().as_secs() < 8, "{label}: took {:?}", t.elapsed());
+            }
+        }
+    }
+}
+
 #[test]
 fn grid_mismatch_wins_over_an_asymmetric_heap() {
     let mut node = node(2, &[allocated(&[4096]), allocated(&[512])]);

@@ -193,6 +193,46 @@ def different_grids() -> None:
         heap.close()
 
 
+def different_grids_small() -> None:
+    """As `different_grids` at 4 KiB, where the all-reduce runs over LL packets (no barrier): the
+    packets carry the sender's grid, so none is taken; after the timeout every rank records
+    GRID_MISMATCH (a CTA with no partner on the smaller grid may return TIMEOUT), heap.check()
+    raises it, the buffer is as it was."""
+    import ironlink
+    from ironlink.language import _abi
+    from ironlink.ops import collectives as ops
+
+    heap = ironlink.SymmetricHeap(16 << 20, timeout_s=TIMEOUT_S)
+    try:
+        x = heap.empty((1024,), torch.float32)
+        x.copy_(ints(x.numel()))
+        want = summed(x)
+        status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
+        rank = dist.get_rank()
+        grid = 4 if rank == 0 else 8
+        mismatch, timeout = _abi.STATUS["GRID_MISMATCH"], _abi.STATUS["TIMEOUT"]
+        ops._all_reduce_kernel.warmup(heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4, grid=(8,))
+        heap.barrier()
+        ops._all_reduce_kernel[(8,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
+        torch.cuda.synchronize()
+        heap.check()
+        assert torch.equal(x, want), "the same grid everywhere: wrong sum"
+        before = x.clone()
+        heap.barrier()
+        status.zero_()
+        t0 = time.time()
+        ops._all_reduce_kernel[(grid,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
+        torch.cuda.synchronize()
+        codes = set(status[:grid].tolist())
+        assert mismatch in codes and codes <= {mismatch, timeout}, f"CTA statuses {sorted(codes)}"
+        assert time.time() - t0 < TIMEOUT_S + SLACK_S, "GRID_MISMATCH came later than the timeout"
+        e = expect_error(heap.check, "GRID_MISMATCH", "grids of different sizes")
+        assert e.status == mismatch and e.function == "symm_all_reduce", (e.status, e.function)
+        assert torch.equal(x, before), "a call with different grids wrote the buffer"
+    finally:
+        heap.close()
+
+
 def _digests(heap: Any) -> str:
     """ "rank 0 0x..., rank 1 0x..." of every rank's heap digest, as the report prints them."""
     out: list[Any] = [None] * dist.get_world_size()
@@ -314,6 +354,7 @@ def main() -> int:
     cases.run("heap used after its process group was destroyed", after_group_destroyed)
     cases.run("a call issued on only some ranks", only_some_ranks)
     cases.run("a user kernel launched with different grids", different_grids)
+    cases.run("a user kernel launched with different grids, LL packets", different_grids_small)
     cases.run("asymmetric heaps: an allocation on one rank only", asymmetric_allocation)
     cases.run("asymmetric heaps: a free on one rank only", asymmetric_free)
     cases.run("asymmetric heaps: a small all-reduce over the lamport workspace", asymmetric_small_all_reduce)

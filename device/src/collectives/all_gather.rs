@@ -71,7 +71,7 @@ fn by_packets(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
             [0; 2],
             |_| true,
             inbox,
-            call.epoch,
+            ll_packet::Flags::of(call),
             &mut deadline,
             |p, d| {
                 if p != call.rank {
@@ -87,5 +87,5 @@ fn by_packets(call: &Call, input: &Region, out: &Region) -> Result<(), i32> {
         }
         i += call.threads;
     }
-    call.agree_on_timeout(late)
+    call.agree_on_wait(late)
 }

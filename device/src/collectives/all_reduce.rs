@@ -77,7 +77,7 @@ fn one_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         unsafe { store_unit::<2>(own + 8 * i, valid, sum) };
         i += call.threads;
     }
-    call.agree_on_timeout(late)
+    call.agree_on_wait(late)
 }
 
 fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
@@ -104,7 +104,13 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
                 // SAFETY: unit u lies inside the checked region.
                 let d = unsafe { load_unit::<2>(own + 8 * u, unit_bytes(u, 8, r.bytes)) };
                 // SAFETY: i - slo < capacity (checked by `choose`).
-                unsafe { ll_packet::send(mb.slot(call, p, call.rank, i - slo), d, call.epoch) };
+                unsafe {
+                    ll_packet::send(
+                        mb.slot(call, p, call.rank, i - slo),
+                        d,
+                        ll_packet::Flags::of(call),
+                    )
+                };
             }
         }
         i += call.threads;
@@ -131,7 +137,10 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         i += call.threads;
     }
 
-    // Gather: every peer's reduced shard.
+    // Gather: every peer's reduced shard. A thread whose reduce failed skips it; one that had no
+    // unit of this rank's shard to reduce (the last rank's is shorter) may time out here and
+    // store what its slots held into x (docs/reliability.md: different grids).
+
     let mut i = slo + call.tid;
     while !late && i < shi {
         let expect = |p: usize| unit_of(p, i) < units;
@@ -141,7 +150,7 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
             [0; 2],
             expect,
             inbox,
-            call.epoch,
+            ll_packet::Flags::of(call),
             &mut deadline,
             |p, d| {
                 if p != call.rank {
@@ -157,7 +166,7 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
         }
         i += call.threads;
     }
-    call.agree_on_timeout(late)
+    call.agree_on_wait(late)
 }
 
 fn two_shot(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {

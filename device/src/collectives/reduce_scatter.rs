@@ -65,7 +65,13 @@ fn by_packets(call: &Call, input: &Region, out: &Region, red: &Reduction) -> Res
             // SAFETY: unit i of block p of the checked input region.
             let d = unsafe { load_unit::<2>(src + p * n + 8 * i, valid) };
             // SAFETY: i - lo < capacity (`use_ll`), so the slot lies in p's scratch.
-            unsafe { ll_packet::send(mb.slot(call, p, call.rank, i - lo), d, call.epoch) };
+            unsafe {
+                ll_packet::send(
+                    mb.slot(call, p, call.rank, i - lo),
+                    d,
+                    ll_packet::Flags::of(call),
+                )
+            };
         }
         i += call.threads;
     }
@@ -87,5 +93,5 @@ fn by_packets(call: &Call, input: &Region, out: &Region, red: &Reduction) -> Res
         unsafe { store_unit::<2>(dst + 8 * i, valid, sum) };
         i += call.threads;
     }
-    call.agree_on_timeout(late)
+    call.agree_on_wait(late)
 }

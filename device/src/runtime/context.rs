@@ -101,6 +101,30 @@ pub fn record_error(c: &SymmContext, code: i32, which: i32) -> i32 {
     before as i32
 }
 
+/// `record_error` for a cause found after its symptom: `GRID_MISMATCH`, which an LL wait finds
+/// only once it times out, replaces a `TIMEOUT` that a CTA without a partner on the peer's grid
+/// recorded first (its wait timed out because of the mismatch). Returns the error that stands.
+#[cold]
+#[inline(always)]
+pub fn record_grid_mismatch(c: &SymmContext, which: i32) -> i32 {
+    let standing = record_error(c, status::GRID_MISMATCH, which);
+    if standing == status::TIMEOUT {
+        let err = &c.error as *const i32 as *mut u32;
+        // SAFETY: as in `record_error`.
+        let before = unsafe {
+            hw::atomic_cas_u32(err, status::TIMEOUT as u32, status::GRID_MISMATCH as u32)
+        };
+        if before == status::TIMEOUT as u32 || before == status::GRID_MISMATCH as u32 {
+            let detail = &c.error_detail as *const i32 as *mut u32;
+            // SAFETY: as above.
+            unsafe { hw::store_relaxed_u32(detail, which as u32) };
+            return status::GRID_MISMATCH;
+        }
+        return before as i32;
+    }
+    standing
+}
+
 /// The local address `ptr` translated to the same byte in `peer`'s user-buffer region, if
 /// `[ptr, ptr + len)` lies inside this rank's region.
 #[inline(always)]

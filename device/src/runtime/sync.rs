@@ -244,6 +244,43 @@ impl<'a> Call<'a> {
         (rank_base + words + (self.cta * MAX_RANKS + from) * 8) as *mut u64
     }
 
+    /// Announces this call's word (`call_id`) to every peer, as a first barrier does, where an
+    /// LL exchange (`ll_packet`) has no barrier: a peer on another grid may have chosen a
+    /// barrier path for the same bytes (the LL paths fit a CTA's share of them), and on a timeout
+    /// each side reads the other's word (`grid_differs`). One posted store per peer; none for a
+    /// tile call, whose grid may differ by rank. Every thread calls it.
+    #[inline(always)]
+    pub fn announce(&self) {
+        let tid = hw::thread_rank_fresh() as usize;
+        if !self.is_tile() && tid < self.world && tid != self.rank {
+            // SAFETY: peer tid's signal region is mapped; the slot is inside its call words.
+            unsafe {
+                hw::store_relaxed_u64(
+                    self.call_word(signal_base_fresh(self.c, tid), self.rank),
+                    self.call_id(),
+                )
+            };
+        }
+    }
+
+    /// Whether a peer announced this call (this epoch) on another grid, at a first barrier or an
+    /// LL exchange (`announce`): thread p reads peer p's word, the CTA votes. Off the fast path:
+    /// after a wait timed out. Every thread calls it.
+    #[cold]
+    #[inline(always)]
+    fn grid_differs(&self) -> bool {
+        let tid = hw::thread_rank_fresh() as usize;
+        let mut differs = false;
+        if !self.is_tile() && tid < self.world && tid != self.rank {
+            // SAFETY: our own signal region, inside its call words.
+            let seen = unsafe {
+                hw::load_relaxed_u64(self.call_word(signal_base_fresh(self.c, self.rank), tid))
+            };
+            differs = call_id::differences(self.call_id(), seen) & call_id::GRID_DIFFERS != 0;
+        }
+        hw::sync_threads_or(differs)
+    }
+
     /// What this rank announces at this call's first barrier (`call_id`).
     #[inline(always)]
     fn call_id(&self) -> u64 {
@@ -285,14 +322,24 @@ impl<'a> Call<'a> {
     #[inline(always)]
     fn failed_barrier(&self, timed_out: bool, differs: u32) -> i32 {
         let code = if timed_out {
-            status::TIMEOUT
+            // A peer on another grid may have taken an LL path for these bytes: its word says so.
+            if self.grid_differs() {
+                status::GRID_MISMATCH
+            } else {
+                status::TIMEOUT
+            }
         } else if hw::sync_threads_or(differs & call_id::GRID_DIFFERS != 0) {
             status::GRID_MISMATCH
         } else {
             status::HEAP_ASYMMETRIC
         };
-        // The error that stands is the same for every thread: the first recorded.
-        let standing = context::record_error(self.c, code, self.which);
+        // The error that stands is the same for every thread: the first recorded (a grid
+        // mismatch found only after a timeout replaces that timeout).
+        let standing = if code == status::GRID_MISMATCH {
+            context::record_grid_mismatch(self.c, self.which)
+        } else {
+            context::record_error(self.c, code, self.which)
+        };
         if code == status::TIMEOUT && standing == status::GRID_MISMATCH {
             return status::GRID_MISMATCH;
         }
@@ -319,6 +366,39 @@ impl<'a> Call<'a> {
     #[inline(always)]
     pub fn agree_on_timeout(&self, late: bool) -> Result<(), i32> {
         agree_on_timeout(self.c, self.which, late)
+    }
+
+    /// Ends an LL exchange (`ll_packet`): a CTA barrier at which its threads agree whether any
+    /// wait timed out; then `GRID_MISMATCH` if a peer announced this call on another grid
+    /// (`grid_differs`: its packets were never taken) or another CTA of this rank recorded one
+    /// first, else `TIMEOUT`, recorded and returned. A CTA beyond a peer's grid has no partner
+    /// and no word from it: it may return `TIMEOUT`, while the recorded error (what the host
+    /// raises) becomes `GRID_MISMATCH` (`record_grid_mismatch`). Every thread calls it.
+    #[inline(always)]
+    pub fn agree_on_wait(&self, late: bool) -> Result<(), i32> {
+        if !hw::sync_threads_or(late) {
+            return Ok(());
+        }
+        Err(self.failed_wait())
+    }
+
+    #[cold]
+    #[inline(always)]
+    fn failed_wait(&self) -> i32 {
+        let code = if self.grid_differs() {
+            status::GRID_MISMATCH
+        } else {
+            status::TIMEOUT
+        };
+        let standing = if code == status::GRID_MISMATCH {
+            context::record_grid_mismatch(self.c, self.which)
+        } else {
+            context::record_error(self.c, code, self.which)
+        };
+        if code == status::TIMEOUT && standing == status::GRID_MISMATCH {
+            return status::GRID_MISMATCH;
+        }
+        code
     }
 }
 

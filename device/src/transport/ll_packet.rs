@@ -1,6 +1,13 @@
-//! LL ("low latency") packets: 16 bytes = 8 data bytes + the call's epoch as a flag, twice,
-//! written with one volatile vector store, so a reader that sees both flags equal to the epoch
-//! has the data too. No fence and no barrier: a packet is ready when its flags say so.
+//! LL ("low latency") packets: 16 bytes = 8 data bytes + the call's flag, twice, written with one
+//! volatile vector store, so a reader that sees both flags equal to the call's has the data too.
+//! No fence and no barrier: a packet is ready when its flags say so. The flag is the call's epoch
+//! with the sender's grid xor'ed into its high bits (`Flags`): a packet from a peer that runs this
+//! call on another grid is never ready, so nothing is stored. When the wait times out, the CTA
+//! reads the call word each peer announced when it opened its mailboxes (`Call::announce`, as a
+//! first barrier announces it) and returns `GRID_MISMATCH` if a grid differs
+//! (`Call::agree_on_wait`), where the other paths' first barrier finds it at once. Telling a
+//! packet of another grid apart in the poll itself cost the LL all-reduce registers, and ptxas
+//! spilled.
 //!
 //! Packets land in the receiver's scratch region, in the slice of the same-index CTA (see
 //! `scratch`; a slice never depends on the grid), in one half of it.
@@ -18,7 +25,7 @@
 //! Every algorithm lays out its mailboxes inside the half, so algorithms can alternate from call
 //! to call.
 
-use crate::abi::{SymmContext, MAX_RANKS};
+use crate::abi::{SymmContext, MAX_CTAS, MAX_RANKS};
 use crate::hw;
 use crate::runtime::elem::{Acc, Reduction};
 use crate::runtime::mem::{div32, div_ceil32, load_unit, rotate, split, store_unit};
@@ -27,6 +34,28 @@ use crate::runtime::sync::{wait_until, Call, Deadline};
 
 /// Bytes per packet (8 of them data).
 pub const PACKET_BYTES: usize = 16;
+
+/// Where the grid sits in the flag: above every bit a `MAX_CTAS` grid needs less, so a packet of
+/// this epoch from another grid differs from this call's flag only there. For one grid the flags
+/// of 2^32 epochs differ; an older packet of another grid carries this call's flag only if it is
+/// 2^GRID_SHIFT LL calls old.
+const GRID_SHIFT: u32 = 32 - (MAX_CTAS.ilog2() + 1);
+
+/// The flag of a call's packets: its epoch with the grid (`call.ctas`, 1 for a tile call)
+/// xor'ed into the high bits.
+#[derive(Clone, Copy)]
+pub struct Flags {
+    flag: u32,
+}
+
+impl Flags {
+    #[inline(always)]
+    pub fn of(call: &Call) -> Self {
+        Flags {
+            flag: call.epoch ^ ((call.ctas as u32) << GRID_SHIFT),
+        }
+    }
+}
 
 /// LL algorithms index 8-byte units with 32-bit arithmetic; above this size they are never chosen.
 pub const LL_HARD_MAX_BYTES: usize = 1 << 31;
@@ -50,6 +79,7 @@ impl Mailboxes {
             return None;
         }
         call.flip_ll_half();
+        call.announce();
         let mb = Mailboxes {
             offset: call.cta * slice_bytes(call.c) + call.ll_half * half_bytes(call.c),
             capacity: capacity(call.c, boxes),
@@ -82,23 +112,31 @@ pub fn fits(c: &SymmContext, ctas: usize, units: usize, boxes: usize) -> bool {
     div_ceil32(units, ctas) <= capacity(c, boxes)
 }
 
-/// Sends 8 bytes as one packet tagged with `flag`.
+/// Sends 8 bytes as one packet with `flags`.
 ///
 /// # Safety
 /// `slot` is a packet slot inside a mapped scratch region.
 #[inline(always)]
-pub unsafe fn send(slot: usize, data: [u32; 2], flag: u32) {
-    hw::store_v4_volatile(slot as *mut [u32; 4], [data[0], flag, data[1], flag]);
+pub unsafe fn send(slot: usize, data: [u32; 2], flags: Flags) {
+    hw::store_v4_volatile(slot as *mut [u32; 4], packet(data, flags));
 }
 
 #[inline(always)]
-fn ready(pkt: &[u32; 4], flag: u32) -> bool {
-    pkt[1] == flag && pkt[3] == flag
+fn packet(data: [u32; 2], flags: Flags) -> [u32; 4] {
+    [data[0], flags.flag, data[1], flags.flag]
+}
+
+#[inline(always)]
+fn ready(pkt: &[u32; 4], flags: Flags) -> bool {
+    pkt[1] == flags.flag && pkt[3] == flags.flag
 }
 
 /// Calls `take(p, data)` for every rank p < world in rank order: with `mine` for this rank, and
 /// for each peer p with `expect(p)` with the data of the packet at `slot(p)` once it carries
-/// `flag`. False on timeout (then `take` was not called for every rank).
+/// `flags`. False on timeout (then `take` was not called for the ranks after the one that timed
+/// out, and was called for that one with whatever its slot held: skipping it cost the LL
+/// all-reduce registers, and ptxas spilled; the reductions' callers store nothing after a
+/// timeout, the gathers store that unit).
 ///
 /// All packets are loaded before waiting on any, so a thread has one round trip to memory in
 /// flight per peer instead of waiting on each in turn; each is consumed as soon as it is ready
@@ -109,7 +147,7 @@ pub fn receive_each(
     mine: [u32; 2],
     expect: impl Fn(usize) -> bool,
     slot: impl Fn(usize) -> usize,
-    flag: u32,
+    flags: Flags,
     deadline: &mut Deadline,
     mut take: impl FnMut(usize, [u32; 2]),
 ) -> bool {
@@ -123,10 +161,10 @@ pub fn receive_each(
     for_each_rank!(p => if ok && p == call.rank {
         take(p, mine);
     } else if ok && wanted(p) {
-        if !ready(&pkt[p], flag) {
+        if !ready(&pkt[p], flags) {
             ok = wait_until(deadline, || {
                 pkt[p] = unsafe { hw::load_v4_volatile(slot(p) as *const [u32; 4]) };
-                ready(&pkt[p], flag)
+                ready(&pkt[p], flags)
             });
         }
         take(p, [pkt[p][0], pkt[p][2]]);
@@ -150,7 +188,7 @@ pub fn receive_reduced(
         mine,
         |_| true,
         inbox,
-        call.epoch,
+        Flags::of(call),
         deadline,
         |p, d| {
             if p == 0 {
@@ -177,6 +215,8 @@ const _: () = assert!(UNITS_IN_FLIGHT <= 4, "unroll4! runs the batch");
 /// `unit(u)` = (address in this rank's heap, valid bytes)) goes as a packet to `outbox(p, u)`
 /// in every peer p; then each unit is reduced in rank order, in f32, with the packets at
 /// `inbox(p, u)` here and stored back. Every thread calls it; `TIMEOUT` if a packet never came.
+/// Tile calls use it (`tile_ll`), whose CTA works alone: their grids may differ by rank, so it
+/// tells no grid apart (its flags carry a grid of 1).
 ///
 /// A thread takes UNITS_IN_FLIGHT units at a time: loads them all, then sends them all; on the
 /// way back it goes through the ranks in order, loading rank r + 1's words (its packets, or this
@@ -202,6 +242,7 @@ pub unsafe fn one_shot_reduce(
     if cfg!(ironlink_diag = "ll_tile_no_exchange") {
         return call.agree_on_timeout(false);
     }
+    let flags = Flags::of(call);
     let batch = UNITS_IN_FLIGHT * call.threads;
     let at = |base: usize, j: usize| base + j * call.threads;
 
@@ -217,7 +258,7 @@ pub unsafe fn one_shot_reduce(
             for k in 1..call.world {
                 let p = rotate(call.rank, k, call.world);
                 // SAFETY: by the caller's guarantee.
-                unsafe { send(outbox(p, at(base, j)), data[j], call.epoch) };
+                unsafe { send(outbox(p, at(base, j)), data[j], flags) };
             }
         });
         base += batch;
@@ -236,7 +277,7 @@ pub unsafe fn one_shot_reduce(
                     let (addr, valid) = unit(at(base, j));
                     // SAFETY: by the caller's guarantee.
                     let d = unsafe { load_unit::<2>(addr, valid) };
-                    [d[0], call.epoch, d[1], call.epoch]
+                    packet(d, flags)
                 } else {
                     // SAFETY: by the caller's guarantee.
                     unsafe { hw::load_v4_volatile(inbox(r, at(base, j)) as *const [u32; 4]) }
@@ -253,13 +294,12 @@ pub unsafe fn one_shot_reduce(
             } else {
                 pkt
             };
-            let mut ok = true;
-            unroll4!(UNITS_IN_FLIGHT, j => if ok && at(base, j) < units {
-                if !ready(&pkt[j], call.epoch) && !cfg!(ironlink_diag = "ll_tile_no_wait") {
-                    ok = wait_until(&mut deadline, || {
+            unroll4!(UNITS_IN_FLIGHT, j => if !late && at(base, j) < units {
+                if !ready(&pkt[j], flags) && !cfg!(ironlink_diag = "ll_tile_no_wait") {
+                    late = !wait_until(&mut deadline, || {
                         // SAFETY: as above (only a peer's packet can be not ready).
                         pkt[j] = unsafe { hw::load_v4_volatile(inbox(r, at(base, j)) as *const [u32; 4]) };
-                        ready(&pkt[j], call.epoch)
+                        ready(&pkt[j], flags)
                     });
                 }
                 let d = [pkt[j][0], pkt[j][2]];
@@ -269,8 +309,7 @@ pub unsafe fn one_shot_reduce(
                     acc[j].add(red, d);
                 }
             });
-            if !ok {
-                late = true;
+            if late {
                 break 'batches;
             }
             pkt = pkt_next;
@@ -294,6 +333,6 @@ pub unsafe fn send_to_peers(call: &Call, mb: &Mailboxes, b: usize, idx: usize, d
     for k in 1..call.world {
         let p = rotate(call.rank, k, call.world);
         // SAFETY: by the caller's guarantee the slot lies in p's scratch.
-        unsafe { send(mb.slot(call, p, b, idx), data, call.epoch) };
+        unsafe { send(mb.slot(call, p, b, idx), data, Flags::of(call)) };
     }
 }
