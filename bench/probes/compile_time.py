@@ -1,0 +1,112 @@
+"""How long a first call's kernels take to compile as the world grows: a probe, not a benchmark
+(issue 62 item 6: at world 8 the ops suite was still compiling the MoE low-latency kernels after
+about 7 minutes). No GPU: Triton compiles to cubin against the built bitcode, as the compile
+tests do.
+
+    python bench/probes/compile_time.py --worlds 2,4,8 --arch 90 --out compile-time.json
+
+Each kernel of the compile tests' tables (tests/compile/test_triton_compile.py's MoE kernels,
+specialized as a launch is; all_reduce_rmsnorm's exchanges as tests/_compile.py signs it) is
+compiled once per world with a fresh Triton cache, and timed: `seconds` (the whole compile,
+Python frontend to cubin), `ptx_lines` (what the per-peer loops unrolled to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "python"), str(REPO / "tests"), str(REPO / "tests" / "compile")]
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from _compile import RMSNORM_SIGNATURE, bitcode  # noqa: E402
+
+# The rmsnorm modes whose exchanges loop over peers, at hidden 8192 (two_shot: a CTA a row of
+# 2048-column chunks, 16 warps; lamport: rows of 8192; split: slices of 1024, its words int64):
+# (constexprs, warps, signature changes).
+RMSNORM_MODES: dict[str, tuple[dict[str, Any], int, dict[str, str]]] = {
+    "rmsnorm two_shot": (dict(BLOCK_H=2048, LAMPORT=True, TWO_SHOT=True), 16, {}),
+    "rmsnorm lamport": (dict(BLOCK_H=8192, LAMPORT=True), 16, {}),
+    "rmsnorm split": (dict(BLOCK_H=1024, SPLIT=True, PARTS=8, LAMPORT=True), 4, {"ws": "*i64"}),
+}
+
+
+def kernels() -> dict[str, tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], int]]:
+    """name -> (kernel, signature, constexprs, attrs, warps), WORLD set per world later."""
+    import test_triton_compile as t
+    from ironlink.fused.all_reduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
+    from ironlink.language.jit import IronlinkKernel
+
+    out: dict[str, tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], int]] = {}
+    modules = (t.moe_kernels, t.moe_relay, t.moe_sort, t.moe_direct, t.moe_ll)
+    for name, (signature, constexprs) in t.MOE_KERNELS.items():
+        if "WORLD" not in constexprs:
+            continue
+        fn = next(getattr(m, name.split()[0]) for m in modules if hasattr(m, name.split()[0]))
+        fn = fn.fn if isinstance(fn, IronlinkKernel) else fn
+        full = {**signature, **{c: "constexpr" for c in constexprs}}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(full)
+                 if full[n].startswith("*") or n in t.MOE_ALIGNED_SIZES}
+        out[name] = (fn, signature, constexprs, attrs, t.MOE_WARPS.get(name, t.MOE_CONFIG.row_warps))
+    base = dict(WHOLE=False, FP8=False, PDL=True, PRELOAD=True, TRACE=False, ROWS=1, PUSH=False, SPLIT=False,
+                PARTS=1, LAMPORT=False, TWO_SHOT=False)
+    aligned = {"ctx", "x", "residual", "residual_out", "weight", "out", "scale", "T", "H", "status", "trace", "ws",
+               "epochs", "inbox", "W"}
+    for name, (mode, warps, changes) in RMSNORM_MODES.items():
+        signature = {k: v for k, v in {**RMSNORM_SIGNATURE, **changes}.items() if v != "constexpr"}
+        constexprs = {**base, **mode, "WORLD": 4}
+        full = {**signature, **{c: "constexpr" for c in constexprs}}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(full) if n in aligned}
+        out[name] = (allreduce_rmsnorm_kernel, signature, constexprs, attrs, warps)
+    return out
+
+
+def compile_once(fn: Any, signature: dict[str, Any], constexprs: dict[str, Any], attrs: dict[Any, Any],
+                 warps: int, cc: int) -> tuple[float, int]:
+    full = {**signature, **{c: "constexpr" for c in constexprs}}
+    t0 = time.perf_counter()
+    k = triton.compile(ASTSource(fn, full, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
+                       options={"extern_libs": (("ironlink", bitcode(cc)),), "num_warps": warps})
+    return time.perf_counter() - t0, k.asm["ptx"].count("\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worlds", default="2,4,8")
+    ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--only", default="", help="kernels whose name contains this")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = []
+    table = {n: k for n, k in kernels().items() if args.only in n}
+    for world in map(int, args.worlds.split(",")):
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["TRITON_CACHE_DIR"] = cache  # cold, as a first call on a new machine
+            for name, (fn, signature, constexprs, attrs, warps) in table.items():
+                seconds, lines = compile_once(fn, signature, {**constexprs, "WORLD": world}, attrs, warps, args.arch)
+                row = {"kernel": name, "world": world, "arch": args.arch, "seconds": round(seconds, 2),
+                       "ptx_lines": lines}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    if args.out:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+        Path(args.out).write_text(json.dumps({
+            "probe": "compile_time", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_rev": rev.stdout.strip() or "unknown", "cpus": os.cpu_count(), "triton": triton.__version__,
+            "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
