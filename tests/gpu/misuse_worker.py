@@ -149,42 +149,51 @@ def only_some_ranks() -> None:
                 heap.close()
 
 
+def _all_reduce_on_different_grids(heap: Any, n: int) -> tuple[Any, Any, set[int], float]:
+    """Ops' all-reduce kernel over `n` fp32 of `heap`: compiled on every rank before any rank
+    launches (a rank still compiling would keep its peers waiting past the 1 s timeout), run on
+    the same grid everywhere (checked), then on 4 CTAs on rank 0 and 8 elsewhere. Returns (x, x
+    before that call, the statuses of this rank's CTAs, the call's seconds)."""
+    from ironlink.language import _abi
+    from ironlink.ops import collectives as ops
+
+    x = heap.empty((n,), torch.float32)
+    x.copy_(ints(x.numel()))
+    want = summed(x)
+    status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
+    grid = 4 if dist.get_rank() == 0 else 8
+    args = (heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status)
+    ops._all_reduce_kernel.warmup(*args, num_warps=4, grid=(8,))
+    heap.barrier()
+    ops._all_reduce_kernel[(8,)](*args, num_warps=4)
+    torch.cuda.synchronize()
+    heap.check()
+    assert torch.equal(x, want), "the same grid everywhere: wrong sum"
+    before = x.clone()
+    heap.barrier()
+    status.zero_()
+    t0 = time.time()
+    ops._all_reduce_kernel[(grid,)](*args, num_warps=4)
+    torch.cuda.synchronize()
+    return x, before, set(status[:grid].tolist()), time.time() - t0
+
+
 def different_grids() -> None:
     """A user kernel (ops' all-reduce kernel, 4 MiB: two-shot, barriers) on 4 CTAs on rank 0 and 8
     elsewhere: every CTA of every rank returns GRID_MISMATCH (the CTAs beyond rank 0's grid after
     the timeout), heap.check() raises it with its message on every rank, the buffer is as it was."""
     import ironlink
     from ironlink.language import _abi
-    from ironlink.ops import collectives as ops
 
     heap = ironlink.SymmetricHeap(16 << 20, timeout_s=TIMEOUT_S)
     try:
-        x = heap.empty((1 << 20,), torch.float32)  # every CTA has work at both grids
-        x.copy_(ints(x.numel()))
-        want = summed(x)
-        status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
-        rank = dist.get_rank()
-        grid = 4 if rank == 0 else 8
+        x, before, codes, _ = _all_reduce_on_different_grids(heap, 1 << 20)  # every CTA has work at both grids
         mismatch = _abi.STATUS["GRID_MISMATCH"]
-        # Compiled on every rank before any rank launches (a rank still compiling would keep its
-        # peers waiting past the 1 s timeout), then the same grid everywhere, then the mismatch.
-        ops._all_reduce_kernel.warmup(heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4, grid=(8,))
-        heap.barrier()
-        ops._all_reduce_kernel[(8,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
-        torch.cuda.synchronize()
-        heap.check()
-        assert torch.equal(x, want), "the same grid everywhere: wrong sum"
-        before = x.clone()
-        heap.barrier()
-        status.zero_()
-        ops._all_reduce_kernel[(grid,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
-        torch.cuda.synchronize()
-        codes = sorted(set(status[:grid].tolist()))
-        assert codes == [mismatch], f"CTA statuses {codes}, wanted only GRID_MISMATCH ({mismatch})"
+        assert codes == {mismatch}, f"CTA statuses {sorted(codes)}, wanted only GRID_MISMATCH ({mismatch})"
         e = expect_error(heap.check)
         assert str(e) == (
-            f"device function symm_all_reduce on rank {rank} recorded GRID_MISMATCH ({mismatch}): ranks launched "
-            "this call with grids of different sizes; nothing was moved. A kernel that calls whole-tensor "
+            f"device function symm_all_reduce on rank {dist.get_rank()} recorded GRID_MISMATCH ({mismatch}): ranks "
+            "launched this call with grids of different sizes; nothing was moved. A kernel that calls whole-tensor "
             "collectives must have the same grid on every rank"
         ), str(e)
         assert e.status == mismatch and e.function == "symm_all_reduce", (e.status, e.function)
@@ -200,32 +209,13 @@ def different_grids_small() -> None:
     raises it, the buffer is as it was."""
     import ironlink
     from ironlink.language import _abi
-    from ironlink.ops import collectives as ops
 
     heap = ironlink.SymmetricHeap(16 << 20, timeout_s=TIMEOUT_S)
     try:
-        x = heap.empty((1024,), torch.float32)
-        x.copy_(ints(x.numel()))
-        want = summed(x)
-        status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
-        rank = dist.get_rank()
-        grid = 4 if rank == 0 else 8
+        x, before, codes, took = _all_reduce_on_different_grids(heap, 1024)
         mismatch, timeout = _abi.STATUS["GRID_MISMATCH"], _abi.STATUS["TIMEOUT"]
-        ops._all_reduce_kernel.warmup(heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4, grid=(8,))
-        heap.barrier()
-        ops._all_reduce_kernel[(8,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
-        torch.cuda.synchronize()
-        heap.check()
-        assert torch.equal(x, want), "the same grid everywhere: wrong sum"
-        before = x.clone()
-        heap.barrier()
-        status.zero_()
-        t0 = time.time()
-        ops._all_reduce_kernel[(grid,)](heap.ctx, x, x.numel(), _abi.REDUCE_OP["SUM"], status, num_warps=4)
-        torch.cuda.synchronize()
-        codes = set(status[:grid].tolist())
         assert mismatch in codes and codes <= {mismatch, timeout}, f"CTA statuses {sorted(codes)}"
-        assert time.time() - t0 < TIMEOUT_S + SLACK_S, "GRID_MISMATCH came later than the timeout"
+        assert took < TIMEOUT_S + SLACK_S, f"GRID_MISMATCH came after {took:.1f} s"
         e = expect_error(heap.check, "GRID_MISMATCH", "grids of different sizes")
         assert e.status == mismatch and e.function == "symm_all_reduce", (e.status, e.function)
         assert torch.equal(x, before), "a call with different grids wrote the buffer"

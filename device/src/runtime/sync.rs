@@ -323,18 +323,33 @@ impl<'a> Call<'a> {
     fn failed_barrier(&self, timed_out: bool, differs: u32) -> i32 {
         let code = if timed_out {
             // A peer on another grid may have taken an LL path for these bytes: its word says so.
-            if self.grid_differs() {
-                status::GRID_MISMATCH
-            } else {
-                status::TIMEOUT
-            }
+            self.timeout_cause()
         } else if hw::sync_threads_or(differs & call_id::GRID_DIFFERS != 0) {
             status::GRID_MISMATCH
         } else {
             status::HEAP_ASYMMETRIC
         };
-        // The error that stands is the same for every thread: the first recorded (a grid
-        // mismatch found only after a timeout replaces that timeout).
+        self.record_failure(code)
+    }
+
+    /// Why a wait of this call timed out: `GRID_MISMATCH` if a peer announced it on another grid
+    /// (`grid_differs`), else `TIMEOUT`. Every thread calls it.
+    #[cold]
+    #[inline(always)]
+    fn timeout_cause(&self) -> i32 {
+        if self.grid_differs() {
+            status::GRID_MISMATCH
+        } else {
+            status::TIMEOUT
+        }
+    }
+
+    /// Records a failed call's `code` and returns what the CTA returns. The error that stands is
+    /// the same for every thread: the first recorded (a grid mismatch found only after a timeout
+    /// replaces that timeout), and a timeout after a sibling's grid mismatch returns the mismatch.
+    #[cold]
+    #[inline(always)]
+    fn record_failure(&self, code: i32) -> i32 {
         let standing = if code == status::GRID_MISMATCH {
             context::record_grid_mismatch(self.c, self.which)
         } else {
@@ -379,26 +394,7 @@ impl<'a> Call<'a> {
         if !hw::sync_threads_or(late) {
             return Ok(());
         }
-        Err(self.failed_wait())
-    }
-
-    #[cold]
-    #[inline(always)]
-    fn failed_wait(&self) -> i32 {
-        let code = if self.grid_differs() {
-            status::GRID_MISMATCH
-        } else {
-            status::TIMEOUT
-        };
-        let standing = if code == status::GRID_MISMATCH {
-            context::record_grid_mismatch(self.c, self.which)
-        } else {
-            context::record_error(self.c, code, self.which)
-        };
-        if code == status::TIMEOUT && standing == status::GRID_MISMATCH {
-            return status::GRID_MISMATCH;
-        }
-        code
+        Err(self.record_failure(self.timeout_cause()))
     }
 }
 
