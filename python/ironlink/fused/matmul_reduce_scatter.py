@@ -126,7 +126,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
         return out
     c = p.config
     if h.multi_node:
-        nbytes = p.m * p.n * a.element_size()
+        nbytes = full_bytes(p, a.element_size())
         partials = h.workspace(cublas_methods.PARTIALS, nbytes)[:nbytes].view(a.dtype)
         launch_with_status(
             "matmul_reduce_scatter", h, p.ctas,
@@ -159,19 +159,29 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
 SLOTS = "matmul_reduce_scatter/slots"
 
 
+def full_bytes(p: Plan, itemsize: int) -> int:
+    """Bytes of an [M, N] workspace of plan `p` (the partials, the sends)."""
+    return p.m * p.n * itemsize
+
+
+def slot_bytes(p: Plan, itemsize: int, world: int) -> int:
+    """Bytes of the copy engine's landing slots (`SLOTS`) of plan `p`."""
+    return (world - 1) * (p.m // world) * p.n * itemsize
+
+
 def workspace_requests(p: Plan, itemsize: int, world: int, method: str, exchange: tuning.ScatterExchange,
                        multi_node: bool = False) -> dict[str, int]:
     """The heap workspaces a call of plan `p` (elements of `itemsize` bytes) takes by `method`,
     name -> bytes: what `matmul_reduce_scatter` asks `heap.workspace` for, and what `heap_bytes`
     adds up."""
-    full, rows = p.m * p.n * itemsize, p.m // world
+    full, rows = full_bytes(p, itemsize), p.m // world
     if method == "collective" or (method == "kernel" and multi_node):
         return {cublas_methods.PARTIALS: full}
     if method == "overlap":
         return {cublas_methods.PARTIALS: full, cublas_methods.SENDS: full}
     if exchange.takes_copy_engine(rows):
         _, words = copy_engine.planned(world, rows, p.config, exchange.min_chunks, 2)
-        return {cublas_methods.SENDS: full, SLOTS: (world - 1) * rows * p.n * itemsize,
+        return {cublas_methods.SENDS: full, SLOTS: slot_bytes(p, itemsize, world),
                 copy_engine.flags_name("matmul_reduce_scatter"): copy_engine.flags_bytes(world, words)}
     return {"matmul_reduce_scatter": p.workspace_bytes, epochs_name("matmul_reduce_scatter"): EPOCH_COUNTER_BYTES}
 
@@ -208,10 +218,10 @@ def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any,
     world, r, rows = heap.world_size, heap.rank, p.m // heap.world_size
     layout = layout_for(a, b)
     a_arg, b_arg = operand_descriptors(a, b, layout, c.block_m, c.block_n, c.block_k)
-    nbytes = p.m * p.n * out.element_size()
+    nbytes = full_bytes(p, out.element_size())
     sends = heap.workspace(cublas_methods.SENDS, nbytes)[:nbytes].view(out.dtype).view(p.m, p.n)
-    slot_bytes = (world - 1) * rows * p.n * out.element_size()
-    slots = heap.workspace(SLOTS, slot_bytes)[:slot_bytes].view(out.dtype)
+    landing = slot_bytes(p, out.element_size(), world)
+    slots = heap.workspace(SLOTS, landing)[:landing].view(out.dtype)
     slots = slots.view(world - 1, rows, p.n)
     chunks = copy_engine.chunks(rows, c)
     tiles_n = -(-p.n // c.block_n)
@@ -264,5 +274,5 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         num_stages=c.stages)
 
 
-__all__ = ["COPY_COLS", "Plan", "SLOTS", "check_shapes", "heap_bytes", "launch", "launch_copy_engine",
-           "matmul_reduce_scatter", "plan", "workspace_requests"]
+__all__ = ["COPY_COLS", "Plan", "SLOTS", "check_shapes", "full_bytes", "heap_bytes", "launch", "launch_copy_engine",
+           "matmul_reduce_scatter", "plan", "slot_bytes", "workspace_requests"]
