@@ -687,6 +687,24 @@ def test_decode_ops_launch_with_pdl_where_the_gpu_has_it(fake_torch: Any, major:
             ironlink.all_reduce(x, heap=heap, pdl=True)
 
 
+def test_ranks_sharing_a_gpu_launch_without_pdl_unless_asked(fake_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks sharing a GPU: with PDL a rank's next kernel could hold the SMs a peer's kernel needs
+    (matmul_all_reduce "lamport", 8 launches, 4 ranks on one H200 stalled), so PDL is off by
+    default there; asked for, it is on."""
+    fake_torch.cuda.get_device_capability = lambda d: (9, 0)
+    fake_torch.cuda.device_count = lambda: 1
+    monkeypatch.setenv("IRONLINK_SHARED_GPU", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    x = _FakeTensor(4096, ptr=0x100000)
+    heap = _Heap(x)
+    ironlink.all_reduce(x, heap=heap)
+    ironlink.all_reduce(x, heap=heap, pdl=True)
+    assert ["launch_pdl" in kw for *_, kw in fake_torch.launches] == [False, True]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # one rank a GPU: the default is on again
+    ironlink.all_reduce(x, heap=heap)
+    assert fake_torch.launches[-1][3].get("launch_pdl") is True
+
+
 def test_all_reduce_takes_lamport_slots_for_small_messages() -> None:
     # The committed decode tables: lamport slots up to 256 KiB at worlds 2 and 4 (the tuner's runs
     # on H200s), and world 8 (no table) derives from world 4: 3 / 7 of its bytes, as each rank sends

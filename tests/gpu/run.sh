@@ -109,8 +109,15 @@ if [ -n "$shared_gpu" ]; then
   export IRONLINK_SHARED_GPU=1 CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps}
   export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/ironlink-mps-log}
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if ! nvidia-cuda-mps-control -d; then
-    echo "--shared-gpu: could not start the MPS daemon (nvidia-cuda-mps-control -d)"; exit 1
+  # A run cut off before its EXIT trap (a `timeout` around this script) leaves its daemon, whose
+  # server then refuses new clients: stop it and start afresh.
+  mps=$(nvidia-cuda-mps-control -d 2>&1); r=$?
+  if [ $r -ne 0 ] && [[ $mps == *"already running"* ]]; then
+    echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1; sleep 1
+    mps=$(nvidia-cuda-mps-control -d 2>&1); r=$?
+  fi
+  if [ $r -ne 0 ]; then
+    echo "--shared-gpu: could not start the MPS daemon (nvidia-cuda-mps-control -d): $mps"; exit 1
   fi
   # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
   # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
