@@ -89,7 +89,12 @@ abi: $(STAMP)/toolchain
 	@echo "== generating python/ironlink/language/_abi.py (cargo build of the host crate runs build.rs)"
 	@$(CARGO) build -q
 
-test: all-archs venv abi wheel test-rust test-python test-triton-range lint
+# The three venvs download while the bitcode compiles (pip waits on the network, rustc on the CPU):
+# one make with a slot each; all-archs runs its own -j$(NPROC) inside.
+TRITON_VENVS := $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
+test: $(STAMP)/toolchain
+	@$(MAKE) --no-print-directory -j4 all-archs venv $(TRITON_VENVS)
+	@$(MAKE) --no-print-directory abi wheel test-rust test-python test-triton-range lint
 	@echo "== make test: everything passed"
 
 test-rust: $(STAMP)/toolchain
@@ -147,7 +152,7 @@ wheel: all-archs venv
 TRITON_RANGE := $(TRITON_OLDEST):90 $(TRITON_NEWEST):90,100
 TRITON_TESTS := $(addprefix tests/compile/,test_triton_compile.py test_ptx_shape.py test_typed.py test_fusion_compile.py \
                   test_nvshmem_link.py test_nvshmem_compile.py test_pdl.py)
-test-triton-range: all-archs $(STAMP)/triton-$(TRITON_OLDEST) $(STAMP)/triton-$(TRITON_NEWEST)
+test-triton-range: all-archs $(TRITON_VENVS)
 	@for pair in $(TRITON_RANGE); do v=$${pair%%:*}; archs=$${IRONLINK_COMPILE_ARCHS:-$${pair#*:}}; \
 	  echo "== compile tests with Triton $$v for sm_$$archs"; \
 	  IRONLINK_COMPILE_ARCHS=$$archs IRONLINK_COMPILE_SAMPLED=1 IRONLINK_LLVM_BIN=$(LLVM_BIN) PYTHONPATH=python \

@@ -1,0 +1,531 @@
+"""End to end: a tensor-parallel decoder stack shaped like Llama 3 70B, one step of it per CUDA graph,
+with each contender's communication, same process, same GPUs, same weights (issue 63 item 1):
+
+    torchrun --nproc_per_node=4 bench/e2e.py --out bench/results/e2e-4xh200.json   (bench/run_py.sh e2e)
+    torchrun --nproc_per_node=2 bench/e2e.py --check      (correctness only, the small configuration)
+
+The stack: `--layers` (8) pre-norm layers of hidden 8192, 64 query / 8 KV heads of 128, SiLU-gated
+FFN 28672, RMSNorm (eps 1e-5), bf16, tensor parallel over the world: column-parallel QKV and
+gate/up (each rank heads / world query heads, kv_heads / world KV heads, ffn / world columns),
+row-parallel output and down projections, each followed by the all-reduce of the [tokens, hidden]
+activation, the residual add and the next RMSNorm (the next layer's input norm, after the last
+layer the final norm). Attention is F.scaled_dot_product_attention over a KV cache preallocated
+at context + new tokens. RoPE is left out: it has no communication and costs every contender
+the same. Weights: each full matrix drawn from one seed on every rank (the same model at any
+world size), each rank keeping its shard.
+Phases: decode at batch 1, 8, 32 (one new token per sequence, 2048 random tokens of context in
+the cache) and a 2048-token prefill at batch 1 (causal, from an empty cache).
+Contenders (one CUDA graph of whole steps each, from the same input to the final norm's output):
+- nccl: torch.mm, dist.all_reduce, residual add and F.rms_norm (the reference of the check);
+- torch_symm: the same with PyTorch's symm_mem one_shot_all_reduce (up to 64 KiB) or
+  two_shot_all_reduce_ (the crossover of bench/results/allreduce-*xNVIDIA-H200: level at 64 KiB,
+  two-shot ahead from 256 KiB), skipped with the reason where this torch cannot run it;
+- ironlink[norm]: torch.mm into a heap tensor, then ironlink.all_reduce_rmsnorm (all-reduce,
+  residual add and the next norm in one kernel);
+- ironlink[mm]: ironlink.matmul_all_reduce (the projection and its all-reduce in one kernel),
+  then the add and F.rms_norm in torch. Each all-reduce is followed by an add and a norm, so one
+  all-reduce takes one fused op or the other, not both;
+- ironlink: ironlink's composition, ironlink[norm]'s row (DEFAULT_VARIANT: in docs/fused.md the
+  torch add + norm alone take 8.5 us at 1 token, more than matmul_all_reduce saves over torch.mm
+  + all-reduce at M = 16, 3.8 us; at 2048 tokens the two estimate level: ironlink[mm] says);
+- ironlink_compile: ironlink's composition under torch.compile(fullgraph=True) (ironlink's ops
+  are torch.library operators), then captured the same way; skipped with the reason if it fails.
+A fused op that refuses a shape falls back to torch.mm + ironlink.all_reduce + torch ops; every
+row's `ops` says what each projection ran (the mode or method the op chose).
+Timing: ironlink_bench.GraphRound (the contenders' replays in turns, every rank's replay started
+together, median per step, max over ranks). Check, after the timed replays or alone (--check): on
+every rank each contender's final output must be within `--tol` (3e-2) of nccl's, as max |x -
+nccl| / max |nccl| over the [tokens, hidden] output; else a FAILED line and exit status 1.
+Heap: the workspaces the ops say they take (their heap_bytes) at the largest phase, its two
+activation tensors, torch.compile's staging copies of them, and 256 MiB more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from typing import Any, Callable, NamedTuple, Optional
+
+from ironlink.fused.all_reduce_rmsnorm import heap_bytes as rmsnorm_heap_bytes, plan as rmsnorm_plan
+from ironlink.fused.matmul_all_reduce import heap_bytes as mm_heap_bytes, plan as mm_plan
+from ironlink.ops.collectives import heap_bytes as all_reduce_heap_bytes
+from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
+from ironlink.runtime.tensor_spec import TensorSpec
+
+try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e_cpu.py)
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    import ironlink
+    from ironlink.runtime.distributed import sm_share
+    from ironlink.tune.timing import captured
+    from ironlink_bench import GraphRound, write_results
+    IMPORT_ERROR: Optional[ImportError] = None
+except ImportError as e:
+    torch, IMPORT_ERROR = None, e
+
+PRESETS: dict[str, dict[str, int]] = {
+    "llama3-70b-dense": dict(layers=8, hidden=8192, heads=64, kv_heads=8, ffn=28672, context=2048, prefill=2048),
+    "small": dict(layers=2, hidden=1024, heads=8, kv_heads=8, ffn=2048, context=128, prefill=128),
+}
+PROJECTIONS = ("o_proj", "down_proj")  # the row-parallel ones, each followed by an all-reduce
+VARIANTS = ("norm", "mm")  # ironlink's compositions (module docs)
+DEFAULT_VARIANT = "norm"
+SYMM_ONE_SHOT_MAX_BYTES = 64 << 10
+COMPILE_WAIT_S = 120.0  # the heap's wait timeout while the ranks compile (they finish seconds apart)
+SLACK_BYTES = 256 << 20
+DEV = "cuda:0"  # the pure plans' device (any one: they check shapes)
+NCCL_OPS = "torch.mm + dist.all_reduce + add + F.rms_norm"
+
+
+class Dims(NamedTuple):
+    model: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    context: int
+    prefill: int
+    eps: float
+
+
+class Phase(NamedTuple):
+    phase: str  # "decode" or "prefill"
+    batch: int
+    context: int  # tokens in the cache before the step
+    new: int  # tokens per sequence in the step
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.new
+
+
+def resolve_dims(config: str, overrides: dict[str, Optional[int]], eps: float) -> Dims:
+    """The preset `config` with the options given (None: the preset's); head_dim defaults to
+    hidden / heads. The name gets "-custom" where the dimensions differ from the preset's."""
+    def full(d: dict[str, int]) -> dict[str, int]:
+        return {**d, "head_dim": d.get("head_dim") or d["hidden"] // d["heads"]}
+
+    base = full(PRESETS[config])
+    dims = full({**PRESETS[config], **{k: v for k, v in overrides.items() if v is not None}})
+    return Dims(model=config if dims == base else f"{config}-custom", eps=eps, **dims)
+
+
+def dims_problem(d: Dims, world: int) -> Optional[str]:
+    """Why `d` cannot be split over `world` ranks, or None."""
+    for what, n, by in (("heads", d.heads, d.kv_heads), ("heads", d.heads, world), ("kv_heads", d.kv_heads, world),
+                        ("ffn", d.ffn, world)):
+        if n % by:
+            return f"{what} = {n} is not divisible by {by}"
+    return None
+
+
+def phases(names: list[str], batches: list[int], d: Dims, prefill_batch: int) -> list[Phase]:
+    out = [Phase("decode", b, d.context, 1) for b in batches] if "decode" in names else []
+    return out + ([Phase("prefill", prefill_batch, 0, d.prefill)] if "prefill" in names else [])
+
+
+def step_bytes(d: Dims, tokens: int) -> int:
+    """Bytes all-reduced in one step (two all-reduces a layer): GraphRound's calls per graph by it."""
+    return 2 * d.layers * tokens * d.hidden * 2
+
+
+def ironlink_op(variant: str, tokens: int, k: int, hidden: int, world: int, sms: int) -> tuple[str, str]:
+    """(what the step runs, its label for the row) for one row-parallel projection [tokens, k] x
+    [k, hidden] in composition `variant`: "norm", "mm", or "all_reduce" where the fused op
+    refuses the shape (its plan, a pure check, raises)."""
+    x = TensorSpec("x", (tokens, hidden), "bfloat16", 2, True, DEV, 1 << 30)
+    try:
+        if variant == "norm":
+            w = TensorSpec("weight", (hidden,), "bfloat16", 2, True, DEV, 3 << 30)
+            mode = rmsnorm_plan(x, x._replace(name="residual", data_ptr=2 << 30), w,
+                                x._replace(name="out", data_ptr=4 << 30), DEV, world, sms).mode
+            return "norm", f"torch.mm + ironlink.all_reduce_rmsnorm[{mode}]"
+        a = TensorSpec("a", (tokens, k), "bfloat16", 2, True, DEV, 5 << 30)
+        method = mm_plan(a, TensorSpec("b", (k, hidden), "bfloat16", 2, True, DEV, 6 << 30),
+                         x._replace(name="out"), DEV, world, sms).method
+        return "mm", f"ironlink.matmul_all_reduce[{method}] + add + F.rms_norm"
+    except (ValueError, TypeError) as e:
+        return "all_reduce", f"torch.mm + ironlink.all_reduce + add + F.rms_norm ({variant}: {e})"
+
+
+def heap_size(d: Dims, tokens: int, world: int, sms: int) -> int:
+    """The symmetric heap for phases of up to `tokens` tokens (module docs)."""
+    act = tokens * d.hidden * 2
+    try:
+        norm = rmsnorm_heap_bytes(tokens, d.hidden, world, sms=sms)
+    except ValueError:  # a hidden size it refuses: all_reduce instead
+        norm = 0
+    try:
+        mm = max(mm_heap_bytes(tokens, d.hidden, k, world, sms=sms) for k in (d.heads // world * d.head_dim,
+                                                                               d.ffn // world))
+    except ValueError:  # some row count refused: a bound on its slots, 2 (world - 1) x out, kept by powers of two
+        mm = 8 * (world - 1) * act
+    return 2 * act + norm + mm + all_reduce_heap_bytes(act, world) + 4 * act + SLACK_BYTES
+
+
+def within(err: float, tol: float) -> bool:
+    return err <= tol  # NaN fails
+
+
+ModuleBase: Any = torch.nn.Module if torch is not None else object
+
+
+def randn_bf16(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+
+def shard(shape: tuple[int, ...], dim: int, seed: int, rank: int, world: int) -> Any:
+    """This rank's part along `dim` of a full [in, out] weight drawn from `seed` (the same on
+    every rank), scaled by 1 / sqrt(in)."""
+    return randn_bf16(shape, seed, shape[0] ** -0.5).chunk(world, dim)[rank].contiguous()
+
+
+class Layer(ModuleBase):
+    def __init__(self, d: Dims, rank: int, world: int, seed: int) -> None:
+        super().__init__()
+        h, hd = d.hidden, d.head_dim
+
+        def part(j: int, shape: tuple[int, int], dim: int) -> Any:
+            return shard(shape, dim, seed + j, rank, world)
+
+        self.wqkv = torch.cat([part(0, (h, d.heads * hd), 1), part(1, (h, d.kv_heads * hd), 1),
+                               part(2, (h, d.kv_heads * hd), 1)], 1)
+        self.wo = part(3, (d.heads * hd, h), 0)
+        self.wgu = torch.cat([part(4, (h, d.ffn), 1), part(5, (h, d.ffn), 1)], 1)  # [gate | up] of this rank
+        self.wd = part(6, (d.ffn, h), 0)
+        self.attn_norm, self.mlp_norm = (1 + 0.1 * randn_bf16((h,), seed + j) for j in (7, 8))
+        self.k_cache: Any = None  # [batch, kv heads of this rank, context + new, head_dim], set by phase
+        self.v_cache: Any = None
+
+
+class Step(ModuleBase):
+    """One step of the whole stack for one phase, from the input `x0` to `final`; the contenders
+    differ in `reduce` alone (a row-parallel projection, its all-reduce, the add and next norm)."""
+
+    def __init__(self, b: "E2E", ph: Phase) -> None:
+        super().__init__()
+        d = b.d
+        self.layers, self.final_norm = b.layers, b.final_norm
+        self.hidden, self.eps, self.head_dim = d.hidden, d.eps, d.head_dim
+        self.hq, self.hkv = d.heads // b.world, d.kv_heads // b.world
+        self.batch, self.context, self.new, self.gqa = ph.batch, ph.context, ph.new, b.gqa
+        self.x0, self.res = b.x0, b.res  # res: the residual stream, restarted from x0 by every step
+        self.final = torch.empty_like(b.x0)
+
+    def forward(self) -> Any:
+        self.res.copy_(self.x0)
+        h = self.norm(self.layers[0].attn_norm)
+        for i, layer in enumerate(self.layers):
+            after = self.layers[i + 1].attn_norm if i + 1 < len(self.layers) else self.final_norm
+            h = self.reduce(self.attention(layer, h @ layer.wqkv), layer.wo, layer.mlp_norm, 0)
+            gate, up = (h @ layer.wgu).chunk(2, dim=1)
+            h = self.reduce(F.silu(gate) * up, layer.wd, after, 1)
+        self.final.copy_(h)
+        return self.final
+
+    def norm(self, weight: Any) -> Any:
+        return F.rms_norm(self.res, (self.hidden,), weight, self.eps)
+
+    def attention(self, layer: Any, qkv: Any) -> Any:
+        b, c, n, hd, hq, hkv = self.batch, self.context, self.new, self.head_dim, self.hq, self.hkv
+        q, k, v = qkv[:, :hq * hd], qkv[:, hq * hd:(hq + hkv) * hd], qkv[:, (hq + hkv) * hd:]
+        if n == 1:  # decode: the query heads of a KV head as its query rows (exact for one token, no mask, no KV copy)
+            layer.k_cache[:, :, c].copy_(k.view(b, hkv, hd))
+            layer.v_cache[:, :, c].copy_(v.view(b, hkv, hd))
+            o = F.scaled_dot_product_attention(q.view(b, hkv, hq // hkv, hd), layer.k_cache[:, :, :c + 1],
+                                               layer.v_cache[:, :, :c + 1])
+            return o.reshape(b, hq * hd)
+        layer.k_cache[:, :, c:c + n].copy_(k.view(b, n, hkv, hd).transpose(1, 2))  # prefill: c = 0
+        layer.v_cache[:, :, c:c + n].copy_(v.view(b, n, hkv, hd).transpose(1, 2))
+        kc, vc = layer.k_cache[:, :, :c + n], layer.v_cache[:, :, :c + n]
+        qt = q.view(b, n, hq, hd).transpose(1, 2)
+        if self.gqa:
+            o = F.scaled_dot_product_attention(qt, kc, vc, is_causal=True, enable_gqa=True)
+        else:  # a torch without enable_gqa: the KV heads repeated for their query heads
+            rep = hq // hkv
+            o = F.scaled_dot_product_attention(qt, kc.repeat_interleave(rep, 1), vc.repeat_interleave(rep, 1),
+                                               is_causal=True)
+        return o.transpose(1, 2).reshape(b * n, hq * hd)
+
+    def reduce(self, a: Any, w: Any, norm_weight: Any, which: int) -> Any:
+        raise NotImplementedError
+
+
+class NcclStep(Step):
+    def reduce(self, a: Any, w: Any, norm_weight: Any, which: int) -> Any:
+        p = a @ w
+        dist.all_reduce(p)
+        self.res.add_(p)
+        return self.norm(norm_weight)
+
+
+class SymmStep(Step):
+    def __init__(self, b: "E2E", ph: Phase, bufs: tuple[Any, Any]) -> None:
+        super().__init__(b, ph)
+        self.bufs, self.group = bufs, b.group  # one buffer for each projection: the next overwrite waits a collective
+        self.one_shot = ph.tokens * self.hidden * 2 <= SYMM_ONE_SHOT_MAX_BYTES
+
+    def reduce(self, a: Any, w: Any, norm_weight: Any, which: int) -> Any:
+        buf = self.bufs[which]
+        torch.mm(a, w, out=buf)
+        if self.one_shot:
+            self.res.add_(torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", self.group))
+        else:
+            torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", self.group)
+            self.res.add_(buf)
+        return self.norm(norm_weight)
+
+
+class IronlinkStep(Step):
+    def __init__(self, b: "E2E", ph: Phase, kinds: tuple[str, ...]) -> None:
+        super().__init__(b, ph)
+        self.heap, self.bufs, self.kinds = b.heap, b.bufs, kinds  # heap tensors: attributes (docs/python.md)
+
+    def reduce(self, a: Any, w: Any, norm_weight: Any, which: int) -> Any:
+        x, kind = self.bufs[which], self.kinds[which]
+        if kind == "mm":
+            ironlink.matmul_all_reduce(a, w, out=x, heap=self.heap)
+        else:
+            torch.mm(a, w, out=x)
+            if kind == "norm":
+                return ironlink.all_reduce_rmsnorm(x, self.res, norm_weight, self.eps, heap=self.heap)[0]
+            ironlink.all_reduce(x, heap=self.heap)
+        self.res.add_(x)
+        return self.norm(norm_weight)
+
+
+class Entry(NamedTuple):
+    name: str
+    fn: Callable[[], Any]  # what the graph captures
+    step: Any  # its Step: `final` holds the output
+    ops: dict[str, str]
+
+
+def agreed(ok: bool) -> bool:
+    """Whether every rank says `ok` (so that all add the same contenders)."""
+    t = torch.tensor([int(ok)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def sdpa_takes_gqa() -> bool:
+    q, kv = (torch.zeros(1, h, 4, 64, device="cuda", dtype=torch.bfloat16) for h in (2, 1))
+    try:
+        F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+        return True
+    except (TypeError, RuntimeError):
+        return False
+
+
+class E2E:
+    def __init__(self, args: argparse.Namespace, d: Dims, plan: list[Phase]) -> None:
+        self.args, self.d, self.plan = args, d, plan
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.sms = sm_share(torch.cuda.current_device())
+        self.group = dist.group.WORLD.group_name
+        self.wanted = re.compile(args.contenders)  # nccl always runs: the check's reference
+        self.heap = ironlink.SymmetricHeap(heap_size(d, max(p.tokens for p in plan), self.world, self.sms),
+                                           timeout_s=args.timeout_s)
+        self.layers = torch.nn.ModuleList([Layer(d, self.rank, self.world, args.seed + 1000 * (i + 1))
+                                           for i in range(d.layers)])
+        self.final_norm = 1 + 0.1 * randn_bf16((d.hidden,), args.seed + 1)
+        self.gqa = sdpa_takes_gqa()
+        self.rows: list[dict[str, Any]] = []
+        self.failures: list[str] = []
+        self.x0: Any = None
+        self.res: Any = None
+        self.bufs: tuple[Any, ...] = ()
+
+    def say(self, text: str) -> None:
+        if self.rank == 0:
+            print(text, flush=True)
+
+    def enter(self, ph: Phase) -> None:
+        """The phase's input, residual, heap activations and KV caches (random context)."""
+        d, seed = self.d, self.args.seed
+        self.x0 = randn_bf16((ph.tokens, d.hidden), seed + 2)
+        self.res = torch.empty_like(self.x0)
+        self.bufs = tuple(self.heap.empty((ph.tokens, d.hidden), torch.bfloat16) for _ in PROJECTIONS)
+        full = (ph.batch, d.kv_heads, ph.context + ph.new, d.head_dim)
+        for i, layer in enumerate(self.layers):
+            layer.k_cache, layer.v_cache = (randn_bf16(full, seed + 7919 * (i + 1) + j).chunk(self.world, 1)[self.rank]
+                                            .contiguous() for j in (0, 1))
+
+    def leave(self) -> None:
+        torch.cuda.synchronize()
+        self.heap.check()
+        for x in self.bufs:
+            self.heap.free(x)
+        for layer in self.layers:
+            layer.k_cache = layer.v_cache = None
+        torch._dynamo.reset()
+
+    def composition(self, variant: str, tokens: int) -> tuple[tuple[str, ...], dict[str, str]]:
+        ks = (self.d.heads // self.world * self.d.head_dim, self.d.ffn // self.world)
+        got = [ironlink_op(variant, tokens, k, self.d.hidden, self.world, self.sms) for k in ks]
+        return tuple(kind for kind, _ in got), dict(zip(PROJECTIONS, (label for _, label in got)))
+
+    def contenders(self, ph: Phase) -> list[Entry]:
+        nccl = NcclStep(self, ph)
+        out = [Entry("nccl", nccl, nccl, {p: NCCL_OPS for p in PROJECTIONS})]
+        if self.wanted.search("torch_symm"):
+            out += self.symm(ph)
+        for v in VARIANTS:
+            if self.wanted.search(f"ironlink[{v}]"):
+                kinds, ops = self.composition(v, ph.tokens)
+                step = IronlinkStep(self, ph, kinds)
+                out.append(Entry(f"ironlink[{v}]", step, step, ops))
+        if self.wanted.search("ironlink_compile"):
+            out += self.compiled(ph)
+        return out
+
+    def skipped(self, name: str, ok: bool, reason: str) -> bool:
+        """Whether `name` is skipped (any rank failed), saying why on rank 0."""
+        if agreed(ok):
+            return False
+        self.say(f"{name} skipped: {reason or 'it failed on another rank'}")
+        return True
+
+    def symm(self, ph: Phase) -> list[Entry]:
+        """torch_symm, as fused.py's torch_symm_torch: where this torch runs it; else why not."""
+        import torch.distributed._symmetric_memory as symm_mem
+
+        reason = ""
+        try:
+            bufs = [symm_mem.empty((ph.tokens, self.d.hidden), dtype=torch.bfloat16, device="cuda") for _ in PROJECTIONS]
+            for buf in bufs:
+                symm_mem.rendezvous(buf, self.group)
+            step = SymmStep(self, ph, (bufs[0], bufs[1]))
+            step()
+            torch.cuda.synchronize()
+        except Exception as e:  # not every torch build has it (or captures it)
+            reason = f"{type(e).__name__}: {str(e)[:200]}"
+        if self.skipped("torch_symm", not reason, reason):
+            return []
+        op = "one_shot_all_reduce" if step.one_shot else "two_shot_all_reduce_"
+        return [Entry("torch_symm", step, step, {p: f"torch.mm + symm_mem.{op} + add + F.rms_norm" for p in PROJECTIONS})]
+
+    def compiled(self, ph: Phase) -> list[Entry]:
+        """ironlink's composition under torch.compile(fullgraph=True), compiled and run once here."""
+        kinds, ops = self.composition(DEFAULT_VARIANT, ph.tokens)
+        step, reason = IronlinkStep(self, ph, kinds), ""
+        torch._dynamo.reset()
+        self.heap.set_timeout(max(self.args.timeout_s, COMPILE_WAIT_S))
+        try:
+            fn = torch.compile(step, fullgraph=True, dynamic=False)
+            fn()
+            torch.cuda.synchronize()
+        except Exception as e:
+            reason = f"{type(e).__name__}: {str(e)[:300]}"
+        skip = self.skipped("ironlink_compile", not reason, reason)
+        self.heap.set_timeout(self.args.timeout_s)
+        return [] if skip else [Entry("ironlink_compile", fn, step, ops)]
+
+    def run(self, ph: Phase) -> None:
+        self.enter(ph)
+        entries = self.contenders(ph)
+        times: dict[str, float] = {}
+        if self.args.check:
+            for e in entries:
+                captured(e.fn, 1)  # warm-up calls, a graph of one step, one replay
+        else:
+            timer = GraphRound()
+            for e in entries:
+                timer.add(e.fn, step_bytes(self.d, ph.tokens), tag=e.name)
+            times = {name: us / 1000 for name, us in timer.run_tagged()}
+        errors = self.verify(ph, entries)
+        for e in entries:
+            self.record(ph, e.name, times.get(e.name), times.get("nccl"), e.ops, errors[e.name])
+        chosen = f"ironlink[{DEFAULT_VARIANT}]"
+        if chosen in errors:
+            self.record(ph, "ironlink", times.get(chosen), times.get("nccl"),
+                        next(e.ops for e in entries if e.name == chosen), errors[chosen])
+        del entries
+        self.leave()
+
+    def verify(self, ph: Phase, entries: list[Entry]) -> dict[str, float]:
+        """Each contender's error against nccl's output (module docs), on every rank; the largest."""
+        ref = entries[0].step.final.float()
+        scale = ref.abs().max().clamp_min(1e-30)
+        mine = torch.stack([(e.step.final.float() - ref).abs().max() / scale for e in entries])
+        every = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(every, mine)
+        errs = torch.stack(every).cpu().tolist()  # [rank][contender]
+        worst = {}
+        for i, e in enumerate(entries):
+            col = [row[i] for row in errs]
+            worst[e.name] = math.nan if any(map(math.isnan, col)) else max(col)
+            bad = [r for r, err in enumerate(col) if not within(err, self.args.tol)]
+            if bad:
+                msg = (f"FAILED: e2e {self.d.model} {ph.phase} batch {ph.batch}: {e.name} differs from nccl by "
+                       f"{worst[e.name]:.3g} (max |x - nccl| / max |nccl|) > {self.args.tol} on ranks {bad}")
+                self.failures.append(msg)
+                self.say(msg)
+        return worst
+
+    def record(self, ph: Phase, name: str, ms: Optional[float], nccl_ms: Optional[float], ops: dict[str, str],
+               err: float) -> None:
+        row = {"model": self.d.model, "phase": ph.phase, "batch": ph.batch, "tokens": ph.tokens,
+               "context": ph.context, "contender": name, "ms": None if ms is None else round(ms, 4),
+               "tokens_per_s": None if not ms else round(ph.tokens / ms * 1000, 1),
+               "vs_nccl": None if not ms or not nccl_ms else round(nccl_ms / ms, 3), "ops": ops,
+               "rel_err": err, "layers": self.d.layers, "world": self.world}
+        self.rows.append(row)
+        timing = f"{ms:10.3f} ms {row['tokens_per_s']:>11} tok/s x{row['vs_nccl']}" if ms else "(check only)"
+        self.say(f"{ph.phase:>7} batch {ph.batch:>3} tokens {ph.tokens:>5} {name:>16} {timing}  err {err:.2e}  "
+                 f"{ops['o_proj'] if name != 'nccl' else ''}")
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--out", default=None, help="JSON file to write (rank 0)")
+    ap.add_argument("--config", choices=sorted(PRESETS), default=None,
+                    help="the dimensions' defaults (default llama3-70b-dense; small with --check)")
+    for name in ("layers", "hidden", "heads", "kv-heads", "head-dim", "ffn", "context", "prefill"):
+        ap.add_argument(f"--{name}", type=int, default=None, help="overrides the --config value")
+    ap.add_argument("--eps", type=float, default=1e-5)
+    ap.add_argument("--phases", default="decode,prefill")
+    ap.add_argument("--batches", default="1,8,32", help="decode batches (sequences, one new token each)")
+    ap.add_argument("--prefill-batch", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tol", type=float, default=3e-2, help="max |x - nccl| / max |nccl| allowed")
+    ap.add_argument("--check", action="store_true", help="the correctness check alone (no timing)")
+    ap.add_argument("--contenders", default="", help="a regular expression: run only the contenders it finds")
+    ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the heap's wait timeout")
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse()
+    if torch is None:
+        print(f"e2e.py needs torch, a GPU and ironlink's host side: {IMPORT_ERROR}", file=sys.stderr)
+        return 2
+    config = args.config or ("small" if args.check else "llama3-70b-dense")
+    names = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "context", "prefill")
+    d = resolve_dims(config, {n: getattr(args, n) for n in names}, args.eps)
+    ironlink.init_distributed()
+    torch.set_grad_enabled(False)  # inference: ironlink's operators have no autograd formula
+    problem = dims_problem(d, dist.get_world_size())
+    if problem:
+        raise SystemExit(f"e2e: {problem} (world {dist.get_world_size()})")
+    plan = phases(args.phases.split(","), [int(b) for b in args.batches.split(",") if b], d, args.prefill_batch)
+    b = E2E(args, d, plan)
+    b.say(f"e2e {d} world {b.world}, heap {b.heap.nbytes >> 20} MiB, sdpa enable_gqa: {b.gqa}")
+    for ph in plan:
+        b.run(ph)
+    write_results(args.out, b.world, b.rows, model=d._asdict(), check=args.check, tol=args.tol, sms=b.sms,
+                  failures=b.failures)
+    b.heap.close()
+    dist.destroy_process_group()
+    return 1 if b.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
