@@ -23,7 +23,7 @@ What the bench relies on (PyTorch 2.11, torch/csrc/distributed/c10d/symm_mem/nvs
 all_to_all_vdev_2d (rows grouped by expert on arrival) is not used: it caps the experts per rank
 at 16 (64 experts need 4 ranks or more) and does other work than torch_a2a.
 
-No ironlink import: tests/cpu/test_moe_bench_cpu.py checks the pure parts without GPUs.
+No ironlink import: tests/cpu/test_moe_bench.py checks the pure parts without GPUs.
 """
 
 from __future__ import annotations

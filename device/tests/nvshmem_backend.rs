@@ -1,6 +1,6 @@
 //! The NVSHMEM backend kind on one node: a context whose every peer is mapped runs the same
 //! algorithms as P2P (bit for bit the same results). The host refuses to build one with an
-//! unmapped peer (tests/cpu/test_nvshmem_cpu.py); the device does not check the addresses again
+//! unmapped peer (tests/cpu/test_nvshmem_backend.py); the device does not check the addresses again
 //! (doing so in every function made two of them spill on sm_100).
 
 mod sim;

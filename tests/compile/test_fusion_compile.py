@@ -1,5 +1,5 @@
 """The fused kernels compile for sm_80/90/100 with the bitcode linked and inlined, without local
-memory, no GPU needed: the GPU tests' kernels (tests/gpu/fusion_kernels.py: a producer, the grid
+memory, no GPU needed: the GPU tests' kernels (tests/gpu/workers/_fusion_kernels.py: a producer, the grid
 barrier and a whole-tensor all-reduce in one kernel; persistent kernels of tiles, each
 all-reduced, all-gathered or reduce-scattered as it is written; push-as-produced around a ring)
 and the fused ops of `ironlink.fused` in both modes and at small and large tile shapes."""
@@ -25,8 +25,8 @@ from ironlink.fused.matmul_all_reduce_two_shot_kernels import matmul_allreduce_o
 from ironlink.fused.all_gather_matmul import COPY_COLS, COPY_ROWS, TMA_COPY_COLS, TMA_COPY_ROWS
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "gpu"))
-import fusion_kernels as fk  # noqa: E402  (tests/gpu is not a package)
+sys.path.insert(0, str(REPO / "tests" / "gpu" / "workers"))
+import _fusion_kernels as fk  # noqa: E402  (tests/gpu/workers is not a package)
 from _archs import CAPABILITIES  # noqa: E402  (tests/, beside this file)
 from _compile import RMSNORM_SIGNATURE, bitcode  # noqa: E402  (tests/, beside this file)
 from _sass import spills_checked, stack_bytes  # noqa: E402  (tests/, beside this file)

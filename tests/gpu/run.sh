@@ -9,12 +9,12 @@
 #   wheel        the wheel from build/dist installs as is and imports (extension + bitcode)
 #   basics       single-GPU tests: bitcode links, context checks, error codes (tests/gpu/test_basic.py)
 #   heap         symmetric heap suite and examples/peer_write.py, per world size (tests/gpu/test_heap.py)
-#   collectives  every device collective and primitive, per world size (tests/gpu/collectives_worker.py)
+#   collectives  every device collective and primitive, per world size (tests/gpu/workers/collectives_worker.py)
 #   fusion       grid barrier, tile collectives, push-as-produced and the fused ops (ironlink.fused),
-#                per world size (tests/gpu/fusion_worker.py)
-#   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/ops_worker.py)
+#                per world size (tests/gpu/workers/fusion_worker.py)
+#   ops          host-level ops (ironlink.all_reduce, ...) on all --worlds' largest size (tests/gpu/workers/ops_worker.py)
 #   nvshmem      every host-level op over SymmetricHeap(backend="nvshmem") (PyTorch's NVSHMEM symmetric
-#                memory), bitwise against a P2P heap, per world size (tests/gpu/nvshmem_worker.py)
+#                memory), bitwise against a P2P heap, per world size (tests/gpu/workers/nvshmem_worker.py)
 #   examples     examples/all_reduce.py (the GPU `make demo`), examples/moe_layer.py and
 #                examples/fused_matmul_all_reduce.py
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
@@ -24,21 +24,21 @@
 #                timings go to $OUT/tutorial-<N>x<GPU>-<date>.json (bench/report/tutorial_table.py)
 #   misuse       misuse caught or made safe: two streams on one heap, a closed heap, a destroyed
 #                group, a call on some ranks, different grids, asymmetric heaps; largest world
-#                (tests/gpu/misuse_worker.py)
+#                (tests/gpu/workers/misuse_worker.py)
 #   killed-rank  SIGKILL a rank mid all-reduce (large, small): TIMEOUT on the others, GPUs free, a
-#                new group works; largest world, JSON under $OUT (tests/gpu/killed_rank.py)
+#                new group works; largest world, JSON under $OUT (tests/gpu/workers/killed_rank.py)
 #   soak         seeded random collectives for --minutes, each checked; largest world, JSON under
-#                $OUT (tests/gpu/soak.py)
+#                $OUT (tests/gpu/workers/soak.py)
 #   sanitize     compute-sanitizer (--tools) over the small cases of collectives, ops and fusion
 #                (IRONLINK_GPU_SMALL=1), per world size up to 4; logs and a report count per tool
 #   reliability  misuse killed-rank soak sanitize compile: every GPU check of docs/reliability.md
 #   compile      torch.compile(fullgraph=True) of a tensor-parallel block (all_reduce_rmsnorm,
 #                matmul_all_reduce, MoeExchange) and of the other host-level ops, default mode and
 #                mode="reduce-overhead", bitwise against eager, no graph break; largest world
-#                (tests/gpu/compile_worker.py; in reliability, not in the default parts)
+#                (tests/gpu/workers/compile_worker.py; in reliability, not in the default parts)
 #   nvshmem-link @ironlink.jit(nvshmem=True) over torch's NVSHMEM backend: module init, nvshmem_ptr,
 #                a ring of puts with signal, argument errors; per world size
-#                (tests/gpu/nvshmem_link_worker.py; not in the default parts)
+#                (tests/gpu/workers/nvshmem_link_worker.py; not in the default parts)
 # Options:
 #   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
 #                      GPU count are skipped)
@@ -49,7 +49,7 @@
 #   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --profile")
 #   --minutes M        how long the soak runs (default 5)
 #   --seed S           the soak's seed (default 20)
-#   --soak-nodes       the soak adds a heap of simulated nodes over NVSHMEM (tests/gpu/soak.py --nodes)
+#   --soak-nodes       the soak adds a heap of simulated nodes over NVSHMEM (tests/gpu/workers/soak.py --nodes)
 #   --tools "T..."     sanitize: compute-sanitizer tools (default "memcheck racecheck synccheck initcheck")
 #   --suites "S..."    sanitize: workers to sanitize (default "collectives ops fusion")
 #   --shared-gpu       ranks may outnumber the GPUs: world sizes are not capped by the GPU count,
@@ -147,13 +147,13 @@ largest=$(printf '%s\n' "${fits[@]:-1}" | sort -n | tail -1)
 } > "$OUT/env.txt" 2>&1
 rc=0
 fail() { echo "$1: FAILED (log: $2)"; tail -20 "$2"; rc=1; }
-# Runs tests/gpu/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
+# Runs tests/gpu/workers/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
 # each, printing the log lines that match `summary`.
 per_world() {
   local part=$1 limit=$2 summary=$3 w log r
   for w in "${fits[@]}"; do
     log="$OUT/$part-w$w.log"
-    timeout "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/${part}_worker.py" > "$log" 2>&1; r=$?
+    timeout "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/workers/${part}_worker.py" > "$log" 2>&1; r=$?
     grep -E "$summary" "$log" | head -30; [ $r -eq 0 ] || fail "$part world $w" "$log"
   done
 }
@@ -164,7 +164,7 @@ sanitize_one() {
   rm -f "$prefix"-rank*.log
   SANITIZE_TOOL=$tool SANITIZE_LOG=$prefix IRONLINK_GPU_SMALL=1 IRONLINK_GPU_HEAP_TIMEOUT_S=120 \
     timeout "${IRONLINK_SANITIZE_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" --no-python \
-    tests/gpu/sanitize_rank.sh "tests/gpu/${suite}_worker.py" > "$prefix.log" 2>&1; r=$?
+    tests/gpu/sanitize_rank.sh "tests/gpu/workers/${suite}_worker.py" > "$prefix.log" 2>&1; r=$?
   logs=$(ls "$prefix"-rank*.log 2> /dev/null | wc -l)
   # memcheck, synccheck and initcheck end with "ERROR SUMMARY: N errors"; racecheck with
   # "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".
@@ -201,7 +201,7 @@ for part in "${parts[@]}"; do
     fusion) per_world fusion "${IRONLINK_WORLD_TIMEOUT:-480}" "^== fusion|^FAILED" ;;
     nvshmem) per_world nvshmem "${IRONLINK_WORLD_TIMEOUT:-$nvshmem_limit}" "^== nvshmem|^FAILED" ;;
     ops)
-      timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/ops_worker.py > "$log" 2>&1; r=$?
+      timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;
     examples)
       for ex in all_reduce moe_layer fused_matmul_all_reduce; do
@@ -239,17 +239,17 @@ for part in "${parts[@]}"; do
       done
       unset IRONLINK_TUTORIAL_JSON ;;
     misuse)
-      timeout 300 torchrun --standalone --nproc_per_node="$largest" tests/gpu/misuse_worker.py > "$log" 2>&1; r=$?
+      timeout 300 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/misuse_worker.py > "$log" 2>&1; r=$?
       grep -E "^== misuse|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail misuse "$log" ;;
     compile)
-      timeout 600 torchrun --standalone --nproc_per_node="$largest" tests/gpu/compile_worker.py > "$log" 2>&1; r=$?
+      timeout 600 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/compile_worker.py > "$log" 2>&1; r=$?
       grep -E "^== compile|^compile|FAILED|skipping cudagraphs" "$log" | head -20; [ $r -eq 0 ] || fail compile "$log" ;;
     killed-rank)
-      timeout 900 python3 tests/gpu/killed_rank.py --world "$largest" --json "$OUT/killed-rank.json" > "$log" 2>&1; r=$?
+      timeout 900 python3 tests/gpu/workers/killed_rank.py --world "$largest" --json "$OUT/killed-rank.json" > "$log" 2>&1; r=$?
       grep -E "^killed-rank" "$log"; [ $r -eq 0 ] || fail killed-rank "$log" ;;
     soak)
       limit=$(awk -v m="$minutes" 'BEGIN {print int(m * 60 + 600)}')  # compiling and checking on top
-      timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/soak.py --minutes "$minutes" \
+      timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/soak.py --minutes "$minutes" \
         --seed "$seed" --json "$OUT/soak.json" $soak_nodes > "$log" 2>&1; r=$?
       grep -E "^soak|^MISMATCH|FAILED" "$log" | head -25; [ $r -eq 0 ] || fail soak "$log" ;;
     sanitize)

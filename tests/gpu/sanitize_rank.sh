@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One torchrun rank under compute-sanitizer (tests/gpu/run.sh sanitize):
-#   torchrun --no-python ... tests/gpu/sanitize_rank.sh tests/gpu/<worker>.py
+#   torchrun --no-python ... tests/gpu/sanitize_rank.sh tests/gpu/workers/<worker>.py
 # $SANITIZE_TOOL (memcheck, racecheck, synccheck, initcheck) checks the rank; its report goes to
 # $SANITIZE_LOG-rank$RANK.log ($RANK from torchrun); exit status 9 if the tool reported anything.
 # $SANITIZE_ARGS adds options (none by default).

@@ -1,4 +1,4 @@
-"""GPU tests of the symmetric heap: drives tests/gpu/heap_worker.py and examples/peer_write.py
+"""GPU tests of the symmetric heap: drives tests/gpu/workers/heap_worker.py and examples/peer_write.py
 under torchrun for world sizes 2, 4 and 8 (those that fit the GPUs present).
 
 Skipped without torch or with fewer than 2 GPUs (with 1 GPU when $IRONLINK_SHARED_GPU=1 lets ranks
@@ -40,7 +40,7 @@ def torchrun(script: str, world: int, timeout: int) -> subprocess.CompletedProce
 
 @pytest.mark.parametrize("world", [w for w in WORLDS if w <= NGPU] or [pytest.param(0, marks=pytest.mark.skip)])
 def test_heap_suite(world):
-    p = torchrun("tests/gpu/heap_worker.py", world, timeout=180)
+    p = torchrun("tests/gpu/workers/heap_worker.py", world, timeout=180)
     assert p.returncode == 0 and f"HEAP SUITE world={world}:" in p.stdout, "see the worker output above"
 
 

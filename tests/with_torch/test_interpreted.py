@@ -1,6 +1,6 @@
 """Kernels in Triton's interpreter on the CPU, each script run in a subprocess with
-TRITON_INTERPRET=1 (the scripts beside this file): the fused ops' flag and slot helpers, and
-MoeExchange on simulated ranks (`moe_interpreted.py`, its harness `moe_sim.py`). Needs torch,
+TRITON_INTERPRET=1 (the scripts in scripts/, beside this file): the fused ops' flag and slot helpers,
+and MoeExchange on simulated ranks (`moe_interpreted.py`, its harness `_moe_sim.py`). Needs torch,
 which the CI venv does not carry (its only PyPI wheel pulls in the CUDA libraries): skipped there;
 run on any machine with torch."""
 
@@ -15,16 +15,18 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+SCRIPTS = HERE / "scripts"
 
 
 def _interpreted(script: str, timeout: int) -> str:
-    """The stdout of tests/with_torch/<script> in Triton's interpreter; fails on a non-zero exit.
+    """The stdout of tests/with_torch/scripts/<script> in Triton's interpreter; fails on a non-zero exit.
     The caller's PYTHONPATH after ours. What the interpreter lacks (a clock, numpy >= 2.4's
-    scalars, low addresses) the scripts take from interpreter_shims.py."""
+    scalars, low addresses) the scripts take from scripts/_interpreter_shims.py."""
     pytest.importorskip("torch")
     path = os.pathsep.join(p for p in (str(REPO / "python"), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    r = subprocess.run([sys.executable, str(HERE / script)], env=env, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([sys.executable, str(SCRIPTS / script)], env=env, capture_output=True, text=True,
+                       timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 

@@ -5,7 +5,7 @@ with no graph break. Needs torch (skipped without it, as in CI).
 No GPU: the heap is `FakeHeap` (tensors it made count as in the heap), and the eager functions
 the operators call when the graph runs are replaced by CPU stand-ins that simulate two ranks
 holding the same data (a sum over ranks doubles). The compiled results are compared with the
-stand-ins called directly; tests/gpu/compile_worker.py checks the real ones against eager.
+stand-ins called directly; tests/gpu/workers/compile_worker.py checks the real ones against eager.
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ def test_staging_runs_the_op_on_heap_copies(stand_ins: StandIns) -> None:
 
 class TensorParallelBlock(torch.nn.Module):
     """Column-parallel linear, ReLU, row-parallel linear into a heap tensor + all_reduce_rmsnorm,
-    matmul_all_reduce, then an MoE layer: the block of tests/gpu/compile_worker.py, on the CPU."""
+    matmul_all_reduce, then an MoE layer: the block of tests/gpu/workers/compile_worker.py, on the CPU."""
 
     def __init__(self, heap: FakeHeap, tokens: int = 4, hidden: int = 16, ffn: int = 8) -> None:
         super().__init__()

@@ -128,7 +128,7 @@ class RelayPath:
 
     def exchange(self, inp: Any, send_counts: Any, out: Any, recv_counts: Any, recv_offsets: Any,
                  check: bool) -> None:
-        """Steps 2 and 5, the collective ones (tests/with_torch/moe_sim.py runs them in Python between
+        """Steps 2 and 5, the collective ones (tests/with_torch/scripts/_moe_sim.py runs them in Python between
         simulated ranks)."""
         all_to_all_v(inp, send_counts, out, recv_counts, recv_offsets, heap=self.heap, check=check,
                      ctas=self.a2a_ctas)

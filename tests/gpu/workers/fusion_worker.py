@@ -22,7 +22,7 @@
 - The fused ops' kernels for heaps of several nodes (grid barriers around a hierarchical
   collective), relinked with the P2P bitcode and run on this one-node heap as if it spanned
   several (`as_several_nodes`): their own logic checked the same way on any GPUs, without NVSHMEM
-  (tests/gpu/nvshmem_worker.py runs them across simulated nodes).
+  (tests/gpu/workers/nvshmem_worker.py runs them across simulated nodes).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from ironlink.fused.all_reduce_rmsnorm import MODES, ONE_NODE_MODES
 from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
 
-from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/, the script's own directory
-from fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
+from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
+from _fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
 
 DT = {torch.float32: _abi.DTYPE["FLOAT32"], torch.float16: _abi.DTYPE["FLOAT16"], torch.bfloat16: _abi.DTYPE["BFLOAT16"]}

@@ -34,7 +34,7 @@ from ironlink.runtime.heap import SymmetricHeap
 from ironlink.runtime.distributed import shared_gpu_allowed
 
 # The example's kernel: every rank stores its rank into slot [rank] of every peer's buffer.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
 from peer_write import peer_write as peer_write_k  # noqa: E402
 
 MiB = 1 << 20

@@ -1,7 +1,7 @@
 """A rank SIGKILLed during an all-reduce: the others get TIMEOUT within the bound, nothing stays on
 the GPUs, and a new process group and heap on the same GPUs work.
 
-    python3 tests/gpu/killed_rank.py --world 4          # tests/gpu/run.sh killed-rank
+    python3 tests/gpu/workers/killed_rank.py --world 4          # tests/gpu/run.sh killed-rank
 
 Not under torchrun: its agent kills every worker when one dies, which is what must not decide
 the outcome here. This parent starts one process per GPU itself (a FileStore rendezvous and
@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 SIZES = {"large": 128 << 20, "small": 1024}  # bf16 elements: 256 MiB and 2 KiB
-PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")  # the ironlink package
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "python")  # the ironlink package
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 

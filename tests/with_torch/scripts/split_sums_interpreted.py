@@ -17,9 +17,9 @@ import triton.language as tl
 from ironlink.fused.all_reduce_rmsnorm_exchanges import SPLIT_WORDS, _split_sums
 from ironlink.language import _abi
 
-import interpreter_shims  # tests/, beside this file
+import _interpreter_shims  # tests/with_torch/scripts/, beside this file
 
-interpreter_shims.install()
+_interpreter_shims.install()
 
 
 @triton.jit

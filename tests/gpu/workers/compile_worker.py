@@ -1,7 +1,7 @@
 """GPU test of ironlink under torch.compile (issue 40 item 3): the registered operators
 (`torch.ops.ironlink.*`) let Dynamo capture a tensor-parallel block in one graph.
 
-    torchrun --standalone --nproc_per_node=2 tests/gpu/compile_worker.py    # tests/gpu/run.sh compile --worlds 2
+    torchrun --standalone --nproc_per_node=2 tests/gpu/workers/compile_worker.py    # tests/gpu/run.sh compile --worlds 2
 
 Cases, each compiled with torch.compile(fullgraph=True) and compared bitwise with the same module
 run eagerly, on every rank, for several steps of new inputs:
@@ -188,7 +188,7 @@ def main() -> int:
     if torch is None or not torch.cuda.is_available():
         print("compile: skipped: no GPU", flush=True)
         return 0
-    from _cases import Cases, heap_timeout_s  # tests/gpu/, the script's own directory
+    from _cases import Cases, heap_timeout_s  # tests/gpu/workers/, the script's own directory
     import ironlink
 
     ironlink.init_distributed()

@@ -41,7 +41,7 @@ import ironlink.typed as ilt
 from ironlink.language import _abi
 from ironlink.runtime import tuning
 
-from _cases import (Cases, expert_rows, heap_timeout_s, moe_routing, moe_scaled_layer,  # tests/gpu/, the script's own directory
+from _cases import (Cases, expert_rows, heap_timeout_s, moe_routing, moe_scaled_layer,  # tests/gpu/workers/, the script's own directory
                     same_on_all_ranks, small)
 
 HEAP_BYTES = 160 << 20

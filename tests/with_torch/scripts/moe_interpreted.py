@@ -6,7 +6,7 @@ the capacity error; for the fp8 dispatch, the rows and scales bit-exact against
 `fp8_quantize_reference` (torch's own fp8 conversion), every bf16 value up to 448 quantized as
 torch does, and the dequantized rows within fp8's rounding. The direct path (one-node heaps,
 peer loads and stores through simulated arenas) bitwise against the relay path, and its errors.
-Harness: tests/with_torch/moe_sim.py. Exits non-zero with a message on the first mismatch."""
+Harness: _moe_sim.py, beside this file. Exits non-zero with a message on the first mismatch."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from ironlink.moe import exchange as exchange_mod
 from ironlink.moe.config import DEFAULT
 from ironlink.language._flags import EMPTY_BITS
 
-from moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer,  # tests/, beside this file
-                     low_latency_layer, pack, relays, sim_heaps)
+from _moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer,  # tests/with_torch/scripts/, beside
+                      low_latency_layer, pack, relays, sim_heaps)
 
 FP8 = torch.float8_e4m3fn
 

@@ -1,5 +1,6 @@
-"""Triton kernels that fuse ironlink calls into producers: run by fusion_worker.py on GPUs and
-compiled for sm_80/90/100 without a GPU by tests/compile/test_fusion_compile.py."""
+"""Triton kernels that fuse ironlink calls into producers (a helper, no tests of its own): run by
+fusion_worker.py (and ops_worker.py's meet_on_tiles) on GPUs and compiled for sm_80/90/100
+without a GPU by tests/compile/test_fusion_compile.py."""
 
 from __future__ import annotations
 
@@ -161,7 +162,7 @@ def exchange_with_all(ctx, board, got, n_tiles, rank, world, seed, status, TE: t
 def meet_on_tiles(ctx, tile0, status):
     # CTA c: symm_tile_signal_others, then symm_tile_wait_others, on tile tile0 + c: a user kernel
     # that communicates, run between a low-latency dispatch's send and its deferred receive
-    # (tests/gpu/ops_worker.py).
+    # (tests/gpu/workers/ops_worker.py).
     t = tile0 + tl.program_id(0)
     s = il.symm_tile_signal_others(ctx, t)
     s = ilt.failure_or(s, il.symm_tile_wait_others(ctx, t))

@@ -1,6 +1,6 @@
 """GPU cases of misuse that could corrupt silently: each gets a clear error or is made safe.
 
-    torchrun --standalone --nproc_per_node=4 tests/gpu/misuse_worker.py    # tests/gpu/run.sh misuse
+    torchrun --standalone --nproc_per_node=4 tests/gpu/workers/misuse_worker.py    # tests/gpu/run.sh misuse
 
 - two streams issuing calls on one heap: the heap orders them (ironlink/runtime/streams.py), so a
   large all-reduce on one stream and small ones on another, issued with no sync, all come out
@@ -329,7 +329,7 @@ def main() -> int:
     if torch is None or not torch.cuda.is_available():
         print("misuse: skipped: no GPU", flush=True)
         return 0
-    from _cases import Cases  # tests/gpu/, the script's own directory
+    from _cases import Cases  # tests/gpu/workers/, the script's own directory
     import ironlink
 
     ironlink.init_distributed()

@@ -1,6 +1,6 @@
 """GPU check of NVSHMEM linking, one process per GPU under torchrun, over PyTorch's NVSHMEM backend:
 
-    . tests/gpu/setup_native.sh && torchrun --standalone --nproc_per_node=2 tests/gpu/nvshmem_link_worker.py
+    . tests/gpu/setup_native.sh && torchrun --standalone --nproc_per_node=2 tests/gpu/workers/nvshmem_link_worker.py
 
 Cases: the module init ran (NVSHMEM's PE and PE count read from the device match the process
 group, and the kernel's module is among those initialized); `symm_nvshmem_ptr` finds every peer

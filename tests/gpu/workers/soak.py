@@ -1,7 +1,7 @@
 """Soak: a seeded random sequence of ironlink collectives for a set time, each checked.
 
-    torchrun --standalone --nproc_per_node=4 tests/gpu/soak.py --minutes 5 --seed 20
-    tests/gpu/run.sh soak --soak-args "--minutes 5"
+    torchrun --standalone --nproc_per_node=4 tests/gpu/workers/soak.py --minutes 5 --seed 20
+    tests/gpu/run.sh soak --minutes 5 --seed 20       # the largest world; --soak-nodes adds --nodes
 
 Every rank draws the same sequence from the seed: batches of 1 to 8 calls launched back to back
 (no host sync between them) on one of three heaps, each call one of the host-level ops
@@ -132,7 +132,7 @@ def skip_reason() -> str | None:
 
 class Soak:
     def __init__(self, heaps: list[Any], seed: int) -> None:
-        import collectives_worker  # tests/gpu/: its Triton kernels of the device collectives
+        import collectives_worker  # beside this file: its Triton kernels of the device collectives
         import ironlink
         from ironlink.language import _abi
         from ironlink.runtime.distributed import grid_cap

@@ -1,10 +1,10 @@
-"""The simulation harness of tests/with_torch/moe_interpreted.py: `world` ranks of MoeExchange in one
-process, Triton kernels in the interpreter. The relay path's heap (`FakeHeap`, a heap of several
-nodes as MoeExchange sees it) with its two all_to_all_v done in Python between its steps
-(`exchange`, `layer`); the
-direct path's one-node heaps (`SimHeap`: arenas at the same offsets, so a peer's copy of an
-address is a fixed byte distance away) with each step run on every rank before the next, the
-order its barriers give on GPUs (`direct_layer`)."""
+"""The simulation harness of moe_interpreted.py, beside this file (a helper, no tests of its own):
+`world` ranks of MoeExchange in one process, Triton kernels in the interpreter. The relay path's
+heap (`FakeHeap`, a heap of several nodes as MoeExchange sees it) with its two all_to_all_v done in
+Python between its steps (`exchange`, `layer`); the direct path's one-node heaps (`SimHeap`:
+arenas at the same offsets, so a peer's copy of an address is a fixed byte distance away) with
+each step run on every rank before the next, the order its barriers give on GPUs
+(`direct_layer`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from ironlink.moe import MoeExchange, fp8_dequantize
 from ironlink.moe.layout import Layout
 from ironlink.moe.relay import RelayPath
 
-import interpreter_shims  # tests/, beside this file
+import _interpreter_shims  # tests/with_torch/scripts/, beside this file
 
-interpreter_shims.install()  # the low-latency dispatch's receive waits for its senders' flags
+_interpreter_shims.install()  # the low-latency dispatch's receive waits for its senders' flags
 
 
 class FakeHeap:

@@ -24,7 +24,7 @@ import ironlink.language as il
 import ironlink.tuning
 from ironlink.language import _abi
 
-from _cases import SMALL, Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/, the script's own directory
+from _cases import SMALL, Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
 
 S = _abi.STATUS
 OPS = _abi.REDUCE_OP

@@ -18,9 +18,9 @@ from ironlink.runtime.workspaces import lamport_bits
 from ironlink.language import _abi
 from ironlink.language._flags import empty_like, is_empty, unempty, wait_written
 
-import interpreter_shims  # tests/, beside this file
+import _interpreter_shims  # tests/with_torch/scripts/, beside this file
 
-interpreter_shims.install()
+_interpreter_shims.install()
 
 
 @triton.jit

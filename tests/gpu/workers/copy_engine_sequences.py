@@ -4,7 +4,7 @@ sequences make a copy-engine wait time out. Session 38 found the deadlock of a s
 was the caller's stream this way (docs/record.md, as bench/copy_engine_sequence_probe.py). A
 correctness check run by hand, not by tests/gpu/run.sh; needs only the package (setup_native.sh).
 
-    torchrun --nproc_per_node=2 tests/gpu/copy_engine_sequences.py [--on-copy-stream] \\
+    torchrun --nproc_per_node=2 tests/gpu/workers/copy_engine_sequences.py [--on-copy-stream] \\
         [--graphs "2048:sm,ce2/4096:ce2;..."] [--sequences "rs:2048,4096;ag:2048,4096"]
 """
 from __future__ import annotations

@@ -1,13 +1,19 @@
-"""GPU suite of the host-level collectives (ironlink.all_reduce / all_gather / reduce_scatter).
+"""GPU suite of the host-level ops (ironlink.all_reduce / all_gather / reduce_scatter /
+all_to_all_v and MoeExchange).
 
-    torchrun --standalone --nproc_per_node=8 tests/gpu/ops_worker.py
+    torchrun --standalone --nproc_per_node=8 tests/gpu/workers/ops_worker.py    # tests/gpu/run.sh ops
 
 One process per GPU. Each case fills heap tensors with fresh random data, runs the ironlink call
 and the same collective through torch.distributed (NCCL), and compares: all_gather bitwise (a
 copy), reductions against NCCL run on the inputs upcast to fp32 (NCCL reduces bf16 in bf16 step by
 step, ironlink in fp32 with one rounding, so their bf16 outputs may differ by an ulp). bf16 and
-fp32, messages of 1 KiB to 64 MiB plus an odd element count, in-place variants, all three calls
-captured in one CUDA graph and replayed with new data, and the argument errors. Rank 0 prints
+fp32, messages of 1 KiB to 64 MiB plus an odd element count, in-place variants, the lamport and
+hierarchical all-reduce paths, tensors outside the heap, all three calls captured in one CUDA graph
+and replayed with new data. all_to_all_v bit-exact against dist.all_to_all_single (rows of any
+width, in a CUDA graph with counts changed between replays, over capacity). MoeExchange's dispatch
+bit-exact and combine against a float64 reference on every path (relay, direct, low-latency, the
+receive deferred), fp8 dispatch, CUDA graphs, an SM budget, over capacity, out-of-range expert ids
+and the largest promised shape. Then the argument errors. Rank 0 prints
 "== ops world N: X passed, Y failed =="; the exit status is non-zero on failure. Without torch,
 CUDA or torchrun it prints why it skipped and exits 0.
 """
@@ -24,7 +30,7 @@ import ironlink  # torch-free: importable where the suite then skips
 try:
     import torch
     import torch.distributed as dist
-    from _cases import (SMALL, Cases, expert_rows, expert_scales, heap_timeout_s,  # tests/gpu/, the script's own directory
+    from _cases import (SMALL, Cases, expert_rows, expert_scales, heap_timeout_s,  # tests/gpu/workers/, the script's own directory
                         lamport_slots_empty, moe_routing, moe_scaled_layer, same_on_all_ranks, small)
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
@@ -403,7 +409,7 @@ def moe_case(s: Suite, tokens: int, skewed: bool, graph: bool, capacity: int = 0
     return_recv_hook=True, and between the send and the hook a kernel of the peers' that signals
     and waits on tiles (the deferred receive polls its rows as they land, whatever runs between).
     `x_in_heap`: x a heap tensor (the direct path pulls its rows in place)."""
-    from fusion_kernels import meet_on_tiles  # tests/gpu, beside this file
+    from _fusion_kernels import meet_on_tiles  # tests/gpu/workers/, beside this file
     from ironlink.moe import fp8_dequantize, fp8_quantize_reference
     from ironlink.language._abi import MAX_CTAS, MAX_TILES
 

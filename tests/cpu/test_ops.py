@@ -1,7 +1,8 @@
 """CPU tests of the host-level collectives (`ironlink.ops`) and their tuning: no GPU, no torch.
 
 The argument checks are pure functions over `TensorSpec`s; `ironlink.tuning.choose` and the
-generator `bench/report/make_tuning.py` are plain Python; the three kernels compile for sm_90.
+generator `bench/report/make_tuning.py` are plain Python; the launches go to a fake torch. That
+the kernels compile is tests/compile/test_ops_compile.py.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from ironlink.runtime.errors import IronlinkError
 from ironlink.ops import Plan
 from ironlink.runtime import launch
 from ironlink.runtime.tensor_spec import TensorSpec, reduce_op_code
-
-from _compile import compile_for, extern_calls, fresh_triton_cache  # noqa: F401 - the fixture applies here
 
 # The fused host modules named after their ops (the package's attributes of those names are the ops).
 arn = importlib.import_module("ironlink.fused.all_reduce_rmsnorm")
@@ -155,30 +154,6 @@ def test_heap_is_found_from_the_tensor_once_passed(monkeypatch: pytest.MonkeyPat
 
     gc.collect()
     assert len(registry._HEAPS) == 0
-
-
-# --- the kernels ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter"])
-def test_kernels_compile(collective: str) -> None:
-    kernel = getattr(ops, f"_{collective}_kernel")
-    types = {"ctx": "i64", "buf": "*bf16", "inp": "*bf16", "out": "*bf16", "n": "i64", "op": "i32", "status": "*i32",
-             "PDL": "constexpr"}
-    sig = {name: types[name] for name in kernel.arg_names}
-    ttir = compile_for(90, kernel.fn, sig, {"PDL": False} if "PDL" in sig else {}).asm["ttir"]
-    symbol = f"symm_{collective}"
-    (call,) = extern_calls(ttir)[symbol]
-    assert call["dtype"] == _abi.DTYPE["BFLOAT16"]
-
-
-def test_all_to_all_v_kernel_compiles_with_the_inputs_dtype() -> None:
-    kernel = a2av._all_to_all_v_kernel
-    types = {"ctx": "i64", "inp": "*fp16", "in_rows": "i64", "send_counts": "*i64", "out": "*fp16",
-             "out_rows": "i64", "recv_counts": "*i64", "recv_offsets": "*i64", "row": "i64", "status": "*i32"}
-    sig = {name: types[name] for name in kernel.arg_names}
-    (call,) = extern_calls(compile_for(90, kernel.fn, sig, {}).asm["ttir"])["symm_all_to_all_v"]
-    assert call["dtype"] == _abi.DTYPE["FLOAT16"]
 
 
 # --- tuning ----------------------------------------------------------------------------------------
@@ -370,7 +345,7 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """sys.modules["torch"] replaced for one test (ops imports torch inside its functions). The
     fake heap's world (8) takes the device library's all-reduce at every size here and
     all_reduce_rmsnorm's modes without a workspace (which fake tensors cannot hold): these tests
-    check those launches; the lamport paths' are checked on GPUs (tests/gpu/ops_worker.py,
+    check those launches; the lamport paths' are checked on GPUs (tests/gpu/workers/ops_worker.py,
     fusion_worker.py)."""
     k, m, no_limit = 1 << 10, 1 << 20, decode_table.NO_LIMIT
     library = decode_table.DecodeTable((), ((16 * k, "whole"), (32 * m - 1, "rows"), (no_limit, "whole")))
