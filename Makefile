@@ -35,7 +35,7 @@ STAMP     := build/.stamps
 # compiles, one core each (test_triton_compile.py: 73 s in one process, 40 s in two, on 2 cores).
 PYTEST    := -m pytest -q -n auto
 
-.PHONY: all all-archs nvshmem toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused bench-moe docs clean
+.PHONY: all all-archs nvshmem toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused bench-moe bench-e2e docs clean
 all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
@@ -182,6 +182,10 @@ bench-fused: wheel
 # The MoE dispatch / combine benchmark alone (bench/results/moe-*.json).
 bench-moe: wheel
 	bench/run_py.sh moe
+
+# The end-to-end decoder-stack benchmark alone (bench/results/e2e-*.json).
+bench-e2e: wheel
+	bench/run_py.sh e2e
 
 # The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
 # the newest bench/results/*.json at each world size (tests/packaging/test_readme_bench.py checks them).

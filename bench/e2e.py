@@ -1,43 +1,38 @@
-"""End to end: a tensor-parallel decoder stack shaped like Llama 3 70B, one step of it per CUDA graph,
-with each contender's communication, same process, same GPUs, same weights (issue 63 item 1):
+"""End to end: a tensor-parallel decoder stack shaped like Llama 3 70B, each contender's whole step in
+a CUDA graph, same process, same GPUs, same weights (issue 63 item 1):
 
     torchrun --nproc_per_node=4 bench/e2e.py --out bench/results/e2e-4xh200.json   (bench/run_py.sh e2e)
-    torchrun --nproc_per_node=2 bench/e2e.py --check      (correctness only, the small configuration)
+    torchrun --nproc_per_node=2 bench/e2e.py --check      (correctness alone, the small configuration)
 
-The stack: `--layers` (8) pre-norm layers of hidden 8192, 64 query / 8 KV heads of 128, SiLU-gated
-FFN 28672, RMSNorm (eps 1e-5), bf16, tensor parallel over the world: column-parallel QKV and
-gate/up (each rank heads / world query heads, kv_heads / world KV heads, ffn / world columns),
-row-parallel output and down projections, each followed by the all-reduce of the [tokens, hidden]
-activation, the residual add and the next RMSNorm (the next layer's input norm, after the last
-layer the final norm). Attention is F.scaled_dot_product_attention over a KV cache preallocated
-at context + new tokens. RoPE is left out: it has no communication and costs every contender
-the same. Weights: each full matrix drawn from one seed on every rank (the same model at any
-world size), each rank keeping its shard.
-Phases: decode at batch 1, 8, 32 (one new token per sequence, 2048 random tokens of context in
-the cache) and a 2048-token prefill at batch 1 (causal, from an empty cache).
-Contenders (one CUDA graph of whole steps each, from the same input to the final norm's output):
-- nccl: torch.mm, dist.all_reduce, residual add and F.rms_norm (the reference of the check);
-- torch_symm: the same with PyTorch's symm_mem one_shot_all_reduce (up to 64 KiB) or
-  two_shot_all_reduce_ (the crossover of bench/results/allreduce-*xNVIDIA-H200: level at 64 KiB,
-  two-shot ahead from 256 KiB), skipped with the reason where this torch cannot run it;
-- ironlink[norm]: torch.mm into a heap tensor, then ironlink.all_reduce_rmsnorm (all-reduce,
-  residual add and the next norm in one kernel);
-- ironlink[mm]: ironlink.matmul_all_reduce (the projection and its all-reduce in one kernel),
-  then the add and F.rms_norm in torch. Each all-reduce is followed by an add and a norm, so one
-  all-reduce takes one fused op or the other, not both;
-- ironlink: ironlink's composition, ironlink[norm]'s row (DEFAULT_VARIANT: in docs/fused.md the
-  torch add + norm alone take 8.5 us at 1 token, more than matmul_all_reduce saves over torch.mm
-  + all-reduce at M = 16, 3.8 us; at 2048 tokens the two estimate level: ironlink[mm] says);
-- ironlink_compile: ironlink's composition under torch.compile(fullgraph=True) (ironlink's ops
-  are torch.library operators), then captured the same way; skipped with the reason if it fails.
-A fused op that refuses a shape falls back to torch.mm + ironlink.all_reduce + torch ops; every
-row's `ops` says what each projection ran (the mode or method the op chose).
-Timing: ironlink_bench.GraphRound (the contenders' replays in turns, every rank's replay started
-together, median per step, max over ranks). Check, after the timed replays or alone (--check): on
-every rank each contender's final output must be within `--tol` (3e-2) of nccl's, as max |x -
-nccl| / max |nccl| over the [tokens, hidden] output; else a FAILED line and exit status 1.
-Heap: the workspaces the ops say they take (their heap_bytes) at the largest phase, its two
-activation tensors, torch.compile's staging copies of them, and 256 MiB more.
+The stack: `--layers` (8) pre-norm layers, hidden 8192, 64 query / 8 KV heads of 128, SiLU-gated
+FFN 28672, RMSNorm eps 1e-5, bf16; column-parallel QKV and gate/up (heads / world query heads,
+kv_heads / world KV heads, ffn / world columns a rank), row-parallel output and down projections,
+each followed by the all-reduce of [tokens, hidden], the residual add and the next RMSNorm (the
+next layer's input norm; after the last layer the final norm). Attention: F.scaled_dot_product_attention
+over a KV cache preallocated at context + new tokens; no RoPE (no communication in it, the same
+cost for every contender). Each full weight is drawn from one seed on every rank, each rank keeps
+its shard: the same model at any world size.
+Phases: decode at batch 1, 8, 32 (one new token a sequence over 2048 random tokens of context) and
+a 2048-token prefill at batch 1 (causal, from an empty cache). Contenders:
+- nccl: torch.mm, dist.all_reduce, add, F.rms_norm (the check's reference);
+- torch_symm: the same over PyTorch's symm_mem one_shot_all_reduce up to 64 KiB, else
+  two_shot_all_reduce_ (level at 64 KiB, two-shot ahead from 256 KiB in the
+  allreduce-*xNVIDIA-H200 runs); skipped, saying why, where this torch cannot run it;
+- ironlink[norm]: torch.mm into a heap tensor, ironlink.all_reduce_rmsnorm (all-reduce, add, norm);
+- ironlink[mm]: ironlink.matmul_all_reduce, then the add and F.rms_norm in torch. An all-reduce
+  takes one fused op or the other: each is followed by an add and a norm;
+- ironlink: ironlink[norm]'s row (DEFAULT_VARIANT: in docs/fused.md torch's add + norm alone take
+  8.5 us at 1 token, more than matmul_all_reduce saves over torch.mm + all-reduce at M = 16,
+  3.8 us; at 2048 tokens the two estimate level, as ironlink[mm]'s rows will say);
+- ironlink_compile: that composition under torch.compile(fullgraph=True) (ironlink's ops are
+  torch.library operators), then captured the same way; skipped, saying why, if it fails.
+A fused op that refuses a shape falls back to torch.mm + ironlink.all_reduce + torch ops; each
+row's `ops` says what each projection ran, with the mode or method the op chose.
+Timing: ironlink_bench.GraphRound (replays in turns, every rank's started together, median per
+step, max over ranks). Check, after the timed replays or alone (--check): on every rank each
+contender's final output within --tol (3e-2) of nccl's as max |x - nccl| / max |nccl|; else a
+FAILED line and exit status 1. Heap: what the ops' heap_bytes say at the largest phase, the two
+activations, torch.compile's staging copies of them and 256 MiB.
 """
 
 from __future__ import annotations
@@ -54,7 +49,7 @@ from ironlink.ops.collectives import heap_bytes as all_reduce_heap_bytes
 from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
 from ironlink.runtime.tensor_spec import TensorSpec
 
-try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e_cpu.py)
+try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.py)
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -106,14 +101,14 @@ class Phase(NamedTuple):
 
 
 def resolve_dims(config: str, overrides: dict[str, Optional[int]], eps: float) -> Dims:
-    """The preset `config` with the options given (None: the preset's); head_dim defaults to
-    hidden / heads. The name gets "-custom" where the dimensions differ from the preset's."""
+    """Preset `config` with the options given (None: the preset's; head_dim: hidden / heads), named
+    after the preset it equals, else "custom"."""
     def full(d: dict[str, int]) -> dict[str, int]:
         return {**d, "head_dim": d.get("head_dim") or d["hidden"] // d["heads"]}
 
-    base = full(PRESETS[config])
     dims = full({**PRESETS[config], **{k: v for k, v in overrides.items() if v is not None}})
-    return Dims(model=config if dims == base else f"{config}-custom", eps=eps, **dims)
+    name = next((n for n, p in PRESETS.items() if full(p) == dims), "custom")
+    return Dims(model=name, eps=eps, **dims)
 
 
 def dims_problem(d: Dims, world: int) -> Optional[str]:
@@ -308,13 +303,6 @@ class Entry(NamedTuple):
     ops: dict[str, str]
 
 
-def agreed(ok: bool) -> bool:
-    """Whether every rank says `ok` (so that all add the same contenders)."""
-    t = torch.tensor([int(ok)], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return bool(t.item())
-
-
 def sdpa_takes_gqa() -> bool:
     q, kv = (torch.zeros(1, h, 4, 64, device="cuda", dtype=torch.bfloat16) for h in (2, 1))
     try:
@@ -326,7 +314,7 @@ def sdpa_takes_gqa() -> bool:
 
 class E2E:
     def __init__(self, args: argparse.Namespace, d: Dims, plan: list[Phase]) -> None:
-        self.args, self.d, self.plan = args, d, plan
+        self.args, self.d = args, d
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.sms = sm_share(torch.cuda.current_device())
         self.group = dist.group.WORLD.group_name
@@ -339,9 +327,6 @@ class E2E:
         self.gqa = sdpa_takes_gqa()
         self.rows: list[dict[str, Any]] = []
         self.failures: list[str] = []
-        self.x0: Any = None
-        self.res: Any = None
-        self.bufs: tuple[Any, ...] = ()
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -372,61 +357,60 @@ class E2E:
         got = [ironlink_op(variant, tokens, k, self.d.hidden, self.world, self.sms) for k in ks]
         return tuple(kind for kind, _ in got), dict(zip(PROJECTIONS, (label for _, label in got)))
 
+    def trial(self, name: str, fn: Callable[[], Any], required: bool) -> bool:
+        """Runs `fn` once: whether it ran on every rank, else why not (FAILED where `required`,
+        else skipped). A first call compiles kernels (or the whole stack), which the ranks finish
+        seconds apart: the heap's waits get COMPILE_WAIT_S meanwhile."""
+        self.heap.set_timeout(max(self.args.timeout_s, COMPILE_WAIT_S))
+        reason = ""
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # not every torch build runs symm_mem (or compiles the stack): say why, go on
+            reason = f"{type(e).__name__}: {str(e)[:300]}"
+        agreed = torch.tensor([int(not reason)], device="cuda")  # every rank adds the same contenders
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+        ok = bool(agreed.item())
+        self.heap.set_timeout(self.args.timeout_s)
+        if not ok:
+            msg = f"{'FAILED' if required else 'skipped'}: e2e {name}: {reason or 'failed on another rank'}"
+            self.failures += [msg] if required else []
+            self.say(msg)
+        return ok
+
     def contenders(self, ph: Phase) -> list[Entry]:
         nccl = NcclStep(self, ph)
         out = [Entry("nccl", nccl, nccl, {p: NCCL_OPS for p in PROJECTIONS})]
         if self.wanted.search("torch_symm"):
             out += self.symm(ph)
-        for v in VARIANTS:
-            if self.wanted.search(f"ironlink[{v}]"):
-                kinds, ops = self.composition(v, ph.tokens)
-                step = IronlinkStep(self, ph, kinds)
-                out.append(Entry(f"ironlink[{v}]", step, step, ops))
-        if self.wanted.search("ironlink_compile"):
-            out += self.compiled(ph)
+        for name, variant in [(f"ironlink[{v}]", v) for v in VARIANTS] + [("ironlink_compile", DEFAULT_VARIANT)]:
+            if not self.wanted.search(name):
+                continue
+            kinds, ops = self.composition(variant, ph.tokens)
+            step = IronlinkStep(self, ph, kinds)
+            fn = torch.compile(step, fullgraph=True, dynamic=False) if name == "ironlink_compile" else step
+            if self.trial(name, fn, name != "ironlink_compile"):  # ironlink's own failing: FAILED
+                out.append(Entry(name, fn, step, ops))
         return out
-
-    def skipped(self, name: str, ok: bool, reason: str) -> bool:
-        """Whether `name` is skipped (any rank failed), saying why on rank 0."""
-        if agreed(ok):
-            return False
-        self.say(f"{name} skipped: {reason or 'it failed on another rank'}")
-        return True
 
     def symm(self, ph: Phase) -> list[Entry]:
         """torch_symm, as fused.py's torch_symm_torch: where this torch runs it; else why not."""
         import torch.distributed._symmetric_memory as symm_mem
 
-        reason = ""
-        try:
+        made: list[Any] = []
+
+        def make() -> None:
             bufs = [symm_mem.empty((ph.tokens, self.d.hidden), dtype=torch.bfloat16, device="cuda") for _ in PROJECTIONS]
             for buf in bufs:
                 symm_mem.rendezvous(buf, self.group)
-            step = SymmStep(self, ph, (bufs[0], bufs[1]))
-            step()
-            torch.cuda.synchronize()
-        except Exception as e:  # not every torch build has it (or captures it)
-            reason = f"{type(e).__name__}: {str(e)[:200]}"
-        if self.skipped("torch_symm", not reason, reason):
-            return []
-        op = "one_shot_all_reduce" if step.one_shot else "two_shot_all_reduce_"
-        return [Entry("torch_symm", step, step, {p: f"torch.mm + symm_mem.{op} + add + F.rms_norm" for p in PROJECTIONS})]
+            made.append(SymmStep(self, ph, (bufs[0], bufs[1])))
+            made[0]()
 
-    def compiled(self, ph: Phase) -> list[Entry]:
-        """ironlink's composition under torch.compile(fullgraph=True), compiled and run once here."""
-        kinds, ops = self.composition(DEFAULT_VARIANT, ph.tokens)
-        step, reason = IronlinkStep(self, ph, kinds), ""
-        torch._dynamo.reset()
-        self.heap.set_timeout(max(self.args.timeout_s, COMPILE_WAIT_S))
-        try:
-            fn = torch.compile(step, fullgraph=True, dynamic=False)
-            fn()
-            torch.cuda.synchronize()
-        except Exception as e:
-            reason = f"{type(e).__name__}: {str(e)[:300]}"
-        skip = self.skipped("ironlink_compile", not reason, reason)
-        self.heap.set_timeout(self.args.timeout_s)
-        return [] if skip else [Entry("ironlink_compile", fn, step, ops)]
+        if not self.trial("torch_symm", make, False):
+            return []
+        op = "one_shot_all_reduce" if made[0].one_shot else "two_shot_all_reduce_"
+        return [Entry("torch_symm", made[0], made[0], {p: f"torch.mm + symm_mem.{op} + add + F.rms_norm"
+                                                       for p in PROJECTIONS})]
 
     def run(self, ph: Phase) -> None:
         self.enter(ph)
@@ -520,7 +504,7 @@ def main() -> int:
     b.say(f"e2e {d} world {b.world}, heap {b.heap.nbytes >> 20} MiB, sdpa enable_gqa: {b.gqa}")
     for ph in plan:
         b.run(ph)
-    write_results(args.out, b.world, b.rows, model=d._asdict(), check=args.check, tol=args.tol, sms=b.sms,
+    write_results(args.out, b.world, b.rows, dims=d._asdict(), check=args.check, tol=args.tol, sms=b.sms,
                   failures=b.failures)
     b.heap.close()
     dist.destroy_process_group()
