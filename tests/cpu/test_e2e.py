@@ -4,26 +4,19 @@ shape), the heap it sizes and the check's rule."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from _bench_scripts import load_bench  # tests/, the helpers' folder
+
 SMALL_FLAGS = {"layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 8, "head_dim": None, "ffn": 2048,
                "context": 128, "prefill": 128}  # the brief's correctness configuration, as flags
 
 
 def load() -> Any:
-    spec = importlib.util.spec_from_file_location("e2e", REPO / "bench" / "e2e.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["e2e"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("e2e")
 
 
 def test_configurations() -> None:

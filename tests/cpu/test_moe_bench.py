@@ -5,25 +5,18 @@ torch are skipped without it (the CI venv)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from _bench_scripts import load_bench  # tests/, the helpers' folder
+
 
 
 def load() -> Any:
-    spec = importlib.util.spec_from_file_location("moe_nvshmem", REPO / "bench" / "moe_nvshmem.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["moe_nvshmem"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("moe_nvshmem")
 
 
 def fake_op(*names: str) -> Any:
