@@ -53,10 +53,11 @@ class DirectPath:
         self.m, self.heap, self.ctas, self.config, self.sim = m, heap, ctas, config, sim_deltas
         self.per_sm = per_sm  # CTAs per SM of pull_rows and reduce_push (config.ctas_per_sm: every SM in the budget)
         dev = heap.device
-        # Heap allocation order: layout._heap_shapes(path="direct").
-        self.stage = heap.empty((m.max_tokens, m.row), m.dtype)
-        self.back = heap.empty((m.world * m.max_tokens, m.hidden), m.dtype)
-        self.tokens = heap.empty((3,), torch.int64)  # the count, and where the token rows are (write_header)
+        # Heap allocation order: layout._heap_shapes(path="direct"). Peers read and write these at
+        # this rank's offsets: at the heap's top (`heap.empty(at_top=True)`), the same on every rank.
+        self.stage = heap.empty((m.max_tokens, m.row), m.dtype, at_top=True)
+        self.back = heap.empty((m.world * m.max_tokens, m.hidden), m.dtype, at_top=True)
+        self.tokens = heap.empty((3,), torch.int64, at_top=True)  # the count, and where the token rows are (write_header)
         rows = m.world * m.max_tokens
         self.token_rows = torch.arange(m.max_tokens, dtype=torch.int64, device=dev)  # pack's send_row
         self.meta = torch.zeros(rows, 2 * m.topk, dtype=torch.int32, device=dev)

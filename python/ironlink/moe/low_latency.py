@@ -52,10 +52,11 @@ class LowLatencyPath:
         # the fills come before the barrier, so no peer's first store can precede them. COPIES of
         # each, used by calls in turn.
         copies = COPIES.value
-        self.landing = heap.empty((copies, w, mt, m.row), m.dtype)
-        self.back = heap.empty((copies, w, mt, m.hidden), m.dtype)
-        self.counts = heap.empty((copies, w, MAX_CTAS), torch.int64)  # dispatch's token count words
-        self.back_counts = heap.empty((copies, w, MAX_CTAS), torch.int64)  # combine's
+        # Peers store into these at this rank's offsets: at the heap's top (`heap.empty(at_top=True)`).
+        self.landing = heap.empty((copies, w, mt, m.row), m.dtype, at_top=True)
+        self.back = heap.empty((copies, w, mt, m.hidden), m.dtype, at_top=True)
+        self.counts = heap.empty((copies, w, MAX_CTAS), torch.int64, at_top=True)  # dispatch's token count words
+        self.back_counts = heap.empty((copies, w, MAX_CTAS), torch.int64, at_top=True)  # combine's
         self._make_empty()
         if sim_deltas is None:
             heap.barrier()

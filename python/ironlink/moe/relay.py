@@ -49,8 +49,10 @@ class RelayPath:
         # Heap allocation order: layout._heap_shapes(path="relay"). back_*: combine's one reduced
         # row per received token.
         words, counts = _heap_shapes(m.world, m.max_tokens, m.hidden, m.row, "relay")
-        self.send_buf, self.recv_buf, self.back_send, self.back_recv = (heap.empty(shape, m.dtype) for shape in words)
-        self.counts = [heap.empty(shape, torch.int64) for shape in counts]
+        # Peers put into these at this rank's offsets: at the heap's top (`heap.empty(at_top=True)`).
+        self.send_buf, self.recv_buf, self.back_send, self.back_recv = (heap.empty(shape, m.dtype, at_top=True)
+                                                                        for shape in words)
+        self.counts = [heap.empty(shape, torch.int64, at_top=True) for shape in counts]
         self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
         # The routing sort's summary (moe.sort.SUMMARY): its extra bucket counts the out-of-range
         # expert ids.

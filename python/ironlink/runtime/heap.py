@@ -237,16 +237,19 @@ class SymmetricHeap:
         ptr = self._open().peer_base(rank) + offset
         return cuda_tensor(ptr, nbytes, self._device.index, self._owner)
 
-    def empty(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
+    def empty(self, shape: Union[int, Iterable[int]], dtype: Any = None, at_top: bool = False) -> Any:
         """An uninitialized tensor in symmetric memory (collective: same order on all ranks).
+        `at_top`: from the stack at the region's end that the workspaces take, at an offset that
+        follows from such calls alone, the same on every rank whatever tensors each allocated
+        (buffers that peers store into at this rank's offsets: MoeExchange's).
 
         The heap's memory stays valid while the tensor lives, even if the heap object is dropped;
         after an explicit `close()` it must not be used."""
-        torch = load_torch()
+        torch, native = load_torch(), self._open()
         dtype = torch.float32 if dtype is None else dtype
         dims = normalize_shape(shape)
         nbytes = math.prod(dims) * dtype.itemsize
-        return self._tensor_at(self._open().alloc(nbytes), nbytes, dims, dtype)
+        return self._tensor_at(native.alloc_top(nbytes) if at_top else native.alloc(nbytes), nbytes, dims, dtype)
 
     def _tensor_at(self, offset: int, nbytes: int, dims: tuple[int, ...], dtype: Any) -> Any:
         """The tensor over the allocation just made at `offset`, its call recorded (or the

@@ -33,7 +33,7 @@ class FakeHeap:
         self.rank, self.world_size, self.device = rank, world, torch.device("cpu")
         self.allocated = 0
 
-    def empty(self, shape: Any, dtype: Any) -> Any:
+    def empty(self, shape: Any, dtype: Any, at_top: bool = False) -> Any:
         t = torch.full(shape, 7, dtype=dtype)  # not zero: unwritten rows must not look right
         self.allocated += -(-t.numel() * t.element_size() // self.ALIGN) * self.ALIGN
         return t
@@ -46,23 +46,33 @@ class FakeHeap:
 
 
 class SimHeap(FakeHeap):
-    """A one-node heap of simulated rank `rank`: every rank's tensors are carved from its own
-    arena at the same offsets, so peer q's copy of an address is `simulated_peers[q]` bytes away
-    (what MoeExchange's direct path adds instead of calling the device library)."""
+    """A one-node heap of simulated rank `rank`, laid out as the real one: tensors carved from the
+    start of its own arena in call order, `at_top` ones from its end down (the real heap's
+    workspace stack), so peer q's copy of an address is `simulated_peers[q]` bytes away (what
+    MoeExchange's direct path adds instead of calling the device library) only where the ranks
+    made the same calls of that kind."""
 
     multi_node = False
 
     def __init__(self, rank: int, world: int, arenas: list[Any]) -> None:
         super().__init__(rank, world)
         self.arena = arenas[rank]
+        self.bottom = self.top = 0  # bytes taken from the start and from the end
         base = self.arena.data_ptr()
         self.simulated_peers = torch.tensor([a.data_ptr() - base for a in arenas], dtype=torch.int64)
 
-    def empty(self, shape: Any, dtype: Any) -> Any:
+    def empty(self, shape: Any, dtype: Any, at_top: bool = False) -> Any:
         n = math.prod(shape) * dtype.itemsize
-        t = self.arena[self.allocated:self.allocated + n].view(dtype).view(shape)
+        taken = -(-n // self.ALIGN) * self.ALIGN
+        assert self.bottom + self.top + taken <= self.arena.numel(), "simulated heap out of memory"
+        if at_top:
+            self.top += taken
+            start = self.arena.numel() - self.top
+        else:
+            start, self.bottom = self.bottom, self.bottom + taken
+        t = self.arena[start:start + n].view(dtype).view(shape)
         t.fill_(7)  # not zero: unwritten rows must not look right
-        self.allocated += -(-n // self.ALIGN) * self.ALIGN
+        self.allocated += taken
         return t
 
 

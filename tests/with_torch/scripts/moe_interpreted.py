@@ -133,12 +133,17 @@ def same_on_direct_path(world: int, tokens: int, h: int, k: int, experts: int, f
                         ids: list[Any], ws: list[Any], relay: tuple[list[Any], ...]) -> None:
     """The direct path (simulated one-node heaps, peer loads and stores through the arenas) gives
     the relay path's recv_x (and scales), expert counts and combined rows bit for bit, three times:
-    x staged, and x in the heap (runs 0 and 2: bf16 rows pulled in place, `rows_in_place`)."""
+    x staged, and x in the heap (runs 0 and 2: bf16 rows pulled in place, `rows_in_place`).
+    Each rank has allocated a tensor of another size first: the exchange's buffers, which peers
+    reach at this rank's offsets, must not follow the ranks' own tensors (`heap.empty(at_top=True)`)."""
     nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN)
-    heaps = sim_heaps(world, nbytes + tokens * h * 2 + SimHeap.ALIGN)
+    heaps = sim_heaps(world, nbytes + tokens * h * 2 + (world + 1) * SimHeap.ALIGN)
+    own = [sh.empty((1 + r * SimHeap.ALIGN,), torch.uint8) for r, sh in enumerate(heaps)]  # r + 1 units
     ms = [MoeExchange(sh, tokens, h, k, experts, dispatch_dtype=FP8 if fp8 else None, path="direct")
           for sh in heaps]
-    assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (direct) != the bytes allocated"
+    assert all(sh.allocated - sh.ALIGN * (r + 1) == nbytes for r, sh in enumerate(heaps)), \
+        "heap_bytes (direct) != the bytes allocated"
+    del own
     assert all(m.ctas == m.direct.grid() == 2 for m in ms), [m.ctas for m in ms]  # simulated: 2 CTAs, one per "SM"
     in_heap = [sh.empty(tuple(x.shape), x.dtype).copy_(x) for sh, x in zip(heaps, xs)]
     for m, x in zip(ms, in_heap):  # in place: bf16 rows of whole 16-byte units (hidden 36 is staged)
@@ -167,12 +172,16 @@ def same_on_low_latency_path(world: int, tokens: int, h: int, k: int, experts: i
     bytes and scales those of `fp8_quantize_reference`), the blocks filled from their first row,
     the relay path's expert counts and combined rows bit for bit; four layers in a row (each of
     the COPIES of its buffers, the first twice), the second with its receive deferred; after each,
-    every copy but the one that call used is empty wherever a peer writes."""
+    every copy but the one that call used is empty wherever a peer writes. Each rank has allocated
+    a tensor of another size first, as on the direct path."""
     nbytes = exchange_mod._heap_bytes(world, tokens, h, k, fp8, SimHeap.ALIGN, path="low_latency")
-    heaps = sim_heaps(world, nbytes)
+    heaps = sim_heaps(world, nbytes + world * SimHeap.ALIGN)
+    for r, sh in enumerate(heaps):
+        sh.empty((1 + r * SimHeap.ALIGN,), torch.uint8)  # r + 1 units, kept
     ms = [MoeExchange(sh, tokens, h, k, experts, path="low_latency", dispatch_dtype=FP8 if fp8 else None)
           for sh in heaps]
-    assert all(sh.allocated == nbytes for sh in heaps), "heap_bytes (low_latency) != the bytes allocated"
+    assert all(sh.allocated - sh.ALIGN * (r + 1) == nbytes for r, sh in enumerate(heaps)), \
+        "heap_bytes (low_latency) != the bytes allocated"
     le, block = experts // world, world * tokens
     assert all(m.capacity == le * block for m in ms)
     for run in range(4):
