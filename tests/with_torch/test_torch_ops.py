@@ -51,7 +51,7 @@ class FakeHeap:
     def world_size(self) -> int:
         return WORLD
 
-    def empty(self, shape: Any, dtype: Any = None) -> Any:
+    def empty(self, shape: Any, dtype: Any = None, at_top: bool = False) -> Any:
         t = torch.zeros(shape, dtype=dtype or torch.float32)
         self.tensors.append(t)
         return t
@@ -497,3 +497,21 @@ def test_opcheck_mutations_and_fakes(stand_ins: StandIns) -> None:
                    torch.ones(3, 2), moe.recv_x, moe.recv_scales, False)))
     for op, args in cases:
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+def test_moe_buffers_come_from_the_heaps_top_and_its_oom_names_the_bytes() -> None:
+    """MoeExchange takes its heap buffers from the heap's top (`heap.empty(at_top=True)`: the same
+    offsets on every rank whatever each allocated before); where the heap runs out, the error
+    says how many bytes the exchange needs (needs the compiled extension for heap_bytes)."""
+    pytest.importorskip("ironlink._native")
+
+    class FullHeap:
+        world_size, rank, device, multi_node, simulated_peers = WORLD, 0, torch.device("cpu"), False, None
+
+        def empty(self, shape: Any, dtype: Any, at_top: bool = False) -> Any:
+            assert at_top, "an exchange buffer outside the heap's top"
+            raise IronlinkError("symmetric heap out of memory for an op's workspace")
+
+    need = MoeExchange.heap_bytes(WORLD, 64, 1024, 2, path="direct")
+    with pytest.raises(IronlinkError, match=rf"MoeExchange \(direct path\) needs {need} bytes .*out of memory"):
+        MoeExchange(FullHeap(), 64, 1024, 2, 8, path="direct")

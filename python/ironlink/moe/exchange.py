@@ -185,13 +185,19 @@ class MoeExchange:
         sim = getattr(heap, "simulated_peers", None)
         ctas = min(self.sms, grid_cap(dev)) if cuda else 2
         self.impl: Union[DirectPath, LowLatencyPath, RelayPath]
-        if self.path == "direct":
-            per_sm = self.config.ctas_per_sm if cuda and ctas == device_sms else 1  # every SM in the budget
-            self.impl = DirectPath(self, heap, ctas, self.config, sim, per_sm)
-        elif self.path == "low_latency":
-            self.impl = LowLatencyPath(self, heap, ctas, self.config, sim)
-        else:
-            self.impl = RelayPath(self, heap, self.config, sms)
+        try:
+            if self.path == "direct":
+                per_sm = self.config.ctas_per_sm if cuda and ctas == device_sms else 1  # every SM in the budget
+                self.impl = DirectPath(self, heap, ctas, self.config, sim, per_sm)
+            elif self.path == "low_latency":
+                self.impl = LowLatencyPath(self, heap, ctas, self.config, sim)
+            else:
+                self.impl = RelayPath(self, heap, self.config, sms)
+        except IronlinkError as e:  # the heap's out-of-memory: say what this exchange needs
+            need = self.heap_bytes(world, max_tokens, hidden, topk, self.fp8, multi_node, self.path, recv_capacity,
+                                   self.config)
+            raise IronlinkError(f"MoeExchange ({self.path} path) needs {need} bytes of the symmetric heap "
+                                f"(MoeExchange.heap_bytes with these arguments): {e}") from e
         self.op_handle = register(self)  # what torch.compile graphs carry instead (moe/torch_library.py)
 
     @property
