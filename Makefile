@@ -40,7 +40,7 @@ all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
 # Every arch's bitcode, both kinds, built side by side (each rustc is one thread: codegen-units =
-# 1, fat LTO). From a clean clone on 2 cores: 64 s, where one target dir a build took 110 to 120.
+# 1, fat LTO).
 NPROC     := $(shell nproc 2>/dev/null || echo 2)
 # The P2P builds first: the jobs make runs at once then take different archs (two builds of one
 # arch wait for each other's target dir).
@@ -72,8 +72,7 @@ DEVICE_SRC := $(shell find device/src -name '*.rs') device/Cargo.toml Cargo.toml
 # once an arch (the RUSTFLAGS, which reach core, are the arch alone), the cfgs that tell the
 # builds apart go to the device crate only (after `--`), and each writes its own file (--emit
 # with a path), so two builds of an arch never overwrite each other's output; cargo's lock on the
-# target dir runs them one after the other. The bitcode is byte-identical to one target dir a
-# build (2026-11-29: sm_90, P2P and NVSHMEM).
+# target dir runs them one after the other.
 # $(call device_bc,smXX,extra rustc flags of the device crate): builds $@ from the device crate.
 define device_bc
 	@mkdir -p $(@D)

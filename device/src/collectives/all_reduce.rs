@@ -140,7 +140,6 @@ fn two_shot_ll(call: &Call, r: &Region, red: &Reduction) -> Result<(), i32> {
     // Gather: every peer's reduced shard. A thread whose reduce failed skips it; one that had no
     // unit of this rank's shard to reduce (the last rank's is shorter) may time out here and
     // store what its slots held into x (docs/reliability.md: different grids).
-
     let mut i = slo + call.tid;
     while !late && i < shi {
         let expect = |p: usize| unit_of(p, i) < units;
