@@ -90,7 +90,7 @@ while [ $# -gt 0 ]; do
     --suites) suites=$2; shift 2 ;;
     --shared-gpu) shared_gpu=1; shift ;;
     reliability) parts+=(misuse killed-rank soak sanitize compile); shift ;;
-    misuse|killed-rank|soak|sanitize|nvshmem-link|compile) parts+=("$1"); shift ;;
+    misuse|killed-rank|soak|sanitize|nvshmem-link|compile|e2e) parts+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     wheel|basics|heap|collectives|fusion|ops|nvshmem|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
