@@ -46,7 +46,7 @@ from typing import Any, NamedTuple, Optional
 from ..language import _abi
 from .operators import torch_operators
 from ..runtime import eager, streams, tuning
-from ..runtime.distributed import sm_share
+from ..runtime.distributed import ranks_per_gpu, sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for
@@ -139,7 +139,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
         return out
     dst = out if out.is_contiguous() else torch.empty(out.shape, device=out.device, dtype=out.dtype)
     rows = p.m // h.world_size  # a rank's block
-    exchange = exchange or tuning.ScatterExchange()
+    exchange = scatter_exchange(exchange)
     if exchange.takes_copy_engine(rows):  # 2 words a chunk and rank
         config, flags = copy_engine.prepare(h, "matmul_reduce_scatter", rows, p.config, exchange.min_chunks, 2, check)
         p = p._replace(config=config)
@@ -153,6 +153,19 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     if dst is not out:
         out.copy_(dst)
     return out
+
+
+def scatter_exchange(requested: Optional[tuning.ScatterExchange]) -> tuning.ScatterExchange:
+    """The exchange a call runs: `requested`, else the defaults, which where ranks share a GPU
+    (`ranks_per_gpu` > 1, CUDA MPS) leave out the copy engine: there its side streams' flag waits
+    stalled the ranks (world 4 on one H200, 4120x2050x1024, blocks of 1030 rows in several
+    chunks: every launch timed out, where the CTAs' push passed; blocks of one chunk passed).
+    Asking for the copy engine there is allowed, as with PDL."""
+    if requested is not None:
+        return requested
+    if ranks_per_gpu() > 1:
+        return tuning.ScatterExchange(copy_engine_min_rows=None)
+    return tuning.ScatterExchange()
 
 
 # The copy engine's landing slots at each rank: (world - 1) blocks of M / world x N elements.
@@ -199,7 +212,7 @@ def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms:
         p = plan(TensorSpec("a", (rows, k), dtype, itemsize, True, "cuda:0", 1 << 20), b,
                  TensorSpec("out", (rows // world, n), dtype, itemsize, True, "cuda:0", 2 << 40), "cuda:0", world, sms)
         chosen = cublas_methods.method_for("matmul_reduce_scatter", rows, method, False, world)
-        return workspace_requests(p, itemsize, world, chosen, exchange or tuning.ScatterExchange())
+        return workspace_requests(p, itemsize, world, chosen, scatter_exchange(exchange))
 
     return workspaces_heap_bytes(requests(rows) for rows in range(world, m + 1, world))
 
