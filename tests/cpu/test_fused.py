@@ -480,6 +480,26 @@ def test_the_fused_ops_say_the_heap_bytes_their_workspaces_take() -> None:
                                       2)) == {"matmul_all_reduce/lamport16", "matmul_all_reduce/epochs"}
 
 
+def test_ranks_sharing_a_gpu_take_no_copy_engine_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 4 ranks on one H200 (MPS): the copy engine's flag waits stalled both sequence-parallel ops at
+    # blocks of 1030 rows, so their default exchanges leave it out there; given, it is kept; and
+    # heap_bytes follows the exchange the op would run.
+    agm = importlib.import_module("ironlink.fused.all_gather_matmul")
+    mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")
+    m, n, k, world = 4096, 8192, 8192, 4
+    alone = (tuning.GatherExchange(), tuning.ScatterExchange())
+    assert (agm.gather_exchange(None), mrs.scatter_exchange(None)) == alone
+    on_own = ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel")
+    monkeypatch.setattr(copy_engine, "ranks_per_gpu", lambda: 4)
+    assert agm.gather_exchange(None) == tuning.GatherExchange(copy_engine=False)
+    assert mrs.scatter_exchange(None) == tuning.ScatterExchange(copy_engine_min_rows=None)
+    assert (agm.gather_exchange(alone[0]), mrs.scatter_exchange(alone[1])) == alone
+    never = tuning.ScatterExchange(copy_engine_min_rows=None)
+    shared = ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel")
+    assert shared == ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel", exchange=never)
+    assert shared != on_own
+
+
 def test_the_sequence_parallel_ops_say_the_heap_bytes_they_take() -> None:
     # all_gather_matmul and matmul_reduce_scatter (issue 62 item 3): every workspace a call of up to
     # the shape may make by the method the op would choose (or the one given), in any order.

@@ -142,7 +142,7 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
                 h.ctx, a_shard, a_full, b, out, p.rows, p.n, p.k, *strides, status, **meta),
             check, function="symm_grid_barrier/symm_all_gather_hierarchical")
         return a_full, out
-    exchange = exchange or tuning.GatherExchange()
+    exchange = gather_exchange(exchange)
     if uses_copy_engine(a_shard, exchange):  # a flag a chunk
         config, flags = copy_engine.prepare(h, "all_gather_matmul", p.rows, p.config, exchange.min_chunks, 1, check)
         p = p._replace(config=config)
@@ -183,13 +183,21 @@ def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms:
                  TensorSpec("a_full", (world * rows, k), dtype, itemsize, True, "cuda:0", 2 << 40),
                  TensorSpec("out", (world * rows, n), dtype, itemsize, True, "cuda:0", 3 << 40), "cuda:0", world, sms)
         chosen = cublas_methods.method_for("all_gather_matmul", world * rows, method, False, world)
-        return workspace_requests(p, world, chosen, exchange or tuning.GatherExchange())
+        return workspace_requests(p, world, chosen, gather_exchange(exchange))
 
     made = 0 if a_full or m == 0 else -(-m * k * itemsize // 4096) * 4096
     return made + workspaces_heap_bytes(requests(rows) for rows in range(1, m // world + 1))
 
 
 all_gather_matmul.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
+
+
+def gather_exchange(requested: Optional[tuning.GatherExchange]) -> tuning.GatherExchange:
+    """The exchange a call runs: `requested`, else the defaults, without the copy engine where
+    `copy_engine.default_on` says no."""
+    if requested is not None:
+        return requested
+    return tuning.GatherExchange() if copy_engine.default_on() else tuning.GatherExchange(copy_engine=False)
 
 
 def uses_copy_engine(a_shard: Any, exchange: tuning.GatherExchange) -> bool:

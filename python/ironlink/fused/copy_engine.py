@@ -32,6 +32,7 @@ from .. import language as il
 from ..language import _abi
 from ..language import typed as ilt
 from ..runtime import streams
+from ..runtime.distributed import ranks_per_gpu
 from . import barrier
 
 FLAG_GO: tl.constexpr = tl.constexpr(0)
@@ -39,6 +40,16 @@ FLAG_FREE: tl.constexpr = tl.constexpr(1)
 EQ: tl.constexpr = tl.constexpr(_abi.CMP["EQ"])
 SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
 ADD: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["ADD"])
+
+
+def default_on() -> bool:
+    """Whether the ops' default exchanges may take the copy engine: not where ranks share a GPU
+    (`ranks_per_gpu` > 1, CUDA MPS). There the side streams' flag waits stalled the ranks: 4 ranks
+    on one H200, blocks of 1030 rows (4120x2050x1024), matmul_reduce_scatter with 1 or 8 launches
+    and all_gather_matmul with 8 launches back to back timed out on every rank, where the CTAs'
+    push passed; smaller blocks passed. Asking for the copy engine there (`exchange=`) is allowed,
+    as with PDL."""
+    return ranks_per_gpu() == 1
 
 
 def chunked(rows: int, config: tuning.MatmulConfig, min_chunks: int) -> tuning.MatmulConfig:

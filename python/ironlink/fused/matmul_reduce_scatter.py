@@ -46,7 +46,7 @@ from typing import Any, NamedTuple, Optional
 from ..language import _abi
 from .operators import torch_operators
 from ..runtime import eager, streams, tuning
-from ..runtime.distributed import ranks_per_gpu, sm_share
+from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for
@@ -156,16 +156,11 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
 
 
 def scatter_exchange(requested: Optional[tuning.ScatterExchange]) -> tuning.ScatterExchange:
-    """The exchange a call runs: `requested`, else the defaults, which where ranks share a GPU
-    (`ranks_per_gpu` > 1, CUDA MPS) leave out the copy engine: there its side streams' flag waits
-    stalled the ranks (world 4 on one H200, 4120x2050x1024, blocks of 1030 rows in several
-    chunks: every launch timed out, where the CTAs' push passed; blocks of one chunk passed).
-    Asking for the copy engine there is allowed, as with PDL."""
+    """The exchange a call runs: `requested`, else the defaults, without the copy engine where
+    `copy_engine.default_on` says no."""
     if requested is not None:
         return requested
-    if ranks_per_gpu() > 1:
-        return tuning.ScatterExchange(copy_engine_min_rows=None)
-    return tuning.ScatterExchange()
+    return tuning.ScatterExchange() if copy_engine.default_on() else tuning.ScatterExchange(copy_engine_min_rows=None)
 
 
 # The copy engine's landing slots at each rank: (world - 1) blocks of M / world x N elements.
