@@ -102,9 +102,10 @@ test: $(STAMP)/toolchain
 	@$(MAKE) --no-print-directory abi wheel test-rust test-python test-triton-range lint
 	@echo "== make test: everything passed"
 
+# cargo test's binaries, each pinned to one CPU, one a CPU at a time (tests/run_rust.py says why).
 test-rust: $(STAMP)/toolchain
-	@echo "== Rust tests: the device code on simulated nodes (world 2 to 8), host crate units (cargo test)"
-	@$(CARGO) test -q --workspace
+	@echo "== Rust tests: the device code on simulated nodes (world 2 to 8), host crate units (cargo test's binaries, one a CPU)"
+	@RUSTC_BOOTSTRAP=1 $(PYTHON) tests/run_rust.py --toolchain $(TOOLCHAIN)
 
 test-python: venv
 	@echo "== Python tests: bitcode symbols, Triton compile-to-cubin for sm_80/90/100, ABI sync, heap and ops checks (pytest)"
