@@ -192,6 +192,7 @@ bench-moe: wheel
 # The end-to-end decoder-stack benchmark alone (bench/results/e2e-*.json).
 bench-e2e: wheel
 	bench/run_py.sh e2e
+	bench/run_py.sh e2e_moe
 
 # The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
 # the newest bench/results/*.json at each world size (tests/packaging/test_readme_bench.py checks them).

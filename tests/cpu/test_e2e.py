@@ -105,3 +105,20 @@ def test_check_rule() -> None:
     assert m.within(0.0, 3e-2) and m.within(3e-2, 3e-2)
     assert not m.within(3.1e-2, 3e-2)
     assert not m.within(math.nan, 3e-2)
+
+
+def test_moe_stack_configurations_split_and_capacity() -> None:
+    # bench/e2e_moe.py (issue 63 item 2): DeepSeek-V3's MoE shape, its split over ranks and the
+    # rows MoeExchange keeps for a rank's experts.
+    m = load_bench("e2e_moe")
+    d = m.resolve("deepseek-v3-moe", {}, 1e-6)
+    assert (d.model, d.layers, d.hidden, d.experts, d.topk, d.ffn) == ("deepseek-v3-moe", 4, 7168, 256, 8, 2048)
+    assert m.resolve("deepseek-v3-moe", {"experts": 64}, 1e-6).model == "deepseek-v3-moe-64"
+    assert m.resolve("small-moe", {"layers": 3}, 1e-6).model == "custom"
+    for world in (2, 4, 8):
+        assert m.dims_problem(d, world) is None
+    assert "not divisible by 3" in m.dims_problem(d, 3)
+    assert "exceeds" in m.dims_problem(m.resolve("small-moe", {"topk": 17}, 1e-6), 2)
+    # Twice the tokens x topk uniform routing brings, never more than every choice of every rank.
+    assert m.recv_capacity(4096, 8, 4) == 2 * 4096 * 8
+    assert m.recv_capacity(128, 8, 1) == 128 * 8

@@ -17,8 +17,9 @@
 #                memory), bitwise against a P2P heap, per world size (tests/gpu/workers/nvshmem_worker.py)
 #   examples     examples/all_reduce.py (the GPU `make demo`), examples/moe_layer.py and
 #                examples/fused_matmul_all_reduce.py
-#   e2e          bench/e2e.py --check at each world size: the small decoder stack, each contender
-#                against nccl's output (not in the default parts)
+#   e2e          bench/e2e.py and bench/e2e_moe.py --check at each world size: the small decoder
+#                stack, each contender against nccl's output, and the small MoE stack, ironlink
+#                against torch_a2a's (not in the default parts)
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
@@ -212,11 +213,14 @@ for part in "${parts[@]}"; do
         grep -vE "^(W|I)[0-9]{4}|^\*+$|OMP_NUM_THREADS|^$" "$log" | tail -12; [ $r -eq 0 ] || fail "example $ex" "$log"
       done ;;
     e2e)
-      # bench/e2e.py --check: the small decoder stack, every contender against nccl's output.
+      # bench/e2e.py --check: the small decoder stack, every contender against nccl's output;
+      # bench/e2e_moe.py --check: the small MoE stack, ironlink against torch_a2a's output.
       for w in "${fits[@]}"; do
-        log="$OUT/e2e-check-w$w.log"
-        timeout 540 torchrun --standalone --nproc_per_node="$w" bench/e2e.py --check > "$log" 2>&1; r=$?
-        grep -E "FAILED|skipped|err " "$log" | tail -20; [ $r -eq 0 ] || fail "e2e world $w" "$log"
+        for prog in e2e e2e_moe; do
+          log="$OUT/$prog-check-w$w.log"
+          timeout 540 torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check > "$log" 2>&1; r=$?
+          grep -E "FAILED|skipped|err " "$log" | tail -20; [ $r -eq 0 ] || fail "$prog world $w" "$log"
+        done
       done ;;
     bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose

@@ -1,0 +1,295 @@
+"""End to end, expert parallel: a stack of MoE layers shaped like DeepSeek-V3's, each contender's
+whole step timed on the same GPUs with the same weights (issue 63 item 2; the dense stack is
+bench/e2e.py):
+
+    torchrun --nproc_per_node=4 bench/e2e_moe.py --out bench/results/e2e-moe-4xh200.json  (bench/run_py.sh e2e_moe)
+    torchrun --nproc_per_node=2 bench/e2e_moe.py --check     (correctness alone, the small configuration)
+
+The stack: `--layers` (4) pre-norm MoE layers, hidden 7168, top-8 routing over 256 experts
+(`--experts 64` the smaller model), SiLU-gated expert FFN 2048, RMSNorm eps 1e-6, bf16. Rank r holds
+experts r * E / world .. (r + 1) * E / world; each expert's weights are drawn from its own seed, so
+the model is the same at any world size. A layer: h = RMSNorm(x); each token's top-k experts and
+weights; the tokens to their experts' ranks; gate/up, SiLU * up, down for each local expert as
+grouped GEMMs (torch._grouped_mm over the rows grouped by expert); back, weighted; x += that.
+The routing of each layer is drawn once per phase (random scores, top-k, softmaxed weights, as
+bench/moe.py) instead of computed from h: a router's top-k flips on the last-bit differences
+between contenders, which would leave nothing to compare. The router's GEMM ([tokens, 7168] x
+[7168, experts]) is left out of every contender alike.
+Phases: `--tokens` 128 and 4096 tokens per rank. Contenders:
+- torch_a2a: the tokens sorted by expert, the counts exchanged with all_to_all_single and read
+  back to the host, the rows and their expert ids by all_to_all_single, sorted by local expert,
+  the grouped GEMMs, the rows back the same way, the weighted sum: timed eagerly (the host reads
+  the counts every layer, so no CUDA graph holds it);
+- ironlink: MoeExchange(path="direct") dispatch, the grouped GEMMs over its expert_offsets and
+  expert_counts (read on the GPU), combine; the whole step in a CUDA graph. The direct path's
+  rows are packed by expert, what torch._grouped_mm takes; the low-latency path's are laid out in
+  blocks of world x max_tokens rows an expert, which would need a grouped GEMM that skips the gaps.
+Check: ironlink's final output within --tol of torch_a2a's (max |x - ref| / max |ref|) on every
+rank, else a FAILED line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NamedTuple, Optional
+
+try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.py)
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    import ironlink
+    from ironlink_bench import GraphRound, time_eager, write_results
+    from ironlink.tune.timing import captured
+    IMPORT_ERROR: Optional[ImportError] = None
+except ImportError as e:
+    torch, IMPORT_ERROR = None, e
+
+PRESETS: dict[str, dict[str, int]] = {
+    "deepseek-v3-moe": dict(layers=4, hidden=7168, experts=256, topk=8, ffn=2048),
+    "deepseek-v3-moe-64": dict(layers=4, hidden=7168, experts=64, topk=8, ffn=2048),
+    "small-moe": dict(layers=2, hidden=1024, experts=16, topk=4, ffn=512),
+}
+TOKENS = (128, 4096)
+CAPACITY_SLACK = 2  # recv_capacity: this many times the rows uniform routing brings a rank on average
+SLACK_BYTES = 256 << 20
+
+
+class MoeDims(NamedTuple):
+    model: str
+    layers: int
+    hidden: int
+    experts: int
+    topk: int
+    ffn: int
+    eps: float
+
+
+def resolve(config: str, overrides: dict[str, Optional[int]], eps: float) -> MoeDims:
+    """Preset `config` with the options given (None: the preset's), named after the preset it
+    equals, else "custom"."""
+    dims = {**PRESETS[config], **{k: v for k, v in overrides.items() if v is not None}}
+    name = next((n for n, p in PRESETS.items() if p == dims), "custom")
+    return MoeDims(model=name, eps=eps, **dims)
+
+
+def dims_problem(d: MoeDims, world: int) -> Optional[str]:
+    """Why `d` cannot be split over `world` ranks, or None."""
+    if d.experts % world:
+        return f"experts = {d.experts} is not divisible by {world}"
+    if d.topk > d.experts:
+        return f"topk = {d.topk} exceeds experts = {d.experts}"
+    return None
+
+
+def recv_capacity(tokens: int, topk: int, world: int) -> int:
+    """The rows MoeExchange keeps for a rank's experts: CAPACITY_SLACK times the tokens x topk
+    uniform routing brings on average, at most every choice of every rank."""
+    return min(world * tokens * topk, CAPACITY_SLACK * tokens * topk)
+
+
+def heap_size(d: MoeDims, tokens: int, world: int) -> int:
+    """The symmetric heap for phases of up to `tokens` tokens a rank: the exchange's buffers and
+    SLACK_BYTES."""
+    moe = ironlink.MoeExchange.heap_bytes(world, tokens, d.hidden, d.topk, path="direct",
+                                          recv_capacity=recv_capacity(tokens, d.topk, world))
+    return moe + SLACK_BYTES
+
+
+def randn_bf16(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+
+class MoeLayer:
+    """One layer's weights on this rank: its norm, and its local experts' gate/up [le, H, 2F] and
+    down [le, F, H] (expert e's drawn from seed + e, the same at any world)."""
+
+    def __init__(self, d: MoeDims, rank: int, world: int, seed: int) -> None:
+        le = d.experts // world
+        mine = range(rank * le, (rank + 1) * le)
+        self.norm = 1 + 0.1 * randn_bf16((d.hidden,), seed)
+        self.w13 = torch.stack([randn_bf16((d.hidden, 2 * d.ffn), seed + 2 * e + 1, d.hidden ** -0.5) for e in mine])
+        self.w2 = torch.stack([randn_bf16((d.ffn, d.hidden), seed + 2 * e + 2, d.ffn ** -0.5) for e in mine])
+        self.idx: Any = None  # this phase's routing: [tokens, topk] expert ids, [tokens, topk] weights
+        self.weights: Any = None
+
+
+def experts_ffn(rows: Any, ends: Any, layer: MoeLayer, ffn: int) -> Any:
+    """The local experts on rows grouped by expert (group e ends at `ends[e]`, int32 on the GPU)."""
+    gu = torch._grouped_mm(rows, layer.w13, offs=ends)
+    return torch._grouped_mm(F.silu(gu[:, :ffn]) * gu[:, ffn:], layer.w2, offs=ends)
+
+
+class Step:
+    """One step of the whole stack from `x0` to `final`; the contenders differ in `moe` alone."""
+
+    def __init__(self, b: "MoeE2E", tokens: int) -> None:
+        self.b, self.d, self.layers = b, b.d, b.layers
+        self.x0, self.res = b.x0, b.res
+        self.final = torch.empty_like(b.x0)
+
+    def __call__(self) -> Any:
+        self.res.copy_(self.x0)
+        for layer in self.layers:
+            h = F.rms_norm(self.res, (self.d.hidden,), layer.norm, self.d.eps)
+            self.res.add_(self.moe(layer, h))
+        self.final.copy_(F.rms_norm(self.res, (self.d.hidden,), None, self.d.eps))
+        return self.final
+
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        raise NotImplementedError
+
+
+def all_to_all(out: Any, inp: Any, out_splits: Optional[list[int]] = None, in_splits: Optional[list[int]] = None) -> None:
+    """dist.all_to_all_single; through host copies on a gloo group (ranks sharing a GPU), whose
+    all-to-all takes CPU tensors only."""
+    if dist.get_backend() == "nccl":
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+        return
+    host = out.cpu()
+    dist.all_to_all_single(host, inp.cpu(), out_splits, in_splits)
+    out.copy_(host)
+
+
+class TorchStep(Step):
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        world, rank, k, le = self.b.world, self.b.rank, self.d.topk, self.d.experts // self.b.world
+        experts = layer.idx.reshape(-1)
+        order = torch.argsort(experts, stable=True)  # by expert, so by destination rank
+        counts = torch.bincount(experts // le, minlength=world)
+        recv_counts = torch.empty_like(counts)
+        all_to_all(recv_counts, counts)
+        sc, rc = counts.tolist(), recv_counts.tolist()  # the host sync
+        recv = h.new_empty(sum(rc), h.shape[1])
+        all_to_all(recv, h[order // k], rc, sc)
+        recv_e = experts.new_empty(sum(rc))
+        all_to_all(recv_e, experts[order], rc, sc)
+        local = recv_e - rank * le
+        perm = torch.argsort(local, stable=True)
+        ends = torch.cumsum(torch.bincount(local, minlength=le), 0).to(torch.int32)
+        y = experts_ffn(recv[perm], ends, layer, self.d.ffn)
+        out_rows = torch.empty_like(y)
+        out_rows[perm] = y
+        back = h.new_empty(len(order), h.shape[1])
+        all_to_all(back, out_rows, sc, rc)
+        rows = torch.empty_like(back)
+        rows[order] = back
+        t = h.shape[0]
+        return (rows.view(t, k, -1).float() * layer.weights.float()[..., None]).sum(1).to(h.dtype)
+
+
+class IronlinkStep(Step):
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        # h is not a heap tensor: dispatch copies it into its stage first (the torch path sends h)
+        recv_x, counts, offsets, handle = self.b.exchange.dispatch(h, layer.idx, layer.weights)
+        ends = (offsets + counts).to(torch.int32)
+        return self.b.exchange.combine(experts_ffn(recv_x, ends, layer, self.d.ffn), handle)
+
+
+class MoeE2E:
+    def __init__(self, args: argparse.Namespace, d: MoeDims, tokens: list[int]) -> None:
+        self.args, self.d = args, d
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.heap = ironlink.SymmetricHeap(heap_size(d, max(tokens), self.world), timeout_s=args.timeout_s)
+        self.layers = [MoeLayer(d, self.rank, self.world, args.seed + 100_003 * (i + 1)) for i in range(d.layers)]
+        self.rows: list[dict[str, Any]] = []
+        self.failures: list[str] = []
+
+    def say(self, text: str) -> None:
+        if self.rank == 0:
+            print(text, flush=True)
+
+    def run(self, tokens: int) -> None:
+        d, seed = self.d, self.args.seed + tokens
+        g = torch.Generator(device="cuda").manual_seed(seed + 7 * self.rank)
+        self.x0 = randn_bf16((tokens, d.hidden), seed + 13 * self.rank + 1)
+        self.res = torch.empty_like(self.x0)
+        for layer in self.layers:
+            layer.idx = torch.rand(tokens, d.experts, device="cuda", generator=g).topk(d.topk, dim=1).indices
+            layer.weights = torch.softmax(torch.randn(tokens, d.topk, device="cuda", generator=g), 1)
+        self.exchange = ironlink.MoeExchange(self.heap, tokens, d.hidden, d.topk, d.experts, path="direct",
+                                             recv_capacity=recv_capacity(tokens, d.topk, self.world))
+        ref, mine = TorchStep(self, tokens), IronlinkStep(self, tokens)
+        times: dict[str, float] = {}
+        if self.args.check:
+            ref()
+            captured(mine, 1)
+        else:
+            times["torch_a2a"] = time_eager(ref) / 1000
+            timer = GraphRound()
+            timer.add(mine, tokens * d.hidden * 2 * d.layers, tag="ironlink")
+            times.update({name: us / 1000 for name, us in timer.run_tagged()})
+        err = self.verify(tokens, ref.final, mine.final)
+        for name in ("torch_a2a", "ironlink"):
+            self.record(tokens, name, times.get(name), times.get("torch_a2a"), err if name == "ironlink" else 0.0)
+        self.exchange.close()
+
+    def verify(self, tokens: int, ref: Any, got: Any) -> float:
+        scale = ref.float().abs().max().clamp_min(1e-30)
+        err = ((got.float() - ref.float()).abs().max() / scale).reshape(1)
+        every = [torch.empty_like(err) for _ in range(self.world)]
+        dist.all_gather(every, err)
+        worst = max(e.item() for e in every)
+        if not worst <= self.args.tol:  # NaN fails
+            msg = (f"FAILED: e2e {self.d.model} {tokens} tokens: ironlink differs from torch_a2a by {worst:.3g} "
+                   f"(max |x - ref| / max |ref|) > {self.args.tol}")
+            self.failures.append(msg)
+            self.say(msg)
+        return worst
+
+    def record(self, tokens: int, name: str, ms: Optional[float], ref_ms: Optional[float], err: float) -> None:
+        row = {"model": self.d.model, "phase": "moe", "batch": tokens, "tokens": tokens, "contender": name,
+               "ms": None if ms is None else round(ms, 4),
+               "tokens_per_s": None if not ms else round(tokens / ms * 1000, 1),
+               "vs_torch_a2a": None if not ms or not ref_ms else round(ref_ms / ms, 3), "rel_err": err,
+               "layers": self.d.layers, "world": self.world}
+        self.rows.append(row)
+        timing = f"{ms:10.3f} ms {row['tokens_per_s']:>11} tok/s x{row['vs_torch_a2a']}" if ms else "(check only)"
+        self.say(f"moe tokens {tokens:>5} {name:>10} {timing}  err {err:.2e}")
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--out", default=None, help="JSON file to write (rank 0)")
+    ap.add_argument("--config", choices=sorted(PRESETS), default=None,
+                    help="the dimensions' defaults (default deepseek-v3-moe; small-moe with --check)")
+    for name in ("layers", "hidden", "experts", "topk", "ffn"):
+        ap.add_argument(f"--{name}", type=int, default=None, help="overrides the --config value")
+    ap.add_argument("--eps", type=float, default=1e-6)
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="tokens per rank, one phase each")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tol", type=float, default=3e-2, help="max |x - ref| / max |ref| allowed")
+    ap.add_argument("--check", action="store_true", help="the correctness check alone (no timing)")
+    ap.add_argument("--timeout-s", type=float, default=30.0, help="the heap's wait timeout")
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse()
+    if torch is None:
+        print(f"e2e_moe.py needs torch, a GPU and ironlink's host side: {IMPORT_ERROR}", file=sys.stderr)
+        return 2
+    config = args.config or ("small-moe" if args.check else "deepseek-v3-moe")
+    d = resolve(config, {n: getattr(args, n) for n in ("layers", "hidden", "experts", "topk", "ffn")}, args.eps)
+    ironlink.init_distributed()
+    torch.set_grad_enabled(False)
+    problem = dims_problem(d, dist.get_world_size())
+    if problem:
+        raise SystemExit(f"e2e_moe: {problem} (world {dist.get_world_size()})")
+    if not hasattr(torch, "_grouped_mm"):
+        raise SystemExit(f"e2e_moe: this torch ({torch.__version__}) has no torch._grouped_mm")
+    tokens = [int(t) for t in args.tokens.split(",") if t]
+    b = MoeE2E(args, d, tokens)
+    b.say(f"e2e_moe {d} world {b.world}, heap {b.heap.nbytes >> 20} MiB")
+    for t in tokens:
+        b.run(t)
+    write_results(args.out, b.world, b.rows, dims=d._asdict(), check=args.check, tol=args.tol, failures=b.failures)
+    b.heap.close()
+    dist.destroy_process_group()
+    return 1 if b.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
