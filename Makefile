@@ -203,3 +203,4 @@ docs: venv
 	$(VPY) bench/report/moe_table.py --write
 	$(VPY) bench/report/tutorial_table.py --write
 	$(VPY) bench/report/backends_table.py --write
+	$(VPY) bench/report/e2e_table.py --write

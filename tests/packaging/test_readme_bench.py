@@ -70,6 +70,33 @@ def test_moe_table_matches_newest_results() -> None:
     assert got == moe.block(), f"docs/moe.md's table is stale ({moe.newest()}): run `make docs`"
 
 
+def test_e2e_table_matches_newest_results() -> None:
+    e2e = _module("e2e_table")
+    got = (REPO / "README.md").read_text().split(e2e.BEGIN, 1)[1].split(e2e.END, 1)[0]
+    assert got == e2e.block(), "README.md's model-step table is stale: run `make docs`"
+
+
+def test_e2e_table_takes_each_worlds_newest_timed_run(tmp_path: Path) -> None:
+    e2e = _module("e2e_table")
+    assert e2e.block(tmp_path).startswith("No model-step measurement committed yet")
+
+    def run(name: str, world: int, date: str, rows: list[dict[str, Any]], check: bool = False) -> None:
+        doc = {"date": date, "world_size": world, "gpu": "NVIDIA H200", "git_rev": "abc1234", "check": check,
+               "dims": {"model": "m", "layers": 2, "topk": 8, "experts": 64}, "results": rows}
+        (tmp_path / name).write_text(json.dumps(doc))
+
+    dense = [{"phase": "decode", "batch": 1, "tokens": 1, "contender": c, "ms": v}
+             for c, v in (("nccl", 3.0), ("ironlink", 2.0), ("torch_symm", 2.5))]
+    run("e2e-4x-old.json", 4, "2026-11-01T00:00:00", [{**r, "ms": 9.0} for r in dense])
+    run("e2e-4x-new.json", 4, "2026-11-02T00:00:00", dense)
+    run("e2e-4x-check.json", 4, "2026-11-03T00:00:00", [{**r, "ms": None} for r in dense], check=True)
+    run("e2e_moe-2x.json", 2, "2026-11-02T00:00:00", [{"tokens": 128, "contender": "torch_a2a", "ms": 4.0},
+                                                     {"tokens": 128, "contender": "ironlink", "ms": 1.0}])
+    text = e2e.block(tmp_path)
+    assert "| decode | 1 | 1 | 3.000 | 2.500 | 2.000 | - | 1.50 |" in text  # the newest timed run, not the check
+    assert "| 128 | 4.000 | 1.000 | 4.00 |" in text and "2 x NVIDIA H200" in text and "4 x NVIDIA H200" in text
+
+
 def test_tutorial_table_matches_newest_results() -> None:
     tut = _module("tutorial_table")
     text = (REPO / "docs" / "tutorial.md").read_text()
