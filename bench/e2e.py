@@ -57,7 +57,7 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     import ironlink
     from ironlink.runtime.distributed import sm_share
     from ironlink.tune.timing import captured
-    from ironlink_bench import GraphRound, write_results
+    from ironlink_bench import GraphRound, randn_bf16, write_results
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
     torch, IMPORT_ERROR = None, e
@@ -169,11 +169,6 @@ def within(err: float, tol: float) -> bool:
 
 
 ModuleBase: Any = torch.nn.Module if torch is not None else object
-
-
-def randn_bf16(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
 
 
 def shard(shape: tuple[int, ...], dim: int, seed: int, rank: int, world: int) -> Any:

@@ -40,7 +40,7 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     import torch.nn.functional as F
 
     import ironlink
-    from ironlink_bench import GraphRound, time_eager, write_results
+    from ironlink_bench import GraphRound, randn_bf16, time_eager, write_results
     from ironlink.tune.timing import captured
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
@@ -95,11 +95,6 @@ def heap_size(d: MoeDims, tokens: int, world: int) -> int:
     moe = ironlink.MoeExchange.heap_bytes(world, tokens, d.hidden, d.topk, path="direct",
                                           recv_capacity=recv_capacity(tokens, d.topk, world))
     return moe + SLACK_BYTES
-
-
-def randn_bf16(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
 
 
 class MoeLayer:

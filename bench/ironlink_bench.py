@@ -107,6 +107,12 @@ def time_eager(fn: Callable[[], None], reps: int = 20) -> float:
     return t.item()
 
 
+def randn_bf16(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
+    """bf16 normal values times `scale`, drawn on the GPU from `seed` (the same on every rank)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+
 def slowest_rank_median(runs: list[dict[str, Any]],
                         key: Callable[[dict[str, Any]], float]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The timeline probes' summary of repeated traced launches: (of every rank's median run by
