@@ -178,12 +178,14 @@ def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms:
     itemsize = 2
     b = TensorSpec("b", (k, n), dtype, itemsize, True, "cuda:0", 1 << 40)
 
+    runs = gather_exchange(exchange)  # the exchange the op runs
+
     def requests(rows: int) -> dict[str, int]:
         p = plan(TensorSpec("a_shard", (rows, k), dtype, itemsize, True, "cuda:0", 1 << 20), b,
                  TensorSpec("a_full", (world * rows, k), dtype, itemsize, True, "cuda:0", 2 << 40),
                  TensorSpec("out", (world * rows, n), dtype, itemsize, True, "cuda:0", 3 << 40), "cuda:0", world, sms)
         chosen = cublas_methods.method_for("all_gather_matmul", world * rows, method, False, world)
-        return workspace_requests(p, world, chosen, gather_exchange(exchange))
+        return workspace_requests(p, world, chosen, runs)
 
     made = 0 if a_full or m == 0 else -(-m * k * itemsize // 4096) * 4096
     return made + workspaces_heap_bytes(requests(rows) for rows in range(1, m // world + 1))

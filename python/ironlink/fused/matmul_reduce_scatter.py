@@ -203,11 +203,13 @@ def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms:
     itemsize = 2
     b = TensorSpec("b", (k, n), dtype, itemsize, True, "cuda:0", 1 << 40)
 
+    runs = scatter_exchange(exchange)  # the exchange the op runs
+
     def requests(rows: int) -> dict[str, int]:
         p = plan(TensorSpec("a", (rows, k), dtype, itemsize, True, "cuda:0", 1 << 20), b,
                  TensorSpec("out", (rows // world, n), dtype, itemsize, True, "cuda:0", 2 << 40), "cuda:0", world, sms)
         chosen = cublas_methods.method_for("matmul_reduce_scatter", rows, method, False, world)
-        return workspace_requests(p, itemsize, world, chosen, scatter_exchange(exchange))
+        return workspace_requests(p, itemsize, world, chosen, runs)
 
     return workspaces_heap_bytes(requests(rows) for rows in range(world, m + 1, world))
 
