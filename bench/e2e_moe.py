@@ -120,7 +120,7 @@ def experts_ffn(rows: Any, ends: Any, layer: MoeLayer, ffn: int) -> Any:
 class Step:
     """One step of the whole stack from `x0` to `final`; the contenders differ in `moe` alone."""
 
-    def __init__(self, b: "MoeE2E", tokens: int) -> None:
+    def __init__(self, b: "MoeE2E") -> None:
         self.b, self.d, self.layers = b, b.d, b.layers
         self.x0, self.res = b.x0, b.res
         self.final = torch.empty_like(b.x0)
@@ -206,7 +206,7 @@ class MoeE2E:
             layer.weights = torch.softmax(torch.randn(tokens, d.topk, device="cuda", generator=g), 1)
         self.exchange = ironlink.MoeExchange(self.heap, tokens, d.hidden, d.topk, d.experts, path="direct",
                                              recv_capacity=recv_capacity(tokens, d.topk, self.world))
-        ref, mine = TorchStep(self, tokens), IronlinkStep(self, tokens)
+        ref, mine = TorchStep(self), IronlinkStep(self)
         times: dict[str, float] = {}
         if self.args.check:
             ref()

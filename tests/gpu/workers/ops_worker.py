@@ -26,6 +26,7 @@ import time
 from typing import Any, Optional
 
 import ironlink  # torch-free: importable where the suite then skips
+from ironlink.runtime.distributed import ranks_per_gpu
 
 try:
     import torch
@@ -634,8 +635,6 @@ def main() -> int:
     ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(4321 + rank)
-    from ironlink.runtime.distributed import ranks_per_gpu
-
     heap = ironlink.SymmetricHeap(320 << 20, timeout_s=heap_timeout_s())
     s = Suite(heap)
     t0 = time.time()
