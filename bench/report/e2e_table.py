@@ -46,8 +46,9 @@ def ms(r: Optional[Row]) -> str:
 
 
 def ratio(theirs: Optional[Row], ours: Optional[Row]) -> str:
-    ok = theirs and ours and theirs.get("ms") and ours.get("ms")
-    return f"{theirs['ms'] / ours['ms']:.2f}" if ok else "-"  # type: ignore[index]
+    if theirs is None or ours is None or not theirs.get("ms") or not ours.get("ms"):
+        return "-"
+    return f"{theirs['ms'] / ours['ms']:.2f}"
 
 
 def caption(doc: Doc, what: str) -> str:
