@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
+import time
 from typing import Any, Callable, NamedTuple, Optional
 
 from ironlink.fused.all_reduce_rmsnorm import heap_bytes as rmsnorm_heap_bytes, plan as rmsnorm_plan
@@ -359,9 +361,14 @@ class E2E:
         seconds apart: the heap's waits get COMPILE_WAIT_S meanwhile."""
         self.heap.set_timeout(max(self.args.timeout_s, COMPILE_WAIT_S))
         reason = ""
+        trace = os.environ.get("IRONLINK_GPU_VERBOSE") == "1"  # each rank says where it is: a stall is located
         try:
+            if trace:
+                print(f"[rank {self.rank} {time.strftime('%H:%M:%S')}] {name}: first call", flush=True)
             fn()
             torch.cuda.synchronize()
+            if trace:
+                print(f"[rank {self.rank} {time.strftime('%H:%M:%S')}] {name}: ran", flush=True)
         except Exception as e:  # not every torch build runs symm_mem (or compiles the stack): say why, go on
             reason = f"{type(e).__name__}: {str(e)[:300]}"
         agreed = torch.tensor([int(not reason)], device="cuda")  # every rank adds the same contenders
