@@ -116,7 +116,7 @@ test-python: venv
 lint: $(STAMP)/toolchain venv
 	@echo "== lint: mypy on the Python package and bench/ (probes/ and report/ too), cargo fmt --check, clippy -D warnings"
 	cd python && ../$(VPY) -m mypy --ignore-missing-imports -p ironlink
-	cd bench && ../$(VPY) -m mypy --ignore-missing-imports *.py probes/*.py report/*.py
+	cd bench && ../$(VPY) -m mypy --ignore-missing-imports *.py models/*.py probes/*.py report/*.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy -q --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -q --workspace --all-targets --features python -- -D warnings

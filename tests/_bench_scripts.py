@@ -12,7 +12,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_bench(name: str) -> Any:
-    """bench/<name>.py as module `name` (registered in sys.modules, as its own imports expect)."""
+    """bench/<name>.py as module `name` (registered in sys.modules, as its own imports expect),
+    with bench/ on sys.path for what it imports from there (models/, ironlink_bench)."""
+    if str(REPO / "bench") not in sys.path:
+        sys.path.append(str(REPO / "bench"))
     spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)

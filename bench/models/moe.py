@@ -1,0 +1,144 @@
+"""A stack of expert-parallel MoE layers shaped like DeepSeek-V3's (bench/e2e_moe.py times it).
+
+`--layers` (4) pre-norm MoE layers, hidden 7168, top-8 routing over 256 experts (`--experts 64`
+the smaller model), SiLU-gated expert FFN 2048, RMSNorm eps 1e-6, bf16. Rank r holds experts
+r * E / world .. (r + 1) * E / world; each expert's weights are drawn from its own seed, so the
+model is the same at any world size. A layer: h = RMSNorm(x); each token's top-k experts and
+weights; the tokens to their experts' ranks; gate/up, SiLU * up, down for each local expert as
+grouped GEMMs (torch._grouped_mm over the rows grouped by expert); back, weighted; x += that.
+
+A contender is a `Step` whose `moe` (the exchange there and back around the experts) is its own.
+A step reads from the runner `b` it is built with: d, world, rank, layers, x0, res, and for
+ironlink its exchange.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+try:  # the pure parts (dimensions) need neither torch nor a GPU (tests/cpu/test_e2e.py)
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from ironlink_bench import randn_bf16
+except ImportError:
+    torch = None
+
+PRESETS: dict[str, dict[str, int]] = {
+    "deepseek-v3-moe": dict(layers=4, hidden=7168, experts=256, topk=8, ffn=2048),
+    "deepseek-v3-moe-64": dict(layers=4, hidden=7168, experts=64, topk=8, ffn=2048),
+    "small-moe": dict(layers=2, hidden=1024, experts=16, topk=4, ffn=512),
+}
+
+class MoeDims(NamedTuple):
+    model: str
+    layers: int
+    hidden: int
+    experts: int
+    topk: int
+    ffn: int
+    eps: float
+
+
+def resolve(config: str, overrides: dict[str, Optional[int]], eps: float) -> MoeDims:
+    """Preset `config` with the options given (None: the preset's), named after the preset it
+    equals, else "custom"."""
+    dims = {**PRESETS[config], **{k: v for k, v in overrides.items() if v is not None}}
+    name = next((n for n, p in PRESETS.items() if p == dims), "custom")
+    return MoeDims(model=name, eps=eps, **dims)
+
+
+def dims_problem(d: MoeDims, world: int) -> Optional[str]:
+    """Why `d` cannot be split over `world` ranks, or None."""
+    if d.experts % world:
+        return f"experts = {d.experts} is not divisible by {world}"
+    if d.topk > d.experts:
+        return f"topk = {d.topk} exceeds experts = {d.experts}"
+    return None
+
+
+class MoeLayer:
+    """One layer's weights on this rank: its norm, and its local experts' gate/up [le, H, 2F] and
+    down [le, F, H] (expert e's drawn from seed + e, the same at any world)."""
+
+    def __init__(self, d: MoeDims, rank: int, world: int, seed: int) -> None:
+        le = d.experts // world
+        mine = range(rank * le, (rank + 1) * le)
+        self.norm = 1 + 0.1 * randn_bf16((d.hidden,), seed)
+        self.w13 = torch.stack([randn_bf16((d.hidden, 2 * d.ffn), seed + 2 * e + 1, d.hidden ** -0.5) for e in mine])
+        self.w2 = torch.stack([randn_bf16((d.ffn, d.hidden), seed + 2 * e + 2, d.ffn ** -0.5) for e in mine])
+        self.idx: Any = None  # this phase's routing: [tokens, topk] expert ids, [tokens, topk] weights
+        self.weights: Any = None
+
+
+def experts_ffn(rows: Any, ends: Any, layer: MoeLayer, ffn: int) -> Any:
+    """The local experts on rows grouped by expert (group e ends at `ends[e]`, int32 on the GPU)."""
+    gu = torch._grouped_mm(rows, layer.w13, offs=ends)
+    return torch._grouped_mm(F.silu(gu[:, :ffn]) * gu[:, ffn:], layer.w2, offs=ends)
+
+
+class Step:
+    """One step of the whole stack from `x0` to `final`; the contenders differ in `moe` alone."""
+
+    def __init__(self, b: Any) -> None:
+        self.b, self.d, self.layers = b, b.d, b.layers
+        self.x0, self.res = b.x0, b.res
+        self.final = torch.empty_like(b.x0)
+
+    def __call__(self) -> Any:
+        self.res.copy_(self.x0)
+        for layer in self.layers:
+            h = F.rms_norm(self.res, (self.d.hidden,), layer.norm, self.d.eps)
+            self.res.add_(self.moe(layer, h))
+        self.final.copy_(F.rms_norm(self.res, (self.d.hidden,), None, self.d.eps))
+        return self.final
+
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        raise NotImplementedError
+
+
+def all_to_all(out: Any, inp: Any, out_splits: Optional[list[int]] = None, in_splits: Optional[list[int]] = None) -> None:
+    """dist.all_to_all_single; through host copies on a gloo group (ranks sharing a GPU), whose
+    all-to-all takes CPU tensors only."""
+    if dist.get_backend() == "nccl":
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+        return
+    host = out.cpu()
+    dist.all_to_all_single(host, inp.cpu(), out_splits, in_splits)
+    out.copy_(host)
+
+
+class TorchStep(Step):
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        world, rank, k, le = self.b.world, self.b.rank, self.d.topk, self.d.experts // self.b.world
+        experts = layer.idx.reshape(-1)
+        order = torch.argsort(experts, stable=True)  # by expert, so by destination rank
+        counts = torch.bincount(experts // le, minlength=world)
+        recv_counts = torch.empty_like(counts)
+        all_to_all(recv_counts, counts)
+        sc, rc = counts.tolist(), recv_counts.tolist()  # the host sync
+        recv = h.new_empty(sum(rc), h.shape[1])
+        all_to_all(recv, h[order // k], rc, sc)
+        recv_e = experts.new_empty(sum(rc))
+        all_to_all(recv_e, experts[order], rc, sc)
+        local = recv_e - rank * le
+        perm = torch.argsort(local, stable=True)
+        ends = torch.cumsum(torch.bincount(local, minlength=le), 0).to(torch.int32)
+        y = experts_ffn(recv[perm], ends, layer, self.d.ffn)
+        out_rows = torch.empty_like(y)
+        out_rows[perm] = y
+        back = h.new_empty(len(order), h.shape[1])
+        all_to_all(back, out_rows, sc, rc)
+        rows = torch.empty_like(back)
+        rows[order] = back
+        t = h.shape[0]
+        return (rows.view(t, k, -1).float() * layer.weights.float()[..., None]).sum(1).to(h.dtype)
+
+
+class IronlinkStep(Step):
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        # h is not a heap tensor: dispatch copies it into its stage first (the torch path sends h)
+        recv_x, counts, offsets, handle = self.b.exchange.dispatch(h, layer.idx, layer.weights)
+        ends = (offsets + counts).to(torch.int32)
+        return self.b.exchange.combine(experts_ffn(recv_x, ends, layer, self.d.ffn), handle)
