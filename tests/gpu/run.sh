@@ -63,9 +63,10 @@
 #                      the workers' wait timeout defaults to 30 s (IRONLINK_GPU_HEAP_TIMEOUT_S)
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
 # (seconds per collectives, fusion or nvshmem world, default 480, nvshmem with --shared-gpu 600:
-# the first world compiles every kernel), IRONLINK_GIT_REV (the revision the benchmark records
-# when the tree has no .git), TRITON_CACHE_DIR, SANITIZE_ARGS (extra
-# compute-sanitizer options; none by default; sanitize_rank.sh says what each tool leaves out),
+# the first world compiles every kernel; e2e: a program at a world, default 540),
+# IRONLINK_GIT_REV (the revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR,
+# SANITIZE_ARGS (extra compute-sanitizer options; none by default; sanitize_rank.sh says what each
+# tool leaves out),
 # IRONLINK_SANITIZE_TIMEOUT (seconds per sanitized worker run, default 540), IRONLINK_GPU_VERBOSE=1
 # (the workers print each case's name and seconds: finds a slow or stuck case).
 #
@@ -218,7 +219,7 @@ for part in "${parts[@]}"; do
       for w in "${fits[@]}"; do
         for prog in e2e e2e_moe; do
           log="$OUT/$prog-check-w$w.log"
-          timeout 540 torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check > "$log" 2>&1; r=$?
+          timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check > "$log" 2>&1; r=$?
           grep -E "FAILED|skipped|err " "$log" | tail -20; [ $r -eq 0 ] || fail "$prog world $w" "$log"
         done
       done ;;
