@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 from typing import Optional
 
 import pytest
 
 from ironlink.language import _abi
 from ironlink.runtime.errors import device_error
-from ironlink.runtime.heap_log import KEEP, HeapLog, asymmetry_report, exchange, first_difference, recent
+from ironlink.runtime.heap_log import KEEP, HeapLog, asymmetry_report, first_difference, recent
+from ironlink.runtime.store_exchange import exchange
+
+from _fake_store import FakeStore  # tests/, the helpers' folder
 
 
 def log_of(*calls: tuple[str, int, int]) -> HeapLog:
@@ -107,32 +109,6 @@ def test_report_without_the_peers_lists_this_ranks_calls() -> None:
     assert missing.startswith("Rank(s) 1 did not report their heap calls (heap digests: rank 0 0x00000000000000ff, rank 1 unknown)")
     older = asymmetry_report(0, 0xFF, a, [(0xFF, a.events()), (0xFE, a.events())])
     assert older.startswith(f"The ranks' last {KEEP} heap calls agree: the difference is older")
-
-
-class FakeStore:
-    """torch.distributed.Store's set / get / check / wait over a dict, shared by threads."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.cond = threading.Condition()
-
-    def set(self, key: str, value: bytes) -> None:
-        with self.cond:
-            self.data[key] = value
-            self.cond.notify_all()
-
-    def get(self, key: str) -> bytes:
-        with self.cond:
-            return self.data[key]
-
-    def check(self, keys: list[str]) -> bool:
-        with self.cond:
-            return all(k in self.data for k in keys)
-
-    def wait(self, keys: list[str], timeout: timedelta) -> None:
-        with self.cond:
-            if not self.cond.wait_for(lambda: all(k in self.data for k in keys), timeout.total_seconds()):
-                raise RuntimeError("Socket Timeout")
 
 
 def test_exchange_gathers_every_ranks_log() -> None:

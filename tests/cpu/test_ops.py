@@ -417,10 +417,17 @@ class _Heap:
         self.mine = {id(t) for t in tensors}
         self.stream_order = StreamOrder()
         self.unusable = ""  # set: usable() raises it, as a closed SymmetricHeap does
+        self.compared: list[tuple[str, dict[str, Any]]] = []  # the check=True calls compare_call saw
+        self.differs = ""  # set: compare_call raises it, as where the ranks' calls differ
 
     def usable(self, what: str) -> None:
         if self.unusable:
             raise IronlinkError(f"{what}: {self.unusable}")
+
+    def compare_call(self, name: str, **fields: Any) -> None:
+        self.compared.append((name, fields))
+        if self.differs:
+            raise IronlinkError(f"ironlink.{name}(check=True) on rank 3: {self.differs}; nothing was launched")
 
     def explain(self, e: IronlinkError) -> IronlinkError:
         """As SymmetricHeap.explain: HEAP_ASYMMETRIC gets the heap calls that differ appended."""
@@ -504,6 +511,50 @@ def test_multi_node_heaps_take_the_same_kernels_and_refuse_the_rest(fake_torch: 
                                             r"matmul_reduce_scatter, reduce_scatter run"):
         launch.launch_with_status("barrier", heap, 1, lambda status: None, False)
     assert len(fake_torch.launches) == 4  # refused before any launch
+
+
+def test_checked_calls_compare_what_every_rank_must_share_before_launching(fake_torch: Any) -> None:
+    x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
+    counts = _FakeTensor(8, "int64", ptr=0x90000)
+    recv_counts, recv_offsets = _FakeTensor(8, "int64", ptr=0x91000), _FakeTensor(8, "int64", ptr=0x92000)
+    t, h = 4, 4096
+    xs, res, normed = (_FakeTensor(t * h, ptr=p, shape=(t, h)) for p in (0x100000, 0x200000, 0x300000))
+    w = _FakeTensor(h, ptr=0x400000)
+    a, b = _FakeTensor(64 * 512, ptr=0x500000, shape=(64, 512)), _FakeTensor(512 * 256, ptr=0x600000, shape=(512, 256))
+    c = _FakeTensor(64 * 256, ptr=0x700000, shape=(64, 256))
+    a_full = _FakeTensor(8 * 64 * 512, ptr=0x800000, shape=(8 * 64, 512))
+    gathered_out = _FakeTensor(8 * 64 * 256, ptr=0x900000, shape=(8 * 64, 256))
+    scattered = _FakeTensor(8 * 256, ptr=0xA00000, shape=(8, 256))
+    heap = _Heap(x, out, counts, recv_counts, recv_offsets, xs, c, a_full)
+    ironlink.all_reduce(x, op="max", heap=heap)  # unchecked: nothing compared
+    assert heap.compared == []
+    ironlink.all_reduce(x, op="max", heap=heap, check=True)
+    ironlink.all_gather(out, x, heap=heap, check=True)
+    ironlink.reduce_scatter(x, out, heap=heap, check=True)
+    ironlink.all_to_all_v(x, counts, out, recv_counts, recv_offsets, heap=heap, check=True)
+    ironlink.all_reduce_rmsnorm(xs, res, w, out=normed, heap=heap, check=True)
+    ironlink.matmul_all_reduce(a, b, out=c, heap=heap, check=True)
+    ironlink.all_gather_matmul(a, b, heap, a_full=a_full, out=gathered_out, method="kernel", check=True,
+                               exchange=tuning.GatherExchange(copy_engine=False))
+    ironlink.matmul_reduce_scatter(a, b, heap, out=scattered, method="kernel", check=True)
+    bf16 = "torch.bfloat16"
+    assert heap.compared == [
+        ("all_reduce", {"elements": 4096, "dtype": "bfloat16", "op": "max"}),
+        ("all_gather", {"elements": 4096, "dtype": "bfloat16"}),
+        ("reduce_scatter", {"elements": 4096, "dtype": "bfloat16", "op": "sum"}),
+        ("all_to_all_v", {"row_elements": 1, "dtype": bf16, "grid": fake_torch.launches[4][1][0]}),
+        ("all_reduce_rmsnorm", {"x": (4, 4096), "dtype": bf16, "mode": None, "out": bf16, "residual_out": False}),
+        ("matmul_all_reduce", {"a": (64, 512), "b": (512, 256), "dtype": bf16, "method": None}),
+        ("all_gather_matmul", {"a_shard": (64, 512), "b": (512, 256), "dtype": bf16, "method": "kernel"}),
+        ("matmul_reduce_scatter", {"a": (64, 512), "b": (512, 256), "dtype": bf16, "method": "kernel"}),
+    ]
+    launched = len(fake_torch.launches)
+    heap.differs = "the ranks' calls differ in elements: rank 0: ...; rank 3: ..."
+    with pytest.raises(IronlinkError, match=r"ironlink.all_reduce\(check=True\) on rank 3: the ranks' calls differ"):
+        ironlink.all_reduce(x, heap=heap, check=True)
+    with pytest.raises(IronlinkError, match="nothing was launched"):
+        ironlink.matmul_all_reduce(a, b, out=c, heap=heap, check=True)
+    assert len(fake_torch.launches) == launched  # refused before any launch
 
 
 @pytest.mark.parametrize("node_size", [8, 2])

@@ -111,6 +111,9 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     if heap is None and a_full is None:
         raise ValueError("all_gather_matmul needs heap= (or a_full=, a tensor of the symmetric heap)")
     h = heap_for(a_full if a_full is not None else a_shard, "a_full", heap, "all_gather_matmul")
+    if check:  # every rank's call the same, or IronlinkError before anything launches
+        h.compare_call("all_gather_matmul", a_shard=tuple(a_shard.shape), b=tuple(b.shape), dtype=str(a_shard.dtype),
+                       method=method)
     rows, n = a_shard.shape[0], b.shape[-1]
     if a_full is None:
         a_full = empty_for(h, "all_gather_matmul", "a_full", (h.world_size * rows, a_shard.shape[-1]), a_shard.dtype)

@@ -211,6 +211,9 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     import torch
 
     h = heap_for(x, "x", heap, "all_reduce_rmsnorm")
+    if check:  # every rank's call the same, or IronlinkError before anything launches
+        h.compare_call("all_reduce_rmsnorm", x=tuple(x.shape), dtype=str(x.dtype), mode=mode,
+                       out=None if out is None else str(out.dtype), residual_out=residual_out is not None)
     if out is None:
         out = torch.empty_like(x)
     fp8_out = out.dtype == getattr(torch, "float8_e4m3fn", None)

@@ -121,6 +121,8 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     if heap is None and out is None:
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
+    if check:  # every rank's call the same, or IronlinkError before anything launches
+        h.compare_call("matmul_all_reduce", a=tuple(a.shape), b=tuple(b.shape), dtype=str(a.dtype), method=method)
     if out is None:
         out = empty_for(h, "matmul_all_reduce", "out", (a.shape[0], b.shape[-1]), a.dtype)
     if h.multi_node and method is not None:

@@ -111,6 +111,8 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
     if heap is None:
         raise ValueError("matmul_reduce_scatter needs heap= (its workspace lives in the symmetric heap)")
     h = heap_for(a, "a", heap, "matmul_reduce_scatter")
+    if check:  # every rank's call the same, or IronlinkError before anything launches
+        h.compare_call("matmul_reduce_scatter", a=tuple(a.shape), b=tuple(b.shape), dtype=str(a.dtype), method=method)
     if out is None:
         out = torch.empty((a.shape[0] // h.world_size, b.shape[-1]), device=a.device, dtype=a.dtype)
     specs = TensorSpec.from_tensor(a, "a"), TensorSpec.from_tensor(b, "b"), TensorSpec.from_tensor(out, "out")

@@ -31,7 +31,7 @@ from ..language.jit import jit
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.staging import copy_back, on_heap, staging_name
 from ..runtime.launch import launch_with_status
-from ..runtime.tensor_spec import TensorSpec, check_tensor, overlap, reduce_op_code
+from ..runtime.tensor_spec import TensorSpec, check_tensor, overlap, reduce_op_code, reduce_op_name
 from .. import language as il
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from .operators import torch_operators
@@ -167,6 +167,8 @@ def all_reduce(t: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, 
     spec = TensorSpec.from_tensor(t, "t")
     h = heap_for(t, "t", heap, "all_reduce")
     plan = plan_all_reduce(spec, str(h.device))
+    if check:  # every rank's call the same, or IronlinkError before anything launches
+        h.compare_call("all_reduce", elements=plan.n, dtype=spec.dtype, op=reduce_op_name(code))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         use_pdl = choose_pdl(pdl, torch.cuda.get_device_capability(h.device)[0], "all_reduce", h.multi_node)
         if _all_reduce_lamport(h, t, plan, code, check, use_pdl, config or tuning.AllReduceConfig()):
@@ -240,6 +242,8 @@ def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = Fal
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(out, "out", heap, "all_gather")
     plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
+    if check:
+        h.compare_call("all_gather", elements=plan.n, dtype=specs[1].dtype)
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "all_gather", (out, "out"), (inp, "inp"))
         _launch("all_gather", _all_gather_kernel, h, plan, (inp, out, plan.n), check)
@@ -256,6 +260,8 @@ def reduce_scatter(
     specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(inp, "inp", heap, "reduce_scatter")
     plan = plan_reduce_scatter(*specs, h.world_size, h.rank, str(h.device))
+    if check:
+        h.compare_call("reduce_scatter", elements=plan.n, dtype=specs[1].dtype, op=reduce_op_name(code))
     if plan.n:  # nothing to do for empty tensors (same sizes on every rank: every rank skips)
         in_heap(h, "reduce_scatter", (inp, "inp"), (out, "out"))
         _launch("reduce_scatter", _reduce_scatter_kernel, h, plan, (inp, out, plan.n, code), check)

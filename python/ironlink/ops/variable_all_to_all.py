@@ -83,6 +83,8 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
     spec = TensorSpec.from_tensor
     p = plan(spec(inp, "inp"), spec(send_counts, "send_counts"), spec(out, "out"), spec(recv_counts, "recv_counts"),
              spec(recv_offsets, "recv_offsets"), str(h.device), h.world_size, ctas)
+    if check:  # the rows each rank sends may differ; their width, dtype and the grid may not
+        h.compare_call("all_to_all_v", row_elements=p.row_elements, dtype=str(inp.dtype), grid=p.ctas)
     in_heap(h, "all_to_all_v", (inp, "inp"), (send_counts, "send_counts"), (out, "out"), (recv_counts, "recv_counts"),
             (recv_offsets, "recv_offsets"))
     # On a heap of several nodes the same kernel compiles to the hierarchical version: counts

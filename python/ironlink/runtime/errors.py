@@ -26,7 +26,8 @@ class IronlinkError(RuntimeError):
 # What a recorded status means, after "device function F on rank R recorded NAME (code)".
 HINTS = {
     "TIMEOUT": (": a peer did not arrive within the context's timeout (a rank skipped the call, "
-                "launched it with another grid, or is stuck)"),
+                "launched it with another grid or other sizes, or is stuck; with check=True the host-level "
+                "ops compare every rank's call before launching)"),
     "HEAP_ASYMMETRIC": (": the ranks' symmetric heaps differ (a rank allocated or freed a tensor that "
                         "the others did not, or one of another size, or in another order), so one "
                         "offset names different tensors on different ranks; nothing was moved. Every "

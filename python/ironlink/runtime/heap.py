@@ -12,8 +12,7 @@ rank puts each tensor at the same offset everywhere.
     heap.barrier(); heap.check()                      # wait for everyone; raise device errors
     heap.close()                                      # collective
 
-torch is imported lazily (this module imports without it); the compiled extension
-``ironlink._native`` is needed to create a heap.
+torch is imported lazily (this module imports without it); a heap needs ``ironlink._native``.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 from ..language import _abi, topology
 from .backends import NativeSettings, check_backend, check_node_size, open_backend
+from .call_check import CallCheck, default_store
 from .errors import IronlinkError, device_error
 from .heap_args import check_algorithm_limits, check_size, check_timeout, normalize_shape, span_bytes
 from .handles import register
@@ -81,6 +81,7 @@ class SymmetricHeap:
         check_size("nbytes", nbytes, 1)
         check_size("scratch_bytes", scratch_bytes, 0)
         timeout_ns = check_timeout(timeout_s)
+        self._checked = CallCheck(timeout_s)  # calls with check=True: compared across ranks before they launch
         self._backend = check_backend(backend)
         native = load_native()
         torch = load_torch()
@@ -182,7 +183,7 @@ class SymmetricHeap:
 
     @property
     def multi_node(self) -> bool:
-        """Whether the heap spans several nodes (only all_reduce serves it so far)."""
+        """Whether the heap spans several nodes (`runtime.launch.MULTI_NODE_OPS` serve it)."""
         return self._node_size < self._world
 
     @property
@@ -205,13 +206,12 @@ class SymmetricHeap:
     def set_timeout(self, timeout_s: float) -> None:
         """Changes how long device-side waits on peers spin before recording TIMEOUT."""
         self._open().set_timeout_ns(check_timeout(timeout_s))
+        self._checked.wait_s = timeout_s
 
     def set_algorithm_limits(self, ar_one_shot_max_bytes: int, ar_ll_max_bytes: int, gather_ll_max_bytes: int) -> None:
-        """Message sizes up to which all-reduce uses one-shot LL, then two-shot LL (where the
-        packets fit the scratch region), then two-shot over the buffers; and up to which
-        all_gather (output bytes) and reduce_scatter (input bytes) use LL packets. Every rank
-        must set the same values (each rank picks the algorithm on its own). Synchronizes the
-        device."""
+        """Sizes up to which all-reduce uses one-shot LL, then two-shot LL (packets fitting the
+        scratch), then two-shot over the buffers, and all_gather (output bytes) / reduce_scatter
+        (input bytes) LL packets. The same on every rank (each picks alone). Syncs the device."""
         limits = check_algorithm_limits(ar_one_shot_max_bytes, ar_ll_max_bytes, gather_ll_max_bytes)
         self._open().set_algorithm_limits(*limits)
         self._limits = limits
@@ -226,8 +226,7 @@ class SymmetricHeap:
         return (t["DEFAULT_AR_ONE_SHOT_MAX_BYTES"], t["DEFAULT_AR_LL_MAX_BYTES"], t["DEFAULT_GATHER_LL_MAX_BYTES"])
 
     def all_reduce_algorithm(self, nbytes: int, ctas: int) -> str:
-        """Which algorithm `symm_all_reduce` runs for `nbytes` on a grid of `ctas` CTAs on this
-        heap: "one_shot_ll", "two_shot_ll" or "two_shot" (the device's own choice)."""
+        """What `symm_all_reduce` runs for `nbytes` on `ctas` CTAs here: "one_shot_ll", "two_shot_ll", "two_shot"."""
         one_shot, ll, _ = self.algorithm_limits
         return str(load_native().all_reduce_algorithm(self._world, self.scratch_bytes, one_shot, ll, ctas, nbytes))
 
@@ -252,8 +251,7 @@ class SymmetricHeap:
         return self._tensor_at(native.alloc_top(nbytes) if at_top else native.alloc(nbytes), nbytes, dims, dtype)
 
     def _tensor_at(self, offset: int, nbytes: int, dims: tuple[int, ...], dtype: Any) -> Any:
-        """The tensor over the allocation just made at `offset`, its call recorded (or the
-        allocation freed again, both recorded, if the view fails)."""
+        """The tensor over the allocation just made at `offset`, recorded (freed, both recorded, if the view fails)."""
         native = self._open()
         try:
             t = self._view(self._rank, offset, nbytes).view(dtype).view(dims)
@@ -268,11 +266,10 @@ class SymmetricHeap:
 
     def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0,
                   init: Optional[Callable[[Any], None]] = None) -> Any:
-        """A uint8 heap tensor of at least `nbytes` that the fused op `name` keeps between calls
-        (collective: every rank makes the same calls), kept and made as `workspaces.kept_workspace`
-        says. Workspaces are a stack at the end of the user region: their offsets follow from the
-        workspace calls alone, the same on every rank even where the ranks' own tensors differ
-        (peers store into them at this rank's offsets)."""
+        """A uint8 heap tensor of at least `nbytes` that op `name` keeps between calls (collective),
+        as `workspaces.kept_workspace` says: from the stack at the user region's end, at offsets
+        that follow from the workspace calls alone, the same on every rank whatever tensors the
+        ranks allocated (peers store into them at this rank's offsets)."""
         torch = load_torch()
         return kept_workspace(self._workspaces, name, nbytes, self._new_workspace,
                               torch.cuda.is_current_stream_capturing, zeroed_prefix, init)
@@ -287,8 +284,7 @@ class SymmetricHeap:
         return self._tensor_at(offset, size, (size,), load_torch().uint8)
 
     def has_workspace(self, name: str, nbytes: int) -> bool:
-        """Whether the workspace `name` of at least `nbytes` exists (`workspace` would return it
-        without making one)."""
+        """Whether the workspace `name` of at least `nbytes` exists (`workspace` would not make one)."""
         kept = self._workspaces.get(name, [])
         return bool(kept) and kept[-1].numel() >= nbytes
 
@@ -315,9 +311,8 @@ class SymmetricHeap:
         return offset, span
 
     def free(self, t: Any) -> None:
-        """Returns `t`'s memory to the heap (collective: same order on all ranks).
-
-        Peers may still be accessing it: put a `barrier()` before reusing the memory if so."""
+        """Returns `t`'s memory to the heap (collective: same order on all ranks). Peers may
+        still be accessing it: put a `barrier()` before reusing the memory if so."""
         offset, _ = self._local_offset(t, "free")
         native = self._open()
         reserved = native.find(offset)[1]
@@ -359,6 +354,10 @@ class SymmetricHeap:
         if e.status != _abi.STATUS["HEAP_ASYMMETRIC"]:
             return e
         return self._calls.explain(e, int(self._open().digest), self._uid, self._rank, self._world)
+
+    def compare_call(self, name: str, **fields: Any) -> None:
+        """check=True, first: IronlinkError, nothing launched, unless all ranks make this call (`call_check`)."""
+        self._checked.compare(default_store(), self._uid, self._rank, self._world, name, fields)
 
     def close(self) -> None:
         """Frees the heap (collective). Idempotent; tensors from it must not be used after."""

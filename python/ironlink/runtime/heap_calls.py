@@ -8,7 +8,8 @@ from typing import Any
 
 from ..language import _abi
 from .errors import IronlinkError
-from .heap_log import HeapLog, asymmetry_report, exchange
+from .heap_log import HeapLog, asymmetry_report
+from .store_exchange import exchange
 from .native import cuda_tensor, load_torch
 from .streams import StreamOrder
 

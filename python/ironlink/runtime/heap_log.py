@@ -5,25 +5,20 @@ The device compares only a digest of every rank's calls (``SymmContext.heap_dige
 the host allocator: ``abi::heap_digest``); which call differs is found here, on the host, from
 the last ``KEEP`` events of every rank. Events are numbered from the heap's creation, so the
 ranks' logs line up by number even after older events have left the window. The ranks' logs
-meet through torch.distributed's key-value store with a short timeout (`exchange`): a report
-never waits on a rank that did not fail.
+meet through torch.distributed's key-value store with a short timeout
+(`store_exchange.exchange`): a report never waits on a rank that did not fail.
 
 Pure Python (no torch): the CPU tests run it.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections import deque
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Optional, Sequence
 
 # Events each rank keeps: enough to reach back past a model's worth of buffers.
 KEEP = 64
-# How long a report waits for the peers' logs in the store (they publish theirs when they raise
-# the same error, which every rank that ran the call records).
-EXCHANGE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -116,28 +111,3 @@ def recent(log: HeapLog, n: int = 8) -> str:
     if not events:
         return "none"
     return "; ".join(f"#{e.seq} {e.describe()}" for e in events)
-
-
-def exchange(store: Any, prefix: str, rank: int, world: int, mine: tuple[int, list[HeapEvent]],
-             timeout_s: float = EXCHANGE_TIMEOUT_S) -> list[Optional[tuple[int, list[HeapEvent]]]]:
-    """Publishes this rank's (digest, events) under `prefix` in `store` (torch.distributed's
-    key-value store, or anything with its set / get / wait) and returns every rank's, None for a
-    rank that did not publish within `timeout_s` (after one has timed out, the others count only
-    if they are already there)."""
-    store.set(f"{prefix}/{rank}", pickle.dumps(mine))
-    out: list[Optional[tuple[int, list[HeapEvent]]]] = []
-    waited_out = False  # after one timeout, take only what is already there
-    for r in range(world):
-        if r == rank:
-            out.append(mine)
-            continue
-        key = f"{prefix}/{r}"
-        there = store.check([key])
-        if not there and not waited_out:
-            try:
-                store.wait([key], timedelta(seconds=timeout_s))
-                there = True
-            except Exception:  # noqa: BLE001 - a store timeout: that rank did not report
-                waited_out = True
-        out.append(pickle.loads(store.get(key)) if there else None)
-    return out

@@ -63,6 +63,11 @@ def reduce_op_code(op: Union[str, int]) -> int:
     raise ValueError(f"op must be one of {', '.join(map(repr, REDUCE_OPS))} (or a REDUCE_OP_* code), got {op!r}")
 
 
+def reduce_op_name(code: int) -> str:
+    """A REDUCE_OP_* code -> its name ("sum", ...)."""
+    return next(name for name, c in REDUCE_OPS.items() if c == code)
+
+
 def check_tensor(t: TensorSpec, device: str) -> int:
     """`t`'s dtype code, after checking it is supported, contiguous and on the heap's `device`."""
     code = dtype_code(t)
@@ -78,4 +83,4 @@ def overlap(a: TensorSpec, b: TensorSpec) -> bool:
     return a.nbytes > 0 and b.nbytes > 0 and a.data_ptr < b.data_ptr + b.nbytes and b.data_ptr < a.data_ptr + a.nbytes
 
 
-__all__ = ["DTYPES", "REDUCE_OPS", "TensorSpec", "check_tensor", "dtype_code", "overlap", "reduce_op_code"]
+__all__ = ["DTYPES", "REDUCE_OPS", "TensorSpec", "check_tensor", "dtype_code", "overlap", "reduce_op_code", "reduce_op_name"]

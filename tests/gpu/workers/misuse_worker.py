@@ -7,8 +7,11 @@
   right;
 - a heap used after close(), and after its process group was destroyed: IronlinkError naming the
   call and the problem, nothing launched;
-- a call issued on only some ranks: TIMEOUT on the ranks that made it, within the heap's timeout,
-  with the call and the device function named (check=True and heap.check());
+- a call issued on only some ranks: TIMEOUT on the ranks that made it, within the heap's timeout:
+  with check=True from the comparison of the ranks' calls before anything launches, naming the
+  ranks that did not make it; without, through heap.check(), naming the device function;
+- ranks calling one op with other sizes (check=True): IronlinkError on every rank naming each
+  rank's call, nothing launched, the input unchanged;
 - a user kernel launched with different grids on different ranks: every CTA of every rank returns
   GRID_MISMATCH and heap.check() names it; nothing is written. (The host-level ops launch the same
   grid for the same sizes: ironlink.tuning.choose.)
@@ -117,10 +120,10 @@ def after_group_destroyed() -> None:
 
 
 def only_some_ranks() -> None:
-    """Rank 0 skips an all-reduce the others make: they get TIMEOUT naming the call and the wait
-    that timed out, within the timeout; the same through heap.check() without check=True. At a
-    decode size (the lamport path, whose wait is `symm_tile_wait`) and a larger one (the device
-    library's `symm_all_reduce`)."""
+    """Rank 0 skips an all-reduce the others make: they get TIMEOUT within the timeout, with
+    check=True from the comparison of the calls (naming rank 0, nothing launched), without it
+    through heap.check() naming the wait that timed out. At a decode size (the lamport path,
+    whose wait is `symm_tile_wait`) and a larger one (the device library's `symm_all_reduce`)."""
     import ironlink
     from ironlink.language import _abi
     from ironlink.ops.collectives import workspace_requests
@@ -137,16 +140,45 @@ def only_some_ranks() -> None:
                 if dist.get_rank() != 0:
                     t0 = time.time()
                     if checked:
-                        e = expect_error(lambda: ironlink.all_reduce(x, check=True), "ironlink.all_reduce",
-                                         "TIMEOUT", function)
+                        e = expect_error(lambda: ironlink.all_reduce(x, check=True), "ironlink.all_reduce(check=True)",
+                                         "rank(s) [0] did not make this call within", "nothing was launched")
                     else:
                         ironlink.all_reduce(x)
                         e = expect_error(heap.check, function, "TIMEOUT", "skipped the call")
+                        assert function in e.function, (n, e.function)
                     took = time.time() - t0
-                    assert e.status == _abi.STATUS["TIMEOUT"] and function in e.function, (n, e.status, e.function)
+                    assert e.status == _abi.STATUS["TIMEOUT"], (n, e.status)
                     assert took < TIMEOUT_S + SLACK_S, f"TIMEOUT raised after {took:.1f} s (timeout {TIMEOUT_S} s)"
             finally:
                 heap.close()
+
+
+def different_sizes() -> None:
+    """Each rank all-reduces another number of elements with check=True, at a decode size (the
+    lamport path) and a larger one: every rank raises, naming each rank's call, before anything
+    launches; the input is unchanged, and the heap serves the next call. The tensors are not the
+    heap's (all_reduce stages them), so the heaps' calls stay the same on every rank."""
+    import ironlink
+
+    rank = dist.get_rank()
+    heap = ironlink.SymmetricHeap(16 << 20, timeout_s=TIMEOUT_S)
+    try:
+        for n in (4096, 1 << 20):
+            x = ints(n + 256 * rank)
+            before = x.clone()
+            e = expect_error(lambda: ironlink.all_reduce(x, heap=heap, check=True), "ironlink.all_reduce(check=True)",
+                             f"on rank {rank}: the ranks' calls differ in elements: rank 0: "
+                             f"ironlink.all_reduce(elements={n}, dtype=float32, op=sum); rank 1: "
+                             f"ironlink.all_reduce(elements={n + 256},", "nothing was launched")
+            assert e.status is None, e.status
+            torch.cuda.synchronize()
+            assert torch.equal(x, before), "the input changed"
+            y = ints(n)
+            want = summed(y)
+            ironlink.all_reduce(y, heap=heap, check=True)  # the same call everywhere: it runs
+            assert torch.equal(y, want)
+    finally:
+        heap.close()
 
 
 def _all_reduce_on_different_grids(heap: Any, n: int) -> tuple[Any, Any, set[int], float]:
@@ -343,6 +375,7 @@ def main() -> int:
     cases.run("heap used after close", after_close)
     cases.run("heap used after its process group was destroyed", after_group_destroyed)
     cases.run("a call issued on only some ranks", only_some_ranks)
+    cases.run("one op called with other sizes on different ranks (check=True)", different_sizes)
     cases.run("a user kernel launched with different grids", different_grids)
     cases.run("a user kernel launched with different grids, LL packets", different_grids_small)
     cases.run("asymmetric heaps: an allocation on one rank only", asymmetric_allocation)
