@@ -49,6 +49,10 @@ OP_NO_PDL_MAX_BYTES = 1 << 16
 # (the decode table's all_reduce path, `decode_table.table_for`): contender "ironlink_op[lamport]" or
 # "ironlink_op[library]" (the device library's all-reduce).
 OP_LAMPORT_MAX_BYTES = 256 << 10
+# Up to this size the public op is also timed on a plain CUDA tensor (contender
+# "ironlink_op[any_tensor]", issue 63): the lamport path takes it where it is, the device library's
+# all-reduce stages it through a heap workspace (two copies, `runtime.staging`).
+OP_ANY_TENSOR_MAX_BYTES = 16 << 20
 # ironlink launch configurations tried at each size: (CTAs, num_warps).
 CONFIGS = [(8, 4), (32, 4), (64, 8), (132, 8), (132, 16)]
 # The sizes at which each all-reduce algorithm is worth measuring (each is forced through the
@@ -237,6 +241,10 @@ class Bench:
         if nbytes <= OP_NO_PDL_MAX_BYTES:
             added["ironlink_op[no_pdl]"] = ("", timer.add(lambda: ironlink.all_reduce(buf, heap=self.heap, pdl=False),
                                                           nbytes, before=tuned))
+        if nbytes <= OP_ANY_TENSOR_MAX_BYTES:
+            plain = x.clone()  # not the heap's
+            added["ironlink_op[any_tensor]"] = ("", timer.add(lambda: ironlink.all_reduce(plain, heap=self.heap), nbytes,
+                                                              before=tuned))
         if nbytes <= OP_LAMPORT_MAX_BYTES:
             added.update(self.op_other_path(timer, buf, nbytes, tuned))
         if tuning.all_reduce_takes_lamport(nbytes, self.world):
