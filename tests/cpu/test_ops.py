@@ -513,18 +513,26 @@ def test_multi_node_heaps_take_the_same_kernels_and_refuse_the_rest(fake_torch: 
     assert len(fake_torch.launches) == 4  # refused before any launch
 
 
-def test_checked_calls_compare_what_every_rank_must_share_before_launching(fake_torch: Any) -> None:
-    x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
-    counts = _FakeTensor(8, "int64", ptr=0x90000)
-    recv_counts, recv_offsets = _FakeTensor(8, "int64", ptr=0x91000), _FakeTensor(8, "int64", ptr=0x92000)
+def _fused_operands() -> tuple[_FakeTensor, ...]:
+    """The four fused ops' tensors at world 8: all_reduce_rmsnorm's x, residual, out [4, 4096] and
+    weight; the matmuls' a [64, 512], b [512, 256], matmul_all_reduce's out, all_gather_matmul's
+    a_full and out, matmul_reduce_scatter's out."""
     t, h = 4, 4096
-    xs, res, normed = (_FakeTensor(t * h, ptr=p, shape=(t, h)) for p in (0x100000, 0x200000, 0x300000))
+    x, res, out = (_FakeTensor(t * h, ptr=p, shape=(t, h)) for p in (0x100000, 0x200000, 0x300000))
     w = _FakeTensor(h, ptr=0x400000)
     a, b = _FakeTensor(64 * 512, ptr=0x500000, shape=(64, 512)), _FakeTensor(512 * 256, ptr=0x600000, shape=(512, 256))
     c = _FakeTensor(64 * 256, ptr=0x700000, shape=(64, 256))
     a_full = _FakeTensor(8 * 64 * 512, ptr=0x800000, shape=(8 * 64, 512))
     gathered_out = _FakeTensor(8 * 64 * 256, ptr=0x900000, shape=(8 * 64, 256))
     scattered = _FakeTensor(8 * 256, ptr=0xA00000, shape=(8, 256))
+    return x, res, out, w, a, b, c, a_full, gathered_out, scattered
+
+
+def test_checked_calls_compare_what_every_rank_must_share_before_launching(fake_torch: Any) -> None:
+    x, out = _FakeTensor(4096), _FakeTensor(8 * 4096, ptr=0x20000)
+    counts = _FakeTensor(8, "int64", ptr=0x90000)
+    recv_counts, recv_offsets = _FakeTensor(8, "int64", ptr=0x91000), _FakeTensor(8, "int64", ptr=0x92000)
+    xs, res, normed, w, a, b, c, a_full, gathered_out, scattered = _fused_operands()
     heap = _Heap(x, out, counts, recv_counts, recv_offsets, xs, c, a_full)
     ironlink.all_reduce(x, op="max", heap=heap)  # unchecked: nothing compared
     assert heap.compared == []
@@ -559,14 +567,7 @@ def test_checked_calls_compare_what_every_rank_must_share_before_launching(fake_
 
 @pytest.mark.parametrize("node_size", [8, 2])
 def test_fused_ops_take_the_hierarchical_kernels_on_several_nodes(fake_torch: Any, node_size: int) -> None:
-    t, h = 4, 4096
-    x, res, out = (_FakeTensor(t * h, ptr=p, shape=(t, h)) for p in (0x100000, 0x200000, 0x300000))
-    w = _FakeTensor(h, ptr=0x400000)
-    a, b = _FakeTensor(64 * 512, ptr=0x500000, shape=(64, 512)), _FakeTensor(512 * 256, ptr=0x600000, shape=(512, 256))
-    c = _FakeTensor(64 * 256, ptr=0x700000, shape=(64, 256))
-    a_full = _FakeTensor(8 * 64 * 512, ptr=0x800000, shape=(8 * 64, 512))
-    gathered_out = _FakeTensor(8 * 64 * 256, ptr=0x900000, shape=(8 * 64, 256))
-    scattered = _FakeTensor(8 * 256, ptr=0xA00000, shape=(8, 256))
+    x, res, out, w, a, b, c, a_full, gathered_out, scattered = _fused_operands()
     heap = _Heap(x, c, a_full)
     heap.node_size = node_size  # 8: one node of 8; 2: four nodes of 2
     ironlink.all_reduce_rmsnorm(x, res, w, out=out, heap=heap)
