@@ -88,3 +88,36 @@ def test_a_rank_that_skips_the_call_fails_the_others_within_the_heaps_timeout() 
 
 def test_without_a_store_nothing_is_compared() -> None:
     CallCheck(1).compare(None, "heap-c", 0, 2, "all_reduce", {"elements": 1})
+
+
+def test_the_heap_compares_through_the_default_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ironlink.runtime import heap as heap_module
+    from ironlink.runtime.heap import SymmetricHeap
+
+    store = FakeStore()
+    monkeypatch.setattr(heap_module, "default_store", lambda: store)
+    heaps = []
+    for r in range(2):
+        h = SymmetricHeap.__new__(SymmetricHeap)  # the state __init__ leaves, without a GPU
+        h._uid, h._rank, h._world, h._checked = "heap-d", r, 2, CallCheck(10)
+        heaps.append(h)
+    errors: list[Optional[str]] = [None, None]
+
+    def rank(r: int, elements: int) -> None:
+        try:
+            heaps[r].compare_call("all_reduce", elements=elements, dtype="float32", op="sum")
+        except IronlinkError as e:
+            errors[r] = str(e)
+
+    for sizes in ((64, 64), (64, 128)):
+        threads = [threading.Thread(target=rank, args=(r, n)) for r, n in enumerate(sizes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if sizes == (64, 64):
+            assert errors == [None, None]
+    assert errors[0] is not None and errors[1] is not None
+    assert errors[1].startswith("ironlink.all_reduce(check=True) on rank 1: the ranks' calls differ in elements: "
+                                "rank 0: ironlink.all_reduce(elements=64, dtype=float32, op=sum); rank 1: "
+                                "ironlink.all_reduce(elements=128, dtype=float32, op=sum); nothing was launched")
