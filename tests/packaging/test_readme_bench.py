@@ -152,7 +152,7 @@ def test_readme_headline_plot_is_the_newest_runs() -> None:
 
 
 def test_tables_show_the_public_op_where_a_run_timed_it() -> None:
-    """A run with `ironlink_op` rows (bench/ironlink_bench.py times the public ironlink.all_reduce)
+    """A run with `ironlink_op` rows (bench/allreduce.py times the public ironlink.all_reduce)
     gets its column in the headline and the per-world tables; a run without has none."""
     table = _module("table")
     doc = json.loads((REPO / "bench" / "results" / "experiments" / "allreduce-public-op-2xH200-93d22eb.json").read_text())
