@@ -2,39 +2,32 @@
 
     torchrun --nproc_per_node=4 bench/moe.py --out bench/results/moe-4xh200.json   (tests/gpu/run.sh moe-bench)
 
-Rows: op (dispatch, combine, dispatch_combine), contender (ironlink: ironlink.MoeExchange in a
-CUDA graph; ironlink_fp8: the same with an fp8 dispatch, `--no-fp8` leaves it out; torch_a2a: sort, count exchange with all_to_all_single, counts read back to the host,
-all_to_all_single of the rows and back, timed eagerly since it syncs; torch_nvshmem: the same
-sort, rows and weighted sum with PyTorch's NVSHMEM all_to_all_vdev, which reads the counts on the
-GPU (bench/moe_nvshmem.py), timed eagerly, or in a CUDA graph with --nvshmem-graph; skipped with
-the reason printed where it cannot run: world 1, a torch without the op or NVSHMEM), tokens (per
-rank), hidden, topk, experts, routing (uniform; skewed: expert 0 is every token's first choice),
-us, GBps (payload rows x hidden x 2 bytes this rank sends, per second), nvlink_GBps (the bytes
-this rank's rows carry to other ranks, per second: ironlink moves a row per (token, rank) with its
-ids and weights, the torch paths a row per (token, choice)), and for ironlink's rows `sms` (the
-SMs its exchange kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all),
-`sms_budget` (the value asked for) and `ctas` (the CTAs of its widest exchange kernel, two per SM
-on every SM). `--relay` adds ironlink_relay: MoeExchange(path="relay"),
-its two all_to_all_v (the multi-node path, and the one-node path before the direct one), as a
-same-run baseline; ironlink_ll (and ironlink_ll_fp8 with an fp8 dispatch) is
-MoeExchange(path="low_latency") (one kernel each for dispatch and combine) up to
-`--low-latency-max-tokens` tokens, and ironlink_ll_hook the same with its receive deferred
-(`dispatch(return_recv_hook=True)`, the hook called at once: the cost of the two launches); `--phases` adds rows op "prefix:<step>" (the direct path up to and with each step, in
-CUDA graphs timed in turns: the steps' shares by difference). The contenders in CUDA graphs of one
-shape (every ironlink row, torch_nvshmem with --nvshmem-graph) are timed together, their replays in
-turns (ironlink_bench.GraphRound), so clock drift over the run falls on each alike; their
-MoeExchanges are open together until then. Before timing, both torch
-contenders are checked against ironlink: the same dispatched rows (as a set: their orders differ),
-combine within bf16 tolerance. ironlink's x is a heap tensor, whose rows the direct path pulls in
-place (`--x-outside-heap`: a plain tensor, copied into the stage first, as the torch contenders'
-is); the JSON's "x" says which. A benchmark, not a test.
+Rows: op (dispatch, combine, dispatch_combine); contender: ironlink (ironlink.MoeExchange in a
+CUDA graph), ironlink_fp8 (an fp8 dispatch; `--no-fp8` leaves it out), ironlink_relay (`--relay`:
+MoeExchange(path="relay"), two all_to_all_v, a same-run baseline), ironlink_ll and ironlink_ll_fp8
+(path="low_latency", one kernel each way, up to `--low-latency-max-tokens`), ironlink_ll_hook (its
+receive deferred, the hook called at once: the cost of the two launches), and PyTorch's
+(bench/moe_torch.py): torch_a2a (all_to_all_single, the counts read on the host: timed eagerly)
+and torch_nvshmem (all_to_all_vdev, the counts read on the GPU: eagerly, or in a CUDA graph with
+--nvshmem-graph; skipped, saying why, where it cannot run); tokens (per rank), hidden, topk,
+experts, routing (uniform; skewed: expert 0 is every token's first choice), us, GBps (payload rows
+x hidden x 2 bytes this rank sends, per second), nvlink_GBps (the bytes this rank's rows carry to
+other ranks, per second: ironlink moves a row per (token, rank) with its ids and weights, the
+torch paths a row per (token, choice)), and for ironlink's rows `sms` (the SMs its exchange
+kernels use: `--sms 8 16 24 32 0` sweeps MoeExchange's budget, 0 = all), `sms_budget` (the value
+asked for) and `ctas` (its widest exchange kernel's, two per SM on every SM). The contenders in
+CUDA graphs of one shape are timed together, their replays in turns (ironlink_bench.GraphRound),
+so clock drift falls on each alike; their MoeExchanges stay open until then. Before timing, both
+torch contenders are checked against ironlink: the same dispatched rows (as a set), combine within
+bf16 tolerance. ironlink's x is a heap tensor, whose rows the direct path pulls in place
+(`--x-outside-heap`: a plain tensor, copied into the stage first, as the torch contenders' is);
+the JSON's "x" says which. Where the direct path's time goes: bench/probes/moe_phases.py. A
+benchmark, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from dataclasses import replace
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -42,12 +35,10 @@ import torch
 import torch.distributed as dist
 
 import ironlink
+import moe_torch  # bench/, beside this file: PyTorch's contenders
 from ironlink_bench import GraphRound, time_eager, write_results
 from ironlink.moe import MoeConfig, fp8_dequantize
 from ironlink.moe.config import DEFAULT
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/moe_nvshmem.py, whether run or loaded by path
-import moe_nvshmem  # noqa: E402
 
 TOKENS = [128, 512, 2048, 4096, 8192]
 # ironlink_fp8's combine against the bf16 result, relative to its largest value: e4m3 keeps 3
@@ -84,15 +75,15 @@ def row_fingerprints(rows: Any) -> Any:
 
 
 class MoeBench:
-    def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, profile: bool = False,
-                 fp8: bool = True, sms: tuple[int, ...] = (0,), relay: bool = False, phases: bool = False,
-                 low_latency_max_tokens: int = 0, x_in_heap: bool = True, config: MoeConfig = DEFAULT) -> None:
+    def __init__(self, heap_bytes: int, hidden: int, topk: int, experts: int, fp8: bool = True,
+                 sms: tuple[int, ...] = (0,), relay: bool = False, low_latency_max_tokens: int = 0,
+                 x_in_heap: bool = True, config: MoeConfig = DEFAULT) -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # ironlink's x as a heap tensor (the direct path then pulls its rows in place, as from an
         # all_reduce_rmsnorm out= in the heap), or as the torch contenders' plain tensor (copied
         # into the stage first).
         self.x_in_heap = x_in_heap
-        self.profile, self.fp8, self.sms, self.relay, self.phases = profile, fp8, sms, relay, phases
+        self.fp8, self.sms, self.relay = fp8, sms, relay
         self.low_latency_max_tokens = low_latency_max_tokens
         self.config = config  # every MoeExchange's launch choices (the experiment flags')
         self.heap = ironlink.SymmetricHeap(heap_bytes)
@@ -103,7 +94,7 @@ class MoeBench:
         # open until then.
         self.round = GraphRound()
         self.exchanges: list[Any] = []
-        self.nvshmem: Optional[moe_nvshmem.NvshmemPath] = None
+        self.nvshmem: Optional[moe_torch.NvshmemPath] = None
         self.nvshmem_graph = False
         self.nvshmem_note: dict[str, str] = {"skipped": "--no-nvshmem"}  # in the JSON, for the docs table
 
@@ -116,7 +107,7 @@ class MoeBench:
             dist.all_gather_object(out, reason)
             return out
 
-        self.nvshmem, why = moe_nvshmem.setup(self.world, max_tokens, self.hidden, self.topk, self.experts,
+        self.nvshmem, why = moe_torch.setup(self.world, max_tokens, self.hidden, self.topk, self.experts,
                                               torch.bfloat16, gather)
         self.nvshmem_graph = graph
         self.nvshmem_note = {"skipped": why} if why else {"timed": "in CUDA graphs" if graph else "eagerly"}
@@ -217,13 +208,10 @@ class MoeBench:
                 self.add("combine", who, at, combine, payload, payload, back)
 
                 def layer(moe: Any = moe) -> None:
-                    self._ironlink_layer(moe, x, idx, w)
+                    y, _, _, h = moe.dispatch(x, idx, w)
+                    moe.combine(y, h)
 
                 self.add("dispatch_combine", who, at, layer, payload, 2 * payload, sent + back)
-                if self.profile:
-                    self._profile(lambda: self._ironlink_layer(moe, x, idx, w), at)
-                if self.phases and moe.direct is not None:
-                    self._phases(moe, x, idx, w, recv_x, at, payload)
             assert ref is not None
             if low_latency:
                 self._hook(shape, x, idx, w, size, ref, payload, pairs)
@@ -231,7 +219,7 @@ class MoeBench:
                 self._fp8(shape, x, idx, w, size, ref, payload, pairs)
                 if low_latency:
                     self._fp8(shape, x, idx, w, size, ref, payload, pairs, "low_latency")
-            d, c = self._torch_path(x_torch, idx, w)
+            d, c = moe_torch.torch_a2a(x_torch, idx, w, self.world, self.experts, self.topk)
             self.check("torch_a2a", d()[0], c(), ref)
             torch_bytes = choices * self.hidden * 2  # a row per (token, choice)
             self.record("dispatch", "torch_a2a", shape, time_eager(d), payload, torch_bytes)
@@ -320,81 +308,6 @@ class MoeBench:
         self.add("dispatch", who, at, lambda: moe.dispatch(x, idx, w), payload, payload, sent)
         self.add("dispatch_combine", who, at, layer, payload, 2 * payload, sent + back)
 
-    def _profile(self, fn: Callable[[], None], shape: dict[str, Any]) -> None:
-        """Rank 0 prints the GPU time of each kernel of one call (after a warm-up), largest first."""
-        from torch.profiler import ProfilerActivity, profile
-
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        if self.rank == 0:
-            print(f"profile {shape}:\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25), flush=True)
-
-    def _phases(self, moe: Any, x: Any, idx: Any, w: Any, y: Any, shape: dict[str, Any], payload: int) -> None:
-        """The direct path's phases in CUDA graphs, both ranks in step, as differences of prefixes
-        of the layer (an eager profile cannot: each exchange kernel starts with a barrier that waits
-        for the other rank's late launch). Rows op "prefix:<steps>", the time of the layer up to and
-        with that step; rank 0 prints each step's share. The prefixes are timed together, in a round of
-        their own (their differences need the same clocks)."""
-        d = moe.direct
-
-        def upto(steps: int) -> Callable[[], None]:
-            def run() -> None:
-                moe._stage(x, idx, w)
-                if steps > 1:
-                    d.gather(False)
-                if steps > 2:
-                    lay = d.place(False)
-                    if steps > 3:
-                        d.push(y, lay, False)
-                    if steps > 4:
-                        d.sum(x.shape[0])
-            return run
-
-        names = ("stage", "gather_meta", "sort+pull_rows", "reduce_push", "sum_partials")
-        timer = GraphRound()
-        for i in range(len(names)):
-            timer.add(upto(i + 1), payload)
-        times = timer.run()
-        moe.check()
-        for i, name in enumerate(names):
-            self.record(f"prefix:{name}", "ironlink", shape, times[i], payload)
-        if self.rank == 0:
-            steps = ", ".join(f"{n} {t - (times[i - 1] if i else 0.0):.1f}" for i, (n, t) in enumerate(zip(names, times)))
-            print(f"phases {shape}: {steps} us", flush=True)
-
-    @staticmethod
-    def _ironlink_layer(moe: Any, x: Any, idx: Any, w: Any) -> None:
-        recv_x, _, _, handle = moe.dispatch(x, idx, w)
-        moe.combine(recv_x, handle)
-
-    def _torch_path(self, x: Any, idx: Any, w: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
-        world, le, k = self.world, self.experts // self.world, self.topk
-
-        def dispatch() -> Any:
-            experts = idx.reshape(-1)
-            order = torch.argsort(experts, stable=True)
-            send = x[order // k]
-            counts = torch.bincount(experts // le, minlength=world)
-            recv_counts = torch.empty_like(counts)
-            dist.all_to_all_single(recv_counts, counts)
-            sc, rc = counts.tolist(), recv_counts.tolist()  # the host sync
-            recv = torch.empty(sum(rc), x.shape[1], device="cuda", dtype=x.dtype)
-            dist.all_to_all_single(recv, send, rc, sc)
-            return recv, order, sc, rc
-
-        def layer() -> Any:
-            recv, order, sc, rc = dispatch()
-            back = torch.empty(len(order), x.shape[1], device="cuda", dtype=x.dtype)
-            dist.all_to_all_single(back, recv, sc, rc)
-            rows = torch.empty_like(back)
-            rows[order] = back
-            return moe_nvshmem.weighted_sum(rows, w)
-
-        return dispatch, layer
-
 
 def ironlink_row(shape: dict[str, Any], moe: Any, budget: int) -> dict[str, Any]:
     """An ironlink row's shape fields: the SMs its exchange uses, its widest kernel's CTAs, and
@@ -424,8 +337,6 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--topk", type=int, default=8)
     ap.add_argument("--experts", type=int, default=64)
-    ap.add_argument("--profile", action="store_true",
-                    help="also print the GPU time of each kernel of one ironlink layer per token count (torch.profiler)")
     ap.add_argument("--max-tokens", type=int, default=0,
                     help="size every MoeExchange for this many tokens (default: each row's own count)")
     ap.add_argument("--sort-one-hot", type=int, default=DEFAULT.one_hot,
@@ -449,9 +360,6 @@ def main() -> None:
     ap.add_argument("--sms", type=int, nargs="+", default=[0],
                     help="MoeExchange SM budgets to time (e.g. 8 16 24 32 0; 0: every SM); the first one's "
                          "result is the reference the others and the contenders must reproduce")
-    ap.add_argument("--phases", action="store_true",
-                    help="also time the direct path's steps in CUDA graphs (prefixes of the layer; rows "
-                         "op 'prefix:<step>')")
     ap.add_argument("--relay", action="store_true",
                     help="also time MoeExchange(path='relay') (two all_to_all_v) as contender ironlink_relay")
     ap.add_argument("--low-latency-max-tokens", type=int, default=1024,
@@ -470,9 +378,9 @@ def main() -> None:
     sizes = [max(t, args.max_tokens) for t in tokens]  # each shape's MoeExchanges' max_tokens
     heap_bytes = max(shape_heap_bytes(world, size, args.hidden, args.topk, len(args.sms), args.relay, not args.no_fp8,
                                       size <= args.low_latency_max_tokens, config) for size in sizes)
-    b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, args.profile, fp8=not args.no_fp8,
-                 sms=tuple(args.sms), relay=args.relay, phases=args.phases,
-                 low_latency_max_tokens=args.low_latency_max_tokens, x_in_heap=not args.x_outside_heap, config=config)
+    b = MoeBench(heap_bytes, args.hidden, args.topk, args.experts, fp8=not args.no_fp8, sms=tuple(args.sms),
+                 relay=args.relay, low_latency_max_tokens=args.low_latency_max_tokens,
+                 x_in_heap=not args.x_outside_heap, config=config)
     if not args.no_nvshmem:
         b.add_nvshmem(max(tokens), args.nvshmem_graph)
     for t in tokens:

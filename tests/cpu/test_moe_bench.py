@@ -1,4 +1,4 @@
-"""bench/moe_nvshmem.py (the torch_nvshmem contender of bench/moe.py) without GPUs: when it is
+"""bench/moe_torch.py's torch_nvshmem contender (of bench/moe.py) without GPUs: when it is
 skipped and why, the buffer sizes, and its dispatch + combine on simulated ranks (threads, an
 all_to_all_vdev done in Python with the op's semantics) against the routing. The parts that run
 torch are skipped without it (the CI venv)."""
@@ -16,7 +16,7 @@ from _bench_scripts import load_bench  # tests/, the helpers' folder
 
 
 def load() -> Any:
-    return load_bench("moe_nvshmem")
+    return load_bench("moe_torch")
 
 
 def fake_op(*names: str) -> Any:

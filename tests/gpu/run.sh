@@ -49,7 +49,7 @@
 #   --quick            collectives without the large (8 MiB and 256 MiB) cases
 #   --bench-args "..." arguments for bench/allreduce.py (e.g. "--max-bytes 16777216")
 #   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
-#   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --profile")
+#   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --sms 16 0")
 #   --minutes M        how long the soak runs (default 5)
 #   --seed S           the soak's seed (default 20)
 #   --soak-nodes       the soak adds a heap of simulated nodes over NVSHMEM (tests/gpu/workers/soak.py --nodes)

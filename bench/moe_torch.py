@@ -1,6 +1,9 @@
-"""The `torch_nvshmem` contender of bench/moe.py: the torch_a2a path (rows sorted by expert, one
-all-to-all there and one back, a weighted sum) with PyTorch's NVSHMEM all-to-all, whose split
-sizes are read from device memory, so nothing syncs with the host:
+"""PyTorch's contenders of bench/moe.py, the same work as MoeExchange's dispatch and combine:
+- `torch_a2a`: the tokens sorted by expert, the counts exchanged with all_to_all_single and read
+  back to the host, the rows by all_to_all_single and back, a weighted sum (it syncs with the
+  host, so it is timed eagerly);
+- `torch_nvshmem` (`NvshmemPath`, `setup`): the same sort, rows and weighted sum with PyTorch's
+  NVSHMEM all-to-all, whose split sizes are read from device memory, so nothing syncs with the host:
 
     torch.ops.symm_mem.all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name)
 
@@ -23,7 +26,8 @@ What the bench relies on (PyTorch 2.11, torch/csrc/distributed/c10d/symm_mem/nvs
 all_to_all_vdev_2d (rows grouped by expert on arrival) is not used: it caps the experts per rank
 at 16 (64 experts need 4 ranks or more) and does other work than torch_a2a.
 
-No ironlink import: tests/cpu/test_moe_bench.py checks the pure parts without GPUs.
+No ironlink import, torch imported where used: tests/cpu/test_moe_bench.py checks the pure parts
+without GPUs.
 """
 
 from __future__ import annotations
@@ -84,6 +88,39 @@ def weighted_sum(rows: Any, weights: Any) -> Any:
     """[T, H]: rows [T * k, H] (token-major, choice order) weighted by weights [T, k] in fp32."""
     t, k = weights.shape
     return (rows.view(t, k, -1).float() * weights.float()[..., None]).sum(1).to(rows.dtype)
+
+
+def torch_a2a(x: Any, idx: Any, w: Any, world: int, num_experts: int,
+              topk: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(dispatch, dispatch + combine) of the torch_a2a contender for these tokens: dispatch
+    returns (the rows received, the order it sorted by, send counts, receive counts); the layer
+    returns the combined [T, H]."""
+    import torch
+    import torch.distributed as dist
+
+    le, k = num_experts // world, topk
+
+    def dispatch() -> Any:
+        experts = idx.reshape(-1)
+        order = torch.argsort(experts, stable=True)  # by expert, so by rank, tokens in order
+        send = x[order // k]
+        counts = torch.bincount(experts // le, minlength=world)
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts)
+        sc, rc = counts.tolist(), recv_counts.tolist()  # the host sync
+        recv = torch.empty(sum(rc), x.shape[1], device="cuda", dtype=x.dtype)
+        dist.all_to_all_single(recv, send, rc, sc)
+        return recv, order, sc, rc
+
+    def layer() -> Any:
+        recv, order, sc, rc = dispatch()
+        back = torch.empty(len(order), x.shape[1], device="cuda", dtype=x.dtype)
+        dist.all_to_all_single(back, recv, sc, rc)
+        rows = torch.empty_like(back)
+        rows[order] = back
+        return weighted_sum(rows, w)
+
+    return dispatch, layer
 
 
 class NvshmemPath:
@@ -177,4 +214,5 @@ def setup(world: int, max_tokens: int, hidden: int, topk: int, experts: int, dty
         return None, f"setting up NVSHMEM symmetric memory failed: {type(e).__name__}: {e}"
 
 
-__all__ = ["NvshmemPath", "blocks_per_peer", "buffer_rows", "heap_bytes", "setup", "skip_reason", "weighted_sum"]
+__all__ = ["NvshmemPath", "blocks_per_peer", "buffer_rows", "heap_bytes", "setup", "skip_reason", "torch_a2a",
+           "weighted_sum"]
