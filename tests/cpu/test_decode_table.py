@@ -54,6 +54,40 @@ def test_file_round_trip(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["decode-w2.json"]  # no temporary file left
 
 
+def test_matmul_methods_are_an_optional_part_of_a_file(tmp_path: Path) -> None:
+    measured = W2._replace(matmul_all_reduce=((512 * K, "lamport"), (8 * M, "push")))
+    assert [measured.matmul_method(n) for n in (1, 512 * K, 8 * M, 8 * M + 1)] == ["lamport", "lamport", "push", None]
+    assert W2.matmul_method(1) is None  # not measured: the op's rule
+    path = write(tmp_path, 2, measured)
+    assert json.loads(path.read_text())["matmul_all_reduce"] == [[512 * K, "lamport"], [8 * M, "push"]]
+    assert dt.read_file(path, 2) == measured
+    assert "matmul_all_reduce" not in json.loads(write(tmp_path, 2, W2).read_text())  # older files: the same
+    assert dt.read_file(path, 2) == W2
+    path.write_text(json.dumps({"format": 1, "world": 2, "all_reduce": [], "all_reduce_rmsnorm": [[1, "rows"]],
+                                "matmul_all_reduce": [[1, "cublas"]]}))
+    with pytest.raises(ValueError, match=r"'matmul_all_reduce': 'cublas' is not one of \('push', 'lamport', 'tile'\)"):
+        dt.read_file(path, 2)
+
+
+def test_the_matmul_method_follows_the_table_where_measured() -> None:
+    from ironlink.fused.matmul_all_reduce import plan
+    from ironlink.runtime.tensor_spec import TensorSpec
+
+    def method(m: int, world: int) -> str:
+        a = TensorSpec("a", (m, 1024), "bfloat16", 2, True, "cuda:0", 1 << 30)
+        b = TensorSpec("b", (1024, 8192), "bfloat16", 2, True, "cuda:0", 2 << 30)
+        out = TensorSpec("out", (m, 8192), "bfloat16", 2, True, "cuda:0", 3 << 30)
+        return plan(a, b, out, "cuda:0", world, 132).method
+
+    assert (method(16, 2), method(16, 4), method(4096, 2)) == ("lamport", "push", "push")  # the rule
+    with dt.substituted(4, dt.find(4, Path("/nonexistent")).table._replace(matmul_all_reduce=((256 * K, "lamport"),))):
+        assert method(16, 4) == "lamport"  # 16 x 8192 x 2 bytes: measured
+        assert method(4096, 4) == "push"  # past the entries: the rule
+    # Derived for a larger world, a lamport entry covers the bytes its copies cover where measured.
+    t = dt.DecodeTable(matmul_all_reduce=((300 * K, "lamport"), (8 * M, "push")))
+    assert dt.derive(t, 4, 8).matmul_all_reduce == ((300 * K * 3 // 7, "lamport"), (8 * M, "push"))
+
+
 @pytest.mark.parametrize("doc, words", [
     ("{not json", "not a JSON decode table"),
     ([], "not a JSON object"),
@@ -105,7 +139,7 @@ def test_the_committed_tables_are_what_the_tuner_chose_from_their_timings(world:
     timings = {op: {int(n): t for n, t in by.items()} for op, by in doc["timings"].items()}
     assert timings["all_reduce"] and timings["all_reduce_rmsnorm"], "a tuner run's file, with its timings"
     assert found.table == choose_table(timings["all_reduce"], timings["all_reduce_rmsnorm"], MODES,
-                                       [m for m in MODES if m not in ONE_NODE_MODES])
+                                       [m for m in MODES if m not in ONE_NODE_MODES], timings.get("matmul_all_reduce"))
 
 
 def test_world_8_derives_from_world_4_the_nearest_smaller(tmp_path: Path) -> None:

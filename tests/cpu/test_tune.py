@@ -42,6 +42,10 @@ def test_a_table_from_timings() -> None:
     assert table == dt.DecodeTable(((1 * K, "lamport"),), ((128 * K, "split"), (512 * K, "lamport"),
                                                             (32 * M, "push")))
     assert choose.choose_table({}, {}, MODES) == dt.DecodeTable()  # nothing measured: rows, the library
+    # matmul_all_reduce's methods where measured; past them (and without them) the op's rule.
+    mm = {32 * K: {"push": 30.0, "lamport": 21.0, "tile": 40.0}, 512 * K: {"push": 40.0, "lamport": 38.0},
+          2 * M: {"push": 140.0, "lamport": 154.0, "tile": 170.0}}
+    assert choose.choose_table({}, rms, MODES, matmul=mm).matmul_all_reduce == ((512 * K, "lamport"), (2 * M, "push"))
 
 
 def test_sizes_past_the_largest_measured_keep_no_workspace() -> None:
@@ -78,5 +82,8 @@ def test_the_report_names_the_file_and_how_the_ops_find_it(tmp_path: Path, monke
     lines = report(dt.table_path(tmp_path, 2), 2, ar, rms, 16 * K, MODES)
     assert "1 tokens (16 KiB)" in lines[-3] and "whole" in lines[-3]
     assert lines[-2] == f"wrote {tmp_path / 'decode-w2.json'}" and "read it from there" in lines[-1]
+    with_matmul = report(dt.table_path(tmp_path, 2), 2, ar, rms, 16 * K, MODES, {16 * K: {"push": 9.0, "lamport": 7.5}})
+    assert with_matmul[-5] == "ironlink.matmul_all_reduce" and with_matmul[-3].split()[:5] == [
+        "1", "tokens", "(16", "KiB)", "lamport"]
     elsewhere = report(tmp_path / "mine.json", 2, ar, rms, 16 * K, MODES)
     assert f"point {dt.TUNING_DIR_ENV} at a folder holding it" in elsewhere[-1] and "decode-w2.json" in elsewhere[-1]

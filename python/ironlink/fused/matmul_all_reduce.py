@@ -75,7 +75,7 @@ from .matmul_all_reduce_one_shot_kernels import matmul_allreduce_push_kernel
 from .matmul_all_reduce_two_shot_kernels import matmul_allreduce_owner_kernel
 
 
-METHODS = ("push", "lamport", "tile")
+METHODS = tuning.decode_table.MATMUL_METHODS  # the names a node's decode table may hold
 
 
 class Plan(NamedTuple):
@@ -100,7 +100,7 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
         raise ValueError(f"{tiles} output tiles of {cfg.block_m}x{cfg.block_n}: at most {_abi.MAX_TILES} "
                          "(a larger tile shape, or split the matmul)")
     ctas = max(1, min(tiles, sms))
-    method = method or tuning.matmul_method(tiles, ctas, world)
+    method = method or tuning.matmul_method(tiles, ctas, world, m * n * out.itemsize)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     ws = 2 * (world - 1) * m * n * out.itemsize if method in ("push", "lamport") else 0

@@ -2,10 +2,12 @@
 
     torchrun --nproc_per_node=N -m ironlink.tune [--out PATH] [--hidden 8192] [--quick] [--dtype bf16]
 
-ironlink.all_reduce at 1 KiB to 1 MiB with each path forced (a substituted table), and
-ironlink.all_reduce_rmsnorm at each token count with each mode that runs at the shape (`mode=`);
-each size's candidates in CUDA graphs, replayed in turns (`timing.GraphRound`: the max over ranks
-of each rank's median, so every rank decides on the same numbers). Rank 0 writes the table
+ironlink.all_reduce at 1 KiB to 1 MiB with each path forced (a substituted table),
+ironlink.all_reduce_rmsnorm at each token count with each mode that runs at the shape (`mode=`),
+and ironlink.matmul_all_reduce at each token count ([tokens, hidden / N] x [hidden / N, hidden]: a
+row-parallel projection's shard) with each method (`method=`); each size's candidates in CUDA
+graphs, replayed in turns (`timing.GraphRound`: the max over ranks of each rank's median, so
+every rank decides on the same numbers). Rank 0 writes the table
 (`choose.choose_table`) with the timings behind it, by default where the ops look first
 (`decode_table.tuning_dir()`), and prints a summary. One node: the one-shot paths are one node's.
 """
@@ -110,13 +112,44 @@ def measure_rmsnorm(heap: Any, dtype: Any, hidden: int, tokens: Sequence[int],
     return timings
 
 
-def report(path: Path, world: int, ar: Timings, rms: Timings, row_bytes: int, modes: Sequence[str]) -> list[str]:
+def measure_matmul(heap: Any, dtype: Any, hidden: int, tokens: Sequence[int],
+                   progress: Progress) -> dict[int, dict[str, float]]:
+    """us of ironlink.matmul_all_reduce of [t, hidden / world] x [hidden / world, hidden] at each
+    token count t, each method that takes the shape; the largest first (each method's workspace
+    made once, at its largest). Keyed by the bytes of out, as the table looks methods up."""
+    import torch
+
+    import ironlink
+    from ..runtime.tuning.decode_table import MATMUL_METHODS
+    from .timing import GraphRound
+
+    k = hidden // heap.world_size
+    b = (torch.randn(k, hidden, device=heap.device) * k ** -0.5).to(dtype)
+    timings: dict[int, dict[str, float]] = {}
+    for i, t in enumerate(sorted(tokens, reverse=True), 1):
+        progress.step("matmul", i, len(tokens), f"tokens={t}")
+        a = torch.randn(t, k, device=heap.device).to(dtype)
+        out = heap.empty((t, hidden), dtype)
+        timer = GraphRound()
+        for method in MATMUL_METHODS:
+            # Captured now (`add`): the graph keeps this method's launch.
+            timer.add(lambda: ironlink.matmul_all_reduce(a, b, out=out, heap=heap, method=method), out.nbytes,
+                      tag=method)
+        timings[out.nbytes] = {method: round(us, 3) for method, us in timer.run_tagged()}
+        heap.free(out)
+    return timings
+
+
+def report(path: Path, world: int, ar: Timings, rms: Timings, row_bytes: int, modes: Sequence[str],
+           matmul: Optional[Timings] = None) -> list[str]:
     """The summary rank 0 prints: each op's choices and runners-up, the file, how the ops find it."""
     def tokens(nbytes: int) -> str:
         return f"{nbytes // row_bytes} tokens ({size_text(nbytes)})"
 
     lines = summary("ironlink.all_reduce", ar, decode_table.ALL_REDUCE_PATHS)
     lines += summary("ironlink.all_reduce_rmsnorm", rms, modes, tokens)
+    if matmul:
+        lines += summary("ironlink.matmul_all_reduce", matmul, decode_table.MATMUL_METHODS, tokens)
     lines.append(f"wrote {path}")
     if path == decode_table.table_path(decode_table.tuning_dir(), world):
         lines.append(f"ironlink's ops at world {world} read it from there (in processes started from now on).")
@@ -130,9 +163,10 @@ def report(path: Path, world: int, ar: Timings, rms: Timings, row_bytes: int, mo
 def heap_bytes(world: int, x_bytes: int) -> int:
     """A heap for x of up to `x_bytes` and the one-node modes' workspaces, each kept in the heap
     and rounded up to a power of two (at most twice its size): "push" and "lamport" 2 (world - 1)
-    x each, "two_shot" less than 4 x; with room for the all_reduce's sizes and workspace and the
-    split's."""
-    return (8 * world + 1) * x_bytes + (256 << 20)
+    x each, "two_shot" less than 4 x; matmul_all_reduce's out (x's shape) and its "push" and
+    "lamport" workspaces, 2 (world - 1) out each; with room for the all_reduce's sizes and
+    workspace and the split's."""
+    return (16 * world + 2) * x_bytes + (256 << 20)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -157,14 +191,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     progress = Progress(rank == 0)
     ar = measure_all_reduce(heap, dtype, progress)
     rms = measure_rmsnorm(heap, dtype, args.hidden, tokens, progress)
-    table = choose_table(ar, rms, MODES, [m for m in MODES if m not in ONE_NODE_MODES])
+    mm = measure_matmul(heap, dtype, args.hidden, tokens, progress)
+    table = choose_table(ar, rms, MODES, [m for m in MODES if m not in ONE_NODE_MODES], mm)
     if rank == 0:
         path = Path(args.out) if args.out else decode_table.table_path(decode_table.tuning_dir(), world)
         info = {"gpu": torch.cuda.get_device_name(), "hidden": args.hidden, "dtype": args.dtype,
                 "ironlink_git": git_rev(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-        decode_table.write_file(path, decode_table.document(world, table, info, {"all_reduce": ar, "all_reduce_rmsnorm": rms}))
-        print("\n".join(report(path, world, ar, rms, row_bytes, MODES)), flush=True)
+        timings = {"all_reduce": ar, "all_reduce_rmsnorm": rms, "matmul_all_reduce": mm}
+        decode_table.write_file(path, decode_table.document(world, table, info, timings))
+        print("\n".join(report(path, world, ar, rms, row_bytes, MODES, mm)), flush=True)
     heap.close()
     dist.destroy_process_group()
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-from ..runtime.tuning.decode_table import ALL_REDUCE_PATHS, NO_LIMIT, DecodeTable, Entries
+from ..runtime.tuning.decode_table import ALL_REDUCE_PATHS, MATMUL_METHODS, NO_LIMIT, DecodeTable, Entries
 
 # bytes -> candidate -> microseconds (the max over ranks of each rank's median).
 Timings = Mapping[int, Mapping[str, float]]
@@ -36,19 +36,21 @@ def choose_entries(timings: Timings, order: Sequence[str]) -> Entries:
 
 
 def choose_table(all_reduce: Timings, rmsnorm: Timings, modes: Sequence[str],
-                 unbounded: Sequence[str] = ()) -> DecodeTable:
-    """The decode table from the all_reduce paths' timings and all_reduce_rmsnorm's (`modes`:
-    the op's MODES, the order of preference on a tie). Where the largest size measured chose a
-    mode outside `unbounded` (one that keeps a heap workspace sized by x: 2 to 6 times x), the
-    sizes past it take the fastest of `unbounded` there instead of growing that workspace
-    without a measurement."""
+                 unbounded: Sequence[str] = (), matmul: Optional[Timings] = None) -> DecodeTable:
+    """The decode table from the all_reduce paths' timings, all_reduce_rmsnorm's (`modes`: the
+    op's MODES, the order of preference on a tie) and matmul_all_reduce's methods' (past the
+    largest size measured, the op's rule). Where the largest size measured chose a mode outside
+    `unbounded` (one that keeps a heap workspace sized by x: 2 to 6 times x), the sizes past it
+    take the fastest of `unbounded` there instead of growing that workspace without a
+    measurement."""
     entries = choose_entries(rmsnorm, modes) or DecodeTable().all_reduce_rmsnorm
     if rmsnorm and unbounded and entries[-1][1] not in unbounded:
         largest = rmsnorm[max(rmsnorm)]
         tail = [m for m in ranked(largest, modes) if m in unbounded]
         if tail:
             entries = (*entries, (NO_LIMIT, tail[0]))
-    return DecodeTable(choose_entries(all_reduce, ALL_REDUCE_PATHS), entries)
+    return DecodeTable(choose_entries(all_reduce, ALL_REDUCE_PATHS), entries,
+                       choose_entries(matmul or {}, MATMUL_METHODS))
 
 
 def size_text(nbytes: int) -> str:

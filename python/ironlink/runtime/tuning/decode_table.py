@@ -1,10 +1,12 @@
 """The decode paths' choices by world size, as tables a user's node can re-measure (issue 60).
 
 A `DecodeTable` says, by message bytes, which path `ironlink.all_reduce` takes ("lamport": its
-lamport-slot kernel; "library": the device library's all-reduce) and which mode
-`ironlink.all_reduce_rmsnorm` runs (a name of `RMSNORM_MODES`, by the bytes of
-x). `tuning.all_reduce_takes_lamport` and `tuning.rmsnorm_mode` read it when an op plans a call,
-so a CUDA graph keeps what its capture chose.
+lamport-slot kernel; "library": the device library's all-reduce), which mode
+`ironlink.all_reduce_rmsnorm` runs (a name of `RMSNORM_MODES`, by the bytes of x) and, where the
+node measured it, which method `ironlink.matmul_all_reduce` runs (a name of `MATMUL_METHODS`, by
+the bytes of out; past its entries, or in a table without them, `tuning.matmul_method`'s rule).
+`tuning.all_reduce_takes_lamport`, `tuning.rmsnorm_mode` and `tuning.matmul_method` read it when
+an op plans a call, so a CUDA graph keeps what its capture chose.
 
 Where the table of a world size comes from, looked up once per world and kept (`in_use`):
 1. the user's tuning file, `decode-w{world}.json` in `tuning_dir()` ($IRONLINK_TUNING_DIR, else
@@ -35,6 +37,9 @@ ALL_REDUCE_PATHS = ("lamport", "library")
 # all_reduce_rmsnorm's modes (fused/all_reduce_rmsnorm.py's MODES is this tuple; its docs say what
 # each does): the names a table may hold, in the order of preference on a tie.
 RMSNORM_MODES = ("rows", "whole", "push", "split", "lamport", "two_shot")
+# matmul_all_reduce's methods (fused/matmul_all_reduce.py's METHODS is this tuple), in the order of
+# preference on a tie. An optional part of a table: files without it are read as before.
+MATMUL_METHODS = ("push", "lamport", "tile")
 # "No limit" as the tables write it (an int, as JSON has no infinity).
 NO_LIMIT = 1 << 62
 # The one-shot paths: each rank sends every peer a copy of its data (all_reduce "lamport";
@@ -54,6 +59,8 @@ class DecodeTable(NamedTuple):
     all_reduce: Entries = ()
     # Past the last entry, the last mode.
     all_reduce_rmsnorm: Entries = ((NO_LIMIT, "rows"),)
+    # Past the last entry (none: not measured), `tuning.matmul_method`'s rule.
+    matmul_all_reduce: Entries = ()
 
     def all_reduce_path(self, nbytes: int) -> str:
         """The path of an all_reduce of `nbytes`."""
@@ -65,6 +72,11 @@ class DecodeTable(NamedTuple):
         entries = self.all_reduce_rmsnorm
         first = next((i for i, (limit, _) in enumerate(entries) if nbytes <= limit), len(entries) - 1)
         return tuple(mode for _, mode in entries[first:])
+
+    def matmul_method(self, nbytes: int) -> str | None:
+        """The measured method of a matmul_all_reduce whose out has `nbytes`, or None past the
+        entries (the rule applies there)."""
+        return next((method for limit, method in self.matmul_all_reduce if nbytes <= limit), None)
 
 
 class InUse(NamedTuple):
@@ -109,16 +121,19 @@ def from_document(doc: Any, world: int, where: str) -> DecodeTable:
     rmsnorm = _entries(doc, "all_reduce_rmsnorm", RMSNORM_MODES, bad)
     if not rmsnorm:
         raise bad("'all_reduce_rmsnorm' is empty")
-    return DecodeTable(_entries(doc, "all_reduce", ALL_REDUCE_PATHS, bad), rmsnorm)
+    matmul = _entries(doc, "matmul_all_reduce", MATMUL_METHODS, bad) if "matmul_all_reduce" in doc else ()
+    return DecodeTable(_entries(doc, "all_reduce", ALL_REDUCE_PATHS, bad), rmsnorm, matmul)
 
 
 def document(world: int, table: DecodeTable, info: Mapping[str, Any],
              timings: Mapping[str, Mapping[int, Mapping[str, float]]]) -> dict[str, Any]:
     """The JSON object of a tuning file: format, world, `info` (gpu, hidden, dtype, ironlink_git,
-    date), the entries, and `timings` (op -> bytes -> candidate -> us) behind them."""
+    date), the entries (matmul_all_reduce's where measured), and `timings` (op -> bytes ->
+    candidate -> us) behind them."""
+    matmul = {"matmul_all_reduce": [list(e) for e in table.matmul_all_reduce]} if table.matmul_all_reduce else {}
     return {"format": FORMAT, "world": world, **info,
             "all_reduce": [list(e) for e in table.all_reduce],
-            "all_reduce_rmsnorm": [list(e) for e in table.all_reduce_rmsnorm],
+            "all_reduce_rmsnorm": [list(e) for e in table.all_reduce_rmsnorm], **matmul,
             "timings": {op: {str(n): dict(t) for n, t in sorted(by.items())} for op, by in timings.items()}}
 
 
@@ -171,19 +186,22 @@ def derive(table: DecodeTable, measured: int, world: int) -> DecodeTable:
     for a larger world (the same bytes on each link as where it was measured); for a smaller one it
     is kept (fewer copies: it would win further up, but that is not measured). "rows" and "whole"
     entries keep theirs. An entry that no longer reaches past the one before it covers no size and
-    is dropped. At world 1 (no peers: a one-shot path exchanges nothing) the one-shot entries go."""
-    def scaled(entries: Entries) -> Entries:
+    is dropped. At world 1 (no peers: a one-shot path exchanges nothing) the one-shot entries go.
+    matmul_all_reduce's one-shot method is "lamport" alone (its "push" is two-shot past world 2's
+    first waves)."""
+    def scaled(entries: Entries, one_shot: frozenset[str] = ONE_SHOT) -> Entries:
         kept: list[tuple[int, str]] = []
         for limit, name in entries:
-            if name in ONE_SHOT and world < 2:
+            if name in one_shot and world < 2:
                 continue
-            if name in ONE_SHOT and world > measured:
+            if name in one_shot and world > measured:
                 limit = limit * (measured - 1) // (world - 1)
             if not kept or limit > kept[-1][0]:
                 kept.append((limit, name))
         return tuple(kept)
 
-    return DecodeTable(scaled(table.all_reduce), scaled(table.all_reduce_rmsnorm) or DecodeTable().all_reduce_rmsnorm)
+    return DecodeTable(scaled(table.all_reduce), scaled(table.all_reduce_rmsnorm) or DecodeTable().all_reduce_rmsnorm,
+                       scaled(table.matmul_all_reduce, frozenset({"lamport"})))
 
 
 def find(world: int, user_dir: Path, committed_dir: Path = COMMITTED_DIR) -> InUse:
@@ -246,6 +264,6 @@ def substituted(world: int, table: DecodeTable) -> Iterator[None]:
             _substitutes[world] = saved
 
 
-__all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "NO_LIMIT", "ONE_SHOT", "RMSNORM_MODES",
-           "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document", "in_use", "read_file",
+__all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "MATMUL_METHODS", "NO_LIMIT", "ONE_SHOT",
+           "RMSNORM_MODES", "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document", "in_use", "read_file",
            "substituted", "table_for", "table_path", "tuning_dir", "write_file"]

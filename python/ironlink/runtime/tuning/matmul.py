@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ...language._abi import MAX_TILES
+from . import decode_table
 from .lookup import by_size
 
 
@@ -107,16 +108,18 @@ def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
     return world == 2 and tiles <= MATMUL_ONE_SHOT_MAX_WAVES * ctas
 
 
-def matmul_method(tiles: int, ctas: int, world: int) -> str:
-    """matmul_all_reduce's method on one node for `tiles` output tiles on a grid of `ctas`:
-    "lamport" at world 2 while every tile is in the first wave (each CTA's tile goes out from
-    registers as it is done and is read as it lands; a CTA with more tiles would wait on each),
-    else "push" (producer / consumer: no CTA waits for a peer before its next tile). 2 H200s, N =
-    8192, K = 4096, graph us, lamport / push / torch.matmul + ironlink.all_reduce, one run (git
-    21a219a, bench/results/fused-2xNVIDIA-H200-20261126-222454.json): M = 16 (128 tiles of 16 x 64)
-    21.4 / 25.9 / 25.0; 128 (128 of 64 x 128) 33.6 / 37.1 / 37.7; 1024 (256 of 128 x 256, two
-    waves) 154.2 / 140.2 / 161.9."""
-    return "lamport" if world == 2 and tiles <= ctas else "push"
+def matmul_method(tiles: int, ctas: int, world: int, out_bytes: int = 0) -> str:
+    """matmul_all_reduce's method on one node for `tiles` output tiles (`out_bytes` of out) on a
+    grid of `ctas`: the world's decode table where the node measured that size (`python -m
+    ironlink.tune`), else the rule: "lamport" at world 2 while every tile is in the first wave
+    (each CTA's tile goes out from registers as it is done and is read as it lands; a CTA with
+    more tiles would wait on each), else "push" (producer / consumer: no CTA waits for a peer
+    before its next tile). 2 H200s, N = 8192, K = 4096, graph us, lamport / push / torch.matmul +
+    ironlink.all_reduce, one run (git 21a219a, bench/results/fused-2xNVIDIA-H200-20261126-222454.json):
+    M = 16 (128 tiles of 16 x 64) 21.4 / 25.9 / 25.0; 128 (128 of 64 x 128) 33.6 / 37.1 / 37.7;
+    1024 (256 of 128 x 256, two waves) 154.2 / 140.2 / 161.9."""
+    measured = decode_table.table_for(world).matmul_method(out_bytes) if out_bytes else None
+    return measured or ("lamport" if world == 2 and tiles <= ctas else "push")
 
 
 def matmul_config(m: int, n: int, k: int, world: int) -> MatmulConfig:
