@@ -98,7 +98,8 @@ def matmul_default(doc: dict[str, Any], row: Row) -> tuple[str, float]:
     now, where the run recorded its SM count; else what the run's default was."""
     if "sms" in doc and row.get("config"):
         tiles = tuning.MatmulConfig(*row["config"]).tiles(row["M"], row["N"])
-        method = tuning.matmul_method(tiles, min(tiles, int(doc["sms"])), int(doc["world_size"]))
+        method = tuning.matmul_method(tiles, min(tiles, int(doc["sms"])), int(doc["world_size"]),
+                                      row["M"] * row["N"] * 2)  # bf16 out
         for r in doc["results"]:
             if r["op"] == OPS[1] and r["contender"] == f"ironlink_fused[{method}]" and r["M"] == row["M"]:
                 return method, float(r["us"])

@@ -508,7 +508,7 @@ def matmul_kernel(method: Optional[str], m: int, n: int, k: int, world: int) -> 
     for "push" one-shot or two-shot (tuning.matmul_one_shot)."""
     tiles = tuning.matmul_config(m, n, k, world).tiles(m, n)
     ctas = min(tiles, sm_share(torch.cuda.current_device()))
-    method = method or tuning.matmul_method(tiles, ctas, world)
+    method = method or tuning.matmul_method(tiles, ctas, world, m * n * 2)  # bf16 or fp16 out
     if method != "push":
         return method
     return f"push {'one' if tuning.matmul_one_shot(tiles, ctas, world) else 'two'}-shot"
