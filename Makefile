@@ -206,3 +206,4 @@ docs: venv
 	$(VPY) bench/report/tutorial_table.py --write
 	$(VPY) bench/report/backends_table.py --write
 	$(VPY) bench/report/e2e_table.py --write
+	$(VPY) bench/report/e2e_plot.py

@@ -7,6 +7,7 @@ world size.
 
 The block sits between `<!-- e2e:begin -->` and `<!-- e2e:end -->`; tests/packaging/test_readme_bench.py
 checks that README.md carries exactly this output. Runs made with --check (no timing) are left out.
+Once a run exists the block ends with the plot (`PLOT`, drawn by e2e_plot.py from the same runs).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from doc_blocks import replace_between  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "README.md"
 BEGIN, END = "<!-- e2e:begin -->\n", "<!-- e2e:end -->"
+PLOT = "docs/img/e2e-model-step.png"  # e2e_plot.py draws it from the same runs
 
 Doc = dict[str, Any]
 Row = dict[str, Any]
@@ -97,7 +99,8 @@ def block(results: Path = RESULTS) -> str:
     if not parts:
         return ("No model-step measurement committed yet (`make bench-e2e`: bench/e2e.py and "
                 "bench/e2e_moe.py).\n")
-    return "\n\n".join("\n".join(p) for p in parts) + "\n"
+    plot = f"![each contender's step against nccl's and torch all_to_all's]({PLOT})"
+    return "\n\n".join(["\n".join(p) for p in parts] + [plot]) + "\n"
 
 
 def write() -> None:

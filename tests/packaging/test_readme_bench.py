@@ -12,6 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- bench:begin -->\n", "<!-- bench:end -->"
 
@@ -95,6 +97,21 @@ def test_e2e_table_takes_each_worlds_newest_timed_run(tmp_path: Path) -> None:
     text = e2e.block(tmp_path)
     assert "| decode | 1 | 1 | 3.000 | 2.500 | 2.000 | - | 1.50 |" in text  # the newest timed run, not the check
     assert "| 128 | 4.000 | 1.000 | 4.00 |" in text and "2 x NVIDIA H200" in text and "4 x NVIDIA H200" in text
+    assert text.endswith(f"![each contender's step against nccl's and torch all_to_all's]({e2e.PLOT})\n")
+    # The plot's bars: each contender's speedup over the reference, None where either has no time.
+    plot = _module("e2e_plot")
+    rows = json.loads((tmp_path / "e2e-4x-new.json").read_text())["results"]
+    assert plot.speedups(rows, [("decode", 1)], lambda r: (r["phase"], r["batch"]), "nccl", "ironlink") == [1.5]
+    assert plot.speedups(rows, [("decode", 1)], lambda r: (r["phase"], r["batch"]), "nccl", "ironlink_compile") == [None]
+    pytest.importorskip("matplotlib")
+    assert plot.draw(tmp_path, tmp_path / "step.png") == tmp_path / "step.png" and (tmp_path / "step.png").stat().st_size
+    assert plot.draw(tmp_path / "none") is None  # no run: nothing drawn
+
+
+def test_the_model_step_plot_is_committed_where_the_table_links_it() -> None:
+    e2e = _module("e2e_table")
+    if e2e.PLOT in e2e.block():
+        assert (REPO / e2e.PLOT).is_file(), f"{e2e.PLOT} is missing: run `make docs`"
 
 
 def test_tutorial_table_matches_newest_results() -> None:
