@@ -12,24 +12,18 @@ that it is there.
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "report"))  # e2e_table.py beside this file, whether run or loaded by path
+import e2e_table  # noqa: E402  the runs it tabulates, and the PNG's name
+
 DENSE = ("torch_symm", "ironlink", "ironlink_compile")  # against nccl
 MOE = ("ironlink",)  # against torch_a2a
 
 Row = dict[str, Any]
-
-
-def _table() -> Any:
-    """bench/report/e2e_table.py as a module (it picks the newest runs and names the PNG)."""
-    spec = importlib.util.spec_from_file_location("e2e_table", Path(__file__).with_name("e2e_table.py"))
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def speedups(rows: list[Row], keys: list[tuple[Any, ...]], key_of: Any, reference: str,
@@ -63,7 +57,7 @@ def _bars(ax: Any, labels: list[str], series: list[tuple[str, list[Optional[floa
 def draw(results: Optional[Path] = None, out: Optional[Path] = None) -> Optional[Path]:
     """Writes the PNG (to `out`, default the one README.md links) from the newest timed runs
     under `results` (default bench/results/); None (and nothing written) where there are none."""
-    table = _table()
+    table = e2e_table
     where = results or table.RESULTS
     dense = {d["world_size"]: d for d in table.newest_by_world("e2e", where)}
     moe = {d["world_size"]: d for d in table.newest_by_world("e2e_moe", where)}
