@@ -108,7 +108,7 @@ def matmul_one_shot(tiles: int, ctas: int, world: int) -> bool:
     return world == 2 and tiles <= MATMUL_ONE_SHOT_MAX_WAVES * ctas
 
 
-def matmul_method(tiles: int, ctas: int, world: int, out_bytes: int = 0) -> str:
+def matmul_method(tiles: int, ctas: int, world: int, out_bytes: int) -> str:
     """matmul_all_reduce's method on one node for `tiles` output tiles (`out_bytes` of out) on a
     grid of `ctas`: the world's decode table where the node measured that size (`python -m
     ironlink.tune`), else the rule: "lamport" at world 2 while every tile is in the first wave
@@ -118,7 +118,7 @@ def matmul_method(tiles: int, ctas: int, world: int, out_bytes: int = 0) -> str:
     ironlink.all_reduce, one run (git 21a219a, bench/results/fused-2xNVIDIA-H200-20261126-222454.json):
     M = 16 (128 tiles of 16 x 64) 21.4 / 25.9 / 25.0; 128 (128 of 64 x 128) 33.6 / 37.1 / 37.7;
     1024 (256 of 128 x 256, two waves) 154.2 / 140.2 / 161.9."""
-    measured = decode_table.table_for(world).matmul_method(out_bytes) if out_bytes else None
+    measured = decode_table.table_for(world).matmul_method(out_bytes)
     return measured or ("lamport" if world == 2 and tiles <= ctas else "push")
 
 
