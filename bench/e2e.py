@@ -31,6 +31,7 @@ activations, torch.compile's staging copies of them and 256 MiB.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import math
 import os
 import re
@@ -171,14 +172,16 @@ class E2E:
         reason = ""
         trace = os.environ.get("IRONLINK_GPU_VERBOSE") == "1"  # each rank says where it is: a stall is located
         try:
-            if trace:
+            if trace:  # and, while the call lasts past a minute, every rank's Python stacks each minute
                 print(f"[rank {self.rank} {time.strftime('%H:%M:%S')}] {name}: first call", flush=True)
+                faulthandler.dump_traceback_later(60, repeat=True)
             fn()
             torch.cuda.synchronize()
             if trace:
                 print(f"[rank {self.rank} {time.strftime('%H:%M:%S')}] {name}: ran", flush=True)
         except Exception as e:  # not every torch build runs symm_mem (or compiles the stack): say why, go on
             reason = f"{type(e).__name__}: {str(e)[:300]}"
+        faulthandler.cancel_dump_traceback_later()
         agreed = torch.tensor([int(not reason)], device="cuda")  # every rank adds the same contenders
         dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
         ok = bool(agreed.item())
