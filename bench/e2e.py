@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import json
 import math
 import os
 import re
@@ -202,7 +203,8 @@ class E2E:
                 continue
             kinds, ops = self.composition(variant, ph.tokens)
             step = IronlinkStep(self, ph, kinds)
-            fn = torch.compile(step, fullgraph=True, dynamic=False) if name == "ironlink_compile" else step
+            fn = (torch.compile(step, fullgraph=True, dynamic=False, options=self.args.compile_options or None)
+                  if name == "ironlink_compile" else step)
             if self.trial(name, fn, name != "ironlink_compile"):  # ironlink's own failing: FAILED
                 out.append(Entry(name, fn, step, ops))
         return out
@@ -303,6 +305,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--tol", type=float, default=3e-2, help="max |x - nccl| / max |nccl| allowed")
     ap.add_argument("--check", action="store_true", help="the correctness check alone (no timing)")
     ap.add_argument("--contenders", default="", help="a regular expression: run only the contenders it finds")
+    ap.add_argument("--compile-options", type=json.loads, default=None,
+                    help='Inductor options for ironlink_compile, as JSON (e.g. \'{"triton.autotune_pointwise": false}\')')
     ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the heap's wait timeout")
     return ap.parse_args()
 
