@@ -307,8 +307,27 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--contenders", default="", help="a regular expression: run only the contenders it finds")
     ap.add_argument("--compile-options", type=json.loads, default=None,
                     help='Inductor options for ironlink_compile, as JSON (e.g. \'{"triton.autotune_pointwise": false}\')')
+    ap.add_argument("--sdpa", default="", help="SDPA backends allowed, of " + ",".join(SDPA_BACKENDS)
+                    + " (default: torch's choice among all)")
     ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the heap's wait timeout")
     return ap.parse_args()
+
+
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+
+
+def allow_sdpa(wanted: str) -> None:
+    """Leaves torch's SDPA only the backends named in `wanted` (all if empty). The compiled step at
+    batch 32, which stalled where four ranks share a GPU, runs cuDNN attention: this lets a run
+    try the others (docs/record.md, session 48)."""
+    names = [n for n in wanted.split(",") if n]
+    unknown = set(names) - set(SDPA_BACKENDS)
+    if unknown:
+        raise SystemExit(f"e2e: --sdpa takes {', '.join(SDPA_BACKENDS)}; not {', '.join(sorted(unknown))}")
+    cuda = torch.backends.cuda
+    for name, enable in zip(SDPA_BACKENDS, (cuda.enable_flash_sdp, cuda.enable_mem_efficient_sdp,
+                                            cuda.enable_cudnn_sdp, cuda.enable_math_sdp)):
+        enable(not names or name in names)
 
 
 def main() -> int:
@@ -320,13 +339,15 @@ def main() -> int:
     names = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "context", "prefill")
     d = resolve_dims(config, {n: getattr(args, n) for n in names}, args.eps)
     ironlink.init_distributed()
+    allow_sdpa(args.sdpa)
     torch.set_grad_enabled(False)  # inference: ironlink's operators have no autograd formula
     problem = dims_problem(d, dist.get_world_size())
     if problem:
         raise SystemExit(f"e2e: {problem} (world {dist.get_world_size()})")
     plan = phases(args.phases.split(","), [int(b) for b in args.batches.split(",") if b], d, args.prefill_batch)
     b = E2E(args, d, plan)
-    b.say(f"e2e {d} world {b.world}, heap {b.heap.nbytes >> 20} MiB, sdpa enable_gqa: {b.gqa}")
+    b.say(f"e2e {d} world {b.world}, heap {b.heap.nbytes >> 20} MiB, sdpa enable_gqa: {b.gqa}, "
+          f"backends: {args.sdpa or 'all'}")
     for ph in plan:
         b.run(ph)
     write_results(args.out, b.world, b.rows, dims=d._asdict(), check=args.check, tol=args.tol, sms=b.sms,
