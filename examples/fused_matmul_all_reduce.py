@@ -2,15 +2,12 @@
 
     torchrun --nproc_per_node=2 examples/fused_matmul_all_reduce.py
 
-Each rank multiplies its [M, K/world] x [K/world, N] slices; the output is their sum. No CTA waits
-for a peer while it has GEMM work left. Per tile: part of the K loop; push the PREVIOUS tile's partial
-into every peer's inbox (`ilt.peer_pointer` stores, at a K step that differs between CTAs, so pushes
-do not all queue on NVLink at once); the rest of the K loop; signal that tile; stage this partial; sum
-the tile of two steps back over the ranks in rank order. A launch ends once every peer acknowledged
-reading this rank's partials. `ironlink.matmul_all_reduce` does this for any shape (docs/fused.md).
+Each rank multiplies its [M, K/world] x [K/world, N] slices; the output is their sum, two-shot: a
+tile's owner gets the others' partials (each pushed inside the next tile's K loop, at K steps that
+differ between CTAs), sums them in rank order two steps later and stores the sum into every rank's
+`out`. A rank sends 2 (world - 1) / world outputs (one-shot, every partial to every peer: world - 1).
+A launch ends once every sum came, so its partials were read: the next launch may overwrite them.
 """
-
-from __future__ import annotations
 
 import sys
 from pathlib import Path
@@ -37,21 +34,24 @@ def _tile_origin(t, tiles_n, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.const
 
 
 @triton.jit
-def _push(ctx, out, inbox, t, rank, M, tiles_n, N: tl.constexpr, WORLD: tl.constexpr, BM: tl.constexpr,
-          BN: tl.constexpr):
-    """Tile t's partial (staged in `out`) into slot `rank` of every peer's inbox, 32 rows at a time."""
+def _owner(t, grid, WORLD: tl.constexpr):  # who sums tile t: CTA t % grid's tiles take the ranks in turn
+    return (t % grid + t // grid) % WORLD
+
+
+@triton.jit
+def _push(ctx, out, inbox, t, rank, owner, M, tiles_n, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """Tile t's partial (staged in `out`) into slot `rank` of its owner's inbox, 32 rows at a time."""
     m0, n0 = _tile_origin(t, tiles_n, BM, BN, 8)
+    slot = ilt.peer_pointer(ctx, inbox, owner) + rank.to(tl.int64) * M * N
     for r0 in tl.static_range(0, BM, 32):
         rows = (m0 + r0 + tl.arange(0, 32))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :]
-        v = tl.load(out + rows)
-        for k in tl.static_range(1, WORLD):
-            tl.store(ilt.peer_pointer(ctx, inbox, (rank + k) % WORLD) + rank.to(tl.int64) * M * N + rows, v)
+        tl.store(slot + rows, tl.load(out + rows))
 
 
 @triton.jit
 def _sum(ctx, out, inbox, t, tiles, rank, M, tiles_n, N: tl.constexpr, WORLD: tl.constexpr, BM: tl.constexpr,
          BN: tl.constexpr):
-    """Tile t summed over ranks in rank order into `out` once peers' partials came; frees their slots. A status."""
+    """Own tile t summed in rank order once the peers' partials came, into every rank's out. A status."""
     s = il.symm_tile_wait_others(ctx, t)
     if s == 0:
         m0, n0 = _tile_origin(t, tiles_n, BM, BN, 8)
@@ -60,52 +60,52 @@ def _sum(ctx, out, inbox, t, tiles, rank, M, tiles_n, N: tl.constexpr, WORLD: tl
             total = tl.zeros((32, BN), dtype=tl.float32)
             for q in tl.static_range(WORLD):
                 total += tl.load(tl.where(q == rank, out, inbox + q * M * N) + rows).to(tl.float32)
-            tl.store(out + rows, total.to(tl.bfloat16))
-        s = il.symm_tile_signal_others(ctx, tiles + t)
+            for k in tl.static_range(WORLD):  # this rank's out first
+                tl.store(ilt.peer_pointer(ctx, out, (rank + k) % WORLD) + rows, total.to(tl.bfloat16))
+        s = il.symm_tile_signal_others(ctx, tiles + t)  # tile index tiles + t: its sum is in
     return s
 
 
 @ironlink.jit(do_not_specialize=["ctx"])
 def gemm_all_reduce(ctx, a, b, out, inbox, M, K, status, N: tl.constexpr, WORLD: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGGER: tl.constexpr):
-    pid, grid = tl.program_id(0), tl.num_programs(0)
-    rank = il.symm_rank(ctx)
+    pid, grid, rank = tl.program_id(0), tl.num_programs(0), il.symm_rank(ctx)
     tiles_n, tiles = N // BN, (M // BM) * (N // BN)  # (shapes are multiples of the tile here: no masks)
     split = (pid % STAGGER) * (K // BK) // STAGGER * BK  # where in the K loop this CTA pushes
     worst, prev, prev2 = pid * 0, pid * 0 - 1, pid * 0 - 1  # prev, prev2: the tiles one and two steps back
     for t in range(pid, tiles, grid):
         m0, n0 = _tile_origin(t, tiles_n, BM, BN, 8)
+        to = _owner(prev, grid, WORLD)  # prev's, whose partial this rank pushes unless its own
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, split, BK):  # a, b: TMA descriptors (the SM's copy engine loads the tiles)
             acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
-        if prev >= 0:
-            _push(ctx, out, inbox, prev, rank, M, tiles_n, N, WORLD, BM, BN)
+        if (prev >= 0) & (to != rank):
+            _push(ctx, out, inbox, prev, rank, to, M, tiles_n, N, BM, BN)
         for k0 in range(split, K, BK):
             acc = tl.dot(a.load([m0, k0]), b.load([k0, n0]), acc)
-        if prev >= 0:
-            worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
+        if (prev >= 0) & (to != rank):
+            worst = ilt.failure_or(il.symm_tile_signal(ctx, prev, to), worst)
         tl.store(out + (m0 + tl.arange(0, BM))[:, None].to(tl.int64) * N + (n0 + tl.arange(0, BN))[None, :],
                  acc.to(tl.bfloat16))  # this tile's partial, staged
-        if (prev2 >= 0) & (worst == 0):  # its peers' partials came in during a whole tile
+        if (prev2 >= 0) & (worst == 0) & (_owner(prev2, grid, WORLD) == rank):  # partials came a tile ago
             worst = _sum(ctx, out, inbox, prev2, tiles, rank, M, tiles_n, N, WORLD, BM, BN)
         prev2, prev = prev, t
-    if prev >= 0:  # the last tile: nothing left to overlap its push with
-        _push(ctx, out, inbox, prev, rank, M, tiles_n, N, WORLD, BM, BN)
-        worst = ilt.failure_or(il.symm_tile_signal_others(ctx, prev), worst)
+    if (prev >= 0) & (_owner(prev, grid, WORLD) != rank):  # the last tile: no GEMM left to overlap its push
+        _push(ctx, out, inbox, prev, rank, _owner(prev, grid, WORLD), M, tiles_n, N, BM, BN)
+        worst = ilt.failure_or(il.symm_tile_signal(ctx, prev, _owner(prev, grid, WORLD)), worst)
     for last in tl.static_range(2):
         t = prev2 if last == 0 else prev
-        if (t >= 0) & (worst == 0):
+        if (t >= 0) & (worst == 0) & (_owner(t, grid, WORLD) == rank):
             worst = _sum(ctx, out, inbox, t, tiles, rank, M, tiles_n, N, WORLD, BM, BN)
-    for t in range(pid, tiles, grid):  # every peer has read this rank's partials: the next launch
-        if worst == 0:                 # may overwrite them
-            worst = il.symm_tile_wait_others(ctx, tiles + t)
+    for t in range(pid, tiles, grid):  # the sums of the tiles others own: out is whole, the partials read
+        if (worst == 0) & (_owner(t, grid, WORLD) != rank):
+            worst = il.symm_tile_wait(ctx, tiles + t, _owner(t, grid, WORLD))
     tl.store(status + pid, worst)
 
 
 def main() -> int:
     sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))  # the timer, from this checkout
     from ironlink_bench import time_graph  # loads the compiled extension: only where it runs
-
     ironlink.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     k = K_TOTAL // world

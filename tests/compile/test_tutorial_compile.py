@@ -82,9 +82,11 @@ EXAMPLE_KERNELS: dict[tuple[str, str], list[tuple[dict[str, str], dict[str, Any]
           "inbox": "*bf16", "M": "i32", "K": "i32",
           "status": "*i32", "N": "constexpr", "WORLD": "constexpr", "BM": "constexpr", "BN": "constexpr",
           "BK": "constexpr", "STAGGER": "constexpr"},
-         {"N": 8192, "WORLD": 2, "BM": 128, "BN": 256, "BK": 64, "STAGGER": 8, "num_warps": 8, "num_stages": 3})],
+         {"N": 8192, "WORLD": world, "BM": 128, "BN": 256, "BK": 64, "STAGGER": 8, "num_warps": 8, "num_stages": 3})
+        for world in (2, 4)],
     # Device helpers of the example's kernel, compiled inside it.
     ("fused_matmul_all_reduce.py", "_tile_origin"): [],
+    ("fused_matmul_all_reduce.py", "_owner"): [],
     ("fused_matmul_all_reduce.py", "_push"): [],
     ("fused_matmul_all_reduce.py", "_sum"): [],
     ("moe_layer.py", "grouped_gemm"): [
