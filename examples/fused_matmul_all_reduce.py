@@ -112,12 +112,12 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(rank)
     a = torch.randn(M, k, device="cuda", generator=gen).to(torch.bfloat16)
     b = (torch.randn(k, N, device="cuda", generator=gen) / k ** 0.5).to(torch.bfloat16)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = ironlink.sm_share(torch.cuda.current_device())  # the SMs this rank's CTAs can count on
     lib_bytes = ironlink.matmul_all_reduce.heap_bytes(M, N, k, world, "bfloat16", sms)  # the library op's workspaces
     with ironlink.SymmetricHeap((3 * world + 1) * M * N * 2 + lib_bytes) as heap:
         out, inbox = heap.empty((M, N), torch.bfloat16), heap.empty((world, M, N), torch.bfloat16)
         status = torch.zeros(256, dtype=torch.int32, device="cuda")
-        grid = (min(sms, (M // BM) * (N // BN)),)  # resident (a CTA waits for peers' CTAs): a CTA per SM at most
+        grid = (min(sms, (M // BM) * (N // BN)),)  # resident (a CTA waits for peers' CTAs): a CTA an SM at most
         a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [BM, BK])
         b_desc = TensorDescriptor(b, list(b.shape), list(b.stride()), [BK, BN])
 

@@ -37,6 +37,7 @@ from .language.jit import IronlinkKernel, jit
 _LAZY = {
     "SymmetricHeap": "runtime.heap",
     "init_distributed": "runtime.distributed",
+    "sm_share": "runtime.distributed",
     "IronlinkError": "runtime.errors",
     "SymmMemContext": "runtime.torch_interop",
     "context_from_symm_mem": "runtime.torch_interop",

@@ -473,6 +473,7 @@ def test_ranks_sharing_a_gpu_launch_their_share_of_it(fake_torch: Any, monkeypat
 
     fake_torch.cuda.device_count = lambda: 1
     assert (ranks_per_gpu(), grid_cap(0), sm_share(0)) == (1, ironlink.tuning.MAX_CTAS, 132)
+    assert ironlink.sm_share is sm_share  # the public name, for users' persistent kernels
     monkeypatch.setenv("IRONLINK_SHARED_GPU", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert (ranks_per_gpu(), grid_cap(0), sm_share(0)) == (4, 33, 33)
