@@ -5,8 +5,9 @@ tests do.
 
     python bench/probes/compile_time.py --worlds 2,4,8 --arch 90 --out compile-time.json
 
-Each kernel of the compile tests' tables (tests/compile/test_triton_compile.py's MoE kernels,
-specialized as a launch is; all_reduce_rmsnorm's exchanges as tests/_compile.py signs it) is
+Each kernel of the compile tests' tables that takes WORLD (tests/compile/test_triton_compile.py's
+MoE kernels, specialized as a launch is; all_reduce_rmsnorm's exchanges as tests/_compile.py signs
+it; tests/compile/test_fusion_compile.py's fused kernels, once per configuration but the world) is
 compiled once per world with a fresh Triton cache, and timed: `seconds` (the whole compile,
 Python frontend to cubin), `ptx_lines` (what the per-peer loops unrolled to).
 """
@@ -43,13 +44,40 @@ RMSNORM_MODES: dict[str, tuple[dict[str, Any], int, dict[str, str]]] = {
 }
 
 
-def kernels() -> dict[str, tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], int]]:
+Kernel = tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], dict[str, int]]
+
+
+def fused_kernels() -> dict[str, Kernel]:
+    """test_fusion_compile's kernels that take WORLD, prepared as its `_compile` prepares them, one
+    per configuration but the world (the table names some twice, at worlds 2 and 4)."""
+    import test_fusion_compile as f
+
+    out: dict[str, Kernel] = {}
+    seen: set[Any] = set()
+    for name, (fn, signature, given) in f.KERNELS.items():
+        if "WORLD" not in given:
+            continue
+        launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
+        constexprs = {k: v for k, v in given.items() if k not in launch and k not in ("MIN_CC", "MAX_CC", "WORLD")}
+        key = (fn, tuple(sorted((k, repr(v)) for k, v in {**constexprs, **launch}.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        signature = {k: "constexpr" if k in f._UNIT_STRIDES else v for k, v in signature.items()}
+        constexprs.update({k: 1 for k in f._UNIT_STRIDES if k in signature})
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(signature)
+                 if signature[n].startswith("*") or (n in f._ALIGNED_SIZES and signature[n] != "constexpr")}
+        out[name] = (fn, signature, constexprs, attrs, launch)  # signature in the kernel's order, constexprs marked
+    return out
+
+
+def kernels() -> dict[str, Kernel]:
     """name -> (kernel, signature, constexprs, attrs, warps), WORLD set per world later."""
     import test_triton_compile as t
     from ironlink.fused.all_reduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
     from ironlink.language.jit import IronlinkKernel
 
-    out: dict[str, tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], int]] = {}
+    out: dict[str, Kernel] = {}
     modules = (t.moe_kernels, t.moe_relay, t.moe_sort, t.moe_direct, t.moe_ll)
     for name, (signature, constexprs) in t.MOE_KERNELS.items():
         if "WORLD" not in constexprs:
@@ -59,7 +87,7 @@ def kernels() -> dict[str, tuple[Any, dict[str, Any], dict[str, Any], dict[Any, 
         full = {**signature, **{c: "constexpr" for c in constexprs}}
         attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(full)
                  if full[n].startswith("*") or n in t.MOE_ALIGNED_SIZES}
-        out[name] = (fn, signature, constexprs, attrs, t.MOE_WARPS.get(name, t.MOE_CONFIG.row_warps))
+        out[name] = (fn, signature, constexprs, attrs, {"num_warps": t.MOE_WARPS.get(name, t.MOE_CONFIG.row_warps)})
     base = dict(WHOLE=False, FP8=False, PDL=True, PRELOAD=True, TRACE=False, ROWS=1, PUSH=False, SPLIT=False,
                 PARTS=1, LAMPORT=False, TWO_SHOT=False)
     aligned = {"ctx", "x", "residual", "residual_out", "weight", "out", "scale", "T", "H", "status", "trace", "ws",
@@ -69,16 +97,16 @@ def kernels() -> dict[str, tuple[Any, dict[str, Any], dict[str, Any], dict[Any, 
         constexprs = {**base, **mode, "WORLD": 4}
         full = {**signature, **{c: "constexpr" for c in constexprs}}
         attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(full) if n in aligned}
-        out[name] = (allreduce_rmsnorm_kernel, signature, constexprs, attrs, warps)
-    return out
+        out[name] = (allreduce_rmsnorm_kernel, signature, constexprs, attrs, {"num_warps": warps})
+    return {**out, **fused_kernels()}
 
 
 def compile_once(fn: Any, signature: dict[str, Any], constexprs: dict[str, Any], attrs: dict[Any, Any],
-                 warps: int, cc: int) -> tuple[float, int]:
+                 launch: dict[str, int], cc: int) -> tuple[float, int]:
     full = {**signature, **{c: "constexpr" for c in constexprs}}
     t0 = time.perf_counter()
     k = triton.compile(ASTSource(fn, full, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
-                       options={"extern_libs": (("ironlink", bitcode(cc)),), "num_warps": warps})
+                       options={"extern_libs": (("ironlink", bitcode(cc)),), **launch})
     return time.perf_counter() - t0, k.asm["ptx"].count("\n")
 
 
@@ -94,8 +122,8 @@ def main() -> None:
     for world in map(int, args.worlds.split(",")):
         with tempfile.TemporaryDirectory() as cache:
             os.environ["TRITON_CACHE_DIR"] = cache  # cold, as a first call on a new machine
-            for name, (fn, signature, constexprs, attrs, warps) in table.items():
-                seconds, lines = compile_once(fn, signature, {**constexprs, "WORLD": world}, attrs, warps, args.arch)
+            for name, (fn, signature, constexprs, attrs, launch) in table.items():
+                seconds, lines = compile_once(fn, signature, {**constexprs, "WORLD": world}, attrs, launch, args.arch)
                 row = {"kernel": name, "world": world, "arch": args.arch, "seconds": round(seconds, 2),
                        "ptx_lines": lines}
                 print(json.dumps(row), flush=True)
