@@ -50,6 +50,7 @@
 #   --bench-args "..." arguments for bench/allreduce.py (e.g. "--max-bytes 16777216")
 #   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
 #   --moe-args "..."   arguments for bench/moe.py (e.g. "--tokens 4096 --sms 16 0")
+#   --e2e-args "..."   more arguments for bench/e2e.py --check (e.g. "--batches 32 --sdpa flash,efficient")
 #   --minutes M        how long the soak runs (default 5)
 #   --seed S           the soak's seed (default 20)
 #   --soak-nodes       the soak adds a heap of simulated nodes over NVSHMEM (tests/gpu/workers/soak.py --nodes)
@@ -75,7 +76,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args="" minutes=5 seed=20 soak_nodes=""
+parts=() worlds="2 4 8" bench_args="" fused_args="" moe_args="" e2e_args="" minutes=5 seed=20 soak_nodes=""
 tools="memcheck racecheck synccheck initcheck" suites="collectives ops fusion" shared_gpu="" nvshmem_limit=480
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -85,6 +86,7 @@ while [ $# -gt 0 ]; do
     --bench-args) bench_args=$2; shift 2 ;;
     --fused-args) fused_args=$2; shift 2 ;;
     --moe-args) moe_args=$2; shift 2 ;;
+    --e2e-args) e2e_args=$2; shift 2 ;;
     --minutes) minutes=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --soak-nodes) soak_nodes=--nodes; shift ;;
@@ -218,8 +220,11 @@ for part in "${parts[@]}"; do
       # bench/e2e_moe.py --check: the small MoE stack, ironlink against torch_a2a's output.
       for w in "${fits[@]}"; do
         for prog in e2e e2e_moe; do
-          log="$OUT/$prog-check-w$w.log"
-          timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check > "$log" 2>&1; r=$?
+          log="$OUT/$prog-check-w$w.log" more=()
+          # shellcheck disable=SC2206 # the program's arguments are split on purpose
+          [ "$prog" = e2e ] && more=($e2e_args)
+          timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check \
+            "${more[@]}" > "$log" 2>&1; r=$?
           grep -E "FAILED|skipped|err " "$log" | tail -20; [ $r -eq 0 ] || fail "$prog world $w" "$log"
         done
       done ;;
