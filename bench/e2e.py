@@ -306,7 +306,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--check", action="store_true", help="the correctness check alone (no timing)")
     ap.add_argument("--contenders", default="", help="a regular expression: run only the contenders it finds")
     ap.add_argument("--compile-options", type=json.loads, default=None,
-                    help='Inductor options for ironlink_compile, as JSON (e.g. \'{"triton.autotune_pointwise": false}\')')
+                    help="Inductor options for ironlink_compile, as JSON (torch.compile's options=)")
     ap.add_argument("--sdpa", default="", help="SDPA backends allowed, of " + ",".join(SDPA_BACKENDS)
                     + " (default: torch's choice among all)")
     ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the heap's wait timeout")
