@@ -166,11 +166,12 @@ class E2E:
         return tuple(kind for kind, _ in got), dict(zip(PROJECTIONS, (label for _, label in got)))
 
     def trial(self, name: str, fn: Callable[[], Any], required: bool) -> bool:
-        """Runs `fn` once: whether it ran on every rank, else why not (FAILED where `required`,
-        else skipped). A first call compiles kernels (or the whole stack), which the ranks finish
-        seconds apart: the heap's waits get COMPILE_WAIT_S meanwhile."""
+        """Runs `fn` once: whether it ran on every rank, else why not (FAILED where `required` or
+        where ironlink raised, an error its kernels recorded included; else skipped). A first call
+        compiles kernels (or the whole stack), which the ranks finish seconds apart: the heap's
+        waits get COMPILE_WAIT_S meanwhile."""
         self.heap.set_timeout(max(self.args.timeout_s, COMPILE_WAIT_S))
-        reason = ""
+        reason, ironlink_failed = "", False
         trace = os.environ.get("IRONLINK_GPU_VERBOSE") == "1"  # each rank says where it is: a stall is located
         try:
             if trace:  # and, while the call lasts past a minute, every rank's Python stacks each minute
@@ -178,14 +179,17 @@ class E2E:
                 faulthandler.dump_traceback_later(60, repeat=True)
             fn()
             torch.cuda.synchronize()
+            self.heap.check()  # a wait that timed out in the call: named here, not at the phase's end
             if trace:
                 print(f"[rank {self.rank} {time.strftime('%H:%M:%S')}] {name}: ran", flush=True)
         except Exception as e:  # not every torch build runs symm_mem (or compiles the stack): say why, go on
             reason = f"{type(e).__name__}: {str(e)[:300]}"
+            ironlink_failed = isinstance(e, ironlink.IronlinkError)
         faulthandler.cancel_dump_traceback_later()
-        agreed = torch.tensor([int(not reason)], device="cuda")  # every rank adds the same contenders
+        # Every rank adds the same contenders and gives the same verdict: ran everywhere, ironlink failed anywhere.
+        agreed = torch.tensor([int(not reason), -int(ironlink_failed)], device="cuda")
         dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
-        ok = bool(agreed.item())
+        ok, required = bool(agreed[0].item()), required or bool(agreed[1].item())
         self.heap.set_timeout(self.args.timeout_s)
         if not ok:
             msg = f"{'FAILED' if required else 'skipped'}: e2e {name}: {reason or 'failed on another rank'}"
