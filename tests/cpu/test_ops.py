@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -298,7 +299,7 @@ class _FakeTensor:
         return 1 if dim == len(self.shape) - 1 else self.shape[-1]
 
     def element_size(self) -> int:
-        return 4 if self.dtype.endswith(("float32", "int32")) else 2
+        return {"uint8": 1, "float32": 4, "int32": 4, "int64": 8, "float64": 8}.get(self.dtype.split(".")[-1], 2)
 
     def is_contiguous(self) -> bool:
         return self.contiguous
@@ -314,8 +315,16 @@ class _FakeTensor:
     def tolist(self) -> list[int]:
         return self.values
 
-    def view(self, dtype: Any) -> "_FakeTensor":  # a workspace's bytes as `dtype` or a shape: the same memory
-        return self
+    def view(self, how: Any) -> "_FakeTensor":  # a workspace's bytes as a dtype or a shape: the same memory
+        t = _FakeTensor(0, ptr=self.ptr, contiguous=self.contiguous)
+        t.dtype, t.shape = self.dtype, self.shape
+        if isinstance(how, tuple):
+            t.shape = how
+        else:
+            t.dtype = str(how)
+            t.shape = (len(self.values) * self.element_size() // t.element_size(),)
+        t.values = self.values[:math.prod(t.shape)]
+        return t
 
     is_cuda = True
 
@@ -436,7 +445,7 @@ class _Heap:
         return IronlinkError(f"{e}. The first heap call that differs ...", status=e.status, function=e.function)
 
     def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
-        if id(t) not in self.mine:
+        if id(t) not in self.mine and t.data_ptr() != 0xF000000:  # its tensors, and views of its workspaces
             raise IronlinkError(f"{what}: not in this heap")
         return 0, 0
 
@@ -564,6 +573,49 @@ def test_checked_calls_compare_what_every_rank_must_share_before_launching(fake_
     with pytest.raises(IronlinkError, match="nothing was launched"):
         ironlink.matmul_all_reduce(a, b, out=c, heap=heap, check=True)
     assert len(fake_torch.launches) == launched  # refused before any launch
+
+
+def test_fused_ops_stage_tensors_outside_the_heap(fake_torch: Any) -> None:
+    # Any tensor in (issue 63): all_reduce_rmsnorm's x, matmul_all_reduce's out and
+    # all_gather_matmul's a_full, outside the heap, go through the op's heap workspace (at one
+    # offset on every rank, as the torch operators stage): x copied in and the sum copied back;
+    # out and a_full, which the ops only write, copied back alone.
+    x, res, normed, w, a, b, c, a_full, gathered_out, _ = _fused_operands()
+    heap = _Heap()  # none of them is the heap's
+    COPIES.clear()
+    ironlink.all_reduce_rmsnorm(x, res, w, out=normed, heap=heap)
+    args = fake_torch.launches[-1][2]
+    assert args[1].ptr == 0xF000000 and args[5] is normed  # x: the workspace; out where it is
+    assert COPIES == [(0xF000000, x.ptr), (x.ptr, 0xF000000)]
+    COPIES.clear()
+    done = ironlink.all_reduce_rmsnorm(x, res, w, out=x, heap=heap)  # out=x: the normalized rows into x
+    assert done[0] is x and fake_torch.launches[-1][2][5].ptr == 0xF000000
+    assert COPIES == [(0xF000000, x.ptr), (x.ptr, 0xF000000)]
+    COPIES.clear()
+    assert ironlink.matmul_all_reduce(a, b, out=c, heap=heap) is c
+    assert all(arg is not c for arg in fake_torch.launches[-1][2]) and COPIES == [(c.ptr, 0xF000000)]
+    COPIES.clear()
+    got = ironlink.all_gather_matmul(a, b, heap, a_full=a_full, out=gathered_out, method="kernel",
+                                     exchange=tuning.GatherExchange(copy_engine=False))
+    assert got == (a_full, gathered_out) and all(arg is not a_full for arg in fake_torch.launches[-1][2])
+    assert COPIES == [(a_full.ptr, 0xF000000)]
+    # Heap tensors stay where they are: no copies.
+    heap.mine |= {id(x), id(c), id(a_full)}
+    COPIES.clear()
+    ironlink.all_reduce_rmsnorm(x, res, w, out=normed, heap=heap)
+    assert fake_torch.launches[-1][2][1] is x
+    ironlink.matmul_all_reduce(a, b, out=c, heap=heap)
+    ironlink.all_gather_matmul(a, b, heap, a_full=a_full, out=gathered_out, method="kernel",
+                               exchange=tuning.GatherExchange(copy_engine=False))
+    assert COPIES == []
+    # Without heap= a tensor outside every heap is still refused, naming it.
+    with pytest.raises(IronlinkError, match=r"x is not in a symmetric heap ironlink knows of"):
+        ironlink.all_reduce_rmsnorm(_FakeTensor(4 * 4096, ptr=0x990000, shape=(4, 4096)), res, w)
+    # The heap it takes to stage: the workspace of the largest call beside the op's own.
+    for op, args in ((ironlink.all_reduce_rmsnorm, (4, 4096, 8)), (ironlink.matmul_all_reduce, (64, 256, 512, 8))):
+        assert op.heap_bytes(*args, outside_heap=True) == op.heap_bytes(*args) + 2 * 64 * 256 * 2 - 4096
+    assert ironlink.all_gather_matmul.heap_bytes(512, 256, 512, 8, outside_heap=True) == \
+        ironlink.all_gather_matmul.heap_bytes(512, 256, 512, 8, a_full=True) + 2 * 512 * 512 * 2 - 4096
 
 
 @pytest.mark.parametrize("node_size", [8, 2])

@@ -54,7 +54,7 @@ from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for, in_heap
-from ..runtime.staging import empty_for
+from ..runtime.staging import copy_back, empty_for, needs_staging, on_heap, staging_name
 from ..runtime.workspaces import workspaces_heap_bytes
 from . import copy_engine, cublas_methods
 from .all_gather_matmul_kernels import (allgather_matmul_copy_engine_kernel, allgather_matmul_hierarchical_kernel,
@@ -97,9 +97,10 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
                       config: Optional[tuning.MatmulConfig] = None, check: bool = False,
                       method: Optional[str] = None, exchange: Optional[tuning.GatherExchange] = None) -> tuple[Any, Any]:
     """(a_full, out): `a_full` [M, K] = every rank's `a_shard` [M / world, K] in rank order, `out`
-    [M, N] = a_full @ `b` [K, N] (bf16 or fp16; a_shard and b with any strides). `a_full` must be
-    a heap tensor (default: allocated from `heap`, the caller frees it with heap.free); `out` any
-    contiguous CUDA tensor (default: a new one). `method`: "kernel" (this module's one-kernel
+    [M, N] = a_full @ `b` [K, N] (bf16 or fp16; a_shard and b with any strides). `a_full` a heap
+    tensor (default: allocated from `heap`, the caller frees it with heap.free) or any tensor on
+    its GPU (every rank alike): then the op gathers into a heap workspace and copies it to
+    `a_full`; `out` any contiguous CUDA tensor (default: a new one). `method`: "kernel" (this module's one-kernel
     Triton version; `config` its tiles), "collective" or "overlap" (cuBLAS GEMMs and ironlink
     transfers, `fused.cublas_methods`); default `tuning.sp_method` ("collective" on a heap of several
     nodes, where "overlap" is refused). `exchange`: how the kernel method moves the shard
@@ -111,6 +112,11 @@ def all_gather_matmul(a_shard: Any, b: Any, heap: Any, a_full: Any = None, out: 
     if heap is None and a_full is None:
         raise ValueError("all_gather_matmul needs heap= (or a_full=, a tensor of the symmetric heap)")
     h = heap_for(a_full if a_full is not None else a_shard, "a_full", heap, "all_gather_matmul")
+    if needs_staging(h, a_full):  # peers write a_full at its heap offset: a workspace at one offset everywhere
+        (gathered,) = on_heap(h, "all_gather_matmul", (a_full,), read=False)
+        _, out = all_gather_matmul(a_shard, b, h, gathered, out, config, check, method, exchange)
+        copy_back((a_full,), (gathered,))
+        return a_full, out
     if check:  # every rank's call the same, or IronlinkError before anything launches
         h.compare_call("all_gather_matmul", a_shard=tuple(a_shard.shape), b=tuple(b.shape), dtype=str(a_shard.dtype),
                        method=method)
@@ -171,13 +177,14 @@ def workspace_requests(p: Plan, world: int, method: str, exchange: tuning.Gather
 
 def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms: int = 132,
                method: Optional[str] = None, exchange: Optional[tuning.GatherExchange] = None,
-               a_full: bool = False) -> int:
+               a_full: bool = False, outside_heap: bool = False) -> int:
     """The symmetric-heap bytes all_gather_matmul may take for calls of an M x K a_full (up to `m`
     rows, a multiple of `world`) @ [k, n] of `dtype` ("bfloat16" or "float16") over `world` ranks
     of one node with `sms` SMs, in any order (`method`, `exchange` as given to the op): its
-    workspaces and, unless the caller passes its own `a_full` (which must be on the heap too),
-    the a_full it allocates, rounded up to 4 KiB (the caller frees it). `out` is any CUDA tensor,
-    outside this count. Size the heap with it. Pure: no GPU needed."""
+    workspaces and, unless the caller passes its own `a_full` (a heap tensor; `outside_heap`: any
+    other, and then its staging workspace), the a_full it allocates, rounded up to 4 KiB (the
+    caller frees it). `out` is any CUDA tensor, outside this count. Size the heap with it. Pure:
+    no GPU needed."""
     itemsize = 2
     b = TensorSpec("b", (k, n), dtype, itemsize, True, "cuda:0", 1 << 40)
 
@@ -190,8 +197,9 @@ def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms:
         chosen = cublas_methods.method_for("all_gather_matmul", world * rows, method, False, world)
         return workspace_requests(p, world, chosen, runs)
 
-    made = 0 if a_full or m == 0 else -(-m * k * itemsize // 4096) * 4096
-    return made + workspaces_heap_bytes(requests(rows) for rows in range(1, m // world + 1))
+    made = 0 if a_full or outside_heap or m == 0 else -(-m * k * itemsize // 4096) * 4096
+    staged = {staging_name("all_gather_matmul", 0): m * k * itemsize} if outside_heap and m else {}
+    return made + workspaces_heap_bytes([*(requests(rows) for rows in range(1, m // world + 1)), staged])
 
 
 all_gather_matmul.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs

@@ -43,6 +43,7 @@ from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.registry import heap_for, in_heap
+from ..runtime.staging import copy_back, needs_staging, on_heap, staging_name
 from ..runtime.tensor_spec import TensorSpec, check_tensor
 from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
                                   workspaces_heap_bytes)
@@ -199,7 +200,7 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
                        heap: Any = None, mode: Optional[str] = None, check: bool = False,
                        residual_out: Any = None, scale: Any = None, pdl: Optional[bool] = None,
                        config: Optional[tuning.RmsnormConfig] = None) -> tuple[Any, ...]:
-    """All-reduce `x` (a [tokens, hidden] heap tensor, overwritten with the sum), add it into
+    """All-reduce `x` ([tokens, hidden], overwritten with the sum), add it into
     `residual` (in place, or into `residual_out` leaving `residual` as it is) and RMS-normalize
     the result with `weight`; returns (out, residual or residual_out). `out` (default: a new
     tensor like x) may be x itself. An `out` of dtype torch.float8_e4m3fn gets the normalized rows
@@ -207,10 +208,18 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
     [tokens]; allocated when None), and the call returns (out, residual, scale). `pdl`: launch
     with programmatic dependent launch (`ironlink.language.pdl`; None: `tuning.DECODE_PDL` where the GPU
     has it, compute capability 9.0+; one-node heaps). `config`: choices beyond the decode table
-    and `mode` (`tuning.RmsnormConfig`; None: its defaults). Collective; CUDA-graph capturable."""
+    and `mode` (`tuning.RmsnormConfig`; None: its defaults). `x` outside the heap (pass `heap=`;
+    every rank alike) runs through a heap workspace: copied in, then the sum copied back.
+    Collective; CUDA-graph capturable."""
     import torch
 
     h = heap_for(x, "x", heap, "all_reduce_rmsnorm")
+    if needs_staging(h, x):  # peers read and write x at its heap offset: a workspace at one offset everywhere
+        (sx,) = on_heap(h, "all_reduce_rmsnorm", (x,))
+        done = all_reduce_rmsnorm(sx, residual, weight, eps, sx if out is x else out, h, mode, check, residual_out,
+                                  scale, pdl, config)
+        copy_back((x,), (sx,))
+        return (x, *done[1:]) if out is x else done
     if check:  # every rank's call the same, or IronlinkError before anything launches
         h.compare_call("all_reduce_rmsnorm", x=tuple(x.shape), dtype=str(x.dtype), mode=mode,
                        out=None if out is None else str(out.dtype), residual_out=residual_out is not None)
@@ -305,11 +314,12 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
 
 
 def heap_bytes(tokens: int, hidden: int, world: int, dtype: str = "bfloat16", fp8: bool = False,
-               sms: int = 132) -> int:
+               sms: int = 132, outside_heap: bool = False) -> int:
     """The symmetric-heap bytes all_reduce_rmsnorm's workspaces may take for calls of up to
     `tokens` rows of `hidden` elements of `dtype` ("bfloat16", "float16", "float32") over `world`
-    ranks of one node with `sms` SMs, in any order (`fp8`: with an FP8 out), beside x itself: size
-    the heap with it (`SymmetricHeap(x bytes + this + the rest)`). Pure: no GPU needed."""
+    ranks of one node with `sms` SMs, in any order (`fp8`: with an FP8 out), beside x itself
+    (`outside_heap`: x is not the heap's, and its staging workspace counts too): size the heap
+    with it (`SymmetricHeap(x bytes + this + the rest)`). Pure: no GPU needed."""
     itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
     weight = TensorSpec("weight", (hidden,), dtype, itemsize, True, "cuda:0", 2 << 40)
 
@@ -320,7 +330,8 @@ def heap_bytes(tokens: int, hidden: int, world: int, dtype: str = "bfloat16", fp
         scale = TensorSpec("scale", (t,), "float32", 4, True, "cuda:0", 4 << 40) if fp8 else None
         return plan(x, x._replace(name="residual", data_ptr=1 << 40), weight, out, "cuda:0", world, sms, scale=scale)
 
-    return workspaces_heap_bytes(workspace_requests(plan_of(t), itemsize) for t in range(1, tokens + 1))
+    staged = {staging_name("all_reduce_rmsnorm", 0): tokens * hidden * itemsize} if outside_heap and tokens else {}
+    return workspaces_heap_bytes([*(workspace_requests(plan_of(t), itemsize) for t in range(1, tokens + 1)), staged])
 
 
 all_reduce_rmsnorm.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs

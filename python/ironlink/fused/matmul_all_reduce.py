@@ -67,7 +67,7 @@ from ..runtime.tensor_spec import TensorSpec
 from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
                                   workspaces_heap_bytes)
 from ..runtime.registry import heap_for, in_heap
-from ..runtime.staging import empty_for
+from ..runtime.staging import copy_back, empty_for, needs_staging, on_heap, staging_name
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .matmul_all_reduce_kernels import (matmul_allreduce_hierarchical_kernel, matmul_allreduce_kernel,
                                         matmul_allreduce_lamport_kernel)
@@ -111,8 +111,10 @@ def plan(a: TensorSpec, b: TensorSpec, out: TensorSpec, device: str, world: int,
 def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
                       config: Optional[tuning.MatmulConfig] = None, method: Optional[str] = None,
                       check: bool = False, exchange: Optional[tuning.PushPacing] = None) -> Any:
-    """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` must be a heap
-    tensor; when None, one is allocated from `heap` (the caller frees it with heap.free).
+    """`out` [M, N] = sum over ranks of `a` [M, K] @ `b` [K, N] (bf16/fp16). `out` a heap tensor
+    (when None, one is allocated from `heap`: the caller frees it with heap.free) or any tensor on
+    its GPU (pass `heap=`; every rank alike): then the op writes a heap workspace and copies it to
+    `out`.
     `method`: "push", "lamport" or "tile" (module docs; default `tuning.matmul_method`), on one
     node. "push" and "lamport" keep a workspace in the heap: 2 x (world - 1) x M x N elements.
     `exchange`: how the push kernels pace their pushes (`tuning.PushPacing`; None: the measured
@@ -121,6 +123,11 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
     if heap is None and out is None:
         raise ValueError("matmul_all_reduce needs heap= (or out=, a tensor of the symmetric heap)")
     h = heap_for(out if out is not None else a, "out", heap, "matmul_all_reduce")
+    if needs_staging(h, out):  # the ops read peers' out at its heap offset: a workspace at one offset everywhere
+        (dst,) = on_heap(h, "matmul_all_reduce", (out,), read=False)
+        matmul_all_reduce(a, b, dst, h, config, method, check, exchange)
+        copy_back((out,), (dst,))
+        return out
     if check:  # every rank's call the same, or IronlinkError before anything launches
         h.compare_call("matmul_all_reduce", a=tuple(a.shape), b=tuple(b.shape), dtype=str(a.dtype), method=method)
     if out is None:
@@ -164,18 +171,19 @@ def workspace_requests(p: Plan, itemsize: int) -> dict[str, int]:
 
 
 def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms: int = 132,
-               method: Optional[str] = None) -> int:
+               method: Optional[str] = None, outside_heap: bool = False) -> int:
     """The symmetric-heap bytes matmul_all_reduce's workspaces may take for calls of [up to m, k] @
     [k, n] of `dtype` ("bfloat16" or "float16") over `world` ranks of one node with `sms` SMs, in
-    any order (`method` as given to the op), beside `out` itself: size the heap with it. Pure: no
-    GPU needed."""
+    any order (`method` as given to the op), beside `out` itself (`outside_heap`: out is not the
+    heap's, and its staging workspace counts too): size the heap with it. Pure: no GPU needed."""
     b = TensorSpec("b", (k, n), dtype, 2, True, "cuda:0", 1 << 40)
 
     def plan_of(rows: int) -> Plan:
         return plan(TensorSpec("a", (rows, k), dtype, 2, True, "cuda:0", 1 << 20), b,
                     TensorSpec("out", (rows, n), dtype, 2, True, "cuda:0", 2 << 40), "cuda:0", world, sms, None, method)
 
-    return workspaces_heap_bytes(workspace_requests(plan_of(rows), 2) for rows in range(1, m + 1))
+    staged = {staging_name("matmul_all_reduce", 0): m * n * 2} if outside_heap and m else {}
+    return workspaces_heap_bytes([*(workspace_requests(plan_of(rows), 2) for rows in range(1, m + 1)), staged])
 
 
 matmul_all_reduce.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs

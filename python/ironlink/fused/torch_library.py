@@ -62,7 +62,7 @@ def all_reduce_rmsnorm_out_op(heap: int, x: torch.Tensor, residual: torch.Tensor
 def matmul_all_reduce_op(heap: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                          config: Optional[list[int]], method: Optional[str], check: bool, exchange: str) -> None:
     h = heap_of(heap, out, "matmul_all_reduce")
-    staged = on_heap(h, "matmul_all_reduce", (out,))
+    staged = on_heap(h, "matmul_all_reduce", (out,), read=False)  # out: written, never read
     eager.function("matmul_all_reduce")(a, b, staged[0], heap=h, config=_config(config), method=method, check=check,
                                         exchange=op_config.from_arg(tuning.PushPacing, exchange))
     copy_back((out,), staged)
@@ -72,7 +72,7 @@ def matmul_all_reduce_op(heap: int, a: torch.Tensor, b: torch.Tensor, out: torch
 def all_gather_matmul_op(heap: int, a_shard: torch.Tensor, b: torch.Tensor, a_full: torch.Tensor, out: torch.Tensor,
                          config: Optional[list[int]], check: bool, method: Optional[str], exchange: str) -> None:
     h = heap_of(heap, a_full, "all_gather_matmul")
-    staged = on_heap(h, "all_gather_matmul", (a_full,))
+    staged = on_heap(h, "all_gather_matmul", (a_full,), read=False)  # a_full: written, never read
     run = eager.function("all_gather_matmul")
     run(a_shard, b, h, staged[0], out, config=_config(config), check=check, method=method,
         exchange=op_config.from_arg(tuning.GatherExchange, exchange))

@@ -20,9 +20,10 @@ def staging_name(op: str, i: int) -> str:
     return f"torch.ops.{LIB}.{op}/{i}"
 
 
-def on_heap(heap: Any, op: str, tensors: Sequence[Optional[Any]]) -> list[Optional[Any]]:
+def on_heap(heap: Any, op: str, tensors: Sequence[Optional[Any]], read: bool = True) -> list[Optional[Any]]:
     """`tensors` with each one that is not in `heap` replaced by a copy in a heap workspace of its
-    own (one per operator and argument position, kept by the heap between calls)."""
+    own (one per operator and argument position, kept by the heap between calls); `read=False`
+    for tensors the op only writes: the workspace stands in for them without the copy in."""
     import torch
 
     staged: list[Optional[Any]] = []
@@ -34,8 +35,16 @@ def on_heap(heap: Any, op: str, tensors: Sequence[Optional[Any]]) -> list[Option
             heap.stream_order.before_call(torch.cuda.current_stream(t.device), torch.cuda.is_current_stream_capturing())
         nbytes = t.numel() * t.element_size()
         ws = heap.workspace(staging_name(op, i), nbytes)[:nbytes]
-        staged.append(ws.view(t.dtype).view(t.shape).copy_(t))
+        view = ws.view(t.dtype).view(t.shape)
+        staged.append(view.copy_(t) if read else view)
     return staged
+
+
+def needs_staging(heap: Any, t: Optional[Any]) -> bool:
+    """Whether the op argument `t` goes through a heap workspace: a tensor on the heap's GPU but
+    outside the heap (any tensor in). One on another device is left to the op's checks, which
+    name it."""
+    return t is not None and str(t.device) == str(heap.device) and not holds(heap, t)
 
 
 def copy_back(originals: Sequence[Optional[Any]], staged: Sequence[Optional[Any]]) -> None:
@@ -56,4 +65,4 @@ def empty_for(heap: Any, op: str, name: str, shape: Union[int, Iterable[int]], d
                             f"(pass {name}= to use memory of your own): {e}") from e
 
 
-__all__ = ["LIB", "copy_back", "empty_for", "on_heap", "staging_name"]
+__all__ = ["LIB", "copy_back", "empty_for", "needs_staging", "on_heap", "staging_name"]
