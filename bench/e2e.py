@@ -19,8 +19,10 @@ a 2048-token prefill at batch 1 (causal, from an empty cache). Contenders:
   3.8 us; at 2048 tokens the two estimate level, as ironlink[mm]'s rows will say);
 - ironlink_compile: that composition under torch.compile(fullgraph=True) (ironlink's ops are
   torch.library operators), then captured the same way; skipped, saying why, if it fails.
-A fused op that refuses a shape falls back to torch.mm + ironlink.all_reduce + torch ops; each
-row's `ops` says what each projection ran, with the mode or method the op chose.
+With --any-tensor ironlink's activations are ordinary tensors, which its ops stage through heap
+workspaces (issue 63 item 3: the cost of any tensor in, per step). A fused op that refuses a
+shape falls back to torch.mm + ironlink.all_reduce + torch ops; each row's `ops` says what each
+projection ran, with the mode or method the op chose.
 Timing: ironlink_bench.GraphRound (replays in turns, every rank's started together, median per
 step, max over ranks). Check, after the timed replays or alone (--check): on every rank each
 contender's final output within --tol (3e-2) of nccl's as max |x - nccl| / max |nccl|; else a
@@ -145,7 +147,9 @@ class E2E:
         d, seed = self.d, self.args.seed
         self.x0 = randn_bf16((ph.tokens, d.hidden), seed + 2)
         self.res = torch.empty_like(self.x0)
-        self.bufs = tuple(self.heap.empty((ph.tokens, d.hidden), torch.bfloat16) for _ in PROJECTIONS)
+        shape = (ph.tokens, d.hidden)  # with --any-tensor ordinary tensors, which the ops stage
+        self.bufs = tuple(torch.empty(shape, dtype=torch.bfloat16, device="cuda") if self.args.any_tensor
+                          else self.heap.empty(shape, torch.bfloat16) for _ in PROJECTIONS)
         full = (ph.batch, d.kv_heads, ph.context + ph.new, d.head_dim)
         for i, layer in enumerate(self.layers):
             layer.k_cache, layer.v_cache = (randn_bf16(full, seed + 7919 * (i + 1) + j).chunk(self.world, 1)[self.rank]
@@ -154,7 +158,7 @@ class E2E:
     def leave(self) -> None:
         torch.cuda.synchronize()
         self.heap.check()
-        for x in self.bufs:
+        for x in self.bufs if not self.args.any_tensor else ():
             self.heap.free(x)
         for layer in self.layers:
             layer.k_cache = layer.v_cache = None
@@ -313,6 +317,8 @@ def parse() -> argparse.Namespace:
                     help="Inductor options for ironlink_compile, as JSON (torch.compile's options=)")
     ap.add_argument("--sdpa", default="", help="SDPA backends allowed, of " + ",".join(SDPA_BACKENDS)
                     + " (default: torch's choice among all)")
+    ap.add_argument("--any-tensor", action="store_true",
+                    help="ironlink's activations are ordinary tensors, which its ops stage through heap workspaces")
     ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the heap's wait timeout")
     return ap.parse_args()
 
@@ -355,7 +361,7 @@ def main() -> int:
     for ph in plan:
         b.run(ph)
     write_results(args.out, b.world, b.rows, dims=d._asdict(), check=args.check, tol=args.tol, sms=b.sms,
-                  failures=b.failures)
+                  any_tensor=args.any_tensor, failures=b.failures)
     b.heap.close()
     dist.destroy_process_group()
     return 1 if b.failures else 0
