@@ -46,6 +46,7 @@ from ironlink.fused import copy_engine
 from ironlink.fused.all_reduce_rmsnorm import MODES, ONE_NODE_MODES
 from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
+from ironlink.runtime.registry import holds
 
 from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
 from _fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
@@ -60,6 +61,14 @@ class Suite:
         self.heap = heap
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
+
+    def empty(self, shape: tuple[int, int], dtype: torch.dtype, outside_heap: bool = False) -> torch.Tensor:
+        """A heap tensor, or with `outside_heap` an ordinary one, which the ops stage (any tensor in)."""
+        return torch.empty(shape, device="cuda", dtype=dtype) if outside_heap else self.heap.empty(shape, dtype)
+
+    def release(self, t: torch.Tensor) -> None:
+        if holds(self.heap, t):
+            self.heap.free(t)
 
     def clear_errors(self) -> None:
         """Forgets an error a failed earlier case left recorded in the context."""
@@ -233,14 +242,14 @@ class Suite:
 
     def rmsnorm(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, graph: bool,
                 back_to_back: int = 0, separate_residual: bool = False, fp8: bool = False,
-                config: tuning.RmsnormConfig | None = None) -> None:
+                config: tuning.RmsnormConfig | None = None, outside_heap: bool = False) -> None:
         """Eager once, or in a CUDA graph replayed 3 times; with `back_to_back`, a graph of the
         inputs' reset and the op replayed that many times without a host sync, checked at the end.
         `separate_residual`: the sum goes to residual_out, residual stays; `fp8`: out is
         float8_e4m3fn with per-token scales, checked dequantized against the float64 reference;
-        `config`: the op's (`tuning.RmsnormConfig`)."""
+        `config`: the op's (`tuning.RmsnormConfig`); `outside_heap`: x an ordinary tensor."""
         w, r = self.world, self.rank
-        x = self.heap.empty((tokens, hidden), dtype)
+        x = self.empty((tokens, hidden), dtype, outside_heap)
         gen = torch.Generator(device="cuda").manual_seed(1234)
         parts = [torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype) for _ in range(w)]
         res0 = torch.randn(tokens, hidden, device="cuda", generator=gen).to(dtype)
@@ -298,7 +307,7 @@ class Suite:
             if mode in ("lamport", "split"):
                 lamport_slots_empty(self.heap, "all_reduce_rmsnorm", [dtype])
         finally:
-            self.heap.free(x)
+            self.release(x)
 
     def rmsnorm_pdl_chain(self, tokens: int, hidden: int, dtype: torch.dtype, mode: str | None, steps: int = 6,
                           replays: int = 200) -> None:
@@ -405,11 +414,11 @@ class Suite:
 
     def matmul(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, launches: int = 1,
                method: Optional[str] = None, b_row_major: bool = False,
-               exchange: Optional[tuning.PushPacing] = None) -> None:
+               exchange: Optional[tuning.PushPacing] = None, outside_heap: bool = False) -> None:
         a_all, b_all = self.operands(m, n, k, dtype, 99)
         # b column-major by default: strides are honoured (and the TMA path reads b's transpose).
         b = b_all[self.rank] if b_row_major else b_all[self.rank].t().contiguous().t()
-        out = self.heap.empty((m, n), dtype)
+        out = self.empty((m, n), dtype, outside_heap)
         a_scaled = [a_all[self.rank] * (i + 1) for i in range(launches)]
 
         def check() -> None:
@@ -422,7 +431,7 @@ class Suite:
                                   for x in a_scaled], graph, self.nan_fill(out), check)
             lamport_slots_empty(self.heap, "matmul_all_reduce", [dtype])
         finally:
-            self.heap.free(out)
+            self.release(out)
 
     def matmul_scatter(self, m: int, n: int, k: int, dtype: torch.dtype, graph: bool, method: str,
                        launches: int = 1, exchange: Optional[tuning.ScatterExchange] = None) -> None:
@@ -442,13 +451,14 @@ class Suite:
                      graph, self.nan_fill(out), check)
 
     def gather_matmul(self, rows: int, n: int, k: int, dtype: torch.dtype, graph: bool, method: str,
-                      launches: int = 1, contiguous: bool = False) -> None:
+                      launches: int = 1, contiguous: bool = False, outside_heap: bool = False) -> None:
         """contiguous=False: a column-major shard (strides are honoured; the kernel method's CTAs
-        push it); True: a row-major one, which the kernel method is asked to move by the copy engine."""
+        push it); True: a row-major one, which the kernel method is asked to move by the copy engine.
+        `outside_heap`: a_full an ordinary tensor."""
         w, r = self.world, self.rank
         shards, b_all = self.operands(rows, n, k, dtype, 97)
         b = b_all[r]
-        a_full = self.heap.empty((w * rows, k), dtype)
+        a_full = self.empty((w * rows, k), dtype, outside_heap)
         out = torch.empty(w * rows, n, device="cuda", dtype=dtype)
         shard_t = shards[r].contiguous() if contiguous else shards[r].t().contiguous().t()
         a_scaled = [shard_t * (i + 1) for i in range(launches)]
@@ -464,7 +474,7 @@ class Suite:
                                                              exchange=exchange)
                                   for x in a_scaled], graph, self.nan_fill(a_full, out), check)
         finally:
-            self.heap.free(a_full)
+            self.release(a_full)
 
     def grid_too_large(self) -> None:
         x = self.heap.empty((1024,), torch.float32)
@@ -706,6 +716,17 @@ def main() -> int:
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x{hidden}",
                           lambda: s.rmsnorm(tokens, hidden, dtype, mode, graph=False))
         cases.run(f"all_reduce_rmsnorm {dtype} in a CUDA graph", lambda: s.rmsnorm(32, 8192, dtype, None, graph=True))
+        # Any tensor in: the argument peers reach at its heap offset outside the heap, staged.
+        for graph in (False, True):
+            how = " in a CUDA graph" if graph else ""
+            cases.run(f"all_reduce_rmsnorm {dtype} 32x8192, x outside the heap{how}",
+                      lambda: s.rmsnorm(32, 8192, dtype, None, graph=graph, outside_heap=True))
+            cases.run(f"matmul_all_reduce {dtype} 1030x2050x1024, out outside the heap{how}",
+                      lambda: s.matmul(1030, 2050, 1024, dtype, graph=graph, outside_heap=True))
+            for method in ("kernel", "collective"):
+                cases.run(f"all_gather_matmul {method} {dtype} 256x1024x512, a_full outside the heap{how}",
+                          lambda: s.gather_matmul(256, 1024, 512, dtype, graph=graph, method=method,
+                                                  outside_heap=True))
         for mode in MODES:
             if mode != "split" or split_fits(33, 8192, world):  # ranks sharing a GPU: too few SMs each
                 cases.run(f"all_reduce_rmsnorm {mode} {dtype} residual_out", lambda: s.rmsnorm(
