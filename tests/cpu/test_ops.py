@@ -336,6 +336,7 @@ class _FakeTensor:
         return self
 
 
+STAGED = 0xE000000  # where _Heap's staging workspaces start
 COPIES: list[tuple[int, int]] = []  # (destination, source) data pointers of _FakeTensor.copy_, in order
 
 
@@ -445,12 +446,15 @@ class _Heap:
         return IronlinkError(f"{e}. The first heap call that differs ...", status=e.status, function=e.function)
 
     def _local_offset(self, t: Any, what: str) -> tuple[int, int]:
-        if id(t) not in self.mine and t.data_ptr() != 0xF000000:  # its tensors, and views of its workspaces
+        if id(t) not in self.mine and t.data_ptr() < STAGED:  # its tensors, and views of its workspaces
             raise IronlinkError(f"{what}: not in this heap")
         return 0, 0
 
     def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0) -> _FakeTensor:
-        return _FakeTensor(nbytes, "uint8", ptr=0xF000000)
+        """At 0xF000000, but the staging workspaces (runtime.staging) at STAGED + 1 MiB x their
+        argument position: an op's staged tensors apart."""
+        at = STAGED + (int(name.rsplit("/", 1)[1]) << 20) if name.startswith("torch.ops.") else 0xF000000
+        return _FakeTensor(nbytes, "uint8", ptr=at)
 
 
 def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
@@ -585,20 +589,20 @@ def test_fused_ops_stage_tensors_outside_the_heap(fake_torch: Any) -> None:
     COPIES.clear()
     ironlink.all_reduce_rmsnorm(x, res, w, out=normed, heap=heap)
     args = fake_torch.launches[-1][2]
-    assert args[1].ptr == 0xF000000 and args[5] is normed  # x: the workspace; out where it is
-    assert COPIES == [(0xF000000, x.ptr), (x.ptr, 0xF000000)]
+    assert args[1].ptr == STAGED and args[5] is normed  # x: the workspace; out where it is
+    assert COPIES == [(STAGED, x.ptr), (x.ptr, STAGED)]
     COPIES.clear()
     done = ironlink.all_reduce_rmsnorm(x, res, w, out=x, heap=heap)  # out=x: the normalized rows into x
-    assert done[0] is x and fake_torch.launches[-1][2][5].ptr == 0xF000000
-    assert COPIES == [(0xF000000, x.ptr), (x.ptr, 0xF000000)]
+    assert done[0] is x and fake_torch.launches[-1][2][5].ptr == STAGED
+    assert COPIES == [(STAGED, x.ptr), (x.ptr, STAGED)]
     COPIES.clear()
     assert ironlink.matmul_all_reduce(a, b, out=c, heap=heap) is c
-    assert all(arg is not c for arg in fake_torch.launches[-1][2]) and COPIES == [(c.ptr, 0xF000000)]
+    assert all(arg is not c for arg in fake_torch.launches[-1][2]) and COPIES == [(c.ptr, STAGED)]
     COPIES.clear()
     got = ironlink.all_gather_matmul(a, b, heap, a_full=a_full, out=gathered_out, method="kernel",
                                      exchange=tuning.GatherExchange(copy_engine=False))
     assert got == (a_full, gathered_out) and all(arg is not a_full for arg in fake_torch.launches[-1][2])
-    assert COPIES == [(a_full.ptr, 0xF000000)]
+    assert COPIES == [(a_full.ptr, STAGED)]
     # Heap tensors stay where they are: no copies.
     heap.mine |= {id(x), id(c), id(a_full)}
     COPIES.clear()
@@ -616,6 +620,35 @@ def test_fused_ops_stage_tensors_outside_the_heap(fake_torch: Any) -> None:
         assert op.heap_bytes(*args, outside_heap=True) == op.heap_bytes(*args) + 2 * 64 * 256 * 2 - 4096
     assert ironlink.all_gather_matmul.heap_bytes(512, 256, 512, 8, outside_heap=True) == \
         ironlink.all_gather_matmul.heap_bytes(512, 256, 512, 8, a_full=True) + 2 * 512 * 512 * 2 - 4096
+
+
+def test_host_collectives_stage_tensors_outside_the_heap(fake_torch: Any) -> None:
+    # all_gather, reduce_scatter and all_to_all_v take tensors outside the heap as their torch
+    # operators do: each one not of the heap through the op's heap workspace for its position,
+    # the written ones copied back; heap tensors where they are.
+    heap = _Heap()
+    out, inp = _FakeTensor(8 * 1024, ptr=0x20000), _FakeTensor(1024, ptr=0x30000)
+    COPIES.clear()
+    assert ironlink.all_gather(out, inp, heap=heap) is out
+    args = fake_torch.launches[-1][2]
+    staged = STAGED, STAGED + (1 << 20)  # the workspaces of argument positions 0 and 1
+    assert (args[1].ptr, args[2].ptr) == staged[::-1]  # the kernel takes (inp, out)
+    assert COPIES == [(staged[0], out.ptr), (staged[1], inp.ptr), (out.ptr, staged[0])]
+    COPIES.clear()
+    assert ironlink.reduce_scatter(inp, out, heap=heap) is inp
+    assert COPIES == [(staged[0], inp.ptr), (staged[1], out.ptr), (inp.ptr, staged[0])]
+    heap.mine |= {id(out)}  # out on the heap: only inp staged for all_gather
+    COPIES.clear()
+    ironlink.all_gather(out, inp, heap=heap)
+    assert fake_torch.launches[-1][2][2] is out and COPIES == [(staged[1], inp.ptr)]
+    rows, counts = _FakeTensor(16, ptr=0x40000), _FakeTensor(8, "int64", ptr=0x50000)
+    got_rows, recv_counts, recv_offsets = _FakeTensor(64, ptr=0x60000), _FakeTensor(8, "int64", ptr=0x70000), \
+        _FakeTensor(8, "int64", ptr=0x80000)
+    COPIES.clear()
+    result = ironlink.all_to_all_v(rows, counts, got_rows, recv_counts, recv_offsets, heap=heap)
+    assert result == (got_rows, recv_counts, recv_offsets)
+    assert COPIES[-3:] == [(got_rows.ptr, STAGED + (2 << 20)), (recv_counts.ptr, STAGED + (3 << 20)),
+                           (recv_offsets.ptr, STAGED + (4 << 20))]
 
 
 @pytest.mark.parametrize("node_size", [8, 2])
@@ -667,9 +700,10 @@ def test_host_call_statuses_and_capture(fake_torch: Any) -> None:
     assert len(fake_torch.launches) == 5
     with pytest.raises(TypeError, match="t must be a torch.Tensor, got str"):
         ironlink.all_reduce("x")
-    out = _FakeTensor(8, ptr=0x20000)
-    with pytest.raises(IronlinkError, match=r"ironlink.all_gather\(inp\): not in this heap"):
-        ironlink.all_gather(out, _FakeTensor(1, ptr=0x90000), heap=_Heap(out))
+    out, elsewhere = _FakeTensor(8, ptr=0x20000), _FakeTensor(1, ptr=0x90000)
+    elsewhere.device = "cuda:1"  # on another GPU than the heap: not staged, refused
+    with pytest.raises((IronlinkError, ValueError), match=r"inp"):
+        ironlink.all_gather(out, elsewhere, heap=_Heap(out))
 
 
 # --- all_to_all_v (ironlink.ops.variable_all_to_all) ---------------------------------------------------
@@ -855,8 +889,8 @@ def test_all_reduce_stages_a_tensor_outside_the_heap(fake_torch: Any) -> None:
     COPIES.clear()
     ironlink.all_reduce(x, heap=heap)
     (name, _, args, _), = fake_torch.launches
-    assert name == "all_reduce" and args[1].ptr == 0xF000000 and args[2] == 4096
-    assert COPIES == [(0xF000000, 0x777000), (0x777000, 0xF000000)]
+    assert name == "all_reduce" and args[1].ptr == STAGED and args[2] == 4096
+    assert COPIES == [(STAGED, 0x777000), (0x777000, STAGED)]
     # A heap tensor is reduced where it is, and without heap= a foreign tensor is still refused.
     heap.mine.add(id(x))
     ironlink.all_reduce(x, heap=heap)

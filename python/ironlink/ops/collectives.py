@@ -29,7 +29,7 @@ from ..language import typed as ilt
 from ..runtime.distributed import grid_cap
 from ..language.jit import jit
 from ..runtime.registry import heap_for, in_heap
-from ..runtime.staging import copy_back, on_heap, staging_name
+from ..runtime.staging import copy_back, needs_staging, on_heap, staging_name
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec, check_tensor, overlap, reduce_op_code, reduce_op_name
 from .. import language as il
@@ -238,9 +238,16 @@ all_reduce.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says 
 @eager.routed(torch_operators)
 def all_gather(out: Any, inp: Any, heap: Optional[Any] = None, check: bool = False) -> Any:
     """Block p of `out` (world x inp.numel() elements) gets rank p's `inp`, as
-    torch.distributed.all_gather_into_tensor. `inp` may be this rank's block of `out`. Returns `out`."""
-    specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
+    torch.distributed.all_gather_into_tensor. `inp` may be this rank's block of `out`. Tensors
+    outside the heap (on its GPU, `heap=` given, every rank alike) go through heap workspaces, as
+    under torch.compile (`runtime.staging`). Returns `out`."""
     h = heap_for(out, "out", heap, "all_gather")
+    if needs_staging(h, out) or needs_staging(h, inp):
+        s_out, s_inp = on_heap(h, "all_gather", (out, inp))
+        all_gather(s_out, s_inp, h, check)
+        copy_back((out,), (s_out,))
+        return out
+    specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     plan = plan_all_gather(*specs, h.world_size, h.rank, str(h.device))
     if check:
         h.compare_call("all_gather", elements=plan.n, dtype=specs[1].dtype)
@@ -255,10 +262,16 @@ def reduce_scatter(
     out: Any, inp: Any, op: Union[str, int] = "sum", heap: Optional[Any] = None, check: bool = False
 ) -> Any:
     """`out` gets the reduction over ranks of block `rank` of `inp` (world x out.numel() elements), as
-    torch.distributed.reduce_scatter_tensor. `out` may be this rank's block of `inp`. Returns `out`."""
+    torch.distributed.reduce_scatter_tensor. `out` may be this rank's block of `inp`. Tensors
+    outside the heap go through heap workspaces, as `all_gather`'s. Returns `out`."""
     code = reduce_op_code(op)
-    specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     h = heap_for(inp, "inp", heap, "reduce_scatter")
+    if needs_staging(h, out) or needs_staging(h, inp):
+        s_out, s_inp = on_heap(h, "reduce_scatter", (out, inp))
+        reduce_scatter(s_out, s_inp, op, h, check)
+        copy_back((out,), (s_out,))
+        return out
+    specs = TensorSpec.from_tensor(out, "out"), TensorSpec.from_tensor(inp, "inp")
     plan = plan_reduce_scatter(*specs, h.world_size, h.rank, str(h.device))
     if check:
         h.compare_call("reduce_scatter", elements=plan.n, dtype=specs[1].dtype, op=reduce_op_name(code))

@@ -24,7 +24,7 @@ from ..language.jit import jit
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec, check_tensor
 from ..runtime.registry import heap_for, in_heap
-from ..runtime.staging import empty_for
+from ..runtime.staging import copy_back, empty_for, needs_staging, on_heap
 from ..language._abi import MAX_CTAS
 from ..runtime.distributed import grid_cap
 from ..runtime import eager
@@ -71,11 +71,18 @@ def all_to_all_v(inp: Any, send_counts: Any, out: Any, recv_counts: Any = None, 
     """(out, recv_counts, recv_offsets); see the module docs. `recv_counts` / `recv_offsets` default
     to new heap tensors (the caller frees them with heap.free). `ctas` (the same on every rank)
     overrides the grid, e.g. `tuning.all_to_all_v_launch(bound)[0]` for a bound on the bytes
-    moved. Collective; CUDA-graph capturable once it has run outside capture (and with
-    recv_counts / recv_offsets given)."""
+    moved. Tensors outside the heap (on its GPU, `heap=` given, every rank alike) go through heap
+    workspaces, as under torch.compile (`runtime.staging`). Collective; CUDA-graph capturable once
+    it has run outside capture (and with recv_counts / recv_offsets given)."""
     import torch
 
     h = heap_for(inp, "inp", heap, "all_to_all_v")
+    given = (inp, send_counts, out, recv_counts, recv_offsets)
+    if any(needs_staging(h, t) for t in given):
+        s_inp, s_counts, s_out, s_recv, s_offsets = on_heap(h, "all_to_all_v", given)
+        got = all_to_all_v(s_inp, s_counts, s_out, s_recv, s_offsets, h, check, ctas)
+        copy_back((out, recv_counts, recv_offsets), (s_out, s_recv, s_offsets))
+        return out, got[1] if recv_counts is None else recv_counts, got[2] if recv_offsets is None else recv_offsets
     if recv_counts is None:
         recv_counts = empty_for(h, "all_to_all_v", "recv_counts", (h.world_size,), torch.int64)
     if recv_offsets is None:

@@ -148,6 +148,19 @@ class Suite(Cases):
             self.heap.check()
             self.close(f"all_reduce of a tensor outside the heap (replay {replay})", t, want, dtype)
 
+    def gather_scatter_outside_heap(self, n: int, dtype: Any) -> None:
+        """all_gather and reduce_scatter of ordinary CUDA tensors (staged through heap workspaces,
+        as their torch operators stage): NCCL's results."""
+        inp = self.data(n, dtype)
+        out = torch.empty(self.world * n, dtype=dtype, device="cuda")
+        ironlink.all_gather(out, inp, heap=self.heap, check=True)
+        assert torch.equal(out, self.ref_all_gather(inp)), "all_gather of tensors outside the heap"
+        full = self.data(self.world * n, dtype)
+        part = torch.empty(n, dtype=dtype, device="cuda")
+        ironlink.reduce_scatter(part, full, heap=self.heap, check=True)
+        self.close("reduce_scatter of tensors outside the heap", part, self.ref_reduce_scatter(full, n, "sum"), dtype)
+        self.heap.check()
+
     def all_reduce_lamport(self, n: int, dtype: Any, op: str, replays: int = 0) -> None:
         """The op through lamport slots (forced here at every size it takes): eagerly, then with
         `replays`, captured once and replayed with new data each time (a slot left full by one
@@ -685,6 +698,7 @@ def main() -> int:
             for graph in (False, True):
                 s.run(f"all_reduce sum {dtype} {nbytes} B outside the heap{' in a CUDA graph' if graph else ''}",
                       lambda: s.all_reduce_outside_heap(nbytes // esize, dtype, graph))
+        s.run(f"all_gather and reduce_scatter {dtype} outside the heap", lambda: s.gather_scatter_outside_heap(4099, dtype))
         s.run(f"all_gather in place {dtype}", lambda: s.all_gather(4099, dtype, True))
         s.run(f"reduce_scatter in place {dtype}", lambda: s.reduce_scatter(4099, dtype, "sum", True))
         s.run(f"cuda graph {dtype} small", lambda: s.cuda_graph(dtype, 300))
