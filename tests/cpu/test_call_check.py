@@ -5,7 +5,6 @@ they launch anything."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Optional
 
@@ -16,6 +15,7 @@ from ironlink.runtime.call_check import Call, CallCheck, mismatch
 from ironlink.runtime.errors import IronlinkError
 
 from _fake_store import FakeStore  # tests/, the helpers' folder
+from _ranks import run_ranks
 
 
 def call(elements: int, op: str = "sum") -> Call:
@@ -56,11 +56,7 @@ def ranks_compare(store: FakeStore, checks: list[CallCheck], calls: list[tuple[s
         except IronlinkError as e:
             got[r] = str(e)
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_ranks(rank, len(calls))
     return got
 
 
@@ -110,11 +106,7 @@ def test_the_heap_compares_through_the_default_store(monkeypatch: pytest.MonkeyP
             errors[r] = str(e)
 
     for sizes in ((64, 64), (64, 128)):
-        threads = [threading.Thread(target=rank, args=(r, n)) for r, n in enumerate(sizes)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_ranks(lambda r: rank(r, sizes[r]), 2)
         if sizes == (64, 64):
             assert errors == [None, None]
     assert errors[0] is not None and errors[1] is not None

@@ -4,7 +4,6 @@ through a key-value store, and the messages of the recorded statuses."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Optional
 
@@ -16,6 +15,7 @@ from ironlink.runtime.heap_log import KEEP, HeapLog, asymmetry_report, first_dif
 from ironlink.runtime.store_exchange import exchange
 
 from _fake_store import FakeStore  # tests/, the helpers' folder
+from _ranks import run_ranks
 
 
 def log_of(*calls: tuple[str, int, int]) -> HeapLog:
@@ -119,11 +119,7 @@ def test_exchange_gathers_every_ranks_log() -> None:
     def rank(r: int) -> None:
         got[r] = exchange(store, "heap/1", r, 3, (r, logs[r].events()), timeout_s=10)
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_ranks(rank, 3)
     for r in range(3):
         assert got[r] == [(q, logs[q].events()) for q in range(3)]
 

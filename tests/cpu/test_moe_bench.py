@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from _bench_scripts import load_bench  # tests/, the helpers' folder
+from _ranks import run_ranks
 
 
 
@@ -117,11 +118,7 @@ def test_contender_on_simulated_ranks() -> None:
         received[r] = paths[r].received().clone()
         outs[r] = layer()
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_ranks(rank, world)
     le = experts // world
     for p in range(world):
         # Rank p gets, from each rank q in order, q's (token, choice) rows for its experts, by expert.
