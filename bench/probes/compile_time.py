@@ -48,26 +48,20 @@ Kernel = tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], dict[str, in
 
 
 def fused_kernels() -> dict[str, Kernel]:
-    """test_fusion_compile's kernels that take WORLD, prepared as its `_compile` prepares them, one
-    per configuration but the world (the table names some twice, at worlds 2 and 4)."""
+    """test_fusion_compile's kernels that take WORLD, as its `prepared` gives them, one per
+    configuration but the world (the table names some twice, at worlds 2 and 4)."""
     import test_fusion_compile as f
 
     out: dict[str, Kernel] = {}
     seen: set[Any] = set()
-    for name, (fn, signature, given) in f.KERNELS.items():
+    for name, (_, _, given) in f.KERNELS.items():
         if "WORLD" not in given:
             continue
-        launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
-        constexprs = {k: v for k, v in given.items() if k not in launch and k not in ("MIN_CC", "MAX_CC", "WORLD")}
-        key = (fn, tuple(sorted((k, repr(v)) for k, v in {**constexprs, **launch}.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        signature = {k: "constexpr" if k in f._UNIT_STRIDES else v for k, v in signature.items()}
-        constexprs.update({k: 1 for k in f._UNIT_STRIDES if k in signature})
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(signature)
-                 if signature[n].startswith("*") or (n in f._ALIGNED_SIZES and signature[n] != "constexpr")}
-        out[name] = (fn, signature, constexprs, attrs, launch)  # signature in the kernel's order, constexprs marked
+        fn, signature, constexprs, attrs, launch = f.prepared(name)
+        key = (fn, tuple(sorted((k, repr(v)) for k, v in {**constexprs, **launch}.items() if k != "WORLD")))
+        if key not in seen:
+            seen.add(key)
+            out[name] = (fn, signature, constexprs, attrs, launch)  # signature in the kernel's order, constexprs marked
     return out
 
 

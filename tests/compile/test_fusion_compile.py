@@ -392,10 +392,11 @@ _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
 _ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "W", "stride_am", "stride_bk", "stride_sm")
 
 
-def _compile(name: str, cc: int) -> Any:
-    """KERNELS[name] compiled for sm_`cc` against the device library's bitcode, specialized as a
+def prepared(name: str) -> tuple[Any, dict[str, str], dict[str, Any], dict[Any, Any], dict[str, int]]:
+    """KERNELS[name] as (kernel, signature, constexprs, attrs, launch options), specialized as a
     launch on contiguous, aligned operands would be (unit inner strides, 16-divisible pointers and
-    sizes): the pipelined GEMM's shared memory shows only then."""
+    sizes): the pipelined GEMM's shared memory shows only then. bench/probes/compile_time.py
+    compiles them too."""
     fn, signature, given = KERNELS[name]
     launch = {k: given[k] for k in ("num_warps", "num_stages") if k in given}
     constexprs = {k: v for k, v in given.items() if k not in launch and k not in ("MIN_CC", "MAX_CC")}
@@ -404,6 +405,12 @@ def _compile(name: str, cc: int) -> Any:
     names = list(signature)
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if signature[n].startswith("*") or (n in _ALIGNED_SIZES and signature[n] != "constexpr")}
+    return fn, signature, constexprs, attrs, launch
+
+
+def _compile(name: str, cc: int) -> Any:
+    """KERNELS[name] compiled for sm_`cc` against the device library's bitcode (`prepared`)."""
+    fn, signature, constexprs, attrs, launch = prepared(name)
     return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
                           options={"extern_libs": (("ironlink", bitcode(cc)),), **launch})
 
