@@ -173,8 +173,8 @@ class E2E:
         """Runs `fn` once: whether it ran on every rank, else why not (FAILED where `required` or
         where ironlink raised, an error its kernels recorded included; else skipped). A first call
         compiles kernels (or the whole stack), which the ranks finish seconds apart: the heap's
-        waits get COMPILE_WAIT_S meanwhile."""
-        self.heap.set_timeout(max(self.args.timeout_s, COMPILE_WAIT_S))
+        waits get --compile-wait-s (COMPILE_WAIT_S) meanwhile."""
+        self.heap.set_timeout(max(self.args.timeout_s, self.args.compile_wait_s))
         reason, ironlink_failed = "", False
         trace = os.environ.get("IRONLINK_GPU_VERBOSE") == "1"  # each rank says where it is: a stall is located
         try:
@@ -320,6 +320,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--any-tensor", action="store_true",
                     help="ironlink's activations are ordinary tensors, which its ops stage through heap workspaces")
     ap.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="the heap's wait timeout")
+    ap.add_argument("--compile-wait-s", type=float, default=COMPILE_WAIT_S,
+                    help="the heap's wait timeout during a contender's first call (a warm Triton cache needs less)")
     return ap.parse_args()
 
 

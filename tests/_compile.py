@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 # ironlink.fused.allreduce_rmsnorm_kernel's arguments, bf16 tensors (a case overrides what differs).
 RMSNORM_SIGNATURE = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_out": "*bf16", "weight": "*bf16",
                      "out": "*bf16", "scale": "*fp32", "T": "i32", "H": "i32", "eps": "fp32", "status": "*i32",
-                     "trace": "*i64", "ws": "*bf16", "epochs": "*i32", "inbox": "*bf16",
+                     "trace": "*i64", "ws": "*bf16", "epochs": "*i32", "inbox": "*bf16", "half": "i32",
                      "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
                      "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
                      "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",

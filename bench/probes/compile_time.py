@@ -85,7 +85,7 @@ def kernels() -> dict[str, Kernel]:
     base = dict(WHOLE=False, FP8=False, PDL=True, PRELOAD=True, TRACE=False, ROWS=1, PUSH=False, SPLIT=False,
                 PARTS=1, LAMPORT=False, TWO_SHOT=False)
     aligned = {"ctx", "x", "residual", "residual_out", "weight", "out", "scale", "T", "H", "status", "trace", "ws",
-               "epochs", "inbox", "W"}
+               "epochs", "inbox", "half", "W"}
     for name, (mode, warps, changes) in RMSNORM_MODES.items():
         signature = {k: v for k, v in {**RMSNORM_SIGNATURE, **changes}.items() if v != "constexpr"}
         constexprs = {**base, **mode, "WORLD": 4}

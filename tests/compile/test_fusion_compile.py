@@ -162,7 +162,7 @@ from ironlink.ops.collectives import _all_reduce_lamport_kernel  # noqa: E402
 for world, op in ((2, "SUM"), (2, "AVG"), (4, "MAX"), (4, "PROD"), (4, "SUM"), (8, "AVG")):
     KERNELS[f"all_reduce_lamport_w{world}_{op.lower()}"] = (
         _all_reduce_lamport_kernel.fn,
-        {"ctx": "i64", "buf": "*bf16", "n": "i32", "status": "*i32", "inbox": "*bf16", "epochs": "*i32",
+        {"ctx": "i64", "buf": "*bf16", "n": "i32", "status": "*i32", "inbox": "*bf16", "half": "i32", "epochs": "*i32",
          "WORLD": "constexpr", "OP": "constexpr", "BLOCK": "constexpr", "PDL": "constexpr"},
         {"WORLD": world, "OP": _abi.REDUCE_OP[op], "BLOCK": tuning.ALL_REDUCE_LAMPORT_CTA_BYTES // 2, "PDL": False,
          "num_warps": tuning.ALL_REDUCE_LAMPORT_WARPS})
@@ -204,13 +204,13 @@ _MATMUL_SIG = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "M": "i
                "trace": "*i64", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
                "GROUP_M": "constexpr", "COMMUNICATE": "constexpr", "TRACE": "constexpr"}
 _PUSH_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "ws": "*bf16",
-             "peer_slots": "*bf16", "epochs": "*i32",
+             "peer_slots": "*bf16", "epochs": "*i32", "half": "i32",
              **{k: v for k, v in _MATMUL_SIG.items() if k not in ("ctx", "a", "b", "out")},
              "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr",
              "PUSH_ROWS": "constexpr", "REDUCE_ROWS": "constexpr", "STAGGER": "constexpr", "TMA_PUSH": "constexpr",
              "TAIL_INTERLEAVED": "constexpr"}
 _OWNER_SIG = {**{k: v for k, v in _PUSH_SIG.items() if k in ("ctx", "a", "b", "out", "ws", "peer_slots")},
-              "peer_out": "*bf16", "epochs": "*i32",
+              "peer_out": "*bf16", "epochs": "*i32", "half": "i32",
               **{k: v for k, v in _MATMUL_SIG.items() if k in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk",
                                                             "stride_bn")},
               "signal_k": "i32",
@@ -219,7 +219,7 @@ _OWNER_SIG = {**{k: v for k, v in _PUSH_SIG.items() if k in ("ctx", "a", "b", "o
               "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr", "TMA_PUSH": "constexpr",
               "FLAT": "constexpr"}
 _LAMPORT_SIG = {**{k: v for k, v in _MATMUL_SIG.items() if k in ("ctx", "a", "b", "out")}, "inbox": "*bf16",
-                "epochs": "*i32", **{k: v for k, v in _MATMUL_SIG.items()
+                "epochs": "*i32", "half": "i32", **{k: v for k, v in _MATMUL_SIG.items()
                                      if k in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
                                               "status", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "COMMUNICATE")},
                 "TMA": "constexpr", "B_ROW_MAJOR": "constexpr", "WORLD": "constexpr", "PDL": "constexpr"}
@@ -284,7 +284,8 @@ _STRIDES = {"stride_bk": "i32", "stride_bn": "i32", "status": "*i32", "BLOCK_M":
 for m in (128, 16384):
     c = tuning.matmul_config(m, 8192, 2048, 4)
     rs_sig = {"ctx": "i64", "a": "*bf16", "b": "*bf16", "out": "*bf16", "ws": "*bf16", "peer_slots": "*bf16",
-              "epochs": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32",
+              "epochs": "*i32", "half": "i32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32",
+              "stride_ak": "i32",
               **_STRIDES, "GROUP_M": "constexpr", "WORLD": "constexpr", "TMA": "constexpr",
               "B_ROW_MAJOR": "constexpr", "TMA_PUSH": "constexpr", "SIGNAL_EVERY": "constexpr",
               "COMMUNICATE": "constexpr"}
@@ -389,7 +390,7 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
 
 _UNIT_STRIDES = ("stride_ak", "stride_sk", "stride_bn")
 # Sizes Triton specializes as multiples of 16 where they are (every launch these cases stand for).
-_ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "W", "stride_am", "stride_bk", "stride_sm")
+_ALIGNED_SIZES = ("M", "N", "K", "ROWS", "H", "W", "half", "stride_am", "stride_bk", "stride_sm")
 
 
 def prepared(name: str) -> tuple[Any, dict[str, str], dict[str, Any], dict[Any, Any], dict[str, int]]:

@@ -85,8 +85,8 @@ KERNELS: dict[str, tuple[Any, dict[str, str], dict[str, Any], int]] = {
                                                "status": "*i32", "PDL": "constexpr"}, {}, 8),
     "all_reduce lamport": (ops._all_reduce_lamport_kernel.fn,
                            {"ctx": "i64", "buf": "*bf16", "n": "i32", "status": "*i32", "inbox": "*bf16",
-                            "epochs": "*i32", "WORLD": "constexpr", "OP": "constexpr", "BLOCK": "constexpr",
-                            "PDL": "constexpr"},
+                            "half": "i32", "epochs": "*i32", "WORLD": "constexpr", "OP": "constexpr",
+                            "BLOCK": "constexpr", "PDL": "constexpr"},
                            {"WORLD": 2, "OP": 0, "BLOCK": 1024}, 4),
 }
 # A PTX instruction that reads or writes memory other than the kernel's parameters and the context.

@@ -46,7 +46,7 @@ from ..runtime.registry import heap_for, in_heap
 from ..runtime.staging import copy_back, needs_staging, on_heap, staging_name
 from ..runtime.tensor_spec import TensorSpec, check_tensor
 from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
-                                  workspaces_heap_bytes)
+                                  slot_half, workspaces_heap_bytes)
 from .all_reduce_rmsnorm_exchanges import SPLIT_WORDS
 from .all_reduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel, allreduce_rmsnorm_kernel
 
@@ -262,10 +262,10 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
             heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
             WHOLE=p.mode == "whole", BLOCK_H=p.block_h, FP8=p.fp8, num_warps=p.warps)
         return
-    ws, epochs, inbox = workspaces(heap, p, x, status)
+    ws, epochs, inbox, half = workspaces(heap, p, x, status)
     allreduce_rmsnorm_kernel[(p.ctas,)](
         heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,
-        trace if trace is not None else status, ws, epochs, inbox, WHOLE=p.mode == "whole", BLOCK_H=p.block_h,
+        trace if trace is not None else status, ws, epochs, inbox, half, WHOLE=p.mode == "whole", BLOCK_H=p.block_h,
         FP8=p.fp8, PRELOAD=p.preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
         LAMPORT=p.lamport, TWO_SHOT=p.mode == "two_shot", WORLD=heap.world_size, SPLIT=p.mode == "split",
         PARTS=p.parts, W=p.slice_cols,
@@ -291,13 +291,14 @@ def workspace_requests(p: Plan, itemsize: int) -> dict[str, int]:
     return need
 
 
-def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
-    """The kernel's `ws`, `epochs` and `inbox` for plan `p`, kept in the heap between calls
+def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any, int]:
+    """The kernel's `ws`, `epochs`, `inbox` and `half` for plan `p`, kept in the heap between calls
     (`heap.workspace`, of the sizes `workspace_requests` gives; x or `status` where the mode reads
     none): `ws` mode "push"'s slots (x's dtype) or the slices' words of "split" and of "two_shot"
     over slices (int64 [SPLIT_WORDS], zeroed when made); `epochs` the per-CTA launch counters of the
     one-node modes (int32 [MAX_CTAS], zeroed when made: equal on every rank); `inbox` the lamport
-    slots (x's dtype, every element -0.0 when made: "empty")."""
+    slots (x's dtype, every element -0.0 when made: "empty"); `half` the elements of one half of
+    the mode's slots (push's `ws`, the lamport modes' `inbox`; 0 where it has none, `slot_half`)."""
     import torch
 
     need = workspace_requests(p, x.element_size())
@@ -310,7 +311,8 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any]:
         ws = heap.workspace(_NAME, need[_NAME]).view(x.dtype)
     if p.lamport:
         inbox = lamport_workspace(heap, _NAME, p.workspace_bytes, x.dtype)
-    return ws, epochs, inbox
+    half = slot_half(inbox) if p.lamport else slot_half(ws) if p.mode == "push" else 0
+    return ws, epochs, inbox, half
 
 
 def heap_bytes(tokens: int, hidden: int, world: int, dtype: str = "bfloat16", fp8: bool = False,

@@ -75,15 +75,16 @@ _TILE_ALL_REDUCE = tl.constexpr(list(_abi.FUNCTIONS).index("symm_tile_all_reduce
 
 
 @triton.jit
-def _rows_prologue(slots_ws, epochs, weight, residual, r0, r1, T, H, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
-                   WORLD: tl.constexpr):
-    """What "push" and "lamport" set up for a CTA's rows r0..r1 over the slots of `slots_ws`:
+def _rows_prologue(slots_ws, half, epochs, weight, residual, r0, r1, T, H, BLOCK_H: tl.constexpr,
+                   ROWS: tl.constexpr, WORLD: tl.constexpr):
+    """What "push" and "lamport" set up for a CTA's rows r0..r1 over the slots of `slots_ws` (halves
+    of `half` elements):
     (this launch's count, this launch's slots, columns, their mask, the weight, elements a slot,
     chunks of ROWS rows, the first row's residual). With one row at a time (decode: a row a
     CTA) that residual is loaded before any store, as rows mode does ("PRELOAD"), so its latency
     hides behind the exchange; two rows kept live through the loop spill on sm_90 (with more rows
     at a time it is not loaded)."""
-    epoch, _, slots = launch_slots(slots_ws, epochs, T, H, WORLD)
+    epoch, _, slots = launch_slots(slots_ws, epochs, half)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
     w = tl.load(weight + cols, mask=m, other=0.0)
@@ -115,7 +116,7 @@ def _chunk_residual(residual, first, at, mk, is_first, ROWS: tl.constexpr):
 
 
 @triton.jit
-def push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps, rank,
+def push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, half, epochs, r0, r1, T, H, eps, rank,
                     BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"push": this CTA's rows r0..r1 in chunks of ROWS rows, pipelined: chunk c is stored into
     this rank's slot at every peer, then chunk c - 1 is waited for, summed over the ranks in rank
@@ -127,8 +128,8 @@ def push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoch
     status: after a failed signal or wait the CTA stops (its rows not yet summed keep this rank's
     x)."""
     pid = tl.program_id(0)
-    epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(ws, epochs, weight, residual, r0, r1, T, H, BLOCK_H,
-                                                                   ROWS, WORLD)
+    epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(ws, half, epochs, weight, residual, r0, r1, T, H,
+                                                                   BLOCK_H, ROWS, WORLD)
     s = tl.zeros((), dtype=tl.int32)
     for c in range(0, chunks + 1):
         if (c < chunks) & (s == 0):
@@ -150,18 +151,20 @@ def push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epoch
 
 
 @triton.jit
-def lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps, rank, dists,
-                  BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
+def lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, half, epochs, r0, r1, T, H, eps, rank,
+                 dists, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr):
     """"lamport": this CTA's rows r0..r1 are stored into this rank's slot at every peer (as push
     lays them out, in `inbox`), every chunk of ROWS rows at once, then chunk by chunk the peers'
     rows are polled in this rank's slots until no element is empty (`wait_written`), summed over
     the ranks in rank order (fp32, into x), the slots set back to empty, and the rows normalized.
-    No signal and no fence: the rows are read as they land. Between calls every slot of the
-    workspace is empty (its creator fills it; each call empties what it read), so the layout may
-    change with T. Returns the status: after a failed wait the CTA stops (its rows not yet summed
-    keep this rank's x, and the slots are no longer all empty: heap.check() raises)."""
-    epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(inbox, epochs, weight, residual, r0, r1, T, H,
-                                                                   BLOCK_H, ROWS, WORLD)
+    No signal and no fence: the rows are read as they land. Between calls every slot of the workspace is
+    empty (its creator fills it; each call empties what it read), so the layout may change with T: a
+    launch lays its rows out from the start of its half, and the halves stay apart whatever T (`half`),
+    since a slower peer may still read the other half. Returns the status: after a failed wait the CTA
+    stops (its rows not yet summed keep this rank's x, and the slots are no longer all empty:
+    heap.check() raises)."""
+    epoch, slots, cols, m, w, slot, chunks, first = _rows_prologue(inbox, half, epochs, weight, residual, r0, r1, T,
+                                                                   H, BLOCK_H, ROWS, WORLD)
     for c in range(0, chunks):
         _, _, mk, at = _chunk(r0, r1, c, H, cols, m, ROWS)
         lamport_send(x, slots, slot, at, mk, rank, dists, WORLD)
@@ -201,7 +204,7 @@ def _split_sums(ctx, words, flag, sumsq, peak, PARTS: tl.constexpr, FP8: tl.cons
 
 
 @triton.jit
-def split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, words, epochs, inbox, W, trace, rank,
+def split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, words, epochs, inbox, half, W, trace, rank,
                dists, BLOCK: tl.constexpr, PARTS: tl.constexpr, FP8: tl.constexpr, TRACE: tl.constexpr,
                LAMPORT: tl.constexpr, WORLD: tl.constexpr):
     """"split": CTA pid all-reduces and normalizes slice pid % PARTS (W columns) of row pid // PARTS:
@@ -219,7 +222,7 @@ def split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wor
     res = tl.load(residual + at, mask=m, other=0.0)
     flag = tl.load(epochs + pid) + 1
     if LAMPORT:
-        _, _, slots = launch_slots(inbox, epochs, T, H, WORLD)
+        _, _, slots = launch_slots(inbox, epochs, half)
         slot = tl.cast(T, tl.int64) * H
         lamport_send(x, slots, slot, at, m, rank, dists, WORLD)
         total, s = lamport_reduce(ctx, x, slots, slot, at, m, rank, WORLD)
@@ -247,12 +250,12 @@ def split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, wor
 
 
 @triton.jit
-def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inbox, epochs, T, H, C, eps, rank, dists,
-                  trace, BLOCK_C: tl.constexpr, PARTS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr,
+def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inbox, half, epochs, T, H, C, eps, rank,
+                  dists, trace, BLOCK_C: tl.constexpr, PARTS: tl.constexpr, WORLD: tl.constexpr, FP8: tl.constexpr,
                   TRACE: tl.constexpr):
     """"two_shot" (module docs): this CTA's units pid, pid + grid, ..., unit u the slice u % PARTS
     of row u // PARTS (WORLD chunks of C columns; BLOCK_C a power of two >= C), rank j owning chunk
-    j of every slice. Slots of this launch's half of `inbox`: for each peer a slot of T x PARTS
+    j of every slice. Slots of this launch's half of `inbox` (`half` elements): for each peer a slot of T x PARTS
     chunks (what it sends for this rank's chunk of each unit: the reduce-scatter), then one of T
     whole rows (the owners' summed chunks: the all-gather, one sender per chunk). With PARTS > 1
     (a unit a CTA, every CTA resident) the slices of a row share their sums of squares through
@@ -260,11 +263,10 @@ def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inb
     unit's stays: with a unit a CTA the exchange and the norm apart). Returns the status: after a
     failed wait the CTA stops (heap.check() raises)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    epoch = tl.load(epochs + pid)
     units = T * PARTS
     scattered = tl.cast(units, tl.int64) * C  # elements of a reduce-scatter slot
-    half = inbox + (epoch % 2).to(tl.int64) * ((WORLD - 1) * scattered + tl.cast(T, tl.int64) * H)
-    gathered = half + (WORLD - 1) * scattered
+    epoch, _, slots = launch_slots(inbox, epochs, half)
+    gathered = slots + (WORLD - 1) * scattered
     c = tl.arange(0, BLOCK_C)
     # 1. Reduce-scatter: each unit's chunk that peer k owns, to this rank's slot there (no wait).
     for u in range(pid, units, grid):
@@ -274,7 +276,7 @@ def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inb
             lo = (u % PARTS) * WORLD * C + dest * C  # the chunk's first column
             mk = c < tl.minimum(C, H - lo)
             v = unempty(tl.load(x + row + lo + c, mask=mk))
-            there = at_peer(half, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * scattered
+            there = at_peer(slots, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * scattered
             tl.store(there + tl.cast(u, tl.int64) * C + c, v, mask=mk)
     # 2. This rank's chunk of each unit: summed as the peers' land (fixed order, fp32, rounded to
     # x's dtype), stored into x and sent to every peer's gathered row.
@@ -284,7 +286,7 @@ def two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, words, inb
             lo = (u % PARTS) * WORLD * C + rank * C
             mine = c < tl.minimum(C, H - lo)
             at = tl.cast(u // PARTS, tl.int64) * H + lo + c
-            total, s = lamport_reduce_values(ctx, tl.load(x + at, mask=mine, other=0.0), half, scattered,
+            total, s = lamport_reduce_values(ctx, tl.load(x + at, mask=mine, other=0.0), slots, scattered,
                                              tl.cast(u, tl.int64) * C + c, mine, rank, WORLD)
             if s == 0:
                 summed = unempty(total.to(x.dtype.element_ty))  # as the peers will get it

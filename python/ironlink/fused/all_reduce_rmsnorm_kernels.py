@@ -18,7 +18,7 @@ from .trace import stamp
 
 @jit(do_not_specialize=["ctx", "T", "eps"])
 def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, status, trace, ws, epochs,
-                             inbox,
+                             inbox, half,
                              WHOLE: tl.constexpr, BLOCK_H: tl.constexpr, FP8: tl.constexpr = False,
                              PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
                              ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2,
@@ -35,7 +35,9 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     words (SPLIT_WORDS int64, zeroed at creation), `epochs` as for PUSH. LAMPORT: mode "lamport"
     (module docs), `ws` and `epochs` as for PUSH, every slot empty (-0.0) between calls. TWO_SHOT
     (with LAMPORT): mode "two_shot" (module docs), `inbox` its slots, chunks of W columns, BLOCK_H a
-    power of two >= W, PARTS slices a row (more than one: `ws` the slices' words, as for SPLIT). PRELOAD (rows, push): the
+    power of two >= W, PARTS slices a row (more than one: `ws` the slices' words, as for SPLIT).
+    `half`: the elements of one half of the mode's slots (push's `ws`, the others' `inbox`), which
+    alternate launches use in turn (`language.slots.launch_slots`). PRELOAD (rows, push): the
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
@@ -60,21 +62,21 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     r0 = pid * per
     r1 = tl.minimum(T, r0 + per)
     if SPLIT:
-        s = split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, ws, epochs, inbox, W, trace,
-                       rank, dists, BLOCK_H, PARTS, FP8, TRACE, LAMPORT, WORLD)
+        s = split_row(ctx, x, residual, residual_out, weight, out, scale, T, H, eps, ws, epochs, inbox, half, W,
+                       trace, rank, dists, BLOCK_H, PARTS, FP8, TRACE, LAMPORT, WORLD)
     elif WHOLE:
         s = ilt.all_reduce(ctx, x, T * H)
         stamp(trace, 2, TRACE)
         s = norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scale, T, H, eps, BLOCK_H, FP8)
     elif TWO_SHOT:
-        s = two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, ws, inbox, epochs, T, H, W, eps, rank,
-                           dists, trace, BLOCK_H, PARTS, WORLD, FP8, TRACE)  # stamps slot 2 itself
+        s = two_shot_rows(ctx, x, residual, residual_out, weight, out, scale, ws, inbox, half, epochs, T, H, W, eps,
+                           rank, dists, trace, BLOCK_H, PARTS, WORLD, FP8, TRACE)  # stamps slot 2 itself
     elif LAMPORT:
-        s = lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, epochs, r0, r1, T, H, eps,
+        s = lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, half, epochs, r0, r1, T, H, eps,
                           rank, dists, BLOCK_H, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     elif PUSH:
-        s = push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, epochs, r0, r1, T, H, eps,
+        s = push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, half, epochs, r0, r1, T, H, eps,
                             rank, BLOCK_H, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     else:

@@ -27,7 +27,9 @@ every grid-th tile from c):
   two-shot tile loop is flattened with its K loop (`tuning.MATMUL_FLAT`). The workspace lives in
   the heap (`heap.workspace`): 2 x (world - 1) slots of [M, N]; alternate
   launches use alternate halves (a per-CTA launch counter), so a fast rank never overwrites
-  partials a slow peer has not summed yet.
+  partials a slow peer has not summed yet. A half is half the workspace whatever M and N
+  (`workspaces.slot_half`): placed by the call's shape, a launch of another shape could store
+  into the half a slow peer still read.
 - "lamport" (small outputs, `tuning.matmul_method`): each tile's partial goes from registers into
   its slot at every peer as data that is its own flag (lamport slots, `ironlink.language.slots`) and the CTA
   polls its own slots for the peers' partials of the tile, sums them in rank order and stores the
@@ -65,7 +67,7 @@ from ..runtime.launch import launch_with_status
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
-                                  workspaces_heap_bytes)
+                                  slot_half, slot_halves, workspaces_heap_bytes)
 from ..runtime.registry import heap_for, in_heap
 from ..runtime.staging import copy_back, empty_for, needs_staging, on_heap, staging_name
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
@@ -214,10 +216,10 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
         pdl = choose_pdl(None, torch.cuda.get_device_capability(out.device)[0], "matmul_all_reduce")
         inbox = lamport_workspace(heap, "matmul_all_reduce", p.workspace_bytes, out.dtype)
         matmul_allreduce_lamport_kernel[(p.ctas,)](
-            heap.ctx, a_arg, b_arg, out, inbox, epoch_counters(heap, "matmul_all_reduce"), p.m, p.n, p.k, *strides,
-            status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, TMA=a_arg is not a,
-            B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, COMMUNICATE=communicate, num_warps=c.warps,
-            num_stages=c.stages, **pdl_launch_options(pdl))
+            heap.ctx, a_arg, b_arg, out, inbox, epoch_counters(heap, "matmul_all_reduce"), slot_half(inbox), p.m, p.n,
+            p.k, *strides, status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m,
+            TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, COMMUNICATE=communicate,
+            num_warps=c.warps, num_stages=c.stages, **pdl_launch_options(pdl))
         return
     pace = pacing or tuning.push_pacing(torch.cuda.get_device_capability(out.device)[0])
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
@@ -226,12 +228,12 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     # TMA pushes need one peer (a descriptor per destination) and 16-byte aligned rows.
     tma = tma_gemm and heap.world_size == 2 and pace.tma_push and (p.n * out.element_size()) % 16 == 0
     common = dict(TMA=tma_gemm, B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, TMA_PUSH=tma, **meta)
-    slots = ws[:2 * p.m * p.n].view(2, p.m, p.n) if tma else ws  # [parity, M, N] at world 2
+    slots = slot_halves(ws, p.m, p.n) if tma else ws  # [parity, M, N] at world 2
     if p.one_shot:
         push_rows = max(1, min(c.block_m, 8192 // c.block_n))
         peer_slots = peer_descriptor(heap, slots, [1, push_rows, c.block_n]) if tma else ws  # unused unless TMA
         matmul_allreduce_push_kernel[(p.ctas,)](
-            heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, *strides, status, stamps,
+            heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, slot_half(ws), p.m, p.n, p.k, *strides, status, stamps,
             PUSH_ROWS=push_rows, REDUCE_ROWS=max(1, min(c.block_m, 16384 // c.block_n)),
             STAGGER=pace.stagger, TAIL_INTERLEAVED=pace.tail_interleaved, **common)
         return
@@ -243,8 +245,8 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     signal_k = min(k_tiles, round(pace.signal_at * k_tiles)) * c.block_k
     every = pace.signal_every
     matmul_allreduce_owner_kernel[(p.ctas,)](
-        heap.ctx, a_arg, b_arg, out, ws, peer_slots, peer_out, epochs, p.m, p.n, p.k, *strides, signal_k, status,
-        stamps, FLAT=flat, SIGNAL_EVERY=every if flat and heap.world_size == 2 else 1, **common)
+        heap.ctx, a_arg, b_arg, out, ws, peer_slots, peer_out, epochs, slot_half(ws), p.m, p.n, p.k, *strides, signal_k,
+        status, stamps, FLAT=flat, SIGNAL_EVERY=every if flat and heap.world_size == 2 else 1, **common)
 
 
 __all__ = ["METHODS", "Plan", "heap_bytes", "launch", "matmul_all_reduce", "plan", "workspace_requests"]

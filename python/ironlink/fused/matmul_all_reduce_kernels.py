@@ -70,24 +70,25 @@ def matmul_allreduce_hierarchical_kernel(ctx, a, b, out, M, N, K, stride_am, str
 
 
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_lamport_kernel(ctx, a, b, out, inbox, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+def matmul_allreduce_lamport_kernel(ctx, a, b, out, inbox, epochs, half, M, N, K, stride_am, stride_ak, stride_bk,
                                     stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                                     B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, COMMUNICATE: tl.constexpr = True,
                                     PDL: tl.constexpr = False):
     """Method "lamport": out [M, N] (heap, contiguous) = all-reduce of a @ b, each rank's partial
     rounded to out's dtype before the fp32 sum in rank order (as "push" sums: the same bits).
-    inbox: lamport slots (heap, `lamport_workspace`), 2 x (world - 1) x [M, N], the half by the
-    CTA's launch parity; epochs: the op's per-CTA launch counters. After a failed wait the CTA
-    sends no more tiles (its peers time out too) and the status says TIMEOUT. With PDL the rank and
-    the peers' addresses are read before the wait for the previous kernel (`ironlink.language.pdl`).
+    inbox: lamport slots (heap, `lamport_workspace`), 2 x (world - 1) x [M, N] at least, the half
+    (`half` elements, `launch_slots`) by the launch parity; epochs: the op's per-CTA launch
+    counters. After a failed wait the CTA sends no more tiles (its peers time out too) and the
+    status says TIMEOUT. With PDL the rank and the peers' addresses are read before the wait for the
+    previous kernel (`ironlink.language.pdl`).
     COMMUNICATE=False stores each partial into out: the GEMM alone (the benchmark's reference)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     dists = peer_distances(ctx, inbox, rank, WORLD)
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
-    epoch, _, slots = launch_slots(inbox, epochs, M, N, WORLD)
+    epoch, _, slots = launch_slots(inbox, epochs, half)
     slot = tl.cast(M, tl.int64) * N
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     worst = pid * 0

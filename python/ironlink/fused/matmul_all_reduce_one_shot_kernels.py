@@ -99,7 +99,7 @@ def push_while_reducing(ctx, out, slots, peer_slots, parity, m0, n0, t, worst, M
 
 
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, half, M, N, K, stride_am, stride_ak, stride_bk,
                                  stride_bn, status, trace, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                                  B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr, PUSH_ROWS: tl.constexpr,
@@ -107,9 +107,9 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
                                  TAIL_INTERLEAVED: tl.constexpr = False, COMMUNICATE: tl.constexpr = True,
                                  TRACE: tl.constexpr = False):
     """Method "push", one-shot (see the module docs). out [M, N] (heap, contiguous) = all-reduce
-    of a @ b. ws: the partials' slots (heap, this op's workspace): 2 x (world - 1) x [M, N], the
-    half by the CTA's launch parity. epochs: one int32 per CTA (MAX_CTAS), the launches so far
-    (a workspace zeroed at creation: equal on every rank).
+    of a @ b. ws: the partials' slots (heap, this op's workspace): 2 x (world - 1) x [M, N] at least,
+    the half (`half` elements, `launch_slots`) by the launch parity. epochs: one int32 per CTA
+    (MAX_CTAS), the launches so far (a workspace zeroed at creation: equal on every rank).
 
     Per tile t, a CTA: runs the first part of t's K loop; pushes the partial of its previous tile
     (staged in `out`) to every peer; runs the rest of the K loop; signals the previous tile's
@@ -129,7 +129,7 @@ def matmul_allreduce_push_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
-    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
+    epoch, parity, slots = launch_slots(ws, epochs, half)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     split = ((pid % STAGGER) * tl.cdiv(K, BLOCK_K) // STAGGER) * BLOCK_K
     worst = pid * 0

@@ -124,16 +124,17 @@ def finish_piece(ctx, out, slots, peer_slots, peer_out, parity, value, m0, n0, M
 
 
 @jit(do_not_specialize=["ctx"])
-def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epochs, M, N, K, stride_am, stride_ak,
+def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epochs, half, M, N, K, stride_am, stride_ak,
                                   stride_bk, stride_bn, signal_k, status, trace, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                                   TMA: tl.constexpr, B_ROW_MAJOR: tl.constexpr, WORLD: tl.constexpr,
                                   TMA_PUSH: tl.constexpr, FLAT: tl.constexpr = False, SIGNAL_EVERY: tl.constexpr = 1,
                                   COMMUNICATE: tl.constexpr = True, TRACE: tl.constexpr = False):
     """Method "push", two-shot by slices (see the module docs). out [M, N] (heap, contiguous) =
-    all-reduce of a @ b. ws: the partials' slots (heap): 2 x (world - 1) x [M, N], the half by
-    the launch parity (`epochs`, as the one-shot kernel). TMA_PUSH (world 2): `peer_slots` and
-    `peer_out` are TMA descriptors of the peer's slots [2, M, N] and of its out [1, M, N]
+    all-reduce of a @ b. ws: the partials' slots (heap): 2 x (world - 1) x [M, N] at least, the
+    half (`half` elements, `launch_slots`) by the launch parity (`epochs`, as the one-shot kernel).
+    TMA_PUSH (world 2): `peer_slots` and `peer_out` are TMA descriptors of the peer's slots [2, M,
+    N] (its halves `half` apart) and of its out [1, M, N]
     (`push_tile`; blocks [1, BLOCK_M, BLOCK_N], or half as wide with FLAT); else unused.
 
     Rank r walks the tiles from slice r + 1 on, its own slice last. A tile it does not own goes,
@@ -158,7 +159,7 @@ def matmul_allreduce_owner_kernel(ctx, a, b, out, ws, peer_slots, peer_out, epoc
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     rank = il.symm_rank(ctx)
-    epoch, parity, slots = launch_slots(ws, epochs, M, N, WORLD)
+    epoch, parity, slots = launch_slots(ws, epochs, half)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
     first = slice_start((rank + 1) % WORLD, tiles, WORLD)

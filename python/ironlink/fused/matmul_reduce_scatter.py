@@ -50,7 +50,8 @@ from ..runtime.distributed import sm_share
 from ..runtime.launch import launch_with_status
 from ..runtime.tensor_spec import TensorSpec
 from ..runtime.registry import heap_for
-from ..runtime.workspaces import EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, workspaces_heap_bytes
+from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, slot_half, slot_halves,
+                                  workspaces_heap_bytes)
 from . import copy_engine, cublas_methods
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 from .matmul_reduce_scatter_kernels import (matmul_reducescatter_copy_engine_kernel,
@@ -277,9 +278,9 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
     peer_slots = ws
     if tma_push:
         block = [1, c.block_m, c.block_n // 2]
-        peer_slots = peer_descriptor(heap, ws[:2 * rows * p.n].view(2, rows, p.n), block)
+        peer_slots = peer_descriptor(heap, slot_halves(ws, rows, p.n), block)
     matmul_reducescatter_kernel[(p.ctas,)](
-        heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, p.m, p.n, p.k, a.stride(0),
+        heap.ctx, a_arg, b_arg, out, ws, peer_slots, epochs, slot_half(ws), p.m, p.n, p.k, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), status, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
         GROUP_M=c.group_m, WORLD=world, TMA=layout.tma, B_ROW_MAJOR=layout.b_row_major, TMA_PUSH=tma_push,
         SIGNAL_EVERY=signal_every if world == 2 else 1, COMMUNICATE=communicate, num_warps=c.warps,

@@ -52,7 +52,7 @@ def signal_partial(ctx, t, dest, rank):
 
 
 @jit(do_not_specialize=["ctx"])
-def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K, stride_am, stride_ak, stride_bk,
+def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, half, M, N, K, stride_am, stride_ak, stride_bk,
                                 stride_bn, status, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WORLD: tl.constexpr,
                                 TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = False,
@@ -60,8 +60,9 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
                                 COMMUNICATE: tl.constexpr = True):
     """out [M / WORLD, N] (contiguous) = this rank's rows of the reduce-scatter of a @ b (see the
     module docs): matmul_all_reduce's two-shot by slices with the slices the destinations' row
-    blocks and no sums sent back. ws: the partials' slots (heap), 2 x (WORLD - 1) x [M / WORLD, N],
-    the half by the launch parity (`epochs`: one int32 per possible CTA, zeroed at creation).
+    blocks and no sums sent back. ws: the partials' slots (heap), 2 x (WORLD - 1) x [M / WORLD, N]
+    at least, the half (`half` elements, `launch_slots`) by the launch parity (`epochs`: one int32
+    per possible CTA, zeroed at creation).
     TMA (Hopper): a and b are TMA descriptors (`gemm_operands.operand_descriptors`; a tile past its block's
     rows reads the next block's, which its slot and the sum leave out). TMA_PUSH (world 2):
     `peer_slots` is a TMA descriptor of the peer's slots [2, M / WORLD, N] (blocks [1, BLOCK_M,
@@ -73,7 +74,7 @@ def matmul_reducescatter_kernel(ctx, a, b, out, ws, peer_slots, epochs, M, N, K,
     pid, grid = tl.program_id(0), tl.num_programs(0)
     rank = il.symm_rank(ctx)
     rows = M // WORLD
-    epoch, parity, slots = launch_slots(ws, epochs, rows, N, WORLD)
+    epoch, parity, slots = launch_slots(ws, epochs, half)
     tiles_m, tiles_n = tl.cdiv(rows, BLOCK_M), tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n  # per destination block
     total = WORLD * tiles

@@ -71,12 +71,16 @@ def add_in_rank_order(total, own, slots, slot_elems, offs, mask, rank, WORLD: tl
 
 
 @triton.jit
-def launch_slots(ws, epochs, M, N, WORLD: tl.constexpr):
-    """(this CTA's launch count, its parity, the partials' slots of this parity): the push kernels
-    use alternate halves of `ws` [2, world - 1, M, N] in alternate launches."""
+def launch_slots(ws, epochs, half):
+    """(this CTA's launch count, its parity, the half of `ws` of this parity): slot kernels use
+    alternate halves of their workspace in alternate launches, each half `half` elements, half
+    the workspace whatever this call's shape (`runtime.workspaces.slot_half`). A rank in launch m
+    knows its peers are past launch m - 2, not m - 1: a half placed by the call's shape ((world -
+    1) x M x N) let launch m of another shape store into the part of the other half that a slower
+    peer still read for launch m - 1."""
     epoch = tl.load(epochs + tl.program_id(0))
     parity = epoch % 2
-    return epoch, parity, ws + parity.to(tl.int64) * (WORLD - 1) * M * N
+    return epoch, parity, ws + parity.to(tl.int64) * half
 
 
 @triton.jit

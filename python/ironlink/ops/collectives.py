@@ -38,7 +38,7 @@ from .operators import torch_operators
 from ..language.slots import advance_epochs, lamport_reduce, lamport_send, launch_slots, peer_distances
 from ..runtime.pdl import choose_pdl, pdl_launch_options
 from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_name, lamport_name, lamport_workspace,
-                                  lamport_workspace_name, workspaces_heap_bytes)
+                                  lamport_workspace_name, slot_half, workspaces_heap_bytes)
 
 __all__ = ["Plan", "all_reduce", "all_gather", "reduce_scatter"]
 
@@ -100,18 +100,19 @@ def _all_reduce_kernel(ctx, buf, n, op, status, PDL: tl.constexpr = False):
 
 
 @jit(do_not_specialize=["ctx"])  # n specialized: divisible by 16, its 16-byte units load and store whole
-def _all_reduce_lamport_kernel(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, OP: tl.constexpr,
+def _all_reduce_lamport_kernel(ctx, buf, n, status, inbox, half, epochs, WORLD: tl.constexpr, OP: tl.constexpr,
                                BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """The small all-reduce through lamport slots (`language.slots`): CTA pid sends elements
     pid * BLOCK.. of `buf` into its slot at every peer, reads the peers' as they land, and stores
     the reduction (rank order, fp32) back into `buf`. No signal, no barrier, no fence: each CTA
-    waits only for the same elements of every peer. The rank and the peers' addresses come from
+    waits only for the same elements of every peer; `half`: the elements of one half of `inbox`
+    (`launch_slots`). The rank and the peers' addresses come from
     the context, which no kernel writes: read before the wait for the previous kernel."""
     rank = il.symm_rank(ctx)
     dists = peer_distances(ctx, inbox, rank, WORLD)
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
-    epoch, _, slots = launch_slots(inbox, epochs, n, 1, WORLD)
+    epoch, _, slots = launch_slots(inbox, epochs, half)
     at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = at < n
     slot = tl.cast(n, tl.int64)
@@ -201,7 +202,7 @@ def _all_reduce_lamport(heap: Any, t: Any, plan: Plan, code: int, check: bool, p
     inbox, epochs = lamport_workspace(heap, "all_reduce", nbytes, t.dtype), epoch_counters(heap, "all_reduce")
     options = pdl_launch_options(pdl)
     launch_with_status("all_reduce", heap, ctas, lambda status: _all_reduce_lamport_kernel[(ctas,)](
-        heap.ctx, t, plan.n, status, inbox, epochs, WORLD=heap.world_size, OP=code, BLOCK=block,
+        heap.ctx, t, plan.n, status, inbox, slot_half(inbox), epochs, WORLD=heap.world_size, OP=code, BLOCK=block,
         num_warps=config.lamport_warps, **options), check,
         function="the wait for the peers' elements (symm_tile_wait)")
     return True

@@ -41,6 +41,22 @@ def kept_workspace(kept: dict[str, list[Any]], name: str, nbytes: int, make: Cal
     return made[-1]
 
 
+def slot_half(ws: Any) -> int:
+    """The elements of one half of the slot workspace `ws` (as the kernel indexes it: `ws`'s
+    dtype), which alternate launches use in turn (`language.slots.launch_slots`): half of `ws`,
+    the same for every call that uses it whatever its shape, so that consecutive launches of
+    different shapes use disjoint memory. `ws` holds at least two halves of any call given it
+    (`kept_workspace` returns the largest made)."""
+    return int(ws.numel()) // 2
+
+
+def slot_halves(ws: Any, rows: int, cols: int) -> Any:
+    """[2, rows, cols] of the slot workspace `ws` at world 2 (one slot a half): half p at `ws`'s
+    element p x `slot_half(ws)`, as the kernel's `launch_slots` places it (a TMA descriptor's view)."""
+    half = slot_half(ws)
+    return ws[:2 * half].view(2, half)[:, :rows * cols].unflatten(1, (rows, cols))
+
+
 def workspaces_heap_bytes(calls: Iterable[dict[str, int]]) -> int:
     """The heap bytes an op's workspaces may take over `calls` (each call's requests, name ->
     bytes), made in any order: a larger request makes a new workspace and the smaller ones stay
@@ -107,4 +123,5 @@ def epoch_counters(heap: Any, name: str) -> Any:
 
 
 __all__ = ["EPOCH_COUNTER_BYTES", "epoch_counters", "epochs_name", "kept_workspace", "lamport_bits", "lamport_name",
-           "lamport_workspace", "lamport_workspace_name", "workspace_size", "workspaces_heap_bytes"]
+           "lamport_workspace", "lamport_workspace_name", "slot_half", "slot_halves", "workspace_size",
+           "workspaces_heap_bytes"]

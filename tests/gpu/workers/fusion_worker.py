@@ -49,6 +49,7 @@ from ironlink.runtime.pdl import MIN_MAJOR
 from ironlink.runtime.registry import holds
 
 from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
+import shape_changes
 from _fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
 
@@ -836,6 +837,15 @@ def main() -> int:
         for m, n in ((200, 4096), (4100, 2050)):
             cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, 512, world)} {dtype} {m}x{n}x512 in a CUDA graph",
                       lambda: s.matmul(m, n, 512, dtype, graph=True))
+    # A new shape every call, back to back, each rank behind its peers in turn (shape_changes.py):
+    # the slots' halves must stay apart whatever the shapes of consecutive calls.
+    for mode in (None, "lamport", "push") + (("two_shot",) if world & (world - 1) == 0 else ()):
+        cases.run(f"all_reduce_rmsnorm {mode or 'default'}: a new shape every call, ranks apart",
+                  lambda: shape_changes.rmsnorm(heap, mode))
+    for method in (None, "push", "lamport"):
+        cases.run(f"matmul_all_reduce {method or 'default'}: a new shape every call, ranks apart",
+                  lambda: shape_changes.matmul(heap, method))
+    cases.run("all_reduce (lamport sizes): a new size every call, ranks apart", lambda: shape_changes.all_reduce(heap))
     if ranks_per_gpu() > 1:  # PDL asked for explicitly: a rank's next grid holds SMs a peer's grid needs
         print("skipped: the PDL chains: ranks share a GPU, and PDL asked for there stalls until the timeout "
               "(docs/python.md: off by default where ranks share a GPU)", flush=True)
