@@ -19,6 +19,9 @@
   counts of decode (1 to 128, rows over the LL tile all-reduce at world 2) also 500 graph
   replays back to back; chains of all_reduce_rmsnorm and all_reduce launched with programmatic
   dependent launch on, off and alternating (sm_90+), bitwise the same.
+- The ops with peer slots (all_reduce_rmsnorm, matmul_all_reduce, all_reduce's lamport path)
+  called back to back with a new shape every call while each rank in turn runs behind its peers
+  (`shape_changes.py`): consecutive launches' slot halves must stay apart whatever the shapes.
 - The fused ops' kernels for heaps of several nodes (grid barriers around a hierarchical
   collective), relinked with the P2P bitcode and run on this one-node heap as if it spanned
   several (`as_several_nodes`): their own logic checked the same way on any GPUs, without NVSHMEM

@@ -15,6 +15,9 @@ from ironlink.language.slots import advance_epochs, launch_slots
 from ironlink.language import _abi
 from ironlink.runtime.workspaces import slot_half
 
+import _interpreter_shims  # tests/with_torch/scripts/, beside this file
+
+_interpreter_shims.install()
 BLOCK = 64
 
 
