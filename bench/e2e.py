@@ -189,6 +189,8 @@ class E2E:
         except Exception as e:  # not every torch build runs symm_mem (or compiles the stack): say why, go on
             reason = f"{type(e).__name__}: {str(e)[:300]}"
             ironlink_failed = isinstance(e, ironlink.IronlinkError)
+            if self.rank != 0:  # rank 0 says the verdict; the reason of a rank that failed alone is here
+                print(f"[rank {self.rank}] e2e {name}: {reason}", flush=True)
         faulthandler.cancel_dump_traceback_later()
         # Every rank adds the same contenders and gives the same verdict: ran everywhere, ironlink failed anywhere.
         agreed = torch.tensor([int(not reason), -int(ironlink_failed)], device="cuda")
