@@ -12,7 +12,10 @@ packet is flag, so twice the bytes (the library's LL all-gather packs 16-byte pa
 The flag is the call number (each CTA counts its calls in ordinary memory), so no mailbox is ever
 reset. Packets go to two mailboxes, by the call number's parity: a rank one call ahead writes the
 other one, and it cannot be two ahead, because call k+1 ends only after receiving every rank's
-packets of call k+1, which each rank sends only after it finished reading call k.
+packets of call k+1, which each rank sends only after it finished reading call k. The two
+mailboxes sit world x n apart, so n stays the same from call to call here: with sizes that vary,
+put them the largest call's size apart, or a rank one call ahead could write into the part of the
+other mailbox that a slower peer still reads (the library's slot halves are half their workspace).
 
 This is a one-shot LL all-gather: every rank writes its packets straight into every peer.
 The spin loop reloads with `volatile=True` (ld.volatile: never served from a stale cache).
