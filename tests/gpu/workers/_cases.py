@@ -34,6 +34,14 @@ def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
     return few if SMALL else full
 
 
+def close_to(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "result") -> None:
+    """Asserts `got` is within the dtype's tolerance of the float64 reference `ref`, relative to
+    its largest magnitude (bf16 2e-2, else 4e-3)."""
+    err = ((got.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    assert err <= tol, f"{what}: relative error {err:.3g} > {tol}"
+
+
 def same_on_all_ranks(t: torch.Tensor) -> None:
     """Asserts `t` is bitwise the same on every rank (gathered to every rank, compared there)."""
     b = t.contiguous().view(torch.uint8).flatten()

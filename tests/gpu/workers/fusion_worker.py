@@ -51,7 +51,7 @@ from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
 from ironlink.runtime.registry import holds
 
-from _cases import Cases, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
+from _cases import Cases, close_to, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
 import shape_changes
 from _fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
@@ -272,7 +272,7 @@ class Suite:
             want_res = sum(p.double() for p in parts) + res0.double()
             var = want_res.pow(2).mean(-1, keepdim=True)
             want = want_res * torch.rsqrt(var + eps) * weight.double()
-            self.close_to(res_out, want_res, dtype, "residual")
+            close_to(res_out, want_res, dtype, "residual")
             if separate_residual:
                 assert torch.equal(residual, res0), "residual changed though residual_out was given"
             if fp8:
@@ -283,7 +283,7 @@ class Suite:
                 assert ((got - want).abs() <= 0.07 * amax[:, None] + 1e-6).all(), "fp8 out, dequantized"
                 same_on_all_ranks(scale)
             else:
-                self.close_to(out, want, dtype, "out")
+                close_to(out, want, dtype, "out")
             same_on_all_ranks(out)
             same_on_all_ranks(res_out)
 
@@ -407,12 +407,6 @@ class Suite:
                 t.fill_(float("nan"))
         return fill
 
-    @staticmethod
-    def close_to(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "result") -> None:
-        err = ((got.double() - ref).abs() / (ref.abs().amax() + 1e-30)).amax().item()
-        tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
-        assert err <= tol, f"{what}: relative error {err:.3g} > {tol}"
-
     # Back-to-back launches (`launches`, 1 or a power of two so the scaling is exact) take inputs
     # scaled by 1, 2, ...: a tile summed late or read early shows in the last result.
 
@@ -426,7 +420,7 @@ class Suite:
         a_scaled = [a_all[self.rank] * (i + 1) for i in range(launches)]
 
         def check() -> None:
-            self.close_to(out, sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches, dtype)
+            close_to(out, sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches, dtype)
             same_on_all_ranks(out)
 
         try:
@@ -447,7 +441,7 @@ class Suite:
 
         def check() -> None:
             ref = sum(x.double() @ y.double() for x, y in zip(a_all, b_all)) * launches
-            self.close_to(out, ref[r * m // w:(r + 1) * m // w], dtype)
+            close_to(out, ref[r * m // w:(r + 1) * m // w], dtype)
 
         self.replays(lambda: [ironlink.matmul_reduce_scatter(x, b, heap=self.heap, out=out, method=method,
                                                              exchange=exchange)
@@ -470,7 +464,7 @@ class Suite:
         def check() -> None:
             want = torch.cat(shards) * launches
             assert torch.equal(a_full, want), "a_full is not the shards in rank order"
-            self.close_to(out, want.double() @ b.double(), dtype)  # out differs by rank: b is this rank's
+            close_to(out, want.double() @ b.double(), dtype)  # out differs by rank: b is this rank's
 
         try:
             exchange = tuning.GatherExchange(copy_engine=True) if contiguous else None

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 import ironlink
 
-from _cases import lamport_slots_empty, same_on_all_ranks  # tests/gpu/workers/, the script's own directory
+from _cases import close_to, lamport_slots_empty, same_on_all_ranks  # tests/gpu/workers/, the script's own directory
 
 TOKENS = (32, 8, 1, 24, 3, 16, 32, 5)  # all_reduce_rmsnorm's rows, call after call (modes change with them)
 ROWS = (16, 48, 8, 40, 1, 32)  # matmul_all_reduce's M
@@ -34,11 +34,6 @@ def _behind(i: int) -> None:
     """The rank whose turn call `i` is sleeps on the GPU before it: its peers run ahead."""
     if i % dist.get_world_size() == dist.get_rank():
         torch.cuda._sleep(SLEEP_CYCLES)
-
-
-def _close(got: torch.Tensor, want: torch.Tensor, what: str, tol: float = 2e-2) -> None:
-    err = ((got.double() - want).abs() / (want.abs().amax() + 1e-30)).amax().item()
-    assert err <= tol, f"{what}: relative error {err:.3g} > {tol}"
 
 
 def rmsnorm(heap: Any, mode: Optional[str], rounds: int = 3, hidden: int = 1024) -> None:
@@ -67,8 +62,8 @@ def rmsnorm(heap: Any, mode: Optional[str], rounds: int = 3, hidden: int = 1024)
         for i, (p, r0, res, out) in enumerate(zip(parts, res0, residuals, outs)):
             want_res = sum(q.double() for q in p) + r0.double()
             want = want_res * torch.rsqrt(want_res.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.double()
-            _close(res, want_res, f"call {i} ({calls[i]} tokens): residual")
-            _close(out, want, f"call {i} ({calls[i]} tokens): out")
+            close_to(res, want_res, torch.bfloat16, f"call {i} ({calls[i]} tokens): residual")
+            close_to(out, want, torch.bfloat16, f"call {i} ({calls[i]} tokens): out")
             same_on_all_ranks(out)
         lamport_slots_empty(heap, "all_reduce_rmsnorm", [torch.bfloat16])
     finally:
@@ -94,7 +89,8 @@ def matmul(heap: Any, method: Optional[str], rounds: int = 3, n: int = 1024, k: 
         torch.cuda.synchronize()
         heap.check()
         for i, (a, out) in enumerate(zip(a_all, outs)):
-            _close(out, sum(x.double() @ y.double() for x, y in zip(a, b_all)), f"call {i} ({calls[i]} rows)")
+            close_to(out, sum(x.double() @ y.double() for x, y in zip(a, b_all)), torch.bfloat16,
+                     f"call {i} ({calls[i]} rows)")
             same_on_all_ranks(out)
         lamport_slots_empty(heap, "matmul_all_reduce", [torch.bfloat16])
     finally:
@@ -120,7 +116,7 @@ def all_reduce(heap: Any, rounds: int = 3) -> None:
         torch.cuda.synchronize()
         heap.check()
         for i, (buf, p) in enumerate(zip(bufs, parts)):
-            _close(buf, sum(q.double() for q in p), f"call {i} ({calls[i]} elements)")
+            close_to(buf, sum(q.double() for q in p), torch.bfloat16, f"call {i} ({calls[i]} elements)")
             same_on_all_ranks(buf)
         lamport_slots_empty(heap, "all_reduce", [torch.bfloat16])
     finally:
