@@ -5,20 +5,22 @@
 #
 # `timeout S tests/gpu/run.sh ...` stops run.sh alone: its torchrun workers keep running (a stalled
 # rank keeps its GPU), and with --shared-gpu the MPS daemon cannot quit while they are its
-# clients, so the next run.sh finds it running and gives up. Here run.sh runs in a process group
-# of its own; at the limit the whole group gets TERM, then KILL 10 s later, and the MPS daemon
-# that run.sh started is told to quit. Exit status: run.sh's, or 124 at the limit.
+# clients, so the next run.sh finds it running and gives up. Here run.sh runs in a session of its
+# own; at the limit everything in that session gets TERM, then KILL 10 s later, and the MPS daemon
+# that run.sh started is told to quit. The session, not the process group: run.sh starts each
+# torchrun under `timeout`, which makes a process group of its own (a kill of run.sh's group left
+# the workers of a stalled kernel running, 2026-11-29). Exit status: run.sh's, or 124 at the limit.
 set -uo pipefail
 [ $# -ge 1 ] && [[ $1 =~ ^[0-9]+$ ]] || { echo "usage: tests/gpu/run_bounded.sh SECONDS [run.sh args]" >&2; exit 2; }
 limit=$1; shift
-# A background job of a non-interactive shell is no group leader, so setsid makes it one in place:
-# its pid is the group's id.
+# A background job of a non-interactive shell is no session leader, so setsid makes it one in
+# place: its pid is the session's id.
 setsid "$(dirname "$0")/run.sh" "$@" &
 pid=$! end=$((SECONDS + limit))
 while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 1; done
 if kill -0 "$pid" 2> /dev/null; then
   echo "run_bounded: ${limit} s passed: stopping run.sh and everything it started"
-  kill -TERM -- -"$pid" 2> /dev/null; sleep 10; kill -KILL -- -"$pid" 2> /dev/null
+  pkill -TERM -s "$pid"; sleep 10; pkill -KILL -s "$pid"; sleep 1
   wait "$pid" 2> /dev/null; rc=124
 else
   wait "$pid"; rc=$?

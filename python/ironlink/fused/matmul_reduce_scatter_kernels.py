@@ -177,9 +177,10 @@ def matmul_reducescatter_copy_engine_kernel(ctx, flags, a, b, out, sends, slots,
             if tm // GROUP_M != waited:
                 waited = tm // GROUP_M
                 for i in tl.static_range(1, WORLD):
-                    q = (rank + i) % WORLD
-                    arrived = il.symm_signal_wait_at(ctx, ready + q * chunks + waited, copy_engine.EQ, 1)
-                    worst = ilt.failure_or(worst, arrived)
+                    if worst == 0:  # after a timeout, no more waits: one per CTA, not one per chunk
+                        q = (rank + i) % WORLD
+                        arrived = il.symm_signal_wait_at(ctx, ready + q * chunks + waited, copy_engine.EQ, 1)
+                        worst = ilt.failure_or(worst, arrived)
             # In halves: a peer's partial summed beside the tile fits the registers.
             left, right = tl.split(acc.to(out.dtype.element_ty).reshape(BLOCK_M, 2, HALF_N).permute(0, 2, 1))
             store_tile(out, sum_partials(left, slots, m0, n0, rows, N, rank, WORLD, BLOCK_M, HALF_N), m0, n0, rows,

@@ -812,13 +812,16 @@ def main() -> int:
                                                exchange=replace(tuning.push_pacing(9), signal_every=every)))
         # matmul_reduce_scatter's kernel signals the same ways: 8200 rows a rank make 585 tiles of
         # 128 x 256 a block, 1170 in all: eight or nine a CTA, four or five before its own block.
+        # The CTAs push (copy_engine_min_rows=None): by default blocks this large take the copy
+        # engine, which has no signals to batch (and stalls where ranks share a GPU).
         if world == 2 and torch.cuda.get_device_capability()[0] == 9:
             for every in (1, 2, 3):
                 for launches, graph in ((8, False), (1, True)):
                     cases.run(f"matmul_reduce_scatter kernel, signals every {every} tile(s), {dtype} "
                               f"16400x2050x512 {launches} launch(es){' in a CUDA graph' if graph else ''}",
                               lambda: s.matmul_scatter(16400, 2050, 512, dtype, graph, "kernel", launches=launches,
-                                                       exchange=tuning.ScatterExchange(signal_every=every)))
+                                                       exchange=tuning.ScatterExchange(copy_engine_min_rows=None,
+                                                                                       signal_every=every)))
         # The one-shot kernel's tail both ways (tuning.MATMUL_TAIL_INTERLEAVED): one tile a CTA
         # (1030 rows: 81 tiles of 128 x 256) and two (2050: 153 tiles), ragged edges.
         if world == 2:

@@ -1,0 +1,69 @@
+"""The GPU run scripts' process handling, without a GPU: tests/gpu/run_bounded.sh must stop
+everything run.sh started at its limit, and tests/gpu/stop_leftovers.sh must stop what an earlier
+run left and never the shell that called it. Fake run.sh and workers stand in for the real ones
+(the real run.sh starts each torchrun under `timeout`, which makes a process group of its own:
+workers a kill of run.sh's group missed kept a stalled kernel's GPU on 2026-11-29)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+GPU_DIR = Path(__file__).resolve().parents[1] / "gpu"
+
+
+def _alive(tag: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout
+    return out.split()
+
+
+def _stop(tag: str) -> None:
+    subprocess.run(["pkill", "-KILL", "-f", tag], check=False)
+
+
+def test_run_bounded_stops_workers_under_timeout(tmp_path: Path) -> None:
+    tag = f"fake-worker-{uuid.uuid4().hex[:8]}"
+    shutil.copy(GPU_DIR / "run_bounded.sh", tmp_path / "run_bounded.sh")
+    (tmp_path / "run.sh").write_text(
+        "#!/usr/bin/env bash\n"
+        f"timeout 480 bash -c 'trap \"\" TERM; exec -a {tag} sleep 300' &\n"  # ignores TERM, as a stuck worker may
+        "wait\n")
+    os.chmod(tmp_path / "run.sh", 0o755)
+    try:
+        started = time.monotonic()
+        done = subprocess.run(["bash", str(tmp_path / "run_bounded.sh"), "1"], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 124, done.stdout + done.stderr
+        assert "stopping run.sh" in done.stdout
+        assert time.monotonic() - started < 30
+        assert _alive(tag) == [], "run_bounded.sh left a worker of run.sh running"
+    finally:
+        _stop(tag)
+
+
+def test_run_bounded_passes_run_sh_status(tmp_path: Path) -> None:
+    shutil.copy(GPU_DIR / "run_bounded.sh", tmp_path / "run_bounded.sh")
+    (tmp_path / "run.sh").write_text("#!/usr/bin/env bash\nexit 3\n")
+    os.chmod(tmp_path / "run.sh", 0o755)
+    done = subprocess.run(["bash", str(tmp_path / "run_bounded.sh"), "30"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+
+
+def test_stop_leftovers_stops_workers_not_its_caller(tmp_path: Path) -> None:
+    tag = f"tests/gpu/workers/fake_{uuid.uuid4().hex[:8]}.py"
+    worker = subprocess.Popen(["bash", "-c", f"exec -a '{tag}' sleep 300"])
+    try:
+        time.sleep(0.5)
+        # The caller's own command line names torchrun and a worker too: it must survive.
+        # IRONLINK_LEFTOVERS: this test's worker only, not a run of yours on this machine.
+        done = subprocess.run(["bash", "-c", f": torchrun {tag}; bash {GPU_DIR / 'stop_leftovers.sh'}; echo survived"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "IRONLINK_LEFTOVERS": tag.replace(".", "\\.")})
+        assert "survived" in done.stdout, done.stdout + done.stderr
+        assert worker.wait(timeout=10) == -9
+    finally:
+        worker.kill()
