@@ -48,7 +48,8 @@ def default_on() -> bool:
     on one H200, blocks of 1030 rows (4120x2050x1024), matmul_reduce_scatter with 1 or 8 launches
     and all_gather_matmul with 8 launches back to back timed out on every rank, where the CTAs'
     push passed; smaller blocks passed. Asking for the copy engine there (`exchange=`) is allowed,
-    as with PDL."""
+    as with PDL: a stalled call ends in a TIMEOUT after about one wait timeout (its kernels wait no
+    more after a failed wait)."""
     return ranks_per_gpu() == 1
 
 
