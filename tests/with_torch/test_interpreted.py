@@ -40,6 +40,9 @@ def _interpreted(script: str, timeout: int) -> str:
     # Lamport slots: -0.0 sent as +0.0, the receive bitwise, the slots emptied after it, a missing
     # element TIMEOUT (recorded) rather than data.
     ("lamport_interpreted.py", "ok: lamport slots"),
+    # MoeExchange's low-latency receive with a peer's rows lost after its count: TIMEOUT, and one
+    # timeout a CTA (no wait after the first), counted by the interpreter's clock.
+    ("moe_lost_rows_interpreted.py", "done: lost rows end in one timeout a CTA"),
 ])
 def test_flag_and_slot_kernels_interpreted(script: str, says: str) -> None:
     out = _interpreted(script, 300)

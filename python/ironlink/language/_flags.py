@@ -124,19 +124,22 @@ def unempty(v):
 
 
 @triton.jit
-def wait_written(ctx, ptrs, mask, FUNCTION: tl.constexpr):
+def wait_written(ctx, ptrs, mask, FUNCTION: tl.constexpr, failed=0):
     """Polls the elements at `ptrs` where `mask` (volatile loads; lanes outside it count as
     written) until none is empty, for at most the context's timeout. Returns (the values,
     status): 0, or TIMEOUT, recorded as `wait_tagged` does. Each poll reloads the whole block:
     a written element does not change until its reader empties it, and a mask of the late lanes
-    alone would split the 16-byte loads into 2-byte ones."""
+    alone would split the 16-byte loads into 2-byte ones. `failed`: the status of the caller's
+    earlier waits; where it is not 0 the elements are loaded once, without waiting, and it is
+    the status (a kernel that waits row by row stops waiting after its first timeout, so a lost
+    peer costs it one timeout, not one a row)."""
     got = tl.load(ptrs, mask=mask, other=0.0, volatile=True)
     timeout = tl.load(ctx.to(tl.pointer_type(tl.int64)) + _TIMEOUT_WORD)
     start = tl_cuda.globaltimer()
     now = start
-    while (tl.max(is_empty(got).to(tl.int32)) == 1) & (now - start <= timeout):
+    while (tl.max(is_empty(got).to(tl.int32)) == 1) & (now - start <= timeout) & (failed == 0):
         got = tl.load(ptrs, mask=mask, other=0.0, volatile=True)
         now = tl_cuda.globaltimer()
-    s = tl.where(tl.max(is_empty(got).to(tl.int32)) == 1, _TIMEOUT, 0)
+    s = tl.where(failed != 0, failed, tl.where(tl.max(is_empty(got).to(tl.int32)) == 1, _TIMEOUT, 0))
     _record(ctx, s, FUNCTION)
     return got, s

@@ -47,11 +47,12 @@ def _send_count(ctx, words, copy, rank, n, deltas, WORLD: tl.constexpr, SIM: tl.
 
 
 @triton.jit
-def _take_count(ctx, words, copy, q, WORLD: tl.constexpr):
+def _take_count(ctx, words, copy, q, failed, WORLD: tl.constexpr):
     """Rank q's word (copy, q, this CTA) of this rank's `words` once it has landed (emptied in the
-    next call); (its value, status)."""
+    next call); (its value, status). `failed`: the CTA's status so far (no wait after a failure:
+    `wait_written`)."""
     o = tl.arange(0, 2)
-    got, s = wait_written(ctx, _count_word(words, copy, q, WORLD) + o, o < 1, _WAIT_OTHERS)
+    got, s = wait_written(ctx, _count_word(words, copy, q, WORLD) + o, o < 1, _WAIT_OTHERS, failed)
     return tl.sum(tl.where(o < 1, got, 0), 0), s
 
 

@@ -160,7 +160,7 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
             q = (rank + i) % WORLD
             n = tl.cast(T, tl.int64)
             if i != 0:
-                nq, sq = _take_count(ctx, counts, copy, q, WORLD)
+                nq, sq = _take_count(ctx, counts, copy, q, s, WORLD)
                 n = tl.cast(nq, tl.int64)
                 s = ilt.failure_or(s, sq)
                 if sq == 0:  # q's kernel of the previous call has ended (module docs)
@@ -184,8 +184,8 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                     e = tl.load(meta + kk, mask=km, other=-1)
                     wb = tl.load(meta + K + kk, mask=km, other=0)
                 else:
-                    e, se = wait_written(ctx, meta + kk, km, _WAIT_OTHERS)
-                    wb, sw = wait_written(ctx, meta + K + kk, km, _WAIT_OTHERS)
+                    e, se = wait_written(ctx, meta + kk, km, _WAIT_OTHERS, s)
+                    wb, sw = wait_written(ctx, meta + K + kk, km, _WAIT_OTHERS, ilt.failure_or(s, se))
                     s = ilt.failure_or(s, ilt.failure_or(se, sw))
                 w = wb.to(tl.float32, bitcast=True)
                 le = e - lo
@@ -204,7 +204,7 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                         if i == 0:
                             v = tl.load(data + at * row_elems + c + offs, mask=m)
                         else:
-                            v, sd = wait_written(ctx, data + at * row_elems + c + offs, m, _WAIT_OTHERS)
+                            v, sd = wait_written(ctx, data + at * row_elems + c + offs, m, _WAIT_OTHERS, s)
                             s = ilt.failure_or(s, sd)
                         for j in tl.static_range(K):
                             tj = tl.sum(tl.where(kk == j, to, 0), 0)
@@ -215,7 +215,8 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                         if i == 0:
                             sv = tl.load(words + at * row_words + side_word + so, mask=sm)
                         else:
-                            sv, ss = wait_written(ctx, words + at * row_words + side_word + so, sm, _WAIT_OTHERS)
+                            sv, ss = wait_written(ctx, words + at * row_words + side_word + so, sm, _WAIT_OTHERS,
+                                                  s)
                             s = ilt.failure_or(s, ss)
                         for j in tl.static_range(K):
                             tj = tl.sum(tl.where(kk == j, to, 0), 0)
@@ -301,14 +302,14 @@ def ll_combine(ctx, y, slot, weight, src_counts, own_ids, back, back_counts, cal
                         if p == rank:  # this CTA's own sum (before the barrier): never polled
                             v = tl.load(at, mask=m, other=0.0)
                         else:
-                            v, sv = wait_written(ctx, at, m, _WAIT_OTHERS)
+                            v, sv = wait_written(ctx, at, m, _WAIT_OTHERS, s)
                             s = ilt.failure_or(s, sv)
                         acc += tl.where(m, v.to(tl.float32), 0.0)
                 tl.store(out + t * hidden + c + offs, acc.to(out.dtype.element_ty), mask=m)
         stamp(trace, 2, TRACE)
         for q in tl.static_range(WORLD):  # the rendezvous: every other rank's CTA sent what it will send
             if q != rank:
-                _, sq = _take_count(ctx, back_counts, copy, q, WORLD)
+                _, sq = _take_count(ctx, back_counts, copy, q, s, WORLD)
                 s = ilt.failure_or(s, sq)
                 if sq == 0:  # q's kernel of the previous call has ended (module docs)
                     _empty_combine_reads(back_counts, back, seen_tokens, seen_back, prev, 1 - parity, q,
