@@ -45,9 +45,9 @@ def matmul_allreduce_kernel(ctx, a, b, out, M, N, K, stride_am, stride_ak, strid
                                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
         stamp(trace, 1 + 2 * step, TRACE)
         if COMMUNICATE:
-            s = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
-                                    tl.minimum(BLOCK_N, N - n0), N, t)
-            worst = ilt.failure_or(s, worst)
+            if worst == 0:  # after a timeout, no more waits: one timeout a CTA, not one a tile
+                worst = ilt.tile_all_reduce(ctx, out + m0.to(tl.int64) * N + n0, tl.minimum(BLOCK_M, M - m0),
+                                            tl.minimum(BLOCK_N, N - n0), N, t)
         stamp(trace, 2 + 2 * step, TRACE)
         step += 1
     tl.store(status + pid, worst)
