@@ -69,7 +69,8 @@
 # SANITIZE_ARGS (extra compute-sanitizer options; none by default; sanitize_rank.sh says what each
 # tool leaves out),
 # IRONLINK_SANITIZE_TIMEOUT (seconds per sanitized worker run, default 540), IRONLINK_GPU_VERBOSE=1
-# (the workers print each case's name and seconds: finds a slow or stuck case).
+# (the workers print each case's seconds as it ends: finds a slow case; its name as it starts is
+# always printed: a stuck case is the last one started).
 #
 # Needs python3 with torch and triton, and build/ from a machine with Rust (`make wheel`: the
 # bitcode and the abi3 wheel). Prints one summary line per part; exits non-zero if any failed.

@@ -4,9 +4,10 @@ $IRONLINK_GPU_ONLY (substrings of case names, separated by "|") runs only the ma
 $IRONLINK_GPU_SMALL=1 (`tests/gpu/run.sh sanitize`) makes the workers run a short list of small cases (`small(...)`):
 every collective, primitive, fused op and MoE op still runs, at sizes that compute-sanitizer
 finishes in minutes. $IRONLINK_GPU_HEAP_TIMEOUT_S sets the wait timeout of the workers' heaps (a
-sanitized peer runs many times slower). $IRONLINK_GPU_VERBOSE=1 makes rank 0 print each case's
-name and seconds as it ends (to find a slow or stuck case). A worker stopped by SIGTERM (a time
-limit) prints every thread's stack first."""
+sanitized peer runs many times slower). Rank 0 prints each case's name as it starts ("case ...:
+started"), so the log names a case that never ends; $IRONLINK_GPU_VERBOSE=1 also prints its
+seconds as it ends (to find a slow case). A worker stopped by SIGTERM (a time limit) prints every
+thread's stack first."""
 
 from __future__ import annotations
 
@@ -140,6 +141,8 @@ class Cases:
         if not any(part in name for part in self.only):
             return
         started = time.time()
+        if self.rank == 0:  # a case that never ends is named by the last of these in the log
+            print(f"case {name}: started", flush=True)
         try:
             if self.before:
                 self.before()
