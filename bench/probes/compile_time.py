@@ -6,8 +6,9 @@ tests do.
     python bench/probes/compile_time.py --worlds 2,4,8 --arch 90 --out compile-time.json
 
 Each kernel of the compile tests' tables that takes WORLD (tests/compile/test_triton_compile.py's
-MoE kernels, specialized as a launch is; all_reduce_rmsnorm's exchanges as tests/_compile.py signs
-it; tests/compile/test_fusion_compile.py's fused kernels, once per configuration but the world) is
+MoE kernels, specialized as a launch is; tests/compile/test_fusion_compile.py's fused kernels,
+all_reduce_rmsnorm's modes among them, as its `prepared` specializes them, once per configuration
+but the world) is
 compiled once per world with a fresh Triton cache, and timed: `seconds` (the whole compile,
 Python frontend to cubin), `ptx_lines` (what the per-peer loops unrolled to).
 """
@@ -32,17 +33,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from _compile import RMSNORM_SIGNATURE, bitcode  # noqa: E402
-
-# The rmsnorm modes whose exchanges loop over peers, at hidden 8192 (two_shot: a CTA a row of
-# 2048-column chunks, 16 warps; lamport: rows of 8192; split: slices of 1024, its words int64):
-# (constexprs, warps, signature changes).
-RMSNORM_MODES: dict[str, tuple[dict[str, Any], int, dict[str, str]]] = {
-    "rmsnorm two_shot": (dict(BLOCK_H=2048, LAMPORT=True, TWO_SHOT=True), 16, {}),
-    "rmsnorm lamport": (dict(BLOCK_H=8192, LAMPORT=True), 16, {}),
-    "rmsnorm split": (dict(BLOCK_H=1024, SPLIT=True, PARTS=8, LAMPORT=True), 4, {"ws": "*i64"}),
-}
-
+from _compile import bitcode  # noqa: E402
 
 Kernel = tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], dict[str, int]]
 
@@ -68,7 +59,6 @@ def fused_kernels() -> dict[str, Kernel]:
 def kernels() -> dict[str, Kernel]:
     """name -> (kernel, signature, constexprs, attrs, warps), WORLD set per world later."""
     import test_triton_compile as t
-    from ironlink.fused.all_reduce_rmsnorm_kernels import allreduce_rmsnorm_kernel
     from ironlink.language.jit import IronlinkKernel
 
     out: dict[str, Kernel] = {}
@@ -82,16 +72,6 @@ def kernels() -> dict[str, Kernel]:
         attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(full)
                  if full[n].startswith("*") or n in t.MOE_ALIGNED_SIZES}
         out[name] = (fn, signature, constexprs, attrs, {"num_warps": t.MOE_WARPS.get(name, t.MOE_CONFIG.row_warps)})
-    base = dict(WHOLE=False, FP8=False, PDL=True, PRELOAD=True, TRACE=False, ROWS=1, PUSH=False, SPLIT=False,
-                PARTS=1, LAMPORT=False, TWO_SHOT=False)
-    aligned = {"ctx", "x", "residual", "residual_out", "weight", "out", "scale", "T", "H", "status", "trace", "ws",
-               "epochs", "inbox", "half", "W"}
-    for name, (mode, warps, changes) in RMSNORM_MODES.items():
-        signature = {k: v for k, v in {**RMSNORM_SIGNATURE, **changes}.items() if v != "constexpr"}
-        constexprs = {**base, **mode, "WORLD": 4}
-        full = {**signature, **{c: "constexpr" for c in constexprs}}
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(full) if n in aligned}
-        out[name] = (allreduce_rmsnorm_kernel, signature, constexprs, attrs, {"num_warps": warps})
     return {**out, **fused_kernels()}
 
 
