@@ -18,7 +18,10 @@
 - ranks whose heaps saw different calls (one rank allocated a tensor the others did not; one freed
   a tensor the others kept): the next all-reduce raises HEAP_ASYMMETRIC on every rank, with
   check=True and through heap.check(), naming the first heap call that differs on each rank and
-  the ranks' digests; nothing is written.
+  the ranks' digests; nothing is written;
+- a fused call skipped by one rank, on the paths that wait once a chunk or tile (the copy engine,
+  the tile method): TIMEOUT within the timeout and slack, one timeout a CTA
+  (skipped_fused_calls.py).
 A case that times out leaves the ranks' call counters apart, so each such case has a heap of its
 own. Rank 0 prints "== misuse world N: X passed, Y failed =="; without GPUs, "skipped: no GPU".
 """
@@ -362,6 +365,7 @@ def main() -> int:
         print("misuse: skipped: no GPU", flush=True)
         return 0
     from _cases import Cases  # tests/gpu/workers/, the script's own directory
+    from skipped_fused_calls import skipped_fused_calls  # beside it
     import ironlink
 
     ironlink.init_distributed()
@@ -381,6 +385,8 @@ def main() -> int:
     cases.run("asymmetric heaps: an allocation on one rank only", asymmetric_allocation)
     cases.run("asymmetric heaps: a free on one rank only", asymmetric_free)
     cases.run("asymmetric heaps: a small all-reduce over the lamport workspace", asymmetric_small_all_reduce)
+    cases.run("a fused call skipped by one rank: one timeout a CTA, not one a chunk or tile",
+              lambda: skipped_fused_calls(TIMEOUT_S, SLACK_S, expect_error))
     code = cases.report("misuse", world, t0)
     dist.destroy_process_group()
     return code
