@@ -827,6 +827,11 @@ def main() -> int:
         if world == 2:
             for on in (False, True):
                 for m, launches, graph in ((1030, 1, False), (2050, 8, False), (2050, 1, True)):
+                    if matmul_kernel("push", m, 2050, 1024, world) != "push one-shot":  # no tail to test
+                        if s.rank == 0 and on:  # ranks sharing a GPU: fewer CTAs, 2050 rows go two-shot
+                            print(f"skipped: the one-shot tail cases of {m} rows: this GPU share runs them two-shot",
+                                  flush=True)
+                        continue
                     cases.run(f"matmul_all_reduce push one-shot, tail {'interleaved' if on else 'in turn'}, "
                               f"{dtype} {m}x2050x1024 {launches} launch(es){' in a CUDA graph' if graph else ''}",
                               lambda: s.matmul(m, 2050, 1024, dtype, graph=graph, launches=launches, method="push",
