@@ -124,7 +124,8 @@ if [ -n "$shared_gpu" ]; then
     mps=$(nvidia-cuda-mps-control -d 2>&1); r=$?
   fi
   if [ $r -ne 0 ]; then
-    echo "--shared-gpu: could not start the MPS daemon (nvidia-cuda-mps-control -d): $mps"; exit 1
+    echo "--shared-gpu: could not start the MPS daemon (nvidia-cuda-mps-control -d): $mps" \
+      "(one left by a stalled run, with its workers? tests/gpu/stop_leftovers.sh stops them)"; exit 1
   fi
   # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
   # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
