@@ -111,26 +111,8 @@ export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironl
 mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
 if [ -n "$shared_gpu" ]; then
-  # Without MPS the GPU time-slices between processes: each wait on a peer lasts a slice (~6 ms
-  # per round trip measured on an H200, against ~50 us under MPS; bench/probes/shared_gpu_probe.py).
-  export IRONLINK_SHARED_GPU=1 CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps}
-  export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/ironlink-mps-log}
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  # A run cut off before its EXIT trap (a `timeout` around this script) leaves its daemon, whose
-  # server then refuses new clients: stop it and start afresh.
-  mps=$(nvidia-cuda-mps-control -d 2>&1); r=$?
-  if [ $r -ne 0 ] && [[ $mps == *"already running"* ]]; then
-    echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1; sleep 1
-    mps=$(nvidia-cuda-mps-control -d 2>&1); r=$?
-  fi
-  if [ $r -ne 0 ]; then
-    echo "--shared-gpu: could not start the MPS daemon (nvidia-cuda-mps-control -d): $mps" \
-      "(one left by a stalled run, with its workers? tests/gpu/stop_leftovers.sh stops them)"; exit 1
-  fi
-  # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
-  # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
-  # take only their share of the SMs (ironlink.runtime.distributed.grid_cap), so the sum may exceed it.
-  export NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1
+  source tests/gpu/mps.sh
+  start_mps || exit 1
   # A kernel's first call compiles it in every rank at once: four ranks compiling NVSHMEM-linked
   # kernels (7-11 s each) on one host finished more than the default 5 s wait timeout apart, and
   # the early ranks' waits timed out (nvshmem, 2 simulated nodes of 2, world 4).
@@ -138,8 +120,7 @@ if [ -n "$shared_gpu" ]; then
   # Four PEs sharing one GPU took ~450 s of the nvshmem part at world 4 with a cold Triton cache
   # (every rank compiles every case's kernels).
   nvshmem_limit=600
-  # quit waits for the clients to exit: bounded, so a cut-off run does not hang here
-  trap 'echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1' EXIT
+  trap stop_mps EXIT
   echo "shared GPUs: ranks share $ngpu GPU(s) under MPS; results checked, timings meaningless"
 fi
 fits=()

@@ -26,7 +26,6 @@ else
   wait "$pid"; rc=$?
 fi
 if [[ " $* " == *" --shared-gpu "* ]]; then  # run.sh's EXIT trap does not run after a KILL
-  echo quit | CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps} timeout 10 \
-    nvidia-cuda-mps-control > /dev/null 2>&1
+  source "$(dirname "$0")/mps.sh" && stop_mps
 fi
 exit $rc

@@ -21,8 +21,7 @@ leftovers() {  # pids of torchrun, the GPU workers, bench programs and the MPS d
 show() { for q in $(leftovers); do ps -o pid=,stat=,etime=,args= -p "$q"; done; }
 echo "before:"; show
 if [ -z "${IRONLINK_LEFTOVERS:-}" ] && command -v nvidia-cuda-mps-control > /dev/null; then
-  echo quit | CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps} timeout 10 nvidia-cuda-mps-control \
-    > /dev/null 2>&1
+  source "$(dirname "$0")/mps.sh" && stop_mps
 fi
 for q in $(leftovers); do kill -9 "$q" 2> /dev/null; done
 sleep 2

@@ -10,6 +10,7 @@ block, about 8 a CTA, each in another chunk of 8 tile rows)."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -18,8 +19,9 @@ import torch.distributed as dist
 ROWS, N, K = 8192, 4096, 512
 
 
-def _calls(world: int) -> list[tuple[str, Callable[[Any], Any], int]]:
-    """(name, call on a heap, the heap bytes it needs) of each path."""
+def _calls(world: int) -> list[tuple[str, Callable[[Any], Callable[[], Any]], int]]:
+    """(name, the call bound to a heap (what it needs allocated there), the heap bytes it needs)
+    of each path."""
     import ironlink
     from ironlink.runtime import tuning
 
@@ -31,25 +33,16 @@ def _calls(world: int) -> list[tuple[str, Callable[[Any], Any], int]]:
     gather = tuning.GatherExchange(copy_engine=True)
     return [
         ("matmul_reduce_scatter, copy engine",
-         lambda h: ironlink.matmul_reduce_scatter(a, b, heap=h, method="kernel", exchange=scatter),
+         lambda h: partial(ironlink.matmul_reduce_scatter, a, b, heap=h, method="kernel", exchange=scatter),
          ironlink.matmul_reduce_scatter.heap_bytes(world * ROWS, N, K, world, method="kernel", exchange=scatter)),
         ("all_gather_matmul, copy engine",
-         lambda h: ironlink.all_gather_matmul(shard, b, heap=h, method="kernel", exchange=gather),
+         lambda h: partial(ironlink.all_gather_matmul, shard, b, heap=h, method="kernel", exchange=gather),
          ironlink.all_gather_matmul.heap_bytes(world * ROWS, N, K, world, method="kernel", exchange=gather)),
-        ("matmul_all_reduce, tile method",  # out on the heap, one per heap (the tile method reads peers' out)
-         lambda h: ironlink.matmul_all_reduce(tile_a, b, out=_heap_out(h), heap=h, method="tile"),
+        ("matmul_all_reduce, tile method",  # out on the heap (the tile method reads peers' out), one a heap
+         lambda h: partial(ironlink.matmul_all_reduce, tile_a, b, out=h.empty((ROWS, N), torch.bfloat16), heap=h,
+                           method="tile"),
          ironlink.matmul_all_reduce.heap_bytes(ROWS, N, K, world, method="tile") + ROWS * N * 2),
     ]
-
-
-_OUTS: dict[int, Any] = {}
-
-
-def _heap_out(heap: Any) -> Any:
-    """matmul_all_reduce's out [ROWS, N] bf16 on `heap`, made at its first call."""
-    if id(heap) not in _OUTS:
-        _OUTS[id(heap)] = heap.empty((ROWS, N), torch.bfloat16)
-    return _OUTS[id(heap)]
 
 
 def skipped_fused_calls(timeout_s: float, slack_s: float, expect_error: Callable[..., Any]) -> None:
@@ -60,24 +53,24 @@ def skipped_fused_calls(timeout_s: float, slack_s: float, expect_error: Callable
     from ironlink.fused import copy_engine
     from ironlink.language import _abi
 
-    for name, call, nbytes in _calls(dist.get_world_size()):
+    for name, bind, nbytes in _calls(dist.get_world_size()):
         if "copy engine" in name and not copy_engine.default_on():
             if dist.get_rank() == 0:
                 print(f"skipped: {name}: ranks share a GPU (the copy engine's flag waits stall under MPS)", flush=True)
             continue
         heap = ironlink.SymmetricHeap(nbytes + (64 << 20), timeout_s=60.0)  # the first call compiles
         try:
-            call(heap)  # every rank: compiled, workspaces made, the launch counters in step
+            call = bind(heap)
+            call()  # every rank: compiled, workspaces made, the launch counters in step
             heap.check()
             heap.barrier()
             heap.set_timeout(timeout_s)
             if dist.get_rank() != 0:
                 t0 = time.time()
-                call(heap)
+                call()
                 e = expect_error(heap.check, "TIMEOUT")
                 took = time.time() - t0
                 assert e.status == _abi.STATUS["TIMEOUT"], (name, e.status)
                 assert took < timeout_s + slack_s, f"{name}: TIMEOUT raised after {took:.1f} s (timeout {timeout_s} s)"
         finally:
-            _OUTS.pop(id(heap), None)
             heap.close()

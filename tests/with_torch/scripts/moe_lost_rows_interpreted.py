@@ -15,7 +15,6 @@ import _interpreter_shims  # tests/with_torch/scripts/, beside this file
 from _moe_sim import SimHeap, sim_heaps  # installs the shims
 
 from ironlink.language import _abi
-from ironlink.language._flags import EMPTY_BITS
 from ironlink.moe import MoeExchange
 from ironlink.moe import exchange as exchange_mod
 from ironlink.moe.low_latency import SIM_TIMEOUT_NS
@@ -33,9 +32,11 @@ def lost_rows(tokens: int, hidden: int) -> None:
     for m, x in zip(ms, xs):
         m.low_latency.dispatch(x, ids, w, tokens, False, phase=1)
     ll = ms[0].low_latency
-    # Rank 1's rows at rank 0 lost: its landing rows empty again; its count words kept.
-    ll.landing[:, 1].view(torch.int16)[..., :hidden].fill_(EMPTY_BITS[16])
-    ll.landing[:, 1].view(torch.int32)[..., ms[0].meta_col // 2:].fill_(EMPTY_BITS[32])
+    # Rank 1's rows at rank 0 lost: every landing row empty again (rank 0's own are read without
+    # a wait), the count words kept.
+    counts = ll.counts.clone()
+    ll._make_empty()
+    ll.counts.copy_(counts)
     clock = _interpreter_shims._CLOCK[0]
     ll.dispatch(xs[0], ids, w, tokens, False, phase=2)
     readings = (_interpreter_shims._CLOCK[0] - clock) // 1000

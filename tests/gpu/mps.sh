@@ -1,0 +1,35 @@
+# Sourced by the GPU scripts that run ranks sharing a GPU (tests/gpu/run.sh --shared-gpu, the
+# shared-GPU probes): the CUDA MPS daemon they share. Without MPS the GPU time-slices between
+# processes and each wait on a peer lasts a slice (~6 ms per round trip measured on an H200,
+# against ~50 us under MPS; bench/probes/shared_gpu_probe.py).
+
+# Starts the daemon (a private pipe directory) and exports what the ranks need; a daemon left by
+# a run cut off before its exit (its server then refuses new clients) is stopped first. Returns 1,
+# saying why, if none starts.
+start_mps() {
+  export IRONLINK_SHARED_GPU=1 CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps}
+  export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/ironlink-mps-log}
+  # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
+  # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
+  # take only their share of the SMs (ironlink.runtime.distributed.grid_cap), so the sum may exceed it.
+  export NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  local mps r
+  mps=$(nvidia-cuda-mps-control -d 2>&1); r=$?
+  if [ $r -ne 0 ] && [[ $mps == *"already running"* ]]; then
+    stop_mps; sleep 1
+    mps=$(nvidia-cuda-mps-control -d 2>&1); r=$?
+  fi
+  if [ $r -ne 0 ]; then
+    echo "--shared-gpu: could not start the MPS daemon (nvidia-cuda-mps-control -d): $mps" \
+      "(one left by a stalled run, with its workers? tests/gpu/stop_leftovers.sh stops them)"
+    return 1
+  fi
+}
+
+# Asks the daemon to quit. quit waits for the clients to exit: bounded, so a cut-off run does not
+# hang here.
+stop_mps() {
+  echo quit | CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps} timeout 10 \
+    nvidia-cuda-mps-control > /dev/null 2>&1
+}
