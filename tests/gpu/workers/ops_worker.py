@@ -608,6 +608,19 @@ def moe_limits_case(s: Suite, fp8: bool) -> None:
         torch.cuda.empty_cache()
 
 
+def limits_case_bytes(world: int, fp8: bool) -> int:
+    """About what moe_limits_case holds on one rank at its peak: the heap, the received rows
+    (world x tokens x top-k at most) twice (recv_x and the scaled rows the combine takes), x, the
+    gathered xs, the output and the float64 reference (8 x tokens x hidden bf16s), and with fp8 16
+    GiB of dequantization temporaries. Anchored on two runs where ranks shared one H200: world 8
+    without fp8 (20.8 GiB a rank, then 16 more asked for) and world 4 with fp8 (31 GiB a rank,
+    then out of memory) ran out; world 4 without fp8 fit."""
+    tokens, hidden, k = 16384, 8192, 8
+    rows = 2 * world * tokens * k * hidden * 2
+    inputs = (world + 8) * tokens * hidden * 2
+    return ironlink.MoeExchange.heap_bytes(world, tokens, hidden, k, fp8=fp8) + rows + inputs + (16 << 30) * fp8
+
+
 def moe_bad_ids_case(s: Suite) -> None:
     """Out-of-range expert ids (rank 0: one past the last expert and a negative one) are not sent,
     `check()` raises INVALID_ARGUMENT with their number on rank 0 only, and the other choices
@@ -742,9 +755,12 @@ def main() -> int:
     if not SMALL:
         for fp8 in (False, True):
             name = f"moe at the limits: 16384 tokens, hidden 8192, top-8 of 256 experts, skewed{', fp8' if fp8 else ''}"
-            if fp8 and ranks_per_gpu() > 1:  # its check's fp8 dequantization takes 16 GiB more a rank
+            need = limits_case_bytes(s.world, fp8) * ranks_per_gpu()
+            have = torch.cuda.get_device_properties(0).total_memory
+            if need > have:
                 if rank == 0:
-                    print(f"skipped: {name}: ranks share a GPU (4 ranks took 31 GiB each, then ran out of memory)")
+                    print(f"skipped: {name}: {ranks_per_gpu()} rank(s) on a GPU need about {need / 2**30:.0f} GiB "
+                          f"of its {have / 2**30:.0f} GiB")
                 continue
             s.run(name, lambda: moe_limits_case(s, fp8))
     for path in ("low_latency", "direct"):
