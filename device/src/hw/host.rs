@@ -29,40 +29,65 @@ use super::sim_faults::{self, Kind};
 /// How long a simulated CTA barrier waits for all its threads before declaring a deadlock.
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A CTA barrier that names the deadlock instead of hanging: `wait` panics after a timeout.
+/// A CTA barrier that names the deadlock instead of hanging: `arrive` panics after a timeout.
+/// It also ORs the threads' predicates (`bar.red.or.pred`) in the same phase, as the GPU does.
 pub struct CtaBarrier {
     threads: u32,
-    or_acc: AtomicU32,
-    state: Mutex<(u32, u64)>, // (arrived in this generation, generation)
+    state: Mutex<BarrierState>,
     cv: Condvar,
     label: String,
+}
+
+struct BarrierState {
+    arrived: u32,
+    generation: u64,
+    /// The OR of this generation's predicates so far.
+    or_acc: bool,
+    /// The OR of the last completed generation: its waiters read it before any of them can
+    /// arrive again, and the next generation cannot complete without all of them.
+    or_result: bool,
 }
 
 impl CtaBarrier {
     fn new(threads: u32, label: String) -> Self {
         CtaBarrier {
             threads,
-            or_acc: AtomicU32::new(0),
-            state: Mutex::new((0, 0)),
+            state: Mutex::new(BarrierState {
+                arrived: 0,
+                generation: 0,
+                or_acc: false,
+                or_result: false,
+            }),
             cv: Condvar::new(),
             label,
         }
     }
 
-    fn wait(&self) {
+    /// Waits for all the CTA's threads; returns the OR of their `pred`s.
+    fn arrive(&self, pred: bool) -> bool {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = guard.1;
-        guard.0 += 1;
-        if guard.0 == self.threads {
-            *guard = (0, generation + 1);
+        let generation = guard.generation;
+        guard.or_acc |= pred;
+        guard.arrived += 1;
+        if guard.arrived == self.threads {
+            let result = guard.or_acc;
+            *guard = BarrierState {
+                arrived: 0,
+                generation: generation + 1,
+                or_acc: false,
+                or_result: result,
+            };
+            // Woken threads retake the lock: notifying after releasing it spares each a second
+            // sleep on a lock still held (one CPU runs the whole CTA in `make test-rust`).
+            drop(guard);
             self.cv.notify_all();
-            return;
+            return result;
         }
         let deadline = Instant::now() + BARRIER_TIMEOUT;
-        while guard.1 == generation {
+        while guard.generation == generation {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                let arrived = guard.0;
+                let arrived = guard.arrived;
                 drop(guard);
                 panic!(
                     "simulated CTA barrier deadlock in {}: {} of {} threads arrived",
@@ -75,6 +100,7 @@ impl CtaBarrier {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        guard.or_result
     }
 }
 
@@ -226,7 +252,7 @@ pub fn sync_threads() {
     super::sim_net::progress(); // a CTA barrier never waits on the network
     maybe_yield();
     // SAFETY: the barrier outlives every simulated thread (`launch` joins them before dropping it).
-    unsafe { (*hw().barrier).wait() }
+    unsafe { (*hw().barrier).arrive(false) };
     maybe_yield();
 }
 
@@ -434,32 +460,12 @@ pub fn spin_pause() {
 
 /// CTA barrier with an OR over the threads' predicates (`bar.red.or.pred` on the GPU).
 pub fn sync_threads_or(pred: bool) -> bool {
-    // A per-thread scratch flag would need CTA-shared state; the barrier object carries one.
+    // One barrier phase that ORs the predicates, as `bar.red.or.pred` is one.
     super::sim_net::progress();
     maybe_yield();
     // SAFETY: the barrier outlives every simulated thread (see `sync_threads`).
     let b = unsafe { &*hw().barrier };
-    b.reduce_or(pred)
-}
-
-impl CtaBarrier {
-    /// Two barrier phases: everyone ORs into the accumulator, then everyone reads it; the
-    /// accumulator is cleared by the last reader so the next call starts fresh.
-    fn reduce_or(&self, pred: bool) -> bool {
-        if pred {
-            self.or_acc.store(1, Ordering::SeqCst);
-        }
-        self.wait();
-        let r = self.or_acc.load(Ordering::SeqCst) != 0;
-        self.wait();
-        // Everyone has read it; one thread resets it before anyone can reach the next reduction
-        // (which starts after a third barrier).
-        if thread_idx().0 == 0 {
-            self.or_acc.store(0, Ordering::SeqCst);
-        }
-        self.wait();
-        r
-    }
+    b.arrive(pred)
 }
 
 pub unsafe fn load_u16(p: *const u16) -> u16 {
