@@ -141,7 +141,7 @@ pub unsafe fn signal_wait_at(
     }
     let mut late = false;
     if hw::thread_rank() == 0 {
-        let mut deadline = Deadline::new(c.timeout_ns);
+        let mut deadline = Deadline::new(c);
         late = !wait_until(&mut deadline, || {
             holds(op, hw::load_acquire_u64(word) as i64, value)
         });
@@ -239,7 +239,7 @@ fn tile_wait_where(
     let p = hw::thread_rank_fresh() as usize;
     if p < c.world_size as usize && from(p) {
         let sem = tile_semaphore(c, c.rank as usize, tile, p);
-        let mut deadline = Deadline::new(c.timeout_ns);
+        let mut deadline = Deadline::new(c);
         // SAFETY: a semaphore of our own signal region; only this thread decrements it.
         late = !wait_until(&mut deadline, || unsafe { hw::load_acquire_u32(sem) } != 0);
         if !late {

@@ -306,3 +306,48 @@ fn grid_mismatch_wins_over_an_asymmetric_heap() {
     });
     assert_eq!(st, vec![vec![status::GRID_MISMATCH]; 2]);
 }
+
+/// A rank that stops making calls: the calls its peer makes after the first failure (as a CUDA
+/// graph of many calls replays them) give up at once instead of each waiting out the timeout,
+/// on every kind of call, so the host can raise after about one timeout.
+#[test]
+fn calls_after_a_lost_peer_end_in_one_timeout_not_one_each() {
+    const CALLS: usize = 5;
+    for (name, call) in calls() {
+        let mut node = node(2, &[allocated(&[4096]); 2]);
+        for r in 0..2 {
+            node.ctx_mut(r).timeout_ns = 1_000_000_000;
+        }
+        let label = format!("{CALLS} x {name}, rank 1 absent");
+        let t = std::time::Instant::now();
+        let st = node.run_worst(&label, 2, 32, |r, ctx| {
+            if r == 1 {
+                return status::OK; // the lost rank
+            }
+            let got: Vec<i32> = (0..CALLS).map(|_| call(&node, r, ctx)).collect();
+            assert!(
+                got.iter().all(|&s| s == status::TIMEOUT),
+                "{label}: {got:?}"
+            );
+            status::TIMEOUT
+        });
+        assert_eq!(st, vec![status::TIMEOUT, status::OK], "{label}");
+        assert_eq!(node.recorded_error(0), status::TIMEOUT, "{label}");
+        // One timeout each would be 5 s; one in all is 1 s and the launch.
+        assert!(
+            t.elapsed().as_millis() < 3000,
+            "{label}: took {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+/// A recorded error that is not a failure among ranks (here `CAPACITY_EXCEEDED`, which an
+/// all_to_all_v over its capacity records) leaves the next calls' waits alone: they compute.
+#[test]
+fn an_error_on_one_rank_alone_does_not_stop_the_next_calls() {
+    let mut node = node(2, &[allocated(&[4096]); 2]);
+    node.ctx_mut(0).error = status::CAPACITY_EXCEEDED;
+    assert_all_reduce_sums(&node, N, "after CAPACITY_EXCEEDED", "sum");
+    assert_eq!(node.recorded_error(0), status::CAPACITY_EXCEEDED);
+}

@@ -101,6 +101,19 @@ pub fn record_error(c: &SymmContext, code: i32, which: i32) -> i32 {
     before as i32
 }
 
+/// Whether this rank has recorded a failure among ranks that the host has not cleared yet:
+/// `TIMEOUT`, `GRID_MISMATCH` or `HEAP_ASYMMETRIC`. After one the ranks' calls no longer match
+/// (docs/reliability.md: close the heap), so waits give up at once instead of each spinning out
+/// the timeout (`sync::Deadline`). Other recorded errors (a bad argument on this rank) do not stop
+/// the peers' calls and leave waits alone.
+#[inline(always)]
+pub fn peers_failed(c: &SymmContext) -> bool {
+    let err = &c.error as *const i32 as *const u32;
+    // SAFETY: `error` is a 4-byte aligned field of a live context; other CTAs write it atomically.
+    let e = unsafe { hw::load_relaxed_u32(err) } as i32;
+    e == status::TIMEOUT || e == status::GRID_MISMATCH || e == status::HEAP_ASYMMETRIC
+}
+
 /// `record_error` for a cause found after its symptom: `GRID_MISMATCH`, which an LL wait finds
 /// only once it times out, replaces a `TIMEOUT` that a CTA without a partner on the peer's grid
 /// recorded first (its wait timed out because of the mismatch). Returns the error that stands.

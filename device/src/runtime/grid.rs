@@ -37,7 +37,7 @@ pub fn grid_barrier(c: &SymmContext, which: i32) -> Result<(), i32> {
             unsafe { hw::store_relaxed_u32(count, 0) };
             unsafe { hw::store_release_u32(generation, current.wrapping_add(1)) };
         } else {
-            let mut deadline = Deadline::new(c.timeout_ns);
+            let mut deadline = Deadline::new(c);
             late = !wait_until(&mut deadline, || unsafe {
                 hw::load_acquire_u32(generation) != current
             });

@@ -154,7 +154,7 @@ impl<'a> Call<'a> {
 
     /// A deadline for this call's waits (the clock starts at the first wait that spins).
     pub fn deadline(&self) -> Deadline {
-        Deadline::new(self.c.timeout_ns)
+        Deadline::new(self.c)
     }
 
     /// Barrier among CTA `self.cta` of every rank. `phase` < MAX_PHASES distinguishes the
@@ -346,7 +346,8 @@ impl<'a> Call<'a> {
 
     /// Records a failed call's `code` and returns what the CTA returns. The error that stands is
     /// the same for every thread: the first recorded (a grid mismatch found only after a timeout
-    /// replaces that timeout), and a timeout after a sibling's grid mismatch returns the mismatch.
+    /// replaces that timeout), and a timeout after a sibling's grid mismatch or asymmetric heap
+    /// returns that (the wait gave up because it was recorded: `Deadline`).
     #[cold]
     #[inline(always)]
     fn record_failure(&self, code: i32) -> i32 {
@@ -355,8 +356,10 @@ impl<'a> Call<'a> {
         } else {
             context::record_error(self.c, code, self.which)
         };
-        if code == status::TIMEOUT && standing == status::GRID_MISMATCH {
-            return status::GRID_MISMATCH;
+        if code == status::TIMEOUT
+            && (standing == status::GRID_MISMATCH || standing == status::HEAP_ASYMMETRIC)
+        {
+            return standing;
         }
         code
     }
@@ -420,9 +423,14 @@ fn signal_base_fresh(c: &SymmContext, rank: usize) -> usize {
     unsafe { core::ptr::read_volatile(field) as usize }
 }
 
-/// When a wait gives up: `timeout` ns after the clock was first read. The clock is read only once
-/// a wait has spun for a while, so waits that succeed quickly (the common case) never pay for a
-/// `%globaltimer` read on their critical path.
+/// When a wait gives up: `timeout` ns after the clock was first read. A wait that begins after
+/// this rank recorded a failure among ranks (`context::peers_failed`) gets no time at all: after a
+/// lost peer, the calls that follow (a CUDA graph of many) end in one timeout, not one each. The
+/// check is one load when the wait is set up, folded into `timeout`, so the spin loop keeps its
+/// registers (checked in the loop, it pushed the split all_reduce_rmsnorm and the copy-engine
+/// reduce-scatter into spills on sm_90). The clock is read only once a wait has spun for a while,
+/// so waits that succeed quickly (the common case) never pay for a `%globaltimer` read on their
+/// critical path.
 pub struct Deadline {
     timeout: u64,
     /// 0 until started.
@@ -431,9 +439,13 @@ pub struct Deadline {
 
 impl Deadline {
     #[inline(always)]
-    pub fn new(timeout_ns: u64) -> Self {
+    pub fn new(c: &SymmContext) -> Self {
         Deadline {
-            timeout: timeout_ns,
+            timeout: if context::peers_failed(c) {
+                0
+            } else {
+                c.timeout_ns
+            },
             at: 0,
         }
     }
