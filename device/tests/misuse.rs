@@ -1,7 +1,9 @@
 //! Misuse that would otherwise corrupt silently or time out without a cause: ranks whose heaps
 //! saw different allocations (`HEAP_ASYMMETRIC`) and one call launched with different grids on
 //! different ranks (`GRID_MISMATCH`). Each is reported on every rank, recorded in every rank's
-//! context, before the call moves any data (the heaps are left as they were).
+//! context, before the call moves any data (the heaps are left as they were). And a rank that
+//! stops making calls: its peer's later calls give up at once instead of each waiting out the
+//! timeout.
 
 mod sim;
 use ironlink_device::abi::heap_digest::{fold, ALLOC, EMPTY, FREE};
