@@ -592,11 +592,14 @@ def moe_received_rows(result: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     return tuple(result)
 
 
+# The largest shape MoeExchange promises: tokens per rank, hidden, top-k (of 256 experts).
+LIMITS = (16384, 8192, 8)
+
+
 def moe_limits_case(s: Suite, fp8: bool) -> None:
-    """moe_case at the largest shape MoeExchange promises (16384 tokens per rank, hidden 8192,
-    top-8 of 256 experts, one expert taking every first choice), on a heap of exactly
+    """moe_case at LIMITS, one expert taking every first choice, on a heap of exactly
     `MoeExchange.heap_bytes` (which this also checks)."""
-    tokens, hidden, k = 16384, 8192, 8
+    tokens, hidden, k = LIMITS
     experts = 256 // s.world * s.world
     nbytes = ironlink.MoeExchange.heap_bytes(s.world, tokens, hidden, k, fp8=fp8)
     heap = ironlink.SymmetricHeap(nbytes, timeout_s=heap_timeout_s())
@@ -615,7 +618,7 @@ def limits_case_bytes(world: int, fp8: bool) -> int:
     GiB of dequantization temporaries. Anchored on two runs where ranks shared one H200: world 8
     without fp8 (20.8 GiB a rank, then 16 more asked for) and world 4 with fp8 (31 GiB a rank,
     then out of memory) ran out; world 4 without fp8 fit."""
-    tokens, hidden, k = 16384, 8192, 8
+    tokens, hidden, k = LIMITS
     rows = 2 * world * tokens * k * hidden * 2
     inputs = (world + 8) * tokens * hidden * 2
     return ironlink.MoeExchange.heap_bytes(world, tokens, hidden, k, fp8=fp8) + rows + inputs + (16 << 30) * fp8
@@ -754,7 +757,8 @@ def main() -> int:
     s.run("moe fp8 dispatch 256 tokens skewed", lambda: moe_case(s, 256, True, graph=False, fp8=True))
     if not SMALL:
         for fp8 in (False, True):
-            name = f"moe at the limits: 16384 tokens, hidden 8192, top-8 of 256 experts, skewed{', fp8' if fp8 else ''}"
+            name = (f"moe at the limits: {LIMITS[0]} tokens, hidden {LIMITS[1]}, top-{LIMITS[2]} of 256 experts, "
+                    f"skewed{', fp8' if fp8 else ''}")
             need = limits_case_bytes(s.world, fp8) * ranks_per_gpu()
             have = torch.cuda.get_device_properties(0).total_memory
             if need > have:
