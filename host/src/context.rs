@@ -172,6 +172,29 @@ impl DeviceContext {
         Ok((code, detail))
     }
 
+    /// Records `(code, detail)` for a failure the host found among ranks (check=True's
+    /// comparison of the calls: a rank never made one), as a device function records its own:
+    /// the first error wins, so `heap.check()` raises it and the device's later waits give up at
+    /// once (`peers_failed`). Returns the error that stands. Waits for the device first: no
+    /// kernel of this context may write `error` between the read and the write.
+    pub fn record_error(&self, code: i32, detail: i32) -> Result<i32> {
+        if code == 0 {
+            return Err(Error::InvalidArgument(
+                "record_error needs a non-zero status".into(),
+            ));
+        }
+        let (standing, _) = self.read_error()?;
+        if standing != 0 {
+            return Ok(standing);
+        }
+        let mut b = [0u8; 8];
+        b[0..4].copy_from_slice(&code.to_le_bytes());
+        b[4..8].copy_from_slice(&detail.to_le_bytes());
+        let dev = self.buf.device();
+        dev.write(self.buf.ptr() + offset_of("error") as u64, &b)?;
+        Ok(code)
+    }
+
     /// Resets `error` and `error_detail` to 0 (after the host has raised them).
     pub fn clear_error(&self) -> Result<()> {
         let dev = self.buf.device();

@@ -12,7 +12,7 @@ import pytest
 
 from ironlink.language import _abi
 from ironlink.runtime.call_check import Call, CallCheck, mismatch
-from ironlink.runtime.errors import IronlinkError
+from ironlink.runtime.errors import CALL_COMPARISON_DETAIL, IronlinkError
 
 from _fake_store import FakeStore  # tests/, the helpers' folder
 from _ranks import run_ranks
@@ -80,6 +80,21 @@ def test_a_rank_that_skips_the_call_fails_the_others_within_the_heaps_timeout() 
         CallCheck(0.2).compare(FakeStore(), "heap-b", 0, 2, "all_gather", {"elements": 8, "dtype": "float32"})
     assert time.time() - t0 < 2
     assert e.value.status == _abi.STATUS["TIMEOUT"]
+
+
+def test_a_rank_that_never_made_the_call_is_recorded_in_the_context_and_calls_that_differ_are_not() -> None:
+    recorded: list[tuple[int, int]] = []  # what `record` (the heap's context) was given
+    with pytest.raises(IronlinkError, match="did not make this call"):
+        CallCheck(0.2).compare(FakeStore(), "heap-e", 0, 2, "all_reduce", {"elements": 8}, record=lambda *a: recorded.append(a))
+    assert recorded == [(_abi.STATUS["TIMEOUT"], CALL_COMPARISON_DETAIL)]  # heap.check() raises it; device waits give up
+    store, checks, records = FakeStore(), [CallCheck(10) for _ in range(2)], [[], []]  # type: ignore[var-annotated]
+
+    def rank(r: int) -> None:
+        with pytest.raises(IronlinkError, match="differ in elements"):
+            checks[r].compare(store, "heap-f", r, 2, "all_reduce", {"elements": 8 * (r + 1)}, record=lambda *a: records[r].append(a))
+
+    run_ranks(rank, 2)
+    assert records == [[], []]  # every rank raised, nothing launched: the heap stays usable
 
 
 def test_without_a_store_nothing_is_compared() -> None:

@@ -22,7 +22,7 @@ import pytest
 import ironlink
 from ironlink.language import _abi
 from ironlink.runtime import tuning
-from ironlink.runtime.errors import IronlinkError, device_error, function_name, status_name
+from ironlink.runtime.errors import CALL_COMPARISON_DETAIL, IronlinkError, device_error, function_name, status_name
 from ironlink.runtime.heap import SymmetricHeap
 from ironlink.runtime.heap_args import check_size, check_timeout, normalize_shape, span_bytes
 from ironlink.runtime.rendezvous import Rendezvous, gather_failures, same_requests
@@ -49,6 +49,9 @@ def test_error_type_and_device_messages():
     e = device_error(_abi.STATUS["TIMEOUT"], list(_abi.FUNCTIONS).index("symm_peer_ptr"), rank=3)
     assert e.status == _abi.STATUS["TIMEOUT"] and e.function == "symm_peer_ptr"
     assert "symm_peer_ptr on rank 3 recorded TIMEOUT (-7)" in str(e)
+    host = device_error(_abi.STATUS["TIMEOUT"], CALL_COMPARISON_DETAIL, rank=0)  # recorded by check=True's comparison
+    assert str(host).startswith("the comparison of the ranks' calls (check=True) on rank 0 recorded TIMEOUT (-7): ")
+    assert host.function == "the comparison of the ranks' calls (check=True)"
 
 
 def test_argument_checks_need_no_gpu():

@@ -82,6 +82,12 @@ macro_rules! context_owner_methods {
                 py.detach(|| lock(&self.inner).context()?.read_error()).py()
             }
 
+            /// Records (status, detail) unless an error stands; returns the one that stands.
+            /// Synchronizes the device.
+            fn record_error(&self, py: Python<'_>, code: i32, detail: i32) -> PyResult<i32> {
+                py.detach(|| lock(&self.inner).context()?.record_error(code, detail)).py()
+            }
+
             fn clear_error(&self, py: Python<'_>) -> PyResult<()> {
                 py.detach(|| lock(&self.inner).context()?.clear_error()).py()
             }

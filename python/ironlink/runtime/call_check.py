@@ -9,10 +9,10 @@ rank waits for this, so a mismatch shows only as the device's TIMEOUT, whose mes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ..language import _abi
-from .errors import IronlinkError
+from .errors import CALL_COMPARISON, CALL_COMPARISON_DETAIL, IronlinkError
 from .store_exchange import exchange
 
 
@@ -64,10 +64,15 @@ class CallCheck:
         self.wait_s = wait_s
         self._count = 0
 
-    def compare(self, store: Any, uid: str, rank: int, world: int, op: str, fields: dict[str, Any]) -> None:
+    def compare(self, store: Any, uid: str, rank: int, world: int, op: str, fields: dict[str, Any],
+                record: Optional[Callable[[int, int], Any]] = None) -> None:
         """Publishes this rank's call of `op` in `store` under the heap's `uid` and raises
         IronlinkError (status TIMEOUT where a rank did not make it) unless every rank's is the
-        same. Nothing is compared without a store (None)."""
+        same. Nothing is compared without a store (None). A rank that never made the call is a
+        lost peer, as a device wait's TIMEOUT is: `record(status, detail)` first records it in the
+        heap's context, so `heap.check()` raises it and the device's later waits give up at once
+        (calls that differ are not recorded: every rank raised, nothing launched, the heap is
+        usable)."""
         if store is None:
             return
         n, self._count = self._count, self._count + 1
@@ -81,8 +86,10 @@ class CallCheck:
         problem = mismatch(calls, rank, self.wait_s)
         if problem:
             status = _abi.STATUS["TIMEOUT"] if None in calls else None
+            if status is not None and record is not None:
+                record(status, CALL_COMPARISON_DETAIL)
             raise IronlinkError(f"ironlink.{op}(check=True) on rank {rank}: {problem}; nothing was launched",
-                                status=status, function="the comparison of the ranks' calls (check=True)")
+                                status=status, function=CALL_COMPARISON)
 
 
 __all__ = ["Call", "CallCheck", "default_store", "mismatch"]

@@ -45,19 +45,30 @@ def status_name(code: int) -> str:
     return f"status {code}"
 
 
+# The `error_detail` the host records beside a failure it found itself, not a device function:
+# check=True's comparison of the ranks' calls, when a rank never made the call (`call_check`). The
+# device's details are export-table indices, never negative.
+CALL_COMPARISON_DETAIL = -1
+CALL_COMPARISON = "the comparison of the ranks' calls (check=True)"
+
+
 def function_name(index: int) -> str:
     """The device function with this index in the export table (what `error_detail` holds)."""
+    if index == CALL_COMPARISON_DETAIL:
+        return CALL_COMPARISON
     names = list(_abi.FUNCTIONS)
     return names[index] if 0 <= index < len(names) else f"device function #{index}"
 
 
 def device_error(code: int, detail: int, rank: int | None = None) -> IronlinkError:
-    """The exception for a status a device function recorded in its context."""
+    """The exception for a status recorded in the context (by a device function, or by the host's
+    comparison of the calls)."""
     where = "" if rank is None else f" on rank {rank}"
     fn = function_name(detail)
+    who = fn if detail == CALL_COMPARISON_DETAIL else f"device function {fn}"
     hint = HINTS.get(status_name(code), "")
     return IronlinkError(
-        f"device function {fn}{where} recorded {status_name(code)} ({code}){hint}",
+        f"{who}{where} recorded {status_name(code)} ({code}){hint}",
         status=code,
         function=fn,
     )

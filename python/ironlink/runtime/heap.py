@@ -357,7 +357,8 @@ class SymmetricHeap:
 
     def compare_call(self, name: str, **fields: Any) -> None:
         """check=True, first: IronlinkError, nothing launched, unless all ranks make this call (`call_check`)."""
-        self._checked.compare(default_store(), self._uid, self._rank, self._world, name, fields)
+        self._checked.compare(default_store(), self._uid, self._rank, self._world, name, fields,
+                              record=lambda code, detail: self._open().record_error(code, detail))
 
     def close(self) -> None:
         """Frees the heap (collective). Idempotent; tensors from it must not be used after."""

@@ -124,7 +124,8 @@ def after_group_destroyed() -> None:
 
 def only_some_ranks() -> None:
     """Rank 0 skips an all-reduce the others make: they get TIMEOUT within the timeout, with
-    check=True from the comparison of the calls (naming rank 0, nothing launched), without it
+    check=True from the comparison of the calls (naming rank 0, nothing launched; then
+    heap.check() raises it, recorded in the context), without it
     through heap.check() naming the wait that timed out. At a decode size (the lamport path,
     whose wait is `symm_tile_wait`) and a larger one (the device library's `symm_all_reduce`)."""
     import ironlink
@@ -145,6 +146,8 @@ def only_some_ranks() -> None:
                     if checked:
                         e = expect_error(lambda: ironlink.all_reduce(x, check=True), "ironlink.all_reduce(check=True)",
                                          "rank(s) [0] did not make this call within", "nothing was launched")
+                        # a lost peer, recorded in the context as a device wait's TIMEOUT would be
+                        expect_error(heap.check, "the comparison of the ranks' calls (check=True)", "recorded TIMEOUT")
                     else:
                         ironlink.all_reduce(x)
                         e = expect_error(heap.check, function, "TIMEOUT", "skipped the call")
