@@ -34,7 +34,7 @@ def newest_by_world(prefix: str, results: Path = RESULTS) -> list[Doc]:
     best: dict[int, tuple[str, str, Doc]] = {}
     for p in results.glob(f"{prefix}-*.json"):
         doc = json.loads(p.read_text())
-        if doc.get("check"):
+        if doc.get("check") or doc.get("any_tensor"):  # the staged runs are experiments, not the table
             continue
         key = (doc["date"], p.name, doc)
         world = doc["world_size"]
