@@ -89,6 +89,14 @@ status: i32 {
     GRID_MISMATCH = -13;
 }}
 
+/// Whether `code` reports a failure among ranks (a peer lost or stuck, grids or heaps that differ):
+/// the ranks' calls no longer match, so when one is recorded the context's wait timeout drops to
+/// 0 until the host clears the error (`runtime::context::record_error`, the host's
+/// `DeviceContext`). Other errors concern one rank's own call.
+pub const fn is_failure_among_ranks(code: i32) -> bool {
+    code == status::TIMEOUT || code == status::GRID_MISMATCH || code == status::HEAP_ASYMMETRIC
+}
+
 const_group! {
 /// Reduce operations (`REDUCE_OP_SUM = 0` as in torch_symm).
 reduce_op: i32 {

@@ -335,6 +335,10 @@ fn calls_after_a_lost_peer_end_in_one_timeout_not_one_each() {
         });
         assert_eq!(st, vec![status::TIMEOUT, status::OK], "{label}");
         assert_eq!(node.recorded_error(0), status::TIMEOUT, "{label}");
+        // What makes the later waits give up: the recorded failure set rank 0's wait timeout
+        // to 0 (the host puts it back when it clears the error); rank 1 recorded nothing.
+        assert_eq!(node.ctx_mut(0).timeout_ns, 0, "{label}");
+        assert_eq!(node.ctx_mut(1).timeout_ns, 1_000_000_000, "{label}");
         // One timeout each would be 5 s; one in all is 1 s and the launch.
         assert!(
             t.elapsed().as_millis() < 3000,
@@ -352,4 +356,9 @@ fn an_error_on_one_rank_alone_does_not_stop_the_next_calls() {
     node.ctx_mut(0).error = status::CAPACITY_EXCEEDED;
     assert_all_reduce_sums(&node, N, "after CAPACITY_EXCEEDED", "sum");
     assert_eq!(node.recorded_error(0), status::CAPACITY_EXCEEDED);
+    assert_ne!(
+        node.ctx_mut(0).timeout_ns,
+        0,
+        "a rank's own error keeps its wait timeout"
+    );
 }

@@ -9,6 +9,7 @@ use crate::abi::{self, SymmContext, MAX_RANKS};
 use crate::driver::{Device, DeviceBuffer};
 use crate::error::{Error, Result};
 use ironlink_device::collectives::choice::with_default_limits;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// (field name, byte offset, byte size), as the encoder writes them.
@@ -135,6 +136,10 @@ pub trait ContextOwner {
 #[derive(Debug)]
 pub struct DeviceContext {
     buf: DeviceBuffer,
+    /// The wait timeout the host set. The context's own copy drops to 0 when a failure among
+    /// ranks is recorded (`abi::is_failure_among_ranks`), so every later wait gives up at once;
+    /// `clear_error` puts this back.
+    timeout_ns: AtomicU64,
 }
 
 impl DeviceContext {
@@ -143,7 +148,16 @@ impl DeviceContext {
         let bytes = encode(c);
         let buf = DeviceBuffer::new(device, bytes.len())?;
         device.write(buf.ptr(), &bytes)?;
-        Ok(DeviceContext { buf })
+        Ok(DeviceContext {
+            buf,
+            timeout_ns: AtomicU64::new(c.timeout_ns),
+        })
+    }
+
+    /// Writes the context's wait timeout (the device reads it when a wait begins).
+    fn write_timeout(&self, ns: u64) -> Result<()> {
+        let at = self.buf.ptr() + offset_of("timeout_ns") as u64;
+        self.buf.device().write(at, &ns.to_le_bytes())
     }
 
     /// Device address of the context: the `ctx` argument of every device function.
@@ -175,8 +189,9 @@ impl DeviceContext {
     /// Records `(code, detail)` for a failure the host found among ranks (check=True's
     /// comparison of the calls: a rank never made one), as a device function records its own:
     /// the first error wins, so `heap.check()` raises it and the device's later waits give up at
-    /// once (`peers_failed`). Returns the error that stands. Waits for the device first: no
-    /// kernel of this context may write `error` between the read and the write.
+    /// once (its wait timeout set to 0 until `clear_error`). Returns the error that stands.
+    /// Waits for the device first: no kernel of this context may write `error` between the read
+    /// and the write.
     pub fn record_error(&self, code: i32, detail: i32) -> Result<i32> {
         if code == 0 {
             return Err(Error::InvalidArgument(
@@ -192,30 +207,37 @@ impl DeviceContext {
         b[4..8].copy_from_slice(&detail.to_le_bytes());
         let dev = self.buf.device();
         dev.write(self.buf.ptr() + offset_of("error") as u64, &b)?;
+        if abi::is_failure_among_ranks(code) {
+            self.write_timeout(0)?; // as the device's `record_error` does
+        }
         Ok(code)
     }
 
-    /// Resets `error` and `error_detail` to 0 (after the host has raised them).
+    /// Resets `error` and `error_detail` to 0 (after the host has raised them) and puts back the
+    /// wait timeout that a failure among ranks set to 0.
     pub fn clear_error(&self) -> Result<()> {
         let dev = self.buf.device();
         dev.synchronize()?;
-        dev.write(self.buf.ptr() + offset_of("error") as u64, &[0u8; 8])
+        dev.write(self.buf.ptr() + offset_of("error") as u64, &[0u8; 8])?;
+        self.write_timeout(self.timeout_ns.load(Ordering::Relaxed))
     }
 
-    /// Sets how long device-side waits on peers spin before giving up with `TIMEOUT`.
-    /// Must not race with running kernels of this context, so it waits for the device first.
+    /// Sets how long device-side waits on peers spin before giving up with `TIMEOUT`. While a
+    /// failure among ranks stands (not yet cleared) the waits keep giving up at once; the new
+    /// timeout applies from `clear_error` on. Must not race with running kernels of this
+    /// context, so it waits for the device first.
     pub fn set_timeout_ns(&self, ns: u64) -> Result<()> {
         if ns == 0 {
             return Err(Error::InvalidArgument(
                 "timeout must be positive (0 would fail every wait at once)".into(),
             ));
         }
-        let dev = self.buf.device();
-        dev.synchronize()?;
-        dev.write(
-            self.buf.ptr() + offset_of("timeout_ns") as u64,
-            &ns.to_le_bytes(),
-        )
+        let (standing, _) = self.read_error()?; // synchronizes
+        self.timeout_ns.store(ns, Ordering::Relaxed);
+        if abi::is_failure_among_ranks(standing) {
+            return Ok(());
+        }
+        self.write_timeout(ns)
     }
 
     /// Sets the message sizes (bytes) up to which all-reduce uses one-shot LL and then two-shot

@@ -377,8 +377,10 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # Lamport rows of hidden 8192 (16 warps: 128 registers a thread): world 4 polls
                     # its three peers' rows as one [4, 8192] block (language.slots._reduce_together; 112
                     # bytes when they were polled one by one); world 8 one by one, seven rows
-                    # unrolled; world 2 spills none.
-                    "allreduce_rmsnorm_lamport_w4": 16, "allreduce_rmsnorm_lamport_w4_fp8_pdl": 48,
+                    # unrolled; world 2 spills none. World 4's grew from 16 to 24 with the store
+                    # that sets the wait timeout to 0 when a poll records TIMEOUT (`_flags._record`,
+                    # a cold branch; a mode the world-4 table does not choose).
+                    "allreduce_rmsnorm_lamport_w4": 24, "allreduce_rmsnorm_lamport_w4_fp8_pdl": 48,
                     "allreduce_rmsnorm_lamport_w8": 344,
                     # Split's slices of 1024 columns (W a multiple of 16, as launched at hidden 8192):
                     # 8 ranks' slices polled as one block; the FP8 peak beside the sum of squares.

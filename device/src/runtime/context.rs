@@ -1,7 +1,8 @@
 //! Validating the context pointer that every device function receives, and recording errors in it.
 
 use crate::abi::{
-    backend, status, SymmContext, ABI_VERSION, CTX_MAGIC, MAX_NODES, MAX_RANKS, MAX_WORLD,
+    backend, is_failure_among_ranks, status, SymmContext, ABI_VERSION, CTX_MAGIC, MAX_NODES,
+    MAX_RANKS, MAX_WORLD,
 };
 use crate::hw;
 use crate::runtime::nodes::Nodes;
@@ -86,7 +87,14 @@ fn refused(c: &SymmContext) -> i32 {
 }
 
 /// Records `code` in the context (the first error wins) so the host can raise it after the kernel;
-/// returns the error that stands: `code`, or the one recorded before it.
+/// returns the error that stands: `code`, or the one recorded before it. A failure among ranks
+/// (`TIMEOUT`, `GRID_MISMATCH`, `HEAP_ASYMMETRIC`) also sets the context's wait timeout to 0: the
+/// ranks' calls no longer match (docs/reliability.md: close the heap), so every wait that begins
+/// after it gives up at once instead of spinning out the timeout (a CUDA graph of many calls
+/// after a lost peer ends in one timeout, not one each), the device library's (`sync::Deadline`)
+/// and the Triton-level polls (`language/_flags.py`, which records the same way) alike, with
+/// nothing added to a wait's set-up. The host puts the timeout back when it clears the error.
+/// Other errors (a bad argument on this rank) do not stop the peers' calls and leave it alone.
 #[inline(always)]
 pub fn record_error(c: &SymmContext, code: i32, which: i32) -> i32 {
     let err = &c.error as *const i32 as *mut u32;
@@ -96,22 +104,23 @@ pub fn record_error(c: &SymmContext, code: i32, which: i32) -> i32 {
         let detail = &c.error_detail as *const i32 as *mut u32;
         // SAFETY: as above.
         unsafe { hw::store_relaxed_u32(detail, which as u32) };
+        if is_failure_among_ranks(code) {
+            let timeout = &c.timeout_ns as *const u64 as *mut u64;
+            // SAFETY: `timeout_ns` is an 8-byte aligned field of a live context; the device
+            // accesses it atomically only (`wait_timeout_ns`).
+            unsafe { hw::store_relaxed_u64(timeout, 0) };
+        }
         return code;
     }
     before as i32
 }
 
-/// Whether this rank has recorded a failure among ranks that the host has not cleared yet:
-/// `TIMEOUT`, `GRID_MISMATCH` or `HEAP_ASYMMETRIC`. After one the ranks' calls no longer match
-/// (docs/reliability.md: close the heap), so waits give up at once instead of each spinning out
-/// the timeout (`sync::Deadline`). Other recorded errors (a bad argument on this rank) do not stop
-/// the peers' calls and leave waits alone.
+/// How long a wait that begins now may spin: the context's timeout, 0 once this rank has recorded
+/// a failure among ranks that the host has not cleared (`record_error`).
 #[inline(always)]
-pub fn peers_failed(c: &SymmContext) -> bool {
-    let err = &c.error as *const i32 as *const u32;
-    // SAFETY: `error` is a 4-byte aligned field of a live context; other CTAs write it atomically.
-    let e = unsafe { hw::load_relaxed_u32(err) } as i32;
-    e == status::TIMEOUT || e == status::GRID_MISMATCH || e == status::HEAP_ASYMMETRIC
+pub fn wait_timeout_ns(c: &SymmContext) -> u64 {
+    // SAFETY: `timeout_ns` is an 8-byte aligned field of a live context; other CTAs write it atomically.
+    unsafe { hw::load_relaxed_u64(&c.timeout_ns as *const u64) }
 }
 
 /// `record_error` for a cause found after its symptom: `GRID_MISMATCH`, which an LL wait finds

@@ -424,10 +424,10 @@ fn signal_base_fresh(c: &SymmContext, rank: usize) -> usize {
 }
 
 /// When a wait gives up: `timeout` ns after the clock was first read. A wait that begins after
-/// this rank recorded a failure among ranks (`context::peers_failed`) gets no time at all: after a
-/// lost peer, the calls that follow (a CUDA graph of many) end in one timeout, not one each. The
-/// check is one load when the wait is set up, folded into `timeout`, so the spin loop keeps its
-/// registers (checked in the loop, it pushed the split all_reduce_rmsnorm and the copy-engine
+/// this rank recorded a failure among ranks gets no time at all (`context::wait_timeout_ns` is 0
+/// then): after a lost peer, the calls that follow (a CUDA graph of many) end in one timeout, not
+/// one each. The timeout is read once, when the wait is set up, so the spin loop keeps its
+/// registers (a check in the loop pushed the split all_reduce_rmsnorm and the copy-engine
 /// reduce-scatter into spills on sm_90). The clock is read only once a wait has spun for a while,
 /// so waits that succeed quickly (the common case) never pay for a `%globaltimer` read on their
 /// critical path.
@@ -441,11 +441,7 @@ impl Deadline {
     #[inline(always)]
     pub fn new(c: &SymmContext) -> Self {
         Deadline {
-            timeout: if context::peers_failed(c) {
-                0
-            } else {
-                c.timeout_ns
-            },
+            timeout: context::wait_timeout_ns(c),
             at: 0,
         }
     }

@@ -2,7 +2,8 @@
 int64 word whose high half is a launch count plus one (never the zero the words are made with)
 and whose low half a 32-bit value. all_reduce_rmsnorm's split mode publishes its slices' sums so
 within a rank. A wait is bounded by the context's timeout and then records TIMEOUT in the context as a
-device function records its errors (`runtime::context::record_error`), so heap.check() raises.
+device function records its errors (`runtime::context::record_error`: the timeout set to 0, so the
+waits after a lost peer give up at once), so heap.check() raises.
 
 Also data that is its own flag (Lamport's scheme, as TensorRT-LLM's one-shot all-reduce uses it):
 a receive buffer holds "empty" in every element until a peer stores into it (16 and 32 bits: the
@@ -67,11 +68,15 @@ def wait_tagged(ctx, ptrs, flag, FUNCTION: tl.constexpr):
 @triton.jit
 def _record(ctx, s, FUNCTION: tl.constexpr):
     """Records status `s` (if not 0) in the context with detail FUNCTION, unless an error is
-    recorded there already."""
+    recorded there already; a TIMEOUT recorded also sets the context's wait timeout to 0, as the
+    device library's `record_error` does (a lost peer: every wait after it gives up at once; the
+    host puts the timeout back when it clears the error)."""
     if s != 0:
         errors = ctx.to(tl.pointer_type(tl.int32))
         if tl.atomic_cas(errors + _ERROR_WORD, 0, s) == 0:
             tl.store(errors + _DETAIL_WORD, FUNCTION)
+            if s == _TIMEOUT:  # (callers pass earlier statuses on as `failed`: only TIMEOUT stops waits)
+                tl.store(ctx.to(tl.pointer_type(tl.int64)) + _TIMEOUT_WORD, 0)
 
 
 @triton.jit

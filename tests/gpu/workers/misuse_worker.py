@@ -19,6 +19,8 @@
   a tensor the others kept): the next all-reduce raises HEAP_ASYMMETRIC on every rank, with
   check=True and through heap.check(), naming the first heap call that differs on each rank and
   the ranks' digests; nothing is written;
+- a CUDA graph of calls replayed after a lost peer: the replay ends in about one timeout, not one
+  a call, and heap.check() puts the timeout back;
 - a fused call skipped by one rank, on the paths that wait once a chunk or tile (the copy engine,
   the tile method): TIMEOUT within the timeout and slack, one timeout a CTA
   (skipped_fused_calls.py).
@@ -157,6 +159,38 @@ def only_some_ranks() -> None:
                     assert took < TIMEOUT_S + SLACK_S, f"TIMEOUT raised after {took:.1f} s (timeout {TIMEOUT_S} s)"
             finally:
                 heap.close()
+
+
+def lost_peer_graph() -> None:
+    """A CUDA graph of 12 all-reduces, small ones (the lamport path's Triton polls) between larger
+    ones (the device library's waits), replayed by every rank but rank 0: the first wait records
+    TIMEOUT and sets the context's wait timeout to 0, so the replay ends in about one timeout,
+    not one a call (the small calls alone would take 6 x the timeout); heap.check() raises it and
+    puts the timeout back, so the next call waits it out again."""
+    import ironlink
+    from ironlink.tune.timing import captured
+
+    heap = ironlink.SymmetricHeap(32 << 20, timeout_s=TIMEOUT_S)
+    try:
+        small, large = heap.zeros((1024,), torch.float32), heap.zeros((1 << 20,), torch.float32)  # 4 KiB, 4 MiB
+        calls = iter(range(1 << 30))
+        g = captured(lambda: ironlink.all_reduce(small if next(calls) % 2 == 0 else large, heap=heap), 12)
+        heap.check()
+        heap.barrier()
+        if dist.get_rank() != 0:
+            t0 = time.time()
+            g.replay()
+            torch.cuda.synchronize()
+            took = time.time() - t0
+            expect_error(heap.check, "recorded TIMEOUT")
+            assert took < 3 * TIMEOUT_S, f"the replay took {took:.1f} s: more than one timeout ({TIMEOUT_S} s)"
+            t0 = time.time()
+            ironlink.all_reduce(small)
+            expect_error(heap.check, "recorded TIMEOUT")
+            took = time.time() - t0
+            assert took > 0.8 * TIMEOUT_S, f"after heap.check() a wait took {took:.2f} s: the timeout was not put back"
+    finally:
+        heap.close()
 
 
 def different_sizes() -> None:
@@ -382,6 +416,7 @@ def main() -> int:
     cases.run("heap used after close", after_close)
     cases.run("heap used after its process group was destroyed", after_group_destroyed)
     cases.run("a call issued on only some ranks", only_some_ranks)
+    cases.run("a graph replayed after a lost peer: one timeout, not one a call", lost_peer_graph)
     cases.run("one op called with other sizes on different ranks (check=True)", different_sizes)
     cases.run("a user kernel launched with different grids", different_grids)
     cases.run("a user kernel launched with different grids, LL packets", different_grids_small)

@@ -2,8 +2,9 @@
 set by tests/with_torch/test_interpreted.py): a sender stores -0.0 as +0.0 (`unempty`); a receiver polls its
 slots until no element holds -0.0 (`wait_written`), reads exactly what was sent, and stores
 -0.0 ("empty") back; lanes outside the mask are not waited for; a slot a peer never filled gives
-TIMEOUT after the context's timeout, recorded in the context with detail symm_tile_wait, and its
-values are not taken as data. bf16, fp16 and fp32 (16- and 32-bit empties).
+TIMEOUT after the context's timeout, recorded in the context with detail symm_tile_wait (and the
+context's wait timeout set to 0, unless an error stood already), and its values are not taken as
+data. bf16, fp16 and fp32 (16- and 32-bit empties).
 The interpreter runs one CTA at a time, so the peer's stores are made beforehand by a sender
 launch, as they would have landed from a peer already past them."""
 
@@ -52,9 +53,12 @@ def empty(n: int, dtype: torch.dtype) -> torch.Tensor:
     return bits.fill_(torch.iinfo(bits.dtype).min).view(dtype)
 
 
+TIMEOUT_WORD = _abi.CONTEXT_FIELDS["timeout_ns"][0] // 8  # in the context's int64 words
+
+
 def context(timeout_ns: int) -> torch.Tensor:
     ctx = torch.zeros(_abi.CONTEXT_SIZE // 8, dtype=torch.int64)
-    ctx[_abi.CONTEXT_FIELDS["timeout_ns"][0] // 8] = timeout_ns
+    ctx[TIMEOUT_WORD] = timeout_ns
     return ctx
 
 
@@ -88,6 +92,13 @@ def check(dtype: torch.dtype) -> None:
     assert status.item() == _abi.STATUS["TIMEOUT"], status
     assert error_of(ctx) == (_abi.STATUS["TIMEOUT"], "symm_tile_wait"), error_of(ctx)
     assert torch.signbit(got[n - 1]) and got[n - 1] == 0, "the missing element is still empty"
+    assert ctx[TIMEOUT_WORD].item() == 0, "a recorded TIMEOUT sets the wait timeout to 0: later waits give up at once"
+
+    # A TIMEOUT where another error stands already (this rank's own) records nothing, timeout kept.
+    ctx = context(20_000)
+    ctx.view(torch.int32)[_abi.CONTEXT_FIELDS["error"][0] // 4] = _abi.STATUS["INVALID_ARGUMENT"]
+    receive[(1,)](ctx.data_ptr(), inbox, got, status, n, BLOCK=block)
+    assert status.item() == _abi.STATUS["TIMEOUT"] and ctx[TIMEOUT_WORD].item() == 20_000, ctx[TIMEOUT_WORD]
 
     # Masked lanes are not waited for: a receive of the n - 1 stored elements completes.
     ctx = context(10**9)
