@@ -97,6 +97,25 @@ def test_a_rank_that_never_made_the_call_is_recorded_in_the_context_and_calls_th
     assert records == [[], []]  # every rank raised, nothing launched: the heap stays usable
 
 
+def test_the_heap_records_a_rank_that_never_made_the_call_in_its_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the killed-rank suite found missing (session 52): after check=True named a lost peer,
+    heap.check() must raise it too, so the heap's native context gets the TIMEOUT."""
+    from types import SimpleNamespace
+
+    from ironlink.runtime import heap as heap_module
+    from ironlink.runtime.heap import SymmetricHeap
+
+    monkeypatch.setattr(heap_module, "default_store", FakeStore)
+    recorded: list[tuple[int, int]] = []
+    h = SymmetricHeap.__new__(SymmetricHeap)  # the state __init__ leaves, without a GPU
+    h._uid, h._rank, h._world, h._checked, h._closed = "heap-g", 0, 2, CallCheck(0.2), False
+    h._native = SimpleNamespace(record_error=lambda code, detail: recorded.append((code, detail)))
+    h._rendezvous = SimpleNamespace(alive=lambda: True)
+    with pytest.raises(IronlinkError, match=r"rank\(s\) \[1\] did not make this call"):
+        h.compare_call("all_reduce", elements=8, dtype="float32", op="sum")
+    assert recorded == [(_abi.STATUS["TIMEOUT"], CALL_COMPARISON_DETAIL)]
+
+
 def test_without_a_store_nothing_is_compared() -> None:
     CallCheck(1).compare(None, "heap-c", 0, 2, "all_reduce", {"elements": 1})
 
