@@ -1,6 +1,6 @@
 """The benchmark tables of README.md and docs/performance.md, made from bench/results/*.json.
 
-    python3 bench/report/table.py              # print README.md's headline table (newest run)
+    python3 bench/report/table.py              # print README.md's headline table (newest run at worlds 2 and 4)
     python3 bench/report/table.py --full       # print docs/performance.md's tables (newest run per world size)
     python3 bench/report/table.py FILE.json    # print the full tables of one result file
     python3 bench/report/table.py --write      # rewrite both blocks in place (`make docs` does this)
@@ -25,9 +25,11 @@ README = REPO / "README.md"
 PERFORMANCE = REPO / "docs" / "performance.md"
 BEGIN, END = "<!-- bench:begin -->\n", "<!-- bench:end -->"
 
-# The headline table: bf16 all_reduce of the newest run at these sizes.
+# The headline table: bf16 all_reduce at these sizes, the newest run of each of these world sizes
+# side by side (README.md); `headline` gives one run's (docs, `table.py FILE.json`).
 HEADLINE_DTYPE = "bf16"
 HEADLINE_SIZES = (1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30)
+HEADLINE_WORLDS = (2, 4)
 
 Row = dict[str, Any]
 
@@ -60,9 +62,46 @@ def full_block() -> str:
     return "\n".join(tables(load(p)) for p in newest_per_world())
 
 
+def headline_runs() -> list[dict[str, Any]]:
+    """The newest run of each HEADLINE_WORLDS size that has one, smallest world first; else the
+    newest run of any size."""
+    runs = {int(d["world_size"]): d for d in map(load, newest_per_world())}
+    return [runs[w] for w in HEADLINE_WORLDS if w in runs] or [load(newest())]
+
+
 def readme_block() -> str:
-    """What README.md carries between its bench markers: the headline table of `newest()`."""
-    return headline(load(newest()))
+    """What README.md carries between its bench markers: `worlds_headline` of `headline_runs()`."""
+    return worlds_headline(headline_runs())
+
+
+def public_or_best(rows: list[Row], nbytes: int) -> tuple[Optional[Row], str]:
+    """ironlink at `nbytes`: the public op where the run timed it, else its best launch; and which."""
+    op = get(rows, "all_reduce", HEADLINE_DTYPE, nbytes, "ironlink_op")
+    return (op, "ironlink.all_reduce") if op else (get(rows, "all_reduce", HEADLINE_DTYPE, nbytes, "ironlink"), "best launch")
+
+
+def worlds_headline(docs: list[dict[str, Any]]) -> str:
+    """The headline sizes of each run side by side: ironlink, NCCL and their ratio per world."""
+    whats = []
+    for d in docs:
+        shown = {public_or_best(d["results"], n)[1] for n in HEADLINE_SIZES if public_or_best(d["results"], n)[0]}
+        whats.append(f"world {d['world_size']}: {d['world_size']}x {d['gpu']}, {d['date'][:10]}, git {d['git_rev']}, "
+                     f"NCCL {d['nccl']} (ironlink: {' / '.join(sorted(shown)) or '-'})")
+    out = [f"all_reduce {HEADLINE_DTYPE}, sum, in CUDA graphs, median us per call, max over ranks (lower is better; "
+           "each run's method with its tables in docs/performance.md); x = NCCL time / ironlink time; ironlink: the "
+           "public ironlink.all_reduce as a user calls it where the run timed it, else ironlink's best launch. "
+           f"Runs: {'; '.join(whats)}.",
+           "",
+           "| size | " + " | ".join(f"world {d['world_size']}: ironlink us | NCCL us | x NCCL" for d in docs) + " |",
+           "|---|" + "---|---|---|" * len(docs)]
+    for n in HEADLINE_SIZES:
+        cells = []
+        for d in docs:
+            il, nc = public_or_best(d["results"], n)[0], get(d["results"], "all_reduce", HEADLINE_DTYPE, n, "nccl")
+            cells.append(f"{il['us']:.2f} | {nc['us']:.2f} | {nc['us'] / il['us']:.2f}" if il and nc else "- | - | -")
+        if any(c != "- | - | -" for c in cells):
+            out.append(f"| {human(n)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def get(rows: list[Row], coll: str, dt: str, nbytes: int, who: str) -> Optional[Row]:

@@ -187,6 +187,26 @@ def test_tables_show_the_public_op_where_a_run_timed_it() -> None:
     assert "ironlink.all_reduce us" not in table.headline(doc) and "op us" not in table.tables(doc)
 
 
+def test_the_headline_puts_the_newest_run_of_worlds_2_and_4_side_by_side() -> None:
+    """README.md's table: one ironlink / NCCL / x triple per world, the public op where the run
+    timed it (else the best launch, said so), each run named."""
+    table = _module("table")
+    runs = table.headline_runs()
+    assert [int(d["world_size"]) for d in runs] == [w for w in table.HEADLINE_WORLDS
+                                                   if any(int(table.load(p)["world_size"]) == w for p in table.newest_per_world())]
+    op = json.loads((REPO / "bench" / "results" / "experiments" / "allreduce-public-op-2xH200-93d22eb.json").read_text())
+    best = {**op, "world_size": 4, "results": [r for r in op["results"] if not r["contender"].startswith("ironlink_op")]}
+    text = table.worlds_headline([op, best])
+    assert "world 2: ironlink us | NCCL us | x NCCL | world 4: ironlink us | NCCL us | x NCCL |" in text
+    assert "(ironlink: ironlink.all_reduce)" in text and "(ironlink: best launch)" in text
+    one_kib = next(line for line in text.splitlines() if line.startswith("| 1 KiB |")).split("|")
+    us = {c: r["us"] for r in op["results"] for c in ("ironlink_op", "ironlink", "nccl")
+          if (r["collective"], r["dtype"], r["bytes"], r["contender"]) == ("all_reduce", "bf16", 1024, c)}
+    assert [x.strip() for x in one_kib[2:8]] == [f"{us['ironlink_op']:.2f}", f"{us['nccl']:.2f}",
+                                                f"{us['nccl'] / us['ironlink_op']:.2f}", f"{us['ironlink']:.2f}",
+                                                f"{us['nccl']:.2f}", f"{us['nccl'] / us['ironlink']:.2f}"]
+
+
 def test_fused_table_names_todays_matmul_default_where_the_run_recorded_its_sms() -> None:
     """docs/fused.md's "fused (method)" for matmul_all_reduce: the per-method row of the method
     `ironlink.tuning.matmul_method` picks today where the run recorded its SM count, else the
