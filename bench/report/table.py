@@ -84,7 +84,7 @@ def worlds_headline(docs: list[dict[str, Any]]) -> str:
     """The headline sizes of each run side by side: ironlink, NCCL and their ratio per world."""
     whats = []
     for d in docs:
-        shown = {public_or_best(d["results"], n)[1] for n in HEADLINE_SIZES if public_or_best(d["results"], n)[0]}
+        shown = {what for row, what in (public_or_best(d["results"], n) for n in HEADLINE_SIZES) if row}
         whats.append(f"world {d['world_size']}: {d['world_size']}x {d['gpu']}, {d['date'][:10]}, git {d['git_rev']}, "
                      f"NCCL {d['nccl']} (ironlink: {' / '.join(sorted(shown)) or '-'})")
     out = [f"all_reduce {HEADLINE_DTYPE}, sum, in CUDA graphs, median us per call, max over ranks (lower is better; "

@@ -9,7 +9,7 @@
 //! A tile-scoped call does the same on a tile's slot instead of a CTA's: its own counter and
 //! barrier slots, matched with the same tile index on every rank, whichever CTA runs it.
 
-use crate::abi::{signal, status, SymmContext, MAX_RANKS};
+use crate::abi::{is_failure_among_ranks, signal, status, SymmContext, MAX_RANKS};
 use crate::hw;
 use crate::runtime::{call_id, context};
 
@@ -356,9 +356,7 @@ impl<'a> Call<'a> {
         } else {
             context::record_error(self.c, code, self.which)
         };
-        if code == status::TIMEOUT
-            && (standing == status::GRID_MISMATCH || standing == status::HEAP_ASYMMETRIC)
-        {
+        if code == status::TIMEOUT && is_failure_among_ranks(standing) {
             return standing;
         }
         code

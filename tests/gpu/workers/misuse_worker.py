@@ -30,6 +30,7 @@ own. Rank 0 prints "== misuse world N: X passed, Y failed =="; without GPUs, "sk
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from typing import Any
@@ -173,7 +174,7 @@ def lost_peer_graph() -> None:
     heap = ironlink.SymmetricHeap(32 << 20, timeout_s=TIMEOUT_S)
     try:
         small, large = heap.zeros((1024,), torch.float32), heap.zeros((1 << 20,), torch.float32)  # 4 KiB, 4 MiB
-        calls = iter(range(1 << 30))
+        calls = itertools.count()
         g = captured(lambda: ironlink.all_reduce(small if next(calls) % 2 == 0 else large, heap=heap), 12)
         heap.check()
         heap.barrier()
