@@ -1,12 +1,15 @@
 """What the compile tests share (a helper, no tests of its own): the repository root, a private
 Triton cache per test module (`fresh_triton_cache`: import it into a module and it applies there),
 the built bitcode of an arch, `compile_for` (a Triton kernel to cubin against it, no GPU),
-`ttir_for` (the same, stopped at its TTIR) and `extern_calls` (the device calls a kernel's TTIR makes, with their constant arguments), and the
+`ttir_for` (the same, stopped at its TTIR), `ptxas_log` (the `ptxas -v` report of a compile) and `extern_calls` (the device calls a kernel's TTIR makes, with their constant arguments), and the
 signature of `allreduce_rmsnorm_kernel` (`RMSNORM_SIGNATURE`) that the compile tests build on."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -55,6 +58,21 @@ def compile_for(cc: int, fn: Any, signature: dict[str, Any], constexprs: dict[st
             "(see tests/compile/test_bitcode.py::test_no_attributes_tritons_llvm_cannot_read)",
             pytrace=False,
         )
+
+
+@contextlib.contextmanager
+def ptxas_log() -> Iterator[io.StringIO]:
+    """Collects the `ptxas -v` report (registers, spills, stack frame) of what Triton compiles in
+    the block. Triton runs ptxas with -v itself and prints the report where TRITON_DUMP_PTXAS_LOG is
+    set (3.5 to 3.9), so the report is of the cubin Triton made, flags and all, and ptxas runs once:
+    running it again on the PTX took a third of the spill tests' time. A cache of the block's own
+    makes sure ptxas does run (a kernel from the cache prints nothing)."""
+    report = io.StringIO()
+    with tempfile.TemporaryDirectory() as cache, pytest.MonkeyPatch.context() as mp, \
+            contextlib.redirect_stdout(report):
+        mp.setenv("TRITON_CACHE_DIR", cache)
+        mp.setenv("TRITON_DUMP_PTXAS_LOG", "1")
+        yield report
 
 
 class _TtirReady(Exception):

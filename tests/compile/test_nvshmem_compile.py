@@ -35,12 +35,27 @@ from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
 from _archs import sampled
 from _compile import fresh_triton_cache  # noqa: F401 - tests/, beside this file; the fixture applies here
-from _nvshmem_wheel import PINNED, extract  # tests/, beside this file
+from _nvshmem_wheel import PINNED, extract, needed_part  # tests/, beside this file
 
 
 @pytest.fixture(scope="module")
 def nvshmem_bc() -> Path:
     return extract("libnvshmem_device.bc")
+
+
+def nvshmem_declarations() -> dict[str, str]:
+    """The NVSHMEM functions ironlink's NVSHMEM bitcode calls: name -> its `declare` line."""
+    ours = _lib.disassemble(_lib.bitcode_path("sm_90", nvshmem=True))
+    return {m.group(1): m.group(0) for m in re.finditer(r"^declare\b[^@]*@(nvshmemx?_\w+)\(.*$", ours, re.MULTILINE)}
+
+
+@pytest.fixture(scope="module")
+def nvshmem_needed_bc() -> Path:
+    """What of NVSHMEM's bitcode ironlink's wrappers link (`needed_part`): the same definitions,
+    without parsing the whole library in every compile. The collectives' and fused ops' cases
+    link it; the cases of linking itself (the wrappers' test kernel, the order, the signatures)
+    read the file."""
+    return needed_part("\n".join(nvshmem_declarations().values()))
 
 
 @triton.jit
@@ -93,12 +108,12 @@ HIERARCHICAL = sorted(name for name in _abi.FUNCTIONS if name.endswith("_hierarc
 
 
 @pytest.mark.parametrize("name", sampled(HIERARCHICAL, ["symm_all_reduce_hierarchical", "symm_tile_all_reduce_hierarchical"]))
-def test_hierarchical_collectives_link_the_network(name: str, nvshmem_bc: Path) -> None:
+def test_hierarchical_collectives_link_the_network(name: str, nvshmem_needed_bc: Path) -> None:
     # In the NVSHMEM bitcode the cross-node exchange is compiled in (the P2P one leaves it out):
     # it must link against NVSHMEM's put-with-signal and quiet, inline, and use no local memory.
     kernel = ironlink.jit(call_kernel, arch="sm_90", nvshmem=True)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
+        mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_needed_bc))
         libs = kernel.extern_libs()
     args, ret, _ = _abi.FUNCTIONS[name]
     arg_types = tuple("*fp32" if t == "i64" and a.endswith("ptr") else t for a, t in args)
@@ -157,10 +172,10 @@ for _m in (16, 4096):
 
 @pytest.mark.parametrize("name", sampled(list(FUSED), ["allreduce_rmsnorm_rows", "matmul_allreduce_m16",
                                                      "allgather_matmul_m16", "matmul_reducescatter_m16"]))
-def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_bc: Path) -> None:
+def test_fused_ops_for_several_nodes_link_and_inline(name: str, nvshmem_needed_bc: Path) -> None:
     kernel, signature, given, functions = FUSED[name]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_bc))
+        mp.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(nvshmem_needed_bc))
         # As a launch on a context of several nodes links them (`ironlink.language.topology`).
         libs = ironlink.jit(kernel.fn, arch="sm_90", nvshmem=True).extern_libs(several_nodes=True)  # type: ignore[attr-defined]
     assert list(libs) == ["ironlink_several_nodes", "libnvshmem_device"]
@@ -189,8 +204,7 @@ def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: P
 def test_pinned_bitcode_defines_what_the_wrappers_declare(nvshmem_bc: Path) -> None:
     # The prototypes in device/src/hw/nvshmem.rs against the pinned release's definitions: a type
     # mismatch would link a call through a wrong signature.
-    ours = _lib.disassemble(_lib.bitcode_path("sm_90", nvshmem=True))
-    declared = {m.group(1): m.group(0) for m in re.finditer(r"^declare\b[^@]*@(nvshmemx?_\w+)\(.*$", ours, re.MULTILINE)}
+    declared = nvshmem_declarations()
     assert set(declared) == {"nvshmemx_putmem_signal_nbi_block", "nvshmem_signal_wait_until", "nvshmem_quiet",
                              "nvshmem_ptr", "nvshmem_my_pe", "nvshmem_n_pes"}
     theirs = _lib.bitcode_signatures(nvshmem_bc)

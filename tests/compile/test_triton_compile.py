@@ -7,18 +7,14 @@ Also here: the argument coercion of `ironlink.language` and the `@ironlink.jit` 
 
 from __future__ import annotations
 
-import inspect
 import re
-import subprocess
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 from triton.compiler import ASTSource
 from triton.runtime import driver
 from triton.runtime.jit import KernelInterface, MockTensor
@@ -34,7 +30,7 @@ from ironlink.moe import low_latency_kernels as moe_ll
 from ironlink.moe import relay_kernels as moe_relay
 
 from _archs import CAPABILITIES  # tests/, beside this file: sm_80/90/100 unless the Makefile names fewer
-from _compile import REPO, bitcode, compile_for, fresh_triton_cache, ttir_for  # noqa: F401 - the fixture applies here
+from _compile import REPO, bitcode, compile_for, fresh_triton_cache, ptxas_log, ttir_for  # noqa: F401 - the fixture applies here
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
 from ironlink.moe.config import DEFAULT as MOE_CONFIG
@@ -51,17 +47,6 @@ def kernel_signature(name: str) -> dict[str, Any]:
     # The table's LLVM types ("i32", "i64") are also Triton's signature spellings.
     arg_types = tuple("*fp32" if t == "i64" and a.endswith("ptr") else t for a, t in args)
     return {"out_ptr": "*" + ret, "args": arg_types, "FN": "constexpr"}
-
-
-def ptxas_report(ptx: str, cc: int, tmp_path: Path) -> str:
-    """ptxas -v output for `ptx` with the ptxas and --gpu-name Triton itself uses for `cc`."""
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    # Triton 3.6 picks ptxas per arch (`get_ptxas(cc)`); 3.5 has one (`get_ptxas()`).
-    ptxas = get_ptxas(cc) if inspect.signature(get_ptxas).parameters else get_ptxas()
-    cmd = [ptxas.path, "-v", f"--gpu-name={sm_arch_from_capability(cc)}", str(src), "-o", str(src) + ".o"]
-    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return r.stdout + r.stderr
 
 
 # Spill bytes ptxas may choose for a function at -O3 (stores, loads, stack frame), by name. Only
@@ -84,14 +69,20 @@ ARCH_SPILL_ALLOWANCE = {("symm_tile_all_reduce", 80): 48, ("symm_tile_all_reduce
 # made the pinned Triton spill 24 on sm_80 (not kept).
 # With 3.9 the LL tile all-reduce's two units per thread (2026-11-26) spill 36 bytes on sm_90 / sm_100 at
 # 80 registers; the pinned 3.6 has none there.
-OTHER_TRITON_SPILLS = {("symm_all_reduce", 100): 208, ("symm_broadcast", 90): 8, ("symm_broadcast", 100): 8,
-                       ("symm_tile_all_reduce", 90): 40, ("symm_tile_all_reduce", 100): 40}
+# The reports are of the cubin Triton builds (`_compile.ptxas_log`, since 2026-11-29; before, of a
+# second ptxas run on its PTX without Triton's flags). Triton 3.9 passes ptxas
+# --regAllocOptLevel=2, under which symm_broadcast spills 16 bytes on sm_100 and
+# symm_tile_reduce_scatter 8 on sm_90 / sm_100, where the plain run showed 8 and none.
+OTHER_TRITON_SPILLS = {("symm_all_reduce", 100): 208, ("symm_broadcast", 90): 8, ("symm_broadcast", 100): 16,
+                       ("symm_tile_all_reduce", 90): 40, ("symm_tile_all_reduce", 100): 40,
+                       ("symm_tile_reduce_scatter", 90): 8, ("symm_tile_reduce_scatter", 100): 8}
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)
 @pytest.mark.parametrize("name", list(_abi.FUNCTIONS))
-def test_function_inlines_without_local_memory(name: str, cc: int, tmp_path: Path) -> None:
-    k = compile_for(cc, _call_kernel, kernel_signature(name), {"FN": getattr(il, name)})
+def test_function_inlines_without_local_memory(name: str, cc: int) -> None:
+    with ptxas_log() as log:
+        k = compile_for(cc, _call_kernel, kernel_signature(name), {"FN": getattr(il, name)})
     ptx = k.asm["ptx"]
     assert k.asm["cubin"], "no cubin"
     # Inlined: neither a call to the symbol nor a separate .func of it is left in the PTX.
@@ -100,12 +91,12 @@ def test_function_inlines_without_local_memory(name: str, cc: int, tmp_path: Pat
     # No local memory: no local depot, no ld.local/st.local (spills or stack arrays).
     local = [line.strip() for line in ptx.splitlines() if re.search(r"\.local\b", line)]
     assert not local, f"{name} uses local memory on sm_{cc}:\n" + "\n".join(local[:10])
-    report = ptxas_report(ptx, cc, tmp_path)
+    report = log.getvalue()
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     stacks = re.findall(r"(\d+) bytes stack frame", report)
     assert spills and stacks, f"unexpected ptxas -v output:\n{report}"
-    allowed = max(SPILL_ALLOWANCE.get(name, 0), ARCH_SPILL_ALLOWANCE.get((name, cc), 0))
-    allowed += 0 if spills_checked() else OTHER_TRITON_SPILLS.get((name, cc), 0)
+    allowed = max(SPILL_ALLOWANCE.get(name, 0), ARCH_SPILL_ALLOWANCE.get((name, cc), 0),
+                  0 if spills_checked() else OTHER_TRITON_SPILLS.get((name, cc), 0))
     assert all(int(a) <= allowed and int(b) <= allowed for a, b in spills), f"{name} spills on sm_{cc}:\n{report}"
     assert all(int(s) <= allowed for s in stacks), f"{name} needs a stack frame on sm_{cc}:\n{report}"
 
@@ -253,19 +244,22 @@ MOE_ALIGNED_SIZES = {"hidden", "hidden_words", "row", "row_words", "side_col", "
 # ll_dispatch fp8 spills 24-28 bytes on sm_80 / sm_90 since its receive polls its rows as they land
 # (moe/low_latency_kernels.py): a few of the send's quantizing registers; 64 on sm_100 since it
 # also empties what it read in the previous call.
-# pull_rows (four rows of 8192 in flight, 128 values a thread) spills 8 bytes with Triton 3.9 on
-# sm_90 / sm_100 since its sources are interleaved (a source index per row); 3.5 and 3.6 none.
 # gather_meta spills 4-12 bytes with Triton 3.9 on sm_80 since meta_word is compiled as launched
 # at hidden 7168 (a multiple of 16, in MOE_ALIGNED_SIZES for ll_dispatch); 3.5 and 3.6 none.
 MOE_SPILL_ALLOWANCE = {"weighted_partial_sums": 8, "reduce_push": 32, "bucket_scan": 24, "ll_dispatch phase1": 24,
-                       "ll_dispatch fp8": 72,
-                       "pull_rows": 8, "pull_rows split": 8, "reduce_push split": 32, "gather_meta": 16}
+                       "ll_dispatch fp8": 72, "pull_rows split": 8, "reduce_push split": 32, "gather_meta": 16}
+# Spills only a Triton release other than the pinned one makes, by (kernel, arch), as
+# OTHER_TRITON_SPILLS for the device functions (3.9's cubins, --regAllocOptLevel=2): pull_rows
+# (four rows of 8192 in flight, 128 values a thread, a source index per row) 28 bytes on sm_90 /
+# sm_100; ll_dispatch's receive alone (phase2) and sum_rank_rows 4. 3.5 and the pinned 3.6 none.
+OTHER_TRITON_MOE_SPILLS = {("pull_rows", 90): 28, ("pull_rows", 100): 28, ("sum_rank_rows", 90): 4,
+                           ("ll_dispatch phase2", 90): 4, ("ll_dispatch phase2", 100): 4}
 REGISTERS_PER_SM = 65536  # sm_80 to sm_100
 
 
 @pytest.mark.parametrize("cc", CAPABILITIES)
 @pytest.mark.parametrize("name", list(MOE_KERNELS))
-def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) -> None:
+def test_moe_kernel_compiles_without_spills(name: str, cc: int) -> None:
     signature, constexprs = MOE_KERNELS[name]
     base = name.split()[0]
     fn = next(getattr(m, base) for m in (moe_kernels, moe_relay, moe_sort, moe_direct, moe_ll) if hasattr(m, base))
@@ -278,11 +272,12 @@ def test_moe_kernel_compiles_without_spills(name: str, cc: int, tmp_path: Path) 
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(full)
              if full[n].startswith("*") or n in MOE_ALIGNED_SIZES}
     bc = (("ironlink", bitcode(cc)),)
-    k = triton.compile(ASTSource(fn, full, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
+    with ptxas_log() as log:
+        triton.compile(ASTSource(fn, full, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
                        options={"extern_libs": bc, "num_warps": MOE_WARPS.get(name, MOE_CONFIG.row_warps)})
-    report = ptxas_report(k.asm["ptx"], cc, tmp_path)
+    report = log.getvalue()
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    allowed = MOE_SPILL_ALLOWANCE.get(name, 0)
+    allowed = max(MOE_SPILL_ALLOWANCE.get(name, 0), 0 if spills_checked() else OTHER_TRITON_MOE_SPILLS.get((name, cc), 0))
     assert spills and all(int(a) <= allowed and int(b) <= allowed for a, b in spills), f"{name} spills on sm_{cc}:\n{report}"
     if name in SPLIT_KERNELS:  # ctas_per_sm of them resident on one SM
         threads = 32 * MOE_WARPS[name]
