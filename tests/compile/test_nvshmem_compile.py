@@ -53,8 +53,9 @@ def nvshmem_declarations() -> dict[str, str]:
 def nvshmem_needed_bc() -> Path:
     """What of NVSHMEM's bitcode ironlink's wrappers link (`needed_part`): the same definitions,
     without parsing the whole library in every compile. The collectives' and fused ops' cases
-    link it; the cases of linking itself (the wrappers' test kernel, the order, the signatures)
-    read the file."""
+    link it, and the signatures are read from it (its definitions are the file's, whole; a
+    function the file lacks stays a declaration there); the cases of linking itself (the
+    wrappers' test kernel, the order) link the file."""
     return needed_part("\n".join(nvshmem_declarations().values()))
 
 
@@ -201,13 +202,13 @@ def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: P
                        options={"extern_libs": libs})
 
 
-def test_pinned_bitcode_defines_what_the_wrappers_declare(nvshmem_bc: Path) -> None:
+def test_pinned_bitcode_defines_what_the_wrappers_declare(nvshmem_needed_bc: Path) -> None:
     # The prototypes in device/src/hw/nvshmem.rs against the pinned release's definitions: a type
     # mismatch would link a call through a wrong signature.
     declared = nvshmem_declarations()
     assert set(declared) == {"nvshmemx_putmem_signal_nbi_block", "nvshmem_signal_wait_until", "nvshmem_quiet",
                              "nvshmem_ptr", "nvshmem_my_pe", "nvshmem_n_pes"}
-    theirs = _lib.bitcode_signatures(nvshmem_bc)
+    theirs = _lib.bitcode_signatures(nvshmem_needed_bc)
     for name, line in declared.items():
         m = re.match(r"declare\s+(?P<pre>.*?)@\w+\((?P<args>.*)\)", line)
         assert m is not None
