@@ -1,6 +1,7 @@
 """`ironlink._native` for the CPU tests (a helper, no tests of its own): the installed extension,
-or one cargo builds into target/pyext (`build_native`; the `native` fixture: import it into a test
-module and its tests may take it)."""
+else the one in the wheel `make wheel` built from this very commit (`make test` builds it just
+before the tests), else one cargo builds into target/pyext (`load_native`; the `native` fixture:
+import it into a test module and its tests may take it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +34,41 @@ def build_native(tmp_dir: Path) -> Any:
         check=True,
         timeout=900,
     )
-    so = REPO / "target" / "pyext" / "debug" / "libironlink.so"
+    return _from_tmp_dir(REPO / "target" / "pyext" / "debug" / "libironlink.so", tmp_dir)
+
+
+def _from_tmp_dir(so: Path, tmp_dir: Path) -> Any:
     shutil.copy(so, tmp_dir / "_native.abi3.so")
     ironlink.__path__.append(str(tmp_dir))
     return importlib.import_module("ironlink._native")
 
 
-@pytest.fixture(scope="module")
-def native(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def wheel_native(tmp_dir: Path) -> Any:
+    """The extension of build/dist's wheel where `make wheel` built it from this commit on a clean
+    tree (build/git_rev, `git describe --always --dirty`, equals this tree's and is not dirty),
+    else None. In a clean clone's `make test` it is, and the tests skip a debug build of the host
+    crate with pyo3 (29 s on the 2-core machine)."""
+    wheels = sorted((REPO / "build" / "dist").glob("ironlink-*.whl"))
+    rev_file = REPO / "build" / "git_rev"
+    if len(wheels) != 1 or not rev_file.is_file():
+        return None
+    built = rev_file.read_text().strip()
+    now = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True)
+    if now.returncode != 0 or built.endswith("-dirty") or built != now.stdout.strip():
+        return None
+    with zipfile.ZipFile(wheels[0]) as z:
+        (tmp_dir / "wheel.so").write_bytes(z.read("ironlink/_native.abi3.so"))
+    return _from_tmp_dir(tmp_dir / "wheel.so", tmp_dir)
+
+
+def load_native(tmp_dir: Path) -> Any:
+    """`ironlink._native`: installed, else `wheel_native`, else `build_native`."""
     try:
         return importlib.import_module("ironlink._native")
     except ImportError:
-        return build_native(tmp_path_factory.mktemp("native"))
+        return wheel_native(tmp_dir) or build_native(tmp_dir)
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return load_native(tmp_path_factory.mktemp("native"))

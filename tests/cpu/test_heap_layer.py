@@ -28,7 +28,7 @@ from ironlink.runtime.heap_args import check_size, check_timeout, normalize_shap
 from ironlink.runtime.rendezvous import Rendezvous, gather_failures, same_requests
 
 REPO = Path(__file__).resolve().parents[2]
-from _native import build_native, native  # noqa: E402,F401 - tests/, beside this file; the fixture applies here
+from _native import native  # noqa: E402,F401 - tests/, beside this file; the fixture applies here
 
 try:
     import torch  # noqa: F401

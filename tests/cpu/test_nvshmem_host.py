@@ -4,10 +4,8 @@ tests/_nvshmem_wheel.py downloads and caches (skipped, saying so, when it cannot
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
-from _native import build_native  # the same extension build as the heap's CPU tests
+from _native import load_native  # the same extension as the heap's CPU tests
 from _nvshmem_wheel import extract
 
 
@@ -15,9 +13,6 @@ def test_native_loader_opens_the_pinned_host_library(tmp_path_factory: pytest.Te
     # ironlink._native opens libnvshmem_host.so.3 with libloading (no NVSHMEM at build time) and
     # finds the host API it calls; before nvshmem_init the library says "not initialized" (0), which
     # is what makes a module init outside an NVSHMEM job fail with a message instead of a crash.
-    try:
-        native = importlib.import_module("ironlink._native")
-    except ImportError:
-        native = build_native(tmp_path_factory.mktemp("native"))
+    native = load_native(tmp_path_factory.mktemp("native"))
     host = extract("libnvshmem_host.so.3")
     assert native.nvshmem_init_status(str(host)) == 0
