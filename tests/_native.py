@@ -19,6 +19,7 @@ import pytest
 import ironlink
 
 REPO = Path(__file__).resolve().parents[1]
+SO_NAME = "_native.abi3.so"  # the extension's file in the package (the wheel's name for it)
 
 
 def build_native(tmp_dir: Path) -> Any:
@@ -34,11 +35,12 @@ def build_native(tmp_dir: Path) -> Any:
         check=True,
         timeout=900,
     )
-    return _from_tmp_dir(REPO / "target" / "pyext" / "debug" / "libironlink.so", tmp_dir)
+    shutil.copy(REPO / "target" / "pyext" / "debug" / "libironlink.so", tmp_dir / SO_NAME)
+    return _import_from(tmp_dir)
 
 
-def _from_tmp_dir(so: Path, tmp_dir: Path) -> Any:
-    shutil.copy(so, tmp_dir / "_native.abi3.so")
+def _import_from(tmp_dir: Path) -> Any:
+    """`ironlink._native` from the SO_NAME its caller put into tmp_dir."""
     ironlink.__path__.append(str(tmp_dir))
     return importlib.import_module("ironlink._native")
 
@@ -57,8 +59,8 @@ def wheel_native(tmp_dir: Path) -> Any:
     if now.returncode != 0 or built.endswith("-dirty") or built != now.stdout.strip():
         return None
     with zipfile.ZipFile(wheels[0]) as z:
-        (tmp_dir / "wheel.so").write_bytes(z.read("ironlink/_native.abi3.so"))
-    return _from_tmp_dir(tmp_dir / "wheel.so", tmp_dir)
+        (tmp_dir / SO_NAME).write_bytes(z.read(f"ironlink/{SO_NAME}"))
+    return _import_from(tmp_dir)
 
 
 def load_native(tmp_dir: Path) -> Any:

@@ -82,9 +82,10 @@ def public_or_best(rows: list[Row], nbytes: int) -> tuple[Optional[Row], str]:
 
 def worlds_headline(docs: list[dict[str, Any]]) -> str:
     """The headline sizes of each run side by side: ironlink, NCCL and their ratio per world."""
+    picked = [{n: public_or_best(d["results"], n) for n in HEADLINE_SIZES} for d in docs]  # run -> size -> (row, what)
     whats = []
-    for d in docs:
-        shown = {what for row, what in (public_or_best(d["results"], n) for n in HEADLINE_SIZES) if row}
+    for d, pick in zip(docs, picked):
+        shown = {what for row, what in pick.values() if row}
         whats.append(f"world {d['world_size']}: {d['world_size']}x {d['gpu']}, {d['date'][:10]}, git {d['git_rev']}, "
                      f"NCCL {d['nccl']} (ironlink: {' / '.join(sorted(shown)) or '-'})")
     out = [f"all_reduce {HEADLINE_DTYPE}, sum, in CUDA graphs, median us per call, max over ranks (lower is better; "
@@ -96,8 +97,8 @@ def worlds_headline(docs: list[dict[str, Any]]) -> str:
            "|---|" + "---|---|---|" * len(docs)]
     for n in HEADLINE_SIZES:
         cells = []
-        for d in docs:
-            il, nc = public_or_best(d["results"], n)[0], get(d["results"], "all_reduce", HEADLINE_DTYPE, n, "nccl")
+        for d, pick in zip(docs, picked):
+            il, nc = pick[n][0], get(d["results"], "all_reduce", HEADLINE_DTYPE, n, "nccl")
             cells.append(f"{il['us']:.2f} | {nc['us']:.2f} | {nc['us'] / il['us']:.2f}" if il and nc else "- | - | -")
         if any(c != "- | - | -" for c in cells):
             out.append(f"| {human(n)} | " + " | ".join(cells) + " |")
