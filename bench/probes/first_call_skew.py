@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +28,7 @@ import torch.distributed as dist
 
 import ironlink
 from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
+from ironlink.tune.timing import git_rev
 
 HIDDEN = 8192
 
@@ -94,11 +94,10 @@ def main() -> None:
             print(f"{name:44s} launched {min(launched):6.2f}-{max(launched):6.2f} s  spread {row['spread_s']:5.2f} s"
                   f"  done {max(row['done_s']):6.2f} s  {'; '.join(row['errors']) or 'ok'}", flush=True)
     if rank == 0 and args.out:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         args.out.write_text(json.dumps({
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gpu": torch.cuda.get_device_name(), "gpus": torch.cuda.device_count(), "world": world,
-            "timeout_s": DEFAULT_TIMEOUT_S, "git": rev, "rows": rows}, indent=1))
+            "timeout_s": DEFAULT_TIMEOUT_S, "git": git_rev(), "rows": rows}, indent=1))
     heap.close()
     dist.destroy_process_group()
 
