@@ -185,16 +185,16 @@ bench: wheel
 
 # The fused-op benchmark alone (bench/results/fused-*.json).
 bench-fused: wheel
-	bench/run_py.sh fused
+	bench/run.sh fused
 
 # The MoE dispatch / combine benchmark alone (bench/results/moe-*.json).
 bench-moe: wheel
-	bench/run_py.sh moe
+	bench/run.sh moe
 
 # The end-to-end decoder-stack benchmark alone (bench/results/e2e-*.json).
 bench-e2e: wheel
-	bench/run_py.sh e2e
-	bench/run_py.sh e2e_moe
+	bench/run.sh e2e
+	bench/run.sh e2e_moe
 
 # The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
 # the newest bench/results/*.json at each world size (tests/packaging/test_readme_bench.py checks them).

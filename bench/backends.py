@@ -1,8 +1,8 @@
 """The backends' benchmark (issue 19): the same all-reduce over ironlink's P2P heap, over
 PyTorch's NVSHMEM memory as one node, and over NVSHMEM as simulated nodes, against NCCL.
 
-    bench/run_py.sh backends                    # 4 GPUs: nvshmem_2x2 = 2 nodes of 2
-    bench/run_py.sh backends --max-bytes 16777216
+    bench/run.sh backends                    # 4 GPUs: nvshmem_2x2 = 2 nodes of 2
+    bench/run.sh backends --max-bytes 16777216
 
 Rows: `collective` ("all_reduce"), `dtype` ("bf16"), `bytes`, `backend` ("p2p", "nvshmem",
 `nvshmem_<nodes>x<ranks per node>`, or "nccl"), `us`, `busbw_GBs`, `vs_p2p` (P2P time / this

@@ -1,7 +1,7 @@
 """End to end: a tensor-parallel decoder stack shaped like Llama 3 70B, each contender's whole step in
 a CUDA graph, same process, same GPUs, same weights (issue 63 item 1):
 
-    torchrun --nproc_per_node=4 bench/e2e.py --out bench/results/e2e-4xh200.json   (bench/run_py.sh e2e)
+    torchrun --nproc_per_node=4 bench/e2e.py --out bench/results/e2e-4xh200.json   (bench/run.sh e2e)
     torchrun --nproc_per_node=2 bench/e2e.py --check      (correctness alone, the small configuration)
 
 The stack and its contenders' steps: bench/models/dense.py (the same model at any world size).

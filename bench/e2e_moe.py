@@ -2,7 +2,7 @@
 whole step timed on the same GPUs with the same weights (issue 63 item 2; the dense stack is
 bench/e2e.py):
 
-    torchrun --nproc_per_node=4 bench/e2e_moe.py --out bench/results/e2e-moe-4xh200.json  (bench/run_py.sh e2e_moe)
+    torchrun --nproc_per_node=4 bench/e2e_moe.py --out bench/results/e2e-moe-4xh200.json  (bench/run.sh e2e_moe)
     torchrun --nproc_per_node=2 bench/e2e_moe.py --check     (correctness alone, the small configuration)
 
 The stack and its contenders' steps: bench/models/moe.py (the same model at any world size).

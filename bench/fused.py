@@ -1,6 +1,6 @@
 """Fused ops against their unfused forms, same process, same GPUs, CUDA graphs:
 
-    torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run_py.sh fused)
+    torchrun --nproc_per_node=4 bench/fused.py --out bench/results/fused-4xh200.json   (bench/run.sh fused)
 
 - allreduce_rmsnorm (tokens x hidden, bf16): ironlink_fused (ironlink.all_reduce_rmsnorm, its default
   mode and PDL setting; ironlink_fused[rows] / [whole] / [push] / [split] each mode without programmatic
@@ -46,12 +46,15 @@ from ironlink.fused.all_reduce_rmsnorm import MODES as RMSNORM_MODES
 from ironlink.fused.matmul_all_reduce import METHODS
 from ironlink.fused.matmul_all_reduce import launch as launch_matmul
 from ironlink.fused.matmul_all_reduce import plan as plan_matmul
+from ironlink.fused.diagnostics import Diagnostics
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime.pdl import MIN_MAJOR, choose_pdl
 
 TOKENS = [1, 8, 32, 128, 512, 2048]
 MS = [16, 128, 1024, 4096]
 SP_MS = [128, 1024, 4096, 16384]  # the sequence-parallel ops' M
+
+GEMM_ONLY = Diagnostics(communicate=False)  # a fused kernel without its exchange: what its time is made of
 
 
 class FusedBench:
@@ -215,22 +218,22 @@ class FusedBench:
             if one_shot:  # the tail's push and reduce in turn or interleaved (tuning.MATMUL_TAIL_INTERLEAVED)
                 for tail in ("serial", "interleaved"):
                     self.record("matmul_allreduce", f"ironlink_fused[push,one_shot,tail_{tail}]", shape, dt,
-                                lambda: launch_matmul(self.heap, p, a, b, out, status, pacing=replace(
+                                lambda: launch_matmul(self.heap, p, a, b, out, status, replace(
                                     pacing, tail_interleaved=tail == "interleaved")), nbytes)
             elif self.world == 2:  # signals per tile or in batches (tuning.MATMUL_SIGNAL_EVERY)
                 for every in sorted({1, 2, 4, 8} | {tuning.MATMUL_SIGNAL_EVERY}):
                     self.record("matmul_allreduce", f"ironlink_fused[push,two_shot,signal_every={every}]", shape, dt,
                                 lambda: launch_matmul(self.heap, p, a, b, out, status,
-                                                      pacing=replace(pacing, signal_every=every)), nbytes)
+                                                      replace(pacing, signal_every=every)), nbytes)
             # Its GEMM alone (the kernel without communication): what the fused time is made of.
             self.record("matmul_allreduce", f"triton_gemm[push,{shots}]", shape, dt,
-                        lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)
+                        lambda: launch_matmul(self.heap, p, a, b, out, status, diagnostics=GEMM_ONLY), nbytes)
         # Each method's GEMM alone (its kernel without communication): what the fused time is made of.
         for meth in METHODS:
             p = plan_matmul(*specs, str(self.heap.device), self.world, self.sms, None, meth)
             contender = "triton_gemm" if meth == method else f"triton_gemm[{meth}]"
             self.record("matmul_allreduce", contender, shape, dt,
-                        lambda: launch_matmul(self.heap, p, a, b, out, status, communicate=False), nbytes)
+                        lambda: launch_matmul(self.heap, p, a, b, out, status, diagnostics=GEMM_ONLY), nbytes)
         self.flush()
         if int(status.abs().max()):  # the push kernels launched here without launch_with_status's check
             raise RuntimeError(f"matmul_allreduce push: status {status.tolist()}")

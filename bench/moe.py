@@ -38,7 +38,7 @@ import ironlink
 import moe_torch  # bench/, beside this file: PyTorch's contenders
 from ironlink_bench import GraphRound, time_eager, write_results
 from ironlink.moe import MoeConfig, fp8_dequantize
-from ironlink.moe.config import DEFAULT
+from ironlink.runtime.tuning.moe import DEFAULT_MOE_CONFIG as DEFAULT
 
 TOKENS = [128, 512, 2048, 4096, 8192]
 # ironlink_fp8's combine against the bf16 result, relative to its largest value: e4m3 keeps 3

@@ -22,7 +22,7 @@
 #   pairs PAIRS     bench/probes/decode_probe.py at world 2 on each pair of GPUs ("0,2 2,3")
 #   shared8         the fusion suite's all_reduce_rmsnorm cases at world 8 on these GPUs
 #                   (--shared-gpu: correctness only; $W8_LIMIT_S bounds it, default 300)
-#   ab OLD NEW      two Python trees against one bitcode (bench/ab.sh) at world 4:
+#   ab OLD NEW      two Python trees against one bitcode (bench/probes/ab.sh) at world 4:
 #                   bench/probes/rmsnorm_timeline.py (lamport; split over 8 slices) and bench/allreduce.py
 #                   up to 64 KiB
 set -uo pipefail
@@ -47,7 +47,7 @@ suites() {
 
 bench() {
   for w in $1; do
-    on "$w" bench/run_py.sh fused --ops allreduce_rmsnorm 2>&1 | grep -E "ironlink_fused |nccl_torch" | cut -c1-110
+    on "$w" bench/run.sh fused --ops allreduce_rmsnorm 2>&1 | grep -E "ironlink_fused |nccl_torch" | cut -c1-110
     on "$w" bench/run.sh --sizes 1024,4096,16384,65536,262144 --dtypes bf16 --skip-gather-scatter \
       --lamport-grids 1024x2,4096x8 2>&1 | grep -E "all_reduce" > "$OUT/allreduce-w$w.log"
   done
@@ -93,9 +93,9 @@ shared8() {
 }
 
 ab() {
-  NGPU=4 AB_PROG=probes/rmsnorm_timeline AB_GREP='"tokens"' AB_TAG=-w4 bench/ab.sh "$1" "$2" -- \
+  NGPU=4 AB_PROG=probes/rmsnorm_timeline AB_GREP='"tokens"' AB_TAG=-w4 bench/probes/ab.sh "$1" "$2" -- \
     --tokens 1,8,32,128 --modes lamport --split-parts 8
-  NGPU=4 AB_TAG=-w4 bench/ab.sh "$1" "$2" -- --sizes 1024,4096,16384,65536 --dtypes bf16 --skip-gather-scatter
+  NGPU=4 AB_TAG=-w4 bench/probes/ab.sh "$1" "$2" -- --sizes 1024,4096,16384,65536 --dtypes bf16 --skip-gather-scatter
 }
 
 while [ $# -gt 0 ]; do

@@ -26,7 +26,7 @@ for part in "${parts[@]}"; do
         > "$OUT/check.log" 2>&1 || status=1
       grep -E "^== |FAILED|passed" "$OUT/check.log" | tail -8 ;;
     bench)
-      OUT="$OUT" timeout 300 bench/run_py.sh fused --ops matmul_allreduce ${FUSED_ARGS:-} > "$OUT/bench.log" 2>&1 || status=1
+      OUT="$OUT" timeout 300 bench/run.sh fused --ops matmul_allreduce ${FUSED_ARGS:-} > "$OUT/bench.log" 2>&1 || status=1
       grep -E "matmul_allreduce" "$OUT/bench.log" | sed 's/^ *//' | tail -40 ;;
     timeline)
       timeout 200 torchrun --standalone --nproc_per_node="$n" bench/probes/fused_timeline.py --ms "${TIMELINE_MS:-1024,4096}" --staggers "${STAGGERS:-1,8}" --tma-push "${TMA_PUSH:-0,1}" \

@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=2 bench/probes/fused_timeline.py --ms 1024,4096 --out timeline.json
 
 Launches matmul_all_reduce's kernels (every method) with TRACE=True, so each CTA stores the
-GPU's global timer at its start and after each phase of each tile (ironlink/fused/trace.py):
+GPU's global timer at its start and after each phase of each tile (ironlink/language/trace.py):
 - method "tile": GEMM done, tile all-reduced (the all-reduce's two cross-rank barriers included);
 - method "push", one-shot: the first part of the K loop, the previous tile's partial pushed, the
   rest of the K loop, the signal, the partial staged, the reduce of the tile two steps back (the
@@ -33,7 +33,8 @@ import torch.distributed as dist
 import ironlink
 from ironlink.runtime import tuning
 from ironlink.fused.matmul_all_reduce import launch, plan
-from ironlink.fused.trace import TRACE_SLOTS
+from ironlink.fused.diagnostics import Diagnostics
+from ironlink.language.trace import TRACE_SLOTS
 from ironlink.runtime.tensor_spec import TensorSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
@@ -129,22 +130,22 @@ def main() -> None:
                 continue
             seen.add(key)
             phases = PHASES["push" if p.one_shot else "push_two_shot"] if method == "push" else PHASES[method]
-            kw = dict(pacing=tuning.PushPacing(stagger or tuning.MATMUL_PUSH_STAGGER, tuning.MATMUL_TAIL_INTERLEAVED, at,
-                                               bool(flat), every, tma_push=bool(tma)))
+            pacing = tuning.PushPacing(stagger or tuning.MATMUL_PUSH_STAGGER, tuning.MATMUL_TAIL_INTERLEAVED, at,
+                                       bool(flat), every, tma_push=bool(tma))
             trace = torch.zeros(p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
             for _ in range(3):
-                launch(heap, p, a, b, out, status, **kw)
+                launch(heap, p, a, b, out, status, pacing)
             results = []
             for _ in range(args.repeats):
                 trace.zero_()
                 torch.cuda.synchronize()
                 dist.barrier()
-                launch(heap, p, a, b, out, status, trace=trace, **kw)
+                launch(heap, p, a, b, out, status, pacing, Diagnostics(trace=trace))
                 torch.cuda.synchronize()
                 results.append(summarize(trace.cpu(), phases))
             heap.check()
             # The same launch untraced, 20 back to back in a CUDA graph (as bench/fused.py times).
-            graph_us = time_graph(lambda: launch(heap, p, a, b, out, status, **kw), out.nbytes)
+            graph_us = time_graph(lambda: launch(heap, p, a, b, out, status, pacing), out.nbytes)
             heap.check()
             worst, gathered = slowest_rank_median(results, lambda r: r["kernel_us"])
             row = {"M": m, "N": args.n, "K": k, "method": method, "stagger": stagger, "tma_push": bool(tma),

@@ -2,7 +2,7 @@
 expert-layout copy (gather_rows) and the weighted per-rank reduction (weighted_partial_sums) at the
 benchmark's largest shapes, for chunk sizes, warps and grid sizes. Prints GB/s of HBM traffic per
 config; the chosen one goes to the defaults of MoeConfig's row_block / row_warps / programs_per_sm
-(moe/config.py) by hand, with the result recorded under bench/results/experiments/.
+(runtime/tuning/moe.py) by hand, with the result recorded under bench/results/experiments/.
 
     torchrun --nproc_per_node=1 bench/probes/moe_kernels_sweep.py [--rows 32768] [--hidden 7168] [--topk 8]
 """

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 import ironlink
-from ironlink.fused.trace import TRACE_SLOTS
+from ironlink.language.trace import TRACE_SLOTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: ironlink_bench and moe.py, run from anywhere
 from ironlink_bench import record_row, slowest_rank_median, time_graph, write_results  # noqa: E402

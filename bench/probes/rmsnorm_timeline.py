@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=2 bench/probes/rmsnorm_timeline.py --tokens 1,8,32,128 --out rmsnorm-timeline.json
 
 Launches the op's kernel with TRACE=True (each CTA stores the GPU's global timer at its start,
-after the wait for the previous kernel, after the all-reduce and at its end; ironlink/fused/trace.py;
+after the wait for the previous kernel, after the all-reduce and at its end; ironlink/language/trace.py;
 mode split also once its row's slice sums are in: `slice_sums_us` from the all-reduce's end)
 in the default mode, with and without PRELOAD (the weight and the first residual row loaded before
 the all-reduce), `--repeats` launches back to back in one CUDA graph with PDL as the op's default,
@@ -39,7 +39,8 @@ import torch.distributed as dist
 import ironlink
 from ironlink.runtime.distributed import sm_share
 from ironlink.fused.all_reduce_rmsnorm import launch, plan, split_into, two_shot_into
-from ironlink.fused.trace import TRACE_SLOTS
+from ironlink.fused.diagnostics import Diagnostics
+from ironlink.language.trace import TRACE_SLOTS
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime.pdl import choose_pdl
 
@@ -161,12 +162,12 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
         # ranks' start skew instead).
         traces = torch.zeros(args.repeats, p.ctas, TRACE_SLOTS.value, dtype=torch.int64, device="cuda")
         for _ in range(2):  # compile, and create the heap's state outside capture
-            launch(heap, p, x, residual, residual, weight, o, sc, 1e-6, status, pdl, trace=traces[0])
+            launch(heap, p, x, residual, residual, weight, o, sc, 1e-6, status, pdl, Diagnostics(trace=traces[0]))
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for i in range(args.repeats):
-                launch(heap, p, x, residual, residual, weight, o, sc, 1e-6, status, pdl, trace=traces[i])
+                launch(heap, p, x, residual, residual, weight, o, sc, 1e-6, status, pdl, Diagnostics(trace=traces[i]))
         traces.zero_()
         torch.cuda.synchronize()
         dist.barrier()
@@ -180,7 +181,7 @@ def timeline(rows: list[dict[str, Any]], args: argparse.Namespace, heap: Any, p:
         # The traced launch timed the same way: whether the stamps themselves slow the kernel
         # (the 2 H100 run's traced launches took 25-110 us where untraced ones took 10-22).
         traced_graph_us = time_graph(lambda: launch(heap, p, x, residual, residual, weight, o, sc, 1e-6,
-                                                    status, pdl, trace=traces[0]), x.nbytes)
+                                                    status, pdl, Diagnostics(trace=traces[0])), x.nbytes)
         worst, _ = slowest_rank_median(runs, lambda r: r["kernel_us"])
         row = {"tokens": t, "hidden": args.hidden, "mode": p.mode, "parts": p.parts, "lamport": p.lamport,
                "fp8": fp8, "ctas": p.ctas, "warps": p.warps,

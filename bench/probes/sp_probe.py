@@ -14,7 +14,7 @@ For all_gather_matmul and matmul_reduce_scatter's method "kernel", at bench/fuse
   the same time, no flags and no waits (what the copies cost the GEMM: HBM, power);
 - matmul_reduce_scatter `copy_engine`: its partials stored locally and moved by the copy engine
   (`tuning.ScatterExchange(copy_engine_min_rows=0)`);
-- `gemm_only`: the same kernel with `communicate=False` (no push, no waits on peers: the GEMM
+- `gemm_only`: the same kernel with `Diagnostics(communicate=False)` (no push, no waits on peers: the GEMM
   plus, for all_gather_matmul, its grid barrier);
 - all_gather_matmul `nested`: the other ranks' tiles in a nested loop instead of the flattened one;
   `register_push`: the shard pushed by stores from registers instead of TMA (world 2);
@@ -40,6 +40,7 @@ import ironlink
 from ironlink.fused.all_gather_matmul import launch as launch_gather, plan as plan_gather
 from ironlink.fused.matmul_all_reduce import launch as launch_matmul, plan as plan_matmul
 from ironlink.fused.matmul_reduce_scatter import launch as launch_scatter, plan as plan_scatter
+from ironlink.fused.diagnostics import Diagnostics
 from ironlink.runtime.streams import side_streams
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime import tuning
@@ -47,6 +48,8 @@ from ironlink.runtime.distributed import sm_share
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness ironlink_bench, run from anywhere
 from ironlink_bench import record_row, time_graph, write_results  # noqa: E402
+
+GEMM_ONLY = Diagnostics(communicate=False)  # the kernel without its exchange: no pushes, no waits on peers
 
 
 def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]) -> None:
@@ -74,7 +77,7 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
 
     row("all_gather_matmul", "ce_copy", shape, copy_shard)
     row("all_gather_matmul", "gemm_only", shape,
-        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, diagnostics=GEMM_ONLY))
     measured = tuning.gather_push(torch.cuda.get_device_capability()[0])
     row("all_gather_matmul", "nested", shape,
         lambda: launch_gather(heap, p, shard, b, a_full, out, status, push=replace(measured, flat=False)))
@@ -84,13 +87,12 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         row("all_gather_matmul", f"segments={segments}", shape,
             lambda: launch_gather(heap, p, shard, b, a_full, out, status, push=replace(measured, segments=segments)))
     row("all_gather_matmul", "gemm_only,segments=1", shape,
-        lambda: launch_gather(heap, p, shard, b, a_full, out, status, communicate=False,
-                              push=replace(measured, segments=1)))
+        lambda: launch_gather(heap, p, shard, b, a_full, out, status, replace(measured, segments=1), GEMM_ONLY))
     flat_out = heap.empty((m, n // w), torch.bfloat16)
     fp = plan_matmul(spec(a_full, "a"), spec(b, "b"), spec(flat_out, "out"), str(heap.device), w, sm_share(heap.device),
                      None, "push")._replace(one_shot=False)
     row("all_gather_matmul", "triton_flat_gemm", shape,
-        lambda: launch_matmul(heap, fp, a_full, b, flat_out, status, communicate=False))
+        lambda: launch_matmul(heap, fp, a_full, b, flat_out, status, diagnostics=GEMM_ONLY))
 
     def gemm_beside_copies() -> None:  # no flags, no waits: what the copies alone cost the GEMM
         main = torch.cuda.current_stream()
@@ -99,7 +101,7 @@ def probe_all_gather(heap: Any, m: int, n: int, k: int, row: Callable[..., None]
         side.wait_stream(main)
         with torch.cuda.stream(side):
             copy_shard()
-        launch_matmul(heap, fp, a_full, b, flat_out, status, communicate=False)
+        launch_matmul(heap, fp, a_full, b, flat_out, status, diagnostics=GEMM_ONLY)
         main.wait_stream(side)
 
     row("all_gather_matmul", "triton_flat_gemm+ce_copy", shape, gemm_beside_copies)
@@ -125,7 +127,7 @@ def probe_reduce_scatter(heap: Any, m: int, n: int, k: int, row: Callable[..., N
         lambda: ironlink.matmul_reduce_scatter(a, b, heap=heap, out=out, method="kernel",
                                                exchange=tuning.ScatterExchange(copy_engine_min_rows=0)))
     row("matmul_reduce_scatter", "gemm_only", shape,
-        lambda: launch_scatter(heap, p, a, b, out, status, communicate=False))
+        lambda: launch_scatter(heap, p, a, b, out, status, diagnostics=GEMM_ONLY))
     heap.check()
 
 

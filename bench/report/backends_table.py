@@ -40,7 +40,7 @@ def size(nbytes: int) -> str:
 def block() -> str:
     path = newest()
     if path is None:
-        return "No measurement yet (`bench/run_py.sh backends` on 4 GPUs, then copy its JSON to bench/results/).\n"
+        return "No measurement yet (`bench/run.sh backends` on 4 GPUs, then copy its JSON to bench/results/).\n"
     doc: dict[str, Any] = json.loads(path.read_text())
     backends = ["p2p", *doc["backends"][1:], "nccl"]
     by = {(r["bytes"], r["backend"]): r for r in doc["results"]}

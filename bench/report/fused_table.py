@@ -155,7 +155,7 @@ def decode_block() -> str:
     side (README.md and docs/fused.md: the decode path as the world grows)."""
     runs = {w: json.loads(p.read_text()) for w, p in newest_rmsnorm_per_world().items()}
     if not runs:
-        return "No measurement committed yet (`bench/run_py.sh fused --ops allreduce_rmsnorm`).\n"
+        return "No measurement committed yet (`bench/run.sh fused --ops allreduce_rmsnorm`).\n"
     started = ("every rank's replay started together on the device" if all("started on every rank" in d["method"]
                                                                           for d in runs.values())
                else "started after a host barrier")

@@ -45,10 +45,9 @@ def test_pdl_asked_for_where_it_cannot_run_raises(major: int, multi_node: bool, 
         pdl.choose_pdl(True, major, "all_reduce_rmsnorm", multi_node)
 
 
-def test_pdl_default_is_the_tuning_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tuning, "DECODE_PDL", False)
-    assert pdl.choose_pdl(None, 9, "all_reduce") is False
-    assert pdl.choose_pdl(True, 9, "all_reduce") is True
+def test_pdl_default_is_the_tuning_switch_and_an_argument_overrides_it() -> None:
+    assert pdl.choose_pdl(None, 9, "all_reduce") is tuning.DECODE_PDL  # one rank a GPU here
+    assert pdl.choose_pdl(not tuning.DECODE_PDL, 9, "all_reduce") is (not tuning.DECODE_PDL)
 
 
 def test_pdl_launch_options_set_the_constexpr_and_the_attribute_together() -> None:

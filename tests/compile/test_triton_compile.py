@@ -33,7 +33,7 @@ from _archs import CAPABILITIES  # tests/, beside this file: sm_80/90/100 unless
 from _compile import REPO, bitcode, compile_for, fresh_triton_cache, ptxas_log, ttir_for  # noqa: F401 - the fixture applies here
 from _sass import spills_checked  # tests/, beside this file
 from ironlink.moe import sort as moe_sort
-from ironlink.moe.config import DEFAULT as MOE_CONFIG
+from ironlink.runtime.tuning.moe import DEFAULT_MOE_CONFIG as MOE_CONFIG
 
 @triton.jit
 def _call_kernel(out_ptr, args, FN: tl.constexpr):

@@ -21,8 +21,8 @@
 #                stack, each contender against nccl's output, and the small MoE stack, ironlink
 #                against torch_a2a's (not in the default parts)
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
-#   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run_py.sh fused)
-#   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run_py.sh moe)
+#   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run.sh fused)
+#   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run.sh moe)
 #   tutorial     every lesson of examples/tutorial/ at each world size, one line each; their
 #                timings go to $OUT/tutorial-<N>x<GPU>-<date>.json (bench/report/tutorial_table.py)
 #   misuse       misuse caught or made safe: two streams on one heap, a closed heap, a destroyed
@@ -218,12 +218,12 @@ for part in "${parts[@]}"; do
       [ $r -eq 0 ] || fail bench "$log" ;;
     fused-bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
-      NGPU=$largest timeout 540 bench/run_py.sh fused $fused_args > "$log" 2>&1; r=$?
+      NGPU=$largest timeout 540 bench/run.sh fused $fused_args > "$log" 2>&1; r=$?
       grep -E "allreduce_rmsnorm|matmul_allreduce|allgather_matmul|matmul_reducescatter" "$log" | tail -100
       [ $r -eq 0 ] || fail fused-bench "$log" ;;
     moe-bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
-      NGPU=$largest timeout 540 bench/run_py.sh moe $moe_args > "$log" 2>&1; r=$?
+      NGPU=$largest timeout 540 bench/run.sh moe $moe_args > "$log" 2>&1; r=$?
       grep -E "dispatch|combine|torch_nvshmem: skipped" "$log" | tail -80  # 7 rows per shape with torch_nvshmem
       [ $r -eq 0 ] || fail moe-bench "$log" ;;
     tutorial)

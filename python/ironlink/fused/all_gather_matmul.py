@@ -59,6 +59,7 @@ from ..runtime.workspaces import workspaces_heap_bytes
 from . import copy_engine, cublas_methods
 from .all_gather_matmul_kernels import (allgather_matmul_copy_engine_kernel, allgather_matmul_hierarchical_kernel,
                                         allgather_matmul_kernel)
+from .diagnostics import NO_DIAGNOSTICS, Diagnostics
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
 
 COPY_ROWS, COPY_COLS = 8, 1024  # a unit of the push of the shard: 16 KiB of bf16 (units spread over all CTAs)
@@ -273,11 +274,15 @@ def launch_copy_engine(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, ou
     copy_engine.launch(heap, flags, kernel, transfers)
 
 
-def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any, communicate: bool = True,
-           push: Optional[tuning.GatherPush] = None) -> None:
+def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, status: Any,
+           push: Optional[tuning.GatherPush] = None, diagnostics: Diagnostics = NO_DIAGNOSTICS) -> None:
     """Launches plan `p`'s one-node kernel (no checks: `all_gather_matmul` made them). The probes
-    call it directly: `communicate=False` leaves out the push and the waits on peers (the GEMM
-    and the grid barrier alone), `push` replaces the measured choices (`tuning.gather_push`)."""
+    call it directly: `push` replaces the measured choices (`tuning.gather_push`),
+    `diagnostics.communicate=False` leaves out the push and the waits on peers (the GEMM and the
+    grid barrier alone; no trace here)."""
+    if diagnostics.trace is not None:
+        raise ValueError("all_gather_matmul's kernel takes no trace")
+    communicate = diagnostics.communicate
     c = p.config
     layout, a_own, b_arg, a_all = _gemm_operands(p, a_shard, b, a_full)
     how = _measured_push(push, a_shard)

@@ -49,6 +49,7 @@ from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_na
                                   slot_half, workspaces_heap_bytes)
 from .all_reduce_rmsnorm_exchanges import SPLIT_WORDS
 from .all_reduce_rmsnorm_kernels import allreduce_rmsnorm_hierarchical_kernel, allreduce_rmsnorm_kernel
+from .diagnostics import NO_DIAGNOSTICS, Diagnostics
 
 MAX_HIDDEN = 16384
 MODES = RMSNORM_MODES  # the names the decode tables choose from (runtime/tuning/decode_table.py)
@@ -252,11 +253,14 @@ def all_reduce_rmsnorm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, ou
 
 
 def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight: Any, out: Any, scale: Any,
-           eps: float, status: Any, pdl: bool, trace: Any = None) -> None:
+           eps: float, status: Any, pdl: bool, diagnostics: Diagnostics = NO_DIAGNOSTICS) -> None:
     """Launches plan `p` (no checks: `all_reduce_rmsnorm` made them; `scale` is any tensor
-    without FP8). bench/probes/rmsnorm_timeline.py calls it directly: `trace` (int64 [ctas,
-    TRACE_SLOTS], zeroed) records the phases of each CTA; a plan with `preload=False` loads the
+    without FP8). bench/probes/rmsnorm_timeline.py calls it directly: `diagnostics.trace` records
+    the phases of each CTA (the exchange always runs here); a plan with `preload=False` loads the
     residual and the weight after the all-reduce (rows)."""
+    if not diagnostics.communicate:
+        raise ValueError("all_reduce_rmsnorm is its exchange: Diagnostics(communicate=False) does not apply")
+    trace = diagnostics.trace
     if heap.multi_node:
         allreduce_rmsnorm_hierarchical_kernel[(p.ctas,)](
             heap.ctx, x, residual, residual_out, weight, out, scale, p.tokens, p.hidden, float(eps), status,

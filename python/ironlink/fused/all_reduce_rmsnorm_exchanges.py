@@ -63,8 +63,9 @@ from ..language import typed as ilt
 from ..language.slots import (add_in_rank_order, advance_epochs, at_peer, lamport_receive, lamport_reduce,
                               lamport_reduce_values, lamport_send, lamport_store, launch_slots, slot_of,
                               store_to_peer_slots)
-from .all_reduce_rmsnorm_norm import FP8_MAX, norm_sums
-from .trace import stamp
+from ..language.fp8 import FP8_MAX
+from .all_reduce_rmsnorm_norm import norm_sums
+from ..language.trace import stamp
 
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
 # half the launch count + 1 (never 0, which the zeroed words hold), the low half the f32's bits.

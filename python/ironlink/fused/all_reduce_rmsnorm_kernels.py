@@ -13,7 +13,7 @@ from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..language.slots import PEERS, peer_distances
 from .all_reduce_rmsnorm_exchanges import lamport_rows, push_pipelined, split_row, two_shot_rows
 from .all_reduce_rmsnorm_norm import norm_after_grid_barrier, norm_row, norm_values
-from .trace import stamp
+from ..language.trace import stamp
 
 
 @jit(do_not_specialize=["ctx", "T", "eps"])
@@ -41,7 +41,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
     at the start, after the wait for the previous kernel, after the all-reduce and at the end
-    (`fused/trace.py`; bench/probes/rmsnorm_timeline.py)."""
+    (`language/trace.py`; bench/probes/rmsnorm_timeline.py)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     # The rank and the peers' addresses come from the context, which no kernel writes: read

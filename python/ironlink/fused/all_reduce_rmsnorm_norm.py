@@ -10,8 +10,7 @@ import triton.language as tl
 
 from .. import language as il
 from ..language import typed as ilt
-
-FP8_MAX = tl.constexpr(448.0)  # the largest finite float8_e4m3fn (kernels read it)
+from ..language.fp8 import FP8_MAX
 
 
 @triton.jit
@@ -89,4 +88,4 @@ def norm_after_grid_barrier(s, ctx, x, residual, residual_out, weight, out, scal
     return s
 
 
-__all__ = ["FP8_MAX", "norm_after_grid_barrier", "norm_row", "norm_sums", "norm_values", "sum_and_max"]
+__all__ = ["norm_after_grid_barrier", "norm_row", "norm_sums", "norm_values", "sum_and_max"]

@@ -75,6 +75,7 @@ from .matmul_all_reduce_kernels import (matmul_allreduce_hierarchical_kernel, ma
                                         matmul_allreduce_lamport_kernel)
 from .matmul_all_reduce_one_shot_kernels import matmul_allreduce_push_kernel
 from .matmul_all_reduce_two_shot_kernels import matmul_allreduce_owner_kernel
+from .diagnostics import NO_DIAGNOSTICS, Diagnostics
 
 
 METHODS = tuning.decode_table.MATMUL_METHODS  # the names a node's decode table may hold
@@ -156,7 +157,7 @@ def matmul_all_reduce(a: Any, b: Any, out: Any = None, heap: Any = None,
         return out
     function = {"push": "symm_tile_wait_others/symm_tile_signal/symm_tile_wait",
                 "lamport": "the wait for the peers' partials (symm_tile_wait)"}.get(p.method, "symm_tile_all_reduce")
-    launch_with_status("matmul_all_reduce", h, p.ctas, lambda status: launch(h, p, a, b, out, status, pacing=exchange),
+    launch_with_status("matmul_all_reduce", h, p.ctas, lambda status: launch(h, p, a, b, out, status, exchange),
                        check, function=function)
     return out
 
@@ -191,14 +192,15 @@ def heap_bytes(m: int, n: int, k: int, world: int, dtype: str = "bfloat16", sms:
 matmul_all_reduce.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
 
 
-def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
-           trace: Any = None, pacing: Optional[tuning.PushPacing] = None) -> None:
-    """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them). The
-    benchmark calls it directly: `communicate=False` times the GEMM alone, `trace` (int64
-    [ctas, TRACE_SLOTS], zeroed) records where each CTA's time goes (fused/trace.py), `pacing`
-    replaces the push kernels' measured pacing (`tuning.push_pacing`). `p.one_shot` may be
-    overridden (`p._replace`): both kernels take the same workspace."""
+def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, exchange: Optional[tuning.PushPacing] = None,
+           diagnostics: Diagnostics = NO_DIAGNOSTICS) -> None:
+    """Launches plan `p`'s one-node kernel (no checks: `matmul_all_reduce` made them), the push
+    kernels paced by `exchange` (the op's `exchange=`; None: `tuning.push_pacing`). The benchmark
+    and the probes call it directly: `diagnostics` times the GEMM alone or records where each
+    CTA's time goes (language/trace.py). `p.one_shot` may be overridden (`p._replace`): both kernels
+    take the same workspace."""
     c = p.config
+    communicate, trace = diagnostics
     strides = a.stride(0), a.stride(1), b.stride(0), b.stride(1)
     stamps = trace if trace is not None else status
     meta = dict(BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k, GROUP_M=c.group_m, COMMUNICATE=communicate,
@@ -221,7 +223,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicat
             TMA=a_arg is not a, B_ROW_MAJOR=layout.b_row_major, WORLD=heap.world_size, COMMUNICATE=communicate,
             num_warps=c.warps, num_stages=c.stages, **pdl_launch_options(pdl))
         return
-    pace = pacing or tuning.push_pacing(torch.cuda.get_device_capability(out.device)[0])
+    pace = exchange or tuning.push_pacing(torch.cuda.get_device_capability(out.device)[0])
     ws = heap.workspace("matmul_all_reduce", p.workspace_bytes).view(out.dtype)
     epochs = epoch_counters(heap, "matmul_all_reduce")
     tma_gemm = a_arg is not a

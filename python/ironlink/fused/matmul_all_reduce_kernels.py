@@ -26,7 +26,7 @@ from ..language.jit import jit
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..language.slots import advance_epochs, lamport_reduce_values, lamport_store, launch_slots, peer_distances
 from .gemm_tiles import gemm_range, product_tile, store_tile, tile_coords, tile_offsets
-from .trace import stamp
+from ..language.trace import stamp
 
 
 @jit(do_not_specialize=["ctx"])

@@ -16,7 +16,7 @@ from ..language import typed as ilt
 from ..language.jit import jit
 from ..language.slots import advance_epochs, launch_slots, slot_of
 from .gemm_tiles import gemm_range, store_tile, tile_coords
-from .trace import stamp
+from ..language.trace import stamp
 
 
 @triton.jit

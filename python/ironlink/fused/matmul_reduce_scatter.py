@@ -54,6 +54,7 @@ from ..runtime.workspaces import (EPOCH_COUNTER_BYTES, epoch_counters, epochs_na
                                   workspaces_heap_bytes)
 from . import copy_engine, cublas_methods
 from .gemm_operands import check_operands, check_output, layout_for, operand_descriptors, peer_descriptor
+from .diagnostics import NO_DIAGNOSTICS, Diagnostics
 from .matmul_reduce_scatter_kernels import (matmul_reducescatter_copy_engine_kernel,
                                             matmul_reducescatter_hierarchical_kernel, matmul_reducescatter_kernel)
 
@@ -151,7 +152,7 @@ def matmul_reduce_scatter(a: Any, b: Any, heap: Any, out: Any = None, config: Op
                            function="symm_signal_wait_at")
     else:
         launch_with_status("matmul_reduce_scatter", h, p.ctas,
-                           lambda status: launch(h, p, a, b, dst, status, signal_every=exchange.signal_every), check,
+                           lambda status: launch(h, p, a, b, dst, status, exchange), check,
                            function="symm_tile_signal/symm_tile_wait_others")
     if dst is not out:
         out.copy_(dst)
@@ -262,11 +263,15 @@ def launch_copy_engine(heap: Any, p: Plan, a: Any, b: Any, out: Any, flags: Any,
     copy_engine.launch(heap, flags, kernel, transfers)
 
 
-def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any, communicate: bool = True,
-           signal_every: int = tuning.MATMUL_SIGNAL_EVERY) -> None:
+def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any,
+           exchange: tuning.ScatterExchange = tuning.ScatterExchange(),
+           diagnostics: Diagnostics = NO_DIAGNOSTICS) -> None:
     """Launches plan `p`'s one-node kernel into the contiguous `out` (no checks:
-    `matmul_reduce_scatter` made them), at world 2 a release every `signal_every` tiles
-    (`tuning.ScatterExchange`); `communicate=False` (the probes): the GEMM alone."""
+    `matmul_reduce_scatter` made them), at world 2 a release every `exchange.signal_every` tiles;
+    `diagnostics` (the probes): `communicate=False` the GEMM alone (no trace here)."""
+    if diagnostics.trace is not None:
+        raise ValueError("matmul_reduce_scatter's kernel takes no trace")
+    communicate, signal_every = diagnostics.communicate, exchange.signal_every
     c = p.config
     world, rows = heap.world_size, p.m // heap.world_size
     layout = layout_for(a, b)

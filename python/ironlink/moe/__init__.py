@@ -25,7 +25,7 @@ when the routing changes between replays):
 
 from __future__ import annotations
 
-from .config import MoeConfig
+from ..runtime.tuning.moe import MoeConfig
 from .exchange import Handle, MoeExchange, fp8_dequantize, fp8_quantize_reference
 
 __all__ = ["Handle", "MoeConfig", "MoeExchange", "fp8_dequantize", "fp8_quantize_reference"]

@@ -36,7 +36,7 @@ from ..runtime.heap_args import span_bytes
 from ..runtime.registry import holds
 from . import direct_kernels as dk
 from . import kernels, sort
-from .config import MoeConfig
+from ..runtime.tuning.moe import MoeConfig
 from .layout import Layout, _pow2, _Sort, take_count
 
 

@@ -30,7 +30,7 @@ outputs in fp32 at once. Three paths (`choose_path` picks one; `path=` forces it
   copies each received token to its expert-major rows; combine reduces on the expert's rank,
   sends back with a second all_to_all_v and sums there.
 `MoeExchange` is the front: it checks the arguments, picks the path, holds recv_x, the overflow
-summary all paths write and the launch choices (`config`: moe/config.py's MoeConfig), and hands
+summary all paths write and the launch choices (`config`: `tuning.MoeConfig`), and hands
 dispatch and combine to the path's object (`DirectPath`, `LowLatencyPath` or `RelayPath`), made
 with that config, which allocates and frees that path's heap buffers.
 
@@ -61,15 +61,24 @@ from typing import Any, NamedTuple, Optional, Union
 from ..language import _abi
 from ..runtime.distributed import grid_cap
 from ..runtime.errors import IronlinkError
-from ..runtime.handles import compiling, register
+from ..runtime.eager import routed
+from ..runtime.handles import register
 from . import kernels, sort
-from .config import DEFAULT, MoeConfig
+from ..runtime.tuning.moe import DEFAULT_MOE_CONFIG, MoeConfig
 from .direct import DirectPath
+from .handle import Handle
 from .low_latency import LowLatencyPath, capacity as low_latency_capacity
 from .layout import Layout, _RowLayout, _heap_bytes, _pow2, fp8_dequantize, fp8_quantize_reference
 from .relay import RelayPath
 
 PATHS = ("direct", "low_latency", "relay")
+
+
+def _torch_library() -> Any:
+    """dispatch / combine's torch.compile operators (imported only while Dynamo traces: torch)."""
+    from . import torch_library
+
+    return torch_library
 
 
 def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_node: bool,
@@ -82,17 +91,6 @@ def choose_path(max_tokens: int, fp8: bool, recv_capacity: Optional[int], multi_
         return "relay"
     small = max_tokens <= config.low_latency_max_tokens and recv_capacity is None
     return "low_latency" if small else "direct"
-
-
-class Handle(NamedTuple):
-    """What combine needs from a dispatch."""
-
-    tokens: int
-    send_row: Any  # relay path: [T, world] int64, the token's row in the send (and combine's receive) buffer,
-    # -1: not sent; the one-node paths: None
-    slot: Any  # [world * max_tokens, topk] int64: recv_x row of each received token's choice, -1: not here
-    weight: Any  # [world * max_tokens, topk] fp32: the received tokens' top-k weights
-    received: Any  # [1] int64: tokens received (direct path: every rank's tokens)
 
 
 def _received() -> None:
@@ -114,8 +112,8 @@ class MoeExchange:
         node: one kernel each for dispatch and combine, recv_x by expert block; moe/low_latency.py),
         "relay" (two all_to_all_v, the only one across nodes), None: `choose_path`. All give the
         same combined bits.
-        `config`: the launch choices (moe/config.py's MoeConfig: blocks, warps, grids, the
-        low-latency token limit); None: `moe.config.DEFAULT`. The same on every rank."""
+        `config`: the launch choices (`tuning.MoeConfig`: blocks, warps, grids, the
+        low-latency token limit); None: `tuning.DEFAULT_MOE_CONFIG`. The same on every rank."""
         import torch
 
         world = heap.world_size
@@ -127,7 +125,7 @@ class MoeExchange:
             raise ValueError(f"topk = {topk} exceeds num_experts = {num_experts}")
         if config is not None and not isinstance(config, MoeConfig):
             raise TypeError(f"config must be a MoeConfig (ironlink.moe.MoeConfig), got {type(config).__name__}")
-        self.config = config or DEFAULT
+        self.config = config or DEFAULT_MOE_CONFIG
         self.dtype = dtype or torch.bfloat16
         if self.dtype not in (torch.bfloat16, torch.float16):
             raise TypeError(f"MoeExchange moves bf16 or fp16 rows, got {self.dtype}")
@@ -233,6 +231,7 @@ class MoeExchange:
             raise TypeError(f"topk_weights must be floating point, got {topk_weights.dtype}")
         return t, x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous()
 
+    @routed(_torch_library, enter=False)
     def dispatch(self, x: Any, topk_idx: Any, topk_weights: Any, check: bool = False,
                  return_recv_hook: bool = False) -> tuple[Any, ...]:
         """(recv_x, expert_counts [local experts], expert_offsets, handle); see the module docs.
@@ -244,12 +243,6 @@ class MoeExchange:
         the next dispatch or combine (RuntimeError otherwise); CUDA-graph capturable like the rest.
         On the other paths the receive is done when dispatch returns and `hook()` does nothing.
         `check=True` then checks after the receive. Not under torch.compile."""
-        if compiling():  # torch.compile: the registered operator (moe/torch_library.py)
-            if return_recv_hook:
-                raise ValueError("MoeExchange.dispatch(return_recv_hook=True) is not supported under torch.compile")
-            from .torch_library import dispatch as traced
-            recv, counts, offsets, fields = traced(self, x, topk_idx, topk_weights, check)
-            return recv, counts, offsets, Handle(*fields)
         if return_recv_hook and self.low_latency is not None:
             t, x, topk_idx, topk_weights = self._inputs(x, topk_idx, topk_weights)
             lay, receive = self.low_latency.send(x, topk_idx, topk_weights, t, check)
@@ -284,12 +277,10 @@ class MoeExchange:
         self.direct.stage_tokens(x, topk_idx, topk_weights, t)
         return t
 
+    @routed(_torch_library, enter=False)
     def combine(self, y: Any, handle: Handle, check: bool = False) -> Any:
         """[T, H]: each token's k expert outputs (rows of `y`, laid out as dispatch's recv_x)
         weighted by its top-k weights and summed; see the module docs."""
-        if compiling():  # torch.compile: the registered operator (moe/torch_library.py)
-            from .torch_library import combine as traced
-            return traced(self, y, handle, check)
         if tuple(y.shape) != (self.capacity, self.hidden):
             raise ValueError(f"y must be [{self.capacity}, {self.hidden}] (dispatch's layout), got {tuple(y.shape)}")
         y = y.to(self.dtype).contiguous()
@@ -316,7 +307,7 @@ class MoeExchange:
         compiled extension."""
         from ..runtime.native import load_native
 
-        chosen = path or choose_path(max_tokens, fp8, recv_capacity, multi_node, config or DEFAULT)
+        chosen = path or choose_path(max_tokens, fp8, recv_capacity, multi_node, config or DEFAULT_MOE_CONFIG)
         return _heap_bytes(world, max_tokens, hidden, topk, fp8, load_native().ALLOC_ALIGN, path=chosen)
 
     def check(self) -> None:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..language import fp8
+
 # fp8 dispatch: one fp32 scale per 128 channels of a token (the 1x128 blocks of DeepEP's fp8
 # dispatch and DeepGEMM's fp8 grouped GEMMs), scale = amax / 448 (e4m3's largest finite value).
 # (Passed to the kernel as constexprs: a Triton kernel reads no plain module globals.)
 FP8_GROUP = 128
-FP8_MAX = 448.0
+FP8_MAX = fp8.FP8_MAX.value
 FP8_MIN_AMAX = 1e-4  # an all-zero group still gets a finite scale (and zero bytes)
 
 

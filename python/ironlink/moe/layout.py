@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from ..language._abi import MAX_CTAS
 from . import kernels, sort
-from .config import MoeConfig
+from ..runtime.tuning.moe import MoeConfig
 from .low_latency_copies import COPIES
 
 

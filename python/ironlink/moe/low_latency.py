@@ -21,7 +21,7 @@ from ..language._abi import MAX_CTAS
 from ..language._flags import EMPTY_BITS
 from ..runtime.launch import launch_with_status
 from . import kernels, low_latency_kernels as llk
-from .config import MoeConfig
+from ..runtime.tuning.moe import MoeConfig
 from .layout import Layout, _pow2, take_count
 from .low_latency_copies import COPIES
 
@@ -61,7 +61,7 @@ class LowLatencyPath:
         if sim_deltas is None:
             heap.barrier()
         self.receive_pending = False  # a deferred dispatch's receive not yet launched
-        # Diagnostics (bench/probes/moe_timeline.py): int64 [ctas, fused.trace.TRACE_SLOTS], zeroed by the
+        # Diagnostics (bench/probes/moe_timeline.py): int64 [ctas, language.trace.TRACE_SLOTS], zeroed by the
         # caller; while set, the kernels are built with TRACE and stamp the phases of each CTA.
         self.trace: Optional[Any] = None
         i32, i64 = dict(dtype=torch.int32, device=dev), dict(dtype=torch.int64, device=dev)

@@ -53,7 +53,7 @@ import triton.language as tl
 from ..language import typed as ilt
 from ..language._flags import unempty, wait_written
 from ..language.jit import jit
-from ..fused.trace import stamp
+from ..language.trace import stamp
 from .direct_kernels import _peer
 from .kernels import quantize_chunk, weighted_chunk
 from .low_latency_copies import (MAX_CTAS, _WAIT_OTHERS, _empty_combine_reads, _empty_dispatch_reads, _send_count,

@@ -30,7 +30,7 @@ from ..ops.variable_all_to_all import all_to_all_v
 from ..runtime.distributed import grid_cap
 from ..runtime.tuning import all_to_all_v_launch
 from . import kernels, relay_kernels as rk, sort
-from .config import MoeConfig
+from ..runtime.tuning.moe import MoeConfig
 from .layout import Layout, _heap_shapes, _pow2, _Sort
 
 _NO_LIMIT = (1 << 62)  # bucket_scan's limit for a sort that cannot overflow

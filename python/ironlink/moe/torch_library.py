@@ -9,33 +9,21 @@ copies the exchange's buffers into it). Its other results (counts, offsets and t
 tensors) are new tensors, as in eager. Keep the MoeExchange an attribute of the nn.Module being
 compiled: its buffers are then static inputs, which CUDA graphs need (docs/python.md).
 
-This module imports nothing of `moe.exchange` (which imports it, to route): the operators call
-the methods of the exchange their handle names, and a handle travels as its fields
-(`HandleFields`, in `exchange.Handle`'s order): the dispatch routing returns them, and
-`MoeExchange.dispatch` makes its `Handle` of them; combine reads a handle's fields by name, so
-the combine operator passes it `HandleFields`.
+This module imports nothing of `moe.exchange` (which routes here: `runtime.eager.routed`): the
+operators call the methods of the exchange their handle names, and a handle is `moe.handle.Handle`.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from ..runtime.torch_ops import LIB
 from ..runtime import handles
+from .handle import Handle
 
 DispatchOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-class HandleFields(NamedTuple):
-    """A dispatch's handle as its fields, named and ordered as `exchange.Handle`'s."""
-
-    tokens: int
-    send_row: torch.Tensor
-    slot: torch.Tensor
-    weight: torch.Tensor
-    received: torch.Tensor
 
 
 def _exchange(handle: int, what: str) -> Any:
@@ -84,7 +72,7 @@ def _dispatch_fake(exchange: int, x: torch.Tensor, topk_idx: torch.Tensor, topk_
 def moe_combine_op(exchange: int, y: torch.Tensor, send_row: torch.Tensor, slot: torch.Tensor, weight: torch.Tensor,
                    received: torch.Tensor, check: bool) -> torch.Tensor:
     moe = _exchange(exchange, "moe_combine")
-    fields = HandleFields(send_row.shape[0], _send_row_in(send_row), slot, weight, received)
+    fields = Handle(send_row.shape[0], _send_row_in(send_row), slot, weight, received)
     out: torch.Tensor = moe.combine(y, fields, check)
     return out
 
@@ -100,12 +88,16 @@ def _combine_fake(exchange: int, y: torch.Tensor, send_row: torch.Tensor, slot: 
 
 
 def dispatch(moe: Any, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
-             check: bool = False) -> tuple[Any, torch.Tensor, torch.Tensor, HandleFields]:
-    """dispatch's results, the handle as its fields (the caller makes its `Handle` of them)."""
+             check: bool = False, return_recv_hook: bool = False) -> tuple[Any, torch.Tensor, torch.Tensor, Handle]:
+    """`MoeExchange.dispatch` while Dynamo traces it: the operator, whose results are dispatch's."""
+    if return_recv_hook:
+        raise ValueError("MoeExchange.dispatch(return_recv_hook=True) is not supported under torch.compile")
     counts, offsets, send_row, slot, weight, received = torch.ops.ironlink.moe_dispatch(
         moe.op_handle, x, topk_idx, topk_weights, moe.recv_x, moe.recv_scales, check)
     recv = (moe.recv_x, moe.recv_scales) if moe.fp8 else moe.recv_x
-    return recv, counts, offsets, HandleFields(x.shape[0], send_row, slot, weight, received)
+    # send_row stays the operator's tensor (an empty [T, 0] one off the relay path): combine's
+    # operator, which this handle reaches under the same trace, takes a tensor.
+    return recv, counts, offsets, Handle(x.shape[0], send_row, slot, weight, received)
 
 
 def combine(moe: Any, y: torch.Tensor, handle: Any, check: bool = False) -> torch.Tensor:
@@ -114,4 +106,4 @@ def combine(moe: Any, y: torch.Tensor, handle: Any, check: bool = False) -> torc
     return out
 
 
-__all__ = ["HandleFields", "combine", "dispatch"]
+__all__ = ["combine", "dispatch"]

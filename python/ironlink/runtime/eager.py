@@ -37,11 +37,13 @@ def register(fn: F) -> F:
     return fn
 
 
-def routed(library: Callable[[], Any]) -> Callable[[F], F]:
+def routed(library: Callable[[], Any], enter: bool = True) -> Callable[[F], F]:
     """Decorator of a public op: enters it (`register`), and while Dynamo traces a call
     (`handles.compiling()`) calls instead the routing function of the same name in the module
     `library()` returns (its layer's `torch_library`, imported only then: it imports torch), which
-    calls the registered operator with the same arguments; in eager the op itself runs."""
+    calls the registered operator with the same arguments; in eager the op itself runs.
+    `enter=False` for a method (MoeExchange.dispatch / combine: the routing function takes the
+    object first): routed, not entered, as its operators find the object by its handle."""
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
@@ -52,7 +54,7 @@ def routed(library: Callable[[], Any]) -> Callable[[F], F]:
 
         # The operators run the public function itself (when a compiled graph runs them, nothing
         # is tracing: `call` runs `fn`).
-        return register(call)  # type: ignore[return-value]
+        return register(call) if enter else call  # type: ignore[return-value]
 
     return decorate
 

@@ -21,7 +21,7 @@
   dependent launch on, off and alternating (sm_90+), bitwise the same.
 - The ops with peer slots (all_reduce_rmsnorm, matmul_all_reduce, all_reduce's lamport path)
   called back to back with a new shape every call while each rank in turn runs behind its peers
-  (`shape_changes.py`): consecutive launches' slot halves must stay apart whatever the shapes.
+  (`_shape_changes.py`): consecutive launches' slot halves must stay apart whatever the shapes.
 - The fused ops' kernels for heaps of several nodes (grid barriers around a hierarchical
   collective), relinked with the P2P bitcode and run on this one-node heap as if it spanned
   several (`as_several_nodes`): their own logic checked the same way on any GPUs, without NVSHMEM
@@ -52,7 +52,7 @@ from ironlink.runtime.pdl import MIN_MAJOR
 from ironlink.runtime.registry import holds
 
 from _cases import Cases, close_to, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
-import shape_changes
+import _shape_changes as shape_changes
 from _fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
 
@@ -842,7 +842,7 @@ def main() -> int:
         for m, n in ((200, 4096), (4100, 2050)):
             cases.run(f"matmul_all_reduce {matmul_kernel(None, m, n, 512, world)} {dtype} {m}x{n}x512 in a CUDA graph",
                       lambda: s.matmul(m, n, 512, dtype, graph=True))
-    # A new shape every call, back to back, each rank behind its peers in turn (shape_changes.py):
+    # A new shape every call, back to back, each rank behind its peers in turn (_shape_changes.py):
     # the slots' halves must stay apart whatever the shapes of consecutive calls.
     for mode in (None, "lamport", "push") + (("two_shot",) if world & (world - 1) == 0 else ()):
         cases.run(f"all_reduce_rmsnorm {mode or 'default'}: a new shape every call, ranks apart",

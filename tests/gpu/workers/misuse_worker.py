@@ -23,7 +23,7 @@
   a call, and heap.check() puts the timeout back;
 - a fused call skipped by one rank, on the paths that wait once a chunk or tile (the copy engine,
   the tile method): TIMEOUT within the timeout and slack, one timeout a CTA
-  (skipped_fused_calls.py).
+  (_skipped_fused_calls.py).
 A case that times out leaves the ranks' call counters apart, so each such case has a heap of its
 own. Rank 0 prints "== misuse world N: X passed, Y failed =="; without GPUs, "skipped: no GPU".
 """
@@ -409,7 +409,7 @@ def main() -> int:
         print("misuse: skipped: no GPU", flush=True)
         return 0
     from _cases import Cases  # tests/gpu/workers/, the script's own directory
-    from skipped_fused_calls import skipped_fused_calls  # beside it
+    from _skipped_fused_calls import skipped_fused_calls  # beside it
     import ironlink
 
     ironlink.init_distributed()

@@ -20,7 +20,7 @@ from ironlink.language import _abi
 from ironlink.runtime.errors import IronlinkError
 from ironlink.moe import MoeConfig, MoeExchange, fp8_dequantize, fp8_quantize_reference
 from ironlink.moe import exchange as exchange_mod
-from ironlink.moe.config import DEFAULT
+from ironlink.runtime.tuning.moe import DEFAULT_MOE_CONFIG as DEFAULT
 from ironlink.language._flags import EMPTY_BITS
 
 from _moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer,  # tests/with_torch/scripts/, beside

@@ -8,11 +8,12 @@ that chose it:
   `runtime/tuning/decode_table.py`, and each mode's shape);
 - `matmul`: matmul_all_reduce (the GEMM tile, the method, the push kernels' pacing);
 - `sequence_parallel`: all_gather_matmul and matmul_reduce_scatter (method, copy engine);
+- `moe`: MoeExchange's kernels (blocks, warps, grids, the low-latency token limit) as the frozen
+  `MoeConfig` it takes (`MoeExchange(config=)`; `DEFAULT_MOE_CONFIG`, the measured one);
 - `lookup`: the one lookup by size and the one rule for a world size without measurements
   (`nearest_world`) that every table uses;
 - `op_config`: an op's choices as a frozen config passed to it (`config=`: `AllReduceConfig`,
   `RmsnormConfig`), and the string a torch.compile graph carries in its place.
-MoeExchange's choices are its `MoeConfig` (`ironlink.moe.config`), passed to it.
 
 This package holds every name of those modules (`ironlink.tuning` is this package), so an op
 reads `tuning.X`. Nothing here is set at run time: a benchmark or test that times or checks a
@@ -22,12 +23,13 @@ choice the tables do not make passes the op a config of its own (`op_config`).
 from __future__ import annotations
 
 from ...language._abi import MAX_CTAS
-from . import collectives, lookup, matmul, op_config, rmsnorm, sequence_parallel  # noqa: F401
+from . import collectives, lookup, matmul, moe, op_config, rmsnorm, sequence_parallel  # noqa: F401
 from .collectives import *  # noqa: F401,F403
 from .lookup import *  # noqa: F401,F403
 from .matmul import *  # noqa: F401,F403
+from .moe import *  # noqa: F401,F403
 from .rmsnorm import *  # noqa: F401,F403
 from .sequence_parallel import *  # noqa: F401,F403
 
-__all__ = [*collectives.__all__, *lookup.__all__, *matmul.__all__, *rmsnorm.__all__, *sequence_parallel.__all__,
+__all__ = [*collectives.__all__, *lookup.__all__, *matmul.__all__, *moe.__all__, *rmsnorm.__all__, *sequence_parallel.__all__,
            "MAX_CTAS"]

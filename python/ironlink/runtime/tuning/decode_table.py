@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
-from .lookup import nearest_world
+from .lookup import by_size, covering, nearest_world
 
 # The version of the file format; a file of another is refused (re-run the tuner).
 FORMAT = 1
@@ -64,19 +64,21 @@ class DecodeTable(NamedTuple):
 
     def all_reduce_path(self, nbytes: int) -> str:
         """The path of an all_reduce of `nbytes`."""
-        return next((path for limit, path in self.all_reduce if nbytes <= limit), "library")
+        entry = covering(self.all_reduce, nbytes)
+        return entry[1] if entry else "library"
 
     def rmsnorm_modes(self, nbytes: int) -> tuple[str, ...]:
         """The modes for an x of `nbytes`, in order of preference: its entry's, then each later
         entry's (a mode that cannot run for a shape falls to the next one that can)."""
         entries = self.all_reduce_rmsnorm
-        first = next((i for i, (limit, _) in enumerate(entries) if nbytes <= limit), len(entries) - 1)
+        first = entries.index(by_size(entries, nbytes))
         return tuple(mode for _, mode in entries[first:])
 
     def matmul_method(self, nbytes: int) -> str | None:
         """The measured method of a matmul_all_reduce whose out has `nbytes`, or None past the
         entries (the rule applies there)."""
-        return next((method for limit, method in self.matmul_all_reduce if nbytes <= limit), None)
+        entry = covering(self.matmul_all_reduce, nbytes)
+        return entry[1] if entry else None
 
 
 class InUse(NamedTuple):

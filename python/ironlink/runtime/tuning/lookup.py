@@ -1,17 +1,22 @@
-"""The two lookups every tuning table shares: an entry by size in an ascending table, and the
+"""The lookups every tuning table shares: an entry by size in an ascending table, and the
 measured world a world without its own measurements takes."""
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence, TypeVar
+from typing import Iterable, Optional, Sequence, TypeVar
 
 T = TypeVar("T", bound=tuple)
 
 
-def by_size(entries: Sequence[T], size: int) -> T:
+def covering(entries: Sequence[T], size: int) -> Optional[T]:
     """The first entry (its first field a size limit, ascending) whose limit is at least `size`;
-    past the last, the last."""
-    return next((e for e in entries if size <= e[0]), entries[-1])
+    None past the last (a table whose caller has its own rule there)."""
+    return next((e for e in entries if size <= e[0]), None)
+
+
+def by_size(entries: Sequence[T], size: int) -> T:
+    """`covering`, and past the last entry the last."""
+    return covering(entries, size) or entries[-1]
 
 
 def nearest_world(measured: Iterable[int], world: int) -> int:
@@ -24,4 +29,4 @@ def nearest_world(measured: Iterable[int], world: int) -> int:
     return worlds[0]
 
 
-__all__ = ["by_size", "nearest_world"]
+__all__ = ["by_size", "covering", "nearest_world"]

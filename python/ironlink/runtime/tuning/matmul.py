@@ -84,7 +84,7 @@ MATMUL_TAIL_INTERLEAVED = True
 
 @dataclass(frozen=True)
 class PushPacing:
-    """How matmul_all_reduce's "push" kernels pace their pushes: what `launch` takes (`pacing=`).
+    """How matmul_all_reduce's "push" kernels pace their pushes: the op's and its `launch`'s `exchange=`.
     `push_pacing` gives the measured choices; a probe builds its own (`dataclasses.replace`)."""
 
     stagger: int  # one-shot: the CTAs push at `stagger` points of a tile's K loop (MATMUL_PUSH_STAGGER)

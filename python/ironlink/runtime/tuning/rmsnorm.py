@@ -36,7 +36,7 @@ def tile_all_reduce_takes_ll(tile: int, rows: int, row_bytes: int, world: int) -
 #   where LL packets double them) up to 32 MiB. 2 H200s, hidden 8192 bf16, push + PDL against rows
 #   + PDL (git 7bc5bf5, bench/results/fused-2xNVIDIA-H200-20261126-074602.json): 1 token 13.5 /
 #   10.6 us, 8 9.4 / 9.9, 32 10.2 / 13.0, 128 13.4 / 19.3, 512 39.2 / 41.3, 2048 162.5 / 153.7. With
-#   a CTA's rows pipelined in chunks (git 85d32ab, 2 H100s, bench/ab.sh, two runs each): 2048 tokens
+#   a CTA's rows pipelined in chunks (git 85d32ab, 2 H100s, bench/probes/ab.sh, two runs each): 2048 tokens
 #   push + PDL 122.0 / 130.2 us against rows + PDL 155.3 / 169.4 (the push before the pipeline:
 #   187.3 / 184.6); 512 40.0 / 40.7 against 41.2 / 42.2. Its workspace in the heap: twice x.
 # - "rows" beyond: rows + PDL beat whole + PDL at 2048 tokens of hidden 8192 (32 MiB) on 2 H100s

@@ -1,4 +1,4 @@
-"""MoeExchange's launch choices in one frozen object (`MoeConfig`; `DEFAULT`, the measured ones):
+"""MoeExchange's launch choices in one frozen object (`MoeConfig`; `DEFAULT_MOE_CONFIG`, the measured ones):
 the block sizes, warps and grid sizes of its kernels and the token limit of its low-latency path.
 `MoeExchange(..., config=)` takes one (as DeepEP's `Buffer` takes a `Config`) and hands it to its
 path's object, which reads every launch choice from it: an experiment (bench/moe.py's flags) makes
@@ -20,7 +20,7 @@ _POWERS_OF_TWO = ("row_block", "row_warps", "one_hot", "scan_tile", "scan_warps"
 @dataclass(frozen=True)
 class MoeConfig:
     """How MoeExchange launches its kernels (every field has the measured default; give the ones to
-    change: `MoeConfig(pull_rows=2)`, or `dataclasses.replace(DEFAULT, ...)`). The same on every
+    change: `MoeConfig(pull_rows=2)`, or `dataclasses.replace(DEFAULT_MOE_CONFIG, ...)`). The same on every
     rank: the exchanges pair the ranks' same-index CTAs."""
 
     # The row kernels that stride over rows counted on the device (moe/kernels.py, relay_kernels.py;
@@ -104,7 +104,7 @@ class MoeConfig:
                 raise ValueError(f"MoeConfig.{f.name} sizes a Triton block or warps: a power of two, got {v}")
 
 
-DEFAULT = MoeConfig()
+DEFAULT_MOE_CONFIG = MoeConfig()
 
 
-__all__ = ["DEFAULT", "MoeConfig"]
+__all__ = ["DEFAULT_MOE_CONFIG", "MoeConfig"]

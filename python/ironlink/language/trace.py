@@ -1,4 +1,5 @@
-"""Timestamps for the fused kernels' diagnostic launches: where each CTA's time goes.
+"""Timestamps for the kernels' diagnostic launches (the fused ops', MoeExchange's low-latency
+ones): where each CTA's time goes.
 
 A kernel built with TRACE=True stores the GPU's global timer (ns) at the points it names into
 `trace` [grid, TRACE_SLOTS] (int64, zero-filled by the caller; slot 0 is the CTA's start);

@@ -4,16 +4,16 @@
 # (default build/ab). The program is bench/allreduce.py unless $AB_PROG names another by its path
 # under bench/ without .py (bench/$AB_PROG.py, e.g. fused or probes/rmsnorm_timeline); its lines
 # matching $AB_GREP are shown.
-#   IRONLINK_GIT_REV=$(git rev-parse --short HEAD) bench/ab.sh build build/pull -- --min-bytes 16777216 --dtypes bf16 --skip-gather-scatter
-#   AB_PROG=fused AB_GREP=allreduce_rmsnorm bench/ab.sh build/old build -- --ops allreduce_rmsnorm
+#   IRONLINK_GIT_REV=$(git rev-parse --short HEAD) bench/probes/ab.sh build build/pull -- --min-bytes 16777216 --dtypes bf16 --skip-gather-scatter
+#   AB_PROG=fused AB_GREP=allreduce_rmsnorm bench/probes/ab.sh build/old build -- --ops allreduce_rmsnorm
 # (build the variant into its own directory first, e.g. from another checkout; $AB_TAG suffixes
 # the JSON names; pass IRONLINK_GIT_REV: the device copy of the tree may not know its revision.)
 # A directory holding python/ironlink is a Python tree instead (Triton kernels changed, not the
 # device library): its package runs against this tree's bitcode and native extension, e.g.
 #   git archive HEAD~1 python | tar -x -C build/ab_old   (carry build/ab_old)
-#   AB_PROG=moe AB_GREP=4096 bench/ab.sh build/ab_old . build/ab_old . -- --tokens 4096
+#   AB_PROG=moe AB_GREP=4096 bench/probes/ab.sh build/ab_old . build/ab_old . -- --tokens 4096
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source tests/gpu/setup_native.sh || exit 1
 OUT=${OUT:-build/ab}
 mkdir -p "$OUT"
