@@ -56,7 +56,7 @@ in torch ops (bit for bit); combine still takes and returns `dtype` rows.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Optional, Union
 
 from ..language import _abi
 from ..runtime.distributed import grid_cap

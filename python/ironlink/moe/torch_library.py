@@ -72,8 +72,8 @@ def _dispatch_fake(exchange: int, x: torch.Tensor, topk_idx: torch.Tensor, topk_
 def moe_combine_op(exchange: int, y: torch.Tensor, send_row: torch.Tensor, slot: torch.Tensor, weight: torch.Tensor,
                    received: torch.Tensor, check: bool) -> torch.Tensor:
     moe = _exchange(exchange, "moe_combine")
-    fields = Handle(send_row.shape[0], _send_row_in(send_row), slot, weight, received)
-    out: torch.Tensor = moe.combine(y, fields, check)
+    handle = Handle(send_row.shape[0], _send_row_in(send_row), slot, weight, received)
+    out: torch.Tensor = moe.combine(y, handle, check)
     return out
 
 
