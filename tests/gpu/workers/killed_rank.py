@@ -67,7 +67,7 @@ def worker(role: str, size: str, rank: int, world: int, store: str, timeout_s: f
         ironlink.all_reduce(x)
         os.kill(os.getpid(), signal.SIGKILL)  # with the call in flight
     t0 = time.time()
-    result: dict[str, Any] = {"rank": rank, "size": size}
+    result: dict[str, Any] = {"rank": rank, "size": size, "device": torch.cuda.current_device()}
     try:
         for call in (1, 2):
             ironlink.all_reduce(x, check=True)
