@@ -2,14 +2,17 @@
 
 Session 55's killed-rank run at world 4 with two ranks on each of two H200s (`--shared-gpu`,
 CUDA MPS) gave TIMEOUT on the two ranks of the other GPU but CUDA_ERROR_ILLEGAL_ADDRESS on the
-victim's GPU-mate. Two causes fit: (a) under MPS the dead client's allocations are freed though a
-GPU-mate still maps them through CUDA IPC, so the mate's first access afterwards faults; (b) the
-MPS server reports a fault to every client of the GPU when it ends a client killed with work in
-flight, whatever the others touch. This probe tells them apart. Two ranks, a FileStore
-rendezvous (not torchrun: its agent would kill the survivor), one fresh pair per case:
+victim's GPU-mate, which had launched nothing since the kill (its call comparison runs on the
+host): the fault reached its context from the GPU's MPS server. What is not known: whether a
+GPU-mate's death always does that or only with work in flight, and whether the dead peer's heap
+can still be read (CUDA IPC keeps an exporter's memory for its importers on other GPUs). Two
+ranks, a FileStore rendezvous (not torchrun: its agent would kill the survivor), one fresh pair
+per case:
 
-  idle   the victim finishes its GPU work, then SIGKILLs itself
-  busy   the victim launches a ~1 s spin kernel (torch.cuda._sleep), then SIGKILLs itself
+  idle     the victim finishes its GPU work, then SIGKILLs itself
+  busy     the victim launches a ~1 s spin kernel (torch.cuda._sleep), then SIGKILLs itself
+  in_call  the victim launches an all-reduce the survivor never joins (it waits on the survivor,
+           as killed-rank's victim does), then SIGKILLs itself
 
 After --settle-s the survivor runs, in order (the first CUDA error ends its context, so each
 step after one reports "not run"):
@@ -17,8 +20,10 @@ step after one reports "not run"):
   peer_read  a read of the dead rank's copy of that tensor (heap.peer_tensor), synchronized
   own_again  the own-memory kernel again
 
-(a) predicts own ok and peer_read faulting in both cases; (b) predicts own faulting after busy.
-On separate GPUs (no MPS) the imported memory is the driver's to keep: peer_read ok is expected.
+"own" failing after "idle" means any GPU-mate's death poisons the survivors' contexts under MPS;
+failing only after "busy" or "in_call", that only a death with work in flight (or with a
+kernel touching peers in flight) does. On two GPUs (no MPS)
+"own" should pass in both cases; "peer_read" says whether the dead rank's heap stays readable.
 
     python3 bench/probes/dead_peer_memory_probe.py                  # ranks on GPUs 0 and 1
     bash bench/probes/dead_peer_memory_probe.sh                     # both on GPU 0 under MPS, then apart
@@ -40,7 +45,7 @@ from typing import Any
 
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-CASES = ("idle", "busy")
+CASES = ("idle", "busy", "in_call")
 STEPS = ("own", "peer_read", "own_again")
 ELEMENTS = 1 << 20  # fp32: 4 MiB, past any cache line the survivor might still hold
 
@@ -86,6 +91,8 @@ def worker(case: str, rank: int, store: str, settle_s: float) -> None:
     if rank == 1:  # the victim
         if case == "busy":
             torch.cuda._sleep(2_000_000_000)  # ~1 s of clock cycles, in flight when it dies
+        elif case == "in_call":
+            ironlink.all_reduce(x, heap=heap)  # spins on the survivor's arrival when it dies
         else:
             torch.cuda.synchronize()
         os.kill(os.getpid(), signal.SIGKILL)
