@@ -3,7 +3,8 @@
 # tests/gpu/run.sh --shared-gpu places GPU-mates), then on GPUs 0 and 1 without MPS; each run
 # stopped after $1 seconds (default 150), whatever it left stopped. JSON under $OUT.
 limit=${1:-150}
-here=$(dirname "$0")
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../../tests/gpu/setup_native.sh" || exit 1  # the wheel's extension, PYTHONPATH, multicast off
 source "$here/../../tests/gpu/mps.sh"
 start_mps || exit 1
 timeout -s KILL "$limit" python3 "$here/dead_peer_memory_probe.py"
