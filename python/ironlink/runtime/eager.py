@@ -43,7 +43,10 @@ def routed(library: Callable[[], Any], enter: bool = True) -> Callable[[F], F]:
     `library()` returns (its layer's `torch_library`, imported only then: it imports torch), which
     calls the registered operator with the same arguments; in eager the op itself runs.
     `enter=False` for a method (MoeExchange.dispatch / combine: the routing function takes the
-    object first): routed, not entered, as its operators find the object by its handle."""
+    object first): routed, not entered, as its operators find the object by its handle.
+    `library` is a function of the layer's own (`from . import torch_library`), not a module
+    name: Dynamo traces an import statement but refuses `importlib.import_module` (a graph break
+    under fullgraph)."""
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
