@@ -634,11 +634,25 @@ def like_reference(got: Any, ref: Any, exact: bool, size: Optional[Any] = None) 
     assert err < tol, f"relative error {err} vs the f64 reference"
 
 
+def reference_heap_bytes(world: int) -> int:
+    """The one-node P2P heap the `Nodes` cases compare against: 32 MiB for their tensors and the
+    MoE layer, plus the workspaces of the fused cases' largest calls as the ops size them (each op
+    keeps its own, so they add up). At world 4 all_reduce_rmsnorm's 1000 x 4096 alone takes 64 MiB;
+    a fixed 32 MiB heap ran out there."""
+    rmsnorm = ironlink.all_reduce_rmsnorm.heap_bytes(1000, 4096, world)
+    matmul = ironlink.matmul_all_reduce.heap_bytes(1000, 1024, 512, world)
+    gather = max(ironlink.all_gather_matmul.heap_bytes(world * 1000, 768, 512, world, method=m, a_full=True)
+                 for m in ("kernel", "collective"))
+    scatter = max(ironlink.matmul_reduce_scatter.heap_bytes(world * 1000, 768, 512, world, method=m)
+                  for m in ("kernel", "collective"))
+    return (32 << 20) + rmsnorm + matmul + gather + scatter
+
+
 def simulated_nodes(t0: float) -> int:
     """The `Nodes` cases on a fresh heap of `world // 2` ranks per node; their exit code."""
     world = dist.get_world_size()
     heap = ironlink.SymmetricHeap(HEAP_BYTES, backend="nvshmem", node_size=world // 2, timeout_s=heap_timeout_s())
-    p2p = ironlink.SymmetricHeap(32 << 20, timeout_s=heap_timeout_s())
+    p2p = ironlink.SymmetricHeap(reference_heap_bytes(world), timeout_s=heap_timeout_s())
     s = Nodes(heap, p2p)
     s.run("context carries kind NVSHMEM_MULTI_NODE", s.context_kind)
     for dtype in (torch.bfloat16, torch.float32):
