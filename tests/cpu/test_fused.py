@@ -14,6 +14,7 @@ from ironlink.runtime import tuning
 from ironlink.fused import copy_engine
 from ironlink.fused import gemm_operands
 from ironlink.fused import cublas_methods
+from ironlink.fused.diagnostics import NO_DIAGNOSTICS, Diagnostics
 from ironlink.runtime.tensor_spec import TensorSpec
 
 # The fused host modules named after their ops (the package's attributes of those names are the ops).
@@ -538,3 +539,10 @@ def test_the_sequence_parallel_ops_say_the_heap_bytes_they_take() -> None:
     assert set(mrs.workspace_requests(p, 2, world, "kernel", always)) == \
         {"matmul_reduce_scatter/sends", "matmul_reduce_scatter/slots", "matmul_reduce_scatter/flags"}
     assert mrs.workspace_requests(p, 2, world, "kernel", always, multi_node=True) == {"matmul_reduce_scatter/partials": full}
+
+
+def test_diagnostics_of_a_kernel_without_trace_stamps_give_communicate_and_refuse_a_trace() -> None:
+    assert NO_DIAGNOSTICS.untraced("all_gather_matmul") is True
+    assert Diagnostics(communicate=False).untraced("matmul_reduce_scatter") is False
+    with pytest.raises(ValueError, match="matmul_reduce_scatter's kernel takes no trace"):
+        Diagnostics(trace=object()).untraced("matmul_reduce_scatter")

@@ -280,9 +280,7 @@ def launch(heap: Any, p: Plan, a_shard: Any, b: Any, a_full: Any, out: Any, stat
     call it directly: `push` replaces the measured choices (`tuning.gather_push`),
     `diagnostics.communicate=False` leaves out the push and the waits on peers (the GEMM and the
     grid barrier alone; no trace here)."""
-    if diagnostics.trace is not None:
-        raise ValueError("all_gather_matmul's kernel takes no trace")
-    communicate = diagnostics.communicate
+    communicate = diagnostics.untraced("all_gather_matmul")
     c = p.config
     layout, a_own, b_arg, a_all = _gemm_operands(p, a_shard, b, a_full)
     how = _measured_push(push, a_shard)

@@ -14,6 +14,12 @@ class Diagnostics(NamedTuple):
     communicate: bool = True
     trace: Any = None
 
+    def untraced(self, op: str) -> bool:
+        """`communicate`, for an op whose kernel has no trace stamps: a trace asked of it raises."""
+        if self.trace is not None:
+            raise ValueError(f"{op}'s kernel takes no trace")
+        return self.communicate
+
 
 NO_DIAGNOSTICS = Diagnostics()
 

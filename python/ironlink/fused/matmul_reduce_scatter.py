@@ -269,9 +269,7 @@ def launch(heap: Any, p: Plan, a: Any, b: Any, out: Any, status: Any,
     """Launches plan `p`'s one-node kernel into the contiguous `out` (no checks:
     `matmul_reduce_scatter` made them), at world 2 a release every `exchange.signal_every` tiles;
     `diagnostics` (the probes): `communicate=False` the GEMM alone (no trace here)."""
-    if diagnostics.trace is not None:
-        raise ValueError("matmul_reduce_scatter's kernel takes no trace")
-    communicate, signal_every = diagnostics.communicate, exchange.signal_every
+    communicate, signal_every = diagnostics.untraced("matmul_reduce_scatter"), exchange.signal_every
     c = p.config
     world, rows = heap.world_size, p.m // heap.world_size
     layout = layout_for(a, b)
