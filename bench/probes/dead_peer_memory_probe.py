@@ -3,9 +3,11 @@
 Session 55's killed-rank run at world 4 with two ranks on each of two H200s (`--shared-gpu`,
 CUDA MPS) gave TIMEOUT on the two ranks of the other GPU but CUDA_ERROR_ILLEGAL_ADDRESS on the
 victim's GPU-mate, which had launched nothing since the kill (its call comparison runs on the
-host): the fault reached its context from the GPU's MPS server. What is not known: whether a
+host): the fault reached its context from the GPU's MPS server. This probe tells whether a
 GPU-mate's death always does that or only with work in flight, and whether the dead peer's heap
-can still be read (CUDA IPC keeps an exporter's memory for its importers on other GPUs). Two
+can still be read (CUDA IPC keeps an exporter's memory for its importers on other GPUs); its
+answer (2 H200s, session 56: only a death with a kernel in flight, any kernel; the heap stays
+readable) is in docs/reliability.md. Two
 ranks, a FileStore rendezvous (not torchrun: its agent would kill the survivor), one fresh pair
 per case:
 

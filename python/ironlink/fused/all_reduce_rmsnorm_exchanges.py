@@ -64,8 +64,8 @@ from ..language.slots import (add_in_rank_order, advance_epochs, at_peer, lampor
                               lamport_reduce_values, lamport_send, lamport_store, launch_slots, slot_of,
                               store_to_peer_slots)
 from ..language.fp8 import FP8_MAX
-from .all_reduce_rmsnorm_norm import norm_sums
 from ..language.trace import stamp
+from .all_reduce_rmsnorm_norm import norm_sums
 
 # "split": a slice's partial sums (two int64 words per CTA: sum of squares, FP8 peak), the high
 # half the launch count + 1 (never 0, which the zeroed words hold), the low half the f32's bits.

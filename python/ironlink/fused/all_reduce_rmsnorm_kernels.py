@@ -11,9 +11,9 @@ from ..language import typed as ilt
 from ..language.jit import jit
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..language.slots import PEERS, peer_distances
+from ..language.trace import stamp
 from .all_reduce_rmsnorm_exchanges import lamport_rows, push_pipelined, split_row, two_shot_rows
 from .all_reduce_rmsnorm_norm import norm_after_grid_barrier, norm_row, norm_values
-from ..language.trace import stamp
 
 
 @jit(do_not_specialize=["ctx", "T", "eps"])

@@ -25,8 +25,8 @@ from ..language import typed as ilt
 from ..language.jit import jit
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..language.slots import advance_epochs, lamport_reduce_values, lamport_store, launch_slots, peer_distances
-from .gemm_tiles import gemm_range, product_tile, store_tile, tile_coords, tile_offsets
 from ..language.trace import stamp
+from .gemm_tiles import gemm_range, product_tile, store_tile, tile_coords, tile_offsets
 
 
 @jit(do_not_specialize=["ctx"])

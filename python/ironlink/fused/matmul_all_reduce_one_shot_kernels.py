@@ -14,8 +14,8 @@ from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
 from ..language.slots import add_in_rank_order, advance_epochs, launch_slots, store_to_peer_slots
-from .gemm_tiles import gemm_range, store_tile, tile_coords
 from ..language.trace import stamp
+from .gemm_tiles import gemm_range, store_tile, tile_coords
 
 
 @triton.jit

@@ -15,8 +15,8 @@ from .. import language as il
 from ..language import typed as ilt
 from ..language.jit import jit
 from ..language.slots import advance_epochs, launch_slots, slot_of
-from .gemm_tiles import gemm_range, store_tile, tile_coords
 from ..language.trace import stamp
+from .gemm_tiles import gemm_range, store_tile, tile_coords
 
 
 @triton.jit

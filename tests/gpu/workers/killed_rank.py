@@ -145,8 +145,8 @@ def left_on_gpus(pids: list[int], wait_s: float = 15.0) -> set[int]:
 
 def gpu_mate_fault(r: dict[str, Any], victim_gpu: Optional[int]) -> bool:
     """Whether survivor record `r` is the CUDA error that MPS gives a rank sharing the dead rank's
-    GPU (docs/reliability.md: under MPS the GPU's clients share one context, and the fault the
-    victim's death leaves reaches all of them; nothing the survivor did). `victim_gpu`: None
+    GPU (docs/reliability.md: the victim dies with its all-reduce in flight, and MPS reports that
+    fault to every client of its GPU; nothing the survivor did). `victim_gpu`: None
     where every rank has a GPU of its own, and then no survivor is excused."""
     return (victim_gpu is not None and r.get("device") == victim_gpu and r.get("status") is None
             and "CUDA driver call" in str(r.get("message")))
