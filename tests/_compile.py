@@ -28,7 +28,8 @@ RMSNORM_SIGNATURE = {"ctx": "i64", "x": "*bf16", "residual": "*bf16", "residual_
                      "WHOLE": "constexpr", "BLOCK_H": "constexpr", "FP8": "constexpr", "PDL": "constexpr",
                      "PRELOAD": "constexpr", "TRACE": "constexpr", "ROWS": "constexpr", "PUSH": "constexpr",
                      "WORLD": "constexpr", "SPLIT": "constexpr", "PARTS": "constexpr", "W": "i32",
-                     "LAMPORT": "constexpr", "TWO_SHOT": "constexpr"}
+                     "LAMPORT": "constexpr", "TWO_SHOT": "constexpr", "PUSH_TWO_SHOT": "constexpr",
+                     "BLOCK_C": "constexpr"}
 
 
 @pytest.fixture(scope="module", autouse=True)

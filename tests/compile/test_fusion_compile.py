@@ -149,6 +149,16 @@ KERNELS["allreduce_rmsnorm_two_shot_w4_fp8_pdl"] = (
     allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 2048, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 1, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
+# Mode "push_two_shot": two_shot's chunks over push's signalled slots, a block of rows a CTA in
+# steps of as many rows as the plan takes for 2048 tokens (BLOCK_C: a rank's chunk of hidden 8192).
+for world, chunk_block in ((2, 4096), (4, 2048), (8, 1024)):
+    for fp8 in (False, True):
+        KERNELS[f"allreduce_rmsnorm_push_two_shot_w{world}{'_fp8_pdl' if fp8 else ''}"] = (
+            allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, **({"out": "*fp8e4nv"} if fp8 else {})},
+            {"WHOLE": 0, "BLOCK_H": 8192, "FP8": fp8, "PDL": fp8, "PRELOAD": True, "TRACE": False,
+             "ROWS": tuning.rmsnorm_rows_at_once(2048, 132, push_two_shot_world=world), "PUSH_TWO_SHOT": True,
+             "BLOCK_C": chunk_block,
+             "WORLD": world, "num_warps": 16, **({"MIN_CC": 90} if fp8 else {})})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
     allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, **{k: "*fp32" for k in ("x", "residual", "residual_out", "weight",
                                                                           "out", "ws", "inbox")}},
@@ -386,6 +396,9 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # 8 ranks' slices polled as one block; the FP8 peak beside the sum of squares.
                     # Two-shot by column chunks spills none (312 bytes at world 8 when ranks owned rows).
                     "allreduce_rmsnorm_split_lamport_w8_pdl": 8, "allreduce_rmsnorm_split_fp8_pdl": 32,
+                    # push_two_shot's FP8 out at world 4, two rows a step: the peak beside four
+                    # ranks' chunks of two rows (one row a step, as world 8 takes, spills none).
+                    "allreduce_rmsnorm_push_two_shot_w4_fp8_pdl": 40,
                     # Through pointers (sm_80, layouts TMA cannot read): a word beside a 64 x 128
                     # accumulator; the TMA kernel Hopper runs spills none.
                     "matmul_allreduce_lamport_m128_w2": 8}

@@ -230,6 +230,31 @@ def test_rmsnorm_two_shot_plans_owned_chunks_and_gathered_rows(tokens: int, worl
         arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot", multi_node=True)
 
 
+@pytest.mark.parametrize("tokens, world, hidden", [(2048, 4, 8192), (2048, 2, 8192), (2048, 8, 8192), (512, 3, 8192),
+                                                  (1, 4, 8192), (267, 4, 1000), (5, 4, 16)])
+def test_rmsnorm_push_two_shot_plans_rows_a_cta_and_two_shot_chunks(tokens: int, world: int, hidden: int) -> None:
+    h = hidden
+    x, r, w, o = (spec("x", (tokens, h), ptr=1 << 20), spec("residual", (tokens, h), ptr=2 << 30),
+                  spec("weight", (h,), ptr=3 << 30), spec("out", (tokens, h), ptr=4 << 30))
+    p = arn.plan(x, r, w, o, DEV, world, 132, mode="push_two_shot")
+    # A block of rows a CTA, as push; the row whole in registers for the norm.
+    assert p.mode == "push_two_shot" and p.ctas == min(tokens, 132) and p.block_h == triton.next_power_of_2(h)
+    assert not p.lamport and p.parts == 1
+    # Two rows a step where a CTA has two, up to 4 ranks (world 8's spill with two: rmsnorm_rows_at_once).
+    assert p.rows_at_once == (2 if -(-tokens // p.ctas) >= 2 and world <= 4 else 1)
+    # two_shot's chunks and layout (one slice a row): any world, not only powers of two.
+    assert p.slice_cols == arn.two_shot_chunk(h, world)
+    assert p.workspace_bytes == 2 * arn.two_shot_slots(tokens, h, world) * x.itemsize
+    # The bytes a rank sends: 2 (world - 1) / world of x, push's world - 1 copies.
+    if world >= 3 and h % (16 * world) == 0:
+        assert p.workspace_bytes < arn.plan(x, r, w, o, DEV, world, 132, mode="push").workspace_bytes
+    req = arn.workspace_requests(p, 2)
+    assert req["all_reduce_rmsnorm"] == p.workspace_bytes and "all_reduce_rmsnorm/epochs" in req
+    assert "push_two_shot" in arn.ONE_NODE_MODES
+    with pytest.raises(ValueError, match="one node only"):
+        arn.plan(x, r, w, o, DEV, world, 132, mode="push_two_shot", multi_node=True)
+
+
 def test_every_rmsnorm_mode_names_its_failing_call() -> None:
     # all_reduce_rmsnorm looks the mode up before every launch: a mode missing here fails every call.
     assert set(arn.MODE_CALLS) == set(arn.MODES)

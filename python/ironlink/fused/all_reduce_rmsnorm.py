@@ -16,10 +16,10 @@ GEMM) each token's row y is quantized with its own scale: scale = max|y| / 448 (
 value), out = fp8(y / scale), and the scales go to `scale` [T] (fp32). Results are bitwise
 identical on every rank.
 
-Six modes, each one launch, chosen by bytes from the decode table of the world size
+Seven modes, each one launch, chosen by bytes from the decode table of the world size
 (`ironlink.runtime.tuning.decode_table`; `mode=` overrides): "rows" and "whole" over the device
-library's tile and whole-tensor all-reduces; "push", "lamport", "split" and "two_shot" over slots
-in the heap, one node only. What each mode does is in `all_reduce_rmsnorm_exchanges` (the one-node
+library's tile and whole-tensor all-reduces; "push", "lamport", "split", "two_shot" and
+"push_two_shot" over slots in the heap, one node only. What each mode does is in `all_reduce_rmsnorm_exchanges` (the one-node
 modes' exchanges) and `all_reduce_rmsnorm_kernels` (the kernel); the norm of a row is
 `all_reduce_rmsnorm_norm`.
 All launch with programmatic dependent launch where the GPU has it (`ironlink.language.pdl`, `pdl=`): the
@@ -54,13 +54,14 @@ from .diagnostics import NO_DIAGNOSTICS, Diagnostics
 MAX_HIDDEN = 16384
 MODES = RMSNORM_MODES  # the names the decode tables choose from (runtime/tuning/decode_table.py)
 # The modes whose slots and counters are one node's (refused on a heap of several nodes).
-ONE_NODE_MODES = ("push", "split", "lamport", "two_shot")
+ONE_NODE_MODES = ("push", "split", "lamport", "two_shot", "push_two_shot")
 # What an error of each mode names as the failing call (`{suffix}`: "_hierarchical" on several nodes).
 MODE_CALLS = {"rows": "symm_tile_all_reduce{suffix}", "whole": "symm_all_reduce{suffix}/symm_grid_barrier",
               "push": "symm_tile_signal_others/symm_tile_wait_others",
               "split": "symm_tile_all_reduce/the wait for the row's other slices",
               "lamport": "the wait for the peers' rows (symm_tile_wait)",
-              "two_shot": "the wait for the peers' rows (symm_tile_wait)"}
+              "two_shot": "the wait for the peers' rows (symm_tile_wait)",
+              "push_two_shot": "symm_tile_signal_others/symm_tile_wait_others"}
 
 
 class Plan(NamedTuple):
@@ -71,10 +72,10 @@ class Plan(NamedTuple):
     ctas: int
     warps: int
     fp8: bool  # out is float8_e4m3fn, quantized per token
-    rows_at_once: int  # rows, push: rows a CTA normalizes at a time
-    workspace_bytes: int  # push, lamport, two_shot: the rows' slots at this rank (`two_shot_slots` for two_shot)
+    rows_at_once: int  # rows, the push modes: rows a CTA normalizes at a time
+    workspace_bytes: int  # the slot modes: the rows' slots at this rank (`two_shot_slots` for the two-shot ones)
     parts: int = 1  # split, two_shot: CTAs per row (the slices of a row)
-    slice_cols: int = 0  # split: columns of a slice (the last one may have fewer); two_shot: of a rank's chunk
+    slice_cols: int = 0  # split: columns of a slice (the last one may have fewer); the two-shot modes: of a rank's chunk
     lamport: bool = False  # lamport, split, two_shot: the rows exchanged through lamport slots (split: not LL packets)
     preload: bool = True  # rows: the weight and first residual rows loaded before the all-reduce (a probe: False)
 
@@ -143,6 +144,11 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         return two_shot_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0),
                              tuning.rmsnorm_two_shot_parts(tokens, hidden * x.itemsize, world, sms), x.itemsize, world,
                              sms)
+    if mode == "push_two_shot":  # a CTA a block of rows, as "push"; two_shot's chunks and layout
+        ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
+        return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8,
+                    tuning.rmsnorm_rows_at_once(tokens, ctas, push_two_shot_world=world),
+                    2 * two_shot_slots(tokens, hidden, world) * x.itemsize, slice_cols=two_shot_chunk(hidden, world))
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
@@ -272,7 +278,8 @@ def launch(heap: Any, p: Plan, x: Any, residual: Any, residual_out: Any, weight:
         trace if trace is not None else status, ws, epochs, inbox, half, WHOLE=p.mode == "whole", BLOCK_H=p.block_h,
         FP8=p.fp8, PRELOAD=p.preload, TRACE=trace is not None, ROWS=p.rows_at_once, PUSH=p.mode == "push",
         LAMPORT=p.lamport, TWO_SHOT=p.mode == "two_shot", WORLD=heap.world_size, SPLIT=p.mode == "split",
-        PARTS=p.parts, W=p.slice_cols,
+        PARTS=p.parts, W=p.slice_cols, PUSH_TWO_SHOT=p.mode == "push_two_shot",
+        BLOCK_C=triton.next_power_of_2(max(16, p.slice_cols)) if p.mode == "push_two_shot" else 16,
         num_warps=p.warps, **pdl_launch_options(pdl))
 
 
@@ -288,7 +295,7 @@ def workspace_requests(p: Plan, itemsize: int) -> dict[str, int]:
         need[epochs_name(_NAME)] = EPOCH_COUNTER_BYTES
     if p.mode == "split" or (p.mode == "two_shot" and p.parts > 1):
         need[_WORDS] = 8 * SPLIT_WORDS.value
-    elif p.mode == "push":
+    elif p.mode in ("push", "push_two_shot"):
         need[_NAME] = p.workspace_bytes
     if p.lamport:
         need[lamport_name(_NAME, itemsize)] = p.workspace_bytes
@@ -298,11 +305,11 @@ def workspace_requests(p: Plan, itemsize: int) -> dict[str, int]:
 def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any, int]:
     """The kernel's `ws`, `epochs`, `inbox` and `half` for plan `p`, kept in the heap between calls
     (`heap.workspace`, of the sizes `workspace_requests` gives; x or `status` where the mode reads
-    none): `ws` mode "push"'s slots (x's dtype) or the slices' words of "split" and of "two_shot"
+    none): `ws` the push modes' slots (x's dtype) or the slices' words of "split" and of "two_shot"
     over slices (int64 [SPLIT_WORDS], zeroed when made); `epochs` the per-CTA launch counters of the
     one-node modes (int32 [MAX_CTAS], zeroed when made: equal on every rank); `inbox` the lamport
     slots (x's dtype, every element -0.0 when made: "empty"); `half` the elements of one half of
-    the mode's slots (push's `ws`, the lamport modes' `inbox`; 0 where it has none, `slot_half`)."""
+    the mode's slots (the push modes' `ws`, the lamport modes' `inbox`; 0 where it has none, `slot_half`)."""
     import torch
 
     need = workspace_requests(p, x.element_size())
@@ -315,7 +322,7 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any, 
         ws = heap.workspace(_NAME, need[_NAME]).view(x.dtype)
     if p.lamport:
         inbox = lamport_workspace(heap, _NAME, p.workspace_bytes, x.dtype)
-    half = slot_half(inbox) if p.lamport else slot_half(ws) if p.mode == "push" else 0
+    half = slot_half(inbox) if p.lamport else slot_half(ws) if _NAME in need else 0
     return ws, epochs, inbox, half
 
 

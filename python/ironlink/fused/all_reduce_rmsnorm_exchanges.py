@@ -1,7 +1,7 @@
 """The exchanges of all_reduce_rmsnorm's modes, as device functions its kernel calls
 (`all_reduce_rmsnorm_kernels`); the host side chooses the mode (`all_reduce_rmsnorm`).
 
-The six modes, each one launch (`mode`, chosen by the decode table, `tuning.rmsnorm_mode`):
+The seven modes, each one launch (`mode`, chosen by the decode table, `tuning.rmsnorm_mode`):
 - "rows": each CTA owns a block of rows, all-reduces it with `symm_tile_all_reduce` (tile index
   = CTA index) and normalizes it at once; nothing waits for other CTAs. Where a CTA's block is
   small (one row of up to 16 KiB at world 2, `tuning.tile_all_reduce_takes_ll`) the tile
@@ -49,6 +49,19 @@ The six modes, each one launch (`mode`, chosen by the decode table, `tuning.rmsn
   identical. Each CTA waits only for the same CTA index of its peers (no residency needed). One
   node only; its workspace (two halves, alternate launches, each (world - 1) slots of T chunk rows
   and T whole rows) made at the first call (before a CUDA graph capture).
+- "push_two_shot": "two_shot"'s bytes over "push"'s signalled slots, for many tokens: each CTA owns
+  a block of rows, as in "push", and walks it in chunks of `rows_at_once` rows, pipelined. In step
+  i it sends every column chunk of chunk i's rows that a peer owns to that peer (a
+  reduce-scatter, plain stores), waits for its peers' step i - 1 (one tile signal a step, tile =
+  CTA index), sums this rank's column chunk of chunk i - 1 over the ranks (rank order, fp32,
+  rounded to x's dtype) and stores the sum into every peer's gathered rows (the all-gather),
+  normalizes chunk i - 2 (its rows now whole here), then signals step i, which covers both its
+  scatter and its gather. A rank sends 2 (world - 1) / world of x, where "push" sends world - 1
+  copies (at world 4 half the bytes, at world 8 a quarter), and the norm of one chunk runs while
+  the link carries the next two; no slot is emptied after reading, as lamport slots must be. The
+  owner of a chunk sums it and sends the same bits to every rank, so results are bitwise
+  identical (and equal "push"'s: the same sums in the same order). The workspace is "push"'s,
+  each half laid out as "two_shot"'s (`two_shot_slots` at one slice a row). One node only.
 """
 
 from __future__ import annotations
@@ -146,6 +159,75 @@ def push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, half,
                 tl.store(x + at, total, mask=mk)
                 norm_sums(total, res, w, residual_out, out, scale, block, valid, H, eps, BLOCK_H, FP8)
         if (c < chunks) & (s == 0):  # chunk c's stores drained during chunk c - 1's sums
+            s = il.symm_tile_signal_others(ctx, pid)
+    advance_epochs(epochs, epoch + 1)
+    return s
+
+
+@triton.jit
+def push_two_shot(ctx, x, residual, residual_out, weight, out, scale, ws, half, epochs, r0, r1, T, H, C, eps, rank,
+                  BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr, WORLD: tl.constexpr,
+                  FP8: tl.constexpr):
+    """"push_two_shot" (module docs): this CTA's rows r0..r1 in chunks of ROWS rows, rank j owning
+    columns j C .. (j + 1) C of every row (BLOCK_C a power of two >= C). This launch's half of
+    `ws` (`half` elements) holds for each peer a slot of T rows of this rank's chunk (what it
+    scatters here), then T whole rows (the owners' sums, gathered here). Step i of chunks + 2: scatter chunk i, wait for the peers'
+    step i - 1, sum and gather chunk i - 1, normalize chunk i - 2, signal step i. A peer's k-th
+    signal of the tile is its step k - 1's, which covers the stores this rank's k-th wait needs
+    (its scatter of chunk k - 1, its gather of chunk k - 2), so one counted signal a step
+    suffices. Returns the status: after a failed wait or signal the CTA stops (its rows not yet
+    normalized keep this rank's x)."""
+    pid = tl.program_id(0)
+    epoch, _, slots = launch_slots(ws, epochs, half)
+    scattered = tl.cast(T, tl.int64) * C  # elements of a peer's reduce-scatter slot
+    gathered = slots + (WORLD - 1) * scattered  # [T, H]: the owners' sums of their chunks
+    cols = tl.arange(0, BLOCK_H)
+    m = cols < H
+    mine = (cols >= rank * C) & (cols < rank * C + C)  # this rank's chunk of a row
+    w = tl.load(weight + cols, mask=m, other=0.0)
+    c = tl.arange(0, BLOCK_C)
+    lanes = tl.arange(0, ROWS).to(tl.int64)
+    chunks = tl.cdiv(tl.maximum(r1 - r0, 0), ROWS)
+    s = tl.zeros((), dtype=tl.int32)
+    for i in range(0, tl.where(chunks > 0, chunks + 2, 0)):
+        if (i < chunks) & (s == 0):  # 1. chunk i's peer-owned columns, each to its owner's slot
+            block = r0 + i * ROWS + lanes
+            for k in tl.static_range(1, WORLD):
+                dest = (rank + k) % WORLD
+                lo = dest * C
+                mk = (block < r1)[:, None] & (c < tl.minimum(C, H - lo))[None, :]
+                v = tl.load(x + block[:, None] * H + lo + c[None, :], mask=mk)
+                there = ilt.peer_pointer(ctx, slots, dest) + slot_of(rank, dest, WORLD).to(tl.int64) * scattered
+                tl.store(there + block[:, None] * C + c[None, :], v, mask=mk)
+        if (i > 0) & (s == 0):
+            s = il.symm_tile_wait_others(ctx, pid)
+        if (i > 0) & (i <= chunks) & (s == 0):  # 2. this rank's chunk of chunk i - 1: summed, gathered
+            block = r0 + (i - 1) * ROWS + lanes
+            lo = rank * C
+            mk = (block < r1)[:, None] & (c < tl.minimum(C, H - lo))[None, :]
+            at = block[:, None] * H + lo + c[None, :]
+            own = tl.load(x + at, mask=mk, other=0.0)
+            total = tl.zeros((ROWS, BLOCK_C), dtype=tl.float32)
+            for q in tl.static_range(WORLD):  # every load in flight at once; rank order
+                there = slots + slot_of(q, rank, WORLD).to(tl.int64) * scattered + block[:, None] * C + c[None, :]
+                theirs = tl.load(there, mask=mk & (q != rank), other=0.0)
+                total += tl.where(q == rank, own, theirs).to(tl.float32)
+            summed = total.to(x.dtype.element_ty)
+            tl.store(x + at, summed, mask=mk)
+            for k in tl.static_range(1, WORLD):
+                tl.store(ilt.peer_pointer(ctx, gathered, (rank + k) % WORLD) + at, summed, mask=mk)
+        if (i > 1) & (s == 0):  # 3. chunk i - 2 whole: the peers' sums gathered, this rank's in x
+            block = r0 + (i - 2) * ROWS + lanes
+            valid = block < r1
+            mk = valid[:, None] & m[None, :]
+            theirs = mk & ~mine[None, :]
+            at = block[:, None] * H + cols[None, :]
+            res = tl.load(residual + at, mask=mk, other=0.0)
+            sums = tl.where(mine[None, :], tl.load(x + at, mask=mk & mine[None, :], other=0.0),
+                            tl.load(gathered + at, mask=theirs, other=0.0))
+            tl.store(x + at, sums, mask=theirs)
+            norm_sums(sums, res, w, residual_out, out, scale, block, valid, H, eps, BLOCK_H, FP8)
+        if (i <= chunks) & (s == 0):  # step i's stores drained during the norm
             s = il.symm_tile_signal_others(ctx, pid)
     advance_epochs(epochs, epoch + 1)
     return s
@@ -352,4 +434,4 @@ def _norm_unit(ctx, sums, res, w, residual_out, out, scale, words, flag, at, m, 
     return s
 
 
-__all__ = ["SPLIT_WORDS", "lamport_rows", "push_pipelined", "split_row", "two_shot_rows"]
+__all__ = ["SPLIT_WORDS", "lamport_rows", "push_pipelined", "push_two_shot", "split_row", "two_shot_rows"]

@@ -12,7 +12,7 @@ from ..language.jit import jit
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..language.slots import PEERS, peer_distances
 from ..language.trace import stamp
-from .all_reduce_rmsnorm_exchanges import lamport_rows, push_pipelined, split_row, two_shot_rows
+from .all_reduce_rmsnorm_exchanges import lamport_rows, push_pipelined, push_two_shot, split_row, two_shot_rows
 from .all_reduce_rmsnorm_norm import norm_after_grid_barrier, norm_row, norm_values
 
 
@@ -23,7 +23,8 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
                              PDL: tl.constexpr = False, PRELOAD: tl.constexpr = True, TRACE: tl.constexpr = False,
                              ROWS: tl.constexpr = 1, PUSH: tl.constexpr = False, WORLD: tl.constexpr = 2,
                              SPLIT: tl.constexpr = False, PARTS: tl.constexpr = 1, W=0,
-                             LAMPORT: tl.constexpr = False, TWO_SHOT: tl.constexpr = False):
+                             LAMPORT: tl.constexpr = False, TWO_SHOT: tl.constexpr = False,
+                             PUSH_TWO_SHOT: tl.constexpr = False, BLOCK_C: tl.constexpr = 16):
     """The fused op on a [T, H] heap tensor `x` (see the module docs); each CTA writes its status.
     residual_out may be residual (in place); scale is read only with FP8. With PDL (launched with
     `launch_pdl=True`, sm_90+) it starts while the previous kernel runs and waits for it before
@@ -36,7 +37,9 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     (module docs), `ws` and `epochs` as for PUSH, every slot empty (-0.0) between calls. TWO_SHOT
     (with LAMPORT): mode "two_shot" (module docs), `inbox` its slots, chunks of W columns, BLOCK_H a
     power of two >= W, PARTS slices a row (more than one: `ws` the slices' words, as for SPLIT).
-    `half`: the elements of one half of the mode's slots (push's `ws`, the others' `inbox`), which
+    PUSH_TWO_SHOT: mode "push_two_shot" (module docs), `ws` its slots, `epochs` as for PUSH, ranks'
+    chunks of W columns, BLOCK_C a power of two >= W, ROWS rows a step.
+    `half`: the elements of one half of the mode's slots (the push modes' `ws`, the others' `inbox`), which
     alternate launches use in turn (`language.slots.launch_slots`). PRELOAD (rows, push): the
     weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
     hides behind it. TRACE: the global timer
@@ -48,7 +51,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     # before the wait, their chain of dependent loads overlaps the previous kernel.
     rank = pid * 0
     dists = tl.zeros([PEERS], dtype=tl.int64)
-    if PUSH or LAMPORT:
+    if PUSH or LAMPORT or PUSH_TWO_SHOT:
         rank = il.symm_rank(ctx)
     if LAMPORT:
         dists = peer_distances(ctx, inbox, rank, WORLD)
@@ -58,7 +61,7 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
     stamp(trace, 1, TRACE)
-    per = tl.cdiv(T, grid)  # rows, push, lamport: this CTA's block of rows
+    per = tl.cdiv(T, grid)  # rows, the push modes, lamport: this CTA's block of rows
     r0 = pid * per
     r1 = tl.minimum(T, r0 + per)
     if SPLIT:
@@ -74,6 +77,10 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     elif LAMPORT:
         s = lamport_rows(ctx, x, residual, residual_out, weight, out, scale, inbox, half, epochs, r0, r1, T, H, eps,
                           rank, dists, BLOCK_H, ROWS, WORLD, FP8)
+        stamp(trace, 2, TRACE)
+    elif PUSH_TWO_SHOT:
+        s = push_two_shot(ctx, x, residual, residual_out, weight, out, scale, ws, half, epochs, r0, r1, T, H, W, eps,
+                          rank, BLOCK_H, BLOCK_C, ROWS, WORLD, FP8)
         stamp(trace, 2, TRACE)
     elif PUSH:
         s = push_pipelined(ctx, x, residual, residual_out, weight, out, scale, ws, half, epochs, r0, r1, T, H, eps,

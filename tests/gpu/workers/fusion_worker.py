@@ -750,9 +750,10 @@ def main() -> int:
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=False))
             cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: 500 graph replays back to back",
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=500))
-        # Push with 16 rows a CTA (8 pipelined chunks): both halves of its slots, alternately.
-        cases.run(f"all_reduce_rmsnorm push {dtype} 2048x8192: 200 graph replays back to back",
-                  lambda: s.rmsnorm(2048, 8192, dtype, "push", graph=True, back_to_back=200))
+        # The push modes with 16 rows a CTA (8 pipelined steps): both halves of their slots, alternately.
+        for mode in ("push", "push_two_shot"):
+            cases.run(f"all_reduce_rmsnorm {mode} {dtype} 2048x8192: 200 graph replays back to back",
+                      lambda: s.rmsnorm(2048, 8192, dtype, mode, graph=True, back_to_back=200))
         # Split with the exchange of its slices that the tuning does not choose (LL packets or
         # lamport slots: tuning.RMSNORM_SPLIT_LAMPORT), as the default one is checked above.
         other = "LL packets" if tuning.RMSNORM_SPLIT_LAMPORT else "lamport slots"
@@ -778,6 +779,12 @@ def main() -> int:
         for tokens, hidden in ((7, 1000), (3, 5000)):
             cases.run(f"all_reduce_rmsnorm two_shot {dtype} {tokens}x{hidden} (ragged chunks)",
                       lambda: s.rmsnorm(tokens, hidden, dtype, "two_shot", graph=False))
+        # push_two_shot's ragged chunks (a row of 1000: chunks of 256 at world 4, the last 232; a
+        # row of 16: every chunk but rank 0's empty) and a ragged last step (267 rows: 3 a CTA on
+        # 132 CTAs at world 2 and 4, two then one; the last CTAs none).
+        for tokens, hidden in ((7, 1000), (267, 1000), (5, 16)):
+            cases.run(f"all_reduce_rmsnorm push_two_shot {dtype} {tokens}x{hidden} (ragged chunks)",
+                      lambda: s.rmsnorm(tokens, hidden, dtype, "push_two_shot", graph=False))
         # Decode replays a graph of the op for every token generated: 10,000 replays back to back
         # (one per decode step of a long answer) and still the reference's bits.
         for tokens in small((1, 32), (1,)):

@@ -36,7 +36,7 @@ FORMAT = 1
 ALL_REDUCE_PATHS = ("lamport", "library")
 # all_reduce_rmsnorm's modes (fused/all_reduce_rmsnorm.py's MODES is this tuple; its docs say what
 # each does): the names a table may hold, in the order of preference on a tie.
-RMSNORM_MODES = ("rows", "whole", "push", "split", "lamport", "two_shot")
+RMSNORM_MODES = ("rows", "whole", "push", "split", "lamport", "two_shot", "push_two_shot")
 # matmul_all_reduce's methods (fused/matmul_all_reduce.py's METHODS is this tuple), in the order of
 # preference on a tie. An optional part of a table: files without it are read as before.
 MATMUL_METHODS = ("push", "lamport", "tile")

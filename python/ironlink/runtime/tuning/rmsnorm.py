@@ -162,12 +162,14 @@ def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
 RMSNORM_ROWS_AT_ONCE = 2
 
 
-def rmsnorm_rows_at_once(tokens: int, ctas: int, push_world: int = 0) -> int:
-    """Rows a CTA of all_reduce_rmsnorm's "rows" and "push" modes normalizes at a time:
-    RMSNORM_ROWS_AT_ONCE where it has that many, else 1. "push" over more than 2 ranks
+def rmsnorm_rows_at_once(tokens: int, ctas: int, push_world: int = 0, push_two_shot_world: int = 0) -> int:
+    """Rows a CTA of all_reduce_rmsnorm's "rows", "push" and "push_two_shot" modes normalizes at a
+    time: RMSNORM_ROWS_AT_ONCE where it has that many, else 1. "push" over more than 2 ranks
     (`push_world`) takes one: its sum keeps every rank's row in flight, and two rows of hidden 8192
-    from 4 ranks spill on sm_90 (16 warps: 128 registers a thread)."""
-    if push_world > 2 or rmsnorm_rows_per_cta(tokens, ctas) < RMSNORM_ROWS_AT_ONCE:
+    from 4 ranks spill on sm_90 (16 warps: 128 registers a thread). "push_two_shot" over more than 4
+    (`push_two_shot_world`) takes one: it sums a chunk of every rank's rows, and two rows of hidden
+    8192 at world 8 spill 112 bytes on sm_90 (none with one)."""
+    if push_world > 2 or push_two_shot_world > 4 or rmsnorm_rows_per_cta(tokens, ctas) < RMSNORM_ROWS_AT_ONCE:
         return 1
     return RMSNORM_ROWS_AT_ONCE
 
