@@ -11,11 +11,12 @@ so both ranks run in step as in a model. Reports the median over those launches 
 rank's phases, averaged over CTAs: `wait_us` (start to after the PDL wait: the previous kernel's
 tail), `all_reduce_us`, `norm_us`, and the kernel's span; `graph_us` times the same launch
 untraced, 20 back to back in a CUDA graph (as bench/fused.py), `traced_graph_us` the traced one so.
-`--rows-at-once 1,2` also times the default mode, where it is rows or push, with that many rows
-at a time (push: rows a pipelined chunk; bf16 and FP8 out, the variants in turns:
+`--rows-at-once 1,2` also times each mode timed (the default, or `--modes`'), where it is rows, push
+or push_two_shot, with that many rows at a time (the push modes: rows a pipelined step; bf16 and
+FP8 out, the variants in turns:
 ironlink_bench.GraphRound), rows with `variant` and `graph_us`. In push all of a CTA's work
 falls between the wait for the previous kernel and the exchange's end (`all_reduce_us`).
-`--ctas 128,64` also times the default mode, where it is rows, push or lamport, on those grids
+`--ctas 128,64` also times each mode timed, where it is rows, a push mode or lamport, on those grids
 (more rows a CTA on fewer CTAs: at one CTA an SM a launch's CTAs cannot start beside the previous
 launch's), rows with `variant` "ctas=N" and `graph_us`, in turns as `--rows-at-once`.
 `--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits),
@@ -91,10 +92,11 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows-at-once", default="",
-                    help="e.g. 1,2: rows at a time (push: rows a chunk) to compare, where the default mode is rows or push")
+                    help="e.g. 1,2: rows at a time (the push modes: rows a step) to compare, where the mode is rows, "
+                         "push or push_two_shot")
     ap.add_argument("--ctas", default="",
-                    help="e.g. 128,64,32: grids to compare (rows a CTA: ceil(tokens / ctas)), where the default "
-                         "mode is rows, push or lamport; the plan's own grid is timed among them if listed")
+                    help="e.g. 128,64,32: grids to compare (rows a CTA: ceil(tokens / ctas)), where the mode is "
+                         "rows, a push mode or lamport; the plan's own grid is timed among them if listed")
     ap.add_argument("--modes", default="", help="e.g. rows,push: these modes instead of the default one")
     ap.add_argument("--split-parts", default="", help="e.g. 4,8,16: mode split with that many slices a row too")
     ap.add_argument("--two-shot-parts", default="",
@@ -123,10 +125,10 @@ def main() -> None:
             except ValueError:  # a mode that cannot run this shape (split's grid)
                 continue
             timeline(rows, args, heap, p, x, residual, weight, out, status, pdl)
-            if mode is None and args.rows_at_once and p.mode in ("rows", "push"):  # the default mode only
+            if args.rows_at_once and p.mode in ("rows", "push", "push_two_shot"):
                 in_turns(rows, heap, [(f"rows_at_once={v}", p._replace(rows_at_once=int(v)))
                                       for v in args.rows_at_once.split(",")], x, residual, weight, out, status, pdl)
-            if mode is None and args.ctas and p.mode in ("rows", "push", "lamport"):  # rows a CTA: ceil(T / ctas)
+            if args.ctas and p.mode in ("rows", "push", "push_two_shot", "lamport"):  # rows a CTA: ceil(T / ctas)
                 in_turns(rows, heap, [(f"ctas={c}", p._replace(ctas=int(c))) for c in args.ctas.split(",")
                                       if 0 < int(c) <= min(sms, status.numel())], x, residual, weight, out, status, pdl)
         for parts in (int(v) for v in args.split_parts.split(",") if v):
