@@ -106,7 +106,7 @@ def main() -> None:
     args = ap.parse_args()
     ironlink.init_distributed()
     world = dist.get_world_size()
-    heap = ironlink.SymmetricHeap(256 << 20)
+    heap = ironlink.SymmetricHeap(1 << 30)  # every mode's workspace at 2048 tokens kept at once
     sms = sm_share(torch.cuda.current_device())
     major = torch.cuda.get_device_capability()[0]
     rows: list[dict[str, Any]] = []
