@@ -19,6 +19,9 @@ falls between the wait for the previous kernel and the exchange's end (`all_redu
 `--ctas 128,64` also times each mode timed, where it is rows, a push mode or lamport, on those grids
 (more rows a CTA on fewer CTAs: at one CTA an SM a launch's CTAs cannot start beside the previous
 launch's), rows with `variant` "ctas=N" and `graph_us`, in turns as `--rows-at-once`.
+`--shapes 256:8:1,132:16:2` also times each mode timed, where it is rows or a push mode, with those
+CTAs, warps and rows at a time (CTAS:WARPS:ROWS; at most MAX_CTAS CTAs, the launch counters'),
+in turns as `--rows-at-once`: whether two CTAs an SM of half the warps keep more bytes in flight.
 `--split-parts 4,8,16` also runs mode split with that many slices a row (where the grid fits),
 its slices exchanged over LL packets and through lamport slots (row field `lamport`);
 `--two-shot-parts 1,4` mode two_shot so (row field `parts`).
@@ -41,6 +44,7 @@ import ironlink
 from ironlink.runtime.distributed import sm_share
 from ironlink.fused.all_reduce_rmsnorm import launch, plan, split_into, two_shot_into
 from ironlink.fused.diagnostics import Diagnostics
+from ironlink.language._abi import MAX_CTAS
 from ironlink.language.trace import TRACE_SLOTS
 from ironlink.runtime.tensor_spec import TensorSpec
 from ironlink.runtime.pdl import choose_pdl
@@ -97,6 +101,8 @@ def main() -> None:
     ap.add_argument("--ctas", default="",
                     help="e.g. 128,64,32: grids to compare (rows a CTA: ceil(tokens / ctas)), where the mode is "
                          "rows, a push mode or lamport; the plan's own grid is timed among them if listed")
+    ap.add_argument("--shapes", default="", help="e.g. 256:8:1,132:16:2: CTAS:WARPS:ROWS to compare, where the "
+                         "mode is rows, push or push_two_shot")
     ap.add_argument("--modes", default="", help="e.g. rows,push: these modes instead of the default one")
     ap.add_argument("--split-parts", default="", help="e.g. 4,8,16: mode split with that many slices a row too")
     ap.add_argument("--two-shot-parts", default="",
@@ -128,6 +134,12 @@ def main() -> None:
             if args.rows_at_once and p.mode in ("rows", "push", "push_two_shot"):
                 in_turns(rows, heap, [(f"rows_at_once={v}", p._replace(rows_at_once=int(v)))
                                       for v in args.rows_at_once.split(",")], x, residual, weight, out, status, pdl)
+            if args.shapes and p.mode in ("rows", "push", "push_two_shot"):
+                shapes = [tuple(map(int, v.split(":"))) for v in args.shapes.split(",")]
+                in_turns(rows, heap, [(f"ctas={c},warps={w},rows_at_once={r}", p._replace(ctas=c, warps=w,
+                                                                                         rows_at_once=r))
+                                      for c, w, r in shapes if 0 < c <= min(MAX_CTAS, status.numel())],
+                         x, residual, weight, out, status, pdl)
             if args.ctas and p.mode in ("rows", "push", "push_two_shot", "lamport"):  # rows a CTA: ceil(T / ctas)
                 in_turns(rows, heap, [(f"ctas={c}", p._replace(ctas=int(c))) for c in args.ctas.split(",")
                                       if 0 < int(c) <= min(sms, status.numel())], x, residual, weight, out, status, pdl)
