@@ -163,7 +163,7 @@ def report(path: Path, world: int, ar: Timings, rms: Timings, row_bytes: int, mo
 def heap_bytes(world: int, x_bytes: int) -> int:
     """A heap for x of up to `x_bytes` and the one-node modes' workspaces, each kept in the heap
     and rounded up to a power of two (at most twice its size): "push" and "lamport" 2 (world - 1)
-    x each, "two_shot" less than 4 x; matmul_all_reduce's out (x's shape) and its "push" and
+    x each ("push_two_shot" in push's, less than 4 x), "two_shot" less than 4 x; matmul_all_reduce's out (x's shape) and its "push" and
     "lamport" workspaces, 2 (world - 1) out each; with room for the all_reduce's sizes and
     workspace and the split's."""
     return (16 * world + 2) * x_bytes + (256 << 20)
