@@ -495,6 +495,15 @@ def test_the_fused_ops_say_the_heap_bytes_their_workspaces_take() -> None:
     many = ironlink.all_reduce_rmsnorm.heap_bytes(2048, 8192, 4)
     assert many >= ws.workspaces_heap_bytes([arn.workspace_requests(rms(512), 2)]) > 0
     assert ironlink.all_reduce_rmsnorm.heap_bytes(8, 8192, 4, fp8=True) >= ironlink.all_reduce_rmsnorm.heap_bytes(1, 8192, 4)
+    # A mode passed to the calls: its workspaces, not the table's (push_two_shot at world 2: two
+    # halves of 1.5 x at 2048 tokens, rounded up to 128 MiB, the smaller ones below it kept).
+    pts = ironlink.all_reduce_rmsnorm.heap_bytes(2048, 8192, 2, mode="push_two_shot")
+    assert pts == ws.workspaces_heap_bytes([{"all_reduce_rmsnorm": 3 * 2048 * 8192 * 2,
+                                             "all_reduce_rmsnorm/epochs": 1024}])
+    assert pts > ironlink.all_reduce_rmsnorm.heap_bytes(2048, 8192, 2, mode="push")
+    # Shapes a mode cannot run take nothing (split needs two slices a row, two_shot a power-of-two world).
+    assert ironlink.all_reduce_rmsnorm.heap_bytes(4, 8192, 3, mode="two_shot") == 0
+    assert ironlink.all_reduce_rmsnorm.heap_bytes(1, 8192, 2, mode="rows") == 0
     # matmul_all_reduce: "push" and "lamport" keep 2 x (world - 1) x [M, N] and the counters; "tile" nothing.
     mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
     assert ironlink.matmul_all_reduce.heap_bytes(1024, 8192, 2048, 4, method="tile") == 0

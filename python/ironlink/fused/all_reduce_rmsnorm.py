@@ -327,12 +327,14 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any, 
 
 
 def heap_bytes(tokens: int, hidden: int, world: int, dtype: str = "bfloat16", fp8: bool = False,
-               sms: int = 132, outside_heap: bool = False) -> int:
+               sms: int = 132, outside_heap: bool = False, mode: Optional[str] = None) -> int:
     """The symmetric-heap bytes all_reduce_rmsnorm's workspaces may take for calls of up to
     `tokens` rows of `hidden` elements of `dtype` ("bfloat16", "float16", "float32") over `world`
     ranks of one node with `sms` SMs, in any order (`fp8`: with an FP8 out), beside x itself
-    (`outside_heap`: x is not the heap's, and its staging workspace counts too): size the heap
-    with it (`SymmetricHeap(x bytes + this + the rest)`). Pure: no GPU needed."""
+    (`outside_heap`: x is not the heap's, and its staging workspace counts too), in the mode the
+    decode table chooses for each shape, or in `mode` where the calls pass one (the shapes it
+    cannot run take nothing: those calls raise): size the heap with it (`SymmetricHeap(x bytes +
+    this + the rest)`). Pure: no GPU needed."""
     itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
     weight = TensorSpec("weight", (hidden,), dtype, itemsize, True, "cuda:0", 2 << 40)
 
@@ -341,10 +343,13 @@ def heap_bytes(tokens: int, hidden: int, world: int, dtype: str = "bfloat16", fp
         out = x._replace(name="out", dtype="float8_e4m3fn", itemsize=1, data_ptr=3 << 40) if fp8 else \
             x._replace(name="out", data_ptr=3 << 40)
         scale = TensorSpec("scale", (t,), "float32", 4, True, "cuda:0", 4 << 40) if fp8 else None
-        return plan(x, x._replace(name="residual", data_ptr=1 << 40), weight, out, "cuda:0", world, sms, scale=scale)
+        return plan(x, x._replace(name="residual", data_ptr=1 << 40), weight, out, "cuda:0", world, sms, mode,
+                    scale=scale)
 
+    shapes = [t for t in range(1, tokens + 1)
+              if mode is None or tuning.rmsnorm_mode_runs(mode, t, hidden * itemsize, world, sms)]
     staged = {staging_name("all_reduce_rmsnorm", 0): tokens * hidden * itemsize} if outside_heap and tokens else {}
-    return workspaces_heap_bytes([*(workspace_requests(plan_of(t), itemsize) for t in range(1, tokens + 1)), staged])
+    return workspaces_heap_bytes([*(workspace_requests(plan_of(t), itemsize) for t in shapes), staged])
 
 
 all_reduce_rmsnorm.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the op says what it needs
