@@ -19,9 +19,9 @@ identical on every rank.
 Seven modes, each one launch, chosen by bytes from the decode table of the world size
 (`ironlink.runtime.tuning.decode_table`; `mode=` overrides): "rows" and "whole" over the device
 library's tile and whole-tensor all-reduces; "push", "lamport", "split", "two_shot" and
-"push_two_shot" over slots in the heap, one node only. What each mode does is in `all_reduce_rmsnorm_exchanges` (the one-node
-modes' exchanges) and `all_reduce_rmsnorm_kernels` (the kernel); the norm of a row is
-`all_reduce_rmsnorm_norm`.
+"push_two_shot" over slots in the heap, one node only. What each mode does is in
+`all_reduce_rmsnorm_exchanges` (the one-node modes' exchanges) and `all_reduce_rmsnorm_kernels`
+(the kernel); the norm of a row is `all_reduce_rmsnorm_norm`.
 All launch with programmatic dependent launch where the GPU has it (`ironlink.language.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and
@@ -309,7 +309,8 @@ def workspaces(heap: Any, p: Plan, x: Any, status: Any) -> tuple[Any, Any, Any, 
     over slices (int64 [SPLIT_WORDS], zeroed when made); `epochs` the per-CTA launch counters of the
     one-node modes (int32 [MAX_CTAS], zeroed when made: equal on every rank); `inbox` the lamport
     slots (x's dtype, every element -0.0 when made: "empty"); `half` the elements of one half of
-    the mode's slots (the push modes' `ws`, the lamport modes' `inbox`; 0 where it has none, `slot_half`)."""
+    the mode's slots (the push modes' `ws`, the lamport modes' `inbox`; 0 where it has none,
+    `slot_half`)."""
     import torch
 
     need = workspace_requests(p, x.element_size())

@@ -57,8 +57,8 @@ The seven modes, each one launch (`mode`, chosen by the decode table, `tuning.rm
   rounded to x's dtype) and stores the sum into every peer's gathered rows (the all-gather),
   normalizes chunk i - 2 (its rows now whole here), then signals step i, which covers both its
   scatter and its gather. A rank sends 2 (world - 1) / world of x, where "push" sends world - 1
-  copies (at world 4 half the bytes, at world 8 a quarter), and the norm of one chunk runs while
-  the link carries the next two; no slot is emptied after reading, as lamport slots must be. The
+  copies (at world 4 half the bytes, at world 8 a quarter), and the norm of chunk i - 2 runs while
+  the link carries step i's stores; no slot is emptied after reading, as lamport slots must be. The
   owner of a chunk sums it and sends the same bits to every rank, so results are bitwise
   identical (and equal "push"'s: the same sums in the same order). The workspace is "push"'s,
   each half laid out as "two_shot"'s (`two_shot_slots` at one slice a row). One node only.
@@ -171,8 +171,9 @@ def push_two_shot(ctx, x, residual, residual_out, weight, out, scale, ws, half, 
     """"push_two_shot" (module docs): this CTA's rows r0..r1 in chunks of ROWS rows, rank j owning
     columns j C .. (j + 1) C of every row (BLOCK_C a power of two >= C). This launch's half of
     `ws` (`half` elements) holds for each peer a slot of T rows of this rank's chunk (what it
-    scatters here), then T whole rows (the owners' sums, gathered here). Step i of chunks + 2: scatter chunk i, wait for the peers'
-    step i - 1, sum and gather chunk i - 1, normalize chunk i - 2, signal step i. A peer's k-th
+    scatters here), then T whole rows (the owners' sums, gathered here). Step i of chunks + 2:
+    scatter chunk i, wait for the peers' step i - 1, sum and gather chunk i - 1, normalize chunk
+    i - 2, signal step i. A peer's k-th
     signal of the tile is its step k - 1's, which covers the stores this rank's k-th wait needs
     (its scatter of chunk k - 1, its gather of chunk k - 2), so one counted signal a step
     suffices. Returns the status: after a failed wait or signal the CTA stops (its rows not yet

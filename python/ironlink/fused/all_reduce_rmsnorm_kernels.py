@@ -39,12 +39,12 @@ def allreduce_rmsnorm_kernel(ctx, x, residual, residual_out, weight, out, scale,
     power of two >= W, PARTS slices a row (more than one: `ws` the slices' words, as for SPLIT).
     PUSH_TWO_SHOT: mode "push_two_shot" (module docs), `ws` its slots, `epochs` as for PUSH, ranks'
     chunks of W columns, BLOCK_C a power of two >= W, ROWS rows a step.
-    `half`: the elements of one half of the mode's slots (the push modes' `ws`, the others' `inbox`), which
-    alternate launches use in turn (`language.slots.launch_slots`). PRELOAD (rows, push): the
-    weight and the CTA's first residual rows are loaded before the all-reduce, so their latency
-    hides behind it. TRACE: the global timer
-    at the start, after the wait for the previous kernel, after the all-reduce and at the end
-    (`language/trace.py`; bench/probes/rmsnorm_timeline.py)."""
+    `half`: the elements of one half of the mode's slots (the push modes' `ws`, the others'
+    `inbox`), which alternate launches use in turn (`language.slots.launch_slots`). PRELOAD (rows,
+    push): the weight and the CTA's first residual rows are loaded before the all-reduce, so their
+    latency hides behind it. TRACE: the global timer at the start, after the wait for the previous
+    kernel, after the all-reduce and at the end (`language/trace.py`;
+    bench/probes/rmsnorm_timeline.py)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     stamp(trace, 0, TRACE)
     # The rank and the peers' addresses come from the context, which no kernel writes: read
