@@ -28,14 +28,6 @@ fn value(rank: usize, t: usize, h: usize, k: usize) -> u32 {
     (rank * 1_000_003 + t * 1009 + h * 31 + k * 7_000_001) as u32
 }
 
-fn ok(s: i32) -> Result<(), i32> {
-    if s == status::OK {
-        Ok(())
-    } else {
-        Err(s)
-    }
-}
-
 #[test]
 fn push_two_shot_steps_one_signal_covers_scatter_and_gather() {
     std::env::set_var("IRONLINK_SIM_YIELD", "1"); // this binary only: reorders that catch early reads

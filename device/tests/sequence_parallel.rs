@@ -21,14 +21,6 @@ fn partial(src: usize, dest: usize, t: usize, w: usize, k: usize) -> u32 {
     (src * 7 + dest * 1000 + t * 100_000 + w * 13 + k * 3_000_000) as u32
 }
 
-fn ok(s: i32) -> Result<(), i32> {
-    if s == status::OK {
-        Ok(())
-    } else {
-        Err(s)
-    }
-}
-
 /// matmul_reduce_scatter: each tile (dest, t) is stored into slot [t][src] of dest's workspace
 /// and signalled (tile index t); dest sums its slots into its output once every rank's copy is in
 /// and frees the slots (tile index T + t); a launch ends once the slots it wrote are freed.

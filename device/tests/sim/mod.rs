@@ -29,6 +29,15 @@ pub fn put_word(node: &Node, rank: usize, offset: usize, v: u32) {
     word(node, rank, offset).store(v, Ordering::Relaxed);
 }
 
+/// A device call's status as a Result, so a simulated kernel can stop at its first failure with `?`.
+pub fn ok(s: i32) -> Result<(), i32> {
+    if s == status::OK {
+        Ok(())
+    } else {
+        Err(s)
+    }
+}
+
 /// Sets context limits that give every algorithm a size below: one-shot LL all-reduce up to 64 B,
 /// two-shot LL up to 1 KiB, two-shot above; all_gather / reduce_scatter over LL up to 4 KiB.
 pub fn small_algorithm_limits(node: &mut Node) {
