@@ -150,9 +150,10 @@ KERNELS["allreduce_rmsnorm_two_shot_w4_fp8_pdl"] = (
     {"WHOLE": 0, "BLOCK_H": 2048, "FP8": True, "PDL": True, "PRELOAD": True, "TRACE": False,
      "ROWS": 1, "LAMPORT": True, "TWO_SHOT": True, "PARTS": 1, "WORLD": 4, "MIN_CC": 90, "num_warps": 16})
 # Mode "push_two_shot": two_shot's chunks over push's signalled slots, a block of rows a CTA in
-# steps of as many rows as the plan takes for 2048 tokens (BLOCK_C: a rank's chunk of hidden 8192).
-for world, chunk_block in ((2, 4096), (4, 2048), (8, 1024)):
-    for fp8 in (False, True):
+# steps of as many rows as the plan takes for 2048 tokens (BLOCK_C: a rank's chunk of hidden 8192):
+# world 4 (two rows a step, and with the FP8 out's peak) and world 8 (one row a step, seven peers).
+for world, chunk_block, fp8s in ((4, 2048, (False, True)), (8, 1024, (False,))):
+    for fp8 in fp8s:
         KERNELS[f"allreduce_rmsnorm_push_two_shot_w{world}{'_fp8_pdl' if fp8 else ''}"] = (
             allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, **({"out": "*fp8e4nv"} if fp8 else {})},
             {"WHOLE": 0, "BLOCK_H": 8192, "FP8": fp8, "PDL": fp8, "PRELOAD": True, "TRACE": False,
