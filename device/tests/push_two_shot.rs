@@ -1,5 +1,5 @@
 //! The signalling of all_reduce_rmsnorm's "push_two_shot" mode (`ironlink.fused`,
-//! `all_reduce_rmsnorm_exchanges.push_two_shot`), written with the device API its Triton kernel
+//! `all_reduce_rmsnorm_two_shot.push_two_shot`), written with the device API its Triton kernel
 //! calls, over back-to-back launches of different row counts (a grid barrier stands for a launch
 //! boundary). Each CTA walks its block of rows in steps: step i scatters chunk i's peer-owned
 //! columns into their owners' slots, waits for the peers' step i - 1 (one `symm_tile_wait_others`

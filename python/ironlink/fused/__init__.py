@@ -3,7 +3,8 @@ functions on heap tensors. Each op is a host module named after it (its checks, 
 launch) beside its kernels module(s):
 
 - `all_reduce_rmsnorm`: all-reduce + residual add + RMSNorm; kernels in `all_reduce_rmsnorm_kernels`,
-  the one-node modes' exchanges in `all_reduce_rmsnorm_exchanges`, the norm in `all_reduce_rmsnorm_norm`.
+  the one-node modes' exchanges in `all_reduce_rmsnorm_exchanges` (one-shot) and
+  `all_reduce_rmsnorm_two_shot`, the norm in `all_reduce_rmsnorm_norm`.
 - `matmul_all_reduce`: row-parallel linear, each output tile all-reduced as it is computed
   (`matmul_all_reduce_kernels`, `..._one_shot_kernels`, `..._two_shot_kernels`).
 - `all_gather_matmul`: all-gather + matmul, the GEMM consuming other ranks' rows as they arrive.

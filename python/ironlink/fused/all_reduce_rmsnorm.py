@@ -20,8 +20,9 @@ Seven modes, each one launch, chosen by bytes from the decode table of the world
 (`ironlink.runtime.tuning.decode_table`; `mode=` overrides): "rows" and "whole" over the device
 library's tile and whole-tensor all-reduces; "push", "lamport", "split", "two_shot" and
 "push_two_shot" over slots in the heap, one node only. What each mode does is in
-`all_reduce_rmsnorm_exchanges` (the one-node modes' exchanges) and `all_reduce_rmsnorm_kernels`
-(the kernel); the norm of a row is `all_reduce_rmsnorm_norm`.
+`all_reduce_rmsnorm_exchanges` (the one-shot modes' exchanges, and what every mode does),
+`all_reduce_rmsnorm_two_shot` (the two-shot modes') and `all_reduce_rmsnorm_kernels` (the
+kernel); the norm of a row is `all_reduce_rmsnorm_norm`.
 All launch with programmatic dependent launch where the GPU has it (`ironlink.language.pdl`, `pdl=`): the
 kernel starts while the previous one finishes and waits for it before touching memory.
 On a heap of several nodes "rows" and "whole" run over `symm_all_reduce_hierarchical` and

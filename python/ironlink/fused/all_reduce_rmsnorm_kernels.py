@@ -12,7 +12,8 @@ from ..language.jit import jit
 from ..language.pdl import allow_next_kernel, wait_for_previous_kernel
 from ..language.slots import PEERS, peer_distances
 from ..language.trace import stamp
-from .all_reduce_rmsnorm_exchanges import lamport_rows, push_pipelined, push_two_shot, split_row, two_shot_rows
+from .all_reduce_rmsnorm_exchanges import lamport_rows, push_pipelined, split_row
+from .all_reduce_rmsnorm_two_shot import push_two_shot, two_shot_rows
 from .all_reduce_rmsnorm_norm import norm_after_grid_barrier, norm_row, norm_values
 
 

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ironlink.fused.all_reduce_rmsnorm_exchanges import SPLIT_WORDS, _split_sums
+from ironlink.fused.all_reduce_rmsnorm_exchanges import SPLIT_WORDS, share_slice_sums
 from ironlink.language import _abi
 
 import _interpreter_shims  # tests/with_torch/scripts/, beside this file
@@ -24,7 +24,7 @@ _interpreter_shims.install()
 
 @triton.jit
 def one_slice(ctx, words, out, flag, mine, PARTS: tl.constexpr, FP8: tl.constexpr):
-    total, top, s = _split_sums(ctx, words, tl.load(flag), tl.load(mine), tl.load(mine + 1), PARTS, FP8)
+    total, top, s = share_slice_sums(ctx, words, tl.load(flag), tl.load(mine), tl.load(mine + 1), PARTS, FP8)
     tl.store(out, total)
     tl.store(out + 1, top)
     tl.store(out + 2, s.to(tl.float32))
