@@ -111,7 +111,7 @@ for world in (2, 4):
     KERNELS[f"allreduce_rmsnorm_push_w{world}"] = (
         allreduce_rmsnorm_kernel.fn, RMSNORM_SIGNATURE,
         {"WHOLE": 0, "BLOCK_H": 8192, "FP8": False, "PDL": False, "PRELOAD": True, "TRACE": False,
-         "ROWS": tuning.rmsnorm_rows_at_once(2048, 132, world), "PUSH": True, "WORLD": world, "num_warps": 16})
+         "ROWS": tuning.rmsnorm_rows_at_once(2048, 132, "push", world), "PUSH": True, "WORLD": world, "num_warps": 16})
 KERNELS["allreduce_rmsnorm_push_w2_fp8"] = (
     allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, "out": "*fp8e4nv"},
     {"WHOLE": 0, "BLOCK_H": 8192, "FP8": True, "PDL": False, "PRELOAD": True, "TRACE": False,
@@ -157,7 +157,7 @@ for world, chunk_block, fp8s in ((4, 2048, (False, True)), (8, 1024, (False,))):
         KERNELS[f"allreduce_rmsnorm_push_two_shot_w{world}{'_fp8_pdl' if fp8 else ''}"] = (
             allreduce_rmsnorm_kernel.fn, {**RMSNORM_SIGNATURE, **({"out": "*fp8e4nv"} if fp8 else {})},
             {"WHOLE": 0, "BLOCK_H": 8192, "FP8": fp8, "PDL": fp8, "PRELOAD": True, "TRACE": False,
-             "ROWS": tuning.rmsnorm_rows_at_once(2048, 132, push_two_shot_world=world), "PUSH_TWO_SHOT": True,
+             "ROWS": tuning.rmsnorm_rows_at_once(2048, 132, "push_two_shot", world), "PUSH_TWO_SHOT": True,
              "BLOCK_C": chunk_block,
              "WORLD": world, "num_warps": 16, **({"MIN_CC": 90} if fp8 else {})})
 KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (

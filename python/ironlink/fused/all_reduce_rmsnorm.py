@@ -76,7 +76,7 @@ class Plan(NamedTuple):
     rows_at_once: int  # rows, the push modes: rows a CTA normalizes at a time
     workspace_bytes: int  # the slot modes: the rows' slots at this rank (`two_shot_slots` for the two-shot ones)
     parts: int = 1  # split, two_shot: CTAs per row (the slices of a row)
-    slice_cols: int = 0  # split: columns of a slice (the last one may have fewer); the two-shot modes: of a rank's chunk
+    slice_cols: int = 0  # split: columns of a slice (the last one may have fewer); two-shot modes: a rank's chunk
     lamport: bool = False  # lamport, split, two_shot: the rows exchanged through lamport slots (split: not LL packets)
     preload: bool = True  # rows: the weight and first residual rows loaded before the all-reduce (a probe: False)
 
@@ -145,21 +145,16 @@ def plan(x: TensorSpec, residual: TensorSpec, weight: TensorSpec, out: TensorSpe
         return two_shot_into(Plan(tokens, hidden, block_h, mode, tokens, warps, fp8, 1, 0),
                              tuning.rmsnorm_two_shot_parts(tokens, hidden * x.itemsize, world, sms), x.itemsize, world,
                              sms)
-    if mode == "push_two_shot":  # a CTA a block of rows, as "push"; two_shot's chunks and layout
-        ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
-        return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8,
-                    tuning.rmsnorm_rows_at_once(tokens, ctas, push_two_shot_world=world),
-                    2 * two_shot_slots(tokens, hidden, world) * x.itemsize, slice_cols=two_shot_chunk(hidden, world))
     if mode == "whole":
         ctas, _ = tuning.choose("all_reduce", x.nbytes, world)
         ctas = min(ctas, sms)  # the grid barrier needs every CTA resident
     else:
         ctas = max(1, min(tokens, sms, _abi.MAX_TILES))
-    slots = mode in ("push", "lamport")
-    workspace = 2 * (world - 1) * x.nbytes if slots else 0
-    # "lamport" one row at a time: its wait loop keeps a second row live and spills (440 bytes on
-    # sm_90 at two rows of hidden 8192).
-    rows = 1 if mode == "lamport" else tuning.rmsnorm_rows_at_once(tokens, ctas, world if slots else 0)
+    rows = tuning.rmsnorm_rows_at_once(tokens, ctas, mode, world)
+    if mode == "push_two_shot":  # a CTA a block of rows, as "push"; two_shot's chunks and layout
+        return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows,
+                    2 * two_shot_slots(tokens, hidden, world) * x.itemsize, slice_cols=two_shot_chunk(hidden, world))
+    workspace = 2 * (world - 1) * x.nbytes if mode in ("push", "lamport") else 0
     return Plan(tokens, hidden, block_h, mode, ctas, warps, fp8, rows, workspace, lamport=mode == "lamport")
 
 

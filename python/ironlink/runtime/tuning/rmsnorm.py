@@ -162,14 +162,21 @@ def rmsnorm_rows_per_cta(tokens: int, ctas: int) -> int:
 RMSNORM_ROWS_AT_ONCE = 2
 
 
-def rmsnorm_rows_at_once(tokens: int, ctas: int, push_world: int = 0, push_two_shot_world: int = 0) -> int:
-    """Rows a CTA of all_reduce_rmsnorm's "rows", "push" and "push_two_shot" modes normalizes at a
-    time: RMSNORM_ROWS_AT_ONCE where it has that many, else 1. "push" over more than 2 ranks
-    (`push_world`) takes one: its sum keeps every rank's row in flight, and two rows of hidden 8192
-    from 4 ranks spill on sm_90 (16 warps: 128 registers a thread). "push_two_shot" over more than 4
-    (`push_two_shot_world`) takes one: it sums a chunk of every rank's rows, and two rows of hidden
-    8192 at world 8 spill 112 bytes on sm_90 (none with one)."""
-    if push_world > 2 or push_two_shot_world > 4 or rmsnorm_rows_per_cta(tokens, ctas) < RMSNORM_ROWS_AT_ONCE:
+# The largest world at which each mode with blocks of rows a CTA normalizes RMSNORM_ROWS_AT_ONCE
+# rows at a time (one row above it), where two rows would spill on sm_90 (hidden 8192, 16 warps:
+# 128 registers a thread): "push" sums every rank's rows at once, so two rows from 4 ranks spill;
+# "push_two_shot" sums a chunk of every rank's rows, two rows spill 112 bytes at world 8 (none
+# with one); "lamport" takes one row at any world, as its wait loop keeps a second row live (440
+# bytes of spill at two rows). "rows" and "whole" (not listed) take two at any world, several
+# nodes' too.
+RMSNORM_TWO_ROWS_MAX_WORLD = {"push": 2, "push_two_shot": 4, "lamport": 0}
+
+
+def rmsnorm_rows_at_once(tokens: int, ctas: int, mode: str = "rows", world: int = 2) -> int:
+    """Rows a CTA of all_reduce_rmsnorm's `mode` ("rows", "whole" or a mode of blocks of rows a
+    CTA) normalizes at a time over `world` ranks: RMSNORM_ROWS_AT_ONCE where it has that many and
+    the world allows (RMSNORM_TWO_ROWS_MAX_WORLD), else 1."""
+    if world > RMSNORM_TWO_ROWS_MAX_WORLD.get(mode, world) or rmsnorm_rows_per_cta(tokens, ctas) < RMSNORM_ROWS_AT_ONCE:
         return 1
     return RMSNORM_ROWS_AT_ONCE
 
@@ -196,7 +203,8 @@ def rmsnorm_mode(tokens: int, row_bytes: int, world: int, sms: int = MAX_CTAS) -
     return mode
 
 
-__all__ = ["RMSNORM_ROWS_AT_ONCE", "RmsnormConfig", "RMSNORM_SPLIT_LAMPORT", "RMSNORM_SPLIT_MAX_PARTS", "RMSNORM_SPLIT_MIN_SLICE_BYTES",
-           "RMSNORM_TWO_SHOT_MAX_PARTS", "RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES", "rmsnorm_two_shot_parts",
-           "rmsnorm_mode", "rmsnorm_mode_runs", "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_parts",
-           "rmsnorm_split_slice_bytes", "rmsnorm_split_warps", "rmsnorm_warps", "tile_all_reduce_takes_ll"]
+__all__ = ["RMSNORM_ROWS_AT_ONCE", "RMSNORM_TWO_ROWS_MAX_WORLD", "RmsnormConfig", "RMSNORM_SPLIT_LAMPORT",
+           "RMSNORM_SPLIT_MAX_PARTS", "RMSNORM_SPLIT_MIN_SLICE_BYTES", "RMSNORM_TWO_SHOT_MAX_PARTS",
+           "RMSNORM_TWO_SHOT_MIN_CHUNK_BYTES", "rmsnorm_two_shot_parts", "rmsnorm_mode", "rmsnorm_mode_runs",
+           "rmsnorm_rows_at_once", "rmsnorm_rows_per_cta", "rmsnorm_split_parts", "rmsnorm_split_slice_bytes",
+           "rmsnorm_split_warps", "rmsnorm_warps", "tile_all_reduce_takes_ll"]
