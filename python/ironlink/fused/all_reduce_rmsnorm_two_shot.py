@@ -57,10 +57,9 @@ def push_two_shot(ctx, x, residual, residual_out, weight, out, scale, ws, half, 
     `ws` (`half` elements) holds for each peer a slot of T rows of this rank's chunk (what it
     scatters here), then T whole rows (the owners' sums, gathered here). Step i of chunks + 2:
     scatter chunk i, wait for the peers' step i - 1, sum and gather chunk i - 1, normalize chunk
-    i - 2, signal step i. A peer's k-th
-    signal of the tile is its step k - 1's, which covers the stores this rank's k-th wait needs
-    (its scatter of chunk k - 1, its gather of chunk k - 2), so one counted signal a step
-    suffices. Returns the status: after a failed wait or signal the CTA stops (its rows not yet
+    i - 2, signal step i. A peer's k-th signal of the tile is its step k - 1's, which covers the
+    stores this rank's k-th wait needs (its scatter of chunk k - 1, its gather of chunk k - 2), so
+    one counted signal a step suffices. Returns the status: after a failed wait or signal the CTA stops (its rows not yet
     normalized keep this rank's x)."""
     pid = tl.program_id(0)
     epoch, _, slots = launch_slots(ws, epochs, half)
