@@ -31,11 +31,15 @@ def spec(name: str, shape: tuple[int, ...], dtype: str = "bfloat16", ptr: int = 
     return TensorSpec(name, shape, dtype, size, contiguous, DEV, ptr)
 
 
+def rms_specs(tokens: int, hidden: int = 8192) -> tuple[TensorSpec, TensorSpec, TensorSpec, TensorSpec]:
+    """all_reduce_rmsnorm's x, residual, weight and out for `tokens` rows of `hidden` (bf16, apart)."""
+    return (spec("x", (tokens, hidden), ptr=1 << 20), spec("residual", (tokens, hidden), ptr=2 << 30),
+            spec("weight", (hidden,), ptr=3 << 30), spec("out", (tokens, hidden), ptr=4 << 30))
+
+
 def rms(tokens: int = 8, hidden: int = 8192, **kw: object) -> arn.Plan:
-    x = spec("x", (tokens, hidden), ptr=1 << 20)
-    args = {"x": x, "residual": spec("residual", (tokens, hidden), ptr=2 << 30),
-            "weight": spec("weight", (hidden,), ptr=3 << 30), "out": spec("out", (tokens, hidden), ptr=4 << 30)}
-    args.update(kw)  # type: ignore[arg-type]
+    args: dict[str, object] = dict(zip(("x", "residual", "weight", "out"), rms_specs(tokens, hidden)))
+    args.update(kw)
     return arn.plan(args["x"], args["residual"], args["weight"], args["out"], DEV, 4, 132)  # type: ignore[arg-type]
 
 
@@ -166,8 +170,7 @@ def test_rmsnorm_fp8_out_runs_the_tables_mode() -> None:
 
 
 def test_rmsnorm_on_several_nodes_runs_whole_unless_asked() -> None:
-    x, r, w, o = (spec("x", (512, 8192), ptr=1 << 20), spec("residual", (512, 8192), ptr=2 << 30),
-                  spec("weight", (8192,), ptr=3 << 30), spec("out", (512, 8192), ptr=4 << 30))
+    x, r, w, o = rms_specs(512)
     p = arn.plan(x, r, w, o, DEV, 4, 132, multi_node=True)
     assert p.mode == "whole" and p.ctas == min(132, tuning.choose("all_reduce", x.nbytes, 4)[0])
     assert arn.plan(x, r, w, o, DEV, 4, 132).mode == "two_shot"  # what one node would run
@@ -176,8 +179,7 @@ def test_rmsnorm_on_several_nodes_runs_whole_unless_asked() -> None:
 
 
 def test_rmsnorm_push_mode_plans_its_slots_and_stays_on_one_node() -> None:
-    x, r, w, o = (spec("x", (300, 8192), ptr=1 << 20), spec("residual", (300, 8192), ptr=2 << 30),
-                  spec("weight", (8192,), ptr=3 << 30), spec("out", (300, 8192), ptr=4 << 30))
+    x, r, w, o = rms_specs(300)
     p = arn.plan(x, r, w, o, DEV, 4, 132, mode="push")
     # A block of rows a CTA, as rows mode; a slot per peer, in two halves (alternate launches).
     assert p.mode == "push" and p.ctas == 132 and p.workspace_bytes == 2 * 3 * x.nbytes
@@ -189,8 +191,7 @@ def test_rmsnorm_push_mode_plans_its_slots_and_stays_on_one_node() -> None:
 
 
 def test_rmsnorm_lamport_mode_plans_push_slots_one_row_at_a_time() -> None:
-    x, r, w, o = (spec("x", (300, 8192), ptr=1 << 20), spec("residual", (300, 8192), ptr=2 << 30),
-                  spec("weight", (8192,), ptr=3 << 30), spec("out", (300, 8192), ptr=4 << 30))
+    x, r, w, o = rms_specs(300)
     p = arn.plan(x, r, w, o, DEV, 2, 132, mode="lamport")
     assert p.mode == "lamport" and p.ctas == 132 and p.workspace_bytes == 2 * x.nbytes and p.rows_at_once == 1
     with pytest.raises(ValueError, match="one node only"):
@@ -201,8 +202,7 @@ def test_rmsnorm_lamport_mode_plans_push_slots_one_row_at_a_time() -> None:
                                                   (2048, 4, 8192), (3, 4, 40), (2, 8, 24)])
 def test_rmsnorm_two_shot_plans_owned_chunks_and_gathered_rows(tokens: int, world: int, hidden: int) -> None:
     h = hidden
-    x, r, w, o = (spec("x", (tokens, h), ptr=1 << 20), spec("residual", (tokens, h), ptr=2 << 30),
-                  spec("weight", (h,), ptr=3 << 30), spec("out", (tokens, h), ptr=4 << 30))
+    x, r, w, o = rms_specs(tokens, h)
     p = arn.plan(x, r, w, o, DEV, world, 132, mode="two_shot")
     # Few rows: each cut into slices of a CTA each, as many as fit the SMs (at most 8) with chunks
     # of at least 1 KiB; else a CTA a row, rows strided over the CTAs (no residency needed).
@@ -234,8 +234,7 @@ def test_rmsnorm_two_shot_plans_owned_chunks_and_gathered_rows(tokens: int, worl
                                                   (1, 4, 8192), (267, 4, 1000), (5, 4, 16)])
 def test_rmsnorm_push_two_shot_plans_rows_a_cta_and_two_shot_chunks(tokens: int, world: int, hidden: int) -> None:
     h = hidden
-    x, r, w, o = (spec("x", (tokens, h), ptr=1 << 20), spec("residual", (tokens, h), ptr=2 << 30),
-                  spec("weight", (h,), ptr=3 << 30), spec("out", (tokens, h), ptr=4 << 30))
+    x, r, w, o = rms_specs(tokens, h)
     p = arn.plan(x, r, w, o, DEV, world, 132, mode="push_two_shot")
     # A block of rows a CTA, as push; the row whole in registers for the norm.
     assert p.mode == "push_two_shot" and p.ctas == min(tokens, 132) and p.block_h == triton.next_power_of_2(h)
