@@ -66,6 +66,7 @@
 # (seconds per collectives, fusion or nvshmem world, default 480, nvshmem with --shared-gpu 600:
 # the first world compiles every kernel; e2e: a program at a world, default 540),
 # IRONLINK_GIT_REV (the revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR,
+# TORCHINDUCTOR_COMPILE_THREADS (default: the cores / the largest world),
 # SANITIZE_ARGS (extra compute-sanitizer options; none by default; sanitize_rank.sh says what each
 # tool leaves out),
 # IRONLINK_SANITIZE_TIMEOUT (seconds per sanitized worker run, default 540), IRONLINK_GPU_VERBOSE=1
@@ -128,6 +129,11 @@ for w in $worlds; do
   if [ "$w" -le "$ngpu" ] || [ -n "$shared_gpu" ]; then fits+=("$w"); else echo "world $w: skipped ($ngpu GPUs)"; fi
 done
 largest=$(printf '%s\n' "${fits[@]:-1}" | sort -n | tail -1)
+# torch.compile (compile, e2e): each rank's Inductor starts a pool of compile workers, by default
+# one per core. At world 8 on a 32-core host (2026-11-30) one rank was still waiting on its pool
+# when its peers' 120 s first-call wait ran out; eight pools of 32 on 32 cores is the suspected
+# cause (not yet rerun). So each rank gets a share of the cores.
+export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$(( $(nproc) / largest > 0 ? $(nproc) / largest : 1 ))}
 {
   echo "# $(date -u +%FT%TZ) parts: ${parts[*]}; worlds: ${fits[*]:-none}"
   nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader
