@@ -162,7 +162,7 @@ class Cases:
                 traceback.print_exc()
             print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
         # A case passes only if it passed on every rank; the heap is renewed if any rank lost it.
-        flags = torch.tensor([ok, -lost_heap], device="cuda")
+        flags = torch.tensor([ok, -lost_heap], device="cuda" if torch.cuda.is_available() else "cpu")  # cpu: gloo
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         passed, renew = bool(flags[0].item()), bool(flags[1].item())
         if self.verbose and self.rank == 0:

@@ -198,23 +198,32 @@ def main() -> int:
     inductor_config.emulate_precision_casts = True
     world = dist.get_world_size()
     t0 = time.time()
-    cases = Cases()
     notes: list[str] = []
     torch.set_grad_enabled(False)  # inference, as the engines that compile their models run it
-    # A compiled graph's first run follows its compilation, which can end seconds apart on the
-    # ranks: the first collective in it must wait for the slowest rank's compile.
-    heap = ironlink.SymmetricHeap(1 << 30, timeout_s=max(heap_timeout_s(), COMPILE_WAIT_S))
-    block, other = TPBlock(heap), OtherOps(heap)
+    on: dict[str, Any] = {}  # the heap and the modules over it
+
+    def fresh_heap() -> None:
+        """A heap and the modules over it: the first, and after a case that failed with an
+        IronlinkError (a timeout leaves the old heap's counters disagreeing)."""
+        if "heap" in on:
+            on["heap"].close()
+        # A compiled graph's first run follows its compilation, which can end seconds apart on the
+        # ranks: the first collective in it must wait for the slowest rank's compile.
+        heap = ironlink.SymmetricHeap(1 << 30, timeout_s=max(heap_timeout_s(), COMPILE_WAIT_S))
+        on.update(heap=heap, block=TPBlock(heap), other=OtherOps(heap))
+
+    fresh_heap()
+    cases = Cases(renew=fresh_heap)
     for mode in ("default", "reduce-overhead"):
         cases.run(f"tp block under torch.compile, {mode}",
-                  lambda: compare(block, TPBlock.inputs, TPBlock.REPLICATED, mode, "tp block", notes))
+                  lambda: compare(on["block"], TPBlock.inputs, TPBlock.REPLICATED, mode, "tp block", notes))
         cases.run(f"collectives and sequence-parallel ops under torch.compile, {mode}",
-                  lambda: compare(other, other.inputs, OtherOps.REPLICATED, mode, "other ops", notes))
+                  lambda: compare(on["other"], on["other"].inputs, OtherOps.REPLICATED, mode, "other ops", notes))
     if dist.get_rank() == 0:
         for n in notes:
             print(n, flush=True)
     code = cases.report("compile", world, t0)
-    heap.close()
+    on["heap"].close()
     dist.destroy_process_group()
     return code
 

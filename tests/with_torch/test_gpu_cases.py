@@ -1,0 +1,43 @@
+"""The GPU workers' case runner (tests/gpu/workers/_cases.py) on the CPU, one rank over gloo: a
+case passes or fails as it ran, and only a case that raised IronlinkError renews the heap for the
+cases after it (docs/device-api.md: after a timeout, close the heap). Needs torch (skipped
+without it, as in CI)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+from ironlink.runtime.errors import IronlinkError  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu" / "workers"))
+from _cases import Cases  # noqa: E402
+
+
+def fails_with(error: Exception):  # type: ignore[no-untyped-def]
+    def case() -> None:
+        raise error
+    return case
+
+
+def test_only_an_ironlink_error_renews_the_heap(tmp_path: Path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        renewed: list[int] = []
+        cases = Cases(renew=lambda: renewed.append(len(renewed)))
+        cases.run("passes", lambda: None)
+        cases.run("a wrong result", fails_with(AssertionError("relative error nan")))
+        assert renewed == []
+        cases.run("a timeout", fails_with(IronlinkError("symm_signal_wait_at recorded TIMEOUT (-7)")))
+        assert renewed == [0]
+        cases.run("passes after it", lambda: None)
+        assert renewed == [0]
+        assert (cases.passed, cases.failed) == (2, ["a wrong result", "a timeout"])
+        Cases().run("no renew given", fails_with(IronlinkError("TIMEOUT")))  # nothing to call: no error
+    finally:
+        dist.destroy_process_group()
