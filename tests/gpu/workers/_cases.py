@@ -128,6 +128,16 @@ def heap_timeout_s() -> float:
     return float(os.environ.get("IRONLINK_GPU_HEAP_TIMEOUT_S", DEFAULT_TIMEOUT_S))
 
 
+def renewed(heap: Any) -> Any:
+    """Closes `heap` (collective) and returns a new one of its size with the workers' wait
+    timeout: what `Cases(renew=...)` gives the cases after one that raised IronlinkError."""
+    import ironlink
+
+    size = heap.nbytes
+    heap.close()
+    return ironlink.SymmetricHeap(size, timeout_s=heap_timeout_s())
+
+
 class Cases:
     def __init__(self, before: Optional[Callable[[], None]] = None,
                  renew: Optional[Callable[[], None]] = None) -> None:

@@ -24,7 +24,7 @@ import ironlink.language as il
 import ironlink.tuning
 from ironlink.language import _abi
 
-from _cases import SMALL, Cases, heap_timeout_s, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
+from _cases import SMALL, Cases, heap_timeout_s, renewed, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
 
 S = _abi.STATUS
 OPS = _abi.REDUCE_OP
@@ -95,7 +95,7 @@ def ring_k(ctx, src, put_dst, get_dst, nbytes, right, left, slot0, expect, statu
 
 class Suite(Cases):
     def __init__(self, heap: "ironlink.SymmetricHeap") -> None:
-        super().__init__()
+        super().__init__(renew=self.renew_heap)
         self.heap = heap
         self.world = dist.get_world_size()
         self.status = torch.zeros(_abi.MAX_CTAS, dtype=torch.int32, device="cuda")
@@ -103,6 +103,13 @@ class Suite(Cases):
         self.slot_next = 0  # first user signal slot not used yet
         # The limits the heap was created with (tuned for this world size, else the defaults).
         self.limits0 = heap.algorithm_limits
+
+    def renew_heap(self) -> None:
+        """A new heap of the same size after a case that raised IronlinkError (collective): a
+        timeout leaves the old one's counters disagreeing (docs/device-api.md)."""
+        if not self.heap.closed:  # the cases after the suite's heap closed make their own
+            self.heap = renewed(self.heap)
+            self.slot_next, self.limits0 = 0, self.heap.algorithm_limits
 
     # --- helpers -----------------------------------------------------------------------------
     def launch_cfg(self) -> tuple[int, int]:
@@ -440,7 +447,7 @@ def main() -> int:
     s.run(f"{launches} back-to-back launches", lambda: s.back_to_back(launches))
     s.run("cuda graph capture and replay", s.cuda_graph)
     s.run("error codes", s.errors)
-    heap.close()
+    s.heap.close()
     if world > 1:  # one rank alone is never kept waiting in a barrier
         s.run("timeout", lambda: timeout_case(s))
     if rank == 0:

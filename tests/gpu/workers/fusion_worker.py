@@ -51,7 +51,7 @@ from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
 from ironlink.runtime.registry import holds
 
-from _cases import Cases, close_to, heap_timeout_s, lamport_slots_empty, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
+from _cases import Cases, close_to, heap_timeout_s, lamport_slots_empty, renewed, same_on_all_ranks, small  # tests/gpu/workers/, the script's own directory
 import _shape_changes as shape_changes
 from _fusion_kernels import (exchange_with_all, produce_then_all_reduce, ring_push, tiles_then_all_gather,
                             tiles_then_all_reduce, tiles_then_reduce_scatter)
@@ -78,9 +78,7 @@ class Suite:
         """Closes the heap and opens another of its size (collective): what a case that failed
         with an IronlinkError leaves (a timeout's disagreeing counters, a late peer's flags) must
         not reach the cases after it."""
-        size = self.heap.nbytes
-        self.heap.close()
-        self.heap = ironlink.SymmetricHeap(size, timeout_s=heap_timeout_s())
+        self.heap = renewed(self.heap)
 
     def clear_errors(self) -> None:
         """Forgets an error a failed earlier case left recorded in the context."""
