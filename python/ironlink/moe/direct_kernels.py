@@ -62,11 +62,13 @@ def _peer(ctx, ptr, q, deltas, SIM: tl.constexpr):
 
 
 @triton.jit
-def _barrier(ctx, SIM: tl.constexpr):
+def _barrier(ctx, status, SIM: tl.constexpr):
     """symm_barrier (the same-index CTA of every rank; this CTA's stores, peer stores included,
-    visible to them after it), or 0 where the test orders the phases itself."""
+    visible to them after it); simulated, where the test orders the phases itself, the status
+    word this CTA left (0; a test writes a failure there to make the barrier fail, and a failure
+    stays, as a recorded one makes every later wait give up on GPUs)."""
     if SIM:
-        s = tl.program_id(0) * 0
+        s = tl.load(status + tl.program_id(0))
     else:
         s = il.symm_barrier(ctx)
     return s
@@ -91,9 +93,11 @@ def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens
     count); meta rows (sources in rank order) = their 2K words of ids (int32; -1 for an id the
     sender found out of range) and weights (fp32 bits), read from word `meta_word` of each stage
     row (`row_words` 4-byte words apart); bad[program] = the -1 ids among this rank's own tokens
-    that this program copied (their sum is what check reports)."""
+    that this program copied (their sum is what check reports). A CTA whose barrier failed
+    (TIMEOUT, HEAP_ASYMMETRIC) reads no peer: it takes every rank's count as 0, so no row moves
+    after it (all of them fail alike on an asymmetric heap: dispatch and combine move nothing)."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    s = _barrier(ctx, SIM)
+    s = _barrier(ctx, status, SIM)
     j = tl.arange(0, MB)
     i = tl.arange(0, BR)
     base = tl.zeros((), dtype=tl.int64)
@@ -101,7 +105,7 @@ def gather_meta(ctx, stage_words, tokens, rank, row_words, meta_word, max_tokens
     for q in tl.static_range(WORLD):
         # Clamped: whatever a peer's word holds, meta is written inside its rows.
         at_q = _peer(ctx, tokens, q, deltas, SIM)
-        tq = tl.minimum(tl.maximum(tl.load(at_q), 0), max_tokens)
+        tq = tl.minimum(tl.maximum(tl.load(at_q, mask=s == 0, other=0), 0), max_tokens)
         if pid == 0:
             tl.store(src_counts + q, tq)
             w = tl.arange(0, SOURCE_WORDS)
@@ -211,7 +215,7 @@ def pull_rows(ctx, stage, src_counts, src_rows, slot, hidden_words, recv, side_c
             sm = (so < side_cols)[None, :]
             sv = tl.load(src[:, None] + side_col + so[None, :], mask=sm & has[:, None])
             _store_choices(side_out, slot, r, has, sv, side_cols, 0, sm, K, SIDE_BLOCK)
-    tl.store(status + pid, _barrier(ctx, SIM))
+    tl.store(status + pid, _barrier(ctx, status, SIM))
 
 
 @jit(do_not_specialize=["ctx", "rank", "lo"])
@@ -225,10 +229,10 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo
     The sources interleaved (`_interleaved`), between two barriers: the first keeps this
     combine's stores out of `back` until every rank has finished reading the last combine's (a
     combine repeated on one handle has no dispatch in between), the second makes them visible to
-    their ranks."""
+    their ranks. A CTA whose first barrier failed stores nothing into the peers."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
-    first = _barrier(ctx, SIM)
-    most = tl.max(_source_counts(src_counts, WORLD, WB), 0)
+    first = _barrier(ctx, status, SIM)
+    most = tl.where(first == 0, tl.max(_source_counts(src_counts, WORLD, WB), 0), 0)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
     for step in range(0, tl.cdiv(most, grid) * WORLD):
@@ -242,7 +246,7 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo
             for c in range(0, hidden, BLOCK):
                 acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
                 tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
-    tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, SIM)))
+    tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, status, SIM)))
 
 
 @triton.jit

@@ -52,7 +52,11 @@ class RelayPath:
         # Peers put into these at this rank's offsets: at the heap's top (`heap.empty(at_top=True)`).
         self.send_buf, self.recv_buf, self.back_send, self.back_recv = (heap.empty(shape, m.dtype, at_top=True)
                                                                         for shape in words)
-        self.counts = [heap.empty(shape, torch.int64, at_top=True) for shape in counts]
+        # Zeroed once: an exchange that fails at its first barrier (a lost peer, HEAP_ASYMMETRIC)
+        # writes no receive counts, and the layout after it then places no row rather than
+        # whatever the heap's memory held (an exchange that went through wrote them; they stay in
+        # bounds).
+        self.counts = [heap.empty(shape, torch.int64, at_top=True).zero_() for shape in counts]
         self.send_counts, self.recv_counts, self.recv_offsets, self.back_counts, self.back_offsets = self.counts
         # The routing sort's summary (moe.sort.SUMMARY): its extra bucket counts the out-of-range
         # expert ids.

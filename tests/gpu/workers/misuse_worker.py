@@ -371,6 +371,44 @@ def asymmetric_small_all_reduce() -> None:
         heap.close()
 
 
+def asymmetric_moe() -> None:
+    """Issue 62's misuse for MoeExchange: on a fresh heap rank r allocates 1000 * (r + 1) floats,
+    then an exchange on each path, whose buffers (peers store into and read them at this rank's
+    offsets) sit at the heap's top, the same offsets on every rank. The low-latency path (no
+    barrier) gives the bits it gives on a symmetric heap. The direct and relay paths, whose first
+    barrier compares the ranks' heap calls, record HEAP_ASYMMETRIC on every rank and move no row,
+    though every kernel of the layer runs (unchecked calls): recv_x stays as constructed (zeros).
+    The tensor allocated first is untouched on every path."""
+    import ironlink
+    from _cases import moe_routing, moe_scaled_layer  # tests/gpu/workers/, the script's own directory
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tokens, hidden, k, experts = 64, 256, 4, max(2 * world, 8)
+    x, idx, wts = moe_routing(torch.Generator(device="cuda").manual_seed(11 + rank), tokens, hidden, experts, k, False)
+    for path in ("low_latency", "direct", "relay"):
+        nbytes = ironlink.MoeExchange.heap_bytes(world, tokens, hidden, k, path=path) + (1 << 20)
+        got = {}
+        for asymmetric in (False, True):
+            heap = ironlink.SymmetricHeap(nbytes, timeout_s=COMPILE_TIMEOUT_S)
+            try:
+                pad = heap.zeros((1000 * (rank + 1 if asymmetric else 1),), torch.float32)
+                moe = ironlink.MoeExchange(heap, tokens, hidden, k, experts, path=path)
+                if path == "low_latency" or not asymmetric:
+                    got[asymmetric] = moe_scaled_layer(moe, x, idx, wts)
+                else:
+                    recv_x, _, _, handle = moe.dispatch(x, idx, wts)  # unchecked: every kernel of the layer runs
+                    moe.combine(recv_x.clone(), handle)
+                    torch.cuda.synchronize()
+                    expect_error(heap.check, "HEAP_ASYMMETRIC", "nothing was moved")
+                    assert not moe.recv_x.any(), f"{path} path: rows reached recv_x on an asymmetric heap"
+                assert not pad.any(), f"{path} path: the exchange wrote the tensor allocated before it"
+            finally:
+                heap.close()
+        if path == "low_latency":
+            assert all(torch.equal(a, b) for a, b in zip(got[False], got[True])), \
+                "low_latency path: other bits on an asymmetric heap"
+
+
 F32 = "torch.float32"
 
 
@@ -430,6 +468,7 @@ def main() -> int:
     cases.run("asymmetric heaps: an allocation on one rank only", asymmetric_allocation)
     cases.run("asymmetric heaps: a free on one rank only", asymmetric_free)
     cases.run("asymmetric heaps: a small all-reduce over the lamport workspace", asymmetric_small_all_reduce)
+    cases.run("asymmetric heaps: MoeExchange on every path", asymmetric_moe)
     cases.run("a fused call skipped by one rank: one timeout a CTA, not one a chunk or tile",
               lambda: skipped_fused_calls(TIMEOUT_S, SLACK_S, COMPILE_TIMEOUT_S, expect_error))
     code = cases.report("misuse", world, t0)

@@ -23,7 +23,7 @@ from ironlink.moe import exchange as exchange_mod
 from ironlink.runtime.tuning.moe import DEFAULT_MOE_CONFIG as DEFAULT
 from ironlink.language._flags import EMPTY_BITS
 
-from _moe_sim import (FakeHeap, SimHeap, _bytes, direct_layer, exchange, layer,  # tests/with_torch/scripts/, beside
+from _moe_sim import (FakeHeap, SimHeap, _bytes, _scaled_rows, direct_layer, exchange, layer,  # tests/with_torch/scripts/, beside
                       low_latency_layer, pack, relays, sim_heaps)
 
 FP8 = torch.float8_e4m3fn
@@ -338,6 +338,48 @@ def direct_errors(world: int, tokens: int, hidden: int, k: int, experts: int) ->
     print("ok: direct path: out-of-range ids reported by their rank, capacity error names expert 0 (26 rows)")
 
 
+def direct_failed_barrier_moves_nothing() -> None:
+    """Direct path: every CTA's barrier failing, as every CTA's does on a heap whose ranks
+    allocated differently (HEAP_ASYMMETRIC), moves no row: recv_x stays as constructed (zeros),
+    every expert count is 0, no rank's `back` is written, and the failure stays recorded. (The
+    simulated barrier fails where the test wrote a failure into the status words.)"""
+    world, tokens, hidden, k, experts = 2, 6, 36, 2, 4
+    nbytes = exchange_mod._heap_bytes(world, tokens, hidden, k, False, SimHeap.ALIGN)
+    ms = [MoeExchange(sh, tokens, hidden, k, experts, path="direct") for sh in sim_heaps(world, nbytes)]
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(tokens, hidden, generator=g).to(torch.bfloat16) for _ in range(world)]
+    ids = [torch.rand(tokens, experts, generator=g).topk(k, dim=1).indices for _ in range(world)]
+    ws = [torch.softmax(torch.randn(tokens, k, generator=g), 1) for _ in range(world)]
+    code = _abi.STATUS["HEAP_ASYMMETRIC"]
+    for m in ms:
+        m.direct.back.fill_(7.0)
+        m.direct.sim_status.fill_(code)
+    recvs, counts, _ = direct_layer(ms, xs, ids, ws)
+    for r, m in enumerate(ms):
+        assert not recvs[r].any(), f"rank {r}: rows reached recv_x after a failed barrier"
+        assert not counts[r].any(), f"rank {r}: expert counts {counts[r].tolist()} after a failed barrier"
+        assert bool((m.direct.back == 7.0).all()), f"rank {r}: `back` written after a failed barrier"
+        assert bool((m.direct.sim_status == code).all()), f"rank {r}: the failure was not kept"
+    # A dispatch that went through, then a combine whose first barrier fails (a peer lost in
+    # between): no rank stores into a peer's `back`.
+    for m, x, i, w in zip(ms, xs, ids, ws):
+        m.direct.sim_status.zero_()
+        m._stage(x, i, w)
+    for m in ms:
+        m.direct.gather(False)
+    lays = [m.direct.place(False) for m in ms]
+    assert all(lay.counts.any() for lay in lays), "the dispatch moved no row"
+    for m in ms:
+        m.direct.back.fill_(7.0)
+        m.direct.sim_status.fill_(_abi.STATUS["TIMEOUT"])
+    for m, lay in zip(ms, lays):
+        m.direct.push(_scaled_rows(m, lay.counts), lay, False)
+    for r, m in enumerate(ms):
+        assert bool((m.direct.back == 7.0).all()), f"rank {r}: `back` written after combine's failed barrier"
+    print("ok: direct path: a failed barrier (HEAP_ASYMMETRIC on every CTA) moves no row; a combine whose "
+          "barrier failed stores nothing into the peers")
+
+
 def top8_world2() -> None:
     """World 2, top-8 of 16 experts (4 choices of a token on a rank, on average): the direct path
     against the relay path, bit for bit."""
@@ -473,6 +515,7 @@ def main() -> int:
     low_latency_errors(world, tokens, hidden, k, experts)
     deferred_receive_errors()
     top8_world2()
+    direct_failed_barrier_moves_nothing()
     print("done: every MoE check above ran")
     return 0
 
