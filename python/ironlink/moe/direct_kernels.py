@@ -232,6 +232,7 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo
     their ranks. A CTA whose first barrier failed stores nothing into the peers."""
     pid, grid = tl.program_id(0), tl.num_programs(0)
     first = _barrier(ctx, status, SIM)
+    tl.store(status + pid, first)  # kept there, not in a register over the loop (it spilled on sm_100)
     most = tl.where(first == 0, tl.max(_source_counts(src_counts, WORLD, WB), 0), 0)
     offs = tl.arange(0, BLOCK)
     jj = tl.arange(0, KB)
@@ -246,7 +247,8 @@ def reduce_push(ctx, y, meta, slot, weight, src_counts, src_rows, back, rank, lo
             for c in range(0, hidden, BLOCK):
                 acc = weighted_chunk(y, slot, weight, r, c, hidden, K, BLOCK)
                 tl.store(dst + c + offs, acc.to(back.dtype.element_ty), mask=c + offs < hidden)
-    tl.store(status + pid, ilt.failure_or(first, _barrier(ctx, status, SIM)))
+    second = _barrier(ctx, status, SIM)
+    tl.store(status + pid, ilt.failure_or(tl.load(status + pid), second))
 
 
 @triton.jit
