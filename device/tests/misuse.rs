@@ -106,6 +106,12 @@ fn calls() -> Vec<(&'static str, RankCall)> {
             }),
         ),
         (
+            // A kernel's own barrier (MoeExchange's direct and relay paths reach the peers'
+            // buffers after it): the check alone, no data of its own.
+            "barrier",
+            Box::new(move |_: &Node, _, ctx| api::symm_barrier(ctx)),
+        ),
+        (
             // 64 x 128 f32 = 32 KiB: past the LL tile limit, a two-shot tile call; CTA c
             // reduces tile c.
             "tile_all_reduce",

@@ -421,7 +421,7 @@ exports! {
     /// Barrier among the same-index CTAs of all ranks; memory written before it by this CTA is
     /// visible to the peers' CTAs after it.
     fn symm_barrier(ctx: i64) -> i32 {
-        collective(ctx, which!(symm_barrier), |_| Ok(()), |call, ()| call.barrier_unchecked(0))
+        collective(ctx, which!(symm_barrier), |_| Ok(()), |call, ()| call.barrier(0))
     }
 
     /// `symm_barrier` for a context of any number of nodes: a node barrier, a signal to and from

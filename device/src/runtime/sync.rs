@@ -169,11 +169,9 @@ impl<'a> Call<'a> {
         self.barrier_among(phase, 0, self.world)
     }
 
-    /// `barrier` without the call-word check at phase 0, for the calls whose register budget it
+    /// `barrier` without the call-word check at phase 0, for the call whose register budget it
     /// exceeds: the tile reduce-scatter (with the check, ptxas spills 4 to 12 bytes in it on
-    /// sm_80, sm_90 and sm_100) and `symm_barrier` (tutorial lesson 04's ring all-gather, a
-    /// barrier and then puts, spilled 16 bytes instead of 8 on sm_90). Heaps and grids are not
-    /// compared there.
+    /// sm_80, sm_90 and sm_100). Heaps and grids are not compared there.
     pub fn barrier_unchecked(&self, phase: u32) -> Result<(), i32> {
         self.sync_among(phase, 0, self.world, false)
     }
