@@ -109,6 +109,7 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
 fi
 source tests/gpu/setup_native.sh || exit 1  # also exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
+export IRONLINK_GPU_STACKS_DIR=${IRONLINK_GPU_STACKS_DIR:-$OUT/stacks}  # each worker's stacks at a time limit (_cases.py)
 mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
 if [ -n "$shared_gpu" ]; then

@@ -7,13 +7,16 @@ finishes in minutes. $IRONLINK_GPU_HEAP_TIMEOUT_S sets the wait timeout of the w
 sanitized peer runs many times slower). Rank 0 prints each case's name as it starts ("case ...:
 started"), so the log names a case that never ends; $IRONLINK_GPU_VERBOSE=1 also prints its
 seconds as it ends (to find a slow case). A worker stopped by SIGTERM (a time limit) prints every
-thread's stack first."""
+thread's stack first: appended to $IRONLINK_GPU_STACKS_DIR/rank<R>.txt under a line naming the
+worker, where that is set (tests/gpu/run.sh sets it to $OUT/stacks; eight ranks' stacks
+interleaved on one stream cannot be read), else to stderr."""
 
 from __future__ import annotations
 
 import faulthandler
 import os
 import signal
+import sys
 import time
 import traceback
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -25,9 +28,23 @@ import torch.distributed as dist
 T = TypeVar("T")
 SMALL = os.environ.get("IRONLINK_GPU_SMALL", "0") == "1"
 
+def _stacks_file() -> Any:
+    """Where this worker's stacks go at SIGTERM (module docs). faulthandler writes to the file's
+    descriptor when the signal comes, so the file stays open for the worker's life."""
+    where = os.environ.get("IRONLINK_GPU_STACKS_DIR")
+    if not where:
+        return sys.stderr
+    os.makedirs(where, exist_ok=True)
+    f = open(os.path.join(where, f"rank{os.environ.get('RANK', '0')}.txt"), "a")  # noqa: SIM115
+    f.write(f"# {time.strftime('%H:%M:%S')} {os.path.basename(sys.argv[0])} (pid {os.getpid()}): "
+            "started; its stacks at SIGTERM follow, if it got one\n")
+    f.flush()
+    return f
+
+
 # A worker stopped from outside (run.sh's time limit makes torchrun send SIGTERM) prints every
 # thread's Python stack first: where a stuck rank was.
-faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+faulthandler.register(signal.SIGTERM, file=_stacks_file(), all_threads=True, chain=True)
 
 
 def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
