@@ -10,7 +10,10 @@ launches a kernel that spins until the flag is set (bounded: about --spin-s seco
 gives up: TIMEOUT). Process 1 then either
 - "load first": launches a kernel it has compiled but never launched (its module loads now),
   then sets the flag; or
-- "flag first": sets the flag, then makes the same first launch (the control).
+- "flag first": sets the flag, then makes the same first launch (the control);
+- "alloc first" / "free first": in place of the first launch, a cudaMalloc of a new 1 GiB
+  segment (torch.empty beyond the caching allocator's pool), or a cudaFree of one
+  (torch.cuda.empty_cache after dropping it), the other calls a compiled step's first run makes.
 Printed per order: how long process 1's first launch took, and whether process 0's spin ended
 on the flag or timed out. A first launch that lasts as long as the spin, with TIMEOUT, in "load
 first" only, says the module load waited for the other process's kernel.
@@ -73,15 +76,23 @@ def worker(me: int, order: str, q: mp.Queue, out: mp.Queue, spin_limit: int) -> 
     assert q.get() == "spinning"
     time.sleep(0.2)  # the spin has started
     first_launch = 0.0
-    for step in (("load", "flag") if order == "load first" else ("flag", "load")):
+    held = torch.empty(1 << 30, dtype=torch.uint8, device="cuda") if order == "free first" else None
+    for step in (("flag", "load") if order == "flag first" else ("load", "flag")):
         if step == "flag":
             set_flag[(1,)](flag)
         else:
             t = time.perf_counter()
-            fresh[(1,)](buf, SALT=salt)
+            if order == "alloc first":
+                held = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+            elif order == "free first":
+                held = None
+                torch.cuda.empty_cache()
+            else:
+                fresh[(1,)](buf, SALT=salt)
             torch.cuda.synchronize()
             first_launch = time.perf_counter() - t
     torch.cuda.synchronize()
+    del held  # the alloc case's segment lived until its flag was set
     out.put((me, first_launch, 0))
 
 
@@ -90,7 +101,7 @@ def main() -> None:
     ap.add_argument("--spin-limit", type=int, default=5_000_000, help="polls before the spin gives up (seconds)")
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
-    for order in ("flag first", "load first"):
+    for order in ("flag first", "load first", "alloc first", "free first"):
         q, out = ctx.Queue(), ctx.Queue()
         ps = [ctx.Process(target=worker, args=(r, order, q, out, a.spin_limit)) for r in range(2)]
         for p in ps:
@@ -100,7 +111,8 @@ def main() -> None:
             p.join(timeout=60)
         spin_s, status = res[0]
         verdict = {1: "ended on the flag", 2: "TIMEOUT"}.get(status, f"status {status}")
-        print(f"{order}: process 1's first launch of a new module took {res[1][0] * 1e3:.1f} ms; "
+        what = {"alloc first": "cudaMalloc of 1 GiB", "free first": "cudaFree of 1 GiB"}.get(order, "first launch of a new module")
+        print(f"{order}: process 1's {what} took {res[1][0] * 1e3:.1f} ms; "
               f"process 0's spin {verdict} after {spin_s * 1e3:.1f} ms", flush=True)
 
 
