@@ -52,7 +52,7 @@ def fresh(buf, SALT: tl.constexpr):
     tl.store(buf, tl.load(buf) + SALT)
 
 
-def worker(me: int, order: str, q: mp.Queue, out: mp.Queue, spin_limit: int) -> None:
+def worker(me: int, order: str, q: mp.Queue, ready: mp.Queue, out: mp.Queue, spin_limit: int) -> None:
     torch.cuda.set_device(0)
     status = torch.zeros(1, dtype=torch.int32, device="cuda")
     if me == 0:
@@ -60,6 +60,7 @@ def worker(me: int, order: str, q: mp.Queue, out: mp.Queue, spin_limit: int) -> 
         spin[(1,)](status, status, 0)  # compiled and loaded: a spin of no polls
         torch.cuda.synchronize()
         q.put(flag)
+        ready.get()  # the peer compiled its kernels: the spin starts only now
         t = time.perf_counter()
         spin[(1,)](flag, status, spin_limit)
         q.put("spinning")
@@ -73,6 +74,7 @@ def worker(me: int, order: str, q: mp.Queue, out: mp.Queue, spin_limit: int) -> 
     salt = int(time.time() * 1000) % 1000003  # a module no run has loaded
     fresh.warmup(buf, SALT=salt, grid=(1,))  # compiled, not loaded
     torch.cuda.synchronize()
+    ready.put("compiled")
     assert q.get() == "spinning"
     time.sleep(0.2)  # the spin has started
     first_launch = 0.0
@@ -98,12 +100,12 @@ def worker(me: int, order: str, q: mp.Queue, out: mp.Queue, spin_limit: int) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--spin-limit", type=int, default=5_000_000, help="polls before the spin gives up (seconds)")
+    ap.add_argument("--spin-limit", type=int, default=20_000_000, help="polls before the spin gives up (about 4 s on an H200)")
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
     for order in ("flag first", "load first", "alloc first", "free first"):
-        q, out = ctx.Queue(), ctx.Queue()
-        ps = [ctx.Process(target=worker, args=(r, order, q, out, a.spin_limit)) for r in range(2)]
+        q, ready, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
+        ps = [ctx.Process(target=worker, args=(r, order, q, ready, out, a.spin_limit)) for r in range(2)]
         for p in ps:
             p.start()
         res = dict((me, (dt, status)) for me, dt, status in (out.get(timeout=600) for _ in ps))
