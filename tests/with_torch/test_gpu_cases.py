@@ -41,3 +41,32 @@ def test_only_an_ironlink_error_renews_the_heap(tmp_path: Path) -> None:
         Cases().run("no renew given", fails_with(IronlinkError("TIMEOUT")))  # nothing to call: no error
     finally:
         dist.destroy_process_group()
+
+
+SLOW_CASE = """
+import sys, time
+sys.path.insert(0, {workers!r})
+import torch.distributed as dist
+import _cases
+dist.init_process_group("gloo", init_method="file://{store}", rank=0, world_size=1)
+_cases.STUCK_DUMP_S = 1
+def slow_case():
+    time.sleep(1.6)
+_cases.Cases().run("slow", slow_case)
+dist.destroy_process_group()
+"""
+
+
+def test_a_slow_case_prints_each_ranks_stacks_to_its_own_file(tmp_path: Path) -> None:
+    """With IRONLINK_GPU_VERBOSE=1, a case that outlasts STUCK_DUMP_S writes this rank's stacks
+    (where it was) into $IRONLINK_GPU_STACKS_DIR/rank<R>.txt, under the line naming the worker."""
+    import os
+    import subprocess
+
+    workers = str(Path(__file__).resolve().parents[1] / "gpu" / "workers")
+    script = SLOW_CASE.format(workers=workers, store=tmp_path / "store")
+    env = dict(os.environ, IRONLINK_GPU_STACKS_DIR=str(tmp_path / "stacks"), IRONLINK_GPU_VERBOSE="1", RANK="3")
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    text = (tmp_path / "stacks" / "rank3.txt").read_text()
+    assert text.startswith("# ") and "started; its stacks at SIGTERM follow" in text, text
+    assert "Timeout (0:00:01)!" in text and "in slow_case" in text, text

@@ -9,7 +9,8 @@ started"), so the log names a case that never ends; $IRONLINK_GPU_VERBOSE=1 also
 seconds as it ends (to find a slow case). A worker stopped by SIGTERM (a time limit) prints every
 thread's stack first: appended to $IRONLINK_GPU_STACKS_DIR/rank<R>.txt under a line naming the
 worker, where that is set (tests/gpu/run.sh sets it to $OUT/stacks; eight ranks' stacks
-interleaved on one stream cannot be read), else to stderr."""
+interleaved on one stream cannot be read), else to stderr; with $IRONLINK_GPU_VERBOSE=1 also once a
+minute while a case lasts."""
 
 from __future__ import annotations
 
@@ -44,7 +45,12 @@ def _stacks_file() -> Any:
 
 # A worker stopped from outside (run.sh's time limit makes torchrun send SIGTERM) prints every
 # thread's Python stack first: where a stuck rank was.
-faulthandler.register(signal.SIGTERM, file=_stacks_file(), all_threads=True, chain=True)
+STACKS = _stacks_file()
+faulthandler.register(signal.SIGTERM, file=STACKS, all_threads=True, chain=True)
+# With $IRONLINK_GPU_VERBOSE=1 a case that lasts longer than this also prints every thread's
+# stack there, once a STUCK_DUMP_S while it lasts: where each rank was (compiling, waiting on the
+# GPU, in a collective of torch.distributed) while a peer's wait ran out.
+STUCK_DUMP_S = 60
 
 
 def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
@@ -173,6 +179,8 @@ class Cases:
         if not any(part in name for part in self.only):
             return
         started = time.time()
+        if self.verbose:
+            faulthandler.dump_traceback_later(STUCK_DUMP_S, repeat=True, file=STACKS)
         if self.rank == 0:  # a case that never ends is named by the last of these in the log
             print(f"case {name}: started", flush=True)
         from ironlink import IronlinkError
@@ -192,6 +200,7 @@ class Cases:
         flags = torch.tensor([ok, -lost_heap], device="cuda" if torch.cuda.is_available() else "cpu")  # cpu: gloo
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         passed, renew = bool(flags[0].item()), bool(flags[1].item())
+        faulthandler.cancel_dump_traceback_later()  # after the vote: a rank stuck before it is dumped too
         if self.verbose and self.rank == 0:
             print(f"case {name}: {'ok' if passed else 'FAILED'} in {time.time() - started:.2f} s", flush=True)
         if passed:
