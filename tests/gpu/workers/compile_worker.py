@@ -18,10 +18,18 @@ GPUs, "skipped: no GPU".
 
 Heap tensors and the MoeExchange are attributes of the nn.Module: Dynamo then treats their
 tensors as static inputs, which CUDA graphs need (docs/python.md, "Under torch.compile").
+
+Each forward starts with `ranks_meet`, an operator of the test's own: a host barrier among the
+ranks once the graph runs. The ranks finish compiling at different times (minutes apart with
+eight ranks on two GPUs' 32 cores), and a rank whose compile ends first would otherwise wait for
+the others inside its first ironlink kernel, up to the heap's timeout; the test is of ironlink
+under torch.compile, not of that skew. With $IRONLINK_GPU_VERBOSE=1 each rank prints how long its
+first compiled call took to reach the barrier (its compile) and to run the rest.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -36,6 +44,27 @@ TOKENS, HIDDEN, FFN, EXPERTS, TOPK = 16, 1024, 2048, 8, 2
 COMPILE_WAIT_S = 120.0  # the heap's wait timeout (see main)
 STEPS = 4  # reduce-overhead: the first call warms up, the second records, the rest replay
 BF16 = None if torch is None else torch.bfloat16
+VERBOSE = os.environ.get("IRONLINK_GPU_VERBOSE", "0") == "1"
+
+
+MET: dict[str, float] = {}  # when ranks_meet last returned (time.time())
+
+
+if torch is not None:
+    @torch.library.custom_op("ironlink_test::ranks_meet", mutates_args=())
+    def ranks_meet(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Copies of the forward's inputs, once every rank has got here (module docs): everything
+        the graph computes follows from them, so nothing of it runs before. Opaque to Dynamo, so
+        the compiled graph calls it where the forward does. No barrier while a CUDA graph is
+        captured (mode="reduce-overhead": a replay does not call it)."""
+        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            dist.barrier()
+        MET["at"] = time.time()
+        return [t.clone() for t in inputs]
+
+    @ranks_meet.register_fake
+    def _(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.empty_like(t) for t in inputs]
 
 
 def bits_equal(a: Any, b: Any) -> bool:
@@ -74,6 +103,7 @@ class TPBlock(torch.nn.Module if torch is not None else object):  # type: ignore
     def forward(self, x: Any, residual: Any) -> tuple[Any, ...]:
         import ironlink
 
+        x, residual = torch.ops.ironlink_test.ranks_meet([x, residual])
         h = torch.relu(x @ self.w1)  # column-parallel
         torch.mm(h, self.w2, out=self.partial)  # row-parallel: partial sums, into the heap
         normed, res = ironlink.all_reduce_rmsnorm(self.partial, residual, self.norm, heap=self.heap,
@@ -119,6 +149,7 @@ class OtherOps(torch.nn.Module if torch is not None else object):  # type: ignor
     def forward(self, v: Any, rows: Any, counts: Any, shard: Any) -> tuple[Any, ...]:
         import ironlink
 
+        v, rows, counts, shard = torch.ops.ironlink_test.ranks_meet([v, rows, counts, shard])
         self.buf.copy_(v)  # written first: the operator gets Inductor's copy and stages it
         ironlink.all_reduce(self.buf, heap=self.heap)
         ironlink.all_gather(self.big, self.buf)  # no heap=: found from the tensor when the graph runs
@@ -164,8 +195,13 @@ def compare(module: Any, inputs: Callable[[int], Sequence[Any]], replicated: Seq
     for step in range(STEPS):
         args = inputs(step)
         want = [t.clone() for t in module(*[a.clone() for a in args])]
+        called = time.time()
         got = [t.clone() for t in compiled(*[a.clone() for a in args])]
         torch.cuda.synchronize()
+        if step == 0 and VERBOSE:
+            print(f"[rank {dist.get_rank()}] {name}, mode {mode}: the first compiled call met the other ranks "
+                  f"{MET['at'] - called:.1f} s after it began (its compile), then ran {time.time() - MET['at']:.1f} s",
+                  flush=True)
         module.heap.check()
         for i, (g, w) in enumerate(zip(got, want)):
             assert bits_equal(g, w), (f"step {step}: result {i} differs from eager "
