@@ -29,6 +29,7 @@ import torch.distributed as dist
 T = TypeVar("T")
 SMALL = os.environ.get("IRONLINK_GPU_SMALL", "0") == "1"
 
+
 def _stacks_file() -> Any:
     """Where this worker's stacks go at SIGTERM (module docs). faulthandler writes to the file's
     descriptor when the signal comes, so the file stays open for the worker's life."""
