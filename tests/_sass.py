@@ -32,3 +32,20 @@ def stack_bytes(cubin: bytes) -> int:
     found = re.search(r"STACK:(\d+)", out)
     assert found, f"no STACK in cuobjdump's resource usage:\n{out}"
     return int(found.group(1))
+
+
+def local_accesses_in_loops(cubin: bytes) -> list[str]:
+    """The kernel's local-memory loads and stores (LDL / STL: register spills) that lie inside a
+    loop, each as "address: instruction". A loop is the span of a backward branch (a BRA to a
+    lower address); straight-line SASS outside every such span runs once a call."""
+    assert CUOBJDUMP.is_file(), f"{CUOBJDUMP} is missing: Triton's wheel ships it"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([str(CUOBJDUMP), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    code = [(int(m.group(1), 16), m.group(2).strip())
+            for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    loops = [(int(t.group(1), 16), at) for at, ins in code
+             if (t := re.search(r"\bBRA\b[^;]*?0x([0-9a-f]+)", ins)) and int(t.group(1), 16) < at]
+    return [f"{at:#x}: {ins}" for at, ins in code
+            if re.search(r"\b(LDL|STL)\b", ins) and any(lo <= at <= hi for lo, hi in loops)]

@@ -121,6 +121,28 @@ fn calls() -> Vec<(&'static str, RankCall)> {
                 api::symm_tile_all_reduce(ctx, at, 64, 128, 128, tile as i64, sum, f32)
             }),
         ),
+        (
+            // `world` blocks of 8 x 128 f32 (4 KiB each) a tile, CTA c reducing tile c's block
+            // `rank` into 4 KiB at OUT.
+            "tile_reduce_scatter",
+            Box::new(move |node: &Node, r, ctx| {
+                let tile = ironlink_device::hw::cta_rank() as usize;
+                let input = node.addr(r, IN + tile * (32 << 10));
+                let out = node.addr(r, OUT + tile * (4 << 10));
+                api::symm_tile_reduce_scatter(
+                    ctx,
+                    input,
+                    out,
+                    8,
+                    128,
+                    128,
+                    8 * 128,
+                    tile as i64,
+                    sum,
+                    f32,
+                )
+            }),
+        ),
     ]
 }
 
@@ -203,7 +225,7 @@ fn different_grids_are_reported_on_every_rank() {
     for world in [2, 3] {
         for odd in [4u32, 1] {
             for (name, call) in calls() {
-                if name == "tile_all_reduce" {
+                if name.starts_with("tile_") {
                     continue; // a tile call runs on whichever CTA: grids may differ
                 }
                 let grids = grids_of(world, odd);

@@ -147,7 +147,7 @@ pub fn reduce_scatter(
     }
     let mine = input.shifted(call.rank * block_bytes);
     let to_out = out.offset.wrapping_sub(mine.offset);
-    call.barrier_unchecked(0)?;
+    call.barrier(0)?;
     let local = call.c.heap_base(call.rank);
     for_my_units(
         call,

@@ -169,13 +169,6 @@ impl<'a> Call<'a> {
         self.barrier_among(phase, 0, self.world)
     }
 
-    /// `barrier` without the call-word check at phase 0, for the call whose register budget it
-    /// exceeds: the tile reduce-scatter (with the check, ptxas spills 4 to 12 bytes in it on
-    /// sm_80, sm_90 and sm_100). Heaps and grids are not compared there.
-    pub fn barrier_unchecked(&self, phase: u32) -> Result<(), i32> {
-        self.sync_among(phase, 0, self.world, false)
-    }
-
     /// `barrier` among the ranks `first..first + count` only (one node of a multi-node context,
     /// `collectives::hierarchical`). Flags are indexed by rank slot (slot `[cta][p % MAX_RANKS]`
     /// is written by rank p alone among the node's ranks), so node barriers and whole-world ones
