@@ -21,14 +21,19 @@ def spills_checked() -> bool:
     return bool(pinned) and pinned.group(1) == triton.__version__
 
 
-def stack_bytes(cubin: bytes) -> int:
-    """The kernel's stack frame in bytes: register spills, which the PTX does not show (its .local
-    is only what Triton asked for)."""
+def _cuobjdump(cubin: bytes, what: str) -> str:
+    """cuobjdump's `what` (-res-usage, -sass) of `cubin`."""
     assert CUOBJDUMP.is_file(), f"{CUOBJDUMP} is missing: Triton's wheel ships it"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([str(CUOBJDUMP), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([str(CUOBJDUMP), what, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def stack_bytes(cubin: bytes) -> int:
+    """The kernel's stack frame in bytes: register spills, which the PTX does not show (its .local
+    is only what Triton asked for)."""
+    out = _cuobjdump(cubin, "-res-usage")
     found = re.search(r"STACK:(\d+)", out)
     assert found, f"no STACK in cuobjdump's resource usage:\n{out}"
     return int(found.group(1))
@@ -38,11 +43,7 @@ def local_accesses_in_loops(cubin: bytes) -> list[str]:
     """The kernel's local-memory loads and stores (LDL / STL: register spills) that lie inside a
     loop, each as "address: instruction". A loop is the span of a backward branch (a BRA to a
     lower address); straight-line SASS outside every such span runs once a call."""
-    assert CUOBJDUMP.is_file(), f"{CUOBJDUMP} is missing: Triton's wheel ships it"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        sass = subprocess.run([str(CUOBJDUMP), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    sass = _cuobjdump(cubin, "-sass")
     code = [(int(m.group(1), 16), m.group(2).strip())
             for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
     loops = [(int(t.group(1), 16), at) for at, ins in code

@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 T = TypeVar("T")
 SMALL = os.environ.get("IRONLINK_GPU_SMALL", "0") == "1"
+VERBOSE = os.environ.get("IRONLINK_GPU_VERBOSE", "0") == "1"
 
 
 def _stacks_file() -> Any:
@@ -174,7 +175,7 @@ class Cases:
         self.passed = 0
         self.failed: list[str] = []
         self.only = os.environ.get("IRONLINK_GPU_ONLY", "").split("|")
-        self.verbose = os.environ.get("IRONLINK_GPU_VERBOSE", "0") == "1"
+        self.verbose = VERBOSE
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
         if not any(part in name for part in self.only):

@@ -30,7 +30,6 @@ first compiled call took to reach the barrier (its compile) and to run the rest.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -45,7 +44,6 @@ TOKENS, HIDDEN, FFN, EXPERTS, TOPK = 16, 1024, 2048, 8, 2
 COMPILE_WAIT_S = 120.0  # the heap's wait timeout (see main)
 STEPS = 4  # reduce-overhead: the first call warms up, the second records, the rest replay
 BF16 = None if torch is None else torch.bfloat16
-VERBOSE = os.environ.get("IRONLINK_GPU_VERBOSE", "0") == "1"
 
 
 MET: dict[str, float] = {}  # when ranks_meet last returned (time.time())
@@ -189,6 +187,8 @@ def compare(module: Any, inputs: Callable[[int], Sequence[Any]], replicated: Seq
     """Eager and compiled `module` on STEPS steps of `inputs`: bitwise equal results, one graph, no
     graph break, and under reduce-overhead no cudagraph skip."""
     from torch._dynamo.utils import counters
+
+    from _cases import VERBOSE  # tests/gpu/workers/, the script's own directory
 
     torch._dynamo.reset()
     counters.clear()
