@@ -3,7 +3,8 @@
 
     torchrun --standalone --nproc_per_node=2 tests/gpu/workers/compile_worker.py    # tests/gpu/run.sh compile --worlds 2
 
-Cases, each compiled with torch.compile(fullgraph=True) and compared bitwise with the same module
+First the TP block (below) eagerly, several steps back to back with no host sync between them,
+with and without its MoE layer: no error, replicated results equal on every rank. Then cases, each compiled with torch.compile(fullgraph=True) and compared bitwise with the same module
 run eagerly, on every rank, for several steps of new inputs:
 - the TP block: column-parallel linear, ReLU, row-parallel linear into a heap tensor (torch.mm
   out=) + all_reduce_rmsnorm (residual_out=), column-parallel linear, ReLU, matmul_all_reduce,
@@ -98,6 +99,7 @@ class TPBlock(torch.nn.Module if torch is not None else object):  # type: ignore
         self.partial = heap.empty((TOKENS, HIDDEN), BF16)  # the row-parallel GEMM's output, all-reduced
         self.mar_out = heap.empty((TOKENS, HIDDEN), BF16)
         self.moe = ironlink.MoeExchange(heap, max_tokens=TOKENS, hidden=HIDDEN, topk=TOPK, num_experts=EXPERTS)
+        self.with_moe = True  # False: the block ends after matmul_all_reduce (eager_steps)
 
     def forward(self, x: Any, residual: Any) -> tuple[Any, ...]:
         import ironlink
@@ -109,6 +111,8 @@ class TPBlock(torch.nn.Module if torch is not None else object):  # type: ignore
                                                   residual_out=torch.empty_like(residual))
         h2 = torch.relu(normed @ self.w3)
         y = ironlink.matmul_all_reduce(h2, self.w4, out=self.mar_out, heap=self.heap)
+        if not self.with_moe:
+            return normed, res, y
         logits = y.float() @ self.router
         vals, idx = logits.topk(TOPK, dim=-1)
         recv, counts, offsets, handle = self.moe.dispatch(y, idx, vals.abs())
@@ -182,6 +186,22 @@ def same_on_all_ranks(t: Any) -> bool:
     return all(torch.equal(x, b) for x in gathered)
 
 
+def eager_steps(module: Any, with_moe: bool) -> None:
+    """STEPS eager forwards of the TP block back to back, no host sync between them (as an engine
+    runs its layers): no error, and the replicated results equal on every rank. Without the MoE
+    exchange too, which tells which part of the block a stall is in."""
+    module.with_moe = with_moe
+    try:
+        outs = [[t.clone() for t in module(*TPBlock.inputs(step))] for step in range(STEPS)]
+        torch.cuda.synchronize()
+        module.heap.check()
+    finally:
+        module.with_moe = True
+    for step, got in enumerate(outs):
+        for i in TPBlock.REPLICATED:
+            assert same_on_all_ranks(got[i]), f"step {step}: result {i} differs between ranks"
+
+
 def compare(module: Any, inputs: Callable[[int], Sequence[Any]], replicated: Sequence[int], mode: str,
             name: str, notes: list[str]) -> None:
     """Eager and compiled `module` on STEPS steps of `inputs`: bitwise equal results, one graph, no
@@ -253,6 +273,9 @@ def main() -> int:
 
     fresh_heap()
     cases = Cases(renew=fresh_heap)
+    for with_moe in (True, False):
+        cases.run(f"tp block eager{'' if with_moe else ' without the MoE exchange'}, {STEPS} steps back to back",
+                  lambda: eager_steps(on["block"], with_moe))
     for mode in ("default", "reduce-overhead"):
         cases.run(f"tp block under torch.compile, {mode}",
                   lambda: compare(on["block"], TPBlock.inputs, TPBlock.REPLICATED, mode, "tp block", notes))
