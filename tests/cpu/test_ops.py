@@ -14,6 +14,8 @@ import json
 import math
 import re
 import subprocess
+import types
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
@@ -500,6 +502,30 @@ def test_ranks_sharing_a_gpu_launch_their_share_of_it(fake_torch: Any, monkeypat
     assert [grid for _, grid, *_ in fake_torch.launches] == [(33,), (33,)]
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert grid_cap(0) == 66
+
+
+def test_ranks_confined_by_mps_launch_the_sms_the_gpu_reports(fake_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under MPS with $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at most 100 / ranks a GPU, the GPU
+    reports the rank's own share of SMs: that is the share, not divided again. A percentage
+    that lets the ranks overlap (or none) gets the SMs over the ranks, and init_distributed
+    warns that waits can then time out."""
+    from ironlink.runtime.distributed import grid_cap, mps_confined, sm_share, warn_unless_confined
+
+    fake_torch.cuda.device_count = lambda: 1
+    monkeypatch.setenv("IRONLINK_SHARED_GPU", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
+    fake_torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(multi_processor_count=32)
+    assert mps_confined(4) and (sm_share(0), grid_cap(0)) == (32, 32)
+    for bad in ("50", "0", "x", ""):
+        monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", bad)
+        assert not mps_confined(4) and sm_share(0) == 8
+    with pytest.warns(UserWarning, match="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"):
+        warn_unless_confined()
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_unless_confined()
 
 
 def test_multi_node_heaps_take_the_same_kernels_and_refuse_the_rest(fake_torch: Any) -> None:

@@ -10,8 +10,8 @@ start_mps() {
   export IRONLINK_SHARED_GPU=1 CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ironlink-mps}
   export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/ironlink-mps-log}
   # NVSHMEM gives PEs that share a GPU full support (its barriers, which PyTorch's rendezvous
-  # calls) only if their MPS active-thread percentages add up to at most 100; ironlink's grids
-  # take only their share of the SMs (ironlink.runtime.distributed.grid_cap), so the sum may exceed it.
+  # calls) only if their MPS active-thread percentages add up to at most 100. tests/gpu/run.sh
+  # sets them so (confine); the probes that start MPS alone may not, and ironlink then warns.
   export NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   local mps r
@@ -25,6 +25,16 @@ start_mps() {
       "(one left by a stalled run, with its workers? tests/gpu/stop_leftovers.sh stops them)"
     return 1
   fi
+}
+
+# mps_confine R: each of the R ranks that share a GPU, started after this, may occupy at most
+# its share of the SMs ($CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read when a rank's CUDA context is
+# made; the GPU then reports that share's SMs, ironlink.runtime.distributed.mps_confined).
+# Unconfined, the block scheduler spreads a rank's CTAs over any SMs, and they can hold those a
+# GPU-mate's waiting kernel needs: eight ranks on two H200s stalled in the compile worker's TP
+# block, and passed confined (docs/record.md, session 60).
+mps_confine() {
+  export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$(( 100 / $1 ))
 }
 
 # Asks the daemon to quit. quit waits for the clients to exit: bounded, so a cut-off run does not

@@ -59,7 +59,7 @@
 #   --shared-gpu       ranks may outnumber the GPUs: world sizes are not capped by the GPU count,
 #                      ranks share GPUs (IRONLINK_SHARED_GPU=1: LOCAL_RANK modulo the GPUs, a gloo
 #                      group) under a CUDA MPS daemon started here, so every rank's kernels run at
-#                      once. For multi-rank correctness on a machine with fewer GPUs: timings mean
+#                      once, each rank confined to its share of the SMs (confine, below). For multi-rank correctness on a machine with fewer GPUs: timings mean
 #                      nothing, so the benchmark parts are skipped and the tutorial writes no JSON;
 #                      the workers' wait timeout defaults to 30 s (IRONLINK_GPU_HEAP_TIMEOUT_S)
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
@@ -131,9 +131,8 @@ for w in $worlds; do
 done
 largest=$(printf '%s\n' "${fits[@]:-1}" | sort -n | tail -1)
 # torch.compile (compile, e2e): each rank's Inductor starts a pool of compile workers, by default
-# one per core. At world 8 on a 32-core host (2026-11-30) one rank was still waiting on its pool
-# when its peers' 120 s first-call wait ran out; eight pools of 32 on 32 cores is the suspected
-# cause (not yet rerun). So each rank gets a share of the cores.
+# one per core; eight pools of 32 on a 32-core host oversubscribe it. So each rank gets a share
+# of the cores (with it, eight ranks' compiles ended 2-4 s apart; session 60).
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$(( $(nproc) / largest > 0 ? $(nproc) / largest : 1 ))}
 {
   echo "# $(date -u +%FT%TZ) parts: ${parts[*]}; worlds: ${fits[*]:-none}"
@@ -143,12 +142,19 @@ export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$(( $(npro
 } > "$OUT/env.txt" 2>&1
 rc=0
 fail() { echo "$1: FAILED (log: $2)"; tail -20 "$2"; rc=1; }
+# confine W: where ranks share GPUs, each rank of a world of W started next gets its share of a
+# GPU's SMs from MPS (mps_confine, tests/gpu/mps.sh).
+confine() {
+  [ -n "$shared_gpu" ] || return 0
+  mps_confine $(( ($1 + ngpu - 1) / ngpu ))
+}
 # Runs tests/gpu/workers/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
 # each, printing the log lines that match `summary`.
 per_world() {
   local part=$1 limit=$2 summary=$3 w log r
   for w in "${fits[@]}"; do
     log="$OUT/$part-w$w.log"
+    confine "$w"
     timeout "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/workers/${part}_worker.py" > "$log" 2>&1; r=$?
     grep -E "$summary" "$log" | head -30; [ $r -eq 0 ] || fail "$part world $w" "$log"
   done
@@ -158,6 +164,7 @@ per_world() {
 sanitize_one() {
   local tool=$1 suite=$2 w=$3 prefix="$OUT/sanitize-$1-$2-w$3" r n logs
   rm -f "$prefix"-rank*.log
+  confine "$w"
   SANITIZE_TOOL=$tool SANITIZE_LOG=$prefix IRONLINK_GPU_SMALL=1 IRONLINK_GPU_HEAP_TIMEOUT_S=120 \
     timeout "${IRONLINK_SANITIZE_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" --no-python \
     tests/gpu/sanitize_rank.sh "tests/gpu/workers/${suite}_worker.py" > "$prefix.log" 2>&1; r=$?
@@ -176,6 +183,7 @@ sanitize_one() {
 for part in "${parts[@]}"; do
   echo "== $part"
   log="$OUT/$part.log"
+  confine "$largest"  # the parts that loop over the worlds confine each
   case $part in bench|fused-bench|moe-bench)
     [ -z "$shared_gpu" ] || { echo "$part: skipped (--shared-gpu: timings mean nothing)"; continue; } ;;
   esac
@@ -211,6 +219,7 @@ for part in "${parts[@]}"; do
       for w in "${fits[@]}"; do
         for prog in e2e e2e_moe; do
           log="$OUT/$prog-check-w$w.log" more=()
+          confine "$w"
           # shellcheck disable=SC2206 # the program's arguments are split on purpose
           [ "$prog" = e2e ] && more=($e2e_args)
           timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check \
@@ -241,6 +250,7 @@ for part in "${parts[@]}"; do
         [ -z "$shared_gpu" ] || unset IRONLINK_TUTORIAL_JSON  # shared GPUs: timings mean nothing
         for lesson in examples/tutorial/[0-9][0-9]_*.py; do
           log="$OUT/tutorial-$(basename "$lesson" .py)-w$w.log"
+          confine "$w"
           timeout 180 torchrun --standalone --nproc_per_node="$w" "$lesson" > "$log" 2>&1; r=$?
           grep -E "^[0-9]{2} " "$log" || echo "$(basename "$lesson") world $w: no result line"
           [ $r -eq 0 ] || fail "tutorial $(basename "$lesson") world $w" "$log"

@@ -1,6 +1,7 @@
 """The GPU run scripts' process handling, without a GPU: tests/gpu/run_bounded.sh must stop
 everything run.sh started at its limit, and tests/gpu/stop_leftovers.sh must stop what an earlier
-run left and never the shell that called it. Fake run.sh and workers stand in for the real ones
+run left and never the shell that called it; tests/gpu/mps.sh's share for ranks on one GPU must
+be one ironlink counts as confined. Fake run.sh and workers stand in for the real ones
 (the real run.sh starts each torchrun under `timeout`, which makes a process group of its own:
 workers a kill of run.sh's group missed kept a stalled kernel's GPU on 2026-11-29)."""
 
@@ -12,6 +13,8 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+
+import pytest
 
 GPU_DIR = Path(__file__).resolve().parents[1] / "gpu"
 
@@ -67,3 +70,17 @@ def test_stop_leftovers_stops_workers_not_its_caller(tmp_path: Path) -> None:
         assert worker.wait(timeout=10) == -9
     finally:
         worker.kill()
+
+
+def test_mps_confine_gives_each_rank_a_share_that_ironlink_counts_as_confined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/gpu/mps.sh's mps_confine R sets the MPS percentage that ironlink's sm_share takes as
+    the rank's own share (`mps_confined`): R ranks' percentages add up to at most 100."""
+    from ironlink.runtime.distributed import ENV_MPS_PERCENTAGE, mps_confined
+
+    for ranks in range(1, 9):
+        out = subprocess.run(["bash", "-c", f"source {GPU_DIR / 'mps.sh'}; mps_confine {ranks}; "
+                              f"echo ${ENV_MPS_PERCENTAGE}"], capture_output=True, text=True, timeout=30)
+        percentage = int(out.stdout.strip())
+        assert 100 // (ranks + 1) < percentage <= 100 // ranks, (ranks, percentage)
+        monkeypatch.setenv(ENV_MPS_PERCENTAGE, str(percentage))
+        assert mps_confined(ranks) and not mps_confined(ranks + 1)

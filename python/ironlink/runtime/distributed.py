@@ -7,13 +7,15 @@ NVSHMEM team manager keeps the first device it sees, so the order matters).
 With $IRONLINK_SHARED_GPU=1 (``ENV_SHARED_GPU``) ranks may outnumber the GPUs: they
 take the GPUs in turn (LOCAL_RANK modulo the GPU count) and the group runs on gloo, since NCCL
 refuses two ranks on one GPU. That serves multi-rank tests on a machine with fewer GPUs, under
-CUDA MPS so that every rank's kernels run at once (``tests/gpu/run.sh --shared-gpu``,
-docs/gpu-testing.md): results are checked the same, times mean nothing.
+CUDA MPS so that every rank's kernels run at once, each rank confined to its share of the SMs
+(``mps_confined``; ``tests/gpu/run.sh --shared-gpu``, docs/gpu-testing.md): results are checked
+the same, times mean nothing.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -57,6 +59,7 @@ def init_distributed(timeout: Optional[timedelta] = None, local_rank: Optional[i
     import torch
     import torch.distributed as dist
 
+    warn_unless_confined()
     shared = shared_gpu_allowed()
     local = int(os.environ.get("LOCAL_RANK", 0)) if local_rank is None else local_rank
     device = torch.device("cuda", local_device_index(local, torch.cuda.device_count(), shared))
@@ -81,16 +84,47 @@ def ranks_per_gpu() -> int:
     return max(1, -(-local_world // max(1, torch.cuda.device_count())))
 
 
+# CUDA MPS's limit on the share of a GPU's SMs one client's kernels may occupy at once (a
+# percentage, read when the client's context is made; the GPU then reports that many SMs).
+ENV_MPS_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+
+def mps_confined(ranks: int) -> bool:
+    """Whether MPS confines each of `ranks` ranks sharing a GPU to its own share of the SMs:
+    $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at most 100 / ranks. No rank can then hold the SMs a
+    GPU-mate's kernel needs. Without it, the block scheduler spreads a rank's CTAs over any SMs:
+    eight ranks on two H200s, each within a quarter of the CTAs, stalled in matmul_all_reduce
+    while a GPU-mate's MoE kernels ran, and passed confined to 25 % each (docs/record.md,
+    session 60)."""
+    try:
+        percentage = float(os.environ.get(ENV_MPS_PERCENTAGE, ""))
+    except ValueError:
+        return False
+    return 0 < percentage * ranks <= 100
+
+
+def warn_unless_confined() -> None:
+    """A warning where ranks share a GPU that MPS does not confine them on (`mps_confined`)."""
+    ranks = ranks_per_gpu()
+    if ranks > 1 and not mps_confined(ranks):
+        warnings.warn(f"{ranks} ranks share each GPU but MPS does not confine them to their share of its SMs: set "
+                      f"{ENV_MPS_PERCENTAGE}={100 // ranks} (at most 100 / ranks) for every rank before it starts, "
+                      "or a rank's kernels can hold the SMs a GPU-mate's kernel waits for, and waits time out",
+                      stacklevel=3)
+
+
 def sm_share(device: Any) -> int:
     """The SMs one rank's kernels may count on: the GPU's, or its share when ranks share it. A
     kernel whose CTAs wait for each other or for a peer's CTAs (a grid barrier, a collective)
     launches at most this many CTAs, so that every rank's CTAs are resident at once: one CTA per
     SM fits any kernel that launches, and a CTA waiting for one that cannot be scheduled would
-    time out."""
+    time out. Where MPS confines the rank (`mps_confined`) the GPU reports the rank's share
+    itself; otherwise the share is the GPU's SMs over the ranks on it."""
     import torch
 
     sms = int(torch.cuda.get_device_properties(device).multi_processor_count)
-    return max(1, sms // ranks_per_gpu())
+    ranks = ranks_per_gpu()
+    return max(1, sms if mps_confined(ranks) else sms // ranks)
 
 
 def grid_cap(device: Any) -> int:

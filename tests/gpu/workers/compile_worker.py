@@ -21,11 +21,10 @@ Heap tensors and the MoeExchange are attributes of the nn.Module: Dynamo then tr
 tensors as static inputs, which CUDA graphs need (docs/python.md, "Under torch.compile").
 
 Each forward starts with `ranks_meet`, an operator of the test's own: a host barrier among the
-ranks once the graph runs. The ranks finish compiling at different times (suspected to be more
-than the 120 s wait apart with eight ranks on two GPUs' 32 cores; the verbose line below
-measures it), and a rank whose compile ends first would otherwise wait for the others inside
-its first ironlink kernel, up to the heap's timeout; the test is of ironlink
-under torch.compile, not of that skew. With $IRONLINK_GPU_VERBOSE=1 each rank prints how long its
+ranks once the graph runs. The ranks finish compiling at different times (2-4 s apart with
+eight ranks on two GPUs' 32 cores, the verbose line below measured), and a rank whose compile
+ends first would otherwise wait for the others inside its first ironlink kernel, up to the
+heap's timeout; the test is of ironlink under torch.compile, not of that skew. With $IRONLINK_GPU_VERBOSE=1 each rank prints how long its
 first compiled call took to reach the barrier (its compile) and to run the rest.
 """
 
