@@ -59,8 +59,9 @@
 #   --shared-gpu       ranks may outnumber the GPUs: world sizes are not capped by the GPU count,
 #                      ranks share GPUs (IRONLINK_SHARED_GPU=1: LOCAL_RANK modulo the GPUs, a gloo
 #                      group) under a CUDA MPS daemon started here, so every rank's kernels run at
-#                      once, each rank confined to its share of the SMs (confine, below). For multi-rank correctness on a machine with fewer GPUs: timings mean
-#                      nothing, so the benchmark parts are skipped and the tutorial writes no JSON;
+#                      once, each rank confined to its share of the SMs (confine, below). For
+#                      multi-rank correctness on a machine with fewer GPUs: timings mean nothing,
+#                      so the benchmark parts are skipped and the tutorial writes no JSON;
 #                      the workers' wait timeout defaults to 30 s (IRONLINK_GPU_HEAP_TIMEOUT_S)
 # Environment: OUT (logs and benchmark JSON; default build/gpu-out), IRONLINK_WORLD_TIMEOUT
 # (seconds per collectives, fusion or nvshmem world, default 480, nvshmem with --shared-gpu 600:

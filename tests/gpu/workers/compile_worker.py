@@ -4,8 +4,9 @@
     torchrun --standalone --nproc_per_node=2 tests/gpu/workers/compile_worker.py    # tests/gpu/run.sh compile --worlds 2
 
 First the TP block (below) eagerly, several steps back to back with no host sync between them,
-with and without its MoE layer: no error, replicated results equal on every rank. Then cases, each compiled with torch.compile(fullgraph=True) and compared bitwise with the same module
-run eagerly, on every rank, for several steps of new inputs:
+with and without its MoE layer: no error, replicated results equal on every rank. Then cases,
+each compiled with torch.compile(fullgraph=True) and compared bitwise with the same module run
+eagerly, on every rank, for several steps of new inputs:
 - the TP block: column-parallel linear, ReLU, row-parallel linear into a heap tensor (torch.mm
   out=) + all_reduce_rmsnorm (residual_out=), column-parallel linear, ReLU, matmul_all_reduce,
   then an MoE layer (router, MoeExchange.dispatch, one expert GEMM, combine); default mode and
@@ -24,8 +25,9 @@ Each forward starts with `ranks_meet`, an operator of the test's own: a host bar
 ranks once the graph runs. The ranks finish compiling at different times (2-4 s apart with
 eight ranks on two GPUs' 32 cores, the verbose line below measured), and a rank whose compile
 ends first would otherwise wait for the others inside its first ironlink kernel, up to the
-heap's timeout; the test is of ironlink under torch.compile, not of that skew. With $IRONLINK_GPU_VERBOSE=1 each rank prints how long its
-first compiled call took to reach the barrier (its compile) and to run the rest.
+heap's timeout; the test is of ironlink under torch.compile, not of that skew. With
+$IRONLINK_GPU_VERBOSE=1 each rank prints how long its first compiled call took to reach the
+barrier (its compile) and to run the rest.
 """
 
 from __future__ import annotations
