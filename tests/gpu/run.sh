@@ -149,6 +149,9 @@ confine() {
   [ -n "$shared_gpu" ] || return 0
   mps_confine $(( ($1 + ngpu - 1) / ngpu ))
 }
+if [ -n "$shared_gpu" ]; then
+  for w in "${fits[@]}"; do (confine "$w"; echo "world $w: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); done >> "$OUT/env.txt"
+fi
 # Runs tests/gpu/workers/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
 # each, printing the log lines that match `summary`.
 per_world() {
