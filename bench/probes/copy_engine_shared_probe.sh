@@ -8,6 +8,8 @@ here=$(dirname "$0")
 source "$here/../../tests/gpu/mps.sh"
 start_mps || exit 1
 [ "${2:-}" = unconfined ] || mps_confine 2
-timeout -s KILL "$limit" torchrun --standalone --nproc_per_node=2 "$here/copy_engine_shared_probe.py"
+# Both ranks on GPU 0 (on a machine of several GPUs they would each take one).
+CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout -s KILL "$limit" torchrun --standalone --nproc_per_node=2 \
+  "$here/copy_engine_shared_probe.py"
 echo "probe exit: $?"
 "$here/../../tests/gpu/stop_leftovers.sh"
