@@ -103,14 +103,22 @@ def mps_confined(ranks: int) -> bool:
     return 0 < percentage * ranks <= 100
 
 
-def warn_unless_confined() -> None:
-    """A warning where ranks share a GPU that MPS does not confine them on (`mps_confined`)."""
+def unconfined_sharing() -> Optional[str]:
+    """What is wrong where ranks share a GPU that MPS does not confine them on (`mps_confined`),
+    else None: the warning of `init_distributed`, and the end of a TIMEOUT's message."""
     ranks = ranks_per_gpu()
-    if ranks > 1 and not mps_confined(ranks):
-        warnings.warn(f"{ranks} ranks share each GPU but MPS does not confine them to their share of its SMs: set "
-                      f"{ENV_MPS_PERCENTAGE}={100 // ranks} (at most 100 / ranks) for every rank before it starts, "
-                      "or a rank's kernels can hold the SMs a GPU-mate's kernel waits for, and waits time out",
-                      stacklevel=3)
+    if ranks == 1 or mps_confined(ranks):
+        return None
+    return (f"{ranks} ranks share each GPU but MPS does not confine them to their share of its SMs: set "
+            f"{ENV_MPS_PERCENTAGE}={100 // ranks} (at most 100 / ranks) for every rank before it starts, "
+            "or a rank's kernels can hold the SMs a GPU-mate's kernel waits for, and waits time out")
+
+
+def warn_unless_confined() -> None:
+    """A warning where ranks share a GPU that MPS does not confine them on (`unconfined_sharing`)."""
+    why = unconfined_sharing()
+    if why is not None:
+        warnings.warn(why, stacklevel=3)
 
 
 def sm_share(device: Any) -> int:
