@@ -91,11 +91,10 @@ ENV_MPS_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
 def mps_confined(ranks: int) -> bool:
     """Whether MPS confines each of `ranks` ranks sharing a GPU to its own share of the SMs:
-    $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at most 100 / ranks. No rank can then hold the SMs a
-    GPU-mate's kernel needs. Without it, the block scheduler spreads a rank's CTAs over any SMs:
-    eight ranks on two H200s, each rank's grids within a quarter of the SMs, stalled in
-    matmul_all_reduce while a GPU-mate's MoE kernels ran, and passed confined to 25 % each
-    (docs/record.md, session 60)."""
+    $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at most 100 / ranks, so that the shares add up to at
+    most the GPU (NVSHMEM asks the same of PEs sharing a GPU). Unconfined, eight ranks on two
+    H200s, each rank's grids within a quarter of the SMs, stalled in matmul_all_reduce while
+    GPU-mates ran MoE kernels; confined to 25 % each they passed (docs/record.md, session 60)."""
     try:
         percentage = float(os.environ.get(ENV_MPS_PERCENTAGE, ""))
     except ValueError:
