@@ -30,9 +30,9 @@ start_mps() {
 # mps_confine R: each of the R ranks that share a GPU, started after this, may occupy at most
 # its share of the SMs ($CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read when a rank's CUDA context is
 # made; the GPU then reports that share's SMs, ironlink.runtime.distributed.mps_confined).
-# Unconfined, the block scheduler spreads a rank's CTAs over any SMs, and they can hold those a
-# GPU-mate's waiting kernel needs: eight ranks on two H200s stalled in the compile worker's TP
-# block, and passed confined (docs/record.md, session 60).
+# Unconfined, eight ranks on two H200s stalled in the compile worker's TP block, and passed
+# confined (docs/record.md, session 60; suspected: a rank's CTAs, spread over any SMs, held
+# those a GPU-mate's waiting kernel needed).
 mps_confine() {
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$(( 100 / $1 ))
 }

@@ -110,7 +110,7 @@ def unconfined_sharing() -> Optional[str]:
         return None
     return (f"{ranks} ranks share each GPU but MPS does not confine them to their share of its SMs: set "
             f"{ENV_MPS_PERCENTAGE}={100 // ranks} (at most 100 / ranks) for every rank before it starts, "
-            "or a rank's kernels can hold the SMs a GPU-mate's kernel waits for, and waits time out")
+            "or waits on peers can time out (eight ranks on two H200s stalled unconfined; docs/gpu-testing.md)")
 
 
 def warn_unless_confined() -> None:
