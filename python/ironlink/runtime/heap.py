@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ..language import _abi, topology
 from .backends import NativeSettings, check_backend, check_node_size, open_backend
 from .call_check import CallCheck, default_store
-from .distributed import unconfined_sharing
 from .errors import IronlinkError, device_error
+from .failure_notes import explained
 from .heap_args import check_algorithm_limits, check_size, check_timeout, normalize_shape, span_bytes
 from .handles import register
 from .heap_calls import HeapCalls
@@ -349,16 +349,11 @@ class SymmetricHeap:
             raise self.explain(device_error(code, detail, self._rank))
 
     def explain(self, e: IronlinkError) -> IronlinkError:
-        """`e` with the first heap call that differs between the ranks appended, if it reports
-        HEAP_ASYMMETRIC (the ranks' recent calls meet in torch.distributed's store; a rank that
-        does not report within a few seconds is left out); a TIMEOUT where ranks share a GPU
-        unconfined with that said (`unconfined_sharing`); any other error as it is."""
-        if e.status == _abi.STATUS["TIMEOUT"]:
-            why = unconfined_sharing()
-            return e if why is None else IronlinkError(f"{e}. {why}", status=e.status, function=e.function)
-        if e.status != _abi.STATUS["HEAP_ASYMMETRIC"]:
-            return e
-        return self._calls.explain(e, int(self._open().digest), self._uid, self._rank, self._world)
+        """`e` with its note (`failure_notes.explained`): for HEAP_ASYMMETRIC the first heap call
+        that differs between the ranks (their recent calls meet in torch.distributed's store; a
+        rank that does not report within a few seconds is left out)."""
+        return explained(e, lambda err: self._calls.explain(err, int(self._open().digest), self._uid, self._rank,
+                                                          self._world))
 
     def compare_call(self, name: str, **fields: Any) -> None:
         """check=True, first: IronlinkError, nothing launched, unless all ranks make this call (`call_check`)."""

@@ -57,7 +57,7 @@ def launch_with_status(name: str, heap: Any, ctas: int, launch: Any, check: bool
             try:
                 check_statuses(status[:ctas].tolist(), name, heap.rank, function)
             except IronlinkError as e:
-                raise heap.explain(e) from None  # HEAP_ASYMMETRIC: which heap call differs (and more: explain)
+                raise heap.explain(e) from None  # HEAP_ASYMMETRIC: which heap call differs
 
 
 __all__ = ["MULTI_NODE_OPS", "check_statuses", "launch_with_status"]
