@@ -1,7 +1,7 @@
 """The GPU workers' case runner (tests/gpu/workers/_cases.py) on the CPU, one rank over gloo: a
-case passes or fails as it ran, and only a case that raised IronlinkError renews the heap for the
-cases after it (docs/device-api.md: after a timeout, close the heap). Needs torch (skipped
-without it, as in CI)."""
+case passes or fails as it ran, and a case that failed renews the heap for the cases after it
+(docs/device-api.md: after a timeout, close the heap; a rank whose check failed skipped its
+frees). Needs torch (skipped without it, as in CI)."""
 
 from __future__ import annotations
 
@@ -25,22 +25,34 @@ def fails_with(error: Exception):  # type: ignore[no-untyped-def]
     return case
 
 
-def test_only_an_ironlink_error_renews_the_heap(tmp_path: Path) -> None:
+def test_every_failed_case_renews_the_heap(tmp_path: Path) -> None:
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         renewed: list[int] = []
         cases = Cases(renew=lambda: renewed.append(len(renewed)))
         cases.run("passes", lambda: None)
-        cases.run("a wrong result", fails_with(AssertionError("relative error nan")))
         assert renewed == []
+        # A failed check skips the case's frees on this rank only: its heap no longer matches.
+        cases.run("a wrong result", fails_with(AssertionError("relative error nan")))
+        assert renewed == [0]
         cases.run("a timeout", fails_with(IronlinkError("symm_signal_wait_at recorded TIMEOUT (-7)")))
-        assert renewed == [0]
+        assert renewed == [0, 1]
         cases.run("passes after it", lambda: None)
-        assert renewed == [0]
+        assert renewed == [0, 1]
         assert (cases.passed, cases.failed) == (2, ["a wrong result", "a timeout"])
         Cases().run("no renew given", fails_with(IronlinkError("TIMEOUT")))  # nothing to call: no error
     finally:
         dist.destroy_process_group()
+
+
+def test_a_reduction_is_checked_against_the_magnitude_of_its_inputs() -> None:
+    """Eight ranks' single elements that nearly cancel: a last-bit difference in the order of the
+    adds is a large error relative to the result, a small one relative to the inputs."""
+    from collectives_worker import Suite
+
+    xs = [torch.tensor([v], dtype=torch.float64) for v in (3.0, -2.5, 1.25, -1.75, 0.5, -0.5, 2.0, -2.0 + 1e-3)]
+    for op, want in (("SUM", sum(abs(x) for x in xs)), ("AVG", sum(abs(x) for x in xs) / 8), ("MAX", torch.tensor([3.0], dtype=torch.float64))):
+        assert torch.allclose(Suite.magnitude_ref(xs, op), want)
 
 
 SLOW_CASE = """
