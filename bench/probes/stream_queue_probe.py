@@ -24,8 +24,9 @@ Printed per client: waiters, ok or STALLED, and the milliseconds.
     source tests/gpu/mps.sh; start_mps; python3 bench/probes/stream_queue_probe.py --clients 4; stop_mps
     python3 bench/probes/stream_queue_probe.py --order kernel-first              # and the same three ways
 
-First run (session 60, one H200, waits-first): one client stalled from 8 waiting streams, with one
-connection from 1, four MPS clients from 2 (docs/record.md).
+Waits-first (session 60, one H200): one client stalled from 8 waiting streams, with one
+connection from 1, four MPS clients from 2. Kernel-first (session 61): no stall in any of the three
+ways, up to 32 waiting streams (docs/record.md).
 
 Needs the ironlink wheel (its native stream calls) and torch.
 """

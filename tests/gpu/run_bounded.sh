@@ -28,4 +28,10 @@ fi
 if [[ " $* " == *" --shared-gpu "* ]]; then  # run.sh's EXIT trap does not run after a KILL
   source "$(dirname "$0")/mps.sh" && stop_mps
 fi
+# The ranks' stacks (a file a rank) as one archive, stacks.tar.gz beside the logs: a run that
+# brings back a few files (eight ranks' stacks are eight) keeps them with the logs.
+stacks=${IRONLINK_GPU_STACKS_DIR:-${OUT:-build/gpu-out}/stacks}
+if [ -d "$stacks" ] && [ -n "$(ls -A "$stacks")" ]; then
+  tar -czf "$stacks.tar.gz" -C "$(dirname "$stacks")" "$(basename "$stacks")" && rm -rf "$stacks"
+fi
 exit $rc

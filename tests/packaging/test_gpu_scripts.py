@@ -56,6 +56,24 @@ def test_run_bounded_passes_run_sh_status(tmp_path: Path) -> None:
     assert done.returncode == 3
 
 
+def test_run_bounded_packs_the_ranks_stacks_into_one_archive(tmp_path: Path) -> None:
+    """The device tool brings back at most eight files: eight ranks' stacks travel as one."""
+    import tarfile
+
+    shutil.copy(GPU_DIR / "run_bounded.sh", tmp_path / "run_bounded.sh")
+    (tmp_path / "run.sh").write_text("#!/usr/bin/env bash\nmkdir -p \"$OUT/stacks\"\n"
+                                     "for r in 0 1 2; do echo \"rank $r\" > \"$OUT/stacks/rank$r.txt\"; done\n")
+    os.chmod(tmp_path / "run.sh", 0o755)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "IRONLINK_GPU_STACKS_DIR"}
+    done = subprocess.run(["bash", str(tmp_path / "run_bounded.sh"), "30"], capture_output=True, text=True,
+                          timeout=60, env=dict(env, OUT=str(out)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["stacks.tar.gz"]
+    with tarfile.open(out / "stacks.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["stacks", "stacks/rank0.txt", "stacks/rank1.txt", "stacks/rank2.txt"]
+
+
 def test_stop_leftovers_stops_workers_not_its_caller(tmp_path: Path) -> None:
     tag = f"tests/gpu/workers/fake_{uuid.uuid4().hex[:8]}.py"
     worker = subprocess.Popen(["bash", "-c", f"exec -a '{tag}' sleep 300"])

@@ -173,6 +173,12 @@ class Cases:
         # (its next allocations land at other offsets: HEAP_ASYMMETRIC in every case after it, as
         # collectives at world 8 showed, 2026-11-30). The cases after it get a new heap.
         self.renew = renew
+        # The pass/fail vote on the CPU (gloo), not in a GPU kernel: after a failure, a rank's NCCL
+        # kernel spins (no timeout) until every peer joins, and where ranks share a GPU its CTAs can
+        # hold SMs a GPU-mate's ironlink kernel still needs to finish (MPS's thread percentage
+        # limits a client's SMs, it reserves none); that wait never ends (fusion at world 8,
+        # 2026-11-30: three ranks TIMEOUT and voting, five never done).
+        self.vote_group = dist.new_group(backend="gloo")
         self.rank = dist.get_rank()
         self.passed = 0
         self.failed: list[str] = []
@@ -199,8 +205,8 @@ class Cases:
                 traceback.print_exc()
             print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
         # A case passes only if it passed on every rank; else every rank renews its heap.
-        flag = torch.tensor([ok], device="cuda" if torch.cuda.is_available() else "cpu")  # cpu: gloo
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        flag = torch.tensor([ok])
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.vote_group)
         passed = bool(flag.item())
         faulthandler.cancel_dump_traceback_later()  # after the vote: a rank stuck before it is dumped too
         if self.verbose and self.rank == 0:
