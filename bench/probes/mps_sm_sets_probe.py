@@ -1,0 +1,92 @@
+"""Does confining MPS clients (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, tests/gpu/mps.sh `mps_confine`)
+keep each client's grid of its share's size resident at once, when GPU-mates run theirs at the
+same time? ironlink's `sm_share` assumes so: a rank that shares a GPU launches at most the SMs
+the GPU reports to it, and its CTAs wait for each other and for peers' CTAs. NVIDIA's MPS
+documentation says the percentage is a limit, not a reservation (kernels of different clients
+may run on the same SM); a client whose CTAs cannot all be resident would time out in every
+collective, and the fusion suite at world 8 on two H200s stalled once confined (docs/record.md,
+session 61).
+
+Each client process (all on GPU 0) launches, at the same moment (a barrier), one kernel of
+`--grid` CTAs (default: the SMs the GPU reports to it) of `--warps` warps; each CTA records its SM
+(%smid) and spins `--hold-ms` on the global timer, then records when it started and ended. Printed
+per client: the SMs the GPU reports, the distinct SMs its CTAs ran on, and whether they were all
+resident at once (the last CTA started before the first ended), with the spread of the starts;
+then the SMs that CTAs of more than one client ran on.
+
+    source tests/gpu/mps.sh; start_mps; mps_confine 4
+    python3 bench/probes/mps_sm_sets_probe.py --clients 4                 # grids of the share
+    python3 bench/probes/mps_sm_sets_probe.py --clients 4 --warps 32      # 1024 threads: 2 a SM
+    stop_mps
+
+Needs torch and triton (not the ironlink wheel).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.multiprocessing as mp
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import utils as tl_cuda
+
+
+@triton.jit
+def hold(out, hold_ns):
+    """out[3 pid .. 3 pid + 2]: this CTA's SM, and the global timer when it started and ended."""
+    start = tl_cuda.globaltimer()
+    now = start
+    while now - start < hold_ns:
+        now = tl_cuda.globaltimer()
+    base = out + tl.program_id(0) * 3
+    tl.store(base, tl_cuda.smid().to(tl.int64))
+    tl.store(base + 1, start)
+    tl.store(base + 2, now)
+
+
+def client(me: int, grid: int, warps: int, hold_ms: float, start: mp.Barrier, out: mp.Queue) -> None:
+    torch.cuda.set_device(0)
+    reported = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = grid or reported
+    rec = torch.zeros(grid * 3, dtype=torch.int64, device="cuda")
+    hold[(grid,)](rec, 1000, num_warps=warps)  # compiled and loaded before the barrier
+    torch.cuda.synchronize()
+    start.wait()
+    hold[(grid,)](rec, int(hold_ms * 1e6), num_warps=warps)
+    torch.cuda.synchronize()
+    r = rec.view(grid, 3).cpu()
+    out.put((me, reported, grid, r[:, 0].tolist(), r[:, 1].tolist(), r[:, 2].tolist()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=4, help="processes on GPU 0 at once (under MPS: its clients)")
+    ap.add_argument("--grid", type=int, default=0, help="CTAs a client (0: the SMs the GPU reports to it)")
+    ap.add_argument("--warps", type=int, default=16)
+    ap.add_argument("--hold-ms", type=float, default=200.0)
+    a = ap.parse_args()
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Barrier(a.clients), ctx.Queue()
+    ps = [ctx.Process(target=client, args=(c, a.grid, a.warps, a.hold_ms, start, out)) for c in range(a.clients)]
+    for p in ps:
+        p.start()
+    rows = sorted(out.get(timeout=300) for _ in ps)
+    for p in ps:
+        p.join(timeout=60)
+    clients_on: dict[int, set[int]] = {}
+    for me, reported, grid, sms, starts, ends in rows:
+        resident = max(starts) < min(ends)
+        spread_ms = (max(starts) - min(starts)) / 1e6
+        print(f"client {me}: reports {reported} SMs; {grid} CTAs x {a.warps} warps on {len(set(sms))} SMs; "
+              f"all resident at once: {'yes' if resident else 'no'} (starts {spread_ms:.1f} ms apart, "
+              f"hold {a.hold_ms:.0f} ms)", flush=True)
+        for sm in set(sms):
+            clients_on.setdefault(sm, set()).add(me)
+    shared = sorted(sm for sm, cs in clients_on.items() if len(cs) > 1)
+    print(f"SMs used: {len(clients_on)}; used by more than one client: {len(shared)} {shared}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
