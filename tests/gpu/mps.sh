@@ -32,7 +32,9 @@ start_mps() {
 # made; the GPU then reports that share's SMs, ironlink.runtime.distributed.mps_confined).
 # Unconfined, eight ranks on two H200s stalled in the compile worker's TP block, and passed
 # confined (docs/record.md, session 60; suspected: a rank's CTAs, spread over any SMs, held
-# those a GPU-mate's waiting kernel needed).
+# those a GPU-mate's waiting kernel needed). A limit, not a reservation (NVIDIA's MPS docs):
+# whether GPU-mates' grids of their share are then all resident is
+# bench/probes/mps_sm_sets_probe.py's question.
 mps_confine() {
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$(( 100 / $1 ))
 }
