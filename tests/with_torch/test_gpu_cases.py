@@ -55,6 +55,48 @@ def test_a_reduction_is_checked_against_the_magnitude_of_its_inputs() -> None:
         assert torch.allclose(Suite.magnitude_ref(xs, op), want)
 
 
+PEER_FAILS = """
+import sys
+sys.path.insert(0, {workers!r})
+import torch, torch.distributed as dist
+import _cases
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="file://{store}", rank=rank, world_size=2)
+renewed = []
+cases = _cases.Cases(renew=lambda: renewed.append(1))
+def case():
+    if rank == 0:
+        raise AssertionError("rank 0's own check")
+    _cases.same_on_all_ranks(torch.ones(4))  # rank 0 never joins this gather
+cases.run("a peer fails before a check", case)
+cases.run("both check", lambda: _cases.same_on_all_ranks(torch.ones(4)))
+print("RESULT", cases.passed, cases.failed, len(renewed), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_at_a_check_that_a_failed_peer_never_joins_fails_the_case_instead_of_waiting(tmp_path: Path) -> None:
+    """Rank 0 fails before the case's cross-rank check; rank 1 reaches it. Rank 1 must not wait in
+    a gather rank 0 never joins (the hang of fusion at world 8, 2026-11-30): both fail the case,
+    both renew the heap, and the next case passes on both."""
+    import subprocess
+
+    workers = str(Path(__file__).resolve().parents[1] / "gpu" / "workers")
+    script = PEER_FAILS.format(workers=workers, store=tmp_path / "store")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "IRONLINK_GPU_STACKS_DIR"}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env) for r in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:  # a rank left waiting (today's failure) does not outlive the test
+        for p in procs:
+            p.kill()
+    for r, out in enumerate(outs):
+        assert procs[r].returncode == 0, out
+        assert "RESULT 1 ['a peer fails before a check'] 1" in out, out
+    assert "a peer failed this case before this check" in outs[1], outs[1]
+
+
 SLOW_CASE = """
 import sys, time
 sys.path.insert(0, {workers!r})

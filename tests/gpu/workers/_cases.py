@@ -10,7 +10,9 @@ seconds as it ends (to find a slow case). A worker stopped by SIGTERM (a time li
 thread's stack first: appended to $IRONLINK_GPU_STACKS_DIR/rank<R>.txt under a line naming the
 worker, where that is set (tests/gpu/run.sh sets it to $OUT/stacks; eight ranks' stacks
 interleaved on one stream cannot be read), else to stderr; with $IRONLINK_GPU_VERBOSE=1 also once a
-minute while a case lasts."""
+minute while a case lasts. A case's pass/fail vote runs on the CPU (gloo), and a check that needs
+every rank (`same_on_all_ranks`) first votes with the peers (`peers_still_in`), so a rank never
+waits in a collective that a peer which failed the case will not join."""
 
 from __future__ import annotations
 
@@ -68,8 +70,30 @@ def close_to(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str
     assert err <= tol, f"{what}: relative error {err:.3g} > {tol}"
 
 
+class PeerFailed(AssertionError):
+    """A peer failed the running case before a check that needs every rank (`peers_still_in`)."""
+
+
+# The CPU (gloo) group of the running case's vote (`Cases.run`), None outside a case.
+_vote_group: Optional[Any] = None
+
+
+def peers_still_in() -> None:
+    """Called before a check that needs every rank (an NCCL collective): one vote with the peers
+    on the CPU. A peer that failed the case went straight to the case's final vote, which
+    meets this one, so this rank raises `PeerFailed` instead of waiting in a collective that
+    peer never joins (it would wait for NCCL's 10 min timeout: a hang to a bounded run)."""
+    if _vote_group is None:
+        return
+    flag = torch.tensor([1])
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=_vote_group)
+    if not flag.item():
+        raise PeerFailed("a peer failed this case before this check")
+
+
 def same_on_all_ranks(t: torch.Tensor) -> None:
     """Asserts `t` is bitwise the same on every rank (gathered to every rank, compared there)."""
+    peers_still_in()
     b = t.contiguous().view(torch.uint8).flatten()
     gathered = [torch.empty_like(b) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, b)
@@ -194,20 +218,29 @@ class Cases:
         if self.rank == 0:  # a case that never ends is named by the last of these in the log
             print(f"case {name}: started", flush=True)
 
+        global _vote_group
+        _vote_group, voted = self.vote_group, False
         try:
             if self.before:
                 self.before()
             fn()
             ok = 1
+        except PeerFailed as e:  # the vote it took was this case's: the failed peer's final one
+            ok, voted = 0, True
+            print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
         except Exception as e:  # noqa: BLE001 - a failed case is reported, the suite goes on
             ok = 0
             if not isinstance(e, AssertionError):
                 traceback.print_exc()
             print(f"[rank {self.rank}] FAILED {name}: {e}", flush=True)
+        finally:
+            _vote_group = None
         # A case passes only if it passed on every rank; else every rank renews its heap.
-        flag = torch.tensor([ok])
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.vote_group)
-        passed = bool(flag.item())
+        passed = False
+        if not voted:
+            flag = torch.tensor([ok])
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.vote_group)
+            passed = bool(flag.item())
         faulthandler.cancel_dump_traceback_later()  # after the vote: a rank stuck before it is dumped too
         if self.verbose and self.rank == 0:
             print(f"case {name}: {'ok' if passed else 'FAILED'} in {time.time() - started:.2f} s", flush=True)
