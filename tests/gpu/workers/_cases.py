@@ -200,8 +200,8 @@ class Cases:
         # The pass/fail vote on the CPU (gloo), not in a GPU kernel: after a failure, a rank's NCCL
         # kernel spins (no timeout) until every peer joins, and where ranks share a GPU its CTAs can
         # hold SMs a GPU-mate's ironlink kernel still needs to finish (MPS's thread percentage
-        # limits a client's SMs, it reserves none); that wait never ends (fusion at world 8,
-        # 2026-11-30: three ranks TIMEOUT and voting, five never done).
+        # limits a client's SMs, it reserves none). A suspected cause of fusion's stall at world 8
+        # (2026-11-30: three ranks TIMEOUT and voting, five never done).
         self.vote_group = dist.new_group(backend="gloo")
         self.rank = dist.get_rank()
         self.passed = 0
