@@ -32,7 +32,8 @@ try:
     import torch
     import torch.distributed as dist
     from _cases import (SMALL, Cases, expert_rows, expert_scales, heap_timeout_s,  # tests/gpu/workers/, the script's own directory
-                        lamport_slots_empty, moe_routing, moe_scaled_layer, renewed, same_on_all_ranks, small)
+                        lamport_slots_empty, moe_routing, moe_scaled_layer, peers_still_in, renewed, same_on_all_ranks,
+                        small)
 except ImportError:  # the CPU machines have no torch
     torch = None  # type: ignore[assignment]
     Cases = object  # type: ignore[assignment,misc]
@@ -94,16 +95,19 @@ class Suite(Cases):
                 "prod": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}[op]
 
     def ref_all_reduce(self, x: Any, op: str) -> Any:
+        peers_still_in()  # NCCL's reference: not with a peer that failed the case already
         r = x.float().clone()
         dist.all_reduce(r, op=self.nccl_op(op))
         return r
 
     def ref_reduce_scatter(self, full: Any, n: int, op: str) -> Any:
+        peers_still_in()  # NCCL's reference: not with a peer that failed the case already
         r = torch.empty(n, dtype=torch.float32, device="cuda")
         dist.reduce_scatter_tensor(r, full.float().contiguous(), op=self.nccl_op(op))
         return r
 
     def ref_all_gather(self, x: Any) -> Any:
+        peers_still_in()  # NCCL's reference: not with a peer that failed the case already
         r = torch.empty(self.world * x.numel(), dtype=x.dtype, device="cuda")
         dist.all_gather_into_tensor(r, x.contiguous())
         return r
