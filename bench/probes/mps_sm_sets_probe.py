@@ -14,8 +14,8 @@ per client: the SMs the GPU reports, the distinct SMs its CTAs ran on, and wheth
 resident at once (the last CTA started before the first ended), with the spread of the starts;
 then the SMs that CTAs of more than one client ran on.
 
+    bench/probes/mps_sm_sets_probe.sh 4     # 4 clients, confined then not, 16 and 32 warps a CTA
     source tests/gpu/mps.sh; start_mps; mps_confine 4
-    python3 bench/probes/mps_sm_sets_probe.py --clients 4                 # grids of the share
     python3 bench/probes/mps_sm_sets_probe.py --clients 4 --warps 32      # 1024 threads: 2 a SM
     stop_mps
 
