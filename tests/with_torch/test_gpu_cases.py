@@ -79,11 +79,12 @@ def test_a_rank_at_a_check_that_a_failed_peer_never_joins_fails_the_case_instead
     """Rank 0 fails before the case's cross-rank check; rank 1 reaches it. Rank 1 must not wait in
     a gather rank 0 never joins (the hang of fusion at world 8, 2026-11-30): both fail the case,
     both renew the heap, and the next case passes on both."""
+    import os
     import subprocess
 
     workers = str(Path(__file__).resolve().parents[1] / "gpu" / "workers")
     script = PEER_FAILS.format(workers=workers, store=tmp_path / "store")
-    env = {k: v for k, v in __import__("os").environ.items() if k != "IRONLINK_GPU_STACKS_DIR"}
+    env = {k: v for k, v in os.environ.items() if k != "IRONLINK_GPU_STACKS_DIR"}
     procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=env) for r in (0, 1)]
     try:

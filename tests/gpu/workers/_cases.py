@@ -91,14 +91,15 @@ def peers_still_in() -> None:
         raise PeerFailed("a peer failed this case before this check")
 
 
-def same_on_all_ranks(t: torch.Tensor) -> None:
-    """Asserts `t` is bitwise the same on every rank (gathered to every rank, compared there)."""
+def same_on_all_ranks(t: torch.Tensor, what: str = "result") -> None:
+    """Asserts `t` (named `what` in the message) is bitwise the same on every rank (gathered to
+    every rank, compared there)."""
     peers_still_in()
     b = t.contiguous().view(torch.uint8).flatten()
     gathered = [torch.empty_like(b) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, b)
     for r, g in enumerate(gathered):
-        assert torch.equal(g, b), f"rank {r}'s result differs bitwise from this rank's"
+        assert torch.equal(g, b), f"rank {r}'s {what} differs bitwise from this rank's"
 
 
 def lamport_slots_empty(heap: Any, name: str, dtypes: Sequence[torch.dtype]) -> None:

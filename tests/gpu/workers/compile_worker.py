@@ -180,17 +180,12 @@ class OtherOps(torch.nn.Module if torch is not None else object):  # type: ignor
         return v, rows, counts, shard
 
 
-def same_on_all_ranks(t: Any) -> bool:
-    b = t.contiguous().view(torch.uint8).flatten()
-    gathered = [torch.empty_like(b) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, b)
-    return all(torch.equal(x, b) for x in gathered)
-
-
 def eager_steps(module: Any, with_moe: bool) -> None:
     """STEPS eager forwards of the TP block back to back, no host sync between them (as an engine
     runs its layers): no error, and the replicated results equal on every rank. Without the MoE
     exchange too, which tells which part of the block a stall is in."""
+    from _cases import same_on_all_ranks  # tests/gpu/workers/, the script's own directory
+
     module.with_moe = with_moe
     try:
         outs = [[t.clone() for t in module(*TPBlock.inputs(step))] for step in range(STEPS)]
@@ -200,7 +195,7 @@ def eager_steps(module: Any, with_moe: bool) -> None:
         module.with_moe = True
     for step, got in enumerate(outs):
         for i in TPBlock.REPLICATED:
-            assert same_on_all_ranks(got[i]), f"step {step}: result {i} differs between ranks"
+            same_on_all_ranks(got[i], f"step {step}: result {i}")
 
 
 def compare(module: Any, inputs: Callable[[int], Sequence[Any]], replicated: Sequence[int], mode: str,
@@ -209,7 +204,7 @@ def compare(module: Any, inputs: Callable[[int], Sequence[Any]], replicated: Seq
     graph break, and under reduce-overhead no cudagraph skip."""
     from torch._dynamo.utils import counters
 
-    from _cases import VERBOSE, heap_timeout_s  # tests/gpu/workers/, the script's own directory
+    from _cases import VERBOSE, heap_timeout_s, same_on_all_ranks  # tests/gpu/workers/, the script's own directory
 
     torch._dynamo.reset()
     counters.clear()
@@ -233,7 +228,7 @@ def compare(module: Any, inputs: Callable[[int], Sequence[Any]], replicated: Seq
             assert bits_equal(g, w), (f"step {step}: result {i} differs from eager "
                                       f"(max abs diff {(g.float() - w.float()).abs().max().item()})")
         for i in replicated:
-            assert same_on_all_ranks(got[i]), f"step {step}: result {i} differs between ranks"
+            same_on_all_ranks(got[i], f"step {step}: result {i}")
     breaks = sum(counters["graph_break"].values())
     graphs = counters["stats"]["unique_graphs"]
     skips = counters["inductor"]["cudagraph_skips"]
