@@ -76,16 +76,20 @@ def main() -> None:
     for p in ps:
         p.join(timeout=60)
     clients_on: dict[int, set[int]] = {}
+    t0 = min(min(r[4]) for r in rows)
     for me, reported, grid, sms, starts, ends in rows:
         resident = max(starts) < min(ends)
         spread_ms = (max(starts) - min(starts)) / 1e6
         print(f"client {me}: reports {reported} SMs; {grid} CTAs x {a.warps} warps on {len(set(sms))} SMs; "
               f"all resident at once: {'yes' if resident else 'no'} (starts {spread_ms:.1f} ms apart, "
-              f"hold {a.hold_ms:.0f} ms)", flush=True)
+              f"hold {a.hold_ms:.0f} ms); ran {(min(starts) - t0) / 1e6:.1f} .. {(max(ends) - t0) / 1e6:.1f} ms "
+              f"after the first client's start", flush=True)
         for sm in set(sms):
             clients_on.setdefault(sm, set()).add(me)
     shared = sorted(sm for sm, cs in clients_on.items() if len(cs) > 1)
     print(f"SMs used: {len(clients_on)}; used by more than one client: {len(shared)} {shared}", flush=True)
+    together = max(min(r[4]) for r in rows) < min(max(r[5]) for r in rows)
+    print(f"all clients' grids resident at the same moment: {'yes' if together else 'no'}", flush=True)
 
 
 if __name__ == "__main__":
