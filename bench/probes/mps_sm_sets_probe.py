@@ -34,30 +34,39 @@ from triton.language.extra.cuda import utils as tl_cuda
 
 
 @triton.jit
-def hold(out, hold_ns):
-    """out[3 pid .. 3 pid + 2]: this CTA's SM, and the global timer when it started and ended."""
+def hold(out, hold_ns, zeros, HEAVY: tl.constexpr):
+    """out[3 pid .. 3 pid + 2]: this CTA's SM, and the global timer when it started and ended.
+    HEAVY > 0: the CTA also holds HEAVY fp32 zeros (`zeros`) in registers across the spin, so it
+    needs as many registers as ironlink's heaviest fused kernels (one CTA an SM at 16 warps)."""
+    if HEAVY > 0:
+        held = tl.load(zeros + tl.arange(0, HEAVY))
     start = tl_cuda.globaltimer()
     now = start
     while now - start < hold_ns:
         now = tl_cuda.globaltimer()
     base = out + tl.program_id(0) * 3
-    tl.store(base, tl_cuda.smid().to(tl.int64))
+    sm = tl_cuda.smid().to(tl.int64)
+    if HEAVY > 0:
+        sm += tl.sum(held * (now - start).to(tl.float32)).to(tl.int64)  # zero; keeps `held` live
+    tl.store(base, sm)
     tl.store(base + 1, start)
     tl.store(base + 2, now)
 
 
-def client(me: int, grid: int, warps: int, hold_ms: float, start: mp.Barrier, out: mp.Queue) -> None:
+def client(me: int, grid: int, warps: int, heavy: int, hold_ms: float, start: mp.Barrier, out: mp.Queue) -> None:
     torch.cuda.set_device(0)
     reported = torch.cuda.get_device_properties(0).multi_processor_count
     grid = grid or reported
     rec = torch.zeros(grid * 3, dtype=torch.int64, device="cuda")
-    hold[(grid,)](rec, 1000, num_warps=warps)  # compiled and loaded before the barrier
+    zeros = torch.zeros(max(heavy, 1), dtype=torch.float32, device="cuda")
+    k = hold[(grid,)](rec, 1000, zeros, HEAVY=heavy, num_warps=warps)  # compiled and loaded before the barrier
     torch.cuda.synchronize()
     start.wait()
-    hold[(grid,)](rec, int(hold_ms * 1e6), num_warps=warps)
+    hold[(grid,)](rec, int(hold_ms * 1e6), zeros, HEAVY=heavy, num_warps=warps)
     torch.cuda.synchronize()
     r = rec.view(grid, 3).cpu()
-    out.put((me, reported, grid, r[:, 0].tolist(), r[:, 1].tolist(), r[:, 2].tolist()))
+    regs = f"{k.n_regs} registers a thread, {k.n_spills} spilled"
+    out.put((me, reported, grid, regs, r[:, 0].tolist(), r[:, 1].tolist(), r[:, 2].tolist()))
 
 
 def main() -> None:
@@ -65,22 +74,25 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4, help="processes on GPU 0 at once (under MPS: its clients)")
     ap.add_argument("--grid", type=int, default=0, help="CTAs a client (0: the SMs the GPU reports to it)")
     ap.add_argument("--warps", type=int, default=16)
+    ap.add_argument("--heavy", type=int, default=0,
+                    help="fp32 values a CTA holds in registers (a power of two; 0: none). 65536 at 16 warps: "
+                         "128 a thread, the register file of an SM for one CTA")
     ap.add_argument("--hold-ms", type=float, default=200.0)
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
     start, out = ctx.Barrier(a.clients), ctx.Queue()
-    ps = [ctx.Process(target=client, args=(c, a.grid, a.warps, a.hold_ms, start, out)) for c in range(a.clients)]
+    ps = [ctx.Process(target=client, args=(c, a.grid, a.warps, a.heavy, a.hold_ms, start, out)) for c in range(a.clients)]
     for p in ps:
         p.start()
     rows = sorted(out.get(timeout=300) for _ in ps)
     for p in ps:
         p.join(timeout=60)
     clients_on: dict[int, set[int]] = {}
-    t0 = min(min(r[4]) for r in rows)
-    for me, reported, grid, sms, starts, ends in rows:
+    t0 = min(min(r[5]) for r in rows)
+    for me, reported, grid, regs, sms, starts, ends in rows:
         resident = max(starts) < min(ends)
         spread_ms = (max(starts) - min(starts)) / 1e6
-        print(f"client {me}: reports {reported} SMs; {grid} CTAs x {a.warps} warps on {len(set(sms))} SMs; "
+        print(f"client {me}: reports {reported} SMs; {grid} CTAs x {a.warps} warps ({regs}) on {len(set(sms))} SMs; "
               f"all resident at once: {'yes' if resident else 'no'} (starts {spread_ms:.1f} ms apart, "
               f"hold {a.hold_ms:.0f} ms); ran {(min(starts) - t0) / 1e6:.1f} .. {(max(ends) - t0) / 1e6:.1f} ms "
               f"after the first client's start", flush=True)
@@ -88,7 +100,7 @@ def main() -> None:
             clients_on.setdefault(sm, set()).add(me)
     shared = sorted(sm for sm, cs in clients_on.items() if len(cs) > 1)
     print(f"SMs used: {len(clients_on)}; used by more than one client: {len(shared)} {shared}", flush=True)
-    together = max(min(r[4]) for r in rows) < min(max(r[5]) for r in rows)
+    together = max(min(r[5]) for r in rows) < min(max(r[6]) for r in rows)
     print(f"all clients' grids resident at the same moment: {'yes' if together else 'no'}", flush=True)
 
 
