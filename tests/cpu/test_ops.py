@@ -483,7 +483,8 @@ def test_host_calls_launch_the_tuned_grid(fake_torch: Any) -> None:
 
 def test_ranks_sharing_a_gpu_launch_their_share_of_it(fake_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """With IRONLINK_SHARED_GPU=1 and 4 ranks on one 132-SM GPU, no collective launches more than
-    33 CTAs (every rank's CTAs must be resident at once), whatever the tuning says or ctas asks."""
+    16 CTAs (every rank's CTAs must be resident at once: half its 33, SHARED_GPU_SM_DIVISOR),
+    whatever the tuning says or ctas asks."""
     from ironlink.runtime.distributed import grid_cap, ranks_per_gpu, sm_share
 
     fake_torch.cuda.device_count = lambda: 1
@@ -491,22 +492,23 @@ def test_ranks_sharing_a_gpu_launch_their_share_of_it(fake_torch: Any, monkeypat
     assert ironlink.sm_share is sm_share  # the public name, for users' persistent kernels
     monkeypatch.setenv("IRONLINK_SHARED_GPU", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert (ranks_per_gpu(), grid_cap(0), sm_share(0)) == (4, 33, 33)
+    assert (ranks_per_gpu(), grid_cap(0), sm_share(0)) == (4, 16, 16)
     x, out = _FakeTensor(2048, ptr=0x1000000), _FakeTensor(8 * 1024, ptr=0x20000)
     counts = _FakeTensor(8, "int64", ptr=0x90000)
     recv_counts, recv_offsets = _FakeTensor(8, "int64", ptr=0x91000), _FakeTensor(8, "int64", ptr=0x92000)
     heap = _Heap(x, out, counts, recv_counts, recv_offsets)
-    assert tuning.choose("all_reduce", 2048 * 2, 8)[0] > 33  # the cap is what limits it here
+    assert tuning.choose("all_reduce", 2048 * 2, 8)[0] > 16  # the cap is what limits it here
     ironlink.all_reduce(x, heap=heap)
     ironlink.all_to_all_v(out, counts, out, recv_counts, recv_offsets, heap=heap, ctas=132)
-    assert [grid for _, grid, *_ in fake_torch.launches] == [(33,), (33,)]
+    assert [grid for _, grid, *_ in fake_torch.launches] == [(16,), (16,)]
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert grid_cap(0) == 66
+    assert grid_cap(0) == 33
 
 
 def test_ranks_confined_by_mps_launch_the_sms_the_gpu_reports(fake_torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under MPS with $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at most 100 / ranks a GPU, the GPU
-    reports the rank's own share of SMs: that is the share, not divided again. A percentage
+    reports the rank's own share of SMs: that is the share, not divided by the ranks again (only
+    by SHARED_GPU_SM_DIVISOR, as every share). A percentage
     that lets the ranks overlap (or none) gets the SMs over the ranks, and init_distributed
     warns that waits can then time out."""
     from ironlink.runtime.distributed import grid_cap, mps_confined, sm_share, warn_unless_confined
@@ -516,10 +518,10 @@ def test_ranks_confined_by_mps_launch_the_sms_the_gpu_reports(fake_torch: Any, m
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
     fake_torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(multi_processor_count=32)
-    assert mps_confined(4) and (sm_share(0), grid_cap(0)) == (32, 32)
+    assert mps_confined(4) and (sm_share(0), grid_cap(0)) == (16, 16)
     for bad in ("50", "0", "x", ""):
         monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", bad)
-        assert not mps_confined(4) and sm_share(0) == 8
+        assert not mps_confined(4) and sm_share(0) == 4
     with pytest.warns(UserWarning, match="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"):
         warn_unless_confined()
     # A TIMEOUT says so too (without meeting the other ranks); confined, it is as it was.

@@ -120,18 +120,32 @@ def warn_unless_confined() -> None:
         warnings.warn(why, stacklevel=3)
 
 
+# Where ranks share a GPU, a rank's grids are its share of the SMs over this: GPU-mates' CTAs do
+# not pack into disjoint SMs even under MPS's confinement (a limit, not a reservation). Measured
+# with CTAs of one an SM (16 warps, 128 registers a thread, as the fused kernels): 4 clients
+# confined to 25 % of an H200 (32 SMs reported) each started a grid of 16 or 24 CTAs at once
+# 3 times of 3, but one client's grid of 28 or 32 had CTAs wait 200 ms for an SM every time
+# (bench/probes/mps_sm_sets_probe.py, docs/record.md session 62). Half leaves room for that and for
+# the CTAs of GPU-mates' NCCL kernels.
+SHARED_GPU_SM_DIVISOR = 2
+
+
 def sm_share(device: Any) -> int:
-    """The SMs one rank's kernels may count on: the GPU's, or its share when ranks share it. A
-    kernel whose CTAs wait for each other or for a peer's CTAs (a grid barrier, a collective)
-    launches at most this many CTAs, so that every rank's CTAs are resident at once: one CTA per
-    SM fits any kernel that launches, and a CTA waiting for one that cannot be scheduled would
-    time out. Where MPS confines the rank (`mps_confined`) the GPU reports the rank's share
-    itself; otherwise the share is the GPU's SMs over the ranks on it."""
+    """The SMs one rank's kernels may count on: the GPU's, or a part of its share when ranks share
+    it. A kernel whose CTAs wait for each other or for a peer's CTAs (a grid barrier, a
+    collective) launches at most this many CTAs, so that every rank's CTAs are resident at once:
+    one CTA per SM fits any kernel that launches, and a CTA waiting for one that cannot be
+    scheduled would time out. A rank's share is what the GPU reports where MPS confines the rank
+    (`mps_confined`), else the GPU's SMs over the ranks on it; its grids take that share over
+    SHARED_GPU_SM_DIVISOR."""
     import torch
 
     sms = int(torch.cuda.get_device_properties(device).multi_processor_count)
     ranks = ranks_per_gpu()
-    return max(1, sms if mps_confined(ranks) else sms // ranks)
+    if ranks == 1:
+        return sms
+    share = sms if mps_confined(ranks) else sms // ranks
+    return max(1, share // SHARED_GPU_SM_DIVISOR)
 
 
 def grid_cap(device: Any) -> int:
