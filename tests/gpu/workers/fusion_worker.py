@@ -660,6 +660,11 @@ def on_side_stream(fn: Callable[[], None]) -> None:
     torch.cuda.current_stream().wait_stream(stream)
 
 
+def fusion_heap_bytes(world: int) -> int:
+    """The suite's heap: 2 GiB, or 768 MiB a peer where that is more (see main)."""
+    return max(2 << 30, (world - 1) * (768 << 20))
+
+
 def main() -> int:
     ironlink.init_distributed()
     world = dist.get_world_size()
@@ -669,7 +674,9 @@ def main() -> int:
     # 2 GiB: every mode forced at every shape keeps its workspaces (each a power of two, the smaller
     # ones kept for graphs captured with them); with two_shot beside lamport (one workspace name,
     # more sizes) 1 GiB ran out at world 4 before matmul_all_reduce's lamport cases.
-    s = Suite(ironlink.SymmetricHeap(2 << 30, timeout_s=heap_timeout_s()))
+    # The push and lamport workspaces grow as world - 1: 2 GiB ran out at world 8 (lamport
+    # 4100x2050 needs 256 MiB after the cases before it); 768 MiB a peer keeps world 4's 2 GiB.
+    s = Suite(ironlink.SymmetricHeap(fusion_heap_bytes(world), timeout_s=heap_timeout_s()))
     # One failure's recorded error must not fail the cases after it, nor its heap's state.
     cases = Cases(before=s.clear_errors, renew=s.renew_heap)
     t0 = time.time()
