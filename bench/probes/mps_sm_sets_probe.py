@@ -1,22 +1,26 @@
 """Does confining MPS clients (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, tests/gpu/mps.sh `mps_confine`)
-keep each client's grid of its share's size resident at once, when GPU-mates run theirs at the
-same time? ironlink's `sm_share` assumes so: a rank that shares a GPU launches at most the SMs
-the GPU reports to it, and its CTAs wait for each other and for peers' CTAs. NVIDIA's MPS
-documentation says the percentage is a limit, not a reservation (kernels of different clients
-may run on the same SM); a client whose CTAs cannot all be resident would time out in every
-collective, and the fusion suite at world 8 on two H200s stalled once confined (docs/record.md,
-session 61).
+keep each client's grid resident at once when GPU-mates run theirs at the same time? ironlink's
+`sm_share` needs it: a rank that shares a GPU launches grids whose CTAs wait for each other and
+for peers' CTAs, and a CTA that finds no SM makes them time out. NVIDIA's MPS documentation
+says the percentage is a limit, not a reservation (kernels of different clients may run on the
+same SM).
 
 Each client process (all on GPU 0) launches, at the same moment (a barrier), one kernel of
-`--grid` CTAs (default: the SMs the GPU reports to it) of `--warps` warps; each CTA records its SM
-(%smid) and spins `--hold-ms` on the global timer, then records when it started and ended. Printed
-per client: the SMs the GPU reports, the distinct SMs its CTAs ran on, and whether they were all
-resident at once (every CTA started within START_SLACK_MS of the first), with the spread of the starts;
-then the SMs that CTAs of more than one client ran on.
+`--grid` CTAs (default: the SMs the GPU reports to it) of `--warps` warps, each holding
+`--heavy` fp32 values in registers (65536 at 16 warps: 128 registers a thread, one CTA an SM, as
+ironlink's fused kernels); each CTA records its SM (%smid) and spins `--hold-ms` on the global
+timer, then records when it started and ended. Printed per client: the SMs the GPU reports, the
+distinct SMs its CTAs ran on, whether they all started at once (within START_SLACK_MS of the
+first), and when its grid ran against the other clients'; then the SMs that CTAs of more than
+one client ran on. Under confinement %smid is virtual: every client's CTAs report SMs 0-31.
 
-    bench/probes/mps_sm_sets_probe.sh 4     # 4 clients, confined then not, 16 and 32 warps a CTA
+Session 62 (2 H200s, 4 clients at 25 %, 32 SMs reported; docs/record.md): light grids of 32
+CTAs all start at once; heavy grids of 16 or 24 did 3 times of 3, of 28 or 32 one client's
+CTAs waited 200 ms for an SM every time. Hence `SHARED_GPU_SM_DIVISOR`.
+
+    bench/probes/mps_sm_sets_probe.sh 4     # 4 clients, confined then not: light and heavy CTAs
     source tests/gpu/mps.sh; start_mps; mps_confine 4
-    python3 bench/probes/mps_sm_sets_probe.py --clients 4 --warps 32      # 1024 threads: 2 a SM
+    python3 bench/probes/mps_sm_sets_probe.py --clients 4 --warps 16 --heavy 65536 --grid 24
     stop_mps
 
 Needs torch and triton (not the ironlink wheel).
