@@ -45,7 +45,9 @@
 # Options:
 #   --worlds "W..."    world sizes for heap and collectives (default "2 4 8"; sizes above the
 #                      GPU count are skipped)
-#   --only SUBSTR      collective and ops cases whose names contain SUBSTR
+#   --only SUBSTR      the cases whose names contain SUBSTR ("A|B": either)
+#   --skip SUBSTR      not the cases whose names contain SUBSTR ("A|B": either); with --only, a
+#                      suite too long for one device call runs in parts (--only X, then --skip X)
 #   --quick            collectives without the large (8 MiB and 256 MiB) cases
 #   --bench-args "..." arguments for bench/allreduce.py (e.g. "--max-bytes 16777216")
 #   --fused-args "..." arguments for bench/fused.py (e.g. "--ops matmul_allreduce")
@@ -85,6 +87,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --worlds) worlds=$2; shift 2 ;;
     --only) export IRONLINK_GPU_ONLY=$2; shift 2 ;;
+    --skip) export IRONLINK_GPU_SKIP=$2; shift 2 ;;
     --quick) export IRONLINK_GPU_FULL=0; shift ;;
     --bench-args) bench_args=$2; shift 2 ;;
     --fused-args) fused_args=$2; shift 2 ;;

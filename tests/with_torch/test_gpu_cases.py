@@ -45,6 +45,30 @@ def test_every_failed_case_renews_the_heap(tmp_path: Path) -> None:
         dist.destroy_process_group()
 
 
+def test_only_and_skip_choose_the_cases_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$IRONLINK_GPU_ONLY runs the cases whose names contain one of its parts, $IRONLINK_GPU_SKIP
+    all but those (run.sh --only, --skip: a suite in two device calls)."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        names = ["all_reduce_rmsnorm whole 1x8192", "matmul_all_reduce lamport 16x8192", "all_gather_matmul kernel"]
+
+        def ran(only: str, skip: str) -> list[str]:
+            monkeypatch.setenv("IRONLINK_GPU_ONLY", only)
+            monkeypatch.setenv("IRONLINK_GPU_SKIP", skip)
+            seen: list[str] = []
+            cases = Cases()
+            for name in names:
+                cases.run(name, lambda name=name: seen.append(name))  # type: ignore[misc]
+            return seen
+
+        assert ran("", "") == names
+        assert ran("all_reduce_rmsnorm|lamport", "") == names[:2]
+        assert ran("", "all_reduce_rmsnorm|lamport") == names[2:]
+        assert ran("matmul", "all_gather") == names[1:2]
+    finally:
+        dist.destroy_process_group()
+
+
 def test_a_reduction_is_checked_against_the_magnitude_of_its_inputs() -> None:
     """Eight ranks' single elements that nearly cancel: a last-bit difference in the order of the
     adds is a large error relative to the result, a small one relative to the inputs."""

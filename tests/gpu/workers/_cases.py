@@ -1,6 +1,7 @@
 """Shared by the torchrun GPU workers: run named cases, count a case as passed only when it
 passed on every rank, and keep going after a failure so one run reports everything.
-$IRONLINK_GPU_ONLY (substrings of case names, separated by "|") runs only the matching cases.
+$IRONLINK_GPU_ONLY (substrings of case names, separated by "|") runs only the matching cases,
+$IRONLINK_GPU_SKIP (the same) all but those (`tests/gpu/run.sh --only`, `--skip`).
 $IRONLINK_GPU_SMALL=1 (`tests/gpu/run.sh sanitize`) makes the workers run a short list of small cases (`small(...)`):
 every collective, primitive, fused op and MoE op still runs, at sizes that compute-sanitizer
 finishes in minutes. $IRONLINK_GPU_HEAP_TIMEOUT_S sets the wait timeout of the workers' heaps (a
@@ -201,17 +202,17 @@ class Cases:
         # The pass/fail vote on the CPU (gloo), not in a GPU kernel: after a failure, a rank's NCCL
         # kernel spins (no timeout) until every peer joins, and where ranks share a GPU its CTAs can
         # hold SMs a GPU-mate's ironlink kernel still needs to finish (MPS's thread percentage
-        # limits a client's SMs, it reserves none). A suspected cause of fusion's stall at world 8
-        # (2026-11-30: three ranks TIMEOUT and voting, five never done).
+        # limits a client's SMs, it reserves none; docs/gpu-testing.md).
         self.vote_group = dist.new_group(backend="gloo")
         self.rank = dist.get_rank()
         self.passed = 0
         self.failed: list[str] = []
         self.only = os.environ.get("IRONLINK_GPU_ONLY", "").split("|")
+        self.skip = [part for part in os.environ.get("IRONLINK_GPU_SKIP", "").split("|") if part]
         self.verbose = VERBOSE
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
-        if not any(part in name for part in self.only):
+        if not any(part in name for part in self.only) or any(part in name for part in self.skip):
             return
         started = time.time()
         if self.verbose:
