@@ -2,7 +2,7 @@
 //!
 //! Built for `nvptx64-nvidia-cuda` this crate becomes LLVM bitcode (`build/ironlink_sm90.bc`)
 //! whose only exported symbols are the `extern "C"` functions of `api`. Built for the host it is
-//! the CPU simulator of those same functions (see `hw/host.rs`) and the ABI crate that the host
+//! the CPU simulator of those same functions (see `hw/host/`) and the ABI crate that the host
 //! library and `build.rs` read.
 //!
 //! The layers, bottom up; each uses only the ones above it in this list.

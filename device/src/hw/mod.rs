@@ -1,7 +1,7 @@
 //! The hardware layer: everything that touches the machine (thread and block indices, the CTA
 //! barrier, scoped and volatile memory operations, the timer). Collective code calls only these
 //! functions, so the same algorithm compiles to PTX (`nvptx.rs`) and runs on the CPU simulator
-//! (`host.rs`, one OS thread per simulated GPU thread).
+//! (`host/`, one OS thread per simulated GPU thread).
 //!
 //! Both implementations export the same free functions with the same signatures; nothing here is
 //! generic, so the nvptx build pays nothing for the abstraction (each call inlines to one

@@ -7,7 +7,7 @@
 //! packets (`store_v4_volatile`), and the data and signal of remote puts (`sim_net`). A plan (`set`) drops the n-th of a kind, delays every one of a
 //! kind, or lets each LL packet be overtaken by the same thread's next packet (it is stored after
 //! it; any other operation of the thread delivers a held packet first, so release ordering is
-//! kept; `host.rs` delivers held packets). `ReorderStores` does to plain 32-bit data stores
+//! kept; `host/memory.rs` delivers held packets). `ReorderStores` does to plain 32-bit data stores
 //! (`store_u32`) what the GPU's weak memory model allows: a later relaxed flag store of the same
 //! thread (`store_relaxed_u32`) becomes visible first, the data `delay_us` later; a release
 //! store, fence, acquire or other flag operation delivers held data first, as release ordering
