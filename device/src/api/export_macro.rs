@@ -1,9 +1,10 @@
-//! The export table's macros: `exports!` defines the exported functions and their signature
-//! table, `which!` names a function by its index in that table.
+//! The export table's macros: `exports!` defines a group of exported functions and its signature
+//! table, `which!` names a function by its index in the joined table (`api::EXPORTS`).
 
-/// Defines the exported `extern "C"` device functions and, from the same tokens, the `EXPORTS`
-/// signature table (name, argument names and types, return type, doc line). The Python wrappers
-/// are generated from that table, so a function and its Python signature cannot drift apart.
+/// Defines a group of exported `extern "C"` device functions and, from the same tokens, the
+/// group's `EXPORTS` signature table (name, argument names and types, return type, doc line;
+/// `api::EXPORTS` joins the groups'). The Python wrappers are generated from that table, so a
+/// function and its Python signature cannot drift apart.
 ///
 /// Only the scalar types Triton's extern calls pass are allowed: `i32` and `i64`.
 ///
@@ -24,7 +25,7 @@ macro_rules! exports {
             pub extern "C" fn $name($($arg: $ty),*) -> $ret $body
         )*
 
-        /// Every exported device function, in definition order.
+        /// This group's exported device functions, in definition order.
         pub const EXPORTS: &[$crate::abi::FnSig] = &[$(
             $crate::abi::FnSig {
                 name: stringify!($name),
