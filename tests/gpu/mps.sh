@@ -32,9 +32,10 @@ start_mps() {
 # made; the GPU then reports that share's SMs, ironlink.runtime.distributed.mps_confined).
 # Unconfined, eight ranks on two H200s stalled in the compile worker's TP block, and passed
 # confined (docs/record.md, session 60; suspected: a rank's CTAs, spread over any SMs, held
-# those a GPU-mate's waiting kernel needed). A limit, not a reservation (NVIDIA's MPS docs):
-# whether GPU-mates' grids of their share are then all resident is
-# bench/probes/mps_sm_sets_probe.py's question.
+# those a GPU-mate's waiting kernel needed). A limit, not a reservation (NVIDIA's MPS docs): four
+# confined clients' grids of a whole SM a CTA did not all start at 28 or 32 CTAs each, did at 16
+# and 24 (bench/probes/mps_sm_sets_probe.py, session 62), so ironlink's grids there take half the
+# share (sm_share).
 mps_confine() {
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$(( 100 / $1 ))
 }
