@@ -6,6 +6,7 @@ extern crate std;
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::held::{deliver_held, store_v4_now};
 use super::threads::maybe_yield;
 use crate::hw::sim_faults::{self, Kind};
 
@@ -126,27 +127,6 @@ pub unsafe fn store_v4_volatile(p: *mut [u32; 4], v: [u32; 4]) {
     if let Some((q, w)) = overtaken {
         store_v4_now(q as *mut [u32; 4], w);
         sim_faults::note_overtaken();
-    }
-}
-
-/// Delivers the LL packet this thread holds back under `sim_faults::Fault::ReorderPackets`, if
-/// any: before the thread's next other operation, and when its body ends.
-pub(super) fn deliver_held() {
-    if let Some((p, v)) = sim_faults::take_held() {
-        // SAFETY: the address and value of a packet store the device code issued, held back.
-        unsafe { store_v4_now(p as *mut [u32; 4], v) };
-    }
-    for (p, v) in sim_faults::take_held_stores().0 {
-        // SAFETY: the address and value of a plain store the device code issued, held back.
-        unsafe { AtomicU32::from_ptr(p as *mut u32).store(v, Ordering::Relaxed) };
-    }
-}
-
-/// The 16-byte store itself (also how a held packet is delivered).
-unsafe fn store_v4_now(p: *mut [u32; 4], v: [u32; 4]) {
-    let w = p as *mut u32;
-    for (i, x) in v.iter().enumerate() {
-        AtomicU32::from_ptr(w.add(i)).store(*x, Ordering::Release);
     }
 }
 

@@ -16,10 +16,11 @@
 //! reorders synchronizing stores for the fault-injection tests.
 //!
 //! `threads`: the simulated threads, their launch, indices and CTA barrier, the timer;
-//! `memory`: the memory operations (where `sim_faults` intervenes); `convert`: the float
-//! conversions the GPU does in one instruction.
+//! `memory`: the memory operations (where `sim_faults` intervenes), `held`: the stores it holds
+//! back, delivered; `convert`: the float conversions the GPU does in one instruction.
 
 mod convert;
+mod held;
 mod memory;
 mod threads;
 

@@ -9,7 +9,7 @@ use std::string::String;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::memory::deliver_held;
+use super::held::deliver_held;
 use crate::hw::sim_net;
 
 /// How long a simulated CTA barrier waits for all its threads before declaring a deadlock.
