@@ -37,7 +37,7 @@ STAMP     := build/.stamps
 # end does not leave a core idle (`make test-python` on 2 cores: 230 s, 296 s with the default).
 PYTEST    := -m pytest -q -n auto --dist worksteal
 
-.PHONY: all all-archs nvshmem toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused bench-moe bench-e2e docs clean
+.PHONY: all all-archs nvshmem toolchain venv abi test test-rust test-python test-triton-range lint demo wheel test-gpu bench bench-fused bench-moe bench-e2e docs clean print-llvm-bin
 all: $(BC)
 	@echo "bitcode ready: $(BC)"
 
@@ -136,6 +136,10 @@ demo: $(STAMP)/toolchain
 
 clean:
 	rm -rf build target $(VENV) .venv-triton-*
+
+# Where the toolchain's LLVM tools are (bench/probes/same_ptx.sh asks).
+print-llvm-bin:
+	@echo $(LLVM_BIN)
 
 # The abi3 Python wheel (one build serves Python 3.9+): ironlink._native plus the bitcode of every
 # arch as package data (ironlink/lib/*.bc, copied in for the build and removed after). Output in

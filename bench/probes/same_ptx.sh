@@ -12,8 +12,10 @@
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: bench/probes/same_ptx.sh BEFORE_DIR AFTER_DIR" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
-toolchain=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
-llc="$(rustc +"$toolchain" --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin/llc"
+# The toolchain's LLVM tools, as the tests find them ($IRONLINK_LLVM_BIN, which make test sets),
+# else where the Makefile's LLVM_BIN points.
+llvm_bin=${IRONLINK_LLVM_BIN:-$(make -s --no-print-directory print-llvm-bin)}
+llc="$llvm_bin/llc"
 [ -x "$llc" ] || { echo "no llc at $llc (rustup component add llvm-tools)" >&2; exit 2; }
 work=${TMPDIR:-/tmp}/same_ptx
 mkdir -p "$work"

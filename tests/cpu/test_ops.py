@@ -31,11 +31,6 @@ from ironlink.ops import Plan
 from ironlink.runtime import launch
 from ironlink.runtime.tensor_spec import TensorSpec, reduce_op_code
 
-# The fused host modules named after their ops (the package's attributes of those names are the ops).
-arn = importlib.import_module("ironlink.fused.all_reduce_rmsnorm")
-agm = importlib.import_module("ironlink.fused.all_gather_matmul")
-mar = importlib.import_module("ironlink.fused.matmul_all_reduce")
-mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")
 
 REPO = Path(__file__).resolve().parents[2]
 DEV = "cuda:0"
