@@ -92,30 +92,22 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
               lambda: s.gather_matmul(200, 4096, 512, dtype, True, method))
     if method == "kernel":  # the copy engine carries the data (the defaults: all_gather_matmul's
         # row-major shard, matmul_reduce_scatter's partials) or the kernel's CTAs push it.
-        # Ranks sharing a GPU (MPS): the copy engine's flag waits stall there (copy_engine.default_on,
-        # off by default), at 2 ranks a GPU from blocks of 1024 rows, at 4 a GPU from 200 rows
-        # (world 8 on 2 GPUs, 2026-11-30): the cases that ask for it are skipped.
-        stalls = not copy_engine.default_on()
-        if stalls and s.rank == 0:
-            print(f"skipped: the copy-engine cases of {method} {dtype}: ranks share a GPU "
-                  "(the copy engine's flag waits stall under MPS)", flush=True)
+        # Also where ranks share a GPU, where the defaults leave the copy engine off
+        # (copy_engine.default_on): asked for, it must work there too.
         for rows, n, k, launches, graph in small(((16, 8192, 512, 1, False), (100, 1000, 300, 8, False),
                                                   (1030, 2050, 1024, 8, False), (200, 4096, 512, 1, True)),
                                                  ((100, 1000, 300, 8, False), (200, 4096, 512, 1, True))):
             how = f"{dtype} {{}}x{n}x{k} {launches} launch(es){' in a CUDA graph' if graph else ''}"
             for least, name in ((0, "copy engine"), (None, "SM push")):
-                if least == 0 and stalls:
-                    continue
                 cases.run(f"matmul_reduce_scatter kernel, {name}, {how.format(rows * world)}",
                           lambda least=least: s.matmul_scatter(
                               rows * world, n, k, dtype, graph, method, launches=launches,
                               exchange=tuning.ScatterExchange(copy_engine_min_rows=least)))
-            if not stalls:
-                cases.run(f"all_gather_matmul kernel, copy engine, {how.format(rows)}",
-                          lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
+            cases.run(f"all_gather_matmul kernel, copy engine, {how.format(rows)}",
+                      lambda: s.gather_matmul(rows, n, k, dtype, graph, method, launches=launches, contiguous=True))
         # Called on the stream the copies would take (as a pool stream once could be): they must
         # take another, or each rank's kernel waits for transfers queued behind itself.
-        for op in () if stalls else ("matmul_reduce_scatter", "all_gather_matmul"):
+        for op in ("matmul_reduce_scatter", "all_gather_matmul"):
             cases.run(f"{op} kernel, copy engine, {dtype}, called on the copies' stream",
                       lambda op=op: on_side_stream(
                           lambda: s.matmul_scatter(200 * world, 1000, 300, dtype, False, method, launches=2,
