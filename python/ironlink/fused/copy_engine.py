@@ -44,12 +44,10 @@ ADD: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["ADD"])
 
 def default_on() -> bool:
     """Whether the ops' default exchanges may take the copy engine: not where ranks share a GPU
-    (`ranks_per_gpu` > 1, CUDA MPS). There the side streams' flag waits stalled the ranks: 4 ranks
-    on one H200, blocks of 1030 rows (4120x2050x1024), matmul_reduce_scatter with 1 or 8 launches
-    and all_gather_matmul with 8 launches back to back timed out on every rank, where the CTAs'
-    push passed; smaller blocks passed. Asking for the copy engine there (`exchange=`) is allowed,
-    as with PDL: a stalled call ends in a TIMEOUT after about one wait timeout (its kernels wait no
-    more after a failed wait)."""
+    (`ranks_per_gpu` > 1, CUDA MPS). There the side streams' flag waits stalled the ranks while the
+    grids took a rank's full share of SMs (GPU-mates' CTAs did not all fit); with half shares
+    (`distributed.sm_share`) the copy-engine paths pass there when asked for (`exchange=`), and the
+    default stays off there until a whole fusion suite has run with it on (docs/gpu-testing.md)."""
     return ranks_per_gpu() == 1
 
 
