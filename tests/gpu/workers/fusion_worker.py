@@ -44,7 +44,6 @@ import torch.distributed as dist
 import ironlink
 from ironlink.runtime.distributed import grid_cap, ranks_per_gpu, sm_share
 from ironlink.runtime import tuning
-from ironlink.fused import copy_engine
 from ironlink.fused.all_reduce_rmsnorm import MODES
 from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
