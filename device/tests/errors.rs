@@ -127,6 +127,72 @@ fn argument_errors_write_nothing() {
     assert_eq!(read(&node, 0, 1024, Dt::F32, 3), vec![2.0; 3]);
 }
 
+/// Reduce to a root checks its regions and its root before anything moves, in
+/// `symm_reduce` and `symm_reduce_hierarchical` alike (on one node the latter runs the same
+/// shape of call).
+#[test]
+fn reduce_argument_errors_write_nothing() {
+    type Reduce = extern "C" fn(i64, i64, i64, i64, i32, i32, i32) -> i32;
+    let calls: [(&str, Reduce); 2] = [
+        ("symm_reduce", api::symm_reduce),
+        ("symm_reduce_hierarchical", api::symm_reduce_hierarchical),
+    ];
+    let node = node();
+    let before: Vec<Vec<u8>> = (0..2).map(|r| node.heap(r).to_vec()).collect();
+    // (what, out's byte offset from the input's, root, status)
+    let cases = [
+        ("root below 0", 4096, -1, status::INVALID_ARGUMENT),
+        ("root = world", 4096, 2, status::INVALID_ARGUMENT),
+        ("out overlaps in, shifted", 4, 0, status::INVALID_ARGUMENT),
+        ("bad root and overlap", 4, 7, status::INVALID_ARGUMENT),
+        (
+            "past the heap end",
+            node.heap_bytes as i64,
+            0,
+            status::OUT_OF_BOUNDS,
+        ),
+    ];
+    for (name, reduce) in calls {
+        for (what, out_off, root, want) in cases {
+            let st = node.run("reduce errors", 2, 32, |rank, ctx| {
+                let input = node.addr(rank, 1024);
+                reduce(
+                    ctx,
+                    input,
+                    input + out_off,
+                    N,
+                    reduce_op::SUM,
+                    dtype::FLOAT32,
+                    root,
+                )
+            });
+            assert_eq!(st, vec![want; 2], "{name}: {what}");
+        }
+    }
+    for (r, before) in before.iter().enumerate() {
+        assert!(
+            node.heap(r) == &before[..],
+            "rank {r}'s heap changed after rejected reduces"
+        );
+        assert_eq!(
+            node.recorded_error(r),
+            0,
+            "argument errors are returned, not recorded"
+        );
+    }
+    // In place and to the last rank: accepted. Root 1 holds 1 + 1 after the first call and
+    // 1 (rank 0's, untouched) + 2 after the second.
+    for (name, reduce) in calls {
+        let st = node.run("reduce", 2, 32, |rank, ctx| {
+            let input = node.addr(rank, 1024);
+            reduce(ctx, input, input, N, reduce_op::SUM, dtype::FLOAT32, 1)
+        });
+        assert_eq!(st, vec![status::OK; 2], "{name}");
+    }
+    assert_eq!(read(&node, 1, 1024, Dt::F32, 3), vec![3.0; 3]);
+    assert_eq!(read(&node, 0, 1024, Dt::F32, 3), vec![1.0; 3]);
+}
+
 #[test]
 fn bad_contexts() {
     let node = node();

@@ -97,7 +97,8 @@ pub(super) fn all_to_all_regions(
     Ok((input, out, count as usize * esize))
 }
 
-/// Reduce's regions: `input` and `out` of `count` elements, the same or not overlapping.
+/// Reduce's regions and root: `input` and `out` of `count` elements, the same or not
+/// overlapping; `root` a rank of the context.
 #[inline(always)]
 pub(super) fn reduce_regions(
     c: &SymmContext,
@@ -105,13 +106,14 @@ pub(super) fn reduce_regions(
     out_ptr: i64,
     count: i64,
     esize: usize,
-) -> Result<(Region, Region), i32> {
+    root: i32,
+) -> Result<(Region, Region, usize), i32> {
     let input = Region::new(c, in_ptr, 0, count, esize)?;
     let out = Region::new(c, out_ptr, 0, count, esize)?;
     if overlap(&input, &out) && input.offset != out.offset {
         return Err(status::INVALID_ARGUMENT);
     }
-    Ok((input, out))
+    Ok((input, out, check_rank(c, root)?))
 }
 
 /// All-to-all-v's plan: `input` and `out` of `(pointer, rows)` rows of `row_elements` elements;

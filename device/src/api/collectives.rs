@@ -134,10 +134,7 @@ exports! {
         collective(
             ctx,
             which!(symm_reduce),
-            |c| {
-                let (input, out) = reduce_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?)?;
-                Ok((input, out, check_rank(c, root)?))
-            },
+            |c| reduce_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?, root),
             |call, (input, out, root)| reduce::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
         )
     }
@@ -152,10 +149,7 @@ exports! {
         any_nodes_collective(
             ctx,
             which!(symm_reduce_hierarchical),
-            |c| {
-                let (input, out) = reduce_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?)?;
-                Ok((input, out, check_rank(c, root)?))
-            },
+            |c| reduce_regions(c, in_ptr, out_ptr, num_elements, check_op_dtype(reduce_op, dtype)?, root),
             |call, (input, out, root)| hierarchical::reduce::reduce(call, &input, &out, &Reduction { op: reduce_op, dtype }, root),
         )
     }
