@@ -16,6 +16,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from _misuse_common import COMPILE_TIMEOUT_S, SLACK_S, TIMEOUT_S, expect_error  # the script's own directory
+
 ROWS, N, K = 8192, 4096, 512
 
 
@@ -45,28 +47,27 @@ def _calls(world: int) -> list[tuple[str, Callable[[Any], Callable[[], Any]], in
     ]
 
 
-def skipped_fused_calls(timeout_s: float, slack_s: float, compile_timeout_s: float,
-                        expect_error: Callable[..., Any]) -> None:
-    """Each path: a call on every rank (compiles, at `compile_timeout_s`), then one that rank 0 skips, at
-    `timeout_s`: the others raise TIMEOUT within `timeout_s` + `slack_s`. Also where ranks share a
+def skipped_fused_calls() -> None:
+    """Each path: a call on every rank (compiles, at COMPILE_TIMEOUT_S), then one that rank 0 skips,
+    at TIMEOUT_S: the others raise TIMEOUT within TIMEOUT_S + SLACK_S. Also where ranks share a
     GPU, where the defaults leave the copy engine off (`copy_engine.default_on`)."""
     import ironlink
     from ironlink.language import _abi
 
     for name, bind, nbytes in _calls(dist.get_world_size()):
-        heap = ironlink.SymmetricHeap(nbytes + (64 << 20), timeout_s=compile_timeout_s)  # the first call compiles
+        heap = ironlink.SymmetricHeap(nbytes + (64 << 20), timeout_s=COMPILE_TIMEOUT_S)  # the first call compiles
         try:
             call = bind(heap)
             call()  # every rank: compiled, workspaces made, the launch counters in step
             heap.check()
             heap.barrier()
-            heap.set_timeout(timeout_s)
+            heap.set_timeout(TIMEOUT_S)
             if dist.get_rank() != 0:
                 t0 = time.time()
                 call()
                 e = expect_error(heap.check, "TIMEOUT")
                 took = time.time() - t0
                 assert e.status == _abi.STATUS["TIMEOUT"], (name, e.status)
-                assert took < timeout_s + slack_s, f"{name}: TIMEOUT raised after {took:.1f} s (timeout {timeout_s} s)"
+                assert took < TIMEOUT_S + SLACK_S, f"{name}: TIMEOUT raised after {took:.1f} s (timeout {TIMEOUT_S} s)"
         finally:
             heap.close()
