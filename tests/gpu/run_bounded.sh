@@ -34,4 +34,11 @@ stacks=${IRONLINK_GPU_STACKS_DIR:-${OUT:-build/gpu-out}/stacks}
 if [ -d "$stacks" ] && [ -n "$(ls -A "$stacks")" ]; then
   tar -czf "$stacks.tar.gz" -C "$(dirname "$stacks")" "$(basename "$stacks")" && rm -rf "$stacks"
 fi
+# The sanitized workers' rank logs (a file a rank and a worker: 12 for one tool at world 4) as one
+# archive too, rank-logs.tar.gz; each worker's own log and run.sh's summary lines stay beside it.
+out=${OUT:-build/gpu-out}
+rank_logs=$(cd "$out" 2> /dev/null && ls -- *-rank[0-9]*.log 2> /dev/null)
+if [ -n "$rank_logs" ]; then
+  (cd "$out" && tar -czf rank-logs.tar.gz $rank_logs && rm -f $rank_logs)
+fi
 exit $rc
