@@ -26,3 +26,15 @@ def test_nothing_is_excused_where_every_rank_has_a_gpu() -> None:
 def test_a_named_status_or_another_error_is_not_the_mps_fault() -> None:
     assert not killed_rank.gpu_mate_fault(dict(FAULT, status=-7), victim_gpu=1)
     assert not killed_rank.gpu_mate_fault(dict(FAULT, message="rank 1: the first all-reduce is wrong"), victim_gpu=1)
+
+
+def test_the_line_says_when_no_survivor_could_show_the_timeout() -> None:
+    mate = dict(FAULT, gpu_mate_fault=True)
+    timed = dict(FAULT, rank=0, device=0, status=-7, gpu_mate_fault=False)
+    assert not killed_rank.timeout_exercised([mate, dict(mate, rank=2)])
+    line = killed_rank.survivors_line([mate, dict(mate, rank=2)], 7.0)
+    assert "TIMEOUT path was not exercised" in line and "TIMEOUT on ranks" not in line, line
+    assert killed_rank.timeout_exercised([timed, mate])
+    line = killed_rank.survivors_line([timed, mate], 7.0)
+    assert line.startswith("TIMEOUT on ranks [0] after [3.0] s (bound 7.0 s)") and "ranks [1], on the victim's GPU" in line
+    assert "not exercised" not in line, line
