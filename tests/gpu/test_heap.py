@@ -44,8 +44,12 @@ def test_heap_suite(world):
     assert p.returncode == 0 and f"HEAP SUITE world={world}:" in p.stdout, "see the worker output above"
 
 
+@pytest.mark.skipif(not any(w <= NGPU for w in WORLDS), reason="no world size of IRONLINK_HEAP_WORLDS fits")
 def test_peer_write_example():
-    world = max(w for w in [2, 4, 8] if w <= NGPU)
+    # The largest of the sizes asked for (run.sh --worlds), not of 2, 4 and 8: run.sh confines
+    # ranks sharing a GPU to the share of the worlds it was given (8 ranks at world 4's share ran
+    # unconfined, 2026-11-30).
+    world = max(w for w in WORLDS if w <= NGPU)
     p = torchrun("examples/peer_write.py", world, timeout=120)
     assert p.returncode == 0
     assert p.stdout.count(": OK, received ranks") == world
