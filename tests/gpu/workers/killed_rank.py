@@ -238,14 +238,15 @@ def main() -> int:
     world = args.world if shared else min(args.world, ngpu)
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     # The processes' own output, beside the JSON; not killed-rank.log, which tests/gpu/run.sh
-    # makes of this script's stdout (one file opened twice loses lines, as until 2026-11-30).
+    # makes of this script's stdout (two writers of one file overwrite each other's lines).
     with open(os.path.splitext(args.json)[0] + "-processes.log", "w") as log:
         victim_gpu = (world - 1) % ngpu if world > ngpu else None  # ranks share GPUs: rank r on GPU r % GPUs
         runs = [scenario(size, world, victim_gpu, args, log) for size in SIZES]
     failed = [f"{r['size']}: {q}" for r in runs for q in r["problems"]]
     with open(args.json, "w") as f:
         json.dump({"world": world, "timeout_s": args.timeout_s, "runs": runs, "failed": failed}, f, indent=1)
-    unproven = "" if all(r["timeout_exercised"] for r in runs) else " (the TIMEOUT path not exercised: every survivor shared the victim's GPU)"
+    unproven = ("" if all(r["timeout_exercised"] for r in runs)
+                else " (the TIMEOUT path not exercised: every survivor shared the victim's GPU)")
     print(f"killed-rank world {world}: {'passed' + unproven if not failed else 'FAILED: ' + '; '.join(failed)}", flush=True)
     return 1 if failed else 0
 
