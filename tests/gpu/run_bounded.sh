@@ -28,17 +28,14 @@ fi
 if [[ " $* " == *" --shared-gpu "* ]]; then  # run.sh's EXIT trap does not run after a KILL
   source "$(dirname "$0")/mps.sh" && stop_mps
 fi
+out=${OUT:-build/gpu-out}
 # The ranks' stacks (a file a rank) as one archive, stacks.tar.gz beside the logs: a run that
 # brings back a few files (eight ranks' stacks are eight) keeps them with the logs.
-stacks=${IRONLINK_GPU_STACKS_DIR:-${OUT:-build/gpu-out}/stacks}
+stacks=${IRONLINK_GPU_STACKS_DIR:-$out/stacks}
 if [ -d "$stacks" ] && [ -n "$(ls -A "$stacks")" ]; then
   tar -czf "$stacks.tar.gz" -C "$(dirname "$stacks")" "$(basename "$stacks")" && rm -rf "$stacks"
 fi
 # The sanitized workers' rank logs (a file a rank and a worker: 12 for one tool at world 4) as one
 # archive too, rank-logs.tar.gz; each worker's own log and run.sh's summary lines stay beside it.
-out=${OUT:-build/gpu-out}
-rank_logs=$(cd "$out" 2> /dev/null && ls -- *-rank[0-9]*.log 2> /dev/null)
-if [ -n "$rank_logs" ]; then
-  (cd "$out" && tar -czf rank-logs.tar.gz $rank_logs && rm -f $rank_logs)
-fi
+(cd "$out" 2> /dev/null && set -- *-rank[0-9]*.log && [ -e "$1" ] && tar -czf rank-logs.tar.gz "$@" && rm -f "$@")
 exit $rc
