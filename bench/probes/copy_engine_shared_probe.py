@@ -1,5 +1,5 @@
 """How long does matmul_reduce_scatter with the copy engine asked for take where ranks share one
-GPU (CUDA MPS)? There its side stream's flag waits stall (`copy_engine.default_on`); a stalled
+GPU (CUDA MPS)? There its side stream's flag waits stalled at full shares (docs/gpu-testing.md); a stalled
 call must end in a TIMEOUT the host raises, within about one wait timeout a launch, not one a
 chunk. Every rank prints per shape: ok or the error, and the seconds it took.
 

@@ -514,24 +514,23 @@ def test_the_fused_ops_say_the_heap_bytes_their_workspaces_take() -> None:
                                       2)) == {"matmul_all_reduce/lamport16", "matmul_all_reduce/epochs"}
 
 
-def test_ranks_sharing_a_gpu_take_no_copy_engine_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 4 ranks on one H200 (MPS): the copy engine's flag waits stalled both sequence-parallel ops at
-    # blocks of 1030 rows, so their default exchanges leave it out there; given, it is kept; and
-    # heap_bytes follows the exchange the op would run.
+def test_the_sequence_parallel_ops_run_the_exchange_asked_for_else_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same defaults where ranks share a GPU (4 ranks on one H200 under MPS): with half shares a
+    # whole fusion run passed there with the copy engine on (docs/gpu-testing.md). A given exchange
+    # is kept, and heap_bytes follows the exchange the op would run.
     agm = importlib.import_module("ironlink.fused.all_gather_matmul")
     mrs = importlib.import_module("ironlink.fused.matmul_reduce_scatter")
+    dist = importlib.import_module("ironlink.runtime.distributed")
     m, n, k, world = 4096, 8192, 8192, 4
-    alone = (tuning.GatherExchange(), tuning.ScatterExchange())
-    assert (agm.gather_exchange(None), mrs.scatter_exchange(None)) == alone
+    defaults = (tuning.GatherExchange(), tuning.ScatterExchange())
+    pushed = (tuning.GatherExchange(copy_engine=False), tuning.ScatterExchange(copy_engine_min_rows=None))
     on_own = ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel")
-    monkeypatch.setattr(copy_engine, "ranks_per_gpu", lambda: 4)
-    assert agm.gather_exchange(None) == tuning.GatherExchange(copy_engine=False)
-    assert mrs.scatter_exchange(None) == tuning.ScatterExchange(copy_engine_min_rows=None)
-    assert (agm.gather_exchange(alone[0]), mrs.scatter_exchange(alone[1])) == alone
-    never = tuning.ScatterExchange(copy_engine_min_rows=None)
-    shared = ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel")
-    assert shared == ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel", exchange=never)
-    assert shared != on_own
+    for ranks in (1, 4):
+        monkeypatch.setattr(dist, "ranks_per_gpu", lambda: ranks)
+        assert (agm.gather_exchange(None), mrs.scatter_exchange(None)) == defaults
+        assert (agm.gather_exchange(pushed[0]), mrs.scatter_exchange(pushed[1])) == pushed
+        assert ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel") == on_own
+    assert on_own != ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel", exchange=pushed[1])
 
 
 def test_the_sequence_parallel_ops_say_the_heap_bytes_they_take() -> None:

@@ -207,11 +207,9 @@ all_gather_matmul.heap_bytes = heap_bytes  # type: ignore[attr-defined]  # the o
 
 
 def gather_exchange(requested: Optional[tuning.GatherExchange]) -> tuning.GatherExchange:
-    """The exchange a call runs: `requested`, else the defaults, without the copy engine where
-    `copy_engine.default_on` says no."""
-    if requested is not None:
-        return requested
-    return tuning.GatherExchange() if copy_engine.default_on() else tuning.GatherExchange(copy_engine=False)
+    """The exchange a call runs: `requested`, else the defaults (the same where ranks share a GPU:
+    with half shares a whole fusion run passed there with the copy engine on, docs/gpu-testing.md)."""
+    return tuning.GatherExchange() if requested is None else requested
 
 
 def uses_copy_engine(a_shard: Any, exchange: tuning.GatherExchange) -> bool:

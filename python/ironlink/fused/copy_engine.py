@@ -32,7 +32,6 @@ from .. import language as il
 from ..language import _abi
 from ..language import typed as ilt
 from ..runtime import streams
-from ..runtime.distributed import ranks_per_gpu
 from . import barrier
 
 FLAG_GO: tl.constexpr = tl.constexpr(0)
@@ -40,15 +39,6 @@ FLAG_FREE: tl.constexpr = tl.constexpr(1)
 EQ: tl.constexpr = tl.constexpr(_abi.CMP["EQ"])
 SET: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["SET"])
 ADD: tl.constexpr = tl.constexpr(_abi.SIGNAL_OP["ADD"])
-
-
-def default_on() -> bool:
-    """Whether the ops' default exchanges may take the copy engine: not where ranks share a GPU
-    (`ranks_per_gpu` > 1, CUDA MPS). There the side streams' flag waits stalled the ranks while the
-    grids took a rank's full share of SMs (GPU-mates' CTAs did not all fit); with half shares
-    (`distributed.sm_share`) the copy-engine paths pass there when asked for (`exchange=`), and the
-    default stays off there until a whole fusion suite has run with it on (docs/gpu-testing.md)."""
-    return ranks_per_gpu() == 1
 
 
 def chunked(rows: int, config: tuning.MatmulConfig, min_chunks: int) -> tuning.MatmulConfig:

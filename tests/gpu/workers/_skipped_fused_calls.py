@@ -50,7 +50,7 @@ def _calls(world: int) -> list[tuple[str, Callable[[Any], Callable[[], Any]], in
 def skipped_fused_calls() -> None:
     """Each path: a call on every rank (compiles, at COMPILE_TIMEOUT_S), then one that rank 0 skips,
     at TIMEOUT_S: the others raise TIMEOUT within TIMEOUT_S + SLACK_S. Also where ranks share a
-    GPU, where the defaults leave the copy engine off (`copy_engine.default_on`)."""
+    GPU."""
     import ironlink
     from ironlink.language import _abi
 

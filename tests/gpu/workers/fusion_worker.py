@@ -91,8 +91,7 @@ def sp_cases(cases: Cases, s: Suite, world: int, dtype: torch.dtype, method: str
               lambda: s.gather_matmul(200, 4096, 512, dtype, True, method))
     if method == "kernel":  # the copy engine carries the data (the defaults: all_gather_matmul's
         # row-major shard, matmul_reduce_scatter's partials) or the kernel's CTAs push it.
-        # Also where ranks share a GPU, where the defaults leave the copy engine off
-        # (copy_engine.default_on): asked for, it must work there too.
+        # Also where ranks share a GPU, where the copy engine once stalled (docs/gpu-testing.md).
         for rows, n, k, launches, graph in small(((16, 8192, 512, 1, False), (100, 1000, 300, 8, False),
                                                   (1030, 2050, 1024, 8, False), (200, 4096, 512, 1, True)),
                                                  ((100, 1000, 300, 8, False), (200, 4096, 512, 1, True))):
