@@ -17,6 +17,8 @@ from ironlink.fused import cublas_methods
 from ironlink.fused.diagnostics import NO_DIAGNOSTICS, Diagnostics
 from ironlink.runtime.tensor_spec import TensorSpec
 
+from _fake_torch import install_fake_torch  # tests/, beside this folder
+
 # The fused host modules named after their ops (the package's attributes of those names are the ops).
 arn = importlib.import_module("ironlink.fused.all_reduce_rmsnorm")
 agm = importlib.import_module("ironlink.fused.all_gather_matmul")
@@ -526,7 +528,11 @@ def test_the_sequence_parallel_ops_run_the_exchange_asked_for_else_the_defaults(
     pushed = (tuning.GatherExchange(copy_engine=False), tuning.ScatterExchange(copy_engine_min_rows=None))
     on_own = ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel")
     for ranks in (1, 4):
-        monkeypatch.setattr(dist, "ranks_per_gpu", lambda: ranks)
+        if ranks == 4:  # 4 ranks on one GPU, as every module that asks sees it
+            monkeypatch.setenv("IRONLINK_SHARED_GPU", "1")
+            monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+            install_fake_torch(monkeypatch).cuda.device_count = lambda: 1
+        assert dist.ranks_per_gpu() == ranks
         assert (agm.gather_exchange(None), mrs.scatter_exchange(None)) == defaults
         assert (agm.gather_exchange(pushed[0]), mrs.scatter_exchange(pushed[1])) == pushed
         assert ironlink.matmul_reduce_scatter.heap_bytes(m, n, k, world, method="kernel") == on_own
