@@ -1,0 +1,176 @@
+"""A run's Triton kernels compiled ahead, in parallel, from a record of an earlier run.
+
+A first call compiles each kernel it launches, one after another, each in seconds (the ironlink
+bitcode is linked and optimized into every kernel): a GPU suite from a cold Triton cache spends
+most of its time there, at world 8 longer than a 600 s call (docs/gpu-testing.md). What a run
+compiled is known once it ran: Triton hands each compile's specialization to
+`knobs.runtime.jit_post_compile_hook` (the kernel, its argument types and alignments, its
+constexprs and options), and `JITFunction.preload` compiles that specialization again. So:
+
+- `Recorder` keeps the specializations this process compiles (`start` / `stop`; `write` puts them
+  in a gzipped JSON-lines file, one kernel a line);
+- `compile_ahead(entries, arch, processes)` compiles them in worker processes into Triton's
+  on-disk cache. Those processes touch no GPU: Triton's driver is replaced by one that only names
+  the target. A later launch of the same kernel with the same specialization finds it there (the
+  cache key is the kernel's source, specialization, options and the bitcode's hash, not the
+  process) and loads it in milliseconds.
+
+A record only saves time: a kernel it lacks, or whose specialization changed, compiles at its
+launch as before, and an entry that no longer compiles (a kernel renamed or removed) is reported
+and passed over. Kernels made inside a function (a qualname with ``<locals>``) cannot be found
+again by name and are not recorded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple, Optional, Sequence
+
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.runtime.driver import driver
+from triton.runtime.jit import JITFunction
+
+
+class Entry(NamedTuple):
+    """One compiled kernel: where its JITFunction lives, and Triton's specialization data for it."""
+
+    module: str
+    qualname: str
+    specialization: str  # triton.runtime.jit.serialize_specialization_data's JSON
+    case: str = ""  # what the recording process was doing when it compiled it ("" if unknown)
+
+
+class Summary(NamedTuple):
+    compiled: int
+    seconds: float
+    failures: list[str]
+
+
+def _importable_module(module: str) -> str:
+    """The name a worker process imports `module` by: a script run as __main__ by its file's stem
+    (its folder is sys.path[0], which the workers inherit)."""
+    if module != "__main__":
+        return module
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return Path(main_file).stem if main_file else module
+
+
+class Recorder:
+    """The specializations this process compiles while started, in the order first compiled."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str, str], Entry] = {}
+        self.case = ""  # set by the caller: the case each new entry is filed under
+        self._previous: Any = None
+        self._started = False
+
+    def _hook(self, *, key: Any, repr: Any, fn: Any, compile: Any, is_manual_warmup: bool,
+              already_compiled: bool) -> Optional[bool]:
+        # A JITHook (triton.knobs.JITHook); `fn.module` is the module's name, `fn.name` the qualname.
+        if "<locals>" not in fn.name:
+            entry = Entry(_importable_module(fn.module), fn.name, compile["specialization_data"], self.case)
+            self.entries.setdefault(entry[:3], entry)
+        if self._previous is not None:
+            return self._previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
+                                  already_compiled=already_compiled)
+        return None
+
+    def start(self) -> None:
+        if not self._started:
+            self._previous, self._started = knobs.runtime.jit_post_compile_hook, True
+            knobs.runtime.jit_post_compile_hook = self._hook
+
+    def stop(self) -> None:
+        if self._started:
+            knobs.runtime.jit_post_compile_hook, self._started = self._previous, False
+
+
+def write(path: Path, entries: Sequence[Entry]) -> None:
+    """`entries` to `path` (gzipped JSON lines), without repeats, in a stable order."""
+    unique = {e[:3]: e for e in reversed(entries)}  # the first of each kernel and specialization wins
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for e in sorted(unique.values()):
+            f.write(json.dumps(e._asdict(), sort_keys=True) + "\n")
+
+
+def read(path: Path) -> list[Entry]:
+    """The entries of a file `write` wrote; a missing file has none."""
+    if not path.is_file():
+        return []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [Entry(**json.loads(line)) for line in f if line.strip()]
+
+
+class _TargetOnly:
+    """The part of Triton's driver that `JITFunction.preload` reads, without a GPU: a worker
+    process compiles for `arch` and never creates a CUDA context."""
+
+    def __init__(self, arch: int) -> None:
+        self.arch = arch
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: Optional[int] = None) -> int:
+        return 0
+
+    def get_current_target(self) -> GPUTarget:
+        return GPUTarget("cuda", self.arch, 32)
+
+
+def _init_worker(path: list[str], arch: int) -> None:
+    sys.path[:] = path
+    driver.set_active(_TargetOnly(arch))
+
+
+def _jit_function(module: str, qualname: str) -> JITFunction:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):  # @ironlink.jit, autotuners
+        obj = obj.fn
+    if not isinstance(obj, JITFunction):
+        raise TypeError(f"{module}.{qualname} is not a Triton kernel")
+    return obj
+
+
+def _compile_one(entry: Entry) -> str:
+    """Compiles one entry into the Triton cache (in a worker process): '' or why not."""
+    try:
+        _jit_function(entry.module, entry.qualname).preload(entry.specialization)
+        return ""
+    except Exception as e:  # noqa: BLE001 - compiling ahead only saves time; the launch compiles it anyway
+        return f"{entry.module}.{entry.qualname}: {type(e).__name__}: {e}"
+
+
+def compile_ahead(entries: Sequence[Entry], arch: int, processes: int) -> Summary:
+    """Compiles `entries` for sm_`arch` into Triton's cache ($TRITON_CACHE_DIR, as the launches
+    read it) over `processes` worker processes (spawned: this process may hold a CUDA context)."""
+    started = time.time()
+    if not entries:
+        return Summary(0, 0.0, [])
+    workers = max(1, min(processes, len(entries)))
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                             initargs=(list(sys.path), arch)) as pool:
+        failures = [f for f in pool.map(_compile_one, entries) if f]
+    return Summary(len(entries) - len(failures), time.time() - started, failures)
+
+
+def processes_for(ranks_on_node: int) -> int:
+    """Worker processes for one of `ranks_on_node` ranks compiling at once: the node's cores
+    shared out, at most 8 a rank (each process imports torch and Triton: about a second's start)."""
+    return max(1, min(8, (os.cpu_count() or 2) // max(1, ranks_on_node)))
+
+
+__all__ = ["Entry", "Recorder", "Summary", "compile_ahead", "processes_for", "read", "write"]

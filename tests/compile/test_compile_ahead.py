@@ -1,0 +1,68 @@
+"""`ironlink.runtime.compile_ahead`: a kernel recorded as it compiles, compiled again in another
+process into a fresh Triton cache, is found there by the launch (no compile), with no GPU."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import triton.language as tl
+from triton import knobs
+from triton.runtime import driver
+from triton.runtime.jit import MockTensor
+
+from ironlink.fused.barrier import _barrier_kernel
+from ironlink.runtime import compile_ahead
+
+from _archs import CAPABILITIES  # tests/, beside this file
+from _compile import fresh_triton_cache  # noqa: F401 - the fixture applies here
+
+ARCH = 90 if 90 in CAPABILITIES else CAPABILITIES[0]
+
+
+def _launch_compile(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """What a launch compiles (a warmup: the launch's path up to the kernel's run), from empty
+    in-memory caches, so only Triton's on-disk cache can spare the compile."""
+    monkeypatch.setattr(_barrier_kernel.fn, "device_caches", defaultdict(_barrier_kernel.fn.create_binder))
+    monkeypatch.setattr(_barrier_kernel, "_paths", {})
+    return _barrier_kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,))
+
+
+def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver, "_active", compile_ahead._TargetOnly(ARCH))
+    seen: list[str] = []  # a hook set before the recorder still runs
+
+    def earlier_hook(**kw: Any) -> None:
+        seen.append(kw["fn"].name)
+
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", earlier_hook)
+    recorder = compile_ahead.Recorder()
+    recorder.case = "a barrier"
+    recorder.start()
+    _launch_compile(monkeypatch)
+    recorder.stop()
+    assert knobs.runtime.jit_post_compile_hook is earlier_hook and seen == ["_barrier_kernel"]
+    (entry,) = recorder.entries.values()
+    assert (entry.module, entry.qualname, entry.case) == ("ironlink.fused.barrier", "_barrier_kernel", "a barrier")
+
+    record = tmp_path / "record.jsonl.gz"
+    missing = compile_ahead.Entry("ironlink.fused.barrier", "no_such_kernel", entry.specialization)
+    compile_ahead.write(record, [entry, entry, missing])
+    assert compile_ahead.read(record) == [entry, missing]  # repeats dropped, sorted
+    assert compile_ahead.read(tmp_path / "absent.jsonl.gz") == []
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    done = compile_ahead.compile_ahead(compile_ahead.read(record), ARCH, processes=2)
+    assert done.compiled == 1
+    assert len(done.failures) == 1 and "no_such_kernel" in done.failures[0]
+    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    assert any(p.suffix == ".cubin" for p in ahead)
+
+    compiled = _launch_compile(monkeypatch)
+    # A compile would have written a directory of its own (another key); a hit only reads.
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead
+    assert compiled.asm["cubin"]
