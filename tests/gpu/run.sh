@@ -69,6 +69,8 @@
 # (seconds per collectives, fusion or nvshmem world, default 480, nvshmem with --shared-gpu 600:
 # the first world compiles every kernel; e2e: a program at a world, default 540),
 # IRONLINK_GIT_REV (the revision the benchmark records when the tree has no .git), TRITON_CACHE_DIR,
+# IRONLINK_GPU_COMPILE_AHEAD / IRONLINK_GPU_COMPILE_RECORD (the folder of committed records of
+# compiled kernels, default tests/gpu/compile_ahead; where this run's go, default $OUT/compile_ahead),
 # TORCHINDUCTOR_COMPILE_THREADS (default: the cores / the largest world),
 # SANITIZE_ARGS (extra compute-sanitizer options; none by default; sanitize_rank.sh says what each
 # tool leaves out),
@@ -114,6 +116,11 @@ fi
 source tests/gpu/setup_native.sh || exit 1  # also exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
 export IRONLINK_GPU_STACKS_DIR=${IRONLINK_GPU_STACKS_DIR:-$OUT/stacks}  # each worker's stacks at a time limit (_cases.py)
+# Compiling ahead (_cases.py, docs/gpu-testing.md): the workers first compile, in parallel, the
+# kernels that the committed records say they compiled before, and record what they compile now
+# under $OUT (run_bounded.sh packs those into compile-records.tar). Set either empty to turn it off.
+export IRONLINK_GPU_COMPILE_AHEAD=${IRONLINK_GPU_COMPILE_AHEAD-$(pwd)/tests/gpu/compile_ahead}
+export IRONLINK_GPU_COMPILE_RECORD=${IRONLINK_GPU_COMPILE_RECORD-$OUT/compile_ahead}
 mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
 if [ -n "$shared_gpu" ]; then

@@ -35,6 +35,13 @@ stacks=${IRONLINK_GPU_STACKS_DIR:-$out/stacks}
 if [ -d "$stacks" ] && [ -n "$(ls -A "$stacks")" ]; then
   tar -czf "$stacks.tar.gz" -C "$(dirname "$stacks")" "$(basename "$stacks")" && rm -rf "$stacks"
 fi
+# The workers' records of the kernels they compiled (a file a worker and world) as one archive,
+# compile-records.tar: unpacked into tests/gpu/compile_ahead/ and committed, they let a later run
+# on a fresh machine compile those kernels ahead, in parallel (docs/gpu-testing.md).
+records=${IRONLINK_GPU_COMPILE_RECORD-$out/compile_ahead}
+if [ -n "$records" ] && [ -d "$records" ] && [ -n "$(ls -A "$records")" ]; then
+  tar -cf "$out/compile-records.tar" -C "$records" . && rm -rf "$records"
+fi
 # The sanitized workers' rank logs (a file a rank and a worker: 12 for one tool at world 4) as one
 # archive too, rank-logs.tar.gz; each worker's own log and run.sh's summary lines stay beside it.
 (cd "$out" 2> /dev/null && set -- *-rank[0-9]*.log && [ -e "$1" ] && tar -czf rank-logs.tar.gz "$@" && rm -f "$@")

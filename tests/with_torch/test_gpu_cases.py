@@ -6,6 +6,7 @@ frees). Needs torch (skipped without it, as in CI)."""
 from __future__ import annotations
 
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,47 @@ def test_a_slow_case_prints_each_ranks_stacks_to_its_own_file(tmp_path: Path) ->
     text = (tmp_path / "stacks" / "rank3.txt").read_text()
     assert text.startswith("# ") and "started; its stacks at SIGTERM follow" in text, text
     assert "Timeout (0:00:01)!" in text and "in slow_case" in text, text
+
+
+def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_ahead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$IRONLINK_GPU_COMPILE_RECORD: the report writes each compiled kernel under the case that
+    compiled it; $IRONLINK_GPU_COMPILE_AHEAD: a later Cases compiles the selected cases' kernels
+    into the Triton cache before the first case (no GPU: Triton compiles for a named target)."""
+    import triton.language as tl
+    from triton.runtime import driver
+    from triton.runtime.jit import MockTensor
+
+    import _cases
+    from ironlink.fused.barrier import _barrier_kernel
+    from ironlink.runtime import compile_ahead
+
+    monkeypatch.setattr(driver, "_active", compile_ahead._TargetOnly(90))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(_barrier_kernel.fn, "device_caches", defaultdict(_barrier_kernel.fn.create_binder))
+    records = tmp_path / "records"
+    monkeypatch.setenv("IRONLINK_GPU_COMPILE_RECORD", str(records))
+    monkeypatch.delenv("IRONLINK_GPU_COMPILE_AHEAD", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "first-run"))
+
+    def cubins_after_compiling_ahead(only: str) -> list[Path]:
+        cache = tmp_path / f"cache-{only or 'all'}"
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+        monkeypatch.setenv("IRONLINK_GPU_COMPILE_AHEAD", str(records))
+        monkeypatch.setenv("IRONLINK_GPU_ONLY", only)
+        monkeypatch.setattr(_cases, "_compiled_ahead", False)
+        Cases()
+        return list(cache.rglob("*.cubin"))
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        cases = Cases()
+        cases.run("a barrier", lambda: _barrier_kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,)))
+        assert cases.report("smoke", 1, 0.0) == 0
+        (entry,) = compile_ahead.read(records / _cases.record_name())
+        assert (entry.module, entry.qualname, entry.case) == ("ironlink.fused.barrier", "_barrier_kernel", "a barrier")
+        assert len(cubins_after_compiling_ahead("")) == 1
+        assert cubins_after_compiling_ahead("other cases") == []
+    finally:
+        _cases.RECORDER.stop()
+        dist.destroy_process_group()

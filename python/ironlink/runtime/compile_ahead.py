@@ -17,14 +17,16 @@ constexprs and options), and `JITFunction.preload` compiles that specialization 
 
 A record only saves time: a kernel it lacks, or whose specialization changed, compiles at its
 launch as before, and an entry that no longer compiles (a kernel renamed or removed) is reported
-and passed over. Kernels made inside a function (a qualname with ``<locals>``) cannot be found
-again by name and are not recorded.
+and passed over. Kernels made inside a function (a qualname with ``<locals>``) or in a module of no file
+cannot be found again by name and are not recorded.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -64,6 +66,17 @@ def _importable_module(module: str) -> str:
     return Path(main_file).stem if main_file else module
 
 
+@functools.lru_cache(maxsize=None)
+def _findable(module: str) -> bool:
+    """Whether a worker process can import `module` (not, e.g., code generated into a module
+    of no file)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None and Path(spec.origin).is_file()
+
+
 class Recorder:
     """The specializations this process compiles while started, in the order first compiled."""
 
@@ -76,8 +89,9 @@ class Recorder:
     def _hook(self, *, key: Any, repr: Any, fn: Any, compile: Any, is_manual_warmup: bool,
               already_compiled: bool) -> Optional[bool]:
         # A JITHook (triton.knobs.JITHook); `fn.module` is the module's name, `fn.name` the qualname.
-        if "<locals>" not in fn.name:
-            entry = Entry(_importable_module(fn.module), fn.name, compile["specialization_data"], self.case)
+        module = _importable_module(fn.module)
+        if "<locals>" not in fn.name and _findable(module):
+            entry = Entry(module, fn.name, compile["specialization_data"], self.case)
             self.entries.setdefault(entry[:3], entry)
         if self._previous is not None:
             return self._previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,

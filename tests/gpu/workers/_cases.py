@@ -13,7 +13,12 @@ worker, where that is set (tests/gpu/run.sh sets it to $OUT/stacks; eight ranks'
 interleaved on one stream cannot be read), else to stderr; with $IRONLINK_GPU_VERBOSE=1 also once a
 minute while a case lasts. A case's pass/fail vote runs on the CPU (gloo), and a check that needs
 every rank (`same_on_all_ranks`) first votes with the peers (`peers_still_in`), so a rank never
-waits in a collective that a peer which failed the case will not join."""
+waits in a collective that a peer which failed the case will not join.
+Compiling ahead (`ironlink.runtime.compile_ahead`): where $IRONLINK_GPU_COMPILE_AHEAD names a
+folder with this worker's record for its world (`record_name`), the ranks first compile the
+recorded kernels of the cases they will run, each rank a share over worker processes, into the
+Triton cache the launches read; where $IRONLINK_GPU_COMPILE_RECORD names a folder, rank 0 writes
+there what every rank compiled, each kernel under the case that first launched it."""
 
 from __future__ import annotations
 
@@ -23,10 +28,13 @@ import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from ironlink.runtime import compile_ahead
 
 
 T = TypeVar("T")
@@ -189,6 +197,20 @@ def renewed(heap: Any) -> Any:
     return ironlink.SymmetricHeap(size, timeout_s=heap_timeout_s())
 
 
+# What this process compiled (module docs): one recorder for every Cases of the worker, so each
+# report writes all of it.
+RECORDER = compile_ahead.Recorder()
+_compiled_ahead = False
+
+
+def record_name() -> str:
+    """This worker's record of compiled kernels: its script, world, whether ranks share GPUs
+    (other grids, no PDL: other kernels) and the GPU's arch."""
+    shared = "-shared" if os.environ.get("IRONLINK_SHARED_GPU") == "1" else ""
+    major, minor = torch.cuda.get_device_capability()
+    return f"{Path(sys.argv[0]).stem}-w{dist.get_world_size()}{shared}-sm{major}{minor}.jsonl.gz"
+
+
 class Cases:
     def __init__(self, before: Optional[Callable[[], None]] = None,
                  renew: Optional[Callable[[], None]] = None) -> None:
@@ -210,11 +232,52 @@ class Cases:
         self.only = os.environ.get("IRONLINK_GPU_ONLY", "").split("|")
         self.skip = [part for part in os.environ.get("IRONLINK_GPU_SKIP", "").split("|") if part]
         self.verbose = VERBOSE
+        RECORDER.start()
+        self._compile_ahead()
+
+    def selected(self, name: str) -> bool:
+        return any(part in name for part in self.only) and not any(part in name for part in self.skip)
+
+    def _compile_ahead(self) -> None:
+        """The recorded kernels of the selected cases, this rank's share, then every rank waits
+        for the others' (a kernel a peer is still compiling would be compiled again here). Once a
+        process: a worker's second Cases finds them compiled."""
+        global _compiled_ahead
+        folder = os.environ.get("IRONLINK_GPU_COMPILE_AHEAD")
+        if not folder or _compiled_ahead:
+            return
+        _compiled_ahead = True
+        path = Path(folder) / record_name()
+        entries = [e for e in compile_ahead.read(path) if not e.case or self.selected(e.case)]
+        world = dist.get_world_size()
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        processes = compile_ahead.processes_for(ranks_here)
+        arch = torch.cuda.get_device_capability()
+        done = compile_ahead.compile_ahead(entries[self.rank::world], arch[0] * 10 + arch[1], processes)
+        for failure in done.failures[:3]:
+            print(f"[rank {self.rank}] compile ahead: not compiled: {failure}", flush=True)
+        dist.barrier(group=self.vote_group)
+        if self.rank == 0:
+            print(f"compile ahead: {len(entries)} kernels of {path.name} over {world} ranks x {processes} "
+                  f"processes; rank 0's share ({done.compiled} compiled, {len(done.failures)} not) in "
+                  f"{done.seconds:.1f} s", flush=True)
+
+    def _write_record(self) -> None:
+        """Rank 0 writes what every rank compiled so far in this process (every rank takes part:
+        a collective)."""
+        folder = os.environ.get("IRONLINK_GPU_COMPILE_RECORD")
+        if not folder:
+            return
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, list(RECORDER.entries.values()), group=self.vote_group)
+        if self.rank == 0:
+            compile_ahead.write(Path(folder) / record_name(), [e for mine in everyone for e in mine])
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
-        if not any(part in name for part in self.only) or any(part in name for part in self.skip):
+        if not self.selected(name):
             return
         started = time.time()
+        RECORDER.case = name
         if self.verbose:
             faulthandler.dump_traceback_later(STUCK_DUMP_S, repeat=True, file=STACKS)
         if self.rank == 0:  # a case that never ends is named by the last of these in the log
@@ -257,7 +320,9 @@ class Cases:
 
     def report(self, suite: str, world: int, started: float) -> int:
         """Rank 0 prints the failed cases and the summary line tests/gpu/run.sh greps
-        ("== <suite> world <N>: P passed, F failed in T s =="); the worker's exit status."""
+        ("== <suite> world <N>: P passed, F failed in T s =="); the worker's exit status. A
+        collective: the record of what was compiled (module docs) is gathered first."""
+        self._write_record()
         if self.rank == 0:
             for f in self.failed:
                 print(f"FAILED {f}")
