@@ -18,7 +18,10 @@ constexprs and options), and `JITFunction.preload` compiles that specialization 
 A record only saves time: a kernel it lacks, or whose specialization changed, compiles at its
 launch as before, and an entry that no longer compiles (a kernel renamed or removed) is reported
 and passed over. Kernels made inside a function (a qualname with ``<locals>``) or in a module of no file
-cannot be found again by name and are not recorded.
+cannot be found again by name and are not recorded. Triton turns a compile's specialization into
+JSON before it calls the hook, so while a recorder runs, a launch with a Triton function as a
+constexpr argument raises TypeError in Triton (no kernel of ironlink or of its GPU workers takes
+one).
 """
 
 from __future__ import annotations

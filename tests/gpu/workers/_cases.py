@@ -232,7 +232,8 @@ class Cases:
         self.only = os.environ.get("IRONLINK_GPU_ONLY", "").split("|")
         self.skip = [part for part in os.environ.get("IRONLINK_GPU_SKIP", "").split("|") if part]
         self.verbose = VERBOSE
-        RECORDER.start()
+        if os.environ.get("IRONLINK_GPU_COMPILE_RECORD"):
+            RECORDER.start()
         self._compile_ahead()
 
     def selected(self, name: str) -> bool:
