@@ -172,9 +172,11 @@ def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_a
     monkeypatch.setenv("IRONLINK_GPU_COMPILE_RECORD", str(records))
     monkeypatch.delenv("IRONLINK_GPU_COMPILE_AHEAD", raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "first-run"))
+    monkeypatch.setenv("IRONLINK_SHARED_GPU", "0")
 
-    def cubins_after_compiling_ahead(only: str) -> list[Path]:
-        cache = tmp_path / f"cache-{only or 'all'}"
+    def cubins_after_compiling_ahead(only: str, shared: str = "0") -> list[Path]:
+        cache = tmp_path / f"cache-{only or 'all'}-{shared}"
+        monkeypatch.setenv("IRONLINK_SHARED_GPU", shared)
         monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
         monkeypatch.setenv("IRONLINK_GPU_COMPILE_AHEAD", str(records))
         monkeypatch.setenv("IRONLINK_GPU_ONLY", only)
@@ -191,6 +193,8 @@ def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_a
         assert (entry.module, entry.qualname, entry.case) == ("ironlink.fused.barrier", "_barrier_kernel", "a barrier")
         assert len(cubins_after_compiling_ahead("")) == 1
         assert cubins_after_compiling_ahead("other cases") == []
+        # Ranks sharing GPUs and no record of their own: the other record's kernels.
+        assert len(cubins_after_compiling_ahead("", shared="1")) == 1
     finally:
         _cases.RECORDER.stop()
         dist.destroy_process_group()

@@ -203,12 +203,14 @@ RECORDER = compile_ahead.Recorder()
 _compiled_ahead = False
 
 
-def record_name() -> str:
+def record_name(shared: Optional[bool] = None) -> str:
     """This worker's record of compiled kernels: its script, world, whether ranks share GPUs
-    (other grids, no PDL: other kernels) and the GPU's arch."""
-    shared = "-shared" if os.environ.get("IRONLINK_SHARED_GPU") == "1" else ""
+    (default: whether they do here; then PDL is off, so some kernels differ) and the GPU's arch."""
+    if shared is None:
+        shared = os.environ.get("IRONLINK_SHARED_GPU") == "1"
     major, minor = torch.cuda.get_device_capability()
-    return f"{Path(sys.argv[0]).stem}-w{dist.get_world_size()}{shared}-sm{major}{minor}.jsonl.gz"
+    sharing = "-shared" if shared else ""
+    return f"{Path(sys.argv[0]).stem}-w{dist.get_world_size()}{sharing}-sm{major}{minor}.jsonl.gz"
 
 
 class Cases:
@@ -248,7 +250,10 @@ class Cases:
         if not folder or _compiled_ahead:
             return
         _compiled_ahead = True
-        path = Path(folder) / record_name()
+        # Else the record of the other setting: most of its kernels are these (PDL aside).
+        here = os.environ.get("IRONLINK_SHARED_GPU") == "1"
+        path = next((p for p in (Path(folder) / record_name(s) for s in (here, not here)) if p.is_file()),
+                    Path(folder) / record_name())
         entries = [e for e in compile_ahead.read(path) if not e.case or self.selected(e.case)]
         world = dist.get_world_size()
         ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", world))
