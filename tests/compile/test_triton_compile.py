@@ -28,6 +28,7 @@ from ironlink.moe import direct_kernels as moe_direct
 from ironlink.moe import kernels as moe_kernels
 from ironlink.moe import low_latency_kernels as moe_ll
 from ironlink.moe import relay_kernels as moe_relay
+from ironlink.runtime.compile_ahead import _TargetOnly
 
 from _archs import CAPABILITIES  # tests/, beside this file: sm_80/90/100 unless the Makefile names fewer
 from _compile import REPO, bitcode, compile_for, fresh_triton_cache, ptxas_log, ttir_for  # noqa: F401 - the fixture applies here
@@ -400,22 +401,6 @@ def test_jit_wraps_plain_functions_and_rejects_misplaced_options() -> None:
         ironlink.jit(arch="gfx942")
 
 
-class _FakeCudaDriver:
-    """Just enough of Triton's driver for JITFunction.run(warmup=True) to compile without a GPU."""
-
-    def __init__(self, cc: int) -> None:
-        self.cc = cc
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_current_target(self) -> GPUTarget:
-        return GPUTarget("cuda", self.cc, 32)
-
-
 @ironlink.jit
 def _warmup_kernel(out_ptr, ctx):
     tl.store(out_ptr, il.symm_rank(ctx))
@@ -425,7 +410,7 @@ def _warmup_kernel(out_ptr, ctx):
 def test_jit_warmup_compiles_with_the_current_devices_bitcode(cc: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Triton's CPU-only install has no active driver; JITFunction.run reads `driver.active`, which
     # returns `_active` when set. monkeypatch puts the original (None) back afterwards.
-    monkeypatch.setattr(driver, "_active", _FakeCudaDriver(cc))
+    monkeypatch.setattr(driver, "_active", _TargetOnly(cc))  # just enough of the driver to compile
     # Fresh per-device caches: Triton's hold the target seen first, ours the bitcode path.
     monkeypatch.setattr(_warmup_kernel.fn, "device_caches", defaultdict(_warmup_kernel.fn.create_binder))
     monkeypatch.setattr(_warmup_kernel, "_paths", {})
