@@ -163,7 +163,7 @@ wheel: all-archs venv
 # 6 of 19; every one runs with the pinned Triton).
 TRITON_RANGE := $(TRITON_OLDEST):90 $(TRITON_NEWEST):90,100
 TRITON_TESTS := $(addprefix tests/compile/,test_triton_compile.py test_ptx_shape.py test_typed.py test_fusion_compile.py \
-                  test_nvshmem_link.py test_nvshmem_compile.py test_pdl.py)
+                  test_nvshmem_link.py test_nvshmem_compile.py test_pdl.py test_compile_ahead.py)
 test-triton-range: all-archs $(TRITON_VENVS)
 	@for pair in $(TRITON_RANGE); do v=$${pair%%:*}; archs=$${IRONLINK_COMPILE_ARCHS:-$${pair#*:}}; \
 	  echo "== compile tests with Triton $$v for sm_$$archs"; \
