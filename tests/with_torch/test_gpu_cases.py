@@ -155,7 +155,7 @@ def test_a_slow_case_prints_each_ranks_stacks_to_its_own_file(tmp_path: Path) ->
 def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_ahead(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """$IRONLINK_GPU_COMPILE_RECORD: the report writes each compiled kernel under the case that
-    compiled it; $IRONLINK_GPU_COMPILE_AHEAD: a later Cases compiles the selected cases' kernels
+    compiled it, and keeps the committed entries of cases not run; $IRONLINK_GPU_COMPILE_AHEAD: a later Cases compiles the selected cases' kernels
     into the Triton cache before the first case (no GPU: Triton compiles for a named target)."""
     import triton.language as tl
     from triton.runtime import driver
@@ -193,6 +193,10 @@ def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_a
         assert (entry.module, entry.qualname, entry.case) == ("ironlink.fused.barrier", "_barrier_kernel", "a barrier")
         assert len(cubins_after_compiling_ahead("")) == 1
         assert cubins_after_compiling_ahead("other cases") == []
+        # A run of other cases keeps the committed entries of the cases it left out.
+        monkeypatch.setenv("IRONLINK_GPU_COMPILE_RECORD", str(tmp_path / "records-of-other-cases"))
+        assert Cases().report("smoke", 1, 0.0) == 0
+        assert compile_ahead.read(tmp_path / "records-of-other-cases" / _cases.record_name()) == [entry]
         # Ranks sharing GPUs and no record of their own: the other record's kernels.
         assert len(cubins_after_compiling_ahead("", shared="1")) == 1
     finally:

@@ -270,14 +270,18 @@ class Cases:
 
     def _write_record(self) -> None:
         """Rank 0 writes what every rank compiled so far in this process (every rank takes part:
-        a collective)."""
+        a collective), and the committed record's entries of the cases this run left out
+        (`--only`, `--skip`): a suite run in halves ends with one whole record."""
         folder = os.environ.get("IRONLINK_GPU_COMPILE_RECORD")
         if not folder:
             return
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, list(RECORDER.entries.values()), group=self.vote_group)
         if self.rank == 0:
-            compile_ahead.write(Path(folder) / record_name(), [e for mine in everyone for e in mine])
+            committed = Path(os.environ.get("IRONLINK_GPU_COMPILE_AHEAD") or folder) / record_name()
+            left_out = [e for e in compile_ahead.read(committed) if e.case and not self.selected(e.case)]
+            ran = [e for mine in everyone for e in mine]  # first: where a kernel is in both, its case now
+            compile_ahead.write(Path(folder) / record_name(), ran + left_out)
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
         if not self.selected(name):
