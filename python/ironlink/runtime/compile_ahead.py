@@ -185,9 +185,10 @@ def compile_ahead(entries: Sequence[Entry], arch: int, processes: int) -> Summar
 
 
 def processes_for(ranks_on_node: int) -> int:
-    """Worker processes for one of `ranks_on_node` ranks compiling at once: the node's cores
-    shared out, at most 8 a rank (each process imports torch and Triton: about a second's start)."""
-    return max(1, min(8, (os.cpu_count() or 2) // max(1, ranks_on_node)))
+    """Worker processes for one of `ranks_on_node` ranks compiling at once: the cores this
+    process may run on, shared out, at most 8 a rank (each process imports torch and Triton: about a second's start)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    return max(1, min(8, cores // max(1, ranks_on_node)))
 
 
 __all__ = ["Entry", "Recorder", "Summary", "compile_ahead", "processes_for", "read", "write"]
