@@ -92,10 +92,13 @@ class Recorder:
     def _hook(self, *, key: Any, repr: Any, fn: Any, compile: Any, is_manual_warmup: bool,
               already_compiled: bool) -> Optional[bool]:
         # A JITHook (triton.knobs.JITHook); `fn.module` is the module's name, `fn.name` the qualname.
-        module = _importable_module(fn.module)
-        if "<locals>" not in fn.name and _findable(module):
-            entry = Entry(module, fn.name, compile["specialization_data"], self.case)
-            self.entries.setdefault(entry[:3], entry)
+        try:
+            module = _importable_module(fn.module)
+            if "<locals>" not in fn.name and _findable(module):
+                entry = Entry(module, fn.name, compile["specialization_data"], self.case)
+                self.entries.setdefault(entry[:3], entry)
+        except Exception:  # noqa: BLE001 - a record only saves time: never fail the launch it watches
+            pass
         if self._previous is not None:
             return self._previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
                                   already_compiled=already_compiled)
