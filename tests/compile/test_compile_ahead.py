@@ -52,6 +52,9 @@ def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Pat
     missing = compile_ahead.Entry("ironlink.fused.barrier", "no_such_kernel", entry.specialization)
     compile_ahead.write(record, [entry, entry, missing])
     assert compile_ahead.read(record) == [entry, missing]  # repeats dropped, sorted
+    compile_ahead.append(record, [missing._replace(case="later"), entry._replace(qualname="appended")])
+    assert compile_ahead.read(record) == [entry, missing, entry._replace(qualname="appended")]
+    compile_ahead.write(record, [entry, missing])
     assert compile_ahead.read(tmp_path / "absent.jsonl.gz") == []
 
     cache = tmp_path / "cache"

@@ -154,10 +154,12 @@ def test_a_slow_case_prints_each_ranks_stacks_to_its_own_file(tmp_path: Path) ->
 
 def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_ahead(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """$IRONLINK_GPU_COMPILE_RECORD: the report writes each compiled kernel under the case that
-    compiled it, and keeps the committed entries of cases not run; $IRONLINK_GPU_COMPILE_AHEAD: a later Cases compiles the selected cases' kernels
+    """$IRONLINK_GPU_COMPILE_RECORD: each compiled kernel is recorded under the case that compiled
+    it, as the cases run (a run cut short leaves its record), with the committed entries of the
+    cases not run; $IRONLINK_GPU_COMPILE_AHEAD: a later run compiles the selected cases' kernels
     into the Triton cache before the first case (no GPU: Triton compiles for a named target)."""
     import triton.language as tl
+    from triton import knobs
     from triton.runtime import driver
     from triton.runtime.jit import MockTensor
 
@@ -168,37 +170,46 @@ def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_a
     monkeypatch.setattr(driver, "_active", compile_ahead._TargetOnly(90))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(_barrier_kernel.fn, "device_caches", defaultdict(_barrier_kernel.fn.create_binder))
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)  # the recorders' hooks go at the end
     records = tmp_path / "records"
-    monkeypatch.setenv("IRONLINK_GPU_COMPILE_RECORD", str(records))
     monkeypatch.delenv("IRONLINK_GPU_COMPILE_AHEAD", raising=False)
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "first-run"))
     monkeypatch.setenv("IRONLINK_SHARED_GPU", "0")
 
-    def cubins_after_compiling_ahead(only: str, shared: str = "0") -> list[Path]:
-        cache = tmp_path / f"cache-{only or 'all'}-{shared}"
-        monkeypatch.setenv("IRONLINK_SHARED_GPU", shared)
-        monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-        monkeypatch.setenv("IRONLINK_GPU_COMPILE_AHEAD", str(records))
-        monkeypatch.setenv("IRONLINK_GPU_ONLY", only)
+    def new_run(only: str = "", record: str = "", ahead: str = "", shared: str = "0") -> Path:
+        """The environment of a new worker process; its Triton cache."""
+        cache = tmp_path / f"cache-{len(list(tmp_path.glob('cache-*')))}"
+        for name, value in (("IRONLINK_GPU_ONLY", only), ("IRONLINK_GPU_COMPILE_RECORD", record),
+                            ("IRONLINK_GPU_COMPILE_AHEAD", ahead), ("IRONLINK_SHARED_GPU", shared),
+                            ("TRITON_CACHE_DIR", str(cache))):
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(_cases, "RECORDER", compile_ahead.Recorder())
         monkeypatch.setattr(_cases, "_compiled_ahead", False)
+        monkeypatch.setattr(_cases, "_record_kept", 0)
+        return cache
+
+    def cubins_after_compiling_ahead(only: str, shared: str = "0") -> list[Path]:
+        cache = new_run(only, ahead=str(records), shared=shared)
         Cases()
         return list(cache.rglob("*.cubin"))
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
+        new_run(record=str(records))
         cases = Cases()
         cases.run("a barrier", lambda: _barrier_kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,)))
-        assert cases.report("smoke", 1, 0.0) == 0
-        (entry,) = compile_ahead.read(records / _cases.record_name())
+        (entry,) = compile_ahead.read(records / _cases.record_name())  # before the report: a cut run's
         assert (entry.module, entry.qualname, entry.case) == ("ironlink.fused.barrier", "_barrier_kernel", "a barrier")
+        assert cases.report("smoke", 1, 0.0) == 0
+        assert compile_ahead.read(records / _cases.record_name()) == [entry]
         assert len(cubins_after_compiling_ahead("")) == 1
         assert cubins_after_compiling_ahead("other cases") == []
-        # A run of other cases keeps the committed entries of the cases it left out.
-        monkeypatch.setenv("IRONLINK_GPU_COMPILE_RECORD", str(tmp_path / "records-of-other-cases"))
-        assert Cases().report("smoke", 1, 0.0) == 0
+        # A run of other cases keeps the committed entries of the cases it left out, from its start.
+        new_run("other cases", record=str(tmp_path / "records-of-other-cases"), ahead=str(records))
+        cases = Cases()
+        assert compile_ahead.read(tmp_path / "records-of-other-cases" / _cases.record_name()) == [entry]
+        assert cases.report("smoke", 1, 0.0) == 0
         assert compile_ahead.read(tmp_path / "records-of-other-cases" / _cases.record_name()) == [entry]
         # Ranks sharing GPUs and no record of their own: the other record's kernels.
         assert len(cubins_after_compiling_ahead("", shared="1")) == 1
     finally:
-        _cases.RECORDER.stop()
         dist.destroy_process_group()

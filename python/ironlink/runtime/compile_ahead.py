@@ -8,7 +8,7 @@ compiled is known once it ran: Triton hands each compile's specialization to
 constexprs and options), and `JITFunction.preload` compiles that specialization again. So:
 
 - `Recorder` keeps the specializations this process compiles (`start` / `stop`; `write` puts them
-  in a gzipped JSON-lines file, one kernel a line);
+  in a gzipped JSON-lines file, one kernel a line, `append` adds to one as a run goes on);
 - `compile_ahead(entries, arch, processes)` compiles them in worker processes into Triton's
   on-disk cache. Those processes touch no GPU: Triton's driver is replaced by one that only names
   the target. A later launch of the same kernel with the same specialization finds it there (the
@@ -87,7 +87,7 @@ class Recorder:
         self.entries: dict[tuple[str, str, str], Entry] = {}
         self.case = ""  # set by the caller: the case each new entry is filed under
         self._previous: Any = None
-        self._started = False
+        self.started = False
 
     def _hook(self, *, key: Any, repr: Any, fn: Any, compile: Any, is_manual_warmup: bool,
               already_compiled: bool) -> Optional[bool]:
@@ -105,13 +105,13 @@ class Recorder:
         return None
 
     def start(self) -> None:
-        if not self._started:
-            self._previous, self._started = knobs.runtime.jit_post_compile_hook, True
+        if not self.started:
+            self._previous, self.started = knobs.runtime.jit_post_compile_hook, True
             knobs.runtime.jit_post_compile_hook = self._hook
 
     def stop(self) -> None:
-        if self._started:
-            knobs.runtime.jit_post_compile_hook, self._started = self._previous, False
+        if self.started:
+            knobs.runtime.jit_post_compile_hook, self.started = self._previous, False
 
 
 def write(path: Path, entries: Sequence[Entry]) -> None:
@@ -123,12 +123,27 @@ def write(path: Path, entries: Sequence[Entry]) -> None:
             f.write(json.dumps(e._asdict(), sort_keys=True) + "\n")
 
 
+def append(path: Path, entries: Sequence[Entry]) -> None:
+    """`entries` added to `path` as they come (a gzip member more: `read` reads them all), for a
+    record kept up to date while a run goes on; `write` puts it in order."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "at", encoding="utf-8") as f:
+        for e in entries:
+            f.write(json.dumps(e._asdict(), sort_keys=True) + "\n")
+
+
 def read(path: Path) -> list[Entry]:
-    """The entries of a file `write` wrote; a missing file has none."""
+    """The entries of a file `write` wrote (and `append` added to), each kernel and
+    specialization once (the first); a missing file has none."""
     if not path.is_file():
         return []
+    entries: dict[tuple[str, str, str], Entry] = {}
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [Entry(**json.loads(line)) for line in f if line.strip()]
+        for line in f:
+            if line.strip():
+                entry = Entry(**json.loads(line))
+                entries.setdefault(entry[:3], entry)
+    return list(entries.values())
 
 
 class _TargetOnly:
@@ -194,4 +209,4 @@ def processes_for(ranks_on_node: int) -> int:
     return max(1, min(8, cores // max(1, ranks_on_node)))
 
 
-__all__ = ["Entry", "Recorder", "Summary", "compile_ahead", "processes_for", "read", "write"]
+__all__ = ["Entry", "Recorder", "Summary", "append", "compile_ahead", "processes_for", "read", "write"]

@@ -201,6 +201,7 @@ def renewed(heap: Any) -> Any:
 # report writes all of it.
 RECORDER = compile_ahead.Recorder()
 _compiled_ahead = False
+_record_kept = 0  # RECORDER's entries that rank 0 has saved in the record
 
 
 def record_name(shared: Optional[bool] = None) -> str:
@@ -234,9 +235,8 @@ class Cases:
         self.only = os.environ.get("IRONLINK_GPU_ONLY", "").split("|")
         self.skip = [part for part in os.environ.get("IRONLINK_GPU_SKIP", "").split("|") if part]
         self.verbose = VERBOSE
-        if os.environ.get("IRONLINK_GPU_COMPILE_RECORD"):
-            RECORDER.start()
         self._compile_ahead()
+        self._start_record()
 
     def selected(self, name: str) -> bool:
         return any(part in name for part in self.only) and not any(part in name for part in self.skip)
@@ -270,24 +270,53 @@ class Cases:
                   f"processes; rank 0's share ({done.compiled} compiled, {len(done.failures)} not) in "
                   f"{done.seconds:.1f} s", flush=True)
 
-    def _write_record(self) -> None:
-        """Rank 0 writes what every rank compiled so far in this process (every rank takes part:
-        a collective), and the committed record's entries of the cases this run left out
-        (`--only`, `--skip`): a suite run in halves ends with one whole record."""
+    # The record (module docs) is kept up to date by rank 0 as the cases run, so a run stopped by
+    # a time limit (a cold cache's) still leaves one; the report rewrites it with every rank's.
+
+    def _record_file(self) -> Optional[Path]:
         folder = os.environ.get("IRONLINK_GPU_COMPILE_RECORD")
-        if not folder:
+        return Path(folder) / record_name() if folder else None
+
+    def _left_out(self, record: Path) -> list[compile_ahead.Entry]:
+        """The committed record's entries of the cases this run leaves out (`--only`, `--skip`):
+        a suite run in halves ends with one whole record."""
+        committed = Path(os.environ.get("IRONLINK_GPU_COMPILE_AHEAD") or record.parent) / record.name
+        return [e for e in compile_ahead.read(committed) if e.case and not self.selected(e.case)]
+
+    def _start_record(self) -> None:
+        record = self._record_file()
+        if record is None or RECORDER.started:  # a worker's second Cases keeps the first's record
+            return
+        RECORDER.start()
+        if self.rank == 0:
+            self._saving_record(lambda: compile_ahead.write(record, self._left_out(record)))
+
+    def _saving_record(self, save: Callable[[], None]) -> None:
+        """Rank 0 saves the record; a record only saves time, so a failure is reported, no more."""
+        global _record_kept
+        try:
+            save()
+            _record_kept = len(RECORDER.entries)
+        except Exception as e:  # noqa: BLE001
+            print(f"compile ahead: the record was not written: {type(e).__name__}: {e}", flush=True)
+
+    def _append_record(self) -> None:
+        """Rank 0: the kernels this rank compiled since the record was last saved."""
+        record = self._record_file()
+        if record is not None and self.rank == 0 and len(RECORDER.entries) > _record_kept:
+            self._saving_record(lambda: compile_ahead.append(record, list(RECORDER.entries.values())[_record_kept:]))
+
+    def _write_record(self) -> None:
+        """Rank 0 rewrites the record with what every rank compiled so far in this process (every
+        rank takes part: a collective) and the committed entries of the cases left out."""
+        record = self._record_file()
+        if record is None:
             return
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, list(RECORDER.entries.values()), group=self.vote_group)
-        if self.rank != 0:
-            return
-        committed = Path(os.environ.get("IRONLINK_GPU_COMPILE_AHEAD") or folder) / record_name()
-        try:  # a record only saves time: a failure to write it does not fail the suite
-            left_out = [e for e in compile_ahead.read(committed) if e.case and not self.selected(e.case)]
+        if self.rank == 0:
             ran = [e for mine in everyone for e in mine]  # first: where a kernel is in both, its case now
-            compile_ahead.write(Path(folder) / record_name(), ran + left_out)
-        except Exception as e:  # noqa: BLE001
-            print(f"compile ahead: the record was not written: {type(e).__name__}: {e}", flush=True)
+            self._saving_record(lambda: compile_ahead.write(record, ran + self._left_out(record)))
 
     def run(self, name: str, fn: Callable[[], None]) -> None:
         if not self.selected(name):
@@ -325,6 +354,7 @@ class Cases:
         faulthandler.cancel_dump_traceback_later()  # after the vote: a rank stuck before it is dumped too
         if self.verbose and self.rank == 0:
             print(f"case {name}: {'ok' if passed else 'FAILED'} in {time.time() - started:.2f} s", flush=True)
+        self._append_record()
         if passed:
             self.passed += 1
         else:
