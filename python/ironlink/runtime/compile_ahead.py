@@ -13,15 +13,15 @@ constexprs and options), and `JITFunction.preload` compiles that specialization 
   on-disk cache. Those processes touch no GPU: Triton's driver is replaced by one that only names
   the target. A later launch of the same kernel with the same specialization finds it there (the
   cache key is the kernel's source, specialization, options and the bitcode's hash, not the
-  process) and loads it in milliseconds.
+  process) and loads it instead of compiling.
 
 A record only saves time: a kernel it lacks, or whose specialization changed, compiles at its
 launch as before, and an entry that no longer compiles (a kernel renamed or removed) is reported
-and passed over. Kernels made inside a function (a qualname with ``<locals>``) or in a module of no file
-cannot be found again by name and are not recorded. Triton turns a compile's specialization into
-JSON before it calls the hook, so while a recorder runs, a launch with a Triton function as a
-constexpr argument raises TypeError in Triton (no kernel of ironlink or of its GPU workers takes
-one).
+and passed over. Kernels made inside a function (a qualname with ``<locals>``) or in a module of
+no file cannot be found again by name and are not recorded. Triton turns a compile's
+specialization into JSON before it calls the hook, so while a recorder runs, a launch with a
+Triton function as a constexpr argument raises TypeError in Triton (no kernel of ironlink or of
+its GPU workers takes one).
 """
 
 from __future__ import annotations
