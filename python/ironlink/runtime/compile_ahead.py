@@ -37,7 +37,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import IO, Any, Iterable, NamedTuple, Optional, Sequence
 
 from triton import knobs
 from triton.backends.compiler import GPUTarget
@@ -52,6 +52,24 @@ class Entry(NamedTuple):
     qualname: str
     specialization: str  # triton.runtime.jit.serialize_specialization_data's JSON
     case: str = ""  # what the recording process was doing when it compiled it ("" if unknown)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What makes an entry another compile: the kernel and its specialization, not the case."""
+        return self.module, self.qualname, self.specialization
+
+
+def _first_of_each(entries: Iterable[Entry]) -> dict[tuple[str, str, str], Entry]:
+    """`entries` by key, the first of each key kept, in the order first seen."""
+    unique: dict[tuple[str, str, str], Entry] = {}
+    for e in entries:
+        unique.setdefault(e.key, e)
+    return unique
+
+
+def _add_lines(f: IO[str], entries: Iterable[Entry]) -> None:
+    for e in entries:
+        f.write(json.dumps(e._asdict(), sort_keys=True) + "\n")
 
 
 class Summary(NamedTuple):
@@ -96,7 +114,7 @@ class Recorder:
             module = _importable_module(fn.module)
             if "<locals>" not in fn.name and _findable(module):
                 entry = Entry(module, fn.name, compile["specialization_data"], self.case)
-                self.entries.setdefault(entry[:3], entry)
+                self.entries.setdefault(entry.key, entry)
         except Exception:  # noqa: BLE001 - a record only saves time: never fail the launch it watches
             pass
         if self._previous is not None:
@@ -116,11 +134,9 @@ class Recorder:
 
 def write(path: Path, entries: Sequence[Entry]) -> None:
     """`entries` to `path` (gzipped JSON lines), without repeats, in a stable order."""
-    unique = {e[:3]: e for e in reversed(entries)}  # the first of each kernel and specialization wins
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8") as f:
-        for e in sorted(unique.values()):
-            f.write(json.dumps(e._asdict(), sort_keys=True) + "\n")
+        _add_lines(f, sorted(_first_of_each(entries).values()))
 
 
 def append(path: Path, entries: Sequence[Entry]) -> None:
@@ -128,8 +144,7 @@ def append(path: Path, entries: Sequence[Entry]) -> None:
     record kept up to date while a run goes on; `write` puts it in order."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "at", encoding="utf-8") as f:
-        for e in entries:
-            f.write(json.dumps(e._asdict(), sort_keys=True) + "\n")
+        _add_lines(f, entries)
 
 
 def read(path: Path) -> list[Entry]:
@@ -137,13 +152,8 @@ def read(path: Path) -> list[Entry]:
     specialization once (the first); a missing file has none."""
     if not path.is_file():
         return []
-    entries: dict[tuple[str, str, str], Entry] = {}
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                entry = Entry(**json.loads(line))
-                entries.setdefault(entry[:3], entry)
-    return list(entries.values())
+        return list(_first_of_each(Entry(**json.loads(line)) for line in f if line.strip()).values())
 
 
 class _TargetOnly:
@@ -204,7 +214,8 @@ def compile_ahead(entries: Sequence[Entry], arch: int, processes: int) -> Summar
 
 def processes_for(ranks_on_node: int) -> int:
     """Worker processes for one of `ranks_on_node` ranks compiling at once: the cores this
-    process may run on, shared out, at most 8 a rank (each process imports torch and Triton: about a second's start)."""
+    process may run on, shared out, at most 8 a rank (each process imports torch and Triton: about
+    a second's start)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
     return max(1, min(8, cores // max(1, ranks_on_node)))
 
