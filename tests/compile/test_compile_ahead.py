@@ -3,6 +3,7 @@ process into a fresh Triton cache, is found there by the launch (no compile), wi
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from triton.runtime import driver
 from triton.runtime.jit import MockTensor
 
 from ironlink.fused.barrier import _barrier_kernel
+from ironlink.language._lib import bitcode_path
 from ironlink.runtime import compile_ahead
 
 from _archs import CAPABILITIES  # tests/, beside this file
@@ -28,6 +30,28 @@ def _launch_compile(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(_barrier_kernel.fn, "device_caches", defaultdict(_barrier_kernel.fn.create_binder))
     monkeypatch.setattr(_barrier_kernel, "_paths", {})
     return _barrier_kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,))
+
+
+def _libraries(specialization: str) -> dict[str, str]:
+    return dict(json.loads(specialization)["options"]["extern_libs"])
+
+
+def _moved_libraries(specialization: str, folder: str) -> str:
+    data = json.loads(specialization)
+    data["options"]["extern_libs"] = [[n, f"{folder}/{Path(p).name}"] for n, p in data["options"]["extern_libs"]]
+    return json.dumps(data)
+
+
+def test_a_library_missing_where_recorded_is_the_file_of_that_name_here() -> None:
+    here = {"ironlink": bitcode_path(ARCH), "libdevice": compile_ahead._library_here(
+        "libdevice", "/elsewhere/libdevice.10.bc", ARCH)}
+    assert Path(here["libdevice"]).is_file()
+    recorded = json.dumps({"options": {"extern_libs": [[n, f"/elsewhere/{Path(p).name}"] for n, p in here.items()]
+                                       + [["other", "/elsewhere/no_such.bc"]], "num_warps": 4}})
+    relocated = json.loads(compile_ahead._relocated(recorded, ARCH))
+    assert relocated["options"]["num_warps"] == 4
+    assert relocated["options"]["extern_libs"] == [*map(list, here.items()), ["other", "/elsewhere/no_such.bc"]]
+    assert compile_ahead._relocated(json.dumps(relocated), ARCH) == json.dumps(relocated)  # found: kept
 
 
 def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Path,
@@ -48,6 +72,9 @@ def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Pat
     (entry,) = recorder.entries.values()
     assert (entry.module, entry.qualname, entry.case) == ("ironlink.fused.barrier", "_barrier_kernel", "a barrier")
 
+    # As recorded in another checkout and environment: the libraries' files are not where it
+    # found them, but the same files are here.
+    entry = entry._replace(specialization=_moved_libraries(entry.specialization, "/elsewhere"))
     record = tmp_path / "record.jsonl.gz"
     missing = compile_ahead.Entry("ironlink.fused.barrier", "no_such_kernel", entry.specialization)
     compile_ahead.write(record, [entry, entry, missing])

@@ -5,6 +5,7 @@ frees). Needs torch (skipped without it, as in CI)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -81,6 +82,7 @@ def test_a_reduction_is_checked_against_the_magnitude_of_its_inputs() -> None:
 
 
 PEER_FAILS = """
+import json
 import sys
 sys.path.insert(0, {workers!r})
 import torch, torch.distributed as dist
@@ -213,3 +215,28 @@ def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_a
         assert len(cubins_after_compiling_ahead("", shared="1")) == 1
     finally:
         dist.destroy_process_group()
+
+
+RECORDS = sorted((Path(__file__).resolve().parents[1] / "gpu" / "compile_ahead").glob("*.jsonl.gz"))
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
+def test_each_committed_record_names_kernels_that_exist_with_those_parameters(record: Path) -> None:
+    """A kernel renamed, removed or given other parameters since its record was made would only
+    compile at its launch again (time, not a failure): this says which record to make again
+    (docs/gpu-testing.md, "Compiling ahead")."""
+    from ironlink.runtime import compile_ahead
+
+    entries = compile_ahead.read(record)
+    assert entries
+    stale = []
+    for e in entries:
+        try:
+            kernel = compile_ahead._jit_function(e.module, e.qualname)
+        except (ImportError, AttributeError, TypeError) as why:
+            stale.append(f"{e.module}.{e.qualname}: {why}")
+            continue
+        signature = list(json.loads(e.specialization)["signature"])
+        if signature != list(kernel.arg_names):
+            stale.append(f"{e.module}.{e.qualname}: recorded {signature}, now {kernel.arg_names}")
+    assert not stale, "\n".join(sorted(set(stale)))

@@ -17,7 +17,10 @@ constexprs and options), and `JITFunction.preload` compiles that specialization 
 
 A record only saves time: a kernel it lacks, or whose specialization changed, compiles at its
 launch as before, and an entry that no longer compiles (a kernel renamed or removed) is reported
-and passed over. Kernels made inside a function (a qualname with ``<locals>``) or in a module of
+and passed over. A record names the extern libraries' files where the recording run found them;
+where such a file is missing here (another checkout or environment), the file of the same name
+where this installation finds that library is compiled instead: the cache key holds a library's
+contents, not its path. Kernels made inside a function (a qualname with ``<locals>``) or in a module of
 no file cannot be found again by name and are not recorded. Triton turns a compile's
 specialization into JSON before it calls the hook, so while a recorder runs, a launch with a
 Triton function as a constexpr argument raises TypeError in Triton (no kernel of ironlink or of
@@ -43,6 +46,8 @@ from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
+
+from ..language import _lib, _nvshmem
 
 
 class Entry(NamedTuple):
@@ -189,10 +194,37 @@ def _jit_function(module: str, qualname: str) -> JITFunction:
     return obj
 
 
-def _compile_one(entry: Entry) -> str:
+def _library_here(name: str, recorded: str, arch: int) -> str:
+    """Extern library `name`'s file in this installation: `recorded` if it is a file here, else the
+    file of the same name where a launch here finds that library (else `recorded`: the compile fails
+    and is reported)."""
+    if Path(recorded).is_file():
+        return recorded
+    file = Path(recorded).name
+    if name == "libdevice":  # Triton's own, beside its NVIDIA backend
+        candidates = [Path(p) / "lib" / file for p in importlib.import_module("triton.backends.nvidia").__path__]
+    elif name == _nvshmem.LIB_NAME:
+        try:
+            candidates = [Path(_nvshmem.device_bitcode_path(arch))]
+        except Exception:  # noqa: BLE001 - no NVSHMEM here: the compile fails and is reported
+            candidates = []
+    else:  # ironlink's bitcode, under any of its library names
+        candidates = [d / file for d in _lib.search_dirs()]
+    return next((str(p) for p in candidates if p.is_file()), recorded)
+
+
+def _relocated(specialization: str, arch: int) -> str:
+    """`specialization` with each extern library's path as `_library_here` finds it."""
+    data = json.loads(specialization)
+    libs = data["options"].get("extern_libs") or []
+    data["options"]["extern_libs"] = [[name, _library_here(name, path, arch)] for name, path in libs]
+    return json.dumps(data)
+
+
+def _compile_one(entry: Entry, arch: int) -> str:
     """Compiles one entry into the Triton cache (in a worker process): '' or why not."""
     try:
-        _jit_function(entry.module, entry.qualname).preload(entry.specialization)
+        _jit_function(entry.module, entry.qualname).preload(_relocated(entry.specialization, arch))
         return ""
     except Exception as e:  # noqa: BLE001 - compiling ahead only saves time; the launch compiles it anyway
         return f"{entry.module}.{entry.qualname}: {type(e).__name__}: {e}"
@@ -208,7 +240,7 @@ def compile_ahead(entries: Sequence[Entry], arch: int, processes: int) -> Summar
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
                              initargs=(list(sys.path), arch)) as pool:
-        failures = [f for f in pool.map(_compile_one, entries) if f]
+        failures = [f for f in pool.map(functools.partial(_compile_one, arch=arch), entries) if f]
     return Summary(len(entries) - len(failures), time.time() - started, failures)
 
 
