@@ -4,6 +4,10 @@ process into a fresh Triton cache, is found there by the launch (no compile), wi
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -48,10 +52,38 @@ def test_a_library_missing_where_recorded_is_the_file_of_that_name_here() -> Non
     assert Path(here["libdevice"]).is_file()
     recorded = json.dumps({"options": {"extern_libs": [[n, f"/elsewhere/{Path(p).name}"] for n, p in here.items()]
                                        + [["other", "/elsewhere/no_such.bc"]], "num_warps": 4}})
-    relocated = json.loads(compile_ahead._relocated(recorded, ARCH))
+    relocated = json.loads(compile_ahead._for_here(recorded, _barrier_kernel.fn, ARCH))
     assert relocated["options"]["num_warps"] == 4
     assert relocated["options"]["extern_libs"] == [*map(list, here.items()), ["other", "/elsewhere/no_such.bc"]]
-    assert compile_ahead._relocated(json.dumps(relocated), ARCH) == json.dumps(relocated)  # found: kept
+    again = compile_ahead._for_here(json.dumps(relocated), _barrier_kernel.fn, ARCH)
+    assert again == json.dumps(relocated)  # found: kept
+
+
+def test_a_kernel_of_a_script_run_as_main_is_compiled_ahead_under_its_module(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script's kernels compile as __main__'s, and the record names the script's module
+    (collectives_worker's): compiled ahead under that module, the script's launch still finds it."""
+    script = Path(__file__).with_name("_script_kernel.py")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def run(mode: str, *rest: str) -> None:
+        subprocess.run([sys.executable, str(script), mode, str(ARCH), *rest], env=env, check=True)
+
+    record = tmp_path / "record.jsonl.gz"
+    run("record", str(record))
+    (entry,) = compile_ahead.read(record)
+    assert (entry.module, entry.qualname) == ("_script_kernel", "script_kernel")
+    assert json.loads(entry.specialization)["name"] == "__main__.script_kernel"
+
+    shutil.rmtree(cache)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.syspath_prepend(str(script.parent))
+    done = compile_ahead.compile_ahead([entry], ARCH, processes=1)
+    assert (done.compiled, done.failures) == (1, [])
+    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    run("launch")
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead  # a hit: nothing written
 
 
 def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Path,

@@ -213,9 +213,12 @@ def _library_here(name: str, recorded: str, arch: int) -> str:
     return next((str(p) for p in candidates if p.is_file()), recorded)
 
 
-def _relocated(specialization: str, arch: int) -> str:
-    """`specialization` with each extern library's path as `_library_here` finds it."""
+def _for_here(specialization: str, kernel: JITFunction, arch: int) -> str:
+    """`specialization` as `kernel.preload` takes it in this process: under the kernel's name here
+    (a script's kernels were recorded as __main__'s; the cache key holds the source, not the
+    module), with each extern library's path as `_library_here` finds it."""
     data = json.loads(specialization)
+    data["name"] = f"{kernel.fn.__module__}.{kernel.fn.__qualname__}"  # Triton's own spelling of it
     libs = data["options"].get("extern_libs") or []
     data["options"]["extern_libs"] = [[name, _library_here(name, path, arch)] for name, path in libs]
     return json.dumps(data)
@@ -224,7 +227,8 @@ def _relocated(specialization: str, arch: int) -> str:
 def _compile_one(entry: Entry, arch: int) -> str:
     """Compiles one entry into the Triton cache (in a worker process): '' or why not."""
     try:
-        _jit_function(entry.module, entry.qualname).preload(_relocated(entry.specialization, arch))
+        kernel = _jit_function(entry.module, entry.qualname)
+        kernel.preload(_for_here(entry.specialization, kernel, arch))
         return ""
     except Exception as e:  # noqa: BLE001 - compiling ahead only saves time; the launch compiles it anyway
         return f"{entry.module}.{entry.qualname}: {type(e).__name__}: {e}"
