@@ -20,7 +20,8 @@ launch as before, and an entry that no longer compiles (a kernel renamed or remo
 and passed over. A record names the extern libraries' files where the recording run found them;
 where such a file is missing here (another checkout or environment), the file of the same name
 where this installation finds that library is compiled instead: the cache key holds a library's
-contents, not its path. Kernels made inside a function (a qualname with ``<locals>``) or in a module of
+contents, not its path (nor the module: a script's kernels, compiled as ``__main__``'s, are
+recorded and compiled ahead under the script's module name). Kernels made inside a function (a qualname with ``<locals>``) or in a module of
 no file cannot be found again by name and are not recorded. Triton turns a compile's
 specialization into JSON before it calls the hook, so while a recorder runs, a launch with a
 Triton function as a constexpr argument raises TypeError in Triton (no kernel of ironlink or of
