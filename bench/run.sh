@@ -13,6 +13,7 @@ prog=allreduce
 if [ $# -gt 0 ] && [[ $1 != -* ]]; then prog=$1; shift; fi
 [ -f "bench/${prog}.py" ] || { echo "bench/run.sh: no bench/${prog}.py (usage: bench/run.sh [NAME] [ARGS...])" >&2; exit 2; }
 source tests/gpu/setup_native.sh || exit 1
+program_records "${OUT:-}"  # records only where $OUT is given (a GPU machine's run), not into bench/results
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 n=${NGPU:-$(nvidia-smi -L | wc -l)}
@@ -20,3 +21,6 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-
 name="$OUT/${prog}-${n}x${gpu}-$(date -u +%Y%m%d-%H%M%S).json"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
 torchrun --standalone --nproc_per_node="$n" "bench/${prog}.py" --out "$name" "$@"
+rc=$?
+pack_program_records "$OUT"
+exit $rc

@@ -30,6 +30,7 @@ cd "$(dirname "$0")/../.."
 source tests/gpu/setup_native.sh || exit 1
 export OUT=${OUT:-build/decode} PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
 mkdir -p "$OUT"
+program_records "$OUT"
 gpus() { seq -s, 0 $(($1 - 1)); }
 on() { local w=$1; shift; CUDA_VISIBLE_DEVICES=$(gpus "$w") NGPU=$w "$@"; }
 
@@ -107,3 +108,4 @@ while [ $# -gt 0 ]; do
     *) echo "unknown step $step (see the head of $0)" >&2; exit 2 ;;
   esac
 done
+pack_program_records "$OUT"

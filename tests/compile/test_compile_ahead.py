@@ -3,14 +3,17 @@ process into a fresh Triton cache, is found there by the launch (no compile), wi
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
 import subprocess
 import sys
+import types
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import triton.language as tl
@@ -20,7 +23,7 @@ from triton.runtime.jit import MockTensor
 
 from ironlink.fused.barrier import _barrier_kernel
 from ironlink.language._lib import bitcode_path
-from ironlink.runtime import compile_ahead
+from ironlink.runtime import compile_ahead, compile_records
 
 from _archs import CAPABILITIES  # tests/, beside this file
 from _compile import fresh_triton_cache  # noqa: F401 - the fixture applies here
@@ -128,3 +131,50 @@ def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Pat
     # A compile would have written a directory of its own (another key); a hit only reads.
     assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead
     assert compiled.asm["cubin"]
+
+
+def test_a_program_records_each_ranks_compiles_and_its_next_run_compiles_them_ahead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `init_distributed` does with $IRONLINK_COMPILE_RECORD, then $IRONLINK_COMPILE_AHEAD."""
+    monkeypatch.setattr(driver, "_active", compile_ahead._TargetOnly(ARCH))
+    monkeypatch.setattr(compile_records, "program_name", lambda: "prog")
+    records = tmp_path / "records"
+
+    def start(rank: int, env: str, cache: str) -> Any:
+        monkeypatch.setattr(compile_records, "_started", False)
+        for name in (compile_records.ENV_AHEAD, compile_records.ENV_RECORD):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(env, str(records))
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / cache))
+        return compile_records.start_program(rank, 2, 2, False, ARCH)
+
+    assert start(1, compile_records.ENV_RECORD, "first") is None
+    assert compile_records.start_program(1, 2, 2, False, ARCH) is None  # once a process
+    try:
+        _launch_compile(monkeypatch)
+    finally:
+        assert compile_records._recorder is not None
+        compile_records._recorder.stop()
+    assert [p.name for p in records.iterdir()] == [f"prog-w2-sm{ARCH}.rank1.jsonl.gz"]
+    (entry,) = compile_records.records_of(records, compile_records.record_name("prog", 2, False, ARCH))
+    assert entry.qualname == "_barrier_kernel"
+
+    assert start(1, compile_records.ENV_AHEAD, "second") == compile_ahead.Summary(0, mock.ANY, [])  # rank 0's
+    done = start(0, compile_records.ENV_AHEAD, "second")
+    assert done is not None and (done.compiled, done.failures) == (1, [])
+    cache = tmp_path / "second"
+    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    _launch_compile(monkeypatch)
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead
+
+
+def test_a_programs_name_is_its_script_or_the_module_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    main = types.ModuleType("__main__")
+    main.__spec__ = None  # a script: `python bench/fused.py`
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bench/fused.py", "--ops", "x"])
+    assert compile_records.program_name() == "fused"
+    main.__spec__ = importlib.machinery.ModuleSpec("ironlink.tune.__main__", None)  # python -m ironlink.tune
+    assert compile_records.program_name() == "ironlink.tune"
+    assert compile_records.record_name("fused", 4, True, 90) == "fused-w4-shared-sm90.jsonl.gz"
+    assert compile_records.record_name("ironlink.tune", 2, False, 100) == "ironlink.tune-w2-sm100.jsonl.gz"

@@ -121,6 +121,9 @@ export IRONLINK_GPU_STACKS_DIR=${IRONLINK_GPU_STACKS_DIR:-$OUT/stacks}  # each w
 # under $OUT (run_bounded.sh packs those into compile-records.tar). Set either empty to turn it off.
 export IRONLINK_GPU_COMPILE_AHEAD=${IRONLINK_GPU_COMPILE_AHEAD-$(pwd)/tests/gpu/compile_ahead}
 export IRONLINK_GPU_COMPILE_RECORD=${IRONLINK_GPU_COMPILE_RECORD-$OUT/compile_ahead}
+# ... and not again through init_distributed's records of whole programs (bench/run.sh's), which
+# would compile every case's kernels whatever --only says.
+export IRONLINK_COMPILE_AHEAD= IRONLINK_COMPILE_RECORD=
 mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
 if [ -n "$shared_gpu" ]; then

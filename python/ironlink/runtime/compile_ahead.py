@@ -65,12 +65,12 @@ class Entry(NamedTuple):
         return self.module, self.qualname, self.specialization
 
 
-def _first_of_each(entries: Iterable[Entry]) -> dict[tuple[str, str, str], Entry]:
-    """`entries` by key, the first of each key kept, in the order first seen."""
-    unique: dict[tuple[str, str, str], Entry] = {}
+def unique(entries: Iterable[Entry]) -> list[Entry]:
+    """`entries`, each kernel and specialization once (the first), in the order first seen."""
+    first: dict[tuple[str, str, str], Entry] = {}
     for e in entries:
-        unique.setdefault(e.key, e)
-    return unique
+        first.setdefault(e.key, e)
+    return list(first.values())
 
 
 def _add_lines(f: IO[str], entries: Iterable[Entry]) -> None:
@@ -120,13 +120,18 @@ class Recorder:
             module = _importable_module(fn.module)
             if "<locals>" not in fn.name and _findable(module):
                 entry = Entry(module, fn.name, compile["specialization_data"], self.case)
-                self.entries.setdefault(entry.key, entry)
+                if entry.key not in self.entries:
+                    self.entries[entry.key] = entry
+                    self.added(entry)
         except Exception:  # noqa: BLE001 - a record only saves time: never fail the launch it watches
             pass
         if self._previous is not None:
             return self._previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
                                   already_compiled=already_compiled)
         return None
+
+    def added(self, entry: Entry) -> None:
+        """Called with each new entry as it is recorded (a subclass may save it)."""
 
     def start(self) -> None:
         if not self.started:
@@ -142,7 +147,7 @@ def write(path: Path, entries: Sequence[Entry]) -> None:
     """`entries` to `path` (gzipped JSON lines), without repeats, in a stable order."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8") as f:
-        _add_lines(f, sorted(_first_of_each(entries).values()))
+        _add_lines(f, sorted(unique(entries)))
 
 
 def append(path: Path, entries: Sequence[Entry]) -> None:
@@ -159,7 +164,7 @@ def read(path: Path) -> list[Entry]:
     if not path.is_file():
         return []
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        return list(_first_of_each(Entry(**json.loads(line)) for line in f if line.strip()).values())
+        return unique(Entry(**json.loads(line)) for line in f if line.strip())
 
 
 class _TargetOnly:
@@ -257,4 +262,4 @@ def processes_for(ranks_on_node: int) -> int:
     return max(1, min(8, cores // max(1, ranks_on_node)))
 
 
-__all__ = ["Entry", "Recorder", "Summary", "append", "compile_ahead", "processes_for", "read", "write"]
+__all__ = ["Entry", "Recorder", "Summary", "append", "compile_ahead", "processes_for", "read", "unique", "write"]

@@ -55,7 +55,9 @@ def init_distributed(timeout: Optional[timedelta] = None, local_rank: Optional[i
     """Selects this rank's GPU (`local_rank`, default $LOCAL_RANK, else 0) and starts the default
     process group on it; returns the ``torch.device``. `group`: more arguments for
     ``torch.distributed.init_process_group`` (a store, rank and world size where no launcher set
-    the environment). A group that already exists is kept."""
+    the environment). A group that already exists is kept. Then, where $IRONLINK_COMPILE_AHEAD
+    or $IRONLINK_COMPILE_RECORD name folders, the program's recorded kernels compile ahead and
+    its compiles are recorded (`compile_records`)."""
     import torch
     import torch.distributed as dist
 
@@ -70,6 +72,12 @@ def init_distributed(timeout: Optional[timedelta] = None, local_rank: Optional[i
             dist.init_process_group("gloo", **kwargs)
         else:
             dist.init_process_group("nccl", device_id=device, **kwargs)
+    from . import compile_records  # Triton is imported there: only when a worker starts
+
+    major, minor = torch.cuda.get_device_capability(device)
+    compile_records.start_program(dist.get_rank(), dist.get_world_size(),
+                                  int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())), shared,
+                                  major * 10 + minor)
     return device
 
 

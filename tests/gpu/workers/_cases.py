@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 import torch
 import torch.distributed as dist
 
-from ironlink.runtime import compile_ahead
+from ironlink.runtime import compile_ahead, compile_records
 
 
 T = TypeVar("T")
@@ -210,8 +210,8 @@ def record_name(shared: Optional[bool] = None) -> str:
     if shared is None:
         shared = os.environ.get("IRONLINK_SHARED_GPU") == "1"
     major, minor = torch.cuda.get_device_capability()
-    sharing = "-shared" if shared else ""
-    return f"{Path(sys.argv[0]).stem}-w{dist.get_world_size()}{sharing}-sm{major}{minor}.jsonl.gz"
+    return compile_records.record_name(compile_records.program_name(), dist.get_world_size(), shared,
+                                       major * 10 + minor)
 
 
 class Cases:
