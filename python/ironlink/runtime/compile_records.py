@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from . import compile_ahead
 
@@ -79,6 +79,23 @@ class _RankRecorder(compile_ahead.Recorder):
                   file=sys.stderr, flush=True)
 
 
+def compile_share(entries_of: Callable[[], list[compile_ahead.Entry]], rank: int, world: int, local_world: int,
+                  arch: int) -> tuple[list[compile_ahead.Entry], compile_ahead.Summary]:
+    """Compiles rank `rank`'s share of the entries `entries_of()` reads (every `world`-th), over
+    the processes its share of this node's cores allows; prints why any was not compiled. The
+    entries and what was done: whatever goes wrong (a record unreadable too) is a failure there,
+    never an exception, since compiling ahead only saves time."""
+    started = time.time()
+    try:
+        entries = entries_of()
+        done = compile_ahead.compile_ahead(entries[rank::world], arch, compile_ahead.processes_for(local_world))
+    except Exception as e:  # noqa: BLE001 - the kernels compile at their launch instead
+        entries, done = [], compile_ahead.Summary(0, time.time() - started, [f"{type(e).__name__}: {e}"])
+    for failure in done.failures[:3]:
+        print(f"ironlink: [rank {rank}] compile ahead: not compiled: {failure}", file=sys.stderr, flush=True)
+    return entries, done
+
+
 _started = False
 _recorder: Optional[_RankRecorder] = None  # this process's, while it records
 
@@ -97,13 +114,7 @@ def start_program(rank: int, world: int, local_world: int, shared: bool,
     ahead = _folder_of(ENV_AHEAD)
     if ahead is not None:
         started = time.time()
-        try:
-            entries = records_of(ahead, name)
-            done = compile_ahead.compile_ahead(entries[rank::world], arch, compile_ahead.processes_for(local_world))
-        except Exception as e:  # noqa: BLE001 - only saves time: the kernels compile as they launch
-            entries, done = [], compile_ahead.Summary(0, time.time() - started, [f"{type(e).__name__}: {e}"])
-        for failure in done.failures[:3]:
-            print(f"ironlink: [rank {rank}] compile ahead: not compiled: {failure}", file=sys.stderr, flush=True)
+        entries, done = compile_share(lambda: records_of(ahead, name), rank, world, local_world, arch)
         if rank == 0 and entries:
             print(f"ironlink: compiled ahead {len(entries)} kernels of {_stem(name)} in {ahead} over {world} ranks; "
                   f"rank 0's share ({done.compiled} compiled, {len(done.failures)} not) in "
@@ -116,4 +127,4 @@ def start_program(rank: int, world: int, local_world: int, shared: bool,
     return done
 
 
-__all__ = ["ENV_AHEAD", "ENV_RECORD", "program_name", "record_name", "records_of", "start_program"]
+__all__ = ["ENV_AHEAD", "ENV_RECORD", "compile_share", "program_name", "record_name", "records_of", "start_program"]

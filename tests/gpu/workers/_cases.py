@@ -255,20 +255,16 @@ class Cases:
         path = next((p for p in (Path(folder) / record_name(s) for s in (here, not here)) if p.is_file()),
                     Path(folder) / record_name())
         world = dist.get_world_size()
-        processes = compile_ahead.processes_for(int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-        try:  # only saves time: whatever goes wrong, the cases compile their kernels as they launch
-            entries = [e for e in compile_ahead.read(path) if not e.case or self.selected(e.case)]
-            arch = torch.cuda.get_device_capability()
-            done = compile_ahead.compile_ahead(entries[self.rank::world], arch[0] * 10 + arch[1], processes)
-        except Exception as e:  # noqa: BLE001
-            entries, done = [], compile_ahead.Summary(0, 0.0, [f"{type(e).__name__}: {e}"])
-        for failure in done.failures[:3]:
-            print(f"[rank {self.rank}] compile ahead: not compiled: {failure}", flush=True)
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        major, minor = torch.cuda.get_device_capability()
+        entries, done = compile_records.compile_share(
+            lambda: [e for e in compile_ahead.read(path) if not e.case or self.selected(e.case)],
+            self.rank, world, local_world, major * 10 + minor)
         dist.barrier(group=self.vote_group)
         if self.rank == 0:
-            print(f"compile ahead: {len(entries)} kernels of {path.name} over {world} ranks x {processes} "
-                  f"processes; rank 0's share ({done.compiled} compiled, {len(done.failures)} not) in "
-                  f"{done.seconds:.1f} s", flush=True)
+            print(f"compile ahead: {len(entries)} kernels of {path.name} over {world} ranks x "
+                  f"{compile_ahead.processes_for(local_world)} processes; rank 0's share ({done.compiled} compiled, "
+                  f"{len(done.failures)} not) in {done.seconds:.1f} s", flush=True)
 
     # The record (module docs) is kept up to date by rank 0 as the cases run, so a run stopped by
     # a time limit (a cold cache's) still leaves one; the report rewrites it with every rank's.
