@@ -2,7 +2,8 @@
 own): the ``nvidia-nvshmem-cu13==3.4.5`` wheel (the release PyTorch 2.11 ships), downloaded once with
 pip into ``build/nvshmem-3.4.5/`` or taken from ``$IRONLINK_NVSHMEM_PINNED_WHEEL``; a test that
 needs it skips, saying so, only when that download fails (no network). `extract` gives one of its
-files; `needed_part` the part of its device bitcode that ironlink's wrappers link."""
+files; `needed_part` the part of its device bitcode that ironlink's wrappers link (`ironlinks_part`
+for ironlink's NVSHMEM bitcode, whose calls `ironlink_declarations` lists)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,14 @@ def needed_part(declarations: str) -> Path:
                             "-o", str(part)], check=True, capture_output=True, text=True)
             os.replace(part, out)  # whole or absent, as in `extract`
     return out
+
+
+def ironlink_declarations(arch: str = "sm_90") -> dict[str, str]:
+    """The NVSHMEM functions ironlink's NVSHMEM bitcode calls: name -> its `declare` line."""
+    ours = _lib.disassemble(_lib.bitcode_path(arch, nvshmem=True))
+    return {m.group(1): m.group(0) for m in re.finditer(r"^declare\b[^@]*@(nvshmemx?_\w+)\(.*$", ours, re.MULTILINE)}
+
+
+def ironlinks_part() -> Path:
+    """`needed_part` for what ironlink's NVSHMEM bitcode calls."""
+    return needed_part("\n".join(ironlink_declarations().values()))

@@ -17,15 +17,20 @@ from unittest import mock
 
 import pytest
 import triton.language as tl
+
+import ironlink
+import ironlink.language as il
 from triton import knobs
 from triton.runtime import driver
 from triton.runtime.jit import MockTensor
 
 from ironlink.fused.barrier import _barrier_kernel
+from ironlink.language import _nvshmem
 from ironlink.language._lib import bitcode_path
 from ironlink.runtime import compile_ahead, compile_records
 
 from _archs import CAPABILITIES  # tests/, beside this file
+from _nvshmem_wheel import ironlinks_part  # tests/, beside this file
 from _compile import fresh_triton_cache  # noqa: F401 - the fixture applies here
 
 ARCH = 90 if 90 in CAPABILITIES else CAPABILITIES[0]
@@ -178,3 +183,41 @@ def test_a_programs_name_is_its_script_or_the_module_run(monkeypatch: pytest.Mon
     assert compile_records.program_name() == "ironlink.tune"
     assert compile_records.record_name("fused", 4, True, 90) == "fused-w4-shared-sm90.jsonl.gz"
     assert compile_records.record_name("ironlink.tune", 2, False, 100) == "ironlink.tune-w2-sm100.jsonl.gz"
+
+
+@ironlink.jit(nvshmem=True)
+def nvshmem_pe_kernel(ctx, out):
+    tl.store(out, il.symm_nvshmem_my_pe(0) + il.symm_rank(ctx))
+
+
+def test_an_nvshmem_linked_kernel_recorded_elsewhere_compiles_ahead_into_what_the_launch_loads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three libraries (ironlink's NVSHMEM bitcode, NVSHMEM's, libdevice), each recorded where
+    another machine had it: the nvshmem suite's records (its several-node kernels) are such."""
+    monkeypatch.setattr(driver, "_active", compile_ahead._TargetOnly(ARCH))
+    monkeypatch.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(ironlinks_part()))
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)
+
+    def launch() -> Any:
+        monkeypatch.setattr(nvshmem_pe_kernel.fn, "device_caches", defaultdict(nvshmem_pe_kernel.fn.create_binder))
+        monkeypatch.setattr(nvshmem_pe_kernel, "_paths", {})
+        return nvshmem_pe_kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,))
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "first"))
+    recorder = compile_ahead.Recorder()
+    recorder.start()
+    try:
+        launch()
+    finally:
+        recorder.stop()
+    (entry,) = recorder.entries.values()
+    assert [n for n in _libraries(entry.specialization)] == ["ironlink", _nvshmem.LIB_NAME, "libdevice"]
+    moved = entry._replace(specialization=_moved_libraries(entry.specialization, "/elsewhere"))
+
+    cache = tmp_path / "second"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    done = compile_ahead.compile_ahead([moved], ARCH, processes=1)
+    assert (done.compiled, done.failures) == (1, [])
+    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    assert launch().asm["cubin"]
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead

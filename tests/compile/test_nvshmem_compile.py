@@ -35,18 +35,12 @@ from ironlink.constants import CMP_GE, SIGNAL_OP_ADD
 
 from _archs import sampled
 from _compile import fresh_triton_cache  # noqa: F401 - tests/, beside this file; the fixture applies here
-from _nvshmem_wheel import PINNED, extract, needed_part  # tests/, beside this file
+from _nvshmem_wheel import PINNED, extract, ironlink_declarations, ironlinks_part  # tests/, beside this file
 
 
 @pytest.fixture(scope="module")
 def nvshmem_bc() -> Path:
     return extract("libnvshmem_device.bc")
-
-
-def nvshmem_declarations() -> dict[str, str]:
-    """The NVSHMEM functions ironlink's NVSHMEM bitcode calls: name -> its `declare` line."""
-    ours = _lib.disassemble(_lib.bitcode_path("sm_90", nvshmem=True))
-    return {m.group(1): m.group(0) for m in re.finditer(r"^declare\b[^@]*@(nvshmemx?_\w+)\(.*$", ours, re.MULTILINE)}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +50,7 @@ def nvshmem_needed_bc() -> Path:
     link it, and the signatures are read from it (its definitions are the file's, whole; a
     function the file lacks stays a declaration there); the cases of linking itself (the
     wrappers' test kernel, the order) link the file."""
-    return needed_part("\n".join(nvshmem_declarations().values()))
+    return ironlinks_part()
 
 
 @triton.jit
@@ -205,7 +199,7 @@ def test_the_wrong_order_leaves_nvshmem_unresolved(nvshmem_bc: Path, tmp_path: P
 def test_pinned_bitcode_defines_what_the_wrappers_declare(nvshmem_needed_bc: Path) -> None:
     # The prototypes in device/src/hw/nvshmem.rs against the pinned release's definitions: a type
     # mismatch would link a call through a wrong signature.
-    declared = nvshmem_declarations()
+    declared = ironlink_declarations()
     assert set(declared) == {"nvshmemx_putmem_signal_nbi_block", "nvshmem_signal_wait_until", "nvshmem_quiet",
                              "nvshmem_ptr", "nvshmem_my_pe", "nvshmem_n_pes"}
     theirs = _lib.bitcode_signatures(nvshmem_needed_bc)
