@@ -197,7 +197,19 @@ def test_an_nvshmem_linked_kernel_recorded_elsewhere_compiles_ahead_into_what_th
     monkeypatch.setattr(driver, "_active", compile_ahead._TargetOnly(ARCH))
     monkeypatch.setenv(_nvshmem.ENV_NVSHMEM_BITCODE, str(ironlinks_part()))
     monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)
+    # A launch registers the kernel with NVSHMEM's module-init hook: in a registry of this test's,
+    # the hook off Triton's chain afterwards (test_nvshmem_link checks the chain).
+    for name, value in (("_kernel_names", set()), ("_hook_added", False)):
+        monkeypatch.setattr(_nvshmem, name, value)
+    monkeypatch.setattr(nvshmem_pe_kernel, "_registered", False)
+    try:
+        _compile_nvshmem_kernel_ahead(tmp_path, monkeypatch)
+    finally:
+        if _nvshmem._on_load in knobs.runtime.kernel_load_end_hook.calls:
+            knobs.runtime.kernel_load_end_hook.remove(_nvshmem._on_load)
 
+
+def _compile_nvshmem_kernel_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def launch() -> Any:
         monkeypatch.setattr(nvshmem_pe_kernel.fn, "device_caches", defaultdict(nvshmem_pe_kernel.fn.create_binder))
         monkeypatch.setattr(nvshmem_pe_kernel, "_paths", {})
