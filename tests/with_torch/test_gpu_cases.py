@@ -186,7 +186,6 @@ def test_the_kernels_a_run_compiled_are_recorded_and_a_later_run_compiles_them_a
             monkeypatch.setenv(name, value)
         monkeypatch.setattr(_cases, "RECORDER", compile_ahead.Recorder())
         monkeypatch.setattr(_cases, "_compiled_ahead", False)
-        monkeypatch.setattr(_cases, "_record_kept", 0)
         return cache
 
     def cubins_after_compiling_ahead(only: str, shared: str = "0") -> list[Path]:

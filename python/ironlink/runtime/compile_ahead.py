@@ -21,8 +21,9 @@ and passed over. A record names the extern libraries' files where the recording 
 where such a file is missing here (another checkout or environment), the file of the same name
 where this installation finds that library is compiled instead: the cache key holds a library's
 contents, not its path (nor the module: a script's kernels, compiled as ``__main__``'s, are
-recorded and compiled ahead under the script's module name). Kernels made inside a function (a qualname with ``<locals>``) or in a module of
-no file cannot be found again by name and are not recorded. Triton turns a compile's
+recorded and compiled ahead under the script's module name). Kernels made inside a function (a
+qualname with ``<locals>``) or in a module of no file cannot be found again by name and are not
+recorded. Triton turns a compile's
 specialization into JSON before it calls the hook, so while a recorder runs, a launch with a
 Triton function as a constexpr argument raises TypeError in Triton (no kernel of ironlink or of
 its GPU workers takes one).
@@ -105,9 +106,12 @@ def _findable(module: str) -> bool:
 
 
 class Recorder:
-    """The specializations this process compiles while started, in the order first compiled."""
+    """The specializations this process compiles while started, in the order first compiled; with
+    `path` (settable), each new one is also appended to that file as it is compiled, so a run
+    stopped by a time limit still leaves its record."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Optional[Path] = None) -> None:
+        self.path = path
         self.entries: dict[tuple[str, str, str], Entry] = {}
         self.case = ""  # set by the caller: the case each new entry is filed under
         self._previous: Any = None
@@ -122,7 +126,8 @@ class Recorder:
                 entry = Entry(module, fn.name, compile["specialization_data"], self.case)
                 if entry.key not in self.entries:
                     self.entries[entry.key] = entry
-                    self.added(entry)
+                    if self.path is not None:
+                        self._save(self.path, entry)
         except Exception:  # noqa: BLE001 - a record only saves time: never fail the launch it watches
             pass
         if self._previous is not None:
@@ -130,8 +135,13 @@ class Recorder:
                                   already_compiled=already_compiled)
         return None
 
-    def added(self, entry: Entry) -> None:
-        """Called with each new entry as it is recorded (a subclass may save it)."""
+    @staticmethod
+    def _save(path: Path, entry: Entry) -> None:
+        try:
+            append(path, [entry])
+        except Exception as e:  # noqa: BLE001 - a record only saves time
+            print(f"ironlink: the compile record {path} was not written: {type(e).__name__}: {e}",
+                  file=sys.stderr, flush=True)
 
     def start(self) -> None:
         if not self.started:

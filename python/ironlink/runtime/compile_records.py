@@ -64,21 +64,6 @@ def records_of(folder: Path, name: str) -> list[compile_ahead.Entry]:
     return compile_ahead.unique([e for f in files for e in compile_ahead.read(f)])
 
 
-class _RankRecorder(compile_ahead.Recorder):
-    """Adds each kernel this rank compiles to its file as it is compiled."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = path
-
-    def added(self, entry: compile_ahead.Entry) -> None:
-        try:
-            compile_ahead.append(self.path, [entry])
-        except Exception as e:  # noqa: BLE001 - a record only saves time
-            print(f"ironlink: the compile record {self.path} was not written: {type(e).__name__}: {e}",
-                  file=sys.stderr, flush=True)
-
-
 def compile_share(entries_of: Callable[[], list[compile_ahead.Entry]], rank: int, world: int, local_world: int,
                   arch: int) -> tuple[list[compile_ahead.Entry], compile_ahead.Summary]:
     """Compiles rank `rank`'s share of the entries `entries_of()` reads (every `world`-th), over
@@ -97,7 +82,7 @@ def compile_share(entries_of: Callable[[], list[compile_ahead.Entry]], rank: int
 
 
 _started = False
-_recorder: Optional[_RankRecorder] = None  # this process's, while it records
+_recorder: Optional[compile_ahead.Recorder] = None  # this process's, while it records
 
 
 def start_program(rank: int, world: int, local_world: int, shared: bool,
@@ -122,7 +107,7 @@ def start_program(rank: int, world: int, local_world: int, shared: bool,
                   file=sys.stderr, flush=True)
     folder = _folder_of(ENV_RECORD)
     if folder is not None:
-        _recorder = _RankRecorder(folder / f"{_stem(name)}.rank{rank}.jsonl.gz")
+        _recorder = compile_ahead.Recorder(folder / f"{_stem(name)}.rank{rank}.jsonl.gz")
         _recorder.start()
     return done
 

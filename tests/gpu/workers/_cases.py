@@ -198,10 +198,9 @@ def renewed(heap: Any) -> Any:
 
 
 # What this process compiled (module docs): one recorder for every Cases of the worker, so each
-# report writes all of it.
+# report writes all of it; on rank 0 it also appends each kernel to the record as it compiles.
 RECORDER = compile_ahead.Recorder()
 _compiled_ahead = False
-_record_kept = 0  # RECORDER's entries that rank 0 has saved in the record
 
 
 def record_name(shared: Optional[bool] = None) -> str:
@@ -283,24 +282,17 @@ class Cases:
         record = self._record_file()
         if record is None or RECORDER.started:  # a worker's second Cases keeps the first's record
             return
-        RECORDER.start()
         if self.rank == 0:
             self._saving_record(lambda: compile_ahead.write(record, self._left_out(record)))
+            RECORDER.path = record
+        RECORDER.start()
 
     def _saving_record(self, save: Callable[[], None]) -> None:
         """Rank 0 saves the record; a record only saves time, so a failure is reported, no more."""
-        global _record_kept
         try:
             save()
-            _record_kept = len(RECORDER.entries)
         except Exception as e:  # noqa: BLE001
             print(f"compile ahead: the record was not written: {type(e).__name__}: {e}", flush=True)
-
-    def _append_record(self) -> None:
-        """Rank 0: the kernels this rank compiled since the record was last saved."""
-        record = self._record_file()
-        if record is not None and self.rank == 0 and len(RECORDER.entries) > _record_kept:
-            self._saving_record(lambda: compile_ahead.append(record, list(RECORDER.entries.values())[_record_kept:]))
 
     def _write_record(self) -> None:
         """Rank 0 rewrites the record with what every rank compiled so far in this process (every
@@ -350,7 +342,6 @@ class Cases:
         faulthandler.cancel_dump_traceback_later()  # after the vote: a rank stuck before it is dumped too
         if self.verbose and self.rank == 0:
             print(f"case {name}: {'ok' if passed else 'FAILED'} in {time.time() - started:.2f} s", flush=True)
-        self._append_record()
         if passed:
             self.passed += 1
         else:
