@@ -36,12 +36,17 @@ from _compile import fresh_triton_cache  # noqa: F401 - the fixture applies here
 ARCH = 90 if 90 in CAPABILITIES else CAPABILITIES[0]
 
 
-def _launch_compile(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """What a launch compiles (a warmup: the launch's path up to the kernel's run), from empty
-    in-memory caches, so only Triton's on-disk cache can spare the compile."""
-    monkeypatch.setattr(_barrier_kernel.fn, "device_caches", defaultdict(_barrier_kernel.fn.create_binder))
-    monkeypatch.setattr(_barrier_kernel, "_paths", {})
-    return _barrier_kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,))
+def _launch_compile(monkeypatch: pytest.MonkeyPatch, kernel: Any = _barrier_kernel) -> Any:
+    """What a launch of `kernel` (ctx, out: int32) compiles (a warmup: the launch's path up to the
+    kernel's run), from empty in-memory caches, so only Triton's on-disk cache can spare the compile."""
+    monkeypatch.setattr(kernel.fn, "device_caches", defaultdict(kernel.fn.create_binder))
+    monkeypatch.setattr(kernel, "_paths", {})
+    return kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,))
+
+
+def _files(cache: Path) -> dict[Path, int]:
+    """What Triton's on-disk cache holds, with each file's time: a compile adds or rewrites one."""
+    return {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
 
 
 def _libraries(specialization: str) -> dict[str, str]:
@@ -89,9 +94,9 @@ def test_a_kernel_of_a_script_run_as_main_is_compiled_ahead_under_its_module(
     monkeypatch.syspath_prepend(str(script.parent))
     done = compile_ahead.compile_ahead([entry], ARCH, processes=1)
     assert (done.compiled, done.failures) == (1, [])
-    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    ahead = _files(cache)
     run("launch")
-    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead  # a hit: nothing written
+    assert _files(cache) == ahead  # a hit: nothing written
 
 
 def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Path,
@@ -129,12 +134,12 @@ def test_a_recorded_kernel_compiled_ahead_is_what_the_launch_loads(tmp_path: Pat
     done = compile_ahead.compile_ahead(compile_ahead.read(record), ARCH, processes=2)
     assert done.compiled == 1
     assert len(done.failures) == 1 and "no_such_kernel" in done.failures[0]
-    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    ahead = _files(cache)
     assert any(p.suffix == ".cubin" for p in ahead)
 
     compiled = _launch_compile(monkeypatch)
     # A compile would have written a directory of its own (another key); a hit only reads.
-    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead
+    assert _files(cache) == ahead
     assert compiled.asm["cubin"]
 
 
@@ -168,9 +173,9 @@ def test_a_program_records_each_ranks_compiles_and_its_next_run_compiles_them_ah
     done = start(0, compile_records.ENV_AHEAD, "second")
     assert done is not None and (done.compiled, done.failures) == (1, [])
     cache = tmp_path / "second"
-    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
+    ahead = _files(cache)
     _launch_compile(monkeypatch)
-    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead
+    assert _files(cache) == ahead
 
 
 def test_a_programs_name_is_its_script_or_the_module_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,16 +215,11 @@ def test_an_nvshmem_linked_kernel_recorded_elsewhere_compiles_ahead_into_what_th
 
 
 def _compile_nvshmem_kernel_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def launch() -> Any:
-        monkeypatch.setattr(nvshmem_pe_kernel.fn, "device_caches", defaultdict(nvshmem_pe_kernel.fn.create_binder))
-        monkeypatch.setattr(nvshmem_pe_kernel, "_paths", {})
-        return nvshmem_pe_kernel.warmup(2**40, MockTensor(tl.int32), grid=(1,))
-
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "first"))
     recorder = compile_ahead.Recorder()
     recorder.start()
     try:
-        launch()
+        _launch_compile(monkeypatch, nvshmem_pe_kernel)
     finally:
         recorder.stop()
     (entry,) = recorder.entries.values()
@@ -230,6 +230,6 @@ def _compile_nvshmem_kernel_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     done = compile_ahead.compile_ahead([moved], ARCH, processes=1)
     assert (done.compiled, done.failures) == (1, [])
-    ahead = {p: p.stat().st_mtime_ns for p in cache.rglob("*")}
-    assert launch().asm["cubin"]
-    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*")} == ahead
+    ahead = _files(cache)
+    assert _launch_compile(monkeypatch, nvshmem_pe_kernel).asm["cubin"]
+    assert _files(cache) == ahead
