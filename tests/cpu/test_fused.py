@@ -10,6 +10,7 @@ import triton
 import ironlink
 from ironlink.language import _abi
 from ironlink.runtime import tuning
+from ironlink.runtime.tuning import decode_table
 
 from ironlink.fused import copy_engine
 from ironlink.fused import gemm_operands
@@ -78,18 +79,18 @@ def test_rmsnorm_modes_follow_the_tuning_threshold() -> None:
 
 
 @pytest.mark.parametrize("tokens, hidden, world, mode, ctas", [
-    # World 2's committed decode table (runtime/tuning/tables/decode-w2.json, the tuner's run on 4 H200s,
-    # world 2 on two of them): each row cut into slices of a CTA each ("split") up to 128 KiB,
-    # "lamport" up to 256 KiB, split again up to 1 MiB (the two within 0.4 us of each other there),
-    # "two_shot" up to 2 MiB, lamport up to 8 MiB, "push" up to 32 MiB, then "rows" (no workspace).
-    (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (8, 8192, 2, "split", 64), (9, 8192, 2, "lamport", 9),
-    (16, 8192, 2, "lamport", 16), (17, 8192, 2, "split", 68), (64, 8192, 2, "split", 128),
-    (65, 8192, 2, "two_shot", 130), (128, 8192, 2, "two_shot", 128), (129, 8192, 2, "lamport", 129),
-    (512, 8192, 2, "lamport", 132), (513, 8192, 2, "push", 132), (2048, 8192, 2, "push", 132),
-    (2049, 8192, 2, "rows", 132), (8192, 8192, 2, "rows", 132),
+    # World 2's committed decode table (runtime/tuning/tables/decode-w2.json, the tuner's run on 2 H200s):
+    # each row cut into slices of a CTA each ("split") up to 256 KiB, "lamport" up to 2 MiB,
+    # "two_shot" up to 4 MiB, lamport again up to 8 MiB (the two within 0.4 us of each other
+    # there), "push" up to 32 MiB, then "rows" (no workspace).
+    (1, 8192, 2, "split", 8), (4, 8192, 2, "split", 32), (8, 8192, 2, "split", 64), (16, 8192, 2, "split", 128),
+    (17, 8192, 2, "lamport", 17), (128, 8192, 2, "lamport", 128), (129, 8192, 2, "two_shot", 129),
+    (256, 8192, 2, "two_shot", 132), (257, 8192, 2, "lamport", 132), (512, 8192, 2, "lamport", 132),
+    (513, 8192, 2, "push", 132), (2048, 8192, 2, "push", 132), (2049, 8192, 2, "rows", 132),
+    (8192, 8192, 2, "rows", 132),
     # Split where a row of hidden 16384 still cuts into resident slices, else the next entry's mode.
-    (1, 16384, 2, "split", 8), (5, 16384, 2, "lamport", 5), (32, 16384, 2, "split", 128),
-    (33, 16384, 2, "two_shot", 132),
+    (1, 16384, 2, "split", 8), (8, 16384, 2, "split", 64), (9, 16384, 2, "lamport", 9),
+    (64, 16384, 2, "lamport", 64), (65, 16384, 2, "two_shot", 130),
     # World 4's (4 H200s): split up to 128 KiB, two_shot up to 8 MiB (few rows cut into slices of
     # a CTA each: 4 a row up to 33 rows), rows up to 16 MiB, whole past that. A row of 2048 bf16
     # cuts into two slices.
@@ -168,7 +169,8 @@ def test_rmsnorm_fp8_out_runs_the_tables_mode() -> None:
     for tokens in (32, 66, 67, 128, 512):
         assert plan8(tokens, 4).mode == rms(tokens).mode == "two_shot", tokens
         assert plan8(tokens, 4).fp8
-    assert plan8(128, 2).mode == "two_shot"
+    # World 2's: lamport up to 128 tokens, two_shot from 129 to 256, an FP8 out as a bf16 one.
+    assert (plan8(128, 2).mode, plan8(129, 2).mode) == ("lamport", "two_shot")
 
 
 def test_rmsnorm_on_several_nodes_runs_whole_unless_asked() -> None:
@@ -307,15 +309,27 @@ def test_matmul_push_plan_sizes_its_workspace_by_world() -> None:
 
 
 def test_matmul_takes_lamport_at_world_2_while_every_tile_is_in_the_first_wave() -> None:
+    """The rule, where the world's table has no matmul_all_reduce entries."""
     b = spec("b", (2048, 8192))
-    for m, sms, world, want in ((16, 132, 2, "lamport"),     # 128 tiles of 16 x 64
-                                (128, 132, 2, "lamport"),    # 128 of 64 x 128
-                                (128, 100, 2, "push"),       # two waves on 100 CTAs
-                                (1024, 132, 2, "push"),      # 256 of 128 x 256: two waves
-                                (16, 132, 4, "push")):       # lamport is measured at world 2 only
-        p = mar.plan(spec("a", (m, 2048)), b, spec("out", (m, 8192)), DEV, world, sms)
-        assert p.method == want, (m, sms, world, p)
-        assert p.workspace_bytes == 2 * (world - 1) * m * 8192 * 2  # its slots: push's size
+    rule_only = decode_table.table_for(2)._replace(matmul_all_reduce=())
+    with decode_table.substituted(2, rule_only):
+        for m, sms, world, want in ((16, 132, 2, "lamport"),     # 128 tiles of 16 x 64
+                                    (128, 132, 2, "lamport"),    # 128 of 64 x 128
+                                    (128, 100, 2, "push"),       # two waves on 100 CTAs
+                                    (1024, 132, 2, "push"),      # 256 of 128 x 256: two waves
+                                    (16, 132, 4, "push")):       # lamport is measured at world 2 only
+            p = mar.plan(spec("a", (m, 2048)), b, spec("out", (m, 8192)), DEV, world, sms)
+            assert p.method == want, (m, sms, world, p)
+            assert p.workspace_bytes == 2 * (world - 1) * m * 8192 * 2  # its slots: push's size
+
+
+def test_matmul_follows_the_measured_entries_of_world_2s_committed_table() -> None:
+    """runtime/tuning/tables/decode-w2.json (2 H200s): lamport up to 4 MiB of out, also where
+    the tiles take two waves (M = 256: 256 tiles on 132 CTAs, lamport 58.3 us, push 59.0), push
+    up to 32 MiB, the rule past that."""
+    b = spec("b", (2048, 8192))
+    for m, want in ((16, "lamport"), (256, "lamport"), (257, "push"), (2048, "push"), (2049, "push")):
+        assert mar.plan(spec("a", (m, 2048)), b, spec("out", (m, 8192)), DEV, 2, 132).method == want, m
 
 
 @pytest.mark.parametrize("a_strides, b_strides, cc, want", [

@@ -219,5 +219,8 @@ def test_fused_table_names_todays_matmul_default_where_the_run_recorded_its_sms(
     doc = {"world_size": 2, "results": rows}
     assert fused_table.matmul_default(doc, row) == ("push", 26.0)  # no SM count: as recorded
     assert fused_table.matmul_default({**doc, "sms": 132}, row) == ("lamport", 21.0)
-    assert fused_table.matmul_default({**doc, "sms": 100}, row) == ("push", 25.9)  # two waves
     assert fused_table.matmul_default({**doc, "sms": 132, "world_size": 4}, row) == ("push", 25.9)
+    # Where world 2's table has no matmul entries, the rule, which counts the waves of the run's SMs.
+    from ironlink.runtime.tuning import decode_table
+    with decode_table.substituted(2, decode_table.table_for(2)._replace(matmul_all_reduce=())):
+        assert fused_table.matmul_default({**doc, "sms": 100}, row) == ("push", 25.9)  # two waves
