@@ -5,6 +5,7 @@ choices following a substituted table."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -128,6 +129,45 @@ def test_the_user_file_beats_the_committed_one_which_beats_a_derived_one(tmp_pat
     assert dt.find(4, user, committed).source == f"derived from {user / 'decode-w2.json'} (world 2)"
     write(committed, 4, W2._replace(all_reduce=()))
     assert dt.find(4, user, committed).source == str(committed / "decode-w4.json")
+
+
+def test_a_table_measured_on_this_gpu_is_preferred_and_another_gpus_is_never_used_silently(tmp_path: Path) -> None:
+    user, committed = tmp_path / "user", tmp_path / "committed"
+    write(committed, 2, W2, gpu="NVIDIA H200")
+    mine = dt.DecodeTable((), ((dt.NO_LIMIT, "whole"),))
+    write(user, 2, mine, gpu="NVIDIA H100 80GB HBM3")  # e.g. a home folder shared with other nodes
+    # On an H200, the user's H100 file is passed over for the committed H200 table, and said so.
+    found = dt.find(2, user, committed, gpu="NVIDIA H200")
+    assert (found.table, found.source) == (W2, str(committed / "decode-w2.json"))
+    assert "passed over" in found.warning and f"{user / 'decode-w2.json'} (measured on NVIDIA H100 80GB HBM3)" in found.warning
+    # On the H100, its own file, with nothing to say; without a GPU at hand (planning on the CPU),
+    # the first file, as before.
+    assert dt.find(2, user, committed, gpu="NVIDIA H100 80GB HBM3") == dt.InUse(mine, str(user / "decode-w2.json"))
+    assert dt.find(2, user, committed) == dt.InUse(mine, str(user / "decode-w2.json"))
+    # On a GPU neither measured: the first file, with a warning naming both GPUs and the tuner.
+    other = dt.find(2, user, committed, gpu="NVIDIA A100-SXM4-80GB")
+    assert other.table == mine and "measured on NVIDIA H100 80GB HBM3, this GPU is NVIDIA A100-SXM4-80GB" in other.warning
+    assert "torchrun --nproc_per_node=2 -m ironlink.tune" in other.warning
+    # A derived table carries its base's warning; a file that names no GPU matches any.
+    assert dt.find(4, user, committed, gpu="NVIDIA A100-SXM4-80GB").warning == other.warning
+    write(user, 2, mine, gpu=None)
+    assert dt.find(2, user, committed, gpu="NVIDIA A100-SXM4-80GB") == dt.InUse(mine, str(user / "decode-w2.json"))
+
+
+def test_the_ops_warn_once_where_their_table_was_measured_on_another_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dt.TUNING_DIR_ENV, str(tmp_path / "empty"))
+    monkeypatch.setattr(dt, "this_gpu", lambda: "NVIDIA A100-SXM4-80GB")
+    with pytest.warns(UserWarning, match="this GPU is NVIDIA A100-SXM4-80GB"):
+        assert dt.in_use(2).source == str(dt.COMMITTED_DIR / "decode-w2.json")  # the H200s' table, still used
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dt.in_use(2)  # found once: said once
+    dt.forget()
+    monkeypatch.setattr(dt, "this_gpu", lambda: json.loads((dt.COMMITTED_DIR / "decode-w2.json").read_text())["gpu"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dt.in_use(2).warning == ""
 
 
 @pytest.mark.parametrize("world", [2, 4])

@@ -15,6 +15,10 @@ Where the table of a world size comes from, looked up once per world and kept (`
 2. the committed one shipped in the package (`runtime/tuning/tables/decode-w{world}.json`, the same
    format);
 3. else one derived from the nearest world that has either (`derive`).
+Of the user's file and the committed one, the first measured on this process's GPU (its name, as
+the tuner records it under "gpu") is used; where neither was, the first that exists, with a
+warning naming both GPUs (a home folder shared by nodes of several GPUs, or a GPU the project has
+not measured: run the tuner there).
 A file that exists but is malformed, of another format version or of another world raises
 ValueError naming it: a tuning file is never silently passed over. Every rank of a job must read
 the same table (the ranks' kernels meet their peers'): on several machines, the same file.
@@ -26,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
@@ -83,10 +88,12 @@ class DecodeTable(NamedTuple):
 
 class InUse(NamedTuple):
     """A world's table and where it came from: a file's path, "derived from <path> (world N)", or
-    "substituted" (`substituted`)."""
+    "substituted" (`substituted`); and, where the table was measured on another GPU than this one,
+    the warning that says so (`in_use` issues it once)."""
 
     table: DecodeTable
     source: str
+    warning: str = ""
 
 
 def _entries(doc: Mapping[str, Any], key: str, names: Sequence[str], bad: Callable[[str], ValueError]) -> Entries:
@@ -141,12 +148,18 @@ def document(world: int, table: DecodeTable, info: Mapping[str, Any],
 
 def read_file(path: Path, world: int) -> DecodeTable:
     """The table of the tuning file `path` for `world` (ValueError naming the file if it is not one)."""
+    return _read_measured(path, world)[0]
+
+
+def _read_measured(path: Path, world: int) -> tuple[DecodeTable, str | None]:
+    """`read_file`'s table and the GPU the file says it was measured on (None if it does not say)."""
     try:
         doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a JSON decode table ({e}); re-run `python -m ironlink.tune`, or remove "
                          f"the file") from None
-    return from_document(doc, world, str(path))
+    gpu = doc.get("gpu") if isinstance(doc, dict) else None
+    return from_document(doc, world, str(path)), gpu if isinstance(gpu, str) else None
 
 
 def write_file(path: Path, doc: Mapping[str, Any]) -> None:
@@ -206,21 +219,46 @@ def derive(table: DecodeTable, measured: int, world: int) -> DecodeTable:
                        scaled(table.matmul_all_reduce, frozenset({"lamport"})))
 
 
-def find(world: int, user_dir: Path, committed_dir: Path = COMMITTED_DIR) -> InUse:
-    """`world`'s table: the file in `user_dir`, else the one in `committed_dir`, else derived from
-    the nearest world with a file in either (the nearest smaller one first: its one-shot limits
-    shrink rather than grow, `derive`), that world's table found the same way."""
-    for directory in (user_dir, committed_dir):
-        path = table_path(directory, world)
-        if path.is_file():
-            return InUse(read_file(path, world), str(path))
+def find(world: int, user_dir: Path, committed_dir: Path = COMMITTED_DIR, gpu: str | None = None) -> InUse:
+    """`world`'s table: of the files in `user_dir` and `committed_dir`, the first measured on `gpu`
+    (a file that names no GPU, or `gpu` None, matches), else the first that exists, with a warning;
+    else derived from the nearest world with a file in either (the nearest smaller one first: its
+    one-shot limits shrink rather than grow, `derive`), that world's table found the same way.
+    Every file that exists is read, so a malformed one raises even where another is used."""
+    files = [(p, *_read_measured(p, world)) for p in (table_path(d, world) for d in (user_dir, committed_dir))
+             if p.is_file()]
+    if files:
+        matching = [f for f in files if gpu is None or f[2] in (None, gpu)]
+        chosen = (matching or files)[0]
+        path, table, measured_on = chosen
+        passed_over = [f"{p} (measured on {g})" for p, _, g in files[:files.index(chosen)]]
+        warning = ""
+        if not matching:
+            warning = (f"ironlink: world {world}'s decode table {path} was measured on {measured_on}, this GPU is "
+                       f"{gpu}: the ops choose their paths from it until `torchrun --nproc_per_node={world} -m "
+                       f"ironlink.tune` measures this node")
+        elif passed_over:
+            warning = (f"ironlink: world {world}'s decode table is {path}, measured on this GPU ({gpu}); passed "
+                       f"over another GPU's: {', '.join(passed_over)}")
+        return InUse(table, str(path), warning)
     measured = (_worlds(user_dir) | _worlds(committed_dir)) - {world}
     if not measured:
         raise ValueError(f"no decode table for world {world} in {user_dir} or {committed_dir}, nor any to derive "
                          f"one from")
     nearest = nearest_world(measured, world)
-    base = find(nearest, user_dir, committed_dir)
-    return InUse(derive(base.table, nearest, world), f"derived from {base.source} (world {nearest})")
+    base = find(nearest, user_dir, committed_dir, gpu)
+    return InUse(derive(base.table, nearest, world), f"derived from {base.source} (world {nearest})", base.warning)
+
+
+def this_gpu() -> str | None:
+    """The name of this process's current CUDA device, as the tuner records it; None where torch
+    or an initialized GPU is not at hand (planning without a GPU: no table is passed over)."""
+    try:
+        import torch
+
+        return str(torch.cuda.get_device_name()) if torch.cuda.is_initialized() else None
+    except (ImportError, AttributeError, RuntimeError):
+        return None
 
 
 # The tables found so far, by world (`in_use`), and those substituted (`substituted`).
@@ -235,7 +273,9 @@ def in_use(world: int) -> InUse:
     if world in _substitutes:
         return InUse(_substitutes[world], "substituted")
     if world not in _found:
-        _found[world] = find(world, tuning_dir())
+        _found[world] = find(world, tuning_dir(), gpu=this_gpu())
+        if _found[world].warning:
+            warnings.warn(_found[world].warning, stacklevel=2)
     return _found[world]
 
 
@@ -268,4 +308,4 @@ def substituted(world: int, table: DecodeTable) -> Iterator[None]:
 
 __all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "MATMUL_METHODS", "NO_LIMIT", "ONE_SHOT",
            "RMSNORM_MODES", "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document", "in_use", "read_file",
-           "substituted", "table_for", "table_path", "tuning_dir", "write_file"]
+           "substituted", "table_for", "table_path", "this_gpu", "tuning_dir", "write_file"]
