@@ -152,6 +152,11 @@ def test_a_table_measured_on_this_gpu_is_preferred_and_another_gpus_is_never_use
     assert dt.find(4, user, committed, gpu="NVIDIA A100-SXM4-80GB").warning == other.warning
     write(user, 2, mine, gpu=None)
     assert dt.find(2, user, committed, gpu="NVIDIA A100-SXM4-80GB") == dt.InUse(mine, str(user / "decode-w2.json"))
+    # What the tuner asks before it writes over a file: the GPU it names, if any.
+    assert dt.measured_on(committed / "decode-w2.json") == "NVIDIA H200"
+    assert dt.measured_on(user / "decode-w2.json") is None and dt.measured_on(tmp_path / "none.json") is None
+    (tmp_path / "bad.json").write_text("{")
+    assert dt.measured_on(tmp_path / "bad.json") is None
 
 
 def test_the_ops_warn_once_where_their_table_was_measured_on_another_gpu(

@@ -85,5 +85,8 @@ def test_the_report_names_the_file_and_how_the_ops_find_it(tmp_path: Path, monke
     with_matmul = report(dt.table_path(tmp_path, 2), 2, ar, rms, 16 * K, MODES, {16 * K: {"push": 9.0, "lamport": 7.5}})
     assert with_matmul[-5] == "ironlink.matmul_all_reduce" and with_matmul[-3].split()[:5] == [
         "1", "tokens", "(16", "KiB)", "lamport"]
+    over_another = report(dt.table_path(tmp_path, 2), 2, ar, rms, 16 * K, MODES, replaced_gpu="NVIDIA H100 80GB HBM3")
+    assert over_another[-2] == f"over a table measured on NVIDIA H100 80GB HBM3: where nodes of that GPU share this " \
+        f"folder, give each GPU model its own ${dt.TUNING_DIR_ENV} and tune each there."
     elsewhere = report(tmp_path / "mine.json", 2, ar, rms, 16 * K, MODES)
     assert f"point {dt.TUNING_DIR_ENV} at a folder holding it" in elsewhere[-1] and "decode-w2.json" in elsewhere[-1]

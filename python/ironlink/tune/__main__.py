@@ -141,8 +141,9 @@ def measure_matmul(heap: Any, dtype: Any, hidden: int, tokens: Sequence[int],
 
 
 def report(path: Path, world: int, ar: Timings, rms: Timings, row_bytes: int, modes: Sequence[str],
-           matmul: Optional[Timings] = None) -> list[str]:
-    """The summary rank 0 prints: each op's choices and runners-up, the file, how the ops find it."""
+           matmul: Optional[Timings] = None, replaced_gpu: Optional[str] = None) -> list[str]:
+    """The summary rank 0 prints: each op's choices and runners-up, the file (and the GPU of the
+    table it replaced, where another's), how the ops find it."""
     def tokens(nbytes: int) -> str:
         return f"{nbytes // row_bytes} tokens ({size_text(nbytes)})"
 
@@ -151,6 +152,9 @@ def report(path: Path, world: int, ar: Timings, rms: Timings, row_bytes: int, mo
     if matmul:
         lines += summary("ironlink.matmul_all_reduce", matmul, decode_table.MATMUL_METHODS, tokens)
     lines.append(f"wrote {path}")
+    if replaced_gpu:
+        lines.append(f"over a table measured on {replaced_gpu}: where nodes of that GPU share this folder, give each "
+                     f"GPU model its own ${decode_table.TUNING_DIR_ENV} and tune each there.")
     if path == decode_table.table_path(decode_table.tuning_dir(), world):
         lines.append(f"ironlink's ops at world {world} read it from there (in processes started from now on).")
     else:
@@ -199,8 +203,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 "ironlink_git": git_rev(),
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         timings = {"all_reduce": ar, "all_reduce_rmsnorm": rms, "matmul_all_reduce": mm}
+        before = decode_table.measured_on(path)
         decode_table.write_file(path, decode_table.document(world, table, info, timings))
-        print("\n".join(report(path, world, ar, rms, row_bytes, MODES, mm)), flush=True)
+        replaced = before if before not in (None, info["gpu"]) else None
+        print("\n".join(report(path, world, ar, rms, row_bytes, MODES, mm, replaced)), flush=True)
     heap.close()
     dist.destroy_process_group()
 

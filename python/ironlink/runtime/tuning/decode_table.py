@@ -151,6 +151,17 @@ def read_file(path: Path, world: int) -> DecodeTable:
     return _read_measured(path, world)[0]
 
 
+def measured_on(path: Path) -> str | None:
+    """The GPU that the tuning file `path` says it was measured on; None where there is no such
+    file, or it names none (nothing is checked: the tuner asks before it writes over a file)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    gpu = doc.get("gpu") if isinstance(doc, dict) else None
+    return gpu if isinstance(gpu, str) else None
+
+
 def _read_measured(path: Path, world: int) -> tuple[DecodeTable, str | None]:
     """`read_file`'s table and the GPU the file says it was measured on (None if it does not say)."""
     try:
@@ -158,8 +169,8 @@ def _read_measured(path: Path, world: int) -> tuple[DecodeTable, str | None]:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a JSON decode table ({e}); re-run `python -m ironlink.tune`, or remove "
                          f"the file") from None
-    gpu = doc.get("gpu") if isinstance(doc, dict) else None
-    return from_document(doc, world, str(path)), gpu if isinstance(gpu, str) else None
+    table = from_document(doc, world, str(path))
+    return table, doc["gpu"] if isinstance(doc.get("gpu"), str) else None
 
 
 def write_file(path: Path, doc: Mapping[str, Any]) -> None:
@@ -307,5 +318,5 @@ def substituted(world: int, table: DecodeTable) -> Iterator[None]:
 
 
 __all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "MATMUL_METHODS", "NO_LIMIT", "ONE_SHOT",
-           "RMSNORM_MODES", "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document", "in_use", "read_file",
+           "RMSNORM_MODES", "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document", "in_use", "measured_on", "read_file",
            "substituted", "table_for", "table_path", "this_gpu", "tuning_dir", "write_file"]
