@@ -139,14 +139,16 @@ def test_a_table_measured_on_this_gpu_is_preferred_and_another_gpus_is_never_use
     # On an H200, the user's H100 file is passed over for the committed H200 table, and said so.
     found = dt.find(2, user, committed, gpu="NVIDIA H200")
     assert (found.table, found.source) == (W2, str(committed / "decode-w2.json"))
-    assert "passed over" in found.warning and f"{user / 'decode-w2.json'} (measured on NVIDIA H100 80GB HBM3)" in found.warning
+    assert "passed over" in found.warning
+    assert f"{user / 'decode-w2.json'} (measured on NVIDIA H100 80GB HBM3)" in found.warning
     # On the H100, its own file, with nothing to say; without a GPU at hand (planning on the CPU),
     # the first file, as before.
     assert dt.find(2, user, committed, gpu="NVIDIA H100 80GB HBM3") == dt.InUse(mine, str(user / "decode-w2.json"))
     assert dt.find(2, user, committed) == dt.InUse(mine, str(user / "decode-w2.json"))
     # On a GPU neither measured: the first file, with a warning naming both GPUs and the tuner.
     other = dt.find(2, user, committed, gpu="NVIDIA A100-SXM4-80GB")
-    assert other.table == mine and "measured on NVIDIA H100 80GB HBM3, this GPU is NVIDIA A100-SXM4-80GB" in other.warning
+    assert other.table == mine
+    assert "measured on NVIDIA H100 80GB HBM3, this GPU is NVIDIA A100-SXM4-80GB" in other.warning
     assert "torchrun --nproc_per_node=2 -m ironlink.tune" in other.warning
     # A derived table carries its base's warning; a file that names no GPU matches any.
     assert dt.find(4, user, committed, gpu="NVIDIA A100-SXM4-80GB").warning == other.warning

@@ -155,9 +155,13 @@ def measured_on(path: Path) -> str | None:
     """The GPU that the tuning file `path` says it was measured on; None where there is no such
     file, or it names none (nothing is checked: the tuner asks before it writes over a file)."""
     try:
-        doc = json.loads(path.read_text())
+        return _gpu_of(json.loads(path.read_text()))
     except (OSError, ValueError):
         return None
+
+
+def _gpu_of(doc: Any) -> str | None:
+    """The "gpu" of a parsed tuning file, None where it names none."""
     gpu = doc.get("gpu") if isinstance(doc, dict) else None
     return gpu if isinstance(gpu, str) else None
 
@@ -169,8 +173,7 @@ def _read_measured(path: Path, world: int) -> tuple[DecodeTable, str | None]:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a JSON decode table ({e}); re-run `python -m ironlink.tune`, or remove "
                          f"the file") from None
-    table = from_document(doc, world, str(path))
-    return table, doc["gpu"] if isinstance(doc.get("gpu"), str) else None
+    return from_document(doc, world, str(path)), _gpu_of(doc)
 
 
 def write_file(path: Path, doc: Mapping[str, Any]) -> None:
@@ -241,11 +244,11 @@ def find(world: int, user_dir: Path, committed_dir: Path = COMMITTED_DIR, gpu: s
     if files:
         matching = [f for f in files if gpu is None or f[2] in (None, gpu)]
         chosen = (matching or files)[0]
-        path, table, measured_on = chosen
+        path, table, its_gpu = chosen
         passed_over = [f"{p} (measured on {g})" for p, _, g in files[:files.index(chosen)]]
         warning = ""
         if not matching:
-            warning = (f"ironlink: world {world}'s decode table {path} was measured on {measured_on}, this GPU is "
+            warning = (f"ironlink: world {world}'s decode table {path} was measured on {its_gpu}, this GPU is "
                        f"{gpu}: the ops choose their paths from it until `torchrun --nproc_per_node={world} -m "
                        f"ironlink.tune` measures this node")
         elif passed_over:
@@ -317,6 +320,7 @@ def substituted(world: int, table: DecodeTable) -> Iterator[None]:
             _substitutes[world] = saved
 
 
-__all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "MATMUL_METHODS", "NO_LIMIT", "ONE_SHOT",
-           "RMSNORM_MODES", "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document", "in_use", "measured_on", "read_file",
-           "substituted", "table_for", "table_path", "this_gpu", "tuning_dir", "write_file"]
+__all__ = ["ALL_REDUCE_PATHS", "COMMITTED_DIR", "DecodeTable", "FORMAT", "InUse", "MATMUL_METHODS", "NO_LIMIT",
+           "ONE_SHOT", "RMSNORM_MODES", "TUNING_DIR_ENV", "derive", "document", "find", "forget", "from_document",
+           "in_use", "measured_on", "read_file", "substituted", "table_for", "table_path", "this_gpu", "tuning_dir",
+           "write_file"]
