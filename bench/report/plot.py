@@ -1,7 +1,8 @@
 """Plots of a benchmark run: latency and bus bandwidth against message size, ironlink vs NCCL vs
-torch symm_mem, one PNG per collective and dtype, under docs/img/.
+torch symm_mem, one PNG per collective and dtype, under docs/img/; and README.md's headline plot,
+the all-reduce at the headline worlds side by side (`draw_headline`).
 
-    python3 bench/report/plot.py                  # the newest run at each world size (what `make docs` draws)
+    python3 bench/report/plot.py                  # the newest run at each world size and the headline (`make docs`)
     python3 bench/report/plot.py FILE.json ...    # these runs
 
 Needs matplotlib (requirements-dev.txt). The file names (`outputs`) depend only on the JSON, so
@@ -122,6 +123,74 @@ def draw(doc: dict[str, Any]) -> list[Path]:
     return written
 
 
+def headline_name(docs: list[dict[str, Any]]) -> str:
+    """The file of `draw_headline(docs)`: the headline dtype, the worlds and their GPUs."""
+    worlds = "-".join(f"{d['world_size']}x{gpu_short(d['gpu'])}" for d in docs)
+    return f"allreduce-{_table().HEADLINE_DTYPE}-{worlds}.png"
+
+
+def headline_series(doc: dict[str, Any]) -> tuple[list[tuple[int, float, float]], str]:
+    """(bytes, ironlink us, NCCL us) at each size of `doc` where both ran, ironlink as README's
+    table takes it (the public op where the run timed it, else the best launch), and which."""
+    table = _table()
+    rows: list[Row] = doc["results"]
+    points, whats = [], set()
+    for nc in _line(rows, "all_reduce", table.HEADLINE_DTYPE, "nccl"):
+        il, what = table.public_or_best(rows, int(nc["bytes"]))
+        if il:
+            points.append((int(nc["bytes"]), float(il["us"]), float(nc["us"])))
+            whats.add(what)
+    return points, " / ".join(sorted(whats))
+
+
+def draw_headline(docs: list[dict[str, Any]]) -> Path:
+    """README.md's plot: the all-reduce against NCCL at each world of `docs` (README's table's
+    runs), latency on the left, NCCL's time over ironlink's on the right, one colour a world."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    dtype = _table().HEADLINE_DTYPE
+    fig, (lat, ratio) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    sizes: set[int] = set()
+    for i, doc in enumerate(docs):
+        points, what = headline_series(doc)
+        xs = [n for n, _, _ in points]
+        sizes.update(xs)
+        world, color = doc["world_size"], f"C{i}"
+        lat.plot(xs, [il for _, il, _ in points], marker="o", color=color, label=f"ironlink, world {world} ({what})")
+        lat.plot(xs, [nc for _, _, nc in points], marker="s", color=color, linestyle="--", alpha=0.7,
+                 label=f"NCCL, world {world}")
+        ratio.plot(xs, [nc / il for _, il, nc in points], marker="o", color=color,
+                   label=f"world {world}: {doc['world_size']}x {gpu_short(doc['gpu'])}, {doc['date'][:10]}, "
+                         f"git {doc['git_rev']}")
+    ratio.axhline(1.0, color="black", linewidth=0.8)
+    for ax in (lat, ratio):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator([n for n in sorted(sizes) if (n.bit_length() - 1) % 2 == 0]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size_label(int(x))))
+        ax.set_xlabel("message size (bytes)")
+        ax.grid(True, which="major", alpha=0.3)
+    lat.set_yscale("log")
+    lat.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    lat.set_ylabel("latency per call (us, log scale)")
+    lat.set_title("latency (lower is better)")
+    lat.legend(loc="upper left", fontsize="small")
+    ratio.set_ylabel("NCCL time / ironlink time")
+    ratio.set_title("x NCCL (higher is better; 1 = as fast)")
+    ratio.legend(loc="upper right", fontsize="small")
+    fig.suptitle(f"all_reduce {dtype} in CUDA graphs, ironlink against NCCL as the world grows")
+    out = IMG / headline_name(docs)
+    IMG.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    print(f"wrote {out.relative_to(REPO)}")
+    return out
+
+
 def newest_docs() -> list[dict[str, Any]]:
     """The runs `make docs` draws: the newest at each world size."""
     table = _table()
@@ -129,6 +198,8 @@ def newest_docs() -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    docs = [json.loads(Path(a).read_text()) for a in sys.argv[1:]] or newest_docs()
-    for d in docs:
+    given = [json.loads(Path(a).read_text()) for a in sys.argv[1:]]
+    for d in given or newest_docs():
         draw(d)
+    if not given:
+        draw_headline(_table().headline_runs())

@@ -160,12 +160,27 @@ def test_plots_of_newest_results_exist() -> None:
             assert png.is_file(), f"{png.relative_to(REPO)} is missing: run `make docs`"
 
 
-def test_readme_headline_plot_is_the_newest_runs() -> None:
+def test_readme_headline_plot_is_the_runs_of_its_table() -> None:
     plot, table = _module("plot"), _module("table")
-    newest = table.load(table.newest())
-    want = f"docs/img/{plot.png_name(newest, 'all_reduce', table.HEADLINE_DTYPE)}"
+    runs = table.headline_runs()
+    want = f"docs/img/{plot.headline_name(runs)}"
+    assert (REPO / want).is_file(), f"{want} is missing: run `make docs`"
     assert re.search(r"!\[[^\]]*\]\(" + re.escape(want) + r"\)", (REPO / "README.md").read_text()), (
-        f"README.md should show {want}, the plot of the run its table comes from")
+        f"README.md should show {want}, the plot of the runs its table comes from")
+
+
+def test_the_headline_plot_takes_ironlink_as_the_table_does() -> None:
+    """The public op where the run timed it, else the best launch, at every size both ran."""
+    plot, table = _module("plot"), _module("table")
+    op = json.loads((REPO / "bench" / "results" / "experiments" / "allreduce-public-op-2xH200-93d22eb.json").read_text())
+    best = {**op, "results": [r for r in op["results"] if not r["contender"].startswith("ironlink_op")]}
+    for doc, what, who in ((op, "ironlink.all_reduce", "ironlink_op"), (best, "best launch", "ironlink")):
+        points, said = plot.headline_series(doc)
+        assert said == what and points
+        for n, il, nc in points:
+            assert il == table.get(doc["results"], "all_reduce", table.HEADLINE_DTYPE, n, who)["us"]
+            assert nc == table.get(doc["results"], "all_reduce", table.HEADLINE_DTYPE, n, "nccl")["us"]
+    assert plot.headline_name([op, {**best, "world_size": 4}]) == "allreduce-bf16-2xH200-4xH200.png"
 
 
 def test_tables_show_the_public_op_where_a_run_timed_it() -> None:
