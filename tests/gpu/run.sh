@@ -20,6 +20,9 @@
 #   e2e          bench/e2e.py and bench/e2e_moe.py --check at each world size: the small decoder
 #                stack, each contender against nccl's output, and the small MoE stack, ironlink
 #                against torch_a2a's (not in the default parts)
+#   tune         the decode tuner (`torchrun -m ironlink.tune --quick`) at each world size: it runs to
+#                the end and writes a table the ops read ($OUT/tune-wW.json; with --shared-gpu its
+#                choices mean nothing, the run and the file are what is checked; not in the default parts)
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run.sh fused)
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run.sh moe)
@@ -102,7 +105,7 @@ while [ $# -gt 0 ]; do
     --suites) suites=$2; shift 2 ;;
     --shared-gpu) shared_gpu=1; shift ;;
     reliability) parts+=(misuse killed-rank soak sanitize compile); shift ;;
-    misuse|killed-rank|soak|sanitize|nvshmem-link|compile|e2e) parts+=("$1"); shift ;;
+    misuse|killed-rank|soak|sanitize|nvshmem-link|compile|e2e|tune) parts+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     wheel|basics|heap|collectives|fusion|ops|nvshmem|examples|bench|fused-bench|moe-bench|tutorial) parts+=("$1"); shift ;;
     *) echo "tests/gpu/run.sh: unknown part or option '$1' (see --help)" >&2; exit 2 ;;
@@ -243,6 +246,18 @@ for part in "${parts[@]}"; do
             "${more[@]}" > "$log" 2>&1; r=$?
           grep -E "FAILED|skipped|err " "$log" | tail -20; [ $r -eq 0 ] || fail "$prog world $w" "$log"
         done
+      done ;;
+    tune)
+      for w in "${fits[@]}"; do
+        log="$OUT/tune-w$w.log" table="$OUT/tune-w$w.json"
+        confine "$w"
+        rm -f "$table"
+        timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" -m ironlink.tune --quick \
+          --out "$table" > "$log" 2>&1 &&
+          python3 -c 'import sys; from pathlib import Path; from ironlink.runtime.tuning import decode_table as dt
+t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.argv[2], "table:", dict(t._asdict()))' \
+            "$table" "$w" >> "$log" 2>&1; r=$?
+        grep -E "^tune world|^wrote|Error" "$log" | tail -5; [ $r -eq 0 ] || fail "tune world $w" "$log"
       done ;;
     bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
