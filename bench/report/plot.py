@@ -76,15 +76,46 @@ def _size_label(n: int) -> str:
     return str(n)
 
 
-def draw(doc: dict[str, Any]) -> list[Path]:
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _size_and_latency_axes(lat: Any, other: Any, sizes: list[int], xlabel: str) -> None:
+    """What both kinds of plot share: message sizes on a log-2 x axis of each panel, and `lat` the
+    latency panel (log scale)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    rows: list[Row] = doc["results"]
+    for ax in (lat, other):
+        ax.set_xscale("log", base=2)
+        # Ticks at powers of 4 only: neighbouring powers of 2 crowd the labels.
+        ax.xaxis.set_major_locator(FixedLocator([n for n in sizes if (n.bit_length() - 1) % 2 == 0]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size_label(int(x))))
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="major", alpha=0.3)
+    lat.set_yscale("log")
+    lat.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    lat.set_ylabel("latency per call (us, log scale)")
+    lat.set_title("latency (lower is better)")
+
+
+def _save(fig: Any, name: str) -> Path:
+    out = IMG / name
     IMG.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    _pyplot().close(fig)
+    print(f"wrote {out.relative_to(REPO)}")
+    return out
+
+
+def draw(doc: dict[str, Any]) -> list[Path]:
+    plt = _pyplot()
+    rows: list[Row] = doc["results"]
     written = []
     for collective, dtype in series(doc):
         lines = [("ironlink", _line(rows, collective, dtype, "ironlink"), "C0", "o"),
@@ -98,28 +129,14 @@ def draw(doc: dict[str, Any]) -> list[Path]:
             xs = [int(r["bytes"]) for r in pts]
             lat.plot(xs, [float(r["us"]) for r in pts], marker=marker, color=color, label=label)
             bw.plot(xs, [float(r["busbw_GBs"]) for r in pts], marker=marker, color=color, label=label)
-        for ax in (lat, bw):
-            ax.set_xscale("log", base=2)
-            # Ticks at powers of 4 only: neighbouring powers of 2 crowd the labels.
-            ax.xaxis.set_major_locator(FixedLocator([n for n in sizes if (n.bit_length() - 1) % 2 == 0]))
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size_label(int(x))))
-            ax.set_xlabel("message size (bytes)" if collective == "all_reduce" else "gathered / scattered buffer (bytes)")
-            ax.grid(True, which="major", alpha=0.3)
-        lat.set_yscale("log")
-        lat.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-        lat.set_ylabel("latency per call (us, log scale)")
-        lat.set_title("latency (lower is better)")
+        _size_and_latency_axes(lat, bw, sizes, "message size (bytes)" if collective == "all_reduce"
+                               else "gathered / scattered buffer (bytes)")
         bw.set_ylabel("bus bandwidth (GB/s)")
         bw.set_title("bus bandwidth (higher is better)")
         lat.legend(loc="upper left")
         fig.suptitle(f"{collective} {dtype}: {doc['world_size']}x {doc['gpu']}, {doc['date'][:10]}, "
                      f"git {doc['git_rev']} (NCCL {doc['nccl']}, torch {doc['torch']})")
-        out = IMG / png_name(doc, collective, dtype)
-        fig.savefig(out, dpi=90)
-        plt.close(fig)
-        written.append(out)
-        print(f"wrote {out.relative_to(REPO)}")
+        written.append(_save(fig, png_name(doc, collective, dtype)))
     return written
 
 
@@ -146,14 +163,8 @@ def headline_series(doc: dict[str, Any]) -> tuple[list[tuple[int, float, float]]
 def draw_headline(docs: list[dict[str, Any]]) -> Path:
     """README.md's plot: the all-reduce against NCCL at each world of `docs` (README's table's
     runs), latency on the left, NCCL's time over ironlink's on the right, one colour a world."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
     dtype = _table().HEADLINE_DTYPE
-    fig, (lat, ratio) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    fig, (lat, ratio) = _pyplot().subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     sizes: set[int] = set()
     for i, doc in enumerate(docs):
         points, what = headline_series(doc)
@@ -167,28 +178,13 @@ def draw_headline(docs: list[dict[str, Any]]) -> Path:
                    label=f"world {world}: {doc['world_size']}x {gpu_short(doc['gpu'])}, {doc['date'][:10]}, "
                          f"git {doc['git_rev']}")
     ratio.axhline(1.0, color="black", linewidth=0.8)
-    for ax in (lat, ratio):
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(FixedLocator([n for n in sorted(sizes) if (n.bit_length() - 1) % 2 == 0]))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size_label(int(x))))
-        ax.set_xlabel("message size (bytes)")
-        ax.grid(True, which="major", alpha=0.3)
-    lat.set_yscale("log")
-    lat.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-    lat.set_ylabel("latency per call (us, log scale)")
-    lat.set_title("latency (lower is better)")
+    _size_and_latency_axes(lat, ratio, sorted(sizes), "message size (bytes)")
     lat.legend(loc="upper left", fontsize="small")
     ratio.set_ylabel("NCCL time / ironlink time")
     ratio.set_title("x NCCL (higher is better; 1 = as fast)")
     ratio.legend(loc="upper right", fontsize="small")
     fig.suptitle(f"all_reduce {dtype} in CUDA graphs, ironlink against NCCL as the world grows")
-    out = IMG / headline_name(docs)
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    print(f"wrote {out.relative_to(REPO)}")
-    return out
+    return _save(fig, headline_name(docs))
 
 
 def newest_docs() -> list[dict[str, Any]]:
