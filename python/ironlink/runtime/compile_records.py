@@ -98,12 +98,10 @@ def start_program(rank: int, world: int, local_world: int, shared: bool,
     done = None
     ahead = _folder_of(ENV_AHEAD)
     if ahead is not None:
-        started = time.time()
         entries, done = compile_share(lambda: records_of(ahead, name), rank, world, local_world, arch)
         if rank == 0 and entries:
             print(f"ironlink: compiled ahead {len(entries)} kernels of {_stem(name)} in {ahead} over {world} ranks; "
-                  f"rank 0's share ({done.compiled} compiled, {len(done.failures)} not) in "
-                  f"{time.time() - started:.1f} s",
+                  f"rank 0's share ({done.compiled} compiled, {len(done.failures)} not) in {done.seconds:.1f} s",
                   file=sys.stderr, flush=True)
     folder = _folder_of(ENV_RECORD)
     if folder is not None:
