@@ -178,6 +178,25 @@ def test_a_program_records_each_ranks_compiles_and_its_next_run_compiles_them_ah
     assert _files(cache) == ahead
 
 
+def test_a_program_on_its_own_gpus_compiles_ahead_what_shared_gpus_recorded(tmp_path: Path) -> None:
+    """A world's first run on its own GPUs (no record of that setting yet) takes the record that
+    a run on shared GPUs left, and the other way; its own setting's record where there is one."""
+    def entry(name: str) -> compile_ahead.Entry:
+        return compile_ahead.Entry("m", name, "{}")
+
+    shared = compile_records.record_name("prog", 4, True, ARCH).removesuffix(".jsonl.gz")
+    compile_ahead.write(tmp_path / f"{shared}.rank0.jsonl.gz", [entry("a")])
+    compile_ahead.write(tmp_path / f"{shared}.rank1.jsonl.gz", [entry("b")])
+    for here in (False, True):
+        name, entries = compile_records.nearest_records(tmp_path, "prog", 4, here, ARCH)
+        assert name == f"{shared}.jsonl.gz" and [e.qualname for e in entries] == ["a", "b"]
+    own = compile_records.record_name("prog", 4, False, ARCH)
+    compile_ahead.write(tmp_path / own, [entry("c")])
+    assert compile_records.nearest_records(tmp_path, "prog", 4, False, ARCH) == (own, [entry("c")])
+    assert compile_records.nearest_records(tmp_path, "prog", 2, False, ARCH) == (
+        compile_records.record_name("prog", 2, False, ARCH), [])  # no world 2 record: nothing
+
+
 def test_a_programs_name_is_its_script_or_the_module_run(monkeypatch: pytest.MonkeyPatch) -> None:
     main = types.ModuleType("__main__")
     main.__spec__ = None  # a script: `python bench/fused.py`

@@ -90,3 +90,19 @@ def test_the_report_names_the_file_and_how_the_ops_find_it(tmp_path: Path, monke
         f"folder, give each GPU model its own ${dt.TUNING_DIR_ENV} and tune each there."
     elsewhere = report(tmp_path / "mine.json", 2, ar, rms, 16 * K, MODES)
     assert f"point {dt.TUNING_DIR_ENV} at a folder holding it" in elsewhere[-1] and "decode-w2.json" in elsewhere[-1]
+
+
+def test_progress_rewrites_a_terminal_line_and_writes_a_log_a_line_a_step(capsys: pytest.CaptureFixture[str]) -> None:
+    from ironlink.tune.__main__ import Progress
+
+    for in_place in (True, False):
+        progress = Progress(True, in_place=in_place)
+        for i in (1, 2):
+            progress.step("rmsnorm", i, 2, f"tokens={i}")
+        out = capsys.readouterr().out
+        if in_place:
+            assert out.count("\r") == 2 and out.endswith("\n") and out.count("\n") == 1
+        else:
+            assert "\r" not in out and out.splitlines() == ["rmsnorm 1/2 tokens=1", "rmsnorm 2/2 tokens=2"]
+    Progress(False, in_place=False).step("rmsnorm", 1, 1, "")  # not rank 0: nothing
+    assert capsys.readouterr().out == ""

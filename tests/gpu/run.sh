@@ -22,7 +22,9 @@
 #                against torch_a2a's (not in the default parts)
 #   tune         the decode tuner (`torchrun -m ironlink.tune --quick`) at each world size: it runs to
 #                the end and writes a table the ops read ($OUT/tune-wW.json; with --shared-gpu its
-#                choices mean nothing, the run and the file are what is checked; not in the default parts)
+#                choices mean nothing, the run and the file are what is checked; not in the default parts).
+#                The tuner compiles ahead and records as a program does (bench/run.sh's records,
+#                `ironlink.tune-wW[-shared]-smXX.rankR.jsonl.gz`, a --quick run's kernels)
 #   bench        the side-by-side benchmark, JSON under $OUT (bench/run.sh)
 #   fused-bench  the fused-op benchmark, JSON under $OUT (bench/run.sh fused)
 #   moe-bench    the MoE dispatch / combine benchmark, JSON under $OUT (bench/run.sh moe)
@@ -252,7 +254,8 @@ for part in "${parts[@]}"; do
         log="$OUT/tune-w$w.log" table="$OUT/tune-w$w.json"
         confine "$w"
         rm -f "$table"
-        timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" -m ironlink.tune --quick \
+        IRONLINK_COMPILE_AHEAD=$IRONLINK_GPU_COMPILE_AHEAD IRONLINK_COMPILE_RECORD=$IRONLINK_GPU_COMPILE_RECORD \
+          timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" -m ironlink.tune --quick \
           --out "$table" > "$log" 2>&1 &&
           python3 -c 'import sys; from pathlib import Path; from ironlink.runtime.tuning import decode_table as dt
 t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.argv[2], "table:", dict(t._asdict()))' \

@@ -44,14 +44,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 class Progress:
-    """One line on rank 0, rewritten in place: "rmsnorm 5/12 tokens=16 ..."."""
+    """Rank 0's progress, "rmsnorm 5/12 tokens=16": one line rewritten in place on a terminal; a
+    line a step where the output goes to a file or a pipe (a log has no carriage returns)."""
 
-    def __init__(self, show: bool) -> None:
+    def __init__(self, show: bool, in_place: Optional[bool] = None) -> None:
         self.show = show
+        self.in_place = sys.stdout.isatty() if in_place is None else in_place
 
     def step(self, what: str, i: int, n: int, detail: str) -> None:
-        if self.show:
-            print(f"\r{what} {i}/{n} {detail}".ljust(60), end="" if i < n else "\n", flush=True)
+        if not self.show:
+            return
+        line = f"{what} {i}/{n} {detail}"
+        if self.in_place:
+            print(f"\r{line}".ljust(60), end="" if i < n else "\n", flush=True)
+        else:
+            print(line, flush=True)
 
 
 def measure_all_reduce(heap: Any, dtype: Any, progress: Progress) -> dict[int, dict[str, float]]:
