@@ -12,9 +12,10 @@
 #                   matmul_all_reduce; ops: ironlink.all_reduce, its lamport path forced too)
 #   bench WORLDS    bench/fused.py's all_reduce_rmsnorm and bench/allreduce.py's messages up to
 #                   256 KiB with the lamport path's grids
-#   probe WORLDS    bench/probes/decode_probe.py: steady state against a replay's start, the fan-out
-#                   probe, the rmsnorm default and split at 1 to 128 tokens ($PROBE_ARGS replaces
-#                   its arguments)
+#   probe WORLDS    bench/probes/decode_probe.py: steady state against a replay's start, the
+#                   exchange probes (fan-out, copies), the rmsnorm default and split at 1 to 128
+#                   tokens ($PROBE_ARGS replaces its arguments: "--reps 15 --tokens=" for the
+#                   exchange probes and the 1 and 16 KiB all-reduces only)
 #   timeline WORLDS bench/probes/rmsnorm_timeline.py: per-CTA phases of split, lamport and two_shot
 #                   at 1, 32 and 128 tokens (split also over 16 slices a row)
 #   fp8 WORLDS      bench/probes/rmsnorm_timeline.py --fp8: per-CTA phases of two_shot and rows at 32,

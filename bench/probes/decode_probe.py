@@ -23,7 +23,10 @@ slowest rank's time / calls minus the fastest's.
 `fanout[k]` isolates what the number of peers costs: the lamport all-reduce's exchange of 1 KiB
 (one CTA, language/slots.py's slots and waits) where each rank sends to its k next ranks and waits for
 its k previous ones, k = 1 .. world - 1, PDL as the op. k = 1 at world 4 against world 2's: what
-four GPUs cost at one peer; k = 3 against k = 1: what each peer more costs.
+four GPUs cost at one peer; k = 3 against k = 1: what each peer more costs. `copies[k]` sends k
+copies to the next rank alone and polls k slots: the stores and polls of k peers without k peers
+(world 2 runs it), so fanout[k] - copies[k] is what the peers themselves cost. `[k,together]`:
+the k slots polled in one loop, as the ops poll at worlds 4 and 8, against one after another.
 """
 
 from __future__ import annotations
@@ -55,44 +58,76 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harn
 from ironlink_bench import record_row, write_results  # noqa: E402
 
 
+MAX_COPIES = 3  # copies[k] at every world: k = 1 .. 3, world 4's fan-out
+
+
 @triton.jit
 def _empty(status):
     tl.store(status + tl.program_id(0), 0)
 
 
 @jit(do_not_specialize=["ctx"])
-def _fanout(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
-            PDL: tl.constexpr = False):
-    """Rank r stores buf into its lamport slot at ranks r + 1 .. r + K and polls its slots of
-    ranks r - 1 .. r - K until written, emptying them (no sum: the exchange alone).
-    The slots rotate over WORLD copies, not the ops' two: with K < world - 1 the waits form a
-    chain, not a clique, and a rank may run up to world - 2 calls ahead of the rank after it
-    (at world 4, K = 1 overwrote slots not yet read with two copies: every call timed out)."""
+def _exchange(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, K: tl.constexpr, TO_NEXT: tl.constexpr,
+              SLOTS: tl.constexpr, TOGETHER: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
+              PDL: tl.constexpr = False):
+    """The lamport exchange alone (one CTA, no sum): rank r stores buf K times and polls K slots
+    until written, emptying them.
+    - fan-out (TO_NEXT false): one copy into its slot at each of ranks r + 1 .. r + K, polling its
+      slots of ranks r - 1 .. r - K;
+    - copies (TO_NEXT true): K copies into K slots at rank r + 1, polling the K slots that rank
+      r - 1 fills here: K peers' stores and polls without K peers (world 2 can run it).
+    TOGETHER: the K slots polled in one loop ([KP, BLOCK], KP a power of two >= K), as the ops'
+    lamport reduce polls every peer at worlds 4 and 8 (`slots._reduce_together`); else one slot
+    after another. Each epoch's SLOTS slots rotate over WORLD copies, not the ops' two: with K <
+    world - 1 (and for copies) the waits form a chain, not a clique, and a rank may run up to
+    world - 2 calls ahead of the rank after it (at world 4, K = 1 overwrote slots not yet read
+    with two copies: every call timed out)."""
     rank = il.symm_rank(ctx)
     dists = peer_distances(ctx, inbox, rank, WORLD)
     wait_for_previous_kernel(PDL)
     allow_next_kernel(PDL)
     epoch = tl.load(epochs + tl.program_id(0))
-    slots = inbox + (epoch % WORLD).to(tl.int64) * (WORLD - 1) * n
+    slots = inbox + (epoch % WORLD).to(tl.int64) * SLOTS * n
     at = tl.arange(0, BLOCK)
     m = at < n
     v = unempty(tl.load(buf + at, mask=m))
     for k in tl.static_range(1, K + 1):
-        dest = (rank + k) % WORLD
-        tl.store(at_peer(slots, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * n + at, v, mask=m)
+        if TO_NEXT:
+            tl.store(at_peer(slots, dists, 1) + (k - 1) * n + at, v, mask=m)
+        else:
+            dest = (rank + k) % WORLD
+            tl.store(at_peer(slots, dists, k) + slot_of(rank, dest, WORLD).to(tl.int64) * n + at, v, mask=m)
     s = tl.zeros((), dtype=tl.int32)
-    for k in tl.static_range(1, K + 1):
-        _, w = lamport_receive(ctx, slots + slot_of((rank - k + WORLD) % WORLD, rank, WORLD).to(tl.int64) * n + at, m)
-        s = ilt.failure_or(s, w)
+    if TOGETHER:
+        q = tl.arange(0, KP)[:, None]
+        if TO_NEXT:
+            index = q
+        else:
+            index = slot_of((rank - (q + 1) + WORLD) % WORLD, rank, WORLD)
+        _, s = lamport_receive(ctx, slots + index.to(tl.int64) * n + at[None, :], (q < K) & m[None, :])
+    else:
+        for k in tl.static_range(1, K + 1):
+            if TO_NEXT:
+                index = k - 1
+            else:
+                index = slot_of((rank - k + WORLD) % WORLD, rank, WORLD)
+            _, w = lamport_receive(ctx, slots + tl.cast(index, tl.int64) * n + at, m)
+            s = ilt.failure_or(s, w)
     advance_epochs(epochs, epoch + 1)
     tl.store(status + tl.program_id(0), s)
 
 
-def fanout(heap: Any, buf: torch.Tensor, status: torch.Tensor, k: int) -> Callable[[], Any]:
+def exchange(heap: Any, buf: torch.Tensor, status: torch.Tensor, k: int, to_next: bool,
+             together: bool) -> Callable[[], Any]:
+    """`_exchange` of `buf` (k copies to the next rank where `to_next`, else to k peers), its
+    slots polled together or one after another; a workspace per kind (the calls empty their slots)."""
     world = heap.world_size
-    inbox = lamport_workspace(heap, "decode_probe/fanout", world * (world - 1) * buf.nbytes, buf.dtype)
-    epochs = epoch_counters(heap, "decode_probe/fanout")
-    return partial(_fanout[(1,)], heap.ctx, buf, buf.numel(), status, inbox, epochs, WORLD=world, K=k,
+    kind = "copies" if to_next else "fanout"
+    slots = max(k, MAX_COPIES) if to_next else world - 1
+    inbox = lamport_workspace(heap, f"decode_probe/{kind}", world * slots * buf.nbytes, buf.dtype)
+    epochs = epoch_counters(heap, f"decode_probe/{kind}")
+    return partial(_exchange[(1,)], heap.ctx, buf, buf.numel(), status, inbox, epochs, WORLD=world, K=k,
+                   TO_NEXT=to_next, SLOTS=slots, TOGETHER=together, KP=triton.next_power_of_2(k),
                    BLOCK=buf.numel(), num_warps=4, **pdl_launch_options(True))
 
 
@@ -142,6 +177,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--tokens", default="1,8,32,128")
+    ap.add_argument("--exchange-only", action="store_true",
+                    help="the empty kernel and the exchange probes (fanout, copies) only")
     ap.add_argument("--modes", default="split,lamport,two_shot",
                     help="all_reduce_rmsnorm modes timed beside the default where they can run")
     args = ap.parse_args()
@@ -151,15 +188,22 @@ def main() -> None:
     status = torch.zeros(256, dtype=torch.int32, device="cuda")
     contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]] = [
         ("empty_kernel", {}, lambda: _empty[(1,)](status))]
-    for nbytes in (1024, 16384):
-        buf = heap.zeros((nbytes // 2,), torch.bfloat16)
-        nccl = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device="cuda")
-        contenders.append(("nccl_all_reduce", {"bytes": nbytes}, partial(dist.all_reduce, nccl)))
-        contenders.append(("ironlink_op", {"bytes": nbytes}, partial(ironlink.all_reduce, buf, heap=heap)))
     one_kib = heap.zeros((512,), torch.bfloat16)
-    for k in range(1, world):
-        contenders.append((f"fanout[{k}]", {"bytes": 1024}, fanout(heap, one_kib, status, k)))
-    for tokens in map(int, args.tokens.split(",")):
+    for together in (False, True):
+        how = ",together" if together else ""
+        for k in range(1, world):
+            contenders.append((f"fanout[{k}{how}]", {"bytes": 1024}, exchange(heap, one_kib, status, k, False, together)))
+        for k in range(1, MAX_COPIES + 1):
+            contenders.append((f"copies[{k}{how}]", {"bytes": 1024}, exchange(heap, one_kib, status, k, True, together)))
+    if args.exchange_only:
+        args.tokens = ""
+    else:
+        for nbytes in (1024, 16384):
+            buf = heap.zeros((nbytes // 2,), torch.bfloat16)
+            nccl = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+            contenders.append(("nccl_all_reduce", {"bytes": nbytes}, partial(dist.all_reduce, nccl)))
+            contenders.append(("ironlink_op", {"bytes": nbytes}, partial(ironlink.all_reduce, buf, heap=heap)))
+    for tokens in [int(t) for t in args.tokens.split(",") if t]:
         x = heap.zeros((tokens, args.hidden), torch.bfloat16)
         residual = torch.randn(tokens, args.hidden, device="cuda").to(torch.bfloat16)
         weight = torch.ones(args.hidden, device="cuda", dtype=torch.bfloat16)
