@@ -77,7 +77,7 @@ def _exchange(ctx, buf, n, status, inbox, epochs, WORLD: tl.constexpr, K: tl.con
     - copies (TO_NEXT true): K copies into K slots at rank r + 1, polling the K slots that rank
       r - 1 fills here: K peers' stores and polls without K peers (world 2 can run it).
     TOGETHER: the K slots polled in one loop ([KP, BLOCK], KP a power of two >= K), as the ops'
-    lamport reduce polls every peer at worlds 4 and 8 (`slots._reduce_together`); else one slot
+    lamport reduce polls every peer at worlds 4 and 8 (`slots._reduce_in_groups`); else one slot
     after another. Each epoch's SLOTS slots rotate over WORLD copies, not the ops' two: with K <
     world - 1 (and for copies) the waits form a chain, not a clique, and a rank may run up to
     world - 2 calls ahead of the rank after it (at world 4, K = 1 overwrote slots not yet read

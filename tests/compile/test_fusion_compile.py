@@ -169,7 +169,7 @@ KERNELS["allreduce_rmsnorm_lamport_w2_fp32"] = (
 # over 2 and 4 ranks, with every reduction.
 from ironlink.language import _abi  # noqa: E402
 from ironlink.ops.collectives import _all_reduce_lamport_kernel  # noqa: E402
-# At 4 and 8 ranks every peer's slot is polled in one loop (language.slots._reduce_together).
+# At 4 and 8 ranks every peer's slot is polled in one loop (language.slots._reduce_in_groups).
 for world, op in ((2, "SUM"), (2, "AVG"), (4, "MAX"), (4, "PROD"), (4, "SUM"), (8, "AVG")):
     KERNELS[f"all_reduce_lamport_w{world}_{op.lower()}"] = (
         _all_reduce_lamport_kernel.fn,
@@ -386,13 +386,13 @@ SM90_SPILL_BYTES = {"matmul_allreduce_tile_m16": 112, "matmul_allreduce_push_m40
                     # (`ll_packet::one_shot_reduce`); the library's rows kernels stay at 0.
                     "tiles_then_all_reduce": 8, "tiles_then_all_reduce_64x128_fp32": 16,
                     # Lamport rows of hidden 8192 (16 warps: 128 registers a thread): world 4 polls
-                    # its three peers' rows as one [4, 8192] block (language.slots._reduce_together; 112
-                    # bytes when they were polled one by one); world 8 one by one, seven rows
-                    # unrolled; world 2 spills none. World 4's grew from 16 to 24 with the store
-                    # that sets the wait timeout to 0 when a poll records TIMEOUT (`_flags._record`,
-                    # a cold branch; a mode the world-4 table does not choose).
+                    # its three peers' rows as one [4, 8192] block (language.slots._reduce_in_groups; 112
+                    # bytes when they were polled one by one); world 8 as two such blocks (344 bytes
+                    # one by one, seven rows unrolled); world 2 spills none. World 4's grew from 16 to
+                    # 24 with the store that sets the wait timeout to 0 when a poll records TIMEOUT
+                    # (`_flags._record`, a cold branch; a mode the world-4 table does not choose).
                     "allreduce_rmsnorm_lamport_w4": 24, "allreduce_rmsnorm_lamport_w4_fp8_pdl": 48,
-                    "allreduce_rmsnorm_lamport_w8": 344,
+                    "allreduce_rmsnorm_lamport_w8": 160,
                     # Split's slices of 1024 columns (W a multiple of 16, as launched at hidden 8192):
                     # 8 ranks' slices polled as one block; the FP8 peak beside the sum of squares.
                     # Two-shot by column chunks spills none (312 bytes at world 8 when ranks owned rows).

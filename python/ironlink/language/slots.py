@@ -37,7 +37,7 @@ _MIN = tl.constexpr(_abi.REDUCE_OP["MIN"])
 _AVG = tl.constexpr(_abi.REDUCE_OP["AVG"])
 # The most elements (ranks x a block's) that `lamport_reduce_values` polls in one loop: 4 ranks of a
 # row of hidden 8192 (at 16 warps, 32 registers a thread for the bf16 rows). Larger blocks (8 ranks
-# of such a row) poll peer by peer.
+# of such a row) poll in groups of ranks that fit.
 POLL_TOGETHER_MAX_ELEMENTS = tl.constexpr(32768)
 
 
@@ -170,23 +170,45 @@ def lamport_reduce_values(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constex
     here until none is empty, status). The slots read are set back to empty. After a failed wait
     (TIMEOUT, recorded in the context) the result is not for use and the slots are left as they
     are. The order of the reduction is the same on every rank (results are bitwise identical).
-    At 4 and 8 ranks, where every rank's block fits in registers at once
-    (POLL_TOGETHER_MAX_ELEMENTS), every peer's slot is polled in one loop (`_reduce_together`);
-    otherwise peer by peer, in rank order."""
+    At 4 and 8 ranks the ranks' slots are polled in groups, each group's in one loop
+    (`_reduce_in_groups`): every rank at once where all their blocks fit in registers
+    (POLL_TOGETHER_MAX_ELEMENTS), else groups of 4 or 2 ranks that do, so a CTA waits one round
+    trip a group where a poll a peer waits one each (about 0.5 us each: decode_probe's
+    `copies[k]`); otherwise peer by peer, in rank order."""
     if ((WORLD == 4) or (WORLD == 8)) and (WORLD * at.numel <= POLL_TOGETHER_MAX_ELEMENTS):
-        total, s = _reduce_together(ctx, own, slots, slot, at, mk, rank, WORLD, OP)
+        total, s = _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD, WORLD, OP)
+    elif (WORLD == 8) and (4 * at.numel <= POLL_TOGETHER_MAX_ELEMENTS):
+        total, s = _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD, 4, OP)
+    elif ((WORLD == 4) or (WORLD == 8)) and (2 * at.numel <= POLL_TOGETHER_MAX_ELEMENTS):
+        total, s = _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD, 2, OP)
     else:
         total, s = _reduce_peer_by_peer(ctx, own, slots, slot, at, mk, rank, WORLD, OP)
     return total, s
 
 
 @triton.jit
-def _reduce_together(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, OP: tl.constexpr):
-    """`lamport_reduce_values` with one poll loop over every peer's slot: a block [WORLD, *at]
-    whose row q is rank q's elements (this rank's row `own`, not polled), loaded together, so a
-    CTA waits one round trip for all of its peers' data where a loop per peer waits one each
-    (WORLD a power of two: the rows are an arange). Reduced over the rows in one fixed order."""
-    q = tl.arange(0, WORLD)
+def _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, GROUP: tl.constexpr,
+                      OP: tl.constexpr):
+    """`lamport_reduce_values` over the ranks in groups of GROUP (a power of two dividing WORLD),
+    in rank order: each group's slots polled in one loop (`_poll_group`), its rows reduced, the
+    groups' results combined one after another. Every rank groups and reduces the same way."""
+    total, s = _poll_group(ctx, own, slots, slot, at, mk, rank, 0, WORLD, GROUP, OP)
+    for g in tl.static_range(1, WORLD // GROUP):
+        part, w = _poll_group(ctx, own, slots, slot, at, mk, rank, g * GROUP, WORLD, GROUP, OP)
+        total = _combine(total, part, OP)
+        s = ilt.failure_or(s, w)
+    if OP == _AVG:
+        total = total / WORLD
+    return total, s
+
+
+@triton.jit
+def _poll_group(ctx, own, slots, slot, at, mk, rank, FIRST: tl.constexpr, WORLD: tl.constexpr, GROUP: tl.constexpr,
+                OP: tl.constexpr):
+    """(ranks FIRST .. FIRST + GROUP - 1 reduced (AVG as SUM), status): a block [GROUP, *at] whose
+    row i is rank FIRST + i's elements (this rank's row `own`, not polled), loaded together, so a
+    CTA waits one round trip for the group's data. Reduced over the rows in one fixed order."""
+    q = FIRST + tl.arange(0, GROUP)
     if len(at.shape) == 1:
         q = q[:, None]
         at_q, mk_q, own_q = at[None, :], mk[None, :], own[None, :]
@@ -206,8 +228,6 @@ def _reduce_together(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constexpr, O
         total = tl.min(v, axis=0)
     else:
         total = tl.sum(v, axis=0)
-    if OP == _AVG:
-        total = total / WORLD
     return total, s
 
 
