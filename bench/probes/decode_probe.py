@@ -27,6 +27,8 @@ four GPUs cost at one peer; k = 3 against k = 1: what each peer more costs. `cop
 copies to the next rank alone and polls k slots: the stores and polls of k peers without k peers
 (world 2 runs it), so fanout[k] - copies[k] is what the peers themselves cost. `[k,together]`:
 the k slots polled in one loop, as the ops poll at worlds 4 and 8, against one after another.
+`--exchange-bytes` sizes a copy: how a CTA's time grows with the bytes it stores (split's CTA
+stores 2 KiB to each of three peers at world 4, 1 token of hidden 8192; to one at world 2).
 """
 
 from __future__ import annotations
@@ -124,11 +126,12 @@ def exchange(heap: Any, buf: torch.Tensor, status: torch.Tensor, k: int, to_next
     world = heap.world_size
     kind = "copies" if to_next else "fanout"
     slots = max(k, MAX_COPIES) if to_next else world - 1
-    inbox = lamport_workspace(heap, f"decode_probe/{kind}", world * slots * buf.nbytes, buf.dtype)
-    epochs = epoch_counters(heap, f"decode_probe/{kind}")
+    name = f"decode_probe/{kind}/{buf.nbytes}"
+    inbox = lamport_workspace(heap, name, world * slots * buf.nbytes, buf.dtype)
+    epochs = epoch_counters(heap, name)
     return partial(_exchange[(1,)], heap.ctx, buf, buf.numel(), status, inbox, epochs, WORLD=world, K=k,
                    TO_NEXT=to_next, SLOTS=slots, TOGETHER=together, KP=triton.next_power_of_2(k),
-                   BLOCK=buf.numel(), num_warps=4, **pdl_launch_options(True))
+                   BLOCK=triton.next_power_of_2(buf.numel()), num_warps=4, **pdl_launch_options(True))
 
 
 def measure(contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]], short: int, long: int,
@@ -177,6 +180,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--tokens", default="1,8,32,128")
+    ap.add_argument("--exchange-bytes", default="1024",
+                    help="bytes a copy of the exchange probes, comma-separated (one CTA sends k copies: "
+                         "2048 at k = 3 is what a split CTA stores at world 4, 1 token of hidden 8192)")
     ap.add_argument("--exchange-only", action="store_true",
                     help="the empty kernel and the exchange probes (fanout, copies) only")
     ap.add_argument("--modes", default="split,lamport,two_shot",
@@ -188,13 +194,15 @@ def main() -> None:
     status = torch.zeros(256, dtype=torch.int32, device="cuda")
     contenders: list[tuple[str, dict[str, Any], Callable[[], Any]]] = [
         ("empty_kernel", {}, lambda: _empty[(1,)](status))]
-    one_kib = heap.zeros((512,), torch.bfloat16)
-    for together in (False, True):
-        how = ",together" if together else ""
-        for k in range(1, world):
-            contenders.append((f"fanout[{k}{how}]", {"bytes": 1024}, exchange(heap, one_kib, status, k, False, together)))
-        for k in range(1, MAX_COPIES + 1):
-            contenders.append((f"copies[{k}{how}]", {"bytes": 1024}, exchange(heap, one_kib, status, k, True, together)))
+    for nbytes in map(int, args.exchange_bytes.split(",")):
+        buf = heap.zeros((nbytes // 2,), torch.bfloat16)
+        for together in (False, True):
+            how = ",together" if together else ""
+            for k in range(1, world):
+                contenders.append((f"fanout[{k}{how}]", {"bytes": nbytes},
+                                   exchange(heap, buf, status, k, False, together)))
+            for k in range(1, MAX_COPIES + 1):
+                contenders.append((f"copies[{k}{how}]", {"bytes": nbytes}, exchange(heap, buf, status, k, True, together)))
     if args.exchange_only:
         args.tokens = ""
     else:
