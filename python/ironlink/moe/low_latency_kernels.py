@@ -184,11 +184,9 @@ def ll_dispatch(ctx, x, idx, wts, T, data, words, counts, recv, recv_side, slot,
                     e = tl.load(meta + kk, mask=km, other=-1)
                     wb = tl.load(meta + K + kk, mask=km, other=0)
                 else:
-                    # The ids and the weights' bits in one poll ([KB, 2]): a poll after another
-                    # waits a round trip more, about 0.5 us (bench/probes/decode_probe.py copies[k]).
-                    ew, se = wait_written(ctx, tl.join(meta + kk, meta + K + kk), tl.join(km, km), _WAIT_OTHERS, s)
-                    e, wb = tl.split(ew)
-                    s = ilt.failure_or(s, se)
+                    e, se = wait_written(ctx, meta + kk, km, _WAIT_OTHERS, s)
+                    wb, sw = wait_written(ctx, meta + K + kk, km, _WAIT_OTHERS, ilt.failure_or(s, se))
+                    s = ilt.failure_or(s, ilt.failure_or(se, sw))
                 w = wb.to(tl.float32, bitcast=True)
                 le = e - lo
                 here = km & (e >= 0) & (le >= 0) & (le < local_experts)
