@@ -188,13 +188,16 @@ def test_a_program_on_its_own_gpus_compiles_ahead_what_shared_gpus_recorded(tmp_
     compile_ahead.write(tmp_path / f"{shared}.rank0.jsonl.gz", [entry("a")])
     compile_ahead.write(tmp_path / f"{shared}.rank1.jsonl.gz", [entry("b")])
     for here in (False, True):
-        name, entries = compile_records.nearest_records(tmp_path, "prog", 4, here, ARCH)
-        assert name == f"{shared}.jsonl.gz" and [e.qualname for e in entries] == ["a", "b"]
+        name = compile_records.nearest_record(tmp_path, "prog", 4, here, ARCH)
+        assert name == f"{shared}.jsonl.gz"
+        assert [e.qualname for e in compile_records.records_of(tmp_path, name)] == ["a", "b"]
     own = compile_records.record_name("prog", 4, False, ARCH)
     compile_ahead.write(tmp_path / own, [entry("c")])
-    assert compile_records.nearest_records(tmp_path, "prog", 4, False, ARCH) == (own, [entry("c")])
-    assert compile_records.nearest_records(tmp_path, "prog", 2, False, ARCH) == (
-        compile_records.record_name("prog", 2, False, ARCH), [])  # no world 2 record: nothing
+    assert compile_records.nearest_record(tmp_path, "prog", 4, False, ARCH) == own
+    assert compile_records.records_of(tmp_path, own) == [entry("c")]
+    no_record = compile_records.nearest_record(tmp_path, "prog", 2, False, ARCH)
+    assert no_record == compile_records.record_name("prog", 2, False, ARCH)  # no world 2 record: nothing
+    assert compile_records.records_of(tmp_path, no_record) == []
 
 
 def test_a_programs_name_is_its_script_or_the_module_run(monkeypatch: pytest.MonkeyPatch) -> None:

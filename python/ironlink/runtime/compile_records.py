@@ -64,18 +64,17 @@ def records_of(folder: Path, name: str) -> list[compile_ahead.Entry]:
     return compile_ahead.unique([e for f in files for e in compile_ahead.read(f)])
 
 
-def nearest_records(folder: Path, program: str, world: int, shared: bool,
-                    arch: int) -> tuple[str, list[compile_ahead.Entry]]:
-    """(the record's name, its entries): `program`'s record at this setting in `folder`, else the
-    one of ranks that shared GPUs where these do not, or the other way (PDL is off where ranks
-    share a GPU, so the decode kernels differ; the rest are the same kernels). A world's first run
-    on its own GPUs thus compiles ahead what a run on shared GPUs recorded."""
+def nearest_record(folder: Path, program: str, world: int, shared: bool, arch: int) -> str:
+    """The name of `program`'s record to compile ahead from `folder` (`records_of` reads it and
+    its per-rank files): this setting's where the folder holds it, else the one of ranks that
+    shared GPUs where these do not, or the other way (PDL is off where ranks share a GPU, so the
+    decode kernels differ; the rest are the same kernels), else this setting's. A world's first
+    run on its own GPUs thus compiles ahead what a run on shared GPUs recorded."""
     for each in (shared, not shared):
         name = record_name(program, world, each, arch)
-        entries = records_of(folder, name)
-        if entries:
-            return name, entries
-    return record_name(program, world, shared, arch), []
+        if (folder / name).is_file() or any(folder.glob(f"{_stem(name)}.rank*.jsonl.gz")):
+            return name
+    return record_name(program, world, shared, arch)
 
 
 def compile_share(entries_of: Callable[[], list[compile_ahead.Entry]], rank: int, world: int, local_world: int,
@@ -112,15 +111,10 @@ def start_program(rank: int, world: int, local_world: int, shared: bool,
     done = None
     ahead = _folder_of(ENV_AHEAD)
     if ahead is not None:
-        used = [name]  # the record read, named in the summary below
-
-        def entries_of() -> list[compile_ahead.Entry]:
-            used[0], entries = nearest_records(ahead, program_name(), world, shared, arch)
-            return entries
-
-        entries, done = compile_share(entries_of, rank, world, local_world, arch)
+        nearest = nearest_record(ahead, program_name(), world, shared, arch)
+        entries, done = compile_share(lambda: records_of(ahead, nearest), rank, world, local_world, arch)
         if rank == 0 and entries:
-            print(f"ironlink: compiled ahead {len(entries)} kernels of {_stem(used[0])} in {ahead} over {world} ranks; "
+            print(f"ironlink: compiled ahead {len(entries)} kernels of {_stem(nearest)} in {ahead} over {world} ranks; "
                   f"rank 0's share ({done.compiled} compiled, {len(done.failures)} not) in {done.seconds:.1f} s",
                   file=sys.stderr, flush=True)
     folder = _folder_of(ENV_RECORD)
@@ -130,5 +124,5 @@ def start_program(rank: int, world: int, local_world: int, shared: bool,
     return done
 
 
-__all__ = ["ENV_AHEAD", "ENV_RECORD", "compile_share", "nearest_records", "program_name", "record_name", "records_of",
+__all__ = ["ENV_AHEAD", "ENV_RECORD", "compile_share", "nearest_record", "program_name", "record_name", "records_of",
            "start_program"]

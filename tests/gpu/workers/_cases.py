@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ironlink.runtime import compile_ahead, compile_records
+from ironlink.runtime.distributed import shared_gpu_allowed
 
 
 T = TypeVar("T")
@@ -203,14 +204,16 @@ RECORDER = compile_ahead.Recorder()
 _compiled_ahead = False
 
 
-def record_name(shared: Optional[bool] = None) -> str:
-    """This worker's record of compiled kernels: its script, world, whether ranks share GPUs
-    (default: whether they do here; then PDL is off, so some kernels differ) and the GPU's arch."""
-    if shared is None:
-        shared = os.environ.get("IRONLINK_SHARED_GPU") == "1"
+def _arch() -> int:
     major, minor = torch.cuda.get_device_capability()
-    return compile_records.record_name(compile_records.program_name(), dist.get_world_size(), shared,
-                                       major * 10 + minor)
+    return major * 10 + minor
+
+
+def record_name() -> str:
+    """This worker's record of compiled kernels: its script, world, whether ranks share GPUs
+    (then PDL is off, so some kernels differ) and the GPU's arch."""
+    return compile_records.record_name(compile_records.program_name(), dist.get_world_size(), shared_gpu_allowed(),
+                                       _arch())
 
 
 class Cases:
@@ -249,19 +252,17 @@ class Cases:
         if not folder or _compiled_ahead:
             return
         _compiled_ahead = True
-        # Else the record of the other setting: most of its kernels are these (PDL aside).
-        here = os.environ.get("IRONLINK_SHARED_GPU") == "1"
-        path = next((p for p in (Path(folder) / record_name(s) for s in (here, not here)) if p.is_file()),
-                    Path(folder) / record_name())
         world = dist.get_world_size()
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        major, minor = torch.cuda.get_device_capability()
+        # Else the record of the other setting: most of its kernels are these (PDL aside).
+        name = compile_records.nearest_record(Path(folder), compile_records.program_name(), world,
+                                              shared_gpu_allowed(), _arch())
         entries, done = compile_records.compile_share(
-            lambda: [e for e in compile_ahead.read(path) if not e.case or self.selected(e.case)],
-            self.rank, world, local_world, major * 10 + minor)
+            lambda: [e for e in compile_records.records_of(Path(folder), name) if not e.case or self.selected(e.case)],
+            self.rank, world, local_world, _arch())
         dist.barrier(group=self.vote_group)
         if self.rank == 0:
-            print(f"compile ahead: {len(entries)} kernels of {path.name} over {world} ranks x "
+            print(f"compile ahead: {len(entries)} kernels of {name} over {world} ranks x "
                   f"{compile_ahead.processes_for(local_world)} processes; rank 0's share ({done.compiled} compiled, "
                   f"{len(done.failures)} not) in {done.seconds:.1f} s", flush=True)
 
