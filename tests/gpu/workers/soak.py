@@ -281,6 +281,10 @@ class Soak:
             raise AssertionError(f"{int(bad.sum())} elements differ, first at {i}: {g[i].item()} != {wv[i].item()}")
 
     # --- the loop ------------------------------------------------------------------------------
+    def heap_name(self, heap: Any) -> str:
+        """Which of the soak's heaps `heap` is, for messages."""
+        return f"heap {self.heaps.index(heap)} of {heap.nbytes >> 20} MiB{' (nodes)' if heap.multi_node else ''}"
+
     def batch(self) -> None:
         heap = self.rng.choice(self.heaps)
         size = self.rng.randint(1, 8)
@@ -291,7 +295,12 @@ class Soak:
         while len(launched) < size and heap.free_bytes >= CALL_HEAP_BYTES:
             launched.append(self.call(heap, status[len(launched)]))
         torch.cuda.synchronize()
-        heap.check()  # TIMEOUT or another recorded error ends the soak (the counters now disagree)
+        try:
+            heap.check()  # TIMEOUT or another recorded error ends the soak (the counters now disagree)
+        except Exception as e:
+            calls = "; ".join(label for label, _, _ in launched)
+            raise RuntimeError(f"{type(e).__name__}: {e} [a batch of {len(launched)} on {self.heap_name(heap)}: "
+                               f"{calls}]") from e
         bad = status.nonzero()
         if bad.numel():
             raise RuntimeError(f"device status {status[bad[0, 0], bad[0, 1]].item()} in {launched[int(bad[0, 0])][0]}")
@@ -334,7 +343,13 @@ def main() -> int:
     dist.barrier()
     if rank == 0:
         print(f"soak: compiled {n} kernel variants ahead on rank 0 in {seconds:.0f} s", flush=True)
-    heaps = [ironlink.SymmetricHeap(b) for b in HEAP_BYTES]
+    # The workers' wait timeout (30 s on shared GPUs): the nodes heap's kernels compile at their
+    # first launch, in every rank at once, and NVSHMEM-linked ones finished more than the default
+    # 5 s apart on one GPU (a TIMEOUT in the first hierarchical all_gather, world 4).
+    from _cases import heap_timeout_s
+
+    timeout_s = heap_timeout_s()
+    heaps = [ironlink.SymmetricHeap(b, timeout_s=timeout_s) for b in HEAP_BYTES]
     node_size = None
     if args.nodes:
         import torch.distributed._symmetric_memory as symm_mem
@@ -343,7 +358,8 @@ def main() -> int:
             print("soak: --nodes skipped (needs 2 ranks and torch's NVSHMEM)", flush=True)
         else:
             node_size = world // 2
-            heaps.append(ironlink.SymmetricHeap(NODES_HEAP_BYTES, backend="nvshmem", node_size=node_size))
+            heaps.append(ironlink.SymmetricHeap(NODES_HEAP_BYTES, backend="nvshmem", node_size=node_size,
+                                                timeout_s=timeout_s))
     soak = Soak(heaps, args.seed)
     t0, error = time.time(), ""
     go = torch.ones(1, device="cuda")
