@@ -303,7 +303,11 @@ t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.a
       grep -E "^killed-rank" "$log"; [ $r -eq 0 ] || fail killed-rank "$log" ;;
     soak)
       limit=$(awk -v m="$minutes" 'BEGIN {print int(m * 60 + 600)}')  # compiling and checking on top
-      timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/soak.py --minutes "$minutes" \
+      # The soak is a program, not a suite of cases: its compiles are recorded, and compiled ahead
+      # from the committed record, as a benchmark's are (init_distributed). What it compiles ahead
+      # itself leaves out the nodes heap's NVSHMEM kernels, each rank's at its first call otherwise.
+      IRONLINK_COMPILE_AHEAD=$IRONLINK_GPU_COMPILE_AHEAD IRONLINK_COMPILE_RECORD=$IRONLINK_GPU_COMPILE_RECORD \
+        timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/soak.py --minutes "$minutes" \
         --seed "$seed" --json "$OUT/soak.json" $soak_nodes > "$log" 2>&1; r=$?
       grep -E "^soak|^MISMATCH|FAILED" "$log" | head -25; [ $r -eq 0 ] || fail soak "$log" ;;
     sanitize)
