@@ -18,7 +18,11 @@ Phases: `--tokens` 128 and 4096 tokens per rank. Contenders:
 - ironlink: MoeExchange(path="direct") dispatch, the grouped GEMMs over its expert_offsets and
   expert_counts (read on the GPU), combine; the whole step in a CUDA graph. The direct path's
   rows are packed by expert, what torch._grouped_mm takes; the low-latency path's are laid out in
-  blocks of world x max_tokens rows an expert, which would need a grouped GEMM that skips the gaps.
+  blocks of world x max_tokens rows an expert, which would need a grouped GEMM that skips the gaps;
+- experts_only (not a contender: the floor): the same step with no exchange, the local experts on
+  the rows uniform routing would bring (`models.moe.ExpertsOnlyStep`), in a CUDA graph. What a
+  contender takes above it is its exchange: a step can be at most (torch_a2a - floor) / (ironlink
+  - floor) faster through the exchange alone, and where the floor is most of the step, far less.
 Check: ironlink's final output within --tol of torch_a2a's (max |x - ref| / max |ref|) on every
 rank, else a FAILED line and exit status 1.
 """
@@ -38,7 +42,7 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     import ironlink
     from ironlink_bench import GraphRound, randn_bf16, time_eager, write_results
     from ironlink.tune.timing import captured
-    from models.moe import IronlinkStep, MoeLayer, TorchStep
+    from models.moe import ExpertsOnlyStep, IronlinkStep, MoeLayer, TorchStep
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
     torch, IMPORT_ERROR = None, e
@@ -94,9 +98,12 @@ class MoeE2E:
             times["torch_a2a"] = time_eager(ref) / 1000
             timer = GraphRound()
             timer.add(mine, tokens * d.hidden * 2 * d.layers, tag="ironlink")
+            timer.add(ExpertsOnlyStep(self), tokens * d.hidden * 2 * d.layers, tag="experts_only")
             times.update({name: us / 1000 for name, us in timer.run_tagged()})
         err = self.verify(tokens, ref.final, mine.final)
-        for name in ("torch_a2a", "ironlink"):
+        for name in ("torch_a2a", "ironlink", "experts_only"):
+            if name == "experts_only" and name not in times:
+                continue  # --check: the floor is a time, there is nothing to check
             self.record(tokens, name, times.get(name), times.get("torch_a2a"), err if name == "ironlink" else 0.0)
         self.exchange.close()
 

@@ -143,3 +143,22 @@ class IronlinkStep(Step):
         recv_x, counts, offsets, handle = self.b.exchange.dispatch(h, layer.idx, layer.weights)
         ends = (offsets + counts).to(torch.int32)
         return self.b.exchange.combine(experts_ffn(recv_x, ends, layer, self.d.ffn), handle)
+
+
+class ExpertsOnlyStep(Step):
+    """What every contender's step computes, without an exchange: each layer's norm, the local
+    experts on as many rows as uniform routing brings a rank (tokens x topk, evenly over its
+    experts; this rank's own tokens stand in for the received ones), the weighted sum, the
+    residual. The floor of a step at this world: a contender's time above it is its exchange
+    (with, for torch_a2a, the sorts and the host read around it)."""
+
+    def __init__(self, b: Any) -> None:
+        super().__init__(b)
+        experts, rows = self.d.experts // b.world, b.x0.shape[0] * self.d.topk
+        self.ends = torch.tensor([rows * (e + 1) // experts for e in range(experts)], dtype=torch.int32,
+                                 device=b.x0.device)
+
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        rows = h.repeat_interleave(self.d.topk, dim=0)  # token-major, choice order: what weighted_sum takes
+        return weighted_sum(experts_ffn(rows, self.ends, layer, self.d.ffn), layer.weights)
+

@@ -1,0 +1,96 @@
+"""The floor of bench/e2e_moe.py's step at each world, on one GPU: a probe, not a benchmark
+(issue 63's MoE target). Every contender's step runs each layer's norm, its local experts
+(torch._grouped_mm) on the rows routing brings the rank, the weighted sum and the residual; only
+the exchange differs. That work needs no peer, so one GPU times it for any world: rank r of
+`world` holds experts / world experts and receives tokens x topk rows under uniform routing
+(`models.moe.ExpertsOnlyStep`, e2e_moe's `experts_only` row). A step is then at most
+(torch_a2a - floor) / (ironlink - floor) faster through its exchange, and the floor bounds what
+any exchange can give:
+
+    torchrun --nproc_per_node=1 bench/probes/moe_step_floor.py --worlds 2,4,8 --tokens 128,4096 \
+        --out moe-step-floor.json
+
+Each row: world, tokens a rank, the step's ms (CUDA graph, median) and its parts: `experts_ms`
+(the grouped GEMMs alone, every layer) and the bytes of expert weights a step reads (every local
+expert's, each layer), with the rate that implies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+import ironlink
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness and the models
+from ironlink_bench import randn_bf16, record_row, time_graph, write_results  # noqa: E402
+from models.moe import PRESETS, ExpertsOnlyStep, MoeLayer, experts_ffn, resolve  # noqa: E402
+
+
+def stack(config: str, world: int, seed: int) -> Any:
+    """What ExpertsOnlyStep reads from a runner, without a phase yet: rank 0's layers at `world`."""
+    d = resolve(config, {}, 1e-6)
+    layers = [MoeLayer(d, 0, world, seed + 100_003 * (i + 1)) for i in range(d.layers)]
+    return SimpleNamespace(d=d, world=world, rank=0, layers=layers)
+
+
+def phase(b: Any, tokens: int, seed: int) -> None:
+    """`tokens` tokens a rank, and each layer's routing weights for them."""
+    g = torch.Generator(device="cuda").manual_seed(seed + tokens)
+    for layer in b.layers:
+        layer.weights = torch.softmax(torch.randn(tokens, b.d.topk, device="cuda", generator=g), 1)
+    b.x0 = randn_bf16((tokens, b.d.hidden), seed + 1)
+    b.res = torch.empty_like(b.x0)
+
+
+def experts_alone(b: Any, ends: Any) -> Callable[[], None]:
+    """The grouped GEMMs of every layer on the rows ExpertsOnlyStep gives them, nothing else."""
+    rows = b.x0.repeat_interleave(b.d.topk, dim=0)
+
+    def run() -> None:
+        for layer in b.layers:
+            experts_ffn(rows, ends, layer, b.d.ffn)
+
+    return run
+
+
+def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]]) -> None:
+    """A row for each of `args.tokens` at `world`."""
+    b = stack(args.config, world, args.seed)
+    for tokens in map(int, args.tokens.split(",")):
+        phase(b, tokens, args.seed)
+        step = ExpertsOnlyStep(b)
+        nbytes = tokens * b.d.hidden * 2 * b.d.layers
+        step_ms = time_graph(step, nbytes) / 1000
+        experts_ms = time_graph(experts_alone(b, step.ends), nbytes) / 1000
+        weights = sum(layer.w13.nbytes + layer.w2.nbytes for layer in b.layers)
+        record_row(rows, {"model": b.d.model, "world": world, "tokens": tokens, "local_experts": len(step.ends),
+                          "step_ms": round(step_ms, 4), "experts_ms": round(experts_ms, 4),
+                          "weight_bytes": weights, "weights_GBps": round(weights / experts_ms / 1e6, 1)})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--config", choices=sorted(PRESETS), default="deepseek-v3-moe")
+    ap.add_argument("--worlds", default="2,4,8")
+    ap.add_argument("--tokens", default="128,4096", help="tokens per rank")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    ironlink.init_distributed()  # time_graph takes the max over ranks: one rank here
+    rows: list[dict[str, Any]] = []
+    for world in map(int, args.worlds.split(",")):
+        time_world(args, world, rows)
+        torch.cuda.empty_cache()  # this world's layers are gone: room for the next one's
+    write_results(args.out, dist.get_world_size(), rows, probe="moe_step_floor", config=args.config)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
