@@ -11,8 +11,9 @@ any exchange can give:
         --out moe-step-floor.json
 
 Each row: world, tokens a rank, the step's ms (CUDA graph, median) and its parts: `experts_ms`
-(the grouped GEMMs alone, every layer) and the bytes of expert weights a step reads (every local
-expert's, each layer), with the rate that implies.
+(the grouped GEMMs alone, every layer), the same in a buffer of twice the rows (the valid ones
+first, as e2e_moe's ironlink step passes MoeExchange's receive buffer), and the bytes of expert
+weights a step reads (every local expert's, each layer), with the rate that implies.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import ironlink
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness and the models
 from ironlink_bench import randn_bf16, record_row, time_graph, write_results  # noqa: E402
+from e2e_moe import CAPACITY_SLACK  # noqa: E402  (its receive buffer: this many times the rows)
 from models.moe import PRESETS, ExpertsOnlyStep, MoeLayer, experts_ffn, resolve  # noqa: E402
 
 
@@ -49,9 +51,11 @@ def phase(b: Any, tokens: int, seed: int) -> None:
     b.res = torch.empty_like(b.x0)
 
 
-def experts_alone(b: Any, ends: Any) -> Callable[[], None]:
-    """The grouped GEMMs of every layer on the rows ExpertsOnlyStep gives them, nothing else."""
-    rows = b.x0.repeat_interleave(b.d.topk, dim=0)
+def experts_alone(b: Any, ends: Any, slack: int = 1) -> Callable[[], None]:
+    """The grouped GEMMs of every layer on the rows ExpertsOnlyStep gives them, nothing else;
+    with `slack`, in a buffer of `slack` times those rows (the rest past the last group's end), as
+    bench/e2e_moe.py's ironlink step hands MoeExchange's receive buffer (recv_capacity) over."""
+    rows = b.x0.repeat_interleave(b.d.topk, dim=0).repeat(slack, 1)
 
     def run() -> None:
         for layer in b.layers:
@@ -69,9 +73,11 @@ def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]])
         nbytes = tokens * b.d.hidden * 2 * b.d.layers
         step_ms = time_graph(step, nbytes) / 1000
         experts_ms = time_graph(experts_alone(b, step.ends), nbytes) / 1000
+        padded_ms = time_graph(experts_alone(b, step.ends, CAPACITY_SLACK), nbytes) / 1000
         weights = sum(layer.w13.nbytes + layer.w2.nbytes for layer in b.layers)
         record_row(rows, {"model": b.d.model, "world": world, "tokens": tokens, "local_experts": len(step.ends),
                           "step_ms": round(step_ms, 4), "experts_ms": round(experts_ms, 4),
+                          f"experts_in_{CAPACITY_SLACK}x_rows_ms": round(padded_ms, 4),
                           "weight_bytes": weights, "weights_GBps": round(weights / experts_ms / 1e6, 1)})
 
 
