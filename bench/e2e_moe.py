@@ -22,7 +22,9 @@ Phases: `--tokens` 128 and 4096 tokens per rank. Contenders:
 - experts_only (not a contender: the floor): the same step with no exchange, the local experts on
   the rows uniform routing would bring (`models.moe.ExpertsOnlyStep`), in a CUDA graph. What a
   contender takes above it is its exchange: a step can be at most (torch_a2a - floor) / (ironlink
-  - floor) faster through the exchange alone, and where the floor is most of the step, far less.
+  - floor) faster through the exchange alone, and where the floor is most of the step, far less;
+- exchange_only (not a contender either): ironlink's step with an identity for its experts
+  (`models.moe.ExchangeOnlyStep`): its dispatch and combine in the step, in a CUDA graph.
 Check: ironlink's final output within --tol of torch_a2a's (max |x - ref| / max |ref|) on every
 rank, else a FAILED line and exit status 1.
 """
@@ -42,12 +44,14 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     import ironlink
     from ironlink_bench import GraphRound, randn_bf16, time_eager, write_results
     from ironlink.tune.timing import captured
-    from models.moe import ExpertsOnlyStep, IronlinkStep, MoeLayer, TorchStep
+    from models.moe import ExchangeOnlyStep, ExpertsOnlyStep, IronlinkStep, MoeLayer, TorchStep
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
     torch, IMPORT_ERROR = None, e
 
 TOKENS = (128, 4096)
+# The step's parts timed beside the contenders (not contenders: their outputs are not the model's).
+PARTS = {"ExpertsOnlyStep": "experts_only", "ExchangeOnlyStep": "exchange_only"}
 CAPACITY_SLACK = 2  # recv_capacity: this many times the rows uniform routing brings a rank on average
 SLACK_BYTES = 256 << 20
 
@@ -98,12 +102,13 @@ class MoeE2E:
             times["torch_a2a"] = time_eager(ref) / 1000
             timer = GraphRound()
             timer.add(mine, tokens * d.hidden * 2 * d.layers, tag="ironlink")
-            timer.add(ExpertsOnlyStep(self), tokens * d.hidden * 2 * d.layers, tag="experts_only")
+            for part in (ExpertsOnlyStep, ExchangeOnlyStep):
+                timer.add(part(self), tokens * d.hidden * 2 * d.layers, tag=PARTS[part.__name__])
             times.update({name: us / 1000 for name, us in timer.run_tagged()})
         err = self.verify(tokens, ref.final, mine.final)
-        for name in ("torch_a2a", "ironlink", "experts_only"):
-            if name == "experts_only" and name not in times:
-                continue  # --check: the floor is a time, there is nothing to check
+        for name in ("torch_a2a", "ironlink", *PARTS.values()):
+            if name in PARTS.values() and name not in times:
+                continue  # --check: the parts are times, there is nothing to check
             self.record(tokens, name, times.get(name), times.get("torch_a2a"), err if name == "ironlink" else 0.0)
         self.exchange.close()
 

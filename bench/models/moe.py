@@ -145,6 +145,15 @@ class IronlinkStep(Step):
         return self.b.exchange.combine(experts_ffn(recv_x, ends, layer, self.d.ffn), handle)
 
 
+class ExchangeOnlyStep(Step):
+    """ironlink's step without its experts: dispatch, then combine of the received rows as they
+    came (an identity expert). With ExpertsOnlyStep, what the ironlink step's time splits into."""
+
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        recv_x, _, _, handle = self.b.exchange.dispatch(h, layer.idx, layer.weights)
+        return self.b.exchange.combine(recv_x, handle)
+
+
 class ExpertsOnlyStep(Step):
     """What every contender's step computes, without an exchange: each layer's norm, the local
     experts on as many rows as uniform routing brings a rank (tokens x topk, evenly over its

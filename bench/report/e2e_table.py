@@ -86,11 +86,12 @@ def moe_lines(doc: Doc) -> list[str]:
     out = [caption(doc, f"MoE EP stack ({d.get('model', '?')}, {d.get('layers', '?')} layers, top-{d.get('topk', '?')} "
                         f"of {d.get('experts', '?')} experts)") + "; torch all_to_all eagerly (it reads the counts "
            "on the host), ironlink in a CUDA graph", "",
-           "| tokens / rank | torch all_to_all | ironlink | x torch | experts alone (no exchange) |",
-           "|---|---|---|---|---|"]
+           "| tokens / rank | torch all_to_all | ironlink | x torch | experts alone (no exchange) | ironlink's exchange alone |",
+           "|---|---|---|---|---|---|"]
     for t in sorted({r["tokens"] for r in rows}):
         theirs, mine = get(t, "torch_a2a"), get(t, "ironlink")
-        out.append(f"| {t} | {ms(theirs)} | {ms(mine)} | {ratio(theirs, mine)} | {ms(get(t, 'experts_only'))} |")
+        out.append(f"| {t} | {ms(theirs)} | {ms(mine)} | {ratio(theirs, mine)} | {ms(get(t, 'experts_only'))} "
+                   f"| {ms(get(t, 'exchange_only'))} |")
     return out
 
 
