@@ -159,7 +159,9 @@ class ExpertsOnlyStep(Step):
     experts on as many rows as uniform routing brings a rank (tokens x topk, evenly over its
     experts; this rank's own tokens stand in for the received ones), the weighted sum, the
     residual. The floor of a step at this world: a contender's time above it is its exchange
-    (with, for torch_a2a, the sorts and the host read around it)."""
+    (with, for torch_a2a, the sorts and the host read around it). The weighted sum here is one
+    batched GEMM (each row read once), not the torch contenders' `weighted_sum` (the rows in
+    fp32, written twice) nor ironlink's (inside its combine), so the floor is below either."""
 
     def __init__(self, b: Any) -> None:
         super().__init__(b)
@@ -168,6 +170,8 @@ class ExpertsOnlyStep(Step):
                                  device=b.x0.device)
 
     def moe(self, layer: MoeLayer, h: Any) -> Any:
-        rows = h.repeat_interleave(self.d.topk, dim=0)  # token-major, choice order: what weighted_sum takes
-        return weighted_sum(experts_ffn(rows, self.ends, layer, self.d.ffn), layer.weights)
+        t, k = layer.weights.shape
+        rows = h.repeat_interleave(k, dim=0)  # token-major, choice order
+        y = experts_ffn(rows, self.ends, layer, self.d.ffn)
+        return torch.bmm(layer.weights.to(y.dtype)[:, None, :], y.view(t, k, -1)).view(t, -1)
 
