@@ -108,6 +108,21 @@ def test_e2e_table_takes_each_worlds_newest_timed_run(tmp_path: Path) -> None:
     assert plot.draw(tmp_path / "none") is None  # no run: nothing drawn
 
 
+def test_the_moe_step_table_shows_the_steps_parts_where_the_run_timed_them() -> None:
+    e2e = _module("e2e_table")
+    doc: dict[str, Any] = {"date": "2026-12-01T00:00:00", "world_size": 4, "gpu": "NVIDIA H200", "git_rev": "abc1234",
+                           "dims": {"model": "m", "layers": 4, "topk": 8, "experts": 256},
+                           "results": [{"tokens": 128, "contender": c, "ms": v} for c, v in
+                                       (("torch_a2a", 12.0), ("ironlink", 8.0))]}
+    assert e2e.moe_lines(doc)[2:] == ["| tokens / rank | torch all_to_all | ironlink | x torch |", "|---|---|---|---|",
+                                      "| 128 | 12.000 | 8.000 | 1.50 |"]
+    doc["results"] += [{"tokens": 128, "contender": "experts_only", "ms": 7.4},
+                       {"tokens": 128, "contender": "exchange_only", "ms": 0.5}]
+    lines = e2e.moe_lines(doc)
+    assert lines[2].endswith("| experts alone (no exchange) | ironlink's exchange alone |")
+    assert lines[3] == "|---|---|---|---|---|---|" and lines[4] == "| 128 | 12.000 | 8.000 | 1.50 | 7.400 | 0.500 |"
+
+
 def test_the_model_step_plot_is_committed_where_the_table_links_it() -> None:
     e2e = _module("e2e_table")
     if e2e.PLOT in e2e.block():
