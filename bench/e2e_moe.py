@@ -51,7 +51,7 @@ except ImportError as e:
 
 TOKENS = (128, 4096)
 # The step's parts timed beside the contenders (not contenders: their outputs are not the model's).
-PARTS = {"ExpertsOnlyStep": "experts_only", "ExchangeOnlyStep": "exchange_only"}
+PARTS = ("experts_only", "exchange_only")  # models.moe.ExpertsOnlyStep, ExchangeOnlyStep
 CAPACITY_SLACK = 2  # recv_capacity: this many times the rows uniform routing brings a rank on average
 SLACK_BYTES = 256 << 20
 
@@ -102,12 +102,12 @@ class MoeE2E:
             times["torch_a2a"] = time_eager(ref) / 1000
             timer = GraphRound()
             timer.add(mine, tokens * d.hidden * 2 * d.layers, tag="ironlink")
-            for part in (ExpertsOnlyStep, ExchangeOnlyStep):
-                timer.add(part(self), tokens * d.hidden * 2 * d.layers, tag=PARTS[part.__name__])
+            for tag, part in zip(PARTS, (ExpertsOnlyStep, ExchangeOnlyStep)):
+                timer.add(part(self), tokens * d.hidden * 2 * d.layers, tag=tag)
             times.update({name: us / 1000 for name, us in timer.run_tagged()})
         err = self.verify(tokens, ref.final, mine.final)
-        for name in ("torch_a2a", "ironlink", *PARTS.values()):
-            if name in PARTS.values() and name not in times:
+        for name in ("torch_a2a", "ironlink", *PARTS):
+            if name in PARTS and name not in times:
                 continue  # --check: the parts are times, there is nothing to check
             self.record(tokens, name, times.get(name), times.get("torch_a2a"), err if name == "ironlink" else 0.0)
         self.exchange.close()

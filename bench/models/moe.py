@@ -174,4 +174,3 @@ class ExpertsOnlyStep(Step):
         rows = h.repeat_interleave(k, dim=0)  # token-major, choice order
         y = experts_ffn(rows, self.ends, layer, self.d.ffn)
         return torch.bmm(layer.weights.to(y.dtype)[:, None, :], y.view(t, k, -1)).view(t, -1)
-
