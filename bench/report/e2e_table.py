@@ -19,7 +19,9 @@ from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "report"))  # bench/report/doc_blocks.py, whether run as a script or loaded by path
+sys.path.insert(0, str(REPO / "bench"))  # bench/e2e_moe.py (no torch needed to import it)
 from doc_blocks import replace_between  # noqa: E402
+from e2e_moe import PARTS  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "README.md"
 BEGIN, END = "<!-- e2e:begin -->\n", "<!-- e2e:end -->"
@@ -87,8 +89,8 @@ def moe_lines(doc: Doc) -> list[str]:
                         f"of {d.get('experts', '?')} experts)") + "; torch all_to_all eagerly (it reads the counts "
            "on the host), ironlink in a CUDA graph", "",
            "| tokens / rank | torch all_to_all | ironlink | x torch |", "|---|---|---|---|"]
-    # The step's parts (bench/e2e_moe.py's PARTS), where the run timed them.
-    parts = {"experts_only": "experts alone (no exchange)", "exchange_only": "ironlink's exchange alone"}
+    # The step's parts, where the run timed them.
+    parts = dict(zip(PARTS, ("experts alone (no exchange)", "ironlink's exchange alone")))
     if any(r["contender"] in parts for r in rows):
         out[-2] += " " + " | ".join(parts.values()) + " |"
         out[-1] += "---|" * len(parts)
