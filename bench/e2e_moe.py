@@ -24,7 +24,10 @@ Phases: `--tokens` 128 and 4096 tokens per rank. Contenders:
   contender takes above it is its exchange: a step can be at most (torch_a2a - floor) / (ironlink
   - floor) faster through the exchange alone, and where the floor is most of the step, far less;
 - exchange_only (not a contender either): ironlink's step with an identity for its experts
-  (`models.moe.ExchangeOnlyStep`): its dispatch and combine in the step, in a CUDA graph.
+  (`models.moe.ExchangeOnlyStep`): its dispatch and combine in the step, in a CUDA graph;
+- received_experts: ironlink's step with no exchange, each layer's experts on the rows its
+  dispatch received, as laid out (`models.moe.ReceivedExpertsStep`): against experts_only, what
+  that layout costs the grouped GEMMs.
 Check: ironlink's final output within --tol of torch_a2a's (max |x - ref| / max |ref|) on every
 rank, else a FAILED line and exit status 1.
 """
@@ -44,14 +47,15 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     import ironlink
     from ironlink_bench import GraphRound, randn_bf16, time_eager, write_results
     from ironlink.tune.timing import captured
-    from models.moe import ExchangeOnlyStep, ExpertsOnlyStep, IronlinkStep, MoeLayer, TorchStep
+    from models.moe import ExchangeOnlyStep, ExpertsOnlyStep, IronlinkStep, MoeLayer, ReceivedExpertsStep, TorchStep
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
     torch, IMPORT_ERROR = None, e
 
 TOKENS = (128, 4096)
-# The step's parts timed beside the contenders (not contenders: their outputs are not the model's).
-PARTS = ("experts_only", "exchange_only")  # models.moe.ExpertsOnlyStep, ExchangeOnlyStep
+# The step's parts timed beside the contenders (not contenders: their outputs are not the model's):
+# models.moe's ExpertsOnlyStep, ExchangeOnlyStep and ReceivedExpertsStep.
+PARTS = ("experts_only", "exchange_only", "received_experts")
 CAPACITY_SLACK = 2  # recv_capacity: this many times the rows uniform routing brings a rank on average
 SLACK_BYTES = 256 << 20
 
@@ -102,7 +106,7 @@ class MoeE2E:
             times["torch_a2a"] = time_eager(ref) / 1000
             timer = GraphRound()
             timer.add(mine, tokens * d.hidden * 2 * d.layers, tag="ironlink")
-            for tag, part in zip(PARTS, (ExpertsOnlyStep, ExchangeOnlyStep)):
+            for tag, part in zip(PARTS, (ExpertsOnlyStep, ExchangeOnlyStep, ReceivedExpertsStep)):
                 timer.add(part(self), tokens * d.hidden * 2 * d.layers, tag=tag)
             times.update({name: us / 1000 for name, us in timer.run_tagged()})
         err = self.verify(tokens, ref.final, mine.final)

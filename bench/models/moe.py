@@ -154,6 +154,24 @@ class ExchangeOnlyStep(Step):
         return self.b.exchange.combine(recv_x, handle)
 
 
+class ReceivedExpertsStep(Step):
+    """ironlink's step without its exchange: each layer's experts on the rows its dispatch
+    received, laid out as it lays them (dispatched once, ahead, and kept), and nothing else. With
+    ExpertsOnlyStep (the same GEMMs on evenly spread rows), what the received layout costs."""
+
+    def __init__(self, b: Any) -> None:
+        super().__init__(b)
+        self.received: list[tuple[Any, Any]] = []
+        for layer in self.layers:
+            recv_x, counts, offsets, handle = b.exchange.dispatch(b.x0, layer.idx, layer.weights)
+            self.received.append((recv_x.clone(), (offsets + counts).to(torch.int32)))
+            b.exchange.combine(recv_x, handle)  # one dispatch and combine pair at a time
+
+    def moe(self, layer: MoeLayer, h: Any) -> Any:
+        rows, ends = self.received[self.layers.index(layer)]
+        return experts_ffn(rows, ends, layer, self.d.ffn)[: h.shape[0]]  # the rows' cost; the values are not a layer's
+
+
 class ExpertsOnlyStep(Step):
     """What every contender's step computes, without an exchange: each layer's norm, the local
     experts on as many rows as uniform routing brings a rank (tokens x topk, evenly over its

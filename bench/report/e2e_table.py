@@ -90,7 +90,8 @@ def moe_lines(doc: Doc) -> list[str]:
            "on the host), ironlink in a CUDA graph", "",
            "| tokens / rank | torch all_to_all | ironlink | x torch |", "|---|---|---|---|"]
     # The step's parts, where the run timed them.
-    parts = dict(zip(PARTS, ("experts alone (no exchange)", "ironlink's exchange alone")))
+    parts = dict(zip(PARTS, ("experts alone (no exchange)", "ironlink's exchange alone",
+                             "experts on ironlink's received rows")))
     if any(r["contender"] in parts for r in rows):
         out[-2] += " " + " | ".join(parts.values()) + " |"
         out[-1] += "---|" * len(parts)

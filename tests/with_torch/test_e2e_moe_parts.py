@@ -1,0 +1,93 @@
+"""bench/e2e_moe.py's step parts (`models.moe`: ExpertsOnlyStep, ExchangeOnlyStep,
+ReceivedExpertsStep) run on the CPU with a stand-in exchange: shapes, the experts' group ends, the
+one dispatch and combine pair at a time. The GPU runs time them; this catches a part that would
+stop a timed run before its first row."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import models.moe as moe  # noqa: E402
+
+
+class StandInExchange:
+    """MoeExchange's direct-path interface at world 1: every choice a row of recv_x, grouped by
+    expert (rows past the last group unused, as its receive buffer's capacity); combine weights and
+    sums each token's rows. Checks that dispatches and combines alternate."""
+
+    def __init__(self, experts: int, capacity: int) -> None:
+        self.experts, self.capacity, self.open = experts, capacity, False
+
+    def dispatch(self, h: Any, idx: Any, weights: Any) -> tuple[Any, Any, Any, Any]:
+        assert not self.open, "a dispatch before the last one's combine"
+        self.open = True
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=self.experts)
+        offsets = torch.cumsum(counts, 0) - counts
+        recv = torch.zeros(self.capacity, h.shape[1], dtype=h.dtype)
+        recv[: len(order)] = h[order // idx.shape[1]]
+        return recv, counts, offsets, (order, weights)
+
+    def combine(self, y: Any, handle: Any) -> Any:
+        assert self.open and y.shape[0] == self.capacity
+        self.open = False
+        order, weights = handle
+        t, k = weights.shape
+        rows = torch.empty(t * k, y.shape[1], dtype=y.dtype)
+        rows[order] = y[: t * k]
+        return moe.weighted_sum(rows, weights)
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def randn_bf16(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(*shape, generator=g) * scale).to(torch.bfloat16)
+
+    monkeypatch.setattr(moe, "randn_bf16", randn_bf16)
+    d = moe.MoeDims(model="tiny", layers=2, hidden=16, experts=4, topk=2, ffn=8, eps=1e-6)
+    tokens, g = 6, torch.Generator().manual_seed(0)
+    layers = [moe.MoeLayer(d, 0, 1, 100 * (i + 1)) for i in range(d.layers)]
+    for layer in layers:
+        layer.idx = torch.rand(tokens, d.experts, generator=g).topk(d.topk, dim=1).indices
+        layer.weights = torch.softmax(torch.randn(tokens, d.topk, generator=g), 1)
+    x0 = randn_bf16((tokens, d.hidden), 1)
+    return SimpleNamespace(d=d, world=1, rank=0, layers=layers, x0=x0, res=torch.empty_like(x0),
+                           exchange=StandInExchange(d.experts, 2 * tokens * d.topk))
+
+
+def test_each_part_runs_a_whole_step_of_the_models_shape(runner: Any) -> None:
+    for part in (moe.ExpertsOnlyStep, moe.ExchangeOnlyStep, moe.ReceivedExpertsStep):
+        step = part(runner)
+        out = step()
+        assert out.shape == runner.x0.shape and out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+        assert not runner.exchange.open
+
+
+def test_the_floor_spreads_the_rows_evenly_and_sums_them_as_the_contenders_do(runner: Any) -> None:
+    step = moe.ExpertsOnlyStep(runner)
+    rows = runner.x0.shape[0] * runner.d.topk
+    assert step.ends.dtype == torch.int32 and step.ends.tolist() == [3, 6, 9, 12] and step.ends[-1] == rows
+    layer, h = runner.layers[0], runner.x0
+    y = moe.experts_ffn(h.repeat_interleave(runner.d.topk, dim=0), step.ends, layer, runner.d.ffn)
+    want = moe.weighted_sum(y, layer.weights).float()
+    assert torch.allclose(step.moe(layer, h).float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_the_received_rows_part_keeps_each_layers_own_dispatch(runner: Any) -> None:
+    step = moe.ReceivedExpertsStep(runner)
+    assert len(step.received) == runner.d.layers
+    for layer, (rows, ends) in zip(runner.layers, step.received):
+        assert rows.shape == (runner.exchange.capacity, runner.d.hidden) and ends.dtype == torch.int32
+        assert ends.tolist() == torch.cumsum(torch.bincount(layer.idx.reshape(-1), minlength=4), 0).tolist()
