@@ -39,6 +39,10 @@ except ImportError:  # the CPU machines have no torch
 OPS = ("SUM", "MAX", "MIN", "PROD", "AVG")
 HEAP_BYTES = (160 << 20, 96 << 20, 64 << 20)  # three heaps: calls alternate between them
 NODES_HEAP_BYTES = 96 << 20  # --nodes: the heap of simulated nodes
+# --nodes: the nodes heap's wait timeout at least this: its kernels link NVSHMEM and compile at
+# their first launch (7 to 11 s each), in every rank at once, throughout the run (each new variant
+# the sequence draws); with ironlink's default 5 s the first run at world 4 timed out on one GPU.
+NODES_TIMEOUT_S = 30.0
 MAX_ELEMENTS = 2 << 20  # per call: at most 16 MiB of heap (all_to_all's input and output in fp32)
 CALL_HEAP_BYTES = 20 << 20  # a batch adds calls while the heap has this much free (it starts empty)
 GRIDS = (1, 2, 3, 7, 16, 32, 64, 100, 132)
@@ -343,9 +347,7 @@ def main() -> int:
     dist.barrier()
     if rank == 0:
         print(f"soak: compiled {n} kernel variants ahead on rank 0 in {seconds:.0f} s", flush=True)
-    # The workers' wait timeout (30 s on shared GPUs): the nodes heap's kernels compile at their
-    # first launch, in every rank at once, and NVSHMEM-linked ones finished more than the default
-    # 5 s apart on one GPU (a TIMEOUT in the first hierarchical all_gather, world 4).
+    # The workers' wait timeout (30 s on shared GPUs, where ranks compile on shared cores).
     from _cases import heap_timeout_s
 
     timeout_s = heap_timeout_s()
@@ -359,7 +361,7 @@ def main() -> int:
         else:
             node_size = world // 2
             heaps.append(ironlink.SymmetricHeap(NODES_HEAP_BYTES, backend="nvshmem", node_size=node_size,
-                                                timeout_s=timeout_s))
+                                                timeout_s=max(timeout_s, NODES_TIMEOUT_S)))
     soak = Soak(heaps, args.seed)
     t0, error = time.time(), ""
     go = torch.ones(1, device="cuda")
