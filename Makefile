@@ -195,10 +195,13 @@ bench-fused: wheel
 bench-moe: wheel
 	bench/run.sh moe
 
-# The end-to-end decoder-stack benchmark alone (bench/results/e2e-*.json).
+# The end-to-end benchmarks alone (bench/results/e2e-*.json, e2e_moe-*.json): the dense stack, and
+# the MoE stack with 256 experts and with 64 (where the experts' weights are a quarter of the step's
+# floor: bench/probes/moe_step_floor.py).
 bench-e2e: wheel
 	bench/run.sh e2e
 	bench/run.sh e2e_moe
+	bench/run.sh e2e_moe --config deepseek-v3-moe-64
 
 # The plots (docs/img/*.png) and the benchmark tables of README.md and docs/performance.md, from
 # the newest bench/results/*.json at each world size (tests/packaging/test_readme_bench.py checks them).

@@ -60,7 +60,9 @@ def draw(results: Optional[Path] = None, out: Optional[Path] = None) -> Optional
     table = e2e_table
     where = results or table.RESULTS
     dense = {d["world_size"]: d for d in table.newest_by_world("e2e", where)}
-    moe = {d["world_size"]: d for d in table.newest_by_world("e2e_moe", where)}
+    moe: dict[int, list[Any]] = {}  # each world's runs, one a model
+    for d in table.newest_by_world("e2e_moe", where):
+        moe.setdefault(d["world_size"], []).append(d)
     worlds = sorted(set(dense) | set(moe))
     if not worlds:
         return None
@@ -80,12 +82,14 @@ def draw(results: Optional[Path] = None, out: Optional[Path] = None) -> Optional
         else:
             dense_ax.set_axis_off()
         if w in moe:
-            rows = moe[w]["results"]
-            tokens: list[tuple[Any, ...]] = sorted({(r["tokens"],) for r in rows})
-            labels = [f"{k[0]} tokens" for k in tokens]
-            series = [(who, speedups(rows, tokens, lambda r: (r["tokens"],), "torch_a2a", who)) for who in MOE]
-            _bars(moe_ax, labels, series, f"MoE EP stack, {w} x {moe[w]['gpu']} ({moe[w]['git_rev']})",
-                  "torch all_to_all")
+            runs = moe[w]
+            rows = [{**r, "experts": run.get("dims", {}).get("experts", "?")} for run in runs for r in run["results"]]
+            shapes: list[tuple[Any, ...]] = list(dict.fromkeys((r["experts"], r["tokens"]) for r in rows))
+            labels = [f"{t} tokens" if len(runs) == 1 else f"{t} tok, {e} exp" for e, t in shapes]
+            series = [(who, speedups(rows, shapes, lambda r: (r["experts"], r["tokens"]), "torch_a2a", who))
+                      for who in MOE]
+            revs = ", ".join(sorted({run["git_rev"] for run in runs}))
+            _bars(moe_ax, labels, series, f"MoE EP stack, {w} x {runs[0]['gpu']} ({revs})", "torch all_to_all")
         else:
             moe_ax.set_axis_off()
     out = out or REPO / table.PLOT

@@ -32,16 +32,19 @@ Row = dict[str, Any]
 
 
 def newest_by_world(prefix: str, results: Path = RESULTS) -> list[Doc]:
-    """The newest timed run of bench/<prefix>.py at each world size, smallest world first."""
-    best: dict[int, tuple[str, str, Doc]] = {}
+    """The newest timed run of bench/<prefix>.py at each world size and model (a run's
+    `dims.model`: e2e_moe runs its stack with 256 experts and with 64), smallest world first, then
+    the model with the most experts."""
+    best: dict[tuple[int, int, str], tuple[str, str, Doc]] = {}
     for p in results.glob(f"{prefix}-*.json"):
         doc = json.loads(p.read_text())
         if doc.get("check") or doc.get("any_tensor"):  # the staged runs are experiments, not the table
             continue
         key = (doc["date"], p.name, doc)
-        world = doc["world_size"]
-        if world not in best or key[:2] > best[world][:2]:
-            best[world] = key
+        dims = doc.get("dims", {})
+        which = (doc["world_size"], -int(dims.get("experts", 0)), str(dims.get("model", "")))
+        if which not in best or key[:2] > best[which][:2]:
+            best[which] = key
     return [best[w][2] for w in sorted(best)]
 
 

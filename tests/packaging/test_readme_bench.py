@@ -125,6 +125,27 @@ def test_the_moe_step_table_shows_the_steps_parts_where_the_run_timed_them() -> 
     assert lines[4] == "| 128 | 12.000 | 8.000 | 1.50 | 7.400 | 0.500 | - |"  # a part the run did not time: -
 
 
+def test_the_moe_stack_keeps_a_table_for_each_model_a_world_ran(tmp_path: Path) -> None:
+    e2e, plot = _module("e2e_table"), _module("e2e_plot")
+
+    def run(name: str, date: str, model: str, experts: int, ours: float) -> None:
+        doc = {"date": date, "world_size": 4, "gpu": "NVIDIA H200", "git_rev": "abc1234",
+               "dims": {"model": model, "layers": 4, "topk": 8, "experts": experts},
+               "results": [{"tokens": 128, "contender": "torch_a2a", "ms": 12.0, "model": model},
+                           {"tokens": 128, "contender": "ironlink", "ms": ours, "model": model}]}
+        (tmp_path / name).write_text(json.dumps(doc))
+
+    run("e2e_moe-4x-a.json", "2026-12-01T00:00:00", "deepseek-v3-moe", 256, 9.0)
+    run("e2e_moe-4x-b.json", "2026-12-02T00:00:00", "deepseek-v3-moe-64", 64, 4.0)
+    run("e2e_moe-4x-c.json", "2026-12-03T00:00:00", "deepseek-v3-moe-64", 64, 6.0)  # the newest of its model
+    text = e2e.block(tmp_path)
+    assert text.index("top-8 of 256 experts") < text.index("top-8 of 64 experts")  # the most experts first
+    assert "| 128 | 12.000 | 9.000 | 1.33 |" in text and "| 128 | 12.000 | 6.000 | 2.00 |" in text
+    assert "| 128 | 12.000 | 4.000 |" not in text
+    pytest.importorskip("matplotlib")
+    assert plot.draw(tmp_path, tmp_path / "step.png") == tmp_path / "step.png"
+
+
 def test_the_model_step_plot_is_committed_where_the_table_links_it() -> None:
     e2e = _module("e2e_table")
     if e2e.PLOT in e2e.block():
