@@ -18,7 +18,9 @@ a 2048-token prefill at batch 1 (causal, from an empty cache). Contenders:
   8.5 us at 1 token, more than matmul_all_reduce saves over torch.mm + all-reduce at M = 16,
   3.8 us; at 2048 tokens the two estimate level, as ironlink[mm]'s rows will say);
 - ironlink_compile: that composition under torch.compile(fullgraph=True) (ironlink's ops are
-  torch.library operators), then captured the same way; skipped, saying why, if it fails.
+  torch.library operators), then captured the same way; skipped, saying why, if it fails;
+- compute_only (not a contender: the floor, not checked): the step with no all-reduce
+  (`models.dense.ComputeOnlyStep`), timed in the same round.
 With --any-tensor ironlink's activations are ordinary tensors, which its ops stage through heap
 workspaces (issue 63 item 3: the cost of any tensor in, per step). A fused op that refuses a
 shape falls back to torch.mm + ironlink.all_reduce + torch ops; each row's `ops` says what each
@@ -48,7 +50,7 @@ from ironlink.ops.collectives import heap_bytes as all_reduce_heap_bytes
 from ironlink.runtime.distributed import ranks_per_gpu
 from ironlink.runtime.heap import DEFAULT_TIMEOUT_S
 from ironlink.runtime.tensor_spec import TensorSpec
-from models.dense import PRESETS, Dims, Phase, dims_problem, phases, resolve_dims
+from models.dense import FLOOR, PRESETS, Dims, Phase, dims_problem, phases, resolve_dims
 
 try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.py)
     import torch
@@ -58,7 +60,7 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     from ironlink.runtime.distributed import sm_share
     from ironlink.tune.timing import captured
     from ironlink_bench import GraphRound, randn_bf16, write_results
-    from models.dense import Layer, IronlinkStep, NcclStep, SymmStep, sdpa_takes_gqa
+    from models.dense import ComputeOnlyStep, Layer, IronlinkStep, NcclStep, SymmStep, sdpa_takes_gqa
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
     torch, IMPORT_ERROR = None, e
@@ -257,10 +259,14 @@ class E2E:
             timer = GraphRound()
             for e in entries:
                 timer.add(e.fn, step_bytes(self.d, ph.tokens), tag=e.name)
+            timer.add(ComputeOnlyStep(self, ph), step_bytes(self.d, ph.tokens), tag=FLOOR)
             times = {name: us / 1000 for name, us in timer.run_tagged()}
         errors = self.verify(ph, entries)
         for e in entries:
             self.record(ph, e.name, times.get(e.name), times.get("nccl"), e.ops, errors[e.name])
+        if FLOOR in times:
+            self.record(ph, FLOOR, times[FLOOR], times.get("nccl"), {p: "torch.mm + add + F.rms_norm (no all-reduce)"
+                                                                      for p in PROJECTIONS}, 0.0)
         chosen = f"ironlink[{DEFAULT_VARIANT}]"
         if chosen in errors:
             self.record(ph, "ironlink", times.get(chosen), times.get("nccl"),

@@ -33,6 +33,7 @@ PRESETS: dict[str, dict[str, int]] = {
     "small": dict(layers=2, hidden=1024, heads=8, kv_heads=8, ffn=2048, context=128, prefill=128),
 }
 
+FLOOR = "compute_only"  # the row of ComputeOnlyStep (bench/e2e.py times it beside the contenders)
 SYMM_ONE_SHOT_MAX_BYTES = 64 << 10  # symm_mem's one-shot up to here, else two-shot (allreduce-*xNVIDIA-H200 runs)
 
 
@@ -170,6 +171,17 @@ class NcclStep(Step):
         p = a @ w
         dist.all_reduce(p)
         self.res.add_(p)
+        return self.norm(norm_weight)
+
+
+class ComputeOnlyStep(Step):
+    """Every contender's step without its all-reduces (each projection's product added to the
+    residual as it is, then the next norm): the floor of a step at this world. A contender's time
+    above it is what its all-reduces cost; the step can be at most (nccl - floor) / (ironlink -
+    floor) faster through them."""
+
+    def reduce(self, a: Any, w: Any, norm_weight: Any, which: int) -> Any:
+        self.res.add_(a @ w)
         return self.norm(norm_weight)
 
 

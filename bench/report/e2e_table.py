@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "report"))  # bench/report/doc_blocks.py, whether run as a script or loaded by path
 sys.path.insert(0, str(REPO / "bench"))  # bench/e2e_moe.py (no torch needed to import it)
 from doc_blocks import replace_between  # noqa: E402
+from models.dense import FLOOR  # noqa: E402  (no torch needed to import it)
 from e2e_moe import PARTS  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 DOC = REPO / "README.md"
@@ -70,14 +71,17 @@ def dense_lines(doc: Doc) -> list[str]:
     def get(phase: str, batch: int, who: str) -> Optional[Row]:
         return next((r for r in rows if r["phase"] == phase and r["batch"] == batch and r["contender"] == who), None)
 
+    floor = any(r["contender"] == FLOOR for r in rows)  # bench/e2e.py's step without all-reduces, where timed
     out = [caption(doc, f"Dense TP stack ({d.get('model', '?')}, {d.get('layers', '?')} layers, bf16)"), "",
-           "| phase | batch | tokens | nccl | torch symm_mem | ironlink | ironlink + torch.compile | x nccl |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| phase | batch | tokens | nccl | torch symm_mem | ironlink | ironlink + torch.compile | x nccl |"
+           + (" no all-reduce (floor) |" if floor else ""),
+           "|---|---|---|---|---|---|---|---|" + ("---|" if floor else "")]
     for phase, batch, tokens in sorted({(r["phase"], r["batch"], r["tokens"]) for r in rows},
                                        key=lambda k: (k[0] != "decode", k[1])):
         nccl, mine = get(phase, batch, "nccl"), get(phase, batch, "ironlink")
         out.append(f"| {phase} | {batch} | {tokens} | {ms(nccl)} | {ms(get(phase, batch, 'torch_symm'))} | {ms(mine)} "
-                   f"| {ms(get(phase, batch, 'ironlink_compile'))} | {ratio(nccl, mine)} |")
+                   f"| {ms(get(phase, batch, 'ironlink_compile'))} | {ratio(nccl, mine)} |"
+                   + (f" {ms(get(phase, batch, FLOOR))} |" if floor else ""))
     return out
 
 

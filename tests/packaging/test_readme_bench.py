@@ -125,6 +125,19 @@ def test_the_moe_step_table_shows_the_steps_parts_where_the_run_timed_them() -> 
     assert lines[4] == "| 128 | 12.000 | 8.000 | 1.50 | 7.400 | 0.500 | - |"  # a part the run did not time: -
 
 
+def test_the_dense_table_shows_the_floor_where_the_run_timed_it() -> None:
+    e2e = _module("e2e_table")
+    rows = [{"phase": "decode", "batch": 1, "tokens": 1, "contender": c, "ms": v}
+            for c, v in (("nccl", 3.0), ("ironlink", 2.0))]
+    doc: dict[str, Any] = {"date": "2026-12-01T00:00:00", "world_size": 4, "gpu": "NVIDIA H200", "git_rev": "abc1234",
+                           "dims": {"model": "m", "layers": 8}, "results": rows}
+    assert e2e.dense_lines(doc)[-1] == "| decode | 1 | 1 | 3.000 | - | 2.000 | - | 1.50 |"
+    rows.append({"phase": "decode", "batch": 1, "tokens": 1, "contender": "compute_only", "ms": 1.5})
+    lines = e2e.dense_lines(doc)
+    assert lines[2].endswith("| x nccl | no all-reduce (floor) |") and lines[3].count("---") == 9
+    assert lines[-1] == "| decode | 1 | 1 | 3.000 | - | 2.000 | - | 1.50 | 1.500 |"
+
+
 def test_the_moe_stack_keeps_a_table_for_each_model_a_world_ran(tmp_path: Path) -> None:
     e2e, plot = _module("e2e_table"), _module("e2e_plot")
 

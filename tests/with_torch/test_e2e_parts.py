@@ -1,7 +1,8 @@
-"""bench/e2e_moe.py's step parts (`models.moe`: ExpertsOnlyStep, ExchangeOnlyStep,
-ReceivedExpertsStep) run on the CPU with a stand-in exchange: shapes, the experts' group ends, the
-one dispatch and combine pair at a time. The GPU runs time them; this catches a part that would
-stop a timed run before its first row."""
+"""The step parts the end-to-end benchmarks time beside their contenders run on the CPU:
+bench/e2e_moe.py's (`models.moe`: ExpertsOnlyStep, ExchangeOnlyStep, ReceivedExpertsStep, with a
+stand-in exchange: shapes, the experts' group ends, one dispatch and combine pair at a time) and
+bench/e2e.py's floor (`models.dense.ComputeOnlyStep`: the step without all-reduces). The GPU runs
+time them; this catches a part that would stop a timed run before its first row."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ torch = pytest.importorskip("torch")
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
+import models.dense as dense  # noqa: E402
 import models.moe as moe  # noqa: E402
 
 
@@ -91,3 +93,32 @@ def test_the_received_rows_part_keeps_each_layers_own_dispatch(runner: Any) -> N
     for layer, (rows, ends) in zip(runner.layers, step.received):
         assert rows.shape == (runner.exchange.capacity, runner.d.hidden) and ends.dtype == torch.int32
         assert ends.tolist() == torch.cumsum(torch.bincount(layer.idx.reshape(-1), minlength=4), 0).tolist()
+
+
+def test_the_dense_floor_is_the_step_with_its_all_reduces_taken_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    def randn_bf16(shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(*shape, generator=g) * scale).to(torch.bfloat16)
+
+    monkeypatch.setattr(dense, "randn_bf16", randn_bf16)
+    d = dense.resolve_dims("small", {"layers": 1}, 1e-5)
+    ph = dense.Phase("decode", 2, 8, 1)
+    layers = [dense.Layer(d, 0, 1, 1000)]
+    for layer in layers:
+        full = (ph.batch, d.kv_heads, ph.context + ph.new, d.head_dim)
+        layer.k_cache, layer.v_cache = randn_bf16(full, 1), randn_bf16(full, 2)
+    x0 = randn_bf16((ph.tokens, d.hidden), 3)
+    b = SimpleNamespace(d=d, world=1, layers=layers, final_norm=1 + 0.1 * randn_bf16((d.hidden,), 4), gqa=True,
+                        x0=x0, res=torch.empty_like(x0))
+    got = dense.ComputeOnlyStep(b, ph)().clone()
+    # The nccl contender at world 1, where its all-reduces change nothing: the same bits.
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        want = dense.NcclStep(b, ph)()
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(got, want)
+    assert not torch.equal(got, dense.ComputeOnlyStep(SimpleNamespace(**{**vars(b), "x0": x0 + 1}), ph)())
+
