@@ -170,6 +170,12 @@ confine() {
 if [ -n "$shared_gpu" ]; then
   for w in "${fits[@]}"; do (confine "$w"; echo "world $w: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); done >> "$OUT/env.txt"
 fi
+# as_program CMD...: runs CMD with init_distributed's records of whole programs on (bench/run.sh's):
+# it compiles ahead from the committed record of its world and records what it compiles under $OUT,
+# as the suites' workers do through Cases (turned off above for the suites).
+as_program() {
+  IRONLINK_COMPILE_AHEAD=$IRONLINK_GPU_COMPILE_AHEAD IRONLINK_COMPILE_RECORD=$IRONLINK_GPU_COMPILE_RECORD "$@"
+}
 # Runs tests/gpu/workers/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
 # each, printing the log lines that match `summary`.
 per_world() {
@@ -254,8 +260,7 @@ for part in "${parts[@]}"; do
         log="$OUT/tune-w$w.log" table="$OUT/tune-w$w.json"
         confine "$w"
         rm -f "$table"
-        IRONLINK_COMPILE_AHEAD=$IRONLINK_GPU_COMPILE_AHEAD IRONLINK_COMPILE_RECORD=$IRONLINK_GPU_COMPILE_RECORD \
-          timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" -m ironlink.tune --quick \
+        as_program timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" -m ironlink.tune --quick \
           --out "$table" > "$log" 2>&1 &&
           python3 -c 'import sys; from pathlib import Path; from ironlink.runtime.tuning import decode_table as dt
 t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.argv[2], "table:", dict(t._asdict()))' \
@@ -303,11 +308,9 @@ t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.a
       grep -E "^killed-rank" "$log"; [ $r -eq 0 ] || fail killed-rank "$log" ;;
     soak)
       limit=$(awk -v m="$minutes" 'BEGIN {print int(m * 60 + 600)}')  # compiling and checking on top
-      # The soak is a program, not a suite of cases: its compiles are recorded, and compiled ahead
-      # from the committed record, as a benchmark's are (init_distributed). What it compiles ahead
-      # itself leaves out the nodes heap's NVSHMEM kernels, each rank's at its first call otherwise.
-      IRONLINK_COMPILE_AHEAD=$IRONLINK_GPU_COMPILE_AHEAD IRONLINK_COMPILE_RECORD=$IRONLINK_GPU_COMPILE_RECORD \
-        timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/soak.py --minutes "$minutes" \
+      # The soak is a program, not a suite of cases: what it compiles ahead itself leaves out the
+      # nodes heap's NVSHMEM kernels, each rank's at its first call otherwise.
+      as_program timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/soak.py --minutes "$minutes" \
         --seed "$seed" --json "$OUT/soak.json" $soak_nodes > "$log" 2>&1; r=$?
       grep -E "^soak|^MISMATCH|FAILED" "$log" | head -25; [ $r -eq 0 ] || fail soak "$log" ;;
     sanitize)
