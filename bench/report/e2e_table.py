@@ -99,13 +99,14 @@ def moe_lines(doc: Doc) -> list[str]:
     # The step's parts, where the run timed them.
     parts = dict(zip(PARTS, ("experts alone (no exchange)", "ironlink's exchange alone",
                              "experts on ironlink's received rows")))
-    if any(r["contender"] in parts for r in rows):
+    timed = any(r["contender"] in parts for r in rows)
+    if timed:
         out[-2] += " " + " | ".join(parts.values()) + " |"
         out[-1] += "---|" * len(parts)
     for t in sorted({r["tokens"] for r in rows}):
         theirs, mine = get(t, "torch_a2a"), get(t, "ironlink")
         line = f"| {t} | {ms(theirs)} | {ms(mine)} | {ratio(theirs, mine)} |"
-        if any(r["contender"] in parts for r in rows):
+        if timed:
             line += "".join(f" {ms(get(t, who))} |" for who in parts)
         out.append(line)
     return out
