@@ -47,7 +47,8 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     import ironlink
     from ironlink_bench import GraphRound, randn_bf16, time_eager, write_results
     from ironlink.tune.timing import captured
-    from models.moe import ExchangeOnlyStep, ExpertsOnlyStep, IronlinkStep, MoeLayer, ReceivedExpertsStep, TorchStep
+    from models.moe import (ExchangeOnlyStep, ExpertsOnlyStep, IronlinkStep, MoeLayer, ReceivedExpertsStep, TorchStep,
+                            draw_routing)
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
     torch, IMPORT_ERROR = None, e
@@ -89,12 +90,10 @@ class MoeE2E:
 
     def run(self, tokens: int) -> None:
         d, seed = self.d, self.args.seed + tokens
-        g = torch.Generator(device="cuda").manual_seed(seed + 7 * self.rank)
         self.x0 = randn_bf16((tokens, d.hidden), seed + 13 * self.rank + 1)
         self.res = torch.empty_like(self.x0)
-        for layer in self.layers:
-            layer.idx = torch.rand(tokens, d.experts, device="cuda", generator=g).topk(d.topk, dim=1).indices
-            layer.weights = torch.softmax(torch.randn(tokens, d.topk, device="cuda", generator=g), 1)
+        for layer, (idx, weights) in zip(self.layers, draw_routing(d, tokens, seed, self.rank)):
+            layer.idx, layer.weights = idx, weights
         self.exchange = ironlink.MoeExchange(self.heap, tokens, d.hidden, d.topk, d.experts, path="direct",
                                              recv_capacity=recv_capacity(tokens, d.topk, self.world))
         ref, mine = TorchStep(self), IronlinkStep(self)

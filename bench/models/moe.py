@@ -74,6 +74,28 @@ class MoeLayer:
         self.weights: Any = None
 
 
+def draw_routing(d: MoeDims, tokens: int, seed: int, rank: int) -> list[tuple[Any, Any]]:
+    """Rank `rank`'s routing in each layer for a phase of `tokens` tokens a rank: [tokens, topk]
+    expert ids (random scores' top-k) and their softmaxed random weights, drawn on the GPU from a
+    generator seeded by seed + 7 * rank, so any process can redraw any rank's (a one-GPU probe
+    the routing its peers send)."""
+    g = torch.Generator(device="cuda").manual_seed(seed + 7 * rank)
+    out = []
+    for _ in range(d.layers):
+        idx = torch.rand(tokens, d.experts, device="cuda", generator=g).topk(d.topk, dim=1).indices
+        out.append((idx, torch.softmax(torch.randn(tokens, d.topk, device="cuda", generator=g), 1)))
+    return out
+
+
+def received_ends(idx_of_ranks: list[Any], rank: int, local_experts: int) -> Any:
+    """The ends (int32, cumulative) of rank `rank`'s experts' groups of the rows that every rank's
+    expert ids `idx_of_ranks` send it, packed by expert as MoeExchange's direct path lays them."""
+    first = rank * local_experts
+    counts = sum(torch.bincount(idx.reshape(-1), minlength=first + local_experts)[first:first + local_experts]
+                 for idx in idx_of_ranks)
+    return torch.cumsum(counts, 0).to(torch.int32)
+
+
 def experts_ffn(rows: Any, ends: Any, layer: MoeLayer, ffn: int) -> Any:
     """The local experts on rows grouped by expert (group e ends at `ends[e]`, int32 on the GPU)."""
     gu = torch._grouped_mm(rows, layer.w13, offs=ends)

@@ -11,8 +11,11 @@ any exchange can give:
         --out moe-step-floor.json
 
 Each row: world, tokens a rank, the step's ms (CUDA graph, median) and its parts: `experts_ms`
-(the grouped GEMMs alone, every layer), the same in a buffer of twice the rows (the valid ones
-first, as e2e_moe's ironlink step passes MoeExchange's receive buffer), and the bytes of expert
+(the grouped GEMMs alone, every layer, on rows spread evenly over the experts), the same in a
+buffer of twice the rows (the valid ones first, as e2e_moe's ironlink step passes MoeExchange's
+receive buffer), `experts_routed_ms`: the same GEMMs on the groups e2e_moe's random routing
+brings rank 0 (every rank's routing redrawn here, `models.moe.draw_routing`), whose sizes vary
+around the even ones (`routed_group_min` / `_max`, over the layers), and the bytes of expert
 weights a step reads (every local expert's, each layer), with the rate that implies.
 """
 
@@ -32,7 +35,8 @@ import ironlink
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness and the models
 from ironlink_bench import randn_bf16, record_row, time_graph, write_results  # noqa: E402
 from e2e_moe import CAPACITY_SLACK  # noqa: E402  (its receive buffer: this many times the rows)
-from models.moe import PRESETS, ExpertsOnlyStep, MoeLayer, experts_ffn, resolve  # noqa: E402
+from models.moe import (PRESETS, ExpertsOnlyStep, MoeLayer, draw_routing, experts_ffn, received_ends,  # noqa: E402
+                        resolve)
 
 
 def stack(config: str, world: int, seed: int) -> Any:
@@ -51,15 +55,26 @@ def phase(b: Any, tokens: int, seed: int) -> None:
     b.res = torch.empty_like(b.x0)
 
 
-def experts_alone(b: Any, ends: Any, slack: int = 1) -> Callable[[], None]:
-    """The grouped GEMMs of every layer on the rows ExpertsOnlyStep gives them, nothing else;
-    with `slack`, in a buffer of `slack` times those rows (the rest past the last group's end), as
-    bench/e2e_moe.py's ironlink step hands MoeExchange's receive buffer (recv_capacity) over."""
-    rows = b.x0.repeat_interleave(b.d.topk, dim=0).repeat(slack, 1)
+def routed_ends(b: Any, tokens: int, seed: int) -> list[Any]:
+    """Each layer's groups of the rows bench/e2e_moe.py's routing brings rank 0 (its `run`'s
+    seed), every rank's routing drawn here."""
+    per_rank = [draw_routing(b.d, tokens, seed + tokens, r) for r in range(b.world)]
+    local = b.d.experts // b.world
+    return [received_ends([routing[i][0] for routing in per_rank], 0, local) for i in range(b.d.layers)]
+
+
+def experts_alone(b: Any, ends: list[Any], slack: int = 1) -> Callable[[], None]:
+    """The grouped GEMMs of every layer (groups ending at `ends[layer]`) and nothing else, in a
+    buffer of `slack` times the most rows a layer's groups hold (the rest past the last group's
+    end), as bench/e2e_moe.py's ironlink step hands MoeExchange's receive buffer (recv_capacity)
+    over with slack 2."""
+    mine = b.x0.repeat_interleave(b.d.topk, dim=0)  # this rank's own rows stand in for the received ones
+    need = slack * max(int(e[-1]) for e in ends)
+    rows = mine.repeat(-(-need // mine.shape[0]), 1)[:need]
 
     def run() -> None:
-        for layer in b.layers:
-            experts_ffn(rows, ends, layer, b.d.ffn)
+        for layer, e in zip(b.layers, ends):
+            experts_ffn(rows, e, layer, b.d.ffn)
 
     return run
 
@@ -72,12 +87,18 @@ def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]])
         step = ExpertsOnlyStep(b)
         nbytes = tokens * b.d.hidden * 2 * b.d.layers
         step_ms = time_graph(step, nbytes) / 1000
-        experts_ms = time_graph(experts_alone(b, step.ends), nbytes) / 1000
-        padded_ms = time_graph(experts_alone(b, step.ends, CAPACITY_SLACK), nbytes) / 1000
+        even = [step.ends] * b.d.layers
+        experts_ms = time_graph(experts_alone(b, even), nbytes) / 1000
+        padded_ms = time_graph(experts_alone(b, even, CAPACITY_SLACK), nbytes) / 1000
+        routed = routed_ends(b, tokens, args.seed)
+        routed_ms = time_graph(experts_alone(b, routed), nbytes) / 1000
+        groups = torch.cat([torch.diff(e, prepend=e.new_zeros(1)) for e in routed])
         weights = sum(layer.w13.nbytes + layer.w2.nbytes for layer in b.layers)
         record_row(rows, {"model": b.d.model, "world": world, "tokens": tokens, "local_experts": len(step.ends),
                           "step_ms": round(step_ms, 4), "experts_ms": round(experts_ms, 4),
                           f"experts_in_{CAPACITY_SLACK}x_rows_ms": round(padded_ms, 4),
+                          "experts_routed_ms": round(routed_ms, 4), "even_group": tokens * b.d.topk // len(step.ends),
+                          "routed_group_min": int(groups.min()), "routed_group_max": int(groups.max()),
                           "weight_bytes": weights, "weights_GBps": round(weights / experts_ms / 1e6, 1)})
 
 
