@@ -48,7 +48,7 @@ try:  # the pure helpers below need neither torch nor a GPU (tests/cpu/test_e2e.
     from ironlink_bench import GraphRound, randn_bf16, time_eager, write_results
     from ironlink.tune.timing import captured
     from models.moe import (ExchangeOnlyStep, ExpertsOnlyStep, IronlinkStep, MoeLayer, ReceivedExpertsStep, TorchStep,
-                            draw_routing)
+                            route_phase)
     IMPORT_ERROR: Optional[ImportError] = None
 except ImportError as e:
     torch, IMPORT_ERROR = None, e
@@ -92,8 +92,7 @@ class MoeE2E:
         d, seed = self.d, self.args.seed + tokens
         self.x0 = randn_bf16((tokens, d.hidden), seed + 13 * self.rank + 1)
         self.res = torch.empty_like(self.x0)
-        for layer, (idx, weights) in zip(self.layers, draw_routing(d, tokens, seed, self.rank)):
-            layer.idx, layer.weights = idx, weights
+        route_phase(self.layers, d, tokens, seed, self.rank, self.world)
         self.exchange = ironlink.MoeExchange(self.heap, tokens, d.hidden, d.topk, d.experts, path="direct",
                                              recv_capacity=recv_capacity(tokens, d.topk, self.world))
         ref, mine = TorchStep(self), IronlinkStep(self)

@@ -70,20 +70,31 @@ class MoeLayer:
         self.norm = 1 + 0.1 * randn_bf16((d.hidden,), seed)
         self.w13 = torch.stack([randn_bf16((d.hidden, 2 * d.ffn), seed + 2 * e + 1, d.hidden ** -0.5) for e in mine])
         self.w2 = torch.stack([randn_bf16((d.ffn, d.hidden), seed + 2 * e + 2, d.ffn ** -0.5) for e in mine])
-        self.idx: Any = None  # this phase's routing: [tokens, topk] expert ids, [tokens, topk] weights
+        self.idx: Any = None  # this phase's routing: [tokens, topk] expert ids, [tokens, topk] weights,
         self.weights: Any = None
+        self.recv_ends: Any = None  # and the groups of rows every rank's routing brings the local experts
 
 
-def draw_routing(d: MoeDims, tokens: int, seed: int, rank: int) -> list[tuple[Any, Any]]:
+def route_phase(layers: list[MoeLayer], d: MoeDims, tokens: int, seed: int, rank: int, world: int,
+                device: str = "cuda") -> None:
+    """Each layer's routing for a phase of `tokens` tokens a rank: this rank's `draw_routing`, and
+    the ends of its experts' groups of the rows every rank's routing sends it (`received_ends`:
+    every rank's routing redrawn here, no peer asked)."""
+    every = [draw_routing(d, tokens, seed, r, device) for r in range(world)]
+    for i, layer in enumerate(layers):
+        layer.idx, layer.weights = every[rank][i]
+        layer.recv_ends = received_ends([routing[i][0] for routing in every], rank, d.experts // world)
+
+
+def draw_routing(d: MoeDims, tokens: int, seed: int, rank: int, device: str = "cuda") -> list[tuple[Any, Any]]:
     """Rank `rank`'s routing in each layer for a phase of `tokens` tokens a rank: [tokens, topk]
-    expert ids (random scores' top-k) and their softmaxed random weights, drawn on the GPU from a
-    generator seeded by seed + 7 * rank, so any process can redraw any rank's (a one-GPU probe
-    the routing its peers send)."""
-    g = torch.Generator(device="cuda").manual_seed(seed + 7 * rank)
+    expert ids (random scores' top-k) and their softmaxed random weights, drawn from a generator
+    seeded by seed + 7 * rank, so any process can redraw any rank's."""
+    g = torch.Generator(device=device).manual_seed(seed + 7 * rank)
     out = []
     for _ in range(d.layers):
-        idx = torch.rand(tokens, d.experts, device="cuda", generator=g).topk(d.topk, dim=1).indices
-        out.append((idx, torch.softmax(torch.randn(tokens, d.topk, device="cuda", generator=g), 1)))
+        idx = torch.rand(tokens, d.experts, device=device, generator=g).topk(d.topk, dim=1).indices
+        out.append((idx, torch.softmax(torch.randn(tokens, d.topk, device=device, generator=g), 1)))
     return out
 
 
@@ -196,21 +207,25 @@ class ReceivedExpertsStep(Step):
 
 class ExpertsOnlyStep(Step):
     """What every contender's step computes, without an exchange: each layer's norm, the local
-    experts on as many rows as uniform routing brings a rank (tokens x topk, evenly over its
-    experts; this rank's own tokens stand in for the received ones), the weighted sum, the
-    residual. The floor of a step at this world: a contender's time above it is its exchange
-    (with, for torch_a2a, the sorts and the host read around it). The weighted sum here is one
-    batched GEMM (each row read once), not the torch contenders' `weighted_sum` (the rows in
-    fp32, written twice) nor ironlink's (inside its combine), so the floor is below either."""
+    experts on the groups of rows routing brings this rank (`layer.recv_ends`; this rank's own
+    tokens stand in for the received ones), the weighted sum, the residual. The floor of a step at
+    this world: a contender's time above it is its exchange (with, for torch_a2a, the sorts and
+    the host read around it). The groups are the routing's, not spread evenly: their sizes vary
+    around the mean and the grouped GEMMs' time with them (bench/probes/moe_step_floor.py's
+    `experts_even_ms`). The weighted sum here is one batched GEMM (each row read once), not the
+    torch contenders' `weighted_sum` (the rows in fp32, written twice) nor ironlink's (inside its
+    combine), so the floor is below either."""
 
     def __init__(self, b: Any) -> None:
         super().__init__(b)
-        experts, rows = self.d.experts // b.world, b.x0.shape[0] * self.d.topk
-        self.ends = torch.tensor([rows * (e + 1) // experts for e in range(experts)], dtype=torch.int32,
-                                 device=b.x0.device)
+        mine = b.x0.shape[0] * self.d.topk  # the rows this rank sends; a layer's experts take max(received, mine)
+        self.rows_of = [max(int(layer.recv_ends[-1]), mine) for layer in self.layers]
+        self.rows = b.x0.new_zeros(max(self.rows_of), self.d.hidden)
 
     def moe(self, layer: MoeLayer, h: Any) -> Any:
         t, k = layer.weights.shape
-        rows = h.repeat_interleave(k, dim=0)  # token-major, choice order
-        y = experts_ffn(rows, self.ends, layer, self.d.ffn)
+        # token-major, choice order; rows received past this rank's own stay as they are (zeros)
+        self.rows[: t * k].view(t, k, -1).copy_(h[:, None, :].expand(t, k, h.shape[1]))
+        rows = self.rows[: self.rows_of[self.layers.index(layer)]]
+        y = experts_ffn(rows, layer.recv_ends, layer, self.d.ffn)[: t * k]
         return torch.bmm(layer.weights.to(y.dtype)[:, None, :], y.view(t, k, -1)).view(t, -1)

@@ -2,8 +2,8 @@
 (issue 63's MoE target). Every contender's step runs each layer's norm, its local experts
 (torch._grouped_mm) on the rows routing brings the rank, the weighted sum and the residual; only
 the exchange differs. That work needs no peer, so one GPU times it for any world: rank r of
-`world` holds experts / world experts and receives tokens x topk rows under uniform routing
-(`models.moe.ExpertsOnlyStep`, e2e_moe's `experts_only` row). A step is then at most
+`world` holds experts / world experts and receives the rows e2e_moe's routing sends it, tokens x
+topk on average (`models.moe.ExpertsOnlyStep`, e2e_moe's `experts_only` row). A step is then at most
 (torch_a2a - floor) / (ironlink - floor) faster through its exchange, and the floor bounds what
 any exchange can give:
 
@@ -11,12 +11,13 @@ any exchange can give:
         --out moe-step-floor.json
 
 Each row: world, tokens a rank, the step's ms (CUDA graph, median) and its parts: `experts_ms`
-(the grouped GEMMs alone, every layer, on rows spread evenly over the experts), the same in a
-buffer of twice the rows (the valid ones first, as e2e_moe's ironlink step passes MoeExchange's
-receive buffer), `experts_routed_ms`: the same GEMMs on the groups e2e_moe's random routing
-brings rank 0 (every rank's routing redrawn here, `models.moe.draw_routing`), whose sizes vary
-around the even ones (`routed_group_min` / `_max`, over the layers), and the bytes of expert
-weights a step reads (every local expert's, each layer), with the rate that implies.
+(the grouped GEMMs alone, every layer, on the groups bench/e2e_moe.py's random routing brings
+rank 0: every rank's routing redrawn here, `models.moe.route_phase`), the same in a buffer of
+twice the rows (the valid ones first, as e2e_moe's ironlink step passes MoeExchange's receive
+buffer), `experts_even_ms`: the same GEMMs on as many rows spread evenly over the experts
+(`even_group` each, where the routing's groups range over `group_min` .. `group_max`), and the
+bytes of expert weights a step reads (every local expert's, each layer), with the rate that
+implies.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ import ironlink
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness and the models
 from ironlink_bench import randn_bf16, record_row, time_graph, write_results  # noqa: E402
 from e2e_moe import CAPACITY_SLACK  # noqa: E402  (its receive buffer: this many times the rows)
-from models.moe import (PRESETS, ExpertsOnlyStep, MoeLayer, draw_routing, experts_ffn, received_ends,  # noqa: E402
-                        resolve)
+from models.moe import PRESETS, ExpertsOnlyStep, MoeLayer, experts_ffn, resolve, route_phase  # noqa: E402
 
 
 def stack(config: str, world: int, seed: int) -> Any:
@@ -47,20 +47,17 @@ def stack(config: str, world: int, seed: int) -> Any:
 
 
 def phase(b: Any, tokens: int, seed: int) -> None:
-    """`tokens` tokens a rank, and each layer's routing weights for them."""
-    g = torch.Generator(device="cuda").manual_seed(seed + tokens)
-    for layer in b.layers:
-        layer.weights = torch.softmax(torch.randn(tokens, b.d.topk, device="cuda", generator=g), 1)
+    """`tokens` tokens a rank, and each layer's routing as bench/e2e_moe.py draws it (its `run`'s
+    seed): rank 0's weights and the groups every rank's routing brings it."""
+    route_phase(b.layers, b.d, tokens, seed + tokens, 0, b.world)
     b.x0 = randn_bf16((tokens, b.d.hidden), seed + 1)
     b.res = torch.empty_like(b.x0)
 
 
-def routed_ends(b: Any, tokens: int, seed: int) -> list[Any]:
-    """Each layer's groups of the rows bench/e2e_moe.py's routing brings rank 0 (its `run`'s
-    seed), every rank's routing drawn here."""
-    per_rank = [draw_routing(b.d, tokens, seed + tokens, r) for r in range(b.world)]
-    local = b.d.experts // b.world
-    return [received_ends([routing[i][0] for routing in per_rank], 0, local) for i in range(b.d.layers)]
+def even_ends(b: Any) -> Any:
+    """Group ends of tokens x topk rows spread evenly over rank 0's experts."""
+    experts, rows = b.d.experts // b.world, b.x0.shape[0] * b.d.topk
+    return torch.tensor([rows * (e + 1) // experts for e in range(experts)], dtype=torch.int32, device="cuda")
 
 
 def experts_alone(b: Any, ends: list[Any], slack: int = 1) -> Callable[[], None]:
@@ -84,21 +81,19 @@ def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]])
     b = stack(args.config, world, args.seed)
     for tokens in map(int, args.tokens.split(",")):
         phase(b, tokens, args.seed)
-        step = ExpertsOnlyStep(b)
         nbytes = tokens * b.d.hidden * 2 * b.d.layers
-        step_ms = time_graph(step, nbytes) / 1000
-        even = [step.ends] * b.d.layers
-        experts_ms = time_graph(experts_alone(b, even), nbytes) / 1000
-        padded_ms = time_graph(experts_alone(b, even, CAPACITY_SLACK), nbytes) / 1000
-        routed = routed_ends(b, tokens, args.seed)
-        routed_ms = time_graph(experts_alone(b, routed), nbytes) / 1000
+        routed = [layer.recv_ends for layer in b.layers]
+        step_ms = time_graph(ExpertsOnlyStep(b), nbytes) / 1000
+        experts_ms = time_graph(experts_alone(b, routed), nbytes) / 1000
+        padded_ms = time_graph(experts_alone(b, routed, CAPACITY_SLACK), nbytes) / 1000
+        even_ms = time_graph(experts_alone(b, [even_ends(b)] * b.d.layers), nbytes) / 1000
         groups = torch.cat([torch.diff(e, prepend=e.new_zeros(1)) for e in routed])
         weights = sum(layer.w13.nbytes + layer.w2.nbytes for layer in b.layers)
-        record_row(rows, {"model": b.d.model, "world": world, "tokens": tokens, "local_experts": len(step.ends),
+        record_row(rows, {"model": b.d.model, "world": world, "tokens": tokens, "local_experts": len(routed[0]),
                           "step_ms": round(step_ms, 4), "experts_ms": round(experts_ms, 4),
                           f"experts_in_{CAPACITY_SLACK}x_rows_ms": round(padded_ms, 4),
-                          "experts_routed_ms": round(routed_ms, 4), "even_group": tokens * b.d.topk // len(step.ends),
-                          "routed_group_min": int(groups.min()), "routed_group_max": int(groups.max()),
+                          "experts_even_ms": round(even_ms, 4), "even_group": tokens * b.d.topk // len(routed[0]),
+                          "group_min": int(groups.min()), "group_max": int(groups.max()),
                           "weight_bytes": weights, "weights_GBps": round(weights / experts_ms / 1e6, 1)})
 
 

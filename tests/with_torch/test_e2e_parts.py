@@ -59,11 +59,9 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(moe, "randn_bf16", randn_bf16)
     d = moe.MoeDims(model="tiny", layers=2, hidden=16, experts=4, topk=2, ffn=8, eps=1e-6)
-    tokens, g = 6, torch.Generator().manual_seed(0)
+    tokens = 6
     layers = [moe.MoeLayer(d, 0, 1, 100 * (i + 1)) for i in range(d.layers)]
-    for layer in layers:
-        layer.idx = torch.rand(tokens, d.experts, generator=g).topk(d.topk, dim=1).indices
-        layer.weights = torch.softmax(torch.randn(tokens, d.topk, generator=g), 1)
+    moe.route_phase(layers, d, tokens, 0, 0, 1, device="cpu")
     x0 = randn_bf16((tokens, d.hidden), 1)
     return SimpleNamespace(d=d, world=1, rank=0, layers=layers, x0=x0, res=torch.empty_like(x0),
                            exchange=StandInExchange(d.experts, 2 * tokens * d.topk))
@@ -77,14 +75,29 @@ def test_each_part_runs_a_whole_step_of_the_models_shape(runner: Any) -> None:
         assert not runner.exchange.open
 
 
-def test_the_floor_spreads_the_rows_evenly_and_sums_them_as_the_contenders_do(runner: Any) -> None:
+def test_the_floor_takes_the_groups_the_routing_brings_and_sums_them_as_the_contenders_do(runner: Any) -> None:
     step = moe.ExpertsOnlyStep(runner)
-    rows = runner.x0.shape[0] * runner.d.topk
-    assert step.ends.dtype == torch.int32 and step.ends.tolist() == [3, 6, 9, 12] and step.ends[-1] == rows
-    layer, h = runner.layers[0], runner.x0
-    y = moe.experts_ffn(h.repeat_interleave(runner.d.topk, dim=0), step.ends, layer, runner.d.ffn)
+    layer, h, k = runner.layers[0], runner.x0, runner.d.topk
+    ends = torch.cumsum(torch.bincount(layer.idx.reshape(-1), minlength=4), 0)
+    assert layer.recv_ends.dtype == torch.int32 and layer.recv_ends.tolist() == ends.tolist()
+    assert step.rows_of == [h.shape[0] * k] * runner.d.layers  # world 1: every row its own
+    y = moe.experts_ffn(h.repeat_interleave(k, dim=0), layer.recv_ends, layer, runner.d.ffn)
     want = moe.weighted_sum(y, layer.weights).float()
     assert torch.allclose(step.moe(layer, h).float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_every_rank_redraws_the_same_routing_and_receives_each_choice_once() -> None:
+    d = moe.MoeDims(model="tiny", layers=2, hidden=16, experts=8, topk=2, ffn=8, eps=1e-6)
+    world, tokens = 4, 5
+    layers = [[SimpleNamespace() for _ in range(d.layers)] for _ in range(world)]  # route_phase sets their routing
+    for r in range(world):
+        moe.route_phase(layers[r], d, tokens, 3, r, world, device="cpu")
+    for i in range(d.layers):
+        every = torch.cat([layers[r][i].idx for r in range(world)]).reshape(-1)
+        for r in range(world):
+            local = every[(every >= 2 * r) & (every < 2 * r + 2)] - 2 * r
+            assert layers[r][i].recv_ends.tolist() == torch.cumsum(torch.bincount(local, minlength=2), 0).tolist()
+        assert sum(int(layers[r][i].recv_ends[-1]) for r in range(world)) == world * tokens * d.topk
 
 
 def test_the_received_rows_part_keeps_each_layers_own_dispatch(runner: Any) -> None:
