@@ -20,7 +20,7 @@ Phases: `--tokens` 128 and 4096 tokens per rank. Contenders:
   rows are packed by expert, what torch._grouped_mm takes; the low-latency path's are laid out in
   blocks of world x max_tokens rows an expert, which would need a grouped GEMM that skips the gaps;
 - experts_only (not a contender: the floor): the same step with no exchange, the local experts on
-  the rows uniform routing would bring (`models.moe.ExpertsOnlyStep`), in a CUDA graph. What a
+  the groups of rows the routing brings (`models.moe.ExpertsOnlyStep`), in a CUDA graph. What a
   contender takes above it is its exchange: a step can be at most (torch_a2a - floor) / (ironlink
   - floor) faster through the exchange alone, and where the floor is most of the step, far less;
 - exchange_only (not a contender either): ironlink's step with an identity for its experts

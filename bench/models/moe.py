@@ -207,25 +207,24 @@ class ReceivedExpertsStep(Step):
 
 class ExpertsOnlyStep(Step):
     """What every contender's step computes, without an exchange: each layer's norm, the local
-    experts on the groups of rows routing brings this rank (`layer.recv_ends`; this rank's own
-    tokens stand in for the received ones), the weighted sum, the residual. The floor of a step at
-    this world: a contender's time above it is its exchange (with, for torch_a2a, the sorts and
-    the host read around it). The groups are the routing's, not spread evenly: their sizes vary
-    around the mean and the grouped GEMMs' time with them (bench/probes/moe_step_floor.py's
-    `experts_even_ms`). The weighted sum here is one batched GEMM (each row read once), not the
-    torch contenders' `weighted_sum` (the rows in fp32, written twice) nor ironlink's (inside its
-    combine), so the floor is below either."""
+    experts on the groups of rows routing brings this rank (`layer.recv_ends`), the weighted sum,
+    the residual. The floor of a step at this world: a contender's time above it is its exchange
+    (with, for torch_a2a, the sorts and the host read around it). The received rows are there
+    before the step (this rank's input, repeated: an exchange's copies are its own cost), grouped
+    as the routing groups them: their sizes vary around the mean and the grouped GEMMs' time with
+    them (bench/probes/moe_step_floor.py's `experts_even_ms`). The weighted sum here is one
+    batched GEMM (each row read once), not the torch contenders' `weighted_sum` (the rows in fp32,
+    written twice) nor ironlink's (inside its combine)."""
 
     def __init__(self, b: Any) -> None:
         super().__init__(b)
-        mine = b.x0.shape[0] * self.d.topk  # the rows this rank sends; a layer's experts take max(received, mine)
-        self.rows_of = [max(int(layer.recv_ends[-1]), mine) for layer in self.layers]
-        self.rows = b.x0.new_zeros(max(self.rows_of), self.d.hidden)
+        mine = b.x0.repeat_interleave(self.d.topk, dim=0)  # stands in for the received rows
+        # a layer's experts take max(received, sent) rows: the weighted sum reads the sent ones back
+        self.rows_of = [max(int(layer.recv_ends[-1]), mine.shape[0]) for layer in self.layers]
+        self.rows = mine.repeat(-(-max(self.rows_of) // mine.shape[0]), 1)
 
     def moe(self, layer: MoeLayer, h: Any) -> Any:
         t, k = layer.weights.shape
-        # token-major, choice order; rows received past this rank's own stay as they are (zeros)
-        self.rows[: t * k].view(t, k, -1).copy_(h[:, None, :].expand(t, k, h.shape[1]))
         rows = self.rows[: self.rows_of[self.layers.index(layer)]]
         y = experts_ffn(rows, layer.recv_ends, layer, self.d.ffn)[: t * k]
         return torch.bmm(layer.weights.to(y.dtype)[:, None, :], y.view(t, k, -1)).view(t, -1)

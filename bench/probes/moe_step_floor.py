@@ -14,10 +14,10 @@ Each row: world, tokens a rank, the step's ms (CUDA graph, median) and its parts
 (the grouped GEMMs alone, every layer, on the groups bench/e2e_moe.py's random routing brings
 rank 0: every rank's routing redrawn here, `models.moe.route_phase`), the same in a buffer of
 twice the rows (the valid ones first, as e2e_moe's ironlink step passes MoeExchange's receive
-buffer), `experts_even_ms`: the same GEMMs on as many rows spread evenly over the experts
-(`even_group` each, where the routing's groups range over `group_min` .. `group_max`), and the
-bytes of expert weights a step reads (every local expert's, each layer), with the rate that
-implies.
+buffer), `weighted_sums_ms` (the step's weighted sums alone), `experts_even_ms`: the grouped
+GEMMs on as many rows spread evenly over the experts (`even_group` each, where the routing's
+groups range over `group_min` .. `group_max`), and the bytes of expert weights a step reads
+(every local expert's, each layer), with the rate that implies.
 """
 
 from __future__ import annotations
@@ -76,6 +76,18 @@ def experts_alone(b: Any, ends: list[Any], slack: int = 1) -> Callable[[], None]
     return run
 
 
+def weighted_sums(b: Any) -> Callable[[], None]:
+    """ExpertsOnlyStep's weighted sums of every layer (one batched GEMM each), nothing else."""
+    t, k = b.x0.shape[0], b.d.topk
+    y = b.x0.repeat_interleave(k, dim=0).view(t, k, -1)
+
+    def run() -> None:
+        for layer in b.layers:
+            torch.bmm(layer.weights.to(y.dtype)[:, None, :], y)
+
+    return run
+
+
 def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]]) -> None:
     """A row for each of `args.tokens` at `world`."""
     b = stack(args.config, world, args.seed)
@@ -87,12 +99,14 @@ def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]])
         experts_ms = time_graph(experts_alone(b, routed), nbytes) / 1000
         padded_ms = time_graph(experts_alone(b, routed, CAPACITY_SLACK), nbytes) / 1000
         even_ms = time_graph(experts_alone(b, [even_ends(b)] * b.d.layers), nbytes) / 1000
+        wsum_ms = time_graph(weighted_sums(b), nbytes) / 1000
         groups = torch.cat([torch.diff(e, prepend=e.new_zeros(1)) for e in routed])
         weights = sum(layer.w13.nbytes + layer.w2.nbytes for layer in b.layers)
         record_row(rows, {"model": b.d.model, "world": world, "tokens": tokens, "local_experts": len(routed[0]),
                           "step_ms": round(step_ms, 4), "experts_ms": round(experts_ms, 4),
                           f"experts_in_{CAPACITY_SLACK}x_rows_ms": round(padded_ms, 4),
-                          "experts_even_ms": round(even_ms, 4), "even_group": tokens * b.d.topk // len(routed[0]),
+                          "weighted_sums_ms": round(wsum_ms, 4), "experts_even_ms": round(even_ms, 4),
+                          "even_group": tokens * b.d.topk // len(routed[0]),
                           "group_min": int(groups.min()), "group_max": int(groups.max()),
                           "weight_bytes": weights, "weights_GBps": round(weights / experts_ms / 1e6, 1)})
 
