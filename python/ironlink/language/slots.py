@@ -41,6 +41,16 @@ _AVG = tl.constexpr(_abi.REDUCE_OP["AVG"])
 POLL_TOGETHER_MAX_ELEMENTS = tl.constexpr(32768)
 
 
+@triton.constexpr_function
+def poll_group(world, block_elems):
+    """How many ranks' blocks of `block_elems` elements `lamport_reduce_values` polls in one loop
+    at `world` ranks: at 4 and 8 ranks the largest of world, 4 and 2 whose blocks fit in
+    POLL_TOGETHER_MAX_ELEMENTS; else 0 (peer by peer)."""
+    if world not in (4, 8):
+        return 0
+    return next((g for g in (world, 4, 2) if g * block_elems <= POLL_TOGETHER_MAX_ELEMENTS.value), 0)
+
+
 @triton.jit
 def slot_of(sender, receiver, WORLD: tl.constexpr):
     """The index of rank `sender`'s slot in rank `receiver`'s workspace: (sender - receiver - 1)
@@ -172,15 +182,12 @@ def lamport_reduce_values(ctx, own, slots, slot, at, mk, rank, WORLD: tl.constex
     are. The order of the reduction is the same on every rank (results are bitwise identical).
     At 4 and 8 ranks the ranks' slots are polled in groups, each group's in one loop
     (`_reduce_in_groups`): every rank at once where all their blocks fit in registers
-    (POLL_TOGETHER_MAX_ELEMENTS), else groups of 4 or 2 ranks that do, so a CTA waits one round
-    trip a group where a poll a peer waits one each (about 0.5 us each: decode_probe's
-    `copies[k]`); otherwise peer by peer, in rank order."""
-    if ((WORLD == 4) or (WORLD == 8)) and (WORLD * at.numel <= POLL_TOGETHER_MAX_ELEMENTS):
-        total, s = _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD, WORLD, OP)
-    elif (WORLD == 8) and (4 * at.numel <= POLL_TOGETHER_MAX_ELEMENTS):
-        total, s = _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD, 4, OP)
-    elif ((WORLD == 4) or (WORLD == 8)) and (2 * at.numel <= POLL_TOGETHER_MAX_ELEMENTS):
-        total, s = _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD, 2, OP)
+    (POLL_TOGETHER_MAX_ELEMENTS), else groups of 4 or 2 ranks that do (`poll_group`), so a CTA
+    waits one round trip a group where a poll a peer waits one each (about 0.5 us each:
+    decode_probe's `copies[k]`); otherwise peer by peer, in rank order."""
+    GROUP: tl.constexpr = poll_group(WORLD, at.numel)
+    if GROUP:
+        total, s = _reduce_in_groups(ctx, own, slots, slot, at, mk, rank, WORLD, GROUP, OP)
     else:
         total, s = _reduce_peer_by_peer(ctx, own, slots, slot, at, mk, rank, WORLD, OP)
     return total, s
