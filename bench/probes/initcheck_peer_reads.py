@@ -33,7 +33,7 @@ def main() -> None:
     x.fill_(rank + 1)  # every byte of it, on every rank, before the call
     torch.cuda.synchronize()
     dist.barrier()
-    ironlink.all_reduce(x)
+    ironlink.all_reduce(x, heap=heap)
     torch.cuda.synchronize()
     heap.check()
     right = bool((x.float() == world * (world + 1) / 2).all())
