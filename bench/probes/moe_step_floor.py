@@ -13,8 +13,8 @@ any exchange can give:
 Each row: world, tokens a rank, the step's ms (CUDA graph, median) and its parts: `experts_ms`
 (the grouped GEMMs alone, every layer, on the groups bench/e2e_moe.py's random routing brings
 rank 0: every rank's routing redrawn here, `models.moe.route_phase`), the same in a buffer of
-twice the rows (the valid ones first, as e2e_moe's ironlink step passes MoeExchange's receive
-buffer), `weighted_sums_ms` (the step's weighted sums alone), `experts_even_ms`: the grouped
+e2e_moe's CAPACITY_SLACK times the rows (the valid ones first, as its ironlink step passes
+MoeExchange's receive buffer), `weighted_sums_ms` (the step's weighted sums alone), `experts_even_ms`: the grouped
 GEMMs on as many rows spread evenly over the experts (`even_group` each, where the routing's
 groups range over `group_min` .. `group_max`), and the bytes of expert weights a step reads
 (every local expert's, each layer), with the rate that implies.
@@ -23,6 +23,7 @@ groups range over `group_min` .. `group_max`), and the bytes of expert weights a
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -60,13 +61,13 @@ def even_ends(b: Any) -> Any:
     return torch.tensor([rows * (e + 1) // experts for e in range(experts)], dtype=torch.int32, device="cuda")
 
 
-def experts_alone(b: Any, ends: list[Any], slack: int = 1) -> Callable[[], None]:
+def experts_alone(b: Any, ends: list[Any], slack: float = 1) -> Callable[[], None]:
     """The grouped GEMMs of every layer (groups ending at `ends[layer]`) and nothing else, in a
-    buffer of `slack` times the most rows a layer's groups hold (the rest past the last group's
-    end), as bench/e2e_moe.py's ironlink step hands MoeExchange's receive buffer (recv_capacity)
-    over with slack 2."""
+    buffer of `slack` times tokens x topk rows, or of the most a layer receives if more (the rest
+    past the last group's end), as bench/e2e_moe.py's ironlink step hands MoeExchange's receive
+    buffer (recv_capacity) over with its CAPACITY_SLACK."""
     mine = b.x0.repeat_interleave(b.d.topk, dim=0)  # this rank's own rows stand in for the received ones
-    need = slack * max(int(e[-1]) for e in ends)
+    need = max(max(int(e[-1]) for e in ends), math.ceil(slack * mine.shape[0]))
     rows = mine.repeat(-(-need // mine.shape[0]), 1)[:need]
 
     def run() -> None:
@@ -98,6 +99,7 @@ def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]])
         step_ms = time_graph(ExpertsOnlyStep(b), nbytes) / 1000
         experts_ms = time_graph(experts_alone(b, routed), nbytes) / 1000
         padded_ms = time_graph(experts_alone(b, routed, CAPACITY_SLACK), nbytes) / 1000
+        twice_ms = time_graph(experts_alone(b, routed, 2), nbytes) / 1000
         even_ms = time_graph(experts_alone(b, [even_ends(b)] * b.d.layers), nbytes) / 1000
         wsum_ms = time_graph(weighted_sums(b), nbytes) / 1000
         groups = torch.cat([torch.diff(e, prepend=e.new_zeros(1)) for e in routed])
@@ -105,6 +107,7 @@ def time_world(args: argparse.Namespace, world: int, rows: list[dict[str, Any]])
         record_row(rows, {"model": b.d.model, "world": world, "tokens": tokens, "local_experts": len(routed[0]),
                           "step_ms": round(step_ms, 4), "experts_ms": round(experts_ms, 4),
                           f"experts_in_{CAPACITY_SLACK}x_rows_ms": round(padded_ms, 4),
+                          "experts_in_2x_rows_ms": round(twice_ms, 4),
                           "weighted_sums_ms": round(wsum_ms, 4), "experts_even_ms": round(even_ms, 4),
                           "even_group": tokens * b.d.topk // len(routed[0]),
                           "group_min": int(groups.min()), "group_max": int(groups.max()),
