@@ -8,8 +8,13 @@ peers' stores fill. Each rank prints whether the sum is right; the sanitizer's r
 reads it could not trace to a write of this process.
 
     source tests/gpu/mps.sh; start_mps; mps_confine 2
-    SANITIZE_TOOL=initcheck SANITIZE_LOG=$OUT/ic-1m torchrun --standalone --nproc_per_node=2 \
-        --no-python tests/gpu/sanitize_rank.sh bench/probes/initcheck_peer_reads.py --bytes 1048576
+    IRONLINK_INITCHECK_PEERS=0 SANITIZE_TOOL=initcheck SANITIZE_LOG=$OUT/ic-1m torchrun --standalone \
+        --nproc_per_node=2 --no-python tests/gpu/sanitize_rank.sh bench/probes/initcheck_peer_reads.py \
+        --bytes 1048576
+
+With IRONLINK_INITCHECK_PEERS=1 (sanitize_rank.sh's default for initcheck) each heap marks its
+peers' regions initialized for the tool (`ironlink.runtime.initcheck`), and the reports should
+go.
 """
 
 from __future__ import annotations

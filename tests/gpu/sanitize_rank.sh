@@ -14,10 +14,14 @@
 # - initcheck does not check the host API's copies (--check-api-memory-access no): heap creation's
 #   dist.all_gather_object copies the uninitialized padding of torch's own object buffers
 #   ("Uninitialized access ... by cudaMemcpy source", all in all_gather_object, same run).
+# - initcheck cannot see a peer process's writes: every load from a peer's heap reads to it as
+#   uninitialized (bench/probes/initcheck_peer_reads.py). IRONLINK_INITCHECK_PEERS=1 makes each new
+#   heap copy its peers' regions onto themselves by the CUDA API (python/ironlink/runtime/initcheck.py),
+#   so initcheck takes them as initialized; set it to 0 to see the reports.
 set -u
 case "$SANITIZE_TOOL" in
   synccheck) leave_out="--kernel-name-exclude kns=nccl" ;;
-  initcheck) leave_out="--check-api-memory-access no" ;;
+  initcheck) leave_out="--check-api-memory-access no"; export IRONLINK_INITCHECK_PEERS=${IRONLINK_INITCHECK_PEERS:-1} ;;
   *) leave_out="" ;;
 esac
 # shellcheck disable=SC2086 # the extra options are split on purpose

@@ -22,6 +22,7 @@ import os
 from typing import Any, Callable, Iterable, Optional, Union
 
 from ..language import _abi, topology
+from . import initcheck
 from .backends import NativeSettings, check_backend, check_node_size, open_backend
 from .call_check import CallCheck, default_store
 from .errors import IronlinkError, device_error
@@ -120,6 +121,8 @@ class SymmetricHeap:
         # The device's status buffer (host-level launches write it) is made now, not at the first
         # launch: inside torch.compile's CUDA-graph warm-up that would take it from the graphs' pool.
         status_buffer(torch, self._device, False, "SymmetricHeap")
+        if initcheck.wanted():  # under compute-sanitizer's initcheck only (runtime/initcheck.py)
+            self._mark_peers_initialized()
 
     # -- state ----------------------------------------------------------------------------
     def _open(self, what: str = "") -> Any:
@@ -232,6 +235,15 @@ class SymmetricHeap:
         return str(load_native().all_reduce_algorithm(self._world, self.scratch_bytes, one_shot, ll, ctas, nbytes))
 
     # -- tensors --------------------------------------------------------------------------
+    def _mark_peers_initialized(self) -> None:
+        """`initcheck.mark_peers_initialized` over the whole region (heap, signals, scratch) of
+        every peer of this node."""
+        native = self._open()
+        total = int(native.heap_size) + int(native.signal_size) + int(native.scratch_size)
+        first = self._rank - self._rank % self._node_size
+        peers = [p for p in range(first, first + self._node_size) if p != self._rank]
+        initcheck.mark_peers_initialized(self.barrier, [self._view(p, 0, total) for p in peers])
+
     def _view(self, rank: int, offset: int, nbytes: int) -> Any:
         """A uint8 tensor over `nbytes` at `offset` of `rank`'s region, on this GPU."""
         ptr = self._open().peer_base(rank) + offset
