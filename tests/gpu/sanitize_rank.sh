@@ -16,7 +16,7 @@
 #   ("Uninitialized access ... by cudaMemcpy source", all in all_gather_object, same run).
 # - initcheck cannot see a peer process's writes: every load from a peer's heap reads to it as
 #   uninitialized (bench/probes/initcheck_peer_reads.py). IRONLINK_INITCHECK_PEERS=1 makes each new
-#   heap copy its peers' regions onto themselves by the CUDA API (python/ironlink/runtime/initcheck.py),
+#   heap (all zeros) zero-fill its peers' regions with a kernel (python/ironlink/runtime/initcheck.py),
 #   so initcheck takes them as initialized; set it to 0 to see the reports.
 set -u
 case "$SANITIZE_TOOL" in

@@ -237,7 +237,7 @@ class SymmetricHeap:
     # -- tensors --------------------------------------------------------------------------
     def _mark_peers_initialized(self) -> None:
         """`initcheck.mark_peers_initialized` over the whole region (heap, signals, scratch) of
-        every peer of this node."""
+        every peer of this node: called as the heap's creation ends, before anything writes it."""
         native = self._open()
         total = int(native.heap_size) + int(native.signal_size) + int(native.scratch_size)
         first = self._rank - self._rank % self._node_size
