@@ -40,6 +40,25 @@ mps_confine() {
   export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$(( 100 / $1 ))
 }
 
+# mps_ready: waits until the MPS server takes new clients again after a run cut off mid-call. The
+# server refuses them ("MPS server is not ready to accept new MPS client requests", error 807)
+# until the killed clients have all gone, and the next run's ranks failed at their first CUDA call
+# (session 71: initcheck's collectives run, started as the cut ops run's clients were retiring).
+# Tries a client ($IRONLINK_MPS_PROBE: a CUDA allocation) every $IRONLINK_MPS_READY_WAIT_S (5) s,
+# $IRONLINK_MPS_READY_TRIES (12) times, then restarts the daemon once. Returns 1 if no client
+# gets in.
+mps_ready() {
+  local probe=${IRONLINK_MPS_PROBE:-"python3 -c 'import torch; torch.zeros(1, device=\"cuda\")'"}
+  local tries=${IRONLINK_MPS_READY_TRIES:-12} wait_s=${IRONLINK_MPS_READY_WAIT_S:-5} i
+  for ((i = 0; i < tries; i++)); do
+    bash -c "$probe" > /dev/null 2>&1 && return 0
+    sleep "$wait_s"
+  done
+  echo "MPS took no new client for $((tries * wait_s)) s after a cut run: restarting its daemon"
+  stop_mps; sleep 1
+  start_mps && bash -c "$probe" > /dev/null 2>&1
+}
+
 # Asks the daemon to quit. quit waits for the clients to exit: bounded, so a cut-off run does not
 # hang here.
 stop_mps() {

@@ -176,6 +176,12 @@ fi
 as_program() {
   IRONLINK_COMPILE_AHEAD=$IRONLINK_GPU_COMPILE_AHEAD IRONLINK_COMPILE_RECORD=$IRONLINK_GPU_COMPILE_RECORD "$@"
 }
+# settle R: after a run that hit its limit (R 124 or 137: its ranks killed mid-call) where ranks
+# share GPUs, waits for MPS to take clients again (mps_ready), so the next run does not fail on it.
+settle() {
+  [ -n "$shared_gpu" ] && { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; } || return 0
+  mps_ready
+}
 # Runs tests/gpu/workers/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
 # each, printing the log lines that match `summary`.
 per_world() {
@@ -184,6 +190,7 @@ per_world() {
     log="$OUT/$part-w$w.log"
     confine "$w"
     timeout "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/workers/${part}_worker.py" > "$log" 2>&1; r=$?
+    settle $r
     grep -E "$summary" "$log" | head -30; [ $r -eq 0 ] || fail "$part world $w" "$log"
   done
 }
@@ -196,6 +203,7 @@ sanitize_one() {
   SANITIZE_TOOL=$tool SANITIZE_LOG=$prefix IRONLINK_GPU_SMALL=1 IRONLINK_GPU_HEAP_TIMEOUT_S=120 \
     timeout "${IRONLINK_SANITIZE_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" --no-python \
     tests/gpu/sanitize_rank.sh "tests/gpu/workers/${suite}_worker.py" > "$prefix.log" 2>&1; r=$?
+  settle $r
   logs=$(ls "$prefix"-rank*.log 2> /dev/null | wc -l)
   # memcheck, synccheck and initcheck end with "ERROR SUMMARY: N errors"; racecheck with
   # "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".

@@ -102,3 +102,41 @@ def test_mps_confine_gives_each_rank_a_share_that_ironlink_counts_as_confined(mo
         assert 100 // (ranks + 1) < percentage <= 100 // ranks, (ranks, percentage)
         monkeypatch.setenv(ENV_MPS_PERCENTAGE, str(percentage))
         assert mps_confined(ranks) and not mps_confined(ranks + 1)
+
+
+def _mps_ready(tmp_path: Path, probe: str, tries: int) -> subprocess.CompletedProcess[str]:
+    """tests/gpu/mps.sh's mps_ready with `probe` as its client, no wait between tries, and no MPS
+    daemon to restart (nvidia-cuda-mps-control is not on PATH)."""
+    env = {**os.environ, "IRONLINK_MPS_PROBE": probe, "IRONLINK_MPS_READY_TRIES": str(tries),
+           "IRONLINK_MPS_READY_WAIT_S": "0", "PATH": f"{tmp_path}:/usr/bin:/bin",
+           "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")}
+    return subprocess.run(["bash", "-c", f"source {GPU_DIR / 'mps.sh'}; mps_ready"], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_mps_ready_waits_until_a_client_gets_in(tmp_path: Path) -> None:
+    """After a cut run the MPS server refuses clients until the killed ones are gone: mps_ready
+    tries a client until one gets in (here the third), and says nothing."""
+    count = tmp_path / "tries"
+    probe = f"echo x >> {count}; [ $(wc -l < {count}) -ge 3 ]"
+    out = _mps_ready(tmp_path, probe, tries=5)
+    assert out.returncode == 0 and out.stdout == "", out
+    assert count.read_text().count("x") == 3
+
+
+def test_mps_ready_restarts_the_daemon_once_then_gives_up(tmp_path: Path) -> None:
+    out = _mps_ready(tmp_path, "false", tries=2)
+    assert out.returncode == 1
+    assert "restarting its daemon" in out.stdout and "could not start the MPS daemon" in out.stdout
+
+
+def test_mps_ready_default_client_allocates_on_the_gpu(tmp_path: Path) -> None:
+    """Its default client is python3 allocating a CUDA tensor (a stand-in python3 records how it was called)."""
+    args = tmp_path / "args"
+    fake = tmp_path / "python3"
+    fake.write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {args}\nexit 0\n')
+    fake.chmod(0o755)
+    env_probe = subprocess.run(["bash", "-c", f"source {GPU_DIR / 'mps.sh'}; unset IRONLINK_MPS_PROBE; "
+                                f"PATH={tmp_path}:$PATH mps_ready"], capture_output=True, text=True, timeout=60)
+    assert env_probe.returncode == 0, env_probe
+    assert args.read_text().splitlines() == ["-c", 'import torch; torch.zeros(1, device="cuda")']

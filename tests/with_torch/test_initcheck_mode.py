@@ -1,7 +1,8 @@
 """The diagnostic mode that shows a peer's heap to compute-sanitizer's initcheck
 (`ironlink.runtime.initcheck`): off unless IRONLINK_INITCHECK_PEERS=1; on, every peer region (all
-zeros in a new heap) is written once, bytes unchanged, between two barriers. Whether initcheck then stays silent is a GPU question (bench/probes/initcheck_peer_reads.py
-under tests/gpu/sanitize_rank.sh)."""
+zeros in a new heap) is written once, bytes unchanged, between two barriers. Whether initcheck
+then stays silent is a GPU question (bench/probes/initcheck_peer_reads.py under
+tests/gpu/sanitize_rank.sh)."""
 
 from __future__ import annotations
 
