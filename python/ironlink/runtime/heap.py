@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from ..language import _abi, topology
 from . import initcheck
@@ -30,20 +30,20 @@ from .failure_notes import explained
 from .heap_args import check_algorithm_limits, check_size, check_timeout, normalize_shape, span_bytes
 from .handles import register
 from .heap_calls import HeapCalls
+from .heap_workspaces import HeapWorkspaces
 from .native import cuda_tensor, load_native, load_torch
 from .nvshmem_memory import check_spans_world
 from .rendezvous import Rendezvous
 from .status_buffers import status_buffer
 from .streams import StreamOrder
 from .tuning import algorithm_limits
-from .workspaces import kept_workspace
 
 DEFAULT_SCRATCH_BYTES: int = _abi.THRESHOLDS["DEFAULT_SCRATCH_BYTES"]
 # The context's default wait timeout (abi.rs DEFAULT_TIMEOUT_NS), in seconds.
 DEFAULT_TIMEOUT_S: float = _abi.DEFAULT_TIMEOUT_NS / 1e9
 
 
-class SymmetricHeap:
+class SymmetricHeap(HeapWorkspaces):
     """Symmetric memory across `group` (default: the world group); see the module docstring.
 
     Args:
@@ -122,7 +122,8 @@ class SymmetricHeap:
         # launch: inside torch.compile's CUDA-graph warm-up that would take it from the graphs' pool.
         status_buffer(torch, self._device, False, "SymmetricHeap")
         if initcheck.wanted():  # under compute-sanitizer's initcheck only (runtime/initcheck.py)
-            self._mark_peers_initialized()
+            regions = int(self._native.heap_size) + int(self._native.signal_size) + int(self._native.scratch_size)
+            initcheck.mark_peers_initialized(self.barrier, self._view, self._rank, self._node_size, regions)
 
     # -- state ----------------------------------------------------------------------------
     def _open(self, what: str = "") -> Any:
@@ -235,15 +236,6 @@ class SymmetricHeap:
         return str(load_native().all_reduce_algorithm(self._world, self.scratch_bytes, one_shot, ll, ctas, nbytes))
 
     # -- tensors --------------------------------------------------------------------------
-    def _mark_peers_initialized(self) -> None:
-        """`initcheck.mark_peers_initialized` over the whole region (heap, signals, scratch) of
-        every peer of this node: called as the heap's creation ends, before anything writes it."""
-        native = self._open()
-        total = int(native.heap_size) + int(native.signal_size) + int(native.scratch_size)
-        first = self._rank - self._rank % self._node_size
-        peers = [p for p in range(first, first + self._node_size) if p != self._rank]
-        initcheck.mark_peers_initialized(self.barrier, [self._view(p, 0, total) for p in peers])
-
     def _view(self, rank: int, offset: int, nbytes: int) -> Any:
         """A uint8 tensor over `nbytes` at `offset` of `rank`'s region, on this GPU."""
         ptr = self._open().peer_base(rank) + offset
@@ -276,30 +268,6 @@ class SymmetricHeap:
             raise
         self._calls.record("alloc", offset, nbytes, native.find(offset)[1], f"shape {dims}, {dtype}")
         return t
-
-    def workspace(self, name: str, nbytes: int, zeroed_prefix: int = 0,
-                  init: Optional[Callable[[Any], None]] = None) -> Any:
-        """A uint8 heap tensor of at least `nbytes` that op `name` keeps between calls (collective),
-        as `workspaces.kept_workspace` says: from the stack at the user region's end, at offsets
-        that follow from the workspace calls alone, the same on every rank whatever tensors the
-        ranks allocated (peers store into them at this rank's offsets)."""
-        torch = load_torch()
-        return kept_workspace(self._workspaces, name, nbytes, self._new_workspace,
-                              torch.cuda.is_current_stream_capturing, zeroed_prefix, init)
-
-    def _new_workspace(self, name: str, size: int) -> Any:
-        """A new workspace of op `name`, `size` bytes, from the stack at the region's end."""
-        native = self._open()
-        try:
-            offset = native.alloc_top(size)
-        except IronlinkError as e:
-            raise IronlinkError(f"ironlink.{name} needs a workspace of {size} bytes: {e}") from e
-        return self._tensor_at(offset, size, (size,), load_torch().uint8)
-
-    def has_workspace(self, name: str, nbytes: int) -> bool:
-        """Whether the workspace `name` of at least `nbytes` exists (`workspace` would not make one)."""
-        kept = self._workspaces.get(name, [])
-        return bool(kept) and kept[-1].numel() >= nbytes
 
     def zeros(self, shape: Union[int, Iterable[int]], dtype: Any = None) -> Any:
         """Like `empty`, zero-filled (on the current stream)."""

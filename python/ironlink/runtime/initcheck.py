@@ -14,7 +14,7 @@ takes its peers' as initialized (each peer's loads of its own memory are checked
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 ENV = "IRONLINK_INITCHECK_PEERS"
 
@@ -24,15 +24,18 @@ def wanted() -> bool:
     return os.environ.get(ENV) == "1"
 
 
-def mark_peers_initialized(barrier: Callable[[], None], fresh_peer_regions: Sequence[Any]) -> None:
-    """Zero-fills each of `fresh_peer_regions` (tensors over the peers' whole regions, mapped here,
-    all zeros) by a kernel, between two calls of `barrier` (collective: every rank of the heap
-    calls it, with its own peers). The first barrier: every rank's heap is created; the second
-    (`barrier` waits for this GPU's work first): no rank's first call starts before every fill is
-    done."""
+def mark_peers_initialized(barrier: Callable[[], None], view: Callable[[int, int, int], Any], rank: int,
+                           node_size: int, region_bytes: int) -> None:
+    """Zero-fills by a kernel the whole region (`region_bytes`: heap, signals, scratch) of every
+    other rank of this node, as `view(rank, offset, nbytes)` maps it here, all zeros as the heap's
+    creation ends; between two calls of `barrier` (collective: every rank of the heap calls it).
+    The first barrier: every rank's heap is created; the second (`barrier` waits for this GPU's
+    work first): no rank's first call starts before every fill is done."""
+    first = rank - rank % node_size
     barrier()
-    for region in fresh_peer_regions:
-        region.zero_()
+    for peer in range(first, first + node_size):
+        if peer != rank:
+            view(peer, 0, region_bytes).zero_()
     barrier()
 
 
