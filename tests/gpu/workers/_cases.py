@@ -252,14 +252,14 @@ class Cases:
         if not folder or _compiled_ahead:
             return
         _compiled_ahead = True
-        world = dist.get_world_size()
+        world, arch = dist.get_world_size(), _arch()
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         # Else the record of the other setting: most of its kernels are these (PDL aside).
         name = compile_records.nearest_record(Path(folder), compile_records.program_name(), world,
-                                              shared_gpu_allowed(), _arch())
+                                              shared_gpu_allowed(), arch)
         entries, done = compile_records.compile_share(
             lambda: [e for e in compile_records.records_of(Path(folder), name) if not e.case or self.selected(e.case)],
-            self.rank, world, local_world, _arch())
+            self.rank, world, local_world, arch)
         dist.barrier(group=self.vote_group)
         if self.rank == 0:
             print(f"compile ahead: {len(entries)} kernels of {name} over {world} ranks x "
