@@ -1,15 +1,6 @@
 //! Symmetric heaps: one device allocation per rank, mapped into every other rank's process.
 //!
-//! # Layout
-//!
-//! Each rank makes ONE `cuMemAlloc` allocation holding three regions, each 4 KiB aligned:
-//!
-//! ```text
-//! [ user heap (tensors) | signal region (abi::signal::FULL_BYTES, zeroed) | scratch region ]
-//! ```
-//!
-//! The regions sit at the same offsets on every rank, so an address in my heap translates to a
-//! peer's by adding the difference of the two bases (what `symm_peer_ptr` does on the device).
+//! Where the three regions of a heap sit: [`layout`].
 //!
 //! # Why legacy CUDA IPC and not the VMM API
 //!
@@ -31,84 +22,17 @@
 //! `torchrun` runs anyway; `exchange::validate` reports a violation clearly. Two processes on one
 //! GPU can map each other's memory; that serves only tests (`exchange::GpuSharing::Shared`).
 
+mod layout;
+
+pub use layout::{Layout, DEFAULT_SCRATCH_BYTES, REGION_ALIGN, SIGNAL_BYTES};
+
 use crate::abi::{self, SymmContext, MAX_RANKS};
-use crate::alloc::{round_up, Allocator};
-use crate::context::{build_context, check_rank, ContextOwner, DeviceContext, Regions};
+use crate::alloc::Allocator;
+use crate::context::{build_context, check_rank, ContextOwner, DeviceContext};
 use crate::driver::{self, Device, DeviceBuffer, IpcMapping};
 use crate::error::{Context as _, Error, Result};
 use crate::exchange::{self, GpuSharing, HandleInfo};
 use std::sync::Arc;
-
-/// Alignment of each region inside the allocation.
-pub const REGION_ALIGN: u64 = 4096;
-/// Scratch bytes when the caller does not choose (a tuning number: see its measurements there).
-pub const DEFAULT_SCRATCH_BYTES: u64 =
-    ironlink_device::collectives::choice::DEFAULT_SCRATCH_BYTES as u64;
-/// Bytes of the signal region: the ABI's full layout (with the LL receive area of small tile
-/// all-reduces; a context of only `MIN_BYTES` runs those two-shot), page aligned.
-pub const SIGNAL_BYTES: u64 =
-    (abi::signal::FULL_BYTES as u64).div_ceil(REGION_ALIGN) * REGION_ALIGN;
-
-/// Sizes of the three regions (each a multiple of `REGION_ALIGN`), equal on every rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
-    pub heap: u64,
-    pub signal: u64,
-    pub scratch: u64,
-}
-
-impl Layout {
-    /// Rounds the requested sizes up to `REGION_ALIGN`. The user heap must not be empty.
-    pub fn new(heap_bytes: u64, scratch_bytes: u64) -> Result<Layout> {
-        if heap_bytes == 0 {
-            return Err(Error::InvalidArgument(
-                "the heap needs at least 1 byte for tensors".into(),
-            ));
-        }
-        let too_big = || Error::InvalidArgument("heap or scratch size overflows".into());
-        let l = Layout {
-            heap: round_up(heap_bytes, REGION_ALIGN).ok_or_else(too_big)?,
-            signal: SIGNAL_BYTES,
-            scratch: round_up(scratch_bytes, REGION_ALIGN).ok_or_else(too_big)?,
-        };
-        l.heap
-            .checked_add(l.signal)
-            .and_then(|x| x.checked_add(l.scratch))
-            .filter(|&t| usize::try_from(t).is_ok())
-            .ok_or_else(too_big)?;
-        Ok(l)
-    }
-
-    pub fn signal_offset(&self) -> u64 {
-        self.heap
-    }
-
-    pub fn scratch_offset(&self) -> u64 {
-        self.heap + self.signal
-    }
-
-    /// The sizes of the three regions.
-    pub fn sizes(&self) -> Regions {
-        Regions {
-            heap: self.heap,
-            signal: self.signal,
-            scratch: self.scratch,
-        }
-    }
-
-    /// The regions of a buffer of this layout at `base`.
-    pub fn regions_at(&self, base: u64) -> Regions {
-        Regions {
-            heap: base,
-            signal: base + self.signal_offset(),
-            scratch: base + self.scratch_offset(),
-        }
-    }
-
-    pub fn total(&self) -> u64 {
-        self.heap + self.signal + self.scratch
-    }
-}
 
 /// This rank's heap before the exchange: allocated and zeroed, not yet connected to its peers.
 #[derive(Debug)]
@@ -402,20 +326,6 @@ impl Drop for SymmHeap {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn layout_rounds_and_aligns() {
-        let l = Layout::new(1000, 5000).unwrap();
-        assert_eq!((l.heap, l.scratch), (4096, 8192));
-        assert!(l.signal >= abi::signal::FULL_BYTES as u64);
-        assert_eq!(l.signal % REGION_ALIGN, 0);
-        assert_eq!(l.signal_offset() % REGION_ALIGN, 0);
-        assert_eq!(l.scratch_offset() % REGION_ALIGN, 0);
-        assert_eq!(l.total(), 4096 + l.signal + 8192);
-        assert!(Layout::new(0, 0).is_err());
-        assert!(Layout::new(u64::MAX - 10, 0).is_err());
-        assert_eq!(Layout::new(1, 0).unwrap().scratch, 0);
-    }
 
     #[test]
     fn create_without_driver_is_a_clean_error() {
