@@ -384,83 +384,33 @@ signal: usize {
     FULL_BYTES = TILE_LL_OFFSET + TILE_LL_BYTES;
 }}
 
-/// Byte offset of `SymmContext`'s fields, for the layout test and the Python projection.
-pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = &[
-    ("magic", core::mem::offset_of!(SymmContext, magic), 4),
-    ("version", core::mem::offset_of!(SymmContext, version), 4),
-    ("backend", core::mem::offset_of!(SymmContext, backend), 4),
-    ("rank", core::mem::offset_of!(SymmContext, rank), 4),
-    (
-        "world_size",
-        core::mem::offset_of!(SymmContext, world_size),
-        4,
-    ),
-    ("error", core::mem::offset_of!(SymmContext, error), 4),
-    (
-        "error_detail",
-        core::mem::offset_of!(SymmContext, error_detail),
-        4,
-    ),
-    (
-        "node_size",
-        core::mem::offset_of!(SymmContext, node_size),
-        4,
-    ),
-    (
-        "heap_size",
-        core::mem::offset_of!(SymmContext, heap_size),
-        8,
-    ),
-    (
-        "signal_size",
-        core::mem::offset_of!(SymmContext, signal_size),
-        8,
-    ),
-    (
-        "scratch_size",
-        core::mem::offset_of!(SymmContext, scratch_size),
-        8,
-    ),
-    (
-        "timeout_ns",
-        core::mem::offset_of!(SymmContext, timeout_ns),
-        8,
-    ),
-    (
-        "ar_one_shot_max_bytes",
-        core::mem::offset_of!(SymmContext, ar_one_shot_max_bytes),
-        8,
-    ),
-    (
-        "ar_ll_max_bytes",
-        core::mem::offset_of!(SymmContext, ar_ll_max_bytes),
-        8,
-    ),
-    (
-        "gather_ll_max_bytes",
-        core::mem::offset_of!(SymmContext, gather_ll_max_bytes),
-        8,
-    ),
-    (
-        "peer_heap",
-        core::mem::offset_of!(SymmContext, peer_heap),
-        8 * MAX_RANKS,
-    ),
-    (
-        "peer_signal",
-        core::mem::offset_of!(SymmContext, peer_signal),
-        8 * MAX_RANKS,
-    ),
-    (
-        "peer_scratch",
-        core::mem::offset_of!(SymmContext, peer_scratch),
-        8 * MAX_RANKS,
-    ),
-    (
-        "heap_digest",
-        core::mem::offset_of!(SymmContext, heap_digest),
-        8,
-    ),
+/// `(name, byte offset, bytes)` of `SymmContext`'s fields, for the layout test and the Python
+/// projection.
+macro_rules! context_fields {
+    ($($field:ident: $bytes:expr),* $(,)?) => {
+        &[$((stringify!($field), core::mem::offset_of!(SymmContext, $field), $bytes)),*]
+    };
+}
+pub const CONTEXT_FIELDS: &[(&str, usize, usize)] = context_fields![
+    magic: 4,
+    version: 4,
+    backend: 4,
+    rank: 4,
+    world_size: 4,
+    error: 4,
+    error_detail: 4,
+    node_size: 4,
+    heap_size: 8,
+    signal_size: 8,
+    scratch_size: 8,
+    timeout_ns: 8,
+    ar_one_shot_max_bytes: 8,
+    ar_ll_max_bytes: 8,
+    gather_ll_max_bytes: 8,
+    peer_heap: 8 * MAX_RANKS,
+    peer_signal: 8 * MAX_RANKS,
+    peer_scratch: 8 * MAX_RANKS,
+    heap_digest: 8,
 ];
 pub const CONTEXT_SIZE: usize = core::mem::size_of::<SymmContext>();
 
