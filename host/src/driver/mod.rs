@@ -11,6 +11,10 @@ use cudarc::driver::sys;
 use std::ffi::{c_char, CStr};
 use std::sync::{Arc, OnceLock};
 
+mod owners;
+
+pub use owners::{DeviceBuffer, IpcMapping};
+
 /// Bytes of a legacy CUDA IPC memory handle (`CUipcMemHandle`).
 pub const IPC_HANDLE_BYTES: usize = 64;
 
@@ -338,85 +342,5 @@ impl Drop for Device {
         // SAFETY: balances the retain in `open`; everything we allocated in this context was
         // freed before (owners hold an `Arc<Device>`, so they drop first).
         let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
-    }
-}
-
-/// One device allocation, freed on drop (or earlier by [`DeviceBuffer::release`]).
-#[derive(Debug)]
-pub struct DeviceBuffer {
-    device: Arc<Device>,
-    ptr: u64,
-    bytes: usize,
-}
-
-impl DeviceBuffer {
-    pub fn new(device: &Arc<Device>, bytes: usize) -> Result<Self> {
-        let ptr = device.alloc(bytes)?;
-        Ok(DeviceBuffer {
-            device: device.clone(),
-            ptr,
-            bytes,
-        })
-    }
-
-    pub fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
-    }
-
-    /// Frees now, reporting a driver error (drop frees too, but has to swallow errors).
-    pub fn release(mut self) -> Result<()> {
-        let p = std::mem::take(&mut self.ptr);
-        self.device.free(p)
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        if self.ptr != 0 {
-            let _ = self.device.free(self.ptr);
-        }
-    }
-}
-
-/// A peer's allocation mapped into this process, unmapped on drop.
-#[derive(Debug)]
-pub struct IpcMapping {
-    device: Arc<Device>,
-    ptr: u64,
-}
-
-impl IpcMapping {
-    pub fn open(device: &Arc<Device>, handle: &[u8; IPC_HANDLE_BYTES]) -> Result<Self> {
-        let ptr = device.ipc_open(handle)?;
-        Ok(IpcMapping {
-            device: device.clone(),
-            ptr,
-        })
-    }
-
-    pub fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// Unmaps now, reporting a driver error.
-    pub fn release(mut self) -> Result<()> {
-        let p = std::mem::take(&mut self.ptr);
-        self.device.ipc_close(p)
-    }
-}
-
-impl Drop for IpcMapping {
-    fn drop(&mut self) {
-        if self.ptr != 0 {
-            let _ = self.device.ipc_close(self.ptr);
-        }
     }
 }
