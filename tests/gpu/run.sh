@@ -176,11 +176,18 @@ fi
 as_program() {
   IRONLINK_COMPILE_AHEAD=$IRONLINK_GPU_COMPILE_AHEAD IRONLINK_COMPILE_RECORD=$IRONLINK_GPU_COMPILE_RECORD "$@"
 }
-# settle R: after a run that hit its limit (R 124 or 137: its ranks killed mid-call) where ranks
-# share GPUs, waits for MPS to take clients again (mps_ready), so the next run does not fail on it.
-settle() {
-  [ -n "$shared_gpu" ] && { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; } || return 0
-  mps_ready
+exec 3>&1  # run.sh's own output, for what a helper says while its command writes to a log
+# bounded LIMIT CMD...: every run of GPU processes here (torchrun's ranks, a worker that starts
+# its own, pytest, a benchmark) under `timeout LIMIT`, returning its status. Where it hit the limit
+# (124 or 137: processes killed mid-call) and ranks share GPUs, it first waits for MPS to take
+# clients again (mps_ready): the next run's processes would fail at their first CUDA call (error
+# 807) while the killed ones retire.
+bounded() {
+  local limit=$1 r
+  shift
+  timeout "$limit" "$@"; r=$?
+  if [ -n "$shared_gpu" ] && { [ $r -eq 124 ] || [ $r -eq 137 ]; }; then mps_ready >&3; fi
+  return $r
 }
 # Runs tests/gpu/workers/<part>_worker.py under torchrun at every world size that fits, `limit` seconds
 # each, printing the log lines that match `summary`.
@@ -189,8 +196,7 @@ per_world() {
   for w in "${fits[@]}"; do
     log="$OUT/$part-w$w.log"
     confine "$w"
-    timeout "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/workers/${part}_worker.py" > "$log" 2>&1; r=$?
-    settle $r
+    bounded "$limit" torchrun --standalone --nproc_per_node="$w" "tests/gpu/workers/${part}_worker.py" > "$log" 2>&1; r=$?
     grep -E "$summary" "$log" | head -30; [ $r -eq 0 ] || fail "$part world $w" "$log"
   done
 }
@@ -201,9 +207,8 @@ sanitize_one() {
   rm -f "$prefix"-rank*.log
   confine "$w"
   SANITIZE_TOOL=$tool SANITIZE_LOG=$prefix IRONLINK_GPU_SMALL=1 IRONLINK_GPU_HEAP_TIMEOUT_S=120 \
-    timeout "${IRONLINK_SANITIZE_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" --no-python \
+    bounded "${IRONLINK_SANITIZE_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" --no-python \
     tests/gpu/sanitize_rank.sh "tests/gpu/workers/${suite}_worker.py" > "$prefix.log" 2>&1; r=$?
-  settle $r
   logs=$(ls "$prefix"-rank*.log 2> /dev/null | wc -l)
   # memcheck, synccheck and initcheck end with "ERROR SUMMARY: N errors"; racecheck with
   # "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".
@@ -230,23 +235,23 @@ for part in "${parts[@]}"; do
         PYTHONPATH=/tmp/ironlink-site python3 -c "import ironlink, ironlink._native, ironlink.language._lib as l; print('installed wheel imports; bitcode:', sorted(p.name for p in l.PACKAGE_LIB_DIR.glob('*.bc')))"
       } > "$log" 2>&1 && tail -1 "$log" || fail wheel "$log" ;;
     basics)
-      timeout 180 python3 -m pytest -q tests/gpu/test_basic.py > "$log" 2>&1; r=$?
+      bounded 180 python3 -m pytest -q tests/gpu/test_basic.py > "$log" 2>&1; r=$?
       tail -1 "$log"; [ $r -eq 0 ] || fail basics "$log" ;;
     heap)
       [ ${#fits[@]} -gt 0 ] || { echo "no world size fits"; continue; }
-      IRONLINK_HEAP_WORLDS="${fits[*]}" timeout 400 python3 -m pytest -q -s tests/gpu/test_heap.py > "$log" 2>&1; r=$?
+      IRONLINK_HEAP_WORLDS="${fits[*]}" bounded 400 python3 -m pytest -q -s tests/gpu/test_heap.py > "$log" 2>&1; r=$?
       grep -hE "HEAP SUITE" "$log" | tail -3; tail -1 "$log"; [ $r -eq 0 ] || fail heap "$log" ;;
     collectives) per_world collectives "${IRONLINK_WORLD_TIMEOUT:-480}" "^== world|^FAILED" ;;
     nvshmem-link) per_world nvshmem_link 300 "^NVSHMEM LINK|FAIL" ;;
     fusion) per_world fusion "${IRONLINK_WORLD_TIMEOUT:-480}" "^== fusion|^FAILED" ;;
     nvshmem) per_world nvshmem "${IRONLINK_WORLD_TIMEOUT:-$nvshmem_limit}" "^== nvshmem|^FAILED" ;;
     ops)
-      timeout 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/ops_worker.py > "$log" 2>&1; r=$?
+      bounded 240 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/ops_worker.py > "$log" 2>&1; r=$?
       grep -E "^== ops|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail ops "$log" ;;
     examples)
       for ex in all_reduce moe_layer fused_matmul_all_reduce; do
         log="$OUT/example-$ex.log"
-        timeout 180 torchrun --standalone --nproc_per_node="$largest" "examples/$ex.py" > "$log" 2>&1; r=$?
+        bounded 180 torchrun --standalone --nproc_per_node="$largest" "examples/$ex.py" > "$log" 2>&1; r=$?
         grep -vE "^(W|I)[0-9]{4}|^\*+$|OMP_NUM_THREADS|^$" "$log" | tail -12; [ $r -eq 0 ] || fail "example $ex" "$log"
       done ;;
     e2e)
@@ -258,7 +263,7 @@ for part in "${parts[@]}"; do
           confine "$w"
           # shellcheck disable=SC2206 # the program's arguments are split on purpose
           [ "$prog" = e2e ] && more=($e2e_args)
-          timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check \
+          bounded "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" "bench/$prog.py" --check \
             "${more[@]}" > "$log" 2>&1; r=$?
           grep -E "FAILED|skipped|err " "$log" | tail -20; [ $r -eq 0 ] || fail "$prog world $w" "$log"
         done
@@ -268,7 +273,7 @@ for part in "${parts[@]}"; do
         log="$OUT/tune-w$w.log" table="$OUT/tune-w$w.json"
         confine "$w"
         rm -f "$table"
-        as_program timeout "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" -m ironlink.tune --quick \
+        as_program bounded "${IRONLINK_WORLD_TIMEOUT:-540}" torchrun --standalone --nproc_per_node="$w" -m ironlink.tune --quick \
           --out "$table" > "$log" 2>&1 &&
           python3 -c 'import sys; from pathlib import Path; from ironlink.runtime.tuning import decode_table as dt
 t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.argv[2], "table:", dict(t._asdict()))' \
@@ -277,17 +282,17 @@ t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.a
       done ;;
     bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
-      NGPU=$largest timeout 300 bench/run.sh $bench_args > "$log" 2>&1; r=$?
+      NGPU=$largest bounded 300 bench/run.sh $bench_args > "$log" 2>&1; r=$?
       grep -E "all_reduce|all_gather|reduce_scatter" "$log" | grep -v "symm_one_shot" | tail -70
       [ $r -eq 0 ] || fail bench "$log" ;;
     fused-bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
-      NGPU=$largest timeout 540 bench/run.sh fused $fused_args > "$log" 2>&1; r=$?
+      NGPU=$largest bounded 540 bench/run.sh fused $fused_args > "$log" 2>&1; r=$?
       grep -E "allreduce_rmsnorm|matmul_allreduce|allgather_matmul|matmul_reducescatter" "$log" | tail -100
       [ $r -eq 0 ] || fail fused-bench "$log" ;;
     moe-bench)
       # shellcheck disable=SC2086 # the benchmark's arguments are split on purpose
-      NGPU=$largest timeout 540 bench/run.sh moe $moe_args > "$log" 2>&1; r=$?
+      NGPU=$largest bounded 540 bench/run.sh moe $moe_args > "$log" 2>&1; r=$?
       grep -E "dispatch|combine|torch_nvshmem: skipped" "$log" | tail -80  # 7 rows per shape with torch_nvshmem
       [ $r -eq 0 ] || fail moe-bench "$log" ;;
     tutorial)
@@ -299,26 +304,26 @@ t = dt.read_file(Path(sys.argv[1]), int(sys.argv[2])); print("tune world", sys.a
         for lesson in examples/tutorial/[0-9][0-9]_*.py; do
           log="$OUT/tutorial-$(basename "$lesson" .py)-w$w.log"
           confine "$w"
-          timeout 180 torchrun --standalone --nproc_per_node="$w" "$lesson" > "$log" 2>&1; r=$?
+          bounded 180 torchrun --standalone --nproc_per_node="$w" "$lesson" > "$log" 2>&1; r=$?
           grep -E "^[0-9]{2} " "$log" || echo "$(basename "$lesson") world $w: no result line"
           [ $r -eq 0 ] || fail "tutorial $(basename "$lesson") world $w" "$log"
         done
       done
       unset IRONLINK_TUTORIAL_JSON ;;
     misuse)
-      timeout 300 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/misuse_worker.py > "$log" 2>&1; r=$?
+      bounded 300 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/misuse_worker.py > "$log" 2>&1; r=$?
       grep -E "^== misuse|FAILED" "$log" | head -20; [ $r -eq 0 ] || fail misuse "$log" ;;
     compile)
-      timeout 600 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/compile_worker.py > "$log" 2>&1; r=$?
+      bounded 600 torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/compile_worker.py > "$log" 2>&1; r=$?
       grep -E "^== compile|^compile|FAILED|skipping cudagraphs" "$log" | head -20; [ $r -eq 0 ] || fail compile "$log" ;;
     killed-rank)
-      timeout 900 python3 tests/gpu/workers/killed_rank.py --world "$largest" --json "$OUT/killed-rank.json" > "$log" 2>&1; r=$?
+      bounded 900 python3 tests/gpu/workers/killed_rank.py --world "$largest" --json "$OUT/killed-rank.json" > "$log" 2>&1; r=$?
       grep -E "^killed-rank" "$log"; [ $r -eq 0 ] || fail killed-rank "$log" ;;
     soak)
       limit=$(awk -v m="$minutes" 'BEGIN {print int(m * 60 + 600)}')  # compiling and checking on top
       # The soak is a program, not a suite of cases: what it compiles ahead itself leaves out the
       # nodes heap's NVSHMEM kernels, each rank's at its first call otherwise.
-      as_program timeout "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/soak.py --minutes "$minutes" \
+      as_program bounded "$limit" torchrun --standalone --nproc_per_node="$largest" tests/gpu/workers/soak.py --minutes "$minutes" \
         --seed "$seed" --json "$OUT/soak.json" $soak_nodes > "$log" 2>&1; r=$?
       grep -E "^soak|^MISMATCH|FAILED" "$log" | head -25; [ $r -eq 0 ] || fail soak "$log" ;;
     sanitize)
