@@ -113,6 +113,21 @@ def experts_ffn(rows: Any, ends: Any, layer: MoeLayer, ffn: int) -> Any:
     return torch._grouped_mm(F.silu(gu[:, :ffn]) * gu[:, ffn:], layer.w2, offs=ends)
 
 
+def stand_in_rows(x0: Any, topk: int, n: int) -> Any:
+    """At least `n` rows made of this rank's tokens, each `topk` times (token-major), repeated as
+    needed: what the floor's GEMMs run on in place of received rows (an exchange's copies are its
+    own cost)."""
+    mine = x0.repeat_interleave(topk, dim=0)
+    return mine.repeat(-(-n // mine.shape[0]), 1)
+
+
+def weighted_rows(weights: Any, y: Any) -> Any:
+    """Each token's sum of its rows of `y` ([tokens * topk, H], token-major, choice order)
+    weighted by `weights` ([tokens, topk]), as one batched GEMM: each row read once."""
+    t, k = weights.shape
+    return torch.bmm(weights.to(y.dtype)[:, None, :], y.view(t, k, -1)).view(t, -1)
+
+
 class Step:
     """One step of the whole stack from `x0` to `final`; the contenders differ in `moe` alone."""
 
@@ -218,13 +233,12 @@ class ExpertsOnlyStep(Step):
 
     def __init__(self, b: Any) -> None:
         super().__init__(b)
-        mine = b.x0.repeat_interleave(self.d.topk, dim=0)  # stands in for the received rows
+        sent = b.x0.shape[0] * self.d.topk
         # a layer's experts take max(received, sent) rows: the weighted sum reads the sent ones back
-        self.rows_of = [max(int(layer.recv_ends[-1]), mine.shape[0]) for layer in self.layers]
-        self.rows = mine.repeat(-(-max(self.rows_of) // mine.shape[0]), 1)
+        self.rows_of = [max(int(layer.recv_ends[-1]), sent) for layer in self.layers]
+        self.rows = stand_in_rows(b.x0, self.d.topk, max(self.rows_of))
 
     def moe(self, layer: MoeLayer, h: Any) -> Any:
-        t, k = layer.weights.shape
         rows = self.rows[: self.rows_of[self.layers.index(layer)]]
-        y = experts_ffn(rows, layer.recv_ends, layer, self.d.ffn)[: t * k]
-        return torch.bmm(layer.weights.to(y.dtype)[:, None, :], y.view(t, k, -1)).view(t, -1)
+        y = experts_ffn(rows, layer.recv_ends, layer, self.d.ffn)[: layer.weights.numel()]
+        return weighted_rows(layer.weights, y)

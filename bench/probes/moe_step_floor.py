@@ -37,7 +37,8 @@ import ironlink
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness and the models
 from ironlink_bench import randn_bf16, record_row, time_graph, write_results  # noqa: E402
 from e2e_moe import CAPACITY_SLACK  # noqa: E402  (its receive buffer: this many times the rows)
-from models.moe import PRESETS, ExpertsOnlyStep, MoeLayer, experts_ffn, resolve, route_phase  # noqa: E402
+from models.moe import (PRESETS, ExpertsOnlyStep, MoeLayer, experts_ffn, resolve, route_phase,  # noqa: E402
+                        stand_in_rows, weighted_rows)
 
 
 def stack(config: str, world: int, seed: int) -> Any:
@@ -66,9 +67,8 @@ def experts_alone(b: Any, ends: list[Any], slack: float = 1) -> Callable[[], Non
     buffer of `slack` times tokens x topk rows, or of the most a layer receives if more (the rest
     past the last group's end), as bench/e2e_moe.py's ironlink step hands MoeExchange's receive
     buffer (recv_capacity) over with its CAPACITY_SLACK."""
-    mine = b.x0.repeat_interleave(b.d.topk, dim=0)  # this rank's own rows stand in for the received ones
-    need = max(max(int(e[-1]) for e in ends), math.ceil(slack * mine.shape[0]))
-    rows = mine.repeat(-(-need // mine.shape[0]), 1)[:need]
+    need = max(max(int(e[-1]) for e in ends), math.ceil(slack * b.x0.shape[0] * b.d.topk))
+    rows = stand_in_rows(b.x0, b.d.topk, need)[:need]
 
     def run() -> None:
         for layer, e in zip(b.layers, ends):
@@ -79,12 +79,11 @@ def experts_alone(b: Any, ends: list[Any], slack: float = 1) -> Callable[[], Non
 
 def weighted_sums(b: Any) -> Callable[[], None]:
     """ExpertsOnlyStep's weighted sums of every layer (one batched GEMM each), nothing else."""
-    t, k = b.x0.shape[0], b.d.topk
-    y = b.x0.repeat_interleave(k, dim=0).view(t, k, -1)
+    y = b.x0.repeat_interleave(b.d.topk, dim=0)
 
     def run() -> None:
         for layer in b.layers:
-            torch.bmm(layer.weights.to(y.dtype)[:, None, :], y)
+            weighted_rows(layer.weights, y)
 
     return run
 
