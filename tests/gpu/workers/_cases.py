@@ -72,6 +72,18 @@ def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
     return few if SMALL else full
 
 
+# Back-to-back replays in small-case mode: enough to come round every rotation of the ops' slots
+# (halves: 2, lamport buffers: 3) several times. A sanitizer checks each launch alone, so the
+# thousands of the full cases add time there (racecheck: 68 s for 500 replays of a 32-token
+# all_reduce_rmsnorm at world 4 on one H200, 2026-12-01), not coverage.
+SMALL_REPLAYS = 12
+
+
+def replays(full: int) -> int:
+    """The replay count of a back-to-back case: `full`, or at most SMALL_REPLAYS in small-case mode."""
+    return min(full, SMALL_REPLAYS) if SMALL else full
+
+
 def close_to(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "result") -> None:
     """Asserts `got` is within the dtype's tolerance of the float64 reference `ref`, relative to
     its largest magnitude (bf16 2e-2, else 4e-3)."""

@@ -48,7 +48,7 @@ from ironlink.fused.all_reduce_rmsnorm import MODES
 from ironlink.fused.matmul_all_reduce import METHODS as MATMUL_METHODS
 from ironlink.runtime.pdl import MIN_MAJOR
 
-from _cases import Cases, heap_timeout_s, small  # tests/gpu/workers/, the script's own directory
+from _cases import Cases, heap_timeout_s, replays, small  # tests/gpu/workers/, the script's own directory
 import _shape_changes as shape_changes
 
 from _fusion_ops import Suite
@@ -170,8 +170,8 @@ def main() -> int:
         algs = s.tile_algorithms(rows, cols, tile, dtype)
         cases.run(f"tile all_reduce {dtype} {rows}x{cols} tiles {tile} grid {grid} ({algs})",
                   lambda: s.tiles(rows, cols, cols, dtype, grid, graph=False, tile=tile))
-        cases.run(f"tile all_reduce {dtype} {rows}x{cols} tiles {tile} ({algs}): 200 graph replays back to back",
-                  lambda: s.tiles(rows, cols, cols, dtype, grid, graph=True, tile=tile, replays=200))
+        cases.run(f"tile all_reduce {dtype} {rows}x{cols} tiles {tile} ({algs}): {replays(200)} graph replays back to back",
+                  lambda: s.tiles(rows, cols, cols, dtype, grid, graph=True, tile=tile, replays=replays(200)))
     cases.run("grid barrier: grid larger than the GPU", s.grid_too_large)
     for dtype in (torch.bfloat16, torch.float32):
         for rows, cols, stride, grid in ((100, 300, 320, 8), (7, 4096, 4100, 32)):
@@ -232,12 +232,12 @@ def main() -> int:
             how = f"{mode}{' over LL' if ll else ''}"
             cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192",
                       lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=False))
-            cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: 500 graph replays back to back",
-                      lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=500))
+            cases.run(f"all_reduce_rmsnorm default ({how}) {dtype} {tokens}x8192: {replays(500)} graph replays back to back",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=replays(500)))
         # The push modes with 16 rows a CTA (8 pipelined steps): both halves of their slots, alternately.
         for mode in ("push", "push_two_shot"):
-            cases.run(f"all_reduce_rmsnorm {mode} {dtype} 2048x8192: 200 graph replays back to back",
-                      lambda: s.rmsnorm(2048, 8192, dtype, mode, graph=True, back_to_back=200))
+            cases.run(f"all_reduce_rmsnorm {mode} {dtype} 2048x8192: {replays(200)} graph replays back to back",
+                      lambda: s.rmsnorm(2048, 8192, dtype, mode, graph=True, back_to_back=replays(200)))
         # Split with the exchange of its slices that the tuning does not choose (LL packets or
         # lamport slots: tuning.RMSNORM_SPLIT_LAMPORT), as the default one is checked above.
         other = "LL packets" if tuning.RMSNORM_SPLIT_LAMPORT else "lamport slots"
@@ -250,14 +250,14 @@ def main() -> int:
                     cases.run(f"all_reduce_rmsnorm split over {other} {dtype} {tokens}x8192 fp8 out",
                               lambda: s.rmsnorm(tokens, 8192, dtype, "split", graph=False, fp8=True, config=flipped))
         if split_fits(8, 8192, world):
-            cases.run(f"all_reduce_rmsnorm split over {other} {dtype} 8x8192: 2000 graph replays back to back",
-                      lambda: s.rmsnorm(8, 8192, dtype, "split", graph=True, back_to_back=2000, config=flipped))
+            cases.run(f"all_reduce_rmsnorm split over {other} {dtype} 8x8192: {replays(2000)} graph replays back to back",
+                      lambda: s.rmsnorm(8, 8192, dtype, "split", graph=True, back_to_back=replays(2000), config=flipped))
         # Lamport and two_shot: every slot must be empty again after each call, or the next call
         # that lands there reads stale rows (or waits out its timeout): many calls, several rows a CTA.
-        for mode, tokens, replays in (("lamport", 32, 2000), ("lamport", 2048, 200), ("two_shot", 32, 2000),
-                                      ("two_shot", 128, 2000), ("two_shot", 2048, 200)):
-            cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x8192: {replays} graph replays back to back",
-                      lambda: s.rmsnorm(tokens, 8192, dtype, mode, graph=True, back_to_back=replays))
+        for mode, tokens, full in (("lamport", 32, 2000), ("lamport", 2048, 200), ("two_shot", 32, 2000),
+                                   ("two_shot", 128, 2000), ("two_shot", 2048, 200)):
+            cases.run(f"all_reduce_rmsnorm {mode} {dtype} {tokens}x8192: {replays(full)} graph replays back to back",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, mode, graph=True, back_to_back=replays(full)))
         # two_shot's ragged chunks at world 4: a row of 1000, a CTA a row (chunks of 256, the last
         # 232); rows of 5000 in 4 slices a row (chunks of 320, the last slice's last 200).
         for tokens, hidden in ((7, 1000), (3, 5000)):
@@ -272,8 +272,8 @@ def main() -> int:
         # Decode replays a graph of the op for every token generated: 10,000 replays back to back
         # (one per decode step of a long answer) and still the reference's bits.
         for tokens in small((1, 32), (1,)):
-            cases.run(f"all_reduce_rmsnorm default {dtype} {tokens}x8192: 10000 graph replays back to back",
-                      lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=10000))
+            cases.run(f"all_reduce_rmsnorm default {dtype} {tokens}x8192: {replays(10000)} graph replays back to back",
+                      lambda: s.rmsnorm(tokens, 8192, dtype, None, graph=True, back_to_back=replays(10000)))
         # Shapes of one wave of tiles (push: one-shot at world 2), of two (153 tiles of 128 x 256 on
         # up to 132 SMs: one-shot at world 2, tuning.MATMUL_ONE_SHOT_MAX_WAVES) and of more (push:
         # two-shot by slices, ragged edges); the case name says which kernel ran.
@@ -350,7 +350,7 @@ def main() -> int:
                                   ((1, None), (8, "whole"))):
             cases.run(f"all_reduce_rmsnorm + all_reduce chain {tokens}x8192 {mode or 'default mode'}: "
                       "PDL on, off, alternating: bitwise the same",
-                      lambda: s.rmsnorm_pdl_chain(tokens, 8192, torch.bfloat16, mode))
+                      lambda: s.rmsnorm_pdl_chain(tokens, 8192, torch.bfloat16, mode, replays=replays(200)))
     hierarchical_cases(cases, s, world)
     s.heap.close()
     code = cases.report("fusion", world, t0)

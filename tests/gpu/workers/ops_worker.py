@@ -30,7 +30,7 @@ from ironlink.runtime.distributed import ranks_per_gpu
 try:
     import torch
     import torch.distributed as dist
-    from _cases import SMALL, heap_timeout_s, small  # tests/gpu/workers/, the script's own directory
+    from _cases import SMALL, heap_timeout_s, replays, small  # tests/gpu/workers/, the script's own directory
     from _ops_moe import (LIMITS, all_to_all_v_case, limits_case_bytes, moe_bad_ids_case, moe_case, moe_limits_case,
                          moe_paths_case)
     from _ops_suite import MESSAGE_BYTES, ODD_ELEMENTS, Suite
@@ -97,8 +97,8 @@ def main() -> int:
             for op in ("sum", "max", "min", "prod", "avg"):
                 s.run(f"all_reduce lamport {op} {dtype} {n_lamport} elements",
                       lambda: s.all_reduce_lamport(n_lamport, dtype, op))
-        s.run(f"all_reduce lamport sum {dtype} 16 KiB: 300 graph replays with new data",
-              lambda: s.all_reduce_lamport((16 << 10) // esize, dtype, "sum", replays=300))
+        s.run(f"all_reduce lamport sum {dtype} 16 KiB: {replays(300)} graph replays with new data",
+              lambda: s.all_reduce_lamport((16 << 10) // esize, dtype, "sum", replays=replays(300)))
         for op in ("sum", "avg"):
             s.run(f"all_reduce_hierarchical {op} {dtype} (one node: two-shot)",
                   lambda: s.all_reduce_hierarchical(300001, dtype, op))
