@@ -72,11 +72,11 @@ def small(full: Sequence[T], few: Sequence[T]) -> Sequence[T]:
     return few if SMALL else full
 
 
-# Back-to-back replays in small-case mode: enough to come round every rotation of the ops' slots
-# (halves: 2, lamport buffers: 3) several times. A sanitizer checks each launch alone, so the
-# thousands of the full cases add time there (racecheck: 68 s for 500 replays of a 32-token
-# all_reduce_rmsnorm at world 4 on one H200, 2026-12-01), not coverage.
-SMALL_REPLAYS = 12
+# Back-to-back replays in small-case mode: every rotation of the ops' slots (halves: 2, lamport
+# buffers: 3) comes round more than once. A sanitizer checks each launch alone, so the thousands of
+# the full cases add time there, not coverage (racecheck at world 4 on one H200, 2026-12-01: 68 s
+# for 500 replays of a 32-token all_reduce_rmsnorm; 132 s for 12 of a 2048-token two_shot one).
+SMALL_REPLAYS = 6
 
 
 def replays(full: int) -> int:
