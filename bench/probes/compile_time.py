@@ -6,7 +6,7 @@ tests do.
     python bench/probes/compile_time.py --worlds 2,4,8 --arch 90 --out compile-time.json
 
 Each kernel of the compile tests' tables that takes WORLD (tests/compile/test_triton_compile.py's
-MoE kernels, specialized as a launch is; tests/compile/test_fusion_compile.py's fused kernels,
+MoE kernels, specialized as a launch is; tests/compile/_fused_compile_cases.py's fused kernels,
 all_reduce_rmsnorm's modes among them, as its `prepared` specializes them, once per configuration
 but the world) is
 compiled once per world with a fresh Triton cache, and timed: `seconds` (the whole compile,
@@ -39,9 +39,9 @@ Kernel = tuple[Any, dict[str, Any], dict[str, Any], dict[Any, Any], dict[str, in
 
 
 def fused_kernels() -> dict[str, Kernel]:
-    """test_fusion_compile's kernels that take WORLD, as its `prepared` gives them, one per
+    """The fused compile cases' kernels that take WORLD, as its `prepared` gives them, one per
     configuration but the world (the table names some twice, at worlds 2 and 4)."""
-    import test_fusion_compile as f
+    import _fused_compile_cases as f
 
     out: dict[str, Kernel] = {}
     seen: set[Any] = set()

@@ -1,5 +1,5 @@
 """Did a change of the Triton side (python/ironlink/language, the op kernels) change the code?
-Compiles every kernel of the compile tests' table (tests/compile/test_fusion_compile.py's
+Compiles every kernel of the compile tests' table (tests/compile/_fused_compile_cases.py's
 KERNELS: the fused ops, the lamport paths at 2, 4 and 8 ranks) for one arch against the built
 bitcode, with no GPU, and prints a line per kernel: its name and a hash of its PTX, with what a
 refactor moves and no instruction (comments, line and file directives, the debug sections) left
@@ -43,13 +43,13 @@ def main() -> int:
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="same-triton-ptx-"))
     sys.path[:0] = [str(REPO / "python"), str(REPO / "tests"), str(REPO / "tests" / "compile")]
     # tests/compile/: the kernels' table, each entry compiled as the test compiles it
-    from test_fusion_compile import KERNELS, _compile  # noqa: E402
+    from _fused_compile_cases import KERNELS, compile_case  # noqa: E402
 
     wanted = re.compile(args.only)
     for name, (_, _, given) in sorted(KERNELS.items()):
         if not wanted.search(name) or not given.get("MIN_CC", 0) <= args.cc <= given.get("MAX_CC", args.cc):
             continue
-        code = code_of(_compile(name, args.cc).asm["ptx"])
+        code = code_of(compile_case(name, args.cc).asm["ptx"])
         if args.ptx:
             Path(args.ptx).mkdir(parents=True, exist_ok=True)
             (Path(args.ptx) / f"{name}.ptx").write_text(code)
