@@ -1,6 +1,7 @@
 """Kernels in Triton's interpreter on the CPU, each script run in a subprocess with
 TRITON_INTERPRET=1 (the scripts in scripts/, beside this file): the fused ops' flag and slot helpers,
-and MoeExchange on simulated ranks (`moe_interpreted.py`, its harness `_moe_sim.py`). Needs torch,
+and MoeExchange on simulated ranks (`moe_interpreted.py`, `moe_refusals_interpreted.py`, their
+harness `_moe_sim.py`). Needs torch,
 which the CI venv does not carry (its only PyPI wheel pulls in the CUDA libraries): skipped there;
 run on any machine with torch."""
 
@@ -49,6 +50,10 @@ def test_flag_and_slot_kernels_interpreted(script: str, says: str) -> None:
     assert says in out, out
 
 
-def test_moe_exchange_interpreted() -> None:
-    out = _interpreted("moe_interpreted.py", 600)
-    assert "done: every MoE check above ran" in out, out
+@pytest.mark.parametrize("script, says", [
+    ("moe_interpreted.py", "done: every MoE check above ran"),
+    ("moe_refusals_interpreted.py", "done: every MoE refusal above ran"),
+])
+def test_moe_exchange_interpreted(script: str, says: str) -> None:
+    out = _interpreted(script, 600)
+    assert says in out, out
