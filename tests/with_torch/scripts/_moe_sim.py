@@ -1,10 +1,10 @@
 """The simulation harness of moe_interpreted.py and moe_refusals_interpreted.py, beside this file (a
 helper, no tests of its own): `world` ranks of MoeExchange in one process, Triton kernels in the
 interpreter. The relay path's heap (`FakeHeap`, a heap of several nodes as MoeExchange sees it) with
-its two all_to_all_v done in Python between its steps (`exchange`, `layer`); the direct path's one-
-node heaps (`SimHeap`: arenas at the same offsets, so a peer's copy of an address is a fixed byte
-distance away) with each step run on every rank before the next, the order its barriers give on GPUs
-(`direct_layer`)."""
+its two all_to_all_v done in Python between its steps (`exchange`, `layer`); the direct path's
+one-node heaps (`SimHeap`: arenas at the same offsets, so a peer's copy of an address is a fixed
+byte distance away) with each step run on every rank before the next, the order its barriers give on
+GPUs (`direct_layer`)."""
 
 from __future__ import annotations
 
