@@ -119,6 +119,7 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "skipped: no GPU (nvidia-smi lists none)"; exit 0
 fi
 source tests/gpu/setup_native.sh || exit 1  # also exports NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+source tests/gpu/logs.sh
 export OUT=${OUT:-build/gpu-out} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ironlink-triton-cache}
 export IRONLINK_GPU_STACKS_DIR=${IRONLINK_GPU_STACKS_DIR:-$OUT/stacks}  # each worker's stacks at a time limit (_cases.py)
 # Compiling ahead (_cases.py, docs/gpu-testing.md): the workers first compile, in parallel, the
@@ -179,14 +180,18 @@ as_program() {
 exec 3>&1  # run.sh's own output, for what a helper says while its command writes to a log
 # bounded LIMIT CMD...: every run of GPU processes here (torchrun's ranks, a worker that starts
 # its own, pytest, a benchmark) under `timeout LIMIT`, returning its status. Where it hit the limit
-# (124 or 137: processes killed mid-call) and ranks share GPUs, it first waits for MPS to take
-# clients again (mps_ready): the next run's processes would fail at their first CUDA call (error
-# 807) while the killed ones retire.
+# (124 or 137: processes killed mid-call) it says so, with the case that was running (cut_note,
+# tests/gpu/logs.sh: read from the log its caller sends stdout to), and where ranks share GPUs it
+# waits for MPS to take clients again (mps_ready): the next run's processes would fail at their
+# first CUDA call (error 807) while the killed ones retire.
 bounded() {
   local limit=$1 r
   shift
   timeout "$limit" "$@"; r=$?
-  if [ -n "$shared_gpu" ] && { [ $r -eq 124 ] || [ $r -eq 137 ]; }; then mps_ready >&3; fi
+  if [ $r -eq 124 ] || [ $r -eq 137 ]; then
+    cut_note "$limit" "$(readlink "/proc/$$/fd/1")" >&3  # this shell's stdout: the caller's log
+    [ -z "$shared_gpu" ] || mps_ready >&3
+  fi
   return $r
 }
 # Runs tests/gpu/workers/<part>_worker.py under torchrun at every world size that fits, `limit` seconds

@@ -8,6 +8,7 @@ workers a kill of run.sh's group missed kept a stalled kernel's GPU on 2026-11-2
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -140,3 +141,24 @@ def test_mps_ready_default_client_allocates_on_the_gpu(tmp_path: Path) -> None:
                                 f"PATH={tmp_path}:$PATH mps_ready"], capture_output=True, text=True, timeout=60)
     assert env_probe.returncode == 0, env_probe
     assert args.read_text().splitlines() == ["-c", 'import torch; torch.zeros(1, device="cuda")']
+
+
+def _bounded(tmp_path: Path, worker: str, limit: int = 1) -> list[str]:
+    """run.sh's `bounded` (taken from run.sh as it stands) running `worker` with stdout to a log,
+    as run.sh's parts call it: what it says on run.sh's own output (fd 3), then the status."""
+    log = tmp_path / "worker.log"
+    define = f"eval \"$(sed -n '/^bounded() {{/,/^}}/p' {GPU_DIR / 'run.sh'})\""
+    script = (f"source {GPU_DIR / 'logs.sh'}; {define}; exec 3>&1; shared_gpu=; "
+              f"bounded {limit} bash -c {shlex.quote(worker)} > {log} 2>&1; echo status $?")
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60).stdout.splitlines()
+
+
+def test_a_run_cut_at_its_limit_names_the_limit_and_the_case_it_was_in(tmp_path: Path) -> None:
+    worker = "echo 'case a: started'; echo 'case a: ok in 0.1 s'; echo 'case b, 6 replays: started'; sleep 30"
+    assert _bounded(tmp_path, worker) == ["  stopped at its 1 s limit; the last case started: b, 6 replays",
+                                          "status 124"]
+
+
+def test_a_cut_log_without_cases_gives_the_limit_alone_and_a_run_in_time_says_nothing(tmp_path: Path) -> None:
+    assert _bounded(tmp_path, "echo compiling; sleep 30") == ["  stopped at its 1 s limit", "status 124"]
+    assert _bounded(tmp_path, "echo 'case a: started'; exit 3", limit=30) == ["status 3"]
