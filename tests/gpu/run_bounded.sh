@@ -18,8 +18,13 @@ limit=$1; shift
 setsid "$(dirname "$0")/run.sh" "$@" &
 pid=$! end=$((SECONDS + limit))
 while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 1; done
+out=${OUT:-build/gpu-out}
 if kill -0 "$pid" 2> /dev/null; then
   echo "run_bounded: ${limit} s passed: stopping run.sh and everything it started"
+  # The case that was running: the last one started in the newest log (run.sh's part in progress).
+  newest=$(ls -t "$out"/*.log 2> /dev/null | head -1)
+  last=$(source "$(dirname "$0")/logs.sh" && last_case_started "$newest")
+  [ -z "$last" ] || echo "run_bounded: the last case started ($(basename "$newest")): $last"
   pkill -TERM -s "$pid"; sleep 10; pkill -KILL -s "$pid"; sleep 1
   wait "$pid" 2> /dev/null; rc=124
 else
@@ -28,7 +33,6 @@ fi
 if [[ " $* " == *" --shared-gpu "* ]]; then  # run.sh's EXIT trap does not run after a KILL
   source "$(dirname "$0")/mps.sh" && stop_mps
 fi
-out=${OUT:-build/gpu-out}
 # The ranks' stacks (a file a rank) as one archive, stacks.tar.gz beside the logs: a run that
 # brings back a few files (eight ranks' stacks are eight) keeps them with the logs.
 stacks=${IRONLINK_GPU_STACKS_DIR:-$out/stacks}

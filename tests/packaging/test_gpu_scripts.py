@@ -29,9 +29,15 @@ def _stop(tag: str) -> None:
     subprocess.run(["pkill", "-KILL", "-f", tag], check=False)
 
 
+def _copy_run_bounded(folder: Path) -> None:
+    """run_bounded.sh and the helper it sources, beside the fake run.sh a test writes there."""
+    for name in ("run_bounded.sh", "logs.sh"):
+        shutil.copy(GPU_DIR / name, folder / name)
+
+
 def test_run_bounded_stops_workers_under_timeout(tmp_path: Path) -> None:
     tag = f"fake-worker-{uuid.uuid4().hex[:8]}"
-    shutil.copy(GPU_DIR / "run_bounded.sh", tmp_path / "run_bounded.sh")
+    _copy_run_bounded(tmp_path)
     (tmp_path / "run.sh").write_text(
         "#!/usr/bin/env bash\n"
         f"timeout 480 bash -c 'trap \"\" TERM; exec -a {tag} sleep 300' &\n"  # ignores TERM, as a stuck worker may
@@ -49,8 +55,23 @@ def test_run_bounded_stops_workers_under_timeout(tmp_path: Path) -> None:
         _stop(tag)
 
 
+def test_run_bounded_names_the_case_the_newest_log_last_started(tmp_path: Path) -> None:
+    _copy_run_bounded(tmp_path)
+    (tmp_path / "run.sh").write_text("#!/usr/bin/env bash\n"
+                                     "echo 'case old: started' > \"$OUT/a.log\"; sleep 0.1\n"
+                                     "printf 'case x: started\\ncase y, 6 replays: started\\n' > \"$OUT/b.log\"\n"
+                                     "sleep 300\n")
+    os.chmod(tmp_path / "run.sh", 0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(["bash", str(tmp_path / "run_bounded.sh"), "2"], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, OUT=str(out)))
+    assert done.returncode == 124
+    assert "run_bounded: the last case started (b.log): y, 6 replays" in done.stdout, done.stdout
+
+
 def test_run_bounded_passes_run_sh_status(tmp_path: Path) -> None:
-    shutil.copy(GPU_DIR / "run_bounded.sh", tmp_path / "run_bounded.sh")
+    _copy_run_bounded(tmp_path)
     (tmp_path / "run.sh").write_text("#!/usr/bin/env bash\nexit 3\n")
     os.chmod(tmp_path / "run.sh", 0o755)
     done = subprocess.run(["bash", str(tmp_path / "run_bounded.sh"), "30"], capture_output=True, text=True, timeout=60)
@@ -61,7 +82,7 @@ def test_run_bounded_packs_the_ranks_stacks_into_one_archive(tmp_path: Path) -> 
     """The device tool brings back at most eight files: eight ranks' stacks travel as one."""
     import tarfile
 
-    shutil.copy(GPU_DIR / "run_bounded.sh", tmp_path / "run_bounded.sh")
+    _copy_run_bounded(tmp_path)
     (tmp_path / "run.sh").write_text("#!/usr/bin/env bash\nmkdir -p \"$OUT/stacks\"\n"
                                      "for r in 0 1 2; do echo \"rank $r\" > \"$OUT/stacks/rank$r.txt\"; done\n")
     os.chmod(tmp_path / "run.sh", 0o755)
