@@ -13,6 +13,7 @@
 set -uo pipefail
 [ $# -ge 1 ] && [[ $1 =~ ^[0-9]+$ ]] || { echo "usage: tests/gpu/run_bounded.sh SECONDS [run.sh args]" >&2; exit 2; }
 limit=$1; shift
+source "$(dirname "$0")/logs.sh"
 # A background job of a non-interactive shell is no session leader, so setsid makes it one in
 # place: its pid is the session's id.
 setsid "$(dirname "$0")/run.sh" "$@" &
@@ -21,10 +22,12 @@ while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 1; done
 out=${OUT:-build/gpu-out}
 if kill -0 "$pid" 2> /dev/null; then
   echo "run_bounded: ${limit} s passed: stopping run.sh and everything it started"
-  # The case that was running: the last one started in the newest log (run.sh's part in progress).
-  newest=$(ls -t "$out"/*.log 2> /dev/null | head -1)
-  last=$(source "$(dirname "$0")/logs.sh" && last_case_started "$newest")
-  [ -z "$last" ] || echo "run_bounded: the last case started ($(basename "$newest")): $last"
+  # The case that was running: the last one started in the newest log that names cases (the
+  # worker's of run.sh's part in progress; a sanitizer's rank logs name none).
+  for log in $(ls -t "$out"/*.log 2> /dev/null); do
+    last=$(last_case_started "$log")
+    [ -z "$last" ] || { echo "run_bounded: the last case started ($(basename "$log")): $last"; break; }
+  done
   pkill -TERM -s "$pid"; sleep 10; pkill -KILL -s "$pid"; sleep 1
   wait "$pid" 2> /dev/null; rc=124
 else

@@ -60,7 +60,7 @@ def test_run_bounded_names_the_case_the_newest_log_last_started(tmp_path: Path) 
     (tmp_path / "run.sh").write_text("#!/usr/bin/env bash\n"
                                      "echo 'case old: started' > \"$OUT/a.log\"; sleep 0.1\n"
                                      "printf 'case x: started\\ncase y, 6 replays: started\\n' > \"$OUT/b.log\"\n"
-                                     "sleep 300\n")
+                                     "sleep 0.1; echo 'no cases here' > \"$OUT/c-rank0.log\"; sleep 300\n")
     os.chmod(tmp_path / "run.sh", 0o755)
     out = tmp_path / "out"
     out.mkdir()
